@@ -1,0 +1,373 @@
+/* cm_chunk_decode(): frame -> checksum -> LZ4 -> protobuf-c -> in-memory chunk -> validation.
+ *
+ * Hostile input is the normal case here (collector and aggregator read what any process on a
+ * node sent). Every count is checked before it sizes an allocation; protobuf-c allocates through
+ * a budgeted allocator so a small message cannot make it allocate without bound; stacks are
+ * expanded from their front coding only after their total size has been checked. The decoded
+ * chunk points into the protobuf-c message where the C types match (no copy).
+ * Thread-safe (no globals); allocates; not for signal handlers.
+ */
+#include "cm/chunk.h"
+#include "cm/error.h"
+#include "fleetprof.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ProtobufCAllocator alloc;
+    size_t used, budget;
+    int over_budget;
+    Fleetprof__V1__Chunk *msg;
+    void *arena; /* strings, stacks, label offsets, times, mappings: one block */
+} owner_t;
+
+static void *budget_alloc(void *data, size_t size) {
+    owner_t *o = data;
+    if (size > o->budget - o->used) {
+        o->over_budget = 1;
+        return NULL;
+    }
+    o->used += size;
+    return malloc(size);
+}
+static void budget_free(void *data, void *p) {
+    (void)data;
+    free(p);
+}
+
+#define FAIL(code, ...)                                                                            \
+    do {                                                                                           \
+        snprintf(errbuf, errbuf_size, __VA_ARGS__);                                                \
+        rc = (code);                                                                               \
+        goto out;                                                                                  \
+    } while (0)
+
+/* An optional column has 0 or n entries. */
+#define OPT_OK(m, field, n) ((m)->n_##field == 0 || (m)->n_##field == (n))
+
+void cm_chunk_free(cm_chunk_t *c) {
+    if (!c)
+        return;
+    owner_t *o = c->owner_;
+    if (o) {
+        if (o->msg)
+            fleetprof__v1__chunk__free_unpacked(o->msg, &o->alloc);
+        free(o->arena);
+        free(o);
+    }
+    free(c);
+}
+
+int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errbuf,
+                    size_t errbuf_size) {
+    int rc = 0;
+    cm_frame_info_t fi;
+    uint8_t *raw = NULL;
+    cm_chunk_t *c = NULL;
+    owner_t *o = NULL;
+    *out = NULL;
+    if (!buf)
+        len = 0;
+    if ((rc = cm_frame_peek(buf, len, &fi, errbuf, errbuf_size)))
+        return rc;
+    if (cm_frame_verify(buf, len, &fi) != 0) {
+        snprintf(errbuf, errbuf_size, "checksum mismatch over %u payload bytes", fi.payload_len);
+        return CM_ECHECKSUM;
+    }
+    c = calloc(1, sizeof *c);
+    o = calloc(1, sizeof *o);
+    raw = malloc(fi.raw_len + 1);
+    if (c)
+        c->owner_ = o;
+    if (!c || !o || !raw)
+        FAIL(CM_ENOMEM, "out of memory for a chunk of %u bytes", fi.raw_len);
+    if ((rc = cm_frame_unpack(buf, &fi, raw, errbuf, errbuf_size)))
+        goto out;
+
+    /* protobuf-c may expand 1-byte varints into 8-byte integers and small messages into larger
+     * structs: 12x the serialized size plus slack covers any valid chunk. */
+    o->alloc.alloc = budget_alloc;
+    o->alloc.free = budget_free;
+    o->alloc.allocator_data = o;
+    o->budget = (size_t)fi.raw_len * 12 + (1u << 20);
+    o->msg = fleetprof__v1__chunk__unpack(&o->alloc, fi.raw_len, raw);
+    free(raw);
+    raw = NULL;
+    if (!o->msg) {
+        if (o->over_budget)
+            FAIL(CM_ENOMEM, "chunk needs more than its decode budget of %zu bytes", o->budget);
+        FAIL(CM_EFORMAT, "payload is not a valid Chunk protobuf message");
+    }
+    const Fleetprof__V1__Chunk *m = o->msg;
+    const Fleetprof__V1__Header *ph = m->header;
+    const Fleetprof__V1__Dictionary *pd = m->dict;
+    if (!ph)
+        FAIL(CM_EFORMAT, "chunk has no header");
+    if (!pd)
+        FAIL(CM_EFORMAT, "chunk has no dictionary");
+
+    /* header */
+    cm_header_t *h = &c->header;
+    h->service = (cm_str_t){ph->service, (uint32_t)strnlen(ph->service, CM_MAX_SERVICE_LEN + 1)};
+    h->version = (cm_str_t){ph->version, (uint32_t)strnlen(ph->version, CM_MAX_SERVICE_LEN + 1)};
+    h->host = (cm_str_t){ph->host, (uint32_t)strnlen(ph->host, CM_MAX_SERVICE_LEN + 1)};
+    h->agent_version =
+        (cm_str_t){ph->agent_version, (uint32_t)strnlen(ph->agent_version, CM_MAX_SERVICE_LEN + 1)};
+    h->pid = ph->pid;
+    h->process_start_unix_ns = ph->process_start_unix_ns;
+    h->start_unix_ns = ph->start_unix_ns;
+    h->end_unix_ns = ph->end_unix_ns;
+    if (ph->chunk_id.len != CM_CHUNK_ID_LEN)
+        FAIL(CM_EFORMAT, "chunk id is %zu bytes (want %u)", ph->chunk_id.len, CM_CHUNK_ID_LEN);
+    memcpy(h->chunk_id, ph->chunk_id.data, CM_CHUNK_ID_LEN);
+    h->sequence = ph->sequence;
+    h->agent_cpu_ns = ph->agent_cpu_ns;
+    h->process_cpu_ns = ph->process_cpu_ns;
+    h->time_unit_ns = ph->time_unit_ns;
+    h->format_minor = fi.minor;
+    if (ph->n_sampling > CM_EV_COUNT * 4 || ph->n_drops > 1024)
+        FAIL(CM_ETOOBIG, "header has %zu sampling entries and %zu drop counters", ph->n_sampling,
+             ph->n_drops);
+
+    /* sizes of everything that goes into the arena, checked before any of it is allocated */
+    uint32_t ns = (uint32_t)pd->n_string_len, nst = (uint32_t)pd->n_stack_base;
+    uint32_t nls = (uint32_t)pd->n_label_set_len;
+    if (pd->n_string_len > CM_MAX_STRINGS || pd->n_stack_base > CM_MAX_STACKS ||
+        pd->n_label_set_len > CM_MAX_LABEL_SETS || pd->n_mappings > CM_MAX_MAPPINGS)
+        FAIL(CM_ETOOBIG, "dictionary too large (strings %zu, stacks %zu, label sets %zu, "
+                         "mappings %zu)",
+             pd->n_string_len, pd->n_stack_base, pd->n_label_set_len, pd->n_mappings);
+    uint64_t blob = 0;
+    for (uint32_t i = 0; i < ns; i++) {
+        if (pd->string_len[i] > CM_MAX_STRING_LEN)
+            FAIL(CM_ETOOBIG, "string %u is %u bytes (limit %u)", i, pd->string_len[i],
+                 CM_MAX_STRING_LEN);
+        blob += pd->string_len[i];
+    }
+    if (blob != pd->string_data.len)
+        FAIL(CM_EFORMAT, "string lengths add up to %llu but the string data holds %zu bytes",
+             (unsigned long long)blob, pd->string_data.len);
+    if (pd->n_stack_shared != nst || pd->n_stack_suffix_len != nst || !OPT_OK(pd, stack_flags, nst))
+        FAIL(CM_EFORMAT, "stack columns differ in length (base %u, shared %zu, suffix %zu, "
+                         "flags %zu)",
+             nst, pd->n_stack_shared, pd->n_stack_suffix_len, pd->n_stack_flags);
+    uint64_t frames = 0, suffixes = 0;
+    for (uint32_t i = 0; i < nst; i++) {
+        uint32_t b = pd->stack_base[i], sh = pd->stack_shared[i], sf = pd->stack_suffix_len[i];
+        if ((b >= i && !(b == 0 && sh == 0)) || sh > CM_MAX_STACK_DEPTH ||
+            sf > CM_MAX_STACK_DEPTH || sh + sf > CM_MAX_STACK_DEPTH)
+            FAIL(CM_EFORMAT, "stack %u: base %u, shared %u, suffix %u are inconsistent", i, b, sh,
+                 sf);
+        frames += sh + sf;
+        suffixes += sf;
+    }
+    if (frames > CM_MAX_TOTAL_FRAMES)
+        FAIL(CM_ETOOBIG, "stacks expand to %llu frames (limit %u)", (unsigned long long)frames,
+             CM_MAX_TOTAL_FRAMES);
+    if (suffixes != pd->n_stack_location)
+        FAIL(CM_EFORMAT, "stack suffixes need %llu locations, the column has %zu",
+             (unsigned long long)suffixes, pd->n_stack_location);
+    uint64_t nlabels = 0;
+    for (uint32_t i = 0; i < nls; i++) {
+        if (pd->label_set_len[i] > CM_MAX_LABELS_PER_SET)
+            FAIL(CM_ETOOBIG, "label set %u has %u labels (limit %u)", i, pd->label_set_len[i],
+                 CM_MAX_LABELS_PER_SET);
+        nlabels += pd->label_set_len[i];
+    }
+    if (2 * nlabels != pd->n_label_kv)
+        FAIL(CM_EFORMAT, "label sets need %llu key/value entries, the column has %zu",
+             (unsigned long long)(2 * nlabels), pd->n_label_kv);
+    if (pd->context_ids.len % CM_CONTEXT_SIZE)
+        FAIL(CM_EFORMAT, "context table of %zu bytes is not a multiple of %u", pd->context_ids.len,
+             CM_CONTEXT_SIZE);
+    uint64_t nsamples = 0;
+    for (size_t k = 0; k < m->n_samples; k++) {
+        if (m->samples[k]->n_stack > CM_MAX_SAMPLES)
+            FAIL(CM_ETOOBIG, "a sample column has %zu rows (limit %u)", m->samples[k]->n_stack,
+                 CM_MAX_SAMPLES);
+        nsamples += m->samples[k]->n_stack;
+    }
+
+    size_t sz = sizeof(cm_str_t) * ns + blob + ns +                 /* strings */
+                sizeof(uint32_t) * (nst + 1 + frames) +             /* stacks */
+                sizeof(uint32_t) * (nls + 1) +                      /* label offsets */
+                sizeof(uint64_t) * nsamples +                       /* sample times */
+                sizeof(cm_mapping_t) * pd->n_mappings +             /* mappings */
+                sizeof(cm_sampling_t) * ph->n_sampling + sizeof(cm_drop_t) * ph->n_drops + 64;
+    char *arena = o->arena = malloc(sz);
+    if (!arena)
+        FAIL(CM_ENOMEM, "out of memory for a decoded chunk of %zu bytes", sz);
+#define TAKE(type, count)                                                                          \
+    ((type *)(arena = (char *)(((uintptr_t)arena + 7) & ~(uintptr_t)7),                            \
+              arena += sizeof(type) * (count), arena - sizeof(type) * (count)))
+    /* (the alignment slack is covered by the +64 above: at most 7 bytes per TAKE, 9 TAKEs) */
+
+    cm_dict_t *d = &c->dict;
+    d->n_strings = ns;
+    d->strings = TAKE(cm_str_t, ns);
+    char *sdata = TAKE(char, blob + ns);
+    const uint8_t *src = pd->string_data.data;
+    for (uint32_t i = 0; i < ns; i++) {
+        uint32_t l = pd->string_len[i];
+        if (l)
+            memcpy(sdata, src, l);
+        sdata[l] = '\0';
+        d->strings[i] = (cm_str_t){sdata, l};
+        sdata += l + 1;
+        src += l;
+    }
+
+    d->n_mappings = (uint32_t)pd->n_mappings;
+    d->mappings = TAKE(cm_mapping_t, pd->n_mappings);
+    for (uint32_t i = 0; i < d->n_mappings; i++) {
+        const Fleetprof__V1__Mapping *pm = pd->mappings[i];
+        d->mappings[i] = (cm_mapping_t){pm->start,    pm->limit,   pm->file_offset,
+                                        pm->filename, pm->build_id.data,
+                                        (uint32_t)(pm->build_id.len > 0xFFFFFFFFu
+                                                       ? 0xFFFFFFFFu
+                                                       : pm->build_id.len)};
+    }
+
+    uint32_t nf = (uint32_t)pd->n_function_name, nl = (uint32_t)pd->n_location_mapping;
+    if (pd->n_function_name > CM_MAX_FUNCTIONS || pd->n_location_mapping > CM_MAX_LOCATIONS)
+        FAIL(CM_ETOOBIG, "%zu functions, %zu locations exceed the limits", pd->n_function_name,
+             pd->n_location_mapping);
+    if (!OPT_OK(pd, function_system_name, nf) || !OPT_OK(pd, function_filename, nf))
+        FAIL(CM_EFORMAT, "function columns differ in length");
+    if (pd->n_location_address != nl || pd->n_location_function != nl ||
+        !OPT_OK(pd, location_line, nl))
+        FAIL(CM_EFORMAT, "location columns differ in length");
+    d->n_functions = nf;
+    d->function_name = pd->function_name;
+    d->function_system_name = pd->n_function_system_name ? pd->function_system_name : NULL;
+    d->function_filename = pd->n_function_filename ? pd->function_filename : NULL;
+    d->n_locations = nl;
+    d->location_mapping = pd->location_mapping;
+    d->location_address = pd->location_address;
+    d->location_function = pd->location_function;
+    d->location_line = pd->n_location_line ? pd->location_line : NULL;
+
+    /* stacks: expand the front coding; base < i so its frames are already in place */
+    d->n_stacks = nst;
+    d->stack_off = TAKE(uint32_t, nst + 1);
+    d->stack_frames = TAKE(uint32_t, frames);
+    d->stack_flags = pd->n_stack_flags ? pd->stack_flags : NULL;
+    uint32_t pos = 0, lpos = 0;
+    for (uint32_t i = 0; i < nst; i++) {
+        uint32_t b = pd->stack_base[i], sh = pd->stack_shared[i], sf = pd->stack_suffix_len[i];
+        d->stack_off[i] = pos;
+        if (sh > (i ? d->stack_off[b + 1] - d->stack_off[b] : 0))
+            FAIL(CM_EFORMAT, "stack %u shares %u frames with stack %u, which is shorter", i, sh,
+                 b);
+        if (sh)
+            memcpy(d->stack_frames + pos, d->stack_frames + d->stack_off[b], sh * sizeof(uint32_t));
+        memcpy(d->stack_frames + pos + sh, pd->stack_location + lpos, sf * sizeof(uint32_t));
+        pos += sh + sf;
+        lpos += sf;
+    }
+    d->stack_off[nst] = pos;
+    if (nst == 0)
+        FAIL(CM_EFORMAT, "a dictionary table lacks its zero entry (stacks)");
+
+    d->n_contexts = (uint32_t)(pd->context_ids.len / CM_CONTEXT_SIZE);
+    if (d->n_contexts > CM_MAX_CONTEXTS)
+        FAIL(CM_ETOOBIG, "%u contexts exceed the limit of %u", d->n_contexts, CM_MAX_CONTEXTS);
+    d->contexts = pd->context_ids.data;
+
+    d->n_label_sets = nls;
+    d->label_off = TAKE(uint32_t, nls + 1);
+    uint32_t acc = 0;
+    for (uint32_t i = 0; i < nls; i++) {
+        d->label_off[i] = acc;
+        acc += pd->label_set_len[i];
+    }
+    d->label_off[nls] = acc;
+    d->label_kv = pd->label_kv;
+    if (nls == 0)
+        FAIL(CM_EFORMAT, "a dictionary table lacks its zero entry (label sets)");
+
+    d->n_threads = (uint32_t)pd->n_thread_tid;
+    if (pd->n_thread_tid > CM_MAX_THREADS || !OPT_OK(pd, thread_name, pd->n_thread_tid))
+        FAIL(CM_EFORMAT, "thread columns differ in length or exceed %u", CM_MAX_THREADS);
+    d->thread_tid = pd->thread_tid;
+    d->thread_name = pd->n_thread_name ? pd->thread_name : NULL;
+
+    h->n_sampling = (uint32_t)ph->n_sampling;
+    h->sampling = TAKE(cm_sampling_t, ph->n_sampling);
+    for (uint32_t i = 0; i < h->n_sampling; i++) {
+        const Fleetprof__V1__Sampling *ps = ph->sampling[i];
+        h->sampling[i] = (cm_sampling_t){(cm_event_type_t)ps->type, ps->period, ps->threshold_ns,
+                                         ps->target_per_sec, ps->events_seen, ps->samples_kept};
+    }
+    h->n_drops = (uint32_t)ph->n_drops;
+    h->drops = TAKE(cm_drop_t, ph->n_drops);
+    for (uint32_t i = 0; i < h->n_drops; i++)
+        h->drops[i] = (cm_drop_t){(uint32_t)ph->drops[i]->reason, (uint32_t)ph->drops[i]->type,
+                                  ph->drops[i]->count};
+
+    /* samples */
+    if (h->time_unit_ns == 0)
+        FAIL(CM_EFORMAT, "header.time_unit_ns is 0");
+    if (h->end_unix_ns < h->start_unix_ns)
+        FAIL(CM_EFORMAT, "header.end_unix_ns is before start_unix_ns");
+    int64_t max_units = (int64_t)((h->end_unix_ns - h->start_unix_ns) / h->time_unit_ns);
+    for (size_t k = 0; k < m->n_samples; k++) {
+        const Fleetprof__V1__Samples *ps = m->samples[k];
+        uint32_t t = (uint32_t)ps->type, n = (uint32_t)ps->n_stack;
+        if (t == 0)
+            FAIL(CM_EFORMAT, "sample column %zu has no event type", k);
+        if (t > CM_EV_MAX) { /* a newer minor's event type: skip it */
+            c->skipped_columns++;
+            continue;
+        }
+        cm_samples_t *s = &c->samples[t];
+        if (s->type)
+            FAIL(CM_EFORMAT, "two sample columns of type %s", cm_event_name(t));
+        const char *tn = cm_event_name(t);
+        if (ps->n_time_delta != n || ps->n_weight != n)
+            FAIL(CM_EFORMAT, "samples[%s]: %u stacks, %zu times, %zu weights", tn, n,
+                 ps->n_time_delta, ps->n_weight);
+        if (!OPT_OK(ps, count, n) || !OPT_OK(ps, thread, n) || !OPT_OK(ps, context, n) ||
+            !OPT_OK(ps, labels, n) || !OPT_OK(ps, flags, n) || !OPT_OK(ps, size, n) ||
+            !OPT_OK(ps, address, n) || !OPT_OK(ps, io_kind, n) || !OPT_OK(ps, fd_kind, n) ||
+            !OPT_OK(ps, target, n))
+            FAIL(CM_EFORMAT, "samples[%s]: an optional column is neither empty nor %u rows", tn,
+                 n);
+        s->type = (cm_event_type_t)t;
+        s->n = n;
+        s->stack = ps->stack;
+        s->weight = ps->weight;
+        s->time_ns = TAKE(uint64_t, n);
+        int64_t u = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t dlt = ps->time_delta[i];
+            if (dlt > max_units || dlt < -max_units || (u += dlt) < 0 || u > max_units)
+                FAIL(CM_ERANGE, "samples[%s].time[%u] falls outside the chunk interval", tn, i);
+            s->time_ns[i] = h->start_unix_ns + (uint64_t)u * h->time_unit_ns;
+        }
+#define OPT(field) s->field = ps->n_##field ? (void *)ps->field : NULL
+        OPT(count);
+        OPT(thread);
+        OPT(context);
+        OPT(labels);
+        OPT(flags);
+        OPT(size);
+        OPT(address);
+        OPT(io_kind);
+        OPT(fd_kind);
+        OPT(target);
+#undef OPT
+    }
+    if ((rc = cm_chunk_validate(c, errbuf, errbuf_size)))
+        goto out;
+    *out = c;
+    return 0;
+out:
+    free(raw);
+    cm_chunk_free(c);
+    if (!c)
+        free(o);
+    return rc;
+}

@@ -1,0 +1,334 @@
+/* cm_chunk_encode(): in-memory chunk -> protobuf-c message -> LZ4 frame.
+ *
+ * Columns are passed to protobuf-c without copying where the C types match. Two transforms
+ * happen here: sample times become deltas in the header's time unit, and stacks are
+ * front-coded (each stack names the earlier stack with which it shares the longest root
+ * prefix, found with a hash trie over (parent node, location)). Optional columns whose every
+ * row has the default value are left out.
+ * Thread-safe (no globals); allocates; not for signal handlers.
+ */
+#include "cm/chunk.h"
+#include "cm/error.h"
+#include "fleetprof.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(Fleetprof__V1__IoKind) == sizeof(uint32_t), "enum columns alias uint32");
+
+typedef struct {
+    uint32_t parent, loc, node, first_stack;
+} trie_slot_t;
+
+static uint32_t slot_hash(uint32_t parent, uint32_t loc) {
+    uint64_t k = ((uint64_t)parent << 32 | loc) * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(k >> 32);
+}
+
+/* Front-codes the stacks of d into base/shared/suffix columns. Returns 0 or CM_ENOMEM. */
+static int front_code(const cm_dict_t *d, uint32_t *base, uint32_t *shared, uint32_t *suffix_len,
+                      uint32_t *locs, size_t *n_locs) {
+    uint32_t total = d->stack_off[d->n_stacks];
+    size_t cap = 16;
+    while (cap < 2 * (size_t)total + 2)
+        cap <<= 1;
+    trie_slot_t *tab = calloc(cap, sizeof *tab); /* node == 0 marks an empty slot */
+    if (!tab)
+        return CM_ENOMEM;
+    uint32_t next_node = 1;
+    size_t out = 0;
+    for (uint32_t i = 0; i < d->n_stacks; i++) {
+        const uint32_t *f = d->stack_frames + d->stack_off[i];
+        uint32_t depth = d->stack_off[i + 1] - d->stack_off[i];
+        uint32_t parent = 0, k = 0;
+        base[i] = 0;
+        shared[i] = 0;
+        for (; k < depth; k++) {
+            size_t h = slot_hash(parent, f[k]) & (cap - 1);
+            while (tab[h].node && !(tab[h].parent == parent && tab[h].loc == f[k]))
+                h = (h + 1) & (cap - 1);
+            if (!tab[h].node)
+                break;
+            parent = tab[h].node;
+            base[i] = tab[h].first_stack;
+            shared[i] = k + 1;
+        }
+        for (uint32_t j = k; j < depth; j++) {
+            size_t h = slot_hash(parent, f[j]) & (cap - 1);
+            while (tab[h].node)
+                h = (h + 1) & (cap - 1);
+            tab[h] = (trie_slot_t){parent, f[j], next_node, i};
+            parent = next_node++;
+            locs[out++] = f[j];
+        }
+        suffix_len[i] = depth - k;
+    }
+    free(tab);
+    *n_locs = out;
+    return 0;
+}
+
+static int all_default32(const uint32_t *col, uint32_t n) {
+    if (!col)
+        return 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (col[i])
+            return 0;
+    return 1;
+}
+static int all_default64(const uint64_t *col, uint32_t n, uint64_t dflt) {
+    if (!col)
+        return 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (col[i] != dflt)
+            return 0;
+    return 1;
+}
+
+#define SET_COL32(msg, field, col, n)                                                              \
+    do {                                                                                           \
+        if (!all_default32((col), (n))) {                                                          \
+            (msg)->n_##field = (n);                                                                \
+            (msg)->field = (void *)(col);                                                          \
+        }                                                                                          \
+    } while (0)
+
+static char *dup_str(cm_str_t s) {
+    char *p = malloc((size_t)s.len + 1);
+    if (p) {
+        if (s.len)
+            memcpy(p, s.ptr, s.len);
+        p[s.len] = '\0';
+    }
+    return p;
+}
+
+int cm_chunk_encode(const cm_chunk_t *c, uint8_t **out, size_t *out_len, char *errbuf,
+                    size_t errbuf_size) {
+    int rc = cm_chunk_validate(c, errbuf, errbuf_size);
+    if (rc)
+        return rc;
+    const cm_header_t *h = &c->header;
+    const cm_dict_t *d = &c->dict;
+
+    Fleetprof__V1__Chunk msg = FLEETPROF__V1__CHUNK__INIT;
+    Fleetprof__V1__Header hdr = FLEETPROF__V1__HEADER__INIT;
+    Fleetprof__V1__Dictionary dict = FLEETPROF__V1__DICTIONARY__INIT;
+    Fleetprof__V1__Sampling *samp = NULL, **samp_p = NULL;
+    Fleetprof__V1__Drop *drops = NULL, **drops_p = NULL;
+    Fleetprof__V1__Mapping *maps = NULL, **maps_p = NULL;
+    Fleetprof__V1__Samples cols[CM_EV_COUNT], *cols_p[CM_EV_COUNT];
+    int64_t *deltas[CM_EV_COUNT] = {0};
+    uint32_t *string_len = NULL, *label_len = NULL, *st_base = NULL;
+    uint8_t *string_data = NULL, *raw = NULL;
+    char *hs[4] = {0};
+    rc = CM_ENOMEM;
+
+    msg.header = &hdr;
+    msg.dict = &dict;
+    if (!(hs[0] = dup_str(h->service)) || !(hs[1] = dup_str(h->version)) ||
+        !(hs[2] = dup_str(h->host)) || !(hs[3] = dup_str(h->agent_version)))
+        goto out;
+    hdr.service = hs[0];
+    hdr.version = hs[1];
+    hdr.host = hs[2];
+    hdr.agent_version = hs[3];
+    hdr.pid = h->pid;
+    hdr.process_start_unix_ns = h->process_start_unix_ns;
+    hdr.start_unix_ns = h->start_unix_ns;
+    hdr.end_unix_ns = h->end_unix_ns;
+    hdr.chunk_id.data = (uint8_t *)h->chunk_id;
+    hdr.chunk_id.len = CM_CHUNK_ID_LEN;
+    hdr.sequence = h->sequence;
+    hdr.agent_cpu_ns = h->agent_cpu_ns;
+    hdr.process_cpu_ns = h->process_cpu_ns;
+    hdr.time_unit_ns = h->time_unit_ns;
+    hdr.format_minor = CM_FORMAT_MINOR;
+    samp = calloc(h->n_sampling + 1, sizeof *samp);
+    samp_p = calloc(h->n_sampling + 1, sizeof *samp_p);
+    drops = calloc(h->n_drops + 1, sizeof *drops);
+    drops_p = calloc(h->n_drops + 1, sizeof *drops_p);
+    if (!samp || !samp_p || !drops || !drops_p)
+        goto out;
+    for (uint32_t i = 0; i < h->n_sampling; i++) {
+        fleetprof__v1__sampling__init(&samp[i]);
+        samp[i].type = (Fleetprof__V1__EventType)h->sampling[i].type;
+        samp[i].period = h->sampling[i].period;
+        samp[i].threshold_ns = h->sampling[i].threshold_ns;
+        samp[i].target_per_sec = h->sampling[i].target_per_sec;
+        samp[i].events_seen = h->sampling[i].events_seen;
+        samp[i].samples_kept = h->sampling[i].samples_kept;
+        samp_p[i] = &samp[i];
+    }
+    hdr.n_sampling = h->n_sampling;
+    hdr.sampling = samp_p;
+    for (uint32_t i = 0; i < h->n_drops; i++) {
+        fleetprof__v1__drop__init(&drops[i]);
+        drops[i].reason = (Fleetprof__V1__DropReason)h->drops[i].reason;
+        drops[i].type = (Fleetprof__V1__EventType)h->drops[i].type;
+        drops[i].count = h->drops[i].count;
+        drops_p[i] = &drops[i];
+    }
+    hdr.n_drops = h->n_drops;
+    hdr.drops = drops_p;
+
+    /* strings: one blob plus lengths */
+    size_t blob = 0;
+    for (uint32_t i = 0; i < d->n_strings; i++)
+        blob += d->strings[i].len;
+    string_data = malloc(blob + 1);
+    string_len = malloc(sizeof(uint32_t) * d->n_strings);
+    if (!string_data || !string_len)
+        goto out;
+    blob = 0;
+    for (uint32_t i = 0; i < d->n_strings; i++) {
+        if (d->strings[i].len)
+            memcpy(string_data + blob, d->strings[i].ptr, d->strings[i].len);
+        blob += d->strings[i].len;
+        string_len[i] = d->strings[i].len;
+    }
+    dict.string_data.data = string_data;
+    dict.string_data.len = blob;
+    dict.n_string_len = d->n_strings;
+    dict.string_len = string_len;
+
+    maps = calloc(d->n_mappings, sizeof *maps);
+    maps_p = calloc(d->n_mappings, sizeof *maps_p);
+    if (!maps || !maps_p)
+        goto out;
+    for (uint32_t i = 0; i < d->n_mappings; i++) {
+        fleetprof__v1__mapping__init(&maps[i]);
+        maps[i].start = d->mappings[i].start;
+        maps[i].limit = d->mappings[i].limit;
+        maps[i].file_offset = d->mappings[i].file_offset;
+        maps[i].filename = d->mappings[i].filename;
+        maps[i].build_id.data = (uint8_t *)d->mappings[i].build_id;
+        maps[i].build_id.len = d->mappings[i].build_id_len;
+        maps_p[i] = &maps[i];
+    }
+    dict.n_mappings = d->n_mappings;
+    dict.mappings = maps_p;
+
+    dict.n_function_name = d->n_functions;
+    dict.function_name = d->function_name;
+    SET_COL32(&dict, function_system_name, d->function_system_name, d->n_functions);
+    SET_COL32(&dict, function_filename, d->function_filename, d->n_functions);
+    dict.n_location_mapping = d->n_locations;
+    dict.location_mapping = d->location_mapping;
+    dict.n_location_address = d->n_locations;
+    dict.location_address = d->location_address;
+    dict.n_location_function = d->n_locations;
+    dict.location_function = d->location_function;
+    SET_COL32(&dict, location_line, d->location_line, d->n_locations);
+
+    uint32_t nframes = d->stack_off[d->n_stacks];
+    st_base = malloc(sizeof(uint32_t) * ((size_t)3 * d->n_stacks + nframes + 1));
+    if (!st_base)
+        goto out;
+    uint32_t *st_shared = st_base + d->n_stacks, *st_suffix = st_shared + d->n_stacks;
+    uint32_t *st_locs = st_suffix + d->n_stacks;
+    size_t n_locs = 0;
+    if ((rc = front_code(d, st_base, st_shared, st_suffix, st_locs, &n_locs)))
+        goto out;
+    rc = CM_ENOMEM;
+    dict.n_stack_base = dict.n_stack_shared = dict.n_stack_suffix_len = d->n_stacks;
+    dict.stack_base = st_base;
+    dict.stack_shared = st_shared;
+    dict.stack_suffix_len = st_suffix;
+    dict.n_stack_location = n_locs;
+    dict.stack_location = st_locs;
+    SET_COL32(&dict, stack_flags, d->stack_flags, d->n_stacks);
+
+    dict.context_ids.data = (uint8_t *)d->contexts;
+    dict.context_ids.len = (size_t)d->n_contexts * CM_CONTEXT_SIZE;
+    label_len = malloc(sizeof(uint32_t) * d->n_label_sets);
+    if (!label_len)
+        goto out;
+    for (uint32_t i = 0; i < d->n_label_sets; i++)
+        label_len[i] = d->label_off[i + 1] - d->label_off[i];
+    dict.n_label_set_len = d->n_label_sets;
+    dict.label_set_len = label_len;
+    dict.n_label_kv = 2 * (size_t)d->label_off[d->n_label_sets];
+    dict.label_kv = d->label_kv;
+    dict.n_thread_tid = d->n_threads;
+    dict.thread_tid = d->thread_tid;
+    SET_COL32(&dict, thread_name, d->thread_name, d->n_threads);
+
+    size_t ncols = 0;
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        const cm_samples_t *s = &c->samples[t];
+        if (s->n == 0)
+            continue;
+        Fleetprof__V1__Samples *m = &cols[ncols];
+        fleetprof__v1__samples__init(m);
+        m->type = (Fleetprof__V1__EventType)t;
+        m->n_stack = s->n;
+        m->stack = s->stack;
+        if (!(deltas[t] = malloc(sizeof(int64_t) * s->n)))
+            goto out;
+        int64_t prev = 0;
+        for (uint32_t i = 0; i < s->n; i++) {
+            int64_t u = (int64_t)((s->time_ns[i] - h->start_unix_ns) / h->time_unit_ns);
+            deltas[t][i] = u - prev;
+            prev = u;
+        }
+        m->n_time_delta = s->n;
+        m->time_delta = deltas[t];
+        m->n_weight = s->n;
+        m->weight = s->weight;
+        if (!all_default64(s->count, s->n, CM_COUNT_ONE)) {
+            m->n_count = s->n;
+            m->count = s->count;
+        }
+        SET_COL32(m, thread, s->thread, s->n);
+        SET_COL32(m, context, s->context, s->n);
+        SET_COL32(m, labels, s->labels, s->n);
+        SET_COL32(m, flags, s->flags, s->n);
+        SET_COL32(m, io_kind, s->io_kind, s->n);
+        SET_COL32(m, fd_kind, s->fd_kind, s->n);
+        SET_COL32(m, target, s->target, s->n);
+        if (!all_default64(s->size, s->n, 0)) {
+            m->n_size = s->n;
+            m->size = s->size;
+        }
+        if (!all_default64(s->address, s->n, 0)) {
+            m->n_address = s->n;
+            m->address = s->address;
+        }
+        cols_p[ncols++] = m;
+    }
+    msg.n_samples = ncols;
+    msg.samples = cols_p;
+
+    size_t raw_len = fleetprof__v1__chunk__get_packed_size(&msg);
+    if (raw_len > CM_MAX_RAW_SIZE) {
+        snprintf(errbuf, errbuf_size, "chunk serializes to %zu bytes (limit %u)", raw_len,
+                 CM_MAX_RAW_SIZE);
+        rc = CM_ETOOBIG;
+        goto out;
+    }
+    if (!(raw = malloc(raw_len + 1)))
+        goto out;
+    fleetprof__v1__chunk__pack(&msg, raw);
+    rc = cm_frame_build(raw, raw_len, out, out_len);
+out:
+    if (rc == CM_ENOMEM)
+        snprintf(errbuf, errbuf_size, "out of memory while encoding a chunk");
+    for (int i = 0; i < 4; i++)
+        free(hs[i]);
+    for (uint32_t t = 0; t < CM_EV_COUNT; t++)
+        free(deltas[t]);
+    free(samp);
+    free(samp_p);
+    free(drops);
+    free(drops_p);
+    free(maps);
+    free(maps_p);
+    free(string_data);
+    free(string_len);
+    free(label_len);
+    free(st_base);
+    free(raw);
+    return rc;
+}

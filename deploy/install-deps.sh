@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package fleetprof needs to build, test and run. Idempotent: a package
+# already installed is left alone; apt is only touched when something is missing.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  librdkafka-dev          # Kafka producer (collector) and consumer (aggregator)
+  libprotobuf-c-dev protobuf-c-compiler  # chunk wire format: generated C codec
+  libuv1-dev              # collector event loop
+  liblz4-dev              # chunk payload compression
+  libxxhash-dev           # chunk checksums, stack/string hashing
+  libsqlite3-dev sqlite3  # aggregator storage
+  libjansson-dev          # JSON for the HTTP API and CLI
+  libmicrohttpd-dev       # HTTP serving (/metrics, /healthz, query API)
+  libunwind-dev           # fallback unwinder for code without frame pointers
+  zlib1g-dev              # gzip for pprof export
+  clang llvm libclang-rt-14-dev  # libFuzzer targets and sanitizer runtimes
+  maven default-jre-headless  # fetch and run the Kafka broker for tests
+  curl netcat-openbsd procps python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#PKGS[@]} packages present"
+fi
