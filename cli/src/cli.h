@@ -1,0 +1,16 @@
+/* Subcommands of the fleetprof CLI. Each returns the process exit status:
+ * 0 success, 1 failure of the operation (bad input file, server error), 2 usage error. */
+#ifndef CLI_H
+#define CLI_H
+
+#include "cm/chunk.h"
+
+#include <stddef.h>
+
+int cli_fold(int argc, char **argv);
+
+/* Writes a printable name for location `loc` of d into buf: the function name, or
+ * "<mapping file basename>+0x<addr>", or "0x<addr>". Returns buf. */
+const char *cli_location_name(const cm_dict_t *d, uint32_t loc, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,173 @@
+/* The fleetprof CLI as a user runs it: `fleetprof fold` on chunk files and directories, bad
+ * flags and corrupt files. Runs the built binary ($FLEETPROF_BUILD/cli/fleetprof). */
+#include "cm/chunk.h"
+#include "support/chunkgen.h"
+#include "support/runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static void write_chunk(const char *name, const cm_chunk_t *c) {
+    uint8_t *buf;
+    size_t len;
+    char err[256], path[512];
+    CHECK(cm_chunk_encode(c, &buf, &len, err, sizeof err) == 0);
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(buf, 1, len, f) == len);
+    fclose(f);
+    free(buf);
+}
+
+/* Runs a shell command, captures stdout into out (NUL-terminated), returns the exit status. */
+static int run(const char *cmd, char *out, size_t size) {
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char *bin(void) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/cli/fleetprof", getenv("FLEETPROF_BUILD"));
+    return path;
+}
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fp-test-cli-XXXXXX");
+    CHECK(mkdtemp(tmpdir) != NULL);
+}
+
+/* The folded name of a stack as fold prints it (spaces become '_'). */
+static void folded(const cm_dict_t *d, uint32_t st, char *out, size_t size) {
+    size_t pos = 0;
+    for (uint32_t k = d->stack_off[st]; k < d->stack_off[st + 1]; k++) {
+        uint32_t loc = d->stack_frames[k];
+        const char *name = d->strings[d->function_name[d->location_function[loc]]].ptr;
+        pos += (size_t)snprintf(out + pos, size - pos, "%s%s", pos ? ";" : "", name);
+    }
+    for (char *p = out; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+}
+
+static void test_fold_sums_by_stack(void) {
+    setup();
+    ts_gen_params_t p = ts_gen_realistic();
+    p.samples = 3000;
+    p.stacks = 50;
+    p.types_mask = (1u << CM_EV_CPU) | (1u << CM_EV_ALLOC);
+    cm_chunk_t *a = ts_gen_chunk(&p, 1);
+    write_chunk("a.fpc", a);
+    write_chunk("b.fpc", a); /* the same chunk twice: every weight doubles */
+    static char out[1 << 22];
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s fold %s/a.fpc %s/b.fpc", bin(), tmpdir, tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    /* every sample's stack appears with twice its summed weight */
+    const cm_samples_t *s = &a->samples[CM_EV_CPU];
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        total += s->weight[i];
+    uint64_t printed = 0;
+    int lines = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *sp = strrchr(line, ' ');
+        CHECK(sp != NULL);
+        printed += strtoull(sp + 1, NULL, 10);
+        lines++;
+    }
+    CHECK_EQ(printed, 2 * total);
+    /* one stack checked exactly */
+    snprintf(cmd, sizeof cmd, "%s fold %s/a.fpc", bin(), tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    char name[16384];
+    folded(&a->dict, s->stack[0], name, sizeof name);
+    uint64_t want = 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        char other[16384];
+        folded(&a->dict, s->stack[i], other, sizeof other);
+        if (!strcmp(other, name))
+            want += s->weight[i];
+    }
+    char needle[16500];
+    snprintf(needle, sizeof needle, "%s %llu\n", name, (unsigned long long)want);
+    CHECKF(strstr(out, needle) != NULL, "missing line '%s'", needle);
+    /* --type alloc gives bytes; a directory reads its *.fpc files */
+    snprintf(cmd, sizeof cmd, "%s fold --type alloc %s", bin(), tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    uint64_t abytes = 0, aprinted = 0;
+    for (uint32_t i = 0; i < a->samples[CM_EV_ALLOC].n; i++)
+        abytes += a->samples[CM_EV_ALLOC].weight[i];
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+        aprinted += strtoull(strrchr(line, ' ') + 1, NULL, 10);
+    CHECK_EQ(aprinted, 2 * abytes);
+    ts_gen_free(a);
+}
+
+static void test_fold_corrupt_file(void) {
+    setup();
+    ts_gen_params_t p = ts_gen_realistic();
+    p.samples = 100;
+    cm_chunk_t *a = ts_gen_chunk(&p, 2);
+    write_chunk("good.fpc", a);
+    char path[512], cmd[4096], out[65536];
+    snprintf(path, sizeof path, "%s/bad.fpc", tmpdir);
+    FILE *f = fopen(path, "wb");
+    fputs("this is not a chunk at all, just text", f);
+    fclose(f);
+    /* and a real chunk cut short */
+    uint8_t *buf;
+    size_t len;
+    char err[256], cut[512];
+    CHECK(cm_chunk_encode(a, &buf, &len, err, sizeof err) == 0);
+    snprintf(cut, sizeof cut, "%s/cut.fpc", tmpdir);
+    f = fopen(cut, "wb");
+    fwrite(buf, 1, len / 2, f);
+    fclose(f);
+    free(buf);
+    snprintf(cmd, sizeof cmd, "%s fold %s/good.fpc %s 2>%s/err.txt", bin(), tmpdir, path, tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 1);
+    CHECK(strlen(out) > 0); /* the good file still printed */
+    snprintf(cmd, sizeof cmd, "cat %s/err.txt", tmpdir);
+    run(cmd, out, sizeof out);
+    CHECKF(strstr(out, "bad.fpc: EMAGIC: bad magic") && strchr(out, '\n') == strrchr(out, '\n'),
+           "one stderr line naming the file and the reason: %s", out);
+    snprintf(cmd, sizeof cmd, "%s fold %s 2>&1 >/dev/null", bin(), cut);
+    CHECK_EQ(run(cmd, out, sizeof out), 1);
+    CHECKF(strstr(out, "cut.fpc: ETRUNCATED: frame truncated"), "%s", out);
+    ts_gen_free(a);
+}
+
+static void test_fold_usage_errors(void) {
+    char cmd[4096], out[4096];
+    snprintf(cmd, sizeof cmd, "%s fold --type heap /dev/null 2>&1", bin());
+    CHECK_EQ(run(cmd, out, sizeof out), 2);
+    CHECK(strstr(out, "'heap'"));
+    snprintf(cmd, sizeof cmd, "%s fold 2>&1", bin());
+    CHECK_EQ(run(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s fold /nonexistent/x.fpc 2>&1", bin());
+    CHECK_EQ(run(cmd, out, sizeof out), 1);
+    CHECK(strstr(out, "/nonexistent/x.fpc") && strstr(out, "No such file"));
+    snprintf(cmd, sizeof cmd, "%s frobnicate 2>&1", bin());
+    CHECK_EQ(run(cmd, out, sizeof out), 2);
+    CHECK(strstr(out, "unknown command 'frobnicate'"));
+    snprintf(cmd, sizeof cmd, "%s --version", bin());
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    CHECK(strstr(out, "chunk format 1.0"));
+}
+
+static const tr_test_t tests[] = {
+    {"fold_sums_by_stack", test_fold_sums_by_stack},
+    {"fold_corrupt_file", test_fold_corrupt_file},
+    {"fold_usage_errors", test_fold_usage_errors},
+    {0, 0},
+};
+TR_MAIN(tests)
