@@ -12,6 +12,7 @@ PKGS=(
   libxxhash-dev           # chunk checksums, stack/string hashing
   libsqlite3-dev sqlite3  # aggregator storage
   libjansson-dev          # JSON for the HTTP API and CLI
+  libinih-dev             # config files of the daemons (INI: key = value)
   libmicrohttpd-dev       # HTTP serving (/metrics, /healthz, query API)
   libunwind-dev           # fallback unwinder for code without frame pointers
   zlib1g-dev              # gzip for pprof export
