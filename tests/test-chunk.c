@@ -291,7 +291,7 @@ static void mut_time_negative(Fleetprof__V1__Chunk *m) { col(m, CM_EV_CPU)->time
 static void mut_string_lens(Fleetprof__V1__Chunk *m) { m->dict->string_len[1] += 1; }
 static void mut_ctx_size(Fleetprof__V1__Chunk *m) { m->dict->context_ids.len -= 1; }
 static void mut_label_lens(Fleetprof__V1__Chunk *m) { m->dict->label_set_len[1] += 1; }
-static void mut_weight_short(Fleetprof__V1__Chunk *m) { col(m, CM_EV_CPU)->n_weight -= 1; }
+static void mut_weight_short(Fleetprof__V1__Chunk *m) { col(m, CM_EV_CPU)->n_weight_delta -= 1; }
 static void mut_opt_short(Fleetprof__V1__Chunk *m) {
     Fleetprof__V1__Samples *s = col(m, CM_EV_ALLOC);
     s->n_size = s->n_size / 2;

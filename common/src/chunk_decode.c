@@ -193,16 +193,17 @@ int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errb
     size_t sz = sizeof(cm_str_t) * ns + blob + ns +                 /* strings */
                 sizeof(uint32_t) * (nst + 1 + frames) +             /* stacks */
                 sizeof(uint32_t) * (nls + 1) +                      /* label offsets */
-                sizeof(uint64_t) * nsamples +                       /* sample times */
+                2 * sizeof(uint64_t) * nsamples +                   /* times, weights */
                 sizeof(cm_mapping_t) * pd->n_mappings +             /* mappings */
-                sizeof(cm_sampling_t) * ph->n_sampling + sizeof(cm_drop_t) * ph->n_drops + 64;
+                sizeof(cm_sampling_t) * ph->n_sampling + sizeof(cm_drop_t) * ph->n_drops + 160;
     char *arena = o->arena = malloc(sz);
     if (!arena)
         FAIL(CM_ENOMEM, "out of memory for a decoded chunk of %zu bytes", sz);
 #define TAKE(type, count)                                                                          \
     ((type *)(arena = (char *)(((uintptr_t)arena + 7) & ~(uintptr_t)7),                            \
               arena += sizeof(type) * (count), arena - sizeof(type) * (count)))
-    /* (the alignment slack is covered by the +64 above: at most 7 bytes per TAKE, 9 TAKEs) */
+    /* alignment slack: at most 7 bytes per TAKE; 8 dictionary TAKEs + 2 per sample column
+     * (at most 6 kept, skipped ones take nothing) = 20 TAKEs, covered by the +160 */
 
     cm_dict_t *d = &c->dict;
     d->n_strings = ns;
@@ -326,9 +327,9 @@ int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errb
         if (s->type)
             FAIL(CM_EFORMAT, "two sample columns of type %s", cm_event_name(t));
         const char *tn = cm_event_name(t);
-        if (ps->n_time_delta != n || ps->n_weight != n)
+        if (ps->n_time_delta != n || ps->n_weight_delta != n)
             FAIL(CM_EFORMAT, "samples[%s]: %u stacks, %zu times, %zu weights", tn, n,
-                 ps->n_time_delta, ps->n_weight);
+                 ps->n_time_delta, ps->n_weight_delta);
         if (!OPT_OK(ps, count, n) || !OPT_OK(ps, thread, n) || !OPT_OK(ps, context, n) ||
             !OPT_OK(ps, labels, n) || !OPT_OK(ps, flags, n) || !OPT_OK(ps, size, n) ||
             !OPT_OK(ps, address, n) || !OPT_OK(ps, io_kind, n) || !OPT_OK(ps, fd_kind, n) ||
@@ -338,7 +339,10 @@ int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errb
         s->type = (cm_event_type_t)t;
         s->n = n;
         s->stack = ps->stack;
-        s->weight = ps->weight;
+        s->weight = TAKE(uint64_t, n);
+        uint64_t w = 0;
+        for (uint32_t i = 0; i < n; i++) /* unsigned wrap-around undoes the encoder's */
+            s->weight[i] = w += (uint64_t)ps->weight_delta[i];
         s->time_ns = TAKE(uint64_t, n);
         int64_t u = 0;
         for (uint32_t i = 0; i < n; i++) {

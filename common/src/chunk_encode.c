@@ -265,7 +265,7 @@ int cm_chunk_encode(const cm_chunk_t *c, uint8_t **out, size_t *out_len, char *e
         m->type = (Fleetprof__V1__EventType)t;
         m->n_stack = s->n;
         m->stack = s->stack;
-        if (!(deltas[t] = malloc(sizeof(int64_t) * s->n)))
+        if (!(deltas[t] = malloc(2 * sizeof(int64_t) * s->n)))
             goto out;
         int64_t prev = 0;
         for (uint32_t i = 0; i < s->n; i++) {
@@ -275,8 +275,14 @@ int cm_chunk_encode(const cm_chunk_t *c, uint8_t **out, size_t *out_len, char *e
         }
         m->n_time_delta = s->n;
         m->time_delta = deltas[t];
-        m->n_weight = s->n;
-        m->weight = s->weight;
+        int64_t *wd = deltas[t] + s->n; /* second half of the same allocation */
+        uint64_t pw = 0;
+        for (uint32_t i = 0; i < s->n; i++) {
+            wd[i] = (int64_t)(s->weight[i] - pw); /* two's complement wrap is exact */
+            pw = s->weight[i];
+        }
+        m->n_weight_delta = s->n;
+        m->weight_delta = wd;
         if (!all_default64(s->count, s->n, CM_COUNT_ONE)) {
             m->n_count = s->n;
             m->count = s->count;

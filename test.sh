@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The whole fleetprof test suite, exactly as CI runs it (.ci/run calls this):
+#   1. installs missing Debian packages (deploy/install-deps.sh) and the Kafka broker's jars
+#      (deploy/kafka/fetch.sh, cached in ~/.cache/fleetprof after the first run);
+#   2. builds with -Werror and runs every ctest test (tests start their own real Kafka brokers);
+#   3. rebuilds with ASan+UBSan and with TSan and runs the tests again (except those labelled
+#      `slow`, which exercise the same code for longer, and `nosan`, which cannot run under a
+#      sanitizer for a reason stated where they are registered);
+#   4. builds the libFuzzer targets with clang and fuzzes each decoder for FUZZ_SECONDS (60).
+# Ends with one line "tests: N passed, N failed"; exits non-zero if anything failed.
+# Options (environment): SKIP_SANITIZERS=1, SKIP_FUZZ=1, FUZZ_SECONDS=N, CTEST_ARGS="...".
+set -uo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+
+deploy/install-deps.sh || exit 1
+deploy/kafka/fetch.sh >/dev/null || exit 1
+
+passed=0
+failed=0
+failures=()
+
+build() { # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S "$ROOT" -B "$ROOT/$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFLEETPROF_WERROR=ON "$@" >"$ROOT/$dir.cmake.log" 2>&1 || {
+    cat "$ROOT/$dir.cmake.log"; return 1; }
+  ninja -C "$ROOT/$dir" >"$ROOT/$dir.build.log" 2>&1 || {
+    tail -60 "$ROOT/$dir.build.log"; return 1; }
+}
+
+run_ctest() { # run_ctest DIR [ctest args...]
+  local dir=$1; shift
+  echo "=== ctest in $dir $*"
+  local log="$ROOT/$dir.ctest.log"
+  (cd "$ROOT/$dir" && ctest --output-on-failure --timeout 1200 ${CTEST_ARGS:-} "$@") | tee "$log"
+  local p f
+  p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log")
+  f=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout)' "$log")
+  passed=$((passed + p))
+  failed=$((failed + f))
+  [ "$f" -eq 0 ] || failures+=("$dir: $f failed")
+}
+
+step() { # step NAME CMD...: a build step that counts as one failure when it fails
+  if ! "${@:2}"; then failed=$((failed + 1)); failures+=("$1"); return 1; fi
+}
+
+if step "build" build build; then
+  run_ctest build
+fi
+
+if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+  if step "build-asan" build build-asan -DFLEETPROF_SANITIZE=address; then
+    run_ctest build-asan -LE 'slow|nosan'
+  fi
+  if step "build-tsan" build build-tsan -DFLEETPROF_SANITIZE=thread; then
+    run_ctest build-tsan -LE 'slow|nosan|notsan'
+  fi
+fi
+
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  secs=${FUZZ_SECONDS:-60}
+  if CC=clang step "build-fuzz" build build-fuzz -DFLEETPROF_FUZZ=ON; then
+    corpus="$ROOT/build-fuzz/corpus"
+    mkdir -p "$corpus"
+    "$ROOT/build-fuzz/tests/fuzz/fuzz-seeds" "$corpus"
+    for target in "$ROOT"/build-fuzz/tests/fuzz/fuzz-*; do
+      name=$(basename "$target")
+      [ "$name" = fuzz-seeds ] && continue
+      echo "=== $name for ${secs}s"
+      if (cd "$ROOT/build-fuzz" && "$target" -max_total_time="$secs" -rss_limit_mb=2048 \
+            -max_len=262144 -print_final_stats=1 "$corpus" 2>&1 | tail -15); then
+        passed=$((passed + 1))
+      else
+        failed=$((failed + 1)); failures+=("$name found a crash (see build-fuzz/crash-*)")
+      fi
+    done
+  fi
+fi
+
+for f in "${failures[@]}"; do echo "FAILED: $f"; done
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
