@@ -8,7 +8,11 @@
  *             about 10% more CPU] -> reserve_stock (a contended mutex) -> write_receipt (I/O)
  *   search:   parse_request -> scan_index (CPU) -> rank_results (CPU)
  *
- * usage: demo-service [--version v1|v2] [--seconds N] [--threads N] [--seed N] [--quiet]
+ * Load is open-loop, as for a real service: each thread serves --rate requests per second and
+ * idles in between (falling behind is reported), so extra work in v2 costs CPU, not throughput.
+ *
+ * usage: demo-service [--version v1|v2] [--seconds N] [--threads N] [--rate R] [--seed N]
+ *                     [--quiet]
  * Prints the number of requests served per kind at exit. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,7 +32,7 @@ typedef int (*label_set_fn)(const char *key, const char *value);
 static span_set_fn span_set;
 static span_clear_fn span_clear;
 static label_set_fn label_set;
-static int v2, seconds = 20, nthreads = 4;
+static int v2, seconds = 20, nthreads = 2, rate = 1500;
 static unsigned seed = 1;
 static volatile int stop;
 static pthread_mutex_t stock_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -122,10 +126,28 @@ __attribute__((noinline)) static void handle_search(uint64_t *r) {
 
 static long served[64][2];
 
+static long behind[64];
+
 static void *worker(void *arg) {
     long id = (long)arg;
     uint64_t r = (uint64_t)seed * 0x9E3779B97F4A7C15ull + (uint64_t)id + 1;
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    long step_ns = 1000000000L / rate;
     while (!stop) {
+        next.tv_nsec += step_ns;
+        if (next.tv_nsec >= 1000000000L) {
+            next.tv_sec++;
+            next.tv_nsec -= 1000000000L;
+        }
+        if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) != 0)
+            break;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - next.tv_sec) * 1000000000L + (now.tv_nsec - next.tv_nsec) > 100000000L) {
+            behind[id]++; /* more than 100 ms late: skip ahead instead of bursting */
+            next = now;
+        }
         if (rng(&r) % 3) {
             handle_checkout(&r);
             served[id][0]++;
@@ -151,18 +173,20 @@ int main(int argc, char **argv) {
             seconds = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             nthreads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--rate") && i + 1 < argc) {
+            rate = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             seed = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--quiet")) {
             quiet = 1;
         } else {
             fprintf(stderr, "usage: demo-service [--version v1|v2] [--seconds N] [--threads N] "
-                            "[--seed N] [--quiet]\n");
+                            "[--rate R] [--seed N] [--quiet]\n");
             return 2;
         }
     }
-    if (nthreads < 1 || nthreads > 64 || seconds < 0) {
-        fprintf(stderr, "demo-service: --threads must be 1..64 and --seconds >= 0\n");
+    if (nthreads < 1 || nthreads > 64 || seconds < 0 || rate < 1 || rate > 1000000) {
+        fprintf(stderr, "demo-service: --threads must be 1..64, --seconds >= 0, --rate 1..1000000\n");
         return 2;
     }
     span_set = (span_set_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_set");
@@ -178,15 +202,16 @@ int main(int argc, char **argv) {
     struct timespec ts = {seconds, 0};
     nanosleep(&ts, NULL);
     stop = 1;
-    long total[2] = {0, 0};
+    long total[2] = {0, 0}, late = 0;
     for (long i = 0; i < nthreads; i++) {
         pthread_join(th[i], NULL);
         total[0] += served[i][0];
         total[1] += served[i][1];
+        late += behind[i];
     }
     if (!quiet)
-        printf("demo-service %s: %ld checkout, %ld search requests in %d s on %d threads%s\n",
+        printf("demo-service %s: %ld checkout, %ld search requests in %d s on %d threads%s%s\n",
                v2 ? "v2" : "v1", total[0], total[1], seconds, nthreads,
-               span_set ? " (spans tagged)" : "");
+               span_set ? " (spans tagged)" : "", late ? " (fell behind the rate)" : "");
     return 0;
 }
