@@ -1,5 +1,6 @@
 /* The frame around a serialized chunk: magic, version, flags, lengths, XXH3-64 checksum and an
  * LZ4 block-compressed payload. Layout in proto/fleetprof.proto. Pure functions, thread-safe. */
+#include "cm/bytes.h"
 #include "cm/chunk.h"
 #include "cm/error.h"
 
@@ -8,28 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
-
-static void put_le16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static void put_le32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* Checksum: XXH3-64 of the payload, seeded with XXH3-64 of header bytes 0..15, so a flipped bit
  * anywhere in the frame but the checksum field itself is caught. */
@@ -51,10 +30,10 @@ int cm_frame_peek(const uint8_t *buf, size_t len, cm_frame_info_t *info, char *e
     }
     info->major = buf[4];
     info->minor = buf[5];
-    info->flags = (uint16_t)(buf[6] | buf[7] << 8);
-    info->raw_len = get_le32(buf + 8);
-    info->payload_len = get_le32(buf + 12);
-    info->checksum = get_le64(buf + 16);
+    info->flags = cm_get_le16(buf + 6);
+    info->raw_len = cm_get_le32(buf + 8);
+    info->payload_len = cm_get_le32(buf + 12);
+    info->checksum = cm_get_le64(buf + 16);
     if (info->major != CM_FORMAT_MAJOR) {
         snprintf(errbuf, errbuf_size,
                  "chunk format major version %u is not supported (this decoder reads %d.x)",
@@ -116,10 +95,10 @@ int cm_frame_build(const uint8_t *raw, size_t raw_len, uint8_t **out, size_t *ou
     memcpy(f, CM_FRAME_MAGIC, 4);
     f[4] = CM_FORMAT_MAJOR;
     f[5] = CM_FORMAT_MINOR;
-    put_le16(f + 6, flags);
-    put_le32(f + 8, (uint32_t)raw_len);
-    put_le32(f + 12, (uint32_t)n);
-    put_le64(f + 16, frame_checksum(f, f + CM_FRAME_HEADER_SIZE, (size_t)n));
+    cm_put_le16(f + 6, flags);
+    cm_put_le32(f + 8, (uint32_t)raw_len);
+    cm_put_le32(f + 12, (uint32_t)n);
+    cm_put_le64(f + 16, frame_checksum(f, f + CM_FRAME_HEADER_SIZE, (size_t)n));
     *out = f;
     *out_len = CM_FRAME_HEADER_SIZE + (size_t)n;
     return 0;
