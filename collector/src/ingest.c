@@ -1,0 +1,514 @@
+/* Ingest: the unix-socket server the agents talk to (protocol in cm/wire.h). Per connection:
+ * hello, then u32-length-framed chunk frames; each frame is validated with the common codec
+ * (cm_chunk_decode), appended to the spool and only then acked with status 0; an invalid one
+ * gets a negative CM_E* ack and is counted by reason; a frame that cannot be taken now gets
+ * CM_SOCK_RETRY (the agent keeps it).
+ *
+ * Hostile or broken clients are disconnected without harming others: a bad hello, a frame
+ * length of 0 or above max-msg, a hello or frame left half-sent longer than frame-timeout
+ * (slowloris), or acks left unread beyond max-write-queue. Buffers are per connection and
+ * bounded all together by ingest-memory: a frame that does not fit is read into a scratch
+ * buffer, discarded and answered with retry. libuv serves ready connections round-robin, one
+ * read (at most 256 KiB) per connection per turn, so a flooding client cannot starve others.
+ *
+ * Threading: loop thread only. Peer pid/uid come from SO_PEERCRED at accept. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include "cm/chunk.h"
+#include "cm/error.h"
+#include "cm/log.h"
+#include "cm/wire.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define INITIAL_BUF (16u << 10)
+#define READ_CHUNK (256u << 10)
+#define SCRATCH (64u << 10)
+
+typedef struct conn {
+    uv_pipe_t pipe; /* first: the handle pointer is the conn pointer */
+    col_ingest_t *in;
+    struct conn *prev, *next;
+    int pid, uid;
+    col_hdrs_t hdrs;
+    uint8_t *buf;
+    size_t len, cap;
+    int hello_done, closing;
+    uint32_t msg_no;          /* messages received on this connection */
+    uint64_t discard;         /* bytes of a shed frame still to skip */
+    uint64_t partial_since;   /* ms (loop clock) when the pending hello/frame started; 0: none */
+    double tokens;            /* client-max-rate bucket */
+    uint64_t tokens_ms;
+    int32_t *acks;            /* acks gathered during one read callback */
+    size_t n_acks, cap_acks;
+} conn_t;
+
+struct col_ingest {
+    uv_loop_t *loop;
+    const col_config_t *cfg;
+    const col_node_ident_t *node;
+    col_spool_t *spool;
+    col_producer_t *producer;
+    uv_pipe_t server;
+    uv_timer_t sweep;
+    conn_t *conns;
+    uint64_t n_conns;
+    uint64_t mem_used; /* sum of connection buffer capacities */
+    double tokens;     /* max-rate bucket */
+    uint64_t tokens_ms;
+    uint8_t scratch[SCRATCH];
+    double log_tokens; /* rate limit of reject log lines */
+    uint64_t log_ms, log_suppressed;
+    int draining;
+};
+
+typedef struct {
+    uv_write_t req;
+    uv_buf_t buf;
+    uint8_t data[];
+} wreq_t;
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Token bucket: rate per second, burst of one second. Returns 1 if a token was taken. */
+static int bucket_take(double *tokens, uint64_t *last_ms, int64_t rate, uint64_t now_ms) {
+    if (rate <= 0)
+        return 1;
+    if (*last_ms == 0)
+        *tokens = (double)rate;
+    else
+        *tokens += (double)(now_ms - *last_ms) * (double)rate / 1000.0;
+    if (*tokens > (double)rate)
+        *tokens = (double)rate;
+    *last_ms = now_ms;
+    if (*tokens < 1.0)
+        return 0;
+    *tokens -= 1.0;
+    return 1;
+}
+
+/* At most 10 reject lines at once, then one per second; the rest are counted and reported. */
+static int log_allowed(col_ingest_t *in) {
+    uint64_t now = uv_now(in->loop);
+    if (!bucket_take(&in->log_tokens, &in->log_ms, 1, now) && in->log_ms) {
+        in->log_suppressed++;
+        return 0;
+    }
+    return 1;
+}
+
+static void on_closed(uv_handle_t *h) {
+    conn_t *c = (conn_t *)h;
+    col_ingest_t *in = c->in;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        in->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    in->mem_used -= c->cap;
+    in->n_conns--;
+    col_gauge_set(&col_metrics.connected, in->n_conns);
+    free(c->buf);
+    free(c->acks);
+    free(c);
+}
+
+static void conn_close(conn_t *c, col_disc_t why) {
+    if (c->closing)
+        return;
+    c->closing = 1;
+    col_count(&col_metrics.disconnects[why], 1);
+    if (why != COL_DISC_EOF && why != COL_DISC_SHUTDOWN)
+        CM_INFO("msg=\"disconnecting agent\" reason=%s pid=%d uid=%d messages=%u",
+                why == COL_DISC_BAD_HELLO   ? "bad_hello"
+                : why == COL_DISC_OVERSIZED ? "oversized_frame"
+                : why == COL_DISC_SLOW      ? "frame_timeout"
+                : why == COL_DISC_NOT_READING ? "acks_not_read"
+                : why == COL_DISC_TOO_MANY  ? "too_many_clients"
+                                            : "socket_error",
+                c->pid, c->uid, c->msg_no);
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    uv_close((uv_handle_t *)&c->pipe, on_closed);
+}
+
+static void on_written(uv_write_t *req, int status) { free(req); }
+
+/* Sends the acks gathered during this read callback in one write. */
+static void acks_flush(conn_t *c) {
+    if (!c->n_acks || c->closing)
+        goto out;
+    wreq_t *w = malloc(sizeof *w + c->n_acks * CM_SOCK_ACK_SIZE);
+    if (!w)
+        goto out;
+    uint32_t first = c->msg_no - (uint32_t)c->n_acks + 1;
+    for (size_t i = 0; i < c->n_acks; i++) {
+        put32(w->data + i * 8, first + (uint32_t)i);
+        put32(w->data + i * 8 + 4, (uint32_t)c->acks[i]);
+    }
+    w->buf = uv_buf_init((char *)w->data, (unsigned)(c->n_acks * CM_SOCK_ACK_SIZE));
+    if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &w->buf, 1, on_written)) {
+        free(w);
+        conn_close(c, COL_DISC_ERROR);
+        goto out;
+    }
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > (size_t)c->in->cfg->max_write_queue)
+        conn_close(c, COL_DISC_NOT_READING);
+out:
+    c->n_acks = 0;
+}
+
+static void ack_add(conn_t *c, int32_t status) {
+    if (c->n_acks == c->cap_acks) {
+        size_t nc = c->cap_acks ? c->cap_acks * 2 : 16;
+        int32_t *na = realloc(c->acks, nc * sizeof *na);
+        if (!na)
+            return; /* the agent resends after a reconnect */
+        c->acks = na;
+        c->cap_acks = nc;
+    }
+    c->acks[c->n_acks++] = status;
+}
+
+/* Grows c->buf to at least need bytes within the memory budget. Returns 0 or -ENOMEM. */
+static int buf_reserve(conn_t *c, size_t need) {
+    if (c->cap >= need)
+        return 0;
+    size_t ncap = c->cap ? c->cap : INITIAL_BUF;
+    while (ncap < need)
+        ncap *= 2;
+    if (c->in->mem_used - c->cap + ncap > (uint64_t)c->in->cfg->ingest_memory)
+        return -ENOMEM;
+    uint8_t *nb = realloc(c->buf, ncap);
+    if (!nb)
+        return -ENOMEM;
+    c->in->mem_used += ncap - c->cap;
+    c->buf = nb;
+    c->cap = ncap;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ one frame */
+
+static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
+    col_ingest_t *in = c->in;
+    col_count(&col_metrics.chunks_in, 1);
+    col_count(&col_metrics.bytes_in, n);
+    uint64_t now_ms = uv_now(in->loop);
+    if (in->draining) {
+        col_count(&col_metrics.shed[COL_SHED_DRAINING], 1);
+        return CM_SOCK_RETRY;
+    }
+    if (!bucket_take(&c->tokens, &c->tokens_ms, in->cfg->client_max_rate, now_ms)) {
+        col_count(&col_metrics.shed[COL_SHED_CLIENT_RATE], 1);
+        return CM_SOCK_RETRY;
+    }
+    if (!bucket_take(&in->tokens, &in->tokens_ms, in->cfg->max_rate, now_ms)) {
+        col_count(&col_metrics.shed[COL_SHED_RATE], 1);
+        return CM_SOCK_RETRY;
+    }
+    char err[256];
+    cm_chunk_t *chunk = NULL;
+    int rc = cm_chunk_decode(frame, n, &chunk, err, sizeof err);
+    if (rc) {
+        col_metrics_reject(rc);
+        if (log_allowed(in)) {
+            CM_WARN("msg=\"rejected an invalid chunk\" reason=%s detail=\"%s\" pid=%d uid=%d "
+                    "bytes=%zu suppressed_lines=%" PRIu64,
+                    cm_errname(rc), err, c->pid, c->uid, n, in->log_suppressed);
+            in->log_suppressed = 0;
+        }
+        return rc < 0 && rc > -(int)CM__EBASE ? CM_EFORMAT : rc; /* ENOMEM etc.: a CM code */
+    }
+    char key[256];
+    snprintf(key, sizeof key, "%s", chunk->header.service.ptr ? chunk->header.service.ptr : "");
+    cm_chunk_free(chunk);
+    rc = col_spool_append(in->spool, key, &c->hdrs, col_now_ns(), frame, n);
+    if (rc) {
+        col_count(&col_metrics.shed[COL_SHED_SPOOL], 1);
+        if (log_allowed(in))
+            CM_ERROR("msg=\"cannot write the spool; agents are told to retry\" err=\"%s\" "
+                     "spool_dir=%s",
+                     strerror(-rc), in->cfg->spool_dir);
+        return CM_SOCK_RETRY;
+    }
+    col_count(&col_metrics.chunks_accepted, 1);
+    col_count(&col_metrics.bytes_accepted, n);
+    return 0;
+}
+
+/* Consumes whole messages from c->buf. */
+static void conn_process(conn_t *c) {
+    col_ingest_t *in = c->in;
+    size_t pos = 0;
+    while (!c->closing) {
+        size_t avail = c->len - pos;
+        const uint8_t *p = c->buf + pos;
+        if (!c->hello_done) {
+            if (avail < CM_SOCK_HELLO_SIZE)
+                break;
+            if (memcmp(p, CM_SOCK_HELLO_MAGIC, 4) || get32(p + 4) != CM_SOCK_VERSION) {
+                if (log_allowed(in))
+                    CM_WARN("msg=\"bad hello: not a fleetprof agent or another protocol "
+                            "version\" pid=%d uid=%d version=%u expected=%d",
+                            c->pid, c->uid, get32(p + 4), CM_SOCK_VERSION);
+                conn_close(c, COL_DISC_BAD_HELLO);
+                break;
+            }
+            c->hello_done = 1;
+            pos += CM_SOCK_HELLO_SIZE;
+            c->partial_since = 0;
+            continue;
+        }
+        if (avail < 4)
+            break;
+        uint32_t n = get32(p);
+        if (n == 0 || n > (uint64_t)in->cfg->max_msg) {
+            c->msg_no++;
+            col_count(&col_metrics.chunks_in, 1);
+            col_metrics_reject(CM_ETOOBIG);
+            ack_add(c, CM_ETOOBIG);
+            acks_flush(c);
+            if (log_allowed(in))
+                CM_WARN("msg=\"frame length out of bounds\" length=%u max_msg=%lld pid=%d",
+                        n, (long long)in->cfg->max_msg, c->pid);
+            conn_close(c, COL_DISC_OVERSIZED);
+            break;
+        }
+        if (avail < 4 + (size_t)n) {
+            /* Make room for the whole frame now, or shed it. */
+            if (pos) {
+                memmove(c->buf, c->buf + pos, avail);
+                c->len = avail;
+                pos = 0;
+            }
+            if (buf_reserve(c, 4 + (size_t)n)) {
+                c->msg_no++;
+                col_count(&col_metrics.chunks_in, 1);
+                col_count(&col_metrics.shed[COL_SHED_MEMORY], 1);
+                ack_add(c, CM_SOCK_RETRY);
+                c->discard = 4 + (uint64_t)n - avail;
+                c->len = 0;
+            }
+            break;
+        }
+        c->msg_no++;
+        ack_add(c, frame_handle(c, p + 4, n));
+        pos += 4 + (size_t)n;
+    }
+    if (c->closing)
+        return;
+    if (pos) {
+        memmove(c->buf, c->buf + pos, c->len - pos);
+        c->len -= pos;
+    }
+    if (c->len == 0 && c->discard == 0)
+        c->partial_since = 0;
+    else if (!c->partial_since)
+        c->partial_since = uv_now(in->loop) ? uv_now(in->loop) : 1;
+    if (c->len == 0 && c->cap > 4 * INITIAL_BUF) { /* give a large frame's memory back */
+        free(c->buf);
+        in->mem_used -= c->cap;
+        c->buf = NULL;
+        c->cap = 0;
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    conn_t *c = (conn_t *)h;
+    if (c->discard) {
+        size_t n = c->discard < SCRATCH ? (size_t)c->discard : SCRATCH;
+        *buf = uv_buf_init((char *)c->in->scratch, (unsigned)n);
+        return;
+    }
+    size_t want = c->len + 4096;
+    if (buf_reserve(c, want) && c->cap - c->len == 0) {
+        *buf = uv_buf_init(NULL, 0); /* UV_ENOBUFS: handled in on_read */
+        return;
+    }
+    size_t room = c->cap - c->len;
+    if (room > READ_CHUNK)
+        room = READ_CHUNK;
+    *buf = uv_buf_init((char *)c->buf + c->len, (unsigned)room);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    conn_t *c = (conn_t *)s;
+    col_ingest_t *in = c->in;
+    if (nread < 0) {
+        conn_close(c, nread == UV_EOF ? COL_DISC_EOF : COL_DISC_ERROR);
+        return;
+    }
+    if (nread == 0)
+        return;
+    if (buf->base == (char *)in->scratch) {
+        c->discard -= (uint64_t)nread;
+        if (c->discard == 0) {
+            acks_flush(c);
+            c->partial_since = 0;
+        }
+        return;
+    }
+    c->len += (size_t)nread;
+    conn_process(c);
+    acks_flush(c);
+    col_producer_kick(in->producer);
+}
+
+/* ------------------------------------------------------------------ accept, sweep */
+
+static void on_connection(uv_stream_t *server, int status) {
+    col_ingest_t *in = server->data;
+    if (status < 0) {
+        CM_WARN("msg=\"accept failed\" err=\"%s\"", uv_strerror(status));
+        return;
+    }
+    conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->in = in;
+    c->pid = c->uid = -1;
+    uv_pipe_init(in->loop, &c->pipe, 0);
+    if (uv_accept(server, (uv_stream_t *)&c->pipe)) {
+        uv_close((uv_handle_t *)&c->pipe, (uv_close_cb)free);
+        return;
+    }
+    c->next = in->conns;
+    if (in->conns)
+        in->conns->prev = c;
+    in->conns = c;
+    in->n_conns++;
+    col_count(&col_metrics.connections_total, 1);
+    col_gauge_set(&col_metrics.connected, in->n_conns);
+    if (in->n_conns > (uint64_t)in->cfg->max_clients || in->draining) {
+        conn_close(c, in->draining ? COL_DISC_SHUTDOWN : COL_DISC_TOO_MANY);
+        return;
+    }
+    uv_os_fd_t fd;
+    struct ucred cred;
+    socklen_t cl = sizeof cred;
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+        c->pid = cred.pid;
+        c->uid = (int)cred.uid;
+    }
+    col_enrich_peer(in->node, c->pid, c->uid, &c->hdrs);
+    c->partial_since = uv_now(in->loop) ? uv_now(in->loop) : 1; /* the hello is due */
+    uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+}
+
+static void on_sweep(uv_timer_t *t) {
+    col_ingest_t *in = t->data;
+    uint64_t now = uv_now(in->loop), limit = (uint64_t)(in->cfg->frame_timeout / 1000000);
+    for (conn_t *c = in->conns, *next; c; c = next) {
+        next = c->next;
+        if (!c->closing && c->partial_since && now - c->partial_since > limit)
+            conn_close(c, COL_DISC_SLOW);
+    }
+}
+
+/* Removes a stale socket file; refuses if a collector still answers on it. */
+static int prepare_path(const char *path, char *errbuf, size_t errbuf_size) {
+    struct stat st;
+    if (lstat(path, &st))
+        return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(errbuf, errbuf_size, "socket='%s' exists and is not a socket: remove it or "
+                 "choose another path", path);
+        return -EEXIST;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int live = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (live) {
+        snprintf(errbuf, errbuf_size, "socket='%s' is in use by a running collector: stop it "
+                 "or choose another path", path);
+        return -EADDRINUSE;
+    }
+    unlink(path);
+    return 0;
+}
+
+int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_ident_t *node,
+                     col_spool_t *spool, col_producer_t *producer, col_ingest_t **out,
+                     char *errbuf, size_t errbuf_size) {
+    int rc;
+    *out = NULL;
+    col_ingest_t *in = calloc(1, sizeof *in);
+    if (!in)
+        return -ENOMEM;
+    in->loop = loop;
+    in->cfg = cfg;
+    in->node = node;
+    in->spool = spool;
+    in->producer = producer;
+    if ((rc = prepare_path(cfg->socket, errbuf, errbuf_size))) {
+        free(in);
+        return rc;
+    }
+    uv_pipe_init(loop, &in->server, 0);
+    in->server.data = in;
+    mode_t old = umask(0177); /* the socket is born 0600, then opened up to socket-mode */
+    rc = uv_pipe_bind(&in->server, cfg->socket);
+    umask(old);
+    if (rc == 0 && chmod(cfg->socket, (mode_t)cfg->socket_mode))
+        rc = -errno;
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&in->server, 1024, on_connection);
+    if (rc) {
+        snprintf(errbuf, errbuf_size,
+                 "cannot listen on socket='%s': %s (does the directory exist and is it "
+                 "writable?)",
+                 cfg->socket, uv_strerror(rc));
+        uv_close((uv_handle_t *)&in->server, NULL);
+        uv_run(loop, UV_RUN_NOWAIT);
+        free(in);
+        return rc;
+    }
+    uv_timer_init(loop, &in->sweep);
+    in->sweep.data = in;
+    uint64_t every = (uint64_t)(cfg->frame_timeout / 4000000);
+    uv_timer_start(&in->sweep, on_sweep, every ? every : 1, every ? every : 1);
+    *out = in;
+    return 0;
+}
+
+void col_ingest_drain(col_ingest_t *in) {
+    if (in)
+        in->draining = 1;
+}
+
+void col_ingest_stop(col_ingest_t *in) {
+    if (!in)
+        return;
+    in->draining = 1;
+    uv_close((uv_handle_t *)&in->server, NULL);
+    uv_close((uv_handle_t *)&in->sweep, NULL);
+    for (conn_t *c = in->conns; c; c = c->next)
+        conn_close(c, COL_DISC_SHUTDOWN);
+    while (in->conns)
+        uv_run(in->loop, UV_RUN_ONCE);
+    uv_run(in->loop, UV_RUN_NOWAIT);
+    unlink(in->cfg->socket);
+    free(in);
+}

@@ -1,0 +1,31 @@
+/* fleetprof-collector: parses the arguments, loads the configuration, runs the server.
+ * Exit codes: 0 after a drain, 2 on a configuration error, 1 if it cannot start, 70 after a
+ * fatal Kafka producer error (restart; the spool replays). */
+#include "internal.h"
+
+#include "cm/log.h"
+
+#include <stdio.h>
+
+int main(int argc, char **argv) {
+    col_config_t cfg;
+    cm_kvlist_t kafka = {0};
+    char err[1024];
+    cm_log_init("collector", CM_LOG_INFO);
+    int rc = col_config_load(&cfg, &kafka, argc, argv, err, sizeof err);
+    if (rc == 1) {
+        col_config_free(&cfg, &kafka);
+        return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "fleetprof-collector: %s\n", err);
+        col_config_free(&cfg, &kafka);
+        return 2;
+    }
+    cm_log_level_t level = CM_LOG_INFO;
+    cm_log_parse_level(cfg.log_level, &level);
+    cm_log_set_level(level);
+    rc = col_server_run(&cfg, &kafka);
+    col_config_free(&cfg, &kafka);
+    return rc;
+}
