@@ -1,0 +1,61 @@
+/* fleetprof: the in-process agent's public API (libfleetprof.so).
+ *
+ * The agent starts by itself when the library is loaded (LD_PRELOAD or linked) and is
+ * configured by environment only (see agent/README.md). This header is only needed to attach
+ * span context and labels to samples, or to force a flush.
+ *
+ * Threading: every function may be called from any thread, and none of them from a signal
+ * handler. Span context and labels are per thread: they describe what the calling thread is
+ * doing and are attached to the samples taken on that thread until changed or cleared.
+ * All functions are cheap (a few stores) except fleetprof_flush() and the first
+ * fleetprof_label_set() of a new key/value combination (interning, takes a lock).
+ * When the agent is disabled (FLEETPROF_ENABLED=0) every function is a no-op returning 0.
+ */
+#ifndef FLEETPROF_H
+#define FLEETPROF_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FLEETPROF_BUILDING)
+#define FLEETPROF_EXTERN __attribute__((visibility("default")))
+#else
+#define FLEETPROF_EXTERN
+#endif
+
+#define FLEETPROF_LABELS_MAX 4       /* labels per thread */
+#define FLEETPROF_LABEL_KEY_MAX 32   /* bytes, without the NUL */
+#define FLEETPROF_LABEL_VALUE_MAX 64 /* bytes, without the NUL */
+
+/* Sets the calling thread's span context (W3C ids: 16-byte trace id, 8-byte span id).
+ * An all-zero trace id clears the context. */
+FLEETPROF_EXTERN void fleetprof_span_set(const uint8_t trace_id[16], const uint8_t span_id[8]);
+/* Clears the calling thread's span context. */
+FLEETPROF_EXTERN void fleetprof_span_clear(void);
+/* Parses a W3C traceparent "00-<32 hex>-<16 hex>-<2 hex>" and sets the context.
+ * Returns 0, or -EINVAL (context unchanged) for a malformed value or all-zero ids. */
+FLEETPROF_EXTERN int fleetprof_span_set_traceparent(const char *traceparent);
+
+/* Sets label key=value on the calling thread (replaces the key's previous value).
+ * Returns 0, -EINVAL for a NULL/empty key or a key/value over the limits above, or -ENOSPC
+ * when the thread already holds FLEETPROF_LABELS_MAX other keys. */
+FLEETPROF_EXTERN int fleetprof_label_set(const char *key, const char *value);
+/* Removes label key from the calling thread. Returns 0, or -ENOENT if it was not set. */
+FLEETPROF_EXTERN int fleetprof_label_clear(const char *key);
+
+/* Ends the current chunk now and writes/sends it (FLEETPROF_OUTPUT, collector). Blocks up to
+ * 5 s for the background thread. Returns 0, -ETIMEDOUT, or -ESRCH if the agent is not
+ * running. */
+FLEETPROF_EXTERN int fleetprof_flush(void);
+
+/* Returns 1 if the agent is running in this process, else 0. */
+FLEETPROF_EXTERN int fleetprof_enabled(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,155 @@
+/* Agent lifecycle: start in the library constructor (LD_PRELOAD or linked), stop and flush
+ * in the destructor (exit(), return from main, dlclose), follow fork(), and the public
+ * fleetprof_flush()/fleetprof_enabled().
+ *
+ * Start order: config -> signal choice -> SIGTERM hook -> running=1 -> register the calling
+ * (main) thread -> background thread (which scans /proc/self/task for threads that existed
+ * before us). Any failure disables the agent with one warning; the host program goes on.
+ *
+ * fork: pthread_atfork prepare takes the registry, label and bg work locks (so no agent lock
+ * is held, and no agent state is half-updated, at the instant of fork); the parent releases
+ * them; the child reinitialises them, takes a new identity (pid, sequence 0, fresh eventfd),
+ * keeps only the forking thread's slot and starts a fresh background thread.
+ * exec: LD_PRELOAD stays in the environment, so the new image loads and starts the agent
+ * again; the chunk being built at exec time is lost (exec runs no destructors).
+ */
+#include "internal.h"
+
+#include "cm/log.h"
+#include "fleetprof.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+ag_state_t ag = {.efd = -1};
+
+extern pthread_mutex_t ag_work_mu, ag_flush_mu;
+extern pthread_cond_t ag_flush_cv;
+AG_HIDDEN void ag_bg_after_fork_child(void);
+
+static uint64_t process_start_ns(void) {
+    /* starttime (field 22 of /proc/self/stat, clock ticks after boot) -> unix ns */
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    uint64_t now = ag_now_real();
+    if (!f)
+        return now;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long long ticks = 0;
+    for (int field = 2; p && *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    if (!p || sscanf(p, "%llu", &ticks) != 1)
+        return now;
+    struct timespec bt;
+    clock_gettime(CLOCK_BOOTTIME, &bt);
+    uint64_t since_boot = (uint64_t)bt.tv_sec * 1000000000u + (uint64_t)bt.tv_nsec;
+    uint64_t start_after_boot = ticks * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+    return start_after_boot < since_boot ? now - (since_boot - start_after_boot) : now;
+}
+
+static void atfork_prepare(void) {
+    if (!atomic_load(&ag.running))
+        return;
+    pthread_mutex_lock(&ag_work_mu);
+    ag_thread_lock();
+    ag_context_lock();
+}
+
+static void atfork_parent(void) {
+    if (!atomic_load(&ag.running))
+        return;
+    ag_context_unlock();
+    ag_thread_unlock();
+    pthread_mutex_unlock(&ag_work_mu);
+}
+
+static void atfork_child(void) {
+    if (!atomic_load(&ag.running))
+        return;
+    ag_context_after_fork_child();
+    ag_bg_after_fork_child();
+    ag.pid = getpid();
+    ag.process_start_ns = ag_now_real();
+    ag.sequence = 0;
+    atomic_store(&ag.requests, 0);
+    if (ag.efd >= 0)
+        close(ag.efd); /* shared with the parent: writing it would wake the parent's thread */
+    ag.efd = -1;
+    ag_sender_after_fork_child();
+    ag_thread_after_fork_child(); /* reinitialises the registry lock, re-arms our timer */
+    if (ag_bg_start() != 0) {
+        atomic_store(&ag.running, 0);
+        ag_thread_stop_all();
+    }
+}
+
+__attribute__((constructor)) static void ag_start(void) {
+    ag_config_load(&ag.cfg);
+    cm_log_init("fleetprof-agent", (cm_log_level_t)ag.cfg.log_level);
+    if (!ag.cfg.enabled)
+        return;
+    ag.pid = getpid();
+    ag.process_start_ns = process_start_ns();
+    if (gethostname(ag.host, sizeof ag.host - 1) != 0)
+        snprintf(ag.host, sizeof ag.host, "unknown");
+    double p0 = (double)ag.cfg.cpu_period_ns;
+    ag_ctl_init(&ag.ctl[CM_EV_CPU], CM_EV_CPU, ag.cfg.cpu_rate, p0, 1e6 /* 1 kHz per thread */,
+                1e10 /* 0.1 Hz */, ag.cfg.controller);
+    atomic_store(&ag.cpu_period_ns, ag.cfg.cpu_period_ns);
+    int rc = ag_signal_init();
+    if (rc != 0) {
+        CM_WARN("no free real-time signal for sampling; profiling disabled");
+        return;
+    }
+    ag_thread_module_init();
+    ag_symbols_init();
+    ag_sender_init(&ag.cfg);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    ag_signal_sigterm_install();
+    atomic_store(&ag.running, 1);
+    ag_thread_register_self();
+    if ((rc = ag_bg_start()) != 0) {
+        CM_WARN("cannot start the background thread: %s; profiling disabled", strerror(-rc));
+        atomic_store(&ag.running, 0);
+        ag_thread_stop_all();
+        ag_signal_sigterm_restore();
+        return;
+    }
+    CM_INFO("started: service=%s version=%s signal=%d interval=%.1fs", ag.cfg.service,
+            ag.cfg.version, ag_sig, (double)ag.cfg.interval_ns / 1e9);
+}
+
+__attribute__((destructor)) static void ag_stop(void) {
+    if (!atomic_load(&ag.running))
+        return;
+    ag_thread_stop_all();
+    ag_bg_stop(); /* last chunk: drained rings, file written, collector given up to 1 s */
+    atomic_store(&ag.running, 0);
+    ag_signal_sigterm_restore();
+}
+
+int fleetprof_flush(void) {
+    if (!atomic_load(&ag.running))
+        return ag.cfg.enabled ? -ESRCH : 0;
+    pthread_mutex_lock(&ag_flush_mu);
+    uint64_t gen = atomic_load(&ag.flush_done);
+    ag_bg_wake(AG_REQ_FLUSH);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    int rc = 0;
+    while (atomic_load(&ag.flush_done) == gen && rc == 0)
+        rc = pthread_cond_timedwait(&ag_flush_cv, &ag_flush_mu, &ts);
+    int done = atomic_load(&ag.flush_done) != gen;
+    pthread_mutex_unlock(&ag_flush_mu);
+    return done ? 0 : -ETIMEDOUT;
+}
+
+int fleetprof_enabled(void) { return atomic_load(&ag.running) ? 1 : 0; }

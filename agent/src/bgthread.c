@@ -1,0 +1,388 @@
+/* The agent's background thread: wall-clock ticks, ring draining, rate control, CPU
+ * accounting, chunk cutting and delivery.
+ *
+ * Never sampled itself (created with ag_thread_create_raw, skipped by the thread scan). Holds
+ * g_work while it works (not while it sleeps in poll), so that fork() (agent.c's atfork
+ * handlers take it) never copies half-updated builder, symbol or sender state into a child.
+ * Woken early through ag.efd (an eventfd; ag_bg_wake is async-signal-safe) for flush, stop and
+ * SIGTERM requests.
+ *
+ * Agent CPU accounting per chunk: this thread's own CPU clock, plus handler cost estimated as
+ * samples x (calibrated kernel signal delivery cost + mean measured handler body). The budget
+ * compares that with the process CPU (floored at 5% of one core, so an idle process still
+ * allows the agent ~0.5 ms/s at a 1% budget).
+ */
+#include "internal.h"
+
+#include "cm/error.h"
+#include "cm/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define AG_CTL_DT_NS 250000000ull
+#define AG_SCAN_NS 500000000ull
+
+static pthread_t g_thread;
+static int g_started;
+pthread_mutex_t ag_work_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t ag_flush_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t ag_flush_cv = PTHREAD_COND_INITIALIZER;
+
+static struct {
+    ag_builder_t *b;
+    uint64_t chunk_start_real, chunk_start_mono;
+    uint64_t bg_cpu0, proc_cpu0, samples0;            /* at chunk start */
+    uint64_t seen0[CM_EV_COUNT];                      /* events_seen at chunk start */
+    uint64_t drops0[CM_EV_COUNT][AG_DROP_REASONS];    /* drops at chunk start */
+    uint64_t ctl_seen, ctl_mono;                      /* controller window start */
+    uint64_t bud_agent, bud_proc, bud_mono;           /* budget window start */
+    double budget_factor;
+    uint32_t wall_cursor;
+    uint64_t over_budget_frac;                        /* fractional DROP_OVER_BUDGET carry */
+    int warned_encode;
+} B;
+
+uint64_t ag_now_real(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t ag_now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t clock_ns(clockid_t c) {
+    struct timespec ts;
+    if (clock_gettime(c, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void ag_bg_wake(int req) {
+    atomic_fetch_or(&ag.requests, req);
+    uint64_t one = 1;
+    ssize_t w = write(ag.efd, &one, sizeof one);
+    (void)w;
+}
+
+/* Estimated agent CPU so far: this thread + every handler run. */
+static uint64_t agent_cpu_now(void) {
+    uint64_t n = atomic_load(&ag_handler_ns_n);
+    uint64_t body = n ? atomic_load(&ag_handler_ns_sum) / n : 0;
+    uint64_t samples = atomic_load(&ag_samples_taken);
+    uint64_t signals = 0;
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        signals += atomic_load(&ag_events_seen[t]);
+    return clock_ns(CLOCK_THREAD_CPUTIME_ID) + samples * body + signals * ag.signal_cost_ns;
+}
+
+static int thread_on_cpu(pid_t tid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+    return p && p[1] == ' ' && p[2] == 'R';
+}
+
+static void wall_tick(uint64_t now) {
+    uint32_t sent = 0, scanned = 0;
+    while (sent < ag.cfg.wall_threads && scanned < AG_MAX_THREADS) {
+        ag_thread_t *t = &ag_threads[B.wall_cursor];
+        B.wall_cursor = (B.wall_cursor + 1) % AG_MAX_THREADS;
+        scanned++;
+        if (atomic_load(&t->state) != AG_TS_ACTIVE)
+            continue;
+        pid_t tid = atomic_load(&t->tid);
+        uint64_t w = now - t->wall_last_ns;
+        t->wall_last_ns = now;
+        if (ag_signal_wall(tid, w ? w : 1000, thread_on_cpu(tid)) == 0)
+            sent++;
+    }
+}
+
+static void drain(void) {
+    for (uint32_t i = 0; i < AG_MAX_THREADS; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        int st = atomic_load(&t->state);
+        if (st != AG_TS_ACTIVE && st != AG_TS_EXITED)
+            continue;
+        pid_t tid = atomic_load(&t->tid);
+        const ag_rec_t *r;
+        while ((r = ag_ring_peek(&t->ring)) != NULL) {
+            uint32_t len = r->len;
+            ag_builder_add(B.b, t, tid, r);
+            ag_ring_release(&t->ring, len);
+        }
+    }
+}
+
+static void control(uint64_t now) {
+    double dt = (double)(now - B.ctl_mono) / 1e9;
+    uint64_t seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
+    uint64_t n = seen - B.ctl_seen;
+    B.ctl_seen = seen;
+    B.ctl_mono = now;
+
+    /* Budget over the last >= 1 s. */
+    if (now - B.bud_mono >= 1000000000ull) {
+        uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+        double wall = (double)(now - B.bud_mono);
+        double proc = (double)(p - B.bud_proc), agent = (double)(a - B.bud_agent);
+        if (proc < 0.05 * wall)
+            proc = 0.05 * wall;
+        double frac = agent / proc;
+        if (frac > ag.cfg.cpu_budget)
+            B.budget_factor *= ag.cfg.cpu_budget / frac > 0.5 ? ag.cfg.cpu_budget / frac : 0.5;
+        else
+            B.budget_factor *= 1.25;
+        if (B.budget_factor > 1)
+            B.budget_factor = 1;
+        if (B.budget_factor < 0.02)
+            B.budget_factor = 0.02;
+        B.bud_agent = a;
+        B.bud_proc = p;
+        B.bud_mono = now;
+    }
+    if (B.budget_factor < 1 && n) { /* samples the set point would have taken without it */
+        B.over_budget_frac += (uint64_t)((double)n * (1 / B.budget_factor - 1) * 1000);
+        ag_drop_count(CM_EV_CPU, CM_DROP_OVER_BUDGET, B.over_budget_frac / 1000);
+        B.over_budget_frac %= 1000;
+    }
+    ag_ctl_t *c = &ag.ctl[CM_EV_CPU];
+    double old = c->period;
+    double p = ag_ctl_update(c, n, dt, B.budget_factor);
+    if (p != old && (p > old * 1.02 || p < old * 0.98)) {
+        atomic_store(&ag.cpu_period_ns, (uint64_t)p);
+        ag_thread_set_cpu_period((uint64_t)p);
+    } else {
+        c->period = old; /* small changes are not applied: keep the model and the timers equal */
+    }
+}
+
+static void cut_chunk(void) {
+    uint64_t end = ag_now_real();
+    if (end <= B.chunk_start_real)
+        end = B.chunk_start_real + 1;
+    cm_header_t h;
+    memset(&h, 0, sizeof h);
+    h.service = (cm_str_t){ag.cfg.service, (uint32_t)strlen(ag.cfg.service)};
+    h.version = (cm_str_t){ag.cfg.version, (uint32_t)strlen(ag.cfg.version)};
+    h.host = (cm_str_t){ag.host, (uint32_t)strlen(ag.host)};
+    h.agent_version = (cm_str_t){FLEETPROF_VERSION_STRING, (uint32_t)strlen(FLEETPROF_VERSION_STRING)};
+    h.pid = (uint32_t)ag.pid;
+    h.process_start_unix_ns = ag.process_start_ns;
+    h.start_unix_ns = B.chunk_start_real;
+    h.end_unix_ns = end;
+    if (getrandom(h.chunk_id, sizeof h.chunk_id, GRND_NONBLOCK) != (ssize_t)sizeof h.chunk_id) {
+        uint64_t x = end ^ ((uint64_t)ag.pid << 32) ^ ag.sequence;
+        memcpy(h.chunk_id, &x, 8);
+        x = x * 0x9e3779b97f4a7c15ull + clock_ns(CLOCK_MONOTONIC);
+        memcpy(h.chunk_id + 8, &x, 8);
+    }
+    h.sequence = ag.sequence++;
+    h.format_minor = CM_FORMAT_MINOR;
+
+    cm_sampling_t samp[2];
+    uint32_t ns = 0;
+    uint64_t seen[CM_EV_COUNT];
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        seen[t] = atomic_load(&ag_events_seen[t]);
+    if (ag.cfg.cpu_rate > 0)
+        samp[ns++] = (cm_sampling_t){CM_EV_CPU, (uint64_t)ag.ctl[CM_EV_CPU].period, 0,
+                                     (uint32_t)(ag.ctl[CM_EV_CPU].target + 0.5),
+                                     seen[CM_EV_CPU] - B.seen0[CM_EV_CPU],
+                                     ag_builder_samples(B.b, CM_EV_CPU)};
+    if (ag.cfg.wall_hz > 0)
+        samp[ns++] = (cm_sampling_t){CM_EV_WALL, (uint64_t)(1e9 / ag.cfg.wall_hz), 0,
+                                     (uint32_t)(ag.cfg.wall_hz * ag.cfg.wall_threads + 0.5),
+                                     seen[CM_EV_WALL] - B.seen0[CM_EV_WALL],
+                                     ag_builder_samples(B.b, CM_EV_WALL)};
+    h.sampling = samp;
+    h.n_sampling = ns;
+
+    cm_drop_t drops[CM_EV_COUNT * AG_DROP_REASONS];
+    uint32_t nd = 0;
+    for (int t = 0; t < CM_EV_COUNT; t++)
+        for (int r = 1; r < AG_DROP_REASONS; r++) {
+            uint64_t v = atomic_load(&ag_drops[t][r]);
+            if (v != B.drops0[t][r])
+                drops[nd++] = (cm_drop_t){(uint32_t)r, (uint32_t)t, v - B.drops0[t][r]};
+            B.drops0[t][r] = v;
+        }
+    h.drops = drops;
+    h.n_drops = nd;
+    uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    h.agent_cpu_ns = a - B.bg_cpu0;
+    h.process_cpu_ns = p - B.proc_cpu0;
+
+    uint8_t *frame = NULL;
+    size_t len = 0;
+    char err[256] = "";
+    int rc = ag_builder_finish(B.b, &h, &frame, &len, err, sizeof err);
+    if (rc == 0) {
+        ag_sender_submit(frame, len, h.sequence);
+    } else {
+        ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
+        if (!B.warned_encode++)
+            CM_WARN("chunk %llu not encoded: %s: %s", (unsigned long long)h.sequence,
+                    cm_errname(rc), err);
+    }
+    B.bg_cpu0 = a;
+    B.proc_cpu0 = p;
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        B.seen0[t] = seen[t];
+    B.chunk_start_real = end;
+    B.chunk_start_mono = ag_now_mono();
+}
+
+static void *bg_main(void *arg) {
+    (void)arg;
+    /* Process-directed signals are the application's business: keep them off this thread. */
+    sigset_t set;
+    sigfillset(&set);
+    sigdelset(&set, ag_sig); /* calibration signals itself */
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    pthread_mutex_lock(&ag_work_mu);
+    if (!ag.signal_cost_ns)
+        ag.signal_cost_ns = ag_signal_calibrate();
+    uint64_t now = ag_now_mono();
+    B.b = ag_builder_new();
+    B.chunk_start_real = ag_now_real();
+    B.chunk_start_mono = now;
+    B.bg_cpu0 = B.bud_agent = agent_cpu_now();
+    B.proc_cpu0 = B.bud_proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    B.bud_mono = B.ctl_mono = now;
+    B.ctl_seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        B.seen0[t] = atomic_load(&ag_events_seen[t]);
+    for (int t = 0; t < CM_EV_COUNT; t++)
+        for (int r = 0; r < AG_DROP_REASONS; r++)
+            B.drops0[t][r] = atomic_load(&ag_drops[t][r]);
+    B.budget_factor = 1;
+    uint64_t wall_ns = ag.cfg.wall_hz > 0 ? (uint64_t)(1e9 / ag.cfg.wall_hz) : 0;
+    uint64_t next_wall = now + wall_ns, next_ctl = now + AG_CTL_DT_NS;
+    uint64_t next_scan = now, next_chunk = now + ag.cfg.interval_ns;
+    pthread_mutex_unlock(&ag_work_mu);
+
+    for (;;) {
+        now = ag_now_mono();
+        uint64_t next = next_ctl < next_chunk ? next_ctl : next_chunk;
+        if (next_scan < next)
+            next = next_scan;
+        if (wall_ns && next_wall < next)
+            next = next_wall;
+        int timeout = next > now ? (int)((next - now + 999999) / 1000000) : 0;
+        short sev;
+        int swake;
+        pthread_mutex_lock(&ag_work_mu);
+        int sfd = ag_sender_step(&sev, &swake);
+        pthread_mutex_unlock(&ag_work_mu);
+        if (swake >= 0 && swake < timeout)
+            timeout = swake;
+        struct pollfd pfd[2] = {{ag.efd, POLLIN, 0}, {sfd, sev, 0}};
+        poll(pfd, sfd >= 0 ? 2 : 1, timeout);
+        if (pfd[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(ag.efd, &v, sizeof v);
+            (void)r;
+        }
+        int req = atomic_exchange(&ag.requests, 0);
+
+        pthread_mutex_lock(&ag_work_mu);
+        now = ag_now_mono();
+        if (wall_ns && now >= next_wall && !(req & AG_REQ_STOP)) {
+            double f = B.budget_factor;
+            wall_tick(now);
+            next_wall += (uint64_t)((double)wall_ns / f);
+            if (next_wall < now)
+                next_wall = now + wall_ns;
+        }
+        drain();
+        if (now >= next_ctl) {
+            if (ag.cfg.cpu_rate > 0)
+                control(now);
+            next_ctl = now + AG_CTL_DT_NS;
+        }
+        if (now >= next_scan) {
+            ag_thread_scan();
+            drain();
+            ag_thread_reap();
+            next_scan = now + AG_SCAN_NS;
+        }
+        if (now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
+            cut_chunk();
+            next_chunk = now + ag.cfg.interval_ns;
+        }
+        if (req & (AG_REQ_STOP | AG_REQ_SIGTERM))
+            ag_sender_drain(1000);
+        pthread_mutex_unlock(&ag_work_mu);
+
+        if (req & AG_REQ_FLUSH) {
+            pthread_mutex_lock(&ag_flush_mu);
+            atomic_fetch_add(&ag.flush_done, 1);
+            pthread_cond_broadcast(&ag_flush_cv);
+            pthread_mutex_unlock(&ag_flush_mu);
+        }
+        if (req & AG_REQ_SIGTERM) {
+            /* The last chunk is out: die of SIGTERM as if we had never been here. */
+            atomic_store(&ag.running, 0);
+            ag_signal_sigterm_restore();
+            kill(getpid(), SIGTERM);
+        }
+        if (req & AG_REQ_STOP)
+            break;
+    }
+    return NULL;
+}
+
+int ag_bg_start(void) {
+    if (ag.efd < 0)
+        ag.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ag.efd < 0)
+        return -errno;
+    int rc = ag_thread_create_raw(&g_thread, bg_main, NULL);
+    if (rc)
+        return -rc;
+    g_started = 1;
+    return 0;
+}
+
+void ag_bg_stop(void) {
+    if (!g_started)
+        return;
+    g_started = 0;
+    ag_bg_wake(AG_REQ_STOP);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    if (pthread_timedjoin_np(g_thread, NULL, &ts) != 0)
+        CM_WARN("background thread did not stop within 5 s; last chunk may be lost");
+}
+
+void ag_bg_after_fork_child(void) {
+    g_started = 0;
+    memset(&B, 0, sizeof B); /* the parent's builder is abandoned, not freed: it may be torn */
+    pthread_mutex_init(&ag_work_mu, NULL);
+    pthread_mutex_init(&ag_flush_mu, NULL);
+    pthread_cond_init(&ag_flush_cv, NULL);
+}

@@ -1,0 +1,557 @@
+/* Chunk builder: turns ring records into one cm_chunk_t per interval (bg thread only).
+ *
+ * Identical stacks, locations, functions, mappings, contexts, label sets, threads and strings
+ * are stored once per chunk (hash maps below); every sample is one row that references them,
+ * so the chunk keeps each sample's time, thread and span context (span drill-down needs
+ * them). Rows are sorted by (thread, time) before encoding, as the format asks. Chunks are
+ * self-contained: every dictionary starts afresh at each interval.
+ *
+ * Memory: grows with the distinct content of one interval and is released at finish; rows
+ * beyond CM_MAX_SAMPLES per type are dropped (DROP_DICT_FULL).
+ */
+#include "internal.h"
+
+#include "cm/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* ---- a hash map from a 64-bit key (or hash) to a u32, with optional equality check ---- */
+typedef struct {
+    uint64_t *keys;
+    uint32_t *vals; /* value + 1; 0 = empty */
+    uint32_t cap, n;
+} map_t;
+
+typedef int (*eq_fn)(void *ctx, uint32_t val, const void *probe);
+
+static int map_grow(map_t *m) {
+    uint32_t ncap = m->cap ? 2 * m->cap : 256;
+    uint64_t *k = calloc(ncap, sizeof *k);
+    uint32_t *v = calloc(ncap, sizeof *v);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return -1;
+    }
+    for (uint32_t i = 0; i < m->cap; i++) {
+        if (!m->vals[i])
+            continue;
+        uint32_t h = (uint32_t)(m->keys[i] * 0x9e3779b97f4a7c15ull >> 32) & (ncap - 1);
+        while (v[h])
+            h = (h + 1) & (ncap - 1);
+        k[h] = m->keys[i];
+        v[h] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = k;
+    m->vals = v;
+    m->cap = ncap;
+    return 0;
+}
+
+/* Returns the value for key, or UINT32_MAX with *slot set for insertion. */
+static uint32_t map_find(map_t *m, uint64_t key, eq_fn eq, void *ctx, const void *probe,
+                         uint32_t *slot) {
+    if (2 * (m->n + 1) > m->cap && map_grow(m) != 0) {
+        *slot = UINT32_MAX;
+        return UINT32_MAX;
+    }
+    uint32_t h = (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & (m->cap - 1);
+    while (m->vals[h]) {
+        if (m->keys[h] == key && (!eq || eq(ctx, m->vals[h] - 1, probe)))
+            return m->vals[h] - 1;
+        h = (h + 1) & (m->cap - 1);
+    }
+    *slot = h;
+    return UINT32_MAX;
+}
+
+static void map_put(map_t *m, uint32_t slot, uint64_t key, uint32_t val) {
+    m->keys[slot] = key;
+    m->vals[slot] = val + 1;
+    m->n++;
+}
+
+static void map_free(map_t *m) {
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+/* growable arrays */
+#define VEC(T)                                                                                     \
+    struct {                                                                                       \
+        T *v;                                                                                      \
+        uint32_t n, cap;                                                                           \
+    }
+#define VEC_PUSH(vec, x)                                                                           \
+    ((vec).n < (vec).cap || vec_grow((void **)&(vec).v, &(vec).cap, sizeof *(vec).v) == 0          \
+         ? ((vec).v[(vec).n++] = (x), 0)                                                           \
+         : -1)
+#define VEC_FREE(vec) (free((vec).v), (vec).v = NULL, (vec).n = (vec).cap = 0)
+
+static int vec_grow(void **v, uint32_t *cap, size_t elem) {
+    uint32_t ncap = *cap ? 2 * *cap : 64;
+    void *n = realloc(*v, (size_t)ncap * elem);
+    if (!n)
+        return -1;
+    *v = n;
+    *cap = ncap;
+    return 0;
+}
+
+typedef struct {
+    VEC(uint32_t) stack, thread, context, labels, flags, io_kind, fd_kind;
+    VEC(uint64_t) time, weight, count, size, address;
+} rows_t;
+
+struct ag_builder {
+    VEC(cm_str_t) strs;
+    map_t str_map;
+    VEC(cm_mapping_t) maps;
+    map_t map_map;
+    VEC(uint32_t) fn_name, fn_sys, fn_file;
+    map_t fn_map;
+    VEC(uint32_t) loc_map, loc_fn;
+    VEC(uint64_t) loc_addr;
+    map_t loc_map_idx;
+    VEC(uint32_t) st_off, st_frames, st_flags;
+    map_t st_map;
+    VEC(uint8_t) ctx;
+    map_t ctx_map;
+    VEC(uint32_t) lab_off, lab_kv;
+    map_t lab_map;
+    VEC(uint32_t) th_tid, th_name;
+    map_t th_map;
+    rows_t rows[CM_EV_COUNT];
+    int failed; /* an allocation failed: the chunk is dropped (DROP_ENCODE_FAILED) */
+};
+
+static int str_eq(void *ctx, uint32_t val, const void *probe) {
+    ag_builder_t *b = ctx;
+    const cm_str_t *p = probe;
+    return b->strs.v[val].len == p->len && !memcmp(b->strs.v[val].ptr, p->ptr, p->len);
+}
+
+static uint32_t intern_str(ag_builder_t *b, const char *s) {
+    if (!s || !*s)
+        return 0;
+    size_t len = strlen(s);
+    if (len > CM_MAX_STRING_LEN)
+        len = CM_MAX_STRING_LEN;
+    cm_str_t probe = {s, (uint32_t)len};
+    uint32_t slot, v = map_find(&b->str_map, XXH3_64bits(s, len), str_eq, b, &probe, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    char *copy = slot == UINT32_MAX ? NULL : strndup(s, len);
+    if (!copy || VEC_PUSH(b->strs, ((cm_str_t){copy, (uint32_t)len})) != 0) {
+        free(copy);
+        b->failed = 1;
+        return 0;
+    }
+    map_put(&b->str_map, slot, XXH3_64bits(s, len), b->strs.n - 1);
+    return b->strs.n - 1;
+}
+
+static void reset(ag_builder_t *b) {
+    for (uint32_t i = 1; i < b->strs.n; i++)
+        free((char *)b->strs.v[i].ptr);
+    b->strs.n = 0;
+    map_free(&b->str_map);
+    b->maps.n = 0;
+    map_free(&b->map_map);
+    b->fn_name.n = b->fn_sys.n = b->fn_file.n = 0;
+    map_free(&b->fn_map);
+    b->loc_map.n = b->loc_fn.n = b->loc_addr.n = 0;
+    map_free(&b->loc_map_idx);
+    b->st_off.n = b->st_frames.n = b->st_flags.n = 0;
+    map_free(&b->st_map);
+    b->ctx.n = 0;
+    map_free(&b->ctx_map);
+    b->lab_off.n = b->lab_kv.n = 0;
+    map_free(&b->lab_map);
+    b->th_tid.n = b->th_name.n = 0;
+    map_free(&b->th_map);
+    for (int t = 0; t < CM_EV_COUNT; t++) {
+        rows_t *r = &b->rows[t];
+        r->stack.n = r->thread.n = r->context.n = r->labels.n = r->flags.n = 0;
+        r->io_kind.n = r->fd_kind.n = r->time.n = r->weight.n = r->count.n = 0;
+        r->size.n = r->address.n = 0;
+    }
+    b->failed = 0;
+    /* zero entries */
+    int bad = VEC_PUSH(b->strs, ((cm_str_t){"", 0}));
+    bad |= VEC_PUSH(b->maps, ((cm_mapping_t){0}));
+    bad |= VEC_PUSH(b->fn_name, 0u) | VEC_PUSH(b->fn_sys, 0u) | VEC_PUSH(b->fn_file, 0u);
+    bad |= VEC_PUSH(b->loc_map, 0u) | VEC_PUSH(b->loc_fn, 0u) | VEC_PUSH(b->loc_addr, 0ull);
+    bad |= VEC_PUSH(b->st_off, 0u);
+    bad |= VEC_PUSH(b->st_off, 0u) | VEC_PUSH(b->st_flags, 0u);
+    for (uint32_t i = 0; i < CM_CONTEXT_SIZE; i++)
+        bad |= VEC_PUSH(b->ctx, (uint8_t)0);
+    bad |= VEC_PUSH(b->lab_off, 0u);
+    bad |= VEC_PUSH(b->lab_off, 0u);
+    bad |= VEC_PUSH(b->th_tid, 0u) | VEC_PUSH(b->th_name, 0u);
+    if (bad)
+        b->failed = 1;
+}
+
+ag_builder_t *ag_builder_new(void) {
+    ag_builder_t *b = calloc(1, sizeof *b);
+    if (b)
+        reset(b);
+    return b;
+}
+
+void ag_builder_free(ag_builder_t *b) {
+    if (!b)
+        return;
+    reset(b);
+    VEC_FREE(b->strs);
+    VEC_FREE(b->maps);
+    VEC_FREE(b->fn_name);
+    VEC_FREE(b->fn_sys);
+    VEC_FREE(b->fn_file);
+    VEC_FREE(b->loc_map);
+    VEC_FREE(b->loc_fn);
+    VEC_FREE(b->loc_addr);
+    VEC_FREE(b->st_off);
+    VEC_FREE(b->st_frames);
+    VEC_FREE(b->st_flags);
+    VEC_FREE(b->ctx);
+    VEC_FREE(b->lab_off);
+    VEC_FREE(b->lab_kv);
+    VEC_FREE(b->th_tid);
+    VEC_FREE(b->th_name);
+    for (int t = 0; t < CM_EV_COUNT; t++) {
+        rows_t *r = &b->rows[t];
+        VEC_FREE(r->stack);
+        VEC_FREE(r->thread);
+        VEC_FREE(r->context);
+        VEC_FREE(r->labels);
+        VEC_FREE(r->flags);
+        VEC_FREE(r->io_kind);
+        VEC_FREE(r->fd_kind);
+        VEC_FREE(r->time);
+        VEC_FREE(r->weight);
+        VEC_FREE(r->count);
+        VEC_FREE(r->size);
+        VEC_FREE(r->address);
+    }
+    map_free(&b->str_map);
+    free(b);
+}
+
+static uint32_t intern_mapping(ag_builder_t *b, ag_object_t *o) {
+    uint32_t slot, v = map_find(&b->map_map, (uintptr_t)o, NULL, NULL, NULL, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    if (slot == UINT32_MAX || b->maps.n >= CM_MAX_MAPPINGS) {
+        ag_drop_count(0, CM_DROP_DICT_FULL, 1);
+        return 0;
+    }
+    cm_mapping_t m = {0};
+    ag_object_mapping(o, &m.start, &m.limit, &m.file_offset, &m.build_id, &m.build_id_len);
+    m.filename = intern_str(b, ag_object_path(o));
+    if (VEC_PUSH(b->maps, m) != 0) {
+        b->failed = 1;
+        return 0;
+    }
+    map_put(&b->map_map, slot, (uintptr_t)o, b->maps.n - 1);
+    return b->maps.n - 1;
+}
+
+static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
+    uint32_t slot, v = map_find(&b->loc_map_idx, pc, NULL, NULL, NULL, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    if (slot == UINT32_MAX || b->loc_map.n >= CM_MAX_LOCATIONS) {
+        ag_drop_count(0, CM_DROP_DICT_FULL, 1);
+        return 0;
+    }
+    ag_sym_t sym;
+    ag_symbols_lookup(pc, &sym);
+    uint32_t mapping = sym.obj ? intern_mapping(b, sym.obj) : 0, fn = 0;
+    if (sym.name) {
+        uint64_t key = XXH3_64bits(&sym, offsetof(ag_sym_t, file_addr)) ^ sym.sym_id;
+        uint32_t fslot, f = map_find(&b->fn_map, key, NULL, NULL, NULL, &fslot);
+        if (f == UINT32_MAX && fslot != UINT32_MAX) {
+            uint32_t name = intern_str(b, sym.name);
+            uint32_t sys = strcmp(sym.name, sym.sysname) ? intern_str(b, sym.sysname) : name;
+            if (VEC_PUSH(b->fn_name, name) | VEC_PUSH(b->fn_sys, sys) | VEC_PUSH(b->fn_file, 0u))
+                b->failed = 1;
+            f = b->fn_name.n - 1;
+            map_put(&b->fn_map, fslot, key, f);
+        }
+        fn = f == UINT32_MAX ? 0 : f;
+    }
+    if (VEC_PUSH(b->loc_map, mapping) | VEC_PUSH(b->loc_fn, fn) |
+        VEC_PUSH(b->loc_addr, (uint64_t)sym.file_addr)) {
+        b->failed = 1;
+        return 0;
+    }
+    map_put(&b->loc_map_idx, slot, pc, b->loc_map.n - 1);
+    return b->loc_map.n - 1;
+}
+
+typedef struct {
+    const uint32_t *locs;
+    uint32_t n, flags;
+} stack_probe_t;
+
+static int stack_eq(void *ctx, uint32_t val, const void *probe) {
+    ag_builder_t *b = ctx;
+    const stack_probe_t *p = probe;
+    uint32_t off = b->st_off.v[val], n = b->st_off.v[val + 1] - off;
+    return n == p->n && b->st_flags.v[val] == p->flags &&
+           !memcmp(b->st_frames.v + off, p->locs, n * sizeof *p->locs);
+}
+
+static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
+    uint32_t locs[AG_MAX_DEPTH];
+    uint32_t n = r->depth > AG_MAX_DEPTH ? AG_MAX_DEPTH : r->depth;
+    for (uint32_t i = 0; i < n; i++) {
+        /* root first; return addresses point after the call: symbolise pc - 1 */
+        uintptr_t pc = r->pcs[n - 1 - i];
+        locs[i] = intern_location(b, (n - 1 - i) == 0 ? pc : pc - 1);
+    }
+    stack_probe_t probe = {locs, n, r->stack_flags};
+    uint64_t key = XXH3_64bits_withSeed(locs, n * sizeof *locs, r->stack_flags);
+    uint32_t slot, v = map_find(&b->st_map, key, stack_eq, b, &probe, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    if (slot == UINT32_MAX || b->st_off.n - 1 >= CM_MAX_STACKS) {
+        ag_drop_count(0, CM_DROP_DICT_FULL, 1);
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (VEC_PUSH(b->st_frames, locs[i]) != 0)
+            b->failed = 1;
+    uint32_t id = b->st_off.n - 1;
+    if (VEC_PUSH(b->st_off, b->st_frames.n) | VEC_PUSH(b->st_flags, r->stack_flags))
+        b->failed = 1;
+    map_put(&b->st_map, slot, key, id);
+    return id;
+}
+
+static int ctx_eq(void *ctx, uint32_t val, const void *probe) {
+    ag_builder_t *b = ctx;
+    return !memcmp(b->ctx.v + (size_t)val * CM_CONTEXT_SIZE, probe, CM_CONTEXT_SIZE);
+}
+
+static uint32_t intern_ctx(ag_builder_t *b, const uint8_t *c) {
+    static const uint8_t zero[CM_CONTEXT_SIZE];
+    if (!memcmp(c, zero, CM_CONTEXT_SIZE))
+        return 0;
+    uint64_t key = XXH3_64bits(c, CM_CONTEXT_SIZE);
+    uint32_t slot, v = map_find(&b->ctx_map, key, ctx_eq, b, c, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    uint32_t id = b->ctx.n / CM_CONTEXT_SIZE;
+    if (slot == UINT32_MAX || id >= CM_MAX_CONTEXTS) {
+        ag_drop_count(0, CM_DROP_DICT_FULL, 1);
+        return 0;
+    }
+    for (uint32_t i = 0; i < CM_CONTEXT_SIZE; i++)
+        if (VEC_PUSH(b->ctx, c[i]) != 0)
+            b->failed = 1;
+    map_put(&b->ctx_map, slot, key, id);
+    return id;
+}
+
+static uint32_t intern_labels(ag_builder_t *b, uint32_t global) {
+    if (!global)
+        return 0;
+    uint32_t slot, v = map_find(&b->lab_map, global, NULL, NULL, NULL, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    const char *kv[8];
+    uint32_t n = ag_context_labels(global, kv);
+    if (slot == UINT32_MAX || n == 0 || b->lab_off.n - 1 >= CM_MAX_LABEL_SETS)
+        return 0;
+    for (uint32_t i = 0; i < 2 * n; i++)
+        if (VEC_PUSH(b->lab_kv, intern_str(b, kv[i])) != 0)
+            b->failed = 1;
+    uint32_t id = b->lab_off.n - 1;
+    if (VEC_PUSH(b->lab_off, b->lab_kv.n / 2) != 0)
+        b->failed = 1;
+    map_put(&b->lab_map, slot, global, id);
+    return id;
+}
+
+static uint32_t intern_thread(ag_builder_t *b, pid_t tid) {
+    uint32_t slot, v = map_find(&b->th_map, (uint64_t)tid, NULL, NULL, NULL, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    if (slot == UINT32_MAX)
+        return 0;
+    char path[64], name[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fgets(name, sizeof name, f))
+            name[strcspn(name, "\n")] = '\0';
+        fclose(f);
+    }
+    if (VEC_PUSH(b->th_tid, (uint32_t)tid) | VEC_PUSH(b->th_name, intern_str(b, name)))
+        b->failed = 1;
+    map_put(&b->th_map, slot, (uint64_t)tid, b->th_tid.n - 1);
+    return b->th_tid.n - 1;
+}
+
+void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
+    (void)t;
+    if (r->type == 0 || r->type > CM_EV_MAX)
+        return;
+    rows_t *rw = &b->rows[r->type];
+    if (rw->stack.n >= CM_MAX_SAMPLES) {
+        ag_drop_count(r->type, CM_DROP_DICT_FULL, 1);
+        return;
+    }
+    int bad = VEC_PUSH(rw->stack, intern_stack(b, r));
+    bad |= VEC_PUSH(rw->thread, intern_thread(b, tid));
+    bad |= VEC_PUSH(rw->context, intern_ctx(b, r->ctx));
+    bad |= VEC_PUSH(rw->labels, intern_labels(b, r->labels));
+    bad |= VEC_PUSH(rw->flags, (uint32_t)r->flags);
+    bad |= VEC_PUSH(rw->io_kind, r->io_kind);
+    bad |= VEC_PUSH(rw->fd_kind, r->fd_kind);
+    bad |= VEC_PUSH(rw->time, r->time_ns);
+    bad |= VEC_PUSH(rw->weight, r->weight);
+    bad |= VEC_PUSH(rw->count, r->count);
+    bad |= VEC_PUSH(rw->size, r->size);
+    bad |= VEC_PUSH(rw->address, r->address);
+    if (bad)
+        b->failed = 1;
+}
+
+uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type) {
+    return b->rows[type].stack.n;
+}
+
+static const rows_t *g_sort_rows; /* bg thread only */
+static int cmp_row(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    const rows_t *r = g_sort_rows;
+    if (r->thread.v[x] != r->thread.v[y])
+        return r->thread.v[x] < r->thread.v[y] ? -1 : 1;
+    if (r->time.v[x] != r->time.v[y])
+        return r->time.v[x] < r->time.v[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* Returns a column permuted by perm, or NULL when every value is def (column omitted). */
+#define PERMUTE(T, src, perm, n, def, out, bad)                                                    \
+    do {                                                                                           \
+        int any_ = 0;                                                                              \
+        for (uint32_t i_ = 0; i_ < (n); i_++)                                                      \
+            any_ |= (src)[i_] != (def);                                                            \
+        (out) = NULL;                                                                              \
+        if (any_ || (def) == (T)-1) {                                                              \
+            (out) = malloc((size_t)(n) * sizeof(T) + 1);                                           \
+            if (!(out))                                                                            \
+                (bad) = 1;                                                                         \
+            else                                                                                   \
+                for (uint32_t i_ = 0; i_ < (n); i_++)                                              \
+                    (out)[i_] = (src)[(perm)[i_]];                                                 \
+        }                                                                                          \
+    } while (0)
+
+int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t *frame_len,
+                      char *err, size_t err_size) {
+    cm_chunk_t c;
+    memset(&c, 0, sizeof c);
+    int rc = 0, bad = b->failed;
+    c.header = *hdr;
+    c.header.time_unit_ns = 1000;
+    cm_dict_t *d = &c.dict;
+    d->strings = b->strs.v;
+    d->n_strings = b->strs.n;
+    d->mappings = b->maps.v;
+    d->n_mappings = b->maps.n;
+    d->function_name = b->fn_name.v;
+    d->function_system_name = b->fn_sys.v;
+    d->function_filename = NULL;
+    d->n_functions = b->fn_name.n;
+    d->location_mapping = b->loc_map.v;
+    d->location_function = b->loc_fn.v;
+    d->location_address = b->loc_addr.v;
+    d->location_line = NULL;
+    d->n_locations = b->loc_map.n;
+    d->stack_off = b->st_off.v;
+    d->stack_frames = b->st_frames.v ? b->st_frames.v : (uint32_t *)b->st_off.v;
+    d->stack_flags = b->st_flags.v;
+    d->n_stacks = b->st_off.n - 1;
+    d->contexts = b->ctx.v;
+    d->n_contexts = b->ctx.n / CM_CONTEXT_SIZE;
+    d->label_off = b->lab_off.v;
+    d->label_kv = b->lab_kv.v ? b->lab_kv.v : b->lab_off.v;
+    d->n_label_sets = b->lab_off.n - 1;
+    d->thread_tid = b->th_tid.v;
+    d->thread_name = b->th_name.v;
+    d->n_threads = b->th_tid.n;
+
+    uint32_t *perm[CM_EV_COUNT] = {0};
+    for (int t = 1; t < CM_EV_COUNT && !bad; t++) {
+        rows_t *r = &b->rows[t];
+        uint32_t n = r->stack.n;
+        if (n == 0)
+            continue;
+        perm[t] = malloc(n * sizeof *perm[t]);
+        if (!perm[t]) {
+            bad = 1;
+            break;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            perm[t][i] = i;
+        g_sort_rows = r;
+        qsort(perm[t], n, sizeof *perm[t], cmp_row);
+        cm_samples_t *s = &c.samples[t];
+        s->type = (cm_event_type_t)t;
+        s->n = n;
+        for (uint32_t i = 0; i < n; i++) { /* keep times inside [start, end] */
+            if (r->time.v[i] < hdr->start_unix_ns)
+                r->time.v[i] = hdr->start_unix_ns;
+            if (r->time.v[i] > hdr->end_unix_ns)
+                r->time.v[i] = hdr->end_unix_ns;
+        }
+        PERMUTE(uint32_t, r->stack.v, perm[t], n, UINT32_MAX, s->stack, bad);
+        PERMUTE(uint64_t, r->time.v, perm[t], n, UINT64_MAX, s->time_ns, bad);
+        PERMUTE(uint64_t, r->weight.v, perm[t], n, UINT64_MAX, s->weight, bad);
+        PERMUTE(uint64_t, r->count.v, perm[t], n, (uint64_t)CM_COUNT_ONE, s->count, bad);
+        PERMUTE(uint32_t, r->thread.v, perm[t], n, 0u, s->thread, bad);
+        PERMUTE(uint32_t, r->context.v, perm[t], n, 0u, s->context, bad);
+        PERMUTE(uint32_t, r->labels.v, perm[t], n, 0u, s->labels, bad);
+        PERMUTE(uint32_t, r->flags.v, perm[t], n, 0u, s->flags, bad);
+        PERMUTE(uint64_t, r->size.v, perm[t], n, 0ull, s->size, bad);
+        PERMUTE(uint64_t, r->address.v, perm[t], n, 0ull, s->address, bad);
+        PERMUTE(uint32_t, r->io_kind.v, perm[t], n, 0u, s->io_kind, bad);
+        PERMUTE(uint32_t, r->fd_kind.v, perm[t], n, 0u, s->fd_kind, bad);
+    }
+    if (bad) {
+        snprintf(err, err_size, "out of memory while building the chunk");
+        rc = CM_ENOMEM;
+    } else {
+        rc = cm_chunk_encode(&c, frame, frame_len, err, err_size);
+    }
+    for (int t = 1; t < CM_EV_COUNT; t++) {
+        cm_samples_t *s = &c.samples[t];
+        free(perm[t]);
+        free(s->stack);
+        free(s->time_ns);
+        free(s->weight);
+        free(s->count);
+        free(s->thread);
+        free(s->context);
+        free(s->labels);
+        free(s->flags);
+        free(s->size);
+        free(s->address);
+        free(s->io_kind);
+        free(s->fd_kind);
+    }
+    reset(b);
+    return rc;
+}

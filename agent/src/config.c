@@ -1,0 +1,170 @@
+/* Agent configuration from the environment.
+ *
+ * Runs once in the constructor (app context, before any agent thread exists). Every invalid
+ * value prints exactly one stderr line naming the variable, the value and the default used,
+ * whatever the log level: a misconfiguration must be visible, everything else stays silent.
+ */
+#include "internal.h"
+
+#include "cm/log.h"
+#include "cm/wire.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void invalid(const char *var, const char *val, const char *why, const char *dflt) {
+    char buf[512];
+    int n = snprintf(buf, sizeof buf,
+                     "fleetprof: invalid %s='%s' (%s); using the default %s\n", var, val, why,
+                     dflt);
+    if (n > 0) {
+        ssize_t w = write(STDERR_FILENO, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+        (void)w;
+    }
+}
+
+/* Parses a decimal number in [lo, hi]. Returns 1 and sets *out, or 0 (after one stderr line)
+ * when set but invalid, or 0 silently when unset. */
+static int env_double(const char *var, double lo, double hi, const char *dflt, double *out) {
+    const char *v = getenv(var);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    while (*end == ' ')
+        end++;
+    if (errno || end == v || *end) {
+        invalid(var, v, "not a number", dflt);
+        return 0;
+    }
+    if (!(d >= lo && d <= hi)) {
+        char why[96];
+        snprintf(why, sizeof why, "must be between %g and %g", lo, hi);
+        invalid(var, v, why, dflt);
+        return 0;
+    }
+    *out = d;
+    return 1;
+}
+
+static void env_string(const char *var, char *dst, size_t size) {
+    const char *v = getenv(var);
+    if (!v || !*v)
+        return;
+    if (strlen(v) >= size) {
+        char why[64];
+        snprintf(why, sizeof why, "longer than %zu bytes", size - 1);
+        invalid(var, v, why, dst[0] ? dst : "(none)");
+        return;
+    }
+    memcpy(dst, v, strlen(v) + 1);
+}
+
+/* Finds key=value in an OTEL_RESOURCE_ATTRIBUTES list ("a=b,service.version=1.2"). */
+static int otel_attr(const char *list, const char *key, char *dst, size_t size) {
+    size_t kl = strlen(key);
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len > kl && !strncmp(p, key, kl) && p[kl] == '=') {
+            size_t vl = len - kl - 1;
+            if (vl == 0 || vl >= size)
+                return 0;
+            memcpy(dst, p + kl + 1, vl);
+            dst[vl] = '\0';
+            return 1;
+        }
+        p = comma ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
+static void program_name(char *dst, size_t size) {
+    char buf[256] = "";
+    FILE *f = fopen("/proc/self/comm", "r");
+    if (f) {
+        if (fgets(buf, sizeof buf, f))
+            buf[strcspn(buf, "\n")] = '\0';
+        fclose(f);
+    }
+    snprintf(dst, size, "%s", buf[0] ? buf : "unknown");
+}
+
+void ag_config_load(ag_config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->enabled = 1;
+    cfg->interval_ns = 10ull * 1000000000ull;
+    cfg->cpu_rate = 100;
+    cfg->cpu_period_ns = 10000000; /* 100 Hz per thread until the controller says otherwise */
+    cfg->wall_hz = 20;             /* async-profiler's 50 ms */
+    cfg->wall_threads = 8;
+    cfg->cpu_budget = 0.01;
+    cfg->controller = 1;
+    cfg->log_level = CM_LOG_WARN;
+    snprintf(cfg->collector, sizeof cfg->collector, "%s", CM_DEFAULT_SOCKET);
+
+    const char *v = getenv("FLEETPROF_LOG_LEVEL");
+    if (v && *v) {
+        cm_log_level_t lvl;
+        if (cm_log_parse_level(v, &lvl) == 0)
+            cfg->log_level = lvl;
+        else
+            invalid("FLEETPROF_LOG_LEVEL", v, "not one of debug, info, warn, error, off", "warn");
+    }
+    v = getenv("FLEETPROF_ENABLED");
+    if (v && *v) {
+        if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
+            cfg->enabled = 0;
+        else if (strcmp(v, "1") && strcmp(v, "true") && strcmp(v, "yes") && strcmp(v, "on"))
+            invalid("FLEETPROF_ENABLED", v, "not 0/1", "1 (enabled)");
+    }
+
+    /* Service and version: FLEETPROF_*, then OpenTelemetry's variables, then the program. */
+    const char *otel = getenv("OTEL_RESOURCE_ATTRIBUTES");
+    env_string("OTEL_SERVICE_NAME", cfg->service, sizeof cfg->service);
+    if (!cfg->service[0] && otel)
+        otel_attr(otel, "service.name", cfg->service, sizeof cfg->service);
+    env_string("FLEETPROF_SERVICE", cfg->service, sizeof cfg->service);
+    if (!cfg->service[0])
+        program_name(cfg->service, sizeof cfg->service);
+    if (otel)
+        otel_attr(otel, "service.version", cfg->version, sizeof cfg->version);
+    env_string("FLEETPROF_VERSION", cfg->version, sizeof cfg->version);
+    if (!cfg->version[0])
+        snprintf(cfg->version, sizeof cfg->version, "unknown");
+    /* File names are built from the service: keep it to a safe alphabet. */
+    for (char *p = cfg->service; *p; p++)
+        if (*p == '/' || *p < ' ')
+            *p = '_';
+
+    env_string("FLEETPROF_COLLECTOR", cfg->collector, sizeof cfg->collector);
+    env_string("FLEETPROF_OUTPUT", cfg->output, sizeof cfg->output);
+
+    double d;
+    if (env_double("FLEETPROF_INTERVAL", 0.1, 3600, "10 (seconds)", &d))
+        cfg->interval_ns = (uint64_t)(d * 1e9);
+    if (env_double("FLEETPROF_CPU_RATE", 0, 10000, "100 (samples/s)", &d))
+        cfg->cpu_rate = d;
+    if (env_double("FLEETPROF_CPU_HZ", 1, 1000, "100 (Hz per thread)", &d))
+        cfg->cpu_period_ns = (uint64_t)(1e9 / d);
+    if (env_double("FLEETPROF_WALL_HZ", 0, 1000, "20 (ticks/s)", &d))
+        cfg->wall_hz = d;
+    if (env_double("FLEETPROF_WALL_THREADS", 1, 1024, "8 (threads per tick)", &d))
+        cfg->wall_threads = (uint32_t)d;
+    if (env_double("FLEETPROF_CPU_BUDGET", 0.01, 100, "1 (percent)", &d))
+        cfg->cpu_budget = d / 100.0;
+    v = getenv("FLEETPROF_CONTROLLER");
+    if (v && *v) {
+        if (!strcmp(v, "0") || !strcmp(v, "off"))
+            cfg->controller = 0;
+        else if (strcmp(v, "1") && strcmp(v, "on"))
+            invalid("FLEETPROF_CONTROLLER", v, "not 0/1", "1 (on)");
+    }
+}

@@ -1,0 +1,234 @@
+/* Per-thread span context and labels: the public fleetprof_span_* / fleetprof_label_* API.
+ *
+ * Torn reads are impossible by construction: the context lives in a thread-local double
+ * buffer. The owning thread (the only writer) fills the inactive copy, then flips the index
+ * with a single store behind a signal fence. The signal handler runs on that same thread, so
+ * it interrupts the writer between two instructions: it reads the copy the index names, which
+ * the writer never writes while it is named. No retry loop is needed (a seqlock would need
+ * one, and a handler cannot wait for the thread it interrupted).
+ *
+ * Labels: a thread holds up to FLEETPROF_LABELS_MAX (key, value) pairs. The set is interned
+ * (app context, under a mutex) into a global, never-freed table of at most AG_LABEL_SETS
+ * sets, so the handler copies one integer. Beyond the bound a sample carries no labels and
+ * DROP_DICT_FULL is counted. The bg thread reads the table lock-free (sets are published with
+ * a release store and never change).
+ *
+ * TLS uses the initial-exec model: it never allocates on first access (safe in a handler),
+ * and our few bytes fit in glibc's static TLS surplus even when the library is dlopen'ed.
+ */
+#include "internal.h"
+
+#include "fleetprof.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define AG_LABEL_SETS 4096
+
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+
+typedef struct {
+    ag_ctx_slot_t buf[2];
+    volatile sig_atomic_t idx;
+    /* app-only: the thread's labels (owned strings), in insertion order */
+    uint8_t nlabels;
+    char *keys[FLEETPROF_LABELS_MAX], *vals[FLEETPROF_LABELS_MAX];
+} tls_ctx_t;
+
+static TLS tls_ctx_t t_ctx;
+
+typedef struct {
+    uint64_t hash;
+    uint32_t n;
+    const char *kv[2 * FLEETPROF_LABELS_MAX];
+} lset_t;
+
+static lset_t *g_sets[AG_LABEL_SETS + 1]; /* id -> set; id 0 unused */
+static _Atomic uint32_t g_nsets;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ag_context_read(ag_ctx_slot_t *out) {
+    sig_atomic_t i = t_ctx.idx;
+    atomic_signal_fence(memory_order_acquire);
+    *out = t_ctx.buf[i & 1];
+}
+
+static void publish(const uint8_t *ctx, uint32_t labels) {
+    sig_atomic_t next = !t_ctx.idx;
+    memcpy(t_ctx.buf[next].ctx, ctx, CM_CONTEXT_SIZE);
+    t_ctx.buf[next].labels = labels;
+    atomic_signal_fence(memory_order_release);
+    t_ctx.idx = next;
+}
+
+void fleetprof_span_set(const uint8_t trace_id[16], const uint8_t span_id[8]) {
+    uint8_t ctx[CM_CONTEXT_SIZE] = {0};
+    static const uint8_t zero[16];
+    if (trace_id && span_id && memcmp(trace_id, zero, 16) != 0) {
+        memcpy(ctx, trace_id, 16);
+        memcpy(ctx + 16, span_id, 8);
+    }
+    publish(ctx, t_ctx.buf[t_ctx.idx & 1].labels);
+}
+
+void fleetprof_span_clear(void) {
+    static const uint8_t zero[CM_CONTEXT_SIZE];
+    publish(zero, t_ctx.buf[t_ctx.idx & 1].labels);
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int parse_hex(const char *s, uint8_t *out, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+int fleetprof_span_set_traceparent(const char *tp) {
+    /* 00-<32 hex>-<16 hex>-<2 hex>: 55 characters. Version ff is invalid; future versions
+     * may append fields after the flags, separated by '-'. */
+    uint8_t ver, trace[16], span[8], flags;
+    static const uint8_t zero[16];
+    if (!tp || strlen(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
+        (tp[55] != '\0' && tp[55] != '-'))
+        return -EINVAL;
+    if (parse_hex(tp, &ver, 1) || ver == 0xff || (ver == 0 && tp[55] != '\0') ||
+        parse_hex(tp + 3, trace, 16) || parse_hex(tp + 36, span, 8) ||
+        parse_hex(tp + 53, &flags, 1))
+        return -EINVAL;
+    if (!memcmp(trace, zero, 16) || !memcmp(span, zero, 8))
+        return -EINVAL;
+    fleetprof_span_set(trace, span);
+    return 0;
+}
+
+/* Interns the thread's current label set. Returns its id, 0 for none or when full. */
+static uint32_t intern_current(void) {
+    if (t_ctx.nlabels == 0)
+        return 0;
+    /* Canonical order: sorted by key, so {a,b} and {b,a} are one set. */
+    const char *kv[2 * FLEETPROF_LABELS_MAX];
+    uint32_t n = t_ctx.nlabels;
+    for (uint32_t i = 0; i < n; i++) {
+        kv[2 * i] = t_ctx.keys[i];
+        kv[2 * i + 1] = t_ctx.vals[i];
+    }
+    for (uint32_t i = 1; i < n; i++)
+        for (uint32_t j = i; j > 0 && strcmp(kv[2 * j - 2], kv[2 * j]) > 0; j--) {
+            const char *k = kv[2 * j - 2], *v = kv[2 * j - 1];
+            kv[2 * j - 2] = kv[2 * j];
+            kv[2 * j - 1] = kv[2 * j + 1];
+            kv[2 * j] = k;
+            kv[2 * j + 1] = v;
+        }
+    char flat[2 * FLEETPROF_LABELS_MAX * (FLEETPROF_LABEL_VALUE_MAX + 1)];
+    size_t fl = 0;
+    for (uint32_t i = 0; i < 2 * n; i++) {
+        size_t l = strlen(kv[i]) + 1;
+        memcpy(flat + fl, kv[i], l);
+        fl += l;
+    }
+    uint64_t h = XXH3_64bits(flat, fl);
+
+    uint32_t id = 0;
+    pthread_mutex_lock(&g_lock);
+    uint32_t nsets = atomic_load_explicit(&g_nsets, memory_order_relaxed);
+    for (uint32_t i = 1; i <= nsets && !id; i++) {
+        lset_t *s = g_sets[i];
+        if (s->hash != h || s->n != n)
+            continue;
+        uint32_t k = 0;
+        while (k < 2 * n && !strcmp(s->kv[k], kv[k]))
+            k++;
+        if (k == 2 * n)
+            id = i;
+    }
+    if (!id && nsets < AG_LABEL_SETS) {
+        lset_t *s = calloc(1, sizeof *s);
+        int ok = s != NULL;
+        for (uint32_t i = 0; ok && i < 2 * n; i++)
+            ok = (s->kv[i] = strdup(kv[i])) != NULL;
+        if (ok) {
+            s->hash = h;
+            s->n = n;
+            g_sets[nsets + 1] = s;
+            atomic_store_explicit(&g_nsets, nsets + 1, memory_order_release);
+            id = nsets + 1;
+        } /* on ENOMEM the few bytes already duplicated are leaked: labels are dropped */
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!id)
+        ag_drop_count(0, CM_DROP_DICT_FULL, 1);
+    return id;
+}
+
+int fleetprof_label_set(const char *key, const char *value) {
+    if (!key || !*key || !value || strlen(key) > FLEETPROF_LABEL_KEY_MAX ||
+        strlen(value) > FLEETPROF_LABEL_VALUE_MAX)
+        return -EINVAL;
+    uint32_t i = 0;
+    while (i < t_ctx.nlabels && strcmp(t_ctx.keys[i], key))
+        i++;
+    if (i == FLEETPROF_LABELS_MAX)
+        return -ENOSPC;
+    char *v = strdup(value);
+    if (!v)
+        return -ENOMEM;
+    if (i == t_ctx.nlabels) {
+        if (!(t_ctx.keys[i] = strdup(key))) {
+            free(v);
+            return -ENOMEM;
+        }
+        t_ctx.nlabels++;
+    } else {
+        free(t_ctx.vals[i]);
+    }
+    t_ctx.vals[i] = v;
+    publish(t_ctx.buf[t_ctx.idx & 1].ctx, intern_current());
+    return 0;
+}
+
+int fleetprof_label_clear(const char *key) {
+    if (!key)
+        return -EINVAL;
+    uint32_t i = 0;
+    while (i < t_ctx.nlabels && strcmp(t_ctx.keys[i], key))
+        i++;
+    if (i == t_ctx.nlabels)
+        return -ENOENT;
+    free(t_ctx.keys[i]);
+    free(t_ctx.vals[i]);
+    t_ctx.nlabels--;
+    t_ctx.keys[i] = t_ctx.keys[t_ctx.nlabels];
+    t_ctx.vals[i] = t_ctx.vals[t_ctx.nlabels];
+    publish(t_ctx.buf[t_ctx.idx & 1].ctx, intern_current());
+    return 0;
+}
+
+uint32_t ag_context_labels(uint32_t id, const char *kv[2 * 4]) {
+    if (id == 0 || id > atomic_load_explicit(&g_nsets, memory_order_acquire))
+        return 0;
+    const lset_t *s = g_sets[id];
+    for (uint32_t i = 0; i < 2 * s->n; i++)
+        kv[i] = s->kv[i];
+    return s->n;
+}
+
+void ag_context_lock(void) { pthread_mutex_lock(&g_lock); }
+void ag_context_unlock(void) { pthread_mutex_unlock(&g_lock); }
+void ag_context_after_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }

@@ -1,0 +1,295 @@
+/* Internal interfaces of the agent (libfleetprof.so). Nothing here is exported.
+ *
+ * Module map (one concern per file):
+ *   agent.c      constructor/destructor, global state, fork and exit handling, public flush
+ *   config.c     environment parsing (one stderr line per invalid value)
+ *   thread.c     thread registry: slots, stack bounds, pthread_create wrapper, /proc scan
+ *   signal.c     choice of the sampling signal, handler, sigaction/signal interposition
+ *   unwind.c     bounds-checked frame-pointer unwinding (async-signal-safe)
+ *   ring.c       per-thread single-producer/single-consumer record ring
+ *   record.c     the generic sample record path: stack + weight + count + attrs + context
+ *   context.c    per-thread span context and labels (public API), label interning
+ *   controller.c per-event-type rate controller and CPU budget
+ *   symbols.c    loaded objects, ELF symbol tables, demangling (background thread only)
+ *   builder.c    aggregation of records into a cm_chunk_t (background thread only)
+ *   sender.c     collector connection, unacked-chunk queue, output files (background only)
+ *   bgthread.c   the background thread loop: wall ticks, drain, control, chunks, sending
+ *
+ * Threads and signals:
+ *   - "handler" code runs in the sampling signal handler on an application thread. It may only
+ *     use the thread's own slot, its ring, its TLS context and relaxed atomics.
+ *   - "bg" code runs on the agent's background thread only (builder, symbols, sender).
+ *   - "app" code runs on application threads outside handlers (registration, context API).
+ */
+#ifndef AG_INTERNAL_H
+#define AG_INTERNAL_H
+
+#include "cm/chunk.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define AG_HIDDEN __attribute__((visibility("hidden")))
+
+#define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
+#define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
+#define AG_RING_SIZE (32u << 10)     /* bytes per thread ring, power of two */
+#define AG_DROP_REASONS 11           /* cm_drop_reason_t values + 1 */
+
+/* ---- config.c ---- */
+typedef struct {
+    int enabled;
+    char service[CM_MAX_SERVICE_LEN + 1];
+    char version[128];
+    char collector[108];       /* sun_path size */
+    char output[4096];         /* "" = no files */
+    uint64_t interval_ns;      /* chunk interval */
+    double cpu_rate;           /* target CPU samples per second, whole process; 0 = off */
+    uint64_t cpu_period_ns;    /* initial/fixed CPU period per thread */
+    double wall_hz;            /* wall ticker frequency; 0 = off */
+    uint32_t wall_threads;     /* max threads signalled per wall tick */
+    double cpu_budget;         /* fraction of process CPU the agent may use (0.01 = 1%) */
+    int controller;            /* 0: fixed periods */
+    int log_level;
+} ag_config_t;
+
+/* Reads the environment into cfg (defaults for anything unset). Invalid values print one
+ * stderr line each (variable, value, default used). Never fails. app, constructor only. */
+AG_HIDDEN void ag_config_load(ag_config_t *cfg);
+
+/* ---- ring.c: SPSC byte ring of 8-byte aligned records; the owning thread (or its signal
+ * handler, never both at once, see ag_thread_t.busy) produces, the bg thread consumes. ---- */
+typedef struct {
+    uint8_t *buf;
+    uint32_t mask;
+    _Atomic uint64_t head; /* producer position (bytes, monotonic) */
+    _Atomic uint64_t tail; /* consumer position */
+} ag_ring_t;
+
+AG_HIDDEN int ag_ring_init(ag_ring_t *r, uint32_t size);
+AG_HIDDEN void ag_ring_destroy(ag_ring_t *r);
+/* handler-safe. Returns a pointer to len (multiple of 8) contiguous writable bytes, or NULL if
+ * full. Commit with ag_ring_commit(). */
+AG_HIDDEN void *ag_ring_reserve(ag_ring_t *r, uint32_t len);
+AG_HIDDEN void ag_ring_commit(ag_ring_t *r, uint32_t len);
+/* bg. Returns the next record (its first u32 is its length) or NULL; release with
+ * ag_ring_release(). */
+AG_HIDDEN const void *ag_ring_peek(ag_ring_t *r);
+AG_HIDDEN void ag_ring_release(ag_ring_t *r, uint32_t len);
+
+/* ---- thread.c ---- */
+enum { AG_TS_FREE = 0, AG_TS_CLAIMED, AG_TS_ACTIVE, AG_TS_EXITED };
+
+typedef struct ag_thread {
+    _Atomic int state;
+    _Atomic pid_t tid;
+    _Atomic uintptr_t stack_lo, stack_hi; /* 0: unknown yet (foreign thread) */
+    _Atomic uintptr_t seen_sp;            /* handler: an sp seen while bounds were unknown */
+    _Atomic uint64_t cpu_period_ns;       /* period its CPU timer is armed with (weight) */
+    volatile sig_atomic_t busy;           /* a non-handler producer is writing the ring */
+    uint32_t handler_n;                   /* handler: samples taken (cost probe cadence) */
+    ag_ring_t ring;
+    timer_t timer;
+    int has_timer;
+    int self_registered;                  /* registered by the thread itself (has TLS) */
+    uint64_t wall_last_ns;                /* bg: monotonic time of last wall signal */
+    uint32_t chunk_index;                 /* bg: thread index in the chunk being built */
+    uint64_t chunk_seq;                   /* bg: chunk the index belongs to */
+} ag_thread_t;
+
+AG_HIDDEN extern ag_thread_t ag_threads[AG_MAX_THREADS];
+
+AG_HIDDEN void ag_thread_module_init(void);
+/* app: registers the calling thread (stack bounds, ring, CPU timer). Idempotent. */
+AG_HIDDEN ag_thread_t *ag_thread_register_self(void);
+/* handler-safe: the calling thread's slot or NULL (TLS, else a search by tid). */
+AG_HIDDEN ag_thread_t *ag_thread_current(void);
+/* bg: registers threads listed in /proc/self/task and not yet known; retires dead ones (after
+ * their rings were drained by the caller); resolves stack bounds of foreign threads. */
+AG_HIDDEN void ag_thread_scan(void);
+/* bg: reaps exited slots whose rings are empty. */
+AG_HIDDEN void ag_thread_reap(void);
+/* Arms every registered thread's CPU timer with period_ns (0 disarms). bg/app. */
+AG_HIDDEN void ag_thread_set_cpu_period(uint64_t period_ns);
+/* Stops every timer (exit). */
+AG_HIDDEN void ag_thread_stop_all(void);
+/* fork child: forget every slot except the calling thread's; re-arm its timer. */
+AG_HIDDEN void ag_thread_after_fork_child(void);
+AG_HIDDEN void ag_thread_lock(void);
+AG_HIDDEN void ag_thread_unlock(void);
+AG_HIDDEN int ag_thread_count(void);
+/* Creates a thread that is never sampled (the agent's own), bypassing the wrapper. */
+#include <pthread.h>
+AG_HIDDEN int ag_thread_create_raw(pthread_t *th, void *(*fn)(void *), void *arg);
+
+/* ---- signal.c ---- */
+#define AG_TAG_CPU ((void *)0x46504350u)      /* "FPCP": sigev_value of our CPU timers */
+#define AG_WALL_MAGIC 0x4657ull /* top 16 bits of the wall si_value: bit 0 on-CPU, bits 1-47 µs */
+AG_HIDDEN extern int ag_sig;                     /* sampling signal number, 0 if none */
+/* Picks a free real-time signal and installs the handler. Returns 0 or -EBUSY. */
+AG_HIDDEN int ag_signal_init(void);
+/* bg: sends a wall sample request to thread tid. weight_ns: wall time it stands for. */
+AG_HIDDEN int ag_signal_wall(pid_t tid, uint64_t weight_ns, int on_cpu);
+/* Installs the SIGTERM flush handler if SIGTERM is at its default disposition. */
+AG_HIDDEN void ag_signal_sigterm_install(void);
+AG_HIDDEN void ag_signal_sigterm_restore(void);
+/* bg: measures the kernel cost of delivering one sampling signal (ns). */
+AG_HIDDEN uint64_t ag_signal_calibrate(void);
+
+/* ---- unwind.c ---- */
+/* handler-safe. Walks frame pointers from (pc, fp, sp) within [lo, hi). Writes up to max
+ * program counters, leaf first (pcs[0] = pc). Returns the count; *truncated set when the
+ * chain continued past max. */
+AG_HIDDEN uint32_t ag_unwind_fp(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t lo,
+                                uintptr_t hi, uintptr_t *pcs, uint32_t max, int *truncated);
+
+/* ---- record.c: the generic sample record ---- */
+#define AG_REC_SKIP 0xffu /* ring padding record */
+
+typedef struct {
+    uint32_t len;       /* bytes, including pcs and padding */
+    uint8_t type;       /* cm_event_type_t, or AG_REC_SKIP */
+    uint8_t flags;      /* CM_SF_* */
+    uint16_t depth;     /* pcs that follow, leaf first */
+    uint32_t stack_flags; /* CM_STF_* */
+    uint32_t labels;    /* global label set id (context.c), 0 = none */
+    uint64_t time_ns;   /* CLOCK_REALTIME */
+    uint64_t weight;    /* type unit */
+    uint64_t count;     /* milli-events */
+    uint64_t size;      /* type-specific: alloc bytes, io bytes */
+    uint64_t address;   /* type-specific: lock address */
+    uint32_t io_kind, fd_kind;
+    uint8_t ctx[CM_CONTEXT_SIZE]; /* trace id + span id, zero = none */
+    uintptr_t pcs[];
+} ag_rec_t;
+
+/* One event as a producer describes it (type-specific attributes may stay 0). */
+typedef struct {
+    cm_event_type_t type;
+    uint32_t flags;
+    uint64_t weight, count, size, address;
+    uint32_t io_kind, fd_kind;
+} ag_event_t;
+
+/* handler-safe (and hook-safe): unwinds the calling thread (from uc if not NULL, else from
+ * the caller's frame), snapshots its span context and labels and appends one record to the
+ * thread's ring. Counts events_seen, DROP_RING_FULL, DROP_UNWIND_FAILED,
+ * DROP_STACK_TRUNCATED. Returns 0 or -1 if dropped. Non-handler producers (issue 4 hooks)
+ * must set t->busy around the call; the handler drops (RING_FULL) when it finds busy set. */
+AG_HIDDEN int ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *uc);
+
+/* Global counters (relaxed atomics, handler-safe). */
+AG_HIDDEN extern _Atomic uint64_t ag_drops[CM_EV_COUNT][AG_DROP_REASONS];
+AG_HIDDEN extern _Atomic uint64_t ag_events_seen[CM_EV_COUNT];
+AG_HIDDEN extern _Atomic uint64_t ag_handler_ns_sum, ag_handler_ns_n; /* cost probes */
+AG_HIDDEN extern _Atomic uint64_t ag_samples_taken;                    /* all types */
+static inline void ag_drop_count(uint32_t type, uint32_t reason, uint64_t n) {
+    atomic_fetch_add_explicit(&ag_drops[type][reason], n, memory_order_relaxed);
+}
+
+/* ---- context.c ---- */
+typedef struct {
+    uint8_t ctx[CM_CONTEXT_SIZE];
+    uint32_t labels;
+} ag_ctx_slot_t;
+/* handler-safe: copies the calling thread's current context (double buffer, see context.c). */
+AG_HIDDEN void ag_context_read(ag_ctx_slot_t *out);
+/* bg: the (key, value) pairs of a global label set id. Returns the pair count (<= 4), with
+ * pointers valid until ag_context_reset(). Takes the label lock briefly. */
+AG_HIDDEN uint32_t ag_context_labels(uint32_t id, const char *kv[2 * 4]);
+AG_HIDDEN void ag_context_after_fork_child(void);
+AG_HIDDEN void ag_context_lock(void);
+AG_HIDDEN void ag_context_unlock(void);
+
+/* ---- controller.c ---- */
+typedef struct {
+    cm_event_type_t type;
+    double target;        /* events/s set point (after the budget factor) */
+    double target_cfg;    /* configured set point */
+    double period;        /* current period (type unit per sample) */
+    double period_min, period_max;
+    double base;          /* log-domain reference period */
+    double integral;      /* log-domain integral term */
+    double prev_err;
+    double rate_ewma;     /* measured samples/s, for reports */
+    int enabled;
+} ag_ctl_t;
+
+AG_HIDDEN void ag_ctl_init(ag_ctl_t *c, cm_event_type_t type, double target, double period,
+                           double pmin, double pmax, int enabled);
+/* bg: feeds samples observed over dt seconds; returns the new period. budget_factor in (0,1]
+ * scales the set point down when the agent is over its CPU budget. */
+AG_HIDDEN double ag_ctl_update(ag_ctl_t *c, uint64_t samples, double dt, double budget_factor);
+
+/* ---- symbols.c (bg only) ---- */
+typedef struct ag_object ag_object_t;
+typedef struct {
+    ag_object_t *obj;     /* NULL: no object contains the pc */
+    uint64_t file_addr;   /* pc relative to the object's ELF vaddrs */
+    const char *name;     /* demangled function name or NULL */
+    const char *sysname;  /* linker name or NULL */
+    uint32_t sym_id;      /* unique per (object, symbol), 0 if none */
+} ag_sym_t;
+AG_HIDDEN void ag_symbols_init(void);
+AG_HIDDEN void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out);
+AG_HIDDEN const char *ag_object_path(const ag_object_t *o);
+AG_HIDDEN void ag_object_mapping(const ag_object_t *o, uint64_t *start, uint64_t *limit,
+                                 uint64_t *off, const uint8_t **build_id, uint32_t *bid_len);
+AG_HIDDEN uint32_t *ag_object_chunk_slot(ag_object_t *o); /* builder's per-chunk index */
+
+/* ---- builder.c (bg only) ---- */
+typedef struct ag_builder ag_builder_t;
+AG_HIDDEN ag_builder_t *ag_builder_new(void);
+AG_HIDDEN void ag_builder_free(ag_builder_t *b);
+AG_HIDDEN void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
+                              const ag_rec_t *r);
+AG_HIDDEN uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type);
+/* Encodes everything added since the last call as one chunk covering [start_ns, end_ns] and
+ * resets. hdr supplies the header fields (service, sampling, drops, cpu...). Returns 0 and a
+ * malloc'ed frame, or a CM_E* code. */
+AG_HIDDEN int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame,
+                                size_t *frame_len, char *err, size_t err_size);
+
+/* ---- sender.c (bg only) ---- */
+#define AG_QUEUE_MAX 16 /* unacked chunks kept for the collector */
+AG_HIDDEN void ag_sender_init(const ag_config_t *cfg);
+/* Takes ownership of frame. Writes the output file (if configured) and queues for the
+ * collector (dropping the oldest with DROP_CHUNK_QUEUE_FULL). */
+AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq);
+/* Progresses connect/write/read-acks without blocking. Returns the fd to poll (or -1) and the
+ * poll events wanted; *wake_ms: when it wants to be called again at the latest. */
+AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);
+/* Tries for up to timeout_ms to get the queue acked (exit flush). */
+AG_HIDDEN void ag_sender_drain(int timeout_ms);
+AG_HIDDEN void ag_sender_after_fork_child(void);
+AG_HIDDEN uint32_t ag_sender_queued(void);
+
+/* ---- bgthread.c / agent.c ---- */
+enum { AG_REQ_FLUSH = 1, AG_REQ_STOP = 2, AG_REQ_SIGTERM = 4 };
+typedef struct {
+    ag_config_t cfg;
+    pid_t pid;
+    char host[256];
+    uint64_t process_start_ns;
+    _Atomic int running;          /* handlers record only when set */
+    int efd;                      /* eventfd waking the bg thread (async-signal-safe write) */
+    _Atomic int requests;         /* AG_REQ_* bits */
+    _Atomic uint64_t flush_done;  /* generation counter of completed flushes */
+    ag_ctl_t ctl[CM_EV_COUNT];
+    _Atomic uint64_t cpu_period_ns; /* period in force, read by the handler */
+    uint64_t signal_cost_ns;      /* calibrated kernel delivery cost per sample */
+    uint64_t sequence;            /* next chunk sequence number */
+} ag_state_t;
+AG_HIDDEN extern ag_state_t ag;
+
+AG_HIDDEN int ag_bg_start(void);
+AG_HIDDEN void ag_bg_stop(void); /* final flush, joins */
+AG_HIDDEN void ag_bg_wake(int req); /* async-signal-safe */
+AG_HIDDEN uint64_t ag_now_real(void);
+AG_HIDDEN uint64_t ag_now_mono(void);
+
+#endif

@@ -1,0 +1,83 @@
+/* The generic sample record path, shared by every event type.
+ *
+ * CPU and wall samples come from the signal handler (uc != NULL); issue 4's allocation, lock
+ * and I/O hooks call the same function from normal context (uc == NULL) with t->busy set, so
+ * a sampling signal landing in the middle of a hook sees busy and drops its own sample
+ * (counted as DROP_RING_FULL) rather than interleave two writers on one ring.
+ *
+ * Async-signal-safe: reads the clock (vDSO), unwinds with bounds checks, copies the thread's
+ * context, writes into the preallocated ring. No locks, no allocation, no stdio.
+ */
+#include "internal.h"
+
+#include <string.h>
+#include <ucontext.h>
+
+_Atomic uint64_t ag_drops[CM_EV_COUNT][AG_DROP_REASONS];
+_Atomic uint64_t ag_events_seen[CM_EV_COUNT];
+_Atomic uint64_t ag_handler_ns_sum, ag_handler_ns_n;
+_Atomic uint64_t ag_samples_taken;
+
+#define REC_MAX (sizeof(ag_rec_t) + AG_MAX_DEPTH * sizeof(uintptr_t))
+
+__attribute__((no_sanitize("address", "thread"), noinline)) int
+ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
+    atomic_fetch_add_explicit(&ag_events_seen[ev->type], 1, memory_order_relaxed);
+    if (ucv && t->busy) {
+        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
+        return -1;
+    }
+    uintptr_t pc, fp, sp;
+    if (ucv) {
+        const ucontext_t *uc = ucv;
+        pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+        fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+        sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    } else {
+        pc = (uintptr_t)__builtin_return_address(0);
+        sp = (uintptr_t)__builtin_frame_address(0);
+        fp = *(const uintptr_t *)sp; /* the caller's frame */
+    }
+    uintptr_t lo = atomic_load_explicit(&t->stack_lo, memory_order_relaxed);
+    uintptr_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
+    if (!hi)
+        atomic_store_explicit(&t->seen_sp, sp, memory_order_relaxed);
+
+    ag_rec_t *r = ag_ring_reserve(&t->ring, (uint32_t)REC_MAX);
+    if (!r) {
+        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
+        return -1;
+    }
+    int truncated = 0;
+    uint32_t depth = pc ? ag_unwind_fp(pc, fp, sp, lo, hi, r->pcs, AG_MAX_DEPTH, &truncated) : 0;
+    if (depth == 0) {
+        ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);
+        return -1; /* nothing reserved is committed */
+    }
+    if (truncated)
+        ag_drop_count(ev->type, CM_DROP_STACK_TRUNCATED, 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ag_ctx_slot_t ctx;
+    ag_context_read(&ctx);
+
+    uint32_t len = (uint32_t)(sizeof(ag_rec_t) + depth * sizeof(uintptr_t));
+    len = (len + 7u) & ~7u;
+    r->len = len;
+    r->type = (uint8_t)ev->type;
+    r->flags = (uint8_t)ev->flags;
+    r->depth = (uint16_t)depth;
+    r->stack_flags = truncated ? CM_STF_TRUNCATED : 0;
+    r->labels = ctx.labels;
+    r->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    r->weight = ev->weight;
+    r->count = ev->count;
+    r->size = ev->size;
+    r->address = ev->address;
+    r->io_kind = ev->io_kind;
+    r->fd_kind = ev->fd_kind;
+    memcpy(r->ctx, ctx.ctx, CM_CONTEXT_SIZE);
+    ag_ring_commit(&t->ring, len);
+    atomic_fetch_add_explicit(&ag_samples_taken, 1, memory_order_relaxed);
+    return 0;
+}

@@ -1,0 +1,290 @@
+/* Chunk delivery: files under FLEETPROF_OUTPUT, and the collector's unix socket (cm/wire.h).
+ *
+ * Background thread only; never blocks the application: the socket is non-blocking and is
+ * driven from the bg loop's poll(). Protocol (cm/wire.h): hello, then length-framed chunk
+ * frames; the collector acks each message in order with (message number, status). Every
+ * chunk stays queued until acked with status 0 (accepted) or a negative CM_E* (rejected: never
+ * resent). CM_SOCK_RETRY, EOF or any error closes the connection; after a backoff (100 ms
+ * doubling to 5 s) we reconnect and resend every unacked chunk (duplicates are removed by
+ * chunk id downstream). The queue holds AG_QUEUE_MAX chunks; when full the oldest is discarded
+ * and counted as DROP_CHUNK_QUEUE_FULL in the next chunk. FLEETPROF_COLLECTOR=none disables
+ * the socket.
+ *
+ * Files: written to ".<name>.tmp" and renamed, so a reader never sees half a chunk. Name:
+ * <service>-<pid>-<sequence, 8 digits>.fpc.
+ */
+#include "internal.h"
+
+#include "cm/log.h"
+#include "cm/wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+typedef struct {
+    uint8_t *frame;
+    size_t len;
+    uint64_t seq;
+    uint32_t msg_no; /* number on the current connection once fully written; 0: not sent */
+} entry_t;
+
+static struct {
+    const ag_config_t *cfg;
+    int use_socket;
+    entry_t q[AG_QUEUE_MAX];
+    uint32_t n;
+    int fd;
+    size_t hello_off;     /* bytes of hello written */
+    uint32_t cur;         /* entry being written */
+    size_t cur_off;       /* bytes of (length prefix + frame) written */
+    uint32_t msgs;        /* messages fully written on this connection */
+    uint8_t ack[CM_SOCK_ACK_SIZE];
+    size_t ack_off;
+    uint64_t next_try_ns;
+    uint32_t backoff_ms;
+    int warned_file;
+} S = {.fd = -1};
+
+void ag_sender_init(const ag_config_t *cfg) {
+    S.cfg = cfg;
+    S.use_socket = cfg->collector[0] && strcmp(cfg->collector, "none") != 0;
+    S.fd = -1;
+    S.backoff_ms = 100;
+    S.next_try_ns = 0;
+}
+
+uint32_t ag_sender_queued(void) { return S.n; }
+
+static void write_file(const uint8_t *frame, size_t len, uint64_t seq) {
+    if (!S.cfg->output[0])
+        return;
+    char name[512], tmp[4096 + 600], final[4096 + 600];
+    snprintf(name, sizeof name, "%s-%d-%08llu%s", S.cfg->service, (int)ag.pid,
+             (unsigned long long)seq, CM_CHUNK_FILE_SUFFIX);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", S.cfg->output, name);
+    snprintf(final, sizeof final, "%s/%s", S.cfg->output, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int ok = fd >= 0;
+    size_t off = 0;
+    while (ok && off < len) {
+        ssize_t w = write(fd, frame + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        ok = w > 0;
+        off += w > 0 ? (size_t)w : 0;
+    }
+    if (fd >= 0 && close(fd) != 0)
+        ok = 0;
+    if (ok && rename(tmp, final) != 0)
+        ok = 0;
+    if (!ok) {
+        int e = errno;
+        unlink(tmp);
+        if (!S.warned_file++)
+            CM_WARN("cannot write chunk file %s: %s (FLEETPROF_OUTPUT)", final, strerror(e));
+    }
+}
+
+static void entry_drop(uint32_t i) {
+    free(S.q[i].frame);
+    memmove(&S.q[i], &S.q[i + 1], (S.n - i - 1) * sizeof S.q[0]);
+    S.n--;
+    if (S.cur > i)
+        S.cur--;
+    else if (S.cur == i)
+        S.cur_off = 0; /* a half-written message is lost with it: the stream is now broken */
+}
+
+static void disconnect(void) {
+    if (S.fd >= 0)
+        close(S.fd);
+    S.fd = -1;
+    for (uint32_t i = 0; i < S.n; i++)
+        S.q[i].msg_no = 0;
+    S.cur = 0;
+    S.cur_off = 0;
+    S.ack_off = 0;
+    S.hello_off = 0;
+    S.msgs = 0;
+    S.next_try_ns = ag_now_mono() + (uint64_t)S.backoff_ms * 1000000u;
+    S.backoff_ms = S.backoff_ms * 2 > 5000 ? 5000 : S.backoff_ms * 2;
+}
+
+void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq) {
+    write_file(frame, len, seq);
+    if (!S.use_socket) {
+        free(frame);
+        return;
+    }
+    if (S.n == AG_QUEUE_MAX) {
+        int broken = S.cur == 0 && S.cur_off > 0;
+        entry_drop(0);
+        ag_drop_count(0, CM_DROP_CHUNK_QUEUE_FULL, 1);
+        if (broken && S.fd >= 0)
+            disconnect(); /* the partial message cannot be completed */
+    }
+    S.q[S.n++] = (entry_t){frame, len, seq, 0};
+}
+
+static int try_connect(void) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", S.cfg->collector);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    S.fd = fd;
+    S.hello_off = 0;
+    S.msgs = 0;
+    S.cur = 0;
+    S.cur_off = 0;
+    S.ack_off = 0;
+    return 0;
+}
+
+static int do_write(void) {
+    static uint8_t hello[CM_SOCK_HELLO_SIZE] = {'F', 'P', 'R', 'H', CM_SOCK_VERSION, 0, 0, 0};
+    while (S.hello_off < sizeof hello) {
+        ssize_t w = send(S.fd, hello + S.hello_off, sizeof hello - S.hello_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+        S.hello_off += (size_t)w;
+    }
+    while (S.cur < S.n) {
+        entry_t *e = &S.q[S.cur];
+        if (e->msg_no) {
+            S.cur++;
+            continue;
+        }
+        uint8_t pre[4] = {(uint8_t)e->len, (uint8_t)(e->len >> 8), (uint8_t)(e->len >> 16),
+                          (uint8_t)(e->len >> 24)};
+        while (S.cur_off < 4 + e->len) {
+            ssize_t w;
+            if (S.cur_off < 4)
+                w = send(S.fd, pre + S.cur_off, 4 - S.cur_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            else
+                w = send(S.fd, e->frame + (S.cur_off - 4), e->len - (S.cur_off - 4),
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w < 0)
+                return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+            S.cur_off += (size_t)w;
+        }
+        e->msg_no = ++S.msgs;
+        S.cur++;
+        S.cur_off = 0;
+    }
+    return 0;
+}
+
+static int do_read(void) {
+    for (;;) {
+        ssize_t r = recv(S.fd, S.ack + S.ack_off, sizeof S.ack - S.ack_off, MSG_DONTWAIT);
+        if (r == 0)
+            return -ECONNRESET;
+        if (r < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+        S.ack_off += (size_t)r;
+        if (S.ack_off < sizeof S.ack)
+            continue;
+        S.ack_off = 0;
+        uint32_t no = (uint32_t)S.ack[0] | (uint32_t)S.ack[1] << 8 | (uint32_t)S.ack[2] << 16 |
+                      (uint32_t)S.ack[3] << 24;
+        int32_t status = (int32_t)((uint32_t)S.ack[4] | (uint32_t)S.ack[5] << 8 |
+                                   (uint32_t)S.ack[6] << 16 | (uint32_t)S.ack[7] << 24);
+        if (status == CM_SOCK_RETRY)
+            return -EAGAIN; /* collector shedding load: back off, resend later */
+        for (uint32_t i = 0; i < S.n; i++) {
+            if (S.q[i].msg_no != no)
+                continue;
+            if (status != 0)
+                CM_WARN("collector rejected chunk %llu: status %d",
+                        (unsigned long long)S.q[i].seq, (int)status);
+            entry_drop(i);
+            break;
+        }
+        S.backoff_ms = 100; /* a working connection resets the backoff */
+    }
+}
+
+int ag_sender_step(short *events, int *wake_ms) {
+    *events = 0;
+    *wake_ms = -1;
+    if (!S.use_socket)
+        return -1;
+    if (S.fd < 0) {
+        if (S.n == 0)
+            return -1;
+        uint64_t now = ag_now_mono();
+        if (now < S.next_try_ns) {
+            *wake_ms = (int)((S.next_try_ns - now) / 1000000u) + 1;
+            return -1;
+        }
+        if (try_connect() != 0) {
+            S.fd = -1;
+            disconnect();
+            *wake_ms = (int)S.backoff_ms;
+            return -1;
+        }
+    }
+    int rc = do_write();
+    if (rc == 0)
+        rc = do_read();
+    if (rc != 0) {
+        disconnect();
+        *wake_ms = (int)S.backoff_ms;
+        return -1;
+    }
+    *events = POLLIN;
+    if (S.hello_off < CM_SOCK_HELLO_SIZE || S.cur < S.n)
+        *events |= POLLOUT;
+    return S.fd;
+}
+
+void ag_sender_drain(int timeout_ms) {
+    uint64_t deadline = ag_now_mono() + (uint64_t)timeout_ms * 1000000u;
+    while (S.n > 0) {
+        uint64_t now = ag_now_mono();
+        if (now >= deadline)
+            break;
+        short ev;
+        int wake;
+        int fd = ag_sender_step(&ev, &wake);
+        int left = (int)((deadline - now) / 1000000u) + 1;
+        if (fd < 0) {
+            if (wake < 0 || wake >= left || S.backoff_ms >= 400)
+                break; /* collector absent: do not hold the exit up for a retry */
+            poll(NULL, 0, wake);
+            continue;
+        }
+        struct pollfd p = {fd, ev, 0};
+        poll(&p, 1, left < 50 ? left : 50);
+    }
+}
+
+void ag_sender_after_fork_child(void) {
+    /* The parent owns the connection and the queued chunks (its profile, its pid). */
+    if (S.fd >= 0)
+        close(S.fd);
+    S.fd = -1;
+    for (uint32_t i = 0; i < S.n; i++)
+        free(S.q[i].frame);
+    S.n = 0;
+    S.cur = 0;
+    S.cur_off = 0;
+    S.backoff_ms = 100;
+    S.next_try_ns = 0;
+}

@@ -1,0 +1,229 @@
+/* The sampling signal: choice, handler, chaining, wall requests, SIGTERM flush, calibration.
+ *
+ * Choice: the first real-time signal from SIGRTMAX-3 downward whose disposition is SIG_DFL
+ * when the agent starts; SIGPROF is never touched (the application or gperftools may use it).
+ * If the application later installs a handler for our signal (sigaction() or signal()), the
+ * interposers below record it instead of replacing ours, and our handler chains to it for
+ * every signal that is not one of ours (ours: SI_TIMER with our sigev tag, or SI_QUEUE from
+ * our pid with our wall tag). Under sanitizers the runtime's interceptors sit in front of
+ * ours, so chaining is not guaranteed there (documented in agent/README.md).
+ *
+ * The handler (async-signal-safe): saves/restores errno, classifies the signal, and hands
+ * the event to ag_record_take() (record.c). Every 64th sample on a thread it also reads the
+ * thread CPU clock around the body to estimate the per-sample cost (a syscall each time, so
+ * not on every sample). Signals are not nested (no SA_NODEFER), so one thread never runs two
+ * of our handlers at once.
+ *
+ * SIGTERM: if it is at its default disposition at start, a handler wakes the background
+ * thread through its eventfd (write(2) is async-signal-safe); that thread writes the last
+ * chunk, restores SIG_DFL and re-raises, so the process still dies of SIGTERM.
+ */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
+int ag_sig;
+static _Atomic(void *) g_app_fn;   /* application's handler for ag_sig (chained) */
+static _Atomic int g_app_flags;    /* its sa_flags (SA_SIGINFO) */
+static struct sigaction g_app_act; /* what sigaction(ag_sig, NULL, &old) reports */
+static int g_sigterm_installed;
+
+static sigaction_fn real_sigaction(void) {
+    static _Atomic(sigaction_fn) real;
+    sigaction_fn r = atomic_load(&real);
+    if (!r) {
+        r = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+        atomic_store(&real, r);
+    }
+    return r;
+}
+
+/* The sigaction that a program call would reach (a sanitizer interceptor, else ours). */
+static int global_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    sigaction_fn f = (sigaction_fn)dlsym(RTLD_DEFAULT, "sigaction");
+    return f ? f(sig, act, old) : -1;
+}
+
+static void chain(int sig, siginfo_t *si, void *uc) {
+    void *fn = atomic_load_explicit(&g_app_fn, memory_order_acquire);
+    if (!fn || fn == (void *)SIG_DFL || fn == (void *)SIG_IGN)
+        return; /* a stray signal of ours nobody else wants: ignore it */
+    if (atomic_load_explicit(&g_app_flags, memory_order_relaxed) & SA_SIGINFO)
+        ((void (*)(int, siginfo_t *, void *))fn)(sig, si, uc);
+    else
+        ((void (*)(int))fn)(sig);
+}
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void handler(int sig, siginfo_t *si, void *uc) {
+    int saved = errno;
+    ag_event_t ev;
+    ag_thread_t *t;
+    memset(&ev, 0, sizeof ev);
+    if (si->si_code == SI_TIMER && si->si_value.sival_ptr == AG_TAG_CPU) {
+        uint64_t n = 1 + (si->si_overrun > 0 ? (uint64_t)si->si_overrun : 0);
+        ev.type = CM_EV_CPU;
+        ev.count = CM_COUNT_ONE * n;
+        ev.weight = n; /* times the thread's period, below */
+    } else if (si->si_code == SI_QUEUE && si->si_pid == ag.pid &&
+               ((uint64_t)(uintptr_t)si->si_value.sival_ptr >> 48) == AG_WALL_MAGIC) {
+        uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
+        ev.type = CM_EV_WALL;
+        ev.weight = ((v >> 1) & ((1ull << 47) - 1)) * 1000u;
+        ev.count = CM_COUNT_ONE;
+        ev.flags = (v & 1) ? CM_SF_ON_CPU : 0;
+        if (ev.weight == 0)
+            goto out; /* calibration signal */
+    } else {
+        chain(sig, si, uc);
+        goto out;
+    }
+    if (!atomic_load_explicit(&ag.running, memory_order_acquire))
+        goto out;
+    t = ag_thread_current();
+    if (!t)
+        goto out;
+    if (ev.type == CM_EV_CPU)
+        ev.weight *= atomic_load_explicit(&t->cpu_period_ns, memory_order_relaxed);
+    if ((t->handler_n++ & 63) == 0) {
+        uint64_t t0 = thread_cpu_ns();
+        ag_record_take(t, &ev, uc);
+        uint64_t t1 = thread_cpu_ns();
+        atomic_fetch_add_explicit(&ag_handler_ns_sum, t1 - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ag_handler_ns_n, 1, memory_order_relaxed);
+    } else {
+        ag_record_take(t, &ev, uc);
+    }
+out:
+    errno = saved;
+}
+
+int ag_signal_init(void) {
+    sigaction_fn real = real_sigaction();
+    if (!real)
+        return -ENOSYS;
+    for (int s = SIGRTMAX - 3; s >= SIGRTMIN + 2; s--) {
+        struct sigaction old;
+        if (real(s, NULL, &old) != 0 || old.sa_handler != SIG_DFL)
+            continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = handler;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (global_sigaction(s, &sa, NULL) != 0)
+            continue;
+        memset(&g_app_act, 0, sizeof g_app_act);
+        g_app_act.sa_handler = SIG_DFL;
+        ag_sig = s;
+        return 0;
+    }
+    return -EBUSY;
+}
+
+int ag_signal_wall(pid_t tid, uint64_t weight_ns, int on_cpu) {
+    uint64_t us = weight_ns / 1000u;
+    if (us >= (1ull << 47))
+        us = (1ull << 47) - 1;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = ag_sig;
+    si.si_code = SI_QUEUE;
+    si.si_pid = ag.pid;
+    si.si_uid = getuid();
+    si.si_value.sival_ptr = (void *)(uintptr_t)(AG_WALL_MAGIC << 48 | us << 1 | (on_cpu ? 1 : 0));
+    return (int)syscall(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, &si);
+}
+
+uint64_t ag_signal_calibrate(void) {
+    /* Kernel signal delivery + sigreturn + our classification, measured on this thread. */
+    enum { N = 200 };
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    uint64_t t0 = thread_cpu_ns();
+    for (int i = 0; i < N; i++)
+        ag_signal_wall(tid, 0, 0);
+    uint64_t t1 = thread_cpu_ns();
+    return (t1 - t0) / N;
+}
+
+static void sigterm_handler(int sig) {
+    (void)sig;
+    if (atomic_load(&ag.running)) {
+        ag_bg_wake(AG_REQ_SIGTERM);
+        return;
+    }
+    signal(SIGTERM, SIG_DFL); /* agent not running: die now */
+    raise(SIGTERM);
+}
+
+void ag_signal_sigterm_install(void) {
+    struct sigaction old, sa;
+    if (real_sigaction()(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO))
+        return;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sigterm_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (global_sigaction(SIGTERM, &sa, NULL) == 0)
+        g_sigterm_installed = 1;
+}
+
+void ag_signal_sigterm_restore(void) {
+    if (!g_sigterm_installed)
+        return;
+    struct sigaction cur, sa;
+    /* Only if it is still ours: the application may have installed its own since. */
+    if (global_sigaction(SIGTERM, NULL, &cur) == 0 && cur.sa_handler == sigterm_handler) {
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        global_sigaction(SIGTERM, &sa, NULL);
+    }
+    g_sigterm_installed = 0;
+}
+
+/* ---- interposers: keep the application's handler for our signal chained behind ours ---- */
+
+__attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction *act,
+                                                     struct sigaction *old) {
+    sigaction_fn real = real_sigaction();
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (!ag_sig || sig != ag_sig)
+        return real(sig, act, old);
+    if (old)
+        *old = g_app_act;
+    if (act) {
+        g_app_act = *act;
+        atomic_store(&g_app_flags, act->sa_flags);
+        atomic_store_explicit(&g_app_fn,
+                              (act->sa_flags & SA_SIGINFO) ? (void *)act->sa_sigaction
+                                                           : (void *)act->sa_handler,
+                              memory_order_release);
+    }
+    return 0;
+}
+
+__attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t h) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* glibc's signal() has BSD semantics */
+    if (sigaction(sig, &sa, &old) != 0)
+        return SIG_ERR;
+    return old.sa_handler;
+}

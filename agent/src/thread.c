@@ -1,0 +1,395 @@
+/* Thread registry: one slot per sampled thread (tid, stack bounds, ring, CPU-time timer).
+ *
+ * How threads get in:
+ *   - the thread itself (constructor for the main thread; the pthread_create wrapper below for
+ *     new threads; any public API call): exact stack bounds from pthread_getattr_np, a TLS
+ *     pointer for the handler, and a pthread key whose destructor retires the slot at exit;
+ *   - the background thread's scan of /proc/self/task (threads that existed before the agent
+ *     was loaded, or were created where our pthread_create is not the one called, e.g. under
+ *     sanitizers whose runtimes intercept it first): these "foreign" slots start without stack
+ *     bounds; the handler reports the sp it saw and the scan looks it up in /proc/self/maps.
+ *     Until then their samples carry the leaf frame only.
+ *
+ * Locking: registry changes take g_lock (app and bg contexts only). The handler never locks:
+ * it reads its slot through TLS, or searches slots by tid with atomic loads. Slots are reused
+ * only after the thread is gone and its ring was drained (ag_thread_reap), and rings are never
+ * unmapped while their thread can still run a handler.
+ * fork: agent.c holds g_lock across fork (pthread_atfork) and the child reinitialises it.
+ */
+#include "internal.h"
+
+#include "cm/log.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+
+ag_thread_t ag_threads[AG_MAX_THREADS];
+static _Atomic uint32_t g_hw; /* slots in use are all below g_hw */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t g_key;
+static int g_key_ok;
+static TLS ag_thread_t *t_self;
+
+static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
+
+void ag_thread_lock(void) { pthread_mutex_lock(&g_lock); }
+void ag_thread_unlock(void) { pthread_mutex_unlock(&g_lock); }
+
+static void thread_exit(void *arg);
+
+void ag_thread_module_init(void) {
+    if (!g_key_ok && pthread_key_create(&g_key, thread_exit) == 0)
+        g_key_ok = 1;
+}
+
+static clockid_t tid_cpu_clock(pid_t tid) {
+    /* The kernel's per-thread CPU clock id: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED), the
+     * same value pthread_getcpuclockid() returns, usable for threads we hold no pthread_t of. */
+    return (clockid_t)(((unsigned)~tid << 3) | 4 /* per thread */ | 2 /* sched */);
+}
+
+/* (Re)arms t's CPU timer. Unbiased across period changes: the CPU the thread already spent
+ * toward its next sample (old period - remaining) counts toward the new period, so the next
+ * sample's weight (the new period) covers exactly the CPU since the previous sample. */
+static void arm(ag_thread_t *t, uint64_t period_ns) {
+    if (!t->has_timer)
+        return;
+    uint64_t old = atomic_load(&t->cpu_period_ns), value = period_ns;
+    struct itimerspec cur;
+    if (old && period_ns && timer_gettime(t->timer, &cur) == 0) {
+        uint64_t rem = (uint64_t)cur.it_value.tv_sec * 1000000000u + (uint64_t)cur.it_value.tv_nsec;
+        uint64_t spent = rem < old ? old - rem : 0;
+        value = period_ns > spent + 1000 ? period_ns - spent : 1000;
+    }
+    struct itimerspec its;
+    its.it_interval.tv_sec = (time_t)(period_ns / 1000000000u);
+    its.it_interval.tv_nsec = (long)(period_ns % 1000000000u);
+    its.it_value.tv_sec = (time_t)(value / 1000000000u);
+    its.it_value.tv_nsec = (long)(value % 1000000000u);
+    atomic_store(&t->cpu_period_ns, period_ns);
+    timer_settime(t->timer, 0, &its, NULL);
+}
+
+static void timer_setup(ag_thread_t *t, pid_t tid) {
+    if (!ag_sig)
+        return;
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev._sigev_un._tid = tid;
+    sev.sigev_signo = ag_sig;
+    sev.sigev_value.sival_ptr = AG_TAG_CPU;
+    if (timer_create(tid_cpu_clock(tid), &sev, &t->timer) == 0) {
+        t->has_timer = 1;
+        uint64_t p = atomic_load_explicit(&ag.cpu_period_ns, memory_order_relaxed);
+        if (p && ag.cfg.cpu_rate > 0)
+            arm(t, p);
+    }
+}
+
+/* Under g_lock. Returns a slot claimed for tid, or NULL (DROP_THREAD_LIMIT counted). */
+static ag_thread_t *slot_claim(pid_t tid) {
+    for (uint32_t i = 0; i < AG_MAX_THREADS; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        if (atomic_load(&t->state) != AG_TS_FREE)
+            continue;
+        if (!t->ring.buf && ag_ring_init(&t->ring, AG_RING_SIZE) != 0)
+            return NULL;
+        atomic_store(&t->tid, tid);
+        atomic_store(&t->stack_lo, 0);
+        atomic_store(&t->stack_hi, 0);
+        atomic_store(&t->seen_sp, 0);
+        atomic_store(&t->cpu_period_ns, 0);
+        t->busy = 0;
+        t->handler_n = 0;
+        t->has_timer = 0;
+        t->self_registered = 0;
+        t->wall_last_ns = ag_now_mono();
+        t->chunk_seq = UINT64_MAX;
+        atomic_store(&t->state, AG_TS_CLAIMED);
+        if (i + 1 > atomic_load(&g_hw))
+            atomic_store(&g_hw, i + 1);
+        return t;
+    }
+    ag_drop_count(0, CM_DROP_THREAD_LIMIT, 1);
+    return NULL;
+}
+
+/* Under g_lock: the active slot of tid or NULL. */
+static ag_thread_t *slot_find(pid_t tid) {
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        int st = atomic_load(&t->state);
+        if ((st == AG_TS_ACTIVE || st == AG_TS_CLAIMED) && atomic_load(&t->tid) == tid)
+            return t;
+    }
+    return NULL;
+}
+
+ag_thread_t *ag_thread_register_self(void) {
+    if (t_self)
+        return t_self;
+    if (!atomic_load(&ag.running))
+        return NULL;
+    pid_t tid = gettid_();
+    uintptr_t lo = 0, hi = 0;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *addr;
+        size_t size;
+        if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+            lo = (uintptr_t)addr;
+            hi = lo + size;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_lock(&g_lock);
+    ag_thread_t *t = slot_find(tid); /* maybe registered by the scan already */
+    if (!t && (t = slot_claim(tid)) != NULL)
+        timer_setup(t, tid);
+    if (t) {
+        atomic_store(&t->stack_lo, lo);
+        atomic_store(&t->stack_hi, hi);
+        t->self_registered = 1;
+        atomic_store(&t->state, AG_TS_ACTIVE);
+        t_self = t;
+        if (g_key_ok)
+            pthread_setspecific(g_key, t);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return t;
+}
+
+/* pthread key destructor: the thread is exiting. */
+static void thread_exit(void *arg) {
+    ag_thread_t *t = arg;
+    t_self = NULL;
+    pthread_mutex_lock(&g_lock);
+    if (atomic_load(&t->tid) == gettid_() && atomic_load(&t->state) == AG_TS_ACTIVE) {
+        if (t->has_timer)
+            timer_delete(t->timer);
+        t->has_timer = 0;
+        atomic_store(&t->state, AG_TS_EXITED);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+ag_thread_t *ag_thread_current(void) {
+    ag_thread_t *t = t_self;
+    if (t)
+        return t;
+    pid_t tid = gettid_();
+    uint32_t hw = atomic_load_explicit(&g_hw, memory_order_acquire);
+    for (uint32_t i = 0; i < hw; i++) {
+        ag_thread_t *s = &ag_threads[i];
+        if (atomic_load_explicit(&s->tid, memory_order_relaxed) == tid &&
+            atomic_load_explicit(&s->state, memory_order_acquire) == AG_TS_ACTIVE) {
+            t_self = s; /* this thread's own TLS: valid until it exits */
+            return s;
+        }
+    }
+    return NULL;
+}
+
+static int find_stack_mapping(uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int found = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx", &a, &b) == 2 && sp >= a && sp < b) {
+            *lo = a;
+            *hi = b;
+            found = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+void ag_thread_scan(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return;
+    pid_t live[AG_MAX_THREADS];
+    uint32_t nlive = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && nlive < AG_MAX_THREADS) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        live[nlive++] = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    pid_t self = gettid_();
+    pthread_mutex_lock(&g_lock);
+    for (uint32_t i = 0; i < nlive; i++) {
+        if (live[i] == self || slot_find(live[i]))
+            continue; /* the agent's own thread is never sampled */
+        ag_thread_t *t = slot_claim(live[i]);
+        if (!t)
+            break;
+        timer_setup(t, live[i]);
+        atomic_store(&t->state, AG_TS_ACTIVE);
+    }
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        if (atomic_load(&t->state) != AG_TS_ACTIVE)
+            continue;
+        pid_t tid = atomic_load(&t->tid);
+        int alive = 0;
+        for (uint32_t k = 0; k < nlive && !alive; k++)
+            alive = live[k] == tid;
+        if (!alive) {
+            if (t->has_timer)
+                timer_delete(t->timer);
+            t->has_timer = 0;
+            atomic_store(&t->state, AG_TS_EXITED);
+            continue;
+        }
+        uintptr_t sp = atomic_load(&t->seen_sp), lo, hi;
+        if (sp && !atomic_load(&t->stack_hi) && find_stack_mapping(sp, &lo, &hi) == 0) {
+            atomic_store(&t->stack_lo, lo);
+            atomic_store(&t->stack_hi, hi);
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void ag_thread_reap(void) {
+    pthread_mutex_lock(&g_lock);
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        if (atomic_load(&t->state) == AG_TS_EXITED && !ag_ring_peek(&t->ring)) {
+            atomic_store(&t->tid, 0);
+            atomic_store(&t->state, AG_TS_FREE); /* ring kept mapped for the next thread */
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+int ag_thread_count(void) {
+    int n = 0;
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++)
+        n += atomic_load(&ag_threads[i].state) == AG_TS_ACTIVE;
+    return n;
+}
+
+void ag_thread_set_cpu_period(uint64_t period_ns) {
+    pthread_mutex_lock(&g_lock);
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++)
+        if (atomic_load(&ag_threads[i].state) == AG_TS_ACTIVE)
+            arm(&ag_threads[i], period_ns);
+    pthread_mutex_unlock(&g_lock);
+}
+
+void ag_thread_stop_all(void) {
+    pthread_mutex_lock(&g_lock);
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        if (t->has_timer)
+            timer_delete(t->timer);
+        t->has_timer = 0;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void ag_thread_after_fork_child(void) {
+    pthread_mutex_init(&g_lock, NULL);
+    /* Timers are not inherited; the parent's other threads do not exist here; undrained
+     * records belong to the parent's profile (the parent ships them). */
+    pid_t tid = gettid_();
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        t->has_timer = 0;
+        atomic_store(&t->cpu_period_ns, 0);
+        atomic_store(&t->ring.head, 0);
+        atomic_store(&t->ring.tail, 0);
+        if (t != t_self) {
+            atomic_store(&t->tid, 0);
+            atomic_store(&t->state, AG_TS_FREE);
+        }
+    }
+    if (t_self) {
+        atomic_store(&t_self->tid, tid);
+        t_self->wall_last_ns = ag_now_mono();
+        timer_setup(t_self, tid);
+    }
+}
+
+/* ---- pthread_create wrapper ---- */
+
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
+                                 void *);
+
+typedef struct {
+    void *(*fn)(void *);
+    void *arg;
+} trampoline_t;
+
+static void *trampoline(void *p) {
+    trampoline_t tr = *(trampoline_t *)p;
+    free(p);
+    ag_thread_register_self();
+    return tr.fn(tr.arg);
+}
+
+/* Interposes libc's pthread_create (LD_PRELOAD, or linked ahead of libc) so new threads
+ * register themselves with exact stack bounds before running any code of theirs. */
+static pthread_create_fn real_create(void) {
+    static _Atomic(pthread_create_fn) real;
+    pthread_create_fn r = atomic_load(&real);
+    if (!r) {
+        r = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+        atomic_store(&real, r);
+    }
+    return r;
+}
+
+static TLS int t_raw_create;
+
+/* Goes through the global pthread_create (a sanitizer's interceptor must see the thread),
+ * which may be our wrapper: t_raw_create tells it not to register the new thread. */
+int ag_thread_create_raw(pthread_t *th, void *(*fn)(void *), void *arg) {
+    t_raw_create = 1;
+    int rc = pthread_create(th, NULL, fn, arg);
+    t_raw_create = 0;
+    return rc;
+}
+
+__attribute__((visibility("default"))) int pthread_create(pthread_t *th,
+                                                          const pthread_attr_t *attr,
+                                                          void *(*fn)(void *), void *arg) {
+    pthread_create_fn r = real_create();
+    if (!r)
+        return EAGAIN;
+    if (!atomic_load(&ag.running) || t_raw_create)
+        return r(th, attr, fn, arg);
+    trampoline_t *tr = malloc(sizeof *tr);
+    if (!tr)
+        return r(th, attr, fn, arg);
+    tr->fn = fn;
+    tr->arg = arg;
+    int rc = r(th, attr, trampoline, tr);
+    if (rc)
+        free(tr);
+    return rc;
+}

@@ -1,0 +1,12 @@
+# Agent tests (issue 3): workload programs under libfleetprof, read back through the codec.
+# fp-work: plain program (for LD_PRELOAD and `fleetprof run`); fp-work-linked: linked to the
+# agent (sanitizer builds: a sanitized .so cannot be preloaded into an uninstrumented program).
+foreach(v fp-work fp-work-linked)
+  add_executable(${v} programs/fp-work.c)
+  target_compile_options(${v} PRIVATE -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer
+    -fno-optimize-sibling-calls)
+  target_link_libraries(${v} PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+endforeach()
+target_link_libraries(fp-work-linked PRIVATE fleetprof_agent)
+# Linked before libc so that its pthread_create/sigaction interposers are the ones called.
+set_target_properties(fp-work-linked PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")

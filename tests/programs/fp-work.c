@@ -1,0 +1,204 @@
+/* Workloads run under the agent by tests/test-agent.c and bench/bench-agent.c.
+ *
+ *   fp-work cpu SECS            burn_a and burn_b alternate, b doing 3x a's work (1:3 split)
+ *   fp-work threads N SECS      N threads in burn_thread
+ *   fp-work wall SECS           main burns in burn_a; a second thread sleeps in sleep_here
+ *   fp-work span SECS           span_a under trace A, span_b under trace B (1:1), labels too
+ *   fp-work step S1 S2 N        1 burning thread for S1 s, then N threads for S2 s
+ *   fp-work fork SECS           burns, forks; the child burns in child_work; both exit 0
+ *   fp-work exec SECS           execs itself as "cpu SECS" (profile must follow the exec)
+ *   fp-work forever             burns in burn_forever until killed (SIGTERM test)
+ *   fp-work chain SECS          installs handlers for every candidate RT signal after start,
+ *                               sends each to itself, checks every one ran, then burns
+ *   fp-work deep DEPTH SECS     burns at the bottom of a DEPTH-deep recursion
+ *   fp-work flush               burns 0.3 s, calls fleetprof_flush(), prints its result
+ *
+ * Prints "cpu_ns=<process CPU>" at the end. Calls the agent's API through dlsym, so the same
+ * source works linked to libfleetprof or under LD_PRELOAD or without the agent.
+ * Built with frame pointers and without inlining of the named functions.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+static volatile uint64_t sink;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+NOINLINE static void spin(uint64_t n) {
+    uint64_t x = sink;
+    for (uint64_t i = 0; i < n; i++)
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+    sink = x;
+}
+
+NOINLINE void burn_a(uint64_t n) { spin(n); __asm__ volatile("" ::: "memory"); }
+NOINLINE void burn_b(uint64_t n) { spin(3 * n); __asm__ volatile("" ::: "memory"); }
+NOINLINE void span_a(uint64_t n) { spin(n); __asm__ volatile("" ::: "memory"); }
+NOINLINE void span_b(uint64_t n) { spin(n); __asm__ volatile("" ::: "memory"); }
+NOINLINE void child_work(uint64_t n) { spin(n); __asm__ volatile("" ::: "memory"); }
+NOINLINE void burn_forever(void) {
+    for (;;)
+        spin(100000);
+}
+
+NOINLINE void sleep_here(double secs) {
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    nanosleep(&ts, NULL);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void burn_for(double secs) {
+    double end = now_s() + secs;
+    while (now_s() < end) {
+        burn_a(200000);
+        burn_b(200000);
+    }
+}
+
+static double g_secs;
+NOINLINE static void *burn_thread(void *arg) {
+    (void)arg;
+    double end = now_s() + g_secs;
+    while (now_s() < end)
+        spin(200000);
+    return NULL;
+}
+
+static void *sleeper(void *arg) {
+    (void)arg;
+    sleep_here(g_secs);
+    return NULL;
+}
+
+static void run_threads(int n, double secs) {
+    pthread_t th[256];
+    g_secs = secs;
+    if (n > 256)
+        n = 256;
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, burn_thread, NULL);
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
+NOINLINE int recurse(int depth, double secs) {
+    if (depth <= 1) {
+        burn_for(secs);
+        return 0;
+    }
+    return recurse(depth - 1, secs) + (int)(sink & 0);
+}
+
+static volatile int g_chain_hits[128];
+static void chain_handler(int sig) { g_chain_hits[sig]++; }
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return 2;
+    const char *mode = argv[1];
+    double secs = argc > 2 ? atof(argv[2]) : 1;
+    void (*span_set)(const uint8_t *, const uint8_t *) =
+        (void (*)(const uint8_t *, const uint8_t *))dlsym(RTLD_DEFAULT, "fleetprof_span_set");
+    int (*label_set)(const char *, const char *) =
+        (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "fleetprof_label_set");
+    int (*flush)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_flush");
+
+    if (!strcmp(mode, "cpu")) {
+        burn_for(secs);
+    } else if (!strcmp(mode, "threads") && argc > 3) {
+        run_threads(atoi(argv[2]), atof(argv[3]));
+    } else if (!strcmp(mode, "wall")) {
+        pthread_t th;
+        g_secs = secs;
+        pthread_create(&th, NULL, sleeper, NULL);
+        burn_for(secs);
+        pthread_join(th, NULL);
+    } else if (!strcmp(mode, "span")) {
+        if (!span_set || !label_set)
+            return 3;
+        uint8_t ta[16], tb[16], sa[8], sb[8];
+        memset(ta, 0xaa, 16);
+        memset(tb, 0xbb, 16);
+        memset(sa, 0x1a, 8);
+        memset(sb, 0x1b, 8);
+        double end = now_s() + secs;
+        while (now_s() < end) {
+            span_set(ta, sa);
+            label_set("endpoint", "/a");
+            span_a(300000);
+            span_set(tb, sb);
+            label_set("endpoint", "/b");
+            span_b(300000);
+        }
+    } else if (!strcmp(mode, "step") && argc > 4) {
+        burn_for(secs);
+        run_threads(atoi(argv[4]), atof(argv[3]));
+    } else if (!strcmp(mode, "fork")) {
+        burn_for(secs / 2);
+        pid_t pid = fork();
+        if (pid == 0) {
+            double end = now_s() + secs;
+            while (now_s() < end)
+                child_work(200000);
+            exit(0);
+        }
+        burn_for(secs);
+        int st;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 4;
+    } else if (!strcmp(mode, "exec")) {
+        char *args[] = {argv[0], "cpu", argv[2], NULL};
+        execv("/proc/self/exe", args);
+        return 5;
+    } else if (!strcmp(mode, "forever")) {
+        printf("ready\n");
+        fflush(stdout);
+        burn_forever();
+    } else if (!strcmp(mode, "chain")) {
+        int ok = 1;
+        for (int s = SIGRTMIN + 2; s <= SIGRTMAX - 3; s++)
+            signal(s, chain_handler);
+        for (int s = SIGRTMIN + 2; s <= SIGRTMAX - 3; s++) {
+            raise(s);
+            if (g_chain_hits[s] != 1) {
+                fprintf(stderr, "fp-work: handler for signal %d ran %d times\n", s,
+                        g_chain_hits[s]);
+                ok = 0;
+            }
+        }
+        burn_for(secs);
+        if (!ok)
+            return 6;
+    } else if (!strcmp(mode, "deep") && argc > 3) {
+        recurse(atoi(argv[2]), atof(argv[3]));
+    } else if (!strcmp(mode, "flush")) {
+        burn_for(0.3);
+        printf("flush=%d\n", flush ? flush() : -1000);
+    } else {
+        fprintf(stderr, "fp-work: bad arguments\n");
+        return 2;
+    }
+    printf("cpu_ns=%llu\n", (unsigned long long)cpu_ns());
+    return 0;
+}
