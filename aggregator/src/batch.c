@@ -1,0 +1,96 @@
+/* Batch lifecycle: init, clear, free, reject counts, string arena (see batch.h).
+ * Threading: a batch belongs to the consume thread. */
+#include "batch.h"
+
+#include "cm/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int agg_vec_grow(void **v, size_t *cap, size_t elem) {
+    size_t nc = *cap ? 2 * *cap : 256;
+    void *p = realloc(*v, nc * elem);
+    if (!p)
+        return CM_ENOMEM;
+    *v = p;
+    *cap = nc;
+    return 0;
+}
+
+void agg_batch_init(agg_batch_t *b) {
+    memset(b, 0, sizeof *b);
+    agg_hmap_init(&b->prof, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
+    agg_hmap_init(&b->tot, sizeof(agg_tot_key_t), sizeof(agg_tot_ent_t));
+    agg_hmap_init(&b->ival, sizeof(agg_ival_key_t), sizeof(agg_ival_ent_t));
+    agg_hmap_init(&b->drop, sizeof(agg_drop_key_t), sizeof(agg_drop_ent_t));
+    agg_hmap_init(&b->ver, sizeof(agg_ver_key_t), sizeof(agg_ver_ent_t));
+    agg_hmap_init(&b->fn, sizeof(agg_fn_key_t), sizeof(agg_fn_ent_t));
+    agg_hmap_init(&b->span, sizeof(agg_span_key_t), sizeof(agg_span_ent_t));
+    agg_hmap_init(&b->spanstk, sizeof(agg_spanstk_key_t), sizeof(agg_spanstk_ent_t));
+    agg_hmap_init(&b->rej, sizeof(agg_rej_key_t), sizeof(agg_rej_ent_t));
+    agg_hmap_init(&b->seen, sizeof(agg_seen_key_t), sizeof(agg_seen_ent_t));
+    b->next_offset = -1;
+}
+
+static agg_hmap_t *maps(agg_batch_t *b, int i) {
+    agg_hmap_t *m[] = {&b->prof, &b->tot,     &b->ival, &b->drop, &b->ver,
+                       &b->fn,   &b->span,    &b->spanstk, &b->rej, &b->seen};
+    return i < (int)(sizeof m / sizeof m[0]) ? m[i] : NULL;
+}
+
+void agg_batch_clear(agg_batch_t *b) {
+    agg_hmap_t *m;
+    for (int i = 0; (m = maps(b, i)); i++)
+        agg_hmap_clear(m);
+    b->strs.n = b->maps.n = b->fns.n = b->locs.n = b->stacks.n = b->labels.n = 0;
+    b->labelsets.n = 0;
+    b->arena_len = 0;
+    b->next_offset = -1;
+    b->messages = b->chunks = b->duplicates = b->rejects = b->samples = 0;
+    b->first_msg_ms = 0;
+}
+
+void agg_batch_free(agg_batch_t *b) {
+    agg_hmap_t *m;
+    for (int i = 0; (m = maps(b, i)); i++)
+        agg_hmap_free(m);
+    free(b->strs.v);
+    free(b->maps.v);
+    free(b->fns.v);
+    free(b->locs.v);
+    free(b->stacks.v);
+    free(b->labels.v);
+    free(b->labelsets.v);
+    free(b->str_arena);
+    memset(b, 0, sizeof *b);
+}
+
+int agg_batch_reject(agg_batch_t *b, const char *reason) {
+    agg_rej_key_t k;
+    memset(&k, 0, sizeof k);
+    strncpy(k.reason, reason, sizeof k.reason - 1);
+    agg_rej_ent_t *e = agg_hmap_upsert(&b->rej, &k, NULL);
+    if (!e)
+        return CM_ENOMEM;
+    e->count++;
+    b->rejects++;
+    return 0;
+}
+
+size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len) {
+    if (b->arena_len + len + 1 > b->arena_cap) {
+        size_t nc = b->arena_cap ? b->arena_cap : 65536;
+        while (nc < b->arena_len + len + 1)
+            nc *= 2;
+        char *p = realloc(b->str_arena, nc);
+        if (!p)
+            return (size_t)-1;
+        b->str_arena = p;
+        b->arena_cap = nc;
+    }
+    size_t off = b->arena_len;
+    memcpy(b->str_arena + off, s, len);
+    b->str_arena[off + len] = 0;
+    b->arena_len += len + 1;
+    return off;
+}

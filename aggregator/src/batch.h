@@ -1,0 +1,182 @@
+/* The batch: everything one store transaction writes for one partition, aggregated in memory.
+ *
+ * The consume loop decodes messages of a partition into the partition's batch (intern.c adds
+ * new dictionary rows, rollup.c adds profile/totals deltas, spanindex.c adds span rows), then
+ * hands the batch to the store, which writes it together with the partition's next offset and
+ * the chunk ids it saw in ONE transaction (store.h). After a commit or a failed write the batch
+ * is cleared and reused.
+ *
+ * All integer sums are exact (int64). Bucket starts and widths are unix seconds.
+ * Threading: a batch belongs to the consume thread.
+ */
+#ifndef AGG_BATCH_H
+#define AGG_BATCH_H
+
+#include "hmap.h"
+
+#include "cm/chunk.h"
+
+#include <stdint.h>
+
+/* profile: (service, version, type, width, bucket, labels, stack) -> sums */
+typedef struct {
+    uint64_t service, version, type, width, bucket, labels, stack;
+} agg_prof_key_t;
+typedef struct {
+    agg_prof_key_t k;
+    int64_t weight, count, rows, chunks; /* chunks: distinct chunks that contributed */
+    uint64_t last_chunk;                 /* batch-local tag of the last contributing chunk */
+} agg_prof_ent_t;
+
+/* totals per type: (service, version, type, width, bucket) -> sums */
+typedef struct {
+    uint64_t service, version, type, width, bucket;
+} agg_tot_key_t;
+typedef struct {
+    agg_tot_key_t k;
+    int64_t weight, count, rows, chunks;
+    uint64_t last_chunk;
+} agg_tot_ent_t;
+
+/* per-interval header figures: (service, version, width, bucket) of the chunk's start */
+typedef struct {
+    uint64_t service, version, width, bucket;
+} agg_ival_key_t;
+typedef struct {
+    agg_ival_key_t k;
+    int64_t chunks, duration_ns, agent_cpu_ns, process_cpu_ns, dropped;
+} agg_ival_ent_t;
+
+/* drops: (service, version, width, bucket, reason, type) -> count */
+typedef struct {
+    uint64_t service, version, width, bucket, reason, type;
+} agg_drop_key_t;
+typedef struct {
+    agg_drop_key_t k;
+    int64_t count;
+} agg_drop_ent_t;
+
+/* versions: (service, version) -> first/last seen, chunks, sample rows */
+typedef struct {
+    uint64_t service, version;
+} agg_ver_key_t;
+typedef struct {
+    agg_ver_key_t k;
+    int64_t first_ns, last_ns, chunks, rows;
+} agg_ver_ent_t;
+
+/* replicate statistics per function: each chunk is one replicate; x = the function's share of
+ * the chunk's total weight of that type (inclusive, recursion once; and self). */
+typedef struct {
+    uint64_t service, version, type, width, bucket, function;
+} agg_fn_key_t;
+typedef struct {
+    agg_fn_key_t k;
+    int64_t chunks;              /* chunks in which the function appears */
+    double incl, incl2, self, self2; /* sums of x and x^2 */
+} agg_fn_ent_t;
+
+/* span index */
+typedef struct {
+    uint8_t trace[16], span[8];
+} agg_span_key_t;
+typedef struct {
+    agg_span_key_t k;
+    uint64_t service, version;
+    int64_t first_ns, last_ns;
+    int64_t weight[CM_EV_COUNT]; /* per event type */
+    int64_t rows;
+} agg_span_ent_t;
+typedef struct {
+    uint8_t trace[16], span[8];
+    uint64_t type, stack;
+} agg_spanstk_key_t;
+typedef struct {
+    agg_spanstk_key_t k;
+    int64_t weight, count, rows;
+} agg_spanstk_ent_t;
+
+/* rejected messages by reason name ("EFORMAT", "EVERSION", ...) */
+typedef struct {
+    char reason[24];
+} agg_rej_key_t;
+typedef struct {
+    agg_rej_key_t k;
+    int64_t count;
+} agg_rej_ent_t;
+
+/* seen chunk ids (deduplication window) */
+typedef struct {
+    uint8_t id[CM_CHUNK_ID_LEN];
+} agg_seen_key_t;
+typedef struct {
+    agg_seen_key_t k;
+    int64_t ts_ns;
+} agg_seen_ent_t;
+
+/* New dictionary rows (ids are content hashes, see intern.c). Inserted with INSERT OR IGNORE. */
+typedef struct {
+    uint64_t id;
+    size_t off; /* into str_arena */
+    uint32_t len;
+} agg_new_str_t;
+typedef struct {
+    uint64_t id, filename;
+    uint8_t build_id[CM_MAX_BUILD_ID];
+    uint32_t build_id_len;
+} agg_new_map_t;
+typedef struct {
+    uint64_t id, name, system_name, filename;
+} agg_new_fn_t;
+typedef struct {
+    uint64_t id, function, mapping, address, line;
+} agg_new_loc_t;
+typedef struct {
+    uint64_t id, parent, location, depth;
+} agg_new_stack_t;
+typedef struct {
+    uint64_t set, key, value;
+} agg_new_label_t;
+
+#define AGG_VEC(T)                                                                                 \
+    struct {                                                                                       \
+        T *v;                                                                                      \
+        size_t n, cap;                                                                             \
+    }
+
+typedef struct agg_batch {
+    agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen;
+    AGG_VEC(agg_new_str_t) strs;
+    AGG_VEC(agg_new_map_t) maps;
+    AGG_VEC(agg_new_fn_t) fns;
+    AGG_VEC(agg_new_loc_t) locs;
+    AGG_VEC(agg_new_stack_t) stacks;
+    AGG_VEC(agg_new_label_t) labels;
+    AGG_VEC(uint64_t) labelsets;
+    char *str_arena;
+    size_t arena_len, arena_cap;
+
+    int64_t base_offset; /* offset the store holds for this partition when the batch started */
+    int64_t next_offset; /* offset after the last message in the batch; -1: no message yet */
+    uint64_t messages, chunks, duplicates, rejects, samples; /* this batch, for metrics */
+    uint64_t chunk_tag;  /* counter to tell chunks apart within the batch */
+    int64_t first_msg_ms; /* monotonic ms of the first message, for the flush deadline */
+} agg_batch_t;
+
+void agg_batch_init(agg_batch_t *b);
+void agg_batch_free(agg_batch_t *b);
+/* Empties the batch for reuse (keeps memory). Sets next_offset to -1. */
+void agg_batch_clear(agg_batch_t *b);
+/* Adds one rejected message to the reject counts. */
+int agg_batch_reject(agg_batch_t *b, const char *reason);
+/* Appends text to the arena; returns its offset or (size_t)-1. */
+size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len);
+
+/* Grows a vector for one more element; returns a pointer to the new slot or NULL. */
+#define AGG_VEC_PUSH(vec)                                                                          \
+    ((vec).n < (vec).cap || agg_vec_grow((void **)&(vec).v, &(vec).cap, sizeof *(vec).v) == 0      \
+         ? &(vec).v[(vec).n++]                                                                     \
+         : NULL)
+int agg_vec_grow(void **v, size_t *cap, size_t elem);
+
+#endif

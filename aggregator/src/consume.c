@@ -1,0 +1,564 @@
+/* The consume loop (see consume.h): poll, decode, dedupe, roll up into the partition's batch,
+ * write batches with their offsets, dead-letter bad messages, follow rebalances.
+ *
+ * Exactly once. A partition's data and its next offset are committed in one store transaction;
+ * on assignment the partition is read from the stored offset. A chunk id seen in the store or
+ * earlier in the batch is skipped (a collector may send a chunk twice). Dead-lettered messages
+ * are flushed to Kafka before the transaction that moves the offset past them commits, so a
+ * crash can duplicate a DLQ entry but never lose one (reject counts are stored with the data
+ * and stay exact). Each store write is fenced on the offset the batch started from: if another
+ * instance wrote the partition meanwhile (it was reassigned while we were slow), the write fails
+ * with -ESTALE, the batch is dropped and we seek to the stored offset.
+ *
+ * Threading: one thread; rebalance callbacks run inside rd_kafka_consumer_poll on it.
+ */
+#include "consume.h"
+
+#include "intern.h"
+#include "store.h"
+
+#include "cm/chunk.h"
+#include "cm/error.h"
+#include "cm/log.h"
+#include "cm/wire.h"
+
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    int assigned;
+    agg_store_t *store;
+    agg_intern_t intern;
+    agg_batch_t batch;
+    int64_t committed; /* next offset stored in the store; -1: none */
+    int dlq_pending;   /* messages of this batch were produced to the DLQ */
+    int poisoned;      /* a chunk could not be checked: the batch must not commit */
+} part_t;
+
+struct agg_consumer {
+    agg_consume_cfg_t cfg;
+    agg_metrics_t *m;
+    rd_kafka_t *rk, *dlq;
+    part_t *parts;
+    int32_t nparts;
+    agg_rollup_t rollup;
+    int fatal;
+    uint64_t dlq_failed; /* delivery failures reported by the DLQ producer */
+};
+
+static int64_t mono_ms(void) { return agg_mono_ns() / 1000000; }
+static int64_t wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static part_t *part_get(agg_consumer_t *c, int32_t p) {
+    if (p < 0)
+        return NULL;
+    if (p >= c->nparts) {
+        int32_t n = p + 1 > 2 * c->nparts ? p + 1 : 2 * c->nparts;
+        part_t *np = realloc(c->parts, (size_t)n * sizeof *np);
+        if (!np)
+            return NULL;
+        memset(np + c->nparts, 0, (size_t)(n - c->nparts) * sizeof *np);
+        for (int32_t i = c->nparts; i < n; i++)
+            agg_batch_init(&np[i].batch);
+        c->parts = np;
+        c->nparts = n;
+    }
+    return &c->parts[p];
+}
+
+static void dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+    (void)rk;
+    agg_consumer_t *c = opaque;
+    if (m->err) {
+        c->dlq_failed++;
+        CM_ERROR("dead-letter delivery to %s failed: %s", c->cfg.dlq_topic,
+                 rd_kafka_err2str(m->err));
+    }
+}
+
+/* Sends a bad message to the DLQ with its original key, value and headers, plus the reason. */
+static void dlq_send(agg_consumer_t *c, part_t *p, const rd_kafka_message_t *m,
+                     const char *reason) {
+    rd_kafka_headers_t *src = NULL, *h;
+    h = rd_kafka_message_headers(m, &src) == 0 ? rd_kafka_headers_copy(src)
+                                               : rd_kafka_headers_new(2);
+    char where[160];
+    snprintf(where, sizeof where, "%s/%d/%lld", rd_kafka_topic_name(m->rkt), m->partition,
+             (long long)m->offset);
+    rd_kafka_header_add(h, CM_HDR_DLQ_REASON, -1, reason, -1);
+    rd_kafka_header_add(h, "fp-dlq-source", -1, where, -1);
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        c->dlq, RD_KAFKA_V_TOPIC(c->cfg.dlq_topic), RD_KAFKA_V_KEY(m->key, m->key_len),
+        RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+    if (e) {
+        rd_kafka_headers_destroy(h);
+        c->dlq_failed++;
+        CM_ERROR("cannot queue message %s for the dead-letter topic %s: %s", where,
+                 c->cfg.dlq_topic, rd_kafka_err2str(e));
+    }
+    p->dlq_pending = 1;
+}
+
+static void seek_to(agg_consumer_t *c, int32_t partition, int64_t offset) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, c->cfg.topic, partition)->offset =
+        offset >= 0 ? offset : RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, l, 10000);
+    if (e) {
+        CM_ERROR("seek of partition %d to %lld failed: %s", partition, (long long)offset,
+                 rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Writes p's batch. On a failed or fenced write, drops it and rewinds the partition. */
+static int flush_part(agg_consumer_t *c, int32_t partition, int rewind) {
+    part_t *p = &c->parts[partition];
+    agg_batch_t *b = &p->batch;
+    int rc = 0;
+    if (b->next_offset < 0)
+        return 0;
+    if (p->poisoned) {
+        rc = CM_EIO;
+        goto fail;
+    }
+    if (p->dlq_pending) {
+        uint64_t before = c->dlq_failed;
+        rd_kafka_resp_err_t fe = rd_kafka_flush(c->dlq, 30000);
+        if (fe || c->dlq_failed != before) {
+            CM_ERROR("dead-letter topic %s did not take every message (%s); not committing "
+                     "partition %d, will consume it again",
+                     c->cfg.dlq_topic, rd_kafka_err2str(fe), partition);
+            rc = CM_EIO;
+            goto fail;
+        }
+    }
+    int64_t t0 = agg_mono_ns();
+    rc = agg_store_batch_write(p->store, c->cfg.topic, partition, b);
+    double dt = (agg_mono_ns() - t0) / 1e9;
+    if (rc)
+        goto fail;
+    agg_metrics_observe_write(c->m, dt);
+    pthread_mutex_lock(&c->m->mu);
+    c->m->batches++;
+    c->m->messages += b->messages;
+    c->m->chunks += b->chunks;
+    c->m->samples += b->samples;
+    c->m->duplicates += b->duplicates;
+    c->m->dlq_produced += b->rejects;
+    c->m->store_ok = 1;
+    if (partition < AGG_METRICS_MAX_PARTITIONS)
+        c->m->part[partition].committed = b->next_offset;
+    pthread_mutex_unlock(&c->m->mu);
+    for (size_t i = 0; i < b->rej.n; i++) {
+        const agg_rej_ent_t *e = agg_hmap_entry(&b->rej, i);
+        agg_metrics_add_reject(c->m, e->k.reason, (uint64_t)e->count);
+    }
+    p->committed = b->next_offset;
+    CM_DEBUG("partition %d: committed %llu messages, %llu chunks, %llu samples up to offset %lld "
+             "in %.1f ms", partition, (unsigned long long)b->messages,
+             (unsigned long long)b->chunks, (unsigned long long)b->samples,
+             (long long)b->next_offset, dt * 1e3);
+    /* for lag tooling only; the store is the source of truth */
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, c->cfg.topic, partition)->offset = b->next_offset;
+    rd_kafka_commit(c->rk, l, 1);
+    rd_kafka_topic_partition_list_destroy(l);
+    agg_batch_clear(b);
+    p->dlq_pending = 0;
+    return 0;
+fail:
+    agg_intern_forget(&p->intern);
+    agg_batch_clear(b);
+    p->dlq_pending = p->poisoned = 0;
+    pthread_mutex_lock(&c->m->mu);
+    if (rc == -ESTALE)
+        c->m->stale_batches++;
+    else {
+        c->m->write_errors++;
+        c->m->store_ok = 0;
+    }
+    pthread_mutex_unlock(&c->m->mu);
+    if (rc != -ESTALE)
+        CM_ERROR("partition %d: store write failed: %s; the batch will be consumed again",
+                 partition, cm_strerror(rc));
+    int64_t stored;
+    if (agg_store_offset_get(p->store, c->cfg.topic, partition, &stored) == 0)
+        p->committed = stored;
+    if (rewind)
+        seek_to(c, partition, p->committed);
+    return rc;
+}
+
+static void part_close(agg_consumer_t *c, int32_t partition) {
+    part_t *p = &c->parts[partition];
+    flush_part(c, partition, 0);
+    agg_store_close(p->store);
+    p->store = NULL;
+    agg_intern_free(&p->intern);
+    agg_batch_clear(&p->batch);
+    p->assigned = 0;
+    pthread_mutex_lock(&c->m->mu);
+    if (partition < AGG_METRICS_MAX_PARTITIONS)
+        c->m->part[partition].assigned = 0;
+    pthread_mutex_unlock(&c->m->mu);
+}
+
+static int part_open(agg_consumer_t *c, int32_t partition, int64_t *offset) {
+    part_t *p = part_get(c, partition);
+    char path[4096], err[512];
+    if (!p)
+        return CM_ENOMEM;
+    if (p->assigned)
+        part_close(c, partition);
+    agg_store_path(path, sizeof path, c->cfg.store_dir, c->cfg.topic, partition);
+    int rc = agg_store_sqlite_open(path, &p->store, err, sizeof err);
+    if (rc) {
+        CM_ERROR("partition %d: %s", partition, err);
+        return rc;
+    }
+    if ((rc = agg_store_offset_get(p->store, c->cfg.topic, partition, &p->committed))) {
+        CM_ERROR("partition %d: cannot read the stored offset from %s: %s", partition, path,
+                 cm_strerror(rc));
+        agg_store_close(p->store);
+        p->store = NULL;
+        return rc;
+    }
+    agg_batch_clear(&p->batch);
+    p->assigned = 1;
+    p->dlq_pending = p->poisoned = 0;
+    *offset = p->committed >= 0 ? p->committed : RD_KAFKA_OFFSET_BEGINNING;
+    CM_INFO("partition %d assigned: store %s, resuming at %s%lld", partition, path,
+            p->committed >= 0 ? "offset " : "the beginning", (long long)p->committed);
+    pthread_mutex_lock(&c->m->mu);
+    c->m->rebalances++;
+    if (partition < AGG_METRICS_MAX_PARTITIONS) {
+        c->m->part[partition].assigned = 1;
+        c->m->part[partition].committed = p->committed;
+    }
+    pthread_mutex_unlock(&c->m->mu);
+    return 0;
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
+    agg_consumer_t *c = opaque;
+    const char *proto = rd_kafka_rebalance_protocol(rk);
+    int coop = proto && !strcmp(proto, "COOPERATIVE");
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        for (int i = 0; i < parts->cnt; i++) {
+            rd_kafka_topic_partition_t *tp = &parts->elems[i];
+            if (strcmp(tp->topic, c->cfg.topic))
+                continue;
+            int rc = part_open(c, tp->partition, &tp->offset);
+            if (rc) {
+                CM_ERROR("cannot take partition %d (%s); stopping so that another instance can",
+                         tp->partition, cm_strerror(rc));
+                c->fatal = rc;
+                tp->offset = RD_KAFKA_OFFSET_END; /* never consumed: we leave before writing */
+            }
+        }
+        if (coop) {
+            rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
+            if (e) {
+                CM_ERROR("incremental assign failed: %s", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+            }
+        } else {
+            rd_kafka_assign(rk, parts);
+        }
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        if (rd_kafka_assignment_lost(rk))
+            CM_WARN("partitions lost (session timed out); fenced writes keep counts exact");
+        for (int i = 0; i < parts->cnt; i++) {
+            rd_kafka_topic_partition_t *tp = &parts->elems[i];
+            if (strcmp(tp->topic, c->cfg.topic) || tp->partition >= c->nparts ||
+                !c->parts[tp->partition].assigned)
+                continue;
+            part_close(c, tp->partition);
+            CM_INFO("partition %d revoked", tp->partition);
+        }
+        if (coop) {
+            rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
+            if (e)
+                rd_kafka_error_destroy(e);
+        } else {
+            rd_kafka_assign(rk, NULL);
+        }
+    } else {
+        CM_ERROR("rebalance error: %s", rd_kafka_err2str(err));
+        rd_kafka_assign(rk, NULL);
+    }
+}
+
+/* Decodes one message into its partition's batch. Returns 0 or a fatal code (ENOMEM). */
+static int handle(agg_consumer_t *c, rd_kafka_message_t *m) {
+    part_t *p = m->partition < c->nparts ? &c->parts[m->partition] : NULL;
+    if (!p || !p->assigned || m->offset < p->committed)
+        return 0; /* stale: revoked partition, or before the stored offset */
+    agg_batch_t *b = &p->batch;
+    if (b->next_offset < 0) {
+        b->base_offset = p->committed;
+        b->first_msg_ms = mono_ms();
+    }
+    b->next_offset = m->offset + 1;
+    b->messages++;
+    char err[512];
+    int rc;
+    if (!m->payload || !m->len) {
+        dlq_send(c, p, m, "EEMPTY: message has no value; expected a chunk frame");
+        return agg_batch_reject(b, "EEMPTY");
+    }
+    cm_chunk_t *ch = NULL;
+    if ((rc = cm_chunk_decode(m->payload, m->len, &ch, err, sizeof err))) {
+        if (rc == CM_ENOMEM && m->len < 64 * 1024 * 1024)
+            CM_WARN("chunk at %d/%lld exceeds the decode budget", m->partition,
+                    (long long)m->offset);
+        char reason[600];
+        snprintf(reason, sizeof reason, "%s: %s", cm_errname(rc), err);
+        dlq_send(c, p, m, reason);
+        return agg_batch_reject(b, cm_errname(rc));
+    }
+    agg_seen_key_t sk;
+    memcpy(sk.id, ch->header.chunk_id, CM_CHUNK_ID_LEN);
+    int seen = agg_hmap_find(&b->seen, &sk) != NULL;
+    if (!seen && (rc = agg_store_chunk_seen(p->store, sk.id, &seen))) {
+        CM_ERROR("partition %d: dedup lookup failed: %s", m->partition, cm_strerror(rc));
+        p->poisoned = 1; /* the batch is dropped and consumed again */
+        goto out;
+    }
+    if (seen) {
+        b->duplicates++;
+        rc = 0;
+        goto out;
+    }
+    agg_seen_ent_t *se = agg_hmap_upsert(&b->seen, &sk, NULL);
+    agg_chunk_ids_t ids;
+    if (!se || (rc = agg_intern_chunk(&p->intern, b, ch, &ids)) ||
+        (rc = agg_rollup_chunk(&c->rollup, b, ch, &ids))) {
+        rc = rc ? rc : CM_ENOMEM;
+        goto out;
+    }
+    se->ts_ns = wall_ns();
+out:
+    cm_chunk_free(ch);
+    return rc == CM_ENOMEM ? rc : 0;
+}
+
+static rd_kafka_conf_t *base_conf(const agg_consume_cfg_t *cfg, char *err, size_t err_size) {
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char e[512];
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, e, sizeof e) ||
+        rd_kafka_conf_set(conf, "client.id", cfg->client_id, e, sizeof e))
+        goto fail;
+    for (size_t i = 0; cfg->kafka_props && i < cfg->kafka_props->n; i++) {
+        const cm_kv_t *kv = &cfg->kafka_props->items[i];
+        if (rd_kafka_conf_set(conf, kv->key, kv->value, e, sizeof e)) {
+            snprintf(err, err_size, "kafka.%s = '%s' rejected by librdkafka: %s", kv->key,
+                     kv->value, e);
+            rd_kafka_conf_destroy(conf);
+            return NULL;
+        }
+    }
+    return conf;
+fail:
+    snprintf(err, err_size, "kafka configuration: %s", e);
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+}
+
+int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_consumer_t **out,
+                     char *err, size_t err_size) {
+    agg_consumer_t *c = calloc(1, sizeof *c);
+    rd_kafka_conf_t *conf = NULL;
+    rd_kafka_topic_partition_list_t *topics = NULL;
+    char e[512];
+    int rc = CM_ECONFIG;
+    if (!c)
+        return CM_ENOMEM;
+    c->cfg = *cfg;
+    c->m = metrics;
+    agg_rollup_init(&c->rollup, &cfg->rollup);
+
+    if (!(conf = base_conf(cfg, err, err_size)))
+        goto out;
+    rd_kafka_conf_set_dr_msg_cb(conf, dlq_dr);
+    rd_kafka_conf_set_opaque(conf, c);
+    if (rd_kafka_conf_set(conf, "enable.idempotence", "true", e, sizeof e) ||
+        rd_kafka_conf_set(conf, "message.max.bytes", "20000000", e, sizeof e) ||
+        rd_kafka_conf_set(conf, "linger.ms", "5", e, sizeof e)) {
+        snprintf(err, err_size, "kafka producer configuration: %s", e);
+        goto out;
+    }
+    if (!(c->dlq = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e))) {
+        snprintf(err, err_size, "cannot create the dead-letter producer: %s", e);
+        goto out;
+    }
+    conf = NULL;
+
+    if (!(conf = base_conf(cfg, err, err_size)))
+        goto out;
+    rd_kafka_conf_set_opaque(conf, c);
+    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    const char *strategy = cfg->assignment_strategy && cfg->assignment_strategy[0]
+                               ? cfg->assignment_strategy
+                               : "cooperative-sticky";
+    if (rd_kafka_conf_set(conf, "group.id", cfg->group, e, sizeof e) ||
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", e, sizeof e) ||
+        rd_kafka_conf_set(conf, "enable.auto.offset.store", "false", e, sizeof e) ||
+        rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", e, sizeof e) ||
+        rd_kafka_conf_set(conf, "fetch.message.max.bytes", "20000000", e, sizeof e) ||
+        rd_kafka_conf_set(conf, "partition.assignment.strategy", strategy, e, sizeof e)) {
+        snprintf(err, err_size, "kafka consumer configuration: %s", e);
+        goto out;
+    }
+    if (!(c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof e))) {
+        snprintf(err, err_size, "cannot create the Kafka consumer: %s", e);
+        goto out;
+    }
+    conf = NULL;
+    rd_kafka_poll_set_consumer(c->rk);
+    topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, cfg->topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t se = rd_kafka_subscribe(c->rk, topics);
+    if (se) {
+        snprintf(err, err_size, "cannot subscribe to topic '%s': %s", cfg->topic,
+                 rd_kafka_err2str(se));
+        goto out;
+    }
+    rc = 0;
+    *out = c;
+out:
+    if (conf)
+        rd_kafka_conf_destroy(conf);
+    if (topics)
+        rd_kafka_topic_partition_list_destroy(topics);
+    if (rc)
+        agg_consumer_free(c);
+    return rc;
+}
+
+static void update_gauges(agg_consumer_t *c) {
+    int64_t bytes = 0;
+    pthread_mutex_lock(&c->m->mu);
+    c->m->heartbeat_ns = agg_mono_ns();
+    pthread_mutex_unlock(&c->m->mu);
+    for (int32_t i = 0; i < c->nparts; i++) {
+        part_t *p = &c->parts[i];
+        if (!p->assigned)
+            continue;
+        int64_t lo = 0, hi = 0;
+        rd_kafka_get_watermark_offsets(c->rk, c->cfg.topic, i, &lo, &hi);
+        int64_t lag = hi - (p->committed >= 0 ? p->committed : lo);
+        bytes += agg_store_size_bytes(p->store);
+        pthread_mutex_lock(&c->m->mu);
+        if (i < AGG_METRICS_MAX_PARTITIONS)
+            c->m->part[i].lag = lag < 0 ? 0 : lag;
+        pthread_mutex_unlock(&c->m->mu);
+    }
+    pthread_mutex_lock(&c->m->mu);
+    c->m->store_bytes = bytes;
+    pthread_mutex_unlock(&c->m->mu);
+}
+
+static void run_retention(agg_consumer_t *c) {
+    for (int32_t i = 0; i < c->nparts; i++) {
+        part_t *p = &c->parts[i];
+        if (!p->assigned)
+            continue;
+        agg_retention_stats_t st = {0};
+        int64_t t0 = agg_mono_ns();
+        int rc = agg_retention_run(p->store, &c->cfg.retention, wall_ns(), &st);
+        if (rc)
+            CM_ERROR("partition %d: retention pass failed: %s", i, cm_strerror(rc));
+        else if (st.rows_moved || st.rows_expired || st.spans_expired)
+            CM_INFO("partition %d: retention downsampled %lld rows, expired %lld rows and %lld "
+                    "spans in %.1f ms", i, (long long)st.rows_moved, (long long)st.rows_expired,
+                    (long long)st.spans_expired, (agg_mono_ns() - t0) / 1e6);
+        pthread_mutex_lock(&c->m->mu);
+        c->m->retention_runs++;
+        c->m->retention_rows_moved += (uint64_t)st.rows_moved;
+        c->m->retention_rows_expired += (uint64_t)st.rows_expired;
+        pthread_mutex_unlock(&c->m->mu);
+    }
+}
+
+int agg_consumer_run(agg_consumer_t *c, volatile sig_atomic_t *stop) {
+    int64_t last_gauge = 0, last_retention = mono_ms();
+    int rc = 0;
+    int first_retention = 1;
+    while (!*stop && !c->fatal) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 50);
+        if (m) {
+            if (m->err) {
+                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                    CM_WARN("consumer: %s", rd_kafka_message_errstr(m));
+            } else if ((rc = handle(c, m))) {
+                rd_kafka_message_destroy(m);
+                CM_ERROR("fatal: %s; exiting without committing the current batches",
+                         cm_strerror(rc));
+                return rc;
+            } else {
+                part_t *p = &c->parts[m->partition];
+                if (p->assigned &&
+                    ((int64_t)p->batch.messages >= c->cfg.batch_max_messages ||
+                     (int64_t)p->batch.samples >= c->cfg.batch_max_samples))
+                    flush_part(c, m->partition, 1);
+            }
+            rd_kafka_message_destroy(m);
+        }
+        rd_kafka_poll(c->dlq, 0);
+        int64_t now = mono_ms();
+        for (int32_t i = 0; i < c->nparts; i++) {
+            part_t *p = &c->parts[i];
+            if (p->assigned && p->batch.next_offset >= 0 &&
+                now - p->batch.first_msg_ms >= c->cfg.batch_interval_ms)
+                flush_part(c, i, 1);
+        }
+        if (now - last_gauge >= 1000) {
+            update_gauges(c);
+            last_gauge = now;
+        }
+        if (c->cfg.retention_interval_ms > 0 &&
+            (now - last_retention >= c->cfg.retention_interval_ms ||
+             (first_retention && now - last_retention >= 2000))) {
+            run_retention(c);
+            last_retention = now;
+            first_retention = 0;
+        }
+    }
+    for (int32_t i = 0; i < c->nparts; i++)
+        if (c->parts[i].assigned)
+            flush_part(c, i, 0);
+    CM_INFO("leaving the consumer group");
+    rd_kafka_consumer_close(c->rk); /* revokes: flushes and closes each partition */
+    rd_kafka_flush(c->dlq, 10000);
+    return c->fatal;
+}
+
+void agg_consumer_free(agg_consumer_t *c) {
+    if (!c)
+        return;
+    for (int32_t i = 0; i < c->nparts; i++) {
+        agg_store_close(c->parts[i].store);
+        agg_intern_free(&c->parts[i].intern);
+        agg_batch_free(&c->parts[i].batch);
+    }
+    free(c->parts);
+    if (c->rk)
+        rd_kafka_destroy(c->rk);
+    if (c->dlq)
+        rd_kafka_destroy(c->dlq);
+    agg_rollup_free(&c->rollup);
+    free(c);
+}

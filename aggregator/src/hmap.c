@@ -1,0 +1,147 @@
+/* Open-addressing hash map and id set for in-memory aggregation (see hmap.h).
+ * Threading: none; callers own their maps. */
+#include "hmap.h"
+
+#include "cm/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+void agg_hmap_init(agg_hmap_t *m, size_t key_size, size_t entry_size) {
+    memset(m, 0, sizeof *m);
+    m->key_size = key_size;
+    m->entry_size = entry_size;
+}
+
+void agg_hmap_free(agg_hmap_t *m) {
+    free(m->entries);
+    free(m->slots);
+    free(m->hashes);
+    size_t ks = m->key_size, es = m->entry_size;
+    agg_hmap_init(m, ks, es);
+}
+
+void agg_hmap_clear(agg_hmap_t *m) {
+    if (m->slots)
+        memset(m->slots, 0, m->nslots * sizeof *m->slots);
+    m->n = 0;
+}
+
+static int rehash(agg_hmap_t *m, size_t nslots) {
+    uint32_t *s = calloc(nslots, sizeof *s);
+    if (!s)
+        return CM_ENOMEM;
+    for (size_t i = 0; i < m->n; i++) {
+        size_t j = m->hashes[i] & (nslots - 1);
+        while (s[j])
+            j = (j + 1) & (nslots - 1);
+        s[j] = (uint32_t)(i + 1);
+    }
+    free(m->slots);
+    m->slots = s;
+    m->nslots = nslots;
+    return 0;
+}
+
+void *agg_hmap_find(const agg_hmap_t *m, const void *key) {
+    if (!m->n)
+        return NULL;
+    uint64_t h = XXH3_64bits(key, m->key_size);
+    for (size_t j = h & (m->nslots - 1);; j = (j + 1) & (m->nslots - 1)) {
+        uint32_t e = m->slots[j];
+        if (!e)
+            return NULL;
+        if (m->hashes[e - 1] == h && !memcmp(agg_hmap_entry(m, e - 1), key, m->key_size))
+            return agg_hmap_entry(m, e - 1);
+    }
+}
+
+void *agg_hmap_upsert(agg_hmap_t *m, const void *key, int *is_new) {
+    if (2 * (m->n + 1) > m->nslots && rehash(m, m->nslots ? 2 * m->nslots : 1024))
+        return NULL;
+    uint64_t h = XXH3_64bits(key, m->key_size);
+    size_t j = h & (m->nslots - 1);
+    for (;; j = (j + 1) & (m->nslots - 1)) {
+        uint32_t e = m->slots[j];
+        if (!e)
+            break;
+        if (m->hashes[e - 1] == h && !memcmp(agg_hmap_entry(m, e - 1), key, m->key_size)) {
+            if (is_new)
+                *is_new = 0;
+            return agg_hmap_entry(m, e - 1);
+        }
+    }
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 512;
+        uint8_t *en = realloc(m->entries, cap * m->entry_size);
+        if (!en)
+            return NULL;
+        m->entries = en;
+        uint64_t *hs = realloc(m->hashes, cap * sizeof *hs);
+        if (!hs)
+            return NULL;
+        m->hashes = hs;
+        m->cap = cap;
+    }
+    uint8_t *ent = agg_hmap_entry(m, m->n);
+    memcpy(ent, key, m->key_size);
+    memset(ent + m->key_size, 0, m->entry_size - m->key_size);
+    m->hashes[m->n] = h;
+    m->slots[j] = (uint32_t)(++m->n);
+    if (is_new)
+        *is_new = 1;
+    return ent;
+}
+
+void agg_idset_free(agg_idset_t *s) {
+    free(s->slots);
+    memset(s, 0, sizeof *s);
+}
+
+void agg_idset_clear(agg_idset_t *s) {
+    if (s->slots)
+        memset(s->slots, 0, s->nslots * sizeof *s->slots);
+    s->n = 0;
+}
+
+static size_t mix(uint64_t id) { return (size_t)(id ^ (id >> 29)) * 0x9E3779B97F4A7C15ull >> 7; }
+
+int agg_idset_has(const agg_idset_t *s, uint64_t id) {
+    if (!s->n)
+        return 0;
+    for (size_t j = mix(id) & (s->nslots - 1);; j = (j + 1) & (s->nslots - 1)) {
+        if (s->slots[j] == id)
+            return 1;
+        if (!s->slots[j])
+            return 0;
+    }
+}
+
+int agg_idset_add(agg_idset_t *s, uint64_t id) {
+    if (2 * (s->n + 1) > s->nslots) {
+        size_t ns = s->nslots ? 2 * s->nslots : 4096;
+        uint64_t *sl = calloc(ns, sizeof *sl);
+        if (!sl)
+            return CM_ENOMEM;
+        for (size_t i = 0; i < s->nslots; i++) {
+            uint64_t v = s->slots[i];
+            if (!v)
+                continue;
+            size_t j = mix(v) & (ns - 1);
+            while (sl[j])
+                j = (j + 1) & (ns - 1);
+            sl[j] = v;
+        }
+        free(s->slots);
+        s->slots = sl;
+        s->nslots = ns;
+    }
+    size_t j = mix(id) & (s->nslots - 1);
+    for (; s->slots[j]; j = (j + 1) & (s->nslots - 1))
+        if (s->slots[j] == id)
+            return 0;
+    s->slots[j] = id;
+    s->n++;
+    return 1;
+}

@@ -1,0 +1,43 @@
+/* The aggregator's HTTP server (libmicrohttpd, its own polling thread): a table of routes,
+ * each a path and a handler. /metrics and /healthz are registered by main; the query API adds
+ * its routes to the same table.
+ *
+ * Threading: handlers run on the server's thread; they must only touch thread-safe state
+ * (metrics under its lock, their own store handles).
+ */
+#ifndef AGG_HTTP_H
+#define AGG_HTTP_H
+
+#include <stddef.h>
+
+typedef struct {
+    int status;          /* HTTP status, default 200 */
+    const char *content_type;
+    char *body;          /* malloc'ed; the server frees it */
+    size_t len;
+} agg_http_reply_t;
+
+/* Fills reply. url is the path, query the raw query string ("" when none). */
+typedef void (*agg_http_handler_t)(void *arg, const char *url, const char *query,
+                                   agg_http_reply_t *reply);
+
+typedef struct {
+    const char *method; /* "GET" */
+    const char *path;   /* exact path, or a prefix ending in '/' */
+    agg_http_handler_t handler;
+    void *arg;
+} agg_http_route_t;
+
+typedef struct agg_http agg_http_t;
+
+/* Starts serving routes (terminated by a route with path NULL; copied) on addr:port.
+ * port 0 picks a free port: read it back with agg_http_port(). Returns 0 or a negative code. */
+int agg_http_start(const char *addr, int port, const agg_http_route_t *routes, agg_http_t **out,
+                   char *err, size_t err_size);
+int agg_http_port(const agg_http_t *h);
+void agg_http_stop(agg_http_t *h);
+
+/* Helper: sets reply to a copy of text. */
+void agg_http_reply_text(agg_http_reply_t *r, int status, const char *text);
+
+#endif

@@ -1,0 +1,253 @@
+/* Interning of chunk dictionaries into content-hash ids (see intern.h).
+ * Threading: one agg_intern_t per store, used by the consume thread only. */
+#include "intern.h"
+
+#include "cm/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+enum { SEED_STR = 1, SEED_MAP, SEED_FN, SEED_LOC, SEED_STACK, SEED_LABELS };
+#define KNOWN_MAX (8u << 20) /* forget above this many ids: bounded memory, re-insert is cheap */
+
+static uint64_t nz(uint64_t h) { return h ? h : 1; }
+
+uint64_t agg_intern_string_id(const char *s, size_t len) {
+    return len ? nz(XXH3_64bits_withSeed(s, len, SEED_STR)) : 0;
+}
+
+static uint64_t hash_u64s(const uint64_t *v, size_t n, uint64_t seed) {
+    return nz(XXH3_64bits_withSeed(v, n * sizeof *v, seed));
+}
+
+static int scratch(uint64_t **p, size_t *cap, size_t n) {
+    if (n > *cap) {
+        uint64_t *q = realloc(*p, n * sizeof *q);
+        if (!q)
+            return CM_ENOMEM;
+        *p = q;
+        *cap = n;
+    }
+    memset(*p, 0, n * sizeof **p);
+    return 0;
+}
+
+/* Returns 1 if the id is new (row must be written), 0 if known, <0 on error. */
+static int mark(agg_intern_t *in, uint64_t id) {
+    if (in->known.n > KNOWN_MAX)
+        agg_idset_clear(&in->known);
+    return agg_idset_add(&in->known, id);
+}
+
+static int str_id(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d, uint32_t i,
+                  uint64_t *out) {
+    if (i == 0 || i >= d->n_strings) {
+        *out = 0;
+        return 0;
+    }
+    if (in->str[i]) {
+        *out = in->str[i];
+        return 0;
+    }
+    const cm_str_t *s = &d->strings[i];
+    uint64_t id = agg_intern_string_id(s->ptr, s->len);
+    in->str[i] = id;
+    *out = id;
+    if (!id)
+        return 0;
+    int r = mark(in, id);
+    if (r <= 0)
+        return r;
+    agg_new_str_t *ns = AGG_VEC_PUSH(b->strs);
+    if (!ns)
+        return CM_ENOMEM;
+    ns->id = id;
+    ns->len = s->len;
+    ns->off = agg_batch_arena_add(b, s->ptr, s->len);
+    return ns->off == (size_t)-1 ? CM_ENOMEM : 0;
+}
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((rc = (x)) < 0)                                                                        \
+            goto out;                                                                              \
+    } while (0)
+
+int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_chunk_ids_t *ids) {
+    const cm_dict_t *d = &c->dict;
+    int rc = 0;
+    TRY(scratch(&in->str, &in->str_cap, d->n_strings + 1));
+    TRY(scratch(&in->map, &in->map_cap, d->n_mappings + 1));
+    TRY(scratch(&in->fn, &in->fn_cap, d->n_functions + 1));
+    TRY(scratch(&in->loc, &in->loc_cap, d->n_locations + 1));
+    TRY(scratch(&in->stack, &in->stack_cap, d->n_stacks + 1));
+    TRY(scratch(&in->labels, &in->labels_cap, d->n_label_sets + 1));
+
+    /* header strings: service and version are strings like any other */
+    uint64_t sid;
+    const cm_str_t *hs[2] = {&c->header.service, &c->header.version};
+    for (int k = 0; k < 2; k++) {
+        sid = agg_intern_string_id(hs[k]->ptr, hs[k]->len);
+        if (sid && (rc = mark(in, sid)) > 0) {
+            agg_new_str_t *ns = AGG_VEC_PUSH(b->strs);
+            if (!ns) {
+                rc = CM_ENOMEM;
+                goto out;
+            }
+            ns->id = sid;
+            ns->len = hs[k]->len;
+            ns->off = agg_batch_arena_add(b, hs[k]->ptr, hs[k]->len);
+            if (ns->off == (size_t)-1) {
+                rc = CM_ENOMEM;
+                goto out;
+            }
+        }
+        TRY(rc);
+        if (k == 0)
+            ids->service = sid;
+        else
+            ids->version = sid;
+    }
+
+    for (uint32_t m = 1; m < d->n_mappings; m++) {
+        const cm_mapping_t *mp = &d->mappings[m];
+        uint64_t fid;
+        TRY(str_id(in, b, d, mp->filename, &fid));
+        uint8_t key[8 + CM_MAX_BUILD_ID];
+        uint32_t bl = mp->build_id_len > CM_MAX_BUILD_ID ? CM_MAX_BUILD_ID : mp->build_id_len;
+        memcpy(key, &fid, 8);
+        if (bl)
+            memcpy(key + 8, mp->build_id, bl);
+        uint64_t id = nz(XXH3_64bits_withSeed(key, 8 + bl, SEED_MAP));
+        in->map[m] = id;
+        TRY(mark(in, id));
+        if (rc > 0) {
+            agg_new_map_t *nm = AGG_VEC_PUSH(b->maps);
+            if (!nm) {
+                rc = CM_ENOMEM;
+                goto out;
+            }
+            nm->id = id;
+            nm->filename = fid;
+            nm->build_id_len = mp->build_id_len > CM_MAX_BUILD_ID ? CM_MAX_BUILD_ID : mp->build_id_len;
+            memcpy(nm->build_id, mp->build_id, nm->build_id_len);
+        }
+    }
+
+    for (uint32_t f = 1; f < d->n_functions; f++) {
+        uint64_t v[3];
+        TRY(str_id(in, b, d, d->function_name[f], &v[0]));
+        TRY(str_id(in, b, d, d->function_system_name ? d->function_system_name[f] : 0, &v[1]));
+        TRY(str_id(in, b, d, d->function_filename ? d->function_filename[f] : 0, &v[2]));
+        uint64_t id = hash_u64s(v, 3, SEED_FN);
+        in->fn[f] = id;
+        TRY(mark(in, id));
+        if (rc > 0) {
+            agg_new_fn_t *nf = AGG_VEC_PUSH(b->fns);
+            if (!nf) {
+                rc = CM_ENOMEM;
+                goto out;
+            }
+            *nf = (agg_new_fn_t){id, v[0], v[1], v[2]};
+        }
+    }
+
+    for (uint32_t l = 1; l < d->n_locations; l++) {
+        uint64_t v[4] = {in->fn[d->location_function[l]], in->map[d->location_mapping[l]],
+                         d->location_address[l], d->location_line ? d->location_line[l] : 0};
+        uint64_t id = hash_u64s(v, 4, SEED_LOC);
+        in->loc[l] = id;
+        TRY(mark(in, id));
+        if (rc > 0) {
+            agg_new_loc_t *nl = AGG_VEC_PUSH(b->locs);
+            if (!nl) {
+                rc = CM_ENOMEM;
+                goto out;
+            }
+            *nl = (agg_new_loc_t){id, v[0], v[1], v[2], v[3]};
+        }
+    }
+
+    for (uint32_t s = 1; s < d->n_stacks; s++) {
+        uint64_t parent = 0;
+        for (uint32_t j = d->stack_off[s]; j < d->stack_off[s + 1]; j++) {
+            uint64_t v[2] = {parent, in->loc[d->stack_frames[j]]};
+            uint64_t id = hash_u64s(v, 2, SEED_STACK);
+            TRY(mark(in, id));
+            if (rc > 0) {
+                agg_new_stack_t *ns = AGG_VEC_PUSH(b->stacks);
+                if (!ns) {
+                    rc = CM_ENOMEM;
+                    goto out;
+                }
+                *ns = (agg_new_stack_t){id, parent, v[1], j - d->stack_off[s] + 1};
+            }
+            parent = id;
+        }
+        in->stack[s] = parent;
+    }
+
+    for (uint32_t ls = 1; ls < d->n_label_sets; ls++) {
+        uint64_t kv[2 * CM_MAX_LABELS_PER_SET];
+        uint32_t n = d->label_off[ls + 1] - d->label_off[ls];
+        if (n > CM_MAX_LABELS_PER_SET)
+            n = CM_MAX_LABELS_PER_SET;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t *p = &d->label_kv[2 * (d->label_off[ls] + i)];
+            TRY(str_id(in, b, d, p[0], &kv[2 * i]));
+            TRY(str_id(in, b, d, p[1], &kv[2 * i + 1]));
+        }
+        /* sort pairs so the same set in another order gets the same id */
+        for (uint32_t i = 1; i < n; i++)
+            for (uint32_t j = i; j > 0 && (kv[2 * j - 2] > kv[2 * j] ||
+                                           (kv[2 * j - 2] == kv[2 * j] && kv[2 * j - 1] > kv[2 * j + 1]));
+                 j--) {
+                uint64_t t0 = kv[2 * j - 2], t1 = kv[2 * j - 1];
+                kv[2 * j - 2] = kv[2 * j];
+                kv[2 * j - 1] = kv[2 * j + 1];
+                kv[2 * j] = t0;
+                kv[2 * j + 1] = t1;
+            }
+        uint64_t id = n ? hash_u64s(kv, 2 * n, SEED_LABELS) : 0;
+        in->labels[ls] = id;
+        if (!id)
+            continue;
+        TRY(mark(in, id));
+        if (rc > 0) {
+            uint64_t *nset = AGG_VEC_PUSH(b->labelsets);
+            if (!nset) {
+                rc = CM_ENOMEM;
+                goto out;
+            }
+            *nset = id;
+            for (uint32_t i = 0; i < n; i++) {
+                agg_new_label_t *nl = AGG_VEC_PUSH(b->labels);
+                if (!nl) {
+                    rc = CM_ENOMEM;
+                    goto out;
+                }
+                *nl = (agg_new_label_t){id, kv[2 * i], kv[2 * i + 1]};
+            }
+        }
+    }
+    rc = 0;
+    ids->fn = in->fn;
+    ids->stack = in->stack;
+    ids->labels = in->labels;
+out:
+    return rc < 0 ? rc : 0;
+}
+
+void agg_intern_forget(agg_intern_t *in) { agg_idset_clear(&in->known); }
+
+void agg_intern_free(agg_intern_t *in) {
+    agg_idset_free(&in->known);
+    free(in->str);
+    free(in->map);
+    free(in->fn);
+    free(in->loc);
+    free(in->stack);
+    free(in->labels);
+    memset(in, 0, sizeof *in);
+}

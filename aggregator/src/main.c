@@ -1,0 +1,202 @@
+/* fleetprof-aggregator: parses arguments, loads the configuration, starts the HTTP server
+ * (/metrics, /healthz) and runs the consume loop until SIGTERM or SIGINT.
+ * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
+#include "consume.h"
+#include "http.h"
+#include "metrics.h"
+
+#include "cm/config.h"
+#include "cm/error.h"
+#include "cm/log.h"
+#include "cm/wire.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id, *strategy;
+    char *http_addr, *log_level;
+    int64_t http_port;
+    int64_t batch_max_messages, batch_max_samples, batch_interval;
+    int64_t fine_width, coarse_width, downsample_after, max_age, span_max_age, dedupe_window;
+    int64_t retention_interval;
+    int span_index, fn_stats;
+} agg_cfg_t;
+
+#define O(f) offsetof(agg_cfg_t, f)
+#define DAY "86400"
+static const cm_opt_t opts[] = {
+    {"brokers", CM_OPT_STRING, "127.0.0.1:9092", O(brokers), 0, 0, "Kafka bootstrap servers"},
+    {"group", CM_OPT_STRING, "fleetprof-aggregator", O(group), 0, 0, "Kafka consumer group"},
+    {"topic", CM_OPT_STRING, CM_TOPIC_CHUNKS, O(topic), 0, 0, "topic of chunk frames"},
+    {"dlq-topic", CM_OPT_STRING, CM_TOPIC_DLQ, O(dlq_topic), 0, 0,
+     "dead-letter topic for messages that fail validation"},
+    {"store-dir", CM_OPT_STRING, "/var/lib/fleetprof/aggregator", O(store_dir), 0, 0,
+     "directory of the per-partition SQLite stores, shared by the instances of the group"},
+    {"client-id", CM_OPT_STRING, "fleetprof-aggregator", O(client_id), 0, 0,
+     "Kafka client id (shows in consumer-group tooling)"},
+    {"assignment-strategy", CM_OPT_STRING, "cooperative-sticky", O(strategy), 0, 0,
+     "partition.assignment.strategy: cooperative-sticky, range or roundrobin"},
+    {"http-addr", CM_OPT_STRING, "0.0.0.0", O(http_addr), 0, 0, "HTTP listen address"},
+    {"http-port", CM_OPT_INT, "9402", O(http_port), 0, 65535, "HTTP port (0: any free port)"},
+    {"log-level", CM_OPT_STRING, "info", O(log_level), 0, 0, "debug, info, warn or error"},
+    {"batch-max-messages", CM_OPT_INT, "500", O(batch_max_messages), 1, 1000000,
+     "write a partition's batch after this many messages"},
+    {"batch-max-samples", CM_OPT_INT, "2000000", O(batch_max_samples), 1, 1000000000,
+     "write a partition's batch after this many sample rows"},
+    {"batch-interval", CM_OPT_DURATION, "1s", O(batch_interval), 1000000, 3600000000000ll,
+     "write a partition's batch at most this long after its first message"},
+    {"fine-width", CM_OPT_DURATION, "10s", O(fine_width), 1000000000ll, 86400000000000ll,
+     "width of the fine time buckets"},
+    {"coarse-width", CM_OPT_DURATION, "1h", O(coarse_width), 1000000000ll, 30 * 86400000000000ll,
+     "width of the coarse (downsampled) buckets; a multiple of fine-width"},
+    {"downsample-after", CM_OPT_DURATION, "6h", O(downsample_after), 0, 3650 * 86400000000000ll,
+     "age after which fine buckets are merged into coarse ones"},
+    {"max-age", CM_OPT_DURATION, "30d", O(max_age), 0, 3650 * 86400000000000ll,
+     "age after which rollups are deleted"},
+    {"span-max-age", CM_OPT_DURATION, "1d", O(span_max_age), 0, 3650 * 86400000000000ll,
+     "how long the span index keeps a span"},
+    {"dedupe-window", CM_OPT_DURATION, "2d", O(dedupe_window), 60000000000ll,
+     3650 * 86400000000000ll, "how long chunk ids are remembered to drop duplicates"},
+    {"retention-interval", CM_OPT_DURATION, "1m", O(retention_interval), 0, 86400000000000ll,
+     "how often the retention pass runs (0: never)"},
+    {"span-index", CM_OPT_BOOL, "true", O(span_index), 0, 0,
+     "index samples that carry a trace/span context"},
+    {"fn-stats", CM_OPT_BOOL, "true", O(fn_stats), 0, 0,
+     "keep per-function per-chunk share statistics for significance tests in diffs"},
+    {0},
+};
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+static void h_metrics(void *arg, const char *url, const char *query, agg_http_reply_t *r) {
+    (void)url;
+    (void)query;
+    r->body = agg_metrics_render(arg);
+    r->len = r->body ? strlen(r->body) : 0;
+    r->status = r->body ? 200 : 500;
+    r->content_type = "text/plain; version=0.0.4";
+}
+
+static void h_healthz(void *arg, const char *url, const char *query, agg_http_reply_t *r) {
+    (void)url;
+    (void)query;
+    char why[256];
+    if (agg_metrics_healthy(arg, why, sizeof why))
+        agg_http_reply_text(r, 200, "ok\n");
+    else
+        agg_http_reply_text(r, 503, why);
+}
+
+int main(int argc, char **argv) {
+    agg_cfg_t cfg;
+    cm_kvlist_t kafka = {0};
+    char err[1024];
+    agg_metrics_t metrics;
+    agg_http_t *http = NULL;
+    agg_consumer_t *consumer = NULL;
+    int rc = 1;
+    memset(&cfg, 0, sizeof cfg);
+    agg_metrics_init(&metrics);
+    cm_log_init("aggregator", CM_LOG_INFO);
+
+    int lr = cm_config_load(opts, &cfg, "FLEETPROF_AGGREGATOR_", "kafka.", &kafka, argc, argv, err,
+                            sizeof err);
+    if (lr == 1) {
+        cm_config_help(opts, "FLEETPROF_AGGREGATOR_", "kafka.",
+                       "fleetprof-aggregator [--config FILE] [--OPTION VALUE]... "
+                       "[--kafka.PROPERTY=VALUE]...",
+                       stdout);
+        rc = 0;
+        goto out;
+    }
+    if (lr) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    cm_log_level_t level;
+    if (cm_log_parse_level(cfg.log_level, &level)) {
+        fprintf(stderr, "fleetprof-aggregator: log-level '%s' is not one of debug, info, warn, "
+                "error\n", cfg.log_level);
+        rc = 2;
+        goto out;
+    }
+    cm_log_set_level(level);
+    const int64_t S = 1000000000;
+    agg_consume_cfg_t cc = {
+        .brokers = cfg.brokers,
+        .group = cfg.group,
+        .topic = cfg.topic,
+        .dlq_topic = cfg.dlq_topic,
+        .store_dir = cfg.store_dir,
+        .client_id = cfg.client_id,
+        .assignment_strategy = cfg.strategy,
+        .kafka_props = &kafka,
+        .batch_max_messages = cfg.batch_max_messages,
+        .batch_max_samples = cfg.batch_max_samples,
+        .batch_interval_ms = cfg.batch_interval / 1000000,
+        .retention_interval_ms = cfg.retention_interval / 1000000,
+        .rollup = {cfg.fine_width / S, cfg.span_index, cfg.fn_stats},
+        .retention = {cfg.fine_width / S, cfg.coarse_width / S, cfg.downsample_after / S,
+                      cfg.max_age / S, cfg.span_max_age / S, cfg.dedupe_window / S},
+    };
+    if (cfg.fine_width % S || cfg.coarse_width % S) {
+        fprintf(stderr, "fleetprof-aggregator: fine-width and coarse-width must be whole seconds "
+                "(got %lld ns and %lld ns)\n", (long long)cfg.fine_width,
+                (long long)cfg.coarse_width);
+        rc = 2;
+        goto out;
+    }
+    if (agg_retention_check(&cc.retention, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    struct stat sb;
+    if (stat(cfg.store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg.store_dir, W_OK)) {
+        fprintf(stderr, "fleetprof-aggregator: store-dir '%s' is not a writable directory (%s); "
+                "create it or set --store-dir\n", cfg.store_dir, strerror(errno ? errno : ENOTDIR));
+        rc = 2;
+        goto out;
+    }
+
+    const agg_http_route_t routes[] = {
+        {"GET", "/metrics", h_metrics, &metrics},
+        {"GET", "/healthz", h_healthz, &metrics},
+        {0},
+    };
+    if (agg_http_start(cfg.http_addr, (int)cfg.http_port, routes, &http, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        goto out;
+    }
+    if (agg_consumer_new(&cc, &metrics, &consumer, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    CM_INFO("consuming %s from %s as group %s; stores in %s; http on %s:%d", cfg.topic,
+            cfg.brokers, cfg.group, cfg.store_dir, cfg.http_addr, agg_http_port(http));
+    rc = agg_consumer_run(consumer, &stop_flag) ? 1 : 0;
+out:
+    agg_consumer_free(consumer);
+    agg_http_stop(http);
+    cm_config_free(opts, &cfg, &kafka);
+    agg_metrics_destroy(&metrics);
+    return rc;
+}

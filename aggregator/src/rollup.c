@@ -1,0 +1,226 @@
+/* Rollup of one chunk into batch deltas (see rollup.h).
+ *
+ * Replicate statistics: for every event type present in a chunk, with T the chunk's total
+ * weight of that type, each function f gets x_incl = (weight of the stacks containing f,
+ * recursion counted once) / T and x_self = (weight of the stacks whose leaf is f) / T; the batch
+ * adds x and x^2 per (service, version, type, bucket of the chunk start, function). Functions
+ * absent from a chunk contribute x = 0, so with n = the number of chunks (totals.chunks), the
+ * per-version mean and variance of a function's share follow: the chunk is the replicate of a
+ * Welch test in a diff (REFERENCE.md, "Comparing two profiles").
+ *
+ * Threading: consume thread only. */
+#include "rollup.h"
+#include "spanindex.h"
+
+#include "cm/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void agg_rollup_init(agg_rollup_t *r, const agg_rollup_cfg_t *cfg) {
+    memset(r, 0, sizeof *r);
+    r->cfg = *cfg;
+    if (r->cfg.fine_width_s <= 0)
+        r->cfg.fine_width_s = 10;
+}
+
+void agg_rollup_free(agg_rollup_t *r) {
+    free(r->stack_w);
+    free(r->stack_seen);
+    free(r->fn_incl);
+    free(r->fn_self);
+    free(r->fn_stamp);
+    free(r->fn_touch);
+    free(r->touched_stacks);
+    free(r->touched_fns);
+    memset(r, 0, sizeof *r);
+}
+
+static int grow(void **p, size_t n, size_t elem) {
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return CM_ENOMEM;
+    *p = q;
+    return 0;
+}
+
+static int ensure(agg_rollup_t *r, size_t nstacks, size_t nfns) {
+    if (nstacks > r->stack_cap) {
+        if (grow((void **)&r->stack_w, nstacks, 8) || grow((void **)&r->stack_seen, nstacks, 4) ||
+            grow((void **)&r->touched_stacks, nstacks, 4))
+            return CM_ENOMEM;
+        memset(r->stack_seen, 0, nstacks * 4);
+        r->stack_cap = nstacks;
+        r->gen = 0;
+    }
+    if (nfns > r->fn_cap) {
+        if (grow((void **)&r->fn_incl, nfns, 8) || grow((void **)&r->fn_self, nfns, 8) ||
+            grow((void **)&r->fn_stamp, nfns, 4) || grow((void **)&r->fn_touch, nfns, 4) ||
+            grow((void **)&r->touched_fns, nfns, 4))
+            return CM_ENOMEM;
+        memset(r->fn_stamp, 0, nfns * 4);
+        memset(r->fn_touch, 0, nfns * 4);
+        r->fn_cap = nfns;
+        r->gen = 0;
+    }
+    if (r->gen > 0xF0000000u) {
+        memset(r->stack_seen, 0, r->stack_cap * 4);
+        memset(r->fn_stamp, 0, r->fn_cap * 4);
+        memset(r->fn_touch, 0, r->fn_cap * 4);
+        r->gen = 0;
+    }
+    return 0;
+}
+
+static uint64_t bucket_of(uint64_t t_ns, int64_t width_s) {
+    uint64_t s = t_ns / 1000000000ull;
+    return s - s % (uint64_t)width_s;
+}
+
+/* Function shares of one chunk and type, from the per-stack weights gathered by the caller. */
+static int fn_stats(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
+                    const agg_chunk_ids_t *ids, uint32_t type, uint32_t nstacks, int64_t total,
+                    uint64_t bucket) {
+    const cm_dict_t *d = &c->dict;
+    uint32_t touch_gen = ++r->gen, nf = 0;
+    for (uint32_t k = 0; k < nstacks; k++) {
+        uint32_t s = r->touched_stacks[k];
+        int64_t w = r->stack_w[s];
+        uint32_t stamp = ++r->gen, lo = d->stack_off[s], hi = d->stack_off[s + 1];
+        for (uint32_t j = lo; j < hi; j++) {
+            uint32_t f = d->location_function[d->stack_frames[j]];
+            if (!f)
+                continue;
+            if (r->fn_touch[f] != touch_gen) {
+                r->fn_touch[f] = touch_gen;
+                r->fn_incl[f] = r->fn_self[f] = 0;
+                r->touched_fns[nf++] = f;
+            }
+            if (r->fn_stamp[f] != stamp) {
+                r->fn_stamp[f] = stamp;
+                r->fn_incl[f] += w;
+            }
+        }
+        if (hi > lo) {
+            uint32_t leaf = d->location_function[d->stack_frames[hi - 1]];
+            if (leaf)
+                r->fn_self[leaf] += w;
+        }
+    }
+    double inv = 1.0 / (double)total;
+    for (uint32_t k = 0; k < nf; k++) {
+        uint32_t f = r->touched_fns[k];
+        agg_fn_key_t key = {ids->service, ids->version, type, (uint64_t)r->cfg.fine_width_s,
+                            bucket, ids->fn[f]};
+        agg_fn_ent_t *e = agg_hmap_upsert(&b->fn, &key, NULL);
+        if (!e)
+            return CM_ENOMEM;
+        double xi = (double)r->fn_incl[f] * inv, xs = (double)r->fn_self[f] * inv;
+        e->chunks++;
+        e->incl += xi;
+        e->incl2 += xi * xi;
+        e->self += xs;
+        e->self2 += xs * xs;
+    }
+    return 0;
+}
+
+int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
+                     const agg_chunk_ids_t *ids) {
+    const cm_header_t *h = &c->header;
+    const cm_dict_t *d = &c->dict;
+    uint64_t width = (uint64_t)r->cfg.fine_width_s, tag = ++b->chunk_tag;
+    uint64_t cbucket = bucket_of(h->start_unix_ns, r->cfg.fine_width_s);
+    int64_t rows_all = 0;
+    int rc = ensure(r, d->n_stacks + 1, d->n_functions + 1);
+    if (rc)
+        return rc;
+
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        const cm_samples_t *s = &c->samples[t];
+        if (!s->n)
+            continue;
+        uint32_t stack_gen = ++r->gen, nstacks = 0;
+        int64_t total = 0;
+        agg_tot_ent_t *te = NULL;
+        uint64_t te_bucket = UINT64_MAX;
+        for (uint32_t i = 0; i < s->n; i++) {
+            uint64_t bucket = bucket_of(s->time_ns[i], r->cfg.fine_width_s);
+            uint32_t st = s->stack[i];
+            int64_t w = (int64_t)s->weight[i], cnt = (int64_t)cm_samples_count(s, i);
+            agg_prof_key_t pk = {ids->service, ids->version, t,          width,
+                                 bucket,       s->labels ? ids->labels[s->labels[i]] : 0,
+                                 ids->stack[st]};
+            agg_prof_ent_t *pe = agg_hmap_upsert(&b->prof, &pk, NULL);
+            if (!pe)
+                return CM_ENOMEM;
+            pe->weight += w;
+            pe->count += cnt;
+            pe->rows++;
+            if (pe->last_chunk != tag) {
+                pe->last_chunk = tag;
+                pe->chunks++;
+            }
+            if (bucket != te_bucket) { /* rows are mostly in time order: reuse the entry */
+                agg_tot_key_t tk = {ids->service, ids->version, t, width, bucket};
+                te = agg_hmap_upsert(&b->tot, &tk, NULL);
+                if (!te)
+                    return CM_ENOMEM;
+                te_bucket = bucket;
+                if (te->last_chunk != tag) {
+                    te->last_chunk = tag;
+                    te->chunks++;
+                }
+            }
+            te->weight += w;
+            te->count += cnt;
+            te->rows++;
+            total += w;
+            if (r->stack_seen[st] != stack_gen) {
+                r->stack_seen[st] = stack_gen;
+                r->stack_w[st] = 0;
+                r->touched_stacks[nstacks++] = st;
+            }
+            r->stack_w[st] += w;
+            if (r->cfg.span_index && s->context && s->context[i] &&
+                (rc = agg_spanindex_row(b, c, ids, s, i)))
+                return rc;
+        }
+        rows_all += s->n;
+        if (r->cfg.fn_stats && total > 0 &&
+            (rc = fn_stats(r, b, c, ids, t, nstacks, total, cbucket)))
+            return rc;
+    }
+
+    agg_ival_key_t ik = {ids->service, ids->version, width, cbucket};
+    agg_ival_ent_t *ie = agg_hmap_upsert(&b->ival, &ik, NULL);
+    if (!ie)
+        return CM_ENOMEM;
+    ie->chunks++;
+    ie->duration_ns += (int64_t)(h->end_unix_ns - h->start_unix_ns);
+    ie->agent_cpu_ns += (int64_t)h->agent_cpu_ns;
+    ie->process_cpu_ns += (int64_t)h->process_cpu_ns;
+    for (uint32_t i = 0; i < h->n_drops; i++) {
+        ie->dropped += (int64_t)h->drops[i].count;
+        agg_drop_key_t dk = {ids->service, ids->version, width, cbucket, h->drops[i].reason,
+                             h->drops[i].type};
+        agg_drop_ent_t *de = agg_hmap_upsert(&b->drop, &dk, NULL);
+        if (!de)
+            return CM_ENOMEM;
+        de->count += (int64_t)h->drops[i].count;
+    }
+    agg_ver_key_t vk = {ids->service, ids->version};
+    int fresh;
+    agg_ver_ent_t *ve = agg_hmap_upsert(&b->ver, &vk, &fresh);
+    if (!ve)
+        return CM_ENOMEM;
+    if (fresh || (int64_t)h->start_unix_ns < ve->first_ns)
+        ve->first_ns = (int64_t)h->start_unix_ns;
+    if (fresh || (int64_t)h->end_unix_ns > ve->last_ns)
+        ve->last_ns = (int64_t)h->end_unix_ns;
+    ve->chunks++;
+    ve->rows += rows_all;
+    b->chunks++;
+    b->samples += (uint64_t)rows_all;
+    return 0;
+}

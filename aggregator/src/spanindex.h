@@ -1,0 +1,19 @@
+/* Span index: for each sample that carries a trace/span context, adds to the batch
+ *   spans       (trace id, span id) -> service, version, first/last sample time, weight per
+ *               event type, rows          (to rank the spans of a service in a window)
+ *   span_stacks (trace id, span id, type, stack) -> weight, count, rows
+ *               (to build the profile of one trace or one span, every event type)
+ * Retention of the index is bounded by span-max-age (retention.c).
+ * Threading: consume thread only (writes into the partition's batch).
+ */
+#ifndef AGG_SPANINDEX_H
+#define AGG_SPANINDEX_H
+
+#include "batch.h"
+#include "intern.h"
+
+/* Adds row i of the samples of `type` in c (whose context is not 0). Returns 0 or CM_ENOMEM. */
+int agg_spanindex_row(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_ids_t *ids,
+                      const cm_samples_t *s, uint32_t i);
+
+#endif

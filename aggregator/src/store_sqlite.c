@@ -1,0 +1,965 @@
+/* SQLite backend of the store (see store.h; schema and reasons in aggregator/README.md).
+ *
+ * WAL journal, synchronous=NORMAL: a committed transaction survives a process crash; after a
+ * power loss the last transactions may roll back, data and offset together, and are consumed
+ * again, so exactly-once holds either way. Writes take the lock with BEGIN IMMEDIATE, then
+ * check the stored offset (fencing), then insert dictionaries (INSERT OR IGNORE), upsert the
+ * rollups (ON CONFLICT DO UPDATE SET x = x + excluded.x), record chunk ids and the offset.
+ * SQLite result codes are translated to CM_E* / -errno here and nowhere else.
+ *
+ * Threading: one handle per thread; processes sharing a file are serialized by SQLite's locks
+ * (busy timeout 30 s).
+ */
+#include "store.h"
+
+#include "intern.h"
+
+#include "cm/error.h"
+#include "cm/log.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define SCHEMA_VERSION 1
+
+static const char *const schema =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS offsets(topic TEXT, part INTEGER, next_offset INTEGER,"
+    " updated_ns INTEGER, PRIMARY KEY(topic, part)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS seen_chunks(chunk_id BLOB PRIMARY KEY, ts_ns INTEGER) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS seen_chunks_ts ON seen_chunks(ts_ns);"
+    "CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, s TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS mappings(id INTEGER PRIMARY KEY, filename INTEGER, build_id BLOB);"
+    "CREATE TABLE IF NOT EXISTS functions(id INTEGER PRIMARY KEY, name INTEGER,"
+    " system_name INTEGER, filename INTEGER);"
+    "CREATE INDEX IF NOT EXISTS functions_name ON functions(name);"
+    "CREATE TABLE IF NOT EXISTS locations(id INTEGER PRIMARY KEY, function INTEGER,"
+    " mapping INTEGER, address INTEGER, line INTEGER);"
+    "CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, parent INTEGER, location INTEGER,"
+    " depth INTEGER);"
+    "CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY);"
+    "CREATE TABLE IF NOT EXISTS labels(key INTEGER, value INTEGER, labelset INTEGER,"
+    " PRIMARY KEY(key, value, labelset)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS profile(service INTEGER, version INTEGER, type INTEGER,"
+    " width INTEGER, bucket INTEGER, labels INTEGER, stack INTEGER, weight INTEGER,"
+    " count INTEGER, rows INTEGER, chunks INTEGER,"
+    " PRIMARY KEY(service, version, type, width, bucket, labels, stack)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS totals(service INTEGER, version INTEGER, type INTEGER,"
+    " width INTEGER, bucket INTEGER, weight INTEGER, count INTEGER, rows INTEGER,"
+    " chunks INTEGER, PRIMARY KEY(service, version, type, width, bucket)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS intervals(service INTEGER, version INTEGER, width INTEGER,"
+    " bucket INTEGER, chunks INTEGER, duration_ns INTEGER, agent_cpu_ns INTEGER,"
+    " process_cpu_ns INTEGER, dropped INTEGER,"
+    " PRIMARY KEY(service, version, width, bucket)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS drops(service INTEGER, version INTEGER, width INTEGER,"
+    " bucket INTEGER, reason INTEGER, type INTEGER, count INTEGER,"
+    " PRIMARY KEY(service, version, width, bucket, reason, type)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS versions(service INTEGER, version INTEGER, first_ns INTEGER,"
+    " last_ns INTEGER, chunks INTEGER, rows INTEGER, PRIMARY KEY(service, version)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS fn_stats(service INTEGER, version INTEGER, type INTEGER,"
+    " width INTEGER, bucket INTEGER, function INTEGER, chunks INTEGER, incl REAL, incl2 REAL,"
+    " self REAL, self2 REAL,"
+    " PRIMARY KEY(service, version, type, width, bucket, function)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS spans(trace BLOB, span BLOB, service INTEGER, version INTEGER,"
+    " first_ns INTEGER, last_ns INTEGER, cpu INTEGER, wall INTEGER, alloc INTEGER,"
+    " inuse INTEGER, lock INTEGER, io INTEGER, rows INTEGER,"
+    " PRIMARY KEY(trace, span)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS spans_service ON spans(service, last_ns);"
+    "CREATE INDEX IF NOT EXISTS spans_span ON spans(span);"
+    "CREATE TABLE IF NOT EXISTS span_stacks(trace BLOB, span BLOB, type INTEGER, stack INTEGER,"
+    " weight INTEGER, count INTEGER, rows INTEGER,"
+    " PRIMARY KEY(trace, span, type, stack)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS rejects(reason TEXT PRIMARY KEY, count INTEGER) WITHOUT ROWID;"
+    "INSERT OR IGNORE INTO meta VALUES('schema_version', 1);";
+
+enum {
+    S_OFFSET_GET,
+    S_OFFSET_PUT,
+    S_SEEN_GET,
+    S_SEEN_PUT,
+    S_STR,
+    S_MAP,
+    S_FN,
+    S_LOC,
+    S_STACK,
+    S_LABELSET,
+    S_LABEL,
+    S_PROF,
+    S_TOT,
+    S_IVAL,
+    S_DROP,
+    S_VER,
+    S_FNSTAT,
+    S_SPAN,
+    S_SPANSTK,
+    S_REJ,
+    S_COUNT
+};
+
+static const char *const stmt_sql[S_COUNT] = {
+    [S_OFFSET_GET] = "SELECT next_offset FROM offsets WHERE topic=?1 AND part=?2",
+    [S_OFFSET_PUT] = "INSERT INTO offsets VALUES(?1,?2,?3,?4) ON CONFLICT DO UPDATE SET "
+                     "next_offset=excluded.next_offset, updated_ns=excluded.updated_ns",
+    [S_SEEN_GET] = "SELECT 1 FROM seen_chunks WHERE chunk_id=?1",
+    [S_SEEN_PUT] = "INSERT OR IGNORE INTO seen_chunks VALUES(?1,?2)",
+    [S_STR] = "INSERT OR IGNORE INTO strings VALUES(?1,?2)",
+    [S_MAP] = "INSERT OR IGNORE INTO mappings VALUES(?1,?2,?3)",
+    [S_FN] = "INSERT OR IGNORE INTO functions VALUES(?1,?2,?3,?4)",
+    [S_LOC] = "INSERT OR IGNORE INTO locations VALUES(?1,?2,?3,?4,?5)",
+    [S_STACK] = "INSERT OR IGNORE INTO stacks VALUES(?1,?2,?3,?4)",
+    [S_LABELSET] = "INSERT OR IGNORE INTO labelsets VALUES(?1)",
+    [S_LABEL] = "INSERT OR IGNORE INTO labels VALUES(?1,?2,?3)",
+    [S_PROF] = "INSERT INTO profile VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT DO "
+               "UPDATE SET weight=weight+excluded.weight, count=count+excluded.count, "
+               "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
+    [S_TOT] = "INSERT INTO totals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT DO UPDATE SET "
+              "weight=weight+excluded.weight, count=count+excluded.count, "
+              "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
+    [S_IVAL] = "INSERT INTO intervals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT DO UPDATE "
+               "SET chunks=chunks+excluded.chunks, duration_ns=duration_ns+excluded.duration_ns, "
+               "agent_cpu_ns=agent_cpu_ns+excluded.agent_cpu_ns, "
+               "process_cpu_ns=process_cpu_ns+excluded.process_cpu_ns, "
+               "dropped=dropped+excluded.dropped",
+    [S_DROP] = "INSERT INTO drops VALUES(?1,?2,?3,?4,?5,?6,?7) ON CONFLICT DO UPDATE SET "
+               "count=count+excluded.count",
+    [S_VER] = "INSERT INTO versions VALUES(?1,?2,?3,?4,?5,?6) ON CONFLICT DO UPDATE SET "
+              "first_ns=min(first_ns,excluded.first_ns), last_ns=max(last_ns,excluded.last_ns), "
+              "chunks=chunks+excluded.chunks, rows=rows+excluded.rows",
+    [S_FNSTAT] = "INSERT INTO fn_stats VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT DO "
+                 "UPDATE SET chunks=chunks+excluded.chunks, incl=incl+excluded.incl, "
+                 "incl2=incl2+excluded.incl2, self=self+excluded.self, "
+                 "self2=self2+excluded.self2",
+    [S_SPAN] = "INSERT INTO spans VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13) ON CONFLICT "
+               "DO UPDATE SET first_ns=min(first_ns,excluded.first_ns), "
+               "last_ns=max(last_ns,excluded.last_ns), cpu=cpu+excluded.cpu, "
+               "wall=wall+excluded.wall, alloc=alloc+excluded.alloc, inuse=inuse+excluded.inuse, "
+               "lock=lock+excluded.lock, io=io+excluded.io, rows=rows+excluded.rows",
+    [S_SPANSTK] = "INSERT INTO span_stacks VALUES(?1,?2,?3,?4,?5,?6,?7) ON CONFLICT DO UPDATE SET "
+                  "weight=weight+excluded.weight, count=count+excluded.count, "
+                  "rows=rows+excluded.rows",
+    [S_REJ] = "INSERT INTO rejects VALUES(?1,?2) ON CONFLICT DO UPDATE SET "
+              "count=count+excluded.count",
+};
+
+typedef struct {
+    agg_store_t base;
+    sqlite3 *db;
+    sqlite3_stmt *st[S_COUNT];
+    char path[4096];
+} sq_store_t;
+
+/* Translates a SQLite result code at the module edge. */
+static int sq_err(int rc) {
+    switch (rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_DONE:
+    case SQLITE_ROW:
+        return 0;
+    case SQLITE_NOMEM:
+        return CM_ENOMEM;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return -EBUSY;
+    case SQLITE_FULL:
+        return -ENOSPC;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+        return -EACCES;
+    case SQLITE_CANTOPEN:
+        return -ENOENT;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        return CM_EFORMAT;
+    default:
+        return CM_EIO;
+    }
+}
+
+static int exec(sq_store_t *s, const char *sql) {
+    char *msg = NULL;
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        CM_ERROR("store %s: '%.60s' failed: %s", s->path, sql, msg ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+    }
+    return sq_err(rc);
+}
+
+/* Runs a prepared write statement to completion and resets it. */
+static int step(sq_store_t *s, sqlite3_stmt *st) {
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        CM_ERROR("store %s: %s", s->path, sqlite3_errmsg(s->db));
+        return sq_err(rc);
+    }
+    return 0;
+}
+
+#define B64(st, i, v) sqlite3_bind_int64((st), (i), (sqlite3_int64)(v))
+
+static void sq_close(agg_store_t *base) {
+    sq_store_t *s = (sq_store_t *)base;
+    for (int i = 0; i < S_COUNT; i++)
+        sqlite3_finalize(s->st[i]);
+    sqlite3_close(s->db);
+    free(s);
+}
+
+static int sq_offset_get(agg_store_t *base, const char *topic, int32_t partition, int64_t *next) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st = s->st[S_OFFSET_GET];
+    sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+    B64(st, 2, partition);
+    int rc = sqlite3_step(st);
+    *next = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(rc);
+}
+
+static int sq_chunk_seen(agg_store_t *base, const uint8_t *id, int *seen) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st = s->st[S_SEEN_GET];
+    sqlite3_bind_blob(st, 1, id, CM_CHUNK_ID_LEN, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    *seen = rc == SQLITE_ROW;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(rc);
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#define RUN(stmt)                                                                                  \
+    do {                                                                                           \
+        if ((rc = step(s, (stmt))))                                                                \
+            goto out;                                                                              \
+    } while (0)
+
+static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partition,
+                          const agg_batch_t *b) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt **S = s->st;
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    if (rc)
+        return rc;
+    int64_t stored;
+    if ((rc = sq_offset_get(base, topic, partition, &stored)))
+        goto out;
+    if (stored != b->base_offset) {
+        CM_WARN("store %s: partition %d offset is %lld, batch started at %lld: another instance "
+                "wrote it; dropping the batch and seeking",
+                s->path, partition, (long long)stored, (long long)b->base_offset);
+        rc = -ESTALE;
+        goto out;
+    }
+    for (size_t i = 0; i < b->strs.n; i++) {
+        const agg_new_str_t *x = &b->strs.v[i];
+        B64(S[S_STR], 1, x->id);
+        sqlite3_bind_text(S[S_STR], 2, b->str_arena + x->off, (int)x->len, SQLITE_STATIC);
+        RUN(S[S_STR]);
+    }
+    for (size_t i = 0; i < b->maps.n; i++) {
+        const agg_new_map_t *x = &b->maps.v[i];
+        B64(S[S_MAP], 1, x->id);
+        B64(S[S_MAP], 2, x->filename);
+        sqlite3_bind_blob(S[S_MAP], 3, x->build_id, (int)x->build_id_len, SQLITE_STATIC);
+        RUN(S[S_MAP]);
+    }
+    for (size_t i = 0; i < b->fns.n; i++) {
+        const agg_new_fn_t *x = &b->fns.v[i];
+        B64(S[S_FN], 1, x->id);
+        B64(S[S_FN], 2, x->name);
+        B64(S[S_FN], 3, x->system_name);
+        B64(S[S_FN], 4, x->filename);
+        RUN(S[S_FN]);
+    }
+    for (size_t i = 0; i < b->locs.n; i++) {
+        const agg_new_loc_t *x = &b->locs.v[i];
+        B64(S[S_LOC], 1, x->id);
+        B64(S[S_LOC], 2, x->function);
+        B64(S[S_LOC], 3, x->mapping);
+        B64(S[S_LOC], 4, x->address);
+        B64(S[S_LOC], 5, x->line);
+        RUN(S[S_LOC]);
+    }
+    for (size_t i = 0; i < b->stacks.n; i++) {
+        const agg_new_stack_t *x = &b->stacks.v[i];
+        B64(S[S_STACK], 1, x->id);
+        B64(S[S_STACK], 2, x->parent);
+        B64(S[S_STACK], 3, x->location);
+        B64(S[S_STACK], 4, x->depth);
+        RUN(S[S_STACK]);
+    }
+    for (size_t i = 0; i < b->labelsets.n; i++) {
+        B64(S[S_LABELSET], 1, b->labelsets.v[i]);
+        RUN(S[S_LABELSET]);
+    }
+    for (size_t i = 0; i < b->labels.n; i++) {
+        const agg_new_label_t *x = &b->labels.v[i];
+        B64(S[S_LABEL], 1, x->key);
+        B64(S[S_LABEL], 2, x->value);
+        B64(S[S_LABEL], 3, x->set);
+        RUN(S[S_LABEL]);
+    }
+    for (size_t i = 0; i < b->prof.n; i++) {
+        const agg_prof_ent_t *e = agg_hmap_entry(&b->prof, i);
+        sqlite3_stmt *st = S[S_PROF];
+        B64(st, 1, e->k.service);
+        B64(st, 2, e->k.version);
+        B64(st, 3, e->k.type);
+        B64(st, 4, e->k.width);
+        B64(st, 5, e->k.bucket);
+        B64(st, 6, e->k.labels);
+        B64(st, 7, e->k.stack);
+        B64(st, 8, e->weight);
+        B64(st, 9, e->count);
+        B64(st, 10, e->rows);
+        B64(st, 11, e->chunks);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->tot.n; i++) {
+        const agg_tot_ent_t *e = agg_hmap_entry(&b->tot, i);
+        sqlite3_stmt *st = S[S_TOT];
+        B64(st, 1, e->k.service);
+        B64(st, 2, e->k.version);
+        B64(st, 3, e->k.type);
+        B64(st, 4, e->k.width);
+        B64(st, 5, e->k.bucket);
+        B64(st, 6, e->weight);
+        B64(st, 7, e->count);
+        B64(st, 8, e->rows);
+        B64(st, 9, e->chunks);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->ival.n; i++) {
+        const agg_ival_ent_t *e = agg_hmap_entry(&b->ival, i);
+        sqlite3_stmt *st = S[S_IVAL];
+        B64(st, 1, e->k.service);
+        B64(st, 2, e->k.version);
+        B64(st, 3, e->k.width);
+        B64(st, 4, e->k.bucket);
+        B64(st, 5, e->chunks);
+        B64(st, 6, e->duration_ns);
+        B64(st, 7, e->agent_cpu_ns);
+        B64(st, 8, e->process_cpu_ns);
+        B64(st, 9, e->dropped);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->drop.n; i++) {
+        const agg_drop_ent_t *e = agg_hmap_entry(&b->drop, i);
+        sqlite3_stmt *st = S[S_DROP];
+        B64(st, 1, e->k.service);
+        B64(st, 2, e->k.version);
+        B64(st, 3, e->k.width);
+        B64(st, 4, e->k.bucket);
+        B64(st, 5, e->k.reason);
+        B64(st, 6, e->k.type);
+        B64(st, 7, e->count);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->ver.n; i++) {
+        const agg_ver_ent_t *e = agg_hmap_entry(&b->ver, i);
+        sqlite3_stmt *st = S[S_VER];
+        B64(st, 1, e->k.service);
+        B64(st, 2, e->k.version);
+        B64(st, 3, e->first_ns);
+        B64(st, 4, e->last_ns);
+        B64(st, 5, e->chunks);
+        B64(st, 6, e->rows);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->fn.n; i++) {
+        const agg_fn_ent_t *e = agg_hmap_entry(&b->fn, i);
+        sqlite3_stmt *st = S[S_FNSTAT];
+        B64(st, 1, e->k.service);
+        B64(st, 2, e->k.version);
+        B64(st, 3, e->k.type);
+        B64(st, 4, e->k.width);
+        B64(st, 5, e->k.bucket);
+        B64(st, 6, e->k.function);
+        B64(st, 7, e->chunks);
+        sqlite3_bind_double(st, 8, e->incl);
+        sqlite3_bind_double(st, 9, e->incl2);
+        sqlite3_bind_double(st, 10, e->self);
+        sqlite3_bind_double(st, 11, e->self2);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->span.n; i++) {
+        const agg_span_ent_t *e = agg_hmap_entry(&b->span, i);
+        sqlite3_stmt *st = S[S_SPAN];
+        sqlite3_bind_blob(st, 1, e->k.trace, 16, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 2, e->k.span, 8, SQLITE_STATIC);
+        B64(st, 3, e->service);
+        B64(st, 4, e->version);
+        B64(st, 5, e->first_ns);
+        B64(st, 6, e->last_ns);
+        for (int t = 1; t <= CM_EV_MAX; t++)
+            B64(st, 6 + t, e->weight[t]);
+        B64(st, 13, e->rows);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->spanstk.n; i++) {
+        const agg_spanstk_ent_t *e = agg_hmap_entry(&b->spanstk, i);
+        sqlite3_stmt *st = S[S_SPANSTK];
+        sqlite3_bind_blob(st, 1, e->k.trace, 16, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 2, e->k.span, 8, SQLITE_STATIC);
+        B64(st, 3, e->k.type);
+        B64(st, 4, e->k.stack);
+        B64(st, 5, e->weight);
+        B64(st, 6, e->count);
+        B64(st, 7, e->rows);
+        RUN(st);
+    }
+    for (size_t i = 0; i < b->rej.n; i++) {
+        const agg_rej_ent_t *e = agg_hmap_entry(&b->rej, i);
+        sqlite3_bind_text(S[S_REJ], 1, e->k.reason, -1, SQLITE_STATIC);
+        B64(S[S_REJ], 2, e->count);
+        RUN(S[S_REJ]);
+    }
+    int64_t now = now_ns();
+    for (size_t i = 0; i < b->seen.n; i++) {
+        const agg_seen_ent_t *e = agg_hmap_entry(&b->seen, i);
+        sqlite3_bind_blob(S[S_SEEN_PUT], 1, e->k.id, CM_CHUNK_ID_LEN, SQLITE_STATIC);
+        B64(S[S_SEEN_PUT], 2, e->ts_ns ? e->ts_ns : now);
+        RUN(S[S_SEEN_PUT]);
+    }
+    sqlite3_bind_text(S[S_OFFSET_PUT], 1, topic, -1, SQLITE_STATIC);
+    B64(S[S_OFFSET_PUT], 2, partition);
+    B64(S[S_OFFSET_PUT], 3, b->next_offset);
+    B64(S[S_OFFSET_PUT], 4, now);
+    RUN(S[S_OFFSET_PUT]);
+    rc = exec(s, "COMMIT");
+out:
+    if (rc)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+/* The tables that carry (service, version, [type,] width, bucket) rollups, with their sums. */
+static const struct {
+    const char *table, *keys, *sums;
+    int typed;
+} rollups[] = {
+    {"profile", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
+    {"totals", "service,version,type", "weight,count,rows,chunks", 1},
+    {"fn_stats", "service,version,type,function", "chunks,incl,incl2,self,self2", 1},
+    {"intervals", "service,version", "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped", 0},
+    {"drops", "service,version,reason,type", "count", 0},
+};
+
+/* Runs fn(sql-with-?1..?3 service/version/type) for every (service, version[, type]) so each
+ * statement is an index range scan instead of a table scan. */
+static int for_each_sv(sq_store_t *s, sqlite3_stmt *st, int typed, int64_t *changes) {
+    sqlite3_stmt *sv = NULL;
+    int rc = sq_err(sqlite3_prepare_v2(s->db, "SELECT service, version FROM versions", -1, &sv,
+                                       NULL));
+    if (rc)
+        goto out;
+    while (sqlite3_step(sv) == SQLITE_ROW) {
+        for (int t = typed ? 1 : 0; t <= (typed ? CM_EV_MAX : 0); t++) {
+            sqlite3_bind_int64(st, 1, sqlite3_column_int64(sv, 0));
+            sqlite3_bind_int64(st, 2, sqlite3_column_int64(sv, 1));
+            if (typed)
+                sqlite3_bind_int64(st, 3, t);
+            if ((rc = step(s, st)))
+                goto out;
+            *changes += sqlite3_changes(s->db);
+        }
+    }
+out:
+    sqlite3_finalize(sv);
+    return rc;
+}
+
+static int sq_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_t cutoff_s,
+                         agg_retention_stats_t *stats) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *ins = NULL, *del = NULL;
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    if (rc)
+        return rc;
+    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0]; r++) {
+        char sql[2048], sums[512] = "", upd[512] = "", cols[512];
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", rollups[r].sums);
+        for (char *tok = strtok(tmp, ","); tok; tok = strtok(NULL, ",")) {
+            size_t n1 = strlen(sums), n2 = strlen(upd);
+            snprintf(sums + n1, sizeof sums - n1, "%sSUM(%s)", n1 ? "," : "", tok);
+            snprintf(upd + n2, sizeof upd - n2, "%s%s=%s+excluded.%s", n2 ? "," : "", tok, tok,
+                     tok);
+        }
+        const char *where = rollups[r].typed ? "service=?1 AND version=?2 AND type=?3"
+                                             : "service=?1 AND version=?2";
+        snprintf(cols, sizeof cols, "%s,width,bucket,%s", rollups[r].keys, rollups[r].sums);
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO %s(%s) SELECT %s,?5,bucket-bucket%%?5,%s FROM %s WHERE %s AND "
+                 "width=?4 AND bucket<?6 GROUP BY %s,bucket-bucket%%?5 ON CONFLICT DO UPDATE "
+                 "SET %s",
+                 rollups[r].table, cols, rollups[r].keys, sums, rollups[r].table, where,
+                 rollups[r].keys, upd);
+        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &ins, NULL)))) {
+            CM_ERROR("store %s: %s: %s", s->path, sql, sqlite3_errmsg(s->db));
+            goto out;
+        }
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND width=?4 AND bucket<?6",
+                 rollups[r].table, where);
+        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &del, NULL))))
+            goto out;
+        for (sqlite3_stmt *st = ins; st; st = st == ins ? del : NULL) {
+            sqlite3_bind_int64(st, 4, fine);
+            sqlite3_bind_int64(st, 6, cutoff_s);
+            if (st == ins)
+                sqlite3_bind_int64(st, 5, coarse);
+        }
+        int64_t moved = 0, junk = 0;
+        if ((rc = for_each_sv(s, ins, rollups[r].typed, &junk)) ||
+            (rc = for_each_sv(s, del, rollups[r].typed, &moved)))
+            goto out;
+        if (stats)
+            stats->rows_moved += moved;
+        sqlite3_finalize(ins);
+        sqlite3_finalize(del);
+        ins = del = NULL;
+    }
+    rc = exec(s, "COMMIT");
+out:
+    sqlite3_finalize(ins);
+    sqlite3_finalize(del);
+    if (rc)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+static int sq_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cutoff_ns,
+                     int64_t seen_cutoff_ns, agg_retention_stats_t *stats) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *del = NULL;
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    if (rc)
+        return rc;
+    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0]; r++) {
+        char sql[512];
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND bucket<?4", rollups[r].table,
+                 rollups[r].typed ? "service=?1 AND version=?2 AND type=?3"
+                                  : "service=?1 AND version=?2");
+        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &del, NULL))))
+            goto out;
+        sqlite3_bind_int64(del, 4, data_cutoff_s);
+        int64_t n = 0;
+        if ((rc = for_each_sv(s, del, rollups[r].typed, &n)))
+            goto out;
+        if (stats)
+            stats->rows_expired += n;
+        sqlite3_finalize(del);
+        del = NULL;
+    }
+    static const char *const span_sql[] = {
+        "DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, span FROM spans WHERE "
+        "last_ns < ?1)",
+        "DELETE FROM spans WHERE last_ns < ?1",
+        "DELETE FROM seen_chunks WHERE ts_ns < ?1",
+    };
+    for (int i = 0; i < 3; i++) {
+        if ((rc = sq_err(sqlite3_prepare_v2(s->db, span_sql[i], -1, &del, NULL))))
+            goto out;
+        sqlite3_bind_int64(del, 1, i < 2 ? span_cutoff_ns : seen_cutoff_ns);
+        if ((rc = step(s, del)))
+            goto out;
+        if (stats && i == 1)
+            stats->spans_expired += sqlite3_changes(s->db);
+        if (stats && i == 2)
+            stats->seen_expired += sqlite3_changes(s->db);
+        sqlite3_finalize(del);
+        del = NULL;
+    }
+    rc = exec(s, "COMMIT");
+out:
+    sqlite3_finalize(del);
+    if (rc)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+static int64_t sq_size_bytes(agg_store_t *base) {
+    sq_store_t *s = (sq_store_t *)base;
+    struct stat a;
+    int64_t total = 0;
+    char wal[4200];
+    if (stat(s->path, &a) == 0)
+        total += a.st_size;
+    snprintf(wal, sizeof wal, "%s-wal", s->path);
+    if (stat(wal, &a) == 0)
+        total += a.st_size;
+    return total;
+}
+
+/* ---- read side ---- */
+
+static int prep(sq_store_t *s, const char *sql, sqlite3_stmt **st) {
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK)
+        CM_ERROR("store %s: cannot prepare '%.80s': %s", s->path, sql, sqlite3_errmsg(s->db));
+    return sq_err(rc);
+}
+
+static int finish(sqlite3_stmt *st, int rc) {
+    if (rc == SQLITE_DONE || rc == SQLITE_ROW)
+        rc = SQLITE_OK;
+    sqlite3_finalize(st);
+    return rc > 0 ? sq_err(rc) : rc;
+}
+
+static int sq_versions(agg_store_t *base, uint64_t service,
+                       int (*cb)(void *, const agg_version_row_t *), void *arg) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  "SELECT v.service, v.version, a.s, b.s, first_ns, last_ns, chunks, rows FROM "
+                  "versions v LEFT JOIN strings a ON a.id=v.service LEFT JOIN strings b ON "
+                  "b.id=v.version WHERE ?1=0 OR v.service=?1 ORDER BY a.s, first_ns",
+                  &st);
+    if (rc)
+        return rc;
+    B64(st, 1, service);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        agg_version_row_t r = {(uint64_t)sqlite3_column_int64(st, 0),
+                               (uint64_t)sqlite3_column_int64(st, 1),
+                               (const char *)sqlite3_column_text(st, 2),
+                               (const char *)sqlite3_column_text(st, 3),
+                               sqlite3_column_int64(st, 4),
+                               sqlite3_column_int64(st, 5),
+                               sqlite3_column_int64(st, 6),
+                               sqlite3_column_int64(st, 7)};
+        if (!r.service_name)
+            r.service_name = "";
+        if (!r.version_name)
+            r.version_name = "";
+        if (cb(arg, &r))
+            break;
+    }
+    return finish(st, rc);
+}
+
+static int sq_totals(agg_store_t *base, uint64_t service, int64_t from_s, int64_t to_s,
+                     int by_bucket, int (*cb)(void *, const agg_total_row_t *), void *arg) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  by_bucket
+                      ? "SELECT service, version, type, bucket, width, weight, count, rows, chunks "
+                        "FROM totals WHERE (?1=0 OR service=?1) AND bucket>=?2 AND bucket<?3 "
+                        "ORDER BY service, version, type, bucket"
+                      : "SELECT service, version, type, 0, 0, SUM(weight), SUM(count), SUM(rows), "
+                        "SUM(chunks) FROM totals WHERE (?1=0 OR service=?1) AND bucket>=?2 AND "
+                        "bucket<?3 GROUP BY service, version, type",
+                  &st);
+    if (rc)
+        return rc;
+    B64(st, 1, service);
+    B64(st, 2, from_s);
+    B64(st, 3, to_s);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        agg_total_row_t r = {(uint64_t)sqlite3_column_int64(st, 0),
+                             (uint64_t)sqlite3_column_int64(st, 1),
+                             (uint32_t)sqlite3_column_int64(st, 2),
+                             sqlite3_column_int64(st, 3),
+                             sqlite3_column_int64(st, 4),
+                             sqlite3_column_int64(st, 5),
+                             sqlite3_column_int64(st, 6),
+                             sqlite3_column_int64(st, 7),
+                             sqlite3_column_int64(st, 8)};
+        if (cb(arg, &r))
+            break;
+    }
+    return finish(st, rc);
+}
+
+static int sq_profile(agg_store_t *base, const agg_profile_query_t *q,
+                      int (*cb)(void *, const agg_profile_row_t *), void *arg) {
+    sq_store_t *s = (sq_store_t *)base;
+    char sql[4096];
+    size_t n = (size_t)snprintf(sql, sizeof sql,
+                                "SELECT stack, SUM(weight), SUM(count), SUM(rows), SUM(chunks) "
+                                "FROM profile WHERE service=?1 AND type=?2 AND bucket>=?3 AND "
+                                "bucket<?4");
+    if (q->versions && q->n_versions) {
+        if (q->n_versions > 200)
+            return CM_EINVAL;
+        n += (size_t)snprintf(sql + n, sizeof sql - n, " AND version IN (");
+        for (size_t i = 0; i < q->n_versions; i++)
+            n += (size_t)snprintf(sql + n, sizeof sql - n, "%s?%zu", i ? "," : "", 10 + i);
+        n += (size_t)snprintf(sql + n, sizeof sql - n, ")");
+    }
+    if (q->label_key && q->label_value)
+        n += (size_t)snprintf(sql + n, sizeof sql - n,
+                              " AND labels IN (SELECT labelset FROM labels WHERE key=?5 AND "
+                              "value=?6)");
+    snprintf(sql + n, sizeof sql - n, " GROUP BY stack");
+    sqlite3_stmt *st;
+    int rc = prep(s, sql, &st);
+    if (rc)
+        return rc;
+    B64(st, 1, q->service);
+    B64(st, 2, q->type);
+    B64(st, 3, q->from_s);
+    B64(st, 4, q->to_s);
+    if (q->label_key && q->label_value) {
+        B64(st, 5, agg_intern_string_id(q->label_key, strlen(q->label_key)));
+        B64(st, 6, agg_intern_string_id(q->label_value, strlen(q->label_value)));
+    }
+    for (size_t i = 0; q->versions && i < q->n_versions; i++)
+        B64(st, (int)(10 + i), q->versions[i]);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        agg_profile_row_t r = {(uint64_t)sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                               sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+                               sqlite3_column_int64(st, 4)};
+        if (cb(arg, &r))
+            break;
+    }
+    return finish(st, rc);
+}
+
+static int sq_stack_frames(agg_store_t *base, uint64_t stack,
+                           int (*cb)(void *, const agg_frame_t *), void *arg) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st;
+    /* walk the trie from the leaf up, then hand frames out root first */
+    int rc = prep(s,
+                  "WITH RECURSIVE up(id, parent, location, depth) AS (SELECT id, parent, "
+                  "location, depth FROM stacks WHERE id=?1 UNION ALL SELECT s.id, s.parent, "
+                  "s.location, s.depth FROM stacks s JOIN up ON s.id=up.parent) "
+                  "SELECT up.location, l.function, fn.s, fs.s, ff.s, mf.s, m.build_id, "
+                  "l.address, l.line FROM up LEFT JOIN locations l ON l.id=up.location "
+                  "LEFT JOIN functions f ON f.id=l.function LEFT JOIN strings fn ON fn.id=f.name "
+                  "LEFT JOIN strings fs ON fs.id=f.system_name LEFT JOIN strings ff ON "
+                  "ff.id=f.filename LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf "
+                  "ON mf.id=m.filename ORDER BY up.depth",
+                  &st);
+    if (rc)
+        return rc;
+    B64(st, 1, stack);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+#define TXT(i) (sqlite3_column_text(st, i) ? (const char *)sqlite3_column_text(st, i) : "")
+        agg_frame_t f = {(uint64_t)sqlite3_column_int64(st, 0),
+                         (uint64_t)sqlite3_column_int64(st, 1),
+                         TXT(2),
+                         TXT(3),
+                         TXT(4),
+                         TXT(5),
+                         sqlite3_column_blob(st, 6),
+                         (size_t)sqlite3_column_bytes(st, 6),
+                         (uint64_t)sqlite3_column_int64(st, 7),
+                         (uint32_t)sqlite3_column_int64(st, 8)};
+#undef TXT
+        if (cb(arg, &f))
+            break;
+    }
+    return finish(st, rc);
+}
+
+static int sq_fn_stats(agg_store_t *base, uint64_t service, uint64_t version, uint32_t type,
+                       int64_t from_s, int64_t to_s, uint64_t function,
+                       int (*cb)(void *, const agg_fn_stat_row_t *), void *arg) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  "SELECT service, version, type, bucket, width, chunks, incl, incl2, self, self2 "
+                  "FROM fn_stats WHERE service=?1 AND version=?2 AND type=?3 AND bucket>=?4 AND "
+                  "bucket<?5 AND function=?6",
+                  &st);
+    if (rc)
+        return rc;
+    B64(st, 1, service);
+    B64(st, 2, version);
+    B64(st, 3, type);
+    B64(st, 4, from_s);
+    B64(st, 5, to_s);
+    B64(st, 6, function);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        agg_fn_stat_row_t r = {(uint64_t)sqlite3_column_int64(st, 0),
+                               (uint64_t)sqlite3_column_int64(st, 1),
+                               (uint32_t)sqlite3_column_int64(st, 2),
+                               sqlite3_column_int64(st, 3),
+                               sqlite3_column_int64(st, 4),
+                               sqlite3_column_int64(st, 5),
+                               sqlite3_column_double(st, 6),
+                               sqlite3_column_double(st, 7),
+                               sqlite3_column_double(st, 8),
+                               sqlite3_column_double(st, 9)};
+        if (cb(arg, &r))
+            break;
+    }
+    return finish(st, rc);
+}
+
+static void span_row(sqlite3_stmt *st, agg_span_row_t *r) {
+    memset(r, 0, sizeof *r);
+    if (sqlite3_column_bytes(st, 0) == 16)
+        memcpy(r->trace, sqlite3_column_blob(st, 0), 16);
+    if (sqlite3_column_bytes(st, 1) == 8)
+        memcpy(r->span, sqlite3_column_blob(st, 1), 8);
+    r->service = (uint64_t)sqlite3_column_int64(st, 2);
+    r->version = (uint64_t)sqlite3_column_int64(st, 3);
+    r->first_ns = sqlite3_column_int64(st, 4);
+    r->last_ns = sqlite3_column_int64(st, 5);
+    for (int t = 1; t <= CM_EV_MAX; t++)
+        r->weight[t] = sqlite3_column_int64(st, 5 + t);
+    r->rows = sqlite3_column_int64(st, 12);
+}
+
+static int sq_spans_top(agg_store_t *base, uint64_t service, int64_t from_ns, int64_t to_ns,
+                        uint32_t type, int limit, int (*cb)(void *, const agg_span_row_t *),
+                        void *arg) {
+    static const char *const col[] = {"rows", "cpu", "wall", "alloc", "inuse", "lock", "io"};
+    sq_store_t *s = (sq_store_t *)base;
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT * FROM spans WHERE service=?1 AND last_ns>=?2 AND first_ns<?3 ORDER BY %s "
+             "DESC LIMIT ?4",
+             col[type <= CM_EV_MAX ? type : 0]);
+    sqlite3_stmt *st;
+    int rc = prep(s, sql, &st);
+    if (rc)
+        return rc;
+    B64(st, 1, service);
+    B64(st, 2, from_ns);
+    B64(st, 3, to_ns);
+    B64(st, 4, limit);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        agg_span_row_t r;
+        span_row(st, &r);
+        if (cb(arg, &r))
+            break;
+    }
+    return finish(st, rc);
+}
+
+static int sq_span_profile(agg_store_t *base, const uint8_t trace[16], const uint8_t *span,
+                           int (*cb)(void *, const agg_span_stack_row_t *), void *arg) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  span ? "SELECT type, stack, SUM(weight), SUM(count), SUM(rows) FROM span_stacks "
+                         "WHERE trace=?1 AND span=?2 GROUP BY type, stack"
+                       : "SELECT type, stack, SUM(weight), SUM(count), SUM(rows) FROM span_stacks "
+                         "WHERE trace=?1 GROUP BY type, stack",
+                  &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_blob(st, 1, trace, 16, SQLITE_STATIC);
+    if (span)
+        sqlite3_bind_blob(st, 2, span, 8, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        agg_span_stack_row_t r = {(uint32_t)sqlite3_column_int64(st, 0),
+                                  (uint64_t)sqlite3_column_int64(st, 1),
+                                  sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+                                  sqlite3_column_int64(st, 4)};
+        if (cb(arg, &r))
+            break;
+    }
+    return finish(st, rc);
+}
+
+static int sq_rejects(agg_store_t *base, int (*cb)(void *, const char *, int64_t), void *arg) {
+    sq_store_t *s = (sq_store_t *)base;
+    sqlite3_stmt *st;
+    int rc = prep(s, "SELECT reason, count FROM rejects ORDER BY reason", &st);
+    if (rc)
+        return rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (cb(arg, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1)))
+            break;
+    return finish(st, rc);
+}
+
+static const agg_store_vtab_t sq_vtab = {
+    .name = "sqlite",
+    .close = sq_close,
+    .offset_get = sq_offset_get,
+    .chunk_seen = sq_chunk_seen,
+    .batch_write = sq_batch_write,
+    .downsample = sq_downsample,
+    .expire = sq_expire,
+    .size_bytes = sq_size_bytes,
+    .versions = sq_versions,
+    .totals = sq_totals,
+    .profile = sq_profile,
+    .stack_frames = sq_stack_frames,
+    .fn_stats = sq_fn_stats,
+    .spans_top = sq_spans_top,
+    .span_profile = sq_span_profile,
+    .rejects = sq_rejects,
+};
+
+void agg_store_path(char *out, size_t size, const char *dir, const char *topic,
+                    int32_t partition) {
+    snprintf(out, size, "%s/%s-%d.db", dir, topic, partition);
+}
+
+int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t err_size) {
+    sq_store_t *s = calloc(1, sizeof *s);
+    int rc = 0;
+    if (!s)
+        return CM_ENOMEM;
+    s->base.vt = &sq_vtab;
+    snprintf(s->path, sizeof s->path, "%s", path);
+    int src = sqlite3_open_v2(path, &s->db,
+                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                              NULL);
+    if (src != SQLITE_OK) {
+        snprintf(err, err_size, "cannot open store '%s': %s; check that the directory exists "
+                 "and is writable", path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(src));
+        rc = sq_err(src);
+        goto out;
+    }
+    sqlite3_busy_timeout(s->db, 30000);
+    if ((rc = exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                      "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;")) ||
+        (rc = exec(s, "BEGIN IMMEDIATE")))
+        goto fail;
+    if ((rc = exec(s, schema))) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        goto fail;
+    }
+    if ((rc = exec(s, "COMMIT")))
+        goto fail;
+    for (int i = 0; i < S_COUNT; i++) {
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
+                               NULL) != SQLITE_OK) {
+            snprintf(err, err_size, "store '%s': cannot prepare statement %d: %s", path, i,
+                     sqlite3_errmsg(s->db));
+            rc = CM_EIO;
+            goto out;
+        }
+    }
+    sqlite3_stmt *v;
+    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key='schema_version'", -1, &v,
+                           NULL) == SQLITE_OK) {
+        int ver = sqlite3_step(v) == SQLITE_ROW ? sqlite3_column_int(v, 0) : 0;
+        sqlite3_finalize(v);
+        if (ver != SCHEMA_VERSION) {
+            snprintf(err, err_size, "store '%s' has schema version %d, this aggregator writes %d; "
+                     "use a new store directory", path, ver, SCHEMA_VERSION);
+            rc = CM_EFORMAT;
+            goto out;
+        }
+    }
+    *out = &s->base;
+    return 0;
+fail:
+    snprintf(err, err_size, "cannot initialise store '%s': %s (%s)", path, sqlite3_errmsg(s->db),
+             cm_strerror(rc));
+out:
+    sq_close(&s->base);
+    return rc;
+}
