@@ -87,16 +87,17 @@ static void put32(uint8_t *p, uint32_t v) {
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Token bucket: rate per second, burst of one second. Returns 1 if a token was taken. */
-static int bucket_take(double *tokens, uint64_t *last_ms, int64_t rate, uint64_t now_ms) {
+/* Token bucket: rate per second, burst tokens at most. Returns 1 if a token was taken. */
+static int bucket_take(double *tokens, uint64_t *last_ms, int64_t rate, double burst,
+                       uint64_t now_ms) {
     if (rate <= 0)
         return 1;
     if (*last_ms == 0)
-        *tokens = (double)rate;
+        *tokens = burst;
     else
         *tokens += (double)(now_ms - *last_ms) * (double)rate / 1000.0;
-    if (*tokens > (double)rate)
-        *tokens = (double)rate;
+    if (*tokens > burst)
+        *tokens = burst;
     *last_ms = now_ms;
     if (*tokens < 1.0)
         return 0;
@@ -107,7 +108,7 @@ static int bucket_take(double *tokens, uint64_t *last_ms, int64_t rate, uint64_t
 /* At most 10 reject lines at once, then one per second; the rest are counted and reported. */
 static int log_allowed(col_ingest_t *in) {
     uint64_t now = uv_now(in->loop);
-    if (!bucket_take(&in->log_tokens, &in->log_ms, 1, now) && in->log_ms) {
+    if (!bucket_take(&in->log_tokens, &in->log_ms, 1, 10, now ? now : 1)) {
         in->log_suppressed++;
         return 0;
     }
@@ -216,11 +217,13 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
         col_count(&col_metrics.shed[COL_SHED_DRAINING], 1);
         return CM_SOCK_RETRY;
     }
-    if (!bucket_take(&c->tokens, &c->tokens_ms, in->cfg->client_max_rate, now_ms)) {
+    if (!bucket_take(&c->tokens, &c->tokens_ms, in->cfg->client_max_rate,
+                     (double)in->cfg->client_max_rate, now_ms ? now_ms : 1)) {
         col_count(&col_metrics.shed[COL_SHED_CLIENT_RATE], 1);
         return CM_SOCK_RETRY;
     }
-    if (!bucket_take(&in->tokens, &in->tokens_ms, in->cfg->max_rate, now_ms)) {
+    if (!bucket_take(&in->tokens, &in->tokens_ms, in->cfg->max_rate, (double)in->cfg->max_rate,
+                     now_ms ? now_ms : 1)) {
         col_count(&col_metrics.shed[COL_SHED_RATE], 1);
         return CM_SOCK_RETRY;
     }
