@@ -103,6 +103,30 @@ static int thread_on_cpu(pid_t tid) {
     return p && p[1] == ' ' && p[2] == 'R';
 }
 
+/* A thread that has not run since its last wall sample (its CPU clock moved less than the
+ * signal return itself costs) still has exactly that stack and context: record it again
+ * without a signal. This keeps wall sampling from interrupting sleeps: nanosleep, poll,
+ * epoll_wait and select fail with EINTR when any handler runs, SA_RESTART or not, so only the
+ * first tick after a thread blocks sends it a signal. */
+#define AG_WALL_IDLE_NS 20000u
+
+static int wall_reuse(ag_thread_t *t, pid_t tid, uint64_t weight) {
+    uint64_t after = atomic_load(&t->wall_cpu_after);
+    if (!t->wall_rec || !t->wall_rec->len || !after)
+        return 0;
+    uint64_t cpu = ag_thread_cpu_ns(tid);
+    if (cpu < after || cpu - after > AG_WALL_IDLE_NS)
+        return 0;
+    ag_rec_t *r = t->wall_rec;
+    r->time_ns = ag_now_real();
+    r->weight = weight;
+    r->count = CM_COUNT_ONE;
+    r->flags = 0; /* not on CPU: it did not run */
+    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
+    ag_builder_add(B.b, t, tid, r);
+    return 1;
+}
+
 static void wall_tick(uint64_t now) {
     uint32_t sent = 0, scanned = 0;
     while (sent < ag.cfg.wall_threads && scanned < AG_MAX_THREADS) {
@@ -114,7 +138,7 @@ static void wall_tick(uint64_t now) {
         pid_t tid = atomic_load(&t->tid);
         uint64_t w = now - t->wall_last_ns;
         t->wall_last_ns = now;
-        if (ag_signal_wall(tid, w ? w : 1000, thread_on_cpu(tid)) == 0)
+        if (wall_reuse(t, tid, w ? w : 1000) || ag_signal_wall(tid, w ? w : 1000, thread_on_cpu(tid)) == 0)
             sent++;
     }
 }
@@ -130,6 +154,8 @@ static void drain(void) {
         while ((r = ag_ring_peek(&t->ring)) != NULL) {
             uint32_t len = r->len;
             ag_builder_add(B.b, t, tid, r);
+            if (r->type == CM_EV_WALL && (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))))
+                memcpy(t->wall_rec, r, len);
             ag_ring_release(&t->ring, len);
         }
     }
@@ -312,6 +338,7 @@ static void *bg_main(void *arg) {
         now = ag_now_mono();
         if (wall_ns && now >= next_wall && !(req & AG_REQ_STOP)) {
             double f = B.budget_factor;
+            drain(); /* so that wall_reuse sees each thread's latest wall record */
             wall_tick(now);
             next_wall += (uint64_t)((double)wall_ns / f);
             if (next_wall < now)

@@ -97,6 +97,8 @@ typedef struct ag_thread {
     int has_timer;
     int self_registered;                  /* registered by the thread itself (has TLS) */
     uint64_t wall_last_ns;                /* bg: monotonic time of last wall signal */
+    _Atomic uint64_t wall_cpu_after;      /* handler: thread CPU ns at the end of a wall sample */
+    struct ag_rec *wall_rec;              /* bg: copy of the thread's last wall record */
     uint32_t chunk_index;                 /* bg: thread index in the chunk being built */
     uint64_t chunk_seq;                   /* bg: chunk the index belongs to */
 } ag_thread_t;
@@ -122,6 +124,8 @@ AG_HIDDEN void ag_thread_after_fork_child(void);
 AG_HIDDEN void ag_thread_lock(void);
 AG_HIDDEN void ag_thread_unlock(void);
 AG_HIDDEN int ag_thread_count(void);
+/* CPU time of thread tid of this process (ns), 0 on error. */
+AG_HIDDEN uint64_t ag_thread_cpu_ns(pid_t tid);
 /* Creates a thread that is never sampled (the agent's own), bypassing the wrapper. */
 #include <pthread.h>
 AG_HIDDEN int ag_thread_create_raw(pthread_t *th, void *(*fn)(void *), void *arg);
@@ -141,6 +145,15 @@ AG_HIDDEN void ag_signal_sigterm_restore(void);
 AG_HIDDEN uint64_t ag_signal_calibrate(void);
 
 /* ---- unwind.c ---- */
+/* Executable address ranges of loaded objects, published by symbols.c (bg) for the handler's
+ * return-address checks: two buffers, the bg thread fills the inactive one then flips. */
+#define AG_CODE_RANGES 512
+typedef struct {
+    uint32_t n;
+    uintptr_t lo[AG_CODE_RANGES], hi[AG_CODE_RANGES]; /* sorted by lo */
+} ag_code_map_t;
+AG_HIDDEN extern ag_code_map_t ag_code_maps[2];
+AG_HIDDEN extern _Atomic int ag_code_idx;
 /* handler-safe. Walks frame pointers from (pc, fp, sp) within [lo, hi). Writes up to max
  * program counters, leaf first (pcs[0] = pc). Returns the count; *truncated set when the
  * chain continued past max. */
@@ -149,8 +162,9 @@ AG_HIDDEN uint32_t ag_unwind_fp(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintpt
 
 /* ---- record.c: the generic sample record ---- */
 #define AG_REC_SKIP 0xffu /* ring padding record */
+#define AG_REC_MAX (sizeof(ag_rec_t) + AG_MAX_DEPTH * sizeof(uintptr_t))
 
-typedef struct {
+typedef struct ag_rec {
     uint32_t len;       /* bytes, including pcs and padding */
     uint8_t type;       /* cm_event_type_t, or AG_REC_SKIP */
     uint8_t flags;      /* CM_SF_* */

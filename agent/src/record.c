@@ -18,7 +18,6 @@ _Atomic uint64_t ag_events_seen[CM_EV_COUNT];
 _Atomic uint64_t ag_handler_ns_sum, ag_handler_ns_n;
 _Atomic uint64_t ag_samples_taken;
 
-#define REC_MAX (sizeof(ag_rec_t) + AG_MAX_DEPTH * sizeof(uintptr_t))
 
 __attribute__((no_sanitize("address", "thread"), noinline)) int
 ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
@@ -43,7 +42,7 @@ ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     if (!hi)
         atomic_store_explicit(&t->seen_sp, sp, memory_order_relaxed);
 
-    ag_rec_t *r = ag_ring_reserve(&t->ring, (uint32_t)REC_MAX);
+    ag_rec_t *r = ag_ring_reserve(&t->ring, (uint32_t)AG_REC_MAX);
     if (!r) {
         ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
         return -1;

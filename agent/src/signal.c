@@ -105,6 +105,8 @@ static void handler(int sig, siginfo_t *si, void *uc) {
     } else {
         ag_record_take(t, &ev, uc);
     }
+    if (ev.type == CM_EV_WALL) /* lets the ticker tell whether the thread ran since */
+        atomic_store_explicit(&t->wall_cpu_after, thread_cpu_ns(), memory_order_relaxed);
 out:
     errno = saved;
 }

@@ -196,9 +196,41 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
+static int cmp_obj(const void *a, const void *b) {
+    const ag_object_t *x = *(ag_object_t *const *)a, *y = *(ag_object_t *const *)b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Publishes the executable ranges for the handler (unwind.c): fill the buffer not in use,
+ * then flip. Refreshes are at least a second apart, so no handler is still reading the buffer
+ * we fill (a lookup takes well under a microsecond). */
+static void publish_ranges(void) {
+    ag_object_t **sorted = malloc(g_nobjs * sizeof *sorted + 1);
+    if (!sorted)
+        return;
+    memcpy(sorted, g_objs, g_nobjs * sizeof *sorted);
+    qsort(sorted, g_nobjs, sizeof *sorted, cmp_obj);
+    int next = !(atomic_load(&ag_code_idx) & 1);
+    ag_code_map_t *m = &ag_code_maps[next];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g_nobjs && n < AG_CODE_RANGES; i++) {
+        if (n && sorted[i]->start < m->hi[n - 1])
+            continue; /* overlapping (replaced) object: keep the first */
+        m->lo[n] = sorted[i]->start;
+        m->hi[n] = sorted[i]->limit;
+        n++;
+    }
+    m->n = n;
+    atomic_store_explicit(&ag_code_idx, next, memory_order_release);
+    free(sorted);
+}
+
 static void refresh(void) {
     g_last_refresh_ns = ag_now_mono();
+    uint32_t before = g_nobjs;
     dl_iterate_phdr(add_object, NULL);
+    if (g_nobjs != before)
+        publish_ranges();
 }
 
 void ag_symbols_init(void) {

@@ -60,6 +60,13 @@ static clockid_t tid_cpu_clock(pid_t tid) {
 /* (Re)arms t's CPU timer. Unbiased across period changes: the CPU the thread already spent
  * toward its next sample (old period - remaining) counts toward the new period, so the next
  * sample's weight (the new period) covers exactly the CPU since the previous sample. */
+uint64_t ag_thread_cpu_ns(pid_t tid) {
+    struct timespec ts;
+    if (clock_gettime(tid_cpu_clock(tid), &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void arm(ag_thread_t *t, uint64_t period_ns) {
     if (!t->has_timer)
         return;
@@ -114,6 +121,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         t->has_timer = 0;
         t->self_registered = 0;
         t->wall_last_ns = ag_now_mono();
+        atomic_store(&t->wall_cpu_after, 0);
         t->chunk_seq = UINT64_MAX;
         atomic_store(&t->state, AG_TS_CLAIMED);
         if (i + 1 > atomic_load(&g_hw))
@@ -275,6 +283,8 @@ void ag_thread_reap(void) {
     for (uint32_t i = 0; i < hw; i++) {
         ag_thread_t *t = &ag_threads[i];
         if (atomic_load(&t->state) == AG_TS_EXITED && !ag_ring_peek(&t->ring)) {
+            if (t->wall_rec) /* bg-owned; the lock orders this before the slot's next claim */
+                t->wall_rec->len = 0;
             atomic_store(&t->tid, 0);
             atomic_store(&t->state, AG_TS_FREE); /* ring kept mapped for the next thread */
         }

@@ -61,9 +61,15 @@ NOINLINE void burn_forever(void) {
         spin(100000);
 }
 
+static volatile int g_eintr;
+/* Sleeps secs in total, resuming after EINTR the way careful programs do; counts the EINTRs
+ * (a wall-clock profiler's signals cause them: the test bounds how many). */
 NOINLINE void sleep_here(double secs) {
-    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
-    nanosleep(&ts, NULL);
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)}, rem;
+    while (nanosleep(&ts, &rem) != 0) {
+        g_eintr++;
+        ts = rem;
+    }
     __asm__ volatile("" ::: "memory");
 }
 
@@ -133,6 +139,7 @@ int main(int argc, char **argv) {
         pthread_create(&th, NULL, sleeper, NULL);
         burn_for(secs);
         pthread_join(th, NULL);
+        printf("eintr=%d\n", g_eintr);
     } else if (!strcmp(mode, "span")) {
         if (!span_set || !label_set)
             return 3;
