@@ -312,7 +312,7 @@ void agg_profile_stack_sums(const agg_profile_t *p, uint64_t *weight, uint64_t *
 }
 
 void agg_frame_label(const agg_frame_t *f, char *buf, size_t size) {
-    if (f->module[0])
+    if (f->module[0] && strcmp(f->module, f->name) != 0)
         snprintf(buf, size, "%s!%s", f->module, f->name);
     else
         snprintf(buf, size, "%s", f->name);

@@ -238,8 +238,12 @@ static int part_open(agg_consumer_t *c, int32_t partition, int64_t *offset) {
     p->assigned = 1;
     p->dlq_pending = p->poisoned = 0;
     *offset = p->committed >= 0 ? p->committed : RD_KAFKA_OFFSET_BEGINNING;
-    CM_INFO("partition %d assigned: store %s, resuming at %s%lld", partition, path,
-            p->committed >= 0 ? "offset " : "the beginning", (long long)p->committed);
+    if (p->committed >= 0)
+        CM_INFO("partition %d assigned: store %s, resuming at offset %lld", partition, path,
+                (long long)p->committed);
+    else
+        CM_INFO("partition %d assigned: store %s is new, reading from the beginning", partition,
+                path);
     pthread_mutex_lock(&c->m->mu);
     c->m->rebalances++;
     if (partition < AGG_METRICS_MAX_PARTITIONS) {

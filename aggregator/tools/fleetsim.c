@@ -36,7 +36,7 @@ static const cm_opt_t opts[] = {
     {"malformed-every", CM_OPT_INT, "0", O(malformed_every), 0, 0,
      "add a malformed message after every Nth chunk"},
     {"start-unix-s", CM_OPT_INT, "0", O(start_unix_s), 0, 0, "first interval start (0: now - span)"},
-    {"interval", CM_OPT_DURATION, "10s", O(interval), 1000000, 0, "chunk interval"},
+    {"interval", CM_OPT_DURATION, "10s", O(interval), 1000000, 3600000000000ll, "chunk interval"},
     {"rate", CM_OPT_INT, "0", O(rate), 0, 0, "messages per second (0: as fast as possible)"},
     {0},
 };

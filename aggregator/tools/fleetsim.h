@@ -54,6 +54,8 @@ int fsim_next(fsim_t *s, const uint8_t **frame, size_t *len, const char **key);
 int fsim_produce(fsim_t *s, rd_kafka_t *producer, const char *topic, double rate);
 
 const fsim_counts_t *fsim_counts(const fsim_t *s);
+/* The parameters in force (defaults filled in). */
+const fsim_params_t *fsim_params(const fsim_t *s);
 /* Ground-truth sums of what was produced (duplicates counted once) for service index si,
  * version index vi, event type t. */
 const fsim_sums_t *fsim_truth(const fsim_t *s, uint32_t si, uint32_t vi, uint32_t t);

@@ -298,6 +298,7 @@ int fsim_produce(fsim_t *s, rd_kafka_t *rk, const char *topic, double rate) {
 }
 
 const fsim_counts_t *fsim_counts(const fsim_t *s) { return &s->counts; }
+const fsim_params_t *fsim_params(const fsim_t *s) { return &s->p; }
 const fsim_sums_t *fsim_truth(const fsim_t *s, uint32_t si, uint32_t vi, uint32_t t) {
     return &s->truth[((size_t)si * s->p.versions + vi) * CM_EV_COUNT + t];
 }

@@ -1,0 +1,398 @@
+/* The diff: per-function values per unit of work, PerfView's overweight and responsibility,
+ * and significance from replicates (Welch's t-test + Benjamini-Hochberg).
+ *
+ * Statistics (also in README.md):
+ *  - Each replicate r (a time bucket, or one process-interval) gives, per function f, the rate
+ *    x_r(f) = value_r(f) / work_r (ns of CPU per second of process wall time, or per request).
+ *    Under "no change" the base and test replicates' rates have the same mean. The spread of
+ *    x_r between replicates contains everything that varies between them: sampling noise
+ *    (Poisson) AND load, request mix, co-tenants (over-dispersion). A per-sample Poisson test
+ *    sees only the first and calls a busier hour a regression (AGG_DIFF_POISSON shows it).
+ *  - Welch's t-test compares the mean rates without assuming equal variances:
+ *    t = (mean_t - mean_b) / sqrt(var_b/n_b + var_t/n_t), df by Welch-Satterthwaite.
+ *    Assumptions: replicates are independent (adjacent buckets of one slowly drifting load are
+ *    not quite), and the mean over n replicates is close to normal (CLT; n >= 5 per side
+ *    recommended, warned otherwise).
+ *  - Many functions are tested at once: Benjamini-Hochberg q-values; significant means
+ *    q <= opts.q (default 0.01). Under the global null BH also bounds the chance of any false
+ *    finding by q, so 20 null diffs give 0.2 false findings expected.
+ *  - A change must also matter: |delta| >= min_rel_change * base (1%) and
+ *    |delta| >= min_abs_share * base total (0.1% of the profile), so a real but negligible
+ *    shift in a tiny function is not reported as a regression.
+ *  - By default the self cost is tested: every ancestor's inclusive cost moves with any change
+ *    below it, so testing inclusive cost would flag the whole path from main to the changed
+ *    function. Inclusive values, overweight and responsibility are still reported to navigate
+ *    (PerfView), and opts.test_inclusive tests inclusive cost instead.
+ * Threading: reads the profiles; no global state besides qsort's thread-local context. */
+#include "diff.h"
+#include "stats.h"
+
+#include "cm/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void agg_diff_opts_default(agg_diff_opts_t *o) {
+    *o = (agg_diff_opts_t){.q = 0.01,
+                           .min_rel_change = 0.01,
+                           .min_abs_share = 0.001,
+                           .min_responsibility = 0.02,
+                           .min_samples = 10,
+                           .warn_samples = 1000,
+                           .warn_replicates = 5,
+                           .test_inclusive = 0,
+                           .method = AGG_DIFF_WELCH};
+}
+
+const char *agg_diff_class_name(agg_diff_class_t c) {
+    switch (c) {
+    case AGG_DIFF_NOISE:
+        return "noise";
+    case AGG_DIFF_REGRESSION:
+        return "regression";
+    case AGG_DIFF_IMPROVEMENT:
+        return "improvement";
+    case AGG_DIFF_UNTESTED:
+        return "untested";
+    }
+    return "unknown";
+}
+
+typedef struct {
+    double *sum_incl, *sum_self; /* weights */
+    uint64_t *cnt_incl, *cnt_self;
+    double *sx, *sxx; /* over replicates with work > 0: sum of rates and of squared rates */
+    uint32_t n_reps;
+    double work;
+    uint64_t total_w, total_c;
+} side_t;
+
+static void side_free(side_t *s) {
+    free(s->sum_incl);
+    free(s->sum_self);
+    free(s->cnt_incl);
+    free(s->cnt_self);
+    free(s->sx);
+    free(s->sxx);
+}
+
+/* Fills s for profile p whose frame f is function fmap[f] of nk. */
+static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, int incl_test,
+                        side_t *s) {
+    int rc = CM_ENOMEM;
+    uint32_t *uoff = malloc(((size_t)p->n_stacks + 1) * sizeof *uoff);
+    uint32_t *uniq = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *uniq);
+    uint32_t *stamp = calloc((size_t)nk + 1, sizeof *stamp);
+    uint32_t *rstart = calloc((size_t)p->n_replicates + 1, sizeof *rstart);
+    size_t *order = malloc((p->n_rows + 1) * sizeof *order);
+    double *v = calloc((size_t)nk + 1, sizeof *v);
+    uint32_t *touched = malloc(((size_t)nk + 1) * sizeof *touched);
+    s->sum_incl = calloc((size_t)nk + 1, sizeof(double));
+    s->sum_self = calloc((size_t)nk + 1, sizeof(double));
+    s->cnt_incl = calloc((size_t)nk + 1, sizeof(uint64_t));
+    s->cnt_self = calloc((size_t)nk + 1, sizeof(uint64_t));
+    s->sx = calloc((size_t)nk + 1, sizeof(double));
+    s->sxx = calloc((size_t)nk + 1, sizeof(double));
+    if (!uoff || !uniq || !stamp || !rstart || !order || !v || !touched || !s->sum_incl ||
+        !s->sum_self || !s->cnt_incl || !s->cnt_self || !s->sx || !s->sxx)
+        goto out;
+    /* distinct functions per stack: recursion counted once */
+    uint32_t nu = 0;
+    for (uint32_t st = 0; st < p->n_stacks; st++) {
+        uoff[st] = nu;
+        for (uint32_t k = p->stack_off[st]; k < p->stack_off[st + 1]; k++) {
+            uint32_t f = fmap[p->stack_frames[k]];
+            if (stamp[f] != st + 1) {
+                stamp[f] = st + 1;
+                uniq[nu++] = f;
+            }
+        }
+    }
+    uoff[p->n_stacks] = nu;
+    /* rows grouped by replicate (counting sort) */
+    for (size_t i = 0; i < p->n_rows; i++)
+        rstart[p->rows[i].replicate + 1]++;
+    for (uint32_t r = 0; r < p->n_replicates; r++)
+        rstart[r + 1] += rstart[r];
+    {
+        uint32_t *fill = calloc((size_t)p->n_replicates + 1, sizeof *fill);
+        if (!fill)
+            goto out;
+        for (size_t i = 0; i < p->n_rows; i++) {
+            uint32_t r = p->rows[i].replicate;
+            order[rstart[r] + fill[r]++] = i;
+        }
+        free(fill);
+    }
+    for (uint32_t r = 0; r < p->n_replicates; r++) {
+        double work = p->replicates[r].work;
+        uint32_t nt = 0;
+        s->work += work;
+        for (uint32_t k = rstart[r]; k < rstart[r + 1]; k++) {
+            const agg_row_t *row = &p->rows[order[k]];
+            uint32_t a = p->stack_off[row->stack], b = p->stack_off[row->stack + 1];
+            double w = (double)row->weight;
+            s->total_w += row->weight;
+            s->total_c += row->count;
+            for (uint32_t u = uoff[row->stack]; u < uoff[row->stack + 1]; u++) {
+                uint32_t f = uniq[u];
+                s->sum_incl[f] += w;
+                s->cnt_incl[f] += row->count;
+                if (incl_test) {
+                    if (v[f] == 0)
+                        touched[nt++] = f;
+                    v[f] += w;
+                }
+            }
+            if (a == b)
+                continue;
+            uint32_t leaf = fmap[p->stack_frames[b - 1]];
+            s->sum_self[leaf] += w;
+            s->cnt_self[leaf] += row->count;
+            if (!incl_test) {
+                if (v[leaf] == 0)
+                    touched[nt++] = leaf;
+                v[leaf] += w;
+            }
+        }
+        /* rows of weight 0 may leave v[f] == 0 with f listed twice: harmless, v is reset */
+        for (uint32_t t = 0; t < nt; t++) {
+            uint32_t f = touched[t];
+            if (work > 0 && v[f] != 0) {
+                double x = v[f] / work;
+                s->sx[f] += x;
+                s->sxx[f] += x * x;
+            }
+            v[f] = 0;
+        }
+        if (work > 0)
+            s->n_reps++;
+    }
+    rc = 0;
+out:
+    free(uoff);
+    free(uniq);
+    free(stamp);
+    free(rstart);
+    free(order);
+    free(v);
+    free(touched);
+    return rc;
+}
+
+static _Thread_local int tl_incl;
+
+static int class_rank(agg_diff_class_t c) {
+    return c == AGG_DIFF_REGRESSION ? 0 : c == AGG_DIFF_IMPROVEMENT ? 1 : 2;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    const agg_diff_entry_t *x = a, *y = b;
+    int rx = class_rank(x->cls), ry = class_rank(y->cls);
+    if (rx != ry)
+        return rx - ry;
+    double dx = tl_incl ? x->delta_total : x->delta_self;
+    double dy = tl_incl ? y->delta_total : y->delta_self;
+    if (rx == 0 && dx != dy)
+        return dx < dy ? 1 : -1;
+    if (rx == 1 && dx != dy)
+        return dx < dy ? -1 : 1;
+    if (rx == 2 && fabs(x->delta_total) != fabs(y->delta_total))
+        return fabs(x->delta_total) < fabs(y->delta_total) ? 1 : -1;
+    int c = strcmp(x->name, y->name);
+    return c ? c : strcmp(x->module, y->module);
+}
+
+static double var_of(double sx, double sxx, double n) {
+    double v = (sxx - sx * sx / n) / (n - 1);
+    return v > 0 ? v : 0;
+}
+
+int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
+                     const agg_diff_opts_t *opts, agg_diff_t *out) {
+    memset(out, 0, sizeof *out);
+    if (base->type != test->type)
+        return CM_EINVAL;
+    if (opts)
+        out->opts = *opts;
+    else
+        agg_diff_opts_default(&out->opts);
+    const agg_diff_opts_t *o = &out->opts;
+    out->type = base->type;
+    int rc = CM_ENOMEM;
+    side_t sb = {0}, stt = {0};
+    uint32_t *mb = malloc(((size_t)base->n_frames + 1) * sizeof *mb);
+    uint32_t *mt = malloc(((size_t)test->n_frames + 1) * sizeof *mt);
+    double *pv = NULL, *qv = NULL;
+    size_t *tested = NULL;
+    /* the function table: a profile used as an interning table, owned by the result */
+    agg_profile_t *keys = agg_profile_new(base->type);
+    if (!mb || !mt || !keys)
+        goto out;
+    for (uint32_t f = 0; f < base->n_frames; f++) {
+        int64_t id = agg_profile_frame(keys, base->frames[f].name, base->frames[f].module, NULL, 0);
+        if (id < 0)
+            goto out;
+        mb[f] = (uint32_t)id;
+    }
+    for (uint32_t f = 0; f < test->n_frames; f++) {
+        int64_t id = agg_profile_frame(keys, test->frames[f].name, test->frames[f].module, NULL, 0);
+        if (id < 0)
+            goto out;
+        mt[f] = (uint32_t)id;
+    }
+    uint32_t nk = keys->n_frames;
+    if ((rc = side_compute(base, mb, nk, o->test_inclusive, &sb)) ||
+        (rc = side_compute(test, mt, nk, o->test_inclusive, &stt)))
+        goto out;
+    rc = CM_ENOMEM;
+    out->entries = calloc((size_t)nk + 1, sizeof *out->entries);
+    pv = malloc(((size_t)nk + 1) * sizeof *pv);
+    qv = malloc(((size_t)nk + 1) * sizeof *qv);
+    tested = malloc(((size_t)nk + 1) * sizeof *tested);
+    if (!out->entries || !pv || !qv || !tested)
+        goto out;
+    /* normalisation: per unit of work (1 when a side has none, with a warning) */
+    double wb = sb.work > 0 ? sb.work : 1, wt = stt.work > 0 ? stt.work : 1;
+    out->base_work = sb.work;
+    out->test_work = stt.work;
+    out->base_total = (double)sb.total_w / wb;
+    out->test_total = (double)stt.total_w / wt;
+    out->base_samples = sb.total_c / CM_COUNT_ONE;
+    out->test_samples = stt.total_c / CM_COUNT_ONE;
+    out->base_replicates = sb.n_reps;
+    out->test_replicates = stt.n_reps;
+    double dT = out->test_total - out->base_total;
+    double r = out->base_total > 0 ? dT / out->base_total : NAN;
+    size_t n = 0, nt = 0;
+    for (uint32_t k = 0; k < nk; k++) {
+        if (!sb.cnt_incl[k] && !stt.cnt_incl[k] && !sb.sum_incl[k] && !stt.sum_incl[k])
+            continue;
+        agg_diff_entry_t *e = &out->entries[n];
+        e->name = keys->frames[k].name;
+        e->module = keys->frames[k].module;
+        e->base_total = sb.sum_incl[k] / wb;
+        e->test_total = stt.sum_incl[k] / wt;
+        e->base_self = sb.sum_self[k] / wb;
+        e->test_self = stt.sum_self[k] / wt;
+        e->delta_total = e->test_total - e->base_total;
+        e->delta_self = e->test_self - e->base_self;
+        /* PerfView: expected(s) = base(s) * r; overweight = delta / expected;
+         * responsibility = delta / (T_test - T_base) */
+        double expected = e->base_total * r;
+        e->overweight = expected != 0 && isfinite(expected) ? e->delta_total / expected : NAN;
+        e->responsibility = dT != 0 ? e->delta_total / dT : NAN;
+        e->self_responsibility = dT != 0 ? e->delta_self / dT : NAN;
+        e->interesting = isfinite(e->responsibility) && fabs(e->responsibility) >= o->min_responsibility;
+        e->base_samples = sb.cnt_incl[k] / CM_COUNT_ONE;
+        e->test_samples = stt.cnt_incl[k] / CM_COUNT_ONE;
+        e->p = e->q = 1;
+        e->cls = AGG_DIFF_UNTESTED;
+        uint64_t cb = o->test_inclusive ? sb.cnt_incl[k] : sb.cnt_self[k];
+        uint64_t ct = o->test_inclusive ? stt.cnt_incl[k] : stt.cnt_self[k];
+        if ((cb + ct) / CM_COUNT_ONE >= o->min_samples) {
+            if (o->method == AGG_DIFF_POISSON) {
+                /* Naive: counts are Poisson with rates proportional to work, so given
+                 * n = c_b + c_t, c_t ~ Binomial(n, pi) with pi = W_t / (W_b + W_t); normal
+                 * approximation z = (c_t - n pi) / sqrt(n pi (1 - pi)). */
+                double cbf = (double)cb / CM_COUNT_ONE, ctf = (double)ct / CM_COUNT_ONE;
+                double nn = cbf + ctf, pi = wt / (wb + wt);
+                e->p = agg_stats_normal_p2((ctf - nn * pi) / sqrt(nn * pi * (1 - pi)));
+                e->cls = AGG_DIFF_NOISE;
+            } else if (sb.n_reps >= 2 && stt.n_reps >= 2) {
+                double nb = sb.n_reps, ntt = stt.n_reps;
+                agg_welch_t w;
+                if (agg_stats_welch(sb.sx[k] / nb, var_of(sb.sx[k], sb.sxx[k], nb), nb,
+                                    stt.sx[k] / ntt, var_of(stt.sx[k], stt.sxx[k], ntt), ntt,
+                                    &w) == 0) {
+                    e->p = w.p;
+                    e->cls = AGG_DIFF_NOISE;
+                }
+            }
+            if (e->cls == AGG_DIFF_NOISE) {
+                pv[nt] = e->p;
+                tested[nt++] = n;
+            }
+        }
+        n++;
+    }
+    out->n = n;
+    out->n_tested = nt;
+    if ((rc = agg_stats_bh(pv, nt, qv)))
+        goto out;
+    for (size_t i = 0; i < nt; i++) {
+        agg_diff_entry_t *e = &out->entries[tested[i]];
+        e->q = qv[i];
+        double b = o->test_inclusive ? e->base_total : e->base_self;
+        double d = o->test_inclusive ? e->delta_total : e->delta_self;
+        if (e->q <= o->q && fabs(d) >= o->min_rel_change * b &&
+            fabs(d) >= o->min_abs_share * out->base_total && d != 0) {
+            e->cls = d > 0 ? AGG_DIFF_REGRESSION : AGG_DIFF_IMPROVEMENT;
+            if (d > 0)
+                out->n_regressions++;
+            else
+                out->n_improvements++;
+        }
+    }
+    tl_incl = o->test_inclusive;
+    qsort(out->entries, n, sizeof *out->entries, cmp_entry);
+    /* warnings */
+    char *wp = out->warning_text;
+    size_t left = sizeof out->warning_text;
+#define WARN(flag, ...)                                                                            \
+    do {                                                                                           \
+        out->warnings |= flag;                                                                     \
+        int len_ = snprintf(wp, left, "%s", wp == out->warning_text ? "" : "; ");                  \
+        if (len_ > 0 && (size_t)len_ < left) {                                                     \
+            wp += len_;                                                                            \
+            left -= (size_t)len_;                                                                  \
+        }                                                                                          \
+        len_ = snprintf(wp, left, __VA_ARGS__);                                                    \
+        if (len_ > 0 && (size_t)len_ < left) {                                                     \
+            wp += len_;                                                                            \
+            left -= (size_t)len_;                                                                  \
+        }                                                                                          \
+    } while (0)
+    if (out->base_samples < o->warn_samples)
+        WARN(AGG_DIFF_WARN_BASE_SAMPLES, "base has only %llu samples (< %llu): small changes are "
+             "within sampling noise", (unsigned long long)out->base_samples,
+             (unsigned long long)o->warn_samples);
+    if (out->test_samples < o->warn_samples)
+        WARN(AGG_DIFF_WARN_TEST_SAMPLES, "test has only %llu samples (< %llu): small changes are "
+             "within sampling noise", (unsigned long long)out->test_samples,
+             (unsigned long long)o->warn_samples);
+    if (sb.n_reps < o->warn_replicates)
+        WARN(AGG_DIFF_WARN_BASE_REPLICATES, "base has only %u replicates (< %u): significance "
+             "is unreliable", sb.n_reps, o->warn_replicates);
+    if (stt.n_reps < o->warn_replicates)
+        WARN(AGG_DIFF_WARN_TEST_REPLICATES, "test has only %u replicates (< %u): significance "
+             "is unreliable", stt.n_reps, o->warn_replicates);
+    if (sb.work <= 0 || stt.work <= 0)
+        WARN(AGG_DIFF_WARN_NO_WORK, "%s", "a side has no recorded work: values are raw totals");
+#undef WARN
+    out->owner_ = keys;
+    keys = NULL;
+    rc = 0;
+out:
+    if (rc) {
+        free(out->entries);
+        out->entries = NULL;
+    }
+    agg_profile_free(keys);
+    side_free(&sb);
+    side_free(&stt);
+    free(mb);
+    free(mt);
+    free(pv);
+    free(qv);
+    free(tested);
+    return rc;
+}
+
+void agg_diff_free(agg_diff_t *d) {
+    free(d->entries);
+    agg_profile_free(d->owner_);
+    memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,91 @@
+/* Comparing two profiles of one service and event type (version A against version B, or one
+ * time range against another): per function, base and test values per unit of work, the
+ * change, PerfView's overweight and responsibility, and a replicate-based significance test
+ * with Benjamini-Hochberg control of the false discovery rate. See README.md for the maths and
+ * the assumptions.
+ *
+ * Functions are matched across the two profiles by (name, module). The result owns copies of
+ * the names; the profiles need not outlive it. Threading: reads both profiles; no global state.
+ */
+#ifndef AGG_DIFF_H
+#define AGG_DIFF_H
+
+#include "profile.h"
+
+#include <jansson.h>
+
+typedef enum {
+    AGG_DIFF_WELCH = 0,   /* per-replicate rates, Welch's t-test (default) */
+    AGG_DIFF_POISSON = 1, /* naive: every sample independent (for comparison only; do not use) */
+} agg_diff_method_t;
+
+typedef struct {
+    double q;                  /* false discovery rate (BH), default 0.01 */
+    double min_rel_change;     /* significant only if |delta| >= this * base value; 0.01 */
+    double min_abs_share;      /* ... and |delta| >= this * base total; default 0.001 */
+    double min_responsibility; /* "interesting": |responsibility| >= this; default 0.02 */
+    uint64_t min_samples;      /* tested only with >= this many samples, both sides; 10 */
+    uint64_t warn_samples;     /* warn when a side has fewer samples; default 1000 */
+    uint32_t warn_replicates;  /* warn when a side has fewer replicates; default 5 */
+    int test_inclusive;        /* 0: test self cost (default); 1: inclusive cost */
+    agg_diff_method_t method;
+} agg_diff_opts_t;
+
+void agg_diff_opts_default(agg_diff_opts_t *o);
+
+typedef enum {
+    AGG_DIFF_NOISE = 0,      /* tested, not significant */
+    AGG_DIFF_REGRESSION = 1, /* significant increase */
+    AGG_DIFF_IMPROVEMENT = 2,
+    AGG_DIFF_UNTESTED = 3, /* too few samples or replicates */
+} agg_diff_class_t;
+
+typedef struct {
+    const char *name, *module;     /* owned by the result */
+    double base_total, test_total; /* inclusive (recursion once), per unit of work */
+    double base_self, test_self;   /* per unit of work */
+    double delta_total, delta_self;
+    double overweight;           /* inclusive: delta / (base * r); NAN when undefined */
+    double responsibility;       /* inclusive: delta / (T_test - T_base); NAN when T equal */
+    double self_responsibility;  /* delta_self / (T_test - T_base) */
+    double p, q;                 /* of the tested quantity; 1 when untested */
+    uint64_t base_samples, test_samples; /* samples with the function on the stack */
+    agg_diff_class_t cls;
+    int interesting; /* |responsibility| >= min_responsibility */
+} agg_diff_entry_t;
+
+#define AGG_DIFF_WARN_BASE_SAMPLES 0x1u
+#define AGG_DIFF_WARN_TEST_SAMPLES 0x2u
+#define AGG_DIFF_WARN_BASE_REPLICATES 0x4u
+#define AGG_DIFF_WARN_TEST_REPLICATES 0x8u
+#define AGG_DIFF_WARN_NO_WORK 0x10u /* a side has no work: values are not normalised */
+
+typedef struct {
+    cm_event_type_t type;
+    agg_diff_opts_t opts;
+    agg_diff_entry_t *entries; /* regressions, then improvements, then the rest */
+    size_t n;
+    double base_total, test_total; /* per unit of work */
+    double base_work, test_work;   /* sum of replicate work */
+    uint64_t base_samples, test_samples;
+    uint32_t base_replicates, test_replicates; /* with work > 0 */
+    size_t n_tested, n_regressions, n_improvements;
+    unsigned warnings;   /* AGG_DIFF_WARN_* */
+    char warning_text[512];
+    void *owner_;        /* private: the strings */
+} agg_diff_t;
+
+/* Computes the diff of test against base. Both must have the same event type (CM_EINVAL
+ * otherwise). opts may be NULL for the defaults. Returns 0 or CM_EINVAL / CM_ENOMEM. Release
+ * with agg_diff_free(). */
+int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
+                     const agg_diff_opts_t *opts, agg_diff_t *out);
+void agg_diff_free(agg_diff_t *d);
+
+const char *agg_diff_class_name(agg_diff_class_t c);
+
+/* JSON: {event_type, unit, unit_of_work, totals, samples, replicates, warnings[], q,
+ * regressions, improvements, entries: [...]}; limit 0 = all entries. */
+json_t *agg_diff_json(const agg_diff_t *d, size_t limit);
+
+#endif

@@ -1,0 +1,335 @@
+/* pprof export: builds a perftools.profiles.Profile with protobuf-c and gzips it with zlib.
+ * Threading: reads the profile only. */
+#include "export.h"
+
+#include "cm/error.h"
+#include "profile.pb-c.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zlib.h>
+
+void agg_pprof_sample_types(cm_event_type_t type, const char *names[2], const char *units[2]) {
+    units[0] = "count";
+    units[1] = "nanoseconds";
+    switch (type) {
+    case CM_EV_CPU:
+        names[0] = "samples", names[1] = "cpu";
+        break;
+    case CM_EV_WALL:
+        names[0] = "samples", names[1] = "wall";
+        break;
+    case CM_EV_ALLOC:
+        names[0] = "alloc_objects", names[1] = "alloc_space", units[1] = "bytes";
+        break;
+    case CM_EV_INUSE:
+        names[0] = "inuse_objects", names[1] = "inuse_space", units[1] = "bytes";
+        break;
+    case CM_EV_LOCK:
+        names[0] = "contentions", names[1] = "delay";
+        break;
+    case CM_EV_IO:
+        names[0] = "io_ops", names[1] = "io_time";
+        break;
+    default:
+        names[0] = "samples", names[1] = "value", units[1] = "count";
+        break;
+    }
+}
+
+/* The string table: index 0 is "" as pprof requires. Strings point into the profile (or are
+ * static), so the table stores pointers only. */
+typedef struct {
+    char **s;
+    size_t n, cap;
+    uint64_t *hkey;
+    uint32_t *hval; /* index + 1 */
+    size_t hcap;
+} strtab_t;
+
+static int64_t strtab_get(strtab_t *t, const char *str) {
+    size_t len = strlen(str);
+    uint64_t h = XXH3_64bits(str, len);
+    if (2 * (t->n + 1) > t->hcap) {
+        size_t ncap = t->hcap ? 2 * t->hcap : 1024;
+        uint64_t *nk = calloc(ncap, sizeof *nk);
+        uint32_t *nv = calloc(ncap, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return CM_ENOMEM;
+        }
+        for (size_t i = 0; i < t->hcap; i++) {
+            if (!t->hval[i])
+                continue;
+            size_t j = t->hkey[i] & (ncap - 1);
+            while (nv[j])
+                j = (j + 1) & (ncap - 1);
+            nk[j] = t->hkey[i];
+            nv[j] = t->hval[i];
+        }
+        free(t->hkey);
+        free(t->hval);
+        t->hkey = nk;
+        t->hval = nv;
+        t->hcap = ncap;
+    }
+    size_t j = h & (t->hcap - 1);
+    for (; t->hval[j]; j = (j + 1) & (t->hcap - 1))
+        if (t->hkey[j] == h && strcmp(t->s[t->hval[j] - 1], str) == 0)
+            return t->hval[j] - 1;
+    if (t->n == t->cap) {
+        size_t ncap = t->cap ? 2 * t->cap : 256;
+        char **ns = realloc(t->s, ncap * sizeof *ns);
+        if (!ns)
+            return CM_ENOMEM;
+        t->s = ns;
+        t->cap = ncap;
+    }
+    t->s[t->n] = (char *)str;
+    t->hkey[j] = h;
+    t->hval[j] = (uint32_t)(t->n + 1);
+    return (int64_t)t->n++;
+}
+
+static _Thread_local const agg_row_t *tl_rows;
+
+static int cmp_row(const void *a, const void *b) {
+    const agg_row_t *x = &tl_rows[*(const size_t *)a], *y = &tl_rows[*(const size_t *)b];
+    if (x->stack != y->stack)
+        return x->stack < y->stack ? -1 : 1;
+    return x->context < y->context ? -1 : x->context > y->context;
+}
+
+static int gzip_buf(const uint8_t *in, size_t len, uint8_t **out, size_t *out_len) {
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return CM_ECOMPRESS;
+    size_t cap = deflateBound(&zs, len) + 64;
+    uint8_t *buf = malloc(cap);
+    if (!buf) {
+        deflateEnd(&zs);
+        return CM_ENOMEM;
+    }
+    zs.next_in = (Bytef *)in;
+    zs.avail_in = (uInt)len;
+    zs.next_out = buf;
+    zs.avail_out = (uInt)cap;
+    int zr = deflate(&zs, Z_FINISH);
+    *out_len = zs.total_out;
+    deflateEnd(&zs);
+    if (zr != Z_STREAM_END) {
+        free(buf);
+        return CM_ECOMPRESS;
+    }
+    *out = buf;
+    return 0;
+}
+
+int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
+    typedef Perftools__Profiles__Profile Profile;
+    typedef Perftools__Profiles__ValueType ValueType;
+    typedef Perftools__Profiles__Sample Sample;
+    typedef Perftools__Profiles__Label Label;
+    typedef Perftools__Profiles__Mapping Mapping;
+    typedef Perftools__Profiles__Location Location;
+    typedef Perftools__Profiles__Line Line;
+    typedef Perftools__Profiles__Function Function;
+    int rc = CM_ENOMEM;
+    strtab_t st = {0};
+    Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
+    ValueType vt[3] = {PERFTOOLS__PROFILES__VALUE_TYPE__INIT, PERFTOOLS__PROFILES__VALUE_TYPE__INIT,
+                       PERFTOOLS__PROFILES__VALUE_TYPE__INIT};
+    ValueType *vtp[2] = {&vt[0], &vt[1]};
+    size_t nf = p->n_frames, nr = p->n_rows;
+    Function *fn = calloc(nf + 1, sizeof *fn);
+    Function **fnp = calloc(nf + 1, sizeof *fnp);
+    Location *loc = calloc(nf + 1, sizeof *loc);
+    Location **locp = calloc(nf + 1, sizeof *locp);
+    Line *line = calloc(nf + 1, sizeof *line);
+    Line **linep = calloc(nf + 1, sizeof *linep);
+    Mapping *map = calloc(nf + 1, sizeof *map);
+    Mapping **mapp = calloc(nf + 1, sizeof *mapp);
+    uint32_t *frame_map = calloc(nf + 1, sizeof *frame_map); /* frame -> mapping id, 0 none */
+    size_t *order = malloc((nr + 1) * sizeof *order);
+    Sample *smp = calloc(nr + 1, sizeof *smp);
+    Sample **smpp = calloc(nr + 1, sizeof *smpp);
+    int64_t *vals = calloc(2 * nr + 2, sizeof *vals);
+    Label *lab = calloc(2 * nr + 2, sizeof *lab);
+    Label **labp = calloc(2 * nr + 2, sizeof *labp);
+    uint64_t *locids = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *locids);
+    char (*hex)[48] = calloc((size_t)p->n_contexts + 1, sizeof *hex); /* trace 33 + span 17 */
+    uint8_t *raw = NULL;
+    if (!fn || !fnp || !loc || !locp || !line || !linep || !map || !mapp || !frame_map ||
+        !order || !smp || !smpp || !vals || !lab || !labp || !locids || !hex)
+        goto out;
+    if (strtab_get(&st, "") != 0)
+        goto out;
+#define S(str)                                                                                     \
+    ({                                                                                             \
+        int64_t i_ = strtab_get(&st, (str));                                                       \
+        if (i_ < 0)                                                                                \
+            goto out;                                                                              \
+        i_;                                                                                        \
+    })
+    const char *names[2], *units[2];
+    agg_pprof_sample_types(p->type, names, units);
+    vt[0].type = S(names[0]);
+    vt[0].unit = S(units[0]);
+    vt[1].type = S(names[1]);
+    vt[1].unit = S(units[1]);
+    vt[2].type = vt[1].type;
+    vt[2].unit = vt[1].unit;
+    prof.n_sample_type = 2;
+    prof.sample_type = vtp;
+    prof.period_type = &vt[2];
+    prof.default_sample_type = vt[1].type;
+    prof.time_nanos = (int64_t)p->time_start_ns;
+    prof.duration_nanos =
+        p->time_end_ns > p->time_start_ns ? (int64_t)(p->time_end_ns - p->time_start_ns) : 0;
+    /* mappings: one per distinct (module, build id) of frames with a module */
+    size_t nmap = 0;
+    for (size_t f = 0; f < nf; f++) {
+        const agg_frame_t *fr = &p->frames[f];
+        if (!fr->module[0])
+            continue;
+        size_t m;
+        for (m = 0; m < nmap; m++) /* few mappings per profile: linear search is fine */
+            if (strcmp(st.s[map[m].filename], fr->module) == 0 &&
+                strcmp(st.s[map[m].build_id], fr->build_id) == 0)
+                break;
+        if (m == nmap) {
+            Mapping init = PERFTOOLS__PROFILES__MAPPING__INIT;
+            map[m] = init;
+            map[m].id = m + 1;
+            map[m].filename = S(fr->module);
+            map[m].build_id = S(fr->build_id);
+            map[m].memory_start = fr->address;
+            map[m].memory_limit = fr->address + 1;
+            map[m].has_functions = 1;
+            mapp[m] = &map[m];
+            nmap++;
+        }
+        if (fr->address < map[m].memory_start)
+            map[m].memory_start = fr->address;
+        if (fr->address >= map[m].memory_limit)
+            map[m].memory_limit = fr->address + 1;
+        frame_map[f] = (uint32_t)(m + 1);
+    }
+    for (size_t f = 0; f < nf; f++) {
+        Function fi = PERFTOOLS__PROFILES__FUNCTION__INIT;
+        Location li = PERFTOOLS__PROFILES__LOCATION__INIT;
+        Line ln = PERFTOOLS__PROFILES__LINE__INIT;
+        fn[f] = fi;
+        fn[f].id = f + 1;
+        fn[f].name = fn[f].system_name = S(p->frames[f].name);
+        fnp[f] = &fn[f];
+        line[f] = ln;
+        line[f].function_id = f + 1;
+        linep[f] = &line[f];
+        loc[f] = li;
+        loc[f].id = f + 1;
+        loc[f].mapping_id = frame_map[f];
+        loc[f].address = p->frames[f].address;
+        loc[f].n_line = 1;
+        loc[f].line = &linep[f];
+        locp[f] = &loc[f];
+    }
+    /* location ids leaf first, per stack */
+    for (uint32_t s = 0; s < p->n_stacks; s++) {
+        uint32_t a = p->stack_off[s], b = p->stack_off[s + 1];
+        for (uint32_t k = a; k < b; k++)
+            locids[a + (b - 1 - k)] = (uint64_t)p->stack_frames[k] + 1;
+    }
+    int64_t k_trace = S("trace_id"), k_span = S("span_id");
+    for (uint32_t c = 1; c < p->n_contexts; c++) {
+        cm_hex(p->contexts[c].trace_id, 16, hex[c]);
+        cm_hex(p->contexts[c].span_id, 8, hex[c] + 33);
+    }
+    /* samples: rows merged by (stack, context) */
+    for (size_t i = 0; i < nr; i++)
+        order[i] = i;
+    tl_rows = p->rows;
+    qsort(order, nr, sizeof *order, cmp_row);
+    size_t ns = 0, nl = 0;
+    for (size_t i = 0; i < nr;) {
+        const agg_row_t *r = &p->rows[order[i]];
+        uint64_t w = 0, c = 0;
+        size_t j = i;
+        for (; j < nr && p->rows[order[j]].stack == r->stack &&
+               p->rows[order[j]].context == r->context;
+             j++) {
+            w += p->rows[order[j]].weight;
+            c += p->rows[order[j]].count;
+        }
+        i = j;
+        if (!w && !c)
+            continue;
+        Sample si = PERFTOOLS__PROFILES__SAMPLE__INIT;
+        Sample *sm = &smp[ns];
+        *sm = si;
+        sm->n_location_id = p->stack_off[r->stack + 1] - p->stack_off[r->stack];
+        sm->location_id = locids + p->stack_off[r->stack];
+        sm->n_value = 2;
+        sm->value = vals + 2 * ns;
+        sm->value[0] = (int64_t)((c + CM_COUNT_ONE / 2) / CM_COUNT_ONE);
+        sm->value[1] = (int64_t)w;
+        if (r->context) {
+            Label li = PERFTOOLS__PROFILES__LABEL__INIT;
+            lab[nl] = li;
+            lab[nl].key = k_trace;
+            lab[nl].str = S(hex[r->context]);
+            lab[nl + 1] = li;
+            lab[nl + 1].key = k_span;
+            lab[nl + 1].str = S(hex[r->context] + 33);
+            labp[nl] = &lab[nl];
+            labp[nl + 1] = &lab[nl + 1];
+            sm->n_label = 2;
+            sm->label = &labp[nl];
+            nl += 2;
+        }
+        smpp[ns] = sm;
+        ns++;
+    }
+#undef S
+    prof.n_sample = ns;
+    prof.sample = smpp;
+    prof.n_mapping = nmap;
+    prof.mapping = mapp;
+    prof.n_location = nf;
+    prof.location = locp;
+    prof.n_function = nf;
+    prof.function = fnp;
+    prof.n_string_table = st.n;
+    prof.string_table = st.s;
+    size_t len = perftools__profiles__profile__get_packed_size(&prof);
+    if (!(raw = malloc(len + 1)))
+        goto out;
+    perftools__profiles__profile__pack(&prof, raw);
+    rc = gzip_buf(raw, len, out, out_len);
+out:
+    free(st.s);
+    free(st.hkey);
+    free(st.hval);
+    free(fn);
+    free(fnp);
+    free(loc);
+    free(locp);
+    free(line);
+    free(linep);
+    free(map);
+    free(mapp);
+    free(frame_map);
+    free(order);
+    free(smp);
+    free(smpp);
+    free(vals);
+    free(lab);
+    free(labp);
+    free(locids);
+    free(hex);
+    free(raw);
+    return rc;
+}

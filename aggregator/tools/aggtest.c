@@ -1,0 +1,266 @@
+/* Aggregator test helpers (see aggtest.h). Single-threaded use. */
+#include "aggtest.h"
+
+#include "intern.h"
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double at_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void at_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void at_tmpdir(char *path, const char *tag) {
+    snprintf(path, 64, "/tmp/fp-aggtest-%s-XXXXXX", tag);
+    if (!mkdtemp(path)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+pid_t at_agg_start(const char *bootstrap, const char *store_dir, const char *group, int http_port,
+                   const char *log_path, const char *const *extra) {
+    const char *build = getenv("FLEETPROF_BUILD");
+    char bin[1024], port[16];
+    snprintf(bin, sizeof bin, "%s/aggregator/fleetprof-aggregator", build ? build : ".");
+    snprintf(port, sizeof port, "%d", http_port);
+    const char *argv[64] = {bin,           "--brokers", bootstrap, "--store-dir", store_dir,
+                            "--group",     group,       "--http-addr", "127.0.0.1",
+                            "--http-port", port,        "--kafka.session.timeout.ms=6000",
+                            "--kafka.heartbeat.interval.ms=500"};
+    int n = 13;
+    for (int i = 0; extra && extra[i] && n < 62; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(bin, (char *const *)argv);
+        perror("execv");
+        _exit(127);
+    }
+    return pid;
+}
+
+int at_agg_stop(pid_t pid, int sig, int timeout_s) {
+    kill(pid, sig);
+    double end = at_now() + timeout_s;
+    int st;
+    while (at_now() < end) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        at_sleep_ms(20);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+int64_t at_store_offset(const char *dir, const char *topic, int32_t p) {
+    char path[1024];
+    agg_store_path(path, sizeof path, dir, topic, p);
+    if (access(path, F_OK))
+        return -1;
+    sqlite3 *db;
+    int64_t off = -1;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 5000);
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, "SELECT next_offset FROM offsets WHERE topic=?1 AND part=?2",
+                               -1, &st, NULL) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+            sqlite3_bind_int(st, 2, p);
+            if (sqlite3_step(st) == SQLITE_ROW)
+                off = sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(db);
+    return off;
+}
+
+int64_t at_store_offsets_sum(const char *dir, const char *topic, int nparts) {
+    int64_t s = 0;
+    for (int p = 0; p < nparts; p++) {
+        int64_t o = at_store_offset(dir, topic, p);
+        s += o > 0 ? o : 0;
+    }
+    return s;
+}
+
+int at_high_watermarks(rd_kafka_t *rk, const char *topic, int nparts, int64_t *hi) {
+    for (int p = 0; p < nparts; p++) {
+        int64_t lo;
+        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi[p], 10000);
+        if (e) {
+            fprintf(stderr, "watermarks of %s/%d: %s\n", topic, p, rd_kafka_err2str(e));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int at_wait_caught_up(const char *dir, const char *topic, int nparts, const int64_t *hi,
+                      int timeout_s) {
+    double end = at_now() + timeout_s;
+    while (at_now() < end) {
+        int ok = 1;
+        for (int p = 0; p < nparts && ok; p++) {
+            int64_t o = at_store_offset(dir, topic, p);
+            ok = hi[p] == 0 ? 1 : o == hi[p];
+        }
+        if (ok)
+            return 0;
+        at_sleep_ms(100);
+    }
+    for (int p = 0; p < nparts; p++)
+        fprintf(stderr, "partition %d: stored %lld, high watermark %lld\n", p,
+                (long long)at_store_offset(dir, topic, p), (long long)hi[p]);
+    return -1;
+}
+
+typedef struct {
+    uint64_t service, version;
+    uint32_t type;
+    int64_t weight, count, rows;
+} sum_row_t;
+
+typedef struct {
+    sum_row_t *v;
+    size_t n, cap;
+} sums_t;
+
+static sum_row_t *sums_get(sums_t *s, uint64_t svc, uint64_t ver, uint32_t type) {
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i].service == svc && s->v[i].version == ver && s->v[i].type == type)
+            return &s->v[i];
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 64;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+    }
+    s->v[s->n] = (sum_row_t){svc, ver, type, 0, 0, 0};
+    return &s->v[s->n++];
+}
+
+static int add_total(void *arg, const agg_total_row_t *r) {
+    sum_row_t *x = sums_get(arg, r->service, r->version, r->type);
+    x->weight += r->weight;
+    x->count += r->count;
+    x->rows += r->rows;
+    return 0;
+}
+
+typedef struct {
+    int64_t weight, count, rows;
+} prof_sum_t;
+
+static int add_prof(void *arg, const agg_profile_row_t *r) {
+    prof_sum_t *p = arg;
+    p->weight += r->weight;
+    p->count += r->count;
+    p->rows += r->rows;
+    return 0;
+}
+
+int at_check_truth(const fsim_t *sim, const char *dir, const char *topic, int nparts) {
+    sums_t tot = {0};
+    int bad = 0;
+    agg_store_t **st = calloc((size_t)nparts, sizeof *st);
+    for (int p = 0; p < nparts; p++) {
+        char path[1024], err[512];
+        agg_store_path(path, sizeof path, dir, topic, p);
+        if (access(path, F_OK))
+            continue;
+        if (agg_store_sqlite_open(path, &st[p], err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            bad++;
+            continue;
+        }
+        agg_store_totals(st[p], 0, 0, INT64_MAX, 0, add_total, &tot);
+    }
+    size_t expected_rows = 0;
+    const fsim_params_t *fp = fsim_params(sim);
+    for (uint32_t si = 0; si < fp->services; si++) {
+        const char *sn = fsim_service_name(sim, si);
+        uint64_t sid = agg_intern_string_id(sn, strlen(sn));
+        for (uint32_t vi = 0; vi < fp->versions; vi++) {
+            const char *vn = fsim_version_name(sim, si, vi);
+            uint64_t vid = agg_intern_string_id(vn, strlen(vn));
+            for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+                const fsim_sums_t *want = fsim_truth(sim, si, vi, t);
+                if (!want->rows)
+                    continue;
+                expected_rows++;
+                sum_row_t *got = sums_get(&tot, sid, vid, t);
+                if (got->weight != want->weight || got->count != want->count ||
+                    got->rows != want->rows) {
+                    fprintf(stderr,
+                            "totals %s %s %s: weight %lld want %lld, count %lld want %lld, rows "
+                            "%lld want %lld\n",
+                            sn, vn, cm_event_name(t), (long long)got->weight,
+                            (long long)want->weight, (long long)got->count, (long long)want->count,
+                            (long long)got->rows, (long long)want->rows);
+                    bad++;
+                }
+                prof_sum_t ps = {0};
+                agg_profile_query_t q = {.service = sid, .versions = &vid, .n_versions = 1,
+                                         .type = t, .from_s = 0, .to_s = INT64_MAX};
+                for (int p = 0; p < nparts; p++)
+                    if (st[p])
+                        agg_store_profile_query(st[p], &q, add_prof, &ps);
+                if (ps.weight != want->weight || ps.count != want->count || ps.rows != want->rows) {
+                    fprintf(stderr, "profile %s %s %s: weight %lld want %lld, rows %lld want %lld\n",
+                            sn, vn, cm_event_name(t), (long long)ps.weight, (long long)want->weight,
+                            (long long)ps.rows, (long long)want->rows);
+                    bad++;
+                }
+            }
+        }
+    }
+    if (tot.n != expected_rows) {
+        fprintf(stderr, "stores hold %zu (service, version, type) totals, truth has %zu\n", tot.n,
+                expected_rows);
+        bad++;
+    }
+    for (int p = 0; p < nparts; p++)
+        agg_store_close(st[p]);
+    free(st);
+    free(tot.v);
+    return bad;
+}
+
+rd_kafka_t *at_producer(const char *bootstrap) {
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof err);
+    rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof err);
+    rd_kafka_conf_set(conf, "message.max.bytes", "20000000", err, sizeof err);
+    rd_kafka_conf_set(conf, "linger.ms", "10", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    if (!rk)
+        fprintf(stderr, "producer: %s\n", err);
+    return rk;
+}

@@ -1,0 +1,40 @@
+/* Test helpers for the aggregator tests and benchmarks: run the real fleetprof-aggregator
+ * binary as a child process, read its per-partition stores, wait for it to catch up with the
+ * topic, and compare stored totals with the fleet simulator's ground truth. */
+#ifndef AGGTEST_H
+#define AGGTEST_H
+
+#include "fleetsim.h"
+
+#include <librdkafka/rdkafka.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Starts the aggregator (FLEETPROF_BUILD/aggregator/fleetprof-aggregator) with the common
+ * arguments plus extra (NULL-terminated, may be NULL); output goes to log_path.
+ * Returns the child's pid or -1. */
+pid_t at_agg_start(const char *bootstrap, const char *store_dir, const char *group,
+                   int http_port, const char *log_path, const char *const *extra);
+/* Sends sig and waits up to timeout_s for the child. Returns its wait status or -1. */
+int at_agg_stop(pid_t pid, int sig, int timeout_s);
+/* Next offset stored for partition p under dir (-1: none yet). Read-only; safe while the
+ * aggregator writes. */
+int64_t at_store_offset(const char *dir, const char *topic, int32_t p);
+/* Sum of stored offsets over partitions (none counts 0). */
+int64_t at_store_offsets_sum(const char *dir, const char *topic, int nparts);
+/* High watermarks of topic's partitions into hi[nparts]. Returns 0 or -1. */
+int at_high_watermarks(rd_kafka_t *rk, const char *topic, int nparts, int64_t *hi);
+/* Waits until every partition's stored offset equals hi[]. Returns 0, or -1 at the deadline. */
+int at_wait_caught_up(const char *dir, const char *topic, int nparts, const int64_t *hi,
+                      int timeout_s);
+/* Compares the stores' totals and merged profiles with the simulator's truth for every
+ * (service, version, type). Prints every difference; returns the number of differences. */
+int at_check_truth(const fsim_t *sim, const char *dir, const char *topic, int nparts);
+/* A producer for the simulator. */
+rd_kafka_t *at_producer(const char *bootstrap);
+/* Makes an empty temporary directory under /tmp; path holds >= 64 bytes. */
+void at_tmpdir(char *path, const char *tag);
+double at_now(void);
+void at_sleep_ms(int ms);
+
+#endif

@@ -1,0 +1,548 @@
+/* Aggregator: the store (fenced batch writes, read API, label filter, span drill-down),
+ * retention (downsampling keeps totals, expiry, bounded size under steady load), and end to end
+ * with a real Kafka broker: simulator -> Kafka -> fleetprof-aggregator -> exact totals,
+ * duplicates counted once, malformed messages dead-lettered with their reasons. */
+#include "aggtest.h"
+#include "fleetsim.h"
+#include "intern.h"
+#include "retention.h"
+#include "rollup.h"
+#include "store.h"
+
+#include "cm/chunk.h"
+#include "cm/error.h"
+#include "cm/wire.h"
+#include "support/chunkgen.h"
+#include "support/kafka.h"
+#include "support/runner.h"
+
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define PORT 19510
+#define HTTP_PORT 19511
+#define NPARTS 4
+
+static int64_t wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Rolls decoded frames of a simulator into one batch per call, as the consume loop does. */
+typedef struct {
+    agg_store_t *st;
+    agg_intern_t in;
+    agg_rollup_t r;
+    agg_batch_t b;
+    int64_t offset;
+} feeder_t;
+
+static void feeder_init(feeder_t *f, const char *path, int64_t fine) {
+    char err[512];
+    memset(f, 0, sizeof *f);
+    CHECKF(agg_store_sqlite_open(path, &f->st, err, sizeof err) == 0, "%s", err);
+    agg_rollup_cfg_t rc = {fine, 1, 1};
+    agg_rollup_init(&f->r, &rc);
+    agg_batch_init(&f->b);
+    f->offset = -1;
+}
+
+static void feeder_add(feeder_t *f, const cm_chunk_t *c) {
+    agg_chunk_ids_t ids;
+    if (f->b.next_offset < 0)
+        f->b.base_offset = f->offset;
+    CHECK(agg_intern_chunk(&f->in, &f->b, c, &ids) == 0);
+    CHECK(agg_rollup_chunk(&f->r, &f->b, c, &ids) == 0);
+    f->b.next_offset = (f->offset < 0 ? 0 : f->offset) + 1;
+}
+
+static void feeder_commit(feeder_t *f) {
+    CHECK_EQ(agg_store_batch_write(f->st, "t", 0, &f->b), 0);
+    f->offset = f->b.next_offset;
+    agg_batch_clear(&f->b);
+}
+
+static void feeder_free(feeder_t *f) {
+    agg_store_close(f->st);
+    agg_intern_free(&f->in);
+    agg_rollup_free(&f->r);
+    agg_batch_free(&f->b);
+}
+
+/* Feeds every chunk of a simulator (no malformed ones) into the store, in batches of 16. */
+static void feed_sim(feeder_t *f, fsim_t *sim) {
+    const uint8_t *fr;
+    size_t len;
+    const char *key;
+    int n = 0;
+    while (fsim_next(sim, &fr, &len, &key)) {
+        cm_chunk_t *c;
+        char err[256];
+        CHECKF(cm_chunk_decode(fr, len, &c, err, sizeof err) == 0, "%s", err);
+        feeder_add(f, c);
+        cm_chunk_free(c);
+        if (++n % 16 == 0)
+            feeder_commit(f);
+    }
+    if (f->b.next_offset >= 0)
+        feeder_commit(f);
+}
+
+typedef struct {
+    int64_t weight, count, rows;
+} sums_t;
+
+static int sum_prof(void *arg, const agg_profile_row_t *r) {
+    sums_t *s = arg;
+    s->weight += r->weight;
+    s->count += r->count;
+    s->rows += r->rows;
+    return 0;
+}
+
+static int sum_tot(void *arg, const agg_total_row_t *r) {
+    sums_t *s = arg;
+    s[r->type].weight += r->weight;
+    s[r->type].count += r->count;
+    s[r->type].rows += r->rows;
+    return 0;
+}
+
+typedef struct {
+    char names[64][128];
+    int n;
+} frames_t;
+
+static int collect_frame(void *arg, const agg_frame_t *f) {
+    frames_t *fr = arg;
+    if (fr->n < 64)
+        snprintf(fr->names[fr->n], 128, "%s", f->name);
+    fr->n++;
+    return 0;
+}
+
+static int sum_span(void *arg, const agg_span_stack_row_t *r) {
+    sums_t *s = arg;
+    s[r->type].weight += r->weight;
+    s[r->type].rows += r->rows;
+    return 0;
+}
+
+static int count_fn(void *arg, const agg_fn_stat_row_t *r) {
+    int *n = arg;
+    if (r->chunks == 1 && r->incl > 0 && r->incl <= 1.0 + 1e-9 && r->self <= r->incl + 1e-9)
+        (*n)++;
+    return 0;
+}
+
+typedef struct {
+    char service[64], version[64];
+    int64_t first_ns, chunks;
+} version_t;
+
+static int one_version(void *arg, const agg_version_row_t *v) {
+    version_t *out = arg; /* row strings live until the callback returns: copy them */
+    snprintf(out->service, sizeof out->service, "%s", v->service_name);
+    snprintf(out->version, sizeof out->version, "%s", v->version_name);
+    out->first_ns = v->first_ns;
+    out->chunks = v->chunks;
+    return 0;
+}
+
+static void test_store_roundtrip_and_fencing(void) {
+    char dir[64], path[128];
+    at_tmpdir(dir, "store");
+    snprintf(path, sizeof path, "%s/t-0.db", dir);
+    ts_gen_params_t gp = ts_gen_realistic();
+    gp.samples = 2000;
+    gp.types_mask = 0x7e;
+    gp.label_sets = 3;
+    cm_chunk_t *c = ts_gen_chunk(&gp, 42);
+    c->header.service = (cm_str_t){"svc-a", 5};
+    c->header.version = (cm_str_t){"v1", 2};
+    feeder_t f;
+    feeder_init(&f, path, 10);
+    feeder_add(&f, c);
+    f.b.next_offset = 10;
+    CHECK_EQ(agg_store_batch_write(f.st, "t", 0, &f.b), 0);
+    /* the same batch again, from the same base: another writer got there first -> fenced */
+    CHECK_EQ(agg_store_batch_write(f.st, "t", 0, &f.b), -ESTALE);
+    int64_t off;
+    CHECK(agg_store_offset_get(f.st, "t", 0, &off) == 0 && off == 10);
+    CHECK(agg_store_offset_get(f.st, "t", 1, &off) == 0 && off == -1);
+
+    uint64_t svc = agg_intern_string_id("svc-a", 5), ver = agg_intern_string_id("v1", 2);
+    sums_t tot[CM_EV_COUNT] = {0};
+    CHECK(agg_store_totals(f.st, svc, 0, INT64_MAX, 0, sum_tot, tot) == 0);
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        const cm_samples_t *s = &c->samples[t];
+        int64_t w = 0, n = 0;
+        for (uint32_t i = 0; i < s->n; i++) {
+            w += (int64_t)s->weight[i];
+            n += (int64_t)cm_samples_count(s, i);
+        }
+        CHECKF(tot[t].weight == w && tot[t].count == n && tot[t].rows == s->n,
+               "type %u: %lld/%lld", t, (long long)tot[t].weight, (long long)w);
+        sums_t ps = {0};
+        agg_profile_query_t q = {.service = svc, .versions = &ver, .n_versions = 1, .type = t,
+                                 .from_s = 0, .to_s = INT64_MAX};
+        CHECK(agg_store_profile_query(f.st, &q, sum_prof, &ps) == 0);
+        CHECK(ps.weight == w && ps.rows == s->n);
+    }
+
+    /* frames of one stack come back root first with the chunk's function names */
+    const cm_samples_t *cpu = &c->samples[CM_EV_CPU];
+    uint32_t s0 = cpu->stack[0];
+    agg_chunk_ids_t ids;
+    agg_intern_t in2 = {0};
+    agg_batch_t scratch;
+    agg_batch_init(&scratch);
+    CHECK(agg_intern_chunk(&in2, &scratch, c, &ids) == 0);
+    frames_t fr = {.n = 0};
+    CHECK(agg_store_stack_frames(f.st, ids.stack[s0], collect_frame, &fr) == 0);
+    CHECK_EQ(fr.n, cm_stack_depth(&c->dict, s0));
+    for (int k = 0; k < fr.n && k < 64; k++) {
+        uint32_t loc = c->dict.stack_frames[c->dict.stack_off[s0] + (uint32_t)k];
+        const cm_str_t *nm = &c->dict.strings[c->dict.function_name[c->dict.location_function[loc]]];
+        CHECKF(!strcmp(fr.names[k], nm->ptr), "frame %d: %s != %s", k, fr.names[k], nm->ptr);
+    }
+
+    /* label filter: the rows whose label set holds (key, value) of row 0's first label */
+    uint32_t ls = 0;
+    for (uint32_t i = 0; i < cpu->n && !ls; i++)
+        ls = cpu->labels[i];
+    CHECK(ls != 0);
+    const uint32_t *kv = &c->dict.label_kv[2 * c->dict.label_off[ls]];
+    const char *lk = c->dict.strings[kv[0]].ptr, *lv = c->dict.strings[kv[1]].ptr;
+    int64_t want = 0;
+    for (uint32_t i = 0; i < cpu->n; i++) {
+        uint32_t set = cpu->labels[i];
+        for (uint32_t j = c->dict.label_off[set]; j < c->dict.label_off[set + 1]; j++)
+            if (!strcmp(c->dict.strings[c->dict.label_kv[2 * j]].ptr, lk) &&
+                !strcmp(c->dict.strings[c->dict.label_kv[2 * j + 1]].ptr, lv)) {
+                want += (int64_t)cpu->weight[i];
+                break;
+            }
+    }
+    sums_t lsum = {0};
+    agg_profile_query_t lq = {.service = svc, .type = CM_EV_CPU, .from_s = 0, .to_s = INT64_MAX,
+                              .label_key = lk, .label_value = lv};
+    CHECK(agg_store_profile_query(f.st, &lq, sum_prof, &lsum) == 0);
+    CHECKF(lsum.weight == want && want > 0 && want < tot[CM_EV_CPU].weight, "%lld vs %lld",
+           (long long)lsum.weight, (long long)want);
+
+    /* span drill-down: every event type of one span */
+    uint32_t ctx = 0;
+    for (uint32_t i = 0; i < cpu->n && !ctx; i++)
+        ctx = cpu->context[i];
+    CHECK(ctx != 0);
+    const uint8_t *cb = c->dict.contexts + (size_t)ctx * CM_CONTEXT_SIZE;
+    sums_t sp[CM_EV_COUNT] = {0}, spw[CM_EV_COUNT] = {0};
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        const cm_samples_t *s = &c->samples[t];
+        for (uint32_t i = 0; i < s->n; i++)
+            if (s->context && s->context[i] &&
+                !memcmp(c->dict.contexts + (size_t)s->context[i] * CM_CONTEXT_SIZE, cb,
+                        CM_CONTEXT_SIZE)) {
+                spw[t].weight += (int64_t)s->weight[i];
+                spw[t].rows++;
+            }
+    }
+    CHECK(agg_store_span_profile(f.st, cb, cb + 16, sum_span, sp) == 0);
+    int types_with_span = 0;
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        CHECKF(sp[t].weight == spw[t].weight && sp[t].rows == spw[t].rows, "type %u", t);
+        types_with_span += spw[t].rows > 0;
+    }
+    CHECK(types_with_span >= 2);
+
+    int nfn = 0;
+    uint32_t leaf_loc = c->dict.stack_frames[c->dict.stack_off[s0 + 1] - 1];
+    CHECK(agg_store_fn_stats(f.st, svc, ver, CM_EV_CPU, 0, INT64_MAX,
+                             ids.fn[c->dict.location_function[leaf_loc]], count_fn, &nfn) == 0);
+    CHECK(nfn >= 1);
+    version_t vr;
+    memset(&vr, 0, sizeof vr);
+    CHECK(agg_store_versions(f.st, svc, one_version, &vr) == 0);
+    CHECKF(!strcmp(vr.service, "svc-a") && !strcmp(vr.version, "v1"), "%s %s", vr.service,
+           vr.version);
+    CHECK(vr.first_ns == (int64_t)c->header.start_unix_ns && vr.chunks == 1);
+
+    /* a second handle (another instance) continues from the stored offset */
+    feeder_t g;
+    feeder_init(&g, path, 10);
+    g.offset = 10;
+    feeder_add(&g, c);
+    g.b.next_offset = 20;
+    CHECK_EQ(agg_store_batch_write(g.st, "t", 0, &g.b), 0);
+    CHECK(agg_store_offset_get(f.st, "t", 0, &off) == 0 && off == 20);
+    feeder_free(&g);
+    agg_intern_free(&in2);
+    agg_batch_free(&scratch);
+    feeder_free(&f);
+    ts_gen_free(c);
+}
+
+static int max_fine_bucket(void *arg, const agg_total_row_t *r) {
+    int64_t *v = arg; /* v[0]: oldest fine bucket, v[1]: number of coarse rows */
+    if (r->width == 10 && (v[0] == 0 || r->bucket < v[0]))
+        v[0] = r->bucket;
+    if (r->width == 3600)
+        v[1]++;
+    return 0;
+}
+
+static void test_retention_downsample_and_expire(void) {
+    char dir[64], path[128];
+    at_tmpdir(dir, "ret");
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    int64_t now = wall_ns();
+    fsim_params_t sp = {.seed = 5, .services = 2, .versions = 2, .processes = 2,
+                        .intervals = 30, .samples = 100, .stacks = 60,
+                        .start_unix_ns = (uint64_t)(now - 5 * 3600 * 1000000000ll),
+                        .interval_ns = 600ull * 1000000000ull};
+    fsim_t *sim = fsim_new(&sp);
+    feeder_t f;
+    feeder_init(&f, path, 10);
+    feed_sim(&f, sim);
+    CHECK_EQ(at_check_truth(sim, dir, "t", 1), 0);
+    agg_retention_cfg_t rc = {10, 3600, 3600, 30 * 86400, 86400, 2 * 86400};
+    agg_retention_stats_t st = {0};
+    CHECK_EQ(agg_retention_run(f.st, &rc, now, &st), 0);
+    CHECK(st.rows_moved > 0);
+    int64_t cutoff = now / 1000000000 - 3600;
+    cutoff -= cutoff % 3600;
+    int64_t v[2] = {0, 0};
+    CHECK(agg_store_totals(f.st, 0, 0, INT64_MAX, 1, max_fine_bucket, v) == 0);
+    CHECKF(v[0] >= cutoff, "fine bucket %lld older than cutoff %lld", (long long)v[0],
+           (long long)cutoff);
+    CHECK(v[1] > 0);
+    /* downsampled: the same totals and profiles, exactly */
+    CHECK_EQ(at_check_truth(sim, dir, "t", 1), 0);
+    /* a second pass changes nothing */
+    agg_retention_stats_t st2 = {0};
+    CHECK_EQ(agg_retention_run(f.st, &rc, now, &st2), 0);
+    CHECK_EQ(st2.rows_moved, 0);
+    CHECK_EQ(at_check_truth(sim, dir, "t", 1), 0);
+    /* expiry: max age 2 h deletes the older coarse buckets, keeps the rest */
+    sums_t before[CM_EV_COUNT] = {0}, after[CM_EV_COUNT] = {0};
+    agg_store_totals(f.st, 0, 0, INT64_MAX, 0, sum_tot, before);
+    rc.max_age_s = 2 * 3600;
+    agg_retention_stats_t st3 = {0};
+    CHECK_EQ(agg_retention_run(f.st, &rc, now, &st3), 0);
+    CHECK(st3.rows_expired > 0);
+    agg_store_totals(f.st, 0, 0, INT64_MAX, 0, sum_tot, after);
+    CHECK(after[CM_EV_CPU].rows > 0 && after[CM_EV_CPU].rows < before[CM_EV_CPU].rows);
+    int64_t exp = now / 1000000000 - 2 * 3600;
+    exp -= exp % 3600;
+    sums_t old = {0};
+    agg_profile_query_t q = {.service = agg_intern_string_id("svc-000", 7), .type = CM_EV_CPU,
+                             .from_s = 0, .to_s = exp};
+    CHECK(agg_store_profile_query(f.st, &q, sum_prof, &old) == 0);
+    CHECK_EQ(old.rows, 0);
+    feeder_free(&f);
+    fsim_free(sim);
+}
+
+static void test_store_size_bounded_under_steady_load(void) {
+    char dir[64], path[128];
+    at_tmpdir(dir, "size");
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    feeder_t f;
+    feeder_init(&f, path, 10);
+    agg_retention_cfg_t rc = {10, 600, 1800, 3 * 3600, 3600, 3600};
+    int64_t t0 = wall_ns() - 24 * 3600 * 1000000000ll, sizes[40];
+    for (int round = 0; round < 40; round++) {
+        /* each round: 10 simulated minutes of the same fleet, then a retention pass */
+        fsim_params_t sp = {.seed = 9, .services = 2, .versions = 1, .processes = 3,
+                            .intervals = 10, .samples = 100, .stacks = 80,
+                            .start_unix_ns = (uint64_t)(t0 + round * 600 * 1000000000ll),
+                            .interval_ns = 60ull * 1000000000ull};
+        fsim_t *sim = fsim_new(&sp);
+        feed_sim(&f, sim);
+        fsim_free(sim);
+        agg_retention_stats_t st = {0};
+        CHECK_EQ(agg_retention_run(f.st, &rc, t0 + (round + 1) * 600 * 1000000000ll, &st), 0);
+        sizes[round] = agg_store_size_bytes(f.st);
+    }
+    /* the window is 3 h = 18 rounds: after it fills, the file stops growing */
+    printf("store size: round 5 %lld, 20 %lld, 30 %lld, 39 %lld bytes\n", (long long)sizes[5],
+           (long long)sizes[20], (long long)sizes[30], (long long)sizes[39]);
+    CHECK(sizes[20] > sizes[5]);
+    CHECKF(sizes[39] <= sizes[24] + sizes[24] / 10, "%lld > %lld", (long long)sizes[39],
+           (long long)sizes[24]);
+    feeder_free(&f);
+}
+
+/* ---- end to end with Kafka ---- */
+
+static char bootstrap[64];
+
+static int http_get(int port, const char *path, char *out, size_t size) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 -o - -w '\\n%%{http_code}' http://127.0.0.1:%d%s",
+             port, path);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = 0;
+    pclose(p);
+    char *nl = strrchr(out, '\n');
+    return nl ? atoi(nl + 1) : -1;
+}
+
+static int rej_cb(void *arg, const char *reason, int64_t count) {
+    int64_t *v = arg;
+    static const char *const names[] = {"EMAGIC", "ETRUNCATED", "EVERSION", "ECHECKSUM"};
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(reason, names[k]))
+            v[k] += count;
+    v[4] += count;
+    return 0;
+}
+
+static void test_e2e_exact_totals_duplicates_dlq(void) {
+    CHECK(ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
+    char dir[64], log[128];
+    at_tmpdir(dir, "e2e");
+    snprintf(log, sizeof log, "%s/agg.log", dir);
+    fsim_params_t sp = {.seed = 11, .services = 8, .versions = 2, .processes = 3, .intervals = 5,
+                        .samples = 300, .stacks = 120, .duplicate_every = 5,
+                        .malformed_every = 11};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(rk != NULL);
+    CHECK(fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0) == 0);
+    const fsim_counts_t *n = fsim_counts(sim);
+    CHECK(n->duplicates > 10);
+    int64_t hi[NPARTS];
+    CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
+    int64_t total = 0;
+    for (int p = 0; p < NPARTS; p++)
+        total += hi[p];
+    CHECK_EQ(total, n->messages);
+
+    pid_t pid = at_agg_start(bootstrap, dir, "e2e", HTTP_PORT, log, NULL);
+    CHECK(pid > 0);
+    CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120) == 0, "see %s", log);
+    char body[65536];
+    CHECK_EQ(http_get(HTTP_PORT, "/healthz", body, sizeof body), 200);
+    /* metrics lag the store by at most one batch: poll */
+    int ok = 0;
+    char want[128];
+    snprintf(want, sizeof want, "fleetprof_aggregator_rejects_total{reason=\"EVERSION\"} %llu",
+             (unsigned long long)n->bad[FSIM_BAD_MAJOR]);
+    for (double end = at_now() + 20; !ok && at_now() < end; at_sleep_ms(200))
+        ok = http_get(HTTP_PORT, "/metrics", body, sizeof body) == 200 && strstr(body, want) &&
+             strstr(body, "fleetprof_aggregator_lag_messages{partition=\"0\"} 0");
+    CHECKF(ok, "%s", body);
+    CHECK(strstr(body, "fleetprof_aggregator_write_seconds_count"));
+    CHECK(strstr(body, "fleetprof_aggregator_store_bytes"));
+    int st = at_agg_stop(pid, SIGTERM, 30);
+    CHECKF(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d, see %s", st, log);
+
+    CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
+    /* rejects are stored with the data: exact per reason */
+    int64_t rej[5] = {0};
+    for (int p = 0; p < NPARTS; p++) {
+        char path[256], err[256];
+        agg_store_t *s;
+        agg_store_path(path, sizeof path, dir, CM_TOPIC_CHUNKS, p);
+        CHECKF(agg_store_sqlite_open(path, &s, err, sizeof err) == 0, "%s", err);
+        agg_store_rejects(s, rej_cb, rej);
+        agg_store_close(s);
+    }
+    CHECK_EQ(rej[0], n->bad[FSIM_BAD_RANDOM]);
+    CHECK_EQ(rej[1], n->bad[FSIM_BAD_TRUNCATED]);
+    CHECK_EQ(rej[2], n->bad[FSIM_BAD_MAJOR]);
+    CHECK_EQ(rej[3], n->bad[FSIM_BAD_CORRUPT]);
+    CHECK_EQ(rej[4], n->bad[0] + n->bad[1] + n->bad[2] + n->bad[3]);
+
+    /* the DLQ holds every malformed message with its reason */
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof err);
+    rd_kafka_conf_set(conf, "group.id", "dlq-reader", err, sizeof err);
+    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    CHECK(c != NULL);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, CM_TOPIC_DLQ, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    CHECK(rd_kafka_assign(c, l) == 0);
+    rd_kafka_topic_partition_list_destroy(l);
+    int64_t got = 0, with_reason = 0, versions = 0;
+    for (double end = at_now() + 30; got < rej[4] && at_now() < end;) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+        if (!m)
+            continue;
+        if (!m->err) {
+            got++;
+            rd_kafka_headers_t *h;
+            const void *v;
+            size_t vl;
+            if (rd_kafka_message_headers(m, &h) == 0 &&
+                rd_kafka_header_get_last(h, CM_HDR_DLQ_REASON, &v, &vl) == 0 && vl > 3) {
+                with_reason++;
+                versions += vl >= 8 && !memcmp(v, "EVERSION", 8);
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+    CHECK_EQ(got, rej[4]);
+    CHECK_EQ(with_reason, rej[4]);
+    CHECK_EQ(versions, n->bad[FSIM_BAD_MAJOR]);
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+
+    /* restart on the same store: nothing is consumed twice */
+    pid = at_agg_start(bootstrap, dir, "e2e", HTTP_PORT, log, NULL);
+    at_sleep_ms(3000);
+    CHECK(at_agg_stop(pid, SIGTERM, 30) >= 0);
+    CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+    CHECK(ts_kafka_stop(PORT, 0) == 0);
+}
+
+static void test_bad_config_is_reported(void) {
+    char dir[64], log[128], buf[4096];
+    at_tmpdir(dir, "cfg");
+    snprintf(log, sizeof log, "%s/agg.log", dir);
+    const char *extra[] = {"--coarse-width", "25s", NULL};
+    pid_t pid = at_agg_start("127.0.0.1:1", dir, "g", 0, log, extra);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    FILE *f = fopen(log, "r");
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECKF(strstr(buf, "coarse-width 25s must be a positive multiple of fine-width 10s"), "%s", buf);
+    const char *extra2[] = {"--store-dir", "/nonexistent/x", NULL};
+    pid = at_agg_start("127.0.0.1:1", dir, "g", 0, log, extra2);
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    f = fopen(log, "r");
+    n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECKF(strstr(buf, "store-dir '/nonexistent/x' is not a writable directory"), "%s", buf);
+}
+
+static const tr_test_t tests[] = {
+    {"store_roundtrip_and_fencing", test_store_roundtrip_and_fencing},
+    {"retention_downsample_and_expire", test_retention_downsample_and_expire},
+    {"store_size_bounded_under_steady_load", test_store_size_bounded_under_steady_load},
+    {"bad_config_is_reported", test_bad_config_is_reported},
+    {"e2e_exact_totals_duplicates_dlq", test_e2e_exact_totals_duplicates_dlq},
+    {0, 0},
+};
+TR_MAIN(tests)
