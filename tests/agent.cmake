@@ -10,3 +10,9 @@ endforeach()
 target_link_libraries(fp-work-linked PRIVATE fleetprof_agent)
 # Linked before libc so that its pthread_create/sigaction interposers are the ones called.
 set_target_properties(fp-work-linked PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
+
+fp_test(test-agent LABELS agent LIBS m)
+add_dependencies(test-agent fp-work fp-work-linked fleetprof fleetprof_agent)
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  target_compile_definitions(test-agent PRIVATE FP_SANITIZED)
+endif()

@@ -77,12 +77,12 @@ static void atfork_child(void) {
     ag_bg_after_fork_child();
     ag.pid = getpid();
     ag.process_start_ns = ag_now_real();
-    ag.sequence = 0;
     atomic_store(&ag.requests, 0);
     if (ag.efd >= 0)
         close(ag.efd); /* shared with the parent: writing it would wake the parent's thread */
     ag.efd = -1;
     ag_sender_after_fork_child();
+    ag.sequence = ag_sender_first_sequence();
     ag_thread_after_fork_child(); /* reinitialises the registry lock, re-arms our timer */
     if (ag_bg_start() != 0) {
         atomic_store(&ag.running, 0);
@@ -111,6 +111,7 @@ __attribute__((constructor)) static void ag_start(void) {
     ag_thread_module_init();
     ag_symbols_init();
     ag_sender_init(&ag.cfg);
+    ag.sequence = ag_sender_first_sequence();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ag_signal_sigterm_install();
     atomic_store(&ag.running, 1);

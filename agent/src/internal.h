@@ -281,6 +281,8 @@ AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);
 AG_HIDDEN void ag_sender_drain(int timeout_ms);
 AG_HIDDEN void ag_sender_after_fork_child(void);
 AG_HIDDEN uint32_t ag_sender_queued(void);
+/* First chunk sequence to use: after any files this pid already has in FLEETPROF_OUTPUT. */
+AG_HIDDEN uint64_t ag_sender_first_sequence(void);
 
 /* ---- bgthread.c / agent.c ---- */
 enum { AG_REQ_FLUSH = 1, AG_REQ_STOP = 2, AG_REQ_SIGTERM = 4 };

@@ -18,6 +18,7 @@
 #include "cm/log.h"
 #include "cm/wire.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -61,6 +62,30 @@ void ag_sender_init(const ag_config_t *cfg) {
 }
 
 uint32_t ag_sender_queued(void) { return S.n; }
+
+uint64_t ag_sender_first_sequence(void) {
+    /* After exec the pid is the same and the sequence restarts: continue after the files the
+     * previous image wrote instead of overwriting them. */
+    if (!S.cfg->output[0])
+        return 0;
+    char prefix[512];
+    int pl = snprintf(prefix, sizeof prefix, "%s-%d-", S.cfg->service, (int)ag.pid);
+    DIR *d = opendir(S.cfg->output);
+    if (!d)
+        return 0;
+    uint64_t next = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)pl) != 0)
+            continue;
+        char *end;
+        unsigned long long v = strtoull(e->d_name + pl, &end, 10);
+        if (end != e->d_name + pl && !strcmp(end, CM_CHUNK_FILE_SUFFIX) && v + 1 > next)
+            next = v + 1;
+    }
+    closedir(d);
+    return next;
+}
 
 static void write_file(const uint8_t *frame, size_t len, uint64_t seq) {
     if (!S.cfg->output[0])

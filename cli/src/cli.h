@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 int cli_fold(int argc, char **argv);
+int cli_run(int argc, char **argv);
 
 /* Writes a printable name for location `loc` of d into buf: the function name, or
  * "<mapping file basename>+0x<addr>", or "0x<addr>". Returns buf. */

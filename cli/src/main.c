@@ -13,6 +13,7 @@ typedef struct {
 
 static const command_t commands[] = {
     {"fold", cli_fold, "fold [--type TYPE] [--count] FILE|DIR...  chunk files to folded stacks"},
+    {"run", cli_run, "run [--service S] [--output DIR] ... -- CMD ARGS  run CMD under the agent"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

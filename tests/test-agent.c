@@ -1,0 +1,858 @@
+/* Agent acceptance tests: real programs (tests/programs/fp-work.c) run under libfleetprof,
+ * their chunks read back from FLEETPROF_OUTPUT with the codec (and `fleetprof fold`).
+ *
+ * Programs are linked to the agent (fp-work-linked) so that the same tests run in sanitizer
+ * builds; the LD_PRELOAD and `fleetprof run` cases use the plain fp-work and are skipped under
+ * sanitizers (a sanitized .so cannot be preloaded into an uninstrumented program).
+ * Statistical checks use tolerances of several standard deviations for the sample counts the
+ * runs produce (a few hundred samples at least), on a noisy shared 2-core machine.
+ */
+#define _GNU_SOURCE
+#include "cm/chunk.h"
+#include "cm/error.h"
+#include "cm/wire.h"
+#include "support/runner.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#ifdef FP_SANITIZED
+static const int sanitized = 1;
+#else
+static const int sanitized = 0;
+#endif
+
+/* ---- running programs ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *bdir(void) {
+    const char *b = getenv("FLEETPROF_BUILD");
+    CHECKF(b != NULL, "FLEETPROF_BUILD not set (run through ctest)");
+    return b;
+}
+
+static void prog_path(const char *name, char *out, size_t size) {
+    snprintf(out, size, "%s/tests/%s", bdir(), name);
+}
+
+static char *mkout(void) {
+    char *d = strdup("/tmp/fp-agent-test-XXXXXX");
+    CHECK(mkdtemp(d) != NULL);
+    return d;
+}
+
+typedef struct {
+    pid_t pid;
+    int out_fd;
+} proc_t;
+
+/* Starts argv with env entries "K=V" added (and the FLEETPROF_* of ours cleared first). */
+static proc_t start(const char *const *env, const char *const *argv) {
+    int p[2];
+    CHECK(pipe(p) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        static const char *clear[] = {"FLEETPROF_SERVICE", "FLEETPROF_VERSION",
+                                      "FLEETPROF_OUTPUT", "FLEETPROF_COLLECTOR",
+                                      "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+                                      "FLEETPROF_ENABLED", "LD_PRELOAD", NULL};
+        for (int i = 0; clear[i]; i++)
+            unsetenv(clear[i]);
+        setenv("FLEETPROF_COLLECTOR", "none", 1);
+        for (int i = 0; env && env[i]; i++)
+            putenv(strdup(env[i]));
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    return (proc_t){pid, p[0]};
+}
+
+/* Waits up to timeout s; collects stdout into out. Returns the wait status (-1: killed). */
+static int finish(proc_t pr, double timeout, char *out, size_t size) {
+    double end = now_s() + timeout;
+    size_t len = 0;
+    int st = -1;
+    fcntl(pr.out_fd, F_SETFL, O_NONBLOCK);
+    for (;;) {
+        ssize_t r;
+        while (out && len + 1 < size && (r = read(pr.out_fd, out + len, size - 1 - len)) > 0)
+            len += (size_t)r;
+        pid_t w = waitpid(pr.pid, &st, WNOHANG);
+        if (w == pr.pid)
+            break;
+        if (now_s() > end) {
+            kill(pr.pid, SIGKILL);
+            waitpid(pr.pid, &st, 0);
+            st = -1;
+            break;
+        }
+        struct pollfd pf = {pr.out_fd, POLLIN, 0};
+        poll(&pf, 1, 20);
+    }
+    ssize_t r;
+    while (out && len + 1 < size && (r = read(pr.out_fd, out + len, size - 1 - len)) > 0)
+        len += (size_t)r;
+    if (out)
+        out[len] = '\0';
+    close(pr.out_fd);
+    return st;
+}
+
+static int run(const char *const *env, const char *const *argv, double timeout, char *out,
+               size_t size) {
+    return finish(start(env, argv), timeout, out, size);
+}
+
+static uint64_t out_u64(const char *out, const char *key) {
+    const char *p = strstr(out, key);
+    CHECKF(p != NULL, "'%s' missing in program output: %s", key, out);
+    return strtoull(p + strlen(key), NULL, 10);
+}
+
+/* ---- reading chunks ---- */
+
+typedef struct {
+    cm_chunk_t *c[512];
+    char name[512][128];
+    int n;
+} chunks_t;
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static chunks_t *load(const char *dir) {
+    chunks_t *cs = calloc(1, sizeof *cs);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    char *names[512];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 512) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && !strcmp(e->d_name + l - 4, CM_CHUNK_FILE_SUFFIX))
+            names[n++] = strdup(e->d_name);
+        else
+            CHECKF(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0,
+                   "stray file %s (temporary files must be renamed or removed)", e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_name);
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        uint8_t *buf = malloc((size_t)sz + 1);
+        CHECK(fread(buf, 1, (size_t)sz, f) == (size_t)sz);
+        fclose(f);
+        char err[256];
+        int rc = cm_chunk_decode(buf, (size_t)sz, &cs->c[cs->n], err, sizeof err);
+        CHECKF(rc == 0, "%s: %s: %s", names[i], cm_errname(rc), err);
+        snprintf(cs->name[cs->n], sizeof cs->name[0], "%s", names[i]);
+        cs->n++;
+        free(buf);
+        free(names[i]);
+    }
+    return cs;
+}
+
+static const char *loc_fn(const cm_dict_t *d, uint32_t loc) {
+    uint32_t f = d->location_function[loc];
+    return f ? d->strings[d->function_name[f]].ptr : "";
+}
+
+static int stack_has(const cm_dict_t *d, uint32_t st, const char *fn) {
+    for (uint32_t k = d->stack_off[st]; k < d->stack_off[st + 1]; k++)
+        if (!strcmp(loc_fn(d, d->stack_frames[k]), fn))
+            return 1;
+    return 0;
+}
+
+typedef struct {
+    uint64_t weight, samples;
+} tot_t;
+
+/* Sum of weights and samples of type whose stack contains fn (NULL: all); pid 0: any. */
+static tot_t total(const chunks_t *cs, cm_event_type_t type, const char *fn, uint32_t pid) {
+    tot_t t = {0, 0};
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        if (pid && c->header.pid != pid)
+            continue;
+        const cm_samples_t *s = &c->samples[type];
+        for (uint32_t r = 0; r < s->n; r++)
+            if (!fn || stack_has(&c->dict, s->stack[r], fn)) {
+                t.weight += s->weight[r];
+                t.samples++;
+            }
+    }
+    return t;
+}
+
+static uint64_t drops(const chunks_t *cs, uint32_t reason) {
+    uint64_t n = 0;
+    for (int i = 0; i < cs->n; i++)
+        for (uint32_t k = 0; k < cs->c[i]->header.n_drops; k++)
+            if (cs->c[i]->header.drops[k].reason == reason)
+                n += cs->c[i]->header.drops[k].count;
+    return n;
+}
+
+static void free_chunks(chunks_t *cs) {
+    for (int i = 0; i < cs->n; i++)
+        cm_chunk_free(cs->c[i]);
+    free(cs);
+}
+
+static void rmrf(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+#define ENV_OUT(dir) (snprintf(envbuf, sizeof envbuf, "FLEETPROF_OUTPUT=%s", dir), envbuf)
+
+/* ---- tests ---- */
+
+/* CPU profile accuracy: burn_b does 3x burn_a's work, so it must get 75% of CPU samples, and
+ * the sum of sample weights must match the process CPU time measured by the program. */
+static void test_cpu_accuracy(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_SERVICE=acc",
+                         "FLEETPROF_VERSION=1.2.3", NULL};
+    const char *argv[] = {prog, "cpu", "5", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    uint64_t cpu = out_u64(out, "cpu_ns=");
+    chunks_t *cs = load(dir);
+    CHECKF(cs->n >= 4, "%d chunks for a 5 s run at 1 s intervals", cs->n);
+    tot_t all = total(cs, CM_EV_CPU, NULL, 0), a = total(cs, CM_EV_CPU, "burn_a", 0),
+          b = total(cs, CM_EV_CPU, "burn_b", 0);
+    double share = (double)b.weight / (double)(a.weight + b.weight);
+    double est = (double)all.weight / (double)cpu;
+    printf("# cpu: %llu samples, burn_b share %.3f (expect 0.75), weight/cpu %.3f, %d chunks\n",
+           (unsigned long long)all.samples, share, est, cs->n);
+    CHECKF(a.samples + b.samples >= 200, "only %llu samples",
+           (unsigned long long)(a.samples + b.samples));
+    /* 1 sd of the share with n samples is sqrt(.75*.25/n) < 0.031 for n >= 200 */
+    CHECKF(fabs(share - 0.75) < 0.07, "burn_b share %.3f", share);
+    CHECKF(a.samples + b.samples >= all.samples * 95 / 100, "stacks lost their burn_a/b frame");
+    CHECKF(est > 0.85 && est < 1.15, "sum of CPU weights / process CPU = %.3f", est);
+    /* Headers: identity, sequence, times, CPU accounting. */
+    uint64_t proc_cpu = 0, agent_cpu = 0, prev_end = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_header_t *h = &cs->c[i]->header;
+        char expect[128];
+        snprintf(expect, sizeof expect, "acc-%u-%08d.fpc", h->pid, i);
+        CHECKF(!strcmp(cs->name[i], expect), "file %s, expected %s", cs->name[i], expect);
+        CHECK(h->sequence == (uint64_t)i);
+        CHECK(!strcmp(h->service.ptr, "acc") && !strcmp(h->version.ptr, "1.2.3"));
+        CHECK(h->host.len > 0 && h->process_start_unix_ns <= h->start_unix_ns);
+        CHECK(h->start_unix_ns < h->end_unix_ns && h->start_unix_ns >= prev_end);
+        prev_end = h->end_unix_ns;
+        proc_cpu += h->process_cpu_ns;
+        agent_cpu += h->agent_cpu_ns;
+        CHECK(h->n_sampling >= 1 && h->sampling[0].type == CM_EV_CPU);
+    }
+    printf("# agent cpu %.3f%% of process cpu\n", 100.0 * (double)agent_cpu / (double)proc_cpu);
+    CHECKF(proc_cpu > cpu * 8 / 10 && proc_cpu <= cpu * 11 / 10, "header process_cpu %llu vs %llu",
+           (unsigned long long)proc_cpu, (unsigned long long)cpu);
+    CHECKF(agent_cpu > 0 && agent_cpu < proc_cpu / 50, "agent cpu %llu of %llu",
+           (unsigned long long)agent_cpu, (unsigned long long)proc_cpu);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* `fleetprof fold` reads the agent's files: the heaviest line is burn_b's stack. */
+static void test_fold(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[8192], cmd[8192];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "cpu", "2", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    snprintf(cmd, sizeof cmd, "%s/cli/fleetprof fold %s", bdir(), dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    char line[4096] = "";
+    CHECK(fgets(line, sizeof line, p) != NULL);
+    while (fgets(out, sizeof out, p))
+        ;
+    CHECK(pclose(p) == 0);
+    CHECKF(strstr(line, ";main;burn_for;burn_b;spin ") != NULL, "top line: %s", line);
+    rmrf(dir);
+}
+
+/* Threads: every thread is sampled, totals match, and the controller holds the set point. */
+static void test_threads_rate(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_CPU_RATE=100",
+                         "FLEETPROF_CPU_HZ=1000", NULL};
+    const char *argv[] = {prog, "threads", "4", "6", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    uint64_t cpu = out_u64(out, "cpu_ns=");
+    chunks_t *cs = load(dir);
+    tot_t all = total(cs, CM_EV_CPU, NULL, 0), th = total(cs, CM_EV_CPU, "burn_thread", 0);
+    CHECKF(th.samples >= all.samples * 9 / 10, "%llu of %llu samples in burn_thread",
+           (unsigned long long)th.samples, (unsigned long long)all.samples);
+    double est = (double)all.weight / (double)cpu;
+    CHECKF(est > 0.85 && est < 1.15, "weights/cpu %.3f", est);
+    /* distinct threads with burn_thread samples */
+    uint32_t tids[64];
+    int ntids = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++) {
+            if (!stack_has(&c->dict, s->stack[r], "burn_thread"))
+                continue;
+            uint32_t tid = c->dict.thread_tid[CM_COL(s, thread, r)];
+            int k = 0;
+            while (k < ntids && tids[k] != tid)
+                k++;
+            if (k == ntids && ntids < 64)
+                tids[ntids++] = tid;
+        }
+    }
+    CHECKF(ntids == 4, "%d threads sampled", ntids);
+    /* Rate over the last 3 chunks (after the controller settled from 1000 Hz per thread). */
+    uint64_t n = 0, ns = 0;
+    for (int i = cs->n - 4; i >= 0 && i < cs->n - 1; i++) {
+        n += cs->c[i]->samples[CM_EV_CPU].n;
+        ns += cs->c[i]->header.end_unix_ns - cs->c[i]->header.start_unix_ns;
+    }
+    double rate = (double)n / ((double)ns / 1e9);
+    printf("# 4 threads: %llu samples, settled rate %.1f/s (target 100)\n",
+           (unsigned long long)all.samples, rate);
+    CHECKF(rate > 70 && rate < 140, "settled rate %.1f/s, target 100", rate);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* Wall clock: the sleeping thread is seen sleeping for the whole run, off CPU, and the
+ * agent interrupts its sleep at most a few times (EINTR). */
+static void test_wall(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "wall", "4", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    chunks_t *cs = load(dir);
+    tot_t sl = total(cs, CM_EV_WALL, "sleeper", 0), burn = total(cs, CM_EV_WALL, "burn_for", 0);
+    uint64_t eintr = out_u64(out, "eintr=");
+    printf("# wall: sleeper %.3f s in %llu samples, burner %.3f s, eintr=%llu\n",
+           (double)sl.weight / 1e9, (unsigned long long)sl.samples, (double)burn.weight / 1e9,
+           (unsigned long long)eintr);
+    CHECKF(sl.weight > 3.4e9 && sl.weight < 4.6e9, "sleeper wall %.3f s of 4", sl.weight / 1e9);
+    CHECKF(burn.weight > 3.4e9 && burn.weight < 4.6e9, "burner wall %.3f s", burn.weight / 1e9);
+    CHECKF(sl.samples >= 40, "%llu wall samples", (unsigned long long)sl.samples);
+    CHECKF(eintr <= 3, "sleep interrupted %llu times", (unsigned long long)eintr);
+    /* on-CPU flag: the sleeper is off CPU, the burner mostly on */
+    uint64_t sl_on = 0, b_on = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_WALL];
+        for (uint32_t r = 0; r < s->n; r++) {
+            int on = (CM_COL(s, flags, r) & CM_SF_ON_CPU) != 0;
+            if (stack_has(&c->dict, s->stack[r], "sleeper"))
+                sl_on += on;
+            else if (stack_has(&c->dict, s->stack[r], "burn_for"))
+                b_on += on;
+        }
+    }
+    CHECKF(sl_on <= 1, "sleeper on CPU in %llu samples", (unsigned long long)sl_on);
+    CHECKF(b_on >= burn.samples / 2, "burner on CPU in %llu of %llu", (unsigned long long)b_on,
+           (unsigned long long)burn.samples);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* Span context and labels: every sample in span_a carries trace A and endpoint=/a, in span_b
+ * trace B and /b (the writer and the handler share a thread: no torn or stale reads). */
+static void test_span_context(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "span", "3", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    chunks_t *cs = load(dir);
+    uint64_t good = 0, bad = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_dict_t *d = &c->dict;
+        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++) {
+            int in_a = stack_has(d, s->stack[r], "span_a"), in_b = stack_has(d, s->stack[r], "span_b");
+            if (!in_a && !in_b)
+                continue;
+            uint32_t ctx = CM_COL(s, context, r), ls = CM_COL(s, labels, r);
+            uint8_t want = in_a ? 0xaa : 0xbb, want_span = in_a ? 0x1a : 0x1b;
+            const uint8_t *id = d->contexts + (size_t)ctx * CM_CONTEXT_SIZE;
+            int ok = ctx != 0 && id[0] == want && id[15] == want && id[16] == want_span &&
+                     id[23] == want_span;
+            ok = ok && ls != 0 && d->label_off[ls + 1] - d->label_off[ls] == 1;
+            if (ok) {
+                uint32_t k = d->label_kv[2 * d->label_off[ls]], v = d->label_kv[2 * d->label_off[ls] + 1];
+                ok = !strcmp(d->strings[k].ptr, "endpoint") &&
+                     !strcmp(d->strings[v].ptr, in_a ? "/a" : "/b");
+            }
+            good += ok;
+            bad += !ok;
+        }
+    }
+    printf("# span: %llu samples with the right context, %llu wrong\n", (unsigned long long)good,
+           (unsigned long long)bad);
+    CHECKF(good >= 100, "only %llu span samples", (unsigned long long)good);
+    CHECKF(bad == 0, "%llu samples with a wrong context or labels", (unsigned long long)bad);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* Configuration: names and their fallbacks, the off switch, invalid values. */
+static void test_config(void) {
+    char prog[4096], out[4096], envbuf[4200];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *argv[] = {prog, "cpu", "0.3", NULL};
+    {
+        char *dir = mkout();
+        const char *env[] = {ENV_OUT(dir), "OTEL_SERVICE_NAME=otelsvc",
+                             "OTEL_RESOURCE_ATTRIBUTES=a=b,service.version=9.9,c=d", NULL};
+        CHECK(run(env, argv, 60, out, sizeof out) == 0);
+        chunks_t *cs = load(dir);
+        CHECK(cs->n >= 1);
+        CHECKF(!strcmp(cs->c[0]->header.service.ptr, "otelsvc") &&
+                   !strcmp(cs->c[0]->header.version.ptr, "9.9"),
+               "%s %s", cs->c[0]->header.service.ptr, cs->c[0]->header.version.ptr);
+        free_chunks(cs);
+        rmrf(dir);
+    }
+    {
+        char *dir = mkout();
+        const char *env[] = {ENV_OUT(dir), NULL};
+        CHECK(run(env, argv, 60, out, sizeof out) == 0);
+        chunks_t *cs = load(dir);
+        CHECK(cs->n == 1); /* 10 s default interval: only the exit flush */
+        CHECKF(!strcmp(cs->c[0]->header.service.ptr, "fp-work-linked") &&
+                   !strcmp(cs->c[0]->header.version.ptr, "unknown"),
+               "%s %s", cs->c[0]->header.service.ptr, cs->c[0]->header.version.ptr);
+        free_chunks(cs);
+        rmrf(dir);
+    }
+    {
+        char *dir = mkout();
+        const char *env[] = {ENV_OUT(dir), "FLEETPROF_ENABLED=0", NULL};
+        CHECK(run(env, argv, 60, out, sizeof out) == 0);
+        chunks_t *cs = load(dir);
+        CHECK(cs->n == 0);
+        free_chunks(cs);
+        rmrf(dir);
+    }
+    {
+        /* Invalid values: exactly one stderr line each, naming variable and value; the run
+         * still profiles with the defaults. */
+        char *dir = mkout(), errfile[] = "/tmp/fp-agent-err-XXXXXX";
+        int efd = mkstemp(errfile);
+        CHECK(efd >= 0);
+        const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=soon", "FLEETPROF_CPU_RATE=-5",
+                             NULL};
+        int saved = dup(2);
+        dup2(efd, 2);
+        int st = run(env, argv, 60, out, sizeof out);
+        dup2(saved, 2);
+        CHECK(st == 0);
+        char err[4096] = "";
+        lseek(efd, 0, SEEK_SET);
+        ssize_t n = read(efd, err, sizeof err - 1);
+        err[n > 0 ? n : 0] = '\0';
+        close(efd);
+        unlink(errfile);
+        int lines = 0;
+        for (char *p = err; *p; p++)
+            lines += *p == '\n';
+        CHECKF(lines == 2, "stderr:\n%s", err);
+        CHECKF(strstr(err, "FLEETPROF_INTERVAL='soon'") && strstr(err, "FLEETPROF_CPU_RATE='-5'") &&
+                   strstr(err, "default"),
+               "stderr:\n%s", err);
+        chunks_t *cs = load(dir);
+        CHECK(cs->n == 1 && cs->c[0]->samples[CM_EV_CPU].n > 0);
+        free_chunks(cs);
+        rmrf(dir);
+    }
+}
+
+/* fork: the child profiles itself under its own pid from sequence 0, the parent goes on. */
+static void test_fork(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "fork", "2", NULL};
+    proc_t pr = start(env, argv);
+    int st = finish(pr, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    chunks_t *cs = load(dir);
+    uint32_t child = 0;
+    for (int i = 0; i < cs->n; i++)
+        if (cs->c[i]->header.pid != (uint32_t)pr.pid)
+            child = cs->c[i]->header.pid;
+    CHECKF(child != 0, "no chunk from the child");
+    tot_t cw = total(cs, CM_EV_CPU, "child_work", child);
+    tot_t cw_parent = total(cs, CM_EV_CPU, "child_work", (uint32_t)pr.pid);
+    tot_t pb = total(cs, CM_EV_CPU, "burn_b", (uint32_t)pr.pid);
+    CHECKF(cw.samples >= 50, "child: %llu samples", (unsigned long long)cw.samples);
+    CHECK(cw_parent.samples == 0);
+    CHECKF(pb.samples >= 50, "parent: %llu samples", (unsigned long long)pb.samples);
+    uint64_t seq_child = 0;
+    for (int i = 0; i < cs->n; i++)
+        if (cs->c[i]->header.pid == child)
+            CHECK(cs->c[i]->header.sequence == seq_child++);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* exec: the new image (same pid) profiles itself; files of the old image are not
+ * overwritten. */
+static void test_exec(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "exec", "2", NULL};
+    proc_t pr = start(env, argv);
+    int st = finish(pr, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    chunks_t *cs = load(dir);
+    tot_t b = total(cs, CM_EV_CPU, "burn_b", (uint32_t)pr.pid);
+    CHECKF(b.samples >= 50, "%llu samples after exec", (unsigned long long)b.samples);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* SIGTERM at default disposition: the last chunk is written, the process still dies of it. */
+static void test_sigterm_flush(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600", NULL};
+    const char *argv[] = {prog, "forever", NULL};
+    proc_t pr = start(env, argv);
+    char buf[64];
+    double end = now_s() + 30;
+    ssize_t n = 0;
+    while (n <= 0 && now_s() < end) {
+        struct pollfd pf = {pr.out_fd, POLLIN, 0};
+        poll(&pf, 1, 100);
+        n = read(pr.out_fd, buf, sizeof buf);
+    }
+    CHECK(n > 0);
+    usleep(1500 * 1000); /* let it burn: samples to flush */
+    kill(pr.pid, SIGTERM);
+    int st = finish(pr, 30, out, sizeof out);
+    CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %d", st);
+    chunks_t *cs = load(dir);
+    CHECKF(cs->n == 1, "%d chunks", cs->n);
+    tot_t t = total(cs, CM_EV_CPU, "burn_forever", 0);
+    CHECKF(t.samples >= 20, "%llu samples in the SIGTERM flush", (unsigned long long)t.samples);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* fleetprof_flush(): a chunk exists right after it returns 0. */
+static void test_flush_api(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600", NULL};
+    const char *argv[] = {prog, "flush", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECK(st == 0);
+    CHECKF(strstr(out, "flush=0") != NULL, "%s", out);
+    chunks_t *cs = load(dir);
+    CHECKF(cs->n == 2, "%d chunks (flush + exit)", cs->n);
+    CHECK(cs->c[0]->samples[CM_EV_CPU].n > 0);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* A program that takes over every candidate real-time signal after start still gets its own
+ * handlers called, once per signal, and is still profiled. */
+static void test_signal_chain(void) {
+    if (sanitized) {
+        printf("# skipped under sanitizers: their sigaction interceptors sit in front of ours\n");
+        return;
+    }
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "chain", "2", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    chunks_t *cs = load(dir);
+    CHECK(total(cs, CM_EV_CPU, "burn_b", 0).samples >= 50);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* Deep recursion: stacks are cut at the depth limit, flagged truncated, and counted. */
+static void test_deep_stack(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "deep", "300", "1.5", NULL};
+    CHECK(run(env, argv, 60, out, sizeof out) == 0);
+    chunks_t *cs = load(dir);
+    uint64_t trunc = 0, n = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++) {
+            n++;
+            uint32_t stk = s->stack[r];
+            if (c->dict.stack_flags && (c->dict.stack_flags[stk] & CM_STF_TRUNCATED)) {
+                trunc++;
+                CHECK(cm_stack_depth(&c->dict, stk) == 128);
+            }
+        }
+    }
+    CHECKF(trunc >= n * 9 / 10 && n >= 50, "%llu of %llu truncated", (unsigned long long)trunc,
+           (unsigned long long)n);
+    CHECK(drops(cs, CM_DROP_STACK_TRUNCATED) >= trunc);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* ---- the collector: absent at start, present later ---- */
+
+static int read_full(int fd, void *buf, size_t n, double deadline) {
+    size_t got = 0;
+    while (got < n) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        int ms = (int)((deadline - now_s()) * 1000);
+        if (ms <= 0 || poll(&pf, 1, ms) <= 0)
+            return -1;
+        ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Chunks produced while no collector listens are queued and delivered, in order, once it
+ * appears; every message is a valid chunk; the hello is as documented. */
+static void test_collector_late(void) {
+    char sock[108], prog[4096], out[256], envbuf[200];
+    snprintf(sock, sizeof sock, "/tmp/fp-agent-col-%d.sock", (int)getpid());
+    unlink(sock);
+    prog_path("fp-work-linked", prog, sizeof prog);
+    snprintf(envbuf, sizeof envbuf, "FLEETPROF_COLLECTOR=%s", sock);
+    const char *env[] = {envbuf, "FLEETPROF_INTERVAL=0.5", NULL};
+    const char *argv[] = {prog, "cpu", "5", NULL};
+    proc_t pr = start(env, argv);
+    usleep(2000 * 1000); /* ~4 chunks produced with nobody listening */
+    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    CHECK(bind(ls, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(ls, 4) == 0);
+    double deadline = now_s() + 40;
+    struct pollfd pf = {ls, POLLIN, 0};
+    CHECKF(poll(&pf, 1, 15000) == 1, "agent did not connect within 15 s");
+    int fd = accept(ls, NULL, NULL);
+    CHECK(fd >= 0);
+    uint8_t hello[CM_SOCK_HELLO_SIZE];
+    CHECK(read_full(fd, hello, sizeof hello, deadline) == 0);
+    CHECK(!memcmp(hello, CM_SOCK_HELLO_MAGIC, 4) && hello[4] == CM_SOCK_VERSION && !hello[5]);
+    uint64_t seen[64] = {0}, maxseq = 0;
+    uint32_t msgs = 0, pid = 0;
+    int got_last = 0;
+    while (!got_last) {
+        uint8_t lenb[4];
+        if (read_full(fd, lenb, 4, deadline) != 0)
+            break; /* EOF: the agent exited */
+        uint32_t len = lenb[0] | lenb[1] << 8 | lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+        CHECK(len >= 1 && len <= CM_SOCK_MAX_MSG);
+        uint8_t *buf = malloc(len);
+        CHECK(read_full(fd, buf, len, deadline) == 0);
+        cm_chunk_t *c;
+        char err[256];
+        int rc = cm_chunk_decode(buf, len, &c, err, sizeof err);
+        CHECKF(rc == 0, "message %u: %s", msgs + 1, err);
+        free(buf);
+        msgs++;
+        pid = c->header.pid;
+        if (c->header.sequence < 64)
+            seen[c->header.sequence]++;
+        if (c->header.sequence > maxseq)
+            maxseq = c->header.sequence;
+        cm_chunk_free(c);
+        uint8_t ack[CM_SOCK_ACK_SIZE] = {(uint8_t)msgs, (uint8_t)(msgs >> 8), 0, 0, 0, 0, 0, 0};
+        CHECK(write(fd, ack, sizeof ack) == (ssize_t)sizeof ack);
+    }
+    int st = finish(pr, 30, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    CHECK(pid == (uint32_t)pr.pid);
+    printf("# collector: %u messages, sequences 0..%llu\n", msgs, (unsigned long long)maxseq);
+    CHECKF(maxseq >= 8, "last sequence %llu", (unsigned long long)maxseq);
+    for (uint64_t s = 0; s <= maxseq && s < 64; s++)
+        CHECKF(seen[s] >= 1, "chunk %llu never delivered", (unsigned long long)s);
+    close(fd);
+    close(ls);
+    unlink(sock);
+}
+
+/* Collector absent for the whole run: the queue is bounded, the oldest chunks are dropped and
+ * the drop is counted in the chunks that are written. */
+static void test_collector_absent_queue(void) {
+    char *dir = mkout(), prog[4096], out[256], env1[4200], env2[200];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    snprintf(env1, sizeof env1, "FLEETPROF_OUTPUT=%s", dir);
+    snprintf(env2, sizeof env2, "FLEETPROF_COLLECTOR=/tmp/fp-agent-nobody-%d.sock", (int)getpid());
+    const char *env[] = {env1, env2, "FLEETPROF_INTERVAL=0.1", NULL};
+    const char *argv[] = {prog, "cpu", "3", NULL};
+    CHECK(run(env, argv, 60, out, sizeof out) == 0);
+    chunks_t *cs = load(dir);
+    uint64_t d = drops(cs, CM_DROP_CHUNK_QUEUE_FULL);
+    printf("# %d chunks, %llu dropped from the queue\n", cs->n, (unsigned long long)d);
+    CHECKF(cs->n > 20, "%d chunks", cs->n);
+    /* all but the last 16 were dropped, minus those whose drop is counted after the end */
+    CHECKF(d + 16 + 2 >= (uint64_t)cs->n && d + 16 <= (uint64_t)cs->n, "%llu drops for %d chunks",
+           (unsigned long long)d, cs->n);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* ---- LD_PRELOAD and `fleetprof run` ---- */
+
+static void test_preload(void) {
+    if (sanitized) {
+        printf("# skipped under sanitizers: a sanitized .so cannot be preloaded\n");
+        return;
+    }
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256], pre[4200];
+    prog_path("fp-work", prog, sizeof prog);
+    snprintf(pre, sizeof pre, "LD_PRELOAD=%s/agent/libfleetprof.so", bdir());
+    const char *env[] = {ENV_OUT(dir), pre, "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "threads", "2", "2", NULL};
+    CHECK(run(env, argv, 60, out, sizeof out) == 0);
+    chunks_t *cs = load(dir);
+    CHECK(total(cs, CM_EV_CPU, "burn_thread", 0).samples >= 50);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+static void test_cli_run(void) {
+    if (sanitized) {
+        printf("# skipped under sanitizers: `fleetprof run` preloads the agent\n");
+        return;
+    }
+    char *dir = mkout(), prog[4096], out[512], cli[4200];
+    prog_path("fp-work", prog, sizeof prog);
+    snprintf(cli, sizeof cli, "%s/cli/fleetprof", bdir());
+    const char *argv[] = {cli, "run", "--service", "runsvc", "--version", "7", "--output", dir,
+                          "--interval", "1", "--", prog, "cpu", "1.5", NULL};
+    int st = run(NULL, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    chunks_t *cs = load(dir);
+    CHECK(cs->n >= 1);
+    CHECK(!strcmp(cs->c[0]->header.service.ptr, "runsvc") && !strcmp(cs->c[0]->header.version.ptr, "7"));
+    CHECK(total(cs, CM_EV_CPU, "burn_b", 0).samples >= 30);
+    free_chunks(cs);
+    /* usage errors */
+    const char *bad1[] = {cli, "run", "--bogus", "--", prog, NULL};
+    st = run(NULL, bad1, 30, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2, "bad flag: status %d", st);
+    const char *bad2[] = {cli, "run", "--service", "x", NULL};
+    st = run(NULL, bad2, 30, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2, "no command: status %d", st);
+    const char *bad3[] = {cli, "run", "--", "/nonexistent/program", NULL};
+    st = run(NULL, bad3, 30, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 127, "missing program: status %d", st);
+    rmrf(dir);
+}
+
+/* Controller step response: 1 burning thread, then 4 (x2 load on 2 cores, more where there
+ * are more): the sample rate returns near the set point within 5 s of the step. */
+static void test_controller_step(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_CPU_RATE=100", NULL};
+    const char *argv[] = {prog, "step", "4", "8", "4", NULL};
+    CHECK(run(env, argv, 90, out, sizeof out) == 0);
+    chunks_t *cs = load(dir);
+    /* Step time: the first sample in burn_thread. Rates per 0.5 s bucket from sample times. */
+    uint64_t t0 = UINT64_MAX, tstep = UINT64_MAX;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        if (c->header.start_unix_ns < t0)
+            t0 = c->header.start_unix_ns;
+        for (uint32_t r = 0; r < s->n; r++)
+            if (stack_has(&c->dict, s->stack[r], "burn_thread") && s->time_ns[r] < tstep)
+                tstep = s->time_ns[r];
+    }
+    CHECK(tstep != UINT64_MAX);
+    uint64_t after = 0, before = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++) {
+            int64_t dt = (int64_t)(s->time_ns[r] - tstep);
+            if (dt >= 5000000000ll && dt < 8000000000ll)
+                after++;
+            if (dt >= -3000000000ll && dt < 0)
+                before++;
+        }
+    }
+    printf("# step: rate before %.1f/s, 5-8 s after the step %.1f/s (target 100)\n",
+           before / 3.0, after / 3.0);
+    CHECKF(before / 3.0 > 70 && before / 3.0 < 140, "rate before the step %.1f", before / 3.0);
+    CHECKF(after / 3.0 > 70 && after / 3.0 < 140, "rate 5-8 s after the step %.1f", after / 3.0);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+static const tr_test_t tests[] = {
+    {"cpu_accuracy", test_cpu_accuracy},
+    {"fold", test_fold},
+    {"threads_rate", test_threads_rate},
+    {"wall", test_wall},
+    {"span_context", test_span_context},
+    {"config", test_config},
+    {"fork", test_fork},
+    {"exec", test_exec},
+    {"sigterm_flush", test_sigterm_flush},
+    {"flush_api", test_flush_api},
+    {"signal_chain", test_signal_chain},
+    {"deep_stack", test_deep_stack},
+    {"collector_late", test_collector_late},
+    {"collector_absent_queue", test_collector_absent_queue},
+    {"preload", test_preload},
+    {"cli_run", test_cli_run},
+    {"controller_step", test_controller_step},
+    {0, 0},
+};
+
+TR_MAIN(tests)
