@@ -21,6 +21,10 @@ static int cmp_line(const void *a, const void *b) {
     return strcmp(x->text, y->text);
 }
 
+static int cmp_text(const void *a, const void *b) {
+    return strcmp(((const line_t *)a)->text, ((const line_t *)b)->text);
+}
+
 /* Appends a frame name with ';' -> ':' and whitespace -> '_'. */
 static void put_name(char **pos, const char *name) {
     char *w = *pos;
@@ -61,7 +65,7 @@ int agg_export_folded(const agg_profile_t *p, int counts, char **out, size_t *ou
         lines[n++] = (line_t){t, v};
     }
     /* merge equal texts (different frames with one name, e.g. two modules) */
-    qsort(lines, n, sizeof *lines, (int (*)(const void *, const void *))strcmp);
+    qsort(lines, n, sizeof *lines, cmp_text);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (m && strcmp(lines[m - 1].text, lines[i].text) == 0) {
