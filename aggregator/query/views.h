@@ -35,7 +35,7 @@ typedef struct {
 int agg_top_compute(const agg_profile_t *p, agg_sort_t sort, size_t limit, agg_top_t *out);
 void agg_top_free(agg_top_t *t);
 
-#define AGG_TREE_OTHER UINT32_MAX /* frame id of an "(other)" node */
+#define AGG_TREE_OTHER (UINT32_MAX - 1) /* frame id of an "(other)" node */
 
 typedef struct {
     uint32_t frame;        /* frame id, AGG_TREE_OTHER for "(other)", AGG_NONE for the root */
