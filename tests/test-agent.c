@@ -593,7 +593,7 @@ static void test_flush_api(void) {
     CHECKF(strstr(out, "flush=0") != NULL, "%s", out);
     chunks_t *cs = load(dir);
     CHECKF(cs->n == 2, "%d chunks (flush + exit)", cs->n);
-    CHECK(cs->c[0]->samples[CM_EV_CPU].n > 0);
+    CHECK(cs->c[0]->samples[CM_EV_CPU].n > 0 && cs->c[1]->samples[CM_EV_CPU].n > 0);
     free_chunks(cs);
     rmrf(dir);
 }

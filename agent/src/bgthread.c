@@ -379,6 +379,10 @@ static void *bg_main(void *arg) {
         if (req & AG_REQ_STOP)
             break;
     }
+    pthread_mutex_lock(&ag_work_mu);
+    ag_builder_free(B.b);
+    B.b = NULL;
+    pthread_mutex_unlock(&ag_work_mu);
     return NULL;
 }
 
@@ -408,7 +412,13 @@ void ag_bg_stop(void) {
 
 void ag_bg_after_fork_child(void) {
     g_started = 0;
-    memset(&B, 0, sizeof B); /* the parent's builder is abandoned, not freed: it may be torn */
+    /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
+     * in the middle of an update. Its records belong to the parent's profile. */
+    ag_builder_free(B.b);
+    for (uint32_t i = 0; i < AG_MAX_THREADS; i++)
+        if (ag_threads[i].wall_rec)
+            ag_threads[i].wall_rec->len = 0;
+    memset(&B, 0, sizeof B);
     pthread_mutex_init(&ag_work_mu, NULL);
     pthread_mutex_init(&ag_flush_mu, NULL);
     pthread_cond_init(&ag_flush_cv, NULL);

@@ -11,7 +11,8 @@
  *   fp-work chain SECS          installs handlers for every candidate RT signal after start,
  *                               sends each to itself, checks every one ran, then burns
  *   fp-work deep DEPTH SECS     burns at the bottom of a DEPTH-deep recursion
- *   fp-work flush               burns 0.3 s, calls fleetprof_flush(), prints its result
+ *   fp-work flush               burns 0.3 s, calls fleetprof_flush(), prints its result,
+ *                               burns 0.3 s more
  *
  * Prints "cpu_ns=<process CPU>" at the end. Calls the agent's API through dlsym, so the same
  * source works linked to libfleetprof or under LD_PRELOAD or without the agent.
@@ -202,6 +203,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "flush")) {
         burn_for(0.3);
         printf("flush=%d\n", flush ? flush() : -1000);
+        burn_for(0.3);
     } else {
         fprintf(stderr, "fp-work: bad arguments\n");
         return 2;
