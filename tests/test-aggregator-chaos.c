@@ -1,0 +1,173 @@
+/* Aggregator under failure, with a real Kafka broker: SIGKILLed at random moments of ingest
+ * (ten times, each while stores are mid-way) and restarted; two instances in one group with one
+ * stopped, restarted and killed while the fleet keeps producing (rebalances). The stored totals
+ * must equal the simulator's ground truth exactly every time. */
+#include "aggtest.h"
+#include "fleetsim.h"
+
+#include "cm/wire.h"
+#include "support/chunkgen.h"
+#include "support/kafka.h"
+#include "support/runner.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define PORT 19520
+#define NPARTS 4
+
+static char bootstrap[64];
+
+static int64_t total_of(const int64_t *hi) {
+    int64_t t = 0;
+    for (int p = 0; p < NPARTS; p++)
+        t += hi[p];
+    return t;
+}
+
+/* Waits until the stores' offsets sum beyond `than`. Returns the new sum or -1. */
+static int64_t wait_progress(const char *dir, int64_t than, int timeout_s) {
+    for (double end = at_now() + timeout_s; at_now() < end; at_sleep_ms(20)) {
+        int64_t s = at_store_offsets_sum(dir, CM_TOPIC_CHUNKS, NPARTS);
+        if (s > than)
+            return s;
+    }
+    return -1;
+}
+
+static int count_in_file(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void test_sigkill_ten_times_exact(void) {
+    CHECK(ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
+    char dir[64], log[128];
+    at_tmpdir(dir, "kill");
+    snprintf(log, sizeof log, "%s/agg.log", dir);
+    fsim_params_t sp = {.seed = 21, .services = 12, .versions = 2, .processes = 5,
+                        .intervals = 12, .samples = 150, .stacks = 100, .duplicate_every = 9,
+                        .malformed_every = 17};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0) == 0);
+    int64_t hi[NPARTS];
+    CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
+    int64_t total = total_of(hi);
+    printf("%lld messages, %llu duplicates\n", (long long)total,
+           (unsigned long long)fsim_counts(sim)->duplicates);
+
+    /* small batches: many transactions, so kills land before, inside and after commits */
+    const char *extra[] = {"--batch-max-messages", "6", "--log-level", "warn", NULL};
+    uint64_t rng = 12345;
+    int64_t done = 0;
+    for (int kill_no = 0; kill_no < 10; kill_no++) {
+        pid_t pid = at_agg_start(bootstrap, dir, "kill", 0, log, extra);
+        CHECK(pid > 0);
+        int64_t now = wait_progress(dir, done, 60);
+        CHECKF(now > 0, "no progress after restart %d; see %s", kill_no, log);
+        at_sleep_ms((int)ts_randn(&rng, 150));
+        CHECK(at_agg_stop(pid, SIGKILL, 10) >= 0);
+        done = at_store_offsets_sum(dir, CM_TOPIC_CHUNKS, NPARTS);
+        printf("kill %d: %lld of %lld messages stored\n", kill_no + 1, (long long)done,
+               (long long)total);
+        CHECKF(done < total, "ingest finished before kill %d: make the data larger", kill_no + 1);
+    }
+    pid_t pid = at_agg_start(bootstrap, dir, "kill", 0, log, extra);
+    CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 180) == 0, "see %s", log);
+    int st = at_agg_stop(pid, SIGTERM, 30);
+    CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+    CHECK(ts_kafka_stop(PORT, 0) == 0);
+}
+
+typedef struct {
+    fsim_t *sim;
+    rd_kafka_t *rk;
+    double rate;
+    int rc;
+} prod_arg_t;
+
+static void *producer_main(void *arg) {
+    prod_arg_t *a = arg;
+    a->rc = fsim_produce(a->sim, a->rk, CM_TOPIC_CHUNKS, a->rate);
+    return NULL;
+}
+
+static void test_two_instances_rebalance_exact(void) {
+    CHECK(ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
+    char dir[64], loga[128], logb[128];
+    at_tmpdir(dir, "rebal");
+    snprintf(loga, sizeof loga, "%s/a.log", dir);
+    snprintf(logb, sizeof logb, "%s/b.log", dir);
+    fsim_params_t sp = {.seed = 33, .services = 16, .versions = 2, .processes = 4,
+                        .intervals = 10, .samples = 100, .stacks = 80, .duplicate_every = 11,
+                        .malformed_every = 23};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    /* the fleet keeps producing (about 20 s) while instances come and go */
+    prod_arg_t pa = {sim, rk, 70.0, -1};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
+    const char *extra[] = {"--batch-max-messages", "20", NULL};
+    pid_t a = at_agg_start(bootstrap, dir, "rebal", 0, loga, extra);
+    pid_t b = at_agg_start(bootstrap, dir, "rebal", 0, logb, extra);
+    int64_t s = wait_progress(dir, 0, 60);
+    CHECK(s > 0);
+    /* both instances own partitions */
+    for (double end = at_now() + 30;
+         at_now() < end && !(count_in_file(loga, "assigned") && count_in_file(logb, "assigned"));)
+        at_sleep_ms(100);
+    CHECK(count_in_file(loga, "assigned") > 0 && count_in_file(logb, "assigned") > 0);
+    at_sleep_ms(1500);
+    /* B leaves cleanly: its partitions move to A */
+    int st = at_agg_stop(b, SIGTERM, 30);
+    CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    s = wait_progress(dir, at_store_offsets_sum(dir, CM_TOPIC_CHUNKS, NPARTS), 60);
+    CHECK(s > 0);
+    /* B joins again and takes some back */
+    b = at_agg_start(bootstrap, dir, "rebal", 0, logb, extra);
+    for (double end = at_now() + 30; at_now() < end && count_in_file(logb, "assigned") < 2;)
+        at_sleep_ms(100);
+    CHECK(count_in_file(logb, "assigned") >= 2);
+    at_sleep_ms(1000);
+    /* A dies without leaving: after the session timeout B takes everything */
+    CHECK(at_agg_stop(a, SIGKILL, 10) >= 0);
+    for (double end = at_now() + 40; at_now() < end && count_in_file(logb, "assigned") < 4;)
+        at_sleep_ms(100);
+    a = at_agg_start(bootstrap, dir, "rebal", 0, loga, extra);
+    pthread_join(th, NULL);
+    CHECK(pa.rc == 0);
+    int64_t hi[NPARTS];
+    CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
+    CHECK_EQ(total_of(hi), fsim_counts(sim)->messages);
+    CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120) == 0, "see %s and %s", loga,
+           logb);
+    CHECK(at_agg_stop(a, SIGTERM, 30) >= 0);
+    CHECK(at_agg_stop(b, SIGTERM, 30) >= 0);
+    CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
+    printf("A assigned %d times, B %d times\n", count_in_file(loga, "assigned"),
+           count_in_file(logb, "assigned"));
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+    CHECK(ts_kafka_stop(PORT, 0) == 0);
+}
+
+static const tr_test_t tests[] = {
+    {"sigkill_ten_times_exact", test_sigkill_ten_times_exact},
+    {"two_instances_rebalance_exact", test_two_instances_rebalance_exact},
+    {0, 0},
+};
+TR_MAIN(tests)
