@@ -221,7 +221,7 @@ int tc_collector_stop(tc_collector_t *c, int sig, int timeout_s) {
 
 void tc_cleanup(tc_collector_t *c) {
     char cmd[400];
-    if (!c->dir[0] || strncmp(c->dir, "/tmp/fp-col-test-", 17))
+    if (!c->dir[0] || strncmp(c->dir, "/tmp/fp-col-test-", 17) || getenv("TC_KEEP"))
         return;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
     if (system(cmd) != 0)

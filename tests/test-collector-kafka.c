@@ -47,6 +47,15 @@ static int send_range(int fd, const char *service, uint64_t from, uint64_t to, u
     return ok;
 }
 
+static int32_t send_one_frame(int fd, const uint8_t *f, size_t len, uint32_t *no) {
+    uint32_t got;
+    int32_t st;
+    if (tc_send(fd, f, len) || tc_ack_read(fd, &got, &st, 10000) != 1)
+        return 99999;
+    CHECK_EQ(got, ++*no);
+    return st;
+}
+
 /* Asserts: for every service, the distinct chunk ids are exactly seq [0, n) and their first
  * occurrences come in sequence order. Returns the number of duplicates. */
 static int check_complete_in_order(tc_msg_t *m, int got, const char *const *services, int ns,
@@ -64,6 +73,8 @@ static int check_complete_in_order(tc_msg_t *m, int got, const char *const *serv
             CHECKF(!strcmp(id, m[i].chunk_id), "chunk id mismatch for %s/%llu", services[s],
                    (unsigned long long)m[i].sequence);
             if (seen[m[i].sequence]) {
+                if (getenv("TC_VERBOSE"))
+                    fprintf(stderr, "dup %s/%llu p%d@%lld\n", services[s], (unsigned long long)m[i].sequence, m[i].partition, (long long)m[i].offset);
                 dups++;
                 continue;
             }
@@ -127,14 +138,138 @@ static void test_end_to_end(void) {
     CHECK_EQ(tc_metric(19450, "fleetprof_collector_spool_pending_records"), 0);
     for (int s = 0; s < 3; s++)
         close(fds[s]);
+
+    /* SIGTERM right after a burst: the drain delivers everything accepted before exiting. */
+    int fd = tc_connect(c.sock, 1);
+    enum { B = 100 };
+    for (uint64_t i = 0; i < B; i++) {
+        uint8_t *f;
+        size_t len;
+        CHECK(tc_frame_make("drain", i, 2000, &f, &len) == 0);
+        CHECK(tc_send(fd, f, len) == 0);
+        free(f);
+    }
+    for (uint32_t i = 1; i <= B; i++) {
+        uint32_t ano;
+        int32_t ast;
+        CHECK_EQ(tc_ack_read(fd, &ano, &ast, 10000), 1);
+        CHECK(ano == i && ast == 0);
+    }
     int st = tc_collector_stop(&c, SIGTERM, 20);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "collector exit status %d", st);
+    close(fd);
+    const char *drain[] = {"drain"};
+    got = tc_consume(bootstrap, CM_TOPIC_CHUNKS, 3 * N + B, 60, 2, &m);
+    CHECK(got >= 3 * N + B);
+    tc_msg_t *dm = calloc((size_t)got, sizeof *dm);
+    int nd = 0;
+    for (int i = 0; i < got; i++)
+        if (!strcmp(m[i].key, "drain"))
+            dm[nd++] = m[i];
+    check_complete_in_order(dm, nd, drain, 1, B);
+    free(dm);
+    free(m);
+    CHECK(ts_kafka_stop(19400, 0) == 0);
+    tc_cleanup(&c);
+}
+
+/* Spool full while Kafka is unreachable: the oldest records go first, the drop counter says
+ * exactly how many, and everything else arrives once the broker is up. */
+static void test_spool_full_drops_oldest(void) {
+    ts_kafka_stop(19401, 0);
+    snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:19401");
+    tc_collector_t c = {0};
+    /* One message in flight, so exactly record 0 sits in librdkafka and the rest in the spool. */
+    const char *extra[] = {"--spool-max=1MiB", "--segment-size=64KiB", "--max-inflight=1",
+                           "--kafka.reconnect.backoff.max.ms=500", NULL};
+    CHECK(tc_collector_start(&c, bootstrap, 19451, extra) == 0);
+    int fd = tc_connect(c.sock, 1);
+    uint32_t no = 0;
+    enum { N = 200 };
+    CHECK_EQ(send_range(fd, "full", 0, N, 500, &no), N);
+    double dropped = tc_metric(19451, "fleetprof_collector_chunks_dropped_total{reason=\"spool_full\"}");
+    CHECKF(dropped > 0 && dropped < N - 1, "dropped %.0f", dropped);
+    CHECK(tc_metric(19451, "fleetprof_collector_spool_bytes") <= 1 << 20);
+    CHECK_EQ(tc_metric(19451, "fleetprof_collector_chunks_accepted_total"), N);
+    kafka_fresh(19401, 2);
+    int want = N - (int)dropped;
+    CHECK_EQ(tc_metric_wait(19451, "fleetprof_collector_chunks_delivered_total", want, 60), want);
+    tc_msg_t *m;
+    int got = tc_consume(bootstrap, CM_TOPIC_CHUNKS, (size_t)want, 60, 3, &m);
+    CHECK_EQ(got, want);
+    /* Delivered: record 0 (in flight) and the newest ones; lost: 1 .. dropped. */
+    for (int i = 0; i < got; i++) {
+        uint64_t q = m[i].sequence;
+        CHECKF(q == 0 || q > (uint64_t)dropped, "seq %llu should have been dropped",
+               (unsigned long long)q);
+        if (i > 0)
+            CHECKF(q > m[i - 1].sequence, "out of order: %llu after %llu",
+                   (unsigned long long)q, (unsigned long long)m[i - 1].sequence);
+    }
+    CHECK_EQ(tc_metric(19451, "fleetprof_collector_chunks_delivered_total"), want);
+    free(m);
+    close(fd);
+    CHECK(tc_collector_stop(&c, SIGTERM, 20) == 0);
+    CHECK(ts_kafka_stop(19401, 0) == 0);
+    tc_cleanup(&c);
+}
+
+/* SIGKILL with records in the spool (broker down), restart: they are delivered; agents resend
+ * what was not acked; every chunk arrives, in order per service. */
+static void test_sigkill_restart_replays(void) {
+    kafka_fresh(19400, 2);
+    tc_collector_t c = {0};
+    const char *extra[] = {"--kafka.reconnect.backoff.max.ms=500", "--spool-fsync=none", NULL};
+    CHECK(tc_collector_start(&c, bootstrap, 19452, extra) == 0);
+    int fd = tc_connect(c.sock, 1);
+    uint32_t no = 0;
+    CHECK_EQ(send_range(fd, "kill", 0, 60, 2000, &no), 60);
+    CHECK_EQ(tc_metric_wait(19452, "fleetprof_collector_chunks_delivered_total", 60, 30), 60);
+    CHECK(ts_kafka_stop(19400, 1) == 0);
+    CHECK_EQ(send_range(fd, "kill", 60, 100, 2000, &no), 40); /* into the spool only */
+    CHECK_EQ(tc_metric(19452, "fleetprof_collector_chunks_delivered_total"), 60);
+    /* A chunk sent but not acked when the collector dies: the agent resends it. */
+    uint8_t *f;
+    size_t len;
+    CHECK(tc_frame_make("kill", 100, 2000, &f, &len) == 0);
+    CHECK(tc_send(fd, f, len) == 0);
+    CHECK(tc_collector_stop(&c, SIGKILL, 10) >= 0);
+    close(fd);
+    char cpath[400], cline[128] = "";
+    snprintf(cpath, sizeof cpath, "%s/commit", c.spool);
+    FILE *cf = fopen(cpath, "r");
+    if (cf) {
+        if (!fgets(cline, sizeof cline, cf))
+            cline[0] = 0;
+        fclose(cf);
+    }
+    printf("commit file at the kill: %s", cline[0] ? cline : "(none)\n");
+    CHECK(ts_kafka_restart(19400) == 0);
+    CHECK(tc_collector_start(&c, bootstrap, 19452, extra) == 0);
+    double replayed = tc_metric(19452, "fleetprof_collector_spool_replayed_total");
+    printf("replayed %.0f records\n", replayed);
+    CHECK(replayed >= 40);
+    fd = tc_connect(c.sock, 1);
+    no = 0;
+    CHECK_EQ(send_one_frame(fd, f, len, &no), 0); /* the resend */
+    free(f);
+    CHECK_EQ(send_range(fd, "kill", 101, 120, 2000, &no), 19);
+    tc_msg_t *m;
+    int got = tc_consume(bootstrap, CM_TOPIC_CHUNKS, 120, 90, 3, &m);
+    const char *svc[] = {"kill"};
+    int dups = check_complete_in_order(m, got, svc, 1, 120);
+    printf("%d messages, %d duplicates\n", got, dups);
+    free(m);
+    close(fd);
+    CHECK(tc_collector_stop(&c, SIGTERM, 20) == 0);
     CHECK(ts_kafka_stop(19400, 0) == 0);
     tc_cleanup(&c);
 }
 
 static const tr_test_t tests[] = {
     {"end_to_end", test_end_to_end},
+    {"spool_full_drops_oldest", test_spool_full_drops_oldest},
+    {"sigkill_restart_replays", test_sigkill_restart_replays},
     {0, 0},
 };
 TR_MAIN(tests)
