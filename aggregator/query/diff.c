@@ -63,8 +63,15 @@ const char *agg_diff_class_name(agg_diff_class_t c) {
 typedef struct {
     double *sum_incl, *sum_self; /* weights */
     uint64_t *cnt_incl, *cnt_self;
-    double *sx, *sxx; /* over replicates with work > 0: sum of rates and of squared rates */
-    uint32_t n_reps;
+    double *sx, *sxx; /* over replicates with work > 0: sum of normalised rates and squares */
+    uint32_t n_reps;  /* replicates with work > 0 */
+    /* per replicate with work > 0: the non-zero rates (value / work) of the tested cost */
+    uint32_t *pair_off; /* n_reps + 1 */
+    uint32_t *pair_f;
+    double *pair_v;
+    size_t n_pairs, cap_pairs;
+    uint32_t *present; /* per function: replicates where it is non-zero */
+    double *scale;     /* per replicate: size factor (1 = none) */
     double work;
     uint64_t total_w, total_c;
 } side_t;
@@ -76,6 +83,29 @@ static void side_free(side_t *s) {
     free(s->cnt_self);
     free(s->sx);
     free(s->sxx);
+    free(s->pair_off);
+    free(s->pair_f);
+    free(s->pair_v);
+    free(s->present);
+    free(s->scale);
+}
+
+static int pair_push(side_t *s, uint32_t f, double v) {
+    if (s->n_pairs == s->cap_pairs) {
+        size_t ncap = s->cap_pairs ? 2 * s->cap_pairs : 4096;
+        uint32_t *nf = realloc(s->pair_f, ncap * sizeof *nf);
+        if (!nf)
+            return CM_ENOMEM;
+        s->pair_f = nf;
+        double *nv = realloc(s->pair_v, ncap * sizeof *nv);
+        if (!nv)
+            return CM_ENOMEM;
+        s->pair_v = nv;
+        s->cap_pairs = ncap;
+    }
+    s->pair_f[s->n_pairs] = f;
+    s->pair_v[s->n_pairs++] = v;
+    return 0;
 }
 
 /* Fills s for profile p whose frame f is function fmap[f] of nk. */
@@ -95,7 +125,11 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     s->cnt_self = calloc((size_t)nk + 1, sizeof(uint64_t));
     s->sx = calloc((size_t)nk + 1, sizeof(double));
     s->sxx = calloc((size_t)nk + 1, sizeof(double));
-    if (!uoff || !uniq || !stamp || !rstart || !order || !v || !touched || !s->sum_incl ||
+    s->present = calloc((size_t)nk + 1, sizeof(uint32_t));
+    s->pair_off = calloc((size_t)p->n_replicates + 2, sizeof(uint32_t));
+    s->scale = malloc(((size_t)p->n_replicates + 1) * sizeof(double));
+    if (!s->present || !s->pair_off || !s->scale ||
+        !uoff || !uniq || !stamp || !rstart || !order || !v || !touched || !s->sum_incl ||
         !s->sum_self || !s->cnt_incl || !s->cnt_self || !s->sx || !s->sxx)
         goto out;
     /* distinct functions per stack: recursion counted once */
@@ -161,14 +195,16 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         for (uint32_t t = 0; t < nt; t++) {
             uint32_t f = touched[t];
             if (work > 0 && v[f] != 0) {
-                double x = v[f] / work;
-                s->sx[f] += x;
-                s->sxx[f] += x * x;
+                if (pair_push(s, f, v[f] / work))
+                    goto out;
+                s->present[f]++;
             }
             v[f] = 0;
         }
-        if (work > 0)
-            s->n_reps++;
+        if (work > 0) {
+            s->scale[s->n_reps] = 1.0;
+            s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
+        }
     }
     rc = 0;
 out:
@@ -203,6 +239,80 @@ static int cmp_entry(const void *a, const void *b) {
         return fabs(x->delta_total) < fabs(y->delta_total) ? 1 : -1;
     int c = strcmp(x->name, y->name);
     return c ? c : strcmp(x->module, y->module);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Size factors (median of ratios, as DESeq normalises RNA-seq libraries): the reference
+ * functions are those non-zero in every replicate of both sides with at least 10 samples per
+ * replicate on average. With g_f the geometric mean of f's rate over all replicates of both
+ * sides, replicate r's factor is s_r = exp(median over reference f of log(rate_rf / g_f)).
+ * It captures what moves every function at once in that replicate (load, a busier hour);
+ * being a median it ignores changes confined to under half of the reference functions.
+ * Returns the number of reference functions; with fewer than 5 the factors stay 1. */
+static size_t size_factors(side_t *a, side_t *b, const uint64_t *cnt_a, const uint64_t *cnt_b,
+                           uint32_t nk) {
+    size_t nref = 0;
+    uint8_t *ref = calloc((size_t)nk + 1, 1);
+    double *lg = calloc((size_t)nk + 1, sizeof *lg);
+    double *tmp = malloc(((size_t)nk + 1) * sizeof *tmp);
+    if (!ref || !lg || !tmp)
+        goto out;
+    uint32_t n = a->n_reps + b->n_reps;
+    if (a->n_reps < 2 || b->n_reps < 2)
+        goto out;
+    for (uint32_t f = 0; f < nk; f++) {
+        ref[f] = a->present[f] == a->n_reps && b->present[f] == b->n_reps &&
+                 cnt_a[f] >= 10ull * CM_COUNT_ONE * a->n_reps &&
+                 cnt_b[f] >= 10ull * CM_COUNT_ONE * b->n_reps;
+        nref += ref[f];
+    }
+    if (nref < 5) {
+        nref = 0;
+        goto out;
+    }
+    side_t *sides[2] = {a, b};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sides[k]->n_pairs; i++)
+            if (ref[sides[k]->pair_f[i]])
+                lg[sides[k]->pair_f[i]] += log(sides[k]->pair_v[i]) / n;
+    for (int k = 0; k < 2; k++) {
+        side_t *s = sides[k];
+        for (uint32_t r = 0; r < s->n_reps; r++) {
+            size_t m = 0;
+            for (uint32_t i = s->pair_off[r]; i < s->pair_off[r + 1]; i++)
+                if (ref[s->pair_f[i]])
+                    tmp[m++] = log(s->pair_v[i]) - lg[s->pair_f[i]];
+            qsort(tmp, m, sizeof *tmp, cmp_double);
+            double med = m % 2 ? tmp[m / 2] : (tmp[m / 2 - 1] + tmp[m / 2]) / 2;
+            s->scale[r] = exp(med);
+        }
+    }
+out:
+    free(ref);
+    free(lg);
+    free(tmp);
+    return nref;
+}
+
+/* Sums of normalised rates x = rate / s_r and their squares, per function. */
+static void side_moments(side_t *s) {
+    for (uint32_t r = 0; r < s->n_reps; r++)
+        for (uint32_t i = s->pair_off[r]; i < s->pair_off[r + 1]; i++) {
+            double x = s->pair_v[i] / s->scale[r];
+            s->sx[s->pair_f[i]] += x;
+            s->sxx[s->pair_f[i]] += x * x;
+        }
+}
+
+static double mean_log_scale(const side_t *s) {
+    double m = 0;
+    for (uint32_t r = 0; r < s->n_reps; r++)
+        m += log(s->scale[r]) / s->n_reps;
+    return m;
 }
 
 static double var_of(double sx, double sxx, double n) {
@@ -247,6 +357,12 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
     if ((rc = side_compute(base, mb, nk, o->test_inclusive, &sb)) ||
         (rc = side_compute(test, mt, nk, o->test_inclusive, &stt)))
         goto out;
+    /* normalisation of the common factor between replicates, then the moments */
+    out->n_reference = size_factors(&sb, &stt, o->test_inclusive ? sb.cnt_incl : sb.cnt_self,
+                                    o->test_inclusive ? stt.cnt_incl : stt.cnt_self, nk);
+    out->common_ratio = out->n_reference ? exp(mean_log_scale(&stt) - mean_log_scale(&sb)) : NAN;
+    side_moments(&sb);
+    side_moments(&stt);
     rc = CM_ENOMEM;
     out->entries = calloc((size_t)nk + 1, sizeof *out->entries);
     pv = malloc(((size_t)nk + 1) * sizeof *pv);
@@ -304,6 +420,8 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
             } else if (sb.n_reps >= 2 && stt.n_reps >= 2) {
                 double nb = sb.n_reps, ntt = stt.n_reps;
                 agg_welch_t w;
+                e->norm_base = sb.sx[k] / nb;
+                e->norm_test = stt.sx[k] / ntt;
                 if (agg_stats_welch(sb.sx[k] / nb, var_of(sb.sx[k], sb.sxx[k], nb), nb,
                                     stt.sx[k] / ntt, var_of(stt.sx[k], stt.sxx[k], ntt), ntt,
                                     &w) == 0) {
@@ -327,6 +445,10 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
         e->q = qv[i];
         double b = o->test_inclusive ? e->base_total : e->base_self;
         double d = o->test_inclusive ? e->delta_total : e->delta_self;
+        if (o->method == AGG_DIFF_WELCH) { /* the change the test saw: normalised means */
+            b = e->norm_base;
+            d = e->norm_test - e->norm_base;
+        }
         if (e->q <= o->q && fabs(d) >= o->min_rel_change * b &&
             fabs(d) >= o->min_abs_share * out->base_total && d != 0) {
             e->cls = d > 0 ? AGG_DIFF_REGRESSION : AGG_DIFF_IMPROVEMENT;
@@ -369,6 +491,9 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
     if (stt.n_reps < o->warn_replicates)
         WARN(AGG_DIFF_WARN_TEST_REPLICATES, "test has only %u replicates (< %u): significance "
              "is unreliable", stt.n_reps, o->warn_replicates);
+    if (!out->n_reference && sb.n_reps >= 2 && stt.n_reps >= 2 && o->method == AGG_DIFF_WELCH)
+        WARN(AGG_DIFF_WARN_NO_REFERENCE, "%s", "fewer than 5 functions are present in every "
+             "replicate: a busier period cannot be told from a change");
     if (sb.work <= 0 || stt.work <= 0)
         WARN(AGG_DIFF_WARN_NO_WORK, "%s", "a side has no recorded work: values are raw totals");
 #undef WARN

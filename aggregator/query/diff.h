@@ -49,6 +49,7 @@ typedef struct {
     double responsibility;       /* inclusive: delta / (T_test - T_base); NAN when T equal */
     double self_responsibility;  /* delta_self / (T_test - T_base) */
     double p, q;                 /* of the tested quantity; 1 when untested */
+    double norm_base, norm_test; /* tested means: rate / common factor, per replicate */
     uint64_t base_samples, test_samples; /* samples with the function on the stack */
     agg_diff_class_t cls;
     int interesting; /* |responsibility| >= min_responsibility */
@@ -59,6 +60,7 @@ typedef struct {
 #define AGG_DIFF_WARN_BASE_REPLICATES 0x4u
 #define AGG_DIFF_WARN_TEST_REPLICATES 0x8u
 #define AGG_DIFF_WARN_NO_WORK 0x10u /* a side has no work: values are not normalised */
+#define AGG_DIFF_WARN_NO_REFERENCE 0x20u /* no common factor could be estimated */
 
 typedef struct {
     cm_event_type_t type;
@@ -70,6 +72,9 @@ typedef struct {
     uint64_t base_samples, test_samples;
     uint32_t base_replicates, test_replicates; /* with work > 0 */
     size_t n_tested, n_regressions, n_improvements;
+    size_t n_reference;  /* functions the common factor rests on (0: not estimated) */
+    double common_ratio; /* test/base geometric mean of the common factor: the shift that
+                          * moved every function alike (load or a uniform change); NAN if none */
     unsigned warnings;   /* AGG_DIFF_WARN_* */
     char warning_text[512];
     void *owner_;        /* private: the strings */

@@ -30,6 +30,8 @@ json_t *agg_diff_json(const agg_diff_t *d, size_t limit) {
         json_object_set_new(x, "overweight", num(e->overweight));
         json_object_set_new(x, "responsibility", num(e->responsibility));
         json_object_set_new(x, "self_responsibility", num(e->self_responsibility));
+        json_object_set_new(x, "norm_base", num(e->norm_base));
+        json_object_set_new(x, "norm_test", num(e->norm_test));
         json_object_set_new(x, "p", num(e->p));
         json_object_set_new(x, "q", num(e->q));
         json_object_set_new(x, "base_samples", json_integer((json_int_t)e->base_samples));
@@ -61,6 +63,8 @@ json_t *agg_diff_json(const agg_diff_t *d, size_t limit) {
                                                    ? "poisson (naive)"
                                                    : "welch t over replicates, BH FDR"));
     json_object_set_new(o, "tested_cost", json_string(d->opts.test_inclusive ? "total" : "self"));
+    json_object_set_new(o, "reference_functions", json_integer((json_int_t)d->n_reference));
+    json_object_set_new(o, "common_ratio", num(d->common_ratio));
     json_object_set_new(o, "q_level", json_real(d->opts.q));
     json_object_set_new(o, "tested", json_integer((json_int_t)d->n_tested));
     json_object_set_new(o, "regressions", json_integer((json_int_t)d->n_regressions));

@@ -1,0 +1,336 @@
+/* Tests of the diff: PerfView's worked example, and the statistics on synthetic replicate
+ * data with realistic over-dispersion (planted regression, null comparisons, and the naive
+ * Poisson test for contrast). */
+#include "query.h"
+#include "support/runner.h"
+
+#include "cm/error.h"
+
+#include <math.h>
+
+/* ---- PerfView's worked example ---- */
+
+static agg_profile_t *perfview_side(uint64_t g, uint64_t f_self, uint64_t x) {
+    agg_profile_t *p = agg_profile_new(CM_EV_CPU);
+    uint32_t m = (uint32_t)agg_profile_frame(p, "main", "app", NULL, 0);
+    uint32_t gg = (uint32_t)agg_profile_frame(p, "g", "app", NULL, 0);
+    uint32_t ff = (uint32_t)agg_profile_frame(p, "f", "app", NULL, 0);
+    uint32_t xx = (uint32_t)agg_profile_frame(p, "x", "app", NULL, 0);
+    CHECK(agg_profile_replicate(p, "all", 1.0) == 0);
+    uint32_t s1[] = {m, gg}, s2[] = {m, ff}, s3[] = {m, ff, xx};
+    CHECK_EQ(agg_profile_add(p, (uint32_t)agg_profile_stack(p, s1, 2), g, g * 1000, 0, 0), 0);
+    CHECK_EQ(agg_profile_add(p, (uint32_t)agg_profile_stack(p, s2, 2), f_self, f_self * 1000, 0, 0), 0);
+    CHECK_EQ(agg_profile_add(p, (uint32_t)agg_profile_stack(p, s3, 3), x, x * 1000, 0, 0), 0);
+    return p;
+}
+
+static const agg_diff_entry_t *entry(const agg_diff_t *d, const char *name) {
+    for (size_t i = 0; i < d->n; i++)
+        if (strcmp(d->entries[i].name, name) == 0)
+            return &d->entries[i];
+    CHECKF(0, "no entry %s", name);
+    return NULL;
+}
+
+static void test_perfview_example(void) {
+    /* main 100 -> 110, g 50 -> 50, f 50 -> 60, f's child x 25 -> 35 */
+    agg_profile_t *b = perfview_side(50, 25, 25), *t = perfview_side(50, 25, 35);
+    agg_diff_t d;
+    CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+    CHECK(fabs(d.base_total - 100) < 1e-9 && fabs(d.test_total - 110) < 1e-9);
+    struct {
+        const char *name;
+        double base, test, overweight, responsibility;
+        int interesting;
+    } want[] = {{"main", 100, 110, 1.0, 1.0, 1},
+                {"g", 50, 50, 0.0, 0.0, 0},
+                {"f", 50, 60, 2.0, 1.0, 1},
+                {"x", 25, 35, 4.0, 1.0, 1}};
+    for (int i = 0; i < 4; i++) {
+        const agg_diff_entry_t *e = entry(&d, want[i].name);
+        CHECKF(fabs(e->base_total - want[i].base) < 1e-9 && fabs(e->test_total - want[i].test) < 1e-9,
+               "%s: %g -> %g", e->name, e->base_total, e->test_total);
+        CHECKF(fabs(e->overweight - want[i].overweight) < 1e-12, "%s: overweight %g, want %g",
+               e->name, e->overweight, want[i].overweight);
+        CHECKF(fabs(e->responsibility - want[i].responsibility) < 1e-12, "%s: responsibility %g",
+               e->name, e->responsibility);
+        CHECK_EQ(e->interesting, want[i].interesting);
+        CHECK_EQ(e->cls, AGG_DIFF_UNTESTED); /* one replicate per side: nothing to test */
+    }
+    CHECK(fabs(entry(&d, "x")->self_responsibility - 1.0) < 1e-12);
+    CHECK(fabs(entry(&d, "f")->self_responsibility) < 1e-12);
+    CHECK(d.warnings & AGG_DIFF_WARN_BASE_REPLICATES);
+    CHECK(d.warnings & AGG_DIFF_WARN_TEST_REPLICATES);
+    CHECK(d.warnings & AGG_DIFF_WARN_BASE_SAMPLES); /* 100 samples < 1000 */
+    CHECKF(strstr(d.warning_text, "base has only 100 samples") != NULL, "%s", d.warning_text);
+    CHECK_EQ(d.base_samples, 100);
+    CHECK_EQ(d.test_samples, 110);
+    agg_diff_free(&d);
+    agg_profile_free(b);
+    agg_profile_free(t);
+}
+
+static void test_diff_errors(void) {
+    agg_profile_t *a = agg_profile_new(CM_EV_CPU), *b = agg_profile_new(CM_EV_ALLOC);
+    agg_diff_t d;
+    CHECK_EQ(agg_diff_compute(a, b, NULL, &d), CM_EINVAL);
+    agg_profile_free(b);
+    b = agg_profile_new(CM_EV_CPU);
+    CHECK_EQ(agg_diff_compute(a, b, NULL, &d), 0); /* empty sides: no entries, warnings */
+    CHECK_EQ(d.n, 0);
+    CHECK(d.warnings & AGG_DIFF_WARN_NO_WORK);
+    agg_diff_free(&d);
+    agg_profile_free(a);
+    agg_profile_free(b);
+}
+
+/* ---- synthetic replicates with over-dispersion ---- */
+
+typedef struct {
+    uint64_t s;
+} rng_t;
+
+static uint64_t rnext(rng_t *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double runif(rng_t *r) { return ((rnext(r) >> 11) + 0.5) / 9007199254740992.0; }
+static double rnorm(rng_t *r) { return sqrt(-2 * log(runif(r))) * cos(2 * acos(-1.0) * runif(r)); }
+/* lognormal with mean 1 and log-sd sigma */
+static double rlognorm(rng_t *r, double sigma) { return exp(sigma * rnorm(r) - sigma * sigma / 2); }
+static uint64_t rpoisson(rng_t *r, double lambda) {
+    if (lambda < 30) { /* Knuth: multiply uniforms until below e^-lambda */
+        double l = exp(-lambda), p = 1;
+        uint64_t k = 0;
+        do {
+            k++;
+            p *= runif(r);
+        } while (p > l);
+        return k - 1;
+    }
+    double x = floor(lambda + sqrt(lambda) * rnorm(r) + 0.5); /* normal approximation */
+    return x < 0 ? 0 : (uint64_t)x;
+}
+
+#define N_FUNCS 40
+#define N_STACKS 150
+#define PERIOD_NS 10000000ull /* 100 Hz */
+
+typedef struct {
+    uint32_t frames[N_STACKS][12];
+    uint32_t depth[N_STACKS];
+    double rate[N_STACKS]; /* samples per process-second */
+} workload_t;
+
+/* A call graph: function 0 is main; a stack is main then a random walk down a layered graph,
+ * so functions recur across stacks as in real programs. Rates are lognormal (a few hot
+ * stacks), summing to 100 samples per process-second (100% of one CPU at 100 Hz). */
+static void workload_make(workload_t *w, uint64_t seed) {
+    rng_t r = {seed * 7919 + 17};
+    double sum = 0;
+    for (int s = 0; s < N_STACKS; s++) {
+        uint32_t d = 3 + (uint32_t)(rnext(&r) % 9);
+        w->frames[s][0] = 0;
+        for (uint32_t k = 1; k < d; k++) /* layer k uses functions [4k-3, 4k+1) */
+            w->frames[s][k] = (uint32_t)(1 + ((k - 1) * 4 + rnext(&r) % 8) % (N_FUNCS - 1));
+        w->depth[s] = d;
+        w->rate[s] = exp(1.5 * rnorm(&r));
+        sum += w->rate[s];
+    }
+    for (int s = 0; s < N_STACKS; s++)
+        w->rate[s] *= 100.0 / sum;
+}
+
+/* One side: n_rep replicates (10 s buckets of `procs` processes). Each replicate has a load
+ * factor L (lognormal, sigma 0.2: +-20%) shared by all stacks, each stack a request-mix factor
+ * M (lognormal, sigma 0.1) and the count is Poisson(rate * L * M * work); weight = count *
+ * period. planted > 0 adds a new leaf function under main;f1 costing that share of the total. */
+static agg_profile_t *side_make(const workload_t *w, uint64_t seed, int n_rep, double planted) {
+    rng_t r = {seed};
+    agg_profile_t *p = agg_profile_new(CM_EV_CPU);
+    uint32_t fid[N_FUNCS + 1];
+    char name[32];
+    for (int f = 0; f < N_FUNCS; f++) {
+        snprintf(name, sizeof name, f ? "fn_%02d" : "main", f);
+        fid[f] = (uint32_t)agg_profile_frame(p, name, "svc", "b1d", 0x400000 + 64 * (uint64_t)f);
+    }
+    fid[N_FUNCS] = (uint32_t)agg_profile_frame(p, "planted_fn", "svc", "b1d", 0x500000);
+    uint32_t sid[N_STACKS + 1];
+    for (int s = 0; s < N_STACKS; s++) {
+        uint32_t fr[12];
+        for (uint32_t k = 0; k < w->depth[s]; k++)
+            fr[k] = fid[w->frames[s][k]];
+        sid[s] = (uint32_t)agg_profile_stack(p, fr, w->depth[s]);
+    }
+    uint32_t pl[] = {fid[0], fid[1], fid[N_FUNCS]};
+    sid[N_STACKS] = (uint32_t)agg_profile_stack(p, pl, 3);
+    for (int i = 0; i < n_rep; i++) {
+        snprintf(name, sizeof name, "bucket-%d", i);
+        double work = 10.0 * (9 + (double)(rnext(&r) % 3)); /* 9-11 processes alive */
+        uint32_t rep = (uint32_t)agg_profile_replicate(p, name, work);
+        double load = rlognorm(&r, 0.2);
+        for (int s = 0; s <= N_STACKS; s++) {
+            double rate = s < N_STACKS ? w->rate[s] : planted * 100.0;
+            if (rate <= 0)
+                continue;
+            uint64_t c = rpoisson(&r, rate * load * rlognorm(&r, 0.1) * work);
+            if (c)
+                CHECK_EQ(agg_profile_add(p, sid[s], c * PERIOD_NS, c * CM_COUNT_ONE, rep, 0), 0);
+        }
+    }
+    return p;
+}
+
+typedef struct {
+    int regressions, improvements, planted_first, planted_sig;
+} outcome_t;
+
+static outcome_t run_diff(uint64_t seed, double planted, const agg_diff_opts_t *o, int verbose) {
+    workload_t w;
+    workload_make(&w, seed);
+    agg_profile_t *b = side_make(&w, seed * 2 + 1, 60, 0);
+    agg_profile_t *t = side_make(&w, seed * 2 + 2, 60, planted);
+    agg_diff_t d;
+    CHECK_EQ(agg_diff_compute(b, t, o, &d), 0);
+    CHECK_EQ(d.base_replicates, 60);
+    CHECK(d.warnings == 0);
+    outcome_t out = {(int)d.n_regressions, (int)d.n_improvements, 0, 0};
+    out.planted_first = d.n > 0 && strcmp(d.entries[0].name, "planted_fn") == 0;
+    out.planted_sig = out.planted_first && d.entries[0].cls == AGG_DIFF_REGRESSION;
+    if (verbose && (d.n_regressions + d.n_improvements > (planted > 0)))
+        for (size_t i = 0; i < d.n && d.entries[i].cls != AGG_DIFF_NOISE &&
+                           d.entries[i].cls != AGG_DIFF_UNTESTED;
+             i++)
+            printf("  seed %llu: %s %s %.4g -> %.4g ns/s p=%.3g q=%.3g\n",
+                   (unsigned long long)seed, agg_diff_class_name(d.entries[i].cls),
+                   d.entries[i].name, d.entries[i].base_self, d.entries[i].test_self,
+                   d.entries[i].p, d.entries[i].q);
+    agg_diff_free(&d);
+    agg_profile_free(b);
+    agg_profile_free(t);
+    return out;
+}
+
+/* (a) +10% CPU in one new function: first, significant, nothing else significant. */
+static void test_planted_regression(void) {
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        outcome_t o = run_diff(seed, 0.10, NULL, 1);
+        CHECKF(o.planted_first && o.planted_sig, "seed %llu: planted function not first/significant",
+               (unsigned long long)seed);
+        CHECKF(o.regressions == 1 && o.improvements == 0, "seed %llu: %d regressions, %d improvements",
+               (unsigned long long)seed, o.regressions, o.improvements);
+    }
+}
+
+/* (b) null: identical behaviour, 20 seeds: at most one significant finding in total. */
+static void test_null_20_seeds(void) {
+    int findings = 0;
+    for (uint64_t seed = 101; seed <= 120; seed++) {
+        outcome_t o = run_diff(seed, 0, NULL, 1);
+        findings += o.regressions + o.improvements;
+    }
+    printf("null, 20 seeds: %d significant findings (replicate Welch + BH q=0.01)\n", findings);
+    CHECK(findings <= 1);
+}
+
+/* (c) the naive per-sample Poisson test on the same null data flags many functions. */
+static void test_null_naive_poisson(void) {
+    agg_diff_opts_t o;
+    agg_diff_opts_default(&o);
+    o.method = AGG_DIFF_POISSON;
+    int naive = 0, ours = 0;
+    for (uint64_t seed = 101; seed <= 120; seed++) {
+        outcome_t x = run_diff(seed, 0, &o, 0);
+        naive += x.regressions + x.improvements;
+        outcome_t y = run_diff(seed, 0, NULL, 0);
+        ours += y.regressions + y.improvements;
+    }
+    printf("null, 20 seeds: naive Poisson test %d findings, replicate test %d\n", naive, ours);
+    CHECK(naive >= 20 && naive > 10 * (ours + 1));
+}
+
+/* Margins over many seeds: the planted function is found in every one of 200 seeds and the
+ * null false findings stay near the FDR level (expected about 0.01 per diff; allow 0.05). */
+static void test_margins_200_seeds(void) {
+    int missed = 0, extra = 0, null_findings = 0;
+    for (uint64_t seed = 1000; seed < 1200; seed++) {
+        outcome_t a = run_diff(seed, 0.10, NULL, 0);
+        missed += !a.planted_sig;
+        extra += a.regressions + a.improvements - a.planted_sig;
+        outcome_t b = run_diff(seed + 5000, 0, NULL, 0);
+        null_findings += b.regressions + b.improvements;
+    }
+    printf("200 seeds: planted missed %d, extra findings with plant %d, null findings %d\n",
+           missed, extra, null_findings);
+    CHECK(missed == 0);
+    CHECK(extra <= 6);
+    CHECK(null_findings <= 10); /* 0.05 per diff; expected about q = 0.01 */
+}
+
+/* A smaller planted change (+3%) is still found with 60 replicates; testing inclusive cost
+ * instead flags the path above it too (why self cost is the default). */
+static void test_small_plant_and_inclusive(void) {
+    int found = 0;
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        found += run_diff(seed, 0.03, NULL, 0).planted_sig;
+    printf("+3%% planted: found in %d of 20 seeds\n", found);
+    CHECK(found >= 18);
+    agg_diff_opts_t o;
+    agg_diff_opts_default(&o);
+    o.test_inclusive = 1;
+    outcome_t x = run_diff(3, 0.10, &o, 0);
+    CHECK(x.regressions >= 2); /* planted_fn and main (and fn_01) */
+}
+
+static void test_diff_json(void) {
+    workload_t w;
+    workload_make(&w, 5);
+    agg_profile_t *b = side_make(&w, 11, 30, 0), *t = side_make(&w, 12, 3, 0.10);
+    agg_diff_t d;
+    CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+    CHECK(d.warnings == AGG_DIFF_WARN_TEST_REPLICATES);
+    json_t *j = agg_diff_json(&d, 5);
+    CHECK(j);
+    CHECK(json_array_size(json_object_get(j, "entries")) == 5);
+    CHECK(json_integer_value(json_object_get(j, "base_replicates")) == 30);
+    CHECK(json_integer_value(json_object_get(j, "test_replicates")) == 3);
+    CHECK(json_array_size(json_object_get(j, "warnings")) == 1);
+    CHECK(strstr(json_string_value(json_array_get(json_object_get(j, "warnings"), 0)),
+                 "test has only 3 replicates") != NULL);
+    json_t *e0 = NULL, *ents = json_object_get(j, "entries");
+    for (size_t i = 0; i < json_array_size(ents); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(ents, i), "name")),
+                   "planted_fn") == 0)
+            e0 = json_array_get(ents, i);
+    CHECK(e0 != NULL); /* within the first 5 by |change| */
+    const char *keys[] = {"name", "module", "class", "base_total", "test_total", "base_self",
+                          "test_self", "delta_total", "delta_self", "overweight",
+                          "responsibility", "p", "q", "base_samples", "test_samples",
+                          "interesting"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        CHECKF(json_object_get(e0, keys[i]) != NULL, "missing %s", keys[i]);
+    CHECK(json_integer_value(json_object_get(e0, "base_samples")) == 0);
+    CHECK(json_integer_value(json_object_get(e0, "test_samples")) > 0);
+    CHECK(json_real_value(json_object_get(j, "common_ratio")) > 0.5);
+    CHECK(json_is_null(json_object_get(e0, "overweight"))); /* new function: base 0 */
+    json_decref(j);
+    agg_diff_free(&d);
+    agg_profile_free(b);
+    agg_profile_free(t);
+}
+
+static const tr_test_t tests[] = {
+    {"perfview_example", test_perfview_example},
+    {"diff_errors", test_diff_errors},
+    {"planted_regression", test_planted_regression},
+    {"null_20_seeds", test_null_20_seeds},
+    {"null_naive_poisson", test_null_naive_poisson},
+    {"margins_200_seeds", test_margins_200_seeds},
+    {"small_plant_and_inclusive", test_small_plant_and_inclusive},
+    {"diff_json", test_diff_json},
+    {0},
+};
+
+TR_MAIN(tests)
