@@ -49,7 +49,7 @@ static void feeder_init(feeder_t *f, const char *path, int64_t fine) {
     char err[512];
     memset(f, 0, sizeof *f);
     CHECKF(agg_store_sqlite_open(path, &f->st, err, sizeof err) == 0, "%s", err);
-    agg_rollup_cfg_t rc = {fine, 1, 1};
+    agg_rollup_cfg_t rc = {fine, 3600, 1, 1};
     agg_rollup_init(&f->r, &rc);
     agg_batch_init(&f->b);
     f->offset = -1;

@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
         .batch_max_samples = cfg.batch_max_samples,
         .batch_interval_ms = cfg.batch_interval / 1000000,
         .retention_interval_ms = cfg.retention_interval / 1000000,
-        .rollup = {cfg.fine_width / S, cfg.span_index, cfg.fn_stats},
+        .rollup = {cfg.fine_width / S, cfg.coarse_width / S, cfg.span_index, cfg.fn_stats},
         .retention = {cfg.fine_width / S, cfg.coarse_width / S, cfg.downsample_after / S,
                       cfg.max_age / S, cfg.span_max_age / S, cfg.dedupe_window / S},
     };

@@ -3,7 +3,9 @@
  * Replicate statistics: for every event type present in a chunk, with T the chunk's total
  * weight of that type, each function f gets x_incl = (weight of the stacks containing f,
  * recursion counted once) / T and x_self = (weight of the stacks whose leaf is f) / T; the batch
- * adds x and x^2 per (service, version, type, bucket of the chunk start, function). Functions
+ * adds x and x^2 per (service, version, type, coarse bucket of the chunk start, function):
+ * replicates are kept at the coarse width (1 h by default) because a diff compares versions
+ * over hours, and per-fine-bucket rows would cost as much as the profiles themselves. Functions
  * absent from a chunk contribute x = 0, so with n = the number of chunks (totals.chunks), the
  * per-version mean and variance of a function's share follow: the chunk is the replicate of a
  * Welch test in a diff (REFERENCE.md, "Comparing two profiles").
@@ -22,6 +24,8 @@ void agg_rollup_init(agg_rollup_t *r, const agg_rollup_cfg_t *cfg) {
     r->cfg = *cfg;
     if (r->cfg.fine_width_s <= 0)
         r->cfg.fine_width_s = 10;
+    if (r->cfg.fn_stats_width_s <= 0)
+        r->cfg.fn_stats_width_s = 3600;
 }
 
 void agg_rollup_free(agg_rollup_t *r) {
@@ -110,7 +114,7 @@ static int fn_stats(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
     double inv = 1.0 / (double)total;
     for (uint32_t k = 0; k < nf; k++) {
         uint32_t f = r->touched_fns[k];
-        agg_fn_key_t key = {ids->service, ids->version, type, (uint64_t)r->cfg.fine_width_s,
+        agg_fn_key_t key = {ids->service, ids->version, type, (uint64_t)r->cfg.fn_stats_width_s,
                             bucket, ids->fn[f]};
         agg_fn_ent_t *e = agg_hmap_upsert(&b->fn, &key, NULL);
         if (!e)
@@ -188,7 +192,8 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
         }
         rows_all += s->n;
         if (r->cfg.fn_stats && total > 0 &&
-            (rc = fn_stats(r, b, c, ids, t, nstacks, total, cbucket)))
+            (rc = fn_stats(r, b, c, ids, t, nstacks, total,
+                           bucket_of(h->start_unix_ns, r->cfg.fn_stats_width_s))))
             return rc;
     }
 

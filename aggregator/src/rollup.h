@@ -13,7 +13,8 @@
 #include "intern.h"
 
 typedef struct {
-    int64_t fine_width_s; /* fine bucket width, seconds */
+    int64_t fine_width_s;   /* fine bucket width, seconds */
+    int64_t fn_stats_width_s; /* bucket width of the replicate statistics (the coarse width) */
     int span_index;       /* 1: index samples that carry a span context */
     int fn_stats;         /* 1: keep per-function replicate statistics */
 } agg_rollup_cfg_t;

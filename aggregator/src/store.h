@@ -95,9 +95,9 @@ typedef struct agg_store_vtab {
     /* 1 in *seen if the chunk id is in the dedup window. */
     int (*chunk_seen)(agg_store_t *st, const uint8_t *id, int *seen);
     /* Writes b and b->next_offset for (topic, partition) in one transaction, if the stored
-     * offset still equals b->base_offset (-1: none stored). -ESTALE otherwise. */
-    int (*batch_write)(agg_store_t *st, const char *topic, int32_t partition,
-                       const agg_batch_t *b);
+     * offset still equals b->base_offset (-1: none stored). -ESTALE otherwise. The backend may
+     * reorder b's new-row vectors (to insert in key order); the caller clears b afterwards. */
+    int (*batch_write)(agg_store_t *st, const char *topic, int32_t partition, agg_batch_t *b);
     /* Merges rows of width fine with bucket < cutoff_s into rows of width coarse. */
     int (*downsample)(agg_store_t *st, int64_t fine, int64_t coarse, int64_t cutoff_s,
                       agg_retention_stats_t *stats);

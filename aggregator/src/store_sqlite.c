@@ -10,6 +10,7 @@
  * Threading: one handle per thread; processes sharing a file are serialized by SQLite's locks
  * (busy timeout 30 s).
  */
+#define _GNU_SOURCE /* qsort_r */
 #include "store.h"
 
 #include "intern.h"
@@ -150,6 +151,8 @@ typedef struct {
     agg_store_t base;
     sqlite3 *db;
     sqlite3_stmt *st[S_COUNT];
+    void **order; /* scratch: batch entries in key order */
+    size_t order_cap;
     char path[4096];
 } sq_store_t;
 
@@ -209,6 +212,7 @@ static void sq_close(agg_store_t *base) {
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
+    free(s->order);
     free(s);
 }
 
@@ -245,10 +249,72 @@ static int64_t now_ns(void) {
             goto out;                                                                              \
     } while (0)
 
+/* Keys compare as SQLite orders them: leading blob bytes with memcmp, then signed integers. */
+typedef struct {
+    size_t nblob, nint;
+} keyfmt_t;
+
+static int cmp_key(const void *a, const void *b, void *arg) {
+    const keyfmt_t *k = arg;
+    const uint8_t *x = *(const uint8_t *const *)a, *y = *(const uint8_t *const *)b;
+    if (k->nblob) {
+        int c = memcmp(x, y, k->nblob);
+        if (c)
+            return c;
+    }
+    for (size_t i = 0; i < k->nint; i++) {
+        int64_t xi, yi;
+        memcpy(&xi, x + k->nblob + 8 * i, 8);
+        memcpy(&yi, y + k->nblob + 8 * i, 8);
+        if (xi != yi)
+            return xi < yi ? -1 : 1;
+    }
+    return 0;
+}
+
+static int cmp_id(const void *a, const void *b) {
+    int64_t x, y; /* every new-row struct starts with its uint64 id */
+    memcpy(&x, a, 8);
+    memcpy(&y, b, 8);
+    return x < y ? -1 : x > y;
+}
+
+/* Returns the entries of m ordered by key (B-tree inserts in key order touch each page once),
+ * in s->order, which is reused across calls. NULL on allocation failure. */
+static void **ordered(sq_store_t *s, const agg_hmap_t *m, size_t nblob, size_t nint) {
+    if (m->n > s->order_cap) {
+        void **o = realloc(s->order, m->n * sizeof *o);
+        if (!o)
+            return NULL;
+        s->order = o;
+        s->order_cap = m->n;
+    }
+    for (size_t i = 0; i < m->n; i++)
+        s->order[i] = agg_hmap_entry(m, i);
+    keyfmt_t k = {nblob, nint};
+    qsort_r(s->order, m->n, sizeof *s->order, cmp_key, &k);
+    return s->order;
+}
+
+#define ORDERED(m, nblob, nint)                                                                    \
+    do {                                                                                           \
+        if (!(ord = ordered(s, (m), (nblob), (nint)))) {                                           \
+            rc = CM_ENOMEM;                                                                        \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
 static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partition,
-                          const agg_batch_t *b) {
+                          agg_batch_t *b) {
     sq_store_t *s = (sq_store_t *)base;
     sqlite3_stmt **S = s->st;
+    void **ord;
+    qsort(b->strs.v, b->strs.n, sizeof *b->strs.v, cmp_id);
+    qsort(b->maps.v, b->maps.n, sizeof *b->maps.v, cmp_id);
+    qsort(b->fns.v, b->fns.n, sizeof *b->fns.v, cmp_id);
+    qsort(b->locs.v, b->locs.n, sizeof *b->locs.v, cmp_id);
+    qsort(b->stacks.v, b->stacks.n, sizeof *b->stacks.v, cmp_id);
+    qsort(b->labelsets.v, b->labelsets.n, sizeof *b->labelsets.v, cmp_id);
     int rc = exec(s, "BEGIN IMMEDIATE");
     if (rc)
         return rc;
@@ -311,8 +377,9 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(S[S_LABEL], 3, x->set);
         RUN(S[S_LABEL]);
     }
+    ORDERED(&b->prof, 0, 7);
     for (size_t i = 0; i < b->prof.n; i++) {
-        const agg_prof_ent_t *e = agg_hmap_entry(&b->prof, i);
+        const agg_prof_ent_t *e = ord[i];
         sqlite3_stmt *st = S[S_PROF];
         B64(st, 1, e->k.service);
         B64(st, 2, e->k.version);
@@ -327,8 +394,9 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(st, 11, e->chunks);
         RUN(st);
     }
+    ORDERED(&b->tot, 0, 5);
     for (size_t i = 0; i < b->tot.n; i++) {
-        const agg_tot_ent_t *e = agg_hmap_entry(&b->tot, i);
+        const agg_tot_ent_t *e = ord[i];
         sqlite3_stmt *st = S[S_TOT];
         B64(st, 1, e->k.service);
         B64(st, 2, e->k.version);
@@ -378,8 +446,9 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(st, 6, e->rows);
         RUN(st);
     }
+    ORDERED(&b->fn, 0, 6);
     for (size_t i = 0; i < b->fn.n; i++) {
-        const agg_fn_ent_t *e = agg_hmap_entry(&b->fn, i);
+        const agg_fn_ent_t *e = ord[i];
         sqlite3_stmt *st = S[S_FNSTAT];
         B64(st, 1, e->k.service);
         B64(st, 2, e->k.version);
@@ -394,8 +463,9 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         sqlite3_bind_double(st, 11, e->self2);
         RUN(st);
     }
+    ORDERED(&b->span, 24, 0);
     for (size_t i = 0; i < b->span.n; i++) {
-        const agg_span_ent_t *e = agg_hmap_entry(&b->span, i);
+        const agg_span_ent_t *e = ord[i];
         sqlite3_stmt *st = S[S_SPAN];
         sqlite3_bind_blob(st, 1, e->k.trace, 16, SQLITE_STATIC);
         sqlite3_bind_blob(st, 2, e->k.span, 8, SQLITE_STATIC);
@@ -408,8 +478,9 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(st, 13, e->rows);
         RUN(st);
     }
+    ORDERED(&b->spanstk, 24, 2);
     for (size_t i = 0; i < b->spanstk.n; i++) {
-        const agg_spanstk_ent_t *e = agg_hmap_entry(&b->spanstk, i);
+        const agg_spanstk_ent_t *e = ord[i];
         sqlite3_stmt *st = S[S_SPANSTK];
         sqlite3_bind_blob(st, 1, e->k.trace, 16, SQLITE_STATIC);
         sqlite3_bind_blob(st, 2, e->k.span, 8, SQLITE_STATIC);
@@ -924,7 +995,8 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
     }
     sqlite3_busy_timeout(s->db, 30000);
     if ((rc = exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-                      "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;")) ||
+                      "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; "
+                      "PRAGMA journal_size_limit=67108864;")) ||
         (rc = exec(s, "BEGIN IMMEDIATE")))
         goto fail;
     if ((rc = exec(s, schema))) {
