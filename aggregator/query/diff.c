@@ -115,8 +115,10 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     uint32_t *uoff = malloc(((size_t)p->n_stacks + 1) * sizeof *uoff);
     uint32_t *uniq = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *uniq);
     uint32_t *stamp = calloc((size_t)nk + 1, sizeof *stamp);
-    uint32_t *rstart = calloc((size_t)p->n_replicates + 1, sizeof *rstart);
-    size_t *order = malloc((p->n_rows + 1) * sizeof *order);
+    size_t *rstart = calloc((size_t)p->n_replicates + 1, sizeof *rstart);
+    size_t *order = NULL; /* rows by replicate; NULL when they already are in that order */
+    uint64_t *sw = calloc((size_t)p->n_stacks + 1, sizeof *sw); /* per stack sums */
+    uint64_t *sc = calloc((size_t)p->n_stacks + 1, sizeof *sc);
     double *v = calloc((size_t)nk + 1, sizeof *v);
     uint32_t *touched = malloc(((size_t)nk + 1) * sizeof *touched);
     s->sum_incl = calloc((size_t)nk + 1, sizeof(double));
@@ -129,7 +131,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     s->pair_off = calloc((size_t)p->n_replicates + 2, sizeof(uint32_t));
     s->scale = malloc(((size_t)p->n_replicates + 1) * sizeof(double));
     if (!s->present || !s->pair_off || !s->scale ||
-        !uoff || !uniq || !stamp || !rstart || !order || !v || !touched || !s->sum_incl ||
+        !uoff || !uniq || !stamp || !rstart || !sw || !sc || !v || !touched || !s->sum_incl ||
         !s->sum_self || !s->cnt_incl || !s->cnt_self || !s->sx || !s->sxx)
         goto out;
     /* distinct functions per stack: recursion counted once */
@@ -145,12 +147,17 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         }
     }
     uoff[p->n_stacks] = nu;
-    /* rows grouped by replicate (counting sort) */
-    for (size_t i = 0; i < p->n_rows; i++)
+    /* rows grouped by replicate (counting sort, unless a store already returned them so) */
+    int sorted = 1;
+    for (size_t i = 0; i < p->n_rows; i++) {
         rstart[p->rows[i].replicate + 1]++;
+        sorted &= i == 0 || p->rows[i].replicate >= p->rows[i - 1].replicate;
+    }
     for (uint32_t r = 0; r < p->n_replicates; r++)
         rstart[r + 1] += rstart[r];
-    {
+    if (!sorted) {
+        if (!(order = malloc((p->n_rows + 1) * sizeof *order)))
+            goto out;
         uint32_t *fill = calloc((size_t)p->n_replicates + 1, sizeof *fill);
         if (!fill)
             goto out;
@@ -160,38 +167,39 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         }
         free(fill);
     }
+    memset(stamp, 0, ((size_t)nk + 1) * sizeof *stamp); /* now: r + 1 = touched in r */
+    /* per replicate: the tested cost of each function (one update per row for self cost,
+     * one per distinct function of the stack for inclusive cost) */
     for (uint32_t r = 0; r < p->n_replicates; r++) {
         double work = p->replicates[r].work;
         uint32_t nt = 0;
         s->work += work;
-        for (uint32_t k = rstart[r]; k < rstart[r + 1]; k++) {
-            const agg_row_t *row = &p->rows[order[k]];
+        for (size_t k = rstart[r]; k < rstart[r + 1]; k++) {
+            const agg_row_t *row = &p->rows[order ? order[k] : k];
             uint32_t a = p->stack_off[row->stack], b = p->stack_off[row->stack + 1];
             double w = (double)row->weight;
-            s->total_w += row->weight;
-            s->total_c += row->count;
-            for (uint32_t u = uoff[row->stack]; u < uoff[row->stack + 1]; u++) {
-                uint32_t f = uniq[u];
-                s->sum_incl[f] += w;
-                s->cnt_incl[f] += row->count;
-                if (incl_test) {
-                    if (v[f] == 0)
+            sw[row->stack] += row->weight;
+            sc[row->stack] += row->count;
+            if (!(work > 0))
+                continue;
+            if (incl_test) {
+                for (uint32_t u = uoff[row->stack]; u < uoff[row->stack + 1]; u++) {
+                    uint32_t f = uniq[u];
+                    if (stamp[f] != r + 1) {
+                        stamp[f] = r + 1;
                         touched[nt++] = f;
+                    }
                     v[f] += w;
                 }
-            }
-            if (a == b)
-                continue;
-            uint32_t leaf = fmap[p->stack_frames[b - 1]];
-            s->sum_self[leaf] += w;
-            s->cnt_self[leaf] += row->count;
-            if (!incl_test) {
-                if (v[leaf] == 0)
+            } else if (a != b) {
+                uint32_t leaf = fmap[p->stack_frames[b - 1]];
+                if (stamp[leaf] != r + 1) {
+                    stamp[leaf] = r + 1;
                     touched[nt++] = leaf;
+                }
                 v[leaf] += w;
             }
         }
-        /* rows of weight 0 may leave v[f] == 0 with f listed twice: harmless, v is reset */
         for (uint32_t t = 0; t < nt; t++) {
             uint32_t f = touched[t];
             if (work > 0 && v[f] != 0) {
@@ -206,8 +214,24 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
             s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
         }
     }
+    /* sums per stack, then per function: a stack's value is added once to each function */
+    for (uint32_t st = 0; st < p->n_stacks; st++) {
+        s->total_w += sw[st];
+        s->total_c += sc[st];
+        for (uint32_t u = uoff[st]; u < uoff[st + 1]; u++) {
+            s->sum_incl[uniq[u]] += (double)sw[st];
+            s->cnt_incl[uniq[u]] += sc[st];
+        }
+        if (p->stack_off[st] == p->stack_off[st + 1])
+            continue;
+        uint32_t leaf = fmap[p->stack_frames[p->stack_off[st + 1] - 1]];
+        s->sum_self[leaf] += (double)sw[st];
+        s->cnt_self[leaf] += sc[st];
+    }
     rc = 0;
 out:
+    free(sw);
+    free(sc);
     free(uoff);
     free(uniq);
     free(stamp);
@@ -241,9 +265,38 @@ static int cmp_entry(const void *a, const void *b) {
     return c ? c : strcmp(x->module, y->module);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+#define REF_MAX 256
+
+/* Returns the k-th smallest of v[0..n) (0-based), reordering v so that v[0..k) <= v[k]
+ * (Hoare's quickselect, expected O(n)). n > k. */
+static double select_kth(double *v, size_t n, size_t k) {
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot)
+                i++;
+            while (v[j] > pivot)
+                j--;
+            if (i <= j) {
+                double t = v[i];
+                v[i] = v[j];
+                v[j] = t;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+    return v[k];
 }
 
 /* Size factors (median of ratios, as DESeq normalises RNA-seq libraries): the reference
@@ -268,7 +321,16 @@ static size_t size_factors(side_t *a, side_t *b, const uint64_t *cnt_a, const ui
         ref[f] = a->present[f] == a->n_reps && b->present[f] == b->n_reps &&
                  cnt_a[f] >= 10ull * CM_COUNT_ONE * a->n_reps &&
                  cnt_b[f] >= 10ull * CM_COUNT_ONE * b->n_reps;
-        nref += ref[f];
+        if (ref[f])
+            tmp[nref++] = (double)(cnt_a[f] + cnt_b[f]);
+    }
+    if (nref > REF_MAX) { /* keep the REF_MAX most sampled: least noisy, and bounded cost */
+        double cut = select_kth(tmp, nref, nref - REF_MAX);
+        nref = 0;
+        for (uint32_t f = 0; f < nk; f++) {
+            ref[f] = ref[f] && (double)(cnt_a[f] + cnt_b[f]) >= cut && nref < REF_MAX;
+            nref += ref[f];
+        }
     }
     if (nref < 5) {
         nref = 0;
@@ -286,8 +348,13 @@ static size_t size_factors(side_t *a, side_t *b, const uint64_t *cnt_a, const ui
             for (uint32_t i = s->pair_off[r]; i < s->pair_off[r + 1]; i++)
                 if (ref[s->pair_f[i]])
                     tmp[m++] = log(s->pair_v[i]) - lg[s->pair_f[i]];
-            qsort(tmp, m, sizeof *tmp, cmp_double);
-            double med = m % 2 ? tmp[m / 2] : (tmp[m / 2 - 1] + tmp[m / 2]) / 2;
+            double med = select_kth(tmp, m, m / 2);
+            if (m % 2 == 0) { /* the lower middle is the largest of the lower half */
+                double lo = tmp[0];
+                for (size_t i = 1; i < m / 2; i++)
+                    lo = tmp[i] > lo ? tmp[i] : lo;
+                med = (lo + med) / 2;
+            }
             s->scale[r] = exp(med);
         }
     }

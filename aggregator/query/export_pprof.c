@@ -154,16 +154,19 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
     Mapping **mapp = calloc(nf + 1, sizeof *mapp);
     uint32_t *frame_map = calloc(nf + 1, sizeof *frame_map); /* frame -> mapping id, 0 none */
     size_t *order = malloc((nr + 1) * sizeof *order);
-    Sample *smp = calloc(nr + 1, sizeof *smp);
-    Sample **smpp = calloc(nr + 1, sizeof *smpp);
-    int64_t *vals = calloc(2 * nr + 2, sizeof *vals);
+    size_t nsmax = nr + p->n_stacks + 1;
+    Sample *smp = calloc(nsmax, sizeof *smp);
+    Sample **smpp = calloc(nsmax, sizeof *smpp);
+    int64_t *vals = calloc(2 * nsmax, sizeof *vals);
+    uint64_t *sw0 = calloc((size_t)p->n_stacks + 1, sizeof *sw0);
+    uint64_t *sc0 = calloc((size_t)p->n_stacks + 1, sizeof *sc0);
     Label *lab = calloc(2 * nr + 2, sizeof *lab);
     Label **labp = calloc(2 * nr + 2, sizeof *labp);
     uint64_t *locids = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *locids);
     char (*hex)[48] = calloc((size_t)p->n_contexts + 1, sizeof *hex); /* trace 33 + span 17 */
     uint8_t *raw = NULL;
     if (!fn || !fnp || !loc || !locp || !line || !linep || !map || !mapp || !frame_map ||
-        !order || !smp || !smpp || !vals || !lab || !labp || !locids || !hex)
+        !order || !smp || !smpp || !vals || !lab || !labp || !locids || !hex || !sw0 || !sc0)
         goto out;
     if (strtab_get(&st, "") != 0)
         goto out;
@@ -248,17 +251,40 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
         cm_hex(p->contexts[c].trace_id, 16, hex[c]);
         cm_hex(p->contexts[c].span_id, 8, hex[c] + 33);
     }
-    /* samples: rows merged by (stack, context) */
-    for (size_t i = 0; i < nr; i++)
-        order[i] = i;
+    /* samples: rows merged by (stack, context). Rows without a context are summed per stack
+     * (an array); only rows with a context are sorted. */
+    size_t nctx = 0;
+    for (size_t i = 0; i < nr; i++) {
+        const agg_row_t *r = &p->rows[i];
+        if (r->context)
+            order[nctx++] = i;
+        else {
+            sw0[r->stack] += r->weight;
+            sc0[r->stack] += r->count;
+        }
+    }
     tl_rows = p->rows;
-    qsort(order, nr, sizeof *order, cmp_row);
+    qsort(order, nctx, sizeof *order, cmp_row);
     size_t ns = 0, nl = 0;
-    for (size_t i = 0; i < nr;) {
+    for (uint32_t s = 0; s < p->n_stacks; s++) {
+        if (!sw0[s] && !sc0[s])
+            continue;
+        Sample si = PERFTOOLS__PROFILES__SAMPLE__INIT;
+        Sample *sm = &smp[ns];
+        *sm = si;
+        sm->n_location_id = p->stack_off[s + 1] - p->stack_off[s];
+        sm->location_id = locids + p->stack_off[s];
+        sm->n_value = 2;
+        sm->value = vals + 2 * ns;
+        sm->value[0] = (int64_t)((sc0[s] + CM_COUNT_ONE / 2) / CM_COUNT_ONE);
+        sm->value[1] = (int64_t)sw0[s];
+        smpp[ns++] = sm;
+    }
+    for (size_t i = 0; i < nctx;) {
         const agg_row_t *r = &p->rows[order[i]];
         uint64_t w = 0, c = 0;
         size_t j = i;
-        for (; j < nr && p->rows[order[j]].stack == r->stack &&
+        for (; j < nctx && p->rows[order[j]].stack == r->stack &&
                p->rows[order[j]].context == r->context;
              j++) {
             w += p->rows[order[j]].weight;
@@ -276,22 +302,19 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
         sm->value = vals + 2 * ns;
         sm->value[0] = (int64_t)((c + CM_COUNT_ONE / 2) / CM_COUNT_ONE);
         sm->value[1] = (int64_t)w;
-        if (r->context) {
-            Label li = PERFTOOLS__PROFILES__LABEL__INIT;
-            lab[nl] = li;
-            lab[nl].key = k_trace;
-            lab[nl].str = S(hex[r->context]);
-            lab[nl + 1] = li;
-            lab[nl + 1].key = k_span;
-            lab[nl + 1].str = S(hex[r->context] + 33);
-            labp[nl] = &lab[nl];
-            labp[nl + 1] = &lab[nl + 1];
-            sm->n_label = 2;
-            sm->label = &labp[nl];
-            nl += 2;
-        }
-        smpp[ns] = sm;
-        ns++;
+        Label li = PERFTOOLS__PROFILES__LABEL__INIT;
+        lab[nl] = li;
+        lab[nl].key = k_trace;
+        lab[nl].str = S(hex[r->context]);
+        lab[nl + 1] = li;
+        lab[nl + 1].key = k_span;
+        lab[nl + 1].str = S(hex[r->context] + 33);
+        labp[nl] = &lab[nl];
+        labp[nl + 1] = &lab[nl + 1];
+        sm->n_label = 2;
+        sm->label = &labp[nl];
+        nl += 2;
+        smpp[ns++] = sm;
     }
 #undef S
     prof.n_sample = ns;
@@ -330,6 +353,8 @@ out:
     free(labp);
     free(locids);
     free(hex);
+    free(sw0);
+    free(sc0);
     free(raw);
     return rc;
 }

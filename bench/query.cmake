@@ -1,0 +1,5 @@
+# The query layer's benchmark (bench-query.c): merged profile and diff latency.
+if(TARGET fp_query)
+  add_executable(bench-query bench-query.c)
+  target_link_libraries(bench-query PRIVATE fp_query m)
+endif()
