@@ -11,3 +11,13 @@ fp_test(test-collector-agent LABELS "collector;kafka;e2e" LIBS ${COL_TEST_LIBS}
 foreach(t test-collector test-collector-kafka test-collector-outage test-collector-agent)
   add_dependencies(${t} fleetprof-collector)
 endforeach()
+# The end-to-end test runs the real agent: `fleetprof run` + libfleetprof.so + fp-work (or
+# fp-work-linked under sanitizers). It fails with "agent not built" when they are missing.
+foreach(dep fleetprof fleetprof_agent fp-work fp-work-linked)
+  if(TARGET ${dep})
+    add_dependencies(test-collector-agent ${dep})
+  endif()
+endforeach()
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  target_compile_definitions(test-collector-agent PRIVATE FP_SANITIZED)
+endif()

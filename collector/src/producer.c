@@ -49,6 +49,7 @@ struct col_producer {
     slot_t *ring;       /* in-flight records in production order */
     uint64_t cap, head, tail;
     uint64_t inflight, inflight_bytes;
+    uint64_t n_failed; /* failed reports of the current round, replayed at the rewind */
     int failed, waiting, paused, closing;
     uint64_t last_err_log_ns;
 };
@@ -71,7 +72,8 @@ static int log_allowed(col_producer_t *p) {
 
 static void update_gauges(col_producer_t *p) {
     col_gauge_set(&col_metrics.inflight, p->inflight);
-    col_gauge_set(&col_metrics.spool_pending, p->inflight + col_spool_unread(p->spool));
+    col_gauge_set(&col_metrics.spool_pending,
+                  p->inflight + p->n_failed + col_spool_unread(p->spool));
 }
 
 /* Advances the ring head over delivered slots and commits the spool up to the first
@@ -104,6 +106,7 @@ static void rewind_spool(col_producer_t *p) {
     col_spool_rewind(p->spool, pos, again);
     p->head = p->tail = 0;
     p->failed = 0;
+    p->n_failed = 0;
     p->waiting = 1;
     col_count(&col_metrics.kafka_rewinds, 1);
     CM_WARN("msg=\"delivery failed; replaying from the spool\" records=%" PRIu64
@@ -147,6 +150,7 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     } else {
         s->state = SLOT_FAILED;
         p->failed = 1;
+        p->n_failed++;
         col_count(&col_metrics.kafka_delivery_errors, 1);
         if (log_allowed(p))
             CM_WARN("msg=\"delivery failed, will replay from the spool\" err=%s reason=\"%s\"",
