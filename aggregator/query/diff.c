@@ -117,6 +117,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     uint32_t *stamp = calloc((size_t)nk + 1, sizeof *stamp);
     size_t *rstart = calloc((size_t)p->n_replicates + 1, sizeof *rstart);
     size_t *order = NULL; /* rows by replicate; NULL when they already are in that order */
+    uint32_t *leafk = malloc(((size_t)p->n_stacks + 1) * sizeof *leafk); /* leaf function */
     uint64_t *sw = calloc((size_t)p->n_stacks + 1, sizeof *sw); /* per stack sums */
     uint64_t *sc = calloc((size_t)p->n_stacks + 1, sizeof *sc);
     double *v = calloc((size_t)nk + 1, sizeof *v);
@@ -131,13 +132,16 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     s->pair_off = calloc((size_t)p->n_replicates + 2, sizeof(uint32_t));
     s->scale = malloc(((size_t)p->n_replicates + 1) * sizeof(double));
     if (!s->present || !s->pair_off || !s->scale ||
-        !uoff || !uniq || !stamp || !rstart || !sw || !sc || !v || !touched || !s->sum_incl ||
+        !uoff || !uniq || !stamp || !rstart || !leafk || !sw || !sc || !v || !touched || !s->sum_incl ||
         !s->sum_self || !s->cnt_incl || !s->cnt_self || !s->sx || !s->sxx)
         goto out;
     /* distinct functions per stack: recursion counted once */
     uint32_t nu = 0;
     for (uint32_t st = 0; st < p->n_stacks; st++) {
         uoff[st] = nu;
+        leafk[st] = p->stack_off[st] == p->stack_off[st + 1]
+                        ? AGG_NONE
+                        : fmap[p->stack_frames[p->stack_off[st + 1] - 1]];
         for (uint32_t k = p->stack_off[st]; k < p->stack_off[st + 1]; k++) {
             uint32_t f = fmap[p->stack_frames[k]];
             if (stamp[f] != st + 1) {
@@ -176,7 +180,6 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         s->work += work;
         for (size_t k = rstart[r]; k < rstart[r + 1]; k++) {
             const agg_row_t *row = &p->rows[order ? order[k] : k];
-            uint32_t a = p->stack_off[row->stack], b = p->stack_off[row->stack + 1];
             double w = (double)row->weight;
             sw[row->stack] += row->weight;
             sc[row->stack] += row->count;
@@ -191,8 +194,8 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
                     }
                     v[f] += w;
                 }
-            } else if (a != b) {
-                uint32_t leaf = fmap[p->stack_frames[b - 1]];
+            } else if (leafk[row->stack] != AGG_NONE) {
+                uint32_t leaf = leafk[row->stack];
                 if (stamp[leaf] != r + 1) {
                     stamp[leaf] = r + 1;
                     touched[nt++] = leaf;
@@ -230,6 +233,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     }
     rc = 0;
 out:
+    free(leafk);
     free(sw);
     free(sc);
     free(uoff);
