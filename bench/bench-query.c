@@ -4,7 +4,7 @@
  * the call used (what it costs on an idle core when other work shares the machine).
  * Not a ctest: run it on its own.
  *
- *   bench-query [runs]     (default 30)
+ *   bench-query [runs] [--seal]    (default 30 runs; --seal: per-stack sums cached first)
  *
  * Workload: 100 processes at 100 Hz for 10 s = 100,000 samples per bucket, spread over 10,000
  * stacks with Zipf(1.0) popularity (depth 10-40 over 3,000 functions, a layered call graph)
@@ -128,6 +128,9 @@ int main(int argc, char **argv) {
     double t0 = now_ms();
     agg_profile_t *base = build(1, 0), *test = build(2, 0.10);
     double t1 = now_ms();
+    int sealed = argc > 2 && strcmp(argv[2], "--seal") == 0;
+    if (sealed && (agg_profile_seal(base) || agg_profile_seal(test)))
+        return 1;
     uint64_t w, c;
     agg_profile_totals(base, &w, &c, NULL);
     printf("profile: %u stacks, %u functions, %u replicates, %zu rows, %.1f M samples per side; "
@@ -188,6 +191,7 @@ int main(int argc, char **argv) {
     report("pprof export (gzipped)", tp, np);
     report("merged profile, CPU time", cm, runs);
     report("diff, CPU time", cd, runs);
+    printf("per-stack sums cached (agg_profile_seal): %s\n", sealed ? "yes" : "no");
     printf("tree nodes %zu; diff: %zu regressions, first entry %s\n", nodes, regressions, first);
     agg_profile_free(base);
     agg_profile_free(test);

@@ -321,7 +321,40 @@ static void test_diff_json(void) {
     agg_profile_free(t);
 }
 
+/* The CI gate and the text report on a planted regression (+10 % of the total) and a null. */
+static void test_gate_and_print(void) {
+    workload_t w;
+    workload_make(&w, 9);
+    agg_profile_t *b = side_make(&w, 21, 60, 0), *t = side_make(&w, 22, 60, 0.10);
+    agg_diff_t d;
+    CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+    char why[256];
+    CHECK_EQ(agg_diff_gate(&d, 5.0, why, sizeof why), 1);
+    CHECKF(strstr(why, "planted_fn regressed by ") != NULL, "%s", why);
+    CHECK_EQ(agg_diff_gate(&d, 20.0, why, sizeof why), 0); /* +10 % < 20 % */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    agg_diff_print(f, &d, 3);
+    fclose(f);
+    printf("%s", buf);
+    CHECK(strstr(buf, "samples: base ") && strstr(buf, "in 60 replicates"));
+    CHECK(strstr(buf, "1 regressions, 0 improvements"));
+    CHECKF(strstr(buf, "\nregression ") && strstr(buf, "new") && strstr(buf, "planted_fn\n"), "%s",
+           buf);
+    free(buf);
+    agg_diff_free(&d);
+    agg_profile_free(t);
+    t = side_make(&w, 23, 60, 0);
+    CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+    CHECK_EQ(agg_diff_gate(&d, 1.0, why, sizeof why), 0);
+    agg_diff_free(&d);
+    agg_profile_free(b);
+    agg_profile_free(t);
+}
+
 static const tr_test_t tests[] = {
+    {"gate_and_print", test_gate_and_print},
     {"perfview_example", test_perfview_example},
     {"diff_errors", test_diff_errors},
     {"planted_regression", test_planted_regression},

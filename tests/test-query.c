@@ -521,7 +521,52 @@ static void test_welch_bh(void) {
         CHECKF(fabs(q[i] - want[i]) < 1e-12, "q[%d] = %g", i, q[i]);
 }
 
+static void test_seal_and_print(void) {
+    fixture_t x = fixture();
+    CHECK_EQ(agg_profile_seal(x.p), 0);
+    CHECK(x.p->stack_weight != NULL);
+    agg_top_t t;
+    CHECK_EQ(agg_top_compute(x.p, AGG_SORT_SELF, 0, &t), 0);
+    CHECK_EQ(t.total, 75);
+    CHECK_EQ(t.entries[0].self, 40);
+    agg_top_free(&t);
+    /* adding after sealing drops the cache: the views see the new row */
+    CHECK_EQ(agg_profile_add(x.p, 0, 25, 25000, 0, 0), 0);
+    CHECK(x.p->stack_weight == NULL);
+    CHECK_EQ(agg_top_compute(x.p, AGG_SORT_SELF, 0, &t), 0);
+    CHECK_EQ(t.total, 100);
+    CHECK_EQ(t.entries[0].self, 65);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    agg_top_print(f, x.p, &t);
+    fclose(f);
+    CHECKF(strstr(buf, "cpu: total 100ns, 100 samples, 6 functions\n") != NULL, "%s", buf);
+    CHECKF(strstr(buf, "65ns  65.00%       68ns  68.00%         68  malloc  [libc.so.6]\n"), "%s",
+           buf);
+    free(buf);
+    agg_top_free(&t);
+    agg_tree_t tr;
+    CHECK_EQ(agg_tree_compute(x.p, 0.1, 0, &tr), 0);
+    f = open_memstream(&buf, &len);
+    agg_tree_print(f, x.p, &tr);
+    fclose(f);
+    CHECKF(strstr(buf, "     100ns 100.00%        0ns    main\n") != NULL, "%s", buf);
+    CHECKF(strstr(buf, "      (other)\n") != NULL, "%s", buf);
+    free(buf);
+    agg_tree_free(&tr);
+    char v[32];
+    agg_format_value(CM_EV_CPU, 1.25e9, v, sizeof v);
+    CHECK(!strcmp(v, "1.25s"));
+    agg_format_value(CM_EV_CPU, 830e6, v, sizeof v);
+    CHECK(!strcmp(v, "830.0ms"));
+    agg_format_value(CM_EV_ALLOC, 3 << 20, v, sizeof v);
+    CHECK(!strcmp(v, "3.00MB"));
+    agg_profile_free(x.p);
+}
+
 static const tr_test_t tests[] = {
+    {"seal_and_print", test_seal_and_print},
     {"builder_errors", test_builder_errors},
     {"top", test_top},
     {"callers", test_callers},

@@ -18,6 +18,8 @@ struct agg_idtab {
     size_t cap, n;
 };
 
+static void unseal(agg_profile_t *p);
+
 typedef int (*eq_fn)(const agg_profile_t *p, uint32_t id, const void *key);
 
 static agg_idtab_t *idtab_new(void) { return calloc(1, sizeof(agg_idtab_t)); }
@@ -132,6 +134,8 @@ void agg_profile_free(agg_profile_t *p) {
     free(p->stack_off);
     free(p->stack_frames);
     free(p->rows);
+    free(p->stack_weight);
+    free(p->stack_count);
     free(p->replicates);
     free(p->contexts);
     idtab_free(p->tab_strings);
@@ -214,6 +218,8 @@ int64_t agg_profile_stack(agg_profile_t *p, const uint32_t *frames, uint32_t n) 
     uint32_t id = idtab_find(p->tab_stacks, p, h, stack_eq, &k);
     if (id != AGG_NONE)
         return id;
+    if (p->stack_weight)
+        unseal(p);
     size_t used = p->stack_off[p->n_stacks];
     if (grow32((void **)&p->stack_off, 4, &p->cap_stacks, (size_t)p->n_stacks + 2) ||
         grow32((void **)&p->stack_frames, 4, &p->cap_stack_frames, used + n + 1) ||
@@ -271,8 +277,31 @@ int64_t agg_profile_context(agg_profile_t *p, const uint8_t trace_id[16], const 
     return p->n_contexts++;
 }
 
+static void unseal(agg_profile_t *p) {
+    free(p->stack_weight);
+    free(p->stack_count);
+    p->stack_weight = p->stack_count = NULL;
+}
+
+int agg_profile_seal(agg_profile_t *p) {
+    unseal(p);
+    uint64_t *w = malloc(((size_t)p->n_stacks + 1) * sizeof *w);
+    uint64_t *c = malloc(((size_t)p->n_stacks + 1) * sizeof *c);
+    if (!w || !c) {
+        free(w);
+        free(c);
+        return CM_ENOMEM;
+    }
+    agg_profile_stack_sums(p, w, c);
+    p->stack_weight = w;
+    p->stack_count = c;
+    return 0;
+}
+
 int agg_profile_add(agg_profile_t *p, uint32_t stack, uint64_t weight, uint64_t count,
                     uint32_t replicate, uint32_t context) {
+    if (p->stack_weight)
+        unseal(p);
     if (stack >= p->n_stacks || replicate >= p->n_replicates || context >= p->n_contexts)
         return CM_ERANGE;
     if (grow((void **)&p->rows, sizeof *p->rows, &p->cap_rows, p->n_rows + 1))
@@ -299,6 +328,13 @@ void agg_profile_totals(const agg_profile_t *p, uint64_t *weight, uint64_t *coun
 }
 
 void agg_profile_stack_sums(const agg_profile_t *p, uint64_t *weight, uint64_t *count) {
+    if (p->stack_weight) {
+        if (weight)
+            memcpy(weight, p->stack_weight, (size_t)p->n_stacks * sizeof *weight);
+        if (count)
+            memcpy(count, p->stack_count, (size_t)p->n_stacks * sizeof *count);
+        return;
+    }
     if (weight)
         memset(weight, 0, (size_t)p->n_stacks * sizeof *weight);
     if (count)

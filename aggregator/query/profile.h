@@ -70,6 +70,7 @@ typedef struct agg_profile {
     agg_context_t *contexts; /* contexts[0] is the zero context */
     uint32_t n_contexts;
     uint64_t time_start_ns, time_end_ns; /* covered time range, 0 when unknown (pprof) */
+    uint64_t *stack_weight, *stack_count; /* per-stack sums after agg_profile_seal(), or NULL */
     /* private */
     uint32_t cap_frames, cap_stacks, cap_stack_frames, cap_replicates, cap_contexts;
     size_t cap_rows;
@@ -107,6 +108,11 @@ int agg_profile_add(agg_profile_t *p, uint32_t stack, uint64_t weight, uint64_t 
  * hex, work = the chunk's interval in seconds. Frames are named as `fleetprof fold` names them
  * (function name, else "module+0xaddr", else "0xaddr"). Returns 0 or a CM_E* code. */
 int agg_profile_add_chunk(agg_profile_t *p, const cm_chunk_t *c);
+
+/* Computes and keeps the per-stack sums, so that every later view skips a pass over the rows.
+ * Call once the profile is built (before sharing it between threads); adding a stack or a row
+ * afterwards drops the cache. Returns 0 or CM_ENOMEM (the profile stays usable unsealed). */
+int agg_profile_seal(agg_profile_t *p);
 
 /* Sums: total weight and count over all rows, total work over all replicates. */
 void agg_profile_totals(const agg_profile_t *p, uint64_t *weight, uint64_t *count, double *work);

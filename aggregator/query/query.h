@@ -7,6 +7,7 @@
 #include "diff.h"
 #include "export.h"
 #include "filter.h"
+#include "print.h"
 #include "profile.h"
 #include "span.h"
 #include "stats.h"
