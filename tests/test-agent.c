@@ -29,6 +29,11 @@ static const int sanitized = 1;
 #else
 static const int sanitized = 0;
 #endif
+#ifdef FP_TSAN
+static const int tsan = 1;
+#else
+static const int tsan = 0;
+#endif
 
 /* ---- running programs ---- */
 
@@ -311,8 +316,9 @@ static void test_fold(void) {
 static void test_threads_rate(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
     prog_path("fp-work-linked", prog, sizeof prog);
+    /* A generous budget: this checks the controller alone (sanitizers slow the agent). */
     const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_CPU_RATE=100",
-                         "FLEETPROF_CPU_HZ=1000", NULL};
+                         "FLEETPROF_CPU_HZ=1000", "FLEETPROF_CPU_BUDGET=50", NULL};
     const char *argv[] = {prog, "threads", "4", "6", NULL};
     int st = run(env, argv, 60, out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -365,8 +371,24 @@ static void test_wall(void) {
     int st = run(env, argv, 60, out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     chunks_t *cs = load(dir);
-    tot_t sl = total(cs, CM_EV_WALL, "sleeper", 0), burn = total(cs, CM_EV_WALL, "burn_for", 0);
+    tot_t sl = {0, 0}, burn = total(cs, CM_EV_WALL, "burn_for", 0);
+    uint64_t sl_fn = 0; /* sleeper samples whose stack shows the sleeper function */
+    for (int i = 0; i < cs->n; i++) { /* the sleeping thread, by its name */
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_WALL];
+        for (uint32_t r = 0; r < s->n; r++) {
+            uint32_t th = CM_COL(s, thread, r);
+            if (!c->dict.thread_name || strcmp(c->dict.strings[c->dict.thread_name[th]].ptr, "sleeper"))
+                continue;
+            sl.weight += s->weight[r];
+            sl.samples++;
+            sl_fn += stack_has(&c->dict, s->stack[r], "sleeper");
+        }
+    }
     uint64_t eintr = out_u64(out, "eintr=");
+    /* Under TSan the stack ends in its nanosleep interceptor, built without frame pointers. */
+    CHECKF(tsan || sl_fn == sl.samples, "%llu of %llu sleeper samples show sleeper()",
+           (unsigned long long)sl_fn, (unsigned long long)sl.samples);
     printf("# wall: sleeper %.3f s in %llu samples, burner %.3f s, eintr=%llu\n",
            (double)sl.weight / 1e9, (unsigned long long)sl.samples, (double)burn.weight / 1e9,
            (unsigned long long)eintr);
@@ -381,7 +403,8 @@ static void test_wall(void) {
         const cm_samples_t *s = &c->samples[CM_EV_WALL];
         for (uint32_t r = 0; r < s->n; r++) {
             int on = (CM_COL(s, flags, r) & CM_SF_ON_CPU) != 0;
-            if (stack_has(&c->dict, s->stack[r], "sleeper"))
+            uint32_t th = CM_COL(s, thread, r);
+            if (c->dict.thread_name && !strcmp(c->dict.strings[c->dict.thread_name[th]].ptr, "sleeper"))
                 sl_on += on;
             else if (stack_has(&c->dict, s->stack[r], "burn_for"))
                 b_on += on;
@@ -522,6 +545,13 @@ static void test_fork(void) {
     for (int i = 0; i < cs->n; i++)
         if (cs->c[i]->header.pid != (uint32_t)pr.pid)
             child = cs->c[i]->header.pid;
+    if (tsan) { /* TSan forbids new threads in the child: the agent stops there (README) */
+        CHECKF(child == 0, "chunks from a child under TSan");
+        CHECK(total(cs, CM_EV_CPU, "burn_b", (uint32_t)pr.pid).samples >= 50);
+        free_chunks(cs);
+        rmrf(dir);
+        return;
+    }
     CHECKF(child != 0, "no chunk from the child");
     tot_t cw = total(cs, CM_EV_CPU, "child_work", child);
     tot_t cw_parent = total(cs, CM_EV_CPU, "child_work", (uint32_t)pr.pid);
@@ -799,7 +829,8 @@ static void test_cli_run(void) {
 static void test_controller_step(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[256];
     prog_path("fp-work-linked", prog, sizeof prog);
-    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_CPU_RATE=100", NULL};
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_CPU_RATE=100",
+                         "FLEETPROF_CPU_BUDGET=50", NULL};
     const char *argv[] = {prog, "step", "4", "8", "4", NULL};
     CHECK(run(env, argv, 90, out, sizeof out) == 0);
     chunks_t *cs = load(dir);
@@ -828,8 +859,38 @@ static void test_controller_step(void) {
     }
     printf("# step: rate before %.1f/s, 5-8 s after the step %.1f/s (target 100)\n",
            before / 3.0, after / 3.0);
-    CHECKF(before / 3.0 > 70 && before / 3.0 < 140, "rate before the step %.1f", before / 3.0);
-    CHECKF(after / 3.0 > 70 && after / 3.0 < 140, "rate 5-8 s after the step %.1f", after / 3.0);
+    /* Without control the rate would double (or more) at the step and stay there; the band
+     * is wide because CPU available to the test varies at sub-second scale on a shared box. */
+    CHECKF(before / 3.0 > 55 && before / 3.0 < 150, "rate before the step %.1f", before / 3.0);
+    CHECKF(after / 3.0 > 55 && after / 3.0 < 150, "rate 5-8 s after the step %.1f", after / 3.0);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* CPU budget: with a budget far below what the set point costs, the agent lowers its rate,
+ * counts DROP_OVER_BUDGET, and the estimate of CPU time stays unbiased. */
+static void test_budget(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_CPU_RATE=1000",
+                         "FLEETPROF_CPU_HZ=1000", "FLEETPROF_CPU_BUDGET=0.01", NULL};
+    const char *argv[] = {prog, "threads", "2", "6", NULL};
+    CHECK(run(env, argv, 60, out, sizeof out) == 0);
+    uint64_t cpu = out_u64(out, "cpu_ns=");
+    chunks_t *cs = load(dir);
+    tot_t all = total(cs, CM_EV_CPU, NULL, 0);
+    const cm_chunk_t *last = cs->c[cs->n - 2]; /* last full interval */
+    double rate = last->samples[CM_EV_CPU].n /
+                  ((double)(last->header.end_unix_ns - last->header.start_unix_ns) / 1e9);
+    uint64_t ob = drops(cs, CM_DROP_OVER_BUDGET);
+    double est = (double)all.weight / (double)cpu;
+    printf("# budget 0.01%%: rate %.1f/s (set point 1000), %llu over-budget drops, weight/cpu %.3f, "
+           "target in header %u\n",
+           rate, (unsigned long long)ob, est, last->header.sampling[0].target_per_sec);
+    CHECKF(rate < 300, "rate %.1f/s despite the budget", rate);
+    CHECK(ob > 0);
+    CHECK(last->header.sampling[0].target_per_sec < 1000);
+    CHECKF(est > 0.8 && est < 1.2, "weights/cpu %.3f", est);
     free_chunks(cs);
     rmrf(dir);
 }
@@ -852,6 +913,7 @@ static const tr_test_t tests[] = {
     {"preload", test_preload},
     {"cli_run", test_cli_run},
     {"controller_step", test_controller_step},
+    {"budget", test_budget},
     {0, 0},
 };
 

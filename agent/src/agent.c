@@ -9,7 +9,9 @@
  * fork: pthread_atfork prepare takes the registry, label and bg work locks (so no agent lock
  * is held, and no agent state is half-updated, at the instant of fork); the parent releases
  * them; the child reinitialises them, takes a new identity (pid, sequence 0, fresh eventfd),
- * keeps only the forking thread's slot and starts a fresh background thread.
+ * keeps only the forking thread's slot and starts a fresh background thread. With
+ * FLEETPROF_FORK=stop (automatic under ThreadSanitizer, which forbids threads in such a child)
+ * the child stops profiling instead.
  * exec: LD_PRELOAD stays in the environment, so the new image loads and starts the agent
  * again; the chunk being built at exec time is lost (exec runs no destructors).
  */
@@ -18,6 +20,7 @@
 #include "cm/log.h"
 #include "fleetprof.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +78,13 @@ static void atfork_child(void) {
         return;
     ag_context_after_fork_child();
     ag_bg_after_fork_child();
+    /* ThreadSanitizer kills a multi-threaded process's child that starts a thread. */
+    if (!ag.cfg.fork_follow || dlsym(RTLD_DEFAULT, "__tsan_init") != NULL) {
+        atomic_store(&ag.running, 0); /* no timers survive fork; handlers now return at once */
+        ag_thread_after_fork_child();
+        ag_signal_sigterm_restore();
+        return;
+    }
     ag.pid = getpid();
     ag.process_start_ns = ag_now_real();
     atomic_store(&ag.requests, 0);

@@ -13,6 +13,7 @@
  * allows the agent ~0.5 ms/s at a 1% budget).
  */
 #include "internal.h"
+#include "hooks.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -112,7 +113,7 @@ static int thread_on_cpu(pid_t tid) {
 
 static int wall_reuse(ag_thread_t *t, pid_t tid, uint64_t weight) {
     uint64_t after = atomic_load(&t->wall_cpu_after);
-    if (!t->wall_rec || !t->wall_rec->len || !after)
+    if (!t->wall_rec || !t->wall_rec->len || !after || (t->wall_rec->stack_flags & AG_STF_NO_BOUNDS))
         return 0;
     uint64_t cpu = ag_thread_cpu_ns(tid);
     if (cpu < after || cpu - after > AG_WALL_IDLE_NS)
@@ -153,7 +154,10 @@ static void drain(void) {
         const ag_rec_t *r;
         while ((r = ag_ring_peek(&t->ring)) != NULL) {
             uint32_t len = r->len;
-            ag_builder_add(B.b, t, tid, r);
+            if (r->type >= CM_EV_ALLOC) /* issue 4 hooks: strip hook frames, live heap, paths */
+                ag_hooks_bg_add(B.b, t, tid, r);
+            else
+                ag_builder_add(B.b, t, tid, r);
             if (r->type == CM_EV_WALL && (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))))
                 memcpy(t->wall_rec, r, len);
             ag_ring_release(&t->ring, len);
@@ -227,7 +231,8 @@ static void cut_chunk(void) {
     h.sequence = ag.sequence++;
     h.format_minor = CM_FORMAT_MINOR;
 
-    cm_sampling_t samp[2];
+    ag_hooks_bg_chunk(B.b, end); /* INUSE rows and sub-threshold aggregates */
+    cm_sampling_t samp[5];
     uint32_t ns = 0;
     uint64_t seen[CM_EV_COUNT];
     for (int t = 1; t < CM_EV_COUNT; t++)
@@ -242,6 +247,7 @@ static void cut_chunk(void) {
                                      (uint32_t)(ag.cfg.wall_hz * ag.cfg.wall_threads + 0.5),
                                      seen[CM_EV_WALL] - B.seen0[CM_EV_WALL],
                                      ag_builder_samples(B.b, CM_EV_WALL)};
+    ns += ag_hooks_sampling(B.b, samp + ns, B.seen0);
     h.sampling = samp;
     h.n_sampling = ns;
 
@@ -345,16 +351,18 @@ static void *bg_main(void *arg) {
                 next_wall = now + wall_ns;
         }
         drain();
+        ag_hooks_bg_tick(now); /* ALLOC controller, flood-cap windows */
         if (now >= next_ctl) {
             if (ag.cfg.cpu_rate > 0)
                 control(now);
             next_ctl = now + AG_CTL_DT_NS;
         }
         if (now >= next_scan) {
-            ag_thread_scan();
+            int unresolved = ag_thread_scan();
             drain();
             ag_thread_reap();
-            next_scan = now + AG_SCAN_NS;
+            /* threads still without stack bounds: look again soon */
+            next_scan = now + (unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
         }
         if (now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
             cut_chunk();

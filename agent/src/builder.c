@@ -10,6 +10,7 @@
  * beyond CM_MAX_SAMPLES per type are dropped (DROP_DICT_FULL).
  */
 #include "internal.h"
+#include "hooks.h"
 
 #include "cm/error.h"
 
@@ -105,7 +106,7 @@ static int vec_grow(void **v, uint32_t *cap, size_t elem) {
 }
 
 typedef struct {
-    VEC(uint32_t) stack, thread, context, labels, flags, io_kind, fd_kind;
+    VEC(uint32_t) stack, thread, context, labels, flags, io_kind, fd_kind, target;
     VEC(uint64_t) time, weight, count, size, address;
 } rows_t;
 
@@ -180,7 +181,7 @@ static void reset(ag_builder_t *b) {
         rows_t *r = &b->rows[t];
         r->stack.n = r->thread.n = r->context.n = r->labels.n = r->flags.n = 0;
         r->io_kind.n = r->fd_kind.n = r->time.n = r->weight.n = r->count.n = 0;
-        r->size.n = r->address.n = 0;
+        r->size.n = r->address.n = r->target.n = 0;
     }
     b->failed = 0;
     /* zero entries */
@@ -240,6 +241,7 @@ void ag_builder_free(ag_builder_t *b) {
         VEC_FREE(r->count);
         VEC_FREE(r->size);
         VEC_FREE(r->address);
+        VEC_FREE(r->target);
     }
     map_free(&b->str_map);
     free(b);
@@ -318,8 +320,9 @@ static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
         uintptr_t pc = r->pcs[n - 1 - i];
         locs[i] = intern_location(b, (n - 1 - i) == 0 ? pc : pc - 1);
     }
-    stack_probe_t probe = {locs, n, r->stack_flags};
-    uint64_t key = XXH3_64bits_withSeed(locs, n * sizeof *locs, r->stack_flags);
+    uint32_t sflags = r->stack_flags & CM_STF_TRUNCATED;
+    stack_probe_t probe = {locs, n, sflags};
+    uint64_t key = XXH3_64bits_withSeed(locs, n * sizeof *locs, sflags);
     uint32_t slot, v = map_find(&b->st_map, key, stack_eq, b, &probe, &slot);
     if (v != UINT32_MAX)
         return v;
@@ -331,7 +334,7 @@ static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
         if (VEC_PUSH(b->st_frames, locs[i]) != 0)
             b->failed = 1;
     uint32_t id = b->st_off.n - 1;
-    if (VEC_PUSH(b->st_off, b->st_frames.n) | VEC_PUSH(b->st_flags, r->stack_flags))
+    if (VEC_PUSH(b->st_off, b->st_frames.n) | VEC_PUSH(b->st_flags, sflags))
         b->failed = 1;
     map_put(&b->st_map, slot, key, id);
     return id;
@@ -403,6 +406,12 @@ static uint32_t intern_thread(ag_builder_t *b, pid_t tid) {
 }
 
 void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
+    ag_builder_add_target(b, t, tid, r, NULL);
+}
+
+/* issue 4: target = an IO row's path or peer (NULL: none); tid 0 = no thread (aggregates). */
+void ag_builder_add_target(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_rec_t *r,
+                           const char *target) {
     (void)t;
     if (r->type == 0 || r->type > CM_EV_MAX)
         return;
@@ -412,7 +421,7 @@ void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_r
         return;
     }
     int bad = VEC_PUSH(rw->stack, intern_stack(b, r));
-    bad |= VEC_PUSH(rw->thread, intern_thread(b, tid));
+    bad |= VEC_PUSH(rw->thread, tid ? intern_thread(b, tid) : 0u);
     bad |= VEC_PUSH(rw->context, intern_ctx(b, r->ctx));
     bad |= VEC_PUSH(rw->labels, intern_labels(b, r->labels));
     bad |= VEC_PUSH(rw->flags, (uint32_t)r->flags);
@@ -423,6 +432,7 @@ void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_r
     bad |= VEC_PUSH(rw->count, r->count);
     bad |= VEC_PUSH(rw->size, r->size);
     bad |= VEC_PUSH(rw->address, r->address);
+    bad |= VEC_PUSH(rw->target, target ? intern_str(b, target) : 0u);
     if (bad)
         b->failed = 1;
 }
@@ -529,6 +539,7 @@ int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t
         PERMUTE(uint64_t, r->address.v, perm[t], n, 0ull, s->address, bad);
         PERMUTE(uint32_t, r->io_kind.v, perm[t], n, 0u, s->io_kind, bad);
         PERMUTE(uint32_t, r->fd_kind.v, perm[t], n, 0u, s->fd_kind, bad);
+        PERMUTE(uint32_t, r->target.v, perm[t], n, 0u, s->target, bad);
     }
     if (bad) {
         snprintf(err, err_size, "out of memory while building the chunk");
@@ -551,6 +562,7 @@ int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t
         free(s->address);
         free(s->io_kind);
         free(s->fd_kind);
+        free(s->target);
     }
     reset(b);
     return rc;

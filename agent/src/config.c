@@ -107,6 +107,7 @@ void ag_config_load(ag_config_t *cfg) {
     cfg->wall_threads = 8;
     cfg->cpu_budget = 0.01;
     cfg->controller = 1;
+    cfg->fork_follow = 1;
     cfg->log_level = CM_LOG_WARN;
     snprintf(cfg->collector, sizeof cfg->collector, "%s", CM_DEFAULT_SOCKET);
 
@@ -160,6 +161,13 @@ void ag_config_load(ag_config_t *cfg) {
         cfg->wall_threads = (uint32_t)d;
     if (env_double("FLEETPROF_CPU_BUDGET", 0.01, 100, "1 (percent)", &d))
         cfg->cpu_budget = d / 100.0;
+    v = getenv("FLEETPROF_FORK");
+    if (v && *v) {
+        if (!strcmp(v, "stop"))
+            cfg->fork_follow = 0;
+        else if (strcmp(v, "follow"))
+            invalid("FLEETPROF_FORK", v, "not 'follow' or 'stop'", "follow");
+    }
     v = getenv("FLEETPROF_CONTROLLER");
     if (v && *v) {
         if (!strcmp(v, "0") || !strcmp(v, "off"))

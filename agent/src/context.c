@@ -50,10 +50,13 @@ static lset_t *g_sets[AG_LABEL_SETS + 1]; /* id -> set; id 0 unused */
 static _Atomic uint32_t g_nsets;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void ag_context_read(ag_ctx_slot_t *out) {
+AG_NO_TSAN void ag_context_read(ag_ctx_slot_t *out) {
     sig_atomic_t i = t_ctx.idx;
     atomic_signal_fence(memory_order_acquire);
-    *out = t_ctx.buf[i & 1];
+    const ag_ctx_slot_t *src = &t_ctx.buf[i & 1];
+    for (uint32_t k = 0; k < CM_CONTEXT_SIZE; k++) /* no memcpy: a sanitizer may intercept it */
+        out->ctx[k] = src->ctx[k];
+    out->labels = src->labels;
 }
 
 static void publish(const uint8_t *ctx, uint32_t labels) {

@@ -34,6 +34,9 @@
 #include <time.h>
 
 #define AG_HIDDEN __attribute__((visibility("hidden")))
+/* For libc interposers: a sanitizer runtime may call them (as its "real" function) before it
+ * is initialised, so they must not call into it. */
+#define AG_NO_TSAN __attribute__((no_sanitize("thread")))
 
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
@@ -54,6 +57,7 @@ typedef struct {
     uint32_t wall_threads;     /* max threads signalled per wall tick */
     double cpu_budget;         /* fraction of process CPU the agent may use (0.01 = 1%) */
     int controller;            /* 0: fixed periods */
+    int fork_follow;           /* 1: a fork child profiles itself; 0: it stops (FLEETPROF_FORK) */
     int log_level;
 } ag_config_t;
 
@@ -112,7 +116,7 @@ AG_HIDDEN ag_thread_t *ag_thread_register_self(void);
 AG_HIDDEN ag_thread_t *ag_thread_current(void);
 /* bg: registers threads listed in /proc/self/task and not yet known; retires dead ones (after
  * their rings were drained by the caller); resolves stack bounds of foreign threads. */
-AG_HIDDEN void ag_thread_scan(void);
+AG_HIDDEN int ag_thread_scan(void); /* returns the number of threads without stack bounds */
 /* bg: reaps exited slots whose rings are empty. */
 AG_HIDDEN void ag_thread_reap(void);
 /* Arms every registered thread's CPU timer with period_ns (0 disarms). bg/app. */
@@ -162,6 +166,7 @@ AG_HIDDEN uint32_t ag_unwind_fp(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintpt
 
 /* ---- record.c: the generic sample record ---- */
 #define AG_REC_SKIP 0xffu /* ring padding record */
+#define AG_STF_NO_BOUNDS 0x80000000u /* internal stack flag: leaf only, bounds not known yet */
 #define AG_REC_MAX (sizeof(ag_rec_t) + AG_MAX_DEPTH * sizeof(uintptr_t))
 
 typedef struct ag_rec {

@@ -66,7 +66,7 @@ ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     r->type = (uint8_t)ev->type;
     r->flags = (uint8_t)ev->flags;
     r->depth = (uint16_t)depth;
-    r->stack_flags = truncated ? CM_STF_TRUNCATED : 0;
+    r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (hi ? 0 : AG_STF_NO_BOUNDS);
     r->labels = ctx.labels;
     r->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     r->weight = ev->weight;
@@ -75,7 +75,8 @@ ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     r->address = ev->address;
     r->io_kind = ev->io_kind;
     r->fd_kind = ev->fd_kind;
-    memcpy(r->ctx, ctx.ctx, CM_CONTEXT_SIZE);
+    for (uint32_t k = 0; k < CM_CONTEXT_SIZE; k++) /* no memcpy: a sanitizer may intercept it */
+        r->ctx[k] = ctx.ctx[k];
     ag_ring_commit(&t->ring, len);
     atomic_fetch_add_explicit(&ag_samples_taken, 1, memory_order_relaxed);
     return 0;

@@ -31,7 +31,7 @@ void ag_ring_destroy(ag_ring_t *r) {
     r->buf = NULL;
 }
 
-void *ag_ring_reserve(ag_ring_t *r, uint32_t len) {
+AG_NO_TSAN void *ag_ring_reserve(ag_ring_t *r, uint32_t len) {
     uint64_t size = (uint64_t)r->mask + 1;
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
@@ -50,7 +50,7 @@ void *ag_ring_reserve(ag_ring_t *r, uint32_t len) {
     return r->buf + off;
 }
 
-void ag_ring_commit(ag_ring_t *r, uint32_t len) {
+AG_NO_TSAN void ag_ring_commit(ag_ring_t *r, uint32_t len) {
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     atomic_store_explicit(&r->head, head + len, memory_order_release);
 }

@@ -6,7 +6,8 @@
  * interposers below record it instead of replacing ours, and our handler chains to it for
  * every signal that is not one of ours (ours: SI_TIMER with our sigev tag, or SI_QUEUE from
  * our pid with our wall tag). Under sanitizers the runtime's interceptors sit in front of
- * ours, so chaining is not guaranteed there (documented in agent/README.md).
+ * ours: then the handler is installed directly in libc and no chaining is done (documented in
+ * agent/README.md).
  *
  * The handler (async-signal-safe): saves/restores errno, classifies the signal, and hands
  * the event to ag_record_take() (record.c). Every 64th sample on a thread it also reads the
@@ -33,8 +34,12 @@ static _Atomic(void *) g_app_fn;   /* application's handler for ag_sig (chained)
 static _Atomic int g_app_flags;    /* its sa_flags (SA_SIGINFO) */
 static struct sigaction g_app_act; /* what sigaction(ag_sig, NULL, &old) reports */
 static int g_sigterm_installed;
+static int g_front; /* our sigaction is the one programs call (no sanitizer runtime in front) */
 
-static sigaction_fn real_sigaction(void) {
+extern int ag_sigaction_self(int, const struct sigaction *, struct sigaction *)
+    __attribute__((alias("sigaction"), copy(sigaction), visibility("hidden")));
+
+AG_NO_TSAN static sigaction_fn real_sigaction(void) {
     static _Atomic(sigaction_fn) real;
     sigaction_fn r = atomic_load(&real);
     if (!r) {
@@ -50,7 +55,7 @@ static int global_sigaction(int sig, const struct sigaction *act, struct sigacti
     return f ? f(sig, act, old) : -1;
 }
 
-static void chain(int sig, siginfo_t *si, void *uc) {
+AG_NO_TSAN static void chain(int sig, siginfo_t *si, void *uc) {
     void *fn = atomic_load_explicit(&g_app_fn, memory_order_acquire);
     if (!fn || fn == (void *)SIG_DFL || fn == (void *)SIG_IGN)
         return; /* a stray signal of ours nobody else wants: ignore it */
@@ -60,17 +65,16 @@ static void chain(int sig, siginfo_t *si, void *uc) {
         ((void (*)(int))fn)(sig);
 }
 
-static uint64_t thread_cpu_ns(void) {
+AG_NO_TSAN static uint64_t thread_cpu_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void handler(int sig, siginfo_t *si, void *uc) {
+AG_NO_TSAN static void handler(int sig, siginfo_t *si, void *uc) {
     int saved = errno;
-    ag_event_t ev;
+    ag_event_t ev = {0};
     ag_thread_t *t;
-    memset(&ev, 0, sizeof ev);
     if (si->si_code == SI_TIMER && si->si_value.sival_ptr == AG_TAG_CPU) {
         uint64_t n = 1 + (si->si_overrun > 0 ? (uint64_t)si->si_overrun : 0);
         ev.type = CM_EV_CPU;
@@ -115,6 +119,11 @@ int ag_signal_init(void) {
     sigaction_fn real = real_sigaction();
     if (!real)
         return -ENOSYS;
+    /* A sanitizer runtime in front of us (ASan/TSan interceptors): install the sampling handler
+     * straight into libc, so it runs when the signal arrives (TSan would defer it to a point
+     * where the interrupted stack is gone), and pass the application's calls through. The
+     * whole handler path is compiled without TSan instrumentation (AG_NO_TSAN). */
+    g_front = dlsym(RTLD_DEFAULT, "sigaction") == (void *)ag_sigaction_self;
     for (int s = SIGRTMAX - 3; s >= SIGRTMIN + 2; s--) {
         struct sigaction old;
         if (real(s, NULL, &old) != 0 || old.sa_handler != SIG_DFL)
@@ -124,7 +133,7 @@ int ag_signal_init(void) {
         sa.sa_sigaction = handler;
         sa.sa_flags = SA_SIGINFO | SA_RESTART;
         sigemptyset(&sa.sa_mask);
-        if (global_sigaction(s, &sa, NULL) != 0)
+        if ((g_front ? global_sigaction(s, &sa, NULL) : real(s, &sa, NULL)) != 0)
             continue;
         memset(&g_app_act, 0, sizeof g_app_act);
         g_app_act.sa_handler = SIG_DFL;
@@ -197,14 +206,14 @@ void ag_signal_sigterm_restore(void) {
 
 /* ---- interposers: keep the application's handler for our signal chained behind ours ---- */
 
-__attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction *act,
+AG_NO_TSAN __attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction *act,
                                                      struct sigaction *old) {
     sigaction_fn real = real_sigaction();
     if (!real) {
         errno = ENOSYS;
         return -1;
     }
-    if (!ag_sig || sig != ag_sig)
+    if (!g_front || !ag_sig || sig != ag_sig)
         return real(sig, act, old);
     if (old)
         *old = g_app_act;
@@ -219,7 +228,7 @@ __attribute__((visibility("default"))) int sigaction(int sig, const struct sigac
     return 0;
 }
 
-__attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t h) {
+AG_NO_TSAN __attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t h) {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = h;

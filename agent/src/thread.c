@@ -192,7 +192,7 @@ static void thread_exit(void *arg) {
     pthread_mutex_unlock(&g_lock);
 }
 
-ag_thread_t *ag_thread_current(void) {
+AG_NO_TSAN ag_thread_t *ag_thread_current(void) {
     ag_thread_t *t = t_self;
     if (t)
         return t;
@@ -228,10 +228,11 @@ static int find_stack_mapping(uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
     return found;
 }
 
-void ag_thread_scan(void) {
+int ag_thread_scan(void) {
     DIR *d = opendir("/proc/self/task");
+    int unresolved = 0;
     if (!d)
-        return;
+        return 0;
     pid_t live[AG_MAX_THREADS];
     uint32_t nlive = 0;
     struct dirent *e;
@@ -273,8 +274,10 @@ void ag_thread_scan(void) {
             atomic_store(&t->stack_lo, lo);
             atomic_store(&t->stack_hi, hi);
         }
+        unresolved += !atomic_load(&t->stack_hi);
     }
     pthread_mutex_unlock(&g_lock);
+    return unresolved;
 }
 
 void ag_thread_reap(void) {
@@ -341,7 +344,8 @@ void ag_thread_after_fork_child(void) {
     if (t_self) {
         atomic_store(&t_self->tid, tid);
         t_self->wall_last_ns = ag_now_mono();
-        timer_setup(t_self, tid);
+        if (atomic_load(&ag.running))
+            timer_setup(t_self, tid);
     }
 }
 
@@ -364,7 +368,7 @@ static void *trampoline(void *p) {
 
 /* Interposes libc's pthread_create (LD_PRELOAD, or linked ahead of libc) so new threads
  * register themselves with exact stack bounds before running any code of theirs. */
-static pthread_create_fn real_create(void) {
+AG_NO_TSAN static pthread_create_fn real_create(void) {
     static _Atomic(pthread_create_fn) real;
     pthread_create_fn r = atomic_load(&real);
     if (!r) {
@@ -376,6 +380,22 @@ static pthread_create_fn real_create(void) {
 
 static TLS int t_raw_create;
 
+extern int ag_pthread_create_self(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+    __attribute__((alias("pthread_create"), copy(pthread_create), visibility("hidden")));
+
+/* Is our wrapper the pthread_create programs call? Not when a sanitizer runtime intercepts
+ * first: its thread start routine must run before any instrumented code of ours, so we pass
+ * through and the bg thread's /proc scan registers those threads instead. */
+AG_NO_TSAN static int wrapper_in_front(void) {
+    static _Atomic int front = -1;
+    int f = atomic_load(&front);
+    if (f < 0) {
+        f = dlsym(RTLD_DEFAULT, "pthread_create") == (void *)ag_pthread_create_self;
+        atomic_store(&front, f);
+    }
+    return f;
+}
+
 /* Goes through the global pthread_create (a sanitizer's interceptor must see the thread),
  * which may be our wrapper: t_raw_create tells it not to register the new thread. */
 int ag_thread_create_raw(pthread_t *th, void *(*fn)(void *), void *arg) {
@@ -385,13 +405,13 @@ int ag_thread_create_raw(pthread_t *th, void *(*fn)(void *), void *arg) {
     return rc;
 }
 
-__attribute__((visibility("default"))) int pthread_create(pthread_t *th,
+AG_NO_TSAN __attribute__((visibility("default"))) int pthread_create(pthread_t *th,
                                                           const pthread_attr_t *attr,
                                                           void *(*fn)(void *), void *arg) {
     pthread_create_fn r = real_create();
     if (!r)
         return EAGAIN;
-    if (!atomic_load(&ag.running) || t_raw_create)
+    if (!atomic_load(&ag.running) || t_raw_create || !wrapper_in_front())
         return r(th, attr, fn, arg);
     trampoline_t *tr = malloc(sizeof *tr);
     if (!tr)

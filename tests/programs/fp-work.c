@@ -18,6 +18,7 @@
  * source works linked to libfleetprof or under LD_PRELOAD or without the agent.
  * Built with frame pointers and without inlining of the named functions.
  */
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,7 +32,7 @@
 
 #define NOINLINE __attribute__((noinline))
 
-static volatile uint64_t sink;
+static __thread volatile uint64_t sink; /* per thread: the workload has no data races */
 
 static double now_s(void) {
     struct timespec ts;
@@ -138,6 +139,7 @@ int main(int argc, char **argv) {
         pthread_t th;
         g_secs = secs;
         pthread_create(&th, NULL, sleeper, NULL);
+        pthread_setname_np(th, "sleeper");
         burn_for(secs);
         pthread_join(th, NULL);
         printf("eintr=%d\n", g_eintr);

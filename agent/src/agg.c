@@ -1,0 +1,116 @@
+/* Sub-threshold aggregates of LOCK and IO events: contended lock waits and I/O calls shorter
+ * than their threshold are not shipped one by one but summed per (type, io kind, fd kind,
+ * stack) and shipped at each chunk as rows flagged CM_SF_AGGREGATE (weight: total ns, count:
+ * events in milli-units, size: total bytes). Aggregate rows carry no thread or span context.
+ *
+ * Application side (lock-free, no allocation): one process-wide table of AG_AGG_SLOTS entries
+ * (mmap'ed at startup; stacks up to AG_AGG_DEPTH frames). A slot is claimed once by CAS
+ * (EMPTY -> FILLING -> READY, stack written in between) and then only updated with atomic
+ * adds. When no slot is free within AG_AGG_PROBE probes the event is counted as
+ * DROP_DICT_FULL of its type. Slots are never freed (a process has few distinct contended
+ * sites); the bg thread takes the sums with atomic exchanges at each chunk.
+ */
+#include "hooks.h"
+
+#include <string.h>
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#define AG_AGG_SLOTS 4096
+#define AG_AGG_PROBE 32
+#define AG_AGG_DEPTH 64
+
+typedef struct {
+    _Atomic uint32_t state; /* 0 empty, 1 filling, 2 ready */
+    uint8_t type;
+    uint8_t io_kind, fd_kind;
+    uint16_t depth;
+    uint64_t key;
+    _Atomic uint64_t count, ns, bytes;
+    uintptr_t pcs[AG_AGG_DEPTH];
+} agg_slot_t;
+
+static agg_slot_t *g_agg;
+
+int ag_agg_init(void) {
+    void *m = mmap(NULL, AG_AGG_SLOTS * sizeof(agg_slot_t), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    g_agg = m;
+    return 0;
+}
+
+void ag_agg_add(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind, const uintptr_t *pcs,
+                uint32_t depth, uint64_t ns, uint64_t bytes) {
+    if (!g_agg || depth == 0)
+        return;
+    if (depth > AG_AGG_DEPTH)
+        depth = AG_AGG_DEPTH;
+    uint64_t key = XXH3_64bits_withSeed(pcs, depth * sizeof *pcs,
+                                        (uint64_t)type << 16 | io_kind << 8 | fd_kind);
+    for (uint32_t i = 0; i < AG_AGG_PROBE; i++) {
+        agg_slot_t *s = &g_agg[(key + i) & (AG_AGG_SLOTS - 1)];
+        uint32_t st = atomic_load_explicit(&s->state, memory_order_acquire);
+        if (st == 0) {
+            if (!atomic_compare_exchange_strong(&s->state, &st, 1))
+                continue;
+            s->type = (uint8_t)type;
+            s->io_kind = (uint8_t)io_kind;
+            s->fd_kind = (uint8_t)fd_kind;
+            s->depth = (uint16_t)depth;
+            s->key = key;
+            memcpy(s->pcs, pcs, depth * sizeof *pcs);
+            atomic_store_explicit(&s->state, 2, memory_order_release);
+            st = 2;
+        }
+        if (st != 2 || s->key != key || s->type != type || s->depth != depth ||
+            memcmp(s->pcs, pcs, depth * sizeof *pcs) != 0)
+            continue;
+        atomic_fetch_add_explicit(&s->ns, ns, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
+        return;
+    }
+    ag_drop_count(type, CM_DROP_DICT_FULL, 1);
+}
+
+void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real) {
+    if (!g_agg)
+        return;
+    static uintptr_t buf[(AG_REC_MAX + sizeof(uintptr_t) - 1) / sizeof(uintptr_t)];
+    ag_rec_t *r = (ag_rec_t *)buf;
+    for (uint32_t i = 0; i < AG_AGG_SLOTS; i++) {
+        agg_slot_t *s = &g_agg[i];
+        if (atomic_load_explicit(&s->state, memory_order_acquire) != 2)
+            continue;
+        uint64_t c = atomic_exchange_explicit(&s->count, 0, memory_order_relaxed);
+        if (!c)
+            continue;
+        uint64_t ns = atomic_exchange_explicit(&s->ns, 0, memory_order_relaxed);
+        uint64_t bytes = atomic_exchange_explicit(&s->bytes, 0, memory_order_relaxed);
+        memset(r, 0, sizeof *r);
+        r->type = s->type;
+        r->flags = CM_SF_AGGREGATE;
+        r->depth = s->depth;
+        r->time_ns = now_real;
+        r->weight = ns;
+        r->count = c * CM_COUNT_ONE;
+        r->size = bytes;
+        r->io_kind = s->io_kind;
+        r->fd_kind = s->fd_kind;
+        memcpy(r->pcs, s->pcs, s->depth * sizeof(uintptr_t));
+        r->len = (uint32_t)(sizeof *r + s->depth * sizeof(uintptr_t));
+        ag_builder_add(b, NULL, 0, r);
+    }
+}
+
+void ag_agg_after_fork_child(void) {
+    if (!g_agg)
+        return;
+    for (uint32_t i = 0; i < AG_AGG_SLOTS; i++) { /* the parent's sums are the parent's */
+        atomic_store(&g_agg[i].count, 0);
+        atomic_store(&g_agg[i].ns, 0);
+        atomic_store(&g_agg[i].bytes, 0);
+    }
+}

@@ -1,0 +1,290 @@
+/* Live-heap table: the addresses of sampled allocations that are not freed yet.
+ *
+ * Application side (hooks, lock-free, no allocation): a fixed open-addressing table of
+ * 2^k entries (mmap'ed at startup, FLEETPROF_HEAP_ENTRIES, default 65536) with linear probing
+ * over at most AG_HEAP_PROBE slots. A slot's key goes EMPTY -> BUSY (claimed by CAS) -> addr
+ * (published with release after the value fields) -> TOMB (removed by CAS) -> BUSY (reused).
+ * Slots never return to EMPTY, so a lookup may stop at the first EMPTY slot. A table with no
+ * free slot within the probe window counts DROP_HEAP_TABLE_FULL (type INUSE) and the object
+ * is not tracked. free() first checks a counting filter (2^18 u16 counters indexed by other
+ * hash bits): one load and one branch for a pointer that was never sampled.
+ *
+ * Background side (bg thread only): ag_heap_bg_note keeps each tracked sample's stack (as
+ * drained from the ring, keyed by the record id stored in the table), so stacks survive
+ * across chunks; ag_heap_bg_emit walks the table at each chunk and adds INUSE rows (live bytes
+ * and live objects per stack and allocating thread), then forgets the stacks of freed
+ * entries. A sample whose record was not drained yet shows up in the next chunk.
+ *
+ * fork: the child keeps the table (the parent's objects are live in the child too); a slot
+ * left BUSY by a thread that does not exist in the child only costs one slot.
+ */
+#include "hooks.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#define AG_HEAP_PROBE 64
+#define K_EMPTY 0u
+#define K_BUSY 1u
+#define K_TOMB 2u
+#define FILTER_BITS 18
+
+typedef struct {
+    _Atomic uintptr_t key;
+    uint64_t rid, weight, count;
+} slot_t;
+
+static slot_t *g_tab;
+static uint32_t g_mask;
+static _Atomic uint16_t *g_filter;
+static _Atomic uint64_t g_rid;
+static _Atomic uint32_t g_live;
+
+int ag_heap_init(uint32_t entries) {
+    size_t bytes = (size_t)entries * sizeof(slot_t) + ((size_t)2 << FILTER_BITS);
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    g_tab = m;
+    g_mask = entries - 1;
+    g_filter = (_Atomic uint16_t *)((uint8_t *)m + (size_t)entries * sizeof(slot_t));
+    return 0;
+}
+
+static inline uint64_t mix(uintptr_t p) {
+    uint64_t x = (uint64_t)p * 0x9e3779b97f4a7c15ull;
+    return x ^ (x >> 29);
+}
+
+uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count) {
+    if (!g_tab || ptr <= K_TOMB)
+        return 0;
+    uint64_t h = mix(ptr);
+    uint32_t f = (uint32_t)(h >> (64 - FILTER_BITS));
+    for (uint32_t i = 0; i < AG_HEAP_PROBE; i++) {
+        slot_t *s = &g_tab[(h + i) & g_mask];
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
+        if (k != K_EMPTY && k != K_TOMB)
+            continue;
+        if (!atomic_compare_exchange_strong(&s->key, &k, K_BUSY))
+            continue;
+        uint64_t rid = atomic_fetch_add_explicit(&g_rid, 1, memory_order_relaxed) + 1;
+        s->rid = rid;
+        s->weight = weight;
+        s->count = count;
+        if (atomic_fetch_add_explicit(&g_filter[f], 1, memory_order_relaxed) == UINT16_MAX)
+            atomic_store_explicit(&g_filter[f], UINT16_MAX, memory_order_relaxed); /* stuck */
+        atomic_store_explicit(&s->key, ptr, memory_order_release);
+        atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
+        return rid;
+    }
+    ag_drop_count(CM_EV_INUSE, CM_DROP_HEAP_TABLE_FULL, 1);
+    return 0;
+}
+
+void ag_heap_remove(uintptr_t ptr) {
+    uint64_t h = mix(ptr);
+    uint32_t f = (uint32_t)(h >> (64 - FILTER_BITS));
+    if (AG_LIKELY(!g_filter || !atomic_load_explicit(&g_filter[f], memory_order_relaxed)))
+        return;
+    for (uint32_t i = 0; i < AG_HEAP_PROBE; i++) {
+        slot_t *s = &g_tab[(h + i) & g_mask];
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
+        if (k == K_EMPTY)
+            return;
+        if (k != ptr)
+            continue;
+        if (atomic_compare_exchange_strong(&s->key, &k, K_TOMB)) {
+            uint16_t c = atomic_load_explicit(&g_filter[f], memory_order_relaxed);
+            if (c != UINT16_MAX)
+                atomic_fetch_sub_explicit(&g_filter[f], 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
+        }
+        return;
+    }
+}
+
+uint32_t ag_heap_live(void) { return atomic_load(&g_live); }
+
+/* ---- bg side: record id -> stack ---- */
+
+typedef struct {
+    uint64_t rid; /* 0 = empty */
+    pid_t tid;
+    uint32_t depth, flags;
+    int marked;
+    uintptr_t *pcs;
+} st_t;
+
+static st_t *g_st;
+static uint32_t g_st_cap, g_st_n;
+
+static int st_grow(void) {
+    uint32_t ncap = g_st_cap ? 2 * g_st_cap : 1024;
+    st_t *n = calloc(ncap, sizeof *n);
+    if (!n)
+        return -1;
+    for (uint32_t i = 0; i < g_st_cap; i++) {
+        if (!g_st[i].rid)
+            continue;
+        uint32_t h = (uint32_t)mix(g_st[i].rid) & (ncap - 1);
+        while (n[h].rid)
+            h = (h + 1) & (ncap - 1);
+        n[h] = g_st[i];
+    }
+    free(g_st);
+    g_st = n;
+    g_st_cap = ncap;
+    return 0;
+}
+
+static st_t *st_find(uint64_t rid) {
+    if (!g_st_cap)
+        return NULL;
+    for (uint32_t h = (uint32_t)mix(rid) & (g_st_cap - 1);; h = (h + 1) & (g_st_cap - 1)) {
+        if (g_st[h].rid == rid)
+            return &g_st[h];
+        if (!g_st[h].rid)
+            return NULL;
+    }
+}
+
+void ag_heap_bg_note(const ag_rec_t *r, uint64_t rid, pid_t tid) {
+    if (g_st_n >= 2 * (g_mask + 1u)) { /* bounded: more than the table can hold */
+        ag_drop_count(CM_EV_INUSE, CM_DROP_HEAP_TABLE_FULL, 1);
+        return;
+    }
+    if (2 * (g_st_n + 1) > g_st_cap && st_grow() != 0)
+        return;
+    uintptr_t *pcs = malloc(r->depth * sizeof *pcs + 1);
+    if (!pcs)
+        return;
+    memcpy(pcs, r->pcs, r->depth * sizeof *pcs);
+    uint32_t h = (uint32_t)mix(rid) & (g_st_cap - 1);
+    while (g_st[h].rid)
+        h = (h + 1) & (g_st_cap - 1);
+    g_st[h] = (st_t){rid, tid, r->depth, r->stack_flags, 0, pcs};
+    g_st_n++;
+}
+
+/* per-chunk aggregation of live entries by (stack, thread) */
+typedef struct {
+    uint64_t key;
+    st_t *st;
+    uint64_t weight, count;
+} agg_t;
+
+void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
+    if (!g_tab)
+        return;
+    uint32_t cap = 1024, n = 0;
+    agg_t *a = calloc(cap, sizeof *a);
+    if (!a)
+        return;
+    for (uint32_t i = 0; i <= g_mask; i++) {
+        slot_t *s = &g_tab[i];
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (k <= K_TOMB)
+            continue;
+        uint64_t rid = s->rid, w = s->weight, c = s->count;
+        if (atomic_load_explicit(&s->key, memory_order_acquire) != k)
+            continue; /* freed (and maybe reused) meanwhile */
+        st_t *st = st_find(rid);
+        if (!st)
+            continue; /* its record is not drained yet: next chunk */
+        st->marked = 1;
+        uint64_t key = XXH3_64bits_withSeed(st->pcs, st->depth * sizeof(uintptr_t),
+                                            (uint64_t)st->tid << 8 | st->flags);
+        if (2 * (n + 1) > cap) {
+            agg_t *na = calloc(2 * cap, sizeof *na);
+            if (!na)
+                break;
+            for (uint32_t j = 0; j < cap; j++) {
+                if (!a[j].st)
+                    continue;
+                uint32_t h = (uint32_t)a[j].key & (2 * cap - 1);
+                while (na[h].st)
+                    h = (h + 1) & (2 * cap - 1);
+                na[h] = a[j];
+            }
+            free(a);
+            a = na;
+            cap *= 2;
+        }
+        uint32_t h = (uint32_t)key & (cap - 1);
+        while (a[h].st && !(a[h].key == key && a[h].st->tid == st->tid &&
+                            a[h].st->depth == st->depth &&
+                            !memcmp(a[h].st->pcs, st->pcs, st->depth * sizeof(uintptr_t))))
+            h = (h + 1) & (cap - 1);
+        if (!a[h].st) {
+            a[h].st = st;
+            a[h].key = key;
+            n++;
+        }
+        a[h].weight += w;
+        a[h].count += c;
+    }
+    static uintptr_t buf[(AG_REC_MAX + sizeof(uintptr_t) - 1) / sizeof(uintptr_t)];
+    ag_rec_t *r = (ag_rec_t *)buf;
+    for (uint32_t i = 0; i < cap; i++) {
+        if (!a[i].st)
+            continue;
+        memset(r, 0, sizeof *r);
+        st_t *st = a[i].st;
+        uint32_t d = st->depth > AG_MAX_DEPTH ? AG_MAX_DEPTH : st->depth;
+        r->type = CM_EV_INUSE;
+        r->depth = (uint16_t)d;
+        r->stack_flags = st->flags;
+        r->time_ns = now_real;
+        r->weight = a[i].weight;
+        r->count = a[i].count;
+        memcpy(r->pcs, st->pcs, d * sizeof(uintptr_t));
+        r->len = (uint32_t)(sizeof *r + d * sizeof(uintptr_t));
+        ag_builder_add(b, NULL, st->tid, r);
+    }
+    free(a);
+    /* sweep: stacks of entries no longer live (rids only grow: a rid above the table's last
+     * one seen may belong to an insert racing with this walk, keep those) */
+    uint64_t top = atomic_load(&g_rid);
+    (void)top;
+    for (uint32_t i = 0; i < g_st_cap; i++) {
+        st_t *st = &g_st[i];
+        if (!st->rid)
+            continue;
+        if (st->marked) {
+            st->marked = 0;
+            continue;
+        }
+        free(st->pcs);
+        st->rid = 0;
+        st->pcs = NULL;
+        g_st_n--;
+    }
+    /* deleting from linear probing leaves holes: rebuild in place */
+    st_t *old = g_st;
+    uint32_t ocap = g_st_cap;
+    g_st = NULL;
+    g_st_cap = 0;
+    uint32_t live = g_st_n;
+    g_st_n = 0;
+    if (live == 0 || st_grow() != 0) {
+        free(old);
+        if (live)
+            g_st_n = 0;
+        return;
+    }
+    while (2 * live > g_st_cap && st_grow() == 0)
+        ;
+    for (uint32_t i = 0; i < ocap; i++) {
+        if (!old[i].rid)
+            continue;
+        uint32_t h = (uint32_t)mix(old[i].rid) & (g_st_cap - 1);
+        while (g_st[h].rid)
+            h = (h + 1) & (g_st_cap - 1);
+        g_st[h] = old[i];
+        g_st_n++;
+    }
+    free(old);
+}

@@ -1,0 +1,228 @@
+/* Slow I/O: interposes read, write, pread(64), pwrite(64), readv, writev, recv, recvfrom,
+ * recvmsg, send, sendto, sendmsg, connect, accept, accept4, fsync, fdatasync, open/openat
+ * (and their 64 forms), and close/dup2/dup3 to invalidate the fd description cache.
+ *
+ * Every call is timed with CLOCK_MONOTONIC through the vDSO (~20 ns a read; the coarse clock
+ * resolves only ~4 ms, too coarse against a 10 ms threshold -- see bench/RESULTS-agent-hooks.md).
+ * Calls >= FLEETPROF_IO_THRESHOLD (default 10 ms) are one IO event each (stack, duration,
+ * bytes, io kind, fd kind, path or peer looked up now -- off the hot path -- and cached per
+ * fd), subject to the flood cap. Calls between FLEETPROF_IO_FLOOR (default 50 us) and the
+ * threshold are summed per stack (agg.c); shorter calls are not recorded (unwinding every
+ * fast read would cost more than the read).
+ *
+ * errno is preserved across the bookkeeping. Contract: no locks, no allocation; the guard
+ * (agent threads, slow paths) and FLEETPROF_ENABLED=0 / FLEETPROF_IO=0 make a plain forward.
+ */
+#include "hooks.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static inline int io_on(void) {
+    return AG_LIKELY(atomic_load_explicit(&ag_hooks_state, memory_order_relaxed) > 0) &&
+           ag_hcfg.io_on && !ag_hook_guard;
+}
+
+static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t ns,
+                                                ssize_t bytes) {
+    int saved = errno;
+    ag_thread_t *t = ag_hook_enter();
+    if (!t) {
+        errno = saved;
+        return;
+    }
+    uint64_t b = bytes > 0 ? (uint64_t)bytes : 0;
+    if (ns >= ag_hcfg.io_threshold_ns) {
+        uint32_t m = ag_hook_admit(CM_EV_IO);
+        if (m) {
+            uint32_t fdk = CM_FD_OTHER, id = 0;
+            if (fd >= 0)
+                id = ag_fd_describe(fd, &fdk);
+            ag_event_t ev = {.type = CM_EV_IO,
+                             .flags = m > 1000 ? CM_SF_SUBSAMPLED : 0,
+                             .weight = ns * m / 1000,
+                             .count = m,
+                             .size = b,
+                             .address = id, /* description id, resolved by ag_hooks_bg_add */
+                             .io_kind = kind,
+                             .fd_kind = fdk};
+            ag_hook_record(t, &ev);
+        }
+    } else {
+        uint32_t fdk = fd >= 0 ? ag_fd_kind(fd) : CM_FD_OTHER;
+        uintptr_t pcs[AG_MAX_DEPTH];
+        uint32_t d = ag_hook_unwind(t, pcs, AG_MAX_DEPTH);
+        ag_agg_add(CM_EV_IO, kind, fdk, pcs, d, ns, b);
+    }
+    ag_hook_leave();
+    errno = saved;
+}
+
+#define RESOLVE(var, name)                                                                         \
+    static __typeof__(name) *var;                                                                  \
+    if (AG_UNLIKELY(!var))                                                                         \
+        var = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+
+/* Times call (returning ret_t) on fd: a plain forward when off or fast. */
+#define TIMED(ret_t, kind, fd, call)                                                               \
+    do {                                                                                           \
+        if (!io_on())                                                                              \
+            return call;                                                                           \
+        uint64_t t0_ = ag_hook_clock();                                                            \
+        ret_t r_ = call;                                                                           \
+        uint64_t d_ = ag_hook_clock() - t0_;                                                       \
+        if (AG_UNLIKELY(d_ >= ag_hcfg.io_floor_ns))                                                \
+            io_report((fd), (kind), d_, (ssize_t)r_);                                              \
+        return r_;                                                                                 \
+    } while (0)
+
+AG_EXPORT ssize_t read(int fd, void *buf, size_t n) {
+    RESOLVE(real, read);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n));
+}
+AG_EXPORT ssize_t write(int fd, const void *buf, size_t n) {
+    RESOLVE(real, write);
+    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n));
+}
+AG_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    RESOLVE(real, pread);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off));
+}
+AG_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
+    RESOLVE(real, pread64);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off));
+}
+AG_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    RESOLVE(real, pwrite);
+    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, off));
+}
+AG_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
+    RESOLVE(real, pwrite64);
+    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, off));
+}
+AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n) {
+    RESOLVE(real, readv);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, iov, n));
+}
+AG_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n) {
+    RESOLVE(real, writev);
+    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, iov, n));
+}
+AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int fl) {
+    RESOLVE(real, recv);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, fl));
+}
+AG_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
+                           socklen_t *al) {
+    RESOLVE(real, recvfrom);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, fl, a, al));
+}
+AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
+    RESOLVE(real, recvmsg);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, m, fl));
+}
+AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int fl) {
+    RESOLVE(real, send);
+    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, fl));
+}
+AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
+                         socklen_t al) {
+    RESOLVE(real, sendto);
+    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, fl, a, al));
+}
+AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
+    RESOLVE(real, sendmsg);
+    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, m, fl));
+}
+AG_EXPORT int connect(int fd, const struct sockaddr *a, socklen_t al) {
+    RESOLVE(real, connect);
+    TIMED(int, CM_IO_CONNECT, fd, real(fd, a, al));
+}
+AG_EXPORT int accept(int fd, struct sockaddr *a, socklen_t *al) {
+    RESOLVE(real, accept);
+    TIMED(int, CM_IO_ACCEPT, fd, real(fd, a, al));
+}
+AG_EXPORT int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
+    RESOLVE(real, accept4);
+    TIMED(int, CM_IO_ACCEPT, fd, real(fd, a, al, fl));
+}
+AG_EXPORT int fsync(int fd) {
+    RESOLVE(real, fsync);
+    TIMED(int, CM_IO_SYNC, fd, real(fd));
+}
+AG_EXPORT int fdatasync(int fd) {
+    RESOLVE(real, fdatasync);
+    TIMED(int, CM_IO_SYNC, fd, real(fd));
+}
+
+/* open: the result is the fd; the event carries no fd (-1) and bytes 0. */
+static inline mode_t open_mode(int flags, va_list ap) {
+    return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
+}
+#define OPEN_TIMED(call)                                                                           \
+    do {                                                                                           \
+        if (!io_on())                                                                              \
+            return call;                                                                           \
+        uint64_t t0_ = ag_hook_clock();                                                            \
+        int r_ = call;                                                                             \
+        uint64_t d_ = ag_hook_clock() - t0_;                                                       \
+        if (r_ >= 0)                                                                               \
+            ag_fd_forget(r_);                                                                      \
+        if (AG_UNLIKELY(d_ >= ag_hcfg.io_floor_ns))                                                \
+            io_report(r_ >= 0 ? r_ : -1, CM_IO_OPEN, d_, 0);                                       \
+        return r_;                                                                                 \
+    } while (0)
+
+AG_EXPORT int open(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = open_mode(flags, ap);
+    va_end(ap);
+    RESOLVE(real, open);
+    OPEN_TIMED(real(path, flags, mode));
+}
+AG_EXPORT int open64(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = open_mode(flags, ap);
+    va_end(ap);
+    RESOLVE(real, open64);
+    OPEN_TIMED(real(path, flags, mode));
+}
+AG_EXPORT int openat(int dfd, const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = open_mode(flags, ap);
+    va_end(ap);
+    RESOLVE(real, openat);
+    OPEN_TIMED(real(dfd, path, flags, mode));
+}
+AG_EXPORT int openat64(int dfd, const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = open_mode(flags, ap);
+    va_end(ap);
+    RESOLVE(real, openat64);
+    OPEN_TIMED(real(dfd, path, flags, mode));
+}
+
+AG_EXPORT int close(int fd) {
+    RESOLVE(real, close);
+    ag_fd_forget(fd);
+    return real(fd);
+}
+AG_EXPORT int dup2(int a, int b) {
+    RESOLVE(real, dup2);
+    ag_fd_forget(b);
+    return real(a, b);
+}
+AG_EXPORT int dup3(int a, int b, int fl) {
+    RESOLVE(real, dup3);
+    ag_fd_forget(b);
+    return real(a, b, fl);
+}

@@ -1,0 +1,297 @@
+/* Common machinery of the allocation, lock and I/O hooks: their configuration (environment),
+ * the per-thread reentrancy guard, the record path with t->busy, unwinding from a hook with
+ * the agent's own frames removed, the flood cap for above-threshold events, and the
+ * background-thread side (agent frames stripped from ring records, live-heap bookkeeping,
+ * aggregates and INUSE rows at each chunk, the ALLOC rate controller, flood-cap windows).
+ *
+ * Threads: ag_hook_* run on application threads (hook slow paths, guard set); ag_hooks_bg_*
+ * run on the background thread under bgthread.c's work lock; ag_hooks_init runs in the
+ * constructor. No function here locks or allocates on an application thread.
+ */
+#include "hooks.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+ag_hooks_cfg_t ag_hcfg;
+_Atomic int ag_hooks_state;
+AG_TLS int ag_hook_guard;
+static AG_TLS uint64_t t_rng;
+
+static uintptr_t g_self_lo, g_self_hi; /* our own image, for frame stripping */
+
+/* ---- configuration ---- */
+
+static void invalid(const char *var, const char *val, const char *dflt) {
+    char buf[300];
+    int n = snprintf(buf, sizeof buf, "fleetprof: invalid %s='%.128s'; using the default %s\n",
+                     var, val, dflt);
+    if (n > 0) {
+        ssize_t w = write(STDERR_FILENO, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+        (void)w;
+    }
+}
+
+static double env_num(const char *var, double lo, double hi, double dflt, const char *dtext) {
+    const char *v = getenv(var);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d >= lo && d <= hi)) {
+        invalid(var, v, dtext);
+        return dflt;
+    }
+    return d;
+}
+
+static int env_bool(const char *var, int dflt) {
+    const char *v = getenv(var);
+    if (!v || !*v)
+        return dflt;
+    if (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "no"))
+        return 0;
+    if (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "yes"))
+        return 1;
+    invalid(var, v, dflt ? "1 (on)" : "0 (off)");
+    return dflt;
+}
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    uintptr_t probe = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    if (probe >= lo && probe < hi) {
+        g_self_lo = lo;
+        g_self_hi = hi;
+        return 1;
+    }
+    return 0;
+}
+
+/* Runs in our constructor. The hooks may already have run (the loader and other constructors
+ * allocate): until ag_hooks_state is 1 they only forward. */
+__attribute__((constructor)) void ag_hooks_init(void) {
+    if (atomic_load(&ag_hooks_state) != 0)
+        return;
+    ag_hook_guard++; /* our own setup is never sampled */
+    int on = env_bool("FLEETPROF_ENABLED", 1);
+    ag_hcfg.alloc_on = on && env_bool("FLEETPROF_ALLOC", 1);
+    ag_hcfg.lock_on = on && env_bool("FLEETPROF_LOCK", 1);
+    ag_hcfg.io_on = on && env_bool("FLEETPROF_IO", 1);
+    ag_hcfg.alloc_period = env_num("FLEETPROF_ALLOC_PERIOD", 1, 1e12, 524288, "524288 (bytes)");
+    ag_hcfg.alloc_rate = env_num("FLEETPROF_ALLOC_RATE", 0, 100000, 200, "200 (samples/s)");
+    double he = env_num("FLEETPROF_HEAP_ENTRIES", 64, 1 << 24, 65536, "65536");
+    uint32_t e = 64;
+    while (e < (uint32_t)he)
+        e <<= 1;
+    ag_hcfg.heap_entries = e;
+    ag_hcfg.lock_threshold_ns =
+        (uint64_t)(env_num("FLEETPROF_LOCK_THRESHOLD", 0, 1e6, 10, "10 (ms)") * 1e6);
+    ag_hcfg.io_threshold_ns =
+        (uint64_t)(env_num("FLEETPROF_IO_THRESHOLD", 0, 1e6, 10, "10 (ms)") * 1e6);
+    ag_hcfg.io_floor_ns = (uint64_t)(env_num("FLEETPROF_IO_FLOOR", 0, 1e6, 50, "50 (us)") * 1e3);
+    ag_hcfg.lock_cap = env_num("FLEETPROF_LOCK_RATE", 1, 1e6, 100, "100 (events/s)");
+    ag_hcfg.io_cap = env_num("FLEETPROF_IO_RATE", 1, 1e6, 100, "100 (events/s)");
+    dl_iterate_phdr(find_self, (void *)(uintptr_t)&ag_hooks_init);
+    if (ag_hcfg.alloc_on && ag_heap_init(ag_hcfg.heap_entries) != 0)
+        ag_hcfg.alloc_on = 0; /* no table: no sampling at all rather than half of it */
+    if ((ag_hcfg.lock_on || ag_hcfg.io_on) && ag_agg_init() != 0)
+        ag_hcfg.lock_on = ag_hcfg.io_on = 0;
+    atomic_store(&ag_alloc_period, (uint64_t)ag_hcfg.alloc_period);
+    ag_ctl_init(&ag.ctl[CM_EV_ALLOC], CM_EV_ALLOC, ag_hcfg.alloc_rate, ag_hcfg.alloc_period,
+                4096, 1e10, ag_hcfg.alloc_rate > 0 && !getenv("FLEETPROF_ALLOC_PERIOD"));
+    atomic_store(&ag_hooks_state, on ? 1 : -1);
+    ag_hook_guard--;
+}
+
+void ag_hooks_exclude_self(void) { ag_hook_guard = 1 << 20; }
+
+/* ---- slow-path helpers ---- */
+
+ag_thread_t *ag_hook_enter(void) {
+    if (ag_hook_guard || !atomic_load_explicit(&ag.running, memory_order_relaxed))
+        return NULL;
+    ag_hook_guard++;
+    ag_thread_t *t = ag_thread_current();
+    if (!t)
+        ag_hook_guard--;
+    return t;
+}
+
+void ag_hook_leave(void) { ag_hook_guard--; }
+
+int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
+    t->busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    int rc = ag_record_take(t, ev, NULL);
+    atomic_signal_fence(memory_order_seq_cst);
+    t->busy = 0;
+    return rc;
+}
+
+int ag_hook_is_agent_pc(uintptr_t pc) { return pc >= g_self_lo && pc < g_self_hi; }
+
+__attribute__((noinline)) uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs, uint32_t max) {
+    uintptr_t tmp[AG_MAX_DEPTH];
+    uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t fp = *(const uintptr_t *)sp;
+    uintptr_t lo = atomic_load_explicit(&t->stack_lo, memory_order_relaxed);
+    uintptr_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
+    int trunc = 0;
+    uint32_t n = ag_unwind_fp(pc, fp, sp, lo, hi, tmp, AG_MAX_DEPTH, &trunc);
+    uint32_t k = 0;
+    while (k < n && ag_hook_is_agent_pc(tmp[k]))
+        k++;
+    uint32_t out = 0;
+    for (; k < n && out < max; k++)
+        pcs[out++] = tmp[k];
+    return out;
+}
+
+uint64_t ag_hook_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t ag_hook_rand(void) {
+    uint64_t x = t_rng;
+    if (!x) {
+        x = ag_hook_clock() ^ ((uint64_t)(uintptr_t)&t_rng << 17) ^ 0x9e3779b97f4a7c15ull;
+        if (!x)
+            x = 1;
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t_rng = x;
+    return x;
+}
+
+/* ---- flood protection ----
+ * Above-threshold LOCK and IO events are kept with probability p = min(1, cap / rate), where
+ * rate is an EWMA of the events per second seen in the previous 250 ms windows (bg thread,
+ * ag_hooks_bg_tick). A kept event's weight and count are multiplied by 1/p (rows flagged
+ * CM_SF_SUBSAMPLED when p < 1), so totals stay unbiased: E[kept x 1/p] = seen. Skipped events
+ * are counted as DROP_SUBSAMPLED. */
+static _Atomic uint64_t g_seen[CM_EV_COUNT];   /* above-threshold events, all time */
+static _Atomic uint32_t g_keep_milli[CM_EV_COUNT] = {
+    [CM_EV_LOCK] = 1000, [CM_EV_IO] = 1000}; /* p x 1000 */
+
+uint32_t ag_hook_admit(cm_event_type_t type) {
+    atomic_fetch_add_explicit(&g_seen[type], 1, memory_order_relaxed);
+    uint32_t p = atomic_load_explicit(&g_keep_milli[type], memory_order_relaxed);
+    if (p >= 1000)
+        return 1000;
+    if (p == 0)
+        p = 1;
+    if (ag_hook_rand() % 1000 >= p) {
+        ag_drop_count(type, CM_DROP_SUBSAMPLED, 1);
+        return 0;
+    }
+    return (uint32_t)(1000000u / p);
+}
+
+/* ---- background side ---- */
+
+static struct {
+    uint64_t last_mono, alloc_seen0, seen0[CM_EV_COUNT];
+    double ewma[CM_EV_COUNT];
+} H;
+
+void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
+    static uintptr_t buf[(AG_REC_MAX + sizeof(uintptr_t) - 1) / sizeof(uintptr_t)];
+    ag_hooks_exclude_self(); /* the bg thread: never sampled */
+    ag_rec_t *c = (ag_rec_t *)buf;
+    memcpy(c, r, sizeof *c);
+    uint32_t k = 0;
+    while (k + 1 < r->depth && ag_hook_is_agent_pc(r->pcs[k]))
+        k++; /* the hook's own frames: the caller is the interesting leaf */
+    c->depth = (uint16_t)(r->depth - k);
+    memcpy(c->pcs, r->pcs + k, c->depth * sizeof(uintptr_t));
+    const char *target = NULL;
+    char text[256];
+    if (r->type == CM_EV_ALLOC) {
+        uint64_t rid = (uint64_t)r->io_kind | (uint64_t)r->fd_kind << 32;
+        c->io_kind = c->fd_kind = 0;
+        if (rid)
+            ag_heap_bg_note(c, rid, tid);
+    } else if (r->type == CM_EV_IO) {
+        if (r->address)
+            target = ag_fd_text((uint32_t)r->address, text, sizeof text);
+        c->address = 0;
+    }
+    ag_builder_add_target(b, t, tid, c, target);
+}
+
+void ag_hooks_bg_tick(uint64_t now) {
+    ag_hooks_exclude_self();
+    if (!H.last_mono) {
+        H.last_mono = now;
+        H.alloc_seen0 = atomic_load(&ag_events_seen[CM_EV_ALLOC]);
+        return;
+    }
+    if (now - H.last_mono < 250000000ull)
+        return;
+    double dt = (double)(now - H.last_mono) / 1e9;
+    H.last_mono = now;
+    uint64_t s = atomic_load(&ag_events_seen[CM_EV_ALLOC]);
+    if (ag_hcfg.alloc_on) {
+        double p = ag_ctl_update(&ag.ctl[CM_EV_ALLOC], s - H.alloc_seen0, dt, 1.0);
+        atomic_store(&ag_alloc_period, (uint64_t)p);
+    }
+    H.alloc_seen0 = s;
+    for (int ty = CM_EV_LOCK; ty <= CM_EV_IO; ty++) {
+        uint64_t v = atomic_load(&g_seen[ty]);
+        double rate = (double)(v - H.seen0[ty]) / dt;
+        H.seen0[ty] = v;
+        H.ewma[ty] = H.ewma[ty] == 0 ? rate : 0.5 * H.ewma[ty] + 0.5 * rate;
+        double cap = ty == CM_EV_LOCK ? ag_hcfg.lock_cap : ag_hcfg.io_cap;
+        double p = H.ewma[ty] > cap ? cap / H.ewma[ty] : 1.0;
+        atomic_store(&g_keep_milli[ty], (uint32_t)(p * 1000 + 0.5));
+    }
+}
+
+void ag_hooks_bg_chunk(ag_builder_t *b, uint64_t now_real) {
+    ag_hooks_exclude_self();
+    if (ag_hcfg.alloc_on)
+        ag_heap_bg_emit(b, now_real);
+    if (ag_hcfg.lock_on || ag_hcfg.io_on)
+        ag_agg_bg_emit(b, now_real);
+}
+
+uint32_t ag_hooks_sampling(ag_builder_t *b, cm_sampling_t *out, const uint64_t *seen0) {
+    uint32_t n = 0;
+    if (ag_hcfg.alloc_on)
+        out[n++] = (cm_sampling_t){CM_EV_ALLOC, (uint64_t)ag.ctl[CM_EV_ALLOC].period, 0,
+                                   (uint32_t)(ag_hcfg.alloc_rate + 0.5),
+                                   atomic_load(&ag_events_seen[CM_EV_ALLOC]) - seen0[CM_EV_ALLOC],
+                                   ag_builder_samples(b, CM_EV_ALLOC)};
+    if (ag_hcfg.lock_on)
+        out[n++] = (cm_sampling_t){CM_EV_LOCK, 1, ag_hcfg.lock_threshold_ns,
+                                   (uint32_t)(ag_hcfg.lock_cap + 0.5),
+                                   atomic_load(&ag_events_seen[CM_EV_LOCK]) - seen0[CM_EV_LOCK],
+                                   ag_builder_samples(b, CM_EV_LOCK)};
+    if (ag_hcfg.io_on)
+        out[n++] = (cm_sampling_t){CM_EV_IO, 1, ag_hcfg.io_threshold_ns,
+                                   (uint32_t)(ag_hcfg.io_cap + 0.5),
+                                   atomic_load(&ag_events_seen[CM_EV_IO]) - seen0[CM_EV_IO],
+                                   ag_builder_samples(b, CM_EV_IO)};
+    return n;
+}

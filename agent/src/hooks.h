@@ -1,0 +1,99 @@
+/* Internal interfaces of issue 4's interposers (allocation, live heap, locks, I/O) and their
+ * background-thread side. Included by the hook files and by bgthread.c.
+ *
+ * Contract shared by every hook:
+ *   - A hook's fast path touches only thread-local state and relaxed atomics; it never locks
+ *     and never allocates. Slow paths (a sampled allocation, a contended lock, a slow I/O call)
+ *     run with the thread's reentrancy guard set (ag_hook_enter/leave): anything the agent
+ *     calls from there (malloc, pthread_mutex_lock, read...) is a plain forward.
+ *   - The agent's own threads set the guard for good (ag_hooks_exclude_self), so the agent's
+ *     allocations, locks and I/O are never sampled.
+ *   - With FLEETPROF_ENABLED=0 (or a hook family disabled) every hook is a plain forward.
+ */
+#ifndef AG_HOOKS_H
+#define AG_HOOKS_H
+
+#include "internal.h"
+
+#define AG_TLS __thread __attribute__((tls_model("initial-exec")))
+#define AG_EXPORT __attribute__((visibility("default")))
+#define AG_LIKELY(x) __builtin_expect(!!(x), 1)
+#define AG_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+typedef struct {
+    int alloc_on, lock_on, io_on;  /* families enabled (all 0 when the agent is off) */
+    double alloc_period;           /* initial mean bytes between allocation samples */
+    double alloc_rate;             /* allocation samples/s set point (0: fixed period) */
+    uint32_t heap_entries;         /* live-heap table size (power of two) */
+    uint64_t lock_threshold_ns;    /* waits at or above: one LOCK event each */
+    uint64_t io_threshold_ns;      /* calls at or above: one IO event each */
+    uint64_t io_floor_ns;          /* I/O calls shorter than this are not recorded at all */
+    double lock_cap, io_cap;       /* above-threshold events per second before subsampling */
+} ag_hooks_cfg_t;
+
+AG_HIDDEN extern ag_hooks_cfg_t ag_hcfg;
+/* 0: not decided yet (before the constructor), 1: on, -1: off */
+AG_HIDDEN extern _Atomic int ag_hooks_state;
+AG_HIDDEN extern AG_TLS int ag_hook_guard; /* > 0: inside a hook slow path or agent thread */
+
+/* hooks.c */
+AG_HIDDEN void ag_hooks_init(void);
+/* Enters a slow path: returns the calling thread's slot with the guard set, or NULL (guard
+ * already set, agent not running, thread unknown); on NULL nothing is to be undone. */
+AG_HIDDEN ag_thread_t *ag_hook_enter(void);
+AG_HIDDEN void ag_hook_leave(void);
+/* Records one event through ag_record_take with t->busy set. Returns 0 or -1 (dropped). */
+AG_HIDDEN int ag_hook_record(ag_thread_t *t, const ag_event_t *ev);
+/* Unwinds the caller of the hook (agent frames removed) into pcs. Returns the depth. */
+AG_HIDDEN uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs, uint32_t max);
+/* 1 if pc lies in libfleetprof's own image. */
+AG_HIDDEN int ag_hook_is_agent_pc(uintptr_t pc);
+AG_HIDDEN uint64_t ag_hook_clock(void); /* monotonic ns (vDSO) */
+AG_HIDDEN uint64_t ag_hook_rand(void);  /* per-thread xorshift */
+/* Flood protection for above-threshold LOCK/IO events: returns the weight multiplier in
+ * milli-units (1000 = kept as is, > 1000 = kept for the skipped ones too) or 0 (skip; counted
+ * as DROP_SUBSAMPLED). */
+AG_HIDDEN uint32_t ag_hook_admit(cm_event_type_t type);
+AG_HIDDEN void ag_hooks_exclude_self(void);
+
+/* hook_alloc.c */
+AG_HIDDEN extern _Atomic uint64_t ag_alloc_period; /* bytes, published by the bg thread */
+
+/* heap.c: live-heap table */
+AG_HIDDEN int ag_heap_init(uint32_t entries);
+/* hook: inserts ptr (sampled); returns the record id (> 0) or 0 if the table is full. */
+AG_HIDDEN uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count);
+AG_HIDDEN void ag_heap_remove(uintptr_t ptr); /* hook: cheap when ptr was never sampled */
+AG_HIDDEN uint32_t ag_heap_live(void);         /* entries in the table (tests, reports) */
+/* bg */
+AG_HIDDEN void ag_heap_bg_note(const ag_rec_t *r, uint64_t rid, pid_t tid);
+AG_HIDDEN void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real);
+
+/* agg.c: sub-threshold aggregates (LOCK, IO) */
+AG_HIDDEN int ag_agg_init(void);
+AG_HIDDEN void ag_agg_add(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind,
+                          const uintptr_t *pcs, uint32_t depth, uint64_t ns, uint64_t bytes);
+AG_HIDDEN void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real);
+AG_HIDDEN void ag_agg_after_fork_child(void);
+
+/* fdinfo.c: fd kind and path/peer cache (slow path only) */
+AG_HIDDEN uint32_t ag_fd_kind(int fd);
+/* Describes fd (path or peer) into a small string id for the bg thread; returns the id. */
+AG_HIDDEN uint32_t ag_fd_describe(int fd, uint32_t *kind);
+AG_HIDDEN void ag_fd_forget(int fd); /* close/dup2 */
+/* bg: the text of a description id, or NULL when it was overwritten since. */
+AG_HIDDEN const char *ag_fd_text(uint32_t id, char *buf, size_t size);
+
+/* bg side (hooks.c), called from bgthread.c under its work lock */
+AG_HIDDEN void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
+                               const ag_rec_t *r);
+AG_HIDDEN void ag_hooks_bg_tick(uint64_t now_mono);
+AG_HIDDEN void ag_hooks_bg_chunk(ag_builder_t *b, uint64_t now_real);
+/* Appends the sampling entries of the hook families; returns how many (<= 3). */
+AG_HIDDEN uint32_t ag_hooks_sampling(ag_builder_t *b, cm_sampling_t *out, const uint64_t *seen0);
+
+/* builder.c extension: adds r with a target string (IO path/peer), NULL for none. */
+AG_HIDDEN void ag_builder_add_target(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
+                                     const ag_rec_t *r, const char *target);
+
+#endif
