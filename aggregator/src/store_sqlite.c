@@ -8,7 +8,8 @@
  * SQLite result codes are translated to CM_E* / -errno here and nowhere else.
  *
  * Threading: one handle per thread; processes sharing a file are serialized by SQLite's locks
- * (busy timeout 30 s).
+ * (busy timeout 30 s). Each handle runs a checkpointer thread with its own connection (PASSIVE
+ * checkpoints every 250 ms), so the writer never blocks on checkpoint fsyncs.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "store.h"
@@ -19,6 +20,7 @@
 #include "cm/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,8 +155,47 @@ typedef struct {
     sqlite3_stmt *st[S_COUNT];
     void **order; /* scratch: batch entries in key order */
     size_t order_cap;
+    /* checkpointer: copies the WAL into the database on its own thread and connection, so the
+     * consume thread never waits for the fsyncs of a checkpoint */
+    pthread_t ckpt;
+    int ckpt_running, ckpt_stop;
+    pthread_mutex_t ckpt_mu;
+    pthread_cond_t ckpt_cv;
     char path[4096];
 } sq_store_t;
+
+static void *ckpt_main(void *arg) {
+    sq_store_t *s = arg;
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        CM_WARN("store %s: checkpointer cannot open the database: %s; the writer will "
+                "checkpoint", s->path, db ? sqlite3_errmsg(db) : "out of memory");
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, 100);
+    pthread_mutex_lock(&s->ckpt_mu);
+    while (!s->ckpt_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &ts);
+        if (s->ckpt_stop)
+            break;
+        pthread_mutex_unlock(&s->ckpt_mu);
+        int nlog = 0, nckpt = 0;
+        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &nlog, &nckpt);
+        pthread_mutex_lock(&s->ckpt_mu);
+    }
+    pthread_mutex_unlock(&s->ckpt_mu);
+    sqlite3_close(db);
+    return NULL;
+}
 
 /* Translates a SQLite result code at the module edge. */
 static int sq_err(int rc) {
@@ -209,6 +250,17 @@ static int step(sq_store_t *s, sqlite3_stmt *st) {
 
 static void sq_close(agg_store_t *base) {
     sq_store_t *s = (sq_store_t *)base;
+    if (s->ckpt_running) {
+        pthread_mutex_lock(&s->ckpt_mu);
+        s->ckpt_stop = 1;
+        pthread_cond_signal(&s->ckpt_cv);
+        pthread_mutex_unlock(&s->ckpt_mu);
+        pthread_join(s->ckpt, NULL);
+    }
+    pthread_mutex_destroy(&s->ckpt_mu);
+    pthread_cond_destroy(&s->ckpt_cv);
+    if (s->db)
+        sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
@@ -984,6 +1036,8 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
         return CM_ENOMEM;
     s->base.vt = &sq_vtab;
     snprintf(s->path, sizeof s->path, "%s", path);
+    pthread_mutex_init(&s->ckpt_mu, NULL);
+    pthread_cond_init(&s->ckpt_cv, NULL);
     int src = sqlite3_open_v2(path, &s->db,
                               SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                               NULL);
@@ -1025,6 +1079,11 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
             rc = CM_EFORMAT;
             goto out;
         }
+    }
+    /* the writer no longer checkpoints itself; the checkpointer thread does */
+    if (pthread_create(&s->ckpt, NULL, ckpt_main, s) == 0) {
+        s->ckpt_running = 1;
+        exec(s, "PRAGMA wal_autocheckpoint=0");
     }
     *out = &s->base;
     return 0;

@@ -1,4 +1,5 @@
 /* Aggregator test helpers (see aggtest.h). Single-threaded use. */
+#define _GNU_SOURCE /* sched_setaffinity */
 #include "aggtest.h"
 
 #include "intern.h"
@@ -6,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -52,6 +54,13 @@ pid_t at_agg_start(const char *bootstrap, const char *store_dir, const char *gro
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
+        const char *cpu = getenv("AT_CPU"); /* pin the aggregator (benchmarks: one core) */
+        if (cpu && *cpu) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(atoi(cpu), &set);
+            sched_setaffinity(0, sizeof set, &set);
+        }
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 1);

@@ -11,7 +11,8 @@
 #include <sys/types.h>
 
 /* Starts the aggregator (FLEETPROF_BUILD/aggregator/fleetprof-aggregator) with the common
- * arguments plus extra (NULL-terminated, may be NULL); output goes to log_path.
+ * arguments plus extra (NULL-terminated, may be NULL); output goes to log_path. With AT_CPU=N
+ * in the environment the aggregator runs pinned to CPU N.
  * Returns the child's pid or -1. */
 pid_t at_agg_start(const char *bootstrap, const char *store_dir, const char *group,
                    int http_port, const char *log_path, const char *const *extra);
