@@ -264,6 +264,15 @@ static void cut_chunk(void) {
     h.n_drops = nd;
     uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     h.agent_cpu_ns = a - B.bg_cpu0;
+    CM_DEBUG("chunk %llu: agent cpu %llu ns (bg thread %llu total, handler body %llu ns x %llu, "
+             "signal %llu ns), process cpu %llu ns",
+             (unsigned long long)h.sequence, (unsigned long long)h.agent_cpu_ns,
+             (unsigned long long)clock_ns(CLOCK_THREAD_CPUTIME_ID),
+             (unsigned long long)(atomic_load(&ag_handler_ns_n)
+                                      ? atomic_load(&ag_handler_ns_sum) / atomic_load(&ag_handler_ns_n)
+                                      : 0),
+             (unsigned long long)atomic_load(&ag_handler_ns_n),
+             (unsigned long long)ag.signal_cost_ns, (unsigned long long)(p - B.proc_cpu0));
     h.process_cpu_ns = p - B.proc_cpu0;
 
     uint8_t *frame = NULL;

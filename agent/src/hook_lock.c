@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 
 typedef int (*lk_fn)(void *);
 typedef int (*lkt_fn)(void *, const struct timespec *);
@@ -31,10 +32,14 @@ static struct {
     lkt_fn mutex_timed, rd_timed, wr_timed;
 } L;
 
-static void *sym(const char *name) { return dlsym(RTLD_NEXT, name); }
+static void *sym(void *slot, const char *name) {
+    void *f = dlsym(RTLD_NEXT, name);
+    memcpy(slot, &f, sizeof f);
+    return f;
+}
 
 #define REAL(field, name)                                                                          \
-    (AG_LIKELY(L.field) ? L.field : (L.field = (__typeof__(L.field))sym(name)))
+    (AG_LIKELY(L.field) ? L.field : (__typeof__(L.field))sym(&L.field, name))
 
 static inline int lock_on(void) {
     return AG_LIKELY(atomic_load_explicit(&ag_hooks_state, memory_order_relaxed) > 0) &&
@@ -68,7 +73,7 @@ static __attribute__((noinline)) void lock_report(const void *addr, uint64_t ns)
         uint64_t t0_ = ag_hook_clock();                                                            \
         int rc_ = (call);                                                                          \
         if (rc_ == 0)                                                                              \
-            lock_report((addr), ag_hook_clock() - t0_);                                            \
+            lock_report((const void *)(uintptr_t)(addr), ag_hook_clock() - t0_);                                          \
         return rc_;                                                                                \
     } while (0)
 

@@ -11,10 +11,13 @@
  *   fp-work chain SECS          installs handlers for every candidate RT signal after start,
  *                               sends each to itself, checks every one ran, then burns
  *   fp-work deep DEPTH SECS     burns at the bottom of a DEPTH-deep recursion
+ *   fp-work fixed ITERS N       N threads each run ITERS x 200k iterations of burn_a+burn_b
+ *                               (a fixed amount of work, for overhead benchmarks)
  *   fp-work flush               burns 0.3 s, calls fleetprof_flush(), prints its result,
  *                               burns 0.3 s more
  *
- * Prints "cpu_ns=<process CPU>" at the end. Calls the agent's API through dlsym, so the same
+ * Prints "cpu_ns=<process CPU>" and "rss_kb=<peak RSS>" at the end. Calls the agent's API
+ * through dlsym, so the same
  * source works linked to libfleetprof or under LD_PRELOAD or without the agent.
  * Built with frame pointers and without inlining of the named functions.
  */
@@ -84,6 +87,27 @@ static void burn_for(double secs) {
 }
 
 static double g_secs;
+static long g_iters;
+NOINLINE static void *fixed_thread(void *arg) {
+    (void)arg;
+    for (long i = 0; i < g_iters; i++) {
+        burn_a(200000);
+        burn_b(200000);
+    }
+    return NULL;
+}
+
+static long peak_rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
 NOINLINE static void *burn_thread(void *arg) {
     (void)arg;
     double end = now_s() + g_secs;
@@ -202,6 +226,14 @@ int main(int argc, char **argv) {
             return 6;
     } else if (!strcmp(mode, "deep") && argc > 3) {
         recurse(atoi(argv[2]), atof(argv[3]));
+    } else if (!strcmp(mode, "fixed") && argc > 3) {
+        pthread_t th[64];
+        int n = atoi(argv[3]);
+        g_iters = atol(argv[2]);
+        for (int i = 0; i < n && i < 64; i++)
+            pthread_create(&th[i], NULL, fixed_thread, NULL);
+        for (int i = 0; i < n && i < 64; i++)
+            pthread_join(th[i], NULL);
     } else if (!strcmp(mode, "flush")) {
         burn_for(0.3);
         printf("flush=%d\n", flush ? flush() : -1000);
@@ -210,6 +242,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fp-work: bad arguments\n");
         return 2;
     }
-    printf("cpu_ns=%llu\n", (unsigned long long)cpu_ns());
+    printf("cpu_ns=%llu\nrss_kb=%ld\n", (unsigned long long)cpu_ns(), peak_rss_kb());
     return 0;
 }
