@@ -19,6 +19,7 @@ PKGS=(
   clang llvm libclang-rt-14-dev  # libFuzzer targets and sanitizer runtimes
   maven default-jre-headless  # fetch and run the Kafka broker for tests
   curl netcat-openbsd procps python3
+  gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
 )
 
 missing=()
