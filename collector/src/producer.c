@@ -215,8 +215,10 @@ void col_producer_kick(col_producer_t *p) {
     if (p->failed || p->waiting || p->paused || p->closing)
         return;
     for (int batch = 0;; batch++) {
+        /* The ring also holds delivered slots behind a slow one: bound by its size too. */
         if (p->inflight >= (uint64_t)p->cfg->max_inflight ||
-            p->inflight_bytes >= (uint64_t)p->cfg->max_inflight_bytes)
+            p->inflight_bytes >= (uint64_t)p->cfg->max_inflight_bytes ||
+            p->tail - p->head >= p->cap)
             break;
         if (batch == 64) { /* let the loop serve sockets; continue on the next iteration */
             uv_idle_start(&p->idle, on_idle);

@@ -245,7 +245,8 @@ static int recover(col_spool_t *s, char *errbuf, size_t errbuf_size) {
         ids[nids++] = id;
     }
     closedir(d);
-    qsort(ids, nids, sizeof *ids, cmp_u64);
+    if (nids)
+        qsort(ids, nids, sizeof *ids, cmp_u64);
 
     /* The delivered position from the last run. */
     col_spool_pos_t commit = {0, 0, 0};
