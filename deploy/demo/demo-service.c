@@ -16,6 +16,7 @@
  * Prints the number of requests served per kind at exit. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -140,7 +141,10 @@ static void *worker(void *arg) {
             next.tv_sec++;
             next.tv_nsec -= 1000000000L;
         }
-        if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) != 0)
+        int rc;
+        while ((rc = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL)) == EINTR)
+            ; /* a profiler's (or any) signal handler interrupted the sleep */
+        if (rc != 0)
             break;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -199,8 +203,11 @@ int main(int argc, char **argv) {
     pthread_t th[64];
     for (long i = 0; i < nthreads; i++)
         pthread_create(&th[i], NULL, worker, (void *)i);
-    struct timespec ts = {seconds, 0};
-    nanosleep(&ts, NULL);
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += seconds;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &end, NULL) == EINTR)
+        ; /* signals (a profiler's included) must not cut the run short */
     stop = 1;
     long total[2] = {0, 0}, late = 0;
     for (long i = 0; i < nthreads; i++) {
