@@ -359,7 +359,22 @@ out:
     return rc == CM_ENOMEM ? rc : 0;
 }
 
-static rd_kafka_conf_t *base_conf(const agg_consume_cfg_t *cfg, char *err, size_t err_size) {
+/* Passthrough properties go to both clients, except the consumer-only ones (librdkafka would
+ * warn about them on the DLQ producer). */
+static int consumer_only(const char *key) {
+    static const char *const pre[] = {"session.timeout.ms", "heartbeat.interval.ms",
+                                      "max.poll.interval.ms", "group.", "fetch.",
+                                      "auto.offset.reset", "partition.assignment.strategy",
+                                      "isolation.level", "queued.", "enable.auto.",
+                                      "check.crcs", NULL};
+    for (int i = 0; pre[i]; i++)
+        if (!strncmp(key, pre[i], strlen(pre[i])))
+            return 1;
+    return 0;
+}
+
+static rd_kafka_conf_t *base_conf(const agg_consume_cfg_t *cfg, int producer, char *err,
+                                  size_t err_size) {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char e[512];
     if (rd_kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, e, sizeof e) ||
@@ -367,6 +382,8 @@ static rd_kafka_conf_t *base_conf(const agg_consume_cfg_t *cfg, char *err, size_
         goto fail;
     for (size_t i = 0; cfg->kafka_props && i < cfg->kafka_props->n; i++) {
         const cm_kv_t *kv = &cfg->kafka_props->items[i];
+        if (producer && consumer_only(kv->key))
+            continue;
         if (rd_kafka_conf_set(conf, kv->key, kv->value, e, sizeof e)) {
             snprintf(err, err_size, "kafka.%s = '%s' rejected by librdkafka: %s", kv->key,
                      kv->value, e);
@@ -394,7 +411,7 @@ int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_c
     c->m = metrics;
     agg_rollup_init(&c->rollup, &cfg->rollup);
 
-    if (!(conf = base_conf(cfg, err, err_size)))
+    if (!(conf = base_conf(cfg, 1, err, err_size)))
         goto out;
     rd_kafka_conf_set_dr_msg_cb(conf, dlq_dr);
     rd_kafka_conf_set_opaque(conf, c);
@@ -410,7 +427,7 @@ int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_c
     }
     conf = NULL;
 
-    if (!(conf = base_conf(cfg, err, err_size)))
+    if (!(conf = base_conf(cfg, 0, err, err_size)))
         goto out;
     rd_kafka_conf_set_opaque(conf, c);
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);

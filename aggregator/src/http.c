@@ -12,6 +12,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The connection of the request being handled, for agg_http_request_*() (handlers run on the
+ * server's thread, one request at a time per thread). */
+static _Thread_local struct MHD_Connection *cur_conn;
+
+const char *agg_http_request_header(const char *name) {
+    return cur_conn ? MHD_lookup_connection_value(cur_conn, MHD_HEADER_KIND, name) : NULL;
+}
+
+typedef struct {
+    int (*cb)(void *, const char *, const char *);
+    void *arg;
+    int stopped;
+} args_iter_t;
+
+static enum MHD_Result iter_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value) {
+    (void)kind;
+    args_iter_t *it = cls;
+    if (it->cb(it->arg, key, value ? value : "")) {
+        it->stopped = 1;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+int agg_http_request_args(int (*cb)(void *arg, const char *key, const char *value), void *arg) {
+    if (!cur_conn)
+        return 0;
+    args_iter_t it = {cb, arg, 0};
+    MHD_get_connection_values(cur_conn, MHD_GET_ARGUMENT_KIND, iter_arg, &it);
+    return it.stopped;
+}
+
 struct agg_http {
     struct MHD_Daemon *d;
     agg_http_route_t *routes;
@@ -61,7 +94,9 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
         char query[2048] = "";
         MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, (MHD_KeyValueIterator)collect_query,
                                   query);
+        cur_conn = conn;
         route->handler(route->arg, url, query, &r);
+        cur_conn = NULL;
     }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(r.len, r.body ? r.body : (char *)"", MHD_RESPMEM_MUST_FREE);

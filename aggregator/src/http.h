@@ -37,6 +37,12 @@ int agg_http_start(const char *addr, int port, const agg_http_route_t *routes, a
 int agg_http_port(const agg_http_t *h);
 void agg_http_stop(agg_http_t *h);
 
+/* For handlers, during the request they handle (NULL / 0 elsewhere): a request header by name
+ * (case-insensitive), and the decoded query arguments in order (repeated keys repeat); cb
+ * returning non-zero stops the walk, and then agg_http_request_args() returns 1. */
+const char *agg_http_request_header(const char *name);
+int agg_http_request_args(int (*cb)(void *arg, const char *key, const char *value), void *arg);
+
 /* Helper: sets reply to a copy of text. */
 void agg_http_reply_text(agg_http_reply_t *r, int status, const char *text);
 

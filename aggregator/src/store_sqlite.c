@@ -248,6 +248,16 @@ static int step(sq_store_t *s, sqlite3_stmt *st) {
 
 #define B64(st, i, v) sqlite3_bind_int64((st), (i), (sqlite3_int64)(v))
 
+/* After each commit: when the checkpointer has not kept up (the writer commits back to back),
+ * checkpoint here so the WAL stays bounded whatever the load. */
+#define WAL_MAX_PAGES 16384 /* 64 MiB of 4 KiB pages */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
+    (void)arg;
+    if (pages >= WAL_MAX_PAGES)
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
+
 static void sq_close(agg_store_t *base) {
     sq_store_t *s = (sq_store_t *)base;
     if (s->ckpt_running) {
@@ -1083,7 +1093,7 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
     /* the writer no longer checkpoints itself; the checkpointer thread does */
     if (pthread_create(&s->ckpt, NULL, ckpt_main, s) == 0) {
         s->ckpt_running = 1;
-        exec(s, "PRAGMA wal_autocheckpoint=0");
+        sqlite3_wal_hook(s->db, wal_hook, s); /* replaces the automatic checkpoint */
     }
     *out = &s->base;
     return 0;

@@ -1,0 +1,86 @@
+/* Read side of the query API: opens every partition store of a store directory
+ * ("<dir>/<topic>-<partition>.db", see store.h) READ-ONLY with its own SQLite connections and
+ * fills the analysis library's models (agg_profile_t, agg_span_cost_t) from them: versions of a
+ * service, merged profiles (optionally one replicate per (version, time bucket) with the
+ * process-seconds of that bucket as its work, for the diff), time series of totals, spans and
+ * the profile of one trace or span.
+ *
+ * It reads the schema written by store_sqlite.c directly (SQL over the same tables) so that the
+ * write path and its vtab stay untouched; strings are found by their content id
+ * (agg_intern_string_id).
+ *
+ * Threading: a handle belongs to one thread (the HTTP thread, or the report thread); open one
+ * handle per thread. SQLite's WAL lets it read while the consume loop writes.
+ */
+#ifndef AGG_QUERY_STORE_H
+#define AGG_QUERY_STORE_H
+
+#include "profile.h"
+#include "span.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct agg_qstore agg_qstore_t;
+
+/* Opens the stores under dir (files are looked up again at every query, so partitions created
+ * later are seen). Returns 0 or CM_EINVAL/-errno with the reason in err. */
+int agg_qstore_open(const char *dir, agg_qstore_t **out, char *err, size_t err_size);
+void agg_qstore_close(agg_qstore_t *qs);
+
+typedef struct {
+    char *service, *version;
+    int64_t first_ns, last_ns; /* first chunk start, last chunk end (deploy markers) */
+    int64_t chunks;
+    uint64_t samples[CM_EV_COUNT]; /* events per type */
+    uint64_t weight[CM_EV_COUNT];
+    double process_seconds;        /* work: summed chunk intervals */
+} agg_qversion_t;
+
+/* Versions of one service (service NULL: of every service), sorted by service then first_ns.
+ * Returns 0 or a CM_E* code. Free with agg_qversions_free(). */
+int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **out, size_t *n);
+void agg_qversions_free(agg_qversion_t *v, size_t n);
+
+typedef struct {
+    const char *service;
+    const char *const *versions; /* NULL or n_versions == 0: every version */
+    size_t n_versions;
+    cm_event_type_t type;
+    int64_t from_s, to_s;                /* bucket start in [from_s, to_s) */
+    const char *label_key, *label_value; /* both set: only samples with this label */
+    int replicates; /* 1: one replicate per (version, width, bucket), work = process-seconds */
+} agg_qspec_t;
+
+/* Merged profile of q into a new *out (sealed). Returns 0 or a CM_E* code. */
+int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *q, agg_profile_t **out);
+
+typedef struct {
+    const char *version; /* owned by the series */
+    int64_t bucket, width;
+    uint64_t weight, count;
+} agg_qpoint_t;
+
+typedef struct {
+    agg_qpoint_t *points; /* ordered by version then bucket */
+    size_t n;
+    char **strings;
+    size_t n_strings;
+} agg_qseries_t;
+
+int agg_qstore_timeseries(agg_qstore_t *qs, const char *service, cm_event_type_t type,
+                          int64_t from_s, int64_t to_s, agg_qseries_t *out);
+void agg_qseries_free(agg_qseries_t *s);
+
+/* Spans of a service seen in [from_ns, to_ns), at most limit, ranked by type (0: by rows).
+ * *out is malloc'ed. Returns 0 or a CM_E* code. */
+int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
+                     cm_event_type_t type, size_t limit, agg_span_cost_t **out, size_t *n);
+
+/* Profile of event type `type` of one trace (span NULL), one span (trace NULL) or both.
+ * Rows carry the (trace, span) context. *found is set to 1 when the span index knows the
+ * trace/span at all (in any type). Returns 0 or a CM_E* code. */
+int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_t *span,
+                            cm_event_type_t type, agg_profile_t **out, int *found);
+
+#endif
