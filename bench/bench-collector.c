@@ -250,8 +250,7 @@ int main(int argc, char **argv) {
     printf("realistic chunk frames: %zu bytes on average (10,000 CPU samples, 500 stacks)\n",
            total / FRAMES);
     char bootstrap[64];
-    ts_kafka_stop(PORT, 0);
-    if (ts_kafka_start(PORT, 4, NULL, bootstrap, sizeof bootstrap))
+    if (tc_kafka_fresh(PORT, 4, bootstrap, sizeof bootstrap))
         return 1;
     char list[256];
     snprintf(list, sizeof list, "%s", comps);

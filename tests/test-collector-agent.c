@@ -88,8 +88,7 @@ static void test_agents_through_collector_to_kafka(void) {
     CHECKF(system(cmd) == 0, "agent not built: %s has no `run` command", cli);
 
     char bootstrap[64];
-    ts_kafka_stop(PORT, 0);
-    CHECK(ts_kafka_start(PORT, 3, NULL, bootstrap, sizeof bootstrap) == 0);
+    CHECK(tc_kafka_fresh(PORT, 3, bootstrap, sizeof bootstrap) == 0);
     tc_collector_t c = {0};
     CHECK(tc_collector_start(&c, bootstrap, HTTP, NULL) == 0);
 

@@ -6,6 +6,7 @@
 #include "cm/chunk.h"
 #include "cm/wire.h"
 #include "support/chunkgen.h"
+#include "support/kafka.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -294,6 +295,16 @@ double tc_metric_wait(int http_port, const char *name, double want, int timeout_
 }
 
 /* ------------------------------------------------------------------ consumer */
+
+int tc_kafka_fresh(int port, int partitions, char *bootstrap, size_t size) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        ts_kafka_stop(port, 0);
+        if (ts_kafka_start(port, partitions, NULL, bootstrap, size) == 0)
+            return 0;
+        fprintf(stderr, "broker on port %d did not start (attempt %d)\n", port, attempt + 1);
+    }
+    return -1;
+}
 
 int tc_consume(const char *bootstrap, const char *topic, size_t want, int timeout_s, int idle_s,
                tc_msg_t **out) {

@@ -55,7 +55,12 @@ double tc_metric_wait(int http_port, const char *name, double want, int timeout_
 /* GETs a path; returns the HTTP status and copies the body (NUL-terminated) into body. */
 int tc_http_get(int http_port, const char *path, char *body, size_t body_size);
 
-/* ---- Kafka consumer */
+/* ---- Kafka */
+
+/* A fresh broker on port (a leftover one from a failed run is stopped and its data deleted);
+ * retries once, as a broker start on a loaded machine occasionally fails. Returns 0 or -1. */
+int tc_kafka_fresh(int port, int partitions, char *bootstrap, size_t size);
+
 
 typedef struct {
     char key[64];

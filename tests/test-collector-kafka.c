@@ -18,8 +18,7 @@ static char bootstrap[64];
 
 /* A fresh broker: one left over by a failed run would hold old messages. */
 static void kafka_fresh(int port, int partitions) {
-    ts_kafka_stop(port, 0);
-    CHECK(ts_kafka_start(port, partitions, NULL, bootstrap, sizeof bootstrap) == 0);
+    CHECK(tc_kafka_fresh(port, partitions, bootstrap, sizeof bootstrap) == 0);
 }
 
 /* Sends chunks seq [from, to) of service on fd, waiting for each ack; returns how many were
@@ -244,7 +243,7 @@ static void test_sigkill_restart_replays(void) {
         fclose(cf);
     }
     printf("commit file at the kill: %s", cline[0] ? cline : "(none)\n");
-    CHECK(ts_kafka_restart(19400) == 0);
+    CHECK(ts_kafka_restart(19400) == 0 || ts_kafka_restart(19400) == 0);
     CHECK(tc_collector_start(&c, bootstrap, 19452, extra) == 0);
     double replayed = tc_metric(19452, "fleetprof_collector_spool_replayed_total");
     printf("replayed %.0f records\n", replayed);

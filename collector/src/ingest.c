@@ -261,6 +261,7 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
 static void conn_process(conn_t *c) {
     col_ingest_t *in = c->in;
     size_t pos = 0;
+    int progress = 0; /* a hello or a message completed: the frame-timeout clock restarts */
     while (!c->closing) {
         size_t avail = c->len - pos;
         const uint8_t *p = c->buf + pos;
@@ -277,7 +278,7 @@ static void conn_process(conn_t *c) {
             }
             c->hello_done = 1;
             pos += CM_SOCK_HELLO_SIZE;
-            c->partial_since = 0;
+            progress = 1;
             continue;
         }
         if (avail < 4)
@@ -315,6 +316,7 @@ static void conn_process(conn_t *c) {
         c->msg_no++;
         ack_add(c, frame_handle(c, p + 4, n));
         pos += 4 + (size_t)n;
+        progress = 1;
     }
     if (c->closing)
         return;
@@ -322,9 +324,11 @@ static void conn_process(conn_t *c) {
         memmove(c->buf, c->buf + pos, c->len - pos);
         c->len -= pos;
     }
+    /* The deadline is per frame: a client streaming frames back to back always has a partial
+     * one at the end of a read, but each of them completes in time. */
     if (c->len == 0 && c->discard == 0)
         c->partial_since = 0;
-    else if (!c->partial_since)
+    else if (progress || !c->partial_since)
         c->partial_since = uv_now(in->loop) ? uv_now(in->loop) : 1;
     if (c->len == 0 && c->cap > 4 * INITIAL_BUF) { /* give a large frame's memory back */
         free(c->buf);
