@@ -243,28 +243,31 @@ static void rmrf(const char *dir) {
 /* ---- tests ---- */
 
 /* CPU profile accuracy: burn_b does 3x burn_a's work, so it must get 75% of CPU samples, and
- * the sum of sample weights must match the process CPU time measured by the program. */
+ * the sum of sample weights must match the process CPU time measured by the program. A fixed
+ * 4 ms period (controller off; one kernel tick at HZ=250, the finest a CPU-time timer fires)
+ * makes the sample count (~750) independent of the machine's load. */
 static void test_cpu_accuracy(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
     prog_path("fp-work-linked", prog, sizeof prog);
     const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_SERVICE=acc",
-                         "FLEETPROF_VERSION=1.2.3", NULL};
-    const char *argv[] = {prog, "cpu", "5", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
+                         "FLEETPROF_VERSION=1.2.3", "FLEETPROF_CONTROLLER=0",
+                         "FLEETPROF_CPU_HZ=250", NULL};
+    const char *argv[] = {prog, "cpu", "3", NULL};
+    int st = run(env, argv, 240, out, sizeof out);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
     uint64_t cpu = out_u64(out, "cpu_ns=");
     chunks_t *cs = load(dir);
-    CHECKF(cs->n >= 4, "%d chunks for a 5 s run at 1 s intervals", cs->n);
+    CHECKF(cs->n >= 3, "%d chunks for a >= 3 s run at 1 s intervals", cs->n);
     tot_t all = total(cs, CM_EV_CPU, NULL, 0), a = total(cs, CM_EV_CPU, "burn_a", 0),
           b = total(cs, CM_EV_CPU, "burn_b", 0);
     double share = (double)b.weight / (double)(a.weight + b.weight);
     double est = (double)all.weight / (double)cpu;
     printf("# cpu: %llu samples, burn_b share %.3f (expect 0.75), weight/cpu %.3f, %d chunks\n",
            (unsigned long long)all.samples, share, est, cs->n);
-    CHECKF(a.samples + b.samples >= 200, "only %llu samples",
+    CHECKF(a.samples + b.samples >= 500, "only %llu samples",
            (unsigned long long)(a.samples + b.samples));
-    /* 1 sd of the share with n samples is sqrt(.75*.25/n) < 0.031 for n >= 200 */
-    CHECKF(fabs(share - 0.75) < 0.07, "burn_b share %.3f", share);
+    /* 1 sd of the share with n samples is sqrt(.75*.25/n) < 0.02 for n >= 500: 3 sd */
+    CHECKF(fabs(share - 0.75) < 0.06, "burn_b share %.3f", share);
     CHECKF(a.samples + b.samples >= all.samples * 95 / 100, "stacks lost their burn_a/b frame");
     CHECKF(est > 0.85 && est < 1.15, "sum of CPU weights / process CPU = %.3f", est);
     /* Headers: identity, sequence, times, CPU accounting. */
@@ -286,7 +289,8 @@ static void test_cpu_accuracy(void) {
     printf("# agent cpu %.3f%% of process cpu\n", 100.0 * (double)agent_cpu / (double)proc_cpu);
     CHECKF(proc_cpu > cpu * 8 / 10 && proc_cpu <= cpu * 11 / 10, "header process_cpu %llu vs %llu",
            (unsigned long long)proc_cpu, (unsigned long long)cpu);
-    CHECKF(agent_cpu > 0 && agent_cpu < proc_cpu / 50, "agent cpu %llu of %llu",
+    /* 250 samples/s is 2.5x the default rate: the agent's cost stays a few percent at most */
+    CHECKF(agent_cpu > 0 && agent_cpu < proc_cpu / 20, "agent cpu %llu of %llu",
            (unsigned long long)agent_cpu, (unsigned long long)proc_cpu);
     free_chunks(cs);
     rmrf(dir);
@@ -387,14 +391,17 @@ static void test_wall(void) {
     }
     uint64_t eintr = out_u64(out, "eintr=");
     /* Under TSan the stack ends in its nanosleep interceptor, built without frame pointers. */
-    CHECKF(tsan || sl_fn == sl.samples, "%llu of %llu sleeper samples show sleeper()",
+    /* Under sanitizers threads are registered by the agent's /proc scan, so their first
+     * samples (before the stack bounds are known) hold the leaf frame only. */
+    CHECKF(tsan || (sanitized ? sl_fn + 3 >= sl.samples : sl_fn == sl.samples),
+           "%llu of %llu sleeper samples show sleeper()",
            (unsigned long long)sl_fn, (unsigned long long)sl.samples);
     printf("# wall: sleeper %.3f s in %llu samples, burner %.3f s, eintr=%llu\n",
            (double)sl.weight / 1e9, (unsigned long long)sl.samples, (double)burn.weight / 1e9,
            (unsigned long long)eintr);
     CHECKF(sl.weight > 3.4e9 && sl.weight < 4.6e9, "sleeper wall %.3f s of 4", sl.weight / 1e9);
     CHECKF(burn.weight > 3.4e9 && burn.weight < 4.6e9, "burner wall %.3f s", burn.weight / 1e9);
-    CHECKF(sl.samples >= 40, "%llu wall samples", (unsigned long long)sl.samples);
+    CHECKF(sl.samples >= 25, "%llu wall samples", (unsigned long long)sl.samples);
     CHECKF(eintr <= 3, "sleep interrupted %llu times", (unsigned long long)eintr);
     /* on-CPU flag: the sleeper is off CPU, the burner mostly on */
     uint64_t sl_on = 0, b_on = 0;
@@ -652,7 +659,7 @@ static void test_deep_stack(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[256];
     prog_path("fp-work-linked", prog, sizeof prog);
     const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
-    const char *argv[] = {prog, "deep", "300", "1.5", NULL};
+    const char *argv[] = {prog, "deep", "300", "3", NULL};
     CHECK(run(env, argv, 60, out, sizeof out) == 0);
     chunks_t *cs = load(dir);
     uint64_t trunc = 0, n = 0;
@@ -668,7 +675,7 @@ static void test_deep_stack(void) {
             }
         }
     }
-    CHECKF(trunc >= n * 9 / 10 && n >= 50, "%llu of %llu truncated", (unsigned long long)trunc,
+    CHECKF(trunc >= n * 9 / 10 && n >= 40, "%llu of %llu truncated", (unsigned long long)trunc,
            (unsigned long long)n);
     CHECK(drops(cs, CM_DROP_STACK_TRUNCATED) >= trunc);
     free_chunks(cs);
@@ -701,7 +708,7 @@ static void test_collector_late(void) {
     prog_path("fp-work-linked", prog, sizeof prog);
     snprintf(envbuf, sizeof envbuf, "FLEETPROF_COLLECTOR=%s", sock);
     const char *env[] = {envbuf, "FLEETPROF_INTERVAL=0.5", NULL};
-    const char *argv[] = {prog, "cpu", "5", NULL};
+    const char *argv[] = {prog, "cpuwall", "5", NULL};
     proc_t pr = start(env, argv);
     usleep(2000 * 1000); /* ~4 chunks produced with nobody listening */
     int ls = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -762,7 +769,7 @@ static void test_collector_absent_queue(void) {
     snprintf(env1, sizeof env1, "FLEETPROF_OUTPUT=%s", dir);
     snprintf(env2, sizeof env2, "FLEETPROF_COLLECTOR=/tmp/fp-agent-nobody-%d.sock", (int)getpid());
     const char *env[] = {env1, env2, "FLEETPROF_INTERVAL=0.1", NULL};
-    const char *argv[] = {prog, "cpu", "3", NULL};
+    const char *argv[] = {prog, "cpuwall", "3", NULL};
     CHECK(run(env, argv, 60, out, sizeof out) == 0);
     chunks_t *cs = load(dir);
     uint64_t d = drops(cs, CM_DROP_CHUNK_QUEUE_FULL);

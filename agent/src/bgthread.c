@@ -172,8 +172,9 @@ static void control(uint64_t now) {
     B.ctl_seen = seen;
     B.ctl_mono = now;
 
-    /* Budget over the last >= 1 s. */
-    if (now - B.bud_mono >= 1000000000ull) {
+    /* Budget over the last >= 1 s (only acted on with the controller on: with fixed periods
+     * the user asked for exactly that rate). */
+    if (ag.ctl[CM_EV_CPU].enabled && now - B.bud_mono >= 1000000000ull) {
         uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
         double wall = (double)(now - B.bud_mono);
         double proc = (double)(p - B.bud_proc), agent = (double)(a - B.bud_agent);

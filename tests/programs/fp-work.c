@@ -1,6 +1,9 @@
 /* Workloads run under the agent by tests/test-agent.c and bench/bench-agent.c.
  *
- *   fp-work cpu SECS            burn_a and burn_b alternate, b doing 3x a's work (1:3 split)
+ *   fp-work cpu SECS            burn_a and burn_b alternate, b doing 3x a's work (1:3 split),
+ *                               until the process has used SECS of CPU (not wall) time, so
+ *                               the sample count does not depend on the machine's load
+ *   fp-work cpuwall SECS        the same for SECS of wall time
  *   fp-work threads N SECS      N threads in burn_thread
  *   fp-work wall SECS           main burns in burn_a; a second thread sleeps in sleep_here
  *   fp-work span SECS           span_a under trace A, span_b under trace B (1:1), labels too
@@ -86,6 +89,14 @@ static void burn_for(double secs) {
     }
 }
 
+static void burn_for_cpu(double secs) {
+    uint64_t end = cpu_ns() + (uint64_t)(secs * 1e9);
+    while (cpu_ns() < end) {
+        burn_a(200000);
+        burn_b(200000);
+    }
+}
+
 static double g_secs;
 static long g_iters;
 NOINLINE static void *fixed_thread(void *arg) {
@@ -156,6 +167,8 @@ int main(int argc, char **argv) {
     int (*flush)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_flush");
 
     if (!strcmp(mode, "cpu")) {
+        burn_for_cpu(secs);
+    } else if (!strcmp(mode, "cpuwall")) {
         burn_for(secs);
     } else if (!strcmp(mode, "threads") && argc > 3) {
         run_threads(atoi(argv[2]), atof(argv[3]));
