@@ -466,6 +466,41 @@ static void test_span_context(void) {
     rmrf(dir);
 }
 
+/* The API's argument checks, and a context set from a W3C traceparent reaches the samples. */
+static void test_api_traceparent(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "api", "1.5", NULL};
+    CHECK(run(env, argv, 60, out, sizeof out) == 0);
+    CHECKF(out_u64(out, "api_errors=") == 0, "%s", out);
+    static const uint8_t trace[16] = {0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd,
+                                      0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c};
+    static const uint8_t span[8] = {0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31};
+    chunks_t *cs = load(dir);
+    uint64_t good = 0, bad = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_dict_t *d = &c->dict;
+        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++) {
+            if (!stack_has(d, s->stack[r], "span_a"))
+                continue;
+            const uint8_t *id = d->contexts + (size_t)CM_COL(s, context, r) * CM_CONTEXT_SIZE;
+            uint32_t ls = CM_COL(s, labels, r);
+            int ok = !memcmp(id, trace, 16) && !memcmp(id + 16, span, 8) && ls &&
+                     d->label_off[ls + 1] - d->label_off[ls] == 1 &&
+                     !strcmp(d->strings[d->label_kv[2 * d->label_off[ls] + 1]].ptr, "acme");
+            good += ok;
+            bad += !ok;
+        }
+    }
+    CHECKF(good >= 20 && bad == 0, "%llu right, %llu wrong", (unsigned long long)good,
+           (unsigned long long)bad);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* Configuration: names and their fallbacks, the off switch, invalid values. */
 static void test_config(void) {
     char prog[4096], out[4096], envbuf[4200];
@@ -908,6 +943,7 @@ static const tr_test_t tests[] = {
     {"threads_rate", test_threads_rate},
     {"wall", test_wall},
     {"span_context", test_span_context},
+    {"api_traceparent", test_api_traceparent},
     {"config", test_config},
     {"fork", test_fork},
     {"exec", test_exec},

@@ -47,6 +47,20 @@ typedef struct {
 } lset_t;
 
 static lset_t *g_sets[AG_LABEL_SETS + 1]; /* id -> set; id 0 unused */
+static pthread_key_t g_exit_key;
+static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
+
+/* Thread exit: frees the thread's label strings (the interned sets stay). */
+static void labels_exit(void *arg) {
+    (void)arg;
+    for (uint32_t i = 0; i < t_ctx.nlabels; i++) {
+        free(t_ctx.keys[i]);
+        free(t_ctx.vals[i]);
+    }
+    t_ctx.nlabels = 0;
+}
+
+static void exit_key_init(void) { pthread_key_create(&g_exit_key, labels_exit); }
 static _Atomic uint32_t g_nsets;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -193,6 +207,8 @@ int fleetprof_label_set(const char *key, const char *value) {
     if (!v)
         return -ENOMEM;
     if (i == t_ctx.nlabels) {
+        pthread_once(&g_exit_once, exit_key_init);
+        pthread_setspecific(g_exit_key, (void *)1); /* non-NULL: run labels_exit at exit */
         if (!(t_ctx.keys[i] = strdup(key))) {
             free(v);
             return -ENOMEM;

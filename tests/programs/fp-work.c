@@ -16,6 +16,8 @@
  *   fp-work deep DEPTH SECS     burns at the bottom of a DEPTH-deep recursion
  *   fp-work fixed ITERS N       N threads each run ITERS x 200k iterations of burn_a+burn_b
  *                               (a fixed amount of work, for overhead benchmarks)
+ *   fp-work api SECS            checks the API's argument handling (prints api_errors=N), then
+ *                               burns in span_a under a context set from a traceparent
  *   fp-work flush               burns 0.3 s, calls fleetprof_flush(), prints its result,
  *                               burns 0.3 s more
  *
@@ -26,6 +28,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -247,6 +250,46 @@ int main(int argc, char **argv) {
             pthread_create(&th[i], NULL, fixed_thread, NULL);
         for (int i = 0; i < n && i < 64; i++)
             pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "api")) {
+        int (*tp)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT,
+                                                               "fleetprof_span_set_traceparent");
+        int (*lclear)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT,
+                                                                   "fleetprof_label_clear");
+        if (!tp || !label_set || !lclear)
+            return 3;
+        int errors = 0;
+        static const char *bad[] = {
+            "", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",     /* no flags */
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0",   /* short flags */
+            "00-0af7651916cd43dd8448eb211c80319X-b7ad6b7169203331-01",  /* bad hex */
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",  /* zero trace */
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",  /* zero span */
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  /* version ff */
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x", /* v00 + extra */
+            NULL};
+        for (int i = 0; bad[i]; i++)
+            errors += tp(bad[i]) != -EINVAL;
+        errors += tp(NULL) != -EINVAL;
+        char longv[100];
+        memset(longv, 'v', sizeof longv - 1);
+        longv[sizeof longv - 1] = '\0';
+        errors += label_set("k", longv) != -EINVAL;
+        errors += label_set("", "v") != -EINVAL;
+        errors += label_set("k1", "a") != 0;
+        errors += label_set("k2", "b") != 0;
+        errors += label_set("k3", "c") != 0;
+        errors += label_set("k4", "d") != 0;
+        errors += label_set("k5", "e") != -ENOSPC;
+        errors += label_set("k4", "d2") != 0; /* replacing a key is not a new one */
+        errors += lclear("k5") != -ENOENT;
+        errors += lclear("k1") != 0 || lclear("k2") != 0 || lclear("k3") != 0;
+        errors += lclear("k4") != 0;
+        errors += tp("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") != 0;
+        errors += label_set("tenant", "acme") != 0;
+        printf("api_errors=%d\n", errors);
+        double end = now_s() + secs;
+        while (now_s() < end)
+            span_a(300000);
     } else if (!strcmp(mode, "flush")) {
         burn_for(0.3);
         printf("flush=%d\n", flush ? flush() : -1000);
