@@ -3,3 +3,13 @@
 add_executable(bench-agent bench-agent.c)
 target_link_libraries(bench-agent PRIVATE fp_common m)
 add_dependencies(bench-agent fp-work fp-work-linked fleetprof_agent)
+
+# Frame-pointer walk vs libunwind's unw_backtrace (why the handler uses frame pointers).
+pkg_check_modules(LIBUNWIND IMPORTED_TARGET libunwind)
+if(LIBUNWIND_FOUND)
+  add_executable(bench-agent-unwind bench-agent-unwind.c ${PROJECT_SOURCE_DIR}/agent/src/unwind.c)
+  target_include_directories(bench-agent-unwind PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+  target_compile_options(bench-agent-unwind PRIVATE -fno-omit-frame-pointer
+    -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
+  target_link_libraries(bench-agent-unwind PRIVATE fp_common PkgConfig::LIBUNWIND Threads::Threads)
+endif()
