@@ -34,6 +34,8 @@ typedef struct {
 
 static int exists(const char *p) { return access(p, R_OK) == 0; }
 
+static uint64_t g_queue_drops; /* CM_DROP_CHUNK_QUEUE_FULL reported in the files read */
+
 /* Reads every chunk file of dir: chunk ids and sequences. */
 static int load_dir(const char *dir, want_t **out) {
     DIR *d = opendir(dir);
@@ -61,6 +63,9 @@ static int load_dir(const char *dir, want_t **out) {
         w[n].seq = c->header.sequence;
         w[n].found = 0;
         n++;
+        for (uint32_t k = 0; k < c->header.n_drops; k++)
+            if (c->header.drops[k].reason == CM_DROP_CHUNK_QUEUE_FULL)
+                g_queue_drops += c->header.drops[k].count;
         cm_chunk_free(c);
     }
     closedir(d);
@@ -68,25 +73,58 @@ static int load_dir(const char *dir, want_t **out) {
     return n;
 }
 
-static void test_agents_through_collector_to_kafka(void) {
+typedef struct {
+    char cli[4200], work[4200], linked[4200];
+    int sanitized;
+} agent_bin_t;
+
+/* Finds the agent pieces or fails with "agent not built". */
+static void agent_bins(agent_bin_t *a) {
     const char *b = getenv("FLEETPROF_BUILD");
     CHECKF(b != NULL, "FLEETPROF_BUILD not set (run through ctest)");
-    char cli[4200], lib[4200], work[4200], linked[4200];
-    snprintf(cli, sizeof cli, "%s/cli/fleetprof", b);
+    char lib[4200];
+    snprintf(a->cli, sizeof a->cli, "%s/cli/fleetprof", b);
     snprintf(lib, sizeof lib, "%s/agent/libfleetprof.so", b);
-    snprintf(work, sizeof work, "%s/tests/fp-work", b);
-    snprintf(linked, sizeof linked, "%s/tests/fp-work-linked", b);
+    snprintf(a->work, sizeof a->work, "%s/tests/fp-work", b);
+    snprintf(a->linked, sizeof a->linked, "%s/tests/fp-work-linked", b);
 #ifdef FP_SANITIZED
-    int sanitized = 1;
+    a->sanitized = 1;
 #else
-    int sanitized = 0;
+    a->sanitized = 0;
 #endif
-    CHECKF(exists(lib) && exists(cli) && exists(work) && exists(linked),
-           "agent not built: need %s, %s (with `run`), %s and %s", lib, cli, work, linked);
+    CHECKF(exists(lib) && exists(a->cli) && exists(a->work) && exists(a->linked),
+           "agent not built: need %s, %s (with `run`), %s and %s", lib, a->cli, a->work,
+           a->linked);
     char cmd[4400];
-    snprintf(cmd, sizeof cmd, "'%s' run --help 2>&1 | grep -q 'fleetprof run'", cli);
-    CHECKF(system(cmd) == 0, "agent not built: %s has no `run` command", cli);
+    snprintf(cmd, sizeof cmd, "'%s' run --help 2>&1 | grep -q 'fleetprof run'", a->cli);
+    CHECKF(system(cmd) == 0, "agent not built: %s has no `run` command", a->cli);
+}
 
+/* Starts `fp-work threads 2 SECS` under the agent for service, sending to sock. */
+static pid_t agent_start(const agent_bin_t *a, const char *service, const char *dir,
+                         const char *sock, const char *secs) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        if (a->sanitized) {
+            setenv("FLEETPROF_SERVICE", service, 1);
+            setenv("FLEETPROF_OUTPUT", dir, 1);
+            setenv("FLEETPROF_COLLECTOR", sock, 1);
+            setenv("FLEETPROF_INTERVAL", "1", 1);
+            execl(a->linked, a->linked, "threads", "2", secs, (char *)NULL);
+        } else {
+            execl(a->cli, a->cli, "run", "--service", service, "--output", dir, "--collector",
+                  sock, "--interval", "1", "--", a->work, "threads", "2", secs, (char *)NULL);
+        }
+        _exit(127);
+    }
+    return pid;
+}
+
+static void test_agents_through_collector_to_kafka(void) {
+    agent_bin_t a;
+    agent_bins(&a);
     char bootstrap[64];
     CHECK(tc_kafka_fresh(PORT, 3, bootstrap, sizeof bootstrap) == 0);
     tc_collector_t c = {0};
@@ -98,21 +136,7 @@ static void test_agents_through_collector_to_kafka(void) {
     for (int i = 0; i < NSVC; i++) {
         snprintf(dirs[i], sizeof dirs[i], "%s/out-%d", c.dir, i);
         CHECK(mkdir(dirs[i], 0755) == 0);
-        if ((pids[i] = fork()) == 0) {
-            int fd = open("/dev/null", O_WRONLY);
-            dup2(fd, 1);
-            if (sanitized) {
-                setenv("FLEETPROF_SERVICE", svc[i], 1);
-                setenv("FLEETPROF_OUTPUT", dirs[i], 1);
-                setenv("FLEETPROF_COLLECTOR", c.sock, 1);
-                setenv("FLEETPROF_INTERVAL", "1", 1);
-                execl(linked, linked, "threads", "2", "4", (char *)NULL);
-            } else {
-                execl(cli, cli, "run", "--service", svc[i], "--output", dirs[i], "--collector",
-                      c.sock, "--interval", "1", "--", work, "threads", "2", "4", (char *)NULL);
-            }
-            _exit(127);
-        }
+        pids[i] = agent_start(&a, svc[i], dirs[i], c.sock, "4");
     }
     for (int i = 0; i < NSVC; i++) {
         int st;
@@ -171,8 +195,72 @@ static void test_agents_through_collector_to_kafka(void) {
     tc_cleanup(&c);
 }
 
+/* The collector is SIGKILLed while agents run and restarted a second later: every chunk the
+ * agents wrote reaches Kafka (the spool replays what the collector had accepted, the agents
+ * resend what was not acked), except chunks the agents themselves dropped and counted. */
+static void test_agents_survive_collector_sigkill(void) {
+    agent_bin_t a;
+    agent_bins(&a);
+    char bootstrap[64];
+    CHECK(tc_kafka_fresh(PORT, 3, bootstrap, sizeof bootstrap) == 0);
+    tc_collector_t c = {0};
+    CHECK(tc_collector_start(&c, bootstrap, HTTP, NULL) == 0);
+    const char *svc[2] = {"kill-a", "kill-b"};
+    char dirs[2][300];
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(dirs[i], sizeof dirs[i], "%s/out-%d", c.dir, i);
+        CHECK(mkdir(dirs[i], 0755) == 0);
+        pids[i] = agent_start(&a, svc[i], dirs[i], c.sock, "7");
+    }
+    CHECK(tc_metric_wait(HTTP, "fleetprof_collector_chunks_accepted_total", 2, 20) >= 2);
+    CHECK(tc_collector_stop(&c, SIGKILL, 10) >= 0);
+    sleep(1);
+    CHECK(tc_collector_start(&c, bootstrap, HTTP, NULL) == 0);
+    for (int i = 0; i < 2; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "agent %s: status %d", svc[i], st);
+    }
+    g_queue_drops = 0;
+    want_t *w[2];
+    int nw[2], total = 0;
+    for (int i = 0; i < 2; i++) {
+        nw[i] = load_dir(dirs[i], &w[i]);
+        CHECKF(nw[i] >= 5, "%s wrote only %d chunks", svc[i], nw[i]);
+        total += nw[i];
+    }
+    tc_msg_t *m;
+    int got = tc_consume(bootstrap, CM_TOPIC_CHUNKS, (size_t)total, 90, 5, &m);
+    int missing = 0, dups = 0;
+    for (int k = 0; k < got; k++) {
+        int hit = 0;
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < nw[i]; j++)
+                if (!strcmp(m[k].key, svc[i]) && !strcmp(w[i][j].id, m[k].chunk_id))
+                    dups += w[i][j].found++ > 0, hit = 1;
+        CHECKF(hit, "chunk %s (%s) was not written by an agent", m[k].chunk_id, m[k].key);
+    }
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < nw[i]; j++)
+            missing += w[i][j].found == 0;
+        free(w[i]);
+    }
+    printf("%d chunks written, %d consumed (%d duplicates), %d missing, agents counted %llu "
+           "queue-full drops\n",
+           total, got, dups, missing, (unsigned long long)g_queue_drops);
+    CHECKF((uint64_t)missing <= g_queue_drops, "%d chunks missing, agents counted only %llu drops",
+           missing, (unsigned long long)g_queue_drops);
+    free(m);
+    int st = tc_collector_stop(&c, SIGTERM, 20);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "collector status %d", st);
+    CHECK(ts_kafka_stop(PORT, 0) == 0);
+    tc_cleanup(&c);
+}
+
 static const tr_test_t tests[] = {
     {"agents_through_collector_to_kafka", test_agents_through_collector_to_kafka},
+    {"agents_survive_collector_sigkill", test_agents_survive_collector_sigkill},
     {0, 0},
 };
 TR_MAIN(tests)
