@@ -1,9 +1,11 @@
 /* fleetprof-aggregator: parses arguments, loads the configuration, starts the HTTP server
  * (/metrics, /healthz) and runs the consume loop until SIGTERM or SIGINT.
  * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
+#include "api.h"
 #include "consume.h"
 #include "http.h"
 #include "metrics.h"
+#include "reports.h"
 
 #include "cm/config.h"
 #include "cm/error.h"
@@ -21,7 +23,8 @@
 
 typedef struct {
     char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id, *strategy;
-    char *http_addr, *log_level;
+    char *http_addr, *log_level, *api_token;
+    int64_t report_min_samples, report_interval;
     int64_t http_port;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
     int64_t fine_width, coarse_width, downsample_after, max_age, span_max_age, dedupe_window;
@@ -45,6 +48,13 @@ static const cm_opt_t opts[] = {
      "partition.assignment.strategy: cooperative-sticky, range or roundrobin"},
     {"http-addr", CM_OPT_STRING, "0.0.0.0", O(http_addr), 0, 0, "HTTP listen address"},
     {"http-port", CM_OPT_INT, "9402", O(http_port), 0, 65535, "HTTP port (0: any free port)"},
+    {"api-token", CM_OPT_STRING, "", O(api_token), 0, 0,
+     "token the query API requires as 'Authorization: Bearer TOKEN' (empty: no token)"},
+    {"report-min-samples", CM_OPT_INT, "2000", O(report_min_samples), 1, 1000000000,
+     "CPU samples the newest version of a service (and the previous one) need before the "
+     "per-deploy regression report is computed"},
+    {"report-interval", CM_OPT_DURATION, "30s", O(report_interval), 0, 86400000000000ll,
+     "how often to look for versions ready for a regression report (0: never)"},
     {"log-level", CM_OPT_STRING, "info", O(log_level), 0, 0, "debug, info, warn or error"},
     {"batch-max-messages", CM_OPT_INT, "500", O(batch_max_messages), 1, 1000000,
      "write a partition's batch after this many messages"},
@@ -104,6 +114,8 @@ int main(int argc, char **argv) {
     char err[1024];
     agg_metrics_t metrics;
     agg_http_t *http = NULL;
+    agg_api_t *api = NULL;
+    agg_reporter_t *reporter = NULL;
     agg_consumer_t *consumer = NULL;
     int rc = 1;
     memset(&cfg, 0, sizeof cfg);
@@ -171,11 +183,16 @@ int main(int argc, char **argv) {
         goto out;
     }
 
-    const agg_http_route_t routes[] = {
+    agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token};
+    if (agg_api_new(&acfg, &api, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        goto out;
+    }
+    agg_http_route_t routes[2 + AGG_API_ROUTES + 1] = {
         {"GET", "/metrics", h_metrics, &metrics},
         {"GET", "/healthz", h_healthz, &metrics},
-        {0},
     };
+    agg_api_routes(api, routes + 2, AGG_API_ROUTES);
     if (agg_http_start(cfg.http_addr, (int)cfg.http_port, routes, &http, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
@@ -183,6 +200,12 @@ int main(int argc, char **argv) {
     if (agg_consumer_new(&cc, &metrics, &consumer, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         rc = 2;
+        goto out;
+    }
+    agg_reports_cfg_t rcfg = {cfg.store_dir, cfg.report_min_samples,
+                              cfg.report_interval / 1000000};
+    if (agg_reports_start(&rcfg, &reporter, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
     struct sigaction sa;
@@ -194,8 +217,10 @@ int main(int argc, char **argv) {
             cfg.brokers, cfg.group, cfg.store_dir, cfg.http_addr, agg_http_port(http));
     rc = agg_consumer_run(consumer, &stop_flag) ? 1 : 0;
 out:
+    agg_reports_stop(reporter);
     agg_consumer_free(consumer);
     agg_http_stop(http);
+    agg_api_free(api);
     cm_config_free(opts, &cfg, &kafka);
     agg_metrics_destroy(&metrics);
     return rc;

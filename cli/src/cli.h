@@ -9,6 +9,8 @@
 
 int cli_fold(int argc, char **argv);
 int cli_run(int argc, char **argv);
+/* The query commands (query_cmds.c): argv[0] names the command; 3 = deploy gate failed. */
+int cli_query(int argc, char **argv);
 
 /* Writes a printable name for location `loc` of d into buf: the function name, or
  * "<mapping file basename>+0x<addr>", or "0x<addr>". Returns buf. */

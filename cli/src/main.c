@@ -14,6 +14,15 @@ typedef struct {
 static const command_t commands[] = {
     {"fold", cli_fold, "fold [--type TYPE] [--count] FILE|DIR...  chunk files to folded stacks"},
     {"run", cli_run, "run [--service S] [--output DIR] ... -- CMD ARGS  run CMD under the agent"},
+    {"services", cli_query, "services                     services with data (query API)"},
+    {"versions", cli_query, "versions SERVICE             versions of a service, first/last seen"},
+    {"top", cli_query, "top --service S [--version V]  top functions (self, total)"},
+    {"tree", cli_query, "tree --service S [--version V] call tree, truncated by --min-share"},
+    {"diff", cli_query, "diff --service S --base A --test B [--fail-on-regression PCT]"},
+    {"span", cli_query, "span --trace ID | --span ID  profile of one trace or span"},
+    {"spans", cli_query, "spans --service S [--type T]  spans ranked by sampled cost"},
+    {"export", cli_query, "export --service S --format pprof|folded|json -o FILE"},
+    {"reports", cli_query, "reports [--service S]        per-deploy regression reports"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,1070 @@
+/* HTTP routes of the query API (see api.h and aggregator/README.md "Query API"): parameter
+ * parsing and validation, store queries through query_store.h, analysis through fp_query
+ * (views, filters, diff, exports), JSON with jansson.
+ * Threading: handlers may run on any thread; the store handle is used under api->lock. */
+#define _GNU_SOURCE
+#include "api.h"
+
+#include "query_store.h"
+#include "reports.h"
+
+#include "query.h"
+
+#include "cm/error.h"
+#include "cm/log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct agg_api agg_api_t;
+typedef struct args args_t;
+typedef void (*route_fn)(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
+typedef struct {
+    agg_api_t *api;
+    route_fn fn;
+} route_t;
+
+struct agg_api {
+    char *store_dir, *token;
+    agg_qstore_t *qs;
+    pthread_mutex_t lock;
+    route_t routes[AGG_API_ROUTES];
+};
+
+/* ---- request arguments ---- */
+
+#define MAX_ARGS 64
+struct args {
+    char *key[MAX_ARGS], *val[MAX_ARGS];
+    size_t n;
+    int overflow;
+};
+
+static int add_arg(void *a_, const char *k, const char *v) {
+    args_t *a = a_;
+    if (a->n == MAX_ARGS) {
+        a->overflow = 1;
+        return 1;
+    }
+    a->key[a->n] = strdup(k);
+    a->val[a->n] = strdup(v);
+    a->n++;
+    return 0;
+}
+
+static void args_free(args_t *a) {
+    for (size_t i = 0; i < a->n; i++) {
+        free(a->key[i]);
+        free(a->val[i]);
+    }
+}
+
+static const char *arg(const args_t *a, const char *k) {
+    for (size_t i = 0; i < a->n; i++)
+        if (a->key[i] && !strcmp(a->key[i], k))
+            return a->val[i] ? a->val[i] : "";
+    return NULL;
+}
+
+/* All values of k (pointers into a), at most max. */
+static size_t arg_all(const args_t *a, const char *k, const char **out, size_t max) {
+    size_t n = 0;
+    for (size_t i = 0; i < a->n && n < max; i++)
+        if (a->key[i] && !strcmp(a->key[i], k) && a->val[i])
+            out[n++] = a->val[i];
+    return n;
+}
+
+/* ---- replies ---- */
+
+static void reply_json(agg_http_reply_t *r, int status, json_t *o) {
+    r->status = status;
+    r->content_type = "application/json";
+    r->body = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(o);
+    if (!r->body) {
+        r->status = 500;
+        r->body = strdup("{\"error\":\"out of memory\"}");
+    }
+    r->len = r->body ? strlen(r->body) : 0;
+}
+
+static void reply_err(agg_http_reply_t *r, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_err(agg_http_reply_t *r, int status, const char *param, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *o = json_pack("{s:s, s:i}", "error", msg, "status", status);
+    if (o && param)
+        json_object_set_new(o, "parameter", json_string(param));
+    reply_json(r, status, o);
+}
+
+static void reply_buf(agg_http_reply_t *r, const char *type, char *buf, size_t len) {
+    r->status = 200;
+    r->content_type = type;
+    r->body = buf;
+    r->len = len;
+}
+
+/* ---- parameter parsing: 0 ok, else a 400 has been written ---- */
+
+static int parse_type(const args_t *a, const char *name, agg_http_reply_t *r,
+                      cm_event_type_t *t) {
+    const char *v = arg(a, name);
+    *t = CM_EV_CPU;
+    if (!v || !*v)
+        return 0;
+    if (cm_event_parse(v, t) == 0)
+        return 0;
+    reply_err(r, 400, name, "%s '%s' is not an event type; use cpu, wall, alloc, inuse, lock or io",
+              name, v);
+    return -1;
+}
+
+static int64_t now_s(void) { return (int64_t)time(NULL); }
+
+/* Unix seconds, "now", or "-DURATION" relative to now (s, m, h, d). */
+static int parse_time(const args_t *a, const char *name, int64_t dflt, agg_http_reply_t *r,
+                      int64_t *out) {
+    const char *v = arg(a, name);
+    *out = dflt;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    if (!strcmp(v, "now")) {
+        *out = now_s();
+        return 0;
+    }
+    errno = 0;
+    if (v[0] == '-') {
+        double d = strtod(v + 1, &end);
+        int64_t mul = *end == 's' || !*end ? 1 : *end == 'm' ? 60 : *end == 'h' ? 3600
+                                               : *end == 'd' ? 86400 : 0;
+        if (end != v + 1 && mul && (!*end || !end[1]) && d >= 0 && d < 1e7) {
+            *out = now_s() - (int64_t)(d * (double)mul);
+            return 0;
+        }
+    } else {
+        long long x = strtoll(v, &end, 10);
+        if (end != v && !*end && !errno && x >= 0) {
+            *out = x > 100000000000ll ? x / 1000000000ll : x; /* ns accepted too */
+            return 0;
+        }
+    }
+    reply_err(r, 400, name,
+              "%s '%s' is not a time; use unix seconds, 'now' or a relative time like -1h", name,
+              v);
+    return -1;
+}
+
+static int parse_uint(const args_t *a, const char *name, long long dflt, long long max,
+                      agg_http_reply_t *r, long long *out) {
+    const char *v = arg(a, name);
+    *out = dflt;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || x < 0 || x > max) {
+        reply_err(r, 400, name, "%s '%s' is not an integer in 0..%lld", name, v, max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_double(const args_t *a, const char *name, double dflt, double lo, double hi,
+                        agg_http_reply_t *r, double *out) {
+    const char *v = arg(a, name);
+    *out = dflt;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x) || x < lo || x > hi) {
+        reply_err(r, 400, name, "%s '%s' is not a number in [%g, %g]", name, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_hexid(const char *v, uint8_t *out, size_t n) {
+    if (strlen(v) != 2 * n)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned x;
+        if (!isxdigit((unsigned char)v[2 * i]) || !isxdigit((unsigned char)v[2 * i + 1]) ||
+            sscanf(v + 2 * i, "%2x", &x) != 1)
+            return -1;
+        out[i] = (uint8_t)x;
+    }
+    return 0;
+}
+
+/* ---- auth ---- */
+
+static int authorized(const agg_api_t *api, agg_http_reply_t *r) {
+    if (!api->token || !*api->token)
+        return 1;
+    const char *h = agg_http_request_header("Authorization");
+    const char *given = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : "";
+    size_t lt = strlen(api->token), lg = strlen(given);
+    /* constant time in the token's content: always compare lt bytes */
+    unsigned char diff = (unsigned char)(lt != lg);
+    for (size_t i = 0; i < lt; i++)
+        diff |= (unsigned char)(api->token[i] ^ (i < lg ? given[i] : 0));
+    if (diff == 0)
+        return 1;
+    reply_err(r, 401, "Authorization",
+              h ? "the API token in the Authorization header is wrong"
+                : "this API needs a token: send 'Authorization: Bearer TOKEN' (fleetprof "
+                  "--token or FLEETPROF_TOKEN)");
+    return 0;
+}
+
+/* ---- shared lookups ---- */
+
+static json_t *samples_json(const uint64_t *s) {
+    json_t *o = json_object();
+    for (int t = 1; t <= CM_EV_MAX; t++)
+        if (s[t])
+            json_object_set_new(o, cm_event_name((uint32_t)t), json_integer((json_int_t)s[t]));
+    return o;
+}
+
+/* Loads the versions of service; 404 when it has none. Returns 0 or -1 (reply written). */
+static int load_service(agg_api_t *api, const char *service, agg_http_reply_t *r,
+                        agg_qversion_t **v, size_t *n) {
+    int rc = agg_qstore_versions(api->qs, service, v, n);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return -1;
+    }
+    if (!*n) {
+        reply_err(r, 404, "service", "unknown service '%s': no data stored for it; list services "
+                  "with GET /api/v1/services", service);
+        return -1;
+    }
+    return 0;
+}
+
+static int need_service(const args_t *a, agg_http_reply_t *r, const char **svc) {
+    *svc = arg(a, "service");
+    if (*svc && **svc)
+        return 0;
+    reply_err(r, 400, "service", "parameter 'service' is required (a service name, see "
+              "/api/v1/services)");
+    return -1;
+}
+
+static int check_versions(const agg_qversion_t *v, size_t n, const char *svc, const char *param,
+                          const char *const *names, size_t nn, agg_http_reply_t *r) {
+    for (size_t i = 0; i < nn; i++) {
+        int ok = 0;
+        for (size_t k = 0; k < n && !ok; k++)
+            ok = !strcmp(v[k].version, names[i]);
+        if (!ok) {
+            reply_err(r, 404, param, "unknown version '%s' of service '%s'; list them with GET "
+                      "/api/v1/services/%s/versions", names[i], svc, svc);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Builds the filter from include/exclude/fold/group/by_module into f (pointers into a). */
+typedef struct {
+    const char *inc[16], *exc[16], *fold[16], *grp[16];
+    agg_group_rule_t rules[16];
+    char grpbuf[16][256];
+    agg_filter_t f;
+    int any;
+} filt_t;
+
+static int parse_filter(const args_t *a, agg_http_reply_t *r, filt_t *ft) {
+    memset(ft, 0, sizeof *ft);
+    ft->f.include = ft->inc;
+    ft->f.n_include = arg_all(a, "include", ft->inc, 16);
+    ft->f.exclude = ft->exc;
+    ft->f.n_exclude = arg_all(a, "exclude", ft->exc, 16);
+    ft->f.fold = ft->fold;
+    ft->f.n_fold = arg_all(a, "fold", ft->fold, 16);
+    size_t ng = arg_all(a, "group", ft->grp, 16);
+    for (size_t i = 0; i < ng; i++) {
+        snprintf(ft->grpbuf[i], sizeof ft->grpbuf[i], "%s", ft->grp[i]);
+        char *arrow = strstr(ft->grpbuf[i], "->");
+        if (!arrow || arrow == ft->grpbuf[i] || !arrow[2]) {
+            reply_err(r, 400, "group", "group '%s' is not 'PATTERN->NAME' (e.g. "
+                      "'^libc\\.so->libc')", ft->grp[i]);
+            return -1;
+        }
+        *arrow = 0;
+        ft->rules[i].pattern = ft->grpbuf[i];
+        ft->rules[i].name = arrow + 2;
+    }
+    ft->f.group = ft->rules;
+    ft->f.n_group = ng;
+    const char *bm = arg(a, "by_module");
+    if (bm && *bm && strcmp(bm, "0") && strcmp(bm, "1") && strcmp(bm, "true") &&
+        strcmp(bm, "false")) {
+        reply_err(r, 400, "by_module", "by_module '%s' is not 0 or 1", bm);
+        return -1;
+    }
+    ft->f.group_by_module = bm && (!strcmp(bm, "1") || !strcmp(bm, "true"));
+    ft->any = ft->f.n_include || ft->f.n_exclude || ft->f.n_fold || ng || ft->f.group_by_module;
+    return 0;
+}
+
+/* Applies the filter in place (*p replaced). Returns 0 or -1 with a 400 written. */
+static int apply_filter(filt_t *ft, agg_profile_t **p, agg_http_reply_t *r) {
+    if (!ft->any)
+        return 0;
+    agg_profile_t *out = NULL;
+    char err[512] = "";
+    int rc = agg_profile_filter(*p, &ft->f, &out, err, sizeof err);
+    if (rc) {
+        const char *param = strstr(err, "include") == err   ? "include"
+                            : strstr(err, "exclude") == err ? "exclude"
+                            : strstr(err, "fold") == err    ? "fold"
+                                                            : "group";
+        if (rc == CM_EINVAL)
+            reply_err(r, 400, param, "%s", err[0] ? err : "bad pattern");
+        else
+            reply_err(r, 500, NULL, "filter failed: %s", cm_strerror(rc));
+        return -1;
+    }
+    agg_profile_free(*p);
+    agg_profile_seal(out);
+    *p = out;
+    return 0;
+}
+
+static int parse_label(const args_t *a, agg_http_reply_t *r, char *key, size_t ks,
+                       const char **value) {
+    const char *l = arg(a, "label");
+    *value = NULL;
+    key[0] = 0;
+    if (!l || !*l)
+        return 0;
+    const char *c = strchr(l, ':');
+    if (!c || c == l || (size_t)(c - l) >= ks) {
+        reply_err(r, 400, "label", "label '%s' is not KEY:VALUE (e.g. endpoint:/checkout)", l);
+        return -1;
+    }
+    memcpy(key, l, (size_t)(c - l));
+    key[c - l] = 0;
+    *value = c + 1;
+    return 0;
+}
+
+static char *memstream_text(void (*fn)(FILE *, void *), void *ctx, size_t *len) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f)
+        return NULL;
+    fn(f, ctx);
+    fclose(f);
+    return buf;
+}
+
+/* Renders one profile as the requested view and format. */
+typedef struct {
+    const agg_profile_t *p;
+    agg_top_t *top;
+    agg_tree_t *tree;
+} pr_ctx_t;
+static void print_top(FILE *f, void *c) { agg_top_print(f, ((pr_ctx_t *)c)->p, ((pr_ctx_t *)c)->top); }
+static void print_tree(FILE *f, void *c) {
+    agg_tree_print(f, ((pr_ctx_t *)c)->p, ((pr_ctx_t *)c)->tree);
+}
+
+static void render_profile(const args_t *a, const agg_profile_t *p, json_t *meta,
+                           agg_http_reply_t *r) {
+    const char *view = arg(a, "view"), *format = arg(a, "format");
+    view = view && *view ? view : "top";
+    format = format && *format ? format : "json";
+    if (strcmp(format, "json") && strcmp(format, "text") && strcmp(format, "folded") &&
+        strcmp(format, "pprof")) {
+        reply_err(r, 400, "format", "format '%s' is not json, text, folded or pprof", format);
+        goto out;
+    }
+    if (strcmp(view, "top") && strcmp(view, "tree") && strcmp(view, "callers")) {
+        reply_err(r, 400, "view", "view '%s' is not top, tree or callers", view);
+        goto out;
+    }
+    if (!strcmp(format, "pprof")) {
+        uint8_t *buf;
+        size_t len;
+        int rc = agg_export_pprof(p, &buf, &len);
+        if (rc)
+            reply_err(r, 500, NULL, "pprof export failed: %s", cm_strerror(rc));
+        else
+            reply_buf(r, "application/octet-stream", (char *)buf, len);
+        goto out;
+    }
+    if (!strcmp(format, "folded")) {
+        char *buf;
+        size_t len;
+        const char *c = arg(a, "counts");
+        int rc = agg_export_folded(p, c && !strcmp(c, "1"), &buf, &len);
+        if (rc)
+            reply_err(r, 500, NULL, "folded export failed: %s", cm_strerror(rc));
+        else
+            reply_buf(r, "text/plain; charset=utf-8", buf, len);
+        goto out;
+    }
+    int text = !strcmp(format, "text");
+    long long limit;
+    double min_share;
+    if (!strcmp(view, "top")) {
+        if (parse_uint(a, "limit", 50, 100000, r, &limit))
+            goto out;
+        const char *sort = arg(a, "sort");
+        if (sort && *sort && strcmp(sort, "self") && strcmp(sort, "total")) {
+            reply_err(r, 400, "sort", "sort '%s' is not self or total", sort);
+            goto out;
+        }
+        agg_top_t t;
+        int rc = agg_top_compute(p, sort && !strcmp(sort, "total") ? AGG_SORT_TOTAL : AGG_SORT_SELF,
+                                 (size_t)limit, &t);
+        if (rc) {
+            reply_err(r, 500, NULL, "top failed: %s", cm_strerror(rc));
+            goto out;
+        }
+        if (text) {
+            pr_ctx_t c = {p, &t, NULL};
+            size_t len;
+            char *buf = memstream_text(print_top, &c, &len);
+            reply_buf(r, "text/plain; charset=utf-8", buf, len);
+        } else {
+            json_t *o = agg_top_json(p, &t);
+            if (o) {
+                json_object_update(o, meta);
+                json_object_set_new(o, "truncated", json_integer((json_int_t)(t.n_functions - t.n)));
+            }
+            reply_json(r, 200, o);
+        }
+        agg_top_free(&t);
+    } else if (!strcmp(view, "tree")) {
+        if (parse_uint(a, "limit", 2000, 100000, r, &limit) ||
+            parse_double(a, "min_share", 0.005, 0, 0.999, r, &min_share))
+            goto out;
+        agg_tree_t t;
+        int rc = agg_tree_compute(p, min_share, limit ? (size_t)limit : 100000, &t);
+        if (rc) {
+            reply_err(r, 500, NULL, "tree failed: %s", cm_strerror(rc));
+            goto out;
+        }
+        if (text) {
+            pr_ctx_t c = {p, NULL, &t};
+            size_t len;
+            char *buf = memstream_text(print_tree, &c, &len);
+            reply_buf(r, "text/plain; charset=utf-8", buf, len);
+        } else {
+            json_t *o = json_object();
+            json_object_update(o, meta);
+            json_object_set_new(o, "event_type", json_string(cm_event_name(p->type)));
+            json_object_set_new(o, "unit", json_string(agg_event_unit(p->type)));
+            json_object_set_new(o, "nodes", json_integer((json_int_t)t.n));
+            json_object_set_new(o, "truncated", json_integer((json_int_t)t.n_truncated));
+            json_object_set_new(o, "tree", agg_tree_json(p, &t));
+            reply_json(r, 200, o);
+        }
+        agg_tree_free(&t);
+    } else {
+        const char *fn = arg(a, "function");
+        if (!fn || !*fn) {
+            reply_err(r, 400, "function", "view=callers needs parameter 'function' (a function "
+                      "name or module!name)");
+            goto out;
+        }
+        uint32_t fr = agg_profile_find_frame(p, fn);
+        if (fr == AGG_NONE) {
+            reply_err(r, 404, "function", "function '%s' is not in this profile", fn);
+            goto out;
+        }
+        agg_callers_t c;
+        int rc = agg_callers_compute(p, fr, &c);
+        if (rc) {
+            reply_err(r, 500, NULL, "callers failed: %s", cm_strerror(rc));
+            goto out;
+        }
+        json_t *o = agg_callers_json(p, &c);
+        if (o)
+            json_object_update(o, meta);
+        if (text) { /* a short table */
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            char v[32];
+            agg_format_value(p->type, (double)c.total, v, sizeof v);
+            fprintf(f, "%s: total %s\ncallers:\n", fn, v);
+            for (size_t i = 0; i < c.n_callers; i++) {
+                agg_format_value(p->type, (double)c.callers[i].value, v, sizeof v);
+                fprintf(f, "  %10s  %s\n", v, p->frames[c.callers[i].frame].name);
+            }
+            fprintf(f, "callees:\n");
+            for (size_t i = 0; i < c.n_callees; i++) {
+                agg_format_value(p->type, (double)c.callees[i].value, v, sizeof v);
+                fprintf(f, "  %10s  %s\n", v, p->frames[c.callees[i].frame].name);
+            }
+            fclose(f);
+            json_decref(o);
+            reply_buf(r, "text/plain; charset=utf-8", buf, len);
+        } else {
+            reply_json(r, 200, o);
+        }
+        agg_callers_free(&c);
+    }
+out:
+    json_decref(meta);
+}
+
+/* ---- handlers ---- */
+
+static void h_services(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)a;
+    (void)url;
+    agg_qversion_t *v;
+    size_t n;
+    int rc = agg_qstore_versions(api->qs, NULL, &v, &n);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        int64_t first = v[i].first_ns, last = v[i].last_ns;
+        uint64_t samples[CM_EV_COUNT] = {0};
+        for (; j < n && !strcmp(v[j].service, v[i].service); j++) {
+            first = v[j].first_ns < first ? v[j].first_ns : first;
+            last = v[j].last_ns > last ? v[j].last_ns : last;
+            for (int t = 1; t <= CM_EV_MAX; t++)
+                samples[t] += v[j].samples[t];
+        }
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:s, s:o}", "name",
+                                             v[i].service, "versions", (json_int_t)(j - i),
+                                             "first_ns", (json_int_t)first, "last_ns",
+                                             (json_int_t)last, "latest_version",
+                                             v[j - 1].version, "samples", samples_json(samples)));
+        i = j;
+    }
+    agg_qversions_free(v, n);
+    reply_json(r, 200, json_pack("{s:o}", "services", arr));
+}
+
+static void h_versions(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)a;
+    const char *rest = url + strlen("/api/v1/services/");
+    const char *slash = strchr(rest, '/');
+    if (!slash || strcmp(slash, "/versions") || slash == rest) {
+        reply_err(r, 404, NULL, "no route %s; use /api/v1/services/SERVICE/versions", url);
+        return;
+    }
+    char svc[256];
+    snprintf(svc, sizeof svc, "%.*s", (int)(slash - rest), rest);
+    agg_qversion_t *v;
+    size_t n;
+    if (load_service(api, svc, r, &v, &n))
+        return;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:f, s:o}", "version",
+                                             v[i].version, "first_ns", (json_int_t)v[i].first_ns,
+                                             "last_ns", (json_int_t)v[i].last_ns, "chunks",
+                                             (json_int_t)v[i].chunks, "process_seconds",
+                                             v[i].process_seconds, "samples",
+                                             samples_json(v[i].samples)));
+    agg_qversions_free(v, n);
+    reply_json(r, 200, json_pack("{s:s, s:o}", "service", svc, "versions", arr));
+}
+
+static void h_event_types(agg_api_t *api, const args_t *a, const char *url,
+                          agg_http_reply_t *r) {
+    (void)url;
+    const char *svc = arg(a, "service");
+    agg_qversion_t *v = NULL;
+    size_t n = 0;
+    uint64_t samples[CM_EV_COUNT] = {0};
+    if (svc && *svc) {
+        if (load_service(api, svc, r, &v, &n))
+            return;
+    } else if (agg_qstore_versions(api->qs, NULL, &v, &n)) {
+        reply_err(r, 500, NULL, "store read failed");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (int t = 1; t <= CM_EV_MAX; t++)
+            samples[t] += v[i].samples[t];
+    agg_qversions_free(v, n);
+    json_t *arr = json_array();
+    for (int t = 1; t <= CM_EV_MAX; t++)
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:I}", "name", cm_event_name((uint32_t)t),
+                                             "unit", agg_event_unit((cm_event_type_t)t),
+                                             "samples", (json_int_t)samples[t]));
+    reply_json(r, 200, json_pack("{s:o}", "event_types", arr));
+}
+
+/* Common: service, versions, type, time range, label, filters -> a filtered profile. Returns
+ * the profile or NULL with the reply written. */
+static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_reply_t *r,
+                                    const char *vparam, const char *from_p, const char *to_p,
+                                    int replicates, filt_t *ft, json_t **meta) {
+    const char *svc;
+    const char *vers[64];
+    char lkey[256];
+    const char *lval;
+    cm_event_type_t type;
+    int64_t from, to;
+    if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
+        parse_time(a, from_p, 0, r, &from) || parse_time(a, to_p, INT64_MAX / 4, r, &to) ||
+        parse_label(a, r, lkey, sizeof lkey, &lval))
+        return NULL;
+    if (to <= from) {
+        reply_err(r, 400, to_p, "%s must be after %s", to_p, from_p);
+        return NULL;
+    }
+    size_t nv = arg_all(a, vparam, vers, 64);
+    agg_qversion_t *v;
+    size_t n;
+    if (load_service(api, svc, r, &v, &n))
+        return NULL;
+    int bad = check_versions(v, n, svc, vparam, vers, nv, r);
+    agg_qversions_free(v, n);
+    if (bad)
+        return NULL;
+    agg_qspec_t q = {svc, vers, nv, type, from, to, lval ? lkey : NULL, lval, replicates};
+    agg_profile_t *p = NULL;
+    int rc = agg_qstore_profile(api->qs, &q, &p);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return NULL;
+    }
+    if (apply_filter(ft, &p, r)) {
+        agg_profile_free(p);
+        return NULL;
+    }
+    if (meta) {
+        json_t *va = json_array();
+        for (size_t i = 0; i < nv; i++)
+            json_array_append_new(va, json_string(vers[i]));
+        *meta = json_pack("{s:s, s:o, s:I, s:I}", "service", svc, "versions", va, "from",
+                          (json_int_t)from, "to", (json_int_t)(to == INT64_MAX / 4 ? 0 : to));
+    }
+    return p;
+}
+
+static void h_profile(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    filt_t ft;
+    if (parse_filter(a, r, &ft))
+        return;
+    json_t *meta = NULL;
+    agg_profile_t *p = query_profile(api, a, r, "version", "from", "to", 0, &ft, &meta);
+    if (!p)
+        return;
+    if (!p->n_rows) {
+        const char *t = arg(a, "type");
+        reply_err(r, 404, "from", "no %s samples of service '%s' for these versions, time range "
+                  "and label", t && *t ? t : "cpu", arg(a, "service"));
+        json_decref(meta);
+    } else {
+        render_profile(a, p, meta, r);
+    }
+    agg_profile_free(p);
+}
+
+static void h_timeseries(agg_api_t *api, const args_t *a, const char *url,
+                         agg_http_reply_t *r) {
+    (void)url;
+    const char *svc;
+    cm_event_type_t type;
+    int64_t from, to;
+    if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
+        parse_time(a, "from", 0, r, &from) || parse_time(a, "to", INT64_MAX / 4, r, &to))
+        return;
+    agg_qversion_t *v;
+    size_t n;
+    if (load_service(api, svc, r, &v, &n))
+        return;
+    json_t *deploys = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(deploys, json_pack("{s:s, s:I}", "version", v[i].version,
+                                                 "first_ns", (json_int_t)v[i].first_ns));
+    agg_qversions_free(v, n);
+    agg_qseries_t s;
+    int rc = agg_qstore_timeseries(api->qs, svc, type, from, to, &s);
+    if (rc) {
+        json_decref(deploys);
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return;
+    }
+    json_t *series = json_array(), *cur = NULL, *pts = NULL;
+    const char *cv = NULL;
+    for (size_t i = 0; i < s.n; i++) {
+        agg_qpoint_t *pt = &s.points[i];
+        if (!cv || strcmp(cv, pt->version)) {
+            cv = pt->version;
+            pts = json_array();
+            cur = json_pack("{s:s, s:o}", "version", cv, "points", pts);
+            json_array_append_new(series, cur);
+        }
+        json_array_append_new(pts, json_pack("{s:I, s:I, s:I, s:f}", "bucket",
+                                             (json_int_t)pt->bucket, "width", (json_int_t)pt->width,
+                                             "value", (json_int_t)pt->weight, "samples",
+                                             (double)pt->count / CM_COUNT_ONE));
+    }
+    agg_qseries_free(&s);
+    reply_json(r, 200, json_pack("{s:s, s:s, s:s, s:o, s:o}", "service", svc, "event_type",
+                                 cm_event_name(type), "unit", agg_event_unit(type), "series",
+                                 series, "deploys", deploys));
+}
+
+typedef struct {
+    agg_diff_t *d;
+    size_t limit;
+} dp_ctx_t;
+static void print_diff(FILE *f, void *c) {
+    agg_diff_print(f, ((dp_ctx_t *)c)->d, ((dp_ctx_t *)c)->limit);
+}
+
+static void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    filt_t ft;
+    long long limit;
+    double gate = -1, q;
+    const char *format = arg(a, "format");
+    format = format && *format ? format : "json";
+    if (strcmp(format, "json") && strcmp(format, "text")) {
+        reply_err(r, 400, "format", "format '%s' is not json or text", format);
+        return;
+    }
+    if (parse_filter(a, r, &ft) || parse_uint(a, "limit", 100, 100000, r, &limit) ||
+        parse_double(a, "fail_on_regression", -1, -1, 1000, r, &gate) ||
+        parse_double(a, "q", 0.01, 1e-9, 0.5, r, &q))
+        return;
+    const char *base = arg(a, "base"), *test = arg(a, "test");
+    int by_time = arg(a, "base_from") || arg(a, "test_from");
+    if (!by_time && (!base || !*base || !test || !*test)) {
+        reply_err(r, 400, !base || !*base ? "base" : "test",
+                  "a diff needs 'base' and 'test' versions, or the time ranges "
+                  "base_from/base_to and test_from/test_to");
+        return;
+    }
+    if (by_time && (!arg(a, "base_from") || !arg(a, "test_from"))) {
+        reply_err(r, 400, arg(a, "base_from") ? "test_from" : "base_from",
+                  "a time-range diff needs both base_from and test_from (and optionally "
+                  "base_to, test_to)");
+        return;
+    }
+    agg_profile_t *pb = NULL, *pt = NULL;
+    json_t *mb = NULL, *mt = NULL;
+    if (!(pb = query_profile(api, a, r, by_time ? "version" : "base",
+                             by_time ? "base_from" : "from", by_time ? "base_to" : "to", 1, &ft,
+                             &mb)))
+        return;
+    if (!(pt = query_profile(api, a, r, by_time ? "version" : "test",
+                             by_time ? "test_from" : "from", by_time ? "test_to" : "to", 1, &ft,
+                             &mt)))
+        goto out;
+    if (!pb->n_rows || !pt->n_rows) {
+        const char *t = arg(a, "type");
+        reply_err(r, 404, !pb->n_rows ? (by_time ? "base_from" : "base")
+                                      : (by_time ? "test_from" : "test"),
+                  "no %s samples on the %s side of the diff", t && *t ? t : "cpu",
+                  !pb->n_rows ? "base" : "test");
+        goto out;
+    }
+    agg_diff_opts_t o;
+    agg_diff_opts_default(&o);
+    o.q = q;
+    const char *inc = arg(a, "inclusive");
+    o.test_inclusive = inc && !strcmp(inc, "1");
+    agg_diff_t d;
+    int rc = agg_diff_compute(pb, pt, &o, &d);
+    if (rc) {
+        reply_err(r, 500, NULL, "diff failed: %s", cm_strerror(rc));
+        goto out;
+    }
+    char why[1024] = "";
+    int failed = gate >= 0 ? agg_diff_gate(&d, gate, why, sizeof why) : 0;
+    if (!strcmp(format, "text")) {
+        dp_ctx_t c = {&d, (size_t)limit};
+        size_t len;
+        char *buf = memstream_text(print_diff, &c, &len);
+        if (failed && buf) {
+            char *nb = NULL;
+            if (asprintf(&nb, "%sGATE FAILED: %s\n", buf, why) > 0) {
+                free(buf);
+                buf = nb;
+                len = strlen(nb);
+            }
+        }
+        reply_buf(r, "text/plain; charset=utf-8", buf, len);
+    } else {
+        json_t *o2 = agg_diff_json(&d, (size_t)limit);
+        if (o2) {
+            json_object_set_new(o2, "service", json_string(arg(a, "service")));
+            json_object_set(o2, "base", mb);
+            json_object_set(o2, "test", mt);
+            json_object_set_new(o2, "test_used", json_string(
+                "Welch's t-test on per-bucket rates (time buckets as replicates, work = "
+                "process-seconds), common factor removed, Benjamini-Hochberg FDR"));
+            if (gate >= 0)
+                json_object_set_new(o2, "gate", json_pack("{s:f, s:b, s:s}", "pct", gate,
+                                                          "failed", failed, "why", why));
+        }
+        reply_json(r, 200, o2);
+    }
+    agg_diff_free(&d);
+out:
+    json_decref(mb);
+    json_decref(mt);
+    agg_profile_free(pb);
+    agg_profile_free(pt);
+}
+
+static void h_spans(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *svc;
+    cm_event_type_t type;
+    int64_t from, to;
+    long long limit;
+    if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
+        parse_time(a, "from", 0, r, &from) || parse_time(a, "to", INT64_MAX / 4, r, &to) ||
+        parse_uint(a, "limit", 20, 10000, r, &limit))
+        return;
+    agg_qversion_t *v;
+    size_t n;
+    if (load_service(api, svc, r, &v, &n))
+        return;
+    agg_qversions_free(v, n);
+    agg_span_cost_t *s = NULL;
+    size_t ns = 0;
+    int64_t tons = to >= INT64_MAX / 4 / 1000000000 ? INT64_MAX : to * 1000000000;
+    int rc = agg_qstore_spans(api->qs, svc, from * 1000000000, tons, type,
+                              limit ? (size_t)limit : 10000, &s, &ns);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return;
+    }
+    json_t *arr = agg_span_json(s, ns, type);
+    free(s);
+    reply_json(r, 200, json_pack("{s:s, s:s, s:o}", "service", svc, "ranked_by",
+                                 cm_event_name(type), "spans", arr));
+}
+
+static void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *tr = arg(a, "trace"), *sp = arg(a, "span");
+    uint8_t trace[16], span[8];
+    if ((!tr || !*tr) && (!sp || !*sp)) {
+        reply_err(r, 400, "span", "give 'trace' (32 hex digits) or 'span' (16 hex digits)");
+        return;
+    }
+    if (tr && *tr && parse_hexid(tr, trace, 16)) {
+        reply_err(r, 400, "trace", "trace '%s' is not a trace id of 32 hex digits", tr);
+        return;
+    }
+    if (sp && *sp && parse_hexid(sp, span, 8)) {
+        reply_err(r, 400, "span", "span '%s' is not a span id of 16 hex digits", sp);
+        return;
+    }
+    const uint8_t *tp = tr && *tr ? trace : NULL, *spp = sp && *sp ? span : NULL;
+    filt_t ft;
+    if (parse_filter(a, r, &ft))
+        return;
+    const char *ts = arg(a, "type");
+    if (ts && *ts) { /* one event type: any view or format */
+        cm_event_type_t type;
+        if (parse_type(a, "type", r, &type))
+            return;
+        agg_profile_t *p = NULL;
+        int found = 0;
+        int rc = agg_qstore_span_profile(api->qs, tp, spp, type, &p, &found);
+        if (rc) {
+            reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+            return;
+        }
+        if (!found || !p->n_rows) {
+            reply_err(r, 404, spp ? "span" : "trace",
+                      found ? "the span has no %s samples" : "unknown %s: not in the span index "
+                      "(spans are kept for span-max-age)", found ? ts : spp ? "span" : "trace");
+        } else if (!apply_filter(&ft, &p, r)) {
+            render_profile(a, p, json_pack("{s:s?, s:s?}", "trace_id", tp ? tr : NULL, "span_id",
+                                           spp ? sp : NULL),
+                           r);
+        }
+        agg_profile_free(p);
+        return;
+    }
+    /* every event type: totals and top functions of each */
+    long long limit;
+    if (parse_uint(a, "limit", 20, 10000, r, &limit))
+        return;
+    const char *format = arg(a, "format");
+    int text = format && !strcmp(format, "text");
+    if (format && *format && strcmp(format, "json") && !text) {
+        reply_err(r, 400, "format", "format '%s' needs one event type: add type=cpu (or wall, "
+                  "alloc, ...); without it json and text are available", format);
+        return;
+    }
+    json_t *types = json_object();
+    char *tbuf = NULL;
+    size_t tlen = 0;
+    FILE *tf = text ? open_memstream(&tbuf, &tlen) : NULL;
+    int any = 0, found_any = 0;
+    for (int t = 1; t <= CM_EV_MAX; t++) {
+        agg_profile_t *p = NULL;
+        int found = 0;
+        if (agg_qstore_span_profile(api->qs, tp, spp, (cm_event_type_t)t, &p, &found))
+            continue;
+        found_any |= found;
+        if (p->n_rows && !apply_filter(&ft, &p, r)) {
+            agg_top_t top;
+            if (agg_top_compute(p, AGG_SORT_SELF, (size_t)limit, &top) == 0) {
+                any = 1;
+                json_object_set_new(types, cm_event_name((uint32_t)t), agg_top_json(p, &top));
+                if (tf) {
+                    fprintf(tf, "== %s ==\n", cm_event_name((uint32_t)t));
+                    agg_top_print(tf, p, &top);
+                }
+                agg_top_free(&top);
+            }
+        } else if (r->body) { /* a filter error */
+            agg_profile_free(p);
+            json_decref(types);
+            if (tf)
+                fclose(tf);
+            free(tbuf);
+            return;
+        }
+        agg_profile_free(p);
+    }
+    if (tf)
+        fclose(tf);
+    if (!found_any || !any) {
+        free(tbuf);
+        json_decref(types);
+        reply_err(r, 404, spp ? "span" : "trace", "unknown %s '%s': not in the span index (spans "
+                  "are kept for span-max-age)", spp ? "span" : "trace", spp ? sp : tr);
+        return;
+    }
+    if (text) {
+        json_decref(types);
+        reply_buf(r, "text/plain; charset=utf-8", tbuf, tlen);
+    } else {
+        free(tbuf);
+        reply_json(r, 200, json_pack("{s:s?, s:s?, s:o}", "trace_id", tp ? tr : NULL, "span_id",
+                                     spp ? sp : NULL, "types", types));
+    }
+}
+
+static void h_reports(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *svc = arg(a, "service");
+    if (svc && *svc) {
+        agg_qversion_t *v;
+        size_t n;
+        if (load_service(api, svc, r, &v, &n))
+            return;
+        agg_qversions_free(v, n);
+    }
+    long long limit;
+    if (parse_uint(a, "limit", 20, 1000, r, &limit))
+        return;
+    json_t *arr = NULL;
+    int rc = agg_reports_list(api->store_dir, svc && *svc ? svc : NULL, (size_t)limit, &arr);
+    if (rc) {
+        reply_err(r, 500, NULL, "reading reports failed: %s", cm_strerror(rc));
+        return;
+    }
+    reply_json(r, 200, json_pack("{s:o}", "reports", arr));
+}
+
+static void h_unknown(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)api;
+    (void)a;
+    reply_err(r, 404, NULL, "no route %s; see /api/v1/ routes: services, services/SERVICE/"
+              "versions, event-types, profile, timeseries, diff, reports, spans, span", url);
+}
+
+/* ---- dispatch ---- */
+
+static void dispatch(void *arg_, const char *url, const char *query, agg_http_reply_t *r) {
+    (void)query;
+    route_t *rt = arg_;
+    agg_api_t *api = rt->api;
+    if (!authorized(api, r))
+        return;
+    args_t a = {0};
+    agg_http_request_args(add_arg, &a);
+    if (a.overflow) {
+        reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
+    } else {
+        pthread_mutex_lock(&api->lock);
+        rt->fn(api, &a, url, r);
+        pthread_mutex_unlock(&api->lock);
+    }
+    args_free(&a);
+}
+
+size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max) {
+    static const struct {
+        const char *path;
+        route_fn fn;
+    } tab[] = {
+        {"/api/v1/services", h_services},     {"/api/v1/services/", h_versions},
+        {"/api/v1/event-types", h_event_types}, {"/api/v1/profile", h_profile},
+        {"/api/v1/timeseries", h_timeseries}, {"/api/v1/diff", h_diff},
+        {"/api/v1/reports", h_reports},       {"/api/v1/spans", h_spans},
+        {"/api/v1/span", h_span},             {"/api/v1/", h_unknown},
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0] && n < max && n < AGG_API_ROUTES; i++) {
+        api->routes[n] = (route_t){api, tab[i].fn};
+        routes[n] = (agg_http_route_t){"GET", tab[i].path, dispatch, &api->routes[n]};
+        n++;
+    }
+    return n;
+}
+
+int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err_size) {
+    agg_api_t *api = calloc(1, sizeof *api);
+    if (!api)
+        return CM_ENOMEM;
+    api->store_dir = strdup(cfg->store_dir);
+    api->token = cfg->token && *cfg->token ? strdup(cfg->token) : NULL;
+    pthread_mutex_init(&api->lock, NULL);
+    int rc = agg_qstore_open(cfg->store_dir, &api->qs, err, err_size);
+    if (rc) {
+        agg_api_free(api);
+        return rc;
+    }
+    *out = api;
+    return 0;
+}
+
+void agg_api_free(agg_api_t *api) {
+    if (!api)
+        return;
+    agg_qstore_close(api->qs);
+    pthread_mutex_destroy(&api->lock);
+    free(api->store_dir);
+    free(api->token);
+    free(api);
+}

@@ -1,0 +1,359 @@
+/* The CLI's query commands: services, versions, top, tree, diff, span, spans, export, reports.
+ * Each turns its flags into a query of the aggregator's HTTP API (/api/v1/..., client.c) and
+ * prints a table (default) or the JSON (--json). Flags map to API parameters by name
+ * (--min-share -> min_share); repeatable flags repeat the parameter.
+ *
+ * Exit status: 0 ok, 1 the query failed (unknown service or version, no data, server
+ * unreachable, server error: the message says which), 2 usage error, 3 `diff
+ * --fail-on-regression PCT` found a significant regression of at least PCT % of the base.
+ * Threading: single-threaded.
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "client.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_SERVER "http://127.0.0.1:9402"
+
+typedef struct {
+    const char *name;
+    const char *path;     /* API path */
+    const char *flags;    /* allowed value flags, space-separated, with spaces around */
+    const char *bools;    /* allowed boolean flags */
+    const char *positional; /* parameter a positional argument fills, or NULL */
+    const char *usage;
+} qcmd_t;
+
+#define PROFILE_FLAGS                                                                              \
+    " service version type from to label include exclude fold group limit min-share function "     \
+    "sort "
+
+static const qcmd_t qcmds[] = {
+    {"services", "/api/v1/services", " ", " ", NULL, "services [--json]"},
+    {"versions", "/api/v1/services/", " service ", " ", "service", "versions SERVICE [--json]"},
+    {"top", "/api/v1/profile", PROFILE_FLAGS, " by-module ", NULL,
+     "top --service S [--version V]... [--type T] [--from T] [--to T] [--label K:V]\n"
+     "      [--include RE] [--exclude RE] [--fold RE] [--group RE->NAME] [--by-module]\n"
+     "      [--limit N] [--sort self|total] [--function F (callers and callees)] [--json]"},
+    {"tree", "/api/v1/profile", PROFILE_FLAGS, " by-module ", NULL,
+     "tree --service S [--version V]... [--min-share F] [--limit NODES] [filters as top] [--json]"},
+    {"diff", "/api/v1/diff",
+     " service base test type from to base-from base-to test-from test-to version label include "
+     "exclude fold group limit fail-on-regression q ",
+     " by-module inclusive ", NULL,
+     "diff --service S --base V1 --test V2 [--type T] [--fail-on-regression PCT] [filters]\n"
+     "      [--base-from T --base-to T --test-from T --test-to T] [--limit N] [--json]"},
+    {"span", "/api/v1/span", " trace span type include exclude fold group limit min-share ",
+     " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
+    {"spans", "/api/v1/spans", " service type from to limit ", " ", NULL,
+     "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
+    {"export", "/api/v1/profile", PROFILE_FLAGS " trace span output ", " by-module counts ", NULL,
+     "export --service S [--version V]... --format pprof|folded|json -o FILE [filters]\n"
+     "      (or --trace ID / --span ID --type T for one span)"},
+    {"reports", "/api/v1/reports", " service limit ", " ", NULL, "reports [--service S] [--json]"},
+};
+
+static void usage_of(const qcmd_t *c, FILE *f) {
+    fprintf(f, "usage: fleetprof %s\n  common: [--server URL (env FLEETPROF_SERVER, default %s)] "
+               "[--token T (env FLEETPROF_TOKEN)]\n  times: unix seconds, 'now' or -DURATION "
+               "(-1h, -30m)\n", c->usage, DEFAULT_SERVER);
+}
+
+static int has_word(const char *list, const char *w) {
+    char pat[128];
+    snprintf(pat, sizeof pat, " %s ", w);
+    return strstr(list, pat) != NULL;
+}
+
+typedef struct {
+    char *q;
+    size_t len;
+    FILE *f;
+} qbuf_t;
+
+static void qadd(qbuf_t *b, const char *key, const char *val) {
+    char *e = cli_url_escape(val);
+    fprintf(b->f, "%s%s=%s", ftell(b->f) ? "&" : "", key, e ? e : "");
+    free(e);
+}
+
+static void fmt_time(int64_t ns, char *buf, size_t size) {
+    time_t t = (time_t)(ns / 1000000000);
+    struct tm tm;
+    if (ns <= 0 || !gmtime_r(&t, &tm))
+        snprintf(buf, size, "-");
+    else
+        strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static json_int_t jint(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? json_integer_value(v) : (json_int_t)json_number_value(v);
+}
+
+static const char *jstr(json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static void print_table(const qcmd_t *c, json_t *o) {
+    char a[32], b[32];
+    if (!strcmp(c->name, "services")) {
+        json_t *arr = json_object_get(o, "services"), *s;
+        size_t i;
+        printf("%-24s %8s %-16s %12s %-20s\n", "SERVICE", "VERSIONS", "LATEST", "CPU-SAMPLES",
+               "LAST-SEEN (UTC)");
+        json_array_foreach(arr, i, s) {
+            fmt_time(jint(s, "last_ns"), a, sizeof a);
+            printf("%-24s %8lld %-16s %12lld %-20s\n", jstr(s, "name"),
+                   (long long)jint(s, "versions"), jstr(s, "latest_version"),
+                   (long long)jint(json_object_get(s, "samples"), "cpu"), a);
+        }
+        if (!json_array_size(arr))
+            printf("(no services yet)\n");
+    } else if (!strcmp(c->name, "versions")) {
+        json_t *arr = json_object_get(o, "versions"), *s;
+        size_t i;
+        printf("%-16s %-20s %-20s %8s %12s %12s\n", "VERSION", "FIRST-SEEN (UTC)", "LAST-SEEN",
+               "CHUNKS", "PROC-SECONDS", "CPU-SAMPLES");
+        json_array_foreach(arr, i, s) {
+            fmt_time(jint(s, "first_ns"), a, sizeof a);
+            fmt_time(jint(s, "last_ns"), b, sizeof b);
+            printf("%-16s %-20s %-20s %8lld %12.1f %12lld\n", jstr(s, "version"), a, b,
+                   (long long)jint(s, "chunks"),
+                   json_number_value(json_object_get(s, "process_seconds")),
+                   (long long)jint(json_object_get(s, "samples"), "cpu"));
+        }
+    } else if (!strcmp(c->name, "spans")) {
+        json_t *arr = json_object_get(o, "spans"), *s;
+        size_t i;
+        const char *by = jstr(o, "ranked_by");
+        printf("%-32s %-16s %14s %14s %14s\n", "TRACE", "SPAN", "CPU(ns)", "WALL(ns)",
+               "ALLOC(bytes)");
+        json_array_foreach(arr, i, s) {
+            json_t *cost = json_object_get(s, "cost");
+            printf("%-32s %-16s %14lld %14lld %14lld\n", jstr(s, "trace_id"), jstr(s, "span_id"),
+                   (long long)jint(cost, "cpu"), (long long)jint(cost, "wall"),
+                   (long long)jint(cost, "alloc"));
+        }
+        printf("(%zu spans, ranked by %s)\n", json_array_size(arr), by);
+    } else if (!strcmp(c->name, "reports")) {
+        json_t *arr = json_object_get(o, "reports"), *s;
+        size_t i;
+        printf("%-20s %-12s %-12s %-20s %5s %5s %10s %10s  %s\n", "SERVICE", "BASE", "TEST",
+               "CREATED (UTC)", "REGR", "IMPR", "BASE-SMPL", "TEST-SMPL", "TOP REGRESSION");
+        json_array_foreach(arr, i, s) {
+            fmt_time(jint(s, "created_ns"), a, sizeof a);
+            json_t *ents = json_object_get(json_object_get(s, "diff"), "entries");
+            json_t *e0 = json_array_get(ents, 0);
+            const char *top = e0 && !strcmp(jstr(e0, "class"), "regression") ? jstr(e0, "name")
+                                                                              : "-";
+            printf("%-20s %-12s %-12s %-20s %5lld %5lld %10lld %10lld  %s\n", jstr(s, "service"),
+                   jstr(s, "base"), jstr(s, "test"), a, (long long)jint(s, "regressions"),
+                   (long long)jint(s, "improvements"), (long long)jint(s, "base_samples"),
+                   (long long)jint(s, "test_samples"), top);
+        }
+        if (!json_array_size(arr))
+            printf("(no reports yet: a report is made once a new version has enough samples)\n");
+    }
+}
+
+static int query_main(const qcmd_t *c, int argc, char **argv) {
+    const char *server = getenv("FLEETPROF_SERVER"), *token = getenv("FLEETPROF_TOKEN");
+    const char *output = NULL, *format = NULL, *gate = NULL, *positional = NULL;
+    int json = 0;
+    qbuf_t qb = {0};
+    qb.f = open_memstream(&qb.q, &qb.len);
+    int rc = 2;
+    cli_resp_t resp = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_of(c, stdout);
+            rc = 0;
+            goto out;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) && strcmp(a, "-o")) {
+            if (c->positional && !positional) {
+                positional = a;
+                continue;
+            }
+            fprintf(stderr, "fleetprof %s: unexpected argument '%s'\n", c->name, a);
+            usage_of(c, stderr);
+            goto out;
+        }
+        const char *name = !strcmp(a, "-o") ? "output" : a + 2;
+        char key[64];
+        const char *val = NULL;
+        const char *eq = strchr(name, '=');
+        snprintf(key, sizeof key, "%.*s", (int)(eq ? (size_t)(eq - name) : strlen(name)), name);
+        if (has_word(c->bools, key) && !eq) {
+            val = "1";
+        } else if (!strcmp(key, "server") || !strcmp(key, "token") || !strcmp(key, "format") ||
+                   has_word(c->flags, key)) {
+            if (eq)
+                val = eq + 1;
+            else if (i + 1 < argc)
+                val = argv[++i];
+            else {
+                fprintf(stderr, "fleetprof %s: --%s needs a value\n", c->name, key);
+                goto out;
+            }
+        } else {
+            fprintf(stderr, "fleetprof %s: unknown flag '%s'\n", c->name, a);
+            usage_of(c, stderr);
+            goto out;
+        }
+        if (!strcmp(key, "server"))
+            server = val;
+        else if (!strcmp(key, "token"))
+            token = val;
+        else if (!strcmp(key, "format"))
+            format = val;
+        else if (!strcmp(key, "output"))
+            output = val;
+        else {
+            if (!strcmp(key, "fail-on-regression"))
+                gate = val;
+            char pk[64];
+            snprintf(pk, sizeof pk, "%s", key);
+            for (char *p = pk; *p; p++)
+                if (*p == '-')
+                    *p = '_';
+            qadd(&qb, pk, val);
+        }
+    }
+    if (c->positional && !positional) {
+        fprintf(stderr, "fleetprof %s: missing %s\n", c->name, c->positional);
+        usage_of(c, stderr);
+        goto out;
+    }
+    if (!strcmp(c->name, "export")) {
+        if (!format || (strcmp(format, "pprof") && strcmp(format, "folded") &&
+                        strcmp(format, "json"))) {
+            fprintf(stderr, "fleetprof export: --format must be pprof, folded or json (got '%s')\n",
+                    format ? format : "");
+            goto out;
+        }
+        if (!output) {
+            fprintf(stderr, "fleetprof export: -o FILE is required (- for stdout)\n");
+            goto out;
+        }
+        qadd(&qb, "format", format);
+    } else if (format) {
+        fprintf(stderr, "fleetprof %s: --format is for export; use --json for JSON\n", c->name);
+        goto out;
+    } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
+               !strcmp(c->name, "span")) {
+        qadd(&qb, "format", json ? "json" : "text");
+    }
+    if (!strcmp(c->name, "tree"))
+        qadd(&qb, "view", "tree");
+    fflush(qb.f);
+    if (!strcmp(c->name, "top") && strstr(qb.q ? qb.q : "", "function="))
+        qadd(&qb, "view", "callers");
+    fflush(qb.f);
+    if (!server || !*server)
+        server = DEFAULT_SERVER;
+    /* the path */
+    char *path = NULL;
+    const char *api = c->path;
+    int span_export = !strcmp(c->name, "export") && (strstr(qb.q, "trace=") || strstr(qb.q, "span="));
+    if (span_export)
+        api = "/api/v1/span";
+    if (c->positional) {
+        char *e = cli_url_escape(positional);
+        if (asprintf(&path, "%s%s/versions", api, e ? e : "") < 0)
+            path = NULL;
+        free(e);
+    } else if (asprintf(&path, "%s%s%s", api, qb.len ? "?" : "", qb.q ? qb.q : "") < 0) {
+        path = NULL;
+    }
+    rc = 1;
+    if (!path)
+        goto out;
+    int got = cli_http_get(server, token, path, &resp);
+    free(path);
+    if (got) {
+        fprintf(stderr, "fleetprof %s: %s\n", c->name, resp.err);
+        goto out;
+    }
+    if (resp.status != 200) {
+        json_t *e = json_loads(resp.body, 0, NULL);
+        const char *msg = json_string_value(json_object_get(e, "error"));
+        fprintf(stderr, "fleetprof %s: %s (HTTP %ld)\n", c->name,
+                msg ? msg : resp.body[0] ? resp.body : "server error", resp.status);
+        json_decref(e);
+        goto out;
+    }
+    if (!strcmp(c->name, "export")) {
+        FILE *f = strcmp(output, "-") ? fopen(output, "wb") : stdout;
+        if (!f || fwrite(resp.body, 1, resp.len, f) != resp.len) {
+            fprintf(stderr, "fleetprof export: cannot write '%s': %m\n", output);
+            if (f && f != stdout)
+                fclose(f);
+            goto out;
+        }
+        if (f != stdout && fclose(f)) {
+            fprintf(stderr, "fleetprof export: cannot write '%s': %m\n", output);
+            goto out;
+        }
+        if (f != stdout)
+            fprintf(stderr, "fleetprof export: wrote %zu bytes to %s\n", resp.len, output);
+        rc = 0;
+        goto out;
+    }
+    int gate_failed = 0;
+    if (json) {
+        fwrite(resp.body, 1, resp.len, stdout);
+        putchar('\n');
+        if (gate) {
+            json_t *o = json_loads(resp.body, 0, NULL);
+            json_t *g = json_object_get(o, "gate");
+            gate_failed = json_is_true(json_object_get(g, "failed"));
+            if (gate_failed)
+                fprintf(stderr, "fleetprof diff: regression gate failed: %s\n",
+                        jstr(g, "why"));
+            json_decref(o);
+        }
+    } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") ||
+               !strcmp(c->name, "diff") || !strcmp(c->name, "span")) {
+        fwrite(resp.body, 1, resp.len, stdout);
+        const char *g = strstr(resp.body, "GATE FAILED: ");
+        if (gate && g) {
+            gate_failed = 1;
+            fprintf(stderr, "fleetprof diff: regression gate failed: %s", g + 13);
+        }
+    } else {
+        json_t *o = json_loads(resp.body, 0, NULL);
+        if (!o) {
+            fprintf(stderr, "fleetprof %s: the server's answer is not JSON\n", c->name);
+            goto out;
+        }
+        print_table(c, o);
+        json_decref(o);
+    }
+    rc = gate_failed ? 3 : 0;
+out:
+    if (qb.f)
+        fclose(qb.f);
+    free(qb.q);
+    cli_resp_free(&resp);
+    return rc;
+}
+
+int cli_query(int argc, char **argv) {
+    for (size_t i = 0; i < sizeof qcmds / sizeof qcmds[0]; i++)
+        if (!strcmp(argv[0], qcmds[i].name))
+            return query_main(&qcmds[i], argc, argv);
+    return 2;
+}

@@ -1,0 +1,7 @@
+# Query API, CLI query commands and whole-pipeline tests (Kafka ports 19600-19699:
+# test-api 19600, test-cli-query 19610, test-pipeline 19620). They speak HTTP with the CLI's
+# libcurl client (cli/src/client.c).
+pkg_check_modules(API_CURL REQUIRED IMPORTED_TARGET libcurl)
+fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfig::JANSSON
+        SOURCES ../cli/src/client.c)
+add_dependencies(test-api fleetprof-aggregator)

@@ -1,0 +1,459 @@
+/* Query API tests: a real Kafka broker (port 19600), chunks from the fleet simulator, the real
+ * fleetprof-aggregator (with --api-token) filling real SQLite stores; every route's success
+ * shape checked against the simulator's ground truth, and every error path (400 naming the
+ * parameter, 404, 401). The fixture is set up once in main; each test runs in its own child. */
+#include "aggtest.h"
+#include "support/runner.h"
+#include "support/kafka.h"
+
+#include "../cli/src/client.h"
+
+#include "cm/chunk.h"
+#include "cm/wire.h"
+
+#include <jansson.h>
+#include <zlib.h>
+
+#define PORT 19600
+#define HTTP_PORT 19601
+#define NPARTS 2
+#define TOKEN "s3cret-token"
+
+static char server[64], dir[64];
+static fsim_t *sim;
+static const char *svc0, *v0, *v1;
+
+/* GET path with the token; returns the status, body in *body (caller frees). */
+static long get(const char *path, char **body, size_t *len) {
+    cli_resp_t r;
+    CHECKF(cli_http_get(server, TOKEN, path, &r) == 0, "%s", r.err);
+    *body = r.body;
+    if (len)
+        *len = r.len;
+    return r.status;
+}
+
+static json_t *get_json(const char *path, long want) {
+    char *b;
+    long st = get(path, &b, NULL);
+    CHECKF(st == want, "GET %s: status %ld, body %s", path, st, b);
+    json_error_t e;
+    json_t *o = json_loads(b, 0, &e);
+    CHECKF(o != NULL, "GET %s: not JSON: %s", path, b);
+    free(b);
+    return o;
+}
+
+/* An error reply: status, and the parameter it names (NULL: none asserted). */
+static void expect_error(const char *path, long status, const char *param) {
+    json_t *o = get_json(path, status);
+    const char *msg = json_string_value(json_object_get(o, "error"));
+    CHECKF(msg && *msg, "GET %s: no error message", path);
+    if (param) {
+        const char *p = json_string_value(json_object_get(o, "parameter"));
+        CHECKF(p && !strcmp(p, param), "GET %s: parameter %s, want %s (%s)", path, p ? p : "-",
+               param, msg);
+    }
+    json_decref(o);
+}
+
+static json_int_t jint(json_t *o, const char *k) {
+    return json_integer_value(json_object_get(o, k));
+}
+
+static void test_services(void) {
+    json_t *o = get_json("/api/v1/services", 200);
+    json_t *arr = json_object_get(o, "services"), *s;
+    size_t i;
+    CHECK_EQ(json_array_size(arr), fsim_params(sim)->services);
+    int seen = 0;
+    json_array_foreach(arr, i, s) {
+        CHECK_EQ(jint(s, "versions"), 2);
+        if (!strcmp(json_string_value(json_object_get(s, "name")), svc0))
+            seen = 1;
+    }
+    CHECK(seen);
+    json_decref(o);
+}
+
+static void test_versions(void) {
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/services/%s/versions", svc0);
+    json_t *o = get_json(path, 200);
+    json_t *arr = json_object_get(o, "versions");
+    CHECK_EQ(json_array_size(arr), 2);
+    for (uint32_t vi = 0; vi < 2; vi++) {
+        json_t *v = json_array_get(arr, vi);
+        const char *name = json_string_value(json_object_get(v, "version"));
+        uint32_t k = !strcmp(name, fsim_version_name(sim, 0, 0)) ? 0 : 1;
+        CHECK(!strcmp(name, fsim_version_name(sim, 0, k)));
+        CHECK_EQ(jint(json_object_get(v, "samples"), "cpu"),
+                 fsim_truth(sim, 0, k, CM_EV_CPU)->count / CM_COUNT_ONE);
+        CHECK(jint(v, "first_ns") > 0 && jint(v, "last_ns") > jint(v, "first_ns"));
+        CHECK(json_number_value(json_object_get(v, "process_seconds")) > 0);
+    }
+    json_decref(o);
+    expect_error("/api/v1/services/no-such-svc/versions", 404, "service");
+    expect_error("/api/v1/services/x/other", 404, NULL);
+}
+
+static void test_event_types(void) {
+    json_t *o = get_json("/api/v1/event-types", 200);
+    CHECK_EQ(json_array_size(json_object_get(o, "event_types")), CM_EV_MAX);
+    json_decref(o);
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/event-types?service=%s", svc0);
+    o = get_json(path, 200);
+    json_t *cpu = json_array_get(json_object_get(o, "event_types"), 0);
+    CHECK(!strcmp(json_string_value(json_object_get(cpu, "name")), "cpu"));
+    CHECK_EQ(jint(cpu, "samples"), (fsim_truth(sim, 0, 0, CM_EV_CPU)->count +
+                                    fsim_truth(sim, 0, 1, CM_EV_CPU)->count) / CM_COUNT_ONE);
+    json_decref(o);
+    expect_error("/api/v1/event-types?service=nope", 404, "service");
+}
+
+static void test_profile_views(void) {
+    char path[512];
+    int64_t truth = fsim_truth(sim, 0, 0, CM_EV_CPU)->weight;
+    /* top: total equals what was produced */
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&type=cpu&limit=5", svc0, v0);
+    json_t *o = get_json(path, 200);
+    CHECK_EQ(jint(o, "total"), truth);
+    json_t *fns = json_object_get(o, "functions");
+    CHECK_EQ(json_array_size(fns), 5);
+    CHECK_EQ(jint(o, "truncated"), jint(o, "n_functions") - 5);
+    CHECK(jint(o, "truncated") > 0);
+    json_decref(o);
+    /* both versions merged */
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&version=%s", svc0, v0, v1);
+    o = get_json(path, 200);
+    CHECK_EQ(jint(o, "total"), truth + fsim_truth(sim, 0, 1, CM_EV_CPU)->weight);
+    json_decref(o);
+    /* tree: root total, children sum, bounded nodes with the remainder accounted */
+    snprintf(path, sizeof path,
+             "/api/v1/profile?service=%s&version=%s&view=tree&min_share=0.05&limit=10", svc0, v0);
+    o = get_json(path, 200);
+    json_t *root = json_object_get(o, "tree");
+    CHECK(root != NULL);
+    CHECK_EQ(jint(root, "total"), truth);
+    CHECK(jint(o, "nodes") <= 1 + 10 + 10); /* root, 10 real nodes, at most one (other) each */
+    CHECK(jint(o, "truncated") > 0);
+    json_decref(o);
+    /* callers of the top function */
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&limit=1", svc0, v0);
+    o = get_json(path, 200);
+    json_t *e0 = json_array_get(json_object_get(o, "functions"), 0);
+    CHECK(e0 != NULL);
+    char fn[256];
+    snprintf(fn, sizeof fn, "%s", json_string_value(json_object_get(e0, "name")));
+    json_decref(o);
+    char *esc = cli_url_escape(fn);
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&view=callers&function=%s",
+             svc0, v0, esc);
+    free(esc);
+    o = get_json(path, 200);
+    CHECK(jint(o, "total") > 0);
+    json_decref(o);
+    /* text */
+    char *b;
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&format=text", svc0);
+    CHECK_EQ(get(path, &b, NULL), 200);
+    CHECK(strstr(b, fn) != NULL);
+    free(b);
+}
+
+static void test_profile_exports(void) {
+    char path[512], *b;
+    size_t len;
+    int64_t truth = fsim_truth(sim, 0, 0, CM_EV_CPU)->weight;
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&format=folded", svc0, v0);
+    CHECK_EQ(get(path, &b, &len), 200);
+    long long sum = 0;
+    for (char *line = strtok(b, "\n"); line; line = strtok(NULL, "\n")) {
+        char *sp = strrchr(line, ' ');
+        CHECK(sp != NULL);
+        sum += atoll(sp + 1);
+    }
+    CHECK_EQ(sum, truth);
+    free(b);
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&format=pprof", svc0, v0);
+    CHECK_EQ(get(path, &b, &len), 200);
+    CHECK(len > 100 && (uint8_t)b[0] == 0x1f && (uint8_t)b[1] == 0x8b); /* gzip */
+    free(b);
+    /* filters: excluding every frame leaves no data (404), a fold keeps the total */
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&exclude=.", svc0, v0);
+    expect_error(path, 404, NULL);
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&fold=a&by_module=1", svc0,
+             v0);
+    json_t *o = get_json(path, 200);
+    CHECK_EQ(jint(o, "total"), truth);
+    json_decref(o);
+}
+
+static void test_profile_errors(void) {
+    char path[512];
+    expect_error("/api/v1/profile", 400, "service");
+    expect_error("/api/v1/profile?service=nope", 404, "service");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=v-none", svc0);
+    expect_error(path, 404, "version");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&type=gpu", svc0);
+    expect_error(path, 400, "type");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&from=yesterday", svc0);
+    expect_error(path, 400, "from");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&from=100&to=50", svc0);
+    expect_error(path, 400, "to");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&from=1&to=2", svc0);
+    expect_error(path, 404, NULL); /* no data in range */
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&label=nocolon", svc0);
+    expect_error(path, 400, "label");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&include=x(", svc0);
+    expect_error(path, 400, "include");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&exclude=[", svc0);
+    expect_error(path, 400, "exclude");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&group=nogroup", svc0);
+    expect_error(path, 400, "group");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&by_module=maybe", svc0);
+    expect_error(path, 400, "by_module");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&view=flame", svc0);
+    expect_error(path, 400, "view");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&format=xml", svc0);
+    expect_error(path, 400, "format");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&limit=-3", svc0);
+    expect_error(path, 400, "limit");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&view=tree&min_share=2", svc0);
+    expect_error(path, 400, "min_share");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&view=callers", svc0);
+    expect_error(path, 400, "function");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&view=callers&function=zz_none", svc0);
+    expect_error(path, 404, "function");
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&sort=name", svc0);
+    expect_error(path, 400, "sort");
+    expect_error("/api/v1/nothing-here", 404, NULL);
+}
+
+static void test_timeseries(void) {
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&type=cpu", svc0);
+    json_t *o = get_json(path, 200);
+    json_t *series = json_object_get(o, "series"), *s;
+    CHECK_EQ(json_array_size(series), 2);
+    size_t i, k;
+    int64_t sum = 0;
+    json_array_foreach(series, i, s) {
+        json_t *pt;
+        if (strcmp(json_string_value(json_object_get(s, "version")), v0))
+            continue;
+        json_array_foreach(json_object_get(s, "points"), k, pt) sum += jint(pt, "value");
+    }
+    CHECK_EQ(sum, fsim_truth(sim, 0, 0, CM_EV_CPU)->weight);
+    json_t *deploys = json_object_get(o, "deploys");
+    CHECK_EQ(json_array_size(deploys), 2);
+    CHECK(jint(json_array_get(deploys, 0), "first_ns") <= jint(json_array_get(deploys, 1),
+                                                               "first_ns"));
+    json_decref(o);
+    expect_error("/api/v1/timeseries", 400, "service");
+    expect_error("/api/v1/timeseries?service=nope", 404, "service");
+    snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&to=x", svc0);
+    expect_error(path, 400, "to");
+}
+
+static void test_diff(void) {
+    char path[512];
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s&type=cpu&limit=10", svc0,
+             v0, v1);
+    json_t *o = get_json(path, 200);
+    CHECK(json_array_size(json_object_get(o, "entries")) > 0);
+    CHECK(json_array_size(json_object_get(o, "entries")) <= 10);
+    CHECK(json_object_get(o, "regressions") != NULL);
+    CHECK(json_object_get(o, "test_used") != NULL);
+    json_decref(o);
+    /* time range against time range, over every version */
+    snprintf(path, sizeof path,
+             "/api/v1/diff?service=%s&base_from=0&base_to=now&test_from=0&test_to=now", svc0);
+    o = get_json(path, 200);
+    CHECK_EQ(jint(o, "regressions"), 0); /* identical sides */
+    json_decref(o);
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s&format=text", svc0, v0,
+             v1);
+    char *b;
+    CHECK_EQ(get(path, &b, NULL), 200);
+    CHECK(strlen(b) > 100);
+    free(b);
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s", svc0, v0);
+    expect_error(path, 400, "test");
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=nov&test=%s", svc0, v1);
+    expect_error(path, 404, "base");
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s&fail_on_regression=x",
+             svc0, v0, v1);
+    expect_error(path, 400, "fail_on_regression");
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base_from=0", svc0);
+    expect_error(path, 400, "test_from");
+    snprintf(path, sizeof path, "/api/v1/diff?service=nope&base=a&test=b");
+    expect_error(path, 404, "service");
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s&format=pprof", svc0, v0,
+             v1);
+    expect_error(path, 400, "format");
+}
+
+static void test_spans(void) {
+    char path[512];
+    snprintf(path, sizeof path, "/api/v1/spans?service=%s&type=cpu&limit=3", svc0);
+    json_t *o = get_json(path, 200);
+    json_t *arr = json_object_get(o, "spans");
+    CHECK(json_array_size(arr) == 3);
+    json_int_t c0 = jint(json_object_get(json_array_get(arr, 0), "cost"), "cpu");
+    json_int_t c2 = jint(json_object_get(json_array_get(arr, 2), "cost"), "cpu");
+    CHECK(c0 >= c2 && c0 > 0);
+    char span[17], trace[33];
+    snprintf(span, sizeof span, "%s", json_string_value(json_object_get(json_array_get(arr, 0),
+                                                                        "span_id")));
+    snprintf(trace, sizeof trace, "%s", json_string_value(json_object_get(json_array_get(arr, 0),
+                                                                          "trace_id")));
+    json_decref(o);
+    /* the span's profile: its cpu total equals the span index's cost */
+    snprintf(path, sizeof path, "/api/v1/span?span=%s", span);
+    o = get_json(path, 200);
+    CHECK_EQ(jint(json_object_get(json_object_get(o, "types"), "cpu"), "total"), c0);
+    json_decref(o);
+    snprintf(path, sizeof path, "/api/v1/span?trace=%s&span=%s&type=cpu&view=tree", trace, span);
+    o = get_json(path, 200);
+    CHECK_EQ(jint(json_object_get(o, "tree"), "total"), c0);
+    json_decref(o);
+    snprintf(path, sizeof path, "/api/v1/span?trace=%s&type=cpu&format=pprof", trace);
+    char *b;
+    size_t len;
+    CHECK_EQ(get(path, &b, &len), 200);
+    CHECK((uint8_t)b[0] == 0x1f);
+    free(b);
+    expect_error("/api/v1/span", 400, "span");
+    expect_error("/api/v1/span?trace=xyz", 400, "trace");
+    expect_error("/api/v1/span?span=12345", 400, "span");
+    expect_error("/api/v1/span?span=0000000000000001", 404, "span");
+    snprintf(path, sizeof path, "/api/v1/span?span=%s&type=bogus", span);
+    expect_error(path, 400, "type");
+    snprintf(path, sizeof path, "/api/v1/span?span=%s&format=pprof", span);
+    expect_error(path, 400, "format");
+    expect_error("/api/v1/spans", 400, "service");
+    expect_error("/api/v1/spans?service=nope", 404, "service");
+    snprintf(path, sizeof path, "/api/v1/spans?service=%s&limit=x", svc0);
+    expect_error(path, 400, "limit");
+}
+
+static void test_reports(void) {
+    /* the aggregator's report thread (every 1 s, >= 100 samples) makes one per service */
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/reports?service=%s", svc0);
+    json_t *o = NULL, *arr = NULL;
+    double deadline = at_now() + 60;
+    while (at_now() < deadline) {
+        json_decref(o);
+        o = get_json(path, 200);
+        arr = json_object_get(o, "reports");
+        if (json_array_size(arr) > 0)
+            break;
+        at_sleep_ms(300);
+    }
+    CHECK_EQ(json_array_size(arr), 1);
+    json_t *r = json_array_get(arr, 0);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "service")), svc0));
+    /* base = the version first seen */
+    char vp[256];
+    snprintf(vp, sizeof vp, "/api/v1/services/%s/versions", svc0);
+    json_t *vs = get_json(vp, 200);
+    const char *first = json_string_value(
+        json_object_get(json_array_get(json_object_get(vs, "versions"), 0), "version"));
+    CHECK(!strcmp(json_string_value(json_object_get(r, "base")), first));
+    CHECK(json_object_get(json_object_get(r, "diff"), "entries") != NULL);
+    CHECK(jint(r, "base_samples") > 100);
+    json_decref(vs);
+    json_decref(o);
+    o = NULL;
+    deadline = at_now() + 60;
+    while (at_now() < deadline) { /* one report per service, the others may still be coming */
+        json_decref(o);
+        o = get_json("/api/v1/reports", 200);
+        if (json_array_size(json_object_get(o, "reports")) >= fsim_params(sim)->services)
+            break;
+        at_sleep_ms(300);
+    }
+    CHECK_EQ(json_array_size(json_object_get(o, "reports")), fsim_params(sim)->services);
+    json_decref(o);
+    expect_error("/api/v1/reports?service=nope", 404, "service");
+    expect_error("/api/v1/reports?limit=abc", 400, "limit");
+}
+
+static void test_token(void) {
+    cli_resp_t r;
+    CHECK(cli_http_get(server, NULL, "/api/v1/services", &r) == 0);
+    CHECK_EQ(r.status, 401);
+    CHECK(strstr(r.body, "Authorization") != NULL);
+    cli_resp_free(&r);
+    CHECK(cli_http_get(server, "s3cret-tokem", "/api/v1/services", &r) == 0);
+    CHECK_EQ(r.status, 401);
+    cli_resp_free(&r);
+    CHECK(cli_http_get(server, "s3cret-token-longer", "/api/v1/services", &r) == 0);
+    CHECK_EQ(r.status, 401);
+    cli_resp_free(&r);
+    /* /healthz and /metrics stay open for probes */
+    CHECK(cli_http_get(server, NULL, "/healthz", &r) == 0);
+    CHECK_EQ(r.status, 200);
+    cli_resp_free(&r);
+}
+
+static const tr_test_t tests[] = {
+    {"services", test_services},
+    {"versions", test_versions},
+    {"event_types", test_event_types},
+    {"profile_views", test_profile_views},
+    {"profile_exports", test_profile_exports},
+    {"profile_errors", test_profile_errors},
+    {"timeseries", test_timeseries},
+    {"diff", test_diff},
+    {"spans", test_spans},
+    {"reports", test_reports},
+    {"token", test_token},
+    {0},
+};
+
+int main(int argc, char **argv) {
+    char bootstrap[64], log[128];
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
+        printf("cannot start Kafka\n1 failed\n");
+        return 1;
+    }
+    at_tmpdir(dir, "api");
+    snprintf(log, sizeof log, "%s/agg.log", dir);
+    fsim_params_t sp = {.seed = 21, .services = 3, .versions = 2, .processes = 3, .intervals = 8,
+                        .samples = 400, .stacks = 150};
+    sim = fsim_new(&sp);
+    svc0 = fsim_service_name(sim, 0);
+    v0 = fsim_version_name(sim, 0, 0);
+    v1 = fsim_version_name(sim, 0, 1);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    int64_t hi[NPARTS];
+    int rc = 1;
+    pid_t pid = -1;
+    if (!rk || fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0) ||
+        at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi)) {
+        printf("cannot produce\n");
+        goto out;
+    }
+    const char *extra[] = {"--api-token", TOKEN, "--report-interval", "1s",
+                           "--report-min-samples", "100", NULL};
+    pid = at_agg_start(bootstrap, dir, "api", HTTP_PORT, log, extra);
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", HTTP_PORT);
+    if (pid < 0 || at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
+        printf("aggregator did not catch up; see %s\n", log);
+        goto out;
+    }
+    rc = tr_main(tests, argc, argv);
+out:
+    if (pid > 0)
+        at_agg_stop(pid, SIGTERM, 30);
+    if (rk)
+        rd_kafka_destroy(rk);
+    fsim_free(sim);
+    ts_kafka_stop(PORT, 0);
+    return rc;
+}
