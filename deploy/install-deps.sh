@@ -14,6 +14,7 @@ PKGS=(
   libjansson-dev          # JSON for the HTTP API and CLI
   libinih-dev             # config files of the daemons (INI: key = value)
   libmicrohttpd-dev       # HTTP serving (/metrics, /healthz, query API)
+  libcurl4-openssl-dev    # HTTP client of the CLI query commands (fleetprof top, diff, ...)
   libunwind-dev           # fallback unwinder for code without frame pointers
   zlib1g-dev              # gzip for pprof export
   clang llvm libclang-rt-14-dev  # libFuzzer targets and sanitizer runtimes
