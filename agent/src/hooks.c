@@ -135,12 +135,26 @@ ag_thread_t *ag_hook_enter(void) {
 
 void ag_hook_leave(void) { ag_hook_guard--; }
 
+/* Ring pressure: a hook can produce a burst of records faster than the bg thread's periodic
+ * drain; when the ring is over half full (or a record was dropped) the bg thread is woken, at
+ * most once per millisecond per thread (ag_bg_wake is one eventfd write). */
+static AG_TLS uint64_t t_last_wake;
+
 int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
     t->busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
     int rc = ag_record_take(t, ev, NULL);
     atomic_signal_fence(memory_order_seq_cst);
     t->busy = 0;
+    uint64_t used = atomic_load_explicit(&t->ring.head, memory_order_relaxed) -
+                    atomic_load_explicit(&t->ring.tail, memory_order_relaxed);
+    if (rc != 0 || used > (t->ring.mask + 1u) / 2) {
+        uint64_t now = ag_hook_clock();
+        if (now - t_last_wake > 1000000) {
+            t_last_wake = now;
+            ag_bg_wake(0);
+        }
+    }
     return rc;
 }
 

@@ -11,6 +11,8 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -113,18 +115,25 @@ static void on_alarm(int s) {
 }
 
 static void in_signal(double secs) {
+    /* The main thread runs lock and I/O hooks (not malloc: glibc's own malloc is not
+     * async-signal-safe); the handler allocates, and is sampled. */
     signal(SIGALRM, on_alarm);
     struct itimerval it = {{0, 1000}, {0, 1000}};
     setitimer(ITIMER_REAL, &it, NULL);
     double end = now_s() + secs;
     uint64_t n = 0;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    int fd = open("/dev/zero", O_RDONLY);
+    char buf[64];
     while (now_s() < end) {
-        void *p = small_site(1000 + (n++ % 3000));
-        free(p);
+        pthread_mutex_lock(&mu);
+        n += read(fd, buf, sizeof buf) > 0;
+        pthread_mutex_unlock(&mu);
     }
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
-    printf("signal_allocs=%d main_allocs=%llu\n", (int)g_sig_allocs, (unsigned long long)n);
+    close(fd);
+    printf("signal_allocs=%d main_loops=%llu\n", (int)g_sig_allocs, (unsigned long long)n);
 }
 
 static void in_fork(void) {
@@ -135,8 +144,9 @@ static void in_fork(void) {
         if (pid == 0) {
             for (int i = 0; i < 20000; i++)
                 free(big_site(8192));
-            leak_site(1 << 20);
-            _exit(0);
+            usleep(20000);
+            leak_site(8 << 20);
+            exit(0); /* destructors run: the child's last chunk is written */
         }
         int st;
         waitpid(pid, &st, 0);

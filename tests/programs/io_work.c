@@ -1,1 +1,166 @@
-int main(void) { return 0; }
+/* I/O workloads for tests/test-agent-io.c (run under libfleetprof).
+ *
+ *   io_work pipe SECONDS     slow_pipe_site reads a pipe whose writer thread writes every
+ *                            25 ms (slow reads >= 10 ms); prints slow reads and their ns
+ *   io_work file SECONDS     file_site writes+fsyncs a temporary file (path printed)
+ *   io_work socket SECONDS   sock_site recv()s on a TCP connection to a local server that
+ *                            answers after 15 ms; prints the peer "127.0.0.1:PORT"
+ *   io_work fast SECONDS     fast_site reads a pipe with ~100 us waits (aggregates only)
+ *   io_work fdreuse          slow reads on fd N as a pipe, then N reopened as a file
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* usleep that resumes after EINTR (the agent's wall-clock signals interrupt sleeps) */
+static void sleep_us(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static volatile int g_stop;
+static int g_pipe[2];
+static useconds_t g_gap = 25000;
+
+static void *writer_thread(void *arg) {
+    (void)arg;
+    char c = 'x';
+    while (!g_stop) {
+        sleep_us(g_gap);
+        if (write(g_pipe[1], &c, 1) != 1)
+            break;
+    }
+    close(g_pipe[1]);
+    return NULL;
+}
+
+static uint64_t g_slow, g_slow_ns;
+
+__attribute__((noinline)) ssize_t slow_pipe_site(void) {
+    char c;
+    double t0 = now_s();
+    ssize_t r = read(g_pipe[0], &c, 1);
+    double d = now_s() - t0;
+    if (d >= 0.010) {
+        g_slow++;
+        g_slow_ns += (uint64_t)(d * 1e9);
+    }
+    return r;
+}
+
+__attribute__((noinline)) ssize_t fast_site(void) {
+    char c;
+    return read(g_pipe[0], &c, 1);
+}
+
+static void pipe_mode(double secs, ssize_t (*site)(void)) {
+    if (pipe(g_pipe) != 0)
+        exit(1);
+    pthread_t th;
+    pthread_create(&th, NULL, writer_thread, NULL);
+    double end = now_s() + secs;
+    uint64_t n = 0;
+    while (now_s() < end && site() == 1)
+        n++;
+    g_stop = 1;
+    pthread_join(th, NULL);
+    printf("reads=%llu slow=%llu slow_ns=%llu\n", (unsigned long long)n,
+           (unsigned long long)g_slow, (unsigned long long)g_slow_ns);
+}
+
+__attribute__((noinline)) void file_site(int fd) {
+    char buf[4096];
+    memset(buf, 'a', sizeof buf);
+    if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf)
+        exit(1);
+    fsync(fd);
+}
+
+static void file_mode(double secs) {
+    char path[] = "/tmp/fp-io-work-XXXXXX";
+    int fd = mkstemp(path);
+    printf("path=%s\n", path);
+    double end = now_s() + secs;
+    while (now_s() < end)
+        file_site(fd);
+    close(fd);
+    unlink(path);
+}
+
+static int g_lfd;
+static void *server_thread(void *arg) {
+    (void)arg;
+    int c = accept(g_lfd, NULL, NULL);
+    char buf[16];
+    while (!g_stop && read(c, buf, 1) == 1) {
+        sleep_us(15000);
+        if (write(c, buf, 1) != 1)
+            break;
+    }
+    close(c);
+    return NULL;
+}
+
+__attribute__((noinline)) void sock_site(int fd) {
+    char c = 'q';
+    if (send(fd, &c, 1, 0) != 1 || recv(fd, &c, 1, 0) != 1)
+        exit(1);
+}
+
+static void socket_mode(double secs) {
+    g_lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    if (bind(g_lfd, (struct sockaddr *)&a, sizeof a) || listen(g_lfd, 1) ||
+        getsockname(g_lfd, (struct sockaddr *)&a, &al))
+        exit(1);
+    pthread_t th;
+    pthread_create(&th, NULL, server_thread, NULL);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a))
+        exit(1);
+    printf("peer=127.0.0.1:%u\n", ntohs(a.sin_port));
+    double end = now_s() + secs;
+    while (now_s() < end)
+        sock_site(fd);
+    g_stop = 1;
+    shutdown(fd, SHUT_RDWR);
+    close(fd);
+    pthread_join(th, NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return 2;
+    double secs = argc > 2 ? atof(argv[2]) : 3;
+    if (!strcmp(argv[1], "pipe")) {
+        pipe_mode(secs, slow_pipe_site);
+    } else if (!strcmp(argv[1], "fast")) {
+        g_gap = 100;
+        pipe_mode(secs, fast_site);
+    } else if (!strcmp(argv[1], "file")) {
+        file_mode(secs);
+    } else if (!strcmp(argv[1], "socket")) {
+        socket_mode(secs);
+    } else {
+        return 2;
+    }
+    fflush(stdout);
+    return 0;
+}
