@@ -5,3 +5,5 @@ pkg_check_modules(API_CURL REQUIRED IMPORTED_TARGET libcurl)
 fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfig::JANSSON
         SOURCES ../cli/src/client.c)
 add_dependencies(test-api fleetprof-aggregator)
+fp_test(test-cli-query LABELS "api;cli;kafka" LIBS fp_aggtest PkgConfig::JANSSON)
+add_dependencies(test-cli-query fleetprof-aggregator fleetprof)

@@ -1,0 +1,300 @@
+/* The CLI's query commands (services, versions, top, tree, diff, span, spans, export, reports)
+ * run as the real `fleetprof` binary against the real aggregator (Kafka on port 19610, fleet
+ * simulator data, --api-token): tables and --json checked against the simulator's truth, and
+ * the error exits (unknown service 1, no data 1, unreachable server 1, bad flag 2, wrong token
+ * 1, deploy gate 3). The fixture is set up once in main; each test runs in its own child. */
+#include "aggtest.h"
+#include "support/kafka.h"
+#include "support/runner.h"
+
+#include "cm/chunk.h"
+#include "cm/wire.h"
+
+#include <jansson.h>
+
+#define PORT 19610
+#define HTTP_PORT 19611
+#define NPARTS 1
+#define TOKEN "cli-token"
+
+static char dir[64], cli[512];
+static fsim_t *sim;
+static const char *svc0, *v0, *v1;
+
+typedef struct {
+    int status;
+    char *out, *err;
+} run_t;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    CHECK(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Runs `fleetprof ARGS` with FLEETPROF_SERVER/TOKEN of the fixture. */
+static run_t run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static run_t run(const char *fmt, ...) {
+    char args[2048], cmd[4096], o[128], e[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(o, sizeof o, "%s/out.%d", dir, getpid());
+    snprintf(e, sizeof e, "%s/err.%d", dir, getpid());
+    snprintf(cmd, sizeof cmd,
+             "FLEETPROF_SERVER=http://127.0.0.1:%d FLEETPROF_TOKEN=%s %s %s >%s 2>%s", HTTP_PORT,
+             TOKEN, cli, args, o, e);
+    int st = system(cmd);
+    run_t r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(o), slurp(e)};
+    return r;
+}
+
+static json_t *run_json(const char *args) {
+    run_t r = run("%s --json", args);
+    CHECKF(r.status == 0, "fleetprof %s: exit %d: %s", args, r.status, r.err);
+    json_t *o = json_loads(r.out, 0, NULL);
+    CHECKF(o != NULL, "fleetprof %s --json: not JSON: %s", args, r.out);
+    free(r.out);
+    free(r.err);
+    return o;
+}
+
+static void expect_exit(int status, const char *must_say, const char *args) {
+    run_t r = run("%s", args);
+    CHECKF(r.status == status, "fleetprof %s: exit %d, want %d (%s)", args, r.status, status,
+           r.err);
+    if (must_say)
+        CHECKF(strstr(r.err, must_say) != NULL, "fleetprof %s: stderr '%s' lacks '%s'", args,
+               r.err, must_say);
+    free(r.out);
+    free(r.err);
+}
+
+static json_int_t jint(json_t *o, const char *k) {
+    return json_integer_value(json_object_get(o, k));
+}
+
+static void test_services(void) {
+    run_t r = run("services");
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strstr(r.out, "SERVICE") && strstr(r.out, "LATEST"));
+    for (uint32_t i = 0; i < fsim_params(sim)->services; i++)
+        CHECK(strstr(r.out, fsim_service_name(sim, i)) != NULL);
+    json_t *o = run_json("services");
+    CHECK_EQ(json_array_size(json_object_get(o, "services")), fsim_params(sim)->services);
+    json_decref(o);
+    expect_exit(2, "unexpected argument", "services extra");
+}
+
+static void test_versions(void) {
+    run_t r = run("versions %s", svc0);
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strstr(r.out, v0) && strstr(r.out, v1) && strstr(r.out, "FIRST-SEEN"));
+    char cpu[32];
+    snprintf(cpu, sizeof cpu, " %lld\n",
+             (long long)(fsim_truth(sim, 0, 0, CM_EV_CPU)->count / CM_COUNT_ONE));
+    CHECKF(strstr(r.out, cpu) != NULL, "no '%s' in %s", cpu, r.out);
+    char args[128];
+    snprintf(args, sizeof args, "versions %s", svc0);
+    json_t *o = run_json(args);
+    CHECK_EQ(json_array_size(json_object_get(o, "versions")), 2);
+    json_decref(o);
+    expect_exit(1, "unknown service 'ghost'", "versions ghost");
+    expect_exit(2, "missing service", "versions");
+}
+
+static void test_top(void) {
+    char args[256];
+    snprintf(args, sizeof args, "top --service %s --version %s --limit 3", svc0, v0);
+    json_t *o = run_json(args);
+    CHECK_EQ(jint(o, "total"), fsim_truth(sim, 0, 0, CM_EV_CPU)->weight);
+    json_t *fns = json_object_get(o, "functions");
+    CHECK_EQ(json_array_size(fns), 3);
+    const char *name = json_string_value(json_object_get(json_array_get(fns, 0), "name"));
+    run_t r = run("%s", args);
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strstr(r.out, "self%") && strstr(r.out, name));
+    /* callers and callees of the top function */
+    r = run("top --service %s --function '%s'", svc0, name);
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strstr(r.out, "callers:") && strstr(r.out, "callees:"));
+    json_decref(o);
+    expect_exit(1, "no cpu samples", "top --service svc-000 --from 1 --to 2");
+    expect_exit(1, "unknown version 'v9'", "top --service svc-000 --version v9");
+    expect_exit(1, "type 'gpu'", "top --service svc-000 --type gpu");
+    expect_exit(2, "unknown flag '--colour'", "top --service svc-000 --colour");
+    expect_exit(2, "needs a value", "top --service");
+}
+
+static void test_tree(void) {
+    char args[256];
+    snprintf(args, sizeof args, "tree --service %s --version %s --min-share 0.1", svc0, v0);
+    json_t *o = run_json(args);
+    CHECK_EQ(jint(json_object_get(o, "tree"), "total"), fsim_truth(sim, 0, 0, CM_EV_CPU)->weight);
+    json_decref(o);
+    run_t r = run("%s", args);
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strstr(r.out, "(all)") != NULL);
+    expect_exit(1, "min_share", "tree --service svc-000 --min-share 7");
+}
+
+static void test_diff(void) {
+    char args[256];
+    snprintf(args, sizeof args, "diff --service %s --base %s --test %s", svc0, v0, v1);
+    json_t *o = run_json(args);
+    CHECK(json_array_size(json_object_get(o, "entries")) > 0);
+    json_int_t regressions = jint(o, "regressions");
+    json_decref(o);
+    run_t r = run("%s", args);
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strlen(r.out) > 100);
+    /* the gate: never at 1000 %; at 0 % exactly when there is a significant regression */
+    expect_exit(0, NULL, "diff --service svc-000 --base 1.0.0 --test 1.1.0 --fail-on-regression 1000");
+    r = run("%s --fail-on-regression 0", args);
+    CHECKF(r.status == (regressions ? 3 : 0), "exit %d with %lld regressions: %s", r.status,
+           (long long)regressions, r.err);
+    if (regressions)
+        CHECK(strstr(r.err, "regression gate failed") != NULL);
+    /* identical time ranges: nothing significant, gate passes */
+    r = run("diff --service %s --base-from 0 --base-to now --test-from 0 --test-to now "
+            "--fail-on-regression 0 --json", svc0);
+    CHECKF(r.status == 0, "%s", r.err);
+    expect_exit(1, "'base' and 'test'", "diff --service svc-000 --base 1.0.0");
+    expect_exit(1, "unknown version 'zz'", "diff --service svc-000 --base zz --test 1.1.0");
+}
+
+static void test_spans_and_span(void) {
+    char args[256];
+    snprintf(args, sizeof args, "spans --service %s --limit 2", svc0);
+    json_t *o = run_json(args);
+    json_t *arr = json_object_get(o, "spans");
+    CHECK_EQ(json_array_size(arr), 2);
+    char span[17];
+    snprintf(span, sizeof span, "%s",
+             json_string_value(json_object_get(json_array_get(arr, 0), "span_id")));
+    json_int_t cpu = jint(json_object_get(json_array_get(arr, 0), "cost"), "cpu");
+    json_decref(o);
+    run_t r = run("%s", args);
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strstr(r.out, span) && strstr(r.out, "(2 spans, ranked by cpu)"));
+    snprintf(args, sizeof args, "span --span %s", span);
+    o = run_json(args);
+    CHECK_EQ(jint(json_object_get(json_object_get(o, "types"), "cpu"), "total"), cpu);
+    json_decref(o);
+    r = run("%s", args);
+    CHECKF(r.status == 0, "%s", r.err);
+    CHECK(strstr(r.out, "== cpu ==") != NULL);
+    expect_exit(1, "unknown span", "span --span 00000000000000ff");
+    expect_exit(1, "16 hex digits", "span --span xyz");
+    expect_exit(1, "unknown service", "spans --service ghost");
+}
+
+static void test_export(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/p.%d.pb.gz", dir, getpid());
+    run_t r = run("export --service %s --version %s --format pprof -o %s", svc0, v0, path);
+    CHECKF(r.status == 0, "%s", r.err);
+    char *b = slurp(path);
+    CHECK((uint8_t)b[0] == 0x1f && (uint8_t)b[1] == 0x8b);
+    free(b);
+    snprintf(path, sizeof path, "%s/f.%d.txt", dir, getpid());
+    r = run("export --service %s --version %s --format folded -o %s", svc0, v0, path);
+    CHECKF(r.status == 0, "%s", r.err);
+    b = slurp(path);
+    long long sum = 0;
+    for (char *line = strtok(b, "\n"); line; line = strtok(NULL, "\n"))
+        sum += atoll(strrchr(line, ' ') + 1);
+    CHECK_EQ(sum, fsim_truth(sim, 0, 0, CM_EV_CPU)->weight);
+    free(b);
+    r = run("export --service %s --format json -o -", svc0);
+    CHECKF(r.status == 0, "%s", r.err);
+    json_t *o = json_loads(r.out, 0, NULL);
+    CHECK(o && json_object_get(o, "functions"));
+    json_decref(o);
+    expect_exit(2, "--format must be", "export --service svc-000 --format svg -o x");
+    expect_exit(2, "-o FILE", "export --service svc-000 --format pprof");
+    expect_exit(1, "cannot write", "export --service svc-000 --format pprof -o /nonexistent/x");
+}
+
+static void test_reports(void) {
+    double deadline = at_now() + 60;
+    run_t r = {0};
+    while (at_now() < deadline) {
+        r = run("reports --service %s", svc0);
+        CHECKF(r.status == 0, "%s", r.err);
+        if (strstr(r.out, svc0))
+            break;
+        at_sleep_ms(300);
+    }
+    CHECKF(strstr(r.out, svc0) && strstr(r.out, "TOP REGRESSION"), "%s", r.out);
+    json_t *o = run_json("reports");
+    CHECK(json_array_size(json_object_get(o, "reports")) >= 1);
+    json_decref(o);
+    expect_exit(1, "unknown service", "reports --service ghost");
+}
+
+static void test_errors(void) {
+    expect_exit(1, "cannot reach the aggregator at http://127.0.0.1:1",
+                "services --server http://127.0.0.1:1");
+    expect_exit(1, "token", "services --token wrong");
+    expect_exit(2, "unknown command", "frobnicate");
+}
+
+static const tr_test_t tests[] = {
+    {"services", test_services}, {"versions", test_versions}, {"top", test_top},
+    {"tree", test_tree},         {"diff", test_diff},         {"spans_span", test_spans_and_span},
+    {"export", test_export},     {"reports", test_reports},   {"errors", test_errors},
+    {0},
+};
+
+int main(int argc, char **argv) {
+    char bootstrap[64], log[128];
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    snprintf(cli, sizeof cli, "%s/cli/fleetprof",
+             getenv("FLEETPROF_BUILD") ? getenv("FLEETPROF_BUILD") : ".");
+    if (ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
+        printf("cannot start Kafka\n1 failed\n");
+        return 1;
+    }
+    at_tmpdir(dir, "cliq");
+    snprintf(log, sizeof log, "%s/agg.log", dir);
+    fsim_params_t sp = {.seed = 33, .services = 2, .versions = 2, .processes = 3, .intervals = 8,
+                        .samples = 400, .stacks = 120};
+    sim = fsim_new(&sp);
+    svc0 = fsim_service_name(sim, 0);
+    v0 = fsim_version_name(sim, 0, 0);
+    v1 = fsim_version_name(sim, 0, 1);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    int64_t hi[NPARTS];
+    int rc = 1;
+    pid_t pid = -1;
+    if (!rk || fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0) ||
+        at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi)) {
+        printf("cannot produce\n");
+        goto out;
+    }
+    const char *extra[] = {"--api-token", TOKEN, "--report-interval", "1s",
+                           "--report-min-samples", "100", NULL};
+    pid = at_agg_start(bootstrap, dir, "cliq", HTTP_PORT, log, extra);
+    if (pid < 0 || at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
+        printf("aggregator did not catch up; see %s\n", log);
+        goto out;
+    }
+    rc = tr_main(tests, argc, argv);
+out:
+    if (pid > 0)
+        at_agg_stop(pid, SIGTERM, 30);
+    if (rk)
+        rd_kafka_destroy(rk);
+    fsim_free(sim);
+    ts_kafka_stop(PORT, 0);
+    return rc;
+}
