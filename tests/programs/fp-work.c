@@ -6,6 +6,8 @@
  *   fp-work cpuwall SECS        the same for SECS of wall time
  *   fp-work threads N SECS      N threads in burn_thread
  *   fp-work wall SECS           main burns in burn_a; a second thread sleeps in sleep_here
+ *   (modes other than cpuwall, wall, threads and step count SECS in CPU time, so that sample
+ *   counts do not depend on the machine's load)
  *   fp-work span SECS           span_a under trace A, span_b under trace B (1:1), labels too
  *   fp-work step S1 S2 N        1 burning thread for S1 s, then N threads for S2 s
  *   fp-work fork SECS           burns, forks; the child burns in child_work; both exit 0
@@ -84,7 +86,7 @@ NOINLINE void sleep_here(double secs) {
     __asm__ volatile("" ::: "memory");
 }
 
-static void burn_for(double secs) {
+NOINLINE static void burn_for(double secs) {
     double end = now_s() + secs;
     while (now_s() < end) {
         burn_a(200000);
@@ -92,7 +94,7 @@ static void burn_for(double secs) {
     }
 }
 
-static void burn_for_cpu(double secs) {
+NOINLINE static void burn_for_cpu(double secs) {
     uint64_t end = cpu_ns() + (uint64_t)(secs * 1e9);
     while (cpu_ns() < end) {
         burn_a(200000);
@@ -149,7 +151,7 @@ static void run_threads(int n, double secs) {
 
 NOINLINE int recurse(int depth, double secs) {
     if (depth <= 1) {
-        burn_for(secs);
+        burn_for_cpu(secs);
         return 0;
     }
     return recurse(depth - 1, secs) + (int)(sink & 0);
@@ -191,8 +193,8 @@ int main(int argc, char **argv) {
         memset(tb, 0xbb, 16);
         memset(sa, 0x1a, 8);
         memset(sb, 0x1b, 8);
-        double end = now_s() + secs;
-        while (now_s() < end) {
+        uint64_t end = cpu_ns() + (uint64_t)(secs * 1e9); /* CPU time: load-independent */
+        while (cpu_ns() < end) {
             span_set(ta, sa);
             label_set("endpoint", "/a");
             span_a(300000);
@@ -204,15 +206,15 @@ int main(int argc, char **argv) {
         burn_for(secs);
         run_threads(atoi(argv[4]), atof(argv[3]));
     } else if (!strcmp(mode, "fork")) {
-        burn_for(secs / 2);
+        burn_for_cpu(secs / 2);
         pid_t pid = fork();
         if (pid == 0) {
-            double end = now_s() + secs;
-            while (now_s() < end)
+            uint64_t end = cpu_ns() + (uint64_t)(secs * 1e9); /* the child's own CPU time */
+            while (cpu_ns() < end)
                 child_work(200000);
             exit(0);
         }
-        burn_for(secs);
+        burn_for_cpu(secs);
         int st;
         waitpid(pid, &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
@@ -237,7 +239,7 @@ int main(int argc, char **argv) {
                 ok = 0;
             }
         }
-        burn_for(secs);
+        burn_for_cpu(secs);
         if (!ok)
             return 6;
     } else if (!strcmp(mode, "deep") && argc > 3) {
@@ -287,13 +289,13 @@ int main(int argc, char **argv) {
         errors += tp("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") != 0;
         errors += label_set("tenant", "acme") != 0;
         printf("api_errors=%d\n", errors);
-        double end = now_s() + secs;
-        while (now_s() < end)
+        uint64_t end = cpu_ns() + (uint64_t)(secs * 1e9);
+        while (cpu_ns() < end)
             span_a(300000);
     } else if (!strcmp(mode, "flush")) {
-        burn_for(0.3);
+        burn_for_cpu(0.3);
         printf("flush=%d\n", flush ? flush() : -1000);
-        burn_for(0.3);
+        burn_for_cpu(0.3);
     } else {
         fprintf(stderr, "fp-work: bad arguments\n");
         return 2;
