@@ -102,6 +102,7 @@ typedef struct ag_thread {
     int self_registered;                  /* registered by the thread itself (has TLS) */
     uint64_t wall_last_ns;                /* bg: monotonic time of last wall signal */
     _Atomic uint64_t wall_cpu_after;      /* handler: thread CPU ns at the end of a wall sample */
+    uint64_t wall_cpu_prev;               /* bg: thread CPU ns at its previous wall tick */
     struct ag_rec *wall_rec;              /* bg: copy of the thread's last wall record */
     uint32_t chunk_index;                 /* bg: thread index in the chunk being built */
     uint64_t chunk_seq;                   /* bg: chunk the index belongs to */
@@ -128,6 +129,8 @@ AG_HIDDEN void ag_thread_after_fork_child(void);
 AG_HIDDEN void ag_thread_lock(void);
 AG_HIDDEN void ag_thread_unlock(void);
 AG_HIDDEN int ag_thread_count(void);
+/* Slots in use are all below this index (bg: bounds loops over the registry). */
+AG_HIDDEN uint32_t ag_thread_hw(void);
 /* CPU time of thread tid of this process (ns), 0 on error. */
 AG_HIDDEN uint64_t ag_thread_cpu_ns(pid_t tid);
 /* Creates a thread that is never sampled (the agent's own), bypassing the wrapper. */

@@ -122,6 +122,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         t->self_registered = 0;
         t->wall_last_ns = ag_now_mono();
         atomic_store(&t->wall_cpu_after, 0);
+        t->wall_cpu_prev = 0;
         t->chunk_seq = UINT64_MAX;
         atomic_store(&t->state, AG_TS_CLAIMED);
         if (i + 1 > atomic_load(&g_hw))
@@ -294,6 +295,8 @@ void ag_thread_reap(void) {
     }
     pthread_mutex_unlock(&g_lock);
 }
+
+uint32_t ag_thread_hw(void) { return atomic_load(&g_hw); }
 
 int ag_thread_count(void) {
     int n = 0;
