@@ -2,8 +2,9 @@
  * recvmsg, send, sendto, sendmsg, connect, accept, accept4, fsync, fdatasync, open/openat
  * (and their 64 forms), and close/dup2/dup3 to invalidate the fd description cache.
  *
- * Every call is timed with CLOCK_MONOTONIC through the vDSO (~20 ns a read; the coarse clock
- * resolves only ~4 ms, too coarse against a 10 ms threshold -- see bench/RESULTS-agent-hooks.md).
+ * Every call is timed: with rdtsc once hooks.c has calibrated an invariant TSC (~10 ns a
+ * read), else with CLOCK_MONOTONIC through the vDSO (~20-30 ns a read); the coarse clock
+ * resolves only ~4 ms, too coarse against a 10 ms threshold (bench/RESULTS-agent-hooks.md).
  * Calls >= FLEETPROF_IO_THRESHOLD (default 10 ms) are one IO event each (stack, duration,
  * bytes, io kind, fd kind, path or peer looked up now -- off the hot path -- and cached per
  * fd), subject to the flood cap. Calls between FLEETPROF_IO_FLOOR (default 50 us) and the
@@ -68,11 +69,21 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
     if (AG_UNLIKELY(!var))                                                                         \
         var = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
 
-/* Times call (returning ret_t) on fd: a plain forward when off or fast. */
+/* Times call (returning ret_t) on fd: a plain forward when off; TSC ticks when calibrated. */
 #define TIMED(ret_t, kind, fd, call)                                                               \
     do {                                                                                           \
         if (!io_on())                                                                              \
             return call;                                                                           \
+        uint64_t sc_ = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed);                  \
+        if (AG_LIKELY(sc_)) {                                                                      \
+            uint64_t t0_ = ag_tsc();                                                               \
+            ret_t r_ = call;                                                                       \
+            uint64_t d_ = ag_tsc() - t0_;                                                          \
+            if (AG_UNLIKELY(d_ >= atomic_load_explicit(&ag_io_floor_ticks, memory_order_relaxed))) \
+                io_report((fd), (kind), (uint64_t)((unsigned __int128)d_ * sc_ >> 32),             \
+                          (ssize_t)r_);                                                            \
+            return r_;                                                                             \
+        }                                                                                          \
         uint64_t t0_ = ag_hook_clock();                                                            \
         ret_t r_ = call;                                                                           \
         uint64_t d_ = ag_hook_clock() - t0_;                                                       \

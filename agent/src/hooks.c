@@ -11,6 +11,7 @@
 #include "hooks.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +25,8 @@ AG_TLS int ag_hook_guard;
 static AG_TLS uint64_t t_rng;
 
 static uintptr_t g_self_lo, g_self_hi; /* our own image, for frame stripping */
+static int g_tsc_usable;                /* invariant TSC: calibrate it (see below) */
+static int tsc_invariant(void);
 
 /* ---- configuration ---- */
 
@@ -108,6 +111,7 @@ __attribute__((constructor)) void ag_hooks_init(void) {
     ag_hcfg.lock_cap = env_num("FLEETPROF_LOCK_RATE", 1, 1e6, 100, "100 (events/s)");
     ag_hcfg.io_cap = env_num("FLEETPROF_IO_RATE", 1, 1e6, 100, "100 (events/s)");
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&ag_hooks_init);
+    g_tsc_usable = ag_hcfg.io_on && env_bool("FLEETPROF_TSC", 1) && tsc_invariant();
     if (ag_hcfg.alloc_on && ag_heap_init(ag_hcfg.heap_entries) != 0)
         ag_hcfg.alloc_on = 0; /* no table: no sampling at all rather than half of it */
     if ((ag_hcfg.lock_on || ag_hcfg.io_on) && ag_agg_init() != 0)
@@ -115,6 +119,8 @@ __attribute__((constructor)) void ag_hooks_init(void) {
     atomic_store(&ag_alloc_period, (uint64_t)ag_hcfg.alloc_period);
     ag_ctl_init(&ag.ctl[CM_EV_ALLOC], CM_EV_ALLOC, ag_hcfg.alloc_rate, ag_hcfg.alloc_period,
                 4096, 1e10, ag_hcfg.alloc_rate > 0 && !getenv("FLEETPROF_ALLOC_PERIOD"));
+    if (ag_hcfg.lock_on || ag_hcfg.io_on) /* the parent's sums stay the parent's */
+        pthread_atfork(NULL, NULL, ag_agg_after_fork_child);
     atomic_store(&ag_hooks_state, on ? 1 : -1);
     ag_hook_guard--;
 }
@@ -176,6 +182,51 @@ __attribute__((noinline)) uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs
     for (; k < n && out < max; k++)
         pcs[out++] = tmp[k];
     return out;
+}
+
+/* ---- TSC calibration ----
+ * The vDSO CLOCK_MONOTONIC costs ~20-30 ns a read on our machines (two per I/O call would
+ * eat the whole 50 ns budget); CLOCK_MONOTONIC_COARSE is cheap but resolves only ~4 ms, too
+ * coarse against a 10 ms threshold. rdtsc costs ~10 ns and, with an invariant TSC
+ * (constant_tsc + nonstop_tsc), runs at a fixed rate on every core: the bg thread calibrates
+ * it against CLOCK_MONOTONIC over >= 200 ms (then refines it every tick), and until then the
+ * hooks use the vDSO clock. */
+_Atomic uint64_t ag_tsc_scale;
+_Atomic uint64_t ag_io_floor_ticks;
+static uint64_t g_tsc0, g_mono0;
+
+static int tsc_invariant(void) {
+    char buf[4096];
+    int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strstr(buf, " constant_tsc") && strstr(buf, " nonstop_tsc");
+}
+
+static void tsc_calibrate(void) {
+    if (!g_tsc_usable)
+        return;
+    uint64_t mono = ag_hook_clock(), tsc = ag_tsc();
+    if (!g_mono0) {
+        g_mono0 = mono;
+        g_tsc0 = tsc;
+        return;
+    }
+    if (mono - g_mono0 < 200000000ull || tsc <= g_tsc0)
+        return;
+    double ns_per_tick = (double)(mono - g_mono0) / (double)(tsc - g_tsc0);
+    if (!(ns_per_tick > 0.01 && ns_per_tick < 100)) { /* absurd: stay on the vDSO clock */
+        g_tsc_usable = 0;
+        atomic_store(&ag_tsc_scale, 0);
+        return;
+    }
+    atomic_store(&ag_io_floor_ticks, (uint64_t)((double)ag_hcfg.io_floor_ns / ns_per_tick));
+    atomic_store(&ag_tsc_scale, (uint64_t)(ns_per_tick * 4294967296.0));
 }
 
 uint64_t ag_hook_clock(void) {
@@ -256,6 +307,7 @@ void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_
 
 void ag_hooks_bg_tick(uint64_t now) {
     ag_hooks_exclude_self();
+    tsc_calibrate();
     if (!H.last_mono) {
         H.last_mono = now;
         H.alloc_seen0 = atomic_load(&ag_events_seen[CM_EV_ALLOC]);

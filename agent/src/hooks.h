@@ -49,6 +49,15 @@ AG_HIDDEN uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs, uint32_t max);
 /* 1 if pc lies in libfleetprof's own image. */
 AG_HIDDEN int ag_hook_is_agent_pc(uintptr_t pc);
 AG_HIDDEN uint64_t ag_hook_clock(void); /* monotonic ns (vDSO) */
+/* Cheap interval timing for the I/O hooks: rdtsc when the TSC is invariant and calibrated
+ * (ag_tsc_scale != 0: ns = ticks * ag_tsc_scale >> 32), else ag_hook_clock. */
+AG_HIDDEN extern _Atomic uint64_t ag_tsc_scale;
+AG_HIDDEN extern _Atomic uint64_t ag_io_floor_ticks; /* io_floor_ns in ticks, when calibrated */
+static inline uint64_t ag_tsc(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return (uint64_t)hi << 32 | lo;
+}
 AG_HIDDEN uint64_t ag_hook_rand(void);  /* per-thread xorshift */
 /* Flood protection for above-threshold LOCK/IO events: returns the weight multiplier in
  * milli-units (1000 = kept as is, > 1000 = kept for the skipped ones too) or 0 (skip; counted
