@@ -13,3 +13,9 @@ if(LIBUNWIND_FOUND)
     -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
   target_link_libraries(bench-agent-unwind PRIVATE fp_common PkgConfig::LIBUNWIND Threads::Threads)
 endif()
+
+# Handler cost per sample, in-process (delivery measured separately with a null handler).
+add_executable(bench-agent-handler bench-agent-handler.c)
+target_compile_options(bench-agent-handler PRIVATE -fno-omit-frame-pointer -fno-optimize-sibling-calls)
+target_link_libraries(bench-agent-handler PRIVATE fleetprof_agent Threads::Threads)
+set_target_properties(bench-agent-handler PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
