@@ -387,6 +387,92 @@ typedef struct {
     uint64_t weight, count;
 } rawrow_t;
 
+typedef struct {
+    int64_t v, w, b; /* version id, width, bucket */
+} bkey_t;
+
+typedef struct {
+    bkey_t key;
+    double work; /* process-seconds */
+} bucket_t;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Interns one replicate per bucket of bks (ordered by version, width, bucket), merging buckets
+ * with less than half their version's median work into the previous bucket of the version (the
+ * next one for the first). Fills reps: bkey_t -> replicate id (a uint32_t after the key). */
+static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, agg_hmap_t *reps) {
+    double *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp)
+        return CM_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc;) {
+        size_t j = i;
+        while (j < n && bks[j].key.v == bks[i].key.v)
+            j++;
+        for (size_t k = i; k < j; k++)
+            tmp[k - i] = bks[k].work;
+        qsort(tmp, j - i, sizeof *tmp, cmp_double);
+        double median = tmp[(j - i) / 2];
+        int64_t prev = -1; /* replicate id of the last full bucket */
+        size_t pending = i; /* small buckets before the first full one */
+        for (size_t k = i; k < j && !rc; k++) {
+            int small = bks[k].work < 0.5 * median;
+            int64_t id;
+            if (small && prev >= 0) {
+                id = agg_profile_replicate(p, p->replicates[prev].key, bks[k].work);
+            } else if (small) {
+                continue; /* assigned to the next full bucket below */
+            } else {
+                char key[96];
+                snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)bks[k].key.v,
+                         (long long)bks[k].key.w, (long long)bks[k].key.b);
+                id = agg_profile_replicate(p, key, bks[k].work);
+                for (; pending < k && id >= 0; pending++) { /* leading small buckets */
+                    uint32_t *e = agg_hmap_upsert(reps, &bks[pending].key, NULL);
+                    if (!e) {
+                        rc = CM_ENOMEM;
+                        break;
+                    }
+                    e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
+                    id = agg_profile_replicate(p, key, bks[pending].work);
+                }
+                prev = id;
+            }
+            if (id < 0) {
+                rc = (int)id;
+                break;
+            }
+            uint32_t *e = agg_hmap_upsert(reps, &bks[k].key, NULL);
+            if (!e) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
+            if (!small && pending <= k)
+                pending = k + 1;
+        }
+        for (; pending < j && !rc && prev < 0; pending++) { /* every bucket small: own ids */
+            char key[96];
+            snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)bks[pending].key.v,
+                     (long long)bks[pending].key.w, (long long)bks[pending].key.b);
+            int64_t id = agg_profile_replicate(p, key, bks[pending].work);
+            uint32_t *e = id >= 0 ? agg_hmap_upsert(reps, &bks[pending].key, NULL) : NULL;
+            if (!e) {
+                rc = id < 0 ? (int)id : CM_ENOMEM;
+                break;
+            }
+            e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
+        }
+        i = j;
+    }
+    free(tmp);
+    return rc;
+}
+
 static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
     char sql[4096];
     int rc = 0, s;
@@ -394,10 +480,13 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
     sqlite3_stmt *st = NULL;
     rawrow_t *rows = NULL;
     size_t nrows = 0, cap = 0;
-    agg_hmap_t stacks;
-    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    agg_hmap_t stacks, reps;
+    bucket_t *bks = NULL;
+    size_t nbk = 0;
     if (q->n_versions > 200)
         return CM_EINVAL;
+    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    agg_hmap_init(&reps, sizeof(bkey_t), sizeof(bkey_t) + sizeof(uint64_t));
     char vin[2048] = "";
     size_t vn = 0;
     if (q->versions && q->n_versions) {
@@ -409,11 +498,15 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
     const char *lab = q->label_key && q->label_value
                           ? " AND labels IN (SELECT labelset FROM labels WHERE key=?5 AND value=?6)"
                           : "";
-    /* replicates first: the work of each (version, width, bucket) */
+    /* replicates first: the work of each (version, width, bucket). A bucket with less than
+     * half the median work of its version (where processes start or stop mid-bucket) is merged
+     * into its neighbour: its few samples would make a noisy rate and leave functions absent
+     * from it, which the diff's common-factor estimate needs present in every replicate. */
     if (q->replicates) {
         snprintf(sql, sizeof sql,
                  "SELECT version, width, bucket, SUM(duration_ns) FROM intervals WHERE "
-                 "service=?1 AND bucket>=?3 AND bucket<?4%s GROUP BY version, width, bucket",
+                 "service=?1 AND bucket>=?3 AND bucket<?4%s GROUP BY version, width, bucket "
+                 "ORDER BY version, width, bucket",
                  vin);
         if ((rc = prep(d, sql, &st)))
             goto out;
@@ -422,21 +515,27 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         B64(st, 4, q->to_s);
         for (size_t i = 0; q->versions && i < q->n_versions; i++)
             B64(st, (int)(10 + i), sid(q->versions[i]));
+        size_t ncap = 0;
         while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            char key[96];
-            snprintf(key, sizeof key, "%llx/%lld/%lld",
-                     (unsigned long long)sqlite3_column_int64(st, 0),
-                     (long long)sqlite3_column_int64(st, 1),
-                     (long long)sqlite3_column_int64(st, 2));
-            int64_t r = agg_profile_replicate(p, key, (double)sqlite3_column_int64(st, 3) / 1e9);
-            if (r < 0) {
-                rc = (int)r;
-                break;
+            if (nbk == ncap) {
+                size_t nc = ncap ? ncap * 2 : 256;
+                bucket_t *nb = realloc(bks, nc * sizeof *nb);
+                if (!nb) {
+                    rc = CM_ENOMEM;
+                    break;
+                }
+                bks = nb;
+                ncap = nc;
             }
+            bks[nbk].key.v = sqlite3_column_int64(st, 0);
+            bks[nbk].key.w = sqlite3_column_int64(st, 1);
+            bks[nbk].key.b = sqlite3_column_int64(st, 2);
+            bks[nbk].work = (double)sqlite3_column_int64(st, 3) / 1e9;
+            nbk++;
         }
         int r2 = done(st, s);
         st = NULL;
-        if (rc || (rc = r2))
+        if (rc || (rc = r2) || (rc = assign_replicates(p, bks, nbk, &reps)))
             goto out;
         n = (size_t)snprintf(sql, sizeof sql,
                              "SELECT stack, SUM(weight), SUM(count), version, width, bucket FROM "
@@ -491,15 +590,21 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
             int64_t v = sqlite3_column_int64(st, 3), w = sqlite3_column_int64(st, 4),
                     b = sqlite3_column_int64(st, 5);
             if (v != last_v || w != last_w || b != last_b) {
-                char key[96];
-                snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)v, (long long)w,
-                         (long long)b);
-                int64_t id = agg_profile_replicate(p, key, 0);
-                if (id < 0) {
-                    rc = (int)id;
-                    break;
+                bkey_t k = {v, w, b};
+                uint32_t *known = agg_hmap_find(&reps, &k);
+                if (known) {
+                    rep = known[sizeof k / sizeof *known];
+                } else {
+                    char key[96];
+                    snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)v,
+                             (long long)w, (long long)b);
+                    int64_t id = agg_profile_replicate(p, key, 0);
+                    if (id < 0) {
+                        rc = (int)id;
+                        break;
+                    }
+                    rep = (uint32_t)id;
                 }
-                rep = (uint32_t)id;
                 last_v = v;
                 last_w = w;
                 last_b = b;
@@ -534,7 +639,9 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
 out:
     sqlite3_finalize(st);
     free(rows);
+    free(bks);
     agg_hmap_free(&stacks);
+    agg_hmap_free(&reps);
     return rc;
 }
 

@@ -202,7 +202,6 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
     if (!ie)
         return CM_ENOMEM;
     ie->chunks++;
-    ie->duration_ns += (int64_t)(h->end_unix_ns - h->start_unix_ns);
     ie->agent_cpu_ns += (int64_t)h->agent_cpu_ns;
     ie->process_cpu_ns += (int64_t)h->process_cpu_ns;
     for (uint32_t i = 0; i < h->n_drops; i++) {
@@ -213,6 +212,31 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
         if (!de)
             return CM_ENOMEM;
         de->count += (int64_t)h->drops[i].count;
+    }
+    /* The chunk's wall time (the work the diff normalises by) goes to the fine buckets it
+     * overlaps, pro rata, as its samples go to the buckets of their own times: per-bucket
+     * process-seconds then match the samples each bucket holds, also for the partial buckets
+     * where a process starts or stops. (Chunk count and CPU figures stay with the start bucket.)
+     * A chunk spanning more than 64 buckets (a clock jump) stays in its start bucket. */
+    uint64_t t0 = h->start_unix_ns, t1 = h->end_unix_ns > t0 ? h->end_unix_ns : t0;
+    uint64_t wns = width * 1000000000ull;
+    if (t1 - t0 > 64 * wns) {
+        agg_ival_ent_t *e0 = agg_hmap_upsert(&b->ival, &ik, NULL);
+        if (!e0)
+            return CM_ENOMEM;
+        e0->duration_ns += (int64_t)(t1 - t0);
+    } else {
+        for (uint64_t t = t0; t < t1;) {
+            uint64_t bk = bucket_of(t, r->cfg.fine_width_s);
+            uint64_t end = (bk + width) * 1000000000ull;
+            end = end < t1 ? end : t1;
+            agg_ival_key_t k2 = {ids->service, ids->version, width, bk};
+            agg_ival_ent_t *e2 = agg_hmap_upsert(&b->ival, &k2, NULL);
+            if (!e2)
+                return CM_ENOMEM;
+            e2->duration_ns += (int64_t)(end - t);
+            t = end > t ? end : t1;
+        }
     }
     agg_ver_key_t vk = {ids->service, ids->version};
     int fresh;

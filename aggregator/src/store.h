@@ -136,6 +136,11 @@ struct agg_store {
  * reason in err. */
 int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t err_size);
 
+/* Opens an existing store for the read side only (query layer, tools): no schema changes, no
+ * checkpointer; never blocks the writer (WAL). Write calls fail. */
+int agg_store_sqlite_open_readonly(const char *path, agg_store_t **out, char *err,
+                                   size_t err_size);
+
 /* The file of a partition's store under dir: "<dir>/<topic>-<partition>.db". */
 void agg_store_path(char *out, size_t size, const char *dir, const char *topic, int32_t partition);
 

@@ -269,7 +269,7 @@ static void sq_close(agg_store_t *base) {
     }
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_cond_destroy(&s->ckpt_cv);
-    if (s->db)
+    if (s->db && s->ckpt_running)
         sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(s->st[i]);
@@ -1039,7 +1039,8 @@ void agg_store_path(char *out, size_t size, const char *dir, const char *topic,
     snprintf(out, size, "%s/%s-%d.db", dir, topic, partition);
 }
 
-int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t err_size) {
+static int open_store(const char *path, int readonly, agg_store_t **out, char *err,
+                      size_t err_size) {
     sq_store_t *s = calloc(1, sizeof *s);
     int rc = 0;
     if (!s)
@@ -1049,7 +1050,9 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_cond_init(&s->ckpt_cv, NULL);
     int src = sqlite3_open_v2(path, &s->db,
-                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                              (readonly ? SQLITE_OPEN_READONLY
+                                        : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+                                  SQLITE_OPEN_NOMUTEX,
                               NULL);
     if (src != SQLITE_OK) {
         snprintf(err, err_size, "cannot open store '%s': %s; check that the directory exists "
@@ -1058,6 +1061,8 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
         goto out;
     }
     sqlite3_busy_timeout(s->db, 30000);
+    if (readonly)
+        goto prepare;
     if ((rc = exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
                       "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; "
                       "PRAGMA journal_size_limit=67108864;")) ||
@@ -1069,6 +1074,7 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
     }
     if ((rc = exec(s, "COMMIT")))
         goto fail;
+prepare:
     for (int i = 0; i < S_COUNT; i++) {
         if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
                                NULL) != SQLITE_OK) {
@@ -1091,7 +1097,7 @@ int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t
         }
     }
     /* the writer no longer checkpoints itself; the checkpointer thread does */
-    if (pthread_create(&s->ckpt, NULL, ckpt_main, s) == 0) {
+    if (!readonly && pthread_create(&s->ckpt, NULL, ckpt_main, s) == 0) {
         s->ckpt_running = 1;
         sqlite3_wal_hook(s->db, wal_hook, s); /* replaces the automatic checkpoint */
     }
@@ -1103,4 +1109,13 @@ fail:
 out:
     sq_close(&s->base);
     return rc;
+}
+
+int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t err_size) {
+    return open_store(path, 0, out, err, err_size);
+}
+
+int agg_store_sqlite_open_readonly(const char *path, agg_store_t **out, char *err,
+                                   size_t err_size) {
+    return open_store(path, 1, out, err, err_size);
 }

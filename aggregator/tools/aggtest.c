@@ -203,7 +203,7 @@ int at_check_truth(const fsim_t *sim, const char *dir, const char *topic, int np
         agg_store_path(path, sizeof path, dir, topic, p);
         if (access(path, F_OK))
             continue;
-        if (agg_store_sqlite_open(path, &st[p], err, sizeof err)) {
+        if (agg_store_sqlite_open_readonly(path, &st[p], err, sizeof err)) {
             fprintf(stderr, "%s\n", err);
             bad++;
             continue;
