@@ -29,7 +29,7 @@
 #define K_EMPTY 0u
 #define K_BUSY 1u
 #define K_TOMB 2u
-#define FILTER_BITS 18
+#define FILTER_BITS AG_HEAP_FILTER_BITS
 
 typedef struct {
     _Atomic uintptr_t key;
@@ -38,7 +38,8 @@ typedef struct {
 
 static slot_t *g_tab;
 static uint32_t g_mask;
-static _Atomic uint16_t *g_filter;
+_Atomic uint16_t *ag_heap_filter;
+#define g_filter ag_heap_filter
 static _Atomic uint64_t g_rid;
 static _Atomic uint32_t g_live;
 
@@ -53,10 +54,7 @@ int ag_heap_init(uint32_t entries) {
     return 0;
 }
 
-static inline uint64_t mix(uintptr_t p) {
-    uint64_t x = (uint64_t)p * 0x9e3779b97f4a7c15ull;
-    return x ^ (x >> 29);
-}
+#define mix ag_heap_hash
 
 uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count) {
     if (!g_tab || ptr <= K_TOMB)

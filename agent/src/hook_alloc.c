@@ -129,6 +129,7 @@ static void resolve_cxx(void) {
     t_resolving = 0;
 }
 
+/* R.free is the last pointer resolve() stores before R.ready: one load says both */
 #define READY() AG_LIKELY(atomic_load_explicit(&R.ready, memory_order_relaxed))
 
 /* ---- sampling ---- */
@@ -194,7 +195,8 @@ static __attribute__((noinline)) void alloc_sample(void *p, size_t size) {
     } while (0)
 
 static inline void on_free(void *p) {
-    ag_heap_remove((uintptr_t)p);
+    if (AG_UNLIKELY(ag_heap_maybe((uintptr_t)p)))
+        ag_heap_remove((uintptr_t)p);
 }
 
 /* ---- the C interface ---- */

@@ -72,7 +72,21 @@ AG_HIDDEN extern _Atomic uint64_t ag_alloc_period; /* bytes, published by the bg
 AG_HIDDEN int ag_heap_init(uint32_t entries);
 /* hook: inserts ptr (sampled); returns the record id (> 0) or 0 if the table is full. */
 AG_HIDDEN uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count);
-AG_HIDDEN void ag_heap_remove(uintptr_t ptr); /* hook: cheap when ptr was never sampled */
+AG_HIDDEN void ag_heap_remove(uintptr_t ptr); /* hook: after ag_heap_maybe() said 1 */
+/* Counting filter over sampled addresses (NULL while the live heap is off): free() calls
+ * ag_heap_remove only for pointers whose counter is non-zero -- inline, one multiply, one load
+ * and one branch for the pointers that were never sampled. */
+#define AG_HEAP_FILTER_BITS 18
+AG_HIDDEN extern _Atomic uint16_t *ag_heap_filter;
+static inline uint64_t ag_heap_hash(uintptr_t p) {
+    uint64_t x = (uint64_t)p * 0x9e3779b97f4a7c15ull;
+    return x ^ (x >> 29);
+}
+static inline int ag_heap_maybe(uintptr_t p) {
+    _Atomic uint16_t *f = ag_heap_filter;
+    return f && atomic_load_explicit(&f[ag_heap_hash(p) >> (64 - AG_HEAP_FILTER_BITS)],
+                                     memory_order_relaxed) != 0;
+}
 AG_HIDDEN uint32_t ag_heap_live(void);         /* entries in the table (tests, reports) */
 /* bg */
 AG_HIDDEN void ag_heap_bg_note(const ag_rec_t *r, uint64_t rid, pid_t tid);

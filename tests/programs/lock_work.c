@@ -2,8 +2,8 @@
  *
  *   lock_work long SECONDS    holder_thread holds a mutex 30 ms at a time; waiter_site blocks
  *                             on it (>= 10 ms waits: LOCK events); prints waits and total ns
- *   lock_work short SECONDS   4 threads take a mutex for ~20 us each in short_site (contended,
- *                             sub-threshold: aggregates); prints contended waits it measured
+ *   lock_work short SECONDS   holder_thread holds the mutex 2 ms at a time; two waiter_site
+ *                             threads wait for it (contended, sub-threshold: aggregates)
  *   lock_work rw SECONDS      a writer holds an rwlock 25 ms; readers in rd_site wait
  *   lock_work flood SECONDS   8 threads, 30 ms holds with 1 ms thresholds (rate cap test)
  *   lock_work uncontended N   N lock/unlock pairs on a private mutex; prints ns per pair
@@ -30,11 +30,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void spin_for(double s) {
-    double end = now_s() + s;
-    while (now_s() < end)
-        ;
-}
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_rwlock_t g_rw = PTHREAD_RWLOCK_INITIALIZER;
@@ -74,20 +69,6 @@ static void *waiter_thread(void *arg) {
     (void)arg;
     while (!g_stop)
         waiter_site();
-    return NULL;
-}
-
-__attribute__((noinline)) void short_site(void) {
-    pthread_mutex_lock(&g_mu);
-    spin_for(20e-6);
-    pthread_mutex_unlock(&g_mu);
-    spin_for(20e-6); /* outside the lock: others get their turn (glibc mutexes are unfair) */
-}
-
-static void *short_thread(void *arg) {
-    (void)arg;
-    while (!g_stop)
-        short_site();
     return NULL;
 }
 
@@ -140,8 +121,11 @@ int main(int argc, char **argv) {
         printf("waits=%llu wait_ns=%llu all_ns=%llu mutex=%p\n", (unsigned long long)g_waits,
                (unsigned long long)g_wait_ns, (unsigned long long)g_all_ns, (void *)&g_mu);
     } else if (!strcmp(argv[1], "short")) {
-        run_threads(short_thread, 4, NULL, 0, secs);
-        printf("short ok\n");
+        g_hold = 0.002; /* 2 ms holds (sleeping): waits well under the 10 ms threshold */
+        g_waiter_gap = 1300;
+        run_threads(holder_thread, 1, waiter_thread, 2, secs);
+        printf("waits=%llu all_ns=%llu\n", (unsigned long long)g_waits,
+               (unsigned long long)g_all_ns);
     } else if (!strcmp(argv[1], "rw")) {
         run_threads(writer_thread, 1, reader_thread, 2, secs);
         printf("rw ok rd_waits=%llu\n", (unsigned long long)g_rd_waits);
