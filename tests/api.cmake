@@ -7,3 +7,15 @@ fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfi
 add_dependencies(test-api fleetprof-aggregator)
 fp_test(test-cli-query LABELS "api;cli;kafka" LIBS fp_aggtest PkgConfig::JANSSON)
 add_dependencies(test-cli-query fleetprof-aggregator fleetprof)
+# The whole pipeline: demo-service under `fleetprof run` -> collector -> Kafka -> aggregator ->
+# CLI / go tool pprof (about 2 minutes). nosan: it preloads the agent into uninstrumented code.
+if(TARGET fp_collector)
+  fp_test(test-pipeline LABELS "api;pipeline;slow;nosan;kafka"
+          LIBS fp_aggtest fp_collector PkgConfig::RDKAFKA PkgConfig::JANSSON m
+          SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
+  foreach(dep fleetprof-aggregator fleetprof-collector fleetprof fleetprof_agent demo-service)
+    if(TARGET ${dep})
+      add_dependencies(test-pipeline ${dep})
+    endif()
+  endforeach()
+endif()

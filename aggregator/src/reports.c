@@ -53,17 +53,18 @@ static int open_db(const char *dir, int write, sqlite3 **db) {
     return 0;
 }
 
-static int exists(sqlite3 *db, const char *svc, const char *base, const char *test) {
+/* Test samples the stored report of (svc, base, test) rests on, or -1 when there is none. */
+static int64_t stored_samples(sqlite3 *db, const char *svc, const char *base, const char *test) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM reports WHERE service=?1 AND base=?2 AND test=?3 "
-                           "AND type='cpu'", -1, &st, NULL) != SQLITE_OK)
-        return 0;
+    if (sqlite3_prepare_v2(db, "SELECT test_samples FROM reports WHERE service=?1 AND base=?2 "
+                           "AND test=?3 AND type='cpu'", -1, &st, NULL) != SQLITE_OK)
+        return -1;
     sqlite3_bind_text(st, 1, svc, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, base, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, test, -1, SQLITE_STATIC);
-    int e = sqlite3_step(st) == SQLITE_ROW;
+    int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
     sqlite3_finalize(st);
-    return e;
+    return n;
 }
 
 static int64_t now_ns(void) {
@@ -140,7 +141,10 @@ int agg_reports_run_once(const agg_reports_cfg_t *cfg) {
                 (int64_t)base->samples[CM_EV_CPU] >= min) {
                 if (!db && (rc = open_db(cfg->store_dir, 1, &db)))
                     goto out;
-                if (!exists(db, test->service, base->version, test->version)) {
+                /* once when the threshold is reached, then again each time the new version's
+                 * samples double (a deploy's first report rests on few samples) */
+                int64_t had = stored_samples(db, test->service, base->version, test->version);
+                if (had < 0 || (int64_t)test->samples[CM_EV_CPU] >= 2 * had) {
                     if ((rc = report_one(qs, db, test->service, base->version, test->version)))
                         CM_WARN("report %s %s -> %s failed: %s", test->service, base->version,
                                 test->version, cm_strerror(rc));

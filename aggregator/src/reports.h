@@ -1,9 +1,11 @@
 /* Automatic per-deploy regression reports: a background thread of the aggregator looks at
  * every service every report-interval; when the newest version of a service (by first seen)
  * has gathered at least min_samples CPU samples and the version before it has too, it computes
- * the diff newest-vs-previous once (query_store + agg_diff_compute, the same test as
- * /api/v1/diff) and keeps it in "<store-dir>/reports.db" (table reports, one row per
- * (service, base, test, type)). GET /api/v1/reports and `fleetprof reports` list them.
+ * the diff newest-vs-previous (query_store + agg_diff_compute, the same test as /api/v1/diff)
+ * and keeps it in "<store-dir>/reports.db" (table reports, one row per
+ * (service, base, test, type)); it recomputes the report each time the new version's samples
+ * have doubled since, so a deploy's report sharpens as data arrives (log2 many times).
+ * GET /api/v1/reports and `fleetprof reports` list them.
  *
  * Threading: the reporter owns its thread and its own read-only store handle; the report DB
  * is written by that thread only and read by the API's thread (SQLite WAL, busy timeout).

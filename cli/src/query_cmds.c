@@ -48,7 +48,8 @@ static const qcmd_t qcmds[] = {
      " by-module inclusive ", NULL,
      "diff --service S --base V1 --test V2 [--type T] [--fail-on-regression PCT] [filters]\n"
      "      [--base-from T --base-to T --test-from T --test-to T] [--limit N] [--json]"},
-    {"span", "/api/v1/span", " trace span type include exclude fold group limit min-share ",
+    {"span", "/api/v1/span",
+     " trace span type include exclude fold group limit min-share sort view function ",
      " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
     {"spans", "/api/v1/spans", " service type from to limit ", " ", NULL,
      "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
