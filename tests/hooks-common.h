@@ -19,23 +19,24 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static __attribute__((unused)) double now_s(void) {
+#define UNUSED __attribute__((unused))
+static UNUSED double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static __attribute__((unused)) const char *bdir(void) {
+static UNUSED const char *bdir(void) {
     const char *b = getenv("FLEETPROF_BUILD");
     CHECKF(b != NULL, "FLEETPROF_BUILD not set (run through ctest)");
     return b;
 }
 
-static __attribute__((unused)) void prog_path(const char *name, char *out, size_t size) {
+static UNUSED void prog_path(const char *name, char *out, size_t size) {
     snprintf(out, size, "%s/tests/%s", bdir(), name);
 }
 
-static __attribute__((unused)) char *mkout(void) {
+static UNUSED char *mkout(void) {
     char *d = strdup("/tmp/fp-agent-test-XXXXXX");
     CHECK(mkdtemp(d) != NULL);
     return d;
@@ -47,7 +48,7 @@ typedef struct {
 } proc_t;
 
 /* Starts argv with env entries "K=V" added (and the FLEETPROF_* of ours cleared first). */
-static __attribute__((unused)) proc_t start(const char *const *env, const char *const *argv) {
+static UNUSED proc_t start(const char *const *env, const char *const *argv) {
     int p[2];
     CHECK(pipe(p) == 0);
     fflush(NULL);
@@ -72,7 +73,7 @@ static __attribute__((unused)) proc_t start(const char *const *env, const char *
     return (proc_t){pid, p[0]};
 }
 /* Waits up to timeout s; collects stdout into out. Returns the wait status (-1: killed). */
-static __attribute__((unused)) int finish(proc_t pr, double timeout, char *out, size_t size) {
+static UNUSED int finish(proc_t pr, double timeout, char *out, size_t size) {
     double end = now_s() + timeout;
     size_t len = 0;
     int st = -1;
@@ -102,12 +103,12 @@ static __attribute__((unused)) int finish(proc_t pr, double timeout, char *out, 
     return st;
 }
 
-static __attribute__((unused)) int run(const char *const *env, const char *const *argv, double timeout, char *out,
+static UNUSED int run(const char *const *env, const char *const *argv, double timeout, char *out,
                size_t size) {
     return finish(start(env, argv), timeout, out, size);
 }
 
-static __attribute__((unused)) uint64_t out_u64(const char *out, const char *key) {
+static UNUSED uint64_t out_u64(const char *out, const char *key) {
     const char *p = strstr(out, key);
     CHECKF(p != NULL, "'%s' missing in program output: %s", key, out);
     return strtoull(p + strlen(key), NULL, 10);
@@ -121,11 +122,11 @@ typedef struct {
     int n;
 } chunks_t;
 
-static __attribute__((unused)) int cmp_name(const void *a, const void *b) {
+static UNUSED int cmp_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static __attribute__((unused)) chunks_t *load(const char *dir) {
+static UNUSED chunks_t *load(const char *dir) {
     chunks_t *cs = calloc(1, sizeof *cs);
     DIR *d = opendir(dir);
     CHECK(d != NULL);
@@ -164,12 +165,12 @@ static __attribute__((unused)) chunks_t *load(const char *dir) {
     return cs;
 }
 
-static __attribute__((unused)) const char *loc_fn(const cm_dict_t *d, uint32_t loc) {
+static UNUSED const char *loc_fn(const cm_dict_t *d, uint32_t loc) {
     uint32_t f = d->location_function[loc];
     return f ? d->strings[d->function_name[f]].ptr : "";
 }
 
-static __attribute__((unused)) int stack_has(const cm_dict_t *d, uint32_t st, const char *fn) {
+static UNUSED int stack_has(const cm_dict_t *d, uint32_t st, const char *fn) {
     for (uint32_t k = d->stack_off[st]; k < d->stack_off[st + 1]; k++)
         if (!strcmp(loc_fn(d, d->stack_frames[k]), fn))
             return 1;
@@ -181,7 +182,7 @@ typedef struct {
 } tot_t;
 
 /* Sum of weights and samples of type whose stack contains fn (NULL: all); pid 0: any. */
-static __attribute__((unused)) tot_t total(const chunks_t *cs, cm_event_type_t type, const char *fn, uint32_t pid) {
+static UNUSED tot_t total(const chunks_t *cs, cm_event_type_t type, const char *fn, uint32_t pid) {
     tot_t t = {0, 0};
     for (int i = 0; i < cs->n; i++) {
         const cm_chunk_t *c = cs->c[i];
@@ -197,7 +198,7 @@ static __attribute__((unused)) tot_t total(const chunks_t *cs, cm_event_type_t t
     return t;
 }
 
-static __attribute__((unused)) uint64_t drops(const chunks_t *cs, uint32_t reason) {
+static UNUSED uint64_t drops(const chunks_t *cs, uint32_t reason) {
     uint64_t n = 0;
     for (int i = 0; i < cs->n; i++)
         for (uint32_t k = 0; k < cs->c[i]->header.n_drops; k++)
@@ -206,13 +207,13 @@ static __attribute__((unused)) uint64_t drops(const chunks_t *cs, uint32_t reaso
     return n;
 }
 
-static __attribute__((unused)) void free_chunks(chunks_t *cs) {
+static UNUSED void free_chunks(chunks_t *cs) {
     for (int i = 0; i < cs->n; i++)
         cm_chunk_free(cs->c[i]);
     free(cs);
 }
 
-static __attribute__((unused)) void rmrf(const char *dir) {
+static UNUSED void rmrf(const char *dir) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
@@ -226,8 +227,8 @@ static __attribute__((unused)) void rmrf(const char *dir) {
  * the sum of sample weights must match the process CPU time measured by the program. */
 
 /* Like total() but only rows whose flags contain all of want and none of avoid. */
-static __attribute__((unused)) tot_t total_flags(const chunks_t *cs, cm_event_type_t type, const char *fn, uint32_t want,
-                         uint32_t avoid) {
+static UNUSED tot_t total_flags(const chunks_t *cs, cm_event_type_t type, const char *fn,
+                                uint32_t want, uint32_t avoid) {
     tot_t t = {0, 0};
     for (int i = 0; i < cs->n; i++) {
         const cm_chunk_t *c = cs->c[i];
@@ -246,7 +247,7 @@ static __attribute__((unused)) tot_t total_flags(const chunks_t *cs, cm_event_ty
 }
 
 /* Sum of count (milli-events) of type whose stack contains fn. */
-static __attribute__((unused)) uint64_t total_count(const chunks_t *cs, cm_event_type_t type, const char *fn) {
+static UNUSED uint64_t total_count(const chunks_t *cs, cm_event_type_t type, const char *fn) {
     uint64_t n = 0;
     for (int i = 0; i < cs->n; i++) {
         const cm_chunk_t *c = cs->c[i];
@@ -259,14 +260,14 @@ static __attribute__((unused)) uint64_t total_count(const chunks_t *cs, cm_event
 }
 
 /* Function name of the leaf frame of a row's stack. */
-static __attribute__((unused)) const char *leaf_fn(const cm_chunk_t *c, uint32_t stack) {
+static UNUSED const char *leaf_fn(const cm_chunk_t *c, uint32_t stack) {
     const cm_dict_t *d = &c->dict;
     if (d->stack_off[stack + 1] == d->stack_off[stack])
         return "";
     return loc_fn(d, d->stack_frames[d->stack_off[stack + 1] - 1]);
 }
 
-static __attribute__((unused)) const char *preload(char *buf, size_t size) {
+static UNUSED const char *preload(char *buf, size_t size) {
     snprintf(buf, size, "LD_PRELOAD=%s/agent/libfleetprof.so", bdir());
     return buf;
 }

@@ -28,7 +28,8 @@ static void test_io_pipe(void) {
         for (uint32_t r = 0; r < s->n; r++)
             if (!(CM_COL(s, flags, r) & CM_SF_AGGREGATE) &&
                 !strcmp(leaf_fn(cs->c[i], s->stack[r]), "slow_pipe_site"))
-                good += CM_COL(s, fd_kind, r) == CM_FD_PIPE && CM_COL(s, io_kind, r) == CM_IO_READ &&
+                good += CM_COL(s, fd_kind, r) == CM_FD_PIPE &&
+                        CM_COL(s, io_kind, r) == CM_IO_READ &&
                         CM_COL(s, size, r) == 1 &&
                         !strncmp(row_target(cs->c[i], s, r), "pipe:[", 6);
     }
@@ -67,7 +68,8 @@ static void test_io_file(void) {
             if ((CM_COL(s, flags, r) & CM_SF_AGGREGATE) ||
                 !stack_has(&cs->c[i]->dict, s->stack[r], "file_site"))
                 continue;
-            int ok = CM_COL(s, fd_kind, r) == CM_FD_FILE && !strcmp(row_target(cs->c[i], s, r), path);
+            int ok = CM_COL(s, fd_kind, r) == CM_FD_FILE &&
+                     !strcmp(row_target(cs->c[i], s, r), path);
             writes += ok && CM_COL(s, io_kind, r) == CM_IO_WRITE && CM_COL(s, size, r) == 4096;
             syncs += ok && CM_COL(s, io_kind, r) == CM_IO_SYNC;
             other += !ok;

@@ -82,7 +82,8 @@ static void test_lock_aggregates(void) {
            (unsigned long long)ag.samples, n / 1000.0, (double)ag.weight,
            (unsigned long long)ev.samples, (double)ev.weight, (double)all_ns);
     CHECKF(n / 1000 >= 200, "only %llu aggregated waits", (unsigned long long)(n / 1000));
-    CHECKF(ev.samples * 20 < n / 1000, "%llu events for short waits", (unsigned long long)ev.samples);
+    CHECKF(ev.samples * 20 < n / 1000, "%llu events for short waits",
+           (unsigned long long)ev.samples);
     CHECKF(fabs((double)(ag.weight + ev.weight) / (double)all_ns - 1) < 0.25,
            "agent %.4g ns vs program %.4g ns", (double)(ag.weight + ev.weight), (double)all_ns);
     free_chunks(cs);
@@ -137,7 +138,8 @@ static void test_lock_flood(void) {
            (unsigned long long)sub.samples, cnt / 1000.0, (double)ev.weight,
            (unsigned long long)dropped);
     CHECKF(waits > 8 * 60, "only %llu waits: no flood", (unsigned long long)waits);
-    CHECKF(ev.samples < 8 * 20 * 2, "%llu rows kept for a cap of 20/s", (unsigned long long)ev.samples);
+    CHECKF(ev.samples < 8 * 20 * 2, "%llu rows kept for a cap of 20/s",
+           (unsigned long long)ev.samples);
     CHECK(sub.samples > 0 && dropped > 0);
     CHECKF(fabs(cnt / 1000.0 / (double)waits - 1) < 0.25, "est %.1f waits vs %llu", cnt / 1000.0,
            (unsigned long long)waits);

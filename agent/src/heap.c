@@ -243,10 +243,8 @@ void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
         ag_builder_add(b, NULL, st->tid, r);
     }
     free(a);
-    /* sweep: stacks of entries no longer live (rids only grow: a rid above the table's last
-     * one seen may belong to an insert racing with this walk, keep those) */
-    uint64_t top = atomic_load(&g_rid);
-    (void)top;
+    /* sweep: stacks of entries no longer live. No race with inserts: an entry is in the table
+     * before its record is in the ring, and records are drained on this same thread. */
     for (uint32_t i = 0; i < g_st_cap; i++) {
         st_t *st = &g_st[i];
         if (!st->rid)

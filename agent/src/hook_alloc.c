@@ -364,8 +364,12 @@ static inline void *cxx_new_al(size_t n, size_t al, const void *tag, int array) 
 
 AG_EXPORT AG_NO_TSAN void *_Znwm(size_t n) { return cxx_new(n, 0); }
 AG_EXPORT AG_NO_TSAN void *_Znam(size_t n) { return cxx_new(n, 1); }
-AG_EXPORT AG_NO_TSAN void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { return cxx_new_nt(n, t, 0); }
-AG_EXPORT AG_NO_TSAN void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { return cxx_new_nt(n, t, 1); }
+AG_EXPORT AG_NO_TSAN void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) {
+    return cxx_new_nt(n, t, 0);
+}
+AG_EXPORT AG_NO_TSAN void *_ZnamRKSt9nothrow_t(size_t n, const void *t) {
+    return cxx_new_nt(n, t, 1);
+}
 AG_EXPORT AG_NO_TSAN void *_ZnwmSt11align_val_t(size_t n, size_t al) {
     return cxx_new_al(n, al, NULL, 0);
 }

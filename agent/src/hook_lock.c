@@ -1,18 +1,20 @@
 /* Lock contention: interposes pthread_mutex_lock/timedlock, pthread_rwlock_rd/wrlock (and
- * timed), pthread_spin_lock and pthread_cond_wait/timedwait.
+ * their timed forms) and pthread_spin_lock.
  *
  * Uncontended path: the matching trylock succeeds -- no clock read, no unwinding. Contended:
- * the real blocking call is timed with CLOCK_MONOTONIC (vDSO, ~20 ns: negligible next to a
- * futex wait); a wait >= FLEETPROF_LOCK_THRESHOLD (default 10 ms) is one LOCK event (stack,
- * lock address, wait ns, span context), subject to the flood cap (hooks.c); shorter waits are
- * summed per stack (agg.c, CM_SF_AGGREGATE rows).
+ * the real blocking call is timed with CLOCK_MONOTONIC (vDSO, ~20-30 ns: negligible next to a
+ * futex wait); a wait >= FLEETPROF_LOCK_THRESHOLD (default 10 ms) that ends with the lock
+ * taken is one LOCK event (stack, lock address, wait ns, span context), subject to the flood
+ * cap (hooks.c); shorter contended waits are summed per stack (agg.c, CM_SF_AGGREGATE rows).
+ * Timed acquisitions that time out are not reported.
  *
- * Condition variables (documented approximation): pthread_cond_wait unlocks, waits for a
- * signal and re-locks the mutex inside glibc through an internal function that no interposer
- * can see, and the wait for the signal is not contention. So the time of a cond wait is NOT
- * reported; what we can attribute is the re-acquisition when the mutex is still held at the
- * moment the waiter would retake it: after the real cond wait returns we cannot separate it,
- * so cond waits are forwarded untouched and only mutex/rwlock/spin acquisitions are measured.
+ * Condition variables (documented approximation): pthread_cond_wait unlocks the mutex, waits
+ * for a signal and re-locks the mutex inside glibc through an internal function
+ * (__pthread_mutex_cond_lock) that no interposer sees, and the wait for the signal itself is
+ * not contention. An interposer can only time the whole call, which would report idle
+ * consumers waiting for work as "lock contention". So pthread_cond_wait/timedwait are left to
+ * glibc: the re-acquisition after a wake-up is not attributed (it is short unless the
+ * signaller holds the mutex for long, and then that mutex's other acquirers show it).
  *
  * Contract: no locks, no allocation; the agent's own threads and slow paths (guard set) get a
  * plain forward. With FLEETPROF_ENABLED=0 or FLEETPROF_LOCK=0 every hook is a plain forward.
@@ -73,7 +75,7 @@ static __attribute__((noinline)) void lock_report(const void *addr, uint64_t ns)
         uint64_t t0_ = ag_hook_clock();                                                            \
         int rc_ = (call);                                                                          \
         if (rc_ == 0)                                                                              \
-            lock_report((const void *)(uintptr_t)(addr), ag_hook_clock() - t0_);                                          \
+            lock_report((const void *)(uintptr_t)(addr), ag_hook_clock() - t0_);                  \
         return rc_;                                                                                \
     } while (0)
 
@@ -113,7 +115,8 @@ AG_EXPORT AG_NO_TSAN int pthread_rwlock_wrlock(pthread_rwlock_t *l) {
     CONTENDED(REAL(wr, "pthread_rwlock_wrlock")(l), l);
 }
 
-AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedrdlock(pthread_rwlock_t *l, const struct timespec *ts) {
+AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedrdlock(pthread_rwlock_t *l,
+                                                  const struct timespec *ts) {
     if (!lock_on())
         return REAL(rd_timed, "pthread_rwlock_timedrdlock")(l, ts);
     int rc = REAL(tryrd, "pthread_rwlock_tryrdlock")(l);
@@ -122,7 +125,8 @@ AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedrdlock(pthread_rwlock_t *l, const s
     CONTENDED(REAL(rd_timed, "pthread_rwlock_timedrdlock")(l, ts), l);
 }
 
-AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *ts) {
+AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedwrlock(pthread_rwlock_t *l,
+                                                  const struct timespec *ts) {
     if (!lock_on())
         return REAL(wr_timed, "pthread_rwlock_timedwrlock")(l, ts);
     int rc = REAL(trywr, "pthread_rwlock_trywrlock")(l);
