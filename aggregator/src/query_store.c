@@ -263,6 +263,7 @@ typedef struct {
     uint64_t id;
     uint32_t stack; /* profile stack id */
     uint32_t resolved;
+    uint64_t weight, count; /* sums, when the rows are merged per stack */
 } stackmap_t;
 
 static void frame_name(const char *fn, const char *mapping, uint64_t addr, char *buf,
@@ -538,14 +539,14 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         if (rc || (rc = r2) || (rc = assign_replicates(p, bks, nbk, &reps)))
             goto out;
         n = (size_t)snprintf(sql, sizeof sql,
-                             "SELECT stack, SUM(weight), SUM(count), version, width, bucket FROM "
+                             "SELECT stack, weight, count, version, width, bucket FROM "
                              "profile WHERE service=?1 AND type=?2 AND bucket>=?3 AND "
-                             "bucket<?4%s%s GROUP BY version, width, bucket, stack",
+                             "bucket<?4%s%s",
                              vin, lab);
     } else {
         n = (size_t)snprintf(sql, sizeof sql,
-                             "SELECT stack, SUM(weight), SUM(count) FROM profile WHERE service=?1 "
-                             "AND type=?2 AND bucket>=?3 AND bucket<?4%s%s GROUP BY stack",
+                             "SELECT stack, weight, count FROM profile WHERE service=?1 "
+                             "AND type=?2 AND bucket>=?3 AND bucket<?4%s%s",
                              vin, lab);
     }
     (void)n;
@@ -570,8 +571,23 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         }
         rep = (uint32_t)r;
     }
+    /* Rows stream in primary-key order without GROUP BY (SQLite would sort them): the merged
+     * view sums per stack in a hash map; the replicate view keeps every row (rows of one
+     * (bucket, stack) under several label sets simply add up in the profile). */
     int64_t last_v = -1, last_w = -1, last_b = -1;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!q->replicates) {
+            uint64_t sk = (uint64_t)sqlite3_column_int64(st, 0);
+            stackmap_t *m = agg_hmap_upsert(&stacks, &sk, NULL);
+            if (!m) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            m->weight += (uint64_t)sqlite3_column_int64(st, 1);
+            m->count += (uint64_t)sqlite3_column_int64(st, 2);
+            nrows++;
+            continue;
+        }
         if (nrows == cap) {
             size_t nc = cap ? cap * 2 : 4096;
             rawrow_t *nr = realloc(rows, nc * sizeof *nr);
@@ -628,6 +644,15 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         goto out;
     if ((rc = resolve_stacks(d, p, &stacks)))
         goto out;
+    if (!q->replicates) {
+        for (size_t i = 0; i < stacks.n; i++) {
+            stackmap_t *m = agg_hmap_entry(&stacks, i);
+            if (m->resolved &&
+                (rc = agg_profile_add(p, m->stack, m->weight, m->count, rep, 0)))
+                goto out;
+        }
+        goto out;
+    }
     for (size_t i = 0; i < nrows; i++) {
         stackmap_t *m = agg_hmap_find(&stacks, &rows[i].stack);
         if (!m || !m->resolved)
