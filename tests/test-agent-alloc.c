@@ -169,6 +169,7 @@ static void test_inuse_leak(void) {
         if (c.weight > churn_max)
             churn_max = c.weight;
     }
+    printf("  leaked %.4g B, final inuse %.4g B\n", (double)leaked, last);
     CHECKF(grew >= cs->n - 3, "leak grew in only %d of %d chunks", grew, cs->n - 1);
     CHECKF(fabs(last / (double)leaked - 1) < 0.25, "final inuse %.4g vs leaked %.4g", last,
            (double)leaked);
