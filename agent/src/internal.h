@@ -14,6 +14,12 @@
  *   builder.c    aggregation of records into a cm_chunk_t (background thread only)
  *   sender.c     collector connection, unacked-chunk queue, output files (background only)
  *   bgthread.c   the background thread loop: wall ticks, drain, control, chunks, sending
+ *   issue 4 hooks (their own header hooks.h): hooks.c (config, guard, flood cap, bg side),
+ *   hook_alloc.c (malloc family, C++ new/delete), heap.c (live-heap table, INUSE rows),
+ *   hook_lock.c, hook_io.c, fdinfo.c (fd kind, path/peer), agg.c (sub-threshold aggregates).
+ *   Their ring records pass through ag_hooks_bg_add (bgthread.c), which strips the hook's own
+ *   frames and reads two producer-private fields: an ALLOC record's io_kind/fd_kind carry its
+ *   live-heap record id, an IO record's address carries its fd-description id.
  *
  * Threads and signals:
  *   - "handler" code runs in the sampling signal handler on an application thread. It may only
