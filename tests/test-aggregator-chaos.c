@@ -60,6 +60,7 @@ static void test_sigkill_ten_times_exact(void) {
                         .malformed_every = 17};
     fsim_t *sim = fsim_new(&sp);
     rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(at_topic_empty(rk, CM_TOPIC_CHUNKS, NPARTS));
     CHECK(fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0) == 0);
     int64_t hi[NPARTS];
     CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
@@ -117,6 +118,7 @@ static void test_two_instances_rebalance_exact(void) {
                         .malformed_every = 23};
     fsim_t *sim = fsim_new(&sp);
     rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(at_topic_empty(rk, CM_TOPIC_CHUNKS, NPARTS));
     /* the fleet keeps producing (about 20 s) while instances come and go */
     prod_arg_t pa = {sim, rk, 70.0, -1};
     pthread_t th;

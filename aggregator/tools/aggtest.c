@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ pid_t at_agg_start(const char *bootstrap, const char *store_dir, const char *gro
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test must not leave aggregators behind */
         const char *cpu = getenv("AT_CPU"); /* pin the aggregator (benchmarks: one core) */
         if (cpu && *cpu) {
             cpu_set_t set;
@@ -118,6 +120,20 @@ int64_t at_store_offsets_sum(const char *dir, const char *topic, int nparts) {
         s += o > 0 ? o : 0;
     }
     return s;
+}
+
+int at_topic_empty(rd_kafka_t *rk, const char *topic, int nparts) {
+    int64_t hi[64];
+    if (nparts > 64 || at_high_watermarks(rk, topic, nparts, hi))
+        return 0;
+    for (int p = 0; p < nparts; p++)
+        if (hi[p]) {
+            fprintf(stderr, "topic %s partition %d already holds %lld messages: another run is "
+                    "using this broker's port; stop it (deploy/kafka/stop.sh) and run again\n",
+                    topic, p, (long long)hi[p]);
+            return 0;
+        }
+    return 1;
 }
 
 int at_high_watermarks(rd_kafka_t *rk, const char *topic, int nparts, int64_t *hi) {

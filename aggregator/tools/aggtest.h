@@ -25,6 +25,9 @@ int64_t at_store_offset(const char *dir, const char *topic, int32_t p);
 int64_t at_store_offsets_sum(const char *dir, const char *topic, int nparts);
 /* High watermarks of topic's partitions into hi[nparts]. Returns 0 or -1. */
 int at_high_watermarks(rd_kafka_t *rk, const char *topic, int nparts, int64_t *hi);
+/* 1 if every partition of topic is empty (a fresh broker), else 0 after saying why: a test
+ * must not count data of another run that shares the broker port. */
+int at_topic_empty(rd_kafka_t *rk, const char *topic, int nparts);
 /* Waits until every partition's stored offset equals hi[]. Returns 0, or -1 at the deadline. */
 int at_wait_caught_up(const char *dir, const char *topic, int nparts, const int64_t *hi,
                       int timeout_s);
