@@ -92,81 +92,81 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
         return r_;                                                                                 \
     } while (0)
 
-AG_EXPORT ssize_t read(int fd, void *buf, size_t n) {
+AG_EXPORT AG_NO_TSAN ssize_t read(int fd, void *buf, size_t n) {
     RESOLVE(real, read);
     TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n));
 }
-AG_EXPORT ssize_t write(int fd, const void *buf, size_t n) {
+AG_EXPORT AG_NO_TSAN ssize_t write(int fd, const void *buf, size_t n) {
     RESOLVE(real, write);
     TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n));
 }
-AG_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+AG_EXPORT AG_NO_TSAN ssize_t pread(int fd, void *buf, size_t n, off_t off) {
     RESOLVE(real, pread);
     TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off));
 }
-AG_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
+AG_EXPORT AG_NO_TSAN ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
     RESOLVE(real, pread64);
     TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off));
 }
-AG_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+AG_EXPORT AG_NO_TSAN ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
     RESOLVE(real, pwrite);
     TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, off));
 }
-AG_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
+AG_EXPORT AG_NO_TSAN ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
     RESOLVE(real, pwrite64);
     TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, off));
 }
-AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n) {
+AG_EXPORT AG_NO_TSAN ssize_t readv(int fd, const struct iovec *iov, int n) {
     RESOLVE(real, readv);
     TIMED(ssize_t, CM_IO_READ, fd, real(fd, iov, n));
 }
-AG_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n) {
+AG_EXPORT AG_NO_TSAN ssize_t writev(int fd, const struct iovec *iov, int n) {
     RESOLVE(real, writev);
     TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, iov, n));
 }
-AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int fl) {
+AG_EXPORT AG_NO_TSAN ssize_t recv(int fd, void *buf, size_t n, int fl) {
     RESOLVE(real, recv);
     TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, fl));
 }
-AG_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
+AG_EXPORT AG_NO_TSAN ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                            socklen_t *al) {
     RESOLVE(real, recvfrom);
     TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, fl, a, al));
 }
-AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
+AG_EXPORT AG_NO_TSAN ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
     RESOLVE(real, recvmsg);
     TIMED(ssize_t, CM_IO_READ, fd, real(fd, m, fl));
 }
-AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int fl) {
+AG_EXPORT AG_NO_TSAN ssize_t send(int fd, const void *buf, size_t n, int fl) {
     RESOLVE(real, send);
     TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, fl));
 }
-AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
-                         socklen_t al) {
+AG_EXPORT AG_NO_TSAN ssize_t sendto(int fd, const void *buf, size_t n, int fl,
+                                    const struct sockaddr *a, socklen_t al) {
     RESOLVE(real, sendto);
     TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, fl, a, al));
 }
-AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
+AG_EXPORT AG_NO_TSAN ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
     RESOLVE(real, sendmsg);
     TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, m, fl));
 }
-AG_EXPORT int connect(int fd, const struct sockaddr *a, socklen_t al) {
+AG_EXPORT AG_NO_TSAN int connect(int fd, const struct sockaddr *a, socklen_t al) {
     RESOLVE(real, connect);
     TIMED(int, CM_IO_CONNECT, fd, real(fd, a, al));
 }
-AG_EXPORT int accept(int fd, struct sockaddr *a, socklen_t *al) {
+AG_EXPORT AG_NO_TSAN int accept(int fd, struct sockaddr *a, socklen_t *al) {
     RESOLVE(real, accept);
     TIMED(int, CM_IO_ACCEPT, fd, real(fd, a, al));
 }
-AG_EXPORT int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
+AG_EXPORT AG_NO_TSAN int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
     RESOLVE(real, accept4);
     TIMED(int, CM_IO_ACCEPT, fd, real(fd, a, al, fl));
 }
-AG_EXPORT int fsync(int fd) {
+AG_EXPORT AG_NO_TSAN int fsync(int fd) {
     RESOLVE(real, fsync);
     TIMED(int, CM_IO_SYNC, fd, real(fd));
 }
-AG_EXPORT int fdatasync(int fd) {
+AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
     RESOLVE(real, fdatasync);
     TIMED(int, CM_IO_SYNC, fd, real(fd));
 }
@@ -189,7 +189,7 @@ static inline mode_t open_mode(int flags, va_list ap) {
         return r_;                                                                                 \
     } while (0)
 
-AG_EXPORT int open(const char *path, int flags, ...) {
+AG_EXPORT AG_NO_TSAN int open(const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
@@ -197,7 +197,7 @@ AG_EXPORT int open(const char *path, int flags, ...) {
     RESOLVE(real, open);
     OPEN_TIMED(real(path, flags, mode));
 }
-AG_EXPORT int open64(const char *path, int flags, ...) {
+AG_EXPORT AG_NO_TSAN int open64(const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
@@ -205,7 +205,7 @@ AG_EXPORT int open64(const char *path, int flags, ...) {
     RESOLVE(real, open64);
     OPEN_TIMED(real(path, flags, mode));
 }
-AG_EXPORT int openat(int dfd, const char *path, int flags, ...) {
+AG_EXPORT AG_NO_TSAN int openat(int dfd, const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
@@ -213,7 +213,7 @@ AG_EXPORT int openat(int dfd, const char *path, int flags, ...) {
     RESOLVE(real, openat);
     OPEN_TIMED(real(dfd, path, flags, mode));
 }
-AG_EXPORT int openat64(int dfd, const char *path, int flags, ...) {
+AG_EXPORT AG_NO_TSAN int openat64(int dfd, const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
@@ -222,17 +222,17 @@ AG_EXPORT int openat64(int dfd, const char *path, int flags, ...) {
     OPEN_TIMED(real(dfd, path, flags, mode));
 }
 
-AG_EXPORT int close(int fd) {
+AG_EXPORT AG_NO_TSAN int close(int fd) {
     RESOLVE(real, close);
     ag_fd_forget(fd);
     return real(fd);
 }
-AG_EXPORT int dup2(int a, int b) {
+AG_EXPORT AG_NO_TSAN int dup2(int a, int b) {
     RESOLVE(real, dup2);
     ag_fd_forget(b);
     return real(a, b);
 }
-AG_EXPORT int dup3(int a, int b, int fl) {
+AG_EXPORT AG_NO_TSAN int dup3(int a, int b, int fl) {
     RESOLVE(real, dup3);
     ag_fd_forget(b);
     return real(a, b, fl);
