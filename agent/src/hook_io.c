@@ -1,6 +1,8 @@
 /* Slow I/O: interposes read, write, pread(64), pwrite(64), readv, writev, recv, recvfrom,
  * recvmsg, send, sendto, sendmsg, connect, accept, accept4, fsync, fdatasync, open/openat
- * (and their 64 forms), and close/dup2/dup3 to invalidate the fd description cache.
+ * (and their 64 forms), the _FORTIFY_SOURCE variants (__read_chk, __pread(64)_chk,
+ * __recv_chk, __recvfrom_chk, __open(64)_2, __openat(64)_2), and close/dup2/dup3 to
+ * invalidate the fd description cache.
  *
  * Every call is timed: with rdtsc once hooks.c has calibrated an invariant TSC (~10 ns a
  * read), else with CLOCK_MONOTONIC through the vDSO (~20-30 ns a read); the coarse clock
@@ -171,6 +173,40 @@ AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
     TIMED(int, CM_IO_SYNC, fd, real(fd));
 }
 
+/* _FORTIFY_SOURCE builds (Debian's default for packages) call these checked variants instead
+ * of read/pread/recv/recvfrom/open when the buffer size is known at compile time. */
+ssize_t __read_chk(int, void *, size_t, size_t);
+ssize_t __pread_chk(int, void *, size_t, off_t, size_t);
+ssize_t __pread64_chk(int, void *, size_t, off64_t, size_t);
+ssize_t __recv_chk(int, void *, size_t, size_t, int);
+ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+int __open_2(const char *, int);
+int __open64_2(const char *, int);
+int __openat_2(int, const char *, int);
+int __openat64_2(int, const char *, int);
+
+AG_EXPORT AG_NO_TSAN ssize_t __read_chk(int fd, void *buf, size_t n, size_t len) {
+    RESOLVE(real, __read_chk);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, len));
+}
+AG_EXPORT AG_NO_TSAN ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t len) {
+    RESOLVE(real, __pread_chk);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off, len));
+}
+AG_EXPORT AG_NO_TSAN ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t len) {
+    RESOLVE(real, __pread64_chk);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off, len));
+}
+AG_EXPORT AG_NO_TSAN ssize_t __recv_chk(int fd, void *buf, size_t n, size_t len, int fl) {
+    RESOLVE(real, __recv_chk);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, len, fl));
+}
+AG_EXPORT AG_NO_TSAN ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t len, int fl,
+                                            struct sockaddr *a, socklen_t *al) {
+    RESOLVE(real, __recvfrom_chk);
+    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, len, fl, a, al));
+}
+
 /* open: the result is the fd; the event carries no fd (-1) and bytes 0. */
 static inline mode_t open_mode(int flags, va_list ap) {
     return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
@@ -220,6 +256,23 @@ AG_EXPORT AG_NO_TSAN int openat64(int dfd, const char *path, int flags, ...) {
     va_end(ap);
     RESOLVE(real, openat64);
     OPEN_TIMED(real(dfd, path, flags, mode));
+}
+
+AG_EXPORT AG_NO_TSAN int __open_2(const char *path, int flags) {
+    RESOLVE(real, __open_2);
+    OPEN_TIMED(real(path, flags));
+}
+AG_EXPORT AG_NO_TSAN int __open64_2(const char *path, int flags) {
+    RESOLVE(real, __open64_2);
+    OPEN_TIMED(real(path, flags));
+}
+AG_EXPORT AG_NO_TSAN int __openat_2(int dfd, const char *path, int flags) {
+    RESOLVE(real, __openat_2);
+    OPEN_TIMED(real(dfd, path, flags));
+}
+AG_EXPORT AG_NO_TSAN int __openat64_2(int dfd, const char *path, int flags) {
+    RESOLVE(real, __openat64_2);
+    OPEN_TIMED(real(dfd, path, flags));
 }
 
 AG_EXPORT AG_NO_TSAN int close(int fd) {
