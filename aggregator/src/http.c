@@ -1,5 +1,5 @@
-/* HTTP server with a route table (see http.h), on libmicrohttpd's internal polling thread.
- * Threading: handlers run on the MHD thread. */
+/* HTTP server with a route table (see http.h), on libmicrohttpd's internal threads (a pool of
+ * 4). Threading: handlers run on any of the pool's threads, concurrently. */
 #include "http.h"
 
 #include "cm/error.h"
@@ -130,9 +130,11 @@ int agg_http_start(const char *addr, int port, const agg_http_route_t *routes, a
         rc = CM_ECONFIG;
         goto out;
     }
+    /* a small thread pool: a long query (a diff over hours) must not hold up /healthz */
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
                             NULL, NULL, answer, h, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_THREAD_POOL_SIZE, 4u,
+                            MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, err_size, "cannot serve HTTP on %s:%d (port in use?); choose another "
                  "--http-port", addr, port);

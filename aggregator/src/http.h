@@ -1,9 +1,9 @@
-/* The aggregator's HTTP server (libmicrohttpd, its own polling thread): a table of routes,
+/* The aggregator's HTTP server (libmicrohttpd, a pool of 4 threads): a table of routes,
  * each a path and a handler. /metrics and /healthz are registered by main; the query API adds
  * its routes to the same table.
  *
- * Threading: handlers run on the server's thread; they must only touch thread-safe state
- * (metrics under its lock, their own store handles).
+ * Threading: handlers run on the server's threads, several at once; they must only touch
+ * thread-safe state (metrics under its lock, their own store handles under their own lock).
  */
 #ifndef AGG_HTTP_H
 #define AGG_HTTP_H

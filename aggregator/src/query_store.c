@@ -18,9 +18,45 @@
 #include <string.h>
 
 typedef struct {
+    char *name, *module, *build_id; /* printable frame of one store location */
+    uint64_t address;
+} cloc_t;
+
+/* One partition store, with a cache of the stack trie nodes and locations already resolved:
+ * ids are content hashes, so a node never changes meaning (bounded: dropped past a size). */
+typedef struct {
     char *path;
     sqlite3 *db;
+    agg_hmap_t nodes;  /* node id -> cnode_t */
+    agg_hmap_t locidx; /* location id -> index into locs (uint32 after the key) */
+    cloc_t *locs;
+    size_t nlocs, cap_locs;
 } qdb_t;
+
+typedef struct {
+    uint64_t id, parent;
+    uint32_t loc; /* index into locs */
+} cnode_t;
+
+#define CACHE_MAX_NODES 4000000
+
+static void cache_init(qdb_t *d) {
+    agg_hmap_init(&d->nodes, sizeof(uint64_t), sizeof(cnode_t));
+    agg_hmap_init(&d->locidx, sizeof(uint64_t), sizeof(uint64_t) + sizeof(uint64_t));
+    d->locs = NULL;
+    d->nlocs = d->cap_locs = 0;
+}
+
+static void cache_free(qdb_t *d) {
+    agg_hmap_free(&d->nodes);
+    agg_hmap_free(&d->locidx);
+    for (size_t i = 0; i < d->nlocs; i++) {
+        free(d->locs[i].name);
+        free(d->locs[i].module);
+        free(d->locs[i].build_id);
+    }
+    free(d->locs);
+}
 
 struct agg_qstore {
     char *dir;
@@ -90,7 +126,8 @@ static int refresh(agg_qstore_t *qs) {
             qs->cap = nc;
         }
         qs->dbs[qs->n].path = strdup(path);
-        qs->dbs[qs->n++].db = db;
+        qs->dbs[qs->n].db = db;
+        cache_init(&qs->dbs[qs->n++]);
     }
     closedir(d);
     return rc;
@@ -118,6 +155,7 @@ void agg_qstore_close(agg_qstore_t *qs) {
     for (size_t i = 0; i < qs->n; i++) {
         sqlite3_close(qs->dbs[i].db);
         free(qs->dbs[i].path);
+        cache_free(&qs->dbs[i]);
     }
     free(qs->dbs);
     free(qs->dir);
@@ -255,12 +293,6 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
 
 typedef struct {
     uint64_t id;
-    uint64_t parent;
-    uint32_t frame;
-} node_t;
-
-typedef struct {
-    uint64_t id;
     uint32_t stack; /* profile stack id */
     uint32_t resolved;
     uint64_t weight, count; /* sums, when the rows are merged per stack */
@@ -279,13 +311,10 @@ static void frame_name(const char *fn, const char *mapping, uint64_t addr, char 
         snprintf(buf, size, "0x%llx", (unsigned long long)addr);
 }
 
-/* Resolves every stack of `stacks` (keys: store stack ids) into profile stacks. */
-static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
+/* Reads the trie nodes (with all their ancestors) of the stacks in `want` into the cache. */
+static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
     int rc = 0, s;
     sqlite3_stmt *st = NULL;
-    agg_hmap_t nodes;
-    agg_hmap_init(&nodes, sizeof(uint64_t), sizeof(node_t));
-    uint32_t *tmp = NULL;
     if (sqlite3_exec(d->db,
                      "CREATE TEMP TABLE IF NOT EXISTS want(id INTEGER PRIMARY KEY);"
                      "DELETE FROM temp.want;",
@@ -296,10 +325,9 @@ static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
     if ((rc = prep(d, "INSERT OR IGNORE INTO temp.want VALUES(?1)", &st)))
         return rc;
     sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL);
-    for (size_t i = 0; i < stacks->n; i++) {
-        stackmap_t *m = agg_hmap_entry(stacks, i);
+    for (size_t i = 0; i < n; i++) {
         sqlite3_reset(st);
-        B64(st, 1, m->id);
+        B64(st, 1, want[i]);
         sqlite3_step(st);
     }
     sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
@@ -307,60 +335,124 @@ static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
     if ((rc = prep(d,
                    "WITH RECURSIVE up(id) AS (SELECT id FROM temp.want UNION SELECT s.parent "
                    "FROM stacks s JOIN up ON s.id=up.id WHERE s.parent<>0) "
-                   "SELECT s.id, s.parent, fn.s, mf.s, m.build_id, l.address FROM up "
+                   "SELECT s.id, s.parent, s.location, fn.s, mf.s, m.build_id, l.address FROM up "
                    "JOIN stacks s ON s.id=up.id LEFT JOIN locations l ON l.id=s.location "
                    "LEFT JOIN functions f ON f.id=l.function LEFT JOIN strings fn ON fn.id=f.name "
                    "LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf ON "
                    "mf.id=m.filename",
                    &st)))
-        goto out;
+        return rc;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
-        char name[512], bid[129] = "";
-        const char *module;
-        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 5);
-        frame_name((const char *)sqlite3_column_text(st, 2),
-                   (const char *)sqlite3_column_text(st, 3), addr, name, sizeof name, &module);
-        int bl = sqlite3_column_bytes(st, 4);
-        const uint8_t *b = sqlite3_column_blob(st, 4);
-        for (int k = 0; b && k < bl && k < 64; k++)
-            snprintf(bid + 2 * k, 3, "%02x", b[k]);
-        int64_t fr = agg_profile_frame(p, name, module, bid, addr);
-        if (fr < 0) {
-            rc = (int)fr;
+        uint64_t loc = (uint64_t)sqlite3_column_int64(st, 2);
+        int fresh = 0;
+        uint64_t *li = agg_hmap_upsert(&d->locidx, &loc, &fresh);
+        if (!li) {
+            rc = CM_ENOMEM;
             break;
         }
-        node_t *nd = agg_hmap_upsert(&nodes, &id, NULL);
+        if (fresh) {
+            if (d->nlocs == d->cap_locs) {
+                size_t nc = d->cap_locs ? d->cap_locs * 2 : 1024;
+                cloc_t *nl = realloc(d->locs, nc * sizeof *nl);
+                if (!nl) {
+                    rc = CM_ENOMEM;
+                    break;
+                }
+                d->locs = nl;
+                d->cap_locs = nc;
+            }
+            char name[512], bid[129] = "";
+            const char *module;
+            uint64_t addr = (uint64_t)sqlite3_column_int64(st, 6);
+            frame_name((const char *)sqlite3_column_text(st, 3),
+                       (const char *)sqlite3_column_text(st, 4), addr, name, sizeof name, &module);
+            int bl = sqlite3_column_bytes(st, 5);
+            const uint8_t *bb = sqlite3_column_blob(st, 5);
+            for (int k = 0; bb && k < bl && k < 64; k++)
+                snprintf(bid + 2 * k, 3, "%02x", bb[k]);
+            cloc_t *c = &d->locs[d->nlocs];
+            c->name = strdup(name);
+            c->module = strdup(module);
+            c->build_id = strdup(bid);
+            c->address = addr;
+            if (!c->name || !c->module || !c->build_id) {
+                free(c->name);
+                free(c->module);
+                free(c->build_id);
+                rc = CM_ENOMEM;
+                break;
+            }
+            li[1] = d->nlocs++;
+        }
+        uint32_t lidx = (uint32_t)li[1];
+        cnode_t *nd = agg_hmap_upsert(&d->nodes, &id, NULL);
         if (!nd) {
             rc = CM_ENOMEM;
             break;
         }
         nd->parent = (uint64_t)sqlite3_column_int64(st, 1);
-        nd->frame = (uint32_t)fr;
+        nd->loc = lidx;
     }
-    {
-        int r2 = done(st, s);
-        if (!rc)
-            rc = r2;
+    int r2 = done(st, s);
+    return rc ? rc : r2;
+}
+
+/* Resolves every stack of `stacks` (keys: store stack ids) into profile stacks, through the
+ * store's node cache (only stacks not seen before are read from the trie). */
+static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
+    int rc = 0;
+    uint64_t *missing = NULL;
+    uint32_t *locframe = NULL, *tmp = NULL;
+    size_t nm = 0;
+    if (d->nodes.n > CACHE_MAX_NODES) { /* bounded memory: start over */
+        cache_free(d);
+        cache_init(d);
     }
-    if (rc)
+    missing = malloc((stacks->n ? stacks->n : 1) * sizeof *missing);
+    if (!missing)
+        return CM_ENOMEM;
+    for (size_t i = 0; i < stacks->n; i++) {
+        stackmap_t *m = agg_hmap_entry(stacks, i);
+        if (m->id && !agg_hmap_find(&d->nodes, &m->id))
+            missing[nm++] = m->id;
+    }
+    if (nm && (rc = cache_fill(d, missing, nm)))
         goto out;
+    locframe = malloc((d->nlocs ? d->nlocs : 1) * sizeof *locframe);
     tmp = malloc(CM_MAX_STACK_DEPTH * sizeof *tmp);
-    if (!tmp) {
+    if (!locframe || !tmp) {
         rc = CM_ENOMEM;
         goto out;
     }
+    for (size_t i = 0; i < d->nlocs; i++)
+        locframe[i] = AGG_NONE;
     for (size_t i = 0; i < stacks->n; i++) {
         stackmap_t *m = agg_hmap_entry(stacks, i);
         uint32_t depth = 0;
         uint64_t id = m->id;
+        int broken = 0;
         while (id && depth < CM_MAX_STACK_DEPTH) {
-            node_t *nd = agg_hmap_find(&nodes, &id);
-            if (!nd)
+            cnode_t *nd = agg_hmap_find(&d->nodes, &id);
+            if (!nd) {
+                broken = 1; /* a node missing from the store (expired): skip the stack */
                 break;
-            tmp[depth++] = nd->frame;
+            }
+            uint32_t *lf = &locframe[nd->loc];
+            if (*lf == AGG_NONE) {
+                const cloc_t *c = &d->locs[nd->loc];
+                int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+                if (fr < 0) {
+                    rc = (int)fr;
+                    goto out;
+                }
+                *lf = (uint32_t)fr;
+            }
+            tmp[depth++] = *lf;
             id = nd->parent;
         }
+        if (broken)
+            continue;
         for (uint32_t a = 0, z = depth ? depth - 1 : 0; a < z; a++, z--) {
             uint32_t t = tmp[a];
             tmp[a] = tmp[z];
@@ -375,8 +467,9 @@ static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
         m->resolved = 1;
     }
 out:
+    free(missing);
+    free(locframe);
     free(tmp);
-    agg_hmap_free(&nodes);
     return rc;
 }
 
