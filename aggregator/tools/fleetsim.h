@@ -3,9 +3,11 @@
  *
  * Every (service, version) runs `processes` processes; each process emits one chunk per
  * interval (rounds in time order: round k holds every process's chunk for interval k). Chunk
- * contents come from a few realistic templates per service (tests/support/chunkgen.h: call-graph
- * stacks, Zipf popularity, all event types, span contexts, labels) with per-chunk weights,
- * times, span contexts, ids and header figures. On request, some chunks are produced twice
+ * contents come from one realistic template per service (tests/support/chunkgen.h: call-graph
+ * stacks, Zipf popularity, all event types, span contexts, labels), shared by its processes as
+ * real processes share their code; per chunk, a quarter of the rows take another row's stack
+ * (variation that keeps the popularity), and weights, times, span contexts, ids and header
+ * figures are drawn afresh. On request, some chunks are produced twice
  * (counted once in the truth) and malformed messages are mixed in (random bytes, truncated
  * frames, a wrong major version, a corrupted payload).
  *

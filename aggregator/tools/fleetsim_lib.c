@@ -11,11 +11,16 @@
 #include <string.h>
 #include <time.h>
 
-#define TEMPLATES 4
+/* One template per service: the processes of a service run the same code, so they share
+ * functions and stacks; each chunk re-draws a quarter of its rows' stacks (per-process
+ * variation) and all weights. */
+#define TEMPLATES 1
+#define RESTACK_FRAC 4 /* 1 row in 4 gets another stack of the service */
 
 struct fsim {
     fsim_params_t p;
     cm_chunk_t **tmpl; /* services x TEMPLATES */
+    uint32_t **stack0; /* per template and type: the generated stack column */
     uint64_t rng;
     char (*svc_names)[48];
     char (*ver_names)[48]; /* services x versions */
@@ -55,6 +60,7 @@ fsim_t *fsim_new(const fsim_params_t *params) {
     s->rng = p->seed * 0x9E3779B97F4A7C15ull + 7;
     s->nprocs = (uint64_t)p->services * p->versions * p->processes;
     s->tmpl = calloc((size_t)p->services * TEMPLATES, sizeof *s->tmpl);
+    s->stack0 = calloc((size_t)p->services * TEMPLATES * CM_EV_COUNT, sizeof *s->stack0);
     s->svc_names = calloc(p->services, sizeof *s->svc_names);
     s->ver_names = calloc((size_t)p->services * p->versions, sizeof *s->ver_names);
     s->truth = calloc((size_t)p->services * p->versions * CM_EV_COUNT, sizeof *s->truth);
@@ -74,7 +80,13 @@ fsim_t *fsim_new(const fsim_params_t *params) {
             gp.label_sets = 3;
             gp.contexts = 50;
             gp.interval_ns = p->interval_ns;
-            s->tmpl[i * TEMPLATES + t] = ts_gen_chunk(&gp, p->seed * 1000003ull + i * 17 + t);
+            cm_chunk_t *c = ts_gen_chunk(&gp, p->seed * 1000003ull + i * 17 + t);
+            s->tmpl[i * TEMPLATES + t] = c;
+            for (uint32_t ty = 1; ty <= CM_EV_MAX; ty++) {
+                uint32_t **keep = &s->stack0[(i * TEMPLATES + t) * CM_EV_COUNT + ty];
+                *keep = malloc(4 * (c->samples[ty].n + 1));
+                memcpy(*keep, c->samples[ty].stack, 4 * c->samples[ty].n);
+            }
         }
     }
     return s;
@@ -86,6 +98,9 @@ void fsim_free(fsim_t *s) {
     for (size_t i = 0; i < (size_t)s->p.services * TEMPLATES; i++)
         if (s->tmpl[i])
             ts_gen_free(s->tmpl[i]);
+    for (size_t i = 0; i < (size_t)s->p.services * TEMPLATES * CM_EV_COUNT; i++)
+        free(s->stack0[i]);
+    free(s->stack0);
     free(s->tmpl);
     free(s->svc_names);
     free(s->ver_names);
@@ -101,7 +116,8 @@ static int make_chunk(fsim_t *s, uint64_t round, uint64_t proc) {
     fsim_params_t *p = &s->p;
     uint32_t per_svc = p->versions * p->processes;
     uint32_t si = (uint32_t)(proc / per_svc), vi = (uint32_t)(proc % per_svc / p->processes);
-    cm_chunk_t *c = s->tmpl[si * TEMPLATES + (proc + round) % TEMPLATES];
+    size_t ti = si * TEMPLATES + (proc + round) % TEMPLATES;
+    cm_chunk_t *c = s->tmpl[ti];
     cm_header_t *h = &c->header;
     uint64_t start = p->start_unix_ns + round * p->interval_ns + (proc % 1000) * 1000000ull;
     int64_t shift = (int64_t)(start - h->start_unix_ns);
@@ -132,8 +148,12 @@ static int make_chunk(fsim_t *s, uint64_t round, uint64_t proc) {
     /* version skew: later versions spend more in a few stacks, like a regression */
     for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
         cm_samples_t *sm = &c->samples[t];
+        const uint32_t *st0 = s->stack0[ti * CM_EV_COUNT + t];
         for (uint32_t i = 0; i < sm->n; i++) {
             sm->time_ns[i] = (uint64_t)((int64_t)sm->time_ns[i] + shift);
+            /* another row's stack: per-process variation with the service's popularity */
+            sm->stack[i] = ts_randn(&s->rng, RESTACK_FRAC) == 0 ? st0[ts_randn(&s->rng, sm->n)]
+                                                                 : st0[i];
             uint64_t w = t == CM_EV_CPU || t == CM_EV_WALL ? 10000000ull : 1 + ts_randn(&s->rng, 1 << 20);
             if (t == CM_EV_CPU && vi > 0 && sm->stack[i] % 7 == 0)
                 w += 10000000ull * vi / 2;
