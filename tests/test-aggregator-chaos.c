@@ -16,11 +16,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #define PORT 19520
 #define NPARTS 4
 
 static char bootstrap[64];
+
+/* A group id of this run only: aggregators of another run (or left over from one) sharing the
+ * broker must not join our group. */
+static const char *group_id(const char *tag) {
+    static char g[96];
+    snprintf(g, sizeof g, "%s-%d-%ld", tag, (int)getpid(), (long)time(NULL));
+    return g;
+}
 
 static int64_t total_of(const int64_t *hi) {
     int64_t t = 0;
@@ -70,10 +80,12 @@ static void test_sigkill_ten_times_exact(void) {
 
     /* small batches: many transactions, so kills land before, inside and after commits */
     const char *extra[] = {"--batch-max-messages", "6", "--log-level", "warn", NULL};
+    char group[96];
+    snprintf(group, sizeof group, "%s", group_id("kill"));
     uint64_t rng = 12345;
     int64_t done = 0;
     for (int kill_no = 0; kill_no < 10; kill_no++) {
-        pid_t pid = at_agg_start(bootstrap, dir, "kill", 0, log, extra);
+        pid_t pid = at_agg_start(bootstrap, dir, group, 0, log, extra);
         CHECK(pid > 0);
         int64_t now = wait_progress(dir, done, 60);
         CHECKF(now > 0, "no progress after restart %d; see %s", kill_no, log);
@@ -84,7 +96,7 @@ static void test_sigkill_ten_times_exact(void) {
                (long long)total);
         CHECKF(done < total, "ingest finished before kill %d: make the data larger", kill_no + 1);
     }
-    pid_t pid = at_agg_start(bootstrap, dir, "kill", 0, log, extra);
+    pid_t pid = at_agg_start(bootstrap, dir, group, 0, log, extra);
     CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 180) == 0, "see %s", log);
     int st = at_agg_stop(pid, SIGTERM, 30);
     CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -124,8 +136,10 @@ static void test_two_instances_rebalance_exact(void) {
     pthread_t th;
     CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
     const char *extra[] = {"--batch-max-messages", "20", NULL};
-    pid_t a = at_agg_start(bootstrap, dir, "rebal", 0, loga, extra);
-    pid_t b = at_agg_start(bootstrap, dir, "rebal", 0, logb, extra);
+    char group[96];
+    snprintf(group, sizeof group, "%s", group_id("rebal"));
+    pid_t a = at_agg_start(bootstrap, dir, group, 0, loga, extra);
+    pid_t b = at_agg_start(bootstrap, dir, group, 0, logb, extra);
     int64_t s = wait_progress(dir, 0, 60);
     CHECK(s > 0);
     /* both instances own partitions */
@@ -140,7 +154,7 @@ static void test_two_instances_rebalance_exact(void) {
     s = wait_progress(dir, at_store_offsets_sum(dir, CM_TOPIC_CHUNKS, NPARTS), 60);
     CHECK(s > 0);
     /* B joins again and takes some back */
-    b = at_agg_start(bootstrap, dir, "rebal", 0, logb, extra);
+    b = at_agg_start(bootstrap, dir, group, 0, logb, extra);
     for (double end = at_now() + 30; at_now() < end && count_in_file(logb, "assigned") < 2;)
         at_sleep_ms(100);
     CHECK(count_in_file(logb, "assigned") >= 2);
@@ -149,7 +163,7 @@ static void test_two_instances_rebalance_exact(void) {
     CHECK(at_agg_stop(a, SIGKILL, 10) >= 0);
     for (double end = at_now() + 40; at_now() < end && count_in_file(logb, "assigned") < 4;)
         at_sleep_ms(100);
-    a = at_agg_start(bootstrap, dir, "rebal", 0, loga, extra);
+    a = at_agg_start(bootstrap, dir, group, 0, loga, extra);
     pthread_join(th, NULL);
     CHECK(pa.rc == 0);
     int64_t hi[NPARTS];
