@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +106,7 @@ static pid_t agent_start(const agent_bin_t *a, const char *service, const char *
                          const char *sock, const char *secs) {
     pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
         int fd = open("/dev/null", O_WRONLY);
         dup2(fd, 1);
         if (a->sanitized) {
@@ -120,6 +122,22 @@ static pid_t agent_start(const agent_bin_t *a, const char *service, const char *
         _exit(127);
     }
     return pid;
+}
+
+/* Waits for an agent's workload (a few seconds of work) with a deadline: a hung agent fails
+ * the test with its name instead of eating the test's whole time limit. */
+static void agent_wait(pid_t pid, const char *service) {
+    int st = 0;
+    for (int i = 0; i < 1200; i++) { /* 60 s */
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "agent %s: status %d", service, st);
+            return;
+        }
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    CHECKF(0, "agent %s (pid %d) still running after 60 s: the agent hung", service, (int)pid);
 }
 
 static void test_agents_through_collector_to_kafka(void) {
@@ -138,11 +156,8 @@ static void test_agents_through_collector_to_kafka(void) {
         CHECK(mkdir(dirs[i], 0755) == 0);
         pids[i] = agent_start(&a, svc[i], dirs[i], c.sock, "4");
     }
-    for (int i = 0; i < NSVC; i++) {
-        int st;
-        waitpid(pids[i], &st, 0);
-        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "agent %s: status %d", svc[i], st);
-    }
+    for (int i = 0; i < NSVC; i++)
+        agent_wait(pids[i], svc[i]);
     want_t *w[NSVC];
     int nw[NSVC], total = 0;
     for (int i = 0; i < NSVC; i++) {
@@ -217,11 +232,8 @@ static void test_agents_survive_collector_sigkill(void) {
     CHECK(tc_collector_stop(&c, SIGKILL, 10) >= 0);
     sleep(1);
     CHECK(tc_collector_start(&c, bootstrap, HTTP, NULL) == 0);
-    for (int i = 0; i < 2; i++) {
-        int st;
-        waitpid(pids[i], &st, 0);
-        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "agent %s: status %d", svc[i], st);
-    }
+    for (int i = 0; i < 2; i++)
+        agent_wait(pids[i], svc[i]);
     g_queue_drops = 0;
     want_t *w[2];
     int nw[2], total = 0;
