@@ -824,6 +824,85 @@ static void test_collector_late(void) {
     unlink(sock);
 }
 
+/* Reads one message (frame) and returns its chunk sequence, or -1 on EOF. */
+static int64_t read_msg(int fd, double deadline) {
+    uint8_t lenb[4];
+    if (read_full(fd, lenb, 4, deadline) != 0)
+        return -1;
+    uint32_t len = lenb[0] | lenb[1] << 8 | lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+    CHECK(len >= 1 && len <= CM_SOCK_MAX_MSG);
+    uint8_t *buf = malloc(len);
+    CHECK(read_full(fd, buf, len, deadline) == 0);
+    cm_chunk_t *c;
+    char err[256];
+    CHECKF(cm_chunk_decode(buf, len, &c, err, sizeof err) == 0, "%s", err);
+    int64_t seq = (int64_t)c->header.sequence;
+    cm_chunk_free(c);
+    free(buf);
+    return seq;
+}
+
+static void send_ack(int fd, uint32_t no, int32_t status) {
+    uint8_t ack[CM_SOCK_ACK_SIZE];
+    for (int i = 0; i < 4; i++) {
+        ack[i] = (uint8_t)(no >> (8 * i));
+        ack[4 + i] = (uint8_t)((uint32_t)status >> (8 * i));
+    }
+    CHECK(write(fd, ack, sizeof ack) == (ssize_t)sizeof ack);
+}
+
+/* CM_SOCK_RETRY: the agent disconnects, comes back and resends the chunk. A rejected chunk
+ * (negative CM_E* status) is never sent again. */
+static void test_collector_retry_reject(void) {
+    char sock[108], prog[4096], out[256], envbuf[200];
+    snprintf(sock, sizeof sock, "/tmp/fp-agent-retry-%d.sock", (int)getpid());
+    unlink(sock);
+    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    CHECK(bind(ls, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(ls, 4) == 0);
+    prog_path("fp-work-linked", prog, sizeof prog);
+    snprintf(envbuf, sizeof envbuf, "FLEETPROF_COLLECTOR=%s", sock);
+    const char *env[] = {envbuf, "FLEETPROF_INTERVAL=0.3", NULL};
+    const char *argv[] = {prog, "cpuwall", "4", NULL};
+    proc_t pr = start(env, argv);
+    double deadline = now_s() + 60;
+    uint8_t hello[CM_SOCK_HELLO_SIZE];
+    struct pollfd pf = {ls, POLLIN, 0};
+    CHECK(poll(&pf, 1, 15000) == 1);
+    int fd = accept(ls, NULL, NULL);
+    CHECK(read_full(fd, hello, sizeof hello, deadline) == 0);
+    int64_t first = read_msg(fd, deadline);
+    CHECK(first >= 0);
+    send_ack(fd, 1, CM_SOCK_RETRY);
+    /* the agent closes: drain what it sent meanwhile until EOF */
+    while (read_msg(fd, deadline) >= 0)
+        ;
+    close(fd);
+    CHECK(poll(&pf, 1, 15000) == 1);
+    fd = accept(ls, NULL, NULL);
+    CHECK(read_full(fd, hello, sizeof hello, deadline) == 0);
+    int64_t again = read_msg(fd, deadline);
+    CHECKF(again == first, "after RETRY the first message is chunk %lld, not %lld",
+           (long long)again, (long long)first);
+    send_ack(fd, 1, CM_EFORMAT); /* rejected: must not come back */
+    uint32_t no = 1;
+    int64_t seq;
+    int resent = 0, later = 0;
+    while ((seq = read_msg(fd, deadline)) >= 0) {
+        resent += seq == first;
+        later++;
+        send_ack(fd, ++no, 0);
+    }
+    int st = finish(pr, 30, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    CHECKF(resent == 0, "rejected chunk %lld sent %d more times", (long long)first, resent);
+    CHECKF(later >= 5, "only %d chunks after the reject", later);
+    close(fd);
+    close(ls);
+    unlink(sock);
+}
+
 /* Collector absent for the whole run: the queue is bounded, the oldest chunks are dropped and
  * the drop is counted in the chunks that are written. */
 static void test_collector_absent_queue(void) {
@@ -984,6 +1063,7 @@ static const tr_test_t tests[] = {
     {"deep_stack", test_deep_stack},
     {"collector_late", test_collector_late},
     {"collector_absent_queue", test_collector_absent_queue},
+    {"collector_retry_reject", test_collector_retry_reject},
     {"preload", test_preload},
     {"cli_run", test_cli_run},
     {"controller_step", test_controller_step},
