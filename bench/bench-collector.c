@@ -116,7 +116,8 @@ static double proc_cpu_s(pid_t pid, pid_t tid) {
 static double topic_bytes(void) {
     char cmd[512], line[256];
     snprintf(cmd, sizeof cmd,
-             "d=$(cat /tmp/fleetprof-kafka-%d/dir 2>/dev/null); du -sb \"$d\"/data/%s-* 2>/dev/null "
+             "d=$(cat /tmp/fleetprof-kafka-%d/dir 2>/dev/null); "
+             "du -sb \"$d\"/data/%s-* 2>/dev/null "
              "| awk '{s+=$1} END {print s+0}'",
              PORT, CM_TOPIC_CHUNKS);
     FILE *p = popen(cmd, "r");
@@ -135,8 +136,8 @@ static const char *lat_le[] = {"0.001", "0.0025", "0.005", "0.01", "0.025", "0.0
 static void lat_snapshot(double *cum) {
     for (size_t i = 0; i < NLE; i++) {
         char name[128];
-        snprintf(name, sizeof name, "fleetprof_collector_delivery_latency_seconds_bucket{le=\"%s\"}",
-                 lat_le[i]);
+        snprintf(name, sizeof name,
+                 "fleetprof_collector_delivery_latency_seconds_bucket{le=\"%s\"}", lat_le[i]);
         cum[i] = tc_metric(HTTP, name);
     }
 }

@@ -66,14 +66,17 @@ static int check_complete_in_order(tc_msg_t *m, int got, const char *const *serv
         for (int i = 0; i < got; i++) {
             if (strcmp(m[i].key, services[s]))
                 continue;
-            CHECKF(m[i].sequence < n, "unexpected sequence %llu", (unsigned long long)m[i].sequence);
+            CHECKF(m[i].sequence < n, "unexpected sequence %llu",
+                   (unsigned long long)m[i].sequence);
             char id[33];
             tc_chunk_id_hex(services[s], m[i].sequence, id);
             CHECKF(!strcmp(id, m[i].chunk_id), "chunk id mismatch for %s/%llu", services[s],
                    (unsigned long long)m[i].sequence);
             if (seen[m[i].sequence]) {
                 if (getenv("TC_VERBOSE"))
-                    fprintf(stderr, "dup %s/%llu p%d@%lld\n", services[s], (unsigned long long)m[i].sequence, m[i].partition, (long long)m[i].offset);
+                    fprintf(stderr, "dup %s/%llu p%d@%lld\n", services[s],
+                            (unsigned long long)m[i].sequence, m[i].partition,
+                            (long long)m[i].offset);
                 dups++;
                 continue;
             }
@@ -186,7 +189,8 @@ static void test_spool_full_drops_oldest(void) {
     uint32_t no = 0;
     enum { N = 200 };
     CHECK_EQ(send_range(fd, "full", 0, N, 500, &no), N);
-    double dropped = tc_metric(19451, "fleetprof_collector_chunks_dropped_total{reason=\"spool_full\"}");
+    double dropped =
+        tc_metric(19451, "fleetprof_collector_chunks_dropped_total{reason=\"spool_full\"}");
     CHECKF(dropped > 0 && dropped < N - 1, "dropped %.0f", dropped);
     CHECK(tc_metric(19451, "fleetprof_collector_spool_bytes") <= 1 << 20);
     CHECK_EQ(tc_metric(19451, "fleetprof_collector_chunks_accepted_total"), N);

@@ -71,7 +71,8 @@ static void test_config_errors(void) {
         {"--http-listen=localhost", "http-listen='localhost'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        const char *args[] = {bad[i].arg, "--spool-dir=/tmp/fp-col-test-cfg", "--socket=/tmp/fp-col-test-cfg.sock", NULL};
+        const char *args[] = {bad[i].arg, "--spool-dir=/tmp/fp-col-test-cfg",
+                              "--socket=/tmp/fp-col-test-cfg.sock", NULL};
         int rc = run_collector(args, out, sizeof out);
         CHECKF(rc != 0, "%s was accepted", bad[i].arg);
         CHECKF(strstr(out, bad[i].expect), "error for %s does not name '%s': %s", bad[i].arg,
@@ -88,7 +89,9 @@ static void test_config_errors(void) {
     fclose(f);
     const char *file[] = {"--config=/tmp/fp-col-test-cfg.conf", NULL};
     CHECK(run_collector(file, out, sizeof out) == 2);
-    CHECKF(strstr(out, "max-inflight") && strstr(out, "many") && strstr(out, "/tmp/fp-col-test-cfg.conf"), "%s", out);
+    CHECKF(strstr(out, "max-inflight") && strstr(out, "many") &&
+               strstr(out, "/tmp/fp-col-test-cfg.conf"),
+           "%s", out);
     unlink("/tmp/fp-col-test-cfg.conf");
 }
 
@@ -139,9 +142,10 @@ static void test_invalid_chunks_rejected(void) {
     CHECK_EQ(send_one(fd, f, 30, &no), CM_ETRUNCATED);
     /* The connection is still good. */
     CHECK_EQ(send_one(fd, f, len, &no), 0);
-    CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_rejected_total{reason=\"ECHECKSUM\"}"), 1);
-    CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_rejected_total{reason=\"EMAGIC\"}"), 1);
-    CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_rejected_total{reason=\"ETRUNCATED\"}"), 1);
+#define REJECTED(r) "fleetprof_collector_chunks_rejected_total{reason=\"" r "\"}"
+    CHECK_EQ(tc_metric(19460, REJECTED("ECHECKSUM")), 1);
+    CHECK_EQ(tc_metric(19460, REJECTED("EMAGIC")), 1);
+    CHECK_EQ(tc_metric(19460, REJECTED("ETRUNCATED")), 1);
     CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_accepted_total"), 2);
     CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_received_total"), 5);
     close(fd);
@@ -420,14 +424,19 @@ static void test_spool_torn_tail(void) {
 static void test_container_id_from_cgroup(void) {
     char id[80];
     const char *v2 = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/"
-                     "cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n";
+                     "cri-containerd-"
+                     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n";
     CHECK(col_enrich_container_id(v2, id, sizeof id) == 1);
     CHECK(!strcmp(id, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
-    const char *docker = "12:memory:/docker/fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n";
+    const char *docker =
+        "12:memory:/docker/fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n";
     CHECK(col_enrich_container_id(docker, id, sizeof id) == 1 && id[0] == 'f');
-    CHECK(col_enrich_container_id("0::/user.slice/user-0.slice/session-1.scope\n", id, sizeof id) == 0);
+    CHECK(col_enrich_container_id("0::/user.slice/user-0.slice/session-1.scope\n", id,
+                                  sizeof id) == 0);
     /* 65 hex digits is not an id */
-    CHECK(col_enrich_container_id("0::/x/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0\n", id, sizeof id) == 0);
+    CHECK(col_enrich_container_id(
+              "0::/x/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0\n", id,
+              sizeof id) == 0);
 }
 
 static const tr_test_t tests[] = {

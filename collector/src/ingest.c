@@ -170,7 +170,8 @@ static void acks_flush(conn_t *c) {
         conn_close(c, COL_DISC_ERROR);
         goto out;
     }
-    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > (size_t)c->in->cfg->max_write_queue)
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
+    if (queued > (size_t)c->in->cfg->max_write_queue)
         conn_close(c, COL_DISC_NOT_READING);
 out:
     c->n_acks = 0;
