@@ -89,6 +89,22 @@ static uint64_t agent_cpu_now(void) {
     return clock_ns(CLOCK_THREAD_CPUTIME_ID) + samples * body + signals * ag.signal_cost_ns;
 }
 
+/* Is the thread running or runnable ('R' in /proc/self/task/TID/stat)? */
+static int thread_state_running(pid_t tid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+    return p && p[1] == ' ' && p[2] == 'R';
+}
+
 /* A thread that has not run since its last wall sample (its CPU clock moved less than the
  * signal return itself costs) still has exactly that stack and context: record it again
  * without a signal. This keeps wall sampling from interrupting sleeps: nanosleep, poll,
@@ -126,10 +142,13 @@ static void wall_tick(uint64_t now) {
         t->wall_last_ns = now;
         if (!w)
             w = 1000;
-        /* On CPU: the thread ran for at least half the time this sample stands for. One
-         * clock read per thread; reading its state from /proc costs ~10x more per tick. */
+        /* On CPU = running or runnable. Decided from the thread's CPU clock when it is clear
+         * (ran at least half the interval: on; under 1%: blocked), from its state in /proc
+         * otherwise (e.g. a busy thread starved by a loaded machine is runnable): a /proc read
+         * costs ~10x a clock read, so it is kept for the ambiguous cases. */
         uint64_t cpu = ag_thread_cpu_ns(tid);
-        int on_cpu = t->wall_cpu_prev && cpu > t->wall_cpu_prev && 2 * (cpu - t->wall_cpu_prev) >= w;
+        uint64_t ran = t->wall_cpu_prev && cpu > t->wall_cpu_prev ? cpu - t->wall_cpu_prev : 0;
+        int on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : thread_state_running(tid);
         t->wall_cpu_prev = cpu;
         if (wall_reuse(t, tid, w, cpu) || ag_signal_wall(tid, w, on_cpu) == 0)
             sent++;
