@@ -61,6 +61,7 @@ static int count_in_file(const char *path, const char *needle) {
 }
 
 static void test_sigkill_ten_times_exact(void) {
+    ts_kafka_stop(PORT, 0); /* a broker left by a failed earlier run of this test */
     CHECK(ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
     char dir[64], log[128];
     at_tmpdir(dir, "kill");
@@ -120,6 +121,7 @@ static void *producer_main(void *arg) {
 }
 
 static void test_two_instances_rebalance_exact(void) {
+    ts_kafka_stop(PORT, 0); /* a broker left by a failed earlier run of this test */
     CHECK(ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
     char dir[64], loga[128], logb[128];
     at_tmpdir(dir, "rebal");

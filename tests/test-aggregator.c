@@ -427,6 +427,7 @@ static int rej_cb(void *arg, const char *reason, int64_t count) {
 }
 
 static void test_e2e_exact_totals_duplicates_dlq(void) {
+    ts_kafka_stop(PORT, 0); /* a broker left by a failed earlier run of this test */
     CHECK(ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
     char dir[64], log[128];
     at_tmpdir(dir, "e2e");
