@@ -130,6 +130,8 @@ static void agent_wait(pid_t pid, const char *service) {
     int st = 0;
     for (int i = 0; i < 1200; i++) { /* 60 s */
         if (waitpid(pid, &st, WNOHANG) == pid) {
+            CHECKF(!(WIFEXITED(st) && WEXITSTATUS(st) == 66),
+                   "agent %s exited 66: the sanitizer reported errors in the agent", service);
             CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "agent %s: status %d", service, st);
             return;
         }
