@@ -5,7 +5,8 @@
  * its threads (it never saw the locks). These definitions interpose the C11 functions for the
  * whole process (librdkafka calls them through its PLT) and route them through the pthread
  * functions TSan intercepts; glibc's mtx_t/cnd_t are layout-compatible with pthread's.
- * Not compiled into normal builds. Threading: any thread. */
+ * Not compiled into normal builds; part of fp_common in TSan builds so every program linking
+ * librdkafka gets it. Threading: any thread. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
