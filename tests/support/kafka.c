@@ -24,6 +24,12 @@ int ts_kafka_start(int port, int partitions, const char *extra_topics, char *boo
              ">/dev/null",
              port, partitions, extra_topics ? extra_topics : "", src_dir());
     snprintf(bootstrap, size, "127.0.0.1:%d", port);
+    const char *cleanup = getenv("TR_CLEANUP_FILE"); /* the runner stops it if the test fails */
+    FILE *f = cleanup ? fopen(cleanup, "a") : NULL;
+    if (f) {
+        fprintf(f, "kafka %d\n", port);
+        fclose(f);
+    }
     return run(cmd);
 }
 

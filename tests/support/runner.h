@@ -7,6 +7,11 @@
  *
  * `prog NAME...` runs only the named tests; TR_TIMEOUT (seconds, default 300) bounds each.
  * Prints "N passed, N failed" last, and exits non-zero if any failed.
+ *
+ * Cleanup, whatever the outcome: each test runs in its own process group, killed when the test
+ * ends (daemons a test started cannot outlive it), and resources registered in the file named
+ * by $TR_CLEANUP_FILE (a line "kafka PORT" per broker started by tests/support/kafka.h) are
+ * released afterwards, so a failed test never leaves a broker holding a port.
  */
 #ifndef TR_RUNNER_H
 #define TR_RUNNER_H
@@ -51,20 +56,49 @@ typedef struct {
         CHECKF(a_ == b_, "%lld != %lld", a_, b_);                                                  \
     } while (0)
 
+/* Stops what the test registered in its cleanup file (see the header comment). */
+static inline void tr_cleanup(const char *file) {
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return;
+    char kind[32];
+    int port;
+    while (fscanf(f, "%31s %d", kind, &port) == 2) {
+        if (strcmp(kind, "kafka") == 0) {
+            char cmd[1024];
+            const char *src = getenv("FLEETPROF_SRC");
+            snprintf(cmd, sizeof cmd, "KAFKA_PORT=%d %s/deploy/kafka/stop.sh >/dev/null 2>&1", port,
+                     src ? src : ".");
+            if (system(cmd) != 0)
+                fprintf(stderr, "runner: stopping the broker on port %d failed\n", port);
+        }
+    }
+    fclose(f);
+    unlink(file);
+}
+
 static inline int tr_run_one(const tr_test_t *t, int timeout) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     fflush(stdout);
+    char cleanup[64];
+    snprintf(cleanup, sizeof cleanup, "/tmp/tr-cleanup-%d", (int)getpid());
+    unlink(cleanup);
+    setenv("TR_CLEANUP_FILE", cleanup, 1);
     pid_t pid = fork();
     if (pid == 0) {
+        setpgid(0, 0);
         alarm((unsigned)timeout);
         t->fn();
         fflush(stdout);
         fflush(stderr);
         _exit(0);
     }
+    setpgid(pid, pid); /* also here: whichever of parent and child runs first */
     int st = 0;
     waitpid(pid, &st, 0);
+    kill(-pid, SIGKILL); /* whatever the test started in its group */
+    tr_cleanup(cleanup);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
