@@ -2,8 +2,9 @@
  * LD_PRELOAD=libfleetprof.so, chunks read back with the codec.
  *
  * Statistics: with a mean period P, a site allocating B bytes gets about B/P samples; the
- * estimate's relative standard deviation is about 1/sqrt(samples). Runs are sized for
- * >= 1000 samples per checked site, so the 12% tolerances are > 3.5 sigma.
+ * estimate's relative standard deviation is about 1/sqrt(samples) for objects much smaller
+ * than P. Tolerances are 4.5 sd for the samples a run got (the machine's speed sets the
+ * count), or fixed and wider where the run is sized for hundreds of samples or more.
  */
 #include "hooks-common.h"
 
@@ -31,15 +32,17 @@ static void test_alloc_accuracy(void) {
            (unsigned long long)b.samples, (double)b.weight, (double)bb, bc / 1000.0, (double)bn);
     printf("  drops: ring %llu unwind %llu\n", (unsigned long long)drops(cs, CM_DROP_RING_FULL),
            (unsigned long long)drops(cs, CM_DROP_UNWIND_FAILED));
-    CHECKF(s.samples >= 1000 && b.samples >= 1000, "too few samples: %llu %llu",
+    /* relative sd of each estimate ~ 1/sqrt(samples) (object sizes << P): allow 4.5 sd */
+    CHECKF(s.samples >= 300 && b.samples >= 300, "too few samples: %llu %llu",
            (unsigned long long)s.samples, (unsigned long long)b.samples);
-    CHECKF(fabs((double)s.weight / (double)sb - 1) < 0.12, "small bytes off: %.3f",
-           (double)s.weight / (double)sb);
-    CHECKF(fabs((double)b.weight / (double)bb - 1) < 0.12, "big bytes off: %.3f",
-           (double)b.weight / (double)bb);
-    CHECKF(fabs(sc / 1000.0 / (double)sn - 1) < 0.12, "small count off: %.3f",
+    double tol_s = 4.5 / sqrt((double)s.samples), tol_b = 4.5 / sqrt((double)b.samples);
+    CHECKF(fabs((double)s.weight / (double)sb - 1) < tol_s, "small bytes off: %.3f (tol %.3f)",
+           (double)s.weight / (double)sb, tol_s);
+    CHECKF(fabs((double)b.weight / (double)bb - 1) < tol_b, "big bytes off: %.3f (tol %.3f)",
+           (double)b.weight / (double)bb, tol_b);
+    CHECKF(fabs(sc / 1000.0 / (double)sn - 1) < tol_s, "small count off: %.3f",
            sc / 1000.0 / (double)sn);
-    CHECKF(fabs(bc / 1000.0 / (double)bn - 1) < 0.12, "big count off: %.3f",
+    CHECKF(fabs(bc / 1000.0 / (double)bn - 1) < tol_b, "big count off: %.3f",
            bc / 1000.0 / (double)bn);
     /* the leaf is the allocating function, not the hook */
     uint64_t leaf_ok = 0, rows = 0;

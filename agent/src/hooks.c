@@ -86,9 +86,11 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
     return 0;
 }
 
-/* Runs in our constructor. The hooks may already have run (the loader and other constructors
- * allocate): until ag_hooks_state is 1 they only forward. */
-__attribute__((constructor)) void ag_hooks_init(void) {
+/* Runs in our constructor, with priority: before agent.c's (which starts the bg thread, so
+ * everything written here happens-before the bg thread reads it). The hooks may already have
+ * run (the loader and other constructors allocate): until ag_hooks_state is 1 they only
+ * forward. */
+__attribute__((constructor(101))) void ag_hooks_init(void) {
     if (atomic_load(&ag_hooks_state) != 0)
         return;
     ag_hook_guard++; /* our own setup is never sampled */
@@ -117,8 +119,7 @@ __attribute__((constructor)) void ag_hooks_init(void) {
     if ((ag_hcfg.lock_on || ag_hcfg.io_on) && ag_agg_init() != 0)
         ag_hcfg.lock_on = ag_hcfg.io_on = 0;
     atomic_store(&ag_alloc_period, (uint64_t)ag_hcfg.alloc_period);
-    ag_ctl_init(&ag.ctl[CM_EV_ALLOC], CM_EV_ALLOC, ag_hcfg.alloc_rate, ag_hcfg.alloc_period,
-                4096, 1e10, ag_hcfg.alloc_rate > 0 && !getenv("FLEETPROF_ALLOC_PERIOD"));
+    ag_hcfg.alloc_ctl = ag_hcfg.alloc_rate > 0 && !getenv("FLEETPROF_ALLOC_PERIOD");
     if (ag_hcfg.lock_on || ag_hcfg.io_on) /* the parent's sums stay the parent's */
         pthread_atfork(NULL, NULL, ag_agg_after_fork_child);
     atomic_store(&ag_hooks_state, on ? 1 : -1);
@@ -308,7 +309,9 @@ void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_
 void ag_hooks_bg_tick(uint64_t now) {
     ag_hooks_exclude_self();
     tsc_calibrate();
-    if (!H.last_mono) {
+    if (!H.last_mono) { /* the ALLOC controller lives on this thread only */
+        ag_ctl_init(&ag.ctl[CM_EV_ALLOC], CM_EV_ALLOC, ag_hcfg.alloc_rate, ag_hcfg.alloc_period,
+                    4096, 1e10, ag_hcfg.alloc_ctl);
         H.last_mono = now;
         H.alloc_seen0 = atomic_load(&ag_events_seen[CM_EV_ALLOC]);
         return;

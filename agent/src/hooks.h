@@ -24,6 +24,7 @@ typedef struct {
     int alloc_on, lock_on, io_on;  /* families enabled (all 0 when the agent is off) */
     double alloc_period;           /* initial mean bytes between allocation samples */
     double alloc_rate;             /* allocation samples/s set point (0: fixed period) */
+    int alloc_ctl;                 /* the controller moves the period (no fixed period set) */
     uint32_t heap_entries;         /* live-heap table size (power of two) */
     uint64_t lock_threshold_ns;    /* waits at or above: one LOCK event each */
     uint64_t io_threshold_ns;      /* calls at or above: one IO event each */
