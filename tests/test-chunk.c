@@ -57,6 +57,21 @@ static void test_roundtrip_random(void) {
     }
 }
 
+/* An interval with nothing sampled: only the zero entries of every table, no frames at all
+ * (empty packed columns decode to NULL pointers: nothing may be copied from them). */
+static void test_roundtrip_empty_chunk(void) {
+    ts_gen_params_t p = ts_gen_realistic();
+    p.samples = 0;
+    p.stacks = 0;
+    p.contexts = 0;
+    p.types_mask = 0;
+    cm_chunk_t *c = ts_gen_chunk(&p, 3);
+    CHECK_EQ(c->dict.n_stacks, 1);
+    CHECK_EQ(c->dict.stack_off[1], 0);
+    roundtrip(c);
+    ts_gen_free(c);
+}
+
 static void test_roundtrip_all_types(void) {
     ts_gen_params_t p = ts_gen_realistic();
     p.types_mask = 0x7e; /* cpu..io */
@@ -450,6 +465,7 @@ static const tr_test_t tests[] = {
     {"roundtrip_realistic", test_roundtrip_realistic},
     {"roundtrip_random", test_roundtrip_random},
     {"roundtrip_all_types", test_roundtrip_all_types},
+    {"roundtrip_empty_chunk", test_roundtrip_empty_chunk},
     {"truncated_every_offset", test_truncated_every_offset},
     {"bit_flips", test_bit_flips},
     {"payload_corruption_survives", test_payload_corruption_survives},

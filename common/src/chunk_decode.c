@@ -264,7 +264,8 @@ int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errb
                  b);
         if (sh)
             memcpy(d->stack_frames + pos, d->stack_frames + d->stack_off[b], sh * sizeof(uint32_t));
-        memcpy(d->stack_frames + pos + sh, pd->stack_location + lpos, sf * sizeof(uint32_t));
+        if (sf) /* stack_location is NULL when no stack has a frame */
+            memcpy(d->stack_frames + pos + sh, pd->stack_location + lpos, sf * sizeof(uint32_t));
         pos += sh + sf;
         lpos += sf;
     }
