@@ -139,7 +139,12 @@ int at_topic_empty(rd_kafka_t *rk, const char *topic, int nparts) {
 int at_high_watermarks(rd_kafka_t *rk, const char *topic, int nparts, int64_t *hi) {
     for (int p = 0; p < nparts; p++) {
         int64_t lo;
-        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi[p], 10000);
+        rd_kafka_resp_err_t e;
+        /* a new client may not have the topic's metadata yet: retry until a deadline */
+        double end = at_now() + 30;
+        while ((e = rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi[p], 10000)) &&
+               at_now() < end)
+            at_sleep_ms(200);
         if (e) {
             fprintf(stderr, "watermarks of %s/%d: %s\n", topic, p, rd_kafka_err2str(e));
             return -1;
