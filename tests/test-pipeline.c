@@ -4,11 +4,11 @@
  *
  * Workload (set up once in main), a canary deploy: version "v1", a relabelled copy "v1b" (same
  * code: the null comparison) and "v2", which adds apply_discount_rules (~9 % more CPU per
- * request) and is otherwise identical, 2 processes each, side by side for 40 s. Load is open
- * loop (fixed request rate, ~14 % of a core per process); the agent samples CPU at up to 1 kHz
- * of CPU time (FLEETPROF_CPU_RATE=400 asks for more than that allows: ~135 samples/s per
- * process) and ships 2-s chunks; the aggregator keeps 2-s buckets: about 10,000 CPU samples and
- * 20 bucket replicates per version.
+ * request) and is otherwise identical, 3 processes each, side by side for 40 s. Load is open
+ * loop (1,500 requests/s at random arrival times, ~10 % of a core per process); the agent samples
+ * CPU at up to 1 kHz of CPU time (FLEETPROF_CPU_RATE=400 asks for more than that allows: ~100
+ * samples/s per process) and ships 2-s chunks; the aggregator keeps 2-s buckets: about 5,000-
+ * 15,000 CPU samples (by machine load) and 20 bucket replicates per version.
  *
  * The demo's CPU work sits in one shared helper, burn(), called by every request function; the
  * diffs fold it (--fold 'burn$', PerfView's FoldPats) so that each function's own CPU is its
@@ -32,8 +32,8 @@
 #define COL_HTTP 19621
 #define AGG_HTTP 19622
 #define PHASE_S 40
-#define PROCS 2
-#define RATE "2000"
+#define PROCS 3
+#define RATE "1500"
 
 static char dir[64], cli[512], demo[512], server[64];
 
@@ -117,10 +117,16 @@ static void test_planted_regression(void) {
                !strcmp(jstr(first, "class"), "regression"),
            "first entry: %s (%s)", jstr(first, "name"), jstr(first, "class"));
     CHECKF(findings == 1, "%zu significant findings, want only apply_discount_rules", findings);
-    /* it rests on enough samples, and the README's warnings did not fire */
-    CHECK(json_integer_value(json_object_get(d, "base_samples")) >= 5000 ||
-          json_number_value(json_object_get(json_object_get(d, "samples"), "base")) >= 5000 ||
-          json_integer_value(json_object_get(first, "test_samples")) >= 500);
+    /* it rests on enough samples and replicates (no warning of the diff about either) */
+    printf("samples: base %lld, test %lld; replicates: base %lld, test %lld\n",
+           (long long)json_integer_value(json_object_get(d, "base_samples")),
+           (long long)json_integer_value(json_object_get(d, "test_samples")),
+           (long long)json_integer_value(json_object_get(d, "base_replicates")),
+           (long long)json_integer_value(json_object_get(d, "test_replicates")));
+    CHECK(json_integer_value(json_object_get(d, "base_samples")) >= 1000);
+    CHECK(json_integer_value(json_object_get(d, "test_samples")) >= 1000);
+    CHECK(json_integer_value(json_object_get(d, "base_replicates")) >= 5);
+    CHECK(json_integer_value(json_object_get(d, "test_replicates")) >= 5);
     json_decref(d);
 }
 
@@ -169,41 +175,60 @@ static void test_null_comparison(void) {
 static int has_fn(json_t *top, const char *name) {
     json_t *e;
     size_t i;
-    json_array_foreach(json_object_get(top, "functions"), i, e) if (!strcmp(jstr(e, "name"),
-                                                                              name)) return 1;
+    json_array_foreach(json_object_get(top, "functions"), i, e) {
+        if (!strcmp(jstr(e, "name"), name))
+            return 1;
+    }
     return 0;
 }
 
+static int has_any(json_t *top, const char *const *names) {
+    for (; *names; names++)
+        if (has_fn(top, *names))
+            return 1;
+    return 0;
+}
+
+/* Every span's profile holds the work of one request kind only. A sample whose stack was cut
+ * short (unwinding through libc code without frame pointers, e.g. inside free) keeps only
+ * shared frames (parse_request, malloc, free): such a span is counted as "shared only". */
 static void test_span_drilldown(void) {
+    static const char *const checkout_fns[] = {"handle_checkout", "price_cart",
+                                               "apply_discount_rules", "reserve_stock",
+                                               "write_receipt", NULL};
+    static const char *const search_fns[] = {"handle_search", "scan_index", "rank_results", NULL};
     json_t *sp = cli_json("spans --service demo --type cpu --limit 40");
     json_t *s;
     size_t i;
-    int checkout = 0, search = 0, price = 0, scan = 0;
+    int checkout = 0, search = 0, shared = 0, price = 0, scan = 0;
     json_array_foreach(json_object_get(sp, "spans"), i, s) {
         char a[256];
         snprintf(a, sizeof a, "span --span %s --type cpu --sort total --limit 0",
                  jstr(s, "span_id"));
         json_t *p = cli_json(a);
-        int is_c = has_fn(p, "handle_checkout"), is_s = has_fn(p, "handle_search");
-        CHECKF(is_c + is_s == 1, "span %s: handle_checkout %d, handle_search %d",
-               jstr(s, "span_id"), is_c, is_s);
+        int is_c = has_any(p, checkout_fns), is_s = has_any(p, search_fns);
+        CHECKF(!(is_c && is_s), "span %s holds both checkout and search work", jstr(s, "span_id"));
         if (is_c) {
             checkout++;
             price += has_fn(p, "price_cart");
-            CHECKF(!has_fn(p, "scan_index") && !has_fn(p, "rank_results"),
-                   "checkout span %s has search work", jstr(s, "span_id"));
-        } else {
+        } else if (is_s) {
             search++;
             scan += has_fn(p, "scan_index") || has_fn(p, "rank_results");
-            CHECKF(!has_fn(p, "price_cart") && !has_fn(p, "apply_discount_rules") &&
-                       !has_fn(p, "reserve_stock"),
-                   "search span %s has checkout work", jstr(s, "span_id"));
+        } else {
+            shared++;
+            json_t *e;
+            size_t k;
+            printf("span %s: shared frames only:", jstr(s, "span_id"));
+            json_array_foreach(json_object_get(p, "functions"), k, e) printf(" %s",
+                                                                             jstr(e, "name"));
+            printf("\n");
         }
         json_decref(p);
     }
-    printf("spans: %d checkout (%d with price_cart), %d search (%d with scan/rank)\n", checkout,
-           price, search, scan);
-    CHECK(checkout >= 3 && search >= 3 && price >= 1 && scan >= 1);
+    printf("spans: %d checkout (%d with price_cart), %d search (%d with scan/rank), %d shared "
+           "frames only\n",
+           checkout, price, search, scan, shared);
+    CHECK(checkout >= 3 && search >= 3 && price >= 1 && scan >= 1 && shared <= 10);
     json_decref(sp);
 }
 
@@ -251,20 +276,31 @@ static void test_deploy_report(void) {
     double deadline = at_now() + 60;
     json_t *o = NULL, *rep = NULL, *x;
     size_t i;
+    /* v2's samples now (ingest is over) */
+    json_t *vs = cli_json("versions demo");
+    json_int_t v2_samples = 0;
+    json_array_foreach(json_object_get(vs, "versions"), i, x) {
+        if (!strcmp(jstr(x, "version"), "v2"))
+            v2_samples = json_integer_value(json_object_get(json_object_get(x, "samples"), "cpu"));
+    }
+    json_decref(vs);
+    CHECK(v2_samples >= 2000);
     while (!rep && at_now() < deadline) {
         json_decref(o);
         o = cli_json("reports --service demo");
         json_array_foreach(json_object_get(o, "reports"), i, x) {
-            /* refreshed once v2's samples doubled past the 2,000 threshold */
+            /* made at the 2,000-sample threshold, then refreshed whenever v2's samples
+             * doubled: in the end it rests on more than half of them */
+            json_int_t ts = json_integer_value(json_object_get(x, "test_samples"));
             if (!strcmp(jstr(x, "test"), "v2") && !strcmp(jstr(x, "base"), "v1") &&
-                json_integer_value(json_object_get(x, "test_samples")) >= 4000)
+                ts >= 2000 && 2 * ts > v2_samples)
                 rep = x;
         }
         if (!rep)
             at_sleep_ms(500);
     }
-    CHECKF(rep != NULL, "no report for v2");
-    CHECK(json_integer_value(json_object_get(rep, "test_samples")) >= 2000);
+    CHECKF(rep != NULL, "no report v1 -> v2 resting on more than half of v2's %lld samples",
+           (long long)v2_samples);
     CHECK(json_object_get(json_object_get(rep, "diff"), "entries") != NULL);
     run_t r = run("%s reports --service demo", cli);
     CHECK(r.status == 0 && strstr(r.out, "v2"));

@@ -8,8 +8,9 @@
  *             about 10% more CPU] -> reserve_stock (a contended mutex) -> write_receipt (I/O)
  *   search:   parse_request -> scan_index (CPU) -> rank_results (CPU)
  *
- * Load is open-loop, as for a real service: each thread serves --rate requests per second and
- * idles in between (falling behind is reported), so extra work in v2 costs CPU, not throughput.
+ * Load is open-loop, as for a real service: each thread serves --rate requests per second on
+ * average (randomly spaced arrivals) and idles in between (falling behind is reported), so
+ * extra work in v2 costs CPU, not throughput.
  *
  * usage: demo-service [--version v1|v2] [--seconds N] [--threads N] [--rate R] [--seed N]
  *                     [--quiet]
@@ -136,7 +137,10 @@ static void *worker(void *arg) {
     clock_gettime(CLOCK_MONOTONIC, &next);
     long step_ns = 1000000000L / rate;
     while (!stop) {
-        next.tv_nsec += step_ns;
+        /* arrivals jittered uniformly in [0, 2) x the mean gap, as real traffic is: a strictly
+         * periodic load aliases with the kernel's tick-driven CPU-timer delivery and makes each
+         * process sample a fixed phase of its requests (one function over its neighbour) */
+        next.tv_nsec += (long)(rng(&r) % (uint64_t)(2 * step_ns));
         if (next.tv_nsec >= 1000000000L) {
             next.tv_sec++;
             next.tv_nsec -= 1000000000L;
