@@ -98,9 +98,20 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
         fprintf(f, "warning: %s\n", d->warning_text);
     fprintf(f, "%-11s %10s %10s %8s %10s %8s %9s  %s\n", "class", "base", "test", "change",
             "overweight", "respons.", "q", "function (self cost)");
-    size_t n = limit && limit < d->n ? limit : d->n;
-    for (size_t i = 0; i < n; i++) {
+    /* Rows too small to test say nothing a reader can act on: the text view counts them in one
+     * line (JSON lists every row). Tested rows come in the diff's order, up to limit. */
+    size_t shown = 0, untested = 0, cut = 0;
+    for (size_t i = 0; i < d->n; i++) {
         const agg_diff_entry_t *e = &d->entries[i];
+        if (e->cls == AGG_DIFF_UNTESTED) {
+            untested++;
+            continue;
+        }
+        if (limit && shown >= limit) {
+            cut++;
+            continue;
+        }
+        shown++;
         double base = d->opts.test_inclusive ? e->base_total : e->base_self;
         double test = d->opts.test_inclusive ? e->test_total : e->test_self;
         char ow[16], rs[16], ch[16];
@@ -115,6 +126,10 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
         fprintf(f, "%-11s %10s %10s %8s %10s %8s %9.2g  %s\n", agg_diff_class_name(e->cls), b, t,
                 ch, ow, rs, e->q, e->name);
     }
+    if (cut || untested)
+        fprintf(f, "(not shown: %zu more tested functions past the limit, %zu with too few samples "
+                   "to test; --json lists every function)\n",
+                cut, untested);
 }
 
 int agg_diff_gate(const agg_diff_t *d, double pct_limit, char *why, size_t why_size) {
