@@ -8,7 +8,8 @@
 #
 # Environment: FLEETPROF_BUILD (build dir, default ./build), FLEETPROF_STATE (default
 # /tmp/fleetprof-local), KAFKA_PORT (default 19092), AGG_PORT (default 9402),
-# COLLECTOR_METRICS (default 127.0.0.1:9465).
+# COLLECTOR_METRICS (default 127.0.0.1:9465), AGG_FINE_WIDTH (fine time buckets, default 10s:
+# the diff's replicates; a short demo wants shorter ones).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${FLEETPROF_BUILD:-$ROOT/build}"
@@ -47,6 +48,7 @@ start() {
   if ! alive aggregator; then
     "$BUILD/aggregator/fleetprof-aggregator" --brokers "$bootstrap" --store-dir "$STATE/store" \
       --http-addr 127.0.0.1 --http-port "$AGG_PORT" --batch-interval 500ms \
+      --fine-width "${AGG_FINE_WIDTH:-10s}" \
       >"$STATE/aggregator.log" 2>&1 &
     echo $! >"$STATE/aggregator.pid"
   fi

@@ -10,9 +10,9 @@
  * samples/s per process) and ships 2-s chunks; the aggregator keeps 2-s buckets: about 5,000-
  * 15,000 CPU samples (by machine load) and 20 bucket replicates per version.
  *
- * The demo's CPU work sits in one shared helper, burn(), called by every request function; the
- * diffs fold it (--fold 'burn$', PerfView's FoldPats) so that each function's own CPU is its
- * self cost. Tests: planted regression (apply_discount_rules first, the only significant
+ * Each request function of the demo owns its CPU work (an always-inlined helper), so a
+ * function's own CPU is its self cost; the diffs still pass --fold 'burn$' (PerfView's FoldPats),
+ * which keeps them right should the helper ever be a frame of its own. Tests: planted regression (apply_discount_rules first, the only significant
  * finding; the deploy gate exits 3), null comparison (no finding), span drill-down (each span
  * holds only its request kind's functions), pprof export read by `go tool pprof -top` (same top
  * functions and values as ours), the per-deploy report.
