@@ -100,6 +100,7 @@ typedef struct ag_thread {
     _Atomic uintptr_t stack_lo, stack_hi; /* 0: unknown yet (foreign thread) */
     _Atomic uintptr_t seen_sp;            /* handler: an sp seen while bounds were unknown */
     _Atomic uint64_t cpu_period_ns;       /* period its CPU timer is armed with (weight) */
+    _Atomic uint64_t cpu_last_ns;         /* handler: thread CPU at its last CPU sample (0: none) */
     volatile sig_atomic_t busy;           /* a non-handler producer is writing the ring */
     uint32_t handler_n;                   /* handler: samples taken (cost probe cadence) */
     ag_ring_t ring;

@@ -98,8 +98,20 @@ AG_NO_TSAN static void handler(int sig, siginfo_t *si, void *uc) {
     t = ag_thread_current();
     if (!t)
         goto out;
-    if (ev.type == CM_EV_CPU)
+    if (ev.type == CM_EV_CPU) {
+        /* Weight: the thread's CPU time since its previous CPU sample, read from its CPU clock
+         * (one syscall). period x (1 + overruns) undercounts whenever the timer is re-armed
+         * while overdue: the kernel checks CPU timers only on its tick, so an expiry that a
+         * short burst passed between two ticks is still pending, and timer_settime (controller
+         * period changes) discards that overdue CPU. The clock delta is exact whatever the
+         * timer did; the period-based value stays the fallback (no start value yet). */
+        uint64_t now = thread_cpu_ns();
+        uint64_t last = atomic_load_explicit(&t->cpu_last_ns, memory_order_relaxed);
         ev.weight *= atomic_load_explicit(&t->cpu_period_ns, memory_order_relaxed);
+        if (last && now > last)
+            ev.weight = now - last;
+        atomic_store_explicit(&t->cpu_last_ns, now, memory_order_relaxed);
+    }
     if ((++t->handler_n & 15) == 0) {
         /* Cost probe on every 16th sample (never a thread's first: cold caches and first
          * touches of its ring are not the steady state). The clock read itself costs a

@@ -95,6 +95,8 @@ static void timer_setup(ag_thread_t *t, pid_t tid) {
     sev._sigev_un._tid = tid;
     sev.sigev_signo = ag_sig;
     sev.sigev_value.sival_ptr = AG_TAG_CPU;
+    /* Start of the CPU the first sample's weight covers (see the handler in signal.c). */
+    atomic_store(&t->cpu_last_ns, ag_thread_cpu_ns(tid));
     if (timer_create(tid_cpu_clock(tid), &sev, &t->timer) == 0) {
         t->has_timer = 1;
         uint64_t p = atomic_load_explicit(&ag.cpu_period_ns, memory_order_relaxed);
@@ -116,6 +118,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         atomic_store(&t->stack_hi, 0);
         atomic_store(&t->seen_sp, 0);
         atomic_store(&t->cpu_period_ns, 0);
+        atomic_store(&t->cpu_last_ns, 0);
         t->busy = 0;
         t->handler_n = 0;
         t->has_timer = 0;
