@@ -36,3 +36,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "install-deps: all ${#PKGS[@]} packages present"
 fi
+
+# The real `go tool pprof` reads our pprof export in a test. Machines of this project's kind
+# ship Go; a plain Debian machine gets Debian's toolchain.
+if ! command -v go >/dev/null 2>&1; then
+  echo "install-deps: installing golang-go (for go tool pprof)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go
+fi
