@@ -42,5 +42,6 @@ fi
 if ! command -v go >/dev/null 2>&1; then
   echo "install-deps: installing golang-go (for go tool pprof)"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go
 fi
