@@ -45,6 +45,7 @@ static struct {
     uint64_t seen0[CM_EV_COUNT];                      /* events_seen at chunk start */
     uint64_t drops0[CM_EV_COUNT][AG_DROP_REASONS];    /* drops at chunk start */
     uint64_t ctl_seen, ctl_mono;                      /* controller window start */
+    uint64_t ctl_proc, ctl_bg;                        /* process / this thread's CPU then */
     uint64_t bud_agent, bud_proc, bud_mono;           /* budget window start */
     double budget_factor;
     uint32_t wall_cursor;
@@ -210,9 +211,14 @@ static void control(uint64_t now) {
         ag_drop_count(CM_EV_CPU, CM_DROP_OVER_BUDGET, B.over_budget_frac / 1000);
         B.over_budget_frac %= 1000;
     }
+    /* The CPU the sampled threads used over the window: the process's minus this thread's. */
+    uint64_t proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID), bg = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    uint64_t sampled = proc - B.ctl_proc > bg - B.ctl_bg ? (proc - B.ctl_proc) - (bg - B.ctl_bg) : 0;
+    B.ctl_proc = proc;
+    B.ctl_bg = bg;
     ag_ctl_t *c = &ag.ctl[CM_EV_CPU];
     double old = c->period;
-    double p = ag_ctl_update(c, n, dt, B.budget_factor);
+    double p = ag_ctl_update_cpu(c, n, sampled, dt, B.budget_factor);
     if (p != old && (p > old * 1.02 || p < old * 0.98)) {
         atomic_store(&ag.cpu_period_ns, (uint64_t)p);
         ag_thread_set_cpu_period((uint64_t)p);
@@ -328,6 +334,8 @@ static void *bg_main(void *arg) {
     B.proc_cpu0 = B.bud_proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     B.bud_mono = B.ctl_mono = now;
     B.ctl_seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
+    B.ctl_proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    B.ctl_bg = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     for (int t = 1; t < CM_EV_COUNT; t++)
         B.seen0[t] = atomic_load(&ag_events_seen[t]);
     for (int t = 0; t < CM_EV_COUNT; t++)

@@ -245,6 +245,8 @@ typedef struct {
     double integral;      /* log-domain integral term */
     double prev_err;
     double rate_ewma;     /* measured samples/s, for reports */
+    double load_ewma;     /* CPU only: sampled threads' CPU, ns per s (feed-forward) */
+    double trim;          /* CPU only: log-domain integral of the rate error */
     int enabled;
 } ag_ctl_t;
 
@@ -253,6 +255,11 @@ AG_HIDDEN void ag_ctl_init(ag_ctl_t *c, cm_event_type_t type, double target, dou
 /* bg: feeds samples observed over dt seconds; returns the new period. budget_factor in (0,1]
  * scales the set point down when the agent is over its CPU budget. */
 AG_HIDDEN double ag_ctl_update(ag_ctl_t *c, uint64_t samples, double dt, double budget_factor);
+/* bg: the CPU controller (see controller.c): feed-forward from the CPU the sampled threads used
+ * over the window (cpu_ns, exact from the clocks), trimmed by the integral of the rate error.
+ * Returns the new period. */
+AG_HIDDEN double ag_ctl_update_cpu(ag_ctl_t *c, uint64_t samples, uint64_t cpu_ns, double dt,
+                                   double budget_factor);
 
 /* ---- symbols.c (bg only) ---- */
 typedef struct ag_object ag_object_t;
