@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 
+#include "cm/config.h"
 #include "cm/log.h"
 #include "cm/wire.h"
 
@@ -49,6 +50,29 @@ static int env_double(const char *var, double lo, double hi, const char *dflt, d
         return 0;
     }
     *out = d;
+    return 1;
+}
+
+/* Parses a duration in [lo_ns, hi_ns] with cm_parse_duration: "5s", "500ms", "2m", or a bare
+ * number of seconds ("10", "0.5"). Same contract as env_double. */
+static int env_duration(const char *var, uint64_t lo_ns, uint64_t hi_ns, const char *dflt,
+                        uint64_t *out) {
+    const char *v = getenv(var);
+    if (!v || !*v)
+        return 0;
+    int64_t ns;
+    if (cm_parse_duration(v, &ns) != 0) {
+        invalid(var, v, "not a duration like 10, 10s, 500ms or 5m", dflt);
+        return 0;
+    }
+    if (ns < 0 || (uint64_t)ns < lo_ns || (uint64_t)ns > hi_ns) {
+        char why[96];
+        snprintf(why, sizeof why, "must be between %gs and %gs", (double)lo_ns / 1e9,
+                 (double)hi_ns / 1e9);
+        invalid(var, v, why, dflt);
+        return 0;
+    }
+    *out = (uint64_t)ns;
     return 1;
 }
 
@@ -149,8 +173,8 @@ void ag_config_load(ag_config_t *cfg) {
     env_string("FLEETPROF_OUTPUT", cfg->output, sizeof cfg->output);
 
     double d;
-    if (env_double("FLEETPROF_INTERVAL", 0.1, 3600, "10 (seconds)", &d))
-        cfg->interval_ns = (uint64_t)(d * 1e9);
+    env_duration("FLEETPROF_INTERVAL", 100000000ull, 3600000000000ull, "10s",
+                 &cfg->interval_ns);
     if (env_double("FLEETPROF_CPU_RATE", 0, 10000, "100 (samples/s)", &d))
         cfg->cpu_rate = d;
     if (env_double("FLEETPROF_CPU_HZ", 1, 1000, "100 (Hz per thread)", &d))

@@ -8,22 +8,56 @@
  */
 #include "cli.h"
 
+#include "cm/config.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void run_usage(FILE *out) {
     fprintf(out,
             "usage: fleetprof run [--service S] [--version V] [--output DIR] [--collector PATH]\n"
-            "                     [--interval SECS] -- COMMAND [ARGS...]\n"
+            "                     [--interval DURATION] -- COMMAND [ARGS...]\n"
             "  Runs COMMAND with the fleetprof agent preloaded. Flags set FLEETPROF_SERVICE,\n"
             "  FLEETPROF_VERSION, FLEETPROF_OUTPUT, FLEETPROF_COLLECTOR, FLEETPROF_INTERVAL;\n"
             "  other FLEETPROF_* variables in the environment pass through. The agent library\n"
-            "  is $FLEETPROF_AGENT_LIB or found next to this program.\n");
+            "  is $FLEETPROF_AGENT_LIB or found next to this program. --output DIR is created\n"
+            "  (with its parents) if missing; --interval takes 10, 10s, 500ms, 5m.\n");
+}
+
+/* mkdir -p: creates dir and its missing parents (mode 0777 & ~umask). Returns 0, or -1 with
+ * errno set (an existing non-directory: ENOTDIR). */
+static int mkdir_p(const char *dir) {
+    char path[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path) {
+        errno = n ? ENAMETOOLONG : ENOENT;
+        return -1;
+    }
+    memcpy(path, dir, n + 1);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return -1;
+        if (stat(path, &st) != 0)
+            return -1;
+        if (!S_ISDIR(st.st_mode)) {
+            errno = ENOTDIR;
+            return -1;
+        }
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
 }
 
 static int readable(const char *p) { return access(p, R_OK) == 0; }
@@ -86,11 +120,11 @@ int cli_run(int argc, char **argv) {
         case 'o': output = optarg; break;
         case 'c': collector = optarg; break;
         case 'i': {
-            char *end;
-            double d = strtod(optarg, &end);
-            if (end == optarg || *end || !(d >= 0.1 && d <= 3600)) {
-                fprintf(stderr, "fleetprof run: --interval '%s' is not a number of seconds "
-                                "between 0.1 and 3600\n", optarg);
+            int64_t ns;
+            if (cm_parse_duration(optarg, &ns) != 0 || ns < 100000000 ||
+                ns > 3600000000000ll) {
+                fprintf(stderr, "fleetprof run: --interval '%s' is not a duration between "
+                                "100ms and 1h (e.g. 10, 10s, 500ms)\n", optarg);
                 return 2;
             }
             interval = optarg;
@@ -104,7 +138,7 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "fleetprof run: no command given (fleetprof run [FLAGS] -- COMMAND)\n");
         return 2;
     }
-    if (output && access(output, W_OK) != 0) {
+    if (output && (mkdir_p(output) != 0 || access(output, W_OK) != 0)) {
         fprintf(stderr, "fleetprof run: --output %s: %s\n", output, strerror(errno));
         return 2;
     }
