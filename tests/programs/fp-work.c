@@ -22,13 +22,32 @@
  *                               burns in span_a under a context set from a traceparent
  *   fp-work flush               burns 0.3 s, calls fleetprof_flush(), prints its result,
  *                               burns 0.3 s more
+ *   fp-work cpu4 SECS           4 threads each alternate burn_a/burn_b (1:3) until the
+ *                               process has used SECS of CPU
+ *   fp-work blockread SECS      thread "reader" blocks in read() on a pipe nobody writes to
+ *                               (in block_in_read) while main burns SECS of wall time
+ *   fp-work churn N WAVE        N short-lived threads (churn_thread, ~2 ms CPU each), WAVE at
+ *                               a time, each wave joined before the next
+ *   fp-work sigprof SECS        its own SIGPROF handler + setitimer(ITIMER_PROF, 10 ms); burns
+ *                               SECS of CPU; prints sigprof=<deliveries>
+ *   fp-work step3 S N           1 burning thread for S s, N for S s, 1 for S s (wall time);
+ *                               prints step1=/step2= (CLOCK_REALTIME ns of the steps)
+ *   fp-work bursty SECS         2 threads: short CPU bursts (0.2-2 ms) between sleeps
+ *                               (0.5-3 ms), until the process has used SECS of CPU
+ *   fp-work span2 SECS          threads "span0" and "span1" each alternate span_a (trace
+ *                               0xa0+i, span 0x1a+i) and span_b (0xb0+i, 0x2b+i) until the
+ *                               process has used SECS of CPU
+ *   fp-work status              prints sigcgt=<SigCgt hex> and agent_threads=<threads named
+ *                               "fleetprof"> (FLEETPROF_ENABLED=0 check)
  *
- * Prints "cpu_ns=<process CPU>" and "rss_kb=<peak RSS>" at the end. Calls the agent's API
+ * Prints "cpu_ns=<process CPU>", "rusage_ns=<user+sys CPU from getrusage>" and
+ * "rss_kb=<peak RSS>" at the end. Calls the agent's API
  * through dlsym, so the same
  * source works linked to libfleetprof or under LD_PRELOAD or without the agent.
  * Built with frame pointers and without inlining of the named functions.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -37,6 +56,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -155,6 +176,115 @@ NOINLINE int recurse(int depth, double secs) {
         return 0;
     }
     return recurse(depth - 1, secs) + (int)(sink & 0);
+}
+
+
+/* ---- cpu4, blockread, churn, sigprof, step3, bursty, status ---- */
+
+static uint64_t g_cpu_end;
+/* Random chunk sizes (the ratio stays 1:3 in every iteration): a fixed-length loop would be
+ * periodic, and the kernel checks CPU timers on its 4 ms tick, so samples could alias with it
+ * and land on the same phase of the loop again and again (seen as 22-28% for burn_a). */
+NOINLINE static void *cpu4_thread(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    while (cpu_ns() < g_cpu_end) {
+        /* The process CPU clock is costly with 4 threads: read it every 8 iterations. */
+        for (int i = 0; i < 8; i++) {
+            uint64_t n = 50000 + (uint64_t)(rand_r(&seed) % 300000);
+            burn_a(n);
+            burn_b(n);
+        }
+    }
+    return NULL;
+}
+
+static int g_pipe[2];
+/* Blocks in read() until the write end is closed (nobody ever writes). */
+NOINLINE ssize_t block_in_read(int fd) {
+    char c;
+    ssize_t n = read(fd, &c, 1);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+static void *reader(void *arg) {
+    (void)arg;
+    block_in_read(g_pipe[0]);
+    return NULL;
+}
+
+NOINLINE static void *churn_thread(void *arg) {
+    (void)arg;
+    uint64_t end = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    end = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + 2000000;
+    for (;;) {
+        spin(20000);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        if ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec >= end)
+            break;
+    }
+    return NULL;
+}
+
+static volatile sig_atomic_t g_sigprof;
+static void sigprof_handler(int sig) {
+    (void)sig;
+    g_sigprof++;
+}
+
+static uint64_t real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One request: a CPU burst in bursty_work, then a sleep (open loop, like a service). */
+NOINLINE void bursty_work(uint64_t n) { spin(n); __asm__ volatile("" ::: "memory"); }
+NOINLINE static void *bursty_thread(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    while (cpu_ns() < g_cpu_end) {
+        bursty_work(20000 + (uint64_t)(rand_r(&seed) % 200000));
+        struct timespec ts = {0, 500000 + (long)(rand_r(&seed) % 2500000)};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static int agent_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(comm, sizeof comm, f) && !strncmp(comm, "fleetprof", 9))
+            n++;
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void (*g_span_set)(const uint8_t *, const uint8_t *);
+NOINLINE static void *span2_thread(void *arg) {
+    int i = (int)(uintptr_t)arg;
+    uint8_t ta[16], tb[16], sa[8], sb[8];
+    memset(ta, 0xa0 + i, 16);
+    memset(tb, 0xb0 + i, 16);
+    memset(sa, 0x1a + i, 8);
+    memset(sb, 0x2b + i, 8);
+    while (cpu_ns() < g_cpu_end) {
+        g_span_set(ta, sa);
+        span_a(100000);
+        g_span_set(tb, sb);
+        span_b(100000);
+    }
+    return NULL;
 }
 
 static volatile int g_chain_hits[128];
@@ -296,10 +426,99 @@ int main(int argc, char **argv) {
         burn_for_cpu(0.3);
         printf("flush=%d\n", flush ? flush() : -1000);
         burn_for_cpu(0.3);
+    } else if (!strcmp(mode, "cpu4")) {
+        pthread_t th[4];
+        g_cpu_end = cpu_ns() + (uint64_t)(secs * 1e9);
+        for (int i = 0; i < 4; i++)
+            pthread_create(&th[i], NULL, cpu4_thread, (void *)(uintptr_t)(i + 1));
+        for (int i = 0; i < 4; i++)
+            pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "blockread")) {
+        pthread_t th;
+        if (pipe(g_pipe) != 0)
+            return 7;
+        pthread_create(&th, NULL, reader, NULL);
+        pthread_setname_np(th, "reader");
+        burn_for(secs);
+        close(g_pipe[1]); /* read() returns 0 */
+        pthread_join(th, NULL);
+    } else if (!strcmp(mode, "churn") && argc > 3) {
+        int n = atoi(argv[2]), wave = atoi(argv[3]), done = 0;
+        pthread_t th[256];
+        if (wave > 256)
+            wave = 256;
+        while (done < n) {
+            int k = n - done < wave ? n - done : wave;
+            for (int i = 0; i < k; i++)
+                if (pthread_create(&th[i], NULL, churn_thread, NULL) != 0)
+                    return 8;
+            for (int i = 0; i < k; i++)
+                pthread_join(th[i], NULL);
+            done += k;
+        }
+        printf("threads=%d\n", done);
+    } else if (!strcmp(mode, "sigprof")) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = sigprof_handler;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGPROF, &sa, NULL) != 0)
+            return 9;
+        struct itimerval it = {{0, 10000}, {0, 10000}};
+        if (setitimer(ITIMER_PROF, &it, NULL) != 0)
+            return 9;
+        burn_for_cpu(secs);
+        struct itimerval off = {{0, 0}, {0, 0}};
+        setitimer(ITIMER_PROF, &off, NULL);
+        printf("sigprof=%d\n", (int)g_sigprof);
+    } else if (!strcmp(mode, "step3") && argc > 3) {
+        int n = atoi(argv[3]);
+        run_threads(1, secs);
+        printf("step1=%llu\n", (unsigned long long)real_ns());
+        run_threads(n, secs);
+        printf("step2=%llu\n", (unsigned long long)real_ns());
+        run_threads(1, secs);
+    } else if (!strcmp(mode, "bursty")) {
+        pthread_t th[2];
+        g_cpu_end = cpu_ns() + (uint64_t)(secs * 1e9);
+        for (int i = 0; i < 2; i++)
+            pthread_create(&th[i], NULL, bursty_thread, (void *)(uintptr_t)(i + 1));
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "span2")) {
+        pthread_t th[2];
+        if (!span_set)
+            return 3;
+        g_span_set = span_set;
+        g_cpu_end = cpu_ns() + (uint64_t)(secs * 1e9);
+        for (int i = 0; i < 2; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "span%d", i);
+            pthread_create(&th[i], NULL, span2_thread, (void *)(uintptr_t)i);
+            pthread_setname_np(th[i], name);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "status")) {
+        usleep(300 * 1000); /* the agent's thread names itself once it runs */
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "SigCgt:", 7))
+                printf("sigcgt=%s", line + 7 + strspn(line + 7, " \t"));
+        if (f)
+            fclose(f);
+        printf("agent_threads=%d\n", agent_threads());
     } else {
         fprintf(stderr, "fp-work: bad arguments\n");
         return 2;
     }
-    printf("cpu_ns=%llu\nrss_kb=%ld\n", (unsigned long long)cpu_ns(), peak_rss_kb());
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    uint64_t ru_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+                     ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+    printf("cpu_ns=%llu\nrusage_ns=%llu\nrss_kb=%ld\n", (unsigned long long)cpu_ns(),
+           (unsigned long long)ru_ns, peak_rss_kb());
     return 0;
 }
