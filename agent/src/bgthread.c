@@ -219,6 +219,9 @@ static void control(uint64_t now) {
     ag_ctl_t *c = &ag.ctl[CM_EV_CPU];
     double old = c->period;
     double p = ag_ctl_update_cpu(c, n, sampled, dt, B.budget_factor);
+    CM_DEBUG("cpu control: %llu samples, %.3f cores sampled over %.3f s, budget factor %.3f, "
+             "period %.3f ms -> %.3f ms", (unsigned long long)n, (double)sampled / 1e9 / dt, dt,
+             B.budget_factor, old / 1e6, p / 1e6);
     if (p != old && (p > old * 1.02 || p < old * 0.98)) {
         atomic_store(&ag.cpu_period_ns, (uint64_t)p);
         ag_thread_set_cpu_period((uint64_t)p);
