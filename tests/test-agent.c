@@ -1299,12 +1299,14 @@ static void test_bursty_accuracy(void) {
 
 /* Controller step response as the issue states it: 1 busy thread -> 8 -> 1 (8 s each), set
  * point 100 samples/s. The emitted rate (CPU rows per 1-s window, from sample timestamps) is
- * back within +-10% of the set point within 5 s after each step: the mean over the windows
- * from 5 s after the step to the next step is within the band, and so is the majority of the
- * single windows. On this 2-core box 8 busy threads get 2 cores: the process's CPU doubles (a
- * real step). When the machine's load leaves the process too little CPU to reach 100/s (see
- * reachable()), the band is around the reachable rate instead. */
-static void test_controller_step_1_8_1(void) {
+ * back within +-10% of the set point within 5 s after each step: over the 1-s windows from 5 s
+ * after the step to the next step, the mean is within the band and so are most windows. On
+ * this 2-core box 8 busy threads get 2 cores: the process's CPU doubles (a real step).
+ * Loaded machine: a window's band is around the rate reachable with the CPU the process got in
+ * it (reachable()), and windows right after the machine itself changed the process's CPU by
+ * more than 30% (a disturbance of the plant, not the step under test) are not judged; when
+ * fewer than 2 windows per step are left, the run is repeated (up to 3 runs). */
+static int step_run(int attempt) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
     prog_path("fp-work-linked", prog, sizeof prog);
     const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", "FLEETPROF_CPU_RATE=100",
@@ -1318,11 +1320,14 @@ static void test_controller_step_1_8_1(void) {
     for (int i = 0; i < cs->n; i++)
         if (cs->c[i]->header.end_unix_ns > end)
             end = cs->c[i]->header.end_unix_ns;
-    /* rows per 1-s window starting at each step */
+    int judged_ok = 1;
     for (int k = 0; k < 2; k++) {
-        uint64_t t0 = steps[k], t1 = k == 0 ? steps[1] : end;
+        /* phase 3 ends 8 s after its start: later is the exit (LeakSanitizer's CPU...) */
+        uint64_t t0 = steps[k], t1 = k == 0 ? steps[1] : steps[1] + (steps[1] - steps[0]);
+        if (t1 > end)
+            t1 = end;
         int nw = (int)((t1 - t0) / 1000000000ull);
-        double rate[32] = {0};
+        double rate[32] = {0}, cores[32] = {0};
         if (nw > 32)
             nw = 32;
         for (int i = 0; i < cs->n; i++) {
@@ -1331,28 +1336,54 @@ static void test_controller_step_1_8_1(void) {
                 if (s->time_ns[r] >= t0 && s->time_ns[r] < t0 + (uint64_t)nw * 1000000000ull)
                     rate[(s->time_ns[r] - t0) / 1000000000ull]++;
         }
-        printf("# step %d (%s): rate per 1-s window:", k + 1, k == 0 ? "1->8" : "8->1");
-        for (int w = 0; w < nw; w++)
-            printf(" %.0f", rate[w]);
-        printf("\n");
-        double sum = 0, cores = cpu_share(cs, t0 + 5000000000ull, t0 + (uint64_t)nw * 1000000000ull);
-        int in_band = 0, n = 0;
-        double target = reachable(100, cores);
-        for (int w = 5; w < nw; w++, n++) {
-            sum += rate[w];
-            in_band += fabs(rate[w] - target) <= 0.1 * target;
+        printf("# run %d, step %d (%s): rows per 1-s window (process cores):", attempt, k + 1,
+               k == 0 ? "1->8" : "8->1");
+        for (int w = 0; w < nw; w++) {
+            uint64_t ws = t0 + (uint64_t)w * 1000000000ull;
+            cores[w] = cpu_share(cs, ws, ws + 1000000000ull);
+            printf(" %.0f (%.2f)", rate[w], cores[w]);
         }
-        double mean = n ? sum / n : 0;
-        printf("# step %d: mean %.1f/s from 5 s after the step (target 100, reachable %.0f with "
-               "%.2f cores), %d of %d windows within +-10%%\n",
-               k + 1, mean, target, cores, in_band, n);
-        CHECKF(n >= 2, "step %d: only %d windows after 5 s", k + 1, n);
+        printf("\n");
+        double sum = 0, sum_target = 0;
+        int in_band = 0, n = 0;
+        for (int w = 5; w < nw; w++) {
+            int disturbed = 0;
+            for (int j = w - 2; j < w; j++) {
+                double hi = cores[j] > cores[j + 1] ? cores[j] : cores[j + 1];
+                double lo = cores[j] > cores[j + 1] ? cores[j + 1] : cores[j];
+                disturbed |= lo < 0.7 * hi;
+            }
+            if (disturbed)
+                continue;
+            double target = reachable(100, cores[w]);
+            sum += rate[w];
+            sum_target += target;
+            in_band += fabs(rate[w] - target) <= 0.1 * target;
+            n++;
+        }
+        if (n < 2) {
+            printf("# run %d, step %d: %d undisturbed windows after 5 s: machine too noisy\n",
+                   attempt, k + 1, n);
+            judged_ok = 0;
+            continue;
+        }
+        double mean = sum / n, target = sum_target / n;
+        printf("# run %d, step %d: mean %.1f/s over %d windows from 5 s after the step (target "
+               "100, reachable %.0f), %d of them within +-10%%\n",
+               attempt, k + 1, mean, n, target, in_band);
         CHECKF(fabs(mean - target) <= 0.1 * target, "step %d: mean rate %.1f, target %.0f", k + 1,
                mean, target);
         CHECKF(2 * in_band > n, "step %d: %d of %d windows in the band", k + 1, in_band, n);
     }
     free_chunks(cs);
     rmrf(dir);
+    return judged_ok;
+}
+
+static void test_controller_step_1_8_1(void) {
+    int attempt = 1;
+    while (!step_run(attempt))
+        CHECKF(++attempt <= 3, "3 runs without 2 undisturbed windows after each step");
 }
 
 /* Span context on two threads that alternate between spans (each thread its own trace and
