@@ -1,8 +1,9 @@
 /* Kafka producer: reads records from the spool in order and produces them with librdkafka
  * (idempotent, acks=all), key = service, value = the frame as the agent sent it, headers from
  * enrichment. Delivered records advance the spool's commit position; a failed delivery
- * (message.timeout.ms expired during an outage, ...) stops production, waits for every
- * in-flight report, then rewinds the spool cursor to the first undelivered record and replays
+ * (message.timeout.ms expired during an outage, ...) stops production, purges what is still
+ * queued in librdkafka (so nothing queued after the failure can overtake the replay), waits
+ * for every in-flight report, then rewinds the spool cursor to the first undelivered record and replays
  * from there after retry-backoff: one ordered pipeline, so a service's chunks reach Kafka in
  * order (records delivered after the failed one are sent again: at-least-once, deduped by
  * chunk id downstream).
@@ -149,6 +150,14 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
                  rd_kafka_err2name(m->err), m->len, (int)m->key_len, (const char *)m->key);
     } else {
         s->state = SLOT_FAILED;
+        if (!p->failed) {
+            /* First failure of the round: records queued after it in librdkafka (never sent:
+             * during an outage that is all of them) must not be delivered before the replay of
+             * this one, or a service's chunks reach Kafka out of order. Purging the local
+             * queue is safe (nothing was sent); their reports come back as failed, and the
+             * rewind below waits for them. Messages already in flight are left alone. */
+            rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_NON_BLOCKING);
+        }
         p->failed = 1;
         p->n_failed++;
         col_count(&col_metrics.kafka_delivery_errors, 1);
