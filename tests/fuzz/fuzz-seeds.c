@@ -16,8 +16,14 @@ int main(int argc, char **argv) {
     uint64_t r = 7;
     for (int i = 0; i < 40; i++) {
         ts_gen_params_t p = ts_gen_random_params(&r);
+        if (i == 0) { /* an interval with nothing sampled: every table at its zero entry */
+            p.samples = 0;
+            p.stacks = 0;
+            p.contexts = 0;
+            p.types_mask = 0;
+        }
         p.samples %= 50;
-        p.stacks = 1 + p.stacks % 20;
+        p.stacks = i == 0 ? 0 : 1 + p.stacks % 20;
         p.max_depth = p.min_depth + p.max_depth % 12;
         cm_chunk_t *c = ts_gen_chunk(&p, (uint64_t)i);
         uint8_t *frame;
