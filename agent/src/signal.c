@@ -104,7 +104,8 @@ AG_NO_TSAN static void handler(int sig, siginfo_t *si, void *uc) {
          * while overdue: the kernel checks CPU timers only on its tick, so an expiry that a
          * short burst passed between two ticks is still pending, and timer_settime (controller
          * period changes) discards that overdue CPU. The clock delta is exact whatever the
-         * timer did; the period-based value stays the fallback (no start value yet). */
+         * timer did; the period-based value stays the fallback (no start value yet). A start
+         * value of 1 means "since the thread started" (threads the /proc scan registered). */
         uint64_t now = thread_cpu_ns();
         uint64_t last = atomic_load_explicit(&t->cpu_last_ns, memory_order_relaxed);
         ev.weight *= atomic_load_explicit(&t->cpu_period_ns, memory_order_relaxed);

@@ -86,7 +86,12 @@ static void arm(ag_thread_t *t, uint64_t period_ns) {
     timer_settime(t->timer, 0, &its, NULL);
 }
 
-static void timer_setup(ag_thread_t *t, pid_t tid) {
+/* Whether the bg thread's first /proc scan is done: threads it finds later were created while
+ * the agent ran (where a sanitizer's pthread_create runs instead of our wrapper), so all of
+ * their CPU counts toward their first sample; the first scan's threads predate the agent. */
+static int g_scanned_once;
+
+static void timer_setup(ag_thread_t *t, pid_t tid, int from_thread_start) {
     if (!ag_sig)
         return;
     struct sigevent sev;
@@ -96,7 +101,7 @@ static void timer_setup(ag_thread_t *t, pid_t tid) {
     sev.sigev_signo = ag_sig;
     sev.sigev_value.sival_ptr = AG_TAG_CPU;
     /* Start of the CPU the first sample's weight covers (see the handler in signal.c). */
-    atomic_store(&t->cpu_last_ns, ag_thread_cpu_ns(tid));
+    atomic_store(&t->cpu_last_ns, from_thread_start ? 1 : ag_thread_cpu_ns(tid));
     if (timer_create(tid_cpu_clock(tid), &sev, &t->timer) == 0) {
         t->has_timer = 1;
         uint64_t p = atomic_load_explicit(&ag.cpu_period_ns, memory_order_relaxed);
@@ -168,7 +173,7 @@ ag_thread_t *ag_thread_register_self(void) {
     pthread_mutex_lock(&g_lock);
     ag_thread_t *t = slot_find(tid); /* maybe registered by the scan already */
     if (!t && (t = slot_claim(tid)) != NULL)
-        timer_setup(t, tid);
+        timer_setup(t, tid, 0);
     if (t) {
         atomic_store(&t->stack_lo, lo);
         atomic_store(&t->stack_hi, hi);
@@ -254,9 +259,10 @@ int ag_thread_scan(void) {
         ag_thread_t *t = slot_claim(live[i]);
         if (!t)
             break;
-        timer_setup(t, live[i]);
+        timer_setup(t, live[i], g_scanned_once);
         atomic_store(&t->state, AG_TS_ACTIVE);
     }
+    g_scanned_once = 1;
     uint32_t hw = atomic_load(&g_hw);
     for (uint32_t i = 0; i < hw; i++) {
         ag_thread_t *t = &ag_threads[i];
@@ -351,7 +357,7 @@ void ag_thread_after_fork_child(void) {
         atomic_store(&t_self->tid, tid);
         t_self->wall_last_ns = ag_now_mono();
         if (atomic_load(&ag.running))
-            timer_setup(t_self, tid);
+            timer_setup(t_self, tid, 0);
     }
 }
 
