@@ -4,7 +4,8 @@
  *                                   interleaved: agent disabled / agent default / agent at
  *                                   1 kHz per thread without controller or wall ticks.
  *                                   Ratios of process CPU time per round; medians reported.
- *   bench-agent step [OUTDIR]       load step 1 -> 4 burning threads at a 100/s set point;
+ *   bench-agent step [OUTDIR]       load steps 1 -> 8 -> 1 burning threads (8 s each) at a
+ *                                   100/s set point;
  *                                   writes OUTDIR/agent-step.dat and, with gnuplot,
  *                                   OUTDIR/agent-step.png (default OUTDIR: the current dir).
  *
@@ -201,84 +202,108 @@ static int bench_step(const char *outdir) {
     if (!mkdtemp(dir))
         return 1;
     snprintf(outenv, sizeof outenv, "FLEETPROF_OUTPUT=%s", dir);
-    const char *argv[] = {prog, "step", "6", "12", "4", NULL};
+    const char *argv[] = {prog, "step3", "8", "8", NULL};
     const char *env[] = {outenv, "FLEETPROF_COLLECTOR=none", "FLEETPROF_INTERVAL=1",
                          "FLEETPROF_CPU_RATE=100", "FLEETPROF_CPU_BUDGET=50", NULL};
-    run(env, argv);
+    const char *out = run(env, argv);
+    const char *p1 = strstr(out, "step1="), *p2 = strstr(out, "step2=");
+    if (!p1 || !p2) {
+        fprintf(stderr, "bench-agent: fp-work step3 failed: %s\n", out);
+        return 1;
+    }
+    uint64_t steps[2] = {strtoull(p1 + 6, NULL, 10), strtoull(p2 + 6, NULL, 10)};
     chunks_t *cs = calloc(1, sizeof *cs);
     load(dir, cs);
     rmdir(dir);
-    uint64_t t0 = UINT64_MAX, t1 = 0, tstep = UINT64_MAX;
+    uint64_t t0 = UINT64_MAX, t1 = 0;
     for (int i = 0; i < cs->n; i++) {
         const cm_chunk_t *c = cs->c[i];
         if (c->header.start_unix_ns < t0)
             t0 = c->header.start_unix_ns;
         if (c->header.end_unix_ns > t1)
             t1 = c->header.end_unix_ns;
-        const cm_samples_t *s = &c->samples[CM_EV_CPU];
-        for (uint32_t r = 0; r < s->n; r++)
-            if (CM_COL(s, thread, r) && s->time_ns[r] < tstep) {
-                /* the first sample of a thread other than main marks the step */
-                uint32_t tid = c->dict.thread_tid[s->thread[r]];
-                if (tid != c->header.pid)
-                    tstep = s->time_ns[r];
-            }
     }
     enum { BUCKET_MS = 250 };
     int nb = (int)((t1 - t0) / (BUCKET_MS * 1000000ull)) + 1;
     double *cnt = calloc((size_t)nb, sizeof *cnt), *period = calloc((size_t)nb, sizeof *period);
     for (int i = 0; i < cs->n; i++) {
-        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_CPU];
-        for (uint32_t r = 0; r < s->n; r++) {
-            int b = (int)((s->time_ns[r] - t0) / (BUCKET_MS * 1000000ull));
-            cnt[b] += 1;
-            period[b] = (double)s->weight[r] / ((double)cm_samples_count(s, r) / CM_COUNT_ONE);
-        }
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++)
+            cnt[(s->time_ns[r] - t0) / (BUCKET_MS * 1000000ull)] += 1;
+        /* the period in force at the end of each chunk (header), for the buckets it covers */
+        for (int b = (int)((c->header.start_unix_ns - t0) / (BUCKET_MS * 1000000ull));
+             b < nb && t0 + (uint64_t)b * BUCKET_MS * 1000000ull < c->header.end_unix_ns; b++)
+            if (c->header.n_sampling && c->header.sampling[0].type == CM_EV_CPU)
+                period[b] = (double)c->header.sampling[0].period;
     }
     char path[8192];
     snprintf(path, sizeof path, "%s/agent-step.dat", outdir);
     FILE *f = fopen(path, "w");
     if (!f)
         return 1;
-    fprintf(f, "# fleetprof agent controller step response: 1 -> 4 burning threads at t=0\n");
-    fprintf(f, "# t_s  rate_per_s(250ms bucket)  rate_1s_avg  period_ms(last sample in bucket)\n");
-    double recovered = -1, peak = 0;
+    fprintf(f, "# fleetprof agent controller step response: 1 -> 8 burning threads at t=0, "
+               "8 -> 1 at t=%.2f s (2-core machine)\n",
+            (double)(steps[1] - steps[0]) / 1e9);
+    fprintf(f, "# t_s  rate_per_s(250ms bucket)  rate_1s_avg  period_ms(chunk header)\n");
+    double *avg = calloc((size_t)nb, sizeof *avg);
     for (int b = 0; b < nb; b++) {
-        double t = ((double)t0 + (b + 0.5) * BUCKET_MS * 1e6 - (double)tstep) / 1e9;
-        double avg = 0;
+        double t = ((double)t0 + (b + 0.5) * BUCKET_MS * 1e6 - (double)steps[0]) / 1e9;
         int k = 0;
         for (int j = b - 3; j <= b; j++)
             if (j >= 0) {
-                avg += cnt[j];
+                avg[b] += cnt[j];
                 k++;
             }
-        avg = avg / k * (1000.0 / BUCKET_MS);
-        fprintf(f, "%.3f %.1f %.1f %.3f\n", t, cnt[b] * (1000.0 / BUCKET_MS), avg,
+        avg[b] = avg[b] / k * (1000.0 / BUCKET_MS);
+        fprintf(f, "%.3f %.1f %.1f %.3f\n", t, cnt[b] * (1000.0 / BUCKET_MS), avg[b],
                 period[b] / 1e6);
-        if (t > 0 && t < 2 && avg > peak)
-            peak = avg;
-        if (t > 0.5 && recovered < 0 && fabs(avg - 100) < 20)
-            recovered = t;
     }
     fclose(f);
-    printf("step response: peak 1 s rate after the step %.1f/s, back within +-20%% of 100/s "
-           "after %.2f s\n", peak, recovered);
+    /* Per step: the time after which every trailing 1 s average up to the next step (or the
+     * end) stays within +-10% of the set point; and 1-s window rates from 5 s on. */
+    for (int k = 0; k < 2; k++) {
+        uint64_t from = steps[k], to = k == 0 ? steps[1] : t1 - 1000000000ull;
+        double settled = -1, lo = 1e9, hi = 0;
+        for (int b = nb - 1; b >= 0; b--) {
+            uint64_t tb = t0 + (uint64_t)(b + 1) * BUCKET_MS * 1000000ull; /* bucket end */
+            if (tb < from + 1000000000ull || tb > to)
+                continue;
+            if (fabs(avg[b] - 100) > 10)
+                break;
+            settled = (double)(tb - from) / 1e9 - 1.0; /* the window starts 1 s earlier */
+        }
+        for (int b = 0; b < nb; b++) {
+            uint64_t tb = t0 + (uint64_t)(b + 1) * BUCKET_MS * 1000000ull;
+            if (tb >= from + 6000000000ull && tb <= to) {
+                lo = avg[b] < lo ? avg[b] : lo;
+                hi = avg[b] > hi ? avg[b] : hi;
+            }
+        }
+        printf("step %s: every trailing 1 s rate within +-10%% of 100/s from %.2f s after the "
+               "step; 1 s rates from 5 s on: %.0f..%.0f/s\n",
+               k == 0 ? "1->8" : "8->1", settled, lo, hi);
+    }
     printf("data: %s\n", path);
     char cmd[16384];
     snprintf(cmd, sizeof cmd,
              "gnuplot -e \"set terminal png size 900,500; set output '%s/agent-step.png'; "
-             "set title 'fleetprof agent: CPU sample rate, load step 1 -> 4 threads at t=0 "
-             "(set point 100/s)'; set xlabel 'seconds from step'; set ylabel 'samples/s'; "
+             "set title 'fleetprof agent: CPU sample rate, 1 -> 8 threads at t=0, 8 -> 1 at "
+             "t=%.1f s (set point 100/s)'; set xlabel 'seconds from the first step'; "
+             "set ylabel 'samples/s'; set yrange [0:*]; "
              "set y2label 'period (ms)'; set y2tics; set ytics nomirror; set grid; "
              "plot '%s' using 1:2 with steps title 'rate (250 ms buckets)', "
              "'' using 1:3 with lines lw 2 title 'rate (1 s average)', "
              "'' using 1:4 axes x1y2 with lines dt 2 title 'period per thread (ms)', "
+             "110 with lines lc rgb 'gray' dt 3 title '+-10%%', "
+             "90 with lines lc rgb 'gray' dt 3 notitle, "
              "100 with lines lc rgb 'black' dt 3 title 'set point'\"",
-             outdir, path);
+             outdir, (double)(steps[1] - steps[0]) / 1e9, path);
     if (system(cmd) == 0)
         printf("plot: %s/agent-step.png\n", outdir);
     else
         printf("gnuplot failed or missing (deploy/install-deps.sh installs gnuplot-nox)\n");
+    free(avg);
     free_chunks(cs);
     free(cs);
     free(cnt);

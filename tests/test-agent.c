@@ -1304,7 +1304,8 @@ static void test_bursty_accuracy(void) {
  * this 2-core box 8 busy threads get 2 cores: the process's CPU doubles (a real step).
  * Loaded machine: a window's band is around the rate reachable with the CPU the process got in
  * it (reachable()), and windows right after the machine itself changed the process's CPU by
- * more than 15% (a disturbance of the plant, not the step under test) are not judged; when
+ * more than 15% (a disturbance of the plant, not the step under test), or where it got under
+ * half a core (starved by the machine), are not judged; when
  * fewer than 2 windows per step are left, the run is repeated (up to 4 runs). */
 static int step_run(int attempt) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
@@ -1353,7 +1354,9 @@ static int step_run(int attempt) {
                 double lo = cores[j] > cores[j + 1] ? cores[j + 1] : cores[j];
                 disturbed |= lo < 0.85 * hi;
             }
-            if (disturbed)
+            /* starved: every phase has >= 1 busy thread, a window with under half a core is the
+             * machine's doing (seen: 0.07 cores for 5 s on the shared box) */
+            if (disturbed || cores[w] < 0.5)
                 continue;
             double target = reachable(100, cores[w]);
             sum += rate[w];
@@ -1375,6 +1378,10 @@ static int step_run(int attempt) {
                mean, target);
         CHECKF(2 * in_band >= n, "step %d: %d of %d windows in the band", k + 1, in_band, n);
     }
+    printf("# run %d: drops: ring full %llu, unwind %llu, over budget %llu\n", attempt,
+           (unsigned long long)drops(cs, CM_DROP_RING_FULL),
+           (unsigned long long)drops(cs, CM_DROP_UNWIND_FAILED),
+           (unsigned long long)drops(cs, CM_DROP_OVER_BUDGET));
     free_chunks(cs);
     rmrf(dir);
     return judged_ok;
