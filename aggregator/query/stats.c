@@ -1,5 +1,7 @@
 /* Student's t, Welch's test and Benjamini-Hochberg, written out (no statistics library).
- * Pure functions; thread-safe. */
+ * Pure functions; thread-safe (lgamma_r, not lgamma, which writes the global signgam: the
+ * report thread and HTTP threads compute diffs at the same time). */
+#define _GNU_SOURCE /* lgamma_r */
 #include "stats.h"
 
 #include "cm/error.h"
@@ -53,7 +55,9 @@ double agg_stats_betai(double a, double b, double x) {
         return NAN;
     if (x == 0 || x == 1)
         return x;
-    double lfront = lgamma(a + b) - lgamma(a) - lgamma(b) + a * log(x) + b * log1p(-x);
+    int sg; /* every argument is positive: the sign is always +1 */
+    double lfront = lgamma_r(a + b, &sg) - lgamma_r(a, &sg) - lgamma_r(b, &sg) + a * log(x) +
+                    b * log1p(-x);
     if (x < (a + 1.0) / (a + b + 2.0))
         return exp(lfront) * beta_cf(a, b, x) / a;
     return 1.0 - exp(lfront) * beta_cf(b, a, 1.0 - x) / b;
