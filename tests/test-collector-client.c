@@ -283,6 +283,17 @@ double tc_metric(int http_port, const char *name) {
     return v;
 }
 
+double tc_metric_wait_eq(int http_port, const char *name, double want, int timeout_s) {
+    double deadline = now_s() + timeout_s, v = -1;
+    while (now_s() < deadline) {
+        v = tc_metric(http_port, name);
+        if (v == want)
+            break;
+        usleep(50000);
+    }
+    return v;
+}
+
 double tc_metric_wait(int http_port, const char *name, double want, int timeout_s) {
     double deadline = now_s() + timeout_s, v = -1;
     while (now_s() < deadline) {

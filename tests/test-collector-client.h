@@ -52,6 +52,8 @@ void tc_cleanup(tc_collector_t *c);
 double tc_metric(int http_port, const char *name);
 /* Polls a metric until it is >= want or the deadline passes. Returns the last value. */
 double tc_metric_wait(int http_port, const char *name, double want, int timeout_s);
+/* For gauges: waits until the value equals want (a counter only grows, a gauge may pass it). */
+double tc_metric_wait_eq(int http_port, const char *name, double want, int timeout_s);
 /* GETs a path; returns the HTTP status and copies the body (NUL-terminated) into body. */
 int tc_http_get(int http_port, const char *path, char *body, size_t body_size);
 

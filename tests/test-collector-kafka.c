@@ -104,7 +104,7 @@ static void test_end_to_end(void) {
     uint32_t no[3] = {0};
     for (int s = 0; s < 3; s++)
         CHECK((fds[s] = tc_connect(c.sock, 1)) >= 0);
-    CHECK_EQ(tc_metric_wait(19450, "fleetprof_collector_connected_agents", 3, 10), 3);
+    CHECK_EQ(tc_metric_wait_eq(19450, "fleetprof_collector_connected_agents", 3, 10), 3);
     /* Interleave the services so their chunks share the pipeline. */
     for (uint64_t i = 0; i < N; i++)
         for (int s = 0; s < 3; s++)

@@ -195,7 +195,7 @@ static void test_hostile_clients(void) {
     static int idle[IDLE];
     for (int i = 0; i < IDLE; i++)
         CHECKF((idle[i] = tc_connect(c.sock, 1)) >= 0, "connection %d: %s", i, strerror(errno));
-    CHECK_EQ(tc_metric_wait(19461, "fleetprof_collector_connected_agents", IDLE + 1, 20),
+    CHECK_EQ(tc_metric_wait_eq(19461, "fleetprof_collector_connected_agents", IDLE + 1, 20),
              IDLE + 1);
 
     /* Random bytes instead of a hello. */
