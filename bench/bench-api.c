@@ -10,7 +10,7 @@
  * trip: parse, SQLite read, profile build, view/diff, JSON.
  *
  *   bench-api [--iterations N] [--dir DIR (reuse a generated store)]
- * Prints p50/p99 per request kind. Results: bench/RESULTS-api.md.
+ * Prints p50/p99 per request kind. Results: bench/RESULTS.md.
  */
 #define _GNU_SOURCE
 #include "api.h"

@@ -32,7 +32,7 @@
  * systematic part of r != L/P (samples folded by timer overruns when P is under the kernel
  * tick, threads the registry does not know yet); its gain is small, so it adds little noise
  * (sd ~ sqrt(Kt/2) x 0.2 ~ 0.05 in ln P). Measured on the 1 -> 8 -> 1 thread step (test
- * controller_step_1_8_1, bench/RESULTS-agent.md): back within +-10% in about 1 s.
+ * controller_step_1_8_1, bench/RESULTS.md): back within +-10% in about 1 s.
  *
  * Unbiased estimates: every CPU sample's weight is the thread's CPU time since its previous
  * sample (signal.c), whatever the period did meanwhile.

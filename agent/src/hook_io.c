@@ -6,7 +6,7 @@
  *
  * Every call is timed: with rdtsc once hooks.c has calibrated an invariant TSC (~10 ns a
  * read), else with CLOCK_MONOTONIC through the vDSO (~20-30 ns a read); the coarse clock
- * resolves only ~4 ms, too coarse against a 10 ms threshold (bench/RESULTS-agent-hooks.md).
+ * resolves only ~4 ms, too coarse against a 10 ms threshold (bench/RESULTS.md).
  * Calls >= FLEETPROF_IO_THRESHOLD (default 10 ms) are one IO event each (stack, duration,
  * bytes, io kind, fd kind, path or peer looked up now -- off the hot path -- and cached per
  * fd), subject to the flood cap. Calls between FLEETPROF_IO_FLOOR (default 50 us) and the
