@@ -40,6 +40,13 @@
 #include <time.h>
 
 #define AG_HIDDEN __attribute__((visibility("hidden")))
+/* GCC's copy() attribute gives an alias the attributes of its target (else -Wmissing-attributes);
+ * clang does not know it and needs nothing. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
+#define AG_COPY_ATTRS(fn) copy(fn),
+#else
+#define AG_COPY_ATTRS(fn)
+#endif
 /* For libc interposers: a sanitizer runtime may call them (as its "real" function) before it
  * is initialised, so they must not call into it. */
 #define AG_NO_TSAN __attribute__((no_sanitize("thread")))

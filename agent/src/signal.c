@@ -37,7 +37,7 @@ static int g_sigterm_installed;
 static int g_front; /* our sigaction is the one programs call (no sanitizer runtime in front) */
 
 extern int ag_sigaction_self(int, const struct sigaction *, struct sigaction *)
-    __attribute__((alias("sigaction"), copy(sigaction), visibility("hidden")));
+    __attribute__((alias("sigaction"), AG_COPY_ATTRS(sigaction) visibility("hidden")));
 
 AG_NO_TSAN static sigaction_fn real_sigaction(void) {
     static _Atomic(sigaction_fn) real;

@@ -393,7 +393,7 @@ AG_NO_TSAN static pthread_create_fn real_create(void) {
 static TLS int t_raw_create;
 
 extern int ag_pthread_create_self(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
-    __attribute__((alias("pthread_create"), copy(pthread_create), visibility("hidden")));
+    __attribute__((alias("pthread_create"), AG_COPY_ATTRS(pthread_create) visibility("hidden")));
 
 /* Is our wrapper the pthread_create programs call? Not when a sanitizer runtime intercepts
  * first: its thread start routine must run before any instrumented code of ours, so we pass
