@@ -6,7 +6,7 @@
  * than P. Tolerances are 4.5 sd for the samples a run got (the machine's speed sets the
  * count), or fixed and wider where the run is sized for hundreds of samples or more.
  */
-#include "hooks-common.h"
+#include "agent-common.h"
 
 static char envbuf[4200], pre[4200];
 

@@ -1,7 +1,7 @@
 /* Slow I/O acceptance tests (issue 4): io_work under LD_PRELOAD=libfleetprof.so. Calls >= the
  * threshold are IO events with duration, bytes, io kind, fd kind and path/peer; shorter calls
  * above the floor are aggregates. */
-#include "hooks-common.h"
+#include "agent-common.h"
 
 static char envbuf[4200], pre[4200];
 

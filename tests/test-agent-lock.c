@@ -1,7 +1,7 @@
 /* Lock contention acceptance tests (issue 4): lock_work under LD_PRELOAD=libfleetprof.so.
  * Waits >= the threshold are LOCK events (stack, address, wait); contended shorter waits are
  * aggregate rows; floods are subsampled with unbiased weights. */
-#include "hooks-common.h"
+#include "agent-common.h"
 
 static char envbuf[4200], pre[4200];
 

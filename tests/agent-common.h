@@ -1,8 +1,7 @@
-/* Shared helpers of the hook tests (test-agent-alloc.c, -lock.c, -io.c): start a program
- * under libfleetprof (LD_PRELOAD), collect its output, read its chunks back with the codec.
- * Taken from test-agent.c's helpers (kept separate so the two areas evolve independently). */
-#ifndef TESTS_HOOKS_COMMON_H
-#define TESTS_HOOKS_COMMON_H
+/* Shared helpers of the agent tests (test-agent.c, test-agent-alloc.c, -lock.c, -io.c): start a
+ * program under libfleetprof, collect its output, read its chunks back with the codec. */
+#ifndef TESTS_AGENT_COMMON_H
+#define TESTS_AGENT_COMMON_H
 #define _GNU_SOURCE
 #include "cm/chunk.h"
 #include "cm/error.h"
@@ -58,9 +57,10 @@ static UNUSED proc_t start(const char *const *env, const char *const *argv) {
         dup2(p[1], 1);
         close(p[0]);
         close(p[1]);
-        static const char *clear[] = {"FLEETPROF_SERVICE", "FLEETPROF_VERSION", "FLEETPROF_OUTPUT",
-                                      "FLEETPROF_COLLECTOR", "FLEETPROF_ENABLED", "LD_PRELOAD",
-                                      NULL};
+        static const char *clear[] = {"FLEETPROF_SERVICE", "FLEETPROF_VERSION",
+                                      "FLEETPROF_OUTPUT", "FLEETPROF_COLLECTOR",
+                                      "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+                                      "FLEETPROF_ENABLED", "LD_PRELOAD", NULL};
         for (int i = 0; clear[i]; i++)
             unsetenv(clear[i]);
         setenv("FLEETPROF_COLLECTOR", "none", 1);
