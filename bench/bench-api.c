@@ -224,6 +224,15 @@ static void generate(const char *dir, int64_t t0) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sqlite3_finalize(all[i]);
     EXEC(db, "COMMIT");
+    sqlite3_close(db);
+    /* the rollups the aggregator writes next to the fine rows at ingest */
+    if (agg_store_sqlite_open(path, &st, err, sizeof err) || st->vt->derive(st, 3600, 60)) {
+        fprintf(stderr, "bench-api: cannot derive the coarse rollups of %s\n", path);
+        exit(1);
+    }
+    agg_store_close(st);
+    if (sqlite3_open(path, &db) != SQLITE_OK)
+        exit(1);
     EXEC(db, "PRAGMA wal_checkpoint(TRUNCATE)");
     sqlite3_close(db);
     free(leaf);

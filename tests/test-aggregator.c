@@ -3,8 +3,11 @@
  * with a real Kafka broker: simulator -> Kafka -> fleetprof-aggregator -> exact totals,
  * duplicates counted once, malformed messages dead-lettered with their reasons. */
 #include "aggtest.h"
+#include "diff.h"
+#include "export.h"
 #include "fleetsim.h"
 #include "intern.h"
+#include "query_store.h"
 #include "retention.h"
 #include "rollup.h"
 #include "store.h"
@@ -17,6 +20,7 @@
 #include "support/runner.h"
 
 #include <errno.h>
+#include <math.h>
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -47,14 +51,18 @@ typedef struct {
     int64_t offset;
 } feeder_t;
 
-static void feeder_init(feeder_t *f, const char *path, int64_t fine) {
+static void feeder_init_rw(feeder_t *f, const char *path, int64_t fine, int64_t replicate) {
     char err[512];
     memset(f, 0, sizeof *f);
     CHECKF(agg_store_sqlite_open(path, &f->st, err, sizeof err) == 0, "%s", err);
-    agg_rollup_cfg_t rc = {fine, 3600, 1, 1};
+    agg_rollup_cfg_t rc = {fine, 3600, 1, 1, replicate};
     agg_rollup_init(&f->r, &rc);
     agg_batch_init(&f->b);
     f->offset = -1;
+}
+
+static void feeder_init(feeder_t *f, const char *path, int64_t fine) {
+    feeder_init_rw(f, path, fine, 60);
 }
 
 static void feeder_add(feeder_t *f, const cm_chunk_t *c) {
@@ -123,7 +131,7 @@ typedef struct {
     int n;
 } frames_t;
 
-static int collect_frame(void *arg, const agg_frame_t *f) {
+static int collect_frame(void *arg, const agg_store_frame_t *f) {
     frames_t *fr = arg;
     if (fr->n < 64)
         snprintf(fr->names[fr->n], 128, "%s", f->name);
@@ -158,6 +166,8 @@ static int one_version(void *arg, const agg_version_row_t *v) {
     out->chunks = v->chunks;
     return 0;
 }
+
+static int strcmp_ptr(const char **a, const char **b) { return strcmp(*a, *b); }
 
 static void test_store_roundtrip_and_fencing(void) {
     char dir[64], path[128];
@@ -352,6 +362,197 @@ static void test_retention_downsample_and_expire(void) {
     CHECK_EQ(old.rows, 0);
     feeder_free(&f);
     fsim_free(sim);
+}
+
+/* The profile of q as sorted folded lines (a canonical text: equal profiles, equal text). */
+static char *folded_of(agg_qstore_t *qs, const agg_qspec_t *q, size_t *rows) {
+    agg_profile_t *p = NULL;
+    CHECK_EQ(agg_qstore_profile(qs, q, &p), 0);
+    char *txt = NULL;
+    size_t len = 0;
+    CHECK_EQ(agg_export_folded(p, 0, &txt, &len), 0);
+    *rows = p->n_rows;
+    agg_profile_free(p);
+    size_t n = 0;
+    char *lines[20000], *save = NULL;
+    for (char *l = strtok_r(txt, "\n", &save); l && n < 20000; l = strtok_r(NULL, "\n", &save))
+        lines[n++] = l;
+    qsort(lines, n, sizeof *lines, (int (*)(const void *, const void *))strcmp_ptr);
+    char *out = malloc(len + n + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)sprintf(out + o, "%s\n", lines[i]);
+    out[o] = 0;
+    free(txt);
+    return out;
+}
+
+typedef struct {
+    agg_diff_t d;
+    agg_profile_t *b, *t;
+} diffres_t;
+
+static void diff_of(agg_qstore_t *qs, const agg_qspec_t *q, const char *base, const char *test,
+                    diffres_t *r) {
+    agg_qspec_t qb = *q, qt = *q;
+    const char *vb[1] = {base}, *vt[1] = {test};
+    qb.versions = vb;
+    qt.versions = vt;
+    qb.n_versions = qt.n_versions = 1;
+    CHECK_EQ(agg_qstore_profile(qs, &qb, &r->b), 0);
+    CHECK_EQ(agg_qstore_profile(qs, &qt, &r->t), 0);
+    CHECK_EQ(agg_diff_compute(r->b, r->t, NULL, &r->d), 0);
+}
+
+static void diffres_free(diffres_t *r) {
+    agg_diff_free(&r->d);
+    agg_profile_free(r->b);
+    agg_profile_free(r->t);
+}
+
+static int cmp_entry_name(const void *a, const void *b) {
+    return strcmp(((const agg_diff_entry_t *)a)->name, ((const agg_diff_entry_t *)b)->name);
+}
+
+static int close_to(double a, double b) {
+    return fabs(a - b) <= 1e-9 * (fabs(a) + fabs(b)) + 1e-12;
+}
+
+/* Same functions, values and p-values (replicate forms that must agree exactly). */
+static void check_same_diff(diffres_t *x, diffres_t *y, int same_p) {
+    CHECK_EQ(x->d.n, y->d.n);
+    CHECKF(close_to(x->d.base_total, y->d.base_total) && close_to(x->d.test_total, y->d.test_total), "totals %.9g/%.9g vs %.9g/%.9g, work %.9g/%.9g vs %.9g/%.9g", x->d.base_total, x->d.test_total, y->d.base_total, y->d.test_total, x->d.base_work, x->d.test_work, y->d.base_work, y->d.test_work);
+    qsort(x->d.entries, x->d.n, sizeof *x->d.entries, cmp_entry_name);
+    qsort(y->d.entries, y->d.n, sizeof *y->d.entries, cmp_entry_name);
+    for (size_t i = 0; i < x->d.n; i++) {
+        const agg_diff_entry_t *a = &x->d.entries[i], *b = &y->d.entries[i];
+        CHECKF(!strcmp(a->name, b->name), "%s vs %s", a->name, b->name);
+        CHECKF(close_to(a->base_total, b->base_total) && close_to(a->test_self, b->test_self),
+               "%s: totals %g/%g vs %g/%g", a->name, a->base_total, a->test_self, b->base_total,
+               b->test_self);
+        if (same_p)
+            CHECKF(close_to(a->p, b->p), "%s: p %g vs %g", a->name, a->p, b->p);
+    }
+}
+
+/* The coarse per-stack rollup and the per-leaf rollup give exactly what the fine rows give:
+ * merged profiles over aligned, unaligned and edge-straddling ranges are identical to the
+ * fine-row reads; a diff from leaf replicates equals the diff from per-stack replicates when
+ * the replicate width is the fine width; with 60-s replicates the totals are identical and the
+ * replicates are the minutes. Also after downsampling, and for a store written before the
+ * rollups existed (rebuilt from its profile table). */
+static void test_derived_rollups_match_fine_rows(void) {
+    char dir[64], dir2[80], path[128], path2[160], err[256];
+    at_tmpdir(dir, "derived");
+    snprintf(dir2, sizeof dir2, "%s/r60", dir);
+    CHECK(mkdir(dir2, 0755) == 0);
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    agg_store_path(path2, sizeof path2, dir2, "t", 0);
+    int64_t now_s = wall_ns() / 1000000000;
+    int64_t h = now_s - now_s % 3600 - 2 * 3600; /* an hour boundary inside the data */
+    fsim_params_t sp = {.seed = 17, .services = 1, .versions = 2, .processes = 2,
+                        .intervals = 720, .samples = 150, .stacks = 80, .types_mask = 1u << CM_EV_CPU,
+                        .start_unix_ns = (uint64_t)(h - 1800) * 1000000000ull,
+                        .interval_ns = 10ull * 1000000000ull};
+    feeder_t f, f2;
+    fsim_t *sim = fsim_new(&sp), *sim2 = fsim_new(&sp);
+    feeder_init_rw(&f, path, 10, 10); /* replicate width = fine width */
+    feeder_init_rw(&f2, path2, 10, 60);
+    feed_sim(&f, sim);
+    feed_sim(&f2, sim2);
+    const char *svc = fsim_service_name(sim, 0), *v0 = fsim_version_name(sim, 0, 0),
+               *v1 = fsim_version_name(sim, 0, 1);
+    agg_qstore_t *qs, *qs2;
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    CHECKF(agg_qstore_open(dir2, &qs2, err, sizeof err) == 0, "%s", err);
+    const int64_t ranges[][2] = {{0, INT64_MAX / 4},       {h, h + 3600},
+                                 {h - 1000, h + 4600},     {h + 123, h + 1500},
+                                 {h - 1800, h - 1200},     {h + 3595, h + 5400}};
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+            agg_qspec_t q = {.service = svc, .type = CM_EV_CPU, .from_s = ranges[i][0],
+                             .to_s = ranges[i][1]};
+            size_t rows_c, rows_f;
+            char *coarse = folded_of(qs, &q, &rows_c);
+            q.exact = 1;
+            char *fine = folded_of(qs, &q, &rows_f);
+            printf("pass %d range %zu: %zu stacks from the rollups, %zu from the fine rows, "
+                   "%zu bytes\n", pass, i, rows_c, rows_f, strlen(fine));
+            /* after downsampling, ranges inside the merged hours hold no bucket start */
+            int inside = pass == 1 && ranges[i][1] <= h + 3600 && ranges[i][0] % 3600;
+            CHECK(inside ? strlen(fine) == 0 : strlen(fine) > 0);
+            CHECKF(!strcmp(coarse, fine), "range %zu: merged profiles differ", i);
+            free(coarse);
+            free(fine);
+        }
+        /* diffs: leaf replicates (fine width) == per-stack replicates, same p-values */
+        for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+            if (pass == 1 && ranges[i][1] <= h + 3600 && ranges[i][0] % 3600)
+                continue; /* no data left there (above) */
+            agg_qspec_t q = {.service = svc, .type = CM_EV_CPU, .from_s = ranges[i][0],
+                             .to_s = ranges[i][1], .replicates = AGG_QREP_LEAVES};
+            diffres_t a, b, c;
+            diff_of(qs, &q, v0, v1, &a);
+            q.replicates = AGG_QREP_STACKS;
+            diff_of(qs, &q, v0, v1, &b);
+            /* after downsampling an hour is one replicate: too few, per-stack ones instead */
+            CHECK(!b.b->leaf_replicates && (pass || a.b->leaf_replicates));
+            CHECK(a.d.base_replicates >= (pass ? 1 : 10) &&
+                  a.d.base_replicates == b.d.base_replicates);
+            check_same_diff(&a, &b, 1);
+            /* 60-s replicates: same totals; one replicate per minute (fewer than 10 minutes:
+             * the per-stack fine replicates instead) */
+            q.replicates = AGG_QREP_LEAVES;
+            diff_of(qs2, &q, v0, v1, &c);
+            int64_t lo = ranges[i][0] > h - 1800 ? ranges[i][0] : h - 1800;
+            int64_t hi = ranges[i][1] < h + 5400 ? ranges[i][1] : h + 5400;
+            int64_t first = (lo + 9) / 10 * 10; /* the first 10-s bucket starting in range */
+            int64_t minutes = (hi + 59) / 60 - first / 60;
+            printf("pass %d range %zu: %u replicates at 10 s, %u at 60 s (%lld minutes)\n",
+                   pass, i, a.d.base_replicates, c.d.base_replicates, (long long)minutes);
+            if (minutes >= AGG_QMIN_LEAF_REPLICATES && pass == 0) {
+                CHECK(c.b->leaf_replicates);
+                CHECK_EQ((int64_t)c.d.base_replicates, minutes);
+            } else if (pass == 0) {
+                CHECK(!c.b->leaf_replicates);
+            }
+            check_same_diff(&a, &c, 0);
+            diffres_free(&a);
+            diffres_free(&b);
+            diffres_free(&c);
+        }
+        if (pass == 1)
+            break;
+        /* downsample everything older than h + 1 h into hours, then compare again */
+        agg_retention_cfg_t rc = {10, 3600, 0, 30 * 86400, 86400, 2 * 86400};
+        agg_retention_stats_t st = {0};
+        CHECK_EQ(agg_retention_run(f.st, &rc, (h + 3600) * 1000000000ll, &st), 0);
+        CHECK(st.rows_moved > 0);
+        CHECK_EQ(agg_retention_run(f2.st, &rc, (h + 3600) * 1000000000ll, &st), 0);
+    }
+    agg_qstore_close(qs);
+    agg_qstore_close(qs2);
+    /* a store written before the rollups existed: rebuilt from the profile table */
+    sqlite3 *db;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "DELETE FROM profile_coarse; DELETE FROM profile_leaf; DELETE FROM "
+                           "meta WHERE key IN ('coarse_width', 'replicate_width')",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    agg_qspec_t q = {.service = svc, .type = CM_EV_CPU, .from_s = h, .to_s = h + 3600};
+    size_t r1, r2;
+    char *before = folded_of(qs, &q, &r1);
+    CHECK_EQ(f.st->vt->derive(f.st, 3600, 10), 0);
+    char *after = folded_of(qs, &q, &r2);
+    CHECK(!strcmp(before, after));
+    free(before);
+    free(after);
+    agg_qstore_close(qs);
+    feeder_free(&f);
+    feeder_free(&f2);
+    fsim_free(sim);
+    fsim_free(sim2);
 }
 
 static void test_store_size_bounded_under_steady_load(void) {
@@ -560,6 +761,7 @@ static void test_bad_config_is_reported(void) {
 static const tr_test_t tests[] = {
     {"store_roundtrip_and_fencing", test_store_roundtrip_and_fencing},
     {"retention_downsample_and_expire", test_retention_downsample_and_expire},
+    {"derived_rollups_match_fine_rows", test_derived_rollups_match_fine_rows},
     {"store_size_bounded_under_steady_load", test_store_size_bounded_under_steady_load},
     {"bad_config_is_reported", test_bad_config_is_reported},
     {"e2e_exact_totals_duplicates_dlq", test_e2e_exact_totals_duplicates_dlq},

@@ -108,6 +108,62 @@ static int pair_push(side_t *s, uint32_t f, double v) {
     return 0;
 }
 
+/* Per-replicate self cost of each function from the leaf rows of p (leaf-replicate form):
+ * the same pairs side_compute's row pass would push. Returns 0 or CM_ENOMEM. */
+static int leaf_pass(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, side_t *s) {
+    int rc = CM_ENOMEM;
+    size_t *rstart = calloc((size_t)p->n_replicates + 2, sizeof *rstart);
+    size_t *order = malloc((p->n_leaf_rows + 1) * sizeof *order);
+    double *v = calloc((size_t)nk + 1, sizeof *v);
+    uint32_t *touched = malloc(((size_t)nk + 1) * sizeof *touched);
+    uint32_t *stamp = calloc((size_t)nk + 1, sizeof *stamp);
+    if (!rstart || !order || !v || !touched || !stamp)
+        goto out;
+    for (size_t i = 0; i < p->n_leaf_rows; i++) /* counting sort by replicate */
+        rstart[p->leaf_rows[i].replicate + 2]++;
+    for (uint32_t r = 0; r < p->n_replicates; r++)
+        rstart[r + 2] += rstart[r + 1];
+    for (size_t i = 0; i < p->n_leaf_rows; i++)
+        order[rstart[p->leaf_rows[i].replicate + 1]++] = i;
+    for (uint32_t r = 0; r < p->n_replicates; r++) { /* rstart[r] is now replicate r's start */
+        double work = p->replicates[r].work;
+        uint32_t nt = 0;
+        s->work += work;
+        if (!(work > 0))
+            continue;
+        for (size_t k = rstart[r]; k < rstart[r + 1]; k++) {
+            const agg_leaf_row_t *row = &p->leaf_rows[order[k]];
+            uint32_t f = fmap[row->frame];
+            if (stamp[f] != r + 1) {
+                stamp[f] = r + 1;
+                touched[nt++] = f;
+            }
+            v[f] += (double)row->weight;
+        }
+        for (uint32_t t = 0; t < nt; t++) {
+            uint32_t f = touched[t];
+            if (v[f] != 0) {
+                if (pair_push(s, f, v[f] / work))
+                    goto out;
+                s->present[f]++;
+            }
+            v[f] = 0;
+        }
+        s->scale[s->n_reps] = 1.0;
+        s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
+    }
+    if (p->work_total > 0)
+        s->work = p->work_total;
+    rc = 0;
+out:
+    free(rstart);
+    free(order);
+    free(v);
+    free(touched);
+    free(stamp);
+    return rc;
+}
+
 /* Fills s for profile p whose frame f is function fmap[f] of nk. */
 static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, int incl_test,
                         side_t *s) {
@@ -151,6 +207,21 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         }
     }
     uoff[p->n_stacks] = nu;
+    if (p->leaf_replicates) {
+        /* leaf-replicate form: totals per stack from the rows, replicates from the leaf rows
+         * (self cost only: inclusive cost needs each replicate's stacks) */
+        if (incl_test) {
+            rc = CM_EINVAL;
+            goto out;
+        }
+        for (size_t i = 0; i < p->n_rows; i++) {
+            sw[p->rows[i].stack] += p->rows[i].weight;
+            sc[p->rows[i].stack] += p->rows[i].count;
+        }
+        if (leaf_pass(p, fmap, nk, s))
+            goto out;
+        goto sums;
+    }
     /* rows grouped by replicate (counting sort, unless a store already returned them so) */
     int sorted = 1;
     for (size_t i = 0; i < p->n_rows; i++) {
@@ -217,6 +288,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
             s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
         }
     }
+sums:
     /* sums per stack, then per function: a stack's value is added once to each function */
     for (uint32_t st = 0; st < p->n_stacks; st++) {
         s->total_w += sw[st];

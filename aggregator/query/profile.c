@@ -134,6 +134,7 @@ void agg_profile_free(agg_profile_t *p) {
     free(p->stack_off);
     free(p->stack_frames);
     free(p->rows);
+    free(p->leaf_rows);
     free(p->stack_weight);
     free(p->stack_count);
     free(p->replicates);
@@ -295,6 +296,21 @@ int agg_profile_seal(agg_profile_t *p) {
     agg_profile_stack_sums(p, w, c);
     p->stack_weight = w;
     p->stack_count = c;
+    return 0;
+}
+
+void agg_profile_use_leaf_replicates(agg_profile_t *p) { p->leaf_replicates = 1; }
+
+int agg_profile_add_leaf(agg_profile_t *p, uint32_t frame, uint64_t weight, uint64_t count,
+                         uint32_t replicate) {
+    if (!p->leaf_replicates)
+        return CM_EINVAL;
+    if (frame >= p->n_frames || replicate >= p->n_replicates)
+        return CM_ERANGE;
+    if (grow((void **)&p->leaf_rows, sizeof *p->leaf_rows, &p->cap_leaf_rows,
+             p->n_leaf_rows + 1))
+        return CM_ENOMEM;
+    p->leaf_rows[p->n_leaf_rows++] = (agg_leaf_row_t){frame, replicate, weight, count};
     return 0;
 }
 

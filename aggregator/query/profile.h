@@ -54,6 +54,14 @@ typedef struct {
     uint64_t count;     /* milli-events */
 } agg_row_t;
 
+/* Per-replicate cost of one leaf frame: what a diff of self cost needs from each replicate,
+ * without the per-replicate stacks (see agg_profile_t.leaf_replicates). */
+typedef struct {
+    uint32_t frame;     /* frame id of the leaf */
+    uint32_t replicate; /* replicate id */
+    uint64_t weight, count;
+} agg_leaf_row_t;
+
 typedef struct agg_idtab agg_idtab_t; /* private interning tables */
 
 typedef struct agg_profile {
@@ -71,9 +79,20 @@ typedef struct agg_profile {
     uint32_t n_contexts;
     uint64_t time_start_ns, time_end_ns; /* covered time range, 0 when unknown (pprof) */
     uint64_t *stack_weight, *stack_count; /* per-stack sums after agg_profile_seal(), or NULL */
+    /* Leaf-replicate form (set by agg_profile_use_leaf_replicates): the rows carry the totals
+     * per stack with no meaningful replicate, and leaf_rows carry each replicate's cost per
+     * leaf frame. Views read the rows as always; a diff takes the replicates of its self-cost
+     * test from leaf_rows (the same numbers the rows would give, far fewer of them). Filters
+     * return an ordinary profile without them. */
+    int leaf_replicates;
+    agg_leaf_row_t *leaf_rows;
+    size_t n_leaf_rows;
+    /* > 0: the work of exactly the rows' range (leaf replicates may be wider buckets that
+     * straddle its ends); the diff normalises the totals by it instead of the replicates' sum */
+    double work_total;
     /* private */
     uint32_t cap_frames, cap_stacks, cap_stack_frames, cap_replicates, cap_contexts;
-    size_t cap_rows;
+    size_t cap_rows, cap_leaf_rows;
     agg_idtab_t *tab_strings, *tab_frames, *tab_stacks, *tab_replicates, *tab_contexts;
     char **strings;
     uint32_t n_strings, cap_strings;
@@ -103,6 +122,14 @@ int64_t agg_profile_context(agg_profile_t *p, const uint8_t trace_id[16], const 
 /* Appends a row. Returns 0, CM_ERANGE for an unknown stack/replicate/context id, or CM_ENOMEM. */
 int agg_profile_add(agg_profile_t *p, uint32_t stack, uint64_t weight, uint64_t count,
                     uint32_t replicate, uint32_t context);
+
+/* Marks p as being in leaf-replicate form (see agg_profile_t.leaf_replicates). */
+void agg_profile_use_leaf_replicates(agg_profile_t *p);
+
+/* Appends a leaf row (leaf-replicate form). Returns 0, CM_ERANGE for an unknown frame or
+ * replicate id, CM_EINVAL when p is not in leaf-replicate form, or CM_ENOMEM. */
+int agg_profile_add_leaf(agg_profile_t *p, uint32_t frame, uint64_t weight, uint64_t count,
+                         uint32_t replicate);
 
 /* Adds the samples of p->type from one decoded chunk as one replicate: key = the chunk id in
  * hex, work = the chunk's interval in seconds. Frames are named as `fleetprof fold` names them

@@ -630,9 +630,10 @@ static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_re
     const char *lval;
     cm_event_type_t type;
     int64_t from, to;
+    long long exact;
     if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
         parse_time(a, from_p, 0, r, &from) || parse_time(a, to_p, INT64_MAX / 4, r, &to) ||
-        parse_label(a, r, lkey, sizeof lkey, &lval))
+        parse_label(a, r, lkey, sizeof lkey, &lval) || parse_uint(a, "exact", 0, 1, r, &exact))
         return NULL;
     if (to <= from) {
         reply_err(r, 400, to_p, "%s must be after %s", to_p, from_p);
@@ -647,7 +648,16 @@ static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_re
     agg_qversions_free(v, n);
     if (bad)
         return NULL;
-    agg_qspec_t q = {svc, vers, nv, type, from, to, lval ? lkey : NULL, lval, replicates};
+    agg_qspec_t q = {.service = svc,
+                     .versions = vers,
+                     .n_versions = nv,
+                     .type = type,
+                     .from_s = from,
+                     .to_s = to,
+                     .label_key = lval ? lkey : NULL,
+                     .label_value = lval,
+                     .replicates = replicates,
+                     .exact = (int)exact};
     agg_profile_t *p = NULL;
     int rc = agg_qstore_profile(api->qs, &q, &p);
     if (rc) {
@@ -773,13 +783,18 @@ static void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_re
     }
     agg_profile_t *pb = NULL, *pt = NULL;
     json_t *mb = NULL, *mt = NULL;
+    const char *inc = arg(a, "inclusive");
+    int inclusive = inc && !strcmp(inc, "1");
+    /* a self-cost diff reads per-leaf replicates; filters and inclusive cost need each
+     * replicate's stacks */
+    int mode = ft.any || inclusive ? AGG_QREP_STACKS : AGG_QREP_LEAVES;
     if (!(pb = query_profile(api, a, r, by_time ? "version" : "base",
-                             by_time ? "base_from" : "from", by_time ? "base_to" : "to", 1, &ft,
-                             &mb)))
+                             by_time ? "base_from" : "from", by_time ? "base_to" : "to", mode,
+                             &ft, &mb)))
         return;
     if (!(pt = query_profile(api, a, r, by_time ? "version" : "test",
-                             by_time ? "test_from" : "from", by_time ? "test_to" : "to", 1, &ft,
-                             &mt)))
+                             by_time ? "test_from" : "from", by_time ? "test_to" : "to", mode,
+                             &ft, &mt)))
         goto out;
     if (!pb->n_rows || !pt->n_rows) {
         const char *t = arg(a, "type");
@@ -792,8 +807,7 @@ static void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_re
     agg_diff_opts_t o;
     agg_diff_opts_default(&o);
     o.q = q;
-    const char *inc = arg(a, "inclusive");
-    o.test_inclusive = inc && !strcmp(inc, "1");
+    o.test_inclusive = inclusive;
     agg_diff_t d;
     int rc = agg_diff_compute(pb, pt, &o, &d);
     if (rc) {

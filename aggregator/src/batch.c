@@ -29,12 +29,15 @@ void agg_batch_init(agg_batch_t *b) {
     agg_hmap_init(&b->spanstk, sizeof(agg_spanstk_key_t), sizeof(agg_spanstk_ent_t));
     agg_hmap_init(&b->rej, sizeof(agg_rej_key_t), sizeof(agg_rej_ent_t));
     agg_hmap_init(&b->seen, sizeof(agg_seen_key_t), sizeof(agg_seen_ent_t));
+    agg_hmap_init(&b->profc, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
+    agg_hmap_init(&b->leaf, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
     b->next_offset = -1;
 }
 
 static agg_hmap_t *maps(agg_batch_t *b, int i) {
     agg_hmap_t *m[] = {&b->prof, &b->tot,     &b->ival, &b->drop, &b->ver,
-                       &b->fn,   &b->span,    &b->spanstk, &b->rej, &b->seen};
+                       &b->fn,   &b->span,    &b->spanstk, &b->rej, &b->seen,
+                       &b->profc, &b->leaf};
     return i < (int)(sizeof m / sizeof m[0]) ? m[i] : NULL;
 }
 

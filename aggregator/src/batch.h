@@ -18,7 +18,11 @@
 
 #include <stdint.h>
 
-/* profile: (service, version, type, width, bucket, labels, stack) -> sums */
+/* profile: (service, version, type, width, bucket, labels, stack) -> sums. The same key and
+ * sums serve the coarse per-stack rollup (width = the coarse width, written at ingest so that a
+ * query over hours reads one row per stack and hour) and the per-leaf rollup (width = the
+ * replicate width; `stack` holds the store location id of the stack's leaf frame: the
+ * replicates of a diff of self cost, one row per leaf instead of one per stack). */
 typedef struct {
     uint64_t service, version, type, width, bucket, labels, stack;
 } agg_prof_key_t;
@@ -146,6 +150,8 @@ typedef struct {
 
 typedef struct agg_batch {
     agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen;
+    agg_hmap_t profc, leaf; /* coarse per-stack rollup, fine per-leaf rollup (keys as prof) */
+    int64_t coarse_width, replicate_width; /* widths of the profc and leaf rows (rollup) */
     AGG_VEC(agg_new_str_t) strs;
     AGG_VEC(agg_new_map_t) maps;
     AGG_VEC(agg_new_fn_t) fns;

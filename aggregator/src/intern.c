@@ -233,6 +233,7 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
     }
     rc = 0;
     ids->fn = in->fn;
+    ids->loc = in->loc;
     ids->stack = in->stack;
     ids->labels = in->labels;
 out:

@@ -27,7 +27,7 @@ typedef struct {
     int64_t report_min_samples, report_interval;
     int64_t http_port;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
-    int64_t fine_width, coarse_width, downsample_after, max_age, span_max_age, dedupe_window;
+    int64_t fine_width, coarse_width, replicate_width, downsample_after, max_age, span_max_age, dedupe_window;
     int64_t retention_interval;
     int span_index, fn_stats;
 } agg_cfg_t;
@@ -66,6 +66,9 @@ static const cm_opt_t opts[] = {
      "width of the fine time buckets"},
     {"coarse-width", CM_OPT_DURATION, "1h", O(coarse_width), 1000000000ll, 30 * 86400000000000ll,
      "width of the coarse (downsampled) buckets; a multiple of fine-width"},
+    {"replicate-width", CM_OPT_DURATION, "0", O(replicate_width), 0, 86400000000000ll,
+     "bucket width of the per-leaf rollup that diffs take their replicates from: a multiple "
+     "of fine-width dividing coarse-width; 0: 1m when that fits, else fine-width"},
     {"downsample-after", CM_OPT_DURATION, "6h", O(downsample_after), 0, 3650 * 86400000000000ll,
      "age after which fine buckets are merged into coarse ones"},
     {"max-age", CM_OPT_DURATION, "30d", O(max_age), 0, 3650 * 86400000000000ll,
@@ -159,7 +162,8 @@ int main(int argc, char **argv) {
         .batch_max_samples = cfg.batch_max_samples,
         .batch_interval_ms = cfg.batch_interval / 1000000,
         .retention_interval_ms = cfg.retention_interval / 1000000,
-        .rollup = {cfg.fine_width / S, cfg.coarse_width / S, cfg.span_index, cfg.fn_stats},
+        .rollup = {cfg.fine_width / S, cfg.coarse_width / S, cfg.span_index, cfg.fn_stats,
+                   cfg.replicate_width / S},
         .retention = {cfg.fine_width / S, cfg.coarse_width / S, cfg.downsample_after / S,
                       cfg.max_age / S, cfg.span_max_age / S, cfg.dedupe_window / S},
     };
@@ -174,6 +178,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         rc = 2;
         goto out;
+    }
+    {
+        int64_t f = cfg.fine_width / S, c = cfg.coarse_width / S, r = cfg.replicate_width / S;
+        if (!cfg.replicate_width)
+            r = 60 % f == 0 && c % 60 == 0 ? 60 : f;
+        else if (cfg.replicate_width % S || r % f || c % r) {
+            fprintf(stderr, "fleetprof-aggregator: replicate-width %llds must be whole seconds, a "
+                    "multiple of fine-width %llds and divide coarse-width %llds\n",
+                    (long long)r, (long long)f, (long long)c);
+            rc = 2;
+            goto out;
+        }
+        cc.rollup.replicate_width_s = r;
     }
     struct stat sb;
     if (stat(cfg.store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg.store_dir, W_OK)) {

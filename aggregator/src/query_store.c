@@ -311,18 +311,65 @@ static void frame_name(const char *fn, const char *mapping, uint64_t addr, char 
         snprintf(buf, size, "0x%llx", (unsigned long long)addr);
 }
 
-/* Reads the trie nodes (with all their ancestors) of the stacks in `want` into the cache. */
-static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
-    int rc = 0, s;
+/* The cache index of store location loc, adding it from the current row of st (columns c..c+3:
+ * function name, mapping file, build id, address) when it is new. Returns it or CM_ENOMEM. */
+static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
+    int fresh = 0;
+    uint64_t *li = agg_hmap_upsert(&d->locidx, &loc, &fresh);
+    if (!li)
+        return CM_ENOMEM;
+    if (!fresh)
+        return (int64_t)li[1];
+    if (d->nlocs == d->cap_locs) {
+        size_t nc = d->cap_locs ? d->cap_locs * 2 : 1024;
+        cloc_t *nl = realloc(d->locs, nc * sizeof *nl);
+        if (!nl)
+            goto nomem;
+        d->locs = nl;
+        d->cap_locs = nc;
+    }
+    char name[512], bid[129] = "";
+    const char *module;
+    uint64_t addr = (uint64_t)sqlite3_column_int64(st, c + 3);
+    frame_name((const char *)sqlite3_column_text(st, c), (const char *)sqlite3_column_text(st, c + 1),
+               addr, name, sizeof name, &module);
+    int bl = sqlite3_column_bytes(st, c + 2);
+    const uint8_t *bb = sqlite3_column_blob(st, c + 2);
+    for (int k = 0; bb && k < bl && k < 64; k++)
+        snprintf(bid + 2 * k, 3, "%02x", bb[k]);
+    cloc_t *cl = &d->locs[d->nlocs];
+    cl->name = strdup(name);
+    cl->module = strdup(module);
+    cl->build_id = strdup(bid);
+    cl->address = addr;
+    if (!cl->name || !cl->module || !cl->build_id) {
+        free(cl->name);
+        free(cl->module);
+        free(cl->build_id);
+        goto nomem;
+    }
+    li[1] = d->nlocs;
+    return (int64_t)d->nlocs++;
+nomem: /* the new index entry has no location: start the cache over */
+    cache_free(d);
+    cache_init(d);
+    return CM_ENOMEM;
+}
+
+/* Fills temp.<table>(id) with the n ids of want (a per-connection scratch table). */
+static int fill_temp(qdb_t *d, const char *table, const uint64_t *want, size_t n) {
+    char sql[256];
     sqlite3_stmt *st = NULL;
-    if (sqlite3_exec(d->db,
-                     "CREATE TEMP TABLE IF NOT EXISTS want(id INTEGER PRIMARY KEY);"
-                     "DELETE FROM temp.want;",
-                     NULL, NULL, NULL) != SQLITE_OK) {
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP TABLE IF NOT EXISTS %s(id INTEGER PRIMARY KEY); DELETE FROM temp.%s;",
+             table, table);
+    if (sqlite3_exec(d->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
         CM_WARN("query: %s: temp table: %s", d->path, sqlite3_errmsg(d->db));
         return CM_EIO;
     }
-    if ((rc = prep(d, "INSERT OR IGNORE INTO temp.want VALUES(?1)", &st)))
+    snprintf(sql, sizeof sql, "INSERT OR IGNORE INTO temp.%s VALUES(?1)", table);
+    int rc = prep(d, sql, &st);
+    if (rc)
         return rc;
     sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL);
     for (size_t i = 0; i < n; i++) {
@@ -332,6 +379,37 @@ static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
     }
     sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
     sqlite3_finalize(st);
+    return 0;
+}
+
+static int cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    if ((rc = fill_temp(d, "wantloc", want, n)) ||
+        (rc = prep(d,
+                   "SELECT l.id, fn.s, mf.s, m.build_id, l.address FROM temp.wantloc w JOIN "
+                   "locations l ON l.id=w.id LEFT JOIN functions f ON f.id=l.function LEFT JOIN "
+                   "strings fn ON fn.id=f.name LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN "
+                   "strings mf ON mf.id=m.filename",
+                   &st)))
+        return rc;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t li = cache_loc(d, st, (uint64_t)sqlite3_column_int64(st, 0), 1);
+        if (li < 0) {
+            rc = (int)li;
+            break;
+        }
+    }
+    int r2 = done(st, s);
+    return rc ? rc : r2;
+}
+
+/* Reads the trie nodes (with all their ancestors) of the stacks in `want` into the cache. */
+static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
+    int rc = 0, s;
+    sqlite3_stmt *st = NULL;
+    if ((rc = fill_temp(d, "want", want, n)))
+        return rc;
     if ((rc = prep(d,
                    "WITH RECURSIVE up(id) AS (SELECT id FROM temp.want UNION SELECT s.parent "
                    "FROM stacks s JOIN up ON s.id=up.id WHERE s.parent<>0) "
@@ -345,54 +423,18 @@ static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
         uint64_t loc = (uint64_t)sqlite3_column_int64(st, 2);
-        int fresh = 0;
-        uint64_t *li = agg_hmap_upsert(&d->locidx, &loc, &fresh);
-        if (!li) {
-            rc = CM_ENOMEM;
+        int64_t lidx = cache_loc(d, st, loc, 3);
+        if (lidx < 0) {
+            rc = (int)lidx;
             break;
         }
-        if (fresh) {
-            if (d->nlocs == d->cap_locs) {
-                size_t nc = d->cap_locs ? d->cap_locs * 2 : 1024;
-                cloc_t *nl = realloc(d->locs, nc * sizeof *nl);
-                if (!nl) {
-                    rc = CM_ENOMEM;
-                    break;
-                }
-                d->locs = nl;
-                d->cap_locs = nc;
-            }
-            char name[512], bid[129] = "";
-            const char *module;
-            uint64_t addr = (uint64_t)sqlite3_column_int64(st, 6);
-            frame_name((const char *)sqlite3_column_text(st, 3),
-                       (const char *)sqlite3_column_text(st, 4), addr, name, sizeof name, &module);
-            int bl = sqlite3_column_bytes(st, 5);
-            const uint8_t *bb = sqlite3_column_blob(st, 5);
-            for (int k = 0; bb && k < bl && k < 64; k++)
-                snprintf(bid + 2 * k, 3, "%02x", bb[k]);
-            cloc_t *c = &d->locs[d->nlocs];
-            c->name = strdup(name);
-            c->module = strdup(module);
-            c->build_id = strdup(bid);
-            c->address = addr;
-            if (!c->name || !c->module || !c->build_id) {
-                free(c->name);
-                free(c->module);
-                free(c->build_id);
-                rc = CM_ENOMEM;
-                break;
-            }
-            li[1] = d->nlocs++;
-        }
-        uint32_t lidx = (uint32_t)li[1];
         cnode_t *nd = agg_hmap_upsert(&d->nodes, &id, NULL);
         if (!nd) {
             rc = CM_ENOMEM;
             break;
         }
         nd->parent = (uint64_t)sqlite3_column_int64(st, 1);
-        nd->loc = lidx;
+        nd->loc = (uint32_t)lidx;
     }
     int r2 = done(st, s);
     return rc ? rc : r2;
@@ -495,9 +537,26 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Maps bucket key k to replicate id in reps. */
+static int rep_set(agg_hmap_t *reps, const bkey_t *k, int64_t id) {
+    uint32_t *e = agg_hmap_upsert(reps, k, NULL);
+    if (!e)
+        return CM_ENOMEM;
+    e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
+    return 0;
+}
+
+static int64_t rep_new(agg_profile_t *p, const bkey_t *k, double work) {
+    char key[96];
+    snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)k->v, (long long)k->w,
+             (long long)k->b);
+    return agg_profile_replicate(p, key, work);
+}
+
 /* Interns one replicate per bucket of bks (ordered by version, width, bucket), merging buckets
- * with less than half their version's median work into the previous bucket of the version (the
- * next one for the first). Fills reps: bkey_t -> replicate id (a uint32_t after the key). */
+ * with less than half their version's median work into the previous full bucket of the version
+ * (the leading ones into the first full one; when none is full each keeps its own). Every
+ * bucket's work is added exactly once. Fills reps: bkey_t -> replicate id. */
 static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, agg_hmap_t *reps) {
     double *tmp = malloc((n ? n : 1) * sizeof *tmp);
     if (!tmp)
@@ -511,55 +570,28 @@ static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, ag
             tmp[k - i] = bks[k].work;
         qsort(tmp, j - i, sizeof *tmp, cmp_double);
         double median = tmp[(j - i) / 2];
-        int64_t prev = -1; /* replicate id of the last full bucket */
-        size_t pending = i; /* small buckets before the first full one */
+        int64_t prev = -1; /* replicate of the last full bucket */
         for (size_t k = i; k < j && !rc; k++) {
-            int small = bks[k].work < 0.5 * median;
             int64_t id;
-            if (small && prev >= 0) {
+            if (bks[k].work < 0.5 * median) {
+                if (prev < 0)
+                    continue; /* leading small bucket: goes to the first full one below */
                 id = agg_profile_replicate(p, p->replicates[prev].key, bks[k].work);
-            } else if (small) {
-                continue; /* assigned to the next full bucket below */
             } else {
-                char key[96];
-                snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)bks[k].key.v,
-                         (long long)bks[k].key.w, (long long)bks[k].key.b);
-                id = agg_profile_replicate(p, key, bks[k].work);
-                for (; pending < k && id >= 0; pending++) { /* leading small buckets */
-                    uint32_t *e = agg_hmap_upsert(reps, &bks[pending].key, NULL);
-                    if (!e) {
-                        rc = CM_ENOMEM;
-                        break;
-                    }
-                    e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
-                    id = agg_profile_replicate(p, key, bks[pending].work);
-                }
+                id = rep_new(p, &bks[k].key, bks[k].work);
+                for (size_t s = i; prev < 0 && s < k && id >= 0 && !rc; s++) /* leading ones */
+                    if ((rc = rep_set(reps, &bks[s].key, id)) == 0)
+                        id = agg_profile_replicate(p, p->replicates[id].key, bks[s].work);
                 prev = id;
             }
-            if (id < 0) {
+            if (!rc && id < 0)
                 rc = (int)id;
-                break;
-            }
-            uint32_t *e = agg_hmap_upsert(reps, &bks[k].key, NULL);
-            if (!e) {
-                rc = CM_ENOMEM;
-                break;
-            }
-            e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
-            if (!small && pending <= k)
-                pending = k + 1;
+            if (!rc)
+                rc = rep_set(reps, &bks[k].key, id);
         }
-        for (; pending < j && !rc && prev < 0; pending++) { /* every bucket small: own ids */
-            char key[96];
-            snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)bks[pending].key.v,
-                     (long long)bks[pending].key.w, (long long)bks[pending].key.b);
-            int64_t id = agg_profile_replicate(p, key, bks[pending].work);
-            uint32_t *e = id >= 0 ? agg_hmap_upsert(reps, &bks[pending].key, NULL) : NULL;
-            if (!e) {
-                rc = id < 0 ? (int)id : CM_ENOMEM;
-                break;
-            }
-            e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
+        for (size_t k = i; prev < 0 && k < j && !rc; k++) { /* every bucket small: own ids */
+            int64_t id = rep_new(p, &bks[k].key, bks[k].work);
+            rc = id < 0 ? (int)id : rep_set(reps, &bks[k].key, id);
         }
         i = j;
     }
@@ -567,120 +599,365 @@ static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, ag
     return rc;
 }
 
-static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
-    char sql[4096];
-    int rc = 0, s;
-    size_t n = 0;
-    sqlite3_stmt *st = NULL;
-    rawrow_t *rows = NULL;
-    size_t nrows = 0, cap = 0;
-    agg_hmap_t stacks, reps;
-    bucket_t *bks = NULL;
-    size_t nbk = 0;
-    if (q->n_versions > 200)
-        return CM_EINVAL;
-    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
-    agg_hmap_init(&reps, sizeof(bkey_t), sizeof(bkey_t) + sizeof(uint64_t));
-    char vin[2048] = "";
-    size_t vn = 0;
-    if (q->versions && q->n_versions) {
-        vn += (size_t)snprintf(vin, sizeof vin, " AND version IN (");
-        for (size_t i = 0; i < q->n_versions; i++)
-            vn += (size_t)snprintf(vin + vn, sizeof vin - vn, "%s?%zu", i ? "," : "", 10 + i);
-        snprintf(vin + vn, sizeof vin - vn, ")");
-    }
-    const char *lab = q->label_key && q->label_value
-                          ? " AND labels IN (SELECT labelset FROM labels WHERE key=?5 AND value=?6)"
-                          : "";
-    /* replicates first: the work of each (version, width, bucket). A bucket with less than
-     * half the median work of its version (where processes start or stop mid-bucket) is merged
-     * into its neighbour: its few samples would make a noisy rate and leave functions absent
-     * from it, which the diff's common-factor estimate needs present in every replicate. */
-    if (q->replicates) {
-        snprintf(sql, sizeof sql,
-                 "SELECT version, width, bucket, SUM(duration_ns) FROM intervals WHERE "
-                 "service=?1 AND bucket>=?3 AND bucket<?4%s GROUP BY version, width, bucket "
-                 "ORDER BY version, width, bucket",
-                 vin);
-        if ((rc = prep(d, sql, &st)))
-            goto out;
-        B64(st, 1, sid(q->service));
-        B64(st, 3, q->from_s);
-        B64(st, 4, q->to_s);
-        for (size_t i = 0; q->versions && i < q->n_versions; i++)
-            B64(st, (int)(10 + i), sid(q->versions[i]));
-        size_t ncap = 0;
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            if (nbk == ncap) {
-                size_t nc = ncap ? ncap * 2 : 256;
-                bucket_t *nb = realloc(bks, nc * sizeof *nb);
-                if (!nb) {
-                    rc = CM_ENOMEM;
-                    break;
-                }
-                bks = nb;
-                ncap = nc;
-            }
-            bks[nbk].key.v = sqlite3_column_int64(st, 0);
-            bks[nbk].key.w = sqlite3_column_int64(st, 1);
-            bks[nbk].key.b = sqlite3_column_int64(st, 2);
-            bks[nbk].work = (double)sqlite3_column_int64(st, 3) / 1e9;
-            nbk++;
-        }
-        int r2 = done(st, s);
-        st = NULL;
-        if (rc || (rc = r2) || (rc = assign_replicates(p, bks, nbk, &reps)))
-            goto out;
-        n = (size_t)snprintf(sql, sizeof sql,
-                             "SELECT stack, weight, count, version, width, bucket FROM "
-                             "profile WHERE service=?1 AND type=?2 AND bucket>=?3 AND "
-                             "bucket<?4%s%s",
-                             vin, lab);
-    } else {
-        n = (size_t)snprintf(sql, sizeof sql,
-                             "SELECT stack, weight, count FROM profile WHERE service=?1 "
-                             "AND type=?2 AND bucket>=?3 AND bucket<?4%s%s",
-                             vin, lab);
-    }
-    (void)n;
-    if ((rc = prep(d, sql, &st)))
-        goto out;
+/* The SQL pieces every profile read shares: the version list (explicit, so each statement is
+ * an index range per version), the fine widths present (so a bucket range is an index range
+ * too), the label filter, and their bindings. */
+typedef struct {
+    char vin[2600], win[400];
+    const char *lab;
+    uint64_t vid[AGG_QMAX_VERSIONS];
+    size_t nv;
+    int64_t widths[32];
+    size_t nw;
+} qparts_t;
+
+static void bind_parts(sqlite3_stmt *st, const agg_qspec_t *q, const qparts_t *qp) {
     B64(st, 1, sid(q->service));
     B64(st, 2, q->type);
-    B64(st, 3, q->from_s);
-    B64(st, 4, q->to_s);
-    if (*lab) {
+    if (*qp->lab) {
         B64(st, 5, sid(q->label_key));
         B64(st, 6, sid(q->label_value));
     }
-    for (size_t i = 0; q->versions && i < q->n_versions; i++)
-        B64(st, (int)(10 + i), sid(q->versions[i]));
-    uint32_t rep = 0;
-    if (!q->replicates) {
-        int64_t r = agg_profile_replicate(p, "all", 0);
-        if (r < 0) {
-            rc = (int)r;
-            goto out;
-        }
-        rep = (uint32_t)r;
+    for (size_t i = 0; i < qp->nv; i++)
+        B64(st, (int)(10 + i), qp->vid[i]);
+    for (size_t i = 0; i < qp->nw; i++)
+        B64(st, (int)(300 + i), qp->widths[i]);
+}
+
+/* Fills qp; *empty = 1 when the service has no data for these versions at all. */
+static int query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty) {
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    qp->nv = qp->nw = 0;
+    *empty = 0;
+    if (q->versions && q->n_versions) {
+        for (size_t i = 0; i < q->n_versions; i++)
+            qp->vid[qp->nv++] = sid(q->versions[i]);
+    } else {
+        if ((rc = prep(d, "SELECT version FROM versions WHERE service=?1", &st)))
+            return rc;
+        B64(st, 1, sid(q->service));
+        while ((s = sqlite3_step(st)) == SQLITE_ROW && qp->nv < AGG_QMAX_VERSIONS)
+            qp->vid[qp->nv++] = (uint64_t)sqlite3_column_int64(st, 0);
+        if ((rc = done(st, s)))
+            return rc;
     }
-    /* Rows stream in primary-key order without GROUP BY (SQLite would sort them): the merged
-     * view sums per stack in a hash map; the replicate view keeps every row (rows of one
-     * (bucket, stack) under several label sets simply add up in the profile). */
-    int64_t last_v = -1, last_w = -1, last_b = -1;
+    if ((rc = prep(d, "SELECT DISTINCT width FROM intervals WHERE service=?1", &st)))
+        return rc;
+    B64(st, 1, sid(q->service));
+    while ((s = sqlite3_step(st)) == SQLITE_ROW && qp->nw < 32)
+        qp->widths[qp->nw++] = sqlite3_column_int64(st, 0);
+    if ((rc = done(st, s)))
+        return rc;
+    *empty = !qp->nv || !qp->nw;
+    size_t n = (size_t)snprintf(qp->vin, sizeof qp->vin, " AND version IN (");
+    for (size_t i = 0; i < qp->nv; i++)
+        n += (size_t)snprintf(qp->vin + n, sizeof qp->vin - n, "%s?%zu", i ? "," : "", 10 + i);
+    snprintf(qp->vin + n, sizeof qp->vin - n, ")");
+    n = (size_t)snprintf(qp->win, sizeof qp->win, " AND width IN (");
+    for (size_t i = 0; i < qp->nw; i++)
+        n += (size_t)snprintf(qp->win + n, sizeof qp->win - n, "%s?%zu", i ? "," : "", 300 + i);
+    snprintf(qp->win + n, sizeof qp->win - n, ")");
+    qp->lab = q->label_key && q->label_value
+                  ? " AND labels IN (SELECT labelset FROM labels WHERE key=?5 AND value=?6)"
+                  : "";
+    return 0;
+}
+
+/* An integer of the store's meta table (coarse_width, replicate_width: the widths of the
+ * derived rollups, set once they are complete), 0 when absent. */
+static int64_t meta_int(qdb_t *d, const char *key) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int64_t w = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return w > 0 ? w : 0;
+}
+
+/* Adds the rows of `table` (profile or profile_coarse) with bucket in [from, to) to the
+ * per-stack sums in stacks (fine rows: width among qp's widths; coarse rows: width = cw). */
+static int sum_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, const char *table,
+                      int64_t cw, int64_t from, int64_t to, agg_hmap_t *stacks, size_t *nrows) {
+    if (from >= to)
+        return 0;
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    snprintf(sql, sizeof sql,
+             "SELECT stack, weight, count FROM %s WHERE service=?1 AND type=?2%s%s AND "
+             "bucket>=?3 AND bucket<?4%s",
+             table, qp->vin, cw ? " AND width=?7" : qp->win, qp->lab);
+    if ((rc = prep(d, sql, &st)))
+        return rc;
+    bind_parts(st, q, qp);
+    B64(st, 3, from);
+    B64(st, 4, to);
+    if (cw)
+        B64(st, 7, cw);
+    /* rows stream in primary-key order without GROUP BY (SQLite would sort them) */
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        if (!q->replicates) {
-            uint64_t sk = (uint64_t)sqlite3_column_int64(st, 0);
-            stackmap_t *m = agg_hmap_upsert(&stacks, &sk, NULL);
-            if (!m) {
+        uint64_t sk = (uint64_t)sqlite3_column_int64(st, 0);
+        stackmap_t *m = agg_hmap_upsert(stacks, &sk, NULL);
+        if (!m) {
+            rc = CM_ENOMEM;
+            break;
+        }
+        m->weight += (uint64_t)sqlite3_column_int64(st, 1);
+        m->count += (uint64_t)sqlite3_column_int64(st, 2);
+        (*nrows)++;
+    }
+    int r2 = done(st, s);
+    return rc ? rc : r2;
+}
+
+static int cmp_bucket(const void *a, const void *b) {
+    const bkey_t *x = &((const bucket_t *)a)->key, *y = &((const bucket_t *)b)->key;
+    if (x->v != y->v)
+        return x->v < y->v ? -1 : 1;
+    if (x->w != y->w)
+        return x->w < y->w ? -1 : 1;
+    return x->b < y->b ? -1 : x->b > y->b;
+}
+
+/* The replicates: the work of each (version, width, bucket) in [from, to), buckets narrower
+ * than rw merged into rw-wide ones (rw 0: none), then assign_replicates. Fills reps. */
+static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
+                           agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    bucket_t *bks = NULL;
+    size_t nbk = 0, ncap = 0;
+    int rc = 0, s;
+    snprintf(sql, sizeof sql,
+             "SELECT version, width, bucket, SUM(duration_ns) FROM intervals WHERE "
+             "service=?1%s%s AND bucket>=?3 AND bucket<?4 GROUP BY version, width, bucket "
+             "ORDER BY version, width, bucket",
+             qp->vin, qp->win);
+    if ((rc = prep(d, sql, &st)))
+        return rc;
+    qparts_t nolab = *qp;
+    nolab.lab = "";
+    bind_parts(st, q, &nolab);
+    B64(st, 3, from);
+    B64(st, 4, to);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nbk == ncap) {
+            size_t nc = ncap ? ncap * 2 : 256;
+            bucket_t *nb = realloc(bks, nc * sizeof *nb);
+            if (!nb) {
                 rc = CM_ENOMEM;
                 break;
             }
-            m->weight += (uint64_t)sqlite3_column_int64(st, 1);
-            m->count += (uint64_t)sqlite3_column_int64(st, 2);
-            nrows++;
-            continue;
+            bks = nb;
+            ncap = nc;
         }
+        bucket_t *k = &bks[nbk++];
+        k->key.v = sqlite3_column_int64(st, 0);
+        k->key.w = sqlite3_column_int64(st, 1);
+        k->key.b = sqlite3_column_int64(st, 2);
+        k->work = (double)sqlite3_column_int64(st, 3) / 1e9;
+        if (rw > 0 && k->key.w < rw) {
+            k->key.b -= k->key.b % rw;
+            k->key.w = rw;
+        }
+    }
+    int r2 = done(st, s);
+    if (!rc && !(rc = r2) && rw > 0 && nbk) { /* merge the buckets that became one */
+        qsort(bks, nbk, sizeof *bks, cmp_bucket);
+        size_t o = 0;
+        for (size_t i = 1; i < nbk; i++) {
+            if (!cmp_bucket(&bks[o], &bks[i]))
+                bks[o].work += bks[i].work;
+            else
+                bks[++o] = bks[i];
+        }
+        nbk = o + 1;
+    }
+    if (!rc)
+        rc = assign_replicates(p, bks, nbk, reps);
+    free(bks);
+    return rc;
+}
+
+/* Process-seconds of work in [from, to) (the intervals' pro-rata chunk durations). */
+static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double *work) {
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    snprintf(sql, sizeof sql,
+             "SELECT SUM(duration_ns) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND "
+             "bucket<?4",
+             qp->vin, qp->win);
+    if ((rc = prep(d, sql, &st)))
+        return rc;
+    qparts_t nolab = *qp;
+    nolab.lab = "";
+    bind_parts(st, q, &nolab);
+    B64(st, 3, q->from_s);
+    B64(st, 4, q->to_s);
+    if ((s = sqlite3_step(st)) == SQLITE_ROW)
+        *work += (double)sqlite3_column_int64(st, 0) / 1e9;
+    return done(st, s);
+}
+
+/* The replicate of the row of bucket (v, w, b), interning one when the intervals had none. */
+static int64_t replicate_of(agg_profile_t *p, agg_hmap_t *reps, int64_t v, int64_t w, int64_t b) {
+    bkey_t k = {v, w, b};
+    uint32_t *known = agg_hmap_find(reps, &k);
+    if (known)
+        return known[sizeof k / sizeof *known];
+    return rep_new(p, &k, 0);
+}
+
+typedef struct {
+    uint64_t leaf, weight, count;
+    uint32_t replicate;
+} leafrow_t;
+
+/* Leaf-replicate form: each replicate's cost per leaf location from profile_leaf. */
+static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
+                       agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    leafrow_t *rows = NULL;
+    uint64_t *missing = NULL;
+    uint32_t *frame = NULL;
+    size_t n = 0, cap = 0, nm = 0;
+    int rc = 0, s;
+    agg_hmap_t leaves; /* leaf location id -> (uint64) index into the location cache */
+    agg_hmap_init(&leaves, sizeof(uint64_t), 2 * sizeof(uint64_t));
+    /* the leaf rows: replicate-width ones, and downsampled ones (the intervals' wider widths) */
+    qparts_t lp = *qp;
+    size_t nw = 0;
+    lp.widths[nw++] = rw;
+    for (size_t i = 0; i < qp->nw; i++)
+        if (qp->widths[i] > rw)
+            lp.widths[nw++] = qp->widths[i];
+    lp.nw = nw;
+    size_t wn = (size_t)snprintf(lp.win, sizeof lp.win, " AND width IN (");
+    for (size_t i = 0; i < nw; i++)
+        wn += (size_t)snprintf(lp.win + wn, sizeof lp.win - wn, "%s?%zu", i ? "," : "", 300 + i);
+    snprintf(lp.win + wn, sizeof lp.win - wn, ")");
+    snprintf(sql, sizeof sql,
+             "SELECT leaf, weight, count, version, width, bucket FROM profile_leaf WHERE "
+             "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+             lp.vin, lp.win, lp.lab);
+    if ((rc = prep(d, sql, &st)))
+        goto out;
+    bind_parts(st, q, &lp);
+    B64(st, 3, from);
+    B64(st, 4, to);
+    int64_t last_v = -1, last_w = -1, last_b = -1, rep = 0;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        uint64_t leaf = (uint64_t)sqlite3_column_int64(st, 0);
+        if (!leaf)
+            continue; /* the empty stack: no self cost to anyone */
+        int64_t v = sqlite3_column_int64(st, 3), w = sqlite3_column_int64(st, 4),
+                b = sqlite3_column_int64(st, 5);
+        if (v != last_v || w != last_w || b != last_b) {
+            if ((rep = replicate_of(p, reps, v, w, b)) < 0) {
+                rc = (int)rep;
+                break;
+            }
+            last_v = v;
+            last_w = w;
+            last_b = b;
+        }
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 4096;
+            leafrow_t *nr = realloc(rows, nc * sizeof *nr);
+            if (!nr) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            rows = nr;
+            cap = nc;
+        }
+        rows[n++] = (leafrow_t){leaf, (uint64_t)sqlite3_column_int64(st, 1),
+                                (uint64_t)sqlite3_column_int64(st, 2), (uint32_t)rep};
+        int fresh = 0;
+        if (!agg_hmap_upsert(&leaves, &leaf, &fresh)) {
+            rc = CM_ENOMEM;
+            break;
+        }
+    }
+    {
+        int r2 = done(st, s);
+        if (rc || (rc = r2))
+            goto out;
+    }
+    missing = malloc((leaves.n ? leaves.n : 1) * sizeof *missing);
+    if (!missing) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < leaves.n; i++) {
+        uint64_t *id = agg_hmap_entry(&leaves, i);
+        if (!agg_hmap_find(&d->locidx, id))
+            missing[nm++] = *id;
+    }
+    if (nm && (rc = cache_fill_locs(d, missing, nm)))
+        goto out;
+    frame = malloc((leaves.n ? leaves.n : 1) * sizeof *frame);
+    if (!frame) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < leaves.n; i++) {
+        uint64_t *e = agg_hmap_entry(&leaves, i);
+        uint64_t *li = agg_hmap_find(&d->locidx, e);
+        frame[i] = AGG_NONE;
+        e[1] = i;
+        if (!li)
+            continue; /* a location missing from the store: like a broken stack, skipped */
+        const cloc_t *c = &d->locs[li[1]];
+        int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+        if (fr < 0) {
+            rc = (int)fr;
+            goto out;
+        }
+        frame[i] = (uint32_t)fr;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t *e = agg_hmap_find(&leaves, &rows[i].leaf);
+        uint32_t fr = frame[e[1]];
+        if (fr != AGG_NONE &&
+            (rc = agg_profile_add_leaf(p, fr, rows[i].weight, rows[i].count, rows[i].replicate)))
+            goto out;
+    }
+out:
+    agg_hmap_free(&leaves);
+    free(rows);
+    free(missing);
+    free(frame);
+    return rc;
+}
+
+/* Per-stack replicates (filters and inclusive tests need each replicate's stacks): every fine
+ * row of [from, to) with the replicate of its bucket. */
+static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
+                            agg_hmap_t *reps) {
+    char sql[4096];
+    int rc = 0, s;
+    sqlite3_stmt *st = NULL;
+    rawrow_t *rows = NULL;
+    size_t nrows = 0, cap = 0;
+    agg_hmap_t stacks;
+    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    snprintf(sql, sizeof sql,
+             "SELECT stack, weight, count, version, width, bucket FROM profile WHERE "
+             "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+             qp->vin, qp->win, qp->lab);
+    if ((rc = prep(d, sql, &st)))
+        goto out;
+    bind_parts(st, q, qp);
+    B64(st, 3, q->from_s);
+    B64(st, 4, q->to_s);
+    int64_t last_v = -1, last_w = -1, last_b = -1, rep = 0;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         if (nrows == cap) {
             size_t nc = cap ? cap * 2 : 4096;
             rawrow_t *nr = realloc(rows, nc * sizeof *nr);
@@ -695,34 +972,19 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         r->stack = (uint64_t)sqlite3_column_int64(st, 0);
         r->weight = (uint64_t)sqlite3_column_int64(st, 1);
         r->count = (uint64_t)sqlite3_column_int64(st, 2);
-        if (q->replicates) {
-            int64_t v = sqlite3_column_int64(st, 3), w = sqlite3_column_int64(st, 4),
-                    b = sqlite3_column_int64(st, 5);
-            if (v != last_v || w != last_w || b != last_b) {
-                bkey_t k = {v, w, b};
-                uint32_t *known = agg_hmap_find(&reps, &k);
-                if (known) {
-                    rep = known[sizeof k / sizeof *known];
-                } else {
-                    char key[96];
-                    snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)v,
-                             (long long)w, (long long)b);
-                    int64_t id = agg_profile_replicate(p, key, 0);
-                    if (id < 0) {
-                        rc = (int)id;
-                        break;
-                    }
-                    rep = (uint32_t)id;
-                }
-                last_v = v;
-                last_w = w;
-                last_b = b;
+        int64_t v = sqlite3_column_int64(st, 3), w = sqlite3_column_int64(st, 4),
+                b = sqlite3_column_int64(st, 5);
+        if (v != last_v || w != last_w || b != last_b) {
+            if ((rep = replicate_of(p, reps, v, w, b)) < 0) {
+                rc = (int)rep;
+                break;
             }
+            last_v = v;
+            last_w = w;
+            last_b = b;
         }
-        r->replicate = rep;
-        int fresh = 0;
-        stackmap_t *m = agg_hmap_upsert(&stacks, &r->stack, &fresh);
-        if (!m) {
+        r->replicate = (uint32_t)rep;
+        if (!agg_hmap_upsert(&stacks, &r->stack, NULL)) {
             rc = CM_ENOMEM;
             break;
         }
@@ -733,19 +995,8 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         if (rc || (rc = r2))
             goto out;
     }
-    if (!nrows)
+    if (!nrows || (rc = resolve_stacks(d, p, &stacks)))
         goto out;
-    if ((rc = resolve_stacks(d, p, &stacks)))
-        goto out;
-    if (!q->replicates) {
-        for (size_t i = 0; i < stacks.n; i++) {
-            stackmap_t *m = agg_hmap_entry(&stacks, i);
-            if (m->resolved &&
-                (rc = agg_profile_add(p, m->stack, m->weight, m->count, rep, 0)))
-                goto out;
-        }
-        goto out;
-    }
     for (size_t i = 0; i < nrows; i++) {
         stackmap_t *m = agg_hmap_find(&stacks, &rows[i].stack);
         if (!m || !m->resolved)
@@ -755,23 +1006,133 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
             goto out;
     }
 out:
-    sqlite3_finalize(st);
     free(rows);
-    free(bks);
+    agg_hmap_free(&stacks);
+    return rc;
+}
+
+/* One store's part of a profile. Plan:
+ *  - per-stack replicates (q->replicates == AGG_QREP_STACKS, or a store without coarse rollups):
+ *    every fine row of the range;
+ *  - otherwise the per-stack sums come from profile_coarse for the whole coarse buckets inside
+ *    [from, to) and from the fine rows only for the partial ones at the edges: an hour of 10,000
+ *    stacks is 10,000 coarse rows instead of 360 x 10,000 fine ones. The result is the same (the
+ *    coarse rows are sums of the fine ones, written in the same transaction). With
+ *    AGG_QREP_LEAVES, the replicates come from profile_leaf (one row per bucket and leaf). */
+static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
+    int rc = 0, empty;
+    size_t nrows = 0;
+    qparts_t qp;
+    agg_hmap_t stacks, reps;
+    if (q->n_versions > AGG_QMAX_VERSIONS)
+        return CM_EINVAL;
+    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    agg_hmap_init(&reps, sizeof(bkey_t), sizeof(bkey_t) + sizeof(uint64_t));
+    if ((rc = query_parts(d, q, &qp, &empty)) || empty)
+        goto out;
+    int64_t cw = q->exact ? 0 : meta_int(d, "coarse_width");
+    if (q->replicates == AGG_QREP_STACKS || (q->replicates == AGG_QREP_LEAVES && !cw)) {
+        if ((rc = read_replicates(d, q, &qp, p, &reps, q->from_s, q->to_s, 0)))
+            goto out;
+        rc = stack_replicates(d, q, &qp, p, &reps);
+        goto out;
+    }
+    /* whole coarse buckets [a, b) from the coarse rollup, the edges from the fine rows */
+    int64_t a = q->from_s, b = q->from_s;
+    if (cw) {
+        a = q->from_s <= 0 ? 0 : ((q->from_s + cw - 1) / cw) * cw;
+        b = q->to_s - q->to_s % cw;
+        if (b <= a)
+            a = b = q->from_s;
+    }
+    if (a < b && (rc = sum_stacks(d, q, &qp, "profile_coarse", cw, a, b, &stacks, &nrows)))
+        goto out;
+    if (a < b) {
+        if ((rc = sum_stacks(d, q, &qp, "profile", 0, q->from_s, a, &stacks, &nrows)) ||
+            (rc = sum_stacks(d, q, &qp, "profile", 0, b, q->to_s, &stacks, &nrows)))
+            goto out;
+    } else if ((rc = sum_stacks(d, q, &qp, "profile", 0, q->from_s, q->to_s, &stacks, &nrows))) {
+        goto out;
+    }
+    if (!nrows)
+        goto out;
+    int64_t all = agg_profile_replicate(p, "all", 0);
+    if (all < 0) {
+        rc = (int)all;
+        goto out;
+    }
+    if ((rc = resolve_stacks(d, p, &stacks)))
+        goto out;
+    for (size_t i = 0; i < stacks.n; i++) {
+        stackmap_t *m = agg_hmap_entry(&stacks, i);
+        if (m->resolved &&
+            (rc = agg_profile_add(p, m->stack, m->weight, m->count, (uint32_t)all, 0)))
+            goto out;
+    }
+    if (q->replicates == AGG_QREP_LEAVES) {
+        /* replicates: whole replicate-width buckets over the range; their leaf rows; the
+         * totals stay those of the exact range, with its work */
+        int64_t rw = meta_int(d, "replicate_width"), rfrom, rto;
+        if (rw <= 0) {
+            rc = CM_EFORMAT;
+            goto out;
+        }
+        /* the replicate-width buckets holding a fine bucket that starts in [from, to) */
+        int64_t fine = qp.widths[0];
+        for (size_t i = 1; i < qp.nw; i++)
+            fine = qp.widths[i] < fine ? qp.widths[i] : fine;
+        rfrom = q->from_s % fine ? q->from_s + (fine - q->from_s % fine) : q->from_s;
+        rfrom -= rfrom % rw;
+        rto = q->to_s % rw ? q->to_s + (rw - q->to_s % rw) : q->to_s;
+        agg_profile_use_leaf_replicates(p);
+        if ((rc = read_work(d, q, &qp, &p->work_total)) ||
+            (rc = read_replicates(d, q, &qp, p, &reps, rfrom, rto, rw)) ||
+            (rc = read_leaves(d, q, &qp, p, &reps, rfrom, rto, rw)))
+            goto out;
+    }
+out:
     agg_hmap_free(&stacks);
     agg_hmap_free(&reps);
     return rc;
 }
 
-int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *q, agg_profile_t **out) {
+int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t **out) {
     int rc = refresh(qs);
     if (rc)
         return rc;
+    agg_qspec_t qc = *qin;
+    const agg_qspec_t *q = &qc;
+    /* one form for the whole profile: leaf replicates only when every store holding data of
+     * the service has the leaf rollup */
+    for (size_t i = 0; i < qs->n && qc.replicates == AGG_QREP_LEAVES; i++) {
+        qparts_t qp;
+        int empty;
+        if ((rc = query_parts(&qs->dbs[i], q, &qp, &empty)))
+            return rc;
+        if (!empty && (qc.exact || !meta_int(&qs->dbs[i], "coarse_width") ||
+                       !meta_int(&qs->dbs[i], "replicate_width")))
+            qc.replicates = AGG_QREP_STACKS;
+    }
     agg_profile_t *p = agg_profile_new(q->type);
     if (!p)
         return CM_ENOMEM;
     for (size_t i = 0; i < qs->n && !rc; i++)
         rc = profile_one(&qs->dbs[i], q, p);
+    if (!rc && qc.replicates == AGG_QREP_LEAVES) {
+        /* a short range has few replicate-width buckets: its fine buckets make more
+         * replicates, and reading its per-stack fine rows is cheap */
+        uint32_t used = 0;
+        for (uint32_t r = 0; r < p->n_replicates; r++)
+            used += p->replicates[r].work > 0;
+        if (used < AGG_QMIN_LEAF_REPLICATES) {
+            agg_profile_free(p);
+            qc.replicates = AGG_QREP_STACKS;
+            if (!(p = agg_profile_new(q->type)))
+                return CM_ENOMEM;
+            for (size_t i = 0; i < qs->n && !rc; i++)
+                rc = profile_one(&qs->dbs[i], q, p);
+        }
+    }
     if (!rc && q->from_s > 0 && q->to_s < INT64_MAX / 1000000000) {
         p->time_start_ns = (uint64_t)q->from_s * 1000000000ull;
         p->time_end_ns = (uint64_t)q->to_s * 1000000000ull;

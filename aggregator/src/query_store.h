@@ -49,8 +49,19 @@ typedef struct {
     cm_event_type_t type;
     int64_t from_s, to_s;                /* bucket start in [from_s, to_s) */
     const char *label_key, *label_value; /* both set: only samples with this label */
-    int replicates; /* 1: one replicate per (version, width, bucket), work = process-seconds */
+    int replicates; /* AGG_QREP_*: what the profile carries besides the per-stack totals */
+    int exact;      /* 1: read the fine rows only, never the coarse rollup (tests, debugging) */
 } agg_qspec_t;
+
+#define AGG_QMAX_VERSIONS 200
+/* AGG_QREP_LEAVES falls back to AGG_QREP_STACKS below this many replicates with work */
+#define AGG_QMIN_LEAF_REPLICATES 10
+enum {
+    AGG_QREP_NONE = 0, /* one replicate, "all": views, exports */
+    /* one replicate per (version, width, bucket), work = process-seconds: */
+    AGG_QREP_LEAVES = 1, /* the leaf-replicate form (profile.h): a diff of self cost */
+    AGG_QREP_STACKS = 2, /* every replicate's stacks: a diff after filters, or of inclusive cost */
+};
 
 /* Merged profile of q into a new *out (sealed). Returns 0 or a CM_E* code. */
 int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *q, agg_profile_t **out);

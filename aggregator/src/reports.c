@@ -78,7 +78,13 @@ static int report_one(agg_qstore_t *qs, sqlite3 *db, const char *svc, const char
                       const char *test) {
     agg_profile_t *pb = NULL, *pt = NULL;
     const char *vb[1] = {base}, *vt[1] = {test};
-    agg_qspec_t qb = {svc, vb, 1, CM_EV_CPU, 0, INT64_MAX / 4, NULL, NULL, 1};
+    agg_qspec_t qb = {.service = svc,
+                      .versions = vb,
+                      .n_versions = 1,
+                      .type = CM_EV_CPU,
+                      .from_s = 0,
+                      .to_s = INT64_MAX / 4,
+                      .replicates = AGG_QREP_LEAVES};
     agg_qspec_t qt = qb;
     qt.versions = vt;
     int rc;

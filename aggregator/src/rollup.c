@@ -24,8 +24,12 @@ void agg_rollup_init(agg_rollup_t *r, const agg_rollup_cfg_t *cfg) {
     r->cfg = *cfg;
     if (r->cfg.fine_width_s <= 0)
         r->cfg.fine_width_s = 10;
-    if (r->cfg.fn_stats_width_s <= 0)
-        r->cfg.fn_stats_width_s = 3600;
+    if (r->cfg.coarse_width_s <= 0)
+        r->cfg.coarse_width_s = 3600;
+    /* replicate width: a multiple of the fine width dividing the coarse one, else the fine one */
+    int64_t rw = r->cfg.replicate_width_s;
+    if (rw <= 0 || rw % r->cfg.fine_width_s || r->cfg.coarse_width_s % rw)
+        r->cfg.replicate_width_s = r->cfg.fine_width_s;
 }
 
 void agg_rollup_free(agg_rollup_t *r) {
@@ -76,6 +80,16 @@ static int ensure(agg_rollup_t *r, size_t nstacks, size_t nfns) {
     return 0;
 }
 
+static inline void prof_add(agg_prof_ent_t *pe, int64_t w, int64_t cnt, uint64_t tag) {
+    pe->weight += w;
+    pe->count += cnt;
+    pe->rows++;
+    if (pe->last_chunk != tag) {
+        pe->last_chunk = tag;
+        pe->chunks++;
+    }
+}
+
 static uint64_t bucket_of(uint64_t t_ns, int64_t width_s) {
     uint64_t s = t_ns / 1000000000ull;
     return s - s % (uint64_t)width_s;
@@ -114,7 +128,7 @@ static int fn_stats(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
     double inv = 1.0 / (double)total;
     for (uint32_t k = 0; k < nf; k++) {
         uint32_t f = r->touched_fns[k];
-        agg_fn_key_t key = {ids->service, ids->version, type, (uint64_t)r->cfg.fn_stats_width_s,
+        agg_fn_key_t key = {ids->service, ids->version, type, (uint64_t)r->cfg.coarse_width_s,
                             bucket, ids->fn[f]};
         agg_fn_ent_t *e = agg_hmap_upsert(&b->fn, &key, NULL);
         if (!e)
@@ -134,6 +148,9 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
     const cm_header_t *h = &c->header;
     const cm_dict_t *d = &c->dict;
     uint64_t width = (uint64_t)r->cfg.fine_width_s, tag = ++b->chunk_tag;
+    uint64_t cwidth = (uint64_t)r->cfg.coarse_width_s, rwidth = (uint64_t)r->cfg.replicate_width_s;
+    b->coarse_width = (int64_t)cwidth;
+    b->replicate_width = (int64_t)rwidth;
     uint64_t cbucket = bucket_of(h->start_unix_ns, r->cfg.fine_width_s);
     int64_t rows_all = 0;
     int rc = ensure(r, d->n_stacks + 1, d->n_functions + 1);
@@ -158,13 +175,21 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
             agg_prof_ent_t *pe = agg_hmap_upsert(&b->prof, &pk, NULL);
             if (!pe)
                 return CM_ENOMEM;
-            pe->weight += w;
-            pe->count += cnt;
-            pe->rows++;
-            if (pe->last_chunk != tag) {
-                pe->last_chunk = tag;
-                pe->chunks++;
-            }
+            prof_add(pe, w, cnt, tag);
+            /* the same row in the coarse per-stack rollup and the fine per-leaf rollup */
+            pk.width = cwidth;
+            pk.bucket = bucket - bucket % cwidth;
+            if (!(pe = agg_hmap_upsert(&b->profc, &pk, NULL)))
+                return CM_ENOMEM;
+            prof_add(pe, w, cnt, tag);
+            pk.width = rwidth;
+            pk.bucket = bucket - bucket % rwidth;
+            pk.stack = d->stack_off[st + 1] > d->stack_off[st]
+                           ? ids->loc[d->stack_frames[d->stack_off[st + 1] - 1]]
+                           : 0;
+            if (!(pe = agg_hmap_upsert(&b->leaf, &pk, NULL)))
+                return CM_ENOMEM;
+            prof_add(pe, w, cnt, tag);
             if (bucket != te_bucket) { /* rows are mostly in time order: reuse the entry */
                 agg_tot_key_t tk = {ids->service, ids->version, t, width, bucket};
                 te = agg_hmap_upsert(&b->tot, &tk, NULL);
@@ -193,7 +218,7 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
         rows_all += s->n;
         if (r->cfg.fn_stats && total > 0 &&
             (rc = fn_stats(r, b, c, ids, t, nstacks, total,
-                           bucket_of(h->start_unix_ns, r->cfg.fn_stats_width_s))))
+                           bucket_of(h->start_unix_ns, r->cfg.coarse_width_s))))
             return rc;
     }
 

@@ -14,9 +14,10 @@
 
 typedef struct {
     int64_t fine_width_s;   /* fine bucket width, seconds */
-    int64_t fn_stats_width_s; /* bucket width of the replicate statistics (the coarse width) */
+    int64_t coarse_width_s; /* coarse bucket width: the per-stack coarse rollup and fn_stats */
     int span_index;       /* 1: index samples that carry a span context */
     int fn_stats;         /* 1: keep per-function replicate statistics */
+    int64_t replicate_width_s; /* bucket width of the per-leaf rollup (a diff's replicates) */
 } agg_rollup_cfg_t;
 
 typedef struct {

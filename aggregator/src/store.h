@@ -60,7 +60,7 @@ typedef struct {
     size_t build_id_len;
     uint64_t address; /* relative to the mapping's file */
     uint32_t line;
-} agg_frame_t;
+} agg_store_frame_t;
 
 typedef struct {
     uint8_t trace[16], span[8];
@@ -106,6 +106,10 @@ typedef struct agg_store_vtab {
     int (*expire)(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff_ns,
                   int64_t seen_cutoff_ns, agg_retention_stats_t *stats);
     int64_t (*size_bytes)(agg_store_t *st);
+    /* (Re)builds the rollups derived from the fine profile rows (the coarse per-stack rollup at
+     * coarse_s, the per-leaf rollup at replicate_s) unless they were built at these widths;
+     * batch_write does it by itself on the first batch, this is for stores written otherwise. */
+    int (*derive)(agg_store_t *st, int64_t coarse_s, int64_t replicate_s);
 
     int (*versions)(agg_store_t *st, uint64_t service, int (*cb)(void *, const agg_version_row_t *),
                     void *arg);
@@ -114,7 +118,7 @@ typedef struct agg_store_vtab {
     int (*profile)(agg_store_t *st, const agg_profile_query_t *q,
                    int (*cb)(void *, const agg_profile_row_t *), void *arg);
     int (*stack_frames)(agg_store_t *st, uint64_t stack,
-                        int (*cb)(void *, const agg_frame_t *), void *arg);
+                        int (*cb)(void *, const agg_store_frame_t *), void *arg);
     int (*fn_stats)(agg_store_t *st, uint64_t service, uint64_t version, uint32_t type,
                     int64_t from_s, int64_t to_s, uint64_t function,
                     int (*cb)(void *, const agg_fn_stat_row_t *), void *arg);

@@ -52,6 +52,14 @@ static const char *const schema =
     " width INTEGER, bucket INTEGER, labels INTEGER, stack INTEGER, weight INTEGER,"
     " count INTEGER, rows INTEGER, chunks INTEGER,"
     " PRIMARY KEY(service, version, type, width, bucket, labels, stack)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS profile_coarse(service INTEGER, version INTEGER, type INTEGER,"
+    " width INTEGER, bucket INTEGER, labels INTEGER, stack INTEGER, weight INTEGER,"
+    " count INTEGER, rows INTEGER, chunks INTEGER,"
+    " PRIMARY KEY(service, version, type, width, bucket, labels, stack)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS profile_leaf(service INTEGER, version INTEGER, type INTEGER,"
+    " width INTEGER, bucket INTEGER, labels INTEGER, leaf INTEGER, weight INTEGER,"
+    " count INTEGER, rows INTEGER, chunks INTEGER,"
+    " PRIMARY KEY(service, version, type, width, bucket, labels, leaf)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS totals(service INTEGER, version INTEGER, type INTEGER,"
     " width INTEGER, bucket INTEGER, weight INTEGER, count INTEGER, rows INTEGER,"
     " chunks INTEGER, PRIMARY KEY(service, version, type, width, bucket)) WITHOUT ROWID;"
@@ -93,6 +101,8 @@ enum {
     S_LABELSET,
     S_LABEL,
     S_PROF,
+    S_PROFC,
+    S_LEAF,
     S_TOT,
     S_IVAL,
     S_DROP,
@@ -119,6 +129,13 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_LABEL] = "INSERT OR IGNORE INTO labels VALUES(?1,?2,?3)",
     [S_PROF] = "INSERT INTO profile VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT DO "
                "UPDATE SET weight=weight+excluded.weight, count=count+excluded.count, "
+               "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
+    [S_PROFC] = "INSERT INTO profile_coarse VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON "
+                "CONFLICT DO UPDATE SET weight=weight+excluded.weight, "
+                "count=count+excluded.count, rows=rows+excluded.rows, "
+                "chunks=chunks+excluded.chunks",
+    [S_LEAF] = "INSERT INTO profile_leaf VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT "
+               "DO UPDATE SET weight=weight+excluded.weight, count=count+excluded.count, "
                "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
     [S_TOT] = "INSERT INTO totals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT DO UPDATE SET "
               "weight=weight+excluded.weight, count=count+excluded.count, "
@@ -366,6 +383,84 @@ static void **ordered(sq_store_t *s, const agg_hmap_t *m, size_t nblob, size_t n
         }                                                                                          \
     } while (0)
 
+/* Upserts the profile-shaped rows of m (profile, profile_coarse, profile_leaf) in key order. */
+static int write_prof(sq_store_t *s, const agg_hmap_t *m, sqlite3_stmt *st) {
+    void **ord = ordered(s, m, 0, 7);
+    if (!ord)
+        return CM_ENOMEM;
+    for (size_t i = 0; i < m->n; i++) {
+        const agg_prof_ent_t *e = ord[i];
+        B64(st, 1, e->k.service);
+        B64(st, 2, e->k.version);
+        B64(st, 3, e->k.type);
+        B64(st, 4, e->k.width);
+        B64(st, 5, e->k.bucket);
+        B64(st, 6, e->k.labels);
+        B64(st, 7, e->k.stack);
+        B64(st, 8, e->weight);
+        B64(st, 9, e->count);
+        B64(st, 10, e->rows);
+        B64(st, 11, e->chunks);
+        int rc = step(s, st);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* meta value of key as an integer, 0 when absent. */
+static int64_t meta_int(sq_store_t *s, const char *key) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* The coarse and leaf rollups are derived from `profile`: they are (re)built from it when the
+ * store has none yet for these widths (a store written before they existed, or a changed
+ * --coarse-width/--replicate-width), inside the caller's transaction; meta.coarse_width and
+ * meta.replicate_width then tell readers they are complete. The leaf of a stack is its trie
+ * node's location; fine rows go to replicate-width buckets, downsampled rows keep theirs. */
+static int derived_check(sq_store_t *s, int64_t coarse, int64_t rep) {
+    if (meta_int(s, "coarse_width") == coarse && meta_int(s, "replicate_width") == rep)
+        return 0;
+    if (coarse <= 0 || rep <= 0)
+        return CM_EINVAL;
+    CM_INFO("store %s: building the coarse (%llds) and per-leaf (%llds) rollups from the "
+            "profile table", s->path, (long long)coarse, (long long)rep);
+    char sql[2048];
+    long long c = (long long)coarse, r = (long long)rep;
+    snprintf(sql, sizeof sql,
+             "DELETE FROM profile_coarse; DELETE FROM profile_leaf;"
+             "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
+             "bucket - bucket %% %lld, labels, stack, SUM(weight), SUM(count), SUM(rows), "
+             "SUM(chunks) FROM profile GROUP BY service, version, type, bucket - bucket %% %lld, "
+             "labels, stack;"
+             "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, "
+             "max(p.width, %lld) AS w, CASE WHEN p.width < %lld THEN p.bucket - p.bucket %% %lld "
+             "ELSE p.bucket END AS b, p.labels, COALESCE(s.location, 0) AS l, SUM(p.weight), "
+             "SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN stacks s ON "
+             "s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, p.labels, l;"
+             "INSERT OR REPLACE INTO meta VALUES('coarse_width', %lld);"
+             "INSERT OR REPLACE INTO meta VALUES('replicate_width', %lld);",
+             c, c, c, r, r, r, c, r);
+    return exec(s, sql);
+}
+
+static int sq_derive(agg_store_t *base, int64_t coarse_s, int64_t replicate_s) {
+    sq_store_t *s = (sq_store_t *)base;
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    if (rc)
+        return rc;
+    if ((rc = derived_check(s, coarse_s, replicate_s)) || (rc = exec(s, "COMMIT")))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
 static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partition,
                           agg_batch_t *b) {
     sq_store_t *s = (sq_store_t *)base;
@@ -439,23 +534,11 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(S[S_LABEL], 3, x->set);
         RUN(S[S_LABEL]);
     }
-    ORDERED(&b->prof, 0, 7);
-    for (size_t i = 0; i < b->prof.n; i++) {
-        const agg_prof_ent_t *e = ord[i];
-        sqlite3_stmt *st = S[S_PROF];
-        B64(st, 1, e->k.service);
-        B64(st, 2, e->k.version);
-        B64(st, 3, e->k.type);
-        B64(st, 4, e->k.width);
-        B64(st, 5, e->k.bucket);
-        B64(st, 6, e->k.labels);
-        B64(st, 7, e->k.stack);
-        B64(st, 8, e->weight);
-        B64(st, 9, e->count);
-        B64(st, 10, e->rows);
-        B64(st, 11, e->chunks);
-        RUN(st);
-    }
+    if (b->profc.n && (rc = derived_check(s, b->coarse_width, b->replicate_width)))
+        goto out;
+    if ((rc = write_prof(s, &b->prof, S[S_PROF])) || (rc = write_prof(s, &b->profc, S[S_PROFC])) ||
+        (rc = write_prof(s, &b->leaf, S[S_LEAF])))
+        goto out;
     ORDERED(&b->tot, 0, 5);
     for (size_t i = 0; i < b->tot.n; i++) {
         const agg_tot_ent_t *e = ord[i];
@@ -584,6 +667,8 @@ static const struct {
     int typed;
 } rollups[] = {
     {"profile", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
+    {"profile_leaf", "service,version,type,labels,leaf", "weight,count,rows,chunks", 1},
+    {"profile_coarse", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
     {"totals", "service,version,type", "weight,count,rows,chunks", 1},
     {"fn_stats", "service,version,type,function", "chunks,incl,incl2,self,self2", 1},
     {"intervals", "service,version", "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped", 0},
@@ -648,8 +733,12 @@ static int sq_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_
                  rollups[r].table, where);
         if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &del, NULL))))
             goto out;
+        /* profile_leaf holds replicate-width rows where the others hold fine ones */
+        int64_t src = fine;
+        if (!strcmp(rollups[r].table, "profile_leaf") && (src = meta_int(s, "replicate_width")) <= 0)
+            src = fine;
         for (sqlite3_stmt *st = ins; st; st = st == ins ? del : NULL) {
-            sqlite3_bind_int64(st, 4, fine);
+            sqlite3_bind_int64(st, 4, src);
             sqlite3_bind_int64(st, 6, cutoff_s);
             if (st == ins)
                 sqlite3_bind_int64(st, 5, coarse);
@@ -682,9 +771,12 @@ static int sq_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cuto
         return rc;
     for (size_t r = 0; r < sizeof rollups / sizeof rollups[0]; r++) {
         char sql[512];
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND bucket<?4", rollups[r].table,
+        /* a coarse row goes once all of it is past the cutoff: until then it is what a query
+         * over its whole bucket reads, while the fine rows of its later part still exist */
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND %s", rollups[r].table,
                  rollups[r].typed ? "service=?1 AND version=?2 AND type=?3"
-                                  : "service=?1 AND version=?2");
+                                  : "service=?1 AND version=?2",
+                 strcmp(rollups[r].table, "profile_coarse") ? "bucket<?4" : "bucket+width<=?4");
         if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &del, NULL))))
             goto out;
         sqlite3_bind_int64(del, 4, data_cutoff_s);
@@ -863,7 +955,7 @@ static int sq_profile(agg_store_t *base, const agg_profile_query_t *q,
 }
 
 static int sq_stack_frames(agg_store_t *base, uint64_t stack,
-                           int (*cb)(void *, const agg_frame_t *), void *arg) {
+                           int (*cb)(void *, const agg_store_frame_t *), void *arg) {
     sq_store_t *s = (sq_store_t *)base;
     sqlite3_stmt *st;
     /* walk the trie from the leaf up, then hand frames out root first */
@@ -883,7 +975,7 @@ static int sq_stack_frames(agg_store_t *base, uint64_t stack,
     B64(st, 1, stack);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 #define TXT(i) (sqlite3_column_text(st, i) ? (const char *)sqlite3_column_text(st, i) : "")
-        agg_frame_t f = {(uint64_t)sqlite3_column_int64(st, 0),
+        agg_store_frame_t f = {(uint64_t)sqlite3_column_int64(st, 0),
                          (uint64_t)sqlite3_column_int64(st, 1),
                          TXT(2),
                          TXT(3),
@@ -1023,6 +1115,7 @@ static const agg_store_vtab_t sq_vtab = {
     .batch_write = sq_batch_write,
     .downsample = sq_downsample,
     .expire = sq_expire,
+    .derive = sq_derive,
     .size_bytes = sq_size_bytes,
     .versions = sq_versions,
     .totals = sq_totals,
