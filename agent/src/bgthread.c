@@ -79,7 +79,7 @@ void ag_bg_wake(int req) {
     (void)w;
 }
 
-/* Estimated agent CPU so far: this thread + every handler run. */
+/* Estimated agent CPU so far: this thread + every handler run + the lock hooks' slow paths. */
 static uint64_t agent_cpu_now(void) {
     uint64_t n = atomic_load(&ag_handler_ns_n);
     uint64_t body = n ? atomic_load(&ag_handler_ns_sum) / n : 0;
@@ -87,7 +87,8 @@ static uint64_t agent_cpu_now(void) {
     uint64_t signals = 0;
     for (int t = 1; t < CM_EV_COUNT; t++)
         signals += atomic_load(&ag_events_seen[t]);
-    return clock_ns(CLOCK_THREAD_CPUTIME_ID) + samples * body + signals * ag.signal_cost_ns;
+    return clock_ns(CLOCK_THREAD_CPUTIME_ID) + samples * body + signals * ag.signal_cost_ns +
+           atomic_load(&ag_lock_cost_ns);
 }
 
 /* Is the thread running or runnable ('R' in /proc/self/task/TID/stat)? */

@@ -66,6 +66,9 @@ AG_HIDDEN uint64_t ag_hook_rand(void);  /* per-thread xorshift */
 AG_HIDDEN uint32_t ag_hook_admit(cm_event_type_t type);
 AG_HIDDEN void ag_hooks_exclude_self(void);
 
+/* hook_lock.c: ns the lock hooks' slow paths spent on bookkeeping (sampled, see its head) */
+AG_HIDDEN extern _Atomic uint64_t ag_lock_cost_ns;
+
 /* hook_alloc.c */
 AG_HIDDEN extern _Atomic uint64_t ag_alloc_period; /* bytes, published by the bg thread */
 
