@@ -253,31 +253,67 @@ uint64_t ag_hook_rand(void) {
 /* ---- flood protection ----
  * Above-threshold LOCK and IO events are kept with probability p = min(1, cap / rate), where
  * rate is an EWMA of the events per second seen in the previous 250 ms windows (bg thread,
- * ag_hooks_bg_tick). A kept event's weight and count are multiplied by 1/p (rows flagged
- * CM_SF_SUBSAMPLED when p < 1), so totals stay unbiased: E[kept x 1/p] = seen. Skipped events
- * are counted as DROP_SUBSAMPLED. */
-static _Atomic uint64_t g_seen[CM_EV_COUNT];   /* above-threshold events, all time */
-static _Atomic uint32_t g_keep_milli[CM_EV_COUNT] = {
-    [CM_EV_LOCK] = 1000, [CM_EV_IO] = 1000}; /* p x 1000 */
+ * ag_hooks_bg_tick). A burst the bg thread has not measured yet (a flood starting, the first
+ * window) is cut on the application side: once the current window has seen n > 2 x its share
+ * of the cap (w = cap x 0.25 s), p = min(p, w / n). A kept event's weight and count are
+ * multiplied by 1/p (rows flagged CM_SF_SUBSAMPLED when p < 1), so totals stay unbiased:
+ * every event's p is fixed before its draw, and E[kept x 1/p] = seen (Horvitz-Thompson).
+ * p is held in parts per million (down to 1 event in 10^6 kept). Skipped events are counted
+ * as DROP_SUBSAMPLED by the bg thread (seen - kept), so a skipped event costs the application
+ * thread one atomic add on a counter line of its own (stripes), a load and a random draw. */
+#define AG_KEEP_ALL 1000000u
+#define AG_STRIPES 8 /* counters per type, one cache line each: threads do not share lines */
+typedef struct {
+    _Atomic uint64_t seen; /* above-threshold events, all time */
+    _Atomic uint64_t win;  /* seen at the current window's start (bg) */
+    _Atomic uint64_t kept; /* admitted; seen - kept = DROP_SUBSAMPLED (counted by the bg) */
+    char pad[64 - 3 * sizeof(uint64_t)];
+} flood_stripe_t;
+static flood_stripe_t g_flood[CM_EV_COUNT][AG_STRIPES] __attribute__((aligned(64)));
+static _Atomic uint32_t g_keep_ppm[CM_EV_COUNT] = {
+    [CM_EV_LOCK] = AG_KEEP_ALL, [CM_EV_IO] = AG_KEEP_ALL}; /* p x 10^6 */
 
 uint32_t ag_hook_admit(cm_event_type_t type) {
-    atomic_fetch_add_explicit(&g_seen[type], 1, memory_order_relaxed);
-    uint32_t p = atomic_load_explicit(&g_keep_milli[type], memory_order_relaxed);
-    if (p >= 1000)
-        return 1000;
-    if (p == 0)
-        p = 1;
-    if (ag_hook_rand() % 1000 >= p) {
-        ag_drop_count(type, CM_DROP_SUBSAMPLED, 1);
-        return 0;
+    uint64_t h = (uint64_t)(uintptr_t)&t_rng * 0x9e3779b97f4a7c15ull;
+    flood_stripe_t *f = &g_flood[type][h >> 61]; /* this thread's stripe */
+    _Static_assert(AG_STRIPES == 8, "stripe index");
+    uint64_t n = atomic_fetch_add_explicit(&f->seen, 1, memory_order_relaxed) + 1 -
+                 atomic_load_explicit(&f->win, memory_order_relaxed);
+    uint32_t p = atomic_load_explicit(&g_keep_ppm[type], memory_order_relaxed);
+    uint64_t w = (uint64_t)((type == CM_EV_LOCK ? ag_hcfg.lock_cap : ag_hcfg.io_cap) * 0.25) + 1;
+    if (AG_UNLIKELY(n > 2 * w) && n < (1ull << 40)) { /* a burst the bg has not seen yet */
+        uint64_t q = (uint64_t)AG_KEEP_ALL * w / n;
+        if (q < p)
+            p = (uint32_t)q;
     }
-    return (uint32_t)(1000000u / p);
+    if (p < AG_KEEP_ALL) {
+        if (p == 0)
+            p = 1;
+        if (ag_hook_rand() % AG_KEEP_ALL >= p)
+            return 0;
+    }
+    atomic_fetch_add_explicit(&f->kept, 1, memory_order_relaxed);
+    return p >= AG_KEEP_ALL ? 1000 : (uint32_t)(1000ull * AG_KEEP_ALL / p);
+}
+
+/* bg: sums of the stripes of type; subsampled-away events since the last call counted. */
+static uint64_t flood_seen(int type, uint64_t *last_dropped) {
+    uint64_t seen = 0, kept = 0;
+    for (int i = 0; i < AG_STRIPES; i++) {
+        seen += atomic_load(&g_flood[type][i].seen);
+        kept += atomic_load(&g_flood[type][i].kept);
+    }
+    if (seen - kept > *last_dropped) {
+        ag_drop_count((uint32_t)type, CM_DROP_SUBSAMPLED, seen - kept - *last_dropped);
+        *last_dropped = seen - kept;
+    }
+    return seen;
 }
 
 /* ---- background side ---- */
 
 static struct {
-    uint64_t last_mono, alloc_seen0, seen0[CM_EV_COUNT];
+    uint64_t last_mono, alloc_seen0, seen0[CM_EV_COUNT], dropped[CM_EV_COUNT];
     double ewma[CM_EV_COUNT];
 } H;
 
@@ -327,18 +363,22 @@ void ag_hooks_bg_tick(uint64_t now) {
     }
     H.alloc_seen0 = s;
     for (int ty = CM_EV_LOCK; ty <= CM_EV_IO; ty++) {
-        uint64_t v = atomic_load(&g_seen[ty]);
+        uint64_t v = flood_seen(ty, &H.dropped[ty]);
+        for (int i = 0; i < AG_STRIPES; i++) /* new window */
+            atomic_store(&g_flood[ty][i].win, atomic_load(&g_flood[ty][i].seen));
         double rate = (double)(v - H.seen0[ty]) / dt;
         H.seen0[ty] = v;
         H.ewma[ty] = H.ewma[ty] == 0 ? rate : 0.5 * H.ewma[ty] + 0.5 * rate;
         double cap = ty == CM_EV_LOCK ? ag_hcfg.lock_cap : ag_hcfg.io_cap;
         double p = H.ewma[ty] > cap ? cap / H.ewma[ty] : 1.0;
-        atomic_store(&g_keep_milli[ty], (uint32_t)(p * 1000 + 0.5));
+        atomic_store(&g_keep_ppm[ty], (uint32_t)(p * AG_KEEP_ALL + 0.5));
     }
 }
 
 void ag_hooks_bg_chunk(ag_builder_t *b, uint64_t now_real) {
     ag_hooks_exclude_self();
+    for (int ty = CM_EV_LOCK; ty <= CM_EV_IO; ty++) /* DROP_SUBSAMPLED up to date */
+        flood_seen(ty, &H.dropped[ty]);
     if (ag_hcfg.alloc_on)
         ag_heap_bg_emit(b, now_real);
     if (ag_hcfg.lock_on || ag_hcfg.io_on)
