@@ -54,40 +54,62 @@ static void test_lock_events(void) {
     rmrf(dir);
 }
 
-/* Short contended waits (2 ms holds) are aggregate rows -- count and total wait per stack,
- * no thread -- not events; with the (rare) long ones they account for the program's waits. */
+/* The issue's second lock scenario: the holder sleeps 1 ms inside the mutex. No LOCK events
+ * (every wait is far below the 10 ms threshold), and the aggregates -- count and total wait
+ * per stack, no thread -- account for the total wait the waiters measured around their own
+ * pthread_mutex_lock calls within +-20%. Fair comparison: the waiters time only the calls
+ * that find the mutex held (their own trylock first), as the agent times only those (its
+ * trylock failed); a preemption around an uncontended call is the machine, not the lock. The
+ * program's figure still includes what the agent's cannot see (its trylock before its clock
+ * read, its report after it): a few us per call against ~0.5 ms waits.
+ * A run in which the program itself measured a wait >= 10 ms (a loaded machine stalled the
+ * holder) does not have the issue's premise: it is run again (up to 3 runs). */
 static void test_lock_aggregates(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("lock_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-    const char *argv[] = {prog, "short", "5", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
-    uint64_t all_ns = out_u64(out, "all_ns=");
-    chunks_t *cs = load(dir);
-    tot_t ag = total_flags(cs, CM_EV_LOCK, "waiter_site", CM_SF_AGGREGATE, 0);
-    tot_t ev = total_flags(cs, CM_EV_LOCK, "waiter_site", 0, CM_SF_AGGREGATE);
-    uint64_t n = 0;
-    for (int i = 0; i < cs->n; i++) {
-        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_LOCK];
-        for (uint32_t r = 0; r < s->n; r++)
-            if ((CM_COL(s, flags, r) & CM_SF_AGGREGATE) &&
-                stack_has(&cs->c[i]->dict, s->stack[r], "waiter_site")) {
-                n += cm_samples_count(s, r);
-                CHECK(CM_COL(s, thread, r) == 0); /* aggregates carry no thread */
-            }
+    for (int attempt = 1;; attempt++) {
+        char *dir = mkout(), prog[4096], out[4096];
+        prog_path("lock_work", prog, sizeof prog);
+        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
+        const char *argv[] = {prog, "short", "4", NULL};
+        int st = run(env, argv, 60, out, sizeof out);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+        uint64_t all_ns = out_u64(out, "all_ns="), calls = out_u64(out, "calls=");
+        uint64_t long_waits = out_u64(out, "waits=");
+        chunks_t *cs = load(dir);
+        tot_t ag = total_flags(cs, CM_EV_LOCK, "waiter_site", CM_SF_AGGREGATE, 0);
+        tot_t ev = total_flags(cs, CM_EV_LOCK, NULL, 0, CM_SF_AGGREGATE);
+        uint64_t n = 0;
+        for (int i = 0; i < cs->n; i++) {
+            const cm_samples_t *s = &cs->c[i]->samples[CM_EV_LOCK];
+            for (uint32_t r = 0; r < s->n; r++)
+                if ((CM_COL(s, flags, r) & CM_SF_AGGREGATE) &&
+                    stack_has(&cs->c[i]->dict, s->stack[r], "waiter_site")) {
+                    n += cm_samples_count(s, r);
+                    CHECK(CM_COL(s, thread, r) == 0); /* aggregates carry no thread */
+                }
+        }
+        double ratio = (double)ag.weight / (double)all_ns;
+        printf("  run %d: program: %llu lock calls, %.4g ns in them, %llu waits >= 10 ms; agent: "
+               "%llu aggregate rows, %.1f waits, %.4g ns (ratio %.3f); %llu events\n",
+               attempt, (unsigned long long)calls, (double)all_ns, (unsigned long long)long_waits,
+               (unsigned long long)ag.samples, n / 1000.0, (double)ag.weight, ratio,
+               (unsigned long long)ev.samples);
+        /* the agent times a sub-interval of the program's: it cannot see more long waits */
+        CHECKF(ev.samples <= long_waits, "%llu events, the program saw %llu waits >= 10 ms",
+               (unsigned long long)ev.samples, (unsigned long long)long_waits);
+        free_chunks(cs);
+        rmrf(dir);
+        if (long_waits && attempt < 3) {
+            printf("  run %d: not judged (the machine made %llu waits >= 10 ms)\n", attempt,
+                   (unsigned long long)long_waits);
+            continue;
+        }
+        CHECKF(long_waits == 0, "%llu waits >= 10 ms in 3 runs", (unsigned long long)long_waits);
+        CHECK_EQ(ev.samples, 0);
+        CHECKF(n / 1000 >= 500, "only %llu aggregated waits", (unsigned long long)(n / 1000));
+        CHECKF(fabs(ratio - 1) <= 0.20, "aggregates %.4g ns vs program %.4g ns (%.3f)",
+               (double)ag.weight, (double)all_ns, ratio);
+        break;
     }
-    printf("  aggregates: %llu rows, %.1f waits, %.4g ns; events: %llu (%.4g ns); program: all "
-           "waits %.4g ns\n",
-           (unsigned long long)ag.samples, n / 1000.0, (double)ag.weight,
-           (unsigned long long)ev.samples, (double)ev.weight, (double)all_ns);
-    CHECKF(n / 1000 >= 200, "only %llu aggregated waits", (unsigned long long)(n / 1000));
-    CHECKF(ev.samples * 20 < n / 1000, "%llu events for short waits",
-           (unsigned long long)ev.samples);
-    CHECKF(fabs((double)(ag.weight + ev.weight) / (double)all_ns - 1) < 0.25,
-           "agent %.4g ns vs program %.4g ns", (double)(ag.weight + ev.weight), (double)all_ns);
-    free_chunks(cs);
-    rmrf(dir);
 }
 
 /* rwlock readers blocked by a writer (25 ms) are events at rd_site. */
@@ -110,51 +132,170 @@ static void test_lock_rwlock(void) {
     rmrf(dir);
 }
 
-/* A flood of slow waits (threshold 1 ms, ~250 waits/s) is capped near FLEETPROF_LOCK_RATE
- * with subsampled rows whose weights keep the estimated count and time unbiased. */
+static uint64_t flags_rows(const chunks_t *cs, cm_event_type_t type, uint32_t want) {
+    uint64_t n = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *s = &cs->c[i]->samples[type];
+        for (uint32_t r = 0; r < s->n; r++)
+            n += (CM_COL(s, flags, r) & want) == want;
+    }
+    return n;
+}
+
+/* The issue's flood: two threads hand a mutex to each other as fast as the machine allows
+ * (lock_work pingpong: ~2 us holds after the other one blocks), with FLEETPROF_LOCK_THRESHOLD
+ * at 1 us, so nearly every lock call is a wait just above the threshold. The agent must stay
+ * within its CPU budget (agent_cpu_ns over process_cpu_ns of the chunk headers, which include
+ * the lock hooks' own cost, <= FLEETPROF_CPU_BUDGET's default 1%), keep about
+ * FLEETPROF_LOCK_RATE events per second (rows flagged CM_SF_SUBSAMPLED, the rest counted as
+ * DROP_SUBSAMPLED), and its estimated total wait (events' weights + aggregates) must be
+ * within +-20% of the wait the program measured around its own lock calls. */
 static void test_lock_flood(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("lock_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_LOCK_THRESHOLD=1",
-                         "FLEETPROF_LOCK_RATE=20", NULL};
-    const char *argv[] = {prog, "flood", "8", NULL};
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_LOCK_THRESHOLD=0.001",
+                         "FLEETPROF_INTERVAL=1", NULL};
+    const double secs = 6;
+    const char *argv[] = {prog, "pingpong", "6", "2000", "1000", NULL};
     int st = run(env, argv, 60, out, sizeof out);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
-    uint64_t waits = out_u64(out, "waits="), wait_ns = out_u64(out, "wait_ns=");
+    uint64_t waits = out_u64(out, "waits="), all_ns = out_u64(out, "all_ns=");
+    uint64_t calls = out_u64(out, "calls="), rate = out_u64(out, "rate=");
     chunks_t *cs = load(dir);
-    tot_t ev = total_flags(cs, CM_EV_LOCK, "waiter_site", 0, CM_SF_AGGREGATE);
-    tot_t sub = total_flags(cs, CM_EV_LOCK, "waiter_site", CM_SF_SUBSAMPLED, 0);
-    uint64_t cnt = 0;
+    tot_t ev = total_flags(cs, CM_EV_LOCK, "pp_site", 0, CM_SF_AGGREGATE);
+    tot_t ag = total_flags(cs, CM_EV_LOCK, "pp_site", CM_SF_AGGREGATE, 0);
+    uint64_t sub_rows = flags_rows(cs, CM_EV_LOCK, CM_SF_SUBSAMPLED);
+    uint64_t est_n = total_count(cs, CM_EV_LOCK, "pp_site");
+    uint64_t dropped = drops(cs, CM_DROP_SUBSAMPLED), ring_full = drops(cs, CM_DROP_RING_FULL);
+    uint64_t agent = 0, proc = 0;
     for (int i = 0; i < cs->n; i++) {
-        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_LOCK];
-        for (uint32_t r = 0; r < s->n; r++)
-            if (!(CM_COL(s, flags, r) & CM_SF_AGGREGATE))
-                cnt += cm_samples_count(s, r);
+        agent += cs->c[i]->header.agent_cpu_ns;
+        proc += cs->c[i]->header.process_cpu_ns;
     }
-    uint64_t dropped = drops(cs, CM_DROP_SUBSAMPLED);
-    printf("  program: %llu waits >= 1 ms (%.4g ns); kept %llu rows (%llu subsampled), est "
-           "%.1f waits %.4g ns, %llu subsampled away\n",
-           (unsigned long long)waits, (double)wait_ns, (unsigned long long)ev.samples,
-           (unsigned long long)sub.samples, cnt / 1000.0, (double)ev.weight,
-           (unsigned long long)dropped);
-    CHECKF(waits > 8 * 60, "only %llu waits: no flood", (unsigned long long)waits);
-    CHECKF(ev.samples < 8 * 20 * 2, "%llu rows kept for a cap of 20/s",
+    /* as the agent's own budget: the process CPU floored at 5% of one core */
+    double share = (double)agent / fmax((double)proc, 0.05e9 * secs);
+    double est = (double)(ev.weight + ag.weight);
+    printf("  program: %llu lock calls, %llu waits >= 1 us (%llu/s), %.4g ns in lock calls\n",
+           (unsigned long long)calls, (unsigned long long)waits, (unsigned long long)rate,
+           (double)all_ns);
+    printf("  agent: %llu event rows (%.0f/s; %llu subsampled), %llu subsampled away, %llu ring "
+           "full; aggregates %llu rows; est %.1f waits, %.4g ns (ratio %.3f); agent CPU %.4g ns "
+           "of %.4g ns process CPU (%.3f%%)\n",
+           (unsigned long long)ev.samples, (double)ev.samples / secs,
+           (unsigned long long)sub_rows, (unsigned long long)dropped,
+           (unsigned long long)ring_full, (unsigned long long)ag.samples, est_n / 1000.0, est,
+           est / (double)all_ns, (double)agent, (double)proc, share * 100);
+    CHECKF(rate >= 2000, "only %llu waits/s: no flood", (unsigned long long)rate);
+    CHECKF(share <= 0.01, "agent CPU %.3f%% of the process's, budget 1%%", share * 100);
+    CHECKF(ev.samples <= 100 * secs * 3, "%llu event rows for a cap of 100/s",
            (unsigned long long)ev.samples);
-    CHECK(sub.samples > 0 && dropped > 0);
-    CHECKF(fabs(cnt / 1000.0 / (double)waits - 1) < 0.25, "est %.1f waits vs %llu", cnt / 1000.0,
-           (unsigned long long)waits);
-    CHECKF(fabs((double)ev.weight / (double)wait_ns - 1) < 0.25, "est %.4g ns vs %.4g",
-           (double)ev.weight, (double)wait_ns);
+    CHECK(sub_rows > 0 && dropped > waits / 2);
+    CHECKF(fabs(est / (double)all_ns - 1) <= 0.20, "estimated wait %.4g ns vs %.4g", est,
+           (double)all_ns);
+    CHECKF(fabs((double)est_n / 1000.0 / (double)calls - 1) <= 0.20, "estimated %.1f waits vs %llu",
+           est_n / 1000.0, (unsigned long long)calls);
     free_chunks(cs);
     rmrf(dir);
 }
 
-/* FLEETPROF_LOCK=0: no LOCK rows at all. */
+/* Condition variables, re-acquisition: the signaller keeps the mutex 30 ms after its signal,
+ * so every wake-up of cond_waiter_site waits ~30 ms for the mutex inside pthread_cond_wait:
+ * one LOCK event each (>= the threshold), on the mutex, with the waiter's stack (the caller
+ * of pthread_cond_wait is the leaf), and a weight matching the program's signal-to-return. */
+static void test_lock_cond_reacquire(void) {
+    char *dir = mkout(), prog[4096], out[4096];
+    prog_path("lock_work", prog, sizeof prog);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
+    const char *argv[] = {prog, "cond", "4", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    uint64_t rounds = out_u64(out, "rounds="), reacq = out_u64(out, "reacq_ns=");
+    uint64_t mu = hexval(out, "mutex=0x");
+    chunks_t *cs = load(dir);
+    tot_t ev = total_flags(cs, CM_EV_LOCK, "cond_waiter_site", 0, CM_SF_AGGREGATE);
+    tot_t all = total_flags(cs, CM_EV_LOCK, NULL, 0, CM_SF_AGGREGATE);
+    uint64_t addr_ok = 0, leaf_ok = 0, long_ok = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_LOCK];
+        for (uint32_t r = 0; r < s->n; r++) {
+            if (CM_COL(s, flags, r) & CM_SF_AGGREGATE)
+                continue;
+            addr_ok += CM_COL(s, address, r) == mu;
+            leaf_ok += !strcmp(leaf_fn(cs->c[i], s->stack[r]), "cond_waiter_site");
+            long_ok += s->weight[r] >= 10000000ull;
+        }
+    }
+    printf("  program: %llu wake-ups, %.4g ns signal-to-return; agent: %llu events (%llu at "
+           "cond_waiter_site, leaf ok %llu, address ok %llu, >= 10 ms %llu), %.4g ns\n",
+           (unsigned long long)rounds, (double)reacq, (unsigned long long)all.samples,
+           (unsigned long long)ev.samples, (unsigned long long)leaf_ok,
+           (unsigned long long)addr_ok, (unsigned long long)long_ok, (double)ev.weight);
+    CHECKF(rounds >= 40, "only %llu wake-ups", (unsigned long long)rounds);
+    CHECK_EQ(all.samples, ev.samples);
+    CHECK_EQ(leaf_ok, ev.samples);
+    CHECK_EQ(addr_ok, ev.samples);
+    CHECK_EQ(long_ok, ev.samples);
+    CHECKF(ev.samples >= rounds * 9 / 10 && ev.samples <= rounds, "%llu events for %llu wake-ups",
+           (unsigned long long)ev.samples, (unsigned long long)rounds);
+    CHECKF(fabs((double)ev.weight / (double)reacq - 1) <= 0.15, "event ns %.4g vs %.4g",
+           (double)ev.weight, (double)reacq);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* Condition variables, idle waits: consumers wait ~200 ms for work (pthread_cond_wait, a
+ * pthread_cond_timedwait with a far deadline, a 50 ms timedwait that expires) and the
+ * producer releases the mutex right after its broadcast: waiting for work is not contention,
+ * so no LOCK event at all. */
+static void test_lock_cond_idle(void) {
+    for (int attempt = 1;; attempt++) {
+        char *dir = mkout(), prog[4096], out[4096];
+        prog_path("lock_work", prog, sizeof prog);
+        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
+        const char *argv[] = {prog, "idle", "3", NULL};
+        int st = run(env, argv, 60, out, sizeof out);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+        uint64_t rounds = out_u64(out, "rounds="), timeouts = out_u64(out, "timeouts=");
+        uint64_t late = out_u64(out, "late=");
+        chunks_t *cs = load(dir);
+        tot_t ev = total_flags(cs, CM_EV_LOCK, NULL, 0, CM_SF_AGGREGATE);
+        tot_t ag = total_flags(cs, CM_EV_LOCK, NULL, CM_SF_AGGREGATE, 0);
+        printf("  run %d: program: %llu broadcasts, %llu timeouts, %llu wake-ups >= 10 ms late; "
+               "agent: %llu LOCK events, %llu aggregate rows (%.4g ns)\n",
+               attempt, (unsigned long long)rounds, (unsigned long long)timeouts,
+               (unsigned long long)late, (unsigned long long)ev.samples,
+               (unsigned long long)ag.samples, (double)ag.weight);
+        CHECKF(rounds >= 10 && timeouts >= 30, "%llu rounds, %llu timeouts",
+               (unsigned long long)rounds, (unsigned long long)timeouts);
+        CHECK(cs->n >= 1);
+        /* the re-acquire estimate includes the wake-up latency (documented): a machine that
+         * wakes a consumer >= 10 ms late breaks the premise; that run is measured again */
+        CHECKF(ev.samples <= late, "%llu events, %llu late wake-ups", (unsigned long long)ev.samples,
+               (unsigned long long)late);
+        free_chunks(cs);
+        rmrf(dir);
+        if (late && attempt < 3) {
+            printf("  run %d: not judged (%llu late wake-ups)\n", attempt, (unsigned long long)late);
+            continue;
+        }
+        CHECKF(late == 0, "%llu late wake-ups in 3 runs", (unsigned long long)late);
+        CHECK_EQ(ev.samples, 0);
+        /* aggregates here are wake-up latencies >= 50 us: far below the time spent waiting */
+        CHECKF(ag.weight < rounds * 10000000ull, "aggregates %.4g ns", (double)ag.weight);
+        break;
+    }
+}
+
+/* FLEETPROF_LOCK=0: no LOCK rows at all (mutex and condvar contention alike). */
 static void test_lock_off(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("lock_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_LOCK=0", NULL};
     const char *argv[] = {prog, "long", "2", NULL};
+    const char *argv2[] = {prog, "cond", "1", NULL};
+    int st2 = run(env, argv2, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st2) && WEXITSTATUS(st2) == 0, "status %d: %s", st2, out);
+    CHECK(out_u64(out, "rounds=") >= 5);
     int st = run(env, argv, 60, out, sizeof out);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
     CHECK(out_u64(out, "waits=") > 10);
@@ -168,6 +309,8 @@ static void test_lock_off(void) {
 static const tr_test_t tests[] = {
     {"lock_events", test_lock_events},   {"lock_aggregates", test_lock_aggregates},
     {"lock_rwlock", test_lock_rwlock},   {"lock_flood", test_lock_flood},
+    {"lock_cond_reacquire", test_lock_cond_reacquire},
+    {"lock_cond_idle", test_lock_cond_idle},
     {"lock_off", test_lock_off},         {NULL, NULL},
 };
 TR_MAIN(tests)
