@@ -408,36 +408,63 @@ static int cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
 static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
     int rc = 0, s;
     sqlite3_stmt *st = NULL;
+    uint64_t *rows = NULL, *locs = NULL; /* (id, parent, location) triples; missing locations */
+    size_t nr = 0, cap = 0, nl = 0;
     if ((rc = fill_temp(d, "want", want, n)))
         return rc;
+    /* the nodes first, then their distinct locations: joining the location tables to every
+     * node would repeat the same lookups for each node of a popular location */
     if ((rc = prep(d,
                    "WITH RECURSIVE up(id) AS (SELECT id FROM temp.want UNION SELECT s.parent "
                    "FROM stacks s JOIN up ON s.id=up.id WHERE s.parent<>0) "
-                   "SELECT s.id, s.parent, s.location, fn.s, mf.s, m.build_id, l.address FROM up "
-                   "JOIN stacks s ON s.id=up.id LEFT JOIN locations l ON l.id=s.location "
-                   "LEFT JOIN functions f ON f.id=l.function LEFT JOIN strings fn ON fn.id=f.name "
-                   "LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf ON "
-                   "mf.id=m.filename",
+                   "SELECT s.id, s.parent, s.location FROM up JOIN stacks s ON s.id=up.id",
                    &st)))
         return rc;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
-        uint64_t loc = (uint64_t)sqlite3_column_int64(st, 2);
-        int64_t lidx = cache_loc(d, st, loc, 3);
-        if (lidx < 0) {
-            rc = (int)lidx;
-            break;
+        if (nr == cap) {
+            size_t nc = cap ? 2 * cap : 4096;
+            uint64_t *x = realloc(rows, 3 * nc * sizeof *x);
+            if (!x) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            rows = x;
+            cap = nc;
         }
-        cnode_t *nd = agg_hmap_upsert(&d->nodes, &id, NULL);
+        for (int c = 0; c < 3; c++)
+            rows[3 * nr + (size_t)c] = (uint64_t)sqlite3_column_int64(st, c);
+        nr++;
+    }
+    {
+        int r2 = done(st, s);
+        if (rc || (rc = r2))
+            goto out;
+    }
+    if (!(locs = malloc((nr ? nr : 1) * sizeof *locs))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < nr; i++)
+        if (!agg_hmap_find(&d->locidx, &rows[3 * i + 2]))
+            locs[nl++] = rows[3 * i + 2];
+    if (nl && (rc = cache_fill_locs(d, locs, nl)))
+        goto out;
+    for (size_t i = 0; i < nr; i++) {
+        uint64_t *li = agg_hmap_find(&d->locidx, &rows[3 * i + 2]);
+        if (!li)
+            continue; /* a location missing from the store: the node stays unknown */
+        cnode_t *nd = agg_hmap_upsert(&d->nodes, &rows[3 * i], NULL);
         if (!nd) {
             rc = CM_ENOMEM;
             break;
         }
-        nd->parent = (uint64_t)sqlite3_column_int64(st, 1);
-        nd->loc = (uint32_t)lidx;
+        nd->parent = rows[3 * i + 1];
+        nd->loc = (uint32_t)li[1];
     }
-    int r2 = done(st, s);
-    return rc ? rc : r2;
+out:
+    free(rows);
+    free(locs);
+    return rc;
 }
 
 /* Resolves every stack of `stacks` (keys: store stack ids) into profile stacks, through the
