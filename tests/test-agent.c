@@ -501,7 +501,8 @@ static void test_sigterm_flush(void) {
     rmrf(dir);
 }
 
-/* fleetprof_flush(): a chunk exists right after it returns 0. */
+/* fleetprof_flush(): a chunk exists right after it returns 0; fleetprof_work_done() units land
+ * in the chunk of their interval. */
 static void test_flush_api(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[256];
     prog_path("fp-work-linked", prog, sizeof prog);
@@ -513,6 +514,9 @@ static void test_flush_api(void) {
     chunks_t *cs = load(dir);
     CHECKF(cs->n == 2, "%d chunks (flush + exit)", cs->n);
     CHECK(cs->c[0]->samples[CM_EV_CPU].n > 0 && cs->c[1]->samples[CM_EV_CPU].n > 0);
+    CHECKF(cs->c[0]->header.work_units == 1000 && cs->c[1]->header.work_units == 234,
+           "work units %llu, %llu", (unsigned long long)cs->c[0]->header.work_units,
+           (unsigned long long)cs->c[1]->header.work_units);
     free_chunks(cs);
     rmrf(dir);
 }

@@ -46,6 +46,11 @@ FLEETPROF_EXTERN int fleetprof_label_set(const char *key, const char *value);
 /* Removes label key from the calling thread. Returns 0, or -ENOENT if it was not set. */
 FLEETPROF_EXTERN int fleetprof_label_clear(const char *key);
 
+/* Counts `units` units of work done (requests served, jobs run): each chunk carries the units
+ * counted in its interval, so a diff can compare versions per unit of work instead of per
+ * second (`fleetprof diff --per request`). One relaxed atomic add; async-signal-safe. */
+FLEETPROF_EXTERN void fleetprof_work_done(uint64_t units);
+
 /* Ends the current chunk now and writes/sends it (FLEETPROF_OUTPUT, collector). Blocks up to
  * 5 s for the background thread. Returns 0, -ETIMEDOUT, or -ESRCH if the agent is not
  * running. */

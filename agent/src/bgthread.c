@@ -297,6 +297,7 @@ static void cut_chunk(void) {
              (unsigned long long)atomic_load(&ag_handler_ns_n),
              (unsigned long long)ag.signal_cost_ns, (unsigned long long)(p - B.proc_cpu0));
     h.process_cpu_ns = p - B.proc_cpu0;
+    h.work_units = ag_work_take();
 
     uint8_t *frame = NULL;
     size_t len = 0;

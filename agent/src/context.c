@@ -91,6 +91,17 @@ void fleetprof_span_set(const uint8_t trace_id[16], const uint8_t span_id[8]) {
     publish(ctx, t_ctx.buf[t_ctx.idx & 1].labels);
 }
 
+/* Units of work counted by the application since the last chunk (fleetprof_work_done). */
+static _Atomic uint64_t g_work_units;
+
+void fleetprof_work_done(uint64_t units) {
+    atomic_fetch_add_explicit(&g_work_units, units, memory_order_relaxed);
+}
+
+uint64_t ag_work_take(void) {
+    return atomic_exchange_explicit(&g_work_units, 0, memory_order_relaxed);
+}
+
 void fleetprof_span_clear(void) {
     static const uint8_t zero[CM_CONTEXT_SIZE];
     publish(zero, t_ctx.buf[t_ctx.idx & 1].labels);
@@ -250,4 +261,7 @@ uint32_t ag_context_labels(uint32_t id, const char *kv[2 * 4]) {
 
 void ag_context_lock(void) { pthread_mutex_lock(&g_lock); }
 void ag_context_unlock(void) { pthread_mutex_unlock(&g_lock); }
-void ag_context_after_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
+void ag_context_after_fork_child(void) {
+    pthread_mutex_init(&g_lock, NULL);
+    atomic_store(&g_work_units, 0); /* the parent's units are the parent's */
+}

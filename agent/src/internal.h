@@ -238,6 +238,8 @@ AG_HIDDEN void ag_context_read(ag_ctx_slot_t *out);
  * pointers valid until ag_context_reset(). Takes the label lock briefly. */
 AG_HIDDEN uint32_t ag_context_labels(uint32_t id, const char *kv[2 * 4]);
 AG_HIDDEN void ag_context_after_fork_child(void);
+/* Units of work counted since the last call (fleetprof_work_done), reset to 0. */
+AG_HIDDEN uint64_t ag_work_take(void);
 AG_HIDDEN void ag_context_lock(void);
 AG_HIDDEN void ag_context_unlock(void);
 

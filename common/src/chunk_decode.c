@@ -125,6 +125,7 @@ int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errb
     h->sequence = ph->sequence;
     h->agent_cpu_ns = ph->agent_cpu_ns;
     h->process_cpu_ns = ph->process_cpu_ns;
+    h->work_units = ph->work_units;
     h->time_unit_ns = ph->time_unit_ns;
     h->format_minor = fi.minor;
     if (ph->n_sampling > CM_EV_COUNT * 4 || ph->n_drops > 1024)

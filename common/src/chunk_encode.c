@@ -143,6 +143,7 @@ int cm_chunk_encode(const cm_chunk_t *c, uint8_t **out, size_t *out_len, char *e
     hdr.sequence = h->sequence;
     hdr.agent_cpu_ns = h->agent_cpu_ns;
     hdr.process_cpu_ns = h->process_cpu_ns;
+    hdr.work_units = h->work_units;
     hdr.time_unit_ns = h->time_unit_ns;
     hdr.format_minor = CM_FORMAT_MINOR;
     samp = calloc(h->n_sampling + 1, sizeof *samp);

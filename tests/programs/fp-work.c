@@ -20,8 +20,9 @@
  *                               (a fixed amount of work, for overhead benchmarks)
  *   fp-work api SECS            checks the API's argument handling (prints api_errors=N), then
  *                               burns in span_a under a context set from a traceparent
- *   fp-work flush               burns 0.3 s, calls fleetprof_flush(), prints its result,
- *                               burns 0.3 s more
+ *   fp-work flush               burns 0.3 s, counts 1000 units of work, calls
+ *                               fleetprof_flush(), prints its result, counts 234 units, burns
+ *                               0.3 s more
  *   fp-work cpu4 SECS           4 threads each alternate burn_a/burn_b (1:3) until the
  *                               process has used SECS of CPU
  *   fp-work blockread SECS      thread "reader" blocks in read() on a pipe nobody writes to
@@ -423,8 +424,14 @@ int main(int argc, char **argv) {
         while (cpu_ns() < end)
             span_a(300000);
     } else if (!strcmp(mode, "flush")) {
+        void (*work_done)(uint64_t) =
+            (void (*)(uint64_t))dlsym(RTLD_DEFAULT, "fleetprof_work_done");
         burn_for_cpu(0.3);
+        for (int i = 0; work_done && i < 1000; i++)
+            work_done(1);
         printf("flush=%d\n", flush ? flush() : -1000);
+        if (work_done)
+            work_done(234);
         burn_for_cpu(0.3);
     } else if (!strcmp(mode, "cpu4")) {
         pthread_t th[4];

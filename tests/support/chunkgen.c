@@ -302,6 +302,7 @@ cm_chunk_t *ts_gen_chunk(const ts_gen_params_t *p, uint64_t seed) {
     h->sequence = ts_randn(&r, 1000);
     h->agent_cpu_ns = ts_randn(&r, 100000000);
     h->process_cpu_ns = h->agent_cpu_ns * 100;
+    h->work_units = ts_randn(&r, 3) ? ts_randn(&r, 100000) : 0;
     h->n_sampling = 0;
     h->sampling = galloc(o, sizeof(cm_sampling_t) * CM_EV_COUNT);
     h->drops = galloc(o, sizeof(cm_drop_t) * 3);
@@ -410,6 +411,7 @@ int ts_chunk_equal(const cm_chunk_t *a, const cm_chunk_t *b, char *why, size_t w
              ha->start_unix_ns != hb->start_unix_ns || ha->end_unix_ns != hb->end_unix_ns ||
              memcmp(ha->chunk_id, hb->chunk_id, 16) || ha->sequence != hb->sequence ||
              ha->agent_cpu_ns != hb->agent_cpu_ns || ha->process_cpu_ns != hb->process_cpu_ns ||
+             ha->work_units != hb->work_units ||
              ha->time_unit_ns != hb->time_unit_ns,
          "header numbers differ");
     DIFF(ha->n_sampling != hb->n_sampling || ha->n_drops != hb->n_drops, "header table sizes");

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define CM_FORMAT_MAJOR 1
-#define CM_FORMAT_MINOR 0
+#define CM_FORMAT_MINOR 1
 #define CM_FRAME_MAGIC "FPRF"
 #define CM_FRAME_HEADER_SIZE 24
 #define CM_FRAME_FLAG_LZ4 0x1u
@@ -114,6 +114,7 @@ typedef struct {
     cm_drop_t *drops;
     uint32_t n_drops;
     uint64_t agent_cpu_ns, process_cpu_ns;
+    uint64_t work_units;   /* minor 1: units of work the application counted (0: none) */
     uint32_t time_unit_ns; /* sample times are multiples of this from start_unix_ns */
     uint32_t format_minor; /* decoded: the writer's minor version */
 } cm_header_t;
