@@ -12,6 +12,7 @@
 #include "cm/wire.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <zlib.h>
 
 #define PORT 19600
@@ -91,6 +92,8 @@ static void test_versions(void) {
                  fsim_truth(sim, 0, k, CM_EV_CPU)->count / CM_COUNT_ONE);
         CHECK(jint(v, "first_ns") > 0 && jint(v, "last_ns") > jint(v, "first_ns"));
         CHECK(json_number_value(json_object_get(v, "process_seconds")) > 0);
+        CHECK_EQ(jint(v, "work_units"), fsim_truth_work(sim, 0, k));
+        CHECK(jint(v, "work_units") > 0);
     }
     json_decref(o);
     expect_error("/api/v1/services/no-such-svc/versions", 404, "service");
@@ -279,6 +282,36 @@ static void test_diff(void) {
     CHECK_EQ(get(path, &b, NULL), 200);
     CHECK(strlen(b) > 100);
     free(b);
+    /* per request: the work is the units the chunks counted, exactly */
+    for (int per_req = 0; per_req < 2; per_req++) {
+        snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s%s", svc0, v0, v1,
+                 per_req ? "&per=request" : "");
+        o = get_json(path, 200);
+        CHECK(!strcmp(json_string_value(json_object_get(o, "per")),
+                      per_req ? "request" : "process-second"));
+        double bw = json_number_value(json_object_get(o, "base_work"));
+        double tw = json_number_value(json_object_get(o, "test_work"));
+        double bt = json_number_value(json_object_get(o, "base_total"));
+        printf("per %s: base work %.3f, test work %.3f, base cpu per unit %.1f ns\n",
+               per_req ? "request" : "second", bw, tw, bt);
+        if (per_req) {
+            CHECK_EQ((int64_t)bw, fsim_truth_work(sim, 0, 0));
+            CHECK_EQ((int64_t)tw, fsim_truth_work(sim, 0, 1));
+        } else {
+            const fsim_params_t *fp = fsim_params(sim); /* process-seconds of the version */
+            CHECK(fabs(bw - fp->processes * fp->intervals * (fp->interval_ns / 1e9)) < 1e-6);
+        }
+        double want = (double)fsim_truth(sim, 0, 0, CM_EV_CPU)->weight / bw;
+        CHECKF(fabs(bt - want) <= 1e-9 * want, "base total %f, want %f", bt, want);
+        json_decref(o);
+    }
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s&per=minute", svc0, v0,
+             v1);
+    expect_error(path, 400, "per");
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s&per=request",
+             fsim_service_name(sim, 1), fsim_version_name(sim, 1, 0),
+             fsim_version_name(sim, 1, 1));
+    expect_error(path, 404, "per"); /* service 1 counts no units of work */
     snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s", svc0, v0);
     expect_error(path, 400, "test");
     snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=nov&test=%s", svc0, v1);

@@ -167,6 +167,15 @@ static void test_diff(void) {
     r = run("diff --service %s --base-from 0 --base-to now --test-from 0 --test-to now "
             "--fail-on-regression 0 --json", svc0);
     CHECKF(r.status == 0, "%s", r.err);
+    /* per request: the text says so; a service that counts no units of work is an error */
+    r = run("%s --per request", args);
+    CHECKF(r.status == 0 && strstr(r.out, "cpu per request"), "%s%s", r.out, r.err);
+    char other[256];
+    snprintf(other, sizeof other, "diff --service %s --base %s --test %s --per request",
+             fsim_service_name(sim, 1), fsim_version_name(sim, 1, 0), fsim_version_name(sim, 1, 1));
+    expect_exit(1, "fleetprof_work_done", other);
+    expect_exit(1, "'second' or 'request'", "diff --service svc-000 --base 1.0.0 --test 1.1.0 "
+                "--per minute");
     expect_exit(1, "'base' and 'test'", "diff --service svc-000 --base 1.0.0");
     expect_exit(1, "unknown version 'zz'", "diff --service svc-000 --base zz --test 1.1.0");
 }

@@ -96,8 +96,7 @@ static void print_diff(const char *args) {
 
 /* ---- the tests ---- */
 
-static void test_planted_regression(void) {
-    const char *args = "--service demo --base v1 --test v2 --fold 'burn$'";
+static void planted_regression(const char *args) {
     print_diff(args);
     char a[512];
     snprintf(a, sizeof a, "diff %s --limit 0", args);
@@ -128,6 +127,25 @@ static void test_planted_regression(void) {
     CHECK(json_integer_value(json_object_get(d, "base_replicates")) >= 5);
     CHECK(json_integer_value(json_object_get(d, "test_replicates")) >= 5);
     json_decref(d);
+}
+
+static void test_planted_regression(void) {
+    planted_regression("--service demo --base v1 --test v2 --fold 'burn$'");
+}
+
+/* Per request (the demo counts each request with fleetprof_work_done): the same single finding;
+ * every version counted requests. */
+static void test_planted_regression_per_request(void) {
+    json_t *v = cli_json("versions demo"), *e;
+    size_t i;
+    json_array_foreach(json_object_get(v, "versions"), i, e) {
+        printf("%s: %lld requests in %.1f process-seconds\n", jstr(e, "version"),
+               (long long)json_integer_value(json_object_get(e, "work_units")),
+               json_number_value(json_object_get(e, "process_seconds")));
+        CHECK(json_integer_value(json_object_get(e, "work_units")) > 100);
+    }
+    json_decref(v);
+    planted_regression("--service demo --base v1 --test v2 --fold 'burn$' --per request");
 }
 
 static void test_deploy_gate(void) {
@@ -312,6 +330,7 @@ static void test_deploy_report(void) {
 
 static const tr_test_t tests[] = {
     {"planted_regression", test_planted_regression},
+    {"planted_regression_per_request", test_planted_regression_per_request},
     {"deploy_gate", test_deploy_gate},
     {"null_comparison", test_null_comparison},
     {"span_drilldown", test_span_drilldown},

@@ -43,7 +43,8 @@ void agg_diff_opts_default(agg_diff_opts_t *o) {
                            .warn_samples = 1000,
                            .warn_replicates = 5,
                            .test_inclusive = 0,
-                           .method = AGG_DIFF_WELCH};
+                           .method = AGG_DIFF_WELCH,
+                           .work_unit = "process-second"};
 }
 
 const char *agg_diff_class_name(agg_diff_class_t c) {

@@ -29,6 +29,8 @@ typedef struct {
     uint32_t warn_replicates;  /* warn when a side has fewer replicates; default 5 */
     int test_inclusive;        /* 0: test self cost (default); 1: inclusive cost */
     agg_diff_method_t method;
+    const char *work_unit;     /* what the replicates' work counts: "process-second" (default)
+                                * or "request"; a static string, for outputs */
 } agg_diff_opts_t;
 
 void agg_diff_opts_default(agg_diff_opts_t *o);

@@ -50,7 +50,7 @@ json_t *agg_diff_json(const agg_diff_t *d, size_t limit) {
     }
     json_object_set_new(o, "event_type", json_string(cm_event_name(d->type)));
     json_object_set_new(o, "unit", json_string(agg_event_unit(d->type)));
-    json_object_set_new(o, "per", json_string("unit of work (replicate work: process-second or request)"));
+    json_object_set_new(o, "per", json_string(d->opts.work_unit ? d->opts.work_unit : "process-second"));
     json_object_set_new(o, "base_total", num(d->base_total));
     json_object_set_new(o, "test_total", num(d->test_total));
     json_object_set_new(o, "base_work", num(d->base_work));

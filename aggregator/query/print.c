@@ -82,7 +82,8 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
     char b[32], t[32];
     agg_format_value(d->type, d->base_total, b, sizeof b);
     agg_format_value(d->type, d->test_total, t, sizeof t);
-    fprintf(f, "%s per unit of work: base %s, test %s (%+.2f%%)\n", cm_event_name(d->type), b, t,
+    fprintf(f, "%s per %s: base %s, test %s (%+.2f%%)\n", cm_event_name(d->type),
+            d->opts.work_unit ? d->opts.work_unit : "process-second", b, t,
             d->base_total > 0 ? 100 * (d->test_total - d->base_total) / d->base_total : 0.0);
     fprintf(f, "samples: base %llu in %u replicates, test %llu in %u replicates\n",
             (unsigned long long)d->base_samples, d->base_replicates,

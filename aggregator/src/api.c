@@ -583,11 +583,12 @@ static void h_versions(agg_api_t *api, const args_t *a, const char *url, agg_htt
         return;
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:f, s:o}", "version",
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:f, s:I, s:o}", "version",
                                              v[i].version, "first_ns", (json_int_t)v[i].first_ns,
                                              "last_ns", (json_int_t)v[i].last_ns, "chunks",
                                              (json_int_t)v[i].chunks, "process_seconds",
-                                             v[i].process_seconds, "samples",
+                                             v[i].process_seconds, "work_units",
+                                             (json_int_t)v[i].work_units, "samples",
                                              samples_json(v[i].samples)));
     agg_qversions_free(v, n);
     reply_json(r, 200, json_pack("{s:s, s:o}", "service", svc, "versions", arr));
@@ -623,7 +624,8 @@ static void h_event_types(agg_api_t *api, const args_t *a, const char *url,
  * the profile or NULL with the reply written. */
 static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_reply_t *r,
                                     const char *vparam, const char *from_p, const char *to_p,
-                                    int replicates, filt_t *ft, json_t **meta) {
+                                    int replicates, int per_request, filt_t *ft,
+                                    json_t **meta) {
     const char *svc;
     const char *vers[64];
     char lkey[256];
@@ -657,7 +659,8 @@ static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_re
                      .label_key = lval ? lkey : NULL,
                      .label_value = lval,
                      .replicates = replicates,
-                     .exact = (int)exact};
+                     .exact = (int)exact,
+                     .per_request = per_request};
     agg_profile_t *p = NULL;
     int rc = agg_qstore_profile(api->qs, &q, &p);
     if (rc) {
@@ -684,7 +687,7 @@ static void h_profile(agg_api_t *api, const args_t *a, const char *url, agg_http
     if (parse_filter(a, r, &ft))
         return;
     json_t *meta = NULL;
-    agg_profile_t *p = query_profile(api, a, r, "version", "from", "to", 0, &ft, &meta);
+    agg_profile_t *p = query_profile(api, a, r, "version", "from", "to", 0, 0, &ft, &meta);
     if (!p)
         return;
     if (!p->n_rows) {
@@ -788,13 +791,22 @@ static void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_re
     /* a self-cost diff reads per-leaf replicates; filters and inclusive cost need each
      * replicate's stacks */
     int mode = ft.any || inclusive ? AGG_QREP_STACKS : AGG_QREP_LEAVES;
+    /* the unit of work: a second of process wall time, or one unit the application counted
+     * with fleetprof_work_done() (requests) */
+    const char *per = arg(a, "per");
+    per = per && *per ? per : "second";
+    if (strcmp(per, "second") && strcmp(per, "request")) {
+        reply_err(r, 400, "per", "per '%s' is not 'second' or 'request'", per);
+        return;
+    }
+    int per_request = !strcmp(per, "request");
     if (!(pb = query_profile(api, a, r, by_time ? "version" : "base",
                              by_time ? "base_from" : "from", by_time ? "base_to" : "to", mode,
-                             &ft, &mb)))
+                             per_request, &ft, &mb)))
         return;
     if (!(pt = query_profile(api, a, r, by_time ? "version" : "test",
                              by_time ? "test_from" : "from", by_time ? "test_to" : "to", mode,
-                             &ft, &mt)))
+                             per_request, &ft, &mt)))
         goto out;
     if (!pb->n_rows || !pt->n_rows) {
         const char *t = arg(a, "type");
@@ -807,6 +819,22 @@ static void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_re
     agg_diff_opts_t o;
     agg_diff_opts_default(&o);
     o.q = q;
+    if (per_request) {
+        double wb, wt;
+        agg_profile_totals(pb, NULL, NULL, &wb);
+        agg_profile_totals(pt, NULL, NULL, &wt);
+        if (pb->work_total > 0)
+            wb = pb->work_total;
+        if (pt->work_total > 0)
+            wt = pt->work_total;
+        if (!(wb > 0) || !(wt > 0)) {
+            reply_err(r, 404, "per", "no units of work were counted on the %s side: its "
+                      "processes do not call fleetprof_work_done(); use per=second",
+                      !(wb > 0) ? "base" : "test");
+            goto out;
+        }
+        o.work_unit = "request";
+    }
     o.test_inclusive = inclusive;
     agg_diff_t d;
     int rc = agg_diff_compute(pb, pt, &o, &d);
@@ -836,8 +864,12 @@ static void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_re
             json_object_set(o2, "base", mb);
             json_object_set(o2, "test", mt);
             json_object_set_new(o2, "test_used", json_string(
-                "Welch's t-test on per-bucket rates (time buckets as replicates, work = "
-                "process-seconds), common factor removed, Benjamini-Hochberg FDR"));
+                per_request ? "Welch's t-test on per-bucket rates (time buckets as replicates, "
+                              "work = units of work counted), common factor removed, "
+                              "Benjamini-Hochberg FDR"
+                            : "Welch's t-test on per-bucket rates (time buckets as replicates, "
+                              "work = process-seconds), common factor removed, "
+                              "Benjamini-Hochberg FDR"));
             if (gate >= 0)
                 json_object_set_new(o2, "gate", json_pack("{s:f, s:b, s:s}", "pct", gate,
                                                           "failed", failed, "why", why));

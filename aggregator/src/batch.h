@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     agg_ival_key_t k;
     int64_t chunks, duration_ns, agent_cpu_ns, process_cpu_ns, dropped;
+    int64_t work_units; /* the chunks' units of work, pro rata like duration_ns */
 } agg_ival_ent_t;
 
 /* drops: (service, version, width, bucket, reason, type) -> count */

@@ -212,7 +212,9 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
                        "SELECT type, SUM(weight), SUM(count) FROM totals WHERE service=?1 AND "
                        "version=?2 GROUP BY type",
                        &tot)) ||
-            (rc = prep(d, "SELECT SUM(duration_ns) FROM intervals WHERE service=?1 AND version=?2",
+            (rc = prep(d,
+                       "SELECT SUM(duration_ns), SUM(work_units) FROM intervals WHERE "
+                       "service=?1 AND version=?2",
                        &iv))) {
             sqlite3_finalize(st);
             sqlite3_finalize(tot);
@@ -269,8 +271,10 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
             sqlite3_reset(iv);
             B64(iv, 1, sqlite3_column_int64(st, 0));
             B64(iv, 2, sqlite3_column_int64(st, 1));
-            if (sqlite3_step(iv) == SQLITE_ROW)
+            if (sqlite3_step(iv) == SQLITE_ROW) {
                 e->process_seconds += (double)sqlite3_column_int64(iv, 0) / 1e9;
+                e->work_units += (uint64_t)sqlite3_column_int64(iv, 1);
+            }
         }
         sqlite3_finalize(tot);
         sqlite3_finalize(iv);
@@ -759,10 +763,10 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
     size_t nbk = 0, ncap = 0;
     int rc = 0, s;
     snprintf(sql, sizeof sql,
-             "SELECT version, width, bucket, SUM(duration_ns) FROM intervals WHERE "
+             "SELECT version, width, bucket, SUM(%s) FROM intervals WHERE "
              "service=?1%s%s AND bucket>=?3 AND bucket<?4 GROUP BY version, width, bucket "
              "ORDER BY version, width, bucket",
-             qp->vin, qp->win);
+             q->per_request ? "work_units" : "duration_ns", qp->vin, qp->win);
     if ((rc = prep(d, sql, &st)))
         return rc;
     qparts_t nolab = *qp;
@@ -785,7 +789,7 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
         k->key.v = sqlite3_column_int64(st, 0);
         k->key.w = sqlite3_column_int64(st, 1);
         k->key.b = sqlite3_column_int64(st, 2);
-        k->work = (double)sqlite3_column_int64(st, 3) / 1e9;
+        k->work = (double)sqlite3_column_int64(st, 3) / (q->per_request ? 1 : 1e9);
         if (rw > 0 && k->key.w < rw) {
             k->key.b -= k->key.b % rw;
             k->key.w = rw;
@@ -809,15 +813,15 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
     return rc;
 }
 
-/* Process-seconds of work in [from, to) (the intervals' pro-rata chunk durations). */
+/* Work in [from, to): process-seconds (the intervals' pro-rata chunk durations), or units of
+ * work the application counted (q->per_request). */
 static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double *work) {
     char sql[4096];
     sqlite3_stmt *st = NULL;
     int rc, s;
     snprintf(sql, sizeof sql,
-             "SELECT SUM(duration_ns) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND "
-             "bucket<?4",
-             qp->vin, qp->win);
+             "SELECT SUM(%s) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND bucket<?4",
+             q->per_request ? "work_units" : "duration_ns", qp->vin, qp->win);
     if ((rc = prep(d, sql, &st)))
         return rc;
     qparts_t nolab = *qp;
@@ -826,7 +830,7 @@ static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double 
     B64(st, 3, q->from_s);
     B64(st, 4, q->to_s);
     if ((s = sqlite3_step(st)) == SQLITE_ROW)
-        *work += (double)sqlite3_column_int64(st, 0) / 1e9;
+        *work += (double)sqlite3_column_int64(st, 0) / (q->per_request ? 1 : 1e9);
     return done(st, s);
 }
 

@@ -35,6 +35,7 @@ typedef struct {
     uint64_t samples[CM_EV_COUNT]; /* events per type */
     uint64_t weight[CM_EV_COUNT];
     double process_seconds;        /* work: summed chunk intervals */
+    uint64_t work_units;           /* units of work the application counted (requests) */
 } agg_qversion_t;
 
 /* Versions of one service (service NULL: of every service), sorted by service then first_ns.
@@ -51,6 +52,7 @@ typedef struct {
     const char *label_key, *label_value; /* both set: only samples with this label */
     int replicates; /* AGG_QREP_*: what the profile carries besides the per-stack totals */
     int exact;      /* 1: read the fine rows only, never the coarse rollup (tests, debugging) */
+    int per_request; /* 1: a replicate's work is the units of work counted, not process-seconds */
 } agg_qspec_t;
 
 #define AGG_QMAX_VERSIONS 200
@@ -60,6 +62,7 @@ enum {
     AGG_QREP_NONE = 0, /* one replicate, "all": views, exports */
     /* one replicate per (version, width, bucket), work = process-seconds: */
     AGG_QREP_LEAVES = 1, /* the leaf-replicate form (profile.h): a diff of self cost */
+    /* (work: process-seconds, or the units of work counted when per_request) */
     AGG_QREP_STACKS = 2, /* every replicate's stacks: a diff after filters, or of inclusive cost */
 };
 

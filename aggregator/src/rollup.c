@@ -245,12 +245,17 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
      * A chunk spanning more than 64 buckets (a clock jump) stays in its start bucket. */
     uint64_t t0 = h->start_unix_ns, t1 = h->end_unix_ns > t0 ? h->end_unix_ns : t0;
     uint64_t wns = width * 1000000000ull;
-    if (t1 - t0 > 64 * wns) {
+    if (t1 - t0 > 64 * wns || t1 == t0) {
         agg_ival_ent_t *e0 = agg_hmap_upsert(&b->ival, &ik, NULL);
         if (!e0)
             return CM_ENOMEM;
         e0->duration_ns += (int64_t)(t1 - t0);
+        e0->work_units += (int64_t)h->work_units;
     } else {
+        /* units of work pro rata too: the cumulative share rounded down, so the pieces sum
+         * to the chunk's count exactly */
+        unsigned __int128 units = h->work_units, dur = t1 - t0;
+        uint64_t given = 0;
         for (uint64_t t = t0; t < t1;) {
             uint64_t bk = bucket_of(t, r->cfg.fine_width_s);
             uint64_t end = (bk + width) * 1000000000ull;
@@ -260,6 +265,9 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
             if (!e2)
                 return CM_ENOMEM;
             e2->duration_ns += (int64_t)(end - t);
+            uint64_t upto = (uint64_t)(units * (end - t0) / dur);
+            e2->work_units += (int64_t)(upto - given);
+            given = upto;
             t = end > t ? end : t1;
         }
     }

@@ -65,7 +65,7 @@ static const char *const schema =
     " chunks INTEGER, PRIMARY KEY(service, version, type, width, bucket)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS intervals(service INTEGER, version INTEGER, width INTEGER,"
     " bucket INTEGER, chunks INTEGER, duration_ns INTEGER, agent_cpu_ns INTEGER,"
-    " process_cpu_ns INTEGER, dropped INTEGER,"
+    " process_cpu_ns INTEGER, dropped INTEGER, work_units INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY(service, version, width, bucket)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS drops(service INTEGER, version INTEGER, width INTEGER,"
     " bucket INTEGER, reason INTEGER, type INTEGER, count INTEGER,"
@@ -140,11 +140,12 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_TOT] = "INSERT INTO totals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT DO UPDATE SET "
               "weight=weight+excluded.weight, count=count+excluded.count, "
               "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
-    [S_IVAL] = "INSERT INTO intervals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT DO UPDATE "
-               "SET chunks=chunks+excluded.chunks, duration_ns=duration_ns+excluded.duration_ns, "
+    [S_IVAL] = "INSERT INTO intervals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10) ON CONFLICT DO "
+               "UPDATE SET chunks=chunks+excluded.chunks, "
+               "duration_ns=duration_ns+excluded.duration_ns, "
                "agent_cpu_ns=agent_cpu_ns+excluded.agent_cpu_ns, "
                "process_cpu_ns=process_cpu_ns+excluded.process_cpu_ns, "
-               "dropped=dropped+excluded.dropped",
+               "dropped=dropped+excluded.dropped, work_units=work_units+excluded.work_units",
     [S_DROP] = "INSERT INTO drops VALUES(?1,?2,?3,?4,?5,?6,?7) ON CONFLICT DO UPDATE SET "
                "count=count+excluded.count",
     [S_VER] = "INSERT INTO versions VALUES(?1,?2,?3,?4,?5,?6) ON CONFLICT DO UPDATE SET "
@@ -566,6 +567,7 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(st, 7, e->agent_cpu_ns);
         B64(st, 8, e->process_cpu_ns);
         B64(st, 9, e->dropped);
+        B64(st, 10, e->work_units);
         RUN(st);
     }
     for (size_t i = 0; i < b->drop.n; i++) {
@@ -671,7 +673,8 @@ static const struct {
     {"profile_coarse", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
     {"totals", "service,version,type", "weight,count,rows,chunks", 1},
     {"fn_stats", "service,version,type,function", "chunks,incl,incl2,self,self2", 1},
-    {"intervals", "service,version", "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped", 0},
+    {"intervals", "service,version",
+     "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped,work_units", 0},
     {"drops", "service,version,reason,type", "count", 0},
 };
 
@@ -1165,6 +1168,9 @@ static int open_store(const char *path, int readonly, agg_store_t **out, char *e
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         goto fail;
     }
+    /* columns added since schema version 1 (a store created before them gets them here) */
+    sqlite3_exec(s->db, "ALTER TABLE intervals ADD COLUMN work_units INTEGER NOT NULL DEFAULT 0",
+                 NULL, NULL, NULL); /* fails with "duplicate column" when present: fine */
     if ((rc = exec(s, "COMMIT")))
         goto fail;
 prepare:

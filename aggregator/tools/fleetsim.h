@@ -65,6 +65,8 @@ const char *fsim_service_name(const fsim_t *s, uint32_t si);
 const char *fsim_version_name(const fsim_t *s, uint32_t si, uint32_t vi);
 /* Sums of the agent CPU and drop counters in the chunk headers (for interval totals). */
 int64_t fsim_truth_agent_cpu(const fsim_t *s, uint32_t si, uint32_t vi);
+/* Sum of the chunk headers' units of work (service index 0 counts some, the others none). */
+int64_t fsim_truth_work(const fsim_t *s, uint32_t si, uint32_t vi);
 /* Writes the ground truth as JSON. Returns 0 or -1. */
 int fsim_truth_write(const fsim_t *s, const char *path);
 

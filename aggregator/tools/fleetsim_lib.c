@@ -26,6 +26,7 @@ struct fsim {
     char (*ver_names)[48]; /* services x versions */
     fsim_sums_t *truth;    /* services x versions x CM_EV_COUNT */
     int64_t *agent_cpu;    /* services x versions */
+    int64_t *work;         /* services x versions: units of work (service 0 only counts any) */
     fsim_counts_t counts;
     /* position */
     uint64_t round, proc, nprocs;
@@ -65,6 +66,7 @@ fsim_t *fsim_new(const fsim_params_t *params) {
     s->ver_names = calloc((size_t)p->services * p->versions, sizeof *s->ver_names);
     s->truth = calloc((size_t)p->services * p->versions * CM_EV_COUNT, sizeof *s->truth);
     s->agent_cpu = calloc((size_t)p->services * p->versions, sizeof *s->agent_cpu);
+    s->work = calloc((size_t)p->services * p->versions, sizeof *s->work);
     for (uint32_t i = 0; i < p->services; i++) {
         snprintf(s->svc_names[i], 48, "svc-%03u", i);
         for (uint32_t v = 0; v < p->versions; v++)
@@ -106,6 +108,7 @@ void fsim_free(fsim_t *s) {
     free(s->ver_names);
     free(s->truth);
     free(s->agent_cpu);
+    free(s->work);
     free(s->frame);
     free(s->dup_frame);
     free(s);
@@ -136,6 +139,8 @@ static int make_chunk(fsim_t *s, uint64_t round, uint64_t proc) {
     }
     h->agent_cpu_ns = 1000000 + ts_randn(&s->rng, 5000000);
     h->process_cpu_ns = 1000000000ull + ts_randn(&s->rng, 4000000000ull);
+    /* service 0 counts requests (fleetprof_work_done), the others count nothing */
+    h->work_units = si == 0 ? 400 + (round * 7 + proc * 13) % 200 : 0;
     s->drops[0] = (cm_drop_t){CM_DROP_RING_FULL, CM_EV_CPU, ts_randn(&s->rng, 5)};
     s->drops[1] = (cm_drop_t){CM_DROP_SUBSAMPLED, CM_EV_ALLOC, ts_randn(&s->rng, 50)};
     h->drops = s->drops;
@@ -167,6 +172,7 @@ static int make_chunk(fsim_t *s, uint64_t round, uint64_t proc) {
         }
     }
     s->agent_cpu[si * p->versions + vi] += (int64_t)h->agent_cpu_ns;
+    s->work[si * p->versions + vi] += (int64_t)h->work_units;
     free(s->frame);
     s->frame = NULL;
     char err[256];
@@ -216,14 +222,18 @@ int fsim_next(fsim_t *s, const uint8_t **frame, size_t *len, const char **key) {
         size_t tn = (size_t)p->services * p->versions * CM_EV_COUNT;
         fsim_sums_t *scratch = calloc(tn, sizeof *scratch);
         int64_t *save_cpu = s->agent_cpu, *scratch_cpu = calloc((size_t)p->services * p->versions, 8);
+        int64_t *save_work = s->work, *scratch_work = calloc((size_t)p->services * p->versions, 8);
         fsim_counts_t cs = s->counts;
         s->truth = scratch;
         s->agent_cpu = scratch_cpu;
+        s->work = scratch_work;
         int rc = make_chunk(s, s->round, s->proc % s->nprocs);
         s->truth = save;
         s->agent_cpu = save_cpu;
+        s->work = save_work;
         free(scratch);
         free(scratch_cpu);
+        free(scratch_work);
         s->counts.chunks = cs.chunks;
         s->counts.samples = cs.samples;
         if (rc)
@@ -326,6 +336,10 @@ const char *fsim_service_name(const fsim_t *s, uint32_t si) { return s->svc_name
 const char *fsim_version_name(const fsim_t *s, uint32_t si, uint32_t vi) {
     return s->ver_names[si * s->p.versions + vi];
 }
+int64_t fsim_truth_work(const fsim_t *s, uint32_t si, uint32_t vi) {
+    return s->work[si * s->p.versions + vi];
+}
+
 int64_t fsim_truth_agent_cpu(const fsim_t *s, uint32_t si, uint32_t vi) {
     return s->agent_cpu[si * s->p.versions + vi];
 }

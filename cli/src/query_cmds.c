@@ -44,10 +44,11 @@ static const qcmd_t qcmds[] = {
      "tree --service S [--version V]... [--min-share F] [--limit NODES] [filters as top] [--json]"},
     {"diff", "/api/v1/diff",
      " service base test type from to base-from base-to test-from test-to version label include "
-     "exclude fold group limit fail-on-regression q ",
+     "exclude fold group limit fail-on-regression q per ",
      " by-module inclusive ", NULL,
      "diff --service S --base V1 --test V2 [--type T] [--fail-on-regression PCT] [filters]\n"
-     "      [--base-from T --base-to T --test-from T --test-to T] [--limit N] [--json]"},
+     "      [--base-from T --base-to T --test-from T --test-to T] [--per second|request]\n"
+     "      [--limit N] [--json]"},
     {"span", "/api/v1/span",
      " trace span type include exclude fold group limit min-share sort view function ",
      " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
@@ -120,14 +121,15 @@ static void print_table(const qcmd_t *c, json_t *o) {
     } else if (!strcmp(c->name, "versions")) {
         json_t *arr = json_object_get(o, "versions"), *s;
         size_t i;
-        printf("%-16s %-20s %-20s %8s %12s %12s\n", "VERSION", "FIRST-SEEN (UTC)", "LAST-SEEN",
-               "CHUNKS", "PROC-SECONDS", "CPU-SAMPLES");
+        printf("%-16s %-20s %-20s %8s %12s %12s %12s\n", "VERSION", "FIRST-SEEN (UTC)",
+               "LAST-SEEN", "CHUNKS", "PROC-SECONDS", "WORK-UNITS", "CPU-SAMPLES");
         json_array_foreach(arr, i, s) {
             fmt_time(jint(s, "first_ns"), a, sizeof a);
             fmt_time(jint(s, "last_ns"), b, sizeof b);
-            printf("%-16s %-20s %-20s %8lld %12.1f %12lld\n", jstr(s, "version"), a, b,
+            printf("%-16s %-20s %-20s %8lld %12.1f %12lld %12lld\n", jstr(s, "version"), a, b,
                    (long long)jint(s, "chunks"),
                    json_number_value(json_object_get(s, "process_seconds")),
+                   (long long)jint(s, "work_units"),
                    (long long)jint(json_object_get(s, "samples"), "cpu"));
         }
     } else if (!strcmp(c->name, "spans")) {

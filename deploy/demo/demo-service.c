@@ -1,7 +1,7 @@
 /* demo-service: a small multi-threaded "checkout" service that profiles well. It runs unmodified
  * under `fleetprof run` (the agent is LD_PRELOADed); when the agent is present it tags every
- * request with a trace/span through the agent's C API, found with dlsym so the program also
- * runs without it.
+ * request with a trace/span through the agent's C API and counts it (fleetprof_work_done, for
+ * per-request diffs), found with dlsym so the program also runs without it.
  *
  * Each worker thread handles requests of two kinds, each in its own span:
  *   checkout: parse_request (allocations) -> price_cart (CPU) -> [v2 only: apply_discount_rules,
@@ -30,6 +30,8 @@
 typedef int (*span_set_fn)(const uint8_t *trace_id, const uint8_t *span_id);
 typedef void (*span_clear_fn)(void);
 typedef int (*label_set_fn)(const char *key, const char *value);
+typedef void (*work_done_fn)(uint64_t units);
+static work_done_fn work_done; /* counts requests, so diffs can compare per request */
 
 static span_set_fn span_set;
 static span_clear_fn span_clear;
@@ -96,6 +98,8 @@ static void begin_span(uint64_t *r, const char *endpoint) {
         span_set(trace, span);
     if (label_set)
         label_set("endpoint", endpoint);
+    if (work_done)
+        work_done(1);
 }
 
 __attribute__((noinline)) static void handle_checkout(uint64_t *r) {
@@ -201,6 +205,7 @@ int main(int argc, char **argv) {
     span_set = (span_set_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_set");
     span_clear = (span_clear_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_clear");
     label_set = (label_set_fn)dlsym(RTLD_DEFAULT, "fleetprof_label_set");
+    work_done = (work_done_fn)dlsym(RTLD_DEFAULT, "fleetprof_work_done");
     char path[] = "/tmp/demo-service-receipts-XXXXXX";
     receipt_fd = mkstemp(path);
     if (receipt_fd >= 0)
