@@ -756,6 +756,23 @@ static void test_bad_config_is_reported(void) {
     buf[n] = 0;
     fclose(f);
     CHECKF(strstr(buf, "store-dir '/nonexistent/x' is not a writable directory"), "%s", buf);
+    /* the bad value of each check: exit 2 and a message naming the option and the fix */
+    static const char *const bad[][3] = {
+        {"--replicate-width", "45s", "replicate-width 45s must be whole seconds, a multiple of "
+                                     "fine-width 10s and divide coarse-width 3600s"},
+        {"--report-fold", "burn(", "report-fold 'burn(' is not an extended regular expression"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *x[] = {bad[i][0], bad[i][1], NULL};
+        pid = at_agg_start("127.0.0.1:1", dir, "g", 0, log, x);
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        f = fopen(log, "r");
+        n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = 0;
+        fclose(f);
+        CHECKF(strstr(buf, bad[i][2]), "%s", buf);
+    }
 }
 
 static const tr_test_t tests[] = {

@@ -319,7 +319,13 @@ static void test_deploy_report(void) {
     }
     CHECKF(rep != NULL, "no report v1 -> v2 resting on more than half of v2's %lld samples",
            (long long)v2_samples);
-    CHECK(json_object_get(json_object_get(rep, "diff"), "entries") != NULL);
+    /* with --report-fold 'burn$' the report finds what the folded diff finds */
+    json_t *first = json_array_get(json_object_get(json_object_get(rep, "diff"), "entries"), 0);
+    CHECKF(first && !strcmp(jstr(first, "name"), "apply_discount_rules") &&
+               !strcmp(jstr(first, "class"), "regression"),
+           "report's first entry: %s (%s)", first ? jstr(first, "name") : "-",
+           first ? jstr(first, "class") : "-");
+    CHECK_EQ(json_integer_value(json_object_get(rep, "regressions")), 1);
     run_t r = run("%s reports --service demo", cli);
     CHECK(r.status == 0 && strstr(r.out, "v2"));
     printf("%s", r.out);
@@ -420,7 +426,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     const char *extra[] = {"--fine-width", "2s", "--batch-interval", "500ms", "--report-interval",
-                           "2s", "--report-min-samples", "2000", NULL};
+                           "2s", "--report-min-samples", "2000", "--report-fold", "burn$", NULL};
     agg = at_agg_start(bootstrap, dir, "pipeline", AGG_HTTP, log, extra);
     if (agg < 0) {
         printf("aggregator did not start\n");

@@ -18,12 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <regex.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct {
     char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id, *strategy;
-    char *http_addr, *log_level, *api_token;
+    char *http_addr, *log_level, *api_token, *report_fold;
     int64_t report_min_samples, report_interval;
     int64_t http_port;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
@@ -53,6 +54,9 @@ static const cm_opt_t opts[] = {
     {"report-min-samples", CM_OPT_INT, "2000", O(report_min_samples), 1, 1000000000,
      "CPU samples the newest version of a service (and the previous one) need before the "
      "per-deploy regression report is computed"},
+    {"report-fold", CM_OPT_STRING, "", O(report_fold), 0, 0,
+     "extended regex of frames folded into their callers before a report's diff (a shared "
+     "helper such as 'burn$' whose cost belongs to each caller); empty: none"},
     {"report-interval", CM_OPT_DURATION, "30s", O(report_interval), 0, 86400000000000ll,
      "how often to look for versions ready for a regression report (0: never)"},
     {"log-level", CM_OPT_STRING, "info", O(log_level), 0, 0, "debug, info, warn or error"},
@@ -192,6 +196,19 @@ int main(int argc, char **argv) {
         }
         cc.rollup.replicate_width_s = r;
     }
+    if (cfg.report_fold && *cfg.report_fold) {
+        regex_t re;
+        int e = regcomp(&re, cfg.report_fold, REG_EXTENDED | REG_NOSUB);
+        if (e) {
+            char why[256];
+            regerror(e, &re, why, sizeof why);
+            fprintf(stderr, "fleetprof-aggregator: report-fold '%s' is not an extended regular "
+                    "expression: %s\n", cfg.report_fold, why);
+            rc = 2;
+            goto out;
+        }
+        regfree(&re);
+    }
     struct stat sb;
     if (stat(cfg.store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg.store_dir, W_OK)) {
         fprintf(stderr, "fleetprof-aggregator: store-dir '%s' is not a writable directory (%s); "
@@ -220,7 +237,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     agg_reports_cfg_t rcfg = {cfg.store_dir, cfg.report_min_samples,
-                              cfg.report_interval / 1000000};
+                              cfg.report_interval / 1000000, cfg.report_fold};
     if (agg_reports_start(&rcfg, &reporter, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;

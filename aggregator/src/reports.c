@@ -21,7 +21,7 @@
 
 struct agg_reporter {
     agg_reports_cfg_t cfg;
-    char *dir;
+    char *dir, *fold;
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -74,8 +74,8 @@ static int64_t now_ns(void) {
 }
 
 /* Computes and stores the report of svc: base -> test. */
-static int report_one(agg_qstore_t *qs, sqlite3 *db, const char *svc, const char *base,
-                      const char *test) {
+static int report_one(agg_qstore_t *qs, sqlite3 *db, const char *fold, const char *svc,
+                      const char *base, const char *test) {
     agg_profile_t *pb = NULL, *pt = NULL;
     const char *vb[1] = {base}, *vt[1] = {test};
     agg_qspec_t qb = {.service = svc,
@@ -84,12 +84,27 @@ static int report_one(agg_qstore_t *qs, sqlite3 *db, const char *svc, const char
                       .type = CM_EV_CPU,
                       .from_s = 0,
                       .to_s = INT64_MAX / 4,
-                      .replicates = AGG_QREP_LEAVES};
+                      .replicates = fold && *fold ? AGG_QREP_STACKS : AGG_QREP_LEAVES};
     agg_qspec_t qt = qb;
     qt.versions = vt;
     int rc;
     if ((rc = agg_qstore_profile(qs, &qb, &pb)) || (rc = agg_qstore_profile(qs, &qt, &pt)))
         goto out;
+    if (fold && *fold) { /* the same view a user gets with fold=RE */
+        agg_filter_t f = {.fold = &fold, .n_fold = 1};
+        agg_profile_t *fb = NULL, *ft = NULL;
+        char why[256];
+        if ((rc = agg_profile_filter(pb, &f, &fb, why, sizeof why)) ||
+            (rc = agg_profile_filter(pt, &f, &ft, why, sizeof why))) {
+            CM_WARN("report: fold '%s': %s", fold, why);
+            agg_profile_free(fb);
+            goto out;
+        }
+        agg_profile_free(pb);
+        agg_profile_free(pt);
+        pb = fb;
+        pt = ft;
+    }
     agg_diff_t d;
     if ((rc = agg_diff_compute(pb, pt, NULL, &d)))
         goto out;
@@ -151,7 +166,8 @@ int agg_reports_run_once(const agg_reports_cfg_t *cfg) {
                  * samples double (a deploy's first report rests on few samples) */
                 int64_t had = stored_samples(db, test->service, base->version, test->version);
                 if (had < 0 || (int64_t)test->samples[CM_EV_CPU] >= 2 * had) {
-                    if ((rc = report_one(qs, db, test->service, base->version, test->version)))
+                    if ((rc = report_one(qs, db, cfg->fold, test->service, base->version,
+                                         test->version)))
                         CM_WARN("report %s %s -> %s failed: %s", test->service, base->version,
                                 test->version, cm_strerror(rc));
                     else
@@ -197,18 +213,23 @@ int agg_reports_start(const agg_reports_cfg_t *cfg, agg_reporter_t **out, char *
     if (cfg->interval_ms <= 0)
         return 0;
     agg_reporter_t *r = calloc(1, sizeof *r);
-    if (!r || !(r->dir = strdup(cfg->store_dir))) {
+    if (!r || !(r->dir = strdup(cfg->store_dir)) ||
+        (cfg->fold && !(r->fold = strdup(cfg->fold)))) {
+        if (r)
+            free(r->dir);
         free(r);
         return CM_ENOMEM;
     }
     r->cfg = *cfg;
     r->cfg.store_dir = r->dir;
+    r->cfg.fold = r->fold;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     int e = pthread_create(&r->th, NULL, reporter_main, r);
     if (e) {
         snprintf(err, err_size, "cannot start the report thread: %s", strerror(e));
         free(r->dir);
+        free(r->fold);
         free(r);
         return -e;
     }
@@ -227,6 +248,7 @@ void agg_reports_stop(agg_reporter_t *r) {
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->dir);
+    free(r->fold);
     free(r);
 }
 

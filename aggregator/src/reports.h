@@ -21,6 +21,8 @@ typedef struct {
     const char *store_dir;
     int64_t min_samples; /* per side, CPU samples; default 2000 */
     int64_t interval_ms; /* how often to look; 0: never (no thread) */
+    const char *fold;    /* NULL/"": none; else an ERE of frames folded into their callers
+                          * before the diff (e.g. a shared helper: "burn$") */
 } agg_reports_cfg_t;
 
 typedef struct agg_reporter agg_reporter_t;
