@@ -31,6 +31,7 @@ typedef struct {
     agg_hmap_t locidx; /* location id -> index into locs (uint32 after the key) */
     cloc_t *locs;
     size_t nlocs, cap_locs;
+    int has_work_units; /* intervals.work_units exists (see work_units_col) */
 } qdb_t;
 
 typedef struct {
@@ -81,6 +82,19 @@ static int sq_rc(int rc) {
 
 static uint64_t sid(const char *s) { return agg_intern_string_id(s, strlen(s)); }
 
+/* The intervals' units-of-work column, or "0" in a store no writer has opened since the column
+ * was added (the writer adds it when it opens the store). */
+static const char *work_units_col(qdb_t *d) {
+    if (!d->has_work_units) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(d->db, "SELECT work_units FROM intervals LIMIT 0", -1, &st,
+                               NULL) == SQLITE_OK)
+            d->has_work_units = 1;
+        sqlite3_finalize(st);
+    }
+    return d->has_work_units ? "work_units" : "0";
+}
+
 /* Opens the store files not opened yet (partitions appear as the group grows). */
 static int refresh(agg_qstore_t *qs) {
     DIR *d = opendir(qs->dir);
@@ -127,6 +141,7 @@ static int refresh(agg_qstore_t *qs) {
         }
         qs->dbs[qs->n].path = strdup(path);
         qs->dbs[qs->n].db = db;
+        qs->dbs[qs->n].has_work_units = 0;
         cache_init(&qs->dbs[qs->n++]);
     }
     closedir(d);
@@ -213,8 +228,11 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
                        "version=?2 GROUP BY type",
                        &tot)) ||
             (rc = prep(d,
-                       "SELECT SUM(duration_ns), SUM(work_units) FROM intervals WHERE "
-                       "service=?1 AND version=?2",
+                       !strcmp(work_units_col(d), "0")
+                           ? "SELECT SUM(duration_ns), 0 FROM intervals WHERE service=?1 AND "
+                             "version=?2"
+                           : "SELECT SUM(duration_ns), SUM(work_units) FROM intervals WHERE "
+                             "service=?1 AND version=?2",
                        &iv))) {
             sqlite3_finalize(st);
             sqlite3_finalize(tot);
@@ -766,7 +784,7 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
              "SELECT version, width, bucket, SUM(%s) FROM intervals WHERE "
              "service=?1%s%s AND bucket>=?3 AND bucket<?4 GROUP BY version, width, bucket "
              "ORDER BY version, width, bucket",
-             q->per_request ? "work_units" : "duration_ns", qp->vin, qp->win);
+             q->per_request ? work_units_col(d) : "duration_ns", qp->vin, qp->win);
     if ((rc = prep(d, sql, &st)))
         return rc;
     qparts_t nolab = *qp;
@@ -821,7 +839,7 @@ static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double 
     int rc, s;
     snprintf(sql, sizeof sql,
              "SELECT SUM(%s) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND bucket<?4",
-             q->per_request ? "work_units" : "duration_ns", qp->vin, qp->win);
+             q->per_request ? work_units_col(d) : "duration_ns", qp->vin, qp->win);
     if ((rc = prep(d, sql, &st)))
         return rc;
     qparts_t nolab = *qp;
