@@ -167,7 +167,7 @@ static void generate(const char *dir, int64_t t0) {
     sqlite3_stmt *sp = prep(db, "INSERT INTO profile VALUES(?1, ?2, 1, 10, ?3, 0, ?4, ?5, ?6, ?7, "
                                 "?8)");
     sqlite3_stmt *stt = prep(db, "INSERT INTO totals VALUES(?1, ?2, 1, 10, ?3, ?4, ?5, ?6, ?7)");
-    sqlite3_stmt *si = prep(db, "INSERT INTO intervals VALUES(?1, ?2, 10, ?3, ?4, ?5, 0, 0, 0)");
+    sqlite3_stmt *si = prep(db, "INSERT INTO intervals VALUES(?1, ?2, 10, ?3, ?4, ?5, 0, 0, 0, 0)");
     sqlite3_stmt *sv = prep(db, "INSERT INTO versions VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
     double per_bucket = (double)PROCS * WIDTH * HZ; /* samples */
     const int64_t period = 1000000000 / HZ;
@@ -226,7 +226,8 @@ static void generate(const char *dir, int64_t t0) {
     EXEC(db, "COMMIT");
     sqlite3_close(db);
     /* the rollups the aggregator writes next to the fine rows at ingest */
-    if (agg_store_sqlite_open(path, &st, err, sizeof err) || st->vt->derive(st, 3600, 60)) {
+    static const int64_t tiers[] = {60, 600, 3600};
+    if (agg_store_sqlite_open(path, &st, err, sizeof err) || st->vt->derive(st, tiers, 3, 60)) {
         fprintf(stderr, "bench-api: cannot derive the coarse rollups of %s\n", path);
         exit(1);
     }

@@ -536,14 +536,16 @@ static void test_derived_rollups_match_fine_rows(void) {
     sqlite3 *db;
     CHECK(sqlite3_open(path, &db) == SQLITE_OK);
     CHECK(sqlite3_exec(db, "DELETE FROM profile_coarse; DELETE FROM profile_leaf; DELETE FROM "
-                           "meta WHERE key IN ('coarse_width', 'replicate_width')",
+                           "meta WHERE key IN ('coarse_width', 'replicate_width', 'tiers', "
+                           "'tiers_done')",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
     CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
     agg_qspec_t q = {.service = svc, .type = CM_EV_CPU, .from_s = h, .to_s = h + 3600};
     size_t r1, r2;
     char *before = folded_of(qs, &q, &r1);
-    CHECK_EQ(f.st->vt->derive(f.st, 3600, 10), 0);
+    static const int64_t tiers[] = {60, 600, 3600};
+    CHECK_EQ(f.st->vt->derive(f.st, tiers, 3, 10), 0);
     char *after = folded_of(qs, &q, &r2);
     CHECK(!strcmp(before, after));
     free(before);
@@ -551,6 +553,87 @@ static void test_derived_rollups_match_fine_rows(void) {
     agg_qstore_close(qs);
     feeder_free(&f);
     feeder_free(&f2);
+    fsim_free(sim);
+    fsim_free(sim2);
+}
+
+/* Merged profiles from the tiers equal the fine rows' over the ranges (both paths). */
+static void compare_ranges(agg_qstore_t *qs, const char *svc, const int64_t (*ranges)[2], size_t n,
+                           const char *when) {
+    for (size_t i = 0; i < n; i++) {
+        agg_qspec_t q = {.service = svc, .type = CM_EV_CPU, .from_s = ranges[i][0],
+                         .to_s = ranges[i][1]};
+        size_t rows_c, rows_f;
+        char *tiers = folded_of(qs, &q, &rows_c);
+        q.exact = 1;
+        char *fine = folded_of(qs, &q, &rows_f);
+        printf("%s, range %zu: %zu stacks, %zu bytes\n", when, i, rows_f, strlen(fine));
+        CHECK(strlen(fine) > 0);
+        CHECKF(!strcmp(tiers, fine), "%s, range %zu: merged profiles differ", when, i);
+        free(tiers);
+        free(fine);
+    }
+}
+
+static int64_t count_rows(const char *path, const char *sql) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    int64_t n = -1;
+    if (sqlite3_open(path, &db) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return n;
+}
+
+/* Real-time data: the tiers are filled by compaction (the retention pass) once their tiles are
+ * complete, and late data for a compacted period is added at ingest; before, between and after,
+ * the tiers answer exactly what the fine rows answer. */
+static void test_tiers_by_compaction(void) {
+    char dir[64], path[128], err[256];
+    at_tmpdir(dir, "compact");
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    int64_t now_s = wall_ns() / 1000000000;
+    int64_t h = now_s - now_s % 3600 + 2 * 3600; /* in the future: nothing compacted yet */
+    fsim_params_t sp = {.seed = 23, .services = 1, .versions = 2, .processes = 2,
+                        .intervals = 540, .samples = 120, .stacks = 60,
+                        .types_mask = 1u << CM_EV_CPU,
+                        .start_unix_ns = (uint64_t)(h - 1800) * 1000000000ull,
+                        .interval_ns = 10ull * 1000000000ull};
+    fsim_t *sim = fsim_new(&sp);
+    feeder_t f;
+    feeder_init(&f, path, 10);
+    feed_sim(&f, sim);
+    const char *svc = fsim_service_name(sim, 0);
+    agg_qstore_t *qs;
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    const int64_t ranges[][2] = {{0, INT64_MAX / 4}, {h, h + 3600}, {h - 1000, h + 3000},
+                                 {h + 123, h + 1500}, {h - 1795, h - 5}};
+    size_t nr = sizeof ranges / sizeof ranges[0];
+    CHECK_EQ(count_rows(path, "SELECT COUNT(*) FROM profile_coarse"), 0);
+    compare_ranges(qs, svc, ranges, nr, "before compaction");
+    /* the retention pass an hour after the data: every tile is complete */
+    CHECK_EQ(f.st->vt->compact(f.st, 10, h + 3600 + 3600), 0);
+    int64_t t60 = count_rows(path, "SELECT COUNT(*) FROM profile_coarse WHERE width=60");
+    int64_t t600 = count_rows(path, "SELECT COUNT(*) FROM profile_coarse WHERE width=600");
+    int64_t t3600 = count_rows(path, "SELECT COUNT(*) FROM profile_coarse WHERE width=3600");
+    printf("tier rows after compaction: 60 s %lld, 600 s %lld, 3600 s %lld\n", (long long)t60,
+           (long long)t600, (long long)t3600);
+    CHECK(t60 > t600 && t600 > t3600 && t3600 > 0);
+    compare_ranges(qs, svc, ranges, nr, "after compaction");
+    /* late data for the compacted period: into the fine rows and the tiers at once */
+    fsim_params_t late = sp;
+    late.seed = 29;
+    late.intervals = 3;
+    late.start_unix_ns = (uint64_t)(h + 200) * 1000000000ull;
+    fsim_t *sim2 = fsim_new(&late);
+    feed_sim(&f, sim2);
+    compare_ranges(qs, svc, ranges, nr, "after late data");
+    agg_qstore_close(qs);
+    feeder_free(&f);
     fsim_free(sim);
     fsim_free(sim2);
 }
@@ -779,6 +862,7 @@ static const tr_test_t tests[] = {
     {"store_roundtrip_and_fencing", test_store_roundtrip_and_fencing},
     {"retention_downsample_and_expire", test_retention_downsample_and_expire},
     {"derived_rollups_match_fine_rows", test_derived_rollups_match_fine_rows},
+    {"tiers_by_compaction", test_tiers_by_compaction},
     {"store_size_bounded_under_steady_load", test_store_size_bounded_under_steady_load},
     {"bad_config_is_reported", test_bad_config_is_reported},
     {"e2e_exact_totals_duplicates_dlq", test_e2e_exact_totals_duplicates_dlq},

@@ -68,6 +68,42 @@ void agg_batch_free(agg_batch_t *b) {
     memset(b, 0, sizeof *b);
 }
 
+static int derive_add(agg_hmap_t *m, const agg_prof_key_t *k, const agg_prof_ent_t *e) {
+    agg_prof_ent_t *d = agg_hmap_upsert(m, k, NULL);
+    if (!d)
+        return CM_ENOMEM;
+    d->weight += e->weight;
+    d->count += e->count;
+    d->rows += e->rows;
+    d->chunks += e->chunks;
+    return 0;
+}
+
+int agg_batch_derive(agg_batch_t *b, const int64_t *done) {
+    agg_hmap_clear(&b->profc);
+    agg_hmap_clear(&b->leaf);
+    for (size_t i = 0; i < b->prof.n; i++) {
+        const agg_prof_ent_t *e = agg_hmap_entry(&b->prof, i);
+        agg_prof_key_t k = e->k;
+        for (int t = 0; t < b->n_tiers; t++) {
+            if ((int64_t)e->k.bucket >= done[t])
+                continue;
+            k.width = (uint64_t)b->tiers[t];
+            k.bucket = e->k.bucket - e->k.bucket % k.width;
+            if (derive_add(&b->profc, &k, e))
+                return CM_ENOMEM;
+        }
+        if (b->replicate_width > 0) {
+            k.width = (uint64_t)b->replicate_width;
+            k.bucket = e->k.bucket - e->k.bucket % k.width;
+            k.stack = e->leaf;
+            if (derive_add(&b->leaf, &k, e))
+                return CM_ENOMEM;
+        }
+    }
+    return 0;
+}
+
 int agg_batch_reject(agg_batch_t *b, const char *reason) {
     agg_rej_key_t k;
     memset(&k, 0, sizeof k);

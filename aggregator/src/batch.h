@@ -19,10 +19,12 @@
 #include <stdint.h>
 
 /* profile: (service, version, type, width, bucket, labels, stack) -> sums. The same key and
- * sums serve the coarse per-stack rollup (width = the coarse width, written at ingest so that a
- * query over hours reads one row per stack and hour) and the per-leaf rollup (width = the
- * replicate width; `stack` holds the store location id of the stack's leaf frame: the
- * replicates of a diff of self cost, one row per leaf instead of one per stack). */
+ * sums serve the tiered per-stack rollup (widths: 1 min, 10 min and the coarse width, written
+ * at ingest so that a query over a range reads one row per stack and whole tile of it) and the
+ * per-leaf rollup (width = the replicate width; `stack` holds the store location id of the
+ * stack's leaf frame: the replicates of a diff of self cost, one row per leaf instead of one
+ * per stack). In derived rows `chunks` counts (chunk, fine bucket) contributions. */
+#define AGG_MAX_TIERS 4
 typedef struct {
     uint64_t service, version, type, width, bucket, labels, stack;
 } agg_prof_key_t;
@@ -30,6 +32,7 @@ typedef struct {
     agg_prof_key_t k;
     int64_t weight, count, rows, chunks; /* chunks: distinct chunks that contributed */
     uint64_t last_chunk;                 /* batch-local tag of the last contributing chunk */
+    uint64_t leaf;                       /* fine rows: location id of the stack's leaf frame */
 } agg_prof_ent_t;
 
 /* totals per type: (service, version, type, width, bucket) -> sums */
@@ -151,8 +154,13 @@ typedef struct {
 
 typedef struct agg_batch {
     agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen;
-    agg_hmap_t profc, leaf; /* coarse per-stack rollup, fine per-leaf rollup (keys as prof) */
-    int64_t coarse_width, replicate_width; /* widths of the profc and leaf rows (rollup) */
+    /* derived from prof by agg_batch_derive() (the store calls it): the per-stack rollup at
+     * each tier width, narrowest first (the last one is the coarse width), and the per-leaf
+     * rollup */
+    agg_hmap_t profc, leaf;
+    int64_t tiers[AGG_MAX_TIERS];
+    int n_tiers;
+    int64_t replicate_width;
     AGG_VEC(agg_new_str_t) strs;
     AGG_VEC(agg_new_map_t) maps;
     AGG_VEC(agg_new_fn_t) fns;
@@ -176,6 +184,10 @@ void agg_batch_free(agg_batch_t *b);
 void agg_batch_clear(agg_batch_t *b);
 /* Adds one rejected message to the reject counts. */
 int agg_batch_reject(agg_batch_t *b, const char *reason);
+/* Fills profc and leaf from prof (replacing what they held): every row into leaf; into tier t
+ * only the rows with bucket < done[t] (late data for a period the store has compacted
+ * already; the rest reaches the tiers by compaction). Returns 0 or CM_ENOMEM. */
+int agg_batch_derive(agg_batch_t *b, const int64_t *done);
 /* Appends text to the arena; returns its offset or (size_t)-1. */
 size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len);
 

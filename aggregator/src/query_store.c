@@ -673,6 +673,14 @@ static void bind_parts(sqlite3_stmt *st, const agg_qspec_t *q, const qparts_t *q
         B64(st, (int)(300 + i), qp->widths[i]);
 }
 
+/* Rebuilds qp->win from qp->widths. */
+static void parts_widths(qparts_t *qp) {
+    size_t n = (size_t)snprintf(qp->win, sizeof qp->win, " AND width IN (");
+    for (size_t i = 0; i < qp->nw; i++)
+        n += (size_t)snprintf(qp->win + n, sizeof qp->win - n, "%s?%zu", i ? "," : "", 300 + i);
+    snprintf(qp->win + n, sizeof qp->win - n, ")");
+}
+
 /* Fills qp; *empty = 1 when the service has no data for these versions at all. */
 static int query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty) {
     sqlite3_stmt *st = NULL;
@@ -703,10 +711,7 @@ static int query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty)
     for (size_t i = 0; i < qp->nv; i++)
         n += (size_t)snprintf(qp->vin + n, sizeof qp->vin - n, "%s?%zu", i ? "," : "", 10 + i);
     snprintf(qp->vin + n, sizeof qp->vin - n, ")");
-    n = (size_t)snprintf(qp->win, sizeof qp->win, " AND width IN (");
-    for (size_t i = 0; i < qp->nw; i++)
-        n += (size_t)snprintf(qp->win + n, sizeof qp->win - n, "%s?%zu", i ? "," : "", 300 + i);
-    snprintf(qp->win + n, sizeof qp->win - n, ")");
+    parts_widths(qp);
     qp->lab = q->label_key && q->label_value
                   ? " AND labels IN (SELECT labelset FROM labels WHERE key=?5 AND value=?6)"
                   : "";
@@ -769,6 +774,79 @@ static int cmp_bucket(const void *a, const void *b) {
     if (x->w != y->w)
         return x->w < y->w ? -1 : 1;
     return x->b < y->b ? -1 : x->b > y->b;
+}
+
+/* Reads "a,b,c" of meta key into v (at most max); returns the count (0: absent/malformed). */
+static int meta_list(qdb_t *d, const char *key, int64_t *v, int max) {
+    sqlite3_stmt *st = NULL;
+    int n = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0)) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
+             t = strtok_r(NULL, ",", &save))
+            v[n++] = atoll(t);
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* The tiers of the store's per-stack rollup, widest (the coarse width) first, with the marks
+ * below which each is complete (store_sqlite.c, derived_check); 0 when it has none (then every
+ * query reads the fine rows). */
+static int read_tiers(qdb_t *d, int64_t *tiers, int64_t *done) {
+    int n = meta_list(d, "tiers", tiers, AGG_QMAX_TIERS);
+    int64_t dummy[AGG_QMAX_TIERS];
+    done = done ? done : dummy;
+    if (meta_list(d, "tiers_done", done, AGG_QMAX_TIERS) != n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (tiers[i] <= 0)
+            return 0;
+    for (int i = 0; i < n / 2; i++) { /* stored narrowest first */
+        int64_t x = tiers[i], y = done[i];
+        tiers[i] = tiers[n - 1 - i];
+        done[i] = done[n - 1 - i];
+        tiers[n - 1 - i] = x;
+        done[n - 1 - i] = y;
+    }
+    return n;
+}
+
+/* Per-stack sums of [from, to) from the tiles of tier `level` and below: the whole tiles of
+ * tiers[level] inside the range, the rest at its two ends from the narrower tiers, the fine
+ * rows last. At most two partial tiles per tier: an hour not aligned to anything reads at most
+ * ~5 ten-minute, ~18 one-minute and ~10 fine buckets. *coarse_end: where the coarse tiles (level
+ * 0) end, or from when there are none. */
+static int plan_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *fine, const int64_t *tiers,
+                       const int64_t *done, int nt, int level, int64_t from, int64_t to,
+                       agg_hmap_t *stacks, size_t *nrows, int64_t *coarse_end) {
+    if (level == 0)
+        *coarse_end = from;
+    if (from >= to)
+        return 0;
+    if (level == nt)
+        return fine->nw ? sum_stacks(d, q, fine, "profile", 0, from, to, stacks, nrows) : 0;
+    int64_t w = tiers[level];
+    int64_t a = from <= 0 ? 0 : ((from + w - 1) / w) * w, b = to - to % w;
+    int64_t ignore;
+    if (b > done[level]) /* the tier holds its tiles below its compaction mark only */
+        b = done[level];
+    if (a >= b)
+        return plan_stacks(d, q, fine, tiers, done, nt, level + 1, from, to, stacks, nrows,
+                           &ignore);
+    if (level == 0)
+        *coarse_end = b;
+    int rc = sum_stacks(d, q, fine, "profile_coarse", w, a, b, stacks, nrows);
+    if (!rc)
+        rc = plan_stacks(d, q, fine, tiers, done, nt, level + 1, from, a, stacks, nrows, &ignore);
+    if (!rc)
+        rc = plan_stacks(d, q, fine, tiers, done, nt, level + 1, b, to, stacks, nrows, &ignore);
+    return rc;
 }
 
 /* The replicates: the work of each (version, width, bucket) in [from, to), buckets narrower
@@ -886,10 +964,7 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
         if (qp->widths[i] > rw)
             lp.widths[nw++] = qp->widths[i];
     lp.nw = nw;
-    size_t wn = (size_t)snprintf(lp.win, sizeof lp.win, " AND width IN (");
-    for (size_t i = 0; i < nw; i++)
-        wn += (size_t)snprintf(lp.win + wn, sizeof lp.win - wn, "%s?%zu", i ? "," : "", 300 + i);
-    snprintf(lp.win + wn, sizeof lp.win - wn, ")");
+    parts_widths(&lp);
     snprintf(sql, sizeof sql,
              "SELECT leaf, weight, count, version, width, bucket FROM profile_leaf WHERE "
              "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
@@ -1079,29 +1154,36 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
     agg_hmap_init(&reps, sizeof(bkey_t), sizeof(bkey_t) + sizeof(uint64_t));
     if ((rc = query_parts(d, q, &qp, &empty)) || empty)
         goto out;
-    int64_t cw = q->exact ? 0 : meta_int(d, "coarse_width");
-    if (q->replicates == AGG_QREP_STACKS || (q->replicates == AGG_QREP_LEAVES && !cw)) {
+    int64_t tiers[AGG_QMAX_TIERS], done[AGG_QMAX_TIERS];
+    int nt = q->exact ? 0 : read_tiers(d, tiers, done);
+    if (q->replicates == AGG_QREP_STACKS || (q->replicates == AGG_QREP_LEAVES && !nt)) {
         if ((rc = read_replicates(d, q, &qp, p, &reps, q->from_s, q->to_s, 0)))
             goto out;
         rc = stack_replicates(d, q, &qp, p, &reps);
         goto out;
     }
-    /* whole coarse buckets [a, b) from the coarse rollup, the edges from the fine rows */
-    int64_t a = q->from_s, b = q->from_s;
-    if (cw) {
-        a = q->from_s <= 0 ? 0 : ((q->from_s + cw - 1) / cw) * cw;
-        b = q->to_s - q->to_s % cw;
-        if (b <= a)
-            a = b = q->from_s;
-    }
-    if (a < b && (rc = sum_stacks(d, q, &qp, "profile_coarse", cw, a, b, &stacks, &nrows)))
-        goto out;
-    if (a < b) {
-        if ((rc = sum_stacks(d, q, &qp, "profile", 0, q->from_s, a, &stacks, &nrows)) ||
-            (rc = sum_stacks(d, q, &qp, "profile", 0, b, q->to_s, &stacks, &nrows)))
+    if (!nt) { /* a store without the tiers: every fine row */
+        if ((rc = sum_stacks(d, q, &qp, "profile", 0, q->from_s, q->to_s, &stacks, &nrows)))
             goto out;
-    } else if ((rc = sum_stacks(d, q, &qp, "profile", 0, q->from_s, q->to_s, &stacks, &nrows))) {
-        goto out;
+    } else {
+        /* fine rows at the tiles' edges: the widths below the coarse one; rows downsampled to
+         * the coarse width (older than --downsample-after) where no coarse tile covers them */
+        int64_t coarse = tiers[0];
+        qparts_t fine = qp, big = qp;
+        fine.nw = big.nw = 0;
+        for (size_t i = 0; i < qp.nw; i++) {
+            if (qp.widths[i] < coarse)
+                fine.widths[fine.nw++] = qp.widths[i];
+            else
+                big.widths[big.nw++] = qp.widths[i];
+        }
+        parts_widths(&fine);
+        parts_widths(&big);
+        int64_t hb;
+        if ((rc = plan_stacks(d, q, &fine, tiers, done, nt, 0, q->from_s, q->to_s, &stacks,
+                              &nrows, &hb)) ||
+            (big.nw && (rc = sum_stacks(d, q, &big, "profile", 0, hb, q->to_s, &stacks, &nrows))))
+            goto out;
     }
     if (!nrows)
         goto out;
@@ -1158,7 +1240,8 @@ int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t *
         int empty;
         if ((rc = query_parts(&qs->dbs[i], q, &qp, &empty)))
             return rc;
-        if (!empty && (qc.exact || !meta_int(&qs->dbs[i], "coarse_width") ||
+        int64_t tiers[AGG_QMAX_TIERS];
+        if (!empty && (qc.exact || !read_tiers(&qs->dbs[i], tiers, NULL) ||
                        !meta_int(&qs->dbs[i], "replicate_width")))
             qc.replicates = AGG_QREP_STACKS;
     }

@@ -56,6 +56,7 @@ typedef struct {
 } agg_qspec_t;
 
 #define AGG_QMAX_VERSIONS 200
+#define AGG_QMAX_TIERS 8
 /* AGG_QREP_LEAVES falls back to AGG_QREP_STACKS below this many replicates with work */
 #define AGG_QMIN_LEAF_REPLICATES 10
 enum {

@@ -27,7 +27,10 @@ int agg_retention_run(agg_store_t *st, const agg_retention_cfg_t *c, int64_t now
     ds -= ((ds % c->coarse_s) + c->coarse_s) % c->coarse_s;
     int64_t exp = now_s - c->max_age_s;
     exp -= ((exp % c->coarse_s) + c->coarse_s) % c->coarse_s;
-    int rc = agg_store_downsample(st, c->fine_s, c->coarse_s, ds, stats);
+    int rc = st->vt->compact ? st->vt->compact(st, c->fine_s, now_s) : 0;
+    if (rc)
+        return rc;
+    rc = agg_store_downsample(st, c->fine_s, c->coarse_s, ds, stats);
     if (rc)
         return rc;
     return agg_store_expire(st, exp, now_ns - c->span_max_age_s * 1000000000,

@@ -148,9 +148,16 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
     const cm_header_t *h = &c->header;
     const cm_dict_t *d = &c->dict;
     uint64_t width = (uint64_t)r->cfg.fine_width_s, tag = ++b->chunk_tag;
-    uint64_t cwidth = (uint64_t)r->cfg.coarse_width_s, rwidth = (uint64_t)r->cfg.replicate_width_s;
-    b->coarse_width = (int64_t)cwidth;
-    b->replicate_width = (int64_t)rwidth;
+    /* tiers of the per-stack rollup: 1 min and 10 min where they fit between the fine and the
+     * coarse width, then the coarse width */
+    static const int64_t mid[] = {60, 600};
+    b->n_tiers = 0;
+    for (size_t i = 0; i < sizeof mid / sizeof mid[0]; i++)
+        if (mid[i] > r->cfg.fine_width_s && mid[i] % r->cfg.fine_width_s == 0 &&
+            mid[i] < r->cfg.coarse_width_s && r->cfg.coarse_width_s % mid[i] == 0)
+            b->tiers[b->n_tiers++] = mid[i];
+    b->tiers[b->n_tiers++] = r->cfg.coarse_width_s;
+    b->replicate_width = r->cfg.replicate_width_s;
     uint64_t cbucket = bucket_of(h->start_unix_ns, r->cfg.fine_width_s);
     int64_t rows_all = 0;
     int rc = ensure(r, d->n_stacks + 1, d->n_functions + 1);
@@ -175,20 +182,10 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
             agg_prof_ent_t *pe = agg_hmap_upsert(&b->prof, &pk, NULL);
             if (!pe)
                 return CM_ENOMEM;
-            prof_add(pe, w, cnt, tag);
-            /* the same row in the coarse per-stack rollup and the fine per-leaf rollup */
-            pk.width = cwidth;
-            pk.bucket = bucket - bucket % cwidth;
-            if (!(pe = agg_hmap_upsert(&b->profc, &pk, NULL)))
-                return CM_ENOMEM;
-            prof_add(pe, w, cnt, tag);
-            pk.width = rwidth;
-            pk.bucket = bucket - bucket % rwidth;
-            pk.stack = d->stack_off[st + 1] > d->stack_off[st]
-                           ? ids->loc[d->stack_frames[d->stack_off[st + 1] - 1]]
-                           : 0;
-            if (!(pe = agg_hmap_upsert(&b->leaf, &pk, NULL)))
-                return CM_ENOMEM;
+            if (!pe->rows) /* new: its leaf, for the per-leaf rollup (agg_batch_derive) */
+                pe->leaf = d->stack_off[st + 1] > d->stack_off[st]
+                               ? ids->loc[d->stack_frames[d->stack_off[st + 1] - 1]]
+                               : 0;
             prof_add(pe, w, cnt, tag);
             if (bucket != te_bucket) { /* rows are mostly in time order: reuse the entry */
                 agg_tot_key_t tk = {ids->service, ids->version, t, width, bucket};

@@ -106,10 +106,14 @@ typedef struct agg_store_vtab {
     int (*expire)(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff_ns,
                   int64_t seen_cutoff_ns, agg_retention_stats_t *stats);
     int64_t (*size_bytes)(agg_store_t *st);
-    /* (Re)builds the rollups derived from the fine profile rows (the coarse per-stack rollup at
-     * coarse_s, the per-leaf rollup at replicate_s) unless they were built at these widths;
-     * batch_write does it by itself on the first batch, this is for stores written otherwise. */
-    int (*derive)(agg_store_t *st, int64_t coarse_s, int64_t replicate_s);
+    /* (Re)builds the rollups derived from the fine profile rows (the per-stack rollup at each of
+     * the n tier widths, the last one the coarse width; the per-leaf rollup at replicate_s)
+     * unless they were built at these widths; batch_write does it by itself on the first batch,
+     * this is for stores written otherwise. */
+    int (*derive)(agg_store_t *st, const int64_t *tiers, int n_tiers, int64_t replicate_s);
+    /* Merges the fine rows (width fine_s) of the tiles completed by now_s into the per-stack
+     * tiers (the retention pass runs it before downsampling). */
+    int (*compact)(agg_store_t *st, int64_t fine_s, int64_t now_s);
 
     int (*versions)(agg_store_t *st, uint64_t service, int (*cb)(void *, const agg_version_row_t *),
                     void *arg);

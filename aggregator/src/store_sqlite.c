@@ -180,6 +180,9 @@ typedef struct {
     pthread_mutex_t ckpt_mu;
     pthread_cond_t ckpt_cv;
     char path[4096];
+    /* the per-stack tiers (narrowest first) and their compaction marks (derived_check) */
+    int64_t tier_w[AGG_MAX_TIERS], tier_done[AGG_MAX_TIERS];
+    int n_tiers;
 } sq_store_t;
 
 static void *ckpt_main(void *arg) {
@@ -421,43 +424,170 @@ static int64_t meta_int(sq_store_t *s, const char *key) {
     return v;
 }
 
-/* The coarse and leaf rollups are derived from `profile`: they are (re)built from it when the
- * store has none yet for these widths (a store written before they existed, or a changed
- * --coarse-width/--replicate-width), inside the caller's transaction; meta.coarse_width and
- * meta.replicate_width then tell readers they are complete. The leaf of a stack is its trie
- * node's location; fine rows go to replicate-width buckets, downsampled rows keep theirs. */
-static int derived_check(sq_store_t *s, int64_t coarse, int64_t rep) {
-    if (meta_int(s, "coarse_width") == coarse && meta_int(s, "replicate_width") == rep)
+/* meta value of key as text into buf ("" when absent). */
+static void meta_text(sq_store_t *s, const char *key, char *buf, size_t size) {
+    sqlite3_stmt *st = NULL;
+    buf[0] = 0;
+    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+}
+
+static int for_each_sv(sq_store_t *s, sqlite3_stmt *st, int typed, int64_t *changes);
+
+/* Parses "a,b,c" into v (at most max); returns the count. */
+static int parse_list(const char *txt, int64_t *v, int max) {
+    char buf[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", txt);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
+         t = strtok_r(NULL, ",", &save))
+        v[n++] = atoll(t);
+    return n;
+}
+
+static void format_list(const int64_t *v, int n, char *buf, size_t size) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && o < size; i++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? "," : "", (long long)v[i]);
+}
+
+/* The per-stack tiers and the per-leaf rollup are derived from `profile`.
+ *  - Tiers (widths narrowest first, the last one the coarse width) are built by compaction:
+ *    tier t holds the fine rows with bucket < done[t] (meta.tiers_done), merged; the retention
+ *    pass advances done[t] over completed tiles (sq_compact), and a batch adds its rows with
+ *    bucket < done[t] (late data) to the tier directly (agg_batch_derive), so a tier is always
+ *    exactly the sum of the fine rows below its mark. Readers use a tier only below its mark.
+ *    Tiers narrower than the coarse one are pruned where fine rows are downsampled.
+ *  - The per-leaf rollup gets every row at ingest.
+ * When the store has none for these widths (written by an older version, or changed widths)
+ * both are rebuilt from `profile` here, inside the caller's transaction, with done[t] = the
+ * start of the current tile; meta.tiers / tiers_done / replicate_width then tell readers. The
+ * leaf of a stack is its trie node's location; fine rows go to replicate-width buckets,
+ * downsampled rows keep theirs. */
+static int derived_check(sq_store_t *s, const int64_t *tiers, int n_tiers, int64_t rep) {
+    char want[128], have[128], done_txt[256];
+    format_list(tiers, n_tiers, want, sizeof want);
+    meta_text(s, "tiers", have, sizeof have);
+    if (!strcmp(want, have) && meta_int(s, "replicate_width") == rep) {
+        if (!s->n_tiers) { /* first use of this handle: load the marks */
+            meta_text(s, "tiers_done", done_txt, sizeof done_txt);
+            if (parse_list(done_txt, s->tier_done, AGG_MAX_TIERS) != n_tiers)
+                return CM_EFORMAT;
+            memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
+            s->n_tiers = n_tiers;
+        }
         return 0;
-    if (coarse <= 0 || rep <= 0)
+    }
+    if (n_tiers <= 0 || n_tiers > AGG_MAX_TIERS || rep <= 0)
         return CM_EINVAL;
-    CM_INFO("store %s: building the coarse (%llds) and per-leaf (%llds) rollups from the "
-            "profile table", s->path, (long long)coarse, (long long)rep);
+    CM_INFO("store %s: building the per-stack tiers (%ss) and the per-leaf (%llds) rollups from "
+            "the profile table", s->path, want, (long long)rep);
+    int64_t coarse = tiers[n_tiers - 1], now_s = now_ns() / 1000000000;
+    int rc = exec(s, "DELETE FROM profile_coarse; DELETE FROM profile_leaf;");
+    for (int i = 0; i < n_tiers && !rc; i++) {
+        char sql[1024];
+        long long w = (long long)tiers[i];
+        s->tier_done[i] = now_s - now_s % tiers[i];
+        /* fine rows below the mark; for the coarse tier also the rows already downsampled */
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
+                 "bucket - bucket %% %lld AS b, labels, stack, SUM(weight), SUM(count), "
+                 "SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND bucket < %lld) OR "
+                 "(%lld = %lld AND width >= %lld) GROUP BY service, version, type, b, labels, "
+                 "stack",
+                 w, w, w, (long long)s->tier_done[i], w, (long long)coarse, (long long)coarse);
+        rc = exec(s, sql);
+    }
+    if (rc)
+        return rc;
+    memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
+    s->n_tiers = n_tiers;
+    format_list(s->tier_done, n_tiers, done_txt, sizeof done_txt);
     char sql[2048];
-    long long c = (long long)coarse, r = (long long)rep;
+    long long r = (long long)rep;
     snprintf(sql, sizeof sql,
-             "DELETE FROM profile_coarse; DELETE FROM profile_leaf;"
-             "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
-             "bucket - bucket %% %lld, labels, stack, SUM(weight), SUM(count), SUM(rows), "
-             "SUM(chunks) FROM profile GROUP BY service, version, type, bucket - bucket %% %lld, "
-             "labels, stack;"
              "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, "
              "max(p.width, %lld) AS w, CASE WHEN p.width < %lld THEN p.bucket - p.bucket %% %lld "
              "ELSE p.bucket END AS b, p.labels, COALESCE(s.location, 0) AS l, SUM(p.weight), "
              "SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN stacks s ON "
              "s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, p.labels, l;"
              "INSERT OR REPLACE INTO meta VALUES('coarse_width', %lld);"
+             "INSERT OR REPLACE INTO meta VALUES('tiers', '%s');"
+             "INSERT OR REPLACE INTO meta VALUES('tiers_done', '%s');"
              "INSERT OR REPLACE INTO meta VALUES('replicate_width', %lld);",
-             c, c, c, r, r, r, c, r);
+             r, r, r, (long long)coarse, want, done_txt, r);
     return exec(s, sql);
 }
 
-static int sq_derive(agg_store_t *base, int64_t coarse_s, int64_t replicate_s) {
+/* Advances each tier's mark to the start of the tile that holds now_s - 60 s (data of a tile
+ * arrives within seconds of its end; a later chunk is added at ingest as late data), merging
+ * the fine rows in between: each fine row is read once per tier. One transaction. */
+static int sq_compact(agg_store_t *base, int64_t fine_s, int64_t now_s) {
+    sq_store_t *s = (sq_store_t *)base;
+    if (!s->n_tiers)
+        return 0; /* no batch written yet: nothing to compact */
+    int64_t done[AGG_MAX_TIERS];
+    int n = s->n_tiers, moved = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t t = now_s - 60;
+        done[i] = t - t % s->tier_w[i];
+        moved |= done[i] > s->tier_done[i];
+    }
+    if (!moved)
+        return 0;
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    if (rc)
+        return rc;
+    sqlite3_stmt *ins = NULL;
+    for (int i = 0; i < n && !rc; i++) {
+        if (done[i] <= s->tier_done[i])
+            continue;
+        char sql[1024];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO profile_coarse(service, version, type, width, bucket, labels, "
+                 "stack, weight, count, rows, chunks) SELECT service, version, type, ?4, "
+                 "bucket - bucket %% ?4, labels, stack, SUM(weight), SUM(count), SUM(rows), "
+                 "SUM(chunks) FROM profile WHERE service=?1 AND version=?2 AND type=?3 AND "
+                 "width=?5 AND bucket>=?6 AND bucket<?7 GROUP BY labels, stack, "
+                 "bucket - bucket %% ?4 ON CONFLICT DO UPDATE SET weight=weight+excluded.weight, "
+                 "count=count+excluded.count, rows=rows+excluded.rows, "
+                 "chunks=chunks+excluded.chunks");
+        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &ins, NULL))))
+            break;
+        sqlite3_bind_int64(ins, 4, s->tier_w[i]);
+        sqlite3_bind_int64(ins, 5, fine_s);
+        sqlite3_bind_int64(ins, 6, s->tier_done[i]);
+        sqlite3_bind_int64(ins, 7, done[i]);
+        int64_t junk = 0;
+        rc = for_each_sv(s, ins, 1, &junk);
+        sqlite3_finalize(ins);
+        ins = NULL;
+    }
+    char txt[256], sql[512];
+    format_list(done, n, txt, sizeof txt);
+    snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO meta VALUES('tiers_done', '%s')", txt);
+    if (rc || (rc = exec(s, sql)) || (rc = exec(s, "COMMIT"))) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    for (int i = 0; i < n; i++)
+        if (done[i] > s->tier_done[i])
+            s->tier_done[i] = done[i];
+    return 0;
+}
+
+static int sq_derive(agg_store_t *base, const int64_t *tiers, int n_tiers, int64_t replicate_s) {
     sq_store_t *s = (sq_store_t *)base;
     int rc = exec(s, "BEGIN IMMEDIATE");
     if (rc)
         return rc;
-    if ((rc = derived_check(s, coarse_s, replicate_s)) || (rc = exec(s, "COMMIT")))
+    if ((rc = derived_check(s, tiers, n_tiers, replicate_s)) || (rc = exec(s, "COMMIT")))
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
 }
@@ -535,7 +665,8 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(S[S_LABEL], 3, x->set);
         RUN(S[S_LABEL]);
     }
-    if (b->profc.n && (rc = derived_check(s, b->coarse_width, b->replicate_width)))
+    if (b->n_tiers && ((rc = derived_check(s, b->tiers, b->n_tiers, b->replicate_width)) ||
+                       (rc = agg_batch_derive(b, s->tier_done))))
         goto out;
     if ((rc = write_prof(s, &b->prof, S[S_PROF])) || (rc = write_prof(s, &b->profc, S[S_PROFC])) ||
         (rc = write_prof(s, &b->leaf, S[S_LEAF])))
@@ -728,12 +859,16 @@ static int sq_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_
                  "SET %s",
                  rollups[r].table, cols, rollups[r].keys, sums, rollups[r].table, where,
                  rollups[r].keys, upd);
+        /* the tiers below the coarse width go where the fine rows go (the coarse tier stays) */
+        int tiers = !strcmp(rollups[r].table, "profile_coarse");
+        if (tiers) /* nothing to merge: a no-op insert */
+            snprintf(sql, sizeof sql, "SELECT ?1,?2,?3,?4,?5,?6 WHERE 0");
         if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &ins, NULL)))) {
             CM_ERROR("store %s: %s: %s", s->path, sql, sqlite3_errmsg(s->db));
             goto out;
         }
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND width=?4 AND bucket<?6",
-                 rollups[r].table, where);
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND %s AND bucket<?6",
+                 rollups[r].table, where, tiers ? "width<?5" : "width=?4");
         if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &del, NULL))))
             goto out;
         /* profile_leaf holds replicate-width rows where the others hold fine ones */
@@ -742,15 +877,14 @@ static int sq_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_
             src = fine;
         for (sqlite3_stmt *st = ins; st; st = st == ins ? del : NULL) {
             sqlite3_bind_int64(st, 4, src);
+            sqlite3_bind_int64(st, 5, coarse);
             sqlite3_bind_int64(st, 6, cutoff_s);
-            if (st == ins)
-                sqlite3_bind_int64(st, 5, coarse);
         }
         int64_t moved = 0, junk = 0;
         if ((rc = for_each_sv(s, ins, rollups[r].typed, &junk)) ||
             (rc = for_each_sv(s, del, rollups[r].typed, &moved)))
             goto out;
-        if (stats)
+        if (stats && !tiers)
             stats->rows_moved += moved;
         sqlite3_finalize(ins);
         sqlite3_finalize(del);
@@ -1119,6 +1253,7 @@ static const agg_store_vtab_t sq_vtab = {
     .downsample = sq_downsample,
     .expire = sq_expire,
     .derive = sq_derive,
+    .compact = sq_compact,
     .size_bytes = sq_size_bytes,
     .versions = sq_versions,
     .totals = sq_totals,
