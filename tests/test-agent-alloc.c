@@ -1,14 +1,110 @@
 /* Allocation sampling and live-heap acceptance tests (issue 4): real programs under
  * LD_PRELOAD=libfleetprof.so, chunks read back with the codec.
  *
- * Statistics: with a mean period P, a site allocating B bytes gets about B/P samples; the
- * estimate's relative standard deviation is about 1/sqrt(samples) for objects much smaller
- * than P. Tolerances are 4.5 sd for the samples a run got (the machine's speed sets the
- * count), or fixed and wider where the run is sized for hundreds of samples or more.
+ * The issue's acceptance items and the tests that check them, with its tolerances:
+ *   three sites 16 B / 4 KiB / 1 MiB, bytes +-10% and counts +-15% per site
+ *                                                 alloc_sites (fixed period), alloc_sites_ctl
+ *   leak: leaking site +-15%, freeing site near zero            inuse_leak
+ *   C++ new/delete attributed to the calling function           alloc_cxx
+ *   posix_memalign and realloc chains work and are accounted    alloc_chain
+ *   no deadlock or crash: start (allocations before main)       early_start
+ *     fork in a multi-threaded program                          alloc_mtfork (+ alloc_fork)
+ *     dlopen/dlclose                                            alloc_dlopen
+ *     allocation in an application signal handler              alloc_in_signal
+ *     a program with its own allocator                          own_allocator
+ * Every program runs under a time limit: a hang is killed and fails the test as "hung".
+ *
+ * Statistics: with a mean period P, a site allocating B bytes in objects much smaller than P
+ * gets about B/P samples and its estimate's relative standard deviation is about
+ * 1/sqrt(samples); for objects of size s it is sqrt((1 - q) / (q n)) over n objects, with
+ * q = 1 - exp(-s/P). Runs are sized so that the issue's tolerances are at least 3.5 sd of the
+ * estimates (the sd is estimated from the samples and printed); a run whose estimates are
+ * noisier than that fails as "too few samples to judge" rather than passing by luck.
  */
 #include "agent-common.h"
 
 static char envbuf[4200], pre[4200];
+
+/* A program that did not exit 0 within its time limit (seconds, as passed to run()): says
+ * whether it hung (run() killed it and returned -1) or failed. */
+#define CHECK_EXIT0(st, limit, out)                                                                \
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",                                      \
+           (st) == -1 ? "hung: killed after " #limit " s" : "did not exit 0", out)
+
+/* Per-site estimate from ALLOC rows (sites are leaves, see leaf checks). */
+typedef struct {
+    const char *fn;
+    uint64_t true_bytes, true_calls;
+    tot_t est;
+    uint64_t est_calls_milli;
+    double sd_bytes, sd_calls; /* estimated relative standard deviations */
+} site_t;
+
+/* Estimates of fn's bytes and calls and their relative sd. Each sample stands for w = s/q bytes
+ * and c = 1/q calls (q = s/w); the Horvitz-Thompson variance estimate is sum w (w - s) for the
+ * bytes and sum c (c - 1) for the calls -- about total x P for objects much smaller than P,
+ * and small for objects larger than P (q near 1). */
+static void site_eval(const chunks_t *cs, site_t *s) {
+    s->est = total(cs, CM_EV_ALLOC, s->fn, 0);
+    s->est_calls_milli = total_count(cs, CM_EV_ALLOC, s->fn);
+    double vb = 0, vc = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *a = &cs->c[i]->samples[CM_EV_ALLOC];
+        for (uint32_t r = 0; r < a->n; r++)
+            if (stack_has(&cs->c[i]->dict, a->stack[r], s->fn)) {
+                double w = (double)a->weight[r], c = cm_samples_count(a, r) / 1000.0;
+                vb += w * (w - (double)CM_COL(a, size, r));
+                vc += c * (c - 1);
+            }
+    }
+    s->sd_bytes = s->est.weight ? sqrt(vb) / (double)s->est.weight : 1;
+    s->sd_calls = s->est_calls_milli ? sqrt(vc) / (s->est_calls_milli / 1000.0) : 1;
+}
+
+/* The issue's tolerances are judged only when they are >= 3.5 sd of the estimate. */
+static void check_judgeable(const site_t *s, int calls) {
+    CHECKF(s->sd_bytes * 3.5 <= 0.10, "%s: bytes sd %.2f%%: too few samples to judge +-10%%",
+           s->fn, 100 * s->sd_bytes);
+    CHECKF(!calls || s->sd_calls * 3.5 <= 0.15,
+           "%s: calls sd %.2f%%: too few samples to judge +-15%%", s->fn, 100 * s->sd_calls);
+}
+
+static uint64_t alloc_period(const chunks_t *cs, uint64_t *lo, uint64_t *hi) {
+    uint64_t last = 0;
+    *lo = UINT64_MAX;
+    *hi = 0;
+    for (int i = 0; i < cs->n; i++)
+        for (uint32_t k = 0; k < cs->c[i]->header.n_sampling; k++)
+            if (cs->c[i]->header.sampling[k].type == CM_EV_ALLOC) {
+                last = cs->c[i]->header.sampling[k].period;
+                *lo = last < *lo ? last : *lo;
+                *hi = last > *hi ? last : *hi;
+            }
+    return last;
+}
+
+/* Prints every non-zero drop counter (all types): a loss of samples shows up here. */
+static void print_drops(const chunks_t *cs) {
+    printf("  drops:");
+    for (uint32_t reason = 1; reason <= 10; reason++)
+        if (drops(cs, reason))
+            printf(" reason %u: %llu", reason, (unsigned long long)drops(cs, reason));
+    printf("\n");
+}
+
+/* Share of the ALLOC rows whose stack contains fn that have fn as the leaf. */
+static double leaf_share(const chunks_t *cs, const char *fn) {
+    uint64_t in = 0, leaf = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *a = &cs->c[i]->samples[CM_EV_ALLOC];
+        for (uint32_t r = 0; r < a->n; r++)
+            if (stack_has(&cs->c[i]->dict, a->stack[r], fn)) {
+                in++;
+                leaf += !strcmp(leaf_fn(cs->c[i], a->stack[r]), fn);
+            }
+    }
+    return in ? (double)leaf / (double)in : 0;
+}
 
 /* Bytes and counts per site estimated from ALLOC rows match what the program counted, with a
  * fixed period (FLEETPROF_ALLOC_PERIOD). Both sizes: 256 B (s << P, weight ~ P) and 48 KiB. */
@@ -19,7 +115,7 @@ static void test_alloc_accuracy(void) {
                          NULL};
     const char *argv[] = {prog, "bytes", "10", NULL};
     int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    CHECK_EXIT0(st, 60, out);
     uint64_t sb = out_u64(out, "small_bytes="), bb = out_u64(out, "big_bytes=");
     uint64_t sn = out_u64(out, "small_n="), bn = out_u64(out, "big_n=");
     chunks_t *cs = load(dir);
@@ -59,6 +155,106 @@ static void test_alloc_accuracy(void) {
     rmrf(dir);
 }
 
+/* The issue's three call sites, 16 B / 4 KiB / 1 MiB, the same bytes each: estimated bytes per
+ * site within +-10% of the truth and estimated calls within +-15%; each sample is attributed
+ * to its site (the leaf frame). extra: the sampling setting of the run. */
+static void check_sites(const char *extra, const char *secs) {
+    char *dir = mkout(), prog[4096], out[4096];
+    prog_path("alloc_work", prog, sizeof prog);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), extra, NULL};
+    const char *argv[] = {prog, "sites", secs, NULL};
+    int st = run(env, argv, 90, out, sizeof out);
+    CHECK_EXIT0(st, 90, out);
+    site_t site[3] = {{"site_16", out_u64(out, "b16="), out_u64(out, "n16="), {0, 0}, 0, 0, 0},
+                      {"site_4k", out_u64(out, "b4k="), out_u64(out, "n4k="), {0, 0}, 0, 0, 0},
+                      {"site_1m", out_u64(out, "b1m="), out_u64(out, "n1m="), {0, 0}, 0, 0, 0}};
+    chunks_t *cs = load(dir);
+    uint64_t lo, hi, period = alloc_period(cs, &lo, &hi);
+    printf("  %s: period %llu (%llu..%llu), %d chunks\n", extra, (unsigned long long)period,
+           (unsigned long long)lo, (unsigned long long)hi, cs->n);
+    print_drops(cs);
+    for (int i = 0; i < 3; i++) {
+        site_t *s = &site[i];
+        site_eval(cs, s);
+        printf("  %-7s %6llu samples: bytes est %.4g true %.4g (%+.2f%%, sd %.2f%%), calls est "
+               "%.4g true %.4g (%+.2f%%, sd %.2f%%), leaf %.4f\n",
+               s->fn, (unsigned long long)s->est.samples, (double)s->est.weight,
+               (double)s->true_bytes, 100 * ((double)s->est.weight / (double)s->true_bytes - 1),
+               100 * s->sd_bytes, s->est_calls_milli / 1000.0, (double)s->true_calls,
+               100 * (s->est_calls_milli / 1000.0 / (double)s->true_calls - 1),
+               100 * s->sd_calls, leaf_share(cs, s->fn));
+    }
+    for (int i = 0; i < 3; i++) {
+        site_t *s = &site[i];
+        check_judgeable(s, 1);
+        double rb = (double)s->est.weight / (double)s->true_bytes;
+        double rc = s->est_calls_milli / 1000.0 / (double)s->true_calls;
+        CHECKF(fabs(rb - 1) <= 0.10, "%s: estimated bytes %.3f x the truth (issue: +-10%%)",
+               s->fn, rb);
+        CHECKF(fabs(rc - 1) <= 0.15, "%s: estimated calls %.3f x the truth (issue: +-15%%)",
+               s->fn, rc);
+        CHECKF(leaf_share(cs, s->fn) >= 0.99, "%s is the leaf in only %.3f of its samples",
+               s->fn, leaf_share(cs, s->fn));
+    }
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* Fixed period = the default mean (512 KiB, controller off): 1 MiB objects are sampled with
+ * q = 0.86, 4 KiB with 0.0078, 16 B with 3e-5. */
+static void test_alloc_sites(void) { check_sites("FLEETPROF_ALLOC_PERIOD=524288", "4"); }
+
+/* The default controller (set point raised to 2000/s so that a 6 s run gets >= 1000 samples per
+ * site): the period moves from 512 KiB to where the rate holds, and the estimates stay
+ * unbiased across the moves (each countdown keeps the period it was drawn with). */
+static void test_alloc_sites_ctl(void) { check_sites("FLEETPROF_ALLOC_RATE=2000", "6"); }
+
+/* posix_memalign and realloc chains (a 4 KiB posix_memalign'ed block grown by realloc to
+ * 512 KiB, contents checked by the program at every step), and the rest of the family
+ * (memalign, aligned_alloc, valloc, pvalloc, reallocarray, calloc at one site): the program
+ * works and each site's estimated bytes are within +-10% (a function not accounted would cost
+ * misc_site 1/6 of its bytes). */
+static void test_alloc_chain(void) {
+    char *dir = mkout(), prog[4096], out[4096];
+    prog_path("alloc_work", prog, sizeof prog);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir),
+                         "FLEETPROF_ALLOC_PERIOD=8388608", NULL};
+    const char *argv[] = {prog, "chain", "4", NULL};
+    int st = run(env, argv, 90, out, sizeof out);
+    CHECK_EXIT0(st, 90, out);
+    site_t site[3] = {{"align_site", out_u64(out, "align_bytes="), 0, {0, 0}, 0, 0, 0},
+                      {"grow_site", out_u64(out, "grow_bytes="), 0, {0, 0}, 0, 0, 0},
+                      {"misc_site", out_u64(out, "misc_bytes="), 0, {0, 0}, 0, 0, 0}};
+    chunks_t *cs = load(dir);
+    printf("  %d chunks\n", cs->n);
+    print_drops(cs);
+    for (int i = 0; i < 3; i++) {
+        site_t *s = &site[i];
+        site_eval(cs, s);
+        printf("  %-10s %6llu samples: bytes est %.4g true %.4g (%+.2f%%, sd %.2f%%), leaf %.4f\n",
+               s->fn, (unsigned long long)s->est.samples, (double)s->est.weight,
+               (double)s->true_bytes, 100 * ((double)s->est.weight / (double)s->true_bytes - 1),
+               100 * s->sd_bytes, leaf_share(cs, s->fn));
+    }
+    for (int i = 0; i < 3; i++) {
+        site_t *s = &site[i];
+        check_judgeable(s, 0);
+        double rb = (double)s->est.weight / (double)s->true_bytes;
+        CHECKF(fabs(rb - 1) <= 0.10, "%s: estimated bytes %.3f x the truth", s->fn, rb);
+        CHECKF(leaf_share(cs, s->fn) >= 0.99, "%s is the leaf in only %.3f of its samples",
+               s->fn, leaf_share(cs, s->fn));
+    }
+    /* everything was freed: nothing of these sites is live at exit */
+    const cm_chunk_t *last = cs->c[cs->n - 1];
+    chunks_t one = {.n = 1};
+    one.c[0] = (cm_chunk_t *)last;
+    for (int i = 0; i < 3; i++)
+        CHECKF(total(&one, CM_EV_INUSE, site[i].fn, 0).weight == 0, "%s live at exit",
+               site[i].fn);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* Under the default controller, allocation samples/s hold the set point (200/s) whatever the
  * allocation rate, and the estimate stays unbiased while the period moves. */
 static void test_alloc_controller(void) {
@@ -68,7 +264,7 @@ static void test_alloc_controller(void) {
                          "FLEETPROF_INTERVAL=1", NULL};
     const char *argv[] = {prog, "bytes", "8", NULL};
     int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    CHECK_EXIT0(st, 60, out);
     uint64_t tb = out_u64(out, "small_bytes=") + out_u64(out, "big_bytes=");
     chunks_t *cs = load(dir);
     tot_t a = total(cs, CM_EV_ALLOC, NULL, 0);
@@ -110,50 +306,87 @@ static void test_alloc_controller(void) {
     rmrf(dir);
 }
 
-/* C++ new/delete (array, aligned, nothrow) are sampled and attributed to the caller. */
+/* C++ new/delete, every form (scalar, array, aligned scalar and array, nothrow, nothrow
+ * aligned; sized and aligned deletes): each sample's leaf -- the frame just below operator new
+ * (our interposer, stripped) -- is the calling function, no libstdc++ operator new frame is in
+ * the stack, each site's bytes are within +-10%, and since every object is deleted, neither
+ * site has anything live at exit (a delete form that is not interposed would leave its
+ * sampled objects in the live heap). */
 static void test_alloc_cxx(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("alloc_cxx", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL}; /* controller */
-    const char *argv[] = {prog, "6", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir),
+                         "FLEETPROF_ALLOC_PERIOD=8388608", NULL};
+    const char *argv[] = {prog, "4", NULL};
+    int st = run(env, argv, 90, out, sizeof out);
+    CHECK_EXIT0(st, 90, out);
     uint64_t cb = out_u64(out, "cxx_bytes="), nb = out_u64(out, "nothrow_bytes=");
     chunks_t *cs = load(dir);
-    uint64_t leaf_cxx = 0, leaf_nt = 0, other = 0;
+    uint64_t leaf_cxx = 0, leaf_nt = 0, other = 0, n_cxx = 0, n_nt = 0, opnew = 0;
     for (int i = 0; i < cs->n; i++) {
         const cm_samples_t *a = &cs->c[i]->samples[CM_EV_ALLOC];
         for (uint32_t r = 0; r < a->n; r++) {
             const char *lf = leaf_fn(cs->c[i], a->stack[r]);
             if (!strcmp(lf, "cxx_site"))
-                leaf_cxx += a->weight[r];
+                leaf_cxx += a->weight[r], n_cxx++;
             else if (!strcmp(lf, "cxx_nothrow_site"))
-                leaf_nt += a->weight[r];
+                leaf_nt += a->weight[r], n_nt++;
             else
                 other += a->weight[r];
+            const cm_dict_t *d = &cs->c[i]->dict;
+            for (uint32_t k = d->stack_off[a->stack[r]]; k < d->stack_off[a->stack[r] + 1]; k++)
+                opnew += strstr(loc_fn(d, d->stack_frames[k]), "operator new") != NULL;
         }
     }
-    printf("  leaf cxx_site %.4g B (true %.4g), cxx_nothrow_site %.4g B (true %.4g), other %.4g\n",
-           (double)leaf_cxx, (double)cb, (double)leaf_nt, (double)nb, (double)other);
-    CHECKF(fabs((double)leaf_cxx / (double)cb - 1) < 0.15, "cxx_site off: %.3f",
+    printf("  leaf cxx_site %llu samples %.4g B (true %.4g, %+.2f%%), cxx_nothrow_site %llu "
+           "samples %.4g B (true %.4g, %+.2f%%), other leaves %.4g B, operator new frames %llu\n",
+           (unsigned long long)n_cxx, (double)leaf_cxx, (double)cb,
+           100 * ((double)leaf_cxx / (double)cb - 1), (unsigned long long)n_nt, (double)leaf_nt,
+           (double)nb, 100 * ((double)leaf_nt / (double)nb - 1), (double)other,
+           (unsigned long long)opnew);
+    /* objects << P: relative sd ~ 1/sqrt(samples); 1250 samples make 10% >= 3.5 sd */
+    CHECKF(n_cxx >= 1250 && n_nt >= 1250, "too few samples to judge: %llu %llu",
+           (unsigned long long)n_cxx, (unsigned long long)n_nt);
+    CHECKF(fabs((double)leaf_cxx / (double)cb - 1) <= 0.10, "cxx_site off: %.3f",
            (double)leaf_cxx / (double)cb);
-    CHECKF(fabs((double)leaf_nt / (double)nb - 1) < 0.15, "nothrow off: %.3f",
+    CHECKF(fabs((double)leaf_nt / (double)nb - 1) <= 0.10, "nothrow off: %.3f",
            (double)leaf_nt / (double)nb);
-    CHECKF(other < (leaf_cxx + leaf_nt) / 20, "%.4g B attributed elsewhere", (double)other);
+    /* the sites' bytes are ~all of the program's: anything else is a misattribution */
+    CHECKF(other < (leaf_cxx + leaf_nt) / 100, "%.4g B attributed to other leaves",
+           (double)other);
+    CHECK_EQ(opnew, 0);
+    CHECKF(leaf_share(cs, "cxx_site") >= 0.999 && leaf_share(cs, "cxx_nothrow_site") >= 0.999,
+           "leaf shares %.4f %.4f", leaf_share(cs, "cxx_site"),
+           leaf_share(cs, "cxx_nothrow_site"));
+    chunks_t one = {.n = 1};
+    one.c[0] = cs->c[cs->n - 1];
+    tot_t lc = total(&one, CM_EV_INUSE, "cxx_site", 0);
+    tot_t ln = total(&one, CM_EV_INUSE, "cxx_nothrow_site", 0);
+    printf("  live at exit: cxx_site %llu B, cxx_nothrow_site %llu B\n",
+           (unsigned long long)lc.weight, (unsigned long long)ln.weight);
+    CHECK_EQ(lc.weight, 0);
+    CHECK_EQ(ln.weight, 0);
     free_chunks(cs);
     rmrf(dir);
 }
 
-/* A leak grows chunk after chunk in INUSE; freed churn does not. */
+/* Live heap: leak_site leaks 2 MiB/s in 8 KiB objects, churn_site allocates 200 MiB/s in
+ * 1 MiB objects and frees all of it; the program flushes a chunk every second (synchronously,
+ * from the allocating thread). The issue: the leaking site's in-use bytes within +-15% of the
+ * truth (final chunk, at exit), and the other site near zero, defined here as at most 2% of
+ * what it allocated in the run and of what leaked, in every chunk (it can only be non-zero if
+ * a free was missed: nothing of churn_site is live when a chunk is taken). Also the leak grows
+ * chunk after chunk. Period 16 KiB: q(8 KiB) = 0.39, 16 MiB leaked in 2048 objects, relative
+ * sd sqrt((1-q)/(q n)) = 2.7%: 15% is 5.5 sd. */
 static void test_inuse_leak(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("alloc_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_ALLOC_PERIOD=131072",
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_ALLOC_PERIOD=16384",
                          NULL};
     const char *argv[] = {prog, "leak", "8", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
-    uint64_t leaked = out_u64(out, "leaked=");
+    int st = run(env, argv, 90, out, sizeof out);
+    CHECK_EXIT0(st, 90, out);
+    uint64_t leaked = out_u64(out, "leaked="), churned = out_u64(out, "churned=");
     chunks_t *cs = load(dir);
     CHECKF(cs->n >= 6, "%d chunks", cs->n);
     double prev = -1, last = 0;
@@ -172,12 +405,16 @@ static void test_inuse_leak(void) {
         if (c.weight > churn_max)
             churn_max = c.weight;
     }
-    printf("  leaked %.4g B, final inuse %.4g B\n", (double)leaked, last);
-    CHECKF(grew >= cs->n - 3, "leak grew in only %d of %d chunks", grew, cs->n - 1);
-    CHECKF(fabs(last / (double)leaked - 1) < 0.25, "final inuse %.4g vs leaked %.4g", last,
-           (double)leaked);
-    CHECKF((double)churn_max < 0.1 * (double)leaked, "freed churn shows %.4g B live",
+    printf("  leaked %.4g B, final inuse %.4g B (%+.2f%%); churn allocated %.4g B, max inuse "
+           "%.4g B\n",
+           (double)leaked, last, 100 * (last / (double)leaked - 1), (double)churned,
            (double)churn_max);
+    CHECKF(grew >= cs->n - 3, "leak grew in only %d of %d chunks", grew, cs->n - 1);
+    CHECKF(fabs(last / (double)leaked - 1) <= 0.15, "final inuse %.4g vs leaked %.4g (+-15%%)",
+           last, (double)leaked);
+    CHECKF((double)churn_max <= 0.02 * (double)churned &&
+               (double)churn_max <= 0.02 * (double)leaked,
+           "freed site shows %.4g B live", (double)churn_max);
     free_chunks(cs);
     rmrf(dir);
 }
@@ -190,7 +427,7 @@ static void test_heap_full(void) {
                          "FLEETPROF_HEAP_ENTRIES=64", NULL};
     const char *argv[] = {prog, "full", "2", NULL};
     int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    CHECK_EXIT0(st, 60, out);
     chunks_t *cs = load(dir);
     uint64_t full = drops(cs, CM_DROP_HEAP_TABLE_FULL);
     tot_t in = total(cs, CM_EV_INUSE, "leak_site", 0);
@@ -202,8 +439,37 @@ static void test_heap_full(void) {
     rmrf(dir);
 }
 
-/* An application signal handler that allocates (while the main thread is inside malloc
- * and the hooks) neither deadlocks nor crashes. */
+/* No deadlock at start: a needed library's constructor allocates (malloc, calloc, realloc,
+ * posix_memalign) and starts a thread that allocates, all before the preloaded agent's
+ * constructor has run; the program's own constructor allocates 400 MiB from ctor_site after
+ * it. Period 64 bytes: nearly every allocation takes the slow path, including the loader's
+ * and dlsym's during the bootstrap. The program checks its early blocks' contents; the
+ * constructor's allocations are sampled (before main). */
+static void test_early_start(void) {
+    char *dir = mkout(), prog[4096], out[4096];
+    prog_path("alloc_early", prog, sizeof prog);
+    for (int k = 0; k < 2; k++) {
+        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir),
+                             k ? "FLEETPROF_ALLOC_PERIOD=64" : "FLEETPROF_ALLOC_PERIOD=1048576",
+                             NULL};
+        const char *argv[] = {prog, NULL};
+        int st = run(env, argv, 60, out, sizeof out);
+        CHECK_EXIT0(st, 60, out);
+        CHECKF(strstr(out, "early ok thread_done=1") != NULL, "%s", out);
+    }
+    chunks_t *cs = load(dir);
+    tot_t c = total(cs, CM_EV_ALLOC, "ctor_site", 0);
+    uint64_t ctor = out_u64(out, "ctor_bytes=");
+    printf("  ctor_site before main: %llu samples, %.4g B (true %.4g per run)\n",
+           (unsigned long long)c.samples, (double)c.weight, (double)ctor);
+    CHECK(cs->n >= 2);
+    CHECK(c.samples >= 100);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* An application signal handler that allocates (while the main thread is inside the lock and
+ * I/O hooks) neither deadlocks nor crashes; its allocations are sampled. */
 static void test_alloc_in_signal(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("alloc_work", prog, sizeof prog);
@@ -211,7 +477,7 @@ static void test_alloc_in_signal(void) {
                          NULL};
     const char *argv[] = {prog, "signal", "4", NULL};
     int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    CHECK_EXIT0(st, 60, out);
     CHECKF(out_u64(out, "signal_allocs=") > 200, "%s", out);
     chunks_t *cs = load(dir);
     CHECK(total(cs, CM_EV_ALLOC, "on_alarm", 0).samples > 0);
@@ -227,7 +493,7 @@ static void test_alloc_fork(void) {
                          NULL};
     const char *argv[] = {prog, "fork", NULL};
     int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    CHECK_EXIT0(st, 60, out);
     chunks_t *cs = load(dir);
     int pids = 0, child_leak = 0;
     for (int i = 0; i < cs->n; i++) {
@@ -242,18 +508,53 @@ static void test_alloc_fork(void) {
     rmrf(dir);
 }
 
-/* dlopen/dlclose in a loop while allocating. */
-static void test_alloc_dlopen(void) {
+/* fork in a multi-threaded program: 4 threads allocate (16 B - 128 KiB), lock a shared mutex
+ * and write a pipe without pause while the main thread forks 60 children; each child
+ * allocates from 2 new threads and its main thread and exits 0 (a child stuck for 20 s dies of
+ * SIGALRM and fails the run). Period 64 KiB: ~10^5 samples/s, so the threads are often inside
+ * a sampled allocation's slow path when fork happens (1-s chunks: at this rate a 10-s chunk
+ * would exceed the chunk size limit and be dropped, ETOOBIG). The children profile themselves
+ * (their chunks). */
+static void test_alloc_mtfork(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("alloc_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_ALLOC_PERIOD=65536",
-                         NULL};
-    const char *argv[] = {prog, "dlopen", "libresolv.so.2", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
-    CHECKF(strstr(out, "dlopen ok") != NULL, "%s", out);
+                         "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "mtfork", "60", NULL};
+    int st = run(env, argv, 120, out, sizeof out);
+    CHECK_EXIT0(st, 120, out);
+    CHECKF(strstr(out, "mtfork ok children=60") != NULL, "%s", out);
     chunks_t *cs = load(dir);
-    CHECK(total(cs, CM_EV_ALLOC, "big_site", 0).samples > 10);
+    int pids = 0;
+    for (int i = 0; i < cs->n; i++) /* files are sorted by name: service-pid-seq */
+        pids += i == 0 || cs->c[i]->header.pid != cs->c[i - 1]->header.pid;
+    tot_t bg = total(cs, CM_EV_ALLOC, "child_thread", 0);
+    printf("  chunks from %d processes; child_thread samples %llu\n", pids,
+           (unsigned long long)bg.samples);
+    CHECKF(pids >= 61, "chunks from %d processes (parent + 60 children)", pids);
+    CHECK(bg.samples >= 60);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* dlopen/dlclose of a module whose constructor and destructor allocate (under the loader
+ * lock), 300 times, calling its allocating function, while 2 threads allocate throughout. */
+static void test_alloc_dlopen(void) {
+    char *dir = mkout(), prog[4096], out[4096], mod[4096];
+    prog_path("alloc_work", prog, sizeof prog);
+    prog_path("alloc_dl.so", mod, sizeof mod);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_ALLOC_PERIOD=65536",
+                         NULL};
+    const char *argv[] = {prog, "dlopen", mod, "300", NULL};
+    int st = run(env, argv, 90, out, sizeof out);
+    CHECK_EXIT0(st, 90, out);
+    CHECKF(strstr(out, "dlopen ok lib_calls=30000") != NULL, "%s", out);
+    chunks_t *cs = load(dir);
+    tot_t b = total(cs, CM_EV_ALLOC, "big_site", 0), g = total(cs, CM_EV_ALLOC, "bg_site", 0);
+    printf("  big_site %llu samples, bg_site %llu samples\n", (unsigned long long)b.samples,
+           (unsigned long long)g.samples);
+    CHECK(b.samples > 10);
+    CHECK(g.samples > 10);
     free_chunks(cs);
     rmrf(dir);
 }
@@ -265,7 +566,7 @@ static void test_own_allocator(void) {
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
     const char *argv[] = {prog, NULL};
     int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    CHECK_EXIT0(st, 60, out);
     CHECKF(out_u64(out, "calls=") >= 100000, "%s", out);
     chunks_t *cs = load(dir);
     CHECK(cs->n >= 1); /* the agent still works (its allocations go to the program's malloc) */
@@ -280,7 +581,7 @@ static void test_off_switch(void) {
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_ENABLED=0", NULL};
     const char *argv[] = {prog, "leak", "2", NULL};
     int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    CHECK_EXIT0(st, 60, out);
     CHECK(out_u64(out, "leaked=") > 0);
     chunks_t *cs = load(dir);
     CHECK_EQ(cs->n, 0);
@@ -289,13 +590,18 @@ static void test_off_switch(void) {
 }
 
 static const tr_test_t tests[] = {
+    {"alloc_sites", test_alloc_sites},
+    {"alloc_sites_ctl", test_alloc_sites_ctl},
+    {"alloc_chain", test_alloc_chain},
     {"alloc_accuracy", test_alloc_accuracy},
     {"alloc_controller", test_alloc_controller},
     {"alloc_cxx", test_alloc_cxx},
     {"inuse_leak", test_inuse_leak},
     {"heap_full", test_heap_full},
+    {"early_start", test_early_start},
     {"alloc_in_signal", test_alloc_in_signal},
     {"alloc_fork", test_alloc_fork},
+    {"alloc_mtfork", test_alloc_mtfork},
     {"alloc_dlopen", test_alloc_dlopen},
     {"own_allocator", test_own_allocator},
     {"off_switch", test_off_switch},

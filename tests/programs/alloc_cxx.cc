@@ -1,5 +1,7 @@
-// C++ allocation workload: new/delete (scalar, array, aligned, nothrow) from cxx_site and
-// cxx_array_site; prints the bytes allocated at each site.
+// C++ allocation workload: every form of operator new/delete from cxx_site (scalar, array,
+// aligned scalar and array, with sized deletes) and cxx_nothrow_site (nothrow array and
+// nothrow aligned); everything is deleted before exit. Runs for SECONDS and until each site
+// allocated 24 GiB (at most 4 x SECONDS). Prints the bytes allocated at each site.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +10,10 @@
 
 struct alignas(64) Aligned {
     char b[256];
+};
+
+struct Small {
+    char b[48];
 };
 
 static double now_s() {
@@ -24,10 +30,16 @@ extern "C" __attribute__((noinline)) void cxx_site(unsigned long *bytes) {
         p[0] = 1;
         g_sink += (unsigned long)p;
         delete[] p;
-        Aligned *a = new Aligned; // aligned operator new
+        Aligned *a = new Aligned; // aligned operator new, sized aligned delete
         g_sink += (unsigned long)a;
         delete a;
-        *bytes += 4000 + sizeof(Aligned);
+        Small *s = new Small; // operator new, sized delete
+        g_sink += (unsigned long)s;
+        delete s;
+        Aligned *aa = new Aligned[4]; // aligned operator new[]
+        g_sink += (unsigned long)aa;
+        delete[] aa;
+        *bytes += 4000 + sizeof(Aligned) + sizeof(Small) + 4 * sizeof(Aligned);
     }
 }
 
@@ -36,15 +48,19 @@ extern "C" __attribute__((noinline)) void cxx_nothrow_site(unsigned long *bytes)
         long *p = new (std::nothrow) long[500];
         g_sink += (unsigned long)p;
         delete[] p;
-        *bytes += 500 * sizeof(long);
+        Aligned *a = new (std::nothrow) Aligned; // aligned nothrow
+        g_sink += (unsigned long)a;
+        delete a;
+        *bytes += 500 * sizeof(long) + sizeof(Aligned);
     }
 }
 
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 3;
     unsigned long a = 0, b = 0;
-    double end = now_s() + secs;
-    while (now_s() < end) {
+    double start = now_s();
+    // SECONDS, and longer (up to 4x) until each site allocated 24 GiB
+    while (now_s() < start + secs || (b < (24ul << 30) && now_s() < start + 4 * secs)) {
         cxx_site(&a);
         cxx_nothrow_site(&b);
     }

@@ -2,16 +2,32 @@
  *
  *   alloc_work bytes SECONDS      two sites with known byte totals: small_site (256 B objects)
  *                                 and big_site (48 KiB), freed at once; prints the totals
- *   alloc_work leak SECONDS       leak_site keeps 2 MiB/s alive; churn_site allocates 20 MiB/s
- *                                 and frees it; flushes a chunk every second
+ *   alloc_work sites SECONDS      the issue's three sites, interleaved: site_16 (16 B),
+ *                                 site_4k (4 KiB), site_1m (1 MiB), 1 MiB each per step, freed
+ *                                 at once, for SECONDS and until each site allocated 2 GiB (at
+ *                                 most 4 x SECONDS); prints bytes and calls per site
+ *   alloc_work chain SECONDS      align_site (posix_memalign 64, 4 KiB), grow_site (a realloc
+ *                                 chain 8 KiB -> 512 KiB from a posix_memalign'ed block, contents
+ *                                 checked at every step), misc_site (memalign, aligned_alloc,
+ *                                 valloc, pvalloc, reallocarray, calloc: 4 KiB each), for
+ *                                 SECONDS and until each site allocated 24 GiB (at most 4 x
+ *                                 SECONDS); prints bytes per site
+ *   alloc_work leak SECONDS       leak_site keeps 2 MiB/s alive (8 KiB objects); churn_site
+ *                                 allocates 200 MiB/s (1 MiB objects) and frees all of it;
+ *                                 flushes a chunk every second
  *   alloc_work signal SECONDS     an application SIGALRM handler that mallocs and frees
  *   alloc_work fork               allocates in a child after fork (both must exit 0)
- *   alloc_work dlopen LIB         dlopen/dlclose LIB in a loop while allocating
+ *   alloc_work mtfork N           4 threads allocate, lock and write a pipe without pause while
+ *                                 the main thread forks N children (each allocates from 2 new
+ *                                 threads, then exits 0; a child stuck for 20 s dies of SIGALRM)
+ *   alloc_work dlopen LIB [N]     dlopen/dlclose LIB N times (default 200) while allocating; if
+ *                                 LIB has dl_alloc_site, calls it; 2 threads allocate throughout
  *   alloc_work full SECONDS       many small leaks (fills a small live-heap table)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -85,15 +101,131 @@ static void bytes(double secs) {
            (unsigned long long)big_b, (unsigned long long)big_n);
 }
 
+/* ---- the three sites ---- */
+
+__attribute__((noinline)) void *site_16(void) {
+    void *p = malloc(16);
+    g_sink += (uintptr_t)p;
+    return p;
+}
+
+__attribute__((noinline)) void *site_4k(void) {
+    void *p = malloc(4096);
+    g_sink += (uintptr_t)p;
+    return p;
+}
+
+__attribute__((noinline)) void *site_1m(void) {
+    void *p = malloc(1 << 20);
+    g_sink += (uintptr_t)p;
+    return p;
+}
+
+static void sites(double secs) {
+    uint64_t n16 = 0, n4k = 0, n1m = 0;
+    double start = now_s();
+    /* SECONDS, and longer (up to 4x) until each site allocated 2 GiB: a loaded machine still
+     * gets enough samples at a fixed period */
+    while (now_s() < start + secs || (n1m < 2048 && now_s() < start + 4 * secs)) {
+        free(site_1m());
+        n1m++;
+        for (int i = 0; i < 256; i++)
+            free(site_4k());
+        n4k += 256;
+        for (int i = 0; i < 65536; i++)
+            free(site_16());
+        n16 += 65536;
+    }
+    printf("b16=%llu n16=%llu b4k=%llu n4k=%llu b1m=%llu n1m=%llu\n",
+           (unsigned long long)(n16 * 16), (unsigned long long)n16,
+           (unsigned long long)(n4k * 4096), (unsigned long long)n4k,
+           (unsigned long long)(n1m << 20), (unsigned long long)n1m);
+}
+
+/* ---- posix_memalign, realloc chains and the rest of the family ---- */
+
+static void fail(const char *what) {
+    printf("FAIL %s\n", what);
+    fflush(stdout);
+    exit(1);
+}
+
+__attribute__((noinline)) void *align_site(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n) != 0 || ((uintptr_t)p & 63))
+        fail("posix_memalign");
+    g_sink += (uintptr_t)p;
+    return p;
+}
+
+__attribute__((noinline)) void *grow_site(void *p, size_t n) {
+    void *q = realloc(p, n);
+    if (!q)
+        fail("realloc");
+    return q;
+}
+
+__attribute__((noinline)) void misc_site(void) {
+    void *p[6];
+    p[0] = memalign(64, 4096);
+    p[1] = aligned_alloc(64, 4096);
+    p[2] = valloc(4096);
+    p[3] = pvalloc(4096);
+    p[4] = reallocarray(NULL, 512, 8);
+    p[5] = calloc(512, 8);
+    for (int i = 0; i < 6; i++) {
+        uintptr_t mask = i < 2 ? 63 : i < 4 ? 4095 : 0; /* 64-byte / page alignment */
+        if (!p[i] || ((uintptr_t)p[i] & mask))
+            fail("misc alloc");
+        if (i == 5 && ((char *)p[i])[4095] != 0)
+            fail("calloc not zeroed");
+        g_sink += (uintptr_t)p[i];
+        free(p[i]);
+    }
+}
+
+static void chain(double secs) {
+    uint64_t ba = 0, bg = 0, bm = 0, chains = 0;
+    double start = now_s();
+    /* SECONDS, and longer (up to 4x) until each site allocated 24 GiB */
+    while (now_s() < start + secs || (bm < (24ull << 30) && now_s() < start + 4 * secs)) {
+        for (int i = 0; i < 256; i++) /* 1 MiB of posix_memalign per step */
+            free(align_site(4096));
+        ba += 256 * 4096;
+        /* one chain: 4 KiB (align_site) then realloc 8 KiB, 16 KiB, ..., 512 KiB (1016 KiB) */
+        unsigned char *p = align_site(4096);
+        ba += 4096;
+        size_t have = 4096;
+        memset(p, 0x5a, have);
+        for (size_t n = 8192; n <= (512 << 10); n *= 2) {
+            p = grow_site(p, n);
+            bg += n;
+            if (p[0] != 0x5a || p[have - 1] != 0x5a)
+                fail("realloc lost the contents");
+            memset(p + have, 0x5a, n - have);
+            have = n;
+        }
+        free(p);
+        chains++;
+        for (int i = 0; i < 40; i++) /* 40 x 6 x 4 KiB = 960 KiB per step */
+            misc_site();
+        bm += 40 * 6 * 4096;
+    }
+    printf("align_bytes=%llu grow_bytes=%llu misc_bytes=%llu chains=%llu\n",
+           (unsigned long long)ba, (unsigned long long)bg, (unsigned long long)bm,
+           (unsigned long long)chains);
+}
+
 static void leak(double secs) {
     double start = now_s(), next = start + 1;
-    uint64_t leaked = 0;
+    uint64_t leaked = 0, churned = 0;
     while (now_s() < start + secs) {
         for (int i = 0; i < 20; i++) /* 20 x 1 MiB churn per 100 ms step... */
             free(churn_site(1 << 20));
-        for (int i = 0; i < 2; i++) {
-            leak_site(100 << 10); /* 200 KiB per step, 2 MiB/s */
-            leaked += 100 << 10;
+        churned += 20 << 20;
+        for (int i = 0; i < 25; i++) {
+            leak_site(8 << 10); /* 200 KiB per step, 2 MiB/s */
+            leaked += 8 << 10;
         }
         usleep(100000);
         if (now_s() >= next) {
@@ -101,7 +233,8 @@ static void leak(double secs) {
             next += 1;
         }
     }
-    printf("leaked=%llu\n", (unsigned long long)leaked);
+    printf("leaked=%llu churned=%llu\n", (unsigned long long)leaked,
+           (unsigned long long)churned);
 }
 
 static volatile sig_atomic_t g_sig_allocs;
@@ -158,18 +291,113 @@ static void in_fork(void) {
     printf("fork ok\n");
 }
 
-static void in_dlopen(const char *lib) {
-    for (int i = 0; i < 200; i++) {
+/* Background allocators for mtfork and dlopen: malloc/free of mixed sizes, a shared mutex
+ * and (mtfork) a pipe write, until g_bg_stop. */
+static volatile int g_bg_stop;
+static pthread_mutex_t g_bg_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_bg_pipe[2] = {-1, -1};
+
+__attribute__((noinline)) void *bg_site(size_t n) {
+    void *p = malloc(n);
+    if (p)
+        memset(p, 3, n < 64 ? n : 64);
+    return p;
+}
+
+static void *bg_alloc_thread(void *arg) {
+    uintptr_t k = (uintptr_t)arg;
+    while (!g_bg_stop) {
+        void *keep[16];
+        for (int i = 0; i < 16; i++)
+            keep[i] = bg_site(16u << ((k + (unsigned)i) % 14)); /* 16 B .. 128 KiB */
+        pthread_mutex_lock(&g_bg_mu);
+        g_sink += (uintptr_t)keep[0];
+        pthread_mutex_unlock(&g_bg_mu);
+        for (int i = 0; i < 16; i++)
+            free(keep[i]);
+        if (g_bg_pipe[1] >= 0) {
+            char c = 'x';
+            if (write(g_bg_pipe[1], &c, 1) < 0) { /* full pipe (non-blocking): fine */
+            }
+        }
+    }
+    return NULL;
+}
+
+static void *child_thread(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 2000; i++)
+        free(bg_site(100 + (size_t)i * 37 % 70000));
+    return NULL;
+}
+
+static void in_mtfork(int n) {
+    if (pipe(g_bg_pipe) != 0)
+        exit(1);
+    fcntl(g_bg_pipe[1], F_SETFL, O_NONBLOCK);
+    fcntl(g_bg_pipe[0], F_SETFL, O_NONBLOCK);
+    pthread_t th[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, bg_alloc_thread, (void *)i);
+    int ok = 0;
+    for (int round = 0; round < n; round++) {
+        char drain[4096];
+        while (read(g_bg_pipe[0], drain, sizeof drain) > 0)
+            ;
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(20); /* a deadlocked child dies of SIGALRM, so the parent reports it */
+            pthread_t ct[2];
+            for (int i = 0; i < 2; i++)
+                if (pthread_create(&ct[i], NULL, child_thread, NULL) != 0)
+                    _exit(3);
+            free(bg_site(12345));
+            for (int i = 0; i < 2; i++)
+                pthread_join(ct[i], NULL);
+            exit(0);
+        }
+        if (pid < 0)
+            exit(1);
+        int st;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("child %d of %d failed: status %d%s\n", round, n, st,
+                   WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? " (hung 20 s)" : "");
+            exit(1);
+        }
+        ok++;
+    }
+    g_bg_stop = 1;
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    printf("mtfork ok children=%d\n", ok);
+}
+
+static void in_dlopen(const char *lib, int n) {
+    pthread_t th[2];
+    for (uintptr_t i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, bg_alloc_thread, (void *)i);
+    uint64_t calls = 0;
+    for (int i = 0; i < n; i++) {
         void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
         if (!h) {
             printf("dlopen %s: %s\n", lib, dlerror());
             exit(1);
         }
-        for (int k = 0; k < 100; k++)
+        void *(*f)(size_t) = (void *(*)(size_t))dlsym(h, "dl_alloc_site");
+        for (int k = 0; k < 100; k++) {
             free(big_site(10000));
+            if (f) {
+                free(f(20000));
+                calls++;
+            }
+        }
         dlclose(h);
     }
-    printf("dlopen ok\n");
+    g_bg_stop = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    printf("dlopen ok lib_calls=%llu\n", (unsigned long long)calls);
 }
 
 static void full(double secs) {
@@ -196,7 +424,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "fork"))
         in_fork();
     else if (!strcmp(argv[1], "dlopen"))
-        in_dlopen(argv[2]);
+        in_dlopen(argv[2], argc > 3 ? atoi(argv[3]) : 200);
+    else if (!strcmp(argv[1], "mtfork"))
+        in_mtfork(argc > 2 ? atoi(argv[2]) : 50);
+    else if (!strcmp(argv[1], "sites"))
+        sites(secs);
+    else if (!strcmp(argv[1], "chain"))
+        chain(secs);
     else if (!strcmp(argv[1], "full"))
         full(secs);
     else
