@@ -3,9 +3,15 @@
  *   io_work pipe SECONDS     slow_pipe_site reads a pipe whose writer thread writes every
  *                            25 ms (slow reads >= 10 ms); prints slow reads and their ns
  *   io_work file SECONDS     file_site writes+fsyncs a temporary file (path printed)
- *   io_work socket SECONDS   sock_site recv()s on a TCP connection to a local server that
- *                            answers after 15 ms; prints the peer "127.0.0.1:PORT"
- *   io_work fast SECONDS     fast_site reads a pipe with ~100 us waits (aggregates only)
+ *   io_work socket SECONDS   sock_site recv()s 100 bytes (MSG_WAITALL) on a TCP connection to
+ *                            a local server that answers after 15 ms; prints the peer
+ *                            "127.0.0.1:PORT" and the recv()s the program timed >= 10 ms
+ *   io_work fsync DIR        fsync_site fsyncs a file in DIR after writing 16 MiB, doubling
+ *                            (up to 512 MiB) after each fsync under 20 ms, until 5 fsyncs took
+ *                            >= 10.5 ms; prints the path and the fsyncs it timed >= 10.5 ms,
+ *                            < 9.5 ms and between
+ *   io_work fast SECONDS     fast_site reads a pipe with ~100 us waits (aggregates only);
+ *                            prints the reads it timed >= 10 ms (slow=)
  *   io_work fdreuse          slow reads on fd N as a pipe, then N reopened as a file
  */
 #define _GNU_SOURCE
@@ -18,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,12 +73,19 @@ __attribute__((noinline)) ssize_t slow_pipe_site(void) {
 
 __attribute__((noinline)) ssize_t fast_site(void) {
     char c;
-    return read(g_pipe[0], &c, 1);
+    double t0 = now_s();
+    ssize_t r = read(g_pipe[0], &c, 1);
+    if (now_s() - t0 >= 0.010) /* a loaded machine delays the writer now and then */
+        g_slow++;
+    return r;
 }
 
 static void pipe_mode(double secs, ssize_t (*site)(void)) {
     if (pipe(g_pipe) != 0)
         exit(1);
+    struct stat st;
+    if (fstat(g_pipe[0], &st) == 0)
+        printf("pipe_ino=%llu\n", (unsigned long long)st.st_ino);
     pthread_t th;
     pthread_create(&th, NULL, writer_thread, NULL);
     double end = now_s() + secs;
@@ -107,10 +121,11 @@ static int g_lfd;
 static void *server_thread(void *arg) {
     (void)arg;
     int c = accept(g_lfd, NULL, NULL);
-    char buf[16];
+    char buf[100];
+    memset(buf, 'r', sizeof buf);
     while (!g_stop && read(c, buf, 1) == 1) {
         sleep_us(15000);
-        if (write(c, buf, 1) != 1)
+        if (write(c, buf, sizeof buf) != (ssize_t)sizeof buf)
             break;
     }
     close(c);
@@ -118,9 +133,13 @@ static void *server_thread(void *arg) {
 }
 
 __attribute__((noinline)) void sock_site(int fd) {
-    char c = 'q';
-    if (send(fd, &c, 1, 0) != 1 || recv(fd, &c, 1, 0) != 1)
+    char c = 'q', buf[100];
+    if (send(fd, &c, 1, 0) != 1)
         exit(1);
+    double t0 = now_s();
+    if (recv(fd, buf, sizeof buf, MSG_WAITALL) != (ssize_t)sizeof buf)
+        exit(1);
+    g_slow += now_s() - t0 >= 0.010;
 }
 
 static void socket_mode(double secs) {
@@ -143,6 +162,52 @@ static void socket_mode(double secs) {
     shutdown(fd, SHUT_RDWR);
     close(fd);
     pthread_join(th, NULL);
+    printf("slow_recvs=%llu\n", (unsigned long long)g_slow);
+}
+
+static uint64_t g_fs_slow, g_fs_fast, g_fs_mid;
+
+__attribute__((noinline)) double fsync_site(int fd) {
+    double t0 = now_s();
+    if (fsync(fd) != 0)
+        exit(1);
+    return now_s() - t0;
+}
+
+static void dirty(int fd, size_t bytes) {
+    static char buf[1 << 20];
+    memset(buf, 'f', sizeof buf);
+    for (size_t done = 0; done < bytes; done += sizeof buf)
+        if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf)
+            exit(1);
+}
+
+static void fsync_mode(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fp-io-fsync-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0)
+        exit(1);
+    printf("path=%s\n", path);
+    size_t size = 16 << 20;
+    /* until 5 fsyncs took >= 10.5 ms (at most 40): the size doubles after any fsync under
+     * 20 ms, so a fast disk or a quiet moment only makes the run longer */
+    for (int i = 0; i < 40 && g_fs_slow < 5; i++) {
+        if (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0)
+            exit(1);
+        dirty(fd, size);
+        double d = fsync_site(fd);
+        g_fs_slow += d >= 0.0105;
+        g_fs_fast += d < 0.0095;
+        g_fs_mid += d >= 0.0095 && d < 0.0105;
+        if (d < 0.020 && size < (512u << 20))
+            size *= 2;
+    }
+    close(fd);
+    unlink(path);
+    printf("size=%zu fsync_slow=%llu fsync_fast=%llu fsync_mid=%llu\n", size,
+           (unsigned long long)g_fs_slow, (unsigned long long)g_fs_fast,
+           (unsigned long long)g_fs_mid);
 }
 
 int main(int argc, char **argv) {
@@ -158,6 +223,8 @@ int main(int argc, char **argv) {
         file_mode(secs);
     } else if (!strcmp(argv[1], "socket")) {
         socket_mode(secs);
+    } else if (!strcmp(argv[1], "fsync") && argc > 2) {
+        fsync_mode(argv[2]);
     } else {
         return 2;
     }
