@@ -2,6 +2,7 @@
  * than their threshold are not shipped one by one but summed per (type, io kind, fd kind,
  * stack) and shipped at each chunk as rows flagged CM_SF_AGGREGATE (weight: total ns, count:
  * events in milli-units, size: total bytes). Aggregate rows carry no thread or span context.
+ * A subsampled wait (hook_lock.c's flood sampling) adds its estimate: ns / q and 1000 / q.
  *
  * Application side (lock-free, no allocation): one process-wide table of AG_AGG_SLOTS entries
  * (mmap'ed at startup; stacks up to AG_AGG_DEPTH frames). A slot is claimed once by CAS
@@ -26,7 +27,7 @@ typedef struct {
     uint8_t io_kind, fd_kind;
     uint16_t depth;
     uint64_t key;
-    _Atomic uint64_t count, ns, bytes;
+    _Atomic uint64_t count, ns, bytes; /* count in milli-units (CM_COUNT_ONE = one event) */
     uintptr_t pcs[AG_AGG_DEPTH];
 } agg_slot_t;
 
@@ -43,6 +44,11 @@ int ag_agg_init(void) {
 
 void ag_agg_add(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind, const uintptr_t *pcs,
                 uint32_t depth, uint64_t ns, uint64_t bytes) {
+    ag_agg_add_n(type, io_kind, fd_kind, pcs, depth, ns, bytes, CM_COUNT_ONE);
+}
+
+void ag_agg_add_n(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind, const uintptr_t *pcs,
+                  uint32_t depth, uint64_t ns, uint64_t bytes, uint64_t count_milli) {
     if (!g_agg || depth == 0)
         return;
     if (depth > AG_AGG_DEPTH)
@@ -69,7 +75,7 @@ void ag_agg_add(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind, const 
             continue;
         atomic_fetch_add_explicit(&s->ns, ns, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->bytes, bytes, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->count, count_milli, memory_order_relaxed);
         return;
     }
     ag_drop_count(type, CM_DROP_DICT_FULL, 1);
@@ -95,7 +101,7 @@ void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real) {
         r->depth = s->depth;
         r->time_ns = now_real;
         r->weight = ns;
-        r->count = c * CM_COUNT_ONE;
+        r->count = c;
         r->size = bytes;
         r->io_kind = s->io_kind;
         r->fd_kind = s->fd_kind;

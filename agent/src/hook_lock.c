@@ -10,9 +10,33 @@
  * interposed. Contended: the real blocking call is timed with rdtsc (~10 ns) once hooks.c
  * has calibrated an invariant TSC, with the vDSO CLOCK_MONOTONIC (~20-30 ns) before that; a
  * wait >= FLEETPROF_LOCK_THRESHOLD (default 10 ms) that ends with the lock taken is one LOCK
- * event (stack, lock address, wait ns, span context), subject to the flood cap (hooks.c);
- * shorter contended waits are summed per stack (agg.c, CM_SF_AGGREGATE rows). Timed
+ * event (stack, lock address, wait ns, span context); shorter contended waits are summed per
+ * stack (agg.c, CM_SF_AGGREGATE rows); both subject to the flood sampling below. Timed
  * acquisitions that time out are not reported.
+ *
+ * Flood sampling, by wait time. Above-threshold events beyond FLEETPROF_LOCK_RATE per second
+ * would cost the application (an unwind, a ring record each) more than the budget allows, so
+ * then every contended wait is sampled in proportion to its length, as gperftools samples
+ * allocations by bytes: the waits of a thread are laid end to end and a Poisson process of
+ * mean spacing W ns runs along them; a wait of ns is sampled when a point falls inside it,
+ *     q = P(sampled) = 1 - exp(-ns / W),
+ * and then stands for ns / q of wait and 1 / q waits (Horvitz-Thompson: E[kept x 1/q] = 1 for
+ * each wait, so totals stay unbiased). The points are a per-thread countdown (T.left, drawn
+ * Exp(W), memoryless so it is redrawn whenever W changes): a wait that is not sampled costs a
+ * subtraction and a compare in TLS -- no atomic, no random draw. Long waits (ns >> W) are
+ * always kept, so a few preempted holders do not make the total's variance explode as
+ * uniform 1-in-N sampling would. W is the larger of
+ *     (estimated above-threshold wait ns per second) / cap      when events/s > cap,
+ *     (estimated contended wait ns per second) / AG_LOCK_AGG_RATE  when waits/s > that
+ * (the second one: a flood of waits just under the threshold, each an unwind and a hash into
+ * the aggregates, ~150-250 ns), set by the bg thread every 250 ms from the reports' own
+ * estimates (unbiased whatever W was, so no feedback loop); 0 (every wait reported exactly)
+ * while both rates are under their caps. A burst the bg thread has not measured yet is cut
+ * per thread: after 2 x (cap x 0.25 s) events, or 2 x (AG_LOCK_AGG_RATE x 0.25 s) reports,
+ * in the bg's current window, the thread uses its own W = its wait ns in the window so far /
+ * (that cap x 0.25 s) until the window ends. Events of a sampled wait are flagged
+ * CM_SF_SUBSAMPLED; above-threshold waits not recorded are counted as DROP_SUBSAMPLED
+ * (per-thread counts, flushed every 256 contended waits).
  *
  * Condition variables. pthread_cond_wait unlocks the mutex, waits for a signal and re-locks
  * the mutex inside glibc through an internal function (__pthread_mutex_cond_lock) that no
@@ -41,19 +65,29 @@
  * The real cond functions are looked up with dlvsym(..., "GLIBC_2.3.2"): plain dlsym would
  * return the GLIBC_2.2.5 compatibility symbols (the pre-NPTL condvar ABI).
  *
- * Agent cost: every 8th slow path measures its own bookkeeping (clock after the wait to the
- * end of the report) plus two clock reads; the sum is ag_lock_cost_ns, which bgthread.c adds
- * to the agent's CPU (chunk header agent_cpu_ns, CPU budget). Not counted: the trylock of the
- * uncontended path (~1-2 ns) and the waiters count / stamps of the cond hooks.
+ * Agent cost (ag_lock_cost_ns, which bgthread.c adds to the agent's CPU: chunk header
+ * agent_cpu_ns, CPU budget): every contended wait is charged g_wait_cost (measured at start:
+ * a failed trylock, two reads of the interval clock, the countdown), counted per thread and
+ * flushed every 256 waits; every 8th report (event or aggregate) measures its own bookkeeping
+ * (clock after the wait to the end of the report) and is charged 8 x that. Not counted: the
+ * successful trylock of the uncontended path (~1-2 ns; without the agent the lock call does
+ * the same atomic) and the waiters count / stamps of the cond hooks.
  *
  * Contract: no locks, no allocation; the agent's own threads and slow paths (guard set) get a
  * plain forward in the contended path. With FLEETPROF_ENABLED=0 or FLEETPROF_LOCK=0 every
- * hook is a plain forward.
+ * hook is a plain forward; so it is when a sanitizer runtime is loaded (__asan_init or
+ * __tsan_init defined, or our pthread_mutex_lock not the one programs call): ASan and TSan
+ * intercept pthread_mutex_lock and TSan pthread_cond_* too, and call ours as their "real"
+ * function (dlsym/dlvsym RTLD_NEXT finds our unversioned definitions before libc's), where
+ * timing and unwinding from inside the runtime's interceptor measure the runtime, not the
+ * lock; ASan does not intercept pthread_cond_*, pthread_rwlock_* or pthread_spin_*, which
+ * would otherwise be measured for programs and not for others.
  */
 #include "hooks.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -73,10 +107,39 @@ static struct {
     cvc_fn clockwait;
 } L;
 
-_Atomic uint64_t ag_lock_cost_ns;
-static _Atomic int g_on;        /* lock hooks active (set once, by lock_init) */
-static uint64_t g_clock_cost;   /* ns per ag_hook_clock() call, measured at start */
-static uint64_t g_tsc_cost = 10; /* ns per rdtsc (a typical figure) */
+_Atomic uint64_t ag_lock_cost_ns, ag_lock_records;
+static _Atomic int g_on;       /* lock hooks active (set once, by lock_init) */
+static uint64_t g_cost_clock;  /* ns per contended wait outside the reports, vDSO clock timing */
+static uint64_t g_cost_tsc;    /* the same with rdtsc timing */
+
+/* Flood sampling (see the head comment). Globals: written by the bg thread (period, epoch) or
+ * added to by reports (rare under a flood); T: the calling thread's own state. */
+static _Atomic uint64_t g_period;     /* W, ns of wait per sample; 0: every wait reported */
+static _Atomic uint32_t g_epoch;      /* the bg's 250 ms window number (burst cut) */
+static _Atomic uint64_t g_est_ns;     /* sum of the reported events' weights (estimate) */
+static _Atomic uint64_t g_est_milli;  /* sum of their counts, milli-units (estimate) */
+static _Atomic uint64_t g_agg_ns;     /* the same for the aggregated waits (flushed) */
+static _Atomic uint64_t g_agg_milli;
+static _Atomic uint64_t g_skipped;    /* above-threshold waits not recorded (flushed) */
+#define AG_LOCK_AGG_RATE 1000.0       /* aggregated reports per second before sampling */
+static uint64_t g_share = 26;         /* events per window and thread before the burst cut */
+static const uint64_t g_share_all = (uint64_t)(AG_LOCK_AGG_RATE * 0.25); /* reports, same */
+static AG_TLS struct {
+    int64_t left;      /* ns of wait before the next sample point */
+    uint64_t w;        /* the W that left was drawn with */
+    uint64_t local_w;  /* this thread's burst W, valid while epoch == g_epoch */
+    uint64_t ns_ev;    /* the window's above-threshold wait ns */
+    uint64_t ns_all;   /* the window's contended wait ns */
+    uint64_t agg_ns, agg_milli; /* aggregated estimates not flushed yet */
+    uint32_t epoch;    /* window of n_ev, n_all, ns_ev, ns_all, local_w */
+    uint32_t n_ev;     /* above-threshold waits reported exactly in the window */
+    uint32_t n_all;    /* waits reported exactly in the window */
+    uint32_t waits;    /* contended waits not charged yet */
+    uint32_t skipped;  /* above-threshold waits not recorded, not flushed yet */
+    uint32_t reports;  /* reports so far (every 8th measures itself) */
+    uint32_t rep_n;    /* measured reports not preempted, and their ns */
+    uint64_t rep_sum;
+} T;
 
 static void *sym(void *slot, const char *name) {
     void *f = dlsym(RTLD_NEXT, name);
@@ -108,6 +171,8 @@ static inline int lock_active(void) {
 static int mutex_first_resolve(void *m) { return REAL(mutex_lock, "pthread_mutex_lock")(m); }
 static _Atomic(lk_fn) g_mutex_first = mutex_first_resolve;
 
+static int lock_front(void);
+
 /* Library constructor: resolves every real function (no dlsym on the hot paths afterwards),
  * measures the clock's cost and turns the hooks on. Calls ag_hooks_init itself (idempotent)
  * rather than relying on the order of constructors. */
@@ -130,12 +195,30 @@ __attribute__((constructor(102))) static void lock_init(void) {
     symv(&L.wait, "pthread_cond_wait");
     symv(&L.timedwait, "pthread_cond_timedwait");
     symv(&L.clockwait, "pthread_cond_clockwait");
-    uint64_t a = ag_hook_clock(), b = a;
-    for (int i = 0; i < 255; i++)
-        b = ag_hook_clock();
-    g_clock_cost = (b - a) / 255;
+    /* per contended wait: a failed trylock (held by us), two clock reads, the countdown (2 ns);
+     * the least of 8 rounds of 32, so that a preemption does not count */
+    if (L.mutex_lock && L.mutex_trylock) {
+        pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        L.mutex_lock(&mu);
+        volatile uint64_t sink = 0;
+        g_cost_clock = g_cost_tsc = UINT64_MAX;
+        for (int r = 0; r < 8; r++) {
+            uint64_t a = ag_hook_clock();
+            for (int i = 0; i < 32; i++)
+                sink += (uint64_t)L.mutex_trylock(&mu) + ag_hook_clock() + ag_hook_clock();
+            uint64_t b = ag_hook_clock();
+            for (int i = 0; i < 32; i++)
+                sink += (uint64_t)L.mutex_trylock(&mu) + ag_tsc() + ag_tsc();
+            uint64_t c = ag_hook_clock();
+            g_cost_clock = (b - a) / 32 + 2 < g_cost_clock ? (b - a) / 32 + 2 : g_cost_clock;
+            g_cost_tsc = (c - b) / 32 + 2 < g_cost_tsc ? (c - b) / 32 + 2 : g_cost_tsc;
+        }
+        (void)sink;
+        pthread_mutex_unlock(&mu);
+    }
+    g_share = (uint64_t)(ag_hcfg.lock_cap * 0.25) + 1;
     int on = atomic_load(&ag_hooks_state) > 0 && ag_hcfg.lock_on && L.mutex_lock &&
-             L.mutex_trylock;
+             L.mutex_trylock && lock_front();
     if (on)
         atomic_store(&g_mutex_first, L.mutex_trylock);
     else if (L.mutex_lock)
@@ -146,62 +229,191 @@ __attribute__((constructor(102))) static void lock_init(void) {
 
 /* ---- reporting (slow path) ---- */
 
-/* Interval timing of contended waits: rdtsc (~10 ns) once hooks.c has calibrated an invariant
+/* Interval timing of contended waits: rdtsc (~10-30 ns) once hooks.c has calibrated an invariant
  * TSC (ag_tsc_scale, 32.32 fixed point ns per tick), the vDSO clock (~20-30 ns) until then.
  * lk_ns converts an interval taken with lk_stamp's clock (scale: the one read at its start). */
 static inline uint64_t lk_stamp(uint64_t *scale) {
     *scale = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed);
     return *scale ? ag_tsc() : ag_hook_clock();
 }
-static inline uint64_t lk_ns(uint64_t scale, uint64_t t0, uint64_t *t1) {
-    if (!scale) {
-        *t1 = ag_hook_clock();
-        return *t1 - t0;
-    }
-    *t1 = ag_tsc();
-    uint64_t d = *t1 - t0;
+static inline uint64_t lk_ns(uint64_t scale, uint64_t t0) {
+    if (!scale)
+        return ag_hook_clock() - t0;
+    uint64_t d = ag_tsc() - t0;
     return (d >> 32) * scale + ((d & 0xffffffffu) * scale >> 32);
 }
 
-/* One contended wait of ns: an event (>= threshold, flood cap) or an aggregate. Accounts its
- * own cost on every 8th call (from the clock read after the wait, t1 of that clock: scale as
- * in lk_stamp; a measurement over 20 us is a preemption and counts as 20 us). */
-static __attribute__((noinline)) void lock_report(const void *addr, uint64_t ns, uint64_t scale,
-                                                  uint64_t t1) {
-    static AG_TLS uint32_t t_n;
+/* Exp(w) draw for the countdown. */
+static int64_t lk_draw(uint64_t w) {
+    double u = (double)((ag_hook_rand() >> 11) + 1) * 0x1p-53; /* (0, 1] */
+    double d = -log(u) * (double)w;
+    return d < 9e18 ? (int64_t)d + 1 : INT64_MAX;
+}
+
+/* Charges the thread's pending contended waits and flushes its skipped count. */
+static __attribute__((noinline)) void lk_flush(void) {
+    uint64_t c = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed) ? g_cost_tsc
+                                                                           : g_cost_clock;
+    atomic_fetch_add_explicit(&ag_lock_cost_ns, T.waits * c, memory_order_relaxed);
+    if (T.skipped)
+        atomic_fetch_add_explicit(&g_skipped, T.skipped, memory_order_relaxed);
+    if (T.agg_milli) {
+        atomic_fetch_add_explicit(&g_agg_ns, T.agg_ns, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_agg_milli, T.agg_milli, memory_order_relaxed);
+    }
+    T.waits = T.skipped = 0;
+    T.agg_ns = T.agg_milli = 0;
+}
+
+/* The burst cut: adds a wait of ns to the thread's window (restarted, and the thread's counts
+ * flushed, when the bg's epoch moved) and sets its own W once a cap's share is exceeded twice
+ * (see the head comment). */
+static __attribute__((noinline)) void lk_window(uint64_t ns, int exact) {
+    uint32_t e = atomic_load_explicit(&g_epoch, memory_order_relaxed);
+    if (e != T.epoch) { /* a new window: the last one's estimates to the bg now, not in a
+                         * batch of 256 waits that would look like a burst */
+        lk_flush();
+        T.epoch = e;
+        T.n_ev = T.n_all = 0;
+        T.ns_ev = T.ns_all = 0;
+        T.local_w = 0;
+    }
+    int ev = ns >= ag_hcfg.lock_threshold_ns;
+    T.ns_all += ns;
+    T.ns_ev += ev ? ns : 0;
+    T.n_all += exact;
+    T.n_ev += exact && ev;
+    uint64_t a = T.n_ev > 2 * g_share ? T.ns_ev / g_share + 1 : 0;
+    uint64_t b = T.n_all > 2 * g_share_all ? T.ns_all / g_share_all + 1 : 0;
+    T.local_w = a > b ? a : b;
+}
+
+/* One contended wait of ns reported (w == 0: exactly; else sampled by the countdown drawn
+ * with w): an event (>= threshold) or an aggregate. Every 8th call times itself with the
+ * interval clock and charges 8 x that; a time over 20 us is a preemption, not a cost, and is
+ * replaced by the thread's mean of the others. (The thread's CPU clock would need no such
+ * rule, but it is a system call of 1-4 us on our VMs: more than a report.) */
+static __attribute__((noinline)) void lock_report(const void *addr, uint64_t ns, uint64_t w) {
     ag_thread_t *t = ag_hook_enter();
     if (!t)
         return;
+    int measure = (++T.reports & 7) == 0;
+    uint64_t sc = 0, c0 = measure ? lk_stamp(&sc) : 0;
+    uint64_t weight = ns, milli = CM_COUNT_ONE;
+    uint8_t flags = 0;
+    if (w) { /* sampled with q = 1 - exp(-ns / w): stands for ns / q and 1 / q waits */
+        double q = -expm1(-(double)ns / (double)w);
+        if (q < 1e-9)
+            q = 1e-9;
+        weight = (uint64_t)((double)ns / q + 0.5);
+        milli = (uint64_t)((double)CM_COUNT_ONE / q + 0.5);
+        flags = CM_SF_SUBSAMPLED;
+    }
+    if (!w)
+        lk_window(ns, 1);
     if (ns >= ag_hcfg.lock_threshold_ns) {
-        uint32_t m = ag_hook_admit(CM_EV_LOCK);
-        if (m) {
-            ag_event_t ev = {.type = CM_EV_LOCK,
-                             .flags = m > 1000 ? CM_SF_SUBSAMPLED : 0,
-                             .weight = ns * m / 1000,
-                             .count = m,
-                             .address = (uintptr_t)addr};
-            ag_hook_record(t, &ev);
-        }
+        ag_event_t ev = {.type = CM_EV_LOCK,
+                         .flags = flags,
+                         .weight = weight,
+                         .count = (uint32_t)(milli < UINT32_MAX ? milli : UINT32_MAX),
+                         .address = (uintptr_t)addr};
+        if (ag_hook_record(t, &ev) == 0)
+            atomic_fetch_add_explicit(&ag_lock_records, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_est_ns, weight, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_est_milli, milli, memory_order_relaxed);
     } else {
         uintptr_t pcs[AG_MAX_DEPTH];
         uint32_t d = ag_hook_unwind(t, pcs, AG_MAX_DEPTH);
-        ag_agg_add(CM_EV_LOCK, 0, 0, pcs, d, ns, 0);
+        ag_agg_add_n(CM_EV_LOCK, 0, 0, pcs, d, weight, 0, milli);
+        T.agg_ns += weight;
+        T.agg_milli += milli;
     }
-    if ((++t_n & 7) == 0) {
-        uint64_t t2, c = lk_ns(scale, t1, &t2);
-        c = (c < 20000 ? c : 20000) + 2 * (scale ? g_tsc_cost : g_clock_cost);
+    if (measure) {
+        uint64_t c = lk_ns(sc, c0);
+        if (c <= 20000) {
+            T.rep_sum += c;
+            T.rep_n++;
+        } else {
+            c = T.rep_n ? T.rep_sum / T.rep_n : 20000;
+        }
         atomic_fetch_add_explicit(&ag_lock_cost_ns, 8 * c, memory_order_relaxed);
     }
     ag_hook_leave();
 }
 
+/* The thread's W for a wait of ns: the bg's, or its own burst W while its window lasts --
+ * its wait ns in the window so far / the cap's share, so it grows with the burst and the
+ * window keeps about share x ln(end / start) reports. */
+static __attribute__((noinline)) uint64_t lk_local_w(uint64_t w, uint64_t ns) {
+    lk_window(ns, 0);
+    return T.local_w > w ? T.local_w : w;
+}
+
+/* Every contended wait of ns that ended with the lock taken: the countdown when sampling. */
+static inline void lock_waited(const void *addr, uint64_t ns) {
+    if (AG_UNLIKELY(++T.waits >= 256))
+        lk_flush();
+    uint64_t w = atomic_load_explicit(&g_period, memory_order_relaxed);
+    if (AG_UNLIKELY(T.local_w))
+        w = lk_local_w(w, ns);
+    if (AG_LIKELY(w == 0)) {
+        lock_report(addr, ns, 0);
+        return;
+    }
+    if (AG_UNLIKELY(w != T.w)) { /* memoryless: a fresh draw for the new spacing */
+        T.w = w;
+        T.left = lk_draw(w);
+    }
+    T.left -= (int64_t)(ns < (uint64_t)INT64_MAX ? ns : (uint64_t)INT64_MAX);
+    if (AG_LIKELY(T.left > 0)) {
+        T.skipped += ns >= ag_hcfg.lock_threshold_ns;
+        return;
+    }
+    T.left = lk_draw(w); /* the next point, counted from the end of this wait */
+    lock_report(addr, ns, w);
+}
+
+/* bg: W for the next window from the waits reported in the last one (EWMA of the estimated
+ * rates: [0] above-threshold events, [1] all contended waits). */
+void ag_lock_bg_tick(double dt) {
+    static uint64_t ns0[2], milli0[2];
+    static double r_ns[2], r_n[2];
+    uint64_t ns[2], milli[2];
+    ns[0] = atomic_load(&g_est_ns);
+    milli[0] = atomic_load(&g_est_milli);
+    ns[1] = ns[0] + atomic_load(&g_agg_ns);
+    milli[1] = milli[0] + atomic_load(&g_agg_milli);
+    uint64_t w = 0;
+    for (int k = 0; k < 2; k++) {
+        double rn = (double)(milli[k] - milli0[k]) / CM_COUNT_ONE / dt;
+        double rns = (double)(ns[k] - ns0[k]) / dt;
+        ns0[k] = ns[k];
+        milli0[k] = milli[k];
+        r_n[k] = r_n[k] == 0 ? rn : 0.5 * r_n[k] + 0.5 * rn;
+        r_ns[k] = r_ns[k] == 0 ? rns : 0.5 * r_ns[k] + 0.5 * rns;
+        double cap = k == 0 ? ag_hcfg.lock_cap : AG_LOCK_AGG_RATE;
+        uint64_t wk = r_n[k] > cap ? (uint64_t)(r_ns[k] / cap) + 1 : 0;
+        w = wk > w ? wk : w;
+    }
+    atomic_store(&g_period, w);
+    atomic_fetch_add(&g_epoch, 1);
+}
+
+void ag_lock_bg_chunk(void) {
+    static uint64_t last;
+    uint64_t s = atomic_load(&g_skipped);
+    if (s > last)
+        ag_drop_count(CM_EV_LOCK, CM_DROP_SUBSAMPLED, s - last);
+    last = s;
+}
+
 #define CONTENDED(call, addr)                                                                      \
     do {                                                                                           \
-        uint64_t sc_, t1_, t0_ = lk_stamp(&sc_);                                                   \
+        uint64_t sc_, t0_ = lk_stamp(&sc_);                                                        \
         int rc_ = (call);                                                                          \
         if (rc_ == 0) {                                                                            \
-            uint64_t ns_ = lk_ns(sc_, t0_, &t1_);                                                  \
-            lock_report((const void *)(uintptr_t)(addr), ns_, sc_, t1_);                           \
+            uint64_t ns_ = lk_ns(sc_, t0_);                                                        \
+            lock_waited((const void *)(uintptr_t)(addr), ns_);                                     \
         }                                                                                          \
         return rc_;                                                                                \
     } while (0)
@@ -222,6 +434,13 @@ AG_EXPORT AG_NO_TSAN int pthread_mutex_lock(pthread_mutex_t *m) {
     if (AG_LIKELY(rc != EBUSY))
         return rc;
     return mutex_contended(m, rc);
+}
+
+/* 1 if programs reach our hooks first: no sanitizer runtime loaded (see the head comment). */
+static int lock_front(void) {
+    void *f = dlsym(RTLD_DEFAULT, "pthread_mutex_lock");
+    return !dlsym(RTLD_DEFAULT, "__asan_init") && !dlsym(RTLD_DEFAULT, "__tsan_init") && f &&
+           ag_hook_is_agent_pc((uintptr_t)f);
 }
 
 AG_EXPORT AG_NO_TSAN int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *ts) {
@@ -368,7 +587,7 @@ static __attribute__((noinline)) int cv_wait(pthread_cond_t *c, pthread_mutex_t 
         }
     }
     if (from && t1 > from && t1 - from >= AG_CV_FLOOR_NS)
-        lock_report(m, t1 - from, 0, t1);
+        lock_waited(m, t1 - from);
     return rc;
 }
 

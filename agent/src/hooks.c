@@ -250,8 +250,8 @@ uint64_t ag_hook_rand(void) {
     return x;
 }
 
-/* ---- flood protection ----
- * Above-threshold LOCK and IO events are kept with probability p = min(1, cap / rate), where
+/* ---- flood protection (IO; LOCK has its own, by wait time: hook_lock.c) ----
+ * Above-threshold IO events are kept with probability p = min(1, cap / rate), where
  * rate is an EWMA of the events per second seen in the previous 250 ms windows (bg thread,
  * ag_hooks_bg_tick). A burst the bg thread has not measured yet (a flood starting, the first
  * window) is cut on the application side: once the current window has seen n > 2 x its share
@@ -362,7 +362,9 @@ void ag_hooks_bg_tick(uint64_t now) {
         atomic_store(&ag_alloc_period, (uint64_t)p);
     }
     H.alloc_seen0 = s;
-    for (int ty = CM_EV_LOCK; ty <= CM_EV_IO; ty++) {
+    if (ag_hcfg.lock_on)
+        ag_lock_bg_tick(dt);
+    for (int ty = CM_EV_IO; ty <= CM_EV_IO; ty++) {
         uint64_t v = flood_seen(ty, &H.dropped[ty]);
         for (int i = 0; i < AG_STRIPES; i++) /* new window */
             atomic_store(&g_flood[ty][i].win, atomic_load(&g_flood[ty][i].seen));
@@ -377,8 +379,9 @@ void ag_hooks_bg_tick(uint64_t now) {
 
 void ag_hooks_bg_chunk(ag_builder_t *b, uint64_t now_real) {
     ag_hooks_exclude_self();
-    for (int ty = CM_EV_LOCK; ty <= CM_EV_IO; ty++) /* DROP_SUBSAMPLED up to date */
-        flood_seen(ty, &H.dropped[ty]);
+    if (ag_hcfg.lock_on) /* DROP_SUBSAMPLED up to date */
+        ag_lock_bg_chunk();
+    flood_seen(CM_EV_IO, &H.dropped[CM_EV_IO]);
     if (ag_hcfg.alloc_on)
         ag_heap_bg_emit(b, now_real);
     if (ag_hcfg.lock_on || ag_hcfg.io_on)

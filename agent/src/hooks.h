@@ -60,14 +60,19 @@ static inline uint64_t ag_tsc(void) {
     return (uint64_t)hi << 32 | lo;
 }
 AG_HIDDEN uint64_t ag_hook_rand(void);  /* per-thread xorshift */
-/* Flood protection for above-threshold LOCK/IO events: returns the weight multiplier in
+/* Flood protection for above-threshold IO events (LOCK samples by wait time, hook_lock.c):
+ * returns the weight multiplier in
  * milli-units (1000 = kept as is, > 1000 = kept for the skipped ones too) or 0 (skip; counted
  * as DROP_SUBSAMPLED). */
 AG_HIDDEN uint32_t ag_hook_admit(cm_event_type_t type);
 AG_HIDDEN void ag_hooks_exclude_self(void);
 
-/* hook_lock.c: ns the lock hooks' slow paths spent on bookkeeping (sampled, see its head) */
-AG_HIDDEN extern _Atomic uint64_t ag_lock_cost_ns;
+/* hook_lock.c: ns the lock hooks spent on bookkeeping (see its head), and the LOCK records
+ * they wrote (their cost is in ag_lock_cost_ns: bgthread.c must not charge them as signals) */
+AG_HIDDEN extern _Atomic uint64_t ag_lock_cost_ns, ag_lock_records;
+/* bg: every 250 ms window (dt seconds): sets the flood sampling period from the last window */
+AG_HIDDEN void ag_lock_bg_tick(double dt);
+AG_HIDDEN void ag_lock_bg_chunk(void); /* bg: DROP_SUBSAMPLED of LOCK up to date */
 
 /* hook_alloc.c */
 AG_HIDDEN extern _Atomic uint64_t ag_alloc_period; /* bytes, published by the bg thread */
@@ -100,6 +105,10 @@ AG_HIDDEN void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real);
 AG_HIDDEN int ag_agg_init(void);
 AG_HIDDEN void ag_agg_add(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind,
                           const uintptr_t *pcs, uint32_t depth, uint64_t ns, uint64_t bytes);
+/* The same for an estimate standing for count_milli / 1000 events (a subsampled wait). */
+AG_HIDDEN void ag_agg_add_n(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind,
+                            const uintptr_t *pcs, uint32_t depth, uint64_t ns, uint64_t bytes,
+                            uint64_t count_milli);
 AG_HIDDEN void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real);
 AG_HIDDEN void ag_agg_after_fork_child(void);
 
