@@ -79,14 +79,24 @@ void ag_bg_wake(int req) {
     (void)w;
 }
 
-/* Estimated agent CPU so far: this thread + every handler run + the lock hooks' slow paths. */
+static _Atomic uint64_t g_wall_reused; /* wall samples re-recorded without a signal */
+
+/* Estimated agent CPU so far: this thread + every handler run + the lock hooks' own measured
+ * cost. LOCK records are written by the lock hooks, not by a handler: their cost is in
+ * ag_lock_cost_ns, so they are charged neither a signal delivery nor a handler body; a wall
+ * sample re-recorded by this thread (wall_reuse) had no signal either. (ALLOC and IO records
+ * have no measured cost of their own yet: each is charged as one signal.) */
 static uint64_t agent_cpu_now(void) {
     uint64_t n = atomic_load(&ag_handler_ns_n);
     uint64_t body = n ? atomic_load(&ag_handler_ns_sum) / n : 0;
+    uint64_t lock_recs = atomic_load(&ag_lock_records);
     uint64_t samples = atomic_load(&ag_samples_taken);
+    samples = samples > lock_recs ? samples - lock_recs : 0;
     uint64_t signals = 0;
     for (int t = 1; t < CM_EV_COUNT; t++)
-        signals += atomic_load(&ag_events_seen[t]);
+        if (t != CM_EV_LOCK)
+            signals += atomic_load(&ag_events_seen[t]);
+    signals -= atomic_load(&g_wall_reused);
     return clock_ns(CLOCK_THREAD_CPUTIME_ID) + samples * body + signals * ag.signal_cost_ns +
            atomic_load(&ag_lock_cost_ns);
 }
@@ -126,6 +136,7 @@ static int wall_reuse(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_t cpu) 
     r->count = CM_COUNT_ONE;
     r->flags = 0; /* not on CPU: it did not run */
     atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
+    atomic_fetch_add(&g_wall_reused, 1);
     ag_builder_add(B.b, t, tid, r);
     return 1;
 }
@@ -288,14 +299,19 @@ static void cut_chunk(void) {
     uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     h.agent_cpu_ns = a - B.bg_cpu0;
     CM_DEBUG("chunk %llu: agent cpu %llu ns (bg thread %llu total, handler body %llu ns x %llu, "
-             "signal %llu ns), process cpu %llu ns",
+             "signal %llu ns, records %llu of which %llu LOCK, lock hooks %llu ns total), "
+             "process cpu %llu ns",
              (unsigned long long)h.sequence, (unsigned long long)h.agent_cpu_ns,
              (unsigned long long)clock_ns(CLOCK_THREAD_CPUTIME_ID),
              (unsigned long long)(atomic_load(&ag_handler_ns_n)
                                       ? atomic_load(&ag_handler_ns_sum) / atomic_load(&ag_handler_ns_n)
                                       : 0),
              (unsigned long long)atomic_load(&ag_handler_ns_n),
-             (unsigned long long)ag.signal_cost_ns, (unsigned long long)(p - B.proc_cpu0));
+             (unsigned long long)ag.signal_cost_ns,
+             (unsigned long long)atomic_load(&ag_samples_taken),
+             (unsigned long long)atomic_load(&ag_lock_records),
+             (unsigned long long)atomic_load(&ag_lock_cost_ns),
+             (unsigned long long)(p - B.proc_cpu0));
     h.process_cpu_ns = p - B.proc_cpu0;
     h.work_units = ag_work_take();
 
