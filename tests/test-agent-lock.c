@@ -62,54 +62,56 @@ static void test_lock_events(void) {
  * trylock failed); a preemption around an uncontended call is the machine, not the lock. The
  * program's figure still includes what the agent's cannot see (its trylock before its clock
  * read, its report after it): a few us per call against ~0.5 ms waits.
- * A run in which the program itself measured a wait >= 10 ms (a loaded machine stalled the
- * holder) does not have the issue's premise: it is run again (up to 3 runs). */
+ * A loaded machine can stall the holder past 10 ms: such a wait is a real one above the
+ * threshold, and an event for it is right. So every run is judged on what the program saw:
+ * no more events than its waits >= 10 ms (none when it saw none), each event >= 10 ms, the
+ * aggregates within +-20% of the waits under 10 ms and events + aggregates within +-20% of
+ * all the waits. */
 static void test_lock_aggregates(void) {
-    for (int attempt = 1;; attempt++) {
-        char *dir = mkout(), prog[4096], out[4096];
-        prog_path("lock_work", prog, sizeof prog);
-        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-        const char *argv[] = {prog, "short", "4", NULL};
-        int st = run(env, argv, 60, out, sizeof out);
-        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
-        uint64_t all_ns = out_u64(out, "all_ns="), calls = out_u64(out, "calls=");
-        uint64_t long_waits = out_u64(out, "waits=");
-        chunks_t *cs = load(dir);
-        tot_t ag = total_flags(cs, CM_EV_LOCK, "waiter_site", CM_SF_AGGREGATE, 0);
-        tot_t ev = total_flags(cs, CM_EV_LOCK, NULL, 0, CM_SF_AGGREGATE);
-        uint64_t n = 0;
-        for (int i = 0; i < cs->n; i++) {
-            const cm_samples_t *s = &cs->c[i]->samples[CM_EV_LOCK];
-            for (uint32_t r = 0; r < s->n; r++)
-                if ((CM_COL(s, flags, r) & CM_SF_AGGREGATE) &&
-                    stack_has(&cs->c[i]->dict, s->stack[r], "waiter_site")) {
-                    n += cm_samples_count(s, r);
-                    CHECK(CM_COL(s, thread, r) == 0); /* aggregates carry no thread */
-                }
+    char *dir = mkout(), prog[4096], out[4096];
+    prog_path("lock_work", prog, sizeof prog);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
+    const char *argv[] = {prog, "short", "4", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    uint64_t all_ns = out_u64(out, "all_ns="), calls = out_u64(out, "calls=");
+    uint64_t long_waits = out_u64(out, "waits="), long_ns = out_u64(out, "wait_ns=");
+    chunks_t *cs = load(dir);
+    tot_t ag = total_flags(cs, CM_EV_LOCK, "waiter_site", CM_SF_AGGREGATE, 0);
+    tot_t ev = total_flags(cs, CM_EV_LOCK, NULL, 0, CM_SF_AGGREGATE);
+    uint64_t n = 0, short_events = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_LOCK];
+        for (uint32_t r = 0; r < s->n; r++) {
+            if (!(CM_COL(s, flags, r) & CM_SF_AGGREGATE)) {
+                short_events += s->weight[r] < 10000000ull;
+                continue;
+            }
+            if (stack_has(&cs->c[i]->dict, s->stack[r], "waiter_site")) {
+                n += cm_samples_count(s, r);
+                CHECK(CM_COL(s, thread, r) == 0); /* aggregates carry no thread */
+            }
         }
-        double ratio = (double)ag.weight / (double)all_ns;
-        printf("  run %d: program: %llu lock calls, %.4g ns in them, %llu waits >= 10 ms; agent: "
-               "%llu aggregate rows, %.1f waits, %.4g ns (ratio %.3f); %llu events\n",
-               attempt, (unsigned long long)calls, (double)all_ns, (unsigned long long)long_waits,
-               (unsigned long long)ag.samples, n / 1000.0, (double)ag.weight, ratio,
-               (unsigned long long)ev.samples);
-        /* the agent times a sub-interval of the program's: it cannot see more long waits */
-        CHECKF(ev.samples <= long_waits, "%llu events, the program saw %llu waits >= 10 ms",
-               (unsigned long long)ev.samples, (unsigned long long)long_waits);
-        free_chunks(cs);
-        rmrf(dir);
-        if (long_waits && attempt < 3) {
-            printf("  run %d: not judged (the machine made %llu waits >= 10 ms)\n", attempt,
-                   (unsigned long long)long_waits);
-            continue;
-        }
-        CHECKF(long_waits == 0, "%llu waits >= 10 ms in 3 runs", (unsigned long long)long_waits);
-        CHECK_EQ(ev.samples, 0);
-        CHECKF(n / 1000 >= 500, "only %llu aggregated waits", (unsigned long long)(n / 1000));
-        CHECKF(fabs(ratio - 1) <= 0.20, "aggregates %.4g ns vs program %.4g ns (%.3f)",
-               (double)ag.weight, (double)all_ns, ratio);
-        break;
     }
+    double ratio = (double)ag.weight / (double)(all_ns - long_ns);
+    double ratio_all = (double)(ag.weight + ev.weight) / (double)all_ns;
+    printf("  program: %llu lock calls, %.4g ns in them, %llu waits >= 10 ms (%.4g ns); agent: "
+           "%llu aggregate rows, %.1f waits, %.4g ns (ratio to the waits < 10 ms %.3f); %llu "
+           "events, %.4g ns (all: ratio %.3f)\n",
+           (unsigned long long)calls, (double)all_ns, (unsigned long long)long_waits,
+           (double)long_ns, (unsigned long long)ag.samples, n / 1000.0, (double)ag.weight, ratio,
+           (unsigned long long)ev.samples, (double)ev.weight, ratio_all);
+    /* the agent times a sub-interval of the program's: it cannot see more long waits */
+    CHECKF(ev.samples <= long_waits, "%llu events, the program saw %llu waits >= 10 ms",
+           (unsigned long long)ev.samples, (unsigned long long)long_waits);
+    CHECK_EQ(short_events, 0);
+    CHECKF(n / 1000 >= 500, "only %llu aggregated waits", (unsigned long long)(n / 1000));
+    CHECKF(fabs(ratio - 1) <= 0.20, "aggregates %.4g ns vs program's waits < 10 ms %.4g ns (%.3f)",
+           (double)ag.weight, (double)(all_ns - long_ns), ratio);
+    CHECKF(fabs(ratio_all - 1) <= 0.20, "events + aggregates %.4g ns vs program %.4g ns (%.3f)",
+           (double)(ag.weight + ev.weight), (double)all_ns, ratio_all);
+    free_chunks(cs);
+    rmrf(dir);
 }
 
 /* rwlock readers blocked by a writer (25 ms) are events at rd_site. */
@@ -144,17 +146,21 @@ static uint64_t flags_rows(const chunks_t *cs, cm_event_type_t type, uint32_t wa
 
 /* The issue's flood: two threads hand a mutex to each other as fast as the machine allows
  * (lock_work pingpong: ~2 us holds after the other one blocks), with FLEETPROF_LOCK_THRESHOLD
- * at 1 us, so nearly every lock call is a wait just above the threshold. The agent must stay
- * within its CPU budget (agent_cpu_ns over process_cpu_ns of the chunk headers, which include
- * the lock hooks' own cost, <= FLEETPROF_CPU_BUDGET's default 1%), keep about
+ * at 1 us, so nearly every lock call is a wait just above the threshold. (The issue's 1
+ * million waits/s cannot be produced: a futex hand-off between two threads takes 8-20 us, so
+ * two threads reach ~110k waits/s on a quiet machine; the rate reached is printed.) The agent
+ * must stay within its CPU budget (agent_cpu_ns over process_cpu_ns of the chunk headers,
+ * which include the lock hooks' own cost, <= FLEETPROF_CPU_BUDGET's default 1%), keep about
  * FLEETPROF_LOCK_RATE events per second (rows flagged CM_SF_SUBSAMPLED, the rest counted as
- * DROP_SUBSAMPLED), and its estimated total wait (events' weights + aggregates) must be
- * within +-20% of the wait the program measured around its own lock calls. */
+ * DROP_SUBSAMPLED), and its estimated total wait (events' weights + aggregates) and number of
+ * waits must be within +-20% of what the program measured around its own lock calls. The
+ * agent runs with its default configuration otherwise (10 s chunks: a 1 s interval would
+ * charge the process ten chunk encodings per 10 s that no deployment pays). */
 static void test_lock_flood(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("lock_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_LOCK_THRESHOLD=0.001",
-                         "FLEETPROF_INTERVAL=1", NULL};
+                         NULL};
     const double secs = 6;
     const char *argv[] = {prog, "pingpong", "6", "2000", "1000", NULL};
     int st = run(env, argv, 60, out, sizeof out);

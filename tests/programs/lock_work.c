@@ -6,7 +6,7 @@
  *   lock_work short SECONDS   holder_thread sleeps 1 ms inside the mutex; two waiter_site
  *                             threads wait for it (contended, sub-threshold: aggregates);
  *                             prints all_ns (the time of every lock call that found the mutex
- *                             held: trylock first) and waits (>= 10 ms)
+ *                             held: trylock first), waits (>= 10 ms) and their wait_ns
  *   lock_work rw SECONDS      a writer holds an rwlock 25 ms; readers in rd_site wait
  *   lock_work flood SECONDS   8 threads, 30 ms holds with 1 ms thresholds (rate cap test)
  *   lock_work pingpong SECONDS HOLD_NS THRESH_NS
@@ -346,8 +346,9 @@ int main(int argc, char **argv) {
         g_waiter_gap = 1300;
         g_contended_only = 1;
         run_threads(holder_thread, 1, waiter_thread, 2, secs);
-        printf("waits=%llu all_ns=%llu calls=%llu\n", (unsigned long long)g_waits,
-               (unsigned long long)g_all_ns, (unsigned long long)g_calls);
+        printf("waits=%llu wait_ns=%llu all_ns=%llu calls=%llu\n", (unsigned long long)g_waits,
+               (unsigned long long)g_wait_ns, (unsigned long long)g_all_ns,
+               (unsigned long long)g_calls);
     } else if (!strcmp(argv[1], "rw")) {
         run_threads(writer_thread, 1, reader_thread, 2, secs);
         printf("rw ok rd_waits=%llu\n", (unsigned long long)g_rd_waits);
