@@ -174,8 +174,8 @@ static _Atomic(lk_fn) g_mutex_first = mutex_first_resolve;
 static int lock_front(void);
 
 /* Library constructor: resolves every real function (no dlsym on the hot paths afterwards),
- * measures the clock's cost and turns the hooks on. Calls ag_hooks_init itself (idempotent)
- * rather than relying on the order of constructors. */
+ * measures a contended wait's bookkeeping cost and turns the hooks on. Calls ag_hooks_init
+ * itself (idempotent) rather than relying on the order of constructors. */
 __attribute__((constructor(102))) static void lock_init(void) {
     ag_hooks_init();
     ag_hook_guard++;
@@ -195,9 +195,14 @@ __attribute__((constructor(102))) static void lock_init(void) {
     symv(&L.wait, "pthread_cond_wait");
     symv(&L.timedwait, "pthread_cond_timedwait");
     symv(&L.clockwait, "pthread_cond_clockwait");
+    g_share = (uint64_t)(ag_hcfg.lock_cap * 0.25) + 1;
+    int on = atomic_load(&ag_hooks_state) > 0 && ag_hcfg.lock_on && L.mutex_lock &&
+             L.mutex_trylock && lock_front();
     /* per contended wait: a failed trylock (held by us), two clock reads, the countdown (2 ns);
-     * the least of 8 rounds of 32, so that a preemption does not count */
-    if (L.mutex_lock && L.mutex_trylock) {
+     * the least of 8 rounds of 32, so that a preemption does not count. Only with the hooks
+     * on: no sanitizer runtime then, whose unlock interceptor would see an unlock of a mutex
+     * it never saw locked (our lock and trylock are the real ones). */
+    if (on) {
         pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
         L.mutex_lock(&mu);
         volatile uint64_t sink = 0;
@@ -216,9 +221,6 @@ __attribute__((constructor(102))) static void lock_init(void) {
         (void)sink;
         pthread_mutex_unlock(&mu);
     }
-    g_share = (uint64_t)(ag_hcfg.lock_cap * 0.25) + 1;
-    int on = atomic_load(&ag_hooks_state) > 0 && ag_hcfg.lock_on && L.mutex_lock &&
-             L.mutex_trylock && lock_front();
     if (on)
         atomic_store(&g_mutex_first, L.mutex_trylock);
     else if (L.mutex_lock)
