@@ -223,7 +223,10 @@ AG_HIDDEN extern _Atomic uint64_t ag_drops[CM_EV_COUNT][AG_DROP_REASONS];
 AG_HIDDEN extern _Atomic uint64_t ag_events_seen[CM_EV_COUNT];
 AG_HIDDEN extern _Atomic uint64_t ag_handler_ns_sum, ag_handler_ns_n; /* cost probes */
 AG_HIDDEN extern _Atomic uint64_t ag_samples_taken;                    /* all types */
-static inline void ag_drop_count(uint32_t type, uint32_t reason, uint64_t n) {
+/* AG_NO_TSAN: called from the signal handler's path (record.c), where GCC will not inline
+ * an instrumented function into an uninstrumented one: the out-of-line instrumented copy would
+ * run on threads whose TSan state may be gone (a signal in the thread's exit path). */
+AG_NO_TSAN static inline void ag_drop_count(uint32_t type, uint32_t reason, uint64_t n) {
     atomic_fetch_add_explicit(&ag_drops[type][reason], n, memory_order_relaxed);
 }
 

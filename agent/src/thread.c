@@ -39,7 +39,9 @@ static pthread_key_t g_key;
 static int g_key_ok;
 static TLS ag_thread_t *t_self;
 
-static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
+/* AG_NO_TSAN: ag_thread_current calls it from the signal handler, possibly on a thread whose
+ * TSan state is already gone (its exit path): instrumented code there reads a null pointer. */
+AG_NO_TSAN static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
 
 void ag_thread_lock(void) { pthread_mutex_lock(&g_lock); }
 void ag_thread_unlock(void) { pthread_mutex_unlock(&g_lock); }
