@@ -1,9 +1,13 @@
 /* File-descriptor descriptions for IO events: kind (fstat: regular file, socket, pipe,
  * other) and text (readlink /proc/self/fd/N, or the peer address from getpeername).
  *
- * Only slow I/O calls (>= the IO threshold) ask, so the system calls here are off the hot
- * path. Descriptions live in a fixed ring of AG_FD_TEXTS slots; a per-fd cache (fds below
- * AG_FD_CACHE) remembers the slot id, invalidated by the close/dup2/dup3 hooks (hook_io.c).
+ * Only I/O calls above the floor ask (slow ones for the description, aggregated ones for the
+ * kind), so the system calls here are off the hot path, and both answers are cached per fd
+ * (fds below AG_FD_CACHE): the kind (one byte, so that an aggregated call costs no fstat) and
+ * the description's slot id; both are invalidated by the close/dup2/dup3 hooks and for the fd
+ * an open/openat/accept hook returns (hook_io.c). Not seen: an fd closed inside libc (fclose)
+ * and reused by a call we do not interpose (socket, pipe) keeps the old fd's cache entries.
+ * Descriptions live in a fixed ring of AG_FD_TEXTS slots.
  * The bg thread copies a slot's text by id and rechecks the id afterwards (a writer zeroes
  * it first), so an overwritten slot reads as "unknown" rather than as another fd's path.
  *
@@ -34,8 +38,9 @@ typedef struct {
 static text_t g_texts[AG_FD_TEXTS];
 static _Atomic uint32_t g_next = 1;
 static _Atomic uint32_t g_cache[AG_FD_CACHE]; /* fd -> text id, 0 = unknown */
+static _Atomic uint8_t g_kind[AG_FD_CACHE];   /* fd -> kind + 1, 0 = unknown */
 
-uint32_t ag_fd_kind(int fd) {
+static uint32_t fd_kind_stat(int fd) {
     struct stat st;
     if (fstat(fd, &st) != 0)
         return CM_FD_OTHER;
@@ -46,6 +51,17 @@ uint32_t ag_fd_kind(int fd) {
     if (S_ISFIFO(st.st_mode))
         return CM_FD_PIPE;
     return CM_FD_OTHER;
+}
+
+uint32_t ag_fd_kind(int fd) {
+    if (fd < 0 || fd >= AG_FD_CACHE)
+        return fd_kind_stat(fd);
+    uint8_t k = atomic_load_explicit(&g_kind[fd], memory_order_relaxed);
+    if (k)
+        return k - 1u;
+    uint32_t kind = fd_kind_stat(fd);
+    atomic_store_explicit(&g_kind[fd], (uint8_t)(kind + 1), memory_order_relaxed);
+    return kind;
 }
 
 static void peer_text(int fd, char *out, size_t size) {
@@ -88,7 +104,9 @@ uint32_t ag_fd_describe(int fd, uint32_t *kind) {
             }
         }
     }
-    *kind = ag_fd_kind(fd);
+    *kind = fd_kind_stat(fd); /* fresh: the description is being (re)made */
+    if (fd >= 0 && fd < AG_FD_CACHE)
+        atomic_store_explicit(&g_kind[fd], (uint8_t)(*kind + 1), memory_order_relaxed);
     char text[AG_FD_TEXT_LEN];
     text[0] = '\0';
     if (*kind == CM_FD_SOCKET) {
@@ -114,9 +132,12 @@ uint32_t ag_fd_describe(int fd, uint32_t *kind) {
 }
 
 void ag_fd_forget(int fd) {
-    if (fd >= 0 && fd < AG_FD_CACHE &&
-        atomic_load_explicit(&g_cache[fd], memory_order_relaxed) != 0)
+    if (fd < 0 || fd >= AG_FD_CACHE)
+        return;
+    if (atomic_load_explicit(&g_cache[fd], memory_order_relaxed) != 0)
         atomic_store_explicit(&g_cache[fd], 0, memory_order_relaxed);
+    if (atomic_load_explicit(&g_kind[fd], memory_order_relaxed) != 0)
+        atomic_store_explicit(&g_kind[fd], 0, memory_order_relaxed);
 }
 
 const char *ag_fd_text(uint32_t id, char *buf, size_t size) {

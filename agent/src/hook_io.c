@@ -156,13 +156,19 @@ AG_EXPORT AG_NO_TSAN int connect(int fd, const struct sockaddr *a, socklen_t al)
     RESOLVE(real, connect);
     TIMED(int, CM_IO_CONNECT, fd, real(fd, a, al));
 }
+/* accept: the new fd's cache entries (a closed fd's number reused) are forgotten first. */
+static inline int accepted(int r) {
+    if (r >= 0)
+        ag_fd_forget(r);
+    return r;
+}
 AG_EXPORT AG_NO_TSAN int accept(int fd, struct sockaddr *a, socklen_t *al) {
     RESOLVE(real, accept);
-    TIMED(int, CM_IO_ACCEPT, fd, real(fd, a, al));
+    TIMED(int, CM_IO_ACCEPT, fd, accepted(real(fd, a, al)));
 }
 AG_EXPORT AG_NO_TSAN int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
     RESOLVE(real, accept4);
-    TIMED(int, CM_IO_ACCEPT, fd, real(fd, a, al, fl));
+    TIMED(int, CM_IO_ACCEPT, fd, accepted(real(fd, a, al, fl)));
 }
 AG_EXPORT AG_NO_TSAN int fsync(int fd) {
     RESOLVE(real, fsync);
