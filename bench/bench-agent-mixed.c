@@ -31,6 +31,7 @@
  * the agent preloaded but FLEETPROF_ENABLED=0 in place of "on" (what interposition alone costs).
  *
  * Usage: bench-agent-mixed [pair|pairoff] [ROUNDS [REQUESTS]]  (default 31 rounds, 40000)
+ *        BENCH_AGENT_ENV="FLEETPROF_IO=0 ..." adds settings to the agent runs (ablation)
  *        bench-agent-mixed work REQUESTS          (one run of the workload)
  */
 #define _GNU_SOURCE
@@ -297,6 +298,16 @@ static child_t start_child(const char *self, const char *lib, const char *enable
             setenv("FLEETPROF_COLLECTOR", "none", 1);
             setenv("FLEETPROF_OUTPUT", out, 1);
             setenv("FLEETPROF_LOG_LEVEL", "debug", 1);
+            /* ablation: BENCH_AGENT_ENV="FLEETPROF_IO=0 FLEETPROF_LOCK=0" for the agent runs */
+            const char *extra = getenv("BENCH_AGENT_ENV");
+            char kv[512];
+            while (extra && *extra) {
+                size_t n = strcspn(extra, " ");
+                snprintf(kv, sizeof kv, "%.*s", (int)n, extra);
+                if (strchr(kv, '='))
+                    putenv(strdup(kv));
+                extra += n + (extra[n] == ' ');
+            }
         }
         char req[32];
         snprintf(req, sizeof req, "%ld", requests);
