@@ -1018,8 +1018,15 @@ static void test_thread_churn(void) {
 }
 
 /* A program with its own SIGPROF handler and ITIMER_PROF (10 ms of process CPU): its handler
- * still runs about once per 10 ms of CPU, and the agent (which never touches SIGPROF) still
- * profiles it. */
+ * still runs about once per 10 ms of CPU -- no delivery lost to the agent (which never
+ * touches SIGPROF) and none doubled -- and the agent still profiles it.
+ * The upper bound is not 1.05: ITIMER_PROF runs on the kernel's tick-sampled utime + stime
+ * (no CONFIG_VIRT_CPU_ACCOUNTING_GEN here), each tick charging a whole 4 ms to the thread it
+ * finds running, while the expectation uses the exact CLOCK_PROCESS_CPUTIME_ID. Measured on
+ * the loaded 2-core box: 1.04-1.05 x without the agent (plain build); with it 1.07 x once
+ * under TSan and 1.24 x once under ASan, but 0.99-1.00 x with and 1.00-1.02 x without it in
+ * other ASan runs at a load of 12: the excess follows the machine, not the agent. A doubled
+ * delivery would give 2 x. */
 static void test_own_sigprof(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
     prog_path("fp-work-linked", prog, sizeof prog);
@@ -1034,7 +1041,7 @@ static void test_own_sigprof(void) {
     printf("# SIGPROF: %llu deliveries to the program's handler, %.0f expected (CPU/10 ms); "
            "agent: %llu samples in burn_b\n",
            (unsigned long long)hits, expect, (unsigned long long)b.samples);
-    CHECKF(hits >= 0.8 * expect && hits <= 1.05 * expect, "%llu SIGPROF, expected %.0f",
+    CHECKF(hits >= 0.8 * expect && hits <= 1.5 * expect, "%llu SIGPROF, expected %.0f",
            (unsigned long long)hits, expect);
     CHECKF(b.samples >= 100, "agent samples %llu", (unsigned long long)b.samples);
     free_chunks(cs);
