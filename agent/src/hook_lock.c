@@ -7,8 +7,8 @@
  * the lock hooks are on, the real pthread_mutex_lock when off or not decided yet) and one
  * compare with EBUSY (pthread_mutex_lock never returns EBUSY, so with the hooks off the hook
  * is a plain forward); everything else lives in an out-of-line slow path. Unlock is not
- * interposed. Contended: the real blocking call is timed with rdtsc (~10 ns) once hooks.c
- * has calibrated an invariant TSC, with the vDSO CLOCK_MONOTONIC (~20-30 ns) before that; a
+ * interposed. Contended: the real blocking call is timed with rdtsc (~10-30 ns) once hooks.c
+ * has calibrated an invariant TSC, with the vDSO CLOCK_MONOTONIC (~20-90 ns) before that; a
  * wait >= FLEETPROF_LOCK_THRESHOLD (default 10 ms) that ends with the lock taken is one LOCK
  * event (stack, lock address, wait ns, span context); shorter contended waits are summed per
  * stack (agg.c, CM_SF_AGGREGATE rows); both subject to the flood sampling below. Timed
@@ -66,12 +66,13 @@
  * return the GLIBC_2.2.5 compatibility symbols (the pre-NPTL condvar ABI).
  *
  * Agent cost (ag_lock_cost_ns, which bgthread.c adds to the agent's CPU: chunk header
- * agent_cpu_ns, CPU budget): every contended wait is charged g_wait_cost (measured at start:
- * a failed trylock, two reads of the interval clock, the countdown), counted per thread and
- * flushed every 256 waits; every 8th report (event or aggregate) measures its own bookkeeping
- * (clock after the wait to the end of the report) and is charged 8 x that. Not counted: the
- * successful trylock of the uncontended path (~1-2 ns; without the agent the lock call does
- * the same atomic) and the waiters count / stamps of the cond hooks.
+ * agent_cpu_ns, CPU budget): every contended wait is charged g_cost_tsc or g_cost_clock
+ * (measured at start: a failed trylock, two reads of the interval clock, the countdown),
+ * counted per thread and flushed every 256 waits; every 8th report (event or aggregate) times
+ * itself from start to end and is charged 8 x that (a preempted one, over 20 us, counts as
+ * the thread's mean of the others). The flood sampling's bookkeeping is part of both. Not
+ * counted: the successful trylock of the uncontended path (~1-2 ns; without the agent the
+ * lock call does the same atomic) and the waiters count / stamps of the cond hooks.
  *
  * Contract: no locks, no allocation; the agent's own threads and slow paths (guard set) get a
  * plain forward in the contended path. With FLEETPROF_ENABLED=0 or FLEETPROF_LOCK=0 every
