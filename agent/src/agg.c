@@ -3,6 +3,8 @@
  * stack) and shipped at each chunk as rows flagged CM_SF_AGGREGATE (weight: total ns, count:
  * events in milli-units, size: total bytes). Aggregate rows carry no thread or span context.
  * A subsampled wait (hook_lock.c's flood sampling) adds its estimate: ns / q and 1000 / q.
+ * A sampled I/O call (hook_io.c: 1 in N unwound) adds N x its ns, bytes and count through
+ * ag_agg_add_sub, which also marks the slot: its next row is flagged CM_SF_SUBSAMPLED too.
  *
  * Application side (lock-free, no allocation): one process-wide table of AG_AGG_SLOTS entries
  * (mmap'ed at startup; stacks up to AG_AGG_DEPTH frames). A slot is claimed once by CAS
@@ -28,6 +30,7 @@ typedef struct {
     uint16_t depth;
     uint64_t key;
     _Atomic uint64_t count, ns, bytes; /* count in milli-units (CM_COUNT_ONE = one event) */
+    _Atomic uint32_t sub;              /* a sampled estimate was added since the last row */
     uintptr_t pcs[AG_AGG_DEPTH];
 } agg_slot_t;
 
@@ -49,6 +52,12 @@ void ag_agg_add(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind, const 
 
 void ag_agg_add_n(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind, const uintptr_t *pcs,
                   uint32_t depth, uint64_t ns, uint64_t bytes, uint64_t count_milli) {
+    ag_agg_add_sub(type, io_kind, fd_kind, pcs, depth, ns, bytes, count_milli, 0);
+}
+
+void ag_agg_add_sub(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind,
+                    const uintptr_t *pcs, uint32_t depth, uint64_t ns, uint64_t bytes,
+                    uint64_t count_milli, int sampled) {
     if (!g_agg || depth == 0)
         return;
     if (depth > AG_AGG_DEPTH)
@@ -76,6 +85,8 @@ void ag_agg_add_n(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind, cons
         atomic_fetch_add_explicit(&s->ns, ns, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->bytes, bytes, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->count, count_milli, memory_order_relaxed);
+        if (sampled && !atomic_load_explicit(&s->sub, memory_order_relaxed))
+            atomic_store_explicit(&s->sub, 1, memory_order_relaxed);
         return;
     }
     ag_drop_count(type, CM_DROP_DICT_FULL, 1);
@@ -95,9 +106,10 @@ void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real) {
             continue;
         uint64_t ns = atomic_exchange_explicit(&s->ns, 0, memory_order_relaxed);
         uint64_t bytes = atomic_exchange_explicit(&s->bytes, 0, memory_order_relaxed);
+        uint32_t sub = atomic_exchange_explicit(&s->sub, 0, memory_order_relaxed);
         memset(r, 0, sizeof *r);
         r->type = s->type;
-        r->flags = CM_SF_AGGREGATE;
+        r->flags = CM_SF_AGGREGATE | (sub ? CM_SF_SUBSAMPLED : 0);
         r->depth = s->depth;
         r->time_ns = now_real;
         r->weight = ns;
@@ -118,5 +130,6 @@ void ag_agg_after_fork_child(void) {
         atomic_store(&g_agg[i].count, 0);
         atomic_store(&g_agg[i].ns, 0);
         atomic_store(&g_agg[i].bytes, 0);
+        atomic_store(&g_agg[i].sub, 0);
     }
 }

@@ -13,6 +13,21 @@
  * threshold are summed per stack (agg.c); shorter calls are not recorded (unwinding every
  * fast read would cost more than the read).
  *
+ * Sub-threshold sampling: an aggregated call costs an unwind, a hash and the slot's atomics
+ * (~1 us), so a thread doing thousands of them per second (a logger blocked on its pipe
+ * between lines) would spend ~0.5% of a core on them. Each thread counts its sub-threshold
+ * calls; every AG_IO_BLOCK of them it reads the clock and sets its spacing N for the next
+ * block: the smallest power of two (1..AG_IO_NMAX) with rate / N <= AG_IO_AGG_RATE, rate being
+ * the block's calls per second. So under AG_IO_AGG_RATE calls/s a thread's calls are all
+ * recorded exactly (N = 1), and above it a thread unwinds at most ~AG_IO_AGG_RATE times a
+ * second (until N reaches AG_IO_NMAX). With N > 1 every call is recorded with probability 1/N,
+ * independently (a geometric countdown, redrawn when N changes: memoryless), and a recorded
+ * call adds N x its ns, N x its bytes and N calls, so every stack's sums stay unbiased
+ * (Horvitz-Thompson: E[N x 1{recorded}] = 1). Its row is flagged CM_SF_SUBSAMPLED and the
+ * calls not recorded are counted as DROP_SUBSAMPLED of IO (flushed at the thread's next
+ * recorded call). The relative error of a stack's count with n calls is sqrt((N - 1) / n):
+ * 5% for n = 3000 at N = 8. A skipped call costs a TLS decrement and a branch.
+ *
  * errno is preserved across the bookkeeping. Contract: no locks, no allocation; the guard
  * (agent threads, slow paths) and FLEETPROF_ENABLED=0 / FLEETPROF_IO=0 make a plain forward.
  */
@@ -21,6 +36,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -31,9 +47,61 @@ static inline int io_on(void) {
            ag_hcfg.io_on && !ag_hook_guard;
 }
 
+#define AG_IO_BLOCK 64      /* sub-threshold calls between two spacing decisions */
+#define AG_IO_AGG_RATE 256  /* recorded sub-threshold calls per second per thread, at most */
+#define AG_IO_NMAX 64       /* largest spacing N */
+
+static AG_TLS struct {
+    int64_t left;     /* sub-threshold calls to the next recorded one (recorded when <= 0) */
+    uint32_t n;       /* spacing N (0 before the first decision: 1) */
+    uint32_t blk;     /* calls in the current block */
+    uint64_t t0;      /* the block's start (ag_hook_clock) */
+    uint64_t skipped; /* calls not recorded, not counted as DROP_SUBSAMPLED yet */
+} S;
+
+/* Geometric countdown of mean n: 1 + floor(ln U / ln(1 - 1/n)), U uniform in (0, 1]. */
+static int64_t io_draw(uint32_t n) {
+    if (n <= 1)
+        return 1;
+    double u = ((double)(ag_hook_rand() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double d = log(u) / log1p(-1.0 / (double)n);
+    return d > 1e9 ? 1000000000 : (int64_t)d + 1;
+}
+
+static __attribute__((noinline)) void io_block_end(void) {
+    uint64_t now = ag_hook_clock(), dt = now - S.t0;
+    uint32_t n = 1;
+    if (S.t0) /* rate / n <= AG_IO_AGG_RATE  <=>  n x dt x AG_IO_AGG_RATE >= AG_IO_BLOCK s */
+        while (n < AG_IO_NMAX && (double)n * (double)dt * AG_IO_AGG_RATE < AG_IO_BLOCK * 1e9)
+            n <<= 1;
+    S.t0 = now;
+    S.blk = 0;
+    if (n != (S.n ? S.n : 1u)) /* memoryless: a fresh draw for the new spacing */
+        S.left = io_draw(n);
+    S.n = n;
+}
+
+/* A sub-threshold call: returns N (> 0) when it is to be recorded for N calls, else 0. */
+static inline uint32_t io_admit(void) {
+    if (AG_UNLIKELY(++S.blk >= AG_IO_BLOCK))
+        io_block_end();
+    if (--S.left > 0) {
+        S.skipped++;
+        return 0;
+    }
+    uint32_t n = S.n ? S.n : 1;
+    S.left = io_draw(n);
+    return n;
+}
+
 static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t ns,
                                                 ssize_t bytes) {
     int saved = errno;
+    uint32_t n = 1;
+    if (ns < ag_hcfg.io_threshold_ns && !(n = io_admit())) {
+        errno = saved;
+        return; /* not recorded */
+    }
     ag_thread_t *t = ag_hook_enter();
     if (!t) {
         errno = saved;
@@ -60,7 +128,12 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
         uint32_t fdk = fd >= 0 ? ag_fd_kind(fd) : CM_FD_OTHER;
         uintptr_t pcs[AG_MAX_DEPTH];
         uint32_t d = ag_hook_unwind(t, pcs, AG_MAX_DEPTH);
-        ag_agg_add(CM_EV_IO, kind, fdk, pcs, d, ns, b);
+        ag_agg_add_sub(CM_EV_IO, kind, fdk, pcs, d, ns * n, b * n, (uint64_t)CM_COUNT_ONE * n,
+                       n > 1);
+        if (S.skipped) {
+            ag_drop_count(CM_EV_IO, CM_DROP_SUBSAMPLED, S.skipped);
+            S.skipped = 0;
+        }
     }
     ag_hook_leave();
     errno = saved;
