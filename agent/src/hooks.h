@@ -83,18 +83,31 @@ AG_HIDDEN int ag_heap_init(uint32_t entries);
 AG_HIDDEN uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count);
 AG_HIDDEN void ag_heap_remove(uintptr_t ptr); /* hook: after ag_heap_maybe() said 1 */
 /* Counting filter over sampled addresses (NULL while the live heap is off): free() calls
- * ag_heap_remove only for pointers whose counter is non-zero -- inline, one multiply, one load
- * and one branch for the pointers that were never sampled. */
-#define AG_HEAP_FILTER_BITS 18
-AG_HIDDEN extern _Atomic uint16_t *ag_heap_filter;
+ * ag_heap_remove only for pointers it may hold -- inline: one multiply, one load of a 32 KiB
+ * array (small enough to stay cached) and a few ALU ops for pointers never sampled.
+ * Layout (a blocked counting Bloom filter, k = 2): 2^AG_HEAP_FILTER_WORDS words of 16 4-bit
+ * counters; a pointer's two counters (distinct) lie in one word, chosen by hash bits the table
+ * does not use. A word is only changed by CAS (heap.c), so it always holds exact counts: no
+ * false negatives. A counter that reaches 15 sticks (false positives only). */
+#define AG_HEAP_FILTER_WORDS 12
+AG_HIDDEN extern _Atomic uint64_t *ag_heap_filter;
 static inline uint64_t ag_heap_hash(uintptr_t p) {
     uint64_t x = (uint64_t)p * 0x9e3779b97f4a7c15ull;
     return x ^ (x >> 29);
 }
+/* The word index of hash h; *mask: bit 0 of the pointer's two counters (4 x index). */
+static inline uint32_t ag_heap_fpos(uint64_t h, uint64_t *mask) {
+    uint32_t i = (uint32_t)(h >> 36) & 15, j = (i + 1 + (uint32_t)(h >> 40) % 15) & 15;
+    *mask = 1ull << (4 * i) | 1ull << (4 * j);
+    return (uint32_t)(h >> (64 - AG_HEAP_FILTER_WORDS));
+}
 static inline int ag_heap_maybe(uintptr_t p) {
-    _Atomic uint16_t *f = ag_heap_filter;
-    return f && atomic_load_explicit(&f[ag_heap_hash(p) >> (64 - AG_HEAP_FILTER_BITS)],
-                                     memory_order_relaxed) != 0;
+    _Atomic uint64_t *f = ag_heap_filter;
+    if (!f)
+        return 0;
+    uint64_t m, w = atomic_load_explicit(&f[ag_heap_fpos(ag_heap_hash(p), &m)],
+                                         memory_order_relaxed);
+    return ((w | w >> 1 | w >> 2 | w >> 3) & m) == m; /* both counters non-zero */
 }
 AG_HIDDEN uint32_t ag_heap_live(void);         /* entries in the table (tests, reports) */
 /* bg */
