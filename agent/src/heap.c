@@ -59,19 +59,17 @@ int ag_heap_init(uint32_t entries) {
     return 0;
 }
 
-/* Adds d (+1 or -1) to the two counters of mask (bit 0 of each) in word f, by CAS so that the
+/* Adds d (+1 or -1) to the counters at bit offsets s1 and s2 of word f, by CAS so that the
  * word always holds exact counts. A counter at 15 is stuck: never incremented or decremented
  * again (it may stand for more entries than it can count). */
-static void filter_add(_Atomic uint64_t *f, uint64_t mask, int d) {
+static void filter_add(_Atomic uint64_t *f, uint32_t s1, uint32_t s2, int d) {
     uint64_t w = atomic_load_explicit(f, memory_order_relaxed), nw;
     do {
         nw = w;
-        for (uint64_t m = mask; m; m &= m - 1) {
-            uint64_t bit = m & -m;
-            if (((w / bit) & 15) == 15)
-                continue;
-            nw = d > 0 ? nw + bit : nw - bit;
-        }
+        if ((w >> s1 & 15) != 15)
+            nw = d > 0 ? nw + (1ull << s1) : nw - (1ull << s1);
+        if ((w >> s2 & 15) != 15)
+            nw = d > 0 ? nw + (1ull << s2) : nw - (1ull << s2);
     } while (!atomic_compare_exchange_weak_explicit(f, &w, nw, memory_order_relaxed,
                                                     memory_order_relaxed));
 }
@@ -81,8 +79,8 @@ static void filter_add(_Atomic uint64_t *f, uint64_t mask, int d) {
 uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count) {
     if (!g_tab || ptr <= K_TOMB)
         return 0;
-    uint64_t h = mix(ptr), fm;
-    uint32_t f = ag_heap_fpos(h, &fm);
+    uint64_t h = mix(ptr);
+    uint32_t s1, s2, f = ag_heap_fpos(h, &s1, &s2);
     for (uint32_t i = 0; i < AG_HEAP_PROBE; i++) {
         slot_t *s = &g_tab[(h + i) & g_mask];
         uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
@@ -94,7 +92,7 @@ uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count) {
         s->rid = rid;
         s->weight = weight;
         s->count = count;
-        filter_add(&g_filter[f], fm, 1);
+        filter_add(&g_filter[f], s1, s2, 1);
         atomic_store_explicit(&s->key, ptr, memory_order_release);
         atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
         return rid;
@@ -106,8 +104,8 @@ uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count) {
 void ag_heap_remove(uintptr_t ptr) {
     if (AG_LIKELY(!ag_heap_maybe(ptr)))
         return;
-    uint64_t h = mix(ptr), fm;
-    uint32_t f = ag_heap_fpos(h, &fm);
+    uint64_t h = mix(ptr);
+    uint32_t s1, s2, f = ag_heap_fpos(h, &s1, &s2);
     for (uint32_t i = 0; i < AG_HEAP_PROBE; i++) {
         slot_t *s = &g_tab[(h + i) & g_mask];
         uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
@@ -116,7 +114,7 @@ void ag_heap_remove(uintptr_t ptr) {
         if (k != ptr)
             continue;
         if (atomic_compare_exchange_strong(&s->key, &k, K_TOMB)) {
-            filter_add(&g_filter[f], fm, -1);
+            filter_add(&g_filter[f], s1, s2, -1);
             atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
         }
         return;

@@ -95,19 +95,21 @@ static inline uint64_t ag_heap_hash(uintptr_t p) {
     uint64_t x = (uint64_t)p * 0x9e3779b97f4a7c15ull;
     return x ^ (x >> 29);
 }
-/* The word index of hash h; *mask: bit 0 of the pointer's two counters (4 x index). */
-static inline uint32_t ag_heap_fpos(uint64_t h, uint64_t *mask) {
-    uint32_t i = (uint32_t)(h >> 36) & 15, j = (i + 1 + (uint32_t)(h >> 40) % 15) & 15;
-    *mask = 1ull << (4 * i) | 1ull << (4 * j);
+/* The word index of hash h; *s1, *s2: the bit offsets of the pointer's two counters (distinct
+ * multiples of 4: s2 = s1 ^ a non-zero multiple of 4). */
+static inline uint32_t ag_heap_fpos(uint64_t h, uint32_t *s1, uint32_t *s2) {
+    *s1 = (uint32_t)(h >> 34) & 60;
+    *s2 = *s1 ^ (((uint32_t)(h >> 38) & 60) | 4);
     return (uint32_t)(h >> (64 - AG_HEAP_FILTER_WORDS));
 }
 static inline int ag_heap_maybe(uintptr_t p) {
     _Atomic uint64_t *f = ag_heap_filter;
     if (!f)
         return 0;
-    uint64_t m, w = atomic_load_explicit(&f[ag_heap_fpos(ag_heap_hash(p), &m)],
-                                         memory_order_relaxed);
-    return ((w | w >> 1 | w >> 2 | w >> 3) & m) == m; /* both counters non-zero */
+    uint32_t s1, s2;
+    uint64_t w = atomic_load_explicit(&f[ag_heap_fpos(ag_heap_hash(p), &s1, &s2)],
+                                      memory_order_relaxed);
+    return (w >> s1 & 15) && (w >> s2 & 15); /* both counters non-zero */
 }
 AG_HIDDEN uint32_t ag_heap_live(void);         /* entries in the table (tests, reports) */
 /* bg */
