@@ -87,7 +87,8 @@ fsim_t *fsim_new(const fsim_params_t *params) {
             for (uint32_t ty = 1; ty <= CM_EV_MAX; ty++) {
                 uint32_t **keep = &s->stack0[(i * TEMPLATES + t) * CM_EV_COUNT + ty];
                 *keep = malloc(4 * (c->samples[ty].n + 1));
-                memcpy(*keep, c->samples[ty].stack, 4 * c->samples[ty].n);
+                if (c->samples[ty].n) /* a type left out by types_mask has no column */
+                    memcpy(*keep, c->samples[ty].stack, 4 * c->samples[ty].n);
             }
         }
     }
