@@ -947,13 +947,27 @@ static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double 
     return done(st, s);
 }
 
-/* The replicate of the row of bucket (v, w, b), interning one when the intervals had none. */
-static int64_t replicate_of(agg_profile_t *p, agg_hmap_t *reps, int64_t v, int64_t w, int64_t b) {
-    bkey_t k = {v, w, b};
+/* The replicate of the current row of st, whose (version, width, bucket) are columns col..col+2
+ * (interning one when the intervals had none). Rows come in key order: the last bucket's
+ * replicate is remembered in *c (start with c->key.v = -1). Returns it or a CM_E* code. */
+typedef struct {
+    bkey_t key;
+    int64_t rep;
+} repcur_t;
+
+static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, sqlite3_stmt *st,
+                             int col) {
+    bkey_t k = {sqlite3_column_int64(st, col), sqlite3_column_int64(st, col + 1),
+                sqlite3_column_int64(st, col + 2)};
+    if (k.v == c->key.v && k.w == c->key.w && k.b == c->key.b)
+        return c->rep;
     uint32_t *known = agg_hmap_find(reps, &k);
-    if (known)
-        return known[sizeof k / sizeof *known];
-    return rep_new(p, &k, 0);
+    int64_t r = known ? (int64_t)known[sizeof k / sizeof *known] : rep_new(p, &k, 0);
+    if (r >= 0) {
+        c->key = k;
+        c->rep = r;
+    }
+    return r;
 }
 
 typedef struct {
@@ -991,21 +1005,15 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
     bind_parts(st, q, &lp);
     B64(st, 3, from);
     B64(st, 4, to);
-    int64_t last_v = -1, last_w = -1, last_b = -1, rep = 0;
+    repcur_t cur = {{-1, -1, -1}, 0};
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         uint64_t leaf = (uint64_t)sqlite3_column_int64(st, 0);
         if (!leaf)
             continue; /* the empty stack: no self cost to anyone */
-        int64_t v = sqlite3_column_int64(st, 3), w = sqlite3_column_int64(st, 4),
-                b = sqlite3_column_int64(st, 5);
-        if (v != last_v || w != last_w || b != last_b) {
-            if ((rep = replicate_of(p, reps, v, w, b)) < 0) {
-                rc = (int)rep;
-                break;
-            }
-            last_v = v;
-            last_w = w;
-            last_b = b;
+        int64_t rep = row_replicate(p, reps, &cur, st, 3);
+        if (rep < 0) {
+            rc = (int)rep;
+            break;
         }
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 4096;
@@ -1097,7 +1105,7 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
     bind_parts(st, q, qp);
     B64(st, 3, q->from_s);
     B64(st, 4, q->to_s);
-    int64_t last_v = -1, last_w = -1, last_b = -1, rep = 0;
+    repcur_t cur = {{-1, -1, -1}, 0};
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         if (nrows == cap) {
             size_t nc = cap ? cap * 2 : 4096;
@@ -1113,16 +1121,10 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
         r->stack = (uint64_t)sqlite3_column_int64(st, 0);
         r->weight = (uint64_t)sqlite3_column_int64(st, 1);
         r->count = (uint64_t)sqlite3_column_int64(st, 2);
-        int64_t v = sqlite3_column_int64(st, 3), w = sqlite3_column_int64(st, 4),
-                b = sqlite3_column_int64(st, 5);
-        if (v != last_v || w != last_w || b != last_b) {
-            if ((rep = replicate_of(p, reps, v, w, b)) < 0) {
-                rc = (int)rep;
-                break;
-            }
-            last_v = v;
-            last_w = w;
-            last_b = b;
+        int64_t rep = row_replicate(p, reps, &cur, st, 3);
+        if (rep < 0) {
+            rc = (int)rep;
+            break;
         }
         r->replicate = (uint32_t)rep;
         if (!agg_hmap_upsert(&stacks, &r->stack, NULL)) {
