@@ -820,38 +820,23 @@ static void test_bad_config_is_reported(void) {
     char dir[64], log[128], buf[4096];
     at_tmpdir(dir, "cfg");
     snprintf(log, sizeof log, "%s/agg.log", dir);
-    const char *extra[] = {"--coarse-width", "25s", NULL};
-    pid_t pid = at_agg_start("127.0.0.1:1", dir, "g", 0, log, extra);
-    int st;
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-    FILE *f = fopen(log, "r");
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    CHECKF(strstr(buf, "coarse-width 25s must be a positive multiple of fine-width 10s"), "%s", buf);
-    const char *extra2[] = {"--store-dir", "/nonexistent/x", NULL};
-    pid = at_agg_start("127.0.0.1:1", dir, "g", 0, log, extra2);
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-    f = fopen(log, "r");
-    n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    CHECKF(strstr(buf, "store-dir '/nonexistent/x' is not a writable directory"), "%s", buf);
     /* the bad value of each check: exit 2 and a message naming the option and the fix */
     static const char *const bad[][3] = {
+        {"--coarse-width", "25s", "coarse-width 25s must be a positive multiple of fine-width 10s"},
+        {"--store-dir", "/nonexistent/x", "store-dir '/nonexistent/x' is not a writable directory"},
         {"--replicate-width", "45s", "replicate-width 45s must be whole seconds, a multiple of "
                                      "fine-width 10s and divide coarse-width 3600s"},
         {"--report-fold", "burn(", "report-fold 'burn(' is not an extended regular expression"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *x[] = {bad[i][0], bad[i][1], NULL};
-        pid = at_agg_start("127.0.0.1:1", dir, "g", 0, log, x);
+        pid_t pid = at_agg_start("127.0.0.1:1", dir, "g", 0, log, x);
+        int st;
         waitpid(pid, &st, 0);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-        f = fopen(log, "r");
-        n = fread(buf, 1, sizeof buf - 1, f);
+        FILE *f = fopen(log, "r");
+        CHECK(f != NULL);
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
         buf[n] = 0;
         fclose(f);
         CHECKF(strstr(buf, bad[i][2]), "%s", buf);

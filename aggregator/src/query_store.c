@@ -735,19 +735,6 @@ static int query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty)
     return 0;
 }
 
-/* An integer of the store's meta table (coarse_width, replicate_width: the widths of the
- * derived rollups, set once they are complete), 0 when absent. */
-static int64_t meta_int(qdb_t *d, const char *key) {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
-        SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    int64_t w = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
-    return w > 0 ? w : 0;
-}
-
 /* Adds the rows of `table` (profile or profile_coarse) with bucket in [from, to) to the
  * per-stack sums in stacks (fine rows: width among qp's widths; coarse rows: width = cw). */
 static int sum_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, const char *table,
@@ -810,6 +797,13 @@ static int meta_list(qdb_t *d, const char *key, int64_t *v, int max) {
     }
     sqlite3_finalize(st);
     return n;
+}
+
+/* A positive integer of the store's meta table (replicate_width: set once the derived rollups
+ * are complete), 0 when absent. */
+static int64_t meta_int(qdb_t *d, const char *key) {
+    int64_t v = 0;
+    return meta_list(d, key, &v, 1) == 1 && v > 0 ? v : 0;
 }
 
 /* The tiers of the store's per-stack rollup, widest (the coarse width) first, with the marks

@@ -412,18 +412,6 @@ static int write_prof(sq_store_t *s, const agg_hmap_t *m, sqlite3_stmt *st) {
     return 0;
 }
 
-/* meta value of key as an integer, 0 when absent. */
-static int64_t meta_int(sq_store_t *s, const char *key) {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
-        SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
-    return v;
-}
-
 /* meta value of key as text into buf ("" when absent). */
 static void meta_text(sq_store_t *s, const char *key, char *buf, size_t size) {
     sqlite3_stmt *st = NULL;
@@ -435,6 +423,13 @@ static void meta_text(sq_store_t *s, const char *key, char *buf, size_t size) {
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
         snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
+}
+
+/* meta value of key as an integer, 0 when absent. */
+static int64_t meta_int(sq_store_t *s, const char *key) {
+    char buf[32];
+    meta_text(s, key, buf, sizeof buf);
+    return atoll(buf);
 }
 
 static int for_each_sv(sq_store_t *s, sqlite3_stmt *st, int typed, int64_t *changes);
