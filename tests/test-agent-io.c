@@ -245,6 +245,57 @@ static void test_io_aggregates(void) {
     rmrf(dir);
 }
 
+/* Wall samples of a thread blocked in a hooked call come without a signal (bgthread.c:
+ * wall_from_blocked): a recv on a socket with SO_RCVTIMEO fails with EINTR on any signal, and
+ * the waiter, fed every 20 ms, runs between ticks (so it is no idle thread either). With the
+ * I/O hooks on, its wall samples show blocked_site off CPU and its recvs are not interrupted;
+ * with them off (FLEETPROF_IO=0) the same program is signalled at most ticks: the EINTRs. */
+static void test_io_wall_blocked(void) {
+    uint64_t eintr[2] = {0, 0}, n[2] = {0, 0}, in_site[2] = {0, 0}, on[2] = {0, 0};
+    for (int off = 0; off < 2; off++) {
+        char *dir = mkout(), prog[4096], out[4096];
+        prog_path("io_work", prog, sizeof prog);
+        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir),
+                             off ? "FLEETPROF_IO=0" : "FLEETPROF_IO=1", NULL};
+        const char *argv[] = {prog, "blocked", "3", NULL};
+        int st = run(env, argv, 60, out, sizeof out);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
+               st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+        eintr[off] = out_u64(out, "eintr=");
+        chunks_t *cs = load(dir);
+        for (int i = 0; i < cs->n; i++) {
+            const cm_chunk_t *c = cs->c[i];
+            const cm_samples_t *s = &c->samples[CM_EV_WALL];
+            for (uint32_t r = 0; r < s->n; r++) {
+                uint32_t th = CM_COL(s, thread, r);
+                if (!c->dict.thread_name ||
+                    strcmp(c->dict.strings[c->dict.thread_name[th]].ptr, "waiter"))
+                    continue;
+                uint64_t k = cm_samples_count(s, r) / CM_COUNT_ONE; /* rows may merge samples */
+                n[off] += k;
+                in_site[off] += stack_has(&c->dict, s->stack[r], "blocked_site") ? k : 0;
+                on[off] += (CM_COL(s, flags, r) & CM_SF_ON_CPU) ? k : 0;
+            }
+        }
+        printf("  I/O hooks %s: waiter %llu wall samples, %llu in blocked_site, %llu on CPU; "
+               "recv EINTR %llu (%s)\n",
+               off ? "off" : "on", (unsigned long long)n[off], (unsigned long long)in_site[off],
+               (unsigned long long)on[off], (unsigned long long)eintr[off], out);
+        free_chunks(cs);
+        rmrf(dir);
+    }
+    for (int off = 0; off < 2; off++) {
+        /* 60 ticks, fewer under the agent's own budget (the program barely runs: ~40) */
+        CHECK(n[off] >= 20);
+        CHECKF(in_site[off] + 2 >= n[off], "%llu of %llu in blocked_site",
+               (unsigned long long)in_site[off], (unsigned long long)n[off]);
+        CHECK(on[off] <= 2);
+    }
+    CHECKF(eintr[0] <= 3, "%llu recvs interrupted with the hooks on", (unsigned long long)eintr[0]);
+    CHECKF(eintr[1] >= n[1] / 2, "only %llu recvs interrupted with the hooks off: the contrast is gone",
+           (unsigned long long)eintr[1]);
+}
+
 /* FLEETPROF_IO=0: no IO rows at all. */
 static void test_io_off(void) {
     char *dir = mkout(), prog[4096], out[4096];
@@ -265,6 +316,7 @@ static const tr_test_t tests[] = {
     {"io_pipe", test_io_pipe},         {"io_file", test_io_file},
     {"io_socket", test_io_socket},     {"io_fsync", test_io_fsync},
     {"io_aggregates", test_io_aggregates},
-    {"io_off", test_io_off},           {NULL, NULL},
+    {"io_off", test_io_off},           {"io_wall_blocked", test_io_wall_blocked},
+    {NULL, NULL},
 };
 TR_MAIN(tests)

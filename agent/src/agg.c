@@ -35,6 +35,25 @@ typedef struct {
 } agg_slot_t;
 
 static agg_slot_t *g_agg;
+/* Claimed slots, so that the bg walk and the fork reset touch only those: reading the 2.3 MiB
+ * table whole maps the zero page under every untouched page, and a later claim's write then
+ * costs a TLB shootdown (an IPI to each CPU running the process); the fork reset wrote every
+ * slot, committing the whole table in each child. */
+static _Atomic uint64_t g_claimed[AG_AGG_SLOTS / 64];
+
+/* The first claimed slot at or after *i (*i moves past it), or NULL. */
+static agg_slot_t *next_claimed(uint32_t *i) {
+    while (*i < AG_AGG_SLOTS) {
+        uint64_t w = atomic_load_explicit(&g_claimed[*i / 64], memory_order_acquire) >> (*i % 64);
+        if (!w) {
+            *i = (*i / 64 + 1) * 64;
+            continue;
+        }
+        *i += (uint32_t)__builtin_ctzll(w);
+        return &g_agg[(*i)++];
+    }
+    return NULL;
+}
 
 int ag_agg_init(void) {
     void *m = mmap(NULL, AG_AGG_SLOTS * sizeof(agg_slot_t), PROT_READ | PROT_WRITE,
@@ -65,7 +84,8 @@ void ag_agg_add_sub(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind,
     uint64_t key = XXH3_64bits_withSeed(pcs, depth * sizeof *pcs,
                                         (uint64_t)type << 16 | io_kind << 8 | fd_kind);
     for (uint32_t i = 0; i < AG_AGG_PROBE; i++) {
-        agg_slot_t *s = &g_agg[(key + i) & (AG_AGG_SLOTS - 1)];
+        uint32_t at = (uint32_t)(key + i) & (AG_AGG_SLOTS - 1);
+        agg_slot_t *s = &g_agg[at];
         uint32_t st = atomic_load_explicit(&s->state, memory_order_acquire);
         if (st == 0) {
             if (!atomic_compare_exchange_strong(&s->state, &st, 1))
@@ -77,6 +97,7 @@ void ag_agg_add_sub(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind,
             s->key = key;
             memcpy(s->pcs, pcs, depth * sizeof *pcs);
             atomic_store_explicit(&s->state, 2, memory_order_release);
+            atomic_fetch_or_explicit(&g_claimed[at / 64], 1ull << (at % 64), memory_order_release);
             st = 2;
         }
         if (st != 2 || s->key != key || s->type != type || s->depth != depth ||
@@ -97,10 +118,8 @@ void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real) {
         return;
     static uintptr_t buf[(AG_REC_MAX + sizeof(uintptr_t) - 1) / sizeof(uintptr_t)];
     ag_rec_t *r = (ag_rec_t *)buf;
-    for (uint32_t i = 0; i < AG_AGG_SLOTS; i++) {
-        agg_slot_t *s = &g_agg[i];
-        if (atomic_load_explicit(&s->state, memory_order_acquire) != 2)
-            continue;
+    agg_slot_t *s;
+    for (uint32_t i = 0; (s = next_claimed(&i));) {
         uint64_t c = atomic_exchange_explicit(&s->count, 0, memory_order_relaxed);
         if (!c)
             continue;
@@ -126,10 +145,11 @@ void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real) {
 void ag_agg_after_fork_child(void) {
     if (!g_agg)
         return;
-    for (uint32_t i = 0; i < AG_AGG_SLOTS; i++) { /* the parent's sums are the parent's */
-        atomic_store(&g_agg[i].count, 0);
-        atomic_store(&g_agg[i].ns, 0);
-        atomic_store(&g_agg[i].bytes, 0);
-        atomic_store(&g_agg[i].sub, 0);
+    agg_slot_t *s;
+    for (uint32_t i = 0; (s = next_claimed(&i));) { /* the parent's sums are the parent's */
+        atomic_store(&s->count, 0);
+        atomic_store(&s->ns, 0);
+        atomic_store(&s->bytes, 0);
+        atomic_store(&s->sub, 0);
     }
 }

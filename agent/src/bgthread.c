@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define AG_CTL_DT_NS 250000000ull
@@ -141,6 +142,119 @@ static int wall_reuse(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_t cpu) 
     return 1;
 }
 
+/* A thread on CPU at the tick that had a CPU sample since its previous tick: that sample, taken
+ * at a point of its running time in the last interval, stands in for the wall sample. A busy
+ * thread then costs no signal (the sender's IPI, the delivery, an unwind: 20-35 us here, most
+ * of the agent's own CPU on the mixed benchmark). Its span context is the CPU sample's. */
+static int wall_from_cpu(ag_thread_t *t, pid_t tid, uint64_t weight) {
+    ag_rec_t *c = t->cpu_rec;
+    if (!c || !c->len || (c->stack_flags & AG_STF_NO_BOUNDS))
+        return 0;
+    c->type = CM_EV_WALL;
+    c->time_ns = ag_now_real();
+    c->weight = weight;
+    c->count = CM_COUNT_ONE;
+    c->flags = CM_SF_ON_CPU;
+    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
+    atomic_fetch_add(&g_wall_reused, 1);
+    ag_builder_add(B.b, t, tid, c);
+    c->len = 0;
+    return 1;
+}
+
+/* A thread blocked in a hooked call (an I/O call, a contended lock, a condition wait: hooks.h
+ * ag_blk_begin) is sampled without a signal: its stack is walked from the hook's frame, the
+ * real function and the hook as its first two frames (as a signal would find them). The stack
+ * and the span context are read with process_vm_readv, so a thread that returns and exits
+ * meanwhile cannot fault the agent (the read fails), and the sample is kept only if the call is
+ * still the same one after the walk (blk_seq unchanged). A signal costs a blocked thread a
+ * wake-up, the handler and a restarted call besides the sender's IPI; the walk costs the bg
+ * thread one or two system calls. */
+static int g_vm_read = 1; /* process_vm_readv allowed (not EPERM/ENOSYS under a sandbox) */
+
+static int self_readv(struct iovec *local, struct iovec *remote, int n) {
+    size_t want = 0;
+    for (int i = 0; i < n; i++)
+        want += local[i].iov_len;
+    ssize_t got = process_vm_readv(ag.pid, local, (unsigned long)n, remote, (unsigned long)n, 0);
+    if (got < 0 && (errno == EPERM || errno == ENOSYS))
+        g_vm_read = 0;
+    return got == (ssize_t)want ? 0 : -1;
+}
+
+static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_t cpu) {
+    uint64_t seq = atomic_load_explicit(&t->blk_seq, memory_order_acquire);
+    if (!(seq & 1) || !g_vm_read)
+        return 0;
+    uintptr_t fp = atomic_load_explicit(&t->blk_fp, memory_order_relaxed);
+    uintptr_t pc = atomic_load_explicit(&t->blk_pc, memory_order_relaxed);
+    uintptr_t hook = atomic_load_explicit(&t->blk_hook, memory_order_relaxed);
+    uintptr_t lo = atomic_load(&t->stack_lo), hi = atomic_load(&t->stack_hi);
+    size_t csz = ag_context_copy_size();
+    enum { WIN = 4096 };
+    static uint8_t win[WIN], cbuf[256];
+    static uintptr_t rbuf[AG_REC_MAX / sizeof(uintptr_t) + 1];
+    if (!hi || fp < lo || fp > hi - 16 || !t->ctx_addr || csz > sizeof cbuf)
+        return 0;
+    ag_rec_t *r = (ag_rec_t *)rbuf;
+    uint32_t n = 0;
+    if (pc)
+        r->pcs[n++] = pc;
+    if (hook)
+        r->pcs[n++] = hook;
+    uintptr_t wlo = 0, whi = 0; /* the stack bytes in win */
+    int truncated = 0, first = 1;
+    while (fp >= lo && fp <= hi - 16 && (fp & 7) == 0) {
+        if (fp < wlo || fp + 16 > whi) {
+            wlo = fp;
+            whi = hi - fp > WIN ? fp + WIN : hi;
+            struct iovec l[2] = {{win, whi - wlo}, {cbuf, csz}};
+            struct iovec rm[2] = {{(void *)wlo, whi - wlo}, {(void *)t->ctx_addr, csz}};
+            if (self_readv(l, rm, first ? 2 : 1) != 0)
+                return 0;
+            first = 0;
+        }
+        uintptr_t next, ret;
+        memcpy(&next, win + (fp - wlo), sizeof next);
+        memcpy(&ret, win + (fp - wlo) + sizeof next, sizeof ret);
+        if (ret < 4096)
+            break;
+        if (n == AG_MAX_DEPTH) {
+            truncated = 1;
+            break;
+        }
+        r->pcs[n++] = ret;
+        if (next <= fp)
+            break; /* frames must move toward the stack's base */
+        fp = next;
+    }
+    if (first || atomic_load_explicit(&t->blk_seq, memory_order_acquire) != seq)
+        return 0; /* nothing read, or the call ended meanwhile: a signal decides */
+    ag_ctx_slot_t ctx;
+    ag_context_pick(cbuf, &ctx);
+    memset(r, 0, sizeof *r);
+    r->len = (uint32_t)((sizeof *r + n * sizeof(uintptr_t) + 7u) & ~7u);
+    r->type = CM_EV_WALL;
+    r->depth = (uint16_t)n;
+    r->stack_flags = truncated ? CM_STF_TRUNCATED : 0;
+    r->labels = ctx.labels;
+    r->time_ns = ag_now_real();
+    r->weight = weight;
+    r->count = CM_COUNT_ONE;
+    memcpy(r->ctx, ctx.ctx, CM_CONTEXT_SIZE);
+    if (truncated)
+        ag_drop_count(CM_EV_WALL, CM_DROP_STACK_TRUNCATED, 1);
+    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
+    atomic_fetch_add(&g_wall_reused, 1);
+    ag_builder_add(B.b, t, tid, r);
+    /* while it stays blocked without running, wall_reuse repeats this sample */
+    if (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))) {
+        memcpy(t->wall_rec, r, r->len);
+        atomic_store(&t->wall_cpu_after, cpu);
+    }
+    return 1;
+}
+
 static void wall_tick(uint64_t now) {
     uint32_t sent = 0, scanned = 0, hw = ag_thread_hw();
     while (sent < ag.cfg.wall_threads && scanned < hw) {
@@ -155,15 +269,24 @@ static void wall_tick(uint64_t now) {
         t->wall_last_ns = now;
         if (!w)
             w = 1000;
-        /* On CPU = running or runnable. Decided from the thread's CPU clock when it is clear
-         * (ran at least half the interval: on; under 1%: blocked), from its state in /proc
-         * otherwise (e.g. a busy thread starved by a loaded machine is runnable): a /proc read
-         * costs ~10x a clock read, so it is kept for the ambiguous cases. */
+        /* Without a signal when possible: a thread that has not run since its last sample
+         * (wall_reuse), one blocked in a hooked call (wall_from_blocked), one on CPU with a CPU
+         * sample since its last tick (wall_from_cpu). On CPU = running or runnable. Decided
+         * from the thread's CPU clock when it is clear (ran at least half the interval: on;
+         * under 1%: blocked), from its state in /proc otherwise (e.g. a busy thread starved by
+         * a loaded machine is runnable): a /proc read costs ~10x a clock read, so it is kept
+         * for the ambiguous cases. */
         uint64_t cpu = ag_thread_cpu_ns(tid);
         uint64_t ran = t->wall_cpu_prev && cpu > t->wall_cpu_prev ? cpu - t->wall_cpu_prev : 0;
-        int on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : thread_state_running(tid);
         t->wall_cpu_prev = cpu;
-        if (wall_reuse(t, tid, w, cpu) || ag_signal_wall(tid, w, on_cpu) == 0)
+        int on_cpu = 0, done = wall_reuse(t, tid, w, cpu) || wall_from_blocked(t, tid, w, cpu);
+        if (!done) {
+            on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : thread_state_running(tid);
+            done = on_cpu && wall_from_cpu(t, tid, w);
+        }
+        if (t->cpu_rec)
+            t->cpu_rec->len = 0; /* "since its previous tick" */
+        if (done || ag_signal_wall(tid, w, on_cpu) == 0)
             sent++;
     }
 }
@@ -185,6 +308,8 @@ static void drain(void) {
                 ag_builder_add(B.b, t, tid, r);
             if (r->type == CM_EV_WALL && (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))))
                 memcpy(t->wall_rec, r, len);
+            else if (r->type == CM_EV_CPU && (t->cpu_rec || (t->cpu_rec = malloc(AG_REC_MAX))))
+                memcpy(t->cpu_rec, r, len);
             ag_ring_release(&t->ring, len);
         }
     }

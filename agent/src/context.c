@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -71,6 +72,15 @@ AG_NO_TSAN void ag_context_read(ag_ctx_slot_t *out) {
     for (uint32_t k = 0; k < CM_CONTEXT_SIZE; k++) /* no memcpy: a sanitizer may intercept it */
         out->ctx[k] = src->ctx[k];
     out->labels = src->labels;
+}
+
+uintptr_t ag_context_addr(void) { return (uintptr_t)&t_ctx; }
+
+size_t ag_context_copy_size(void) { return offsetof(tls_ctx_t, nlabels); }
+
+void ag_context_pick(const void *copy, ag_ctx_slot_t *out) {
+    const tls_ctx_t *c = copy;
+    *out = c->buf[c->idx & 1];
 }
 
 static void publish(const uint8_t *ctx, uint32_t labels) {

@@ -2,17 +2,24 @@
  *
  * Application side (hooks, lock-free, no allocation): a fixed open-addressing table of
  * 2^k entries (mmap'ed at startup, FLEETPROF_HEAP_ENTRIES, default 65536) with linear probing
- * over at most AG_HEAP_PROBE slots. A slot's key goes EMPTY -> BUSY (claimed by CAS) -> addr
+ * over at most AG_HEAP_PROBE slots. Every object in the table has a header (hook_alloc.c), and
+ * every object with a header is in the table: free() finds sampled objects by their header and
+ * confirms here (ag_heap_take). A slot's key goes EMPTY -> BUSY (claimed by CAS) -> addr
  * (published with release after the value fields) -> TOMB (removed by CAS) -> BUSY (reused).
  * Slots never return to EMPTY, so a lookup may stop at the first EMPTY slot. A table with no
  * free slot within the probe window counts DROP_HEAP_TABLE_FULL (type INUSE) and the object
- * is not tracked. free() first checks a counting filter (hooks.h: 32 KiB, 4096 words of 16
- * 4-bit counters, two counters per pointer in one word, indexed by hash bits the table does
- * not use): one load of a small, hot array for a pointer that was never sampled. The earlier
- * filter (2^18 u16 counters, one per pointer: 512 KiB) missed the cache on many frees (0.3-0.7%
- * of the mixed benchmark's CPU in perf). False positives (a probe of the table for nothing)
- * with L live entries: about (1 - exp(-2L / 65536))^2 -- 0.4% at L = 2000, 7% at 10000 (the
- * old filter: 0.8% and 3.7%).
+ * is not tracked. The free of a page-aligned pointer (whose header may not be readable) first
+ * checks a counting filter (hooks.h: 32 KiB, 4096 words of 16 4-bit counters, two counters per
+ * pointer in one word, indexed by hash bits the table does not use). False positives (a probe
+ * of the table for nothing) with L live entries: about (1 - exp(-2L / 65536))^2 -- 0.4% at
+ * L = 2000, 7% at 10000.
+ *
+ * Pages: the table is touched only by writes first. A probe claims a slot by CAS before it
+ * reads anything (a locked RMW faults the page in writable), and the bg walk reads only the
+ * pages an insert has touched (g_touched). Reading an untouched page first maps the shared
+ * zero page, and the first write to it then replaces that mapping with a TLB shootdown: an
+ * IPI to every CPU running the process. That was 0.2-0.3% of the mixed benchmark's CPU, one
+ * ~30 us fault per early sample, since samples land on fresh pages of the 2 MiB table.
  *
  * Background side (bg thread only): ag_heap_bg_note keeps each tracked sample's stack (as
  * drained from the ring, keyed by the record id stored in the table), so stacks survive
@@ -47,16 +54,33 @@ _Atomic uint64_t *ag_heap_filter;
 #define FILTER_BYTES (sizeof(uint64_t) << AG_HEAP_FILTER_WORDS)
 static _Atomic uint64_t g_rid;
 static _Atomic uint32_t g_live;
+#define SLOTS_PER_PAGE (4096 / sizeof(slot_t))
+static _Atomic uint64_t *g_touched; /* bit per table page that an insert has written */
 
 int ag_heap_init(uint32_t entries) {
-    size_t bytes = (size_t)entries * sizeof(slot_t) + FILTER_BYTES;
+    size_t pages = (entries + SLOTS_PER_PAGE - 1) / SLOTS_PER_PAGE;
+    size_t tbytes = ((pages + 63) / 64) * sizeof(uint64_t);
+    size_t bytes = (size_t)entries * sizeof(slot_t) + FILTER_BYTES + tbytes;
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return -1;
     g_tab = m;
     g_mask = entries - 1;
     g_filter = (_Atomic uint64_t *)((uint8_t *)m + (size_t)entries * sizeof(slot_t));
+    g_touched = (_Atomic uint64_t *)((uint8_t *)g_filter + FILTER_BYTES);
     return 0;
+}
+
+static void touch(uint32_t slot) {
+    uint32_t pg = slot / (uint32_t)SLOTS_PER_PAGE;
+    uint64_t bit = 1ull << (pg & 63);
+    if (!(atomic_load_explicit(&g_touched[pg / 64], memory_order_relaxed) & bit))
+        atomic_fetch_or_explicit(&g_touched[pg / 64], bit, memory_order_relaxed);
+}
+
+static int touched(uint32_t slot) {
+    uint32_t pg = slot / (uint32_t)SLOTS_PER_PAGE;
+    return (atomic_load_explicit(&g_touched[pg / 64], memory_order_relaxed) >> (pg & 63)) & 1;
 }
 
 /* Adds d (+1 or -1) to the counters at bit offsets s1 and s2 of word f, by CAS so that the
@@ -82,12 +106,13 @@ uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count) {
     uint64_t h = mix(ptr);
     uint32_t s1, s2, f = ag_heap_fpos(h, &s1, &s2);
     for (uint32_t i = 0; i < AG_HEAP_PROBE; i++) {
-        slot_t *s = &g_tab[(h + i) & g_mask];
-        uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
-        if (k != K_EMPTY && k != K_TOMB)
+        uint32_t at = (uint32_t)(h + i) & g_mask;
+        slot_t *s = &g_tab[at];
+        uintptr_t k = K_EMPTY; /* CAS first: see "Pages" above */
+        if (!atomic_compare_exchange_strong(&s->key, &k, K_BUSY) &&
+            (k != K_TOMB || !atomic_compare_exchange_strong(&s->key, &k, K_BUSY)))
             continue;
-        if (!atomic_compare_exchange_strong(&s->key, &k, K_BUSY))
-            continue;
+        touch(at);
         uint64_t rid = atomic_fetch_add_explicit(&g_rid, 1, memory_order_relaxed) + 1;
         s->rid = rid;
         s->weight = weight;
@@ -101,24 +126,33 @@ uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count) {
     return 0;
 }
 
-void ag_heap_remove(uintptr_t ptr) {
-    if (AG_LIKELY(!ag_heap_maybe(ptr)))
-        return;
-    uint64_t h = mix(ptr);
-    uint32_t s1, s2, f = ag_heap_fpos(h, &s1, &s2);
+/* The slot holding ptr, or NULL. No filter check: the callers have made it (or a header). */
+static slot_t *find(uintptr_t ptr, uint64_t h) {
     for (uint32_t i = 0; i < AG_HEAP_PROBE; i++) {
         slot_t *s = &g_tab[(h + i) & g_mask];
-        uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
         if (k == K_EMPTY)
-            return;
-        if (k != ptr)
-            continue;
-        if (atomic_compare_exchange_strong(&s->key, &k, K_TOMB)) {
-            filter_add(&g_filter[f], s1, s2, -1);
-            atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
-        }
-        return;
+            return NULL;
+        if (k == ptr)
+            return s;
     }
+    return NULL;
+}
+
+int ag_heap_has(uintptr_t ptr) { return g_tab && ptr > K_TOMB && find(ptr, mix(ptr)) != NULL; }
+
+int ag_heap_take(uintptr_t ptr) {
+    if (!g_tab || ptr <= K_TOMB)
+        return 0;
+    uint64_t h = mix(ptr);
+    slot_t *s = find(ptr, h);
+    uintptr_t k = ptr;
+    if (!s || !atomic_compare_exchange_strong(&s->key, &k, K_TOMB))
+        return 0;
+    uint32_t s1, s2, f = ag_heap_fpos(h, &s1, &s2);
+    filter_add(&g_filter[f], s1, s2, -1);
+    atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
+    return 1;
 }
 
 uint32_t ag_heap_live(void) { return atomic_load(&g_live); }
@@ -199,6 +233,10 @@ void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
     if (!a)
         return;
     for (uint32_t i = 0; i <= g_mask; i++) {
+        if (i % SLOTS_PER_PAGE == 0 && !touched(i)) {
+            i += (uint32_t)SLOTS_PER_PAGE - 1;
+            continue;
+        }
         slot_t *s = &g_tab[i];
         uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
         if (k <= K_TOMB)

@@ -12,8 +12,10 @@
  * s << P, s/q(s) ~ P + s/2; for s >> P, ~ s.) P is the period the countdown was drawn with
  * (per thread), so a controller move never biases a pending sample.
  *
- * Fast path: one TLS subtraction and one branch after the real call. Slow path (a sample):
- * guard set, unwind through the generic record path, insert into the live-heap table.
+ * Fast path: one TLS subtraction and one branch before the real call; free() one load of the
+ * word before the pointer and a compare (see "sampled objects" below). Slow path (a sample):
+ * guard set, the object allocated with a header, inserted into the live-heap table, unwound
+ * through the generic record path.
  *
  * Bootstrap: the real functions are found with dlsym(RTLD_NEXT) on first use; dlsym itself may
  * call malloc/calloc, which are then served from a small static bump arena (free() of an arena
@@ -31,6 +33,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 _Atomic uint64_t ag_alloc_period = 524288;
 
@@ -45,6 +48,7 @@ typedef void *(*realloc_fn)(void *, size_t);
 typedef int (*posix_memalign_fn)(void **, size_t, size_t);
 typedef void *(*memalign_fn)(size_t, size_t);
 typedef void *(*reallocarray_fn)(void *, size_t, size_t);
+typedef size_t (*usable_fn)(void *);
 typedef void *(*new_fn)(size_t);
 typedef void *(*new_nt_fn)(size_t, const void *);
 typedef void *(*new_al_fn)(size_t, size_t);
@@ -59,6 +63,7 @@ static struct {
     memalign_fn memalign, aligned_alloc;
     malloc_fn valloc, pvalloc;
     reallocarray_fn reallocarray;
+    usable_fn usable;
     new_fn znwm, znam;
     new_nt_fn znwm_nt, znam_nt;
     new_al_fn znwm_al, znam_al;
@@ -109,6 +114,7 @@ static void resolve(void) {
     R.valloc = (malloc_fn)dlsym(RTLD_NEXT, "valloc");
     R.pvalloc = (malloc_fn)dlsym(RTLD_NEXT, "pvalloc");
     R.reallocarray = (reallocarray_fn)dlsym(RTLD_NEXT, "reallocarray");
+    R.usable = (usable_fn)dlsym(RTLD_NEXT, "malloc_usable_size");
     atomic_store(&R.ready, 1);
     t_resolving = 0;
 }
@@ -128,7 +134,7 @@ static void resolve_cxx(void) {
     t_resolving = 0;
 }
 
-/* R.free is the last pointer resolve() stores before R.ready: one load says both */
+/* resolve() stores R.ready after every pointer: one load says all */
 #define READY() AG_LIKELY(atomic_load_explicit(&R.ready, memory_order_relaxed))
 
 /* ---- sampling ---- */
@@ -140,12 +146,124 @@ static int64_t draw(uint64_t period) {
     return d > 4e18 ? (int64_t)4e18 : (int64_t)d + 1;
 }
 
-/* The slow path: the countdown went negative during an allocation of size bytes at p. */
-static __attribute__((noinline)) void alloc_sample(void *p, size_t size) {
+/* ---- sampled objects: a header in front ----
+ *
+ * With the live heap on, a sampled allocation of n bytes is served as base = real(n + H) and
+ * q = base + H (H = 16, or the alignment when that is larger), with two words before q:
+ *     q[-2] = H                (back to what the real allocator returned)
+ *     q[-1] = g_cookie ^ q     (g_cookie: random, bit 63 set; 0 = no headers yet)
+ * and q is in the live-heap table (heap.c): an object has a header if and only if it is in the
+ * table. free(q) then tells a sampled object from the others without touching memory of ours:
+ * it reads q[-1], the word the real free reads next anyway (glibc: the chunk's size field),
+ * and compares. A glibc size field never has bit 63 set, so an unsampled glibc pointer never
+ * matches; under another allocator q[-1] may be the previous object's data, so a match is
+ * confirmed in the table. Only a page-aligned q (q[-1] may be on an unmapped page) goes to
+ * the filter and the table instead. (Before the headers, every free loaded a word of the
+ * 32 KiB filter: a cache miss on most frees of a real workload, 0.4-0.5% of the mixed
+ * benchmark's CPU.) realloc and malloc_usable_size know headers too; the C++ deletes go
+ * through free. Objects keep their headers when the agent is switched off: free still
+ * recognises them. */
+
+static _Atomic uint64_t g_cookie;
+
+static inline uint64_t word_at(uintptr_t a) {
+    uint64_t v;
+    memcpy(&v, (const void *)a, sizeof v);
+    return v;
+}
+
+/* Has q a header? Hot on the free path: one load of q[-1] and a compare when there is none. */
+static inline int has_header(uintptr_t q) {
+    uint64_t c = atomic_load_explicit(&g_cookie, memory_order_relaxed);
+    if (!c)
+        return 0;
+    if (AG_LIKELY(q & 4095)) {
+        if (AG_LIKELY(word_at(q - 8) != (c ^ q)))
+            return 0;
+    } else if (AG_LIKELY(!ag_heap_maybe(q))) {
+        return 0;
+    }
+    return ag_heap_has(q);
+}
+
+int ag_alloc_headers_init(void) {
+    if (!READY())
+        resolve();
+    uint64_t c = 0;
+    if (!R.usable || !R.memalign || !R.free)
+        return -1; /* realloc of a sampled object needs its usable size */
+    if (getrandom(&c, sizeof c, GRND_NONBLOCK) != (ssize_t)sizeof c)
+        c = ag_hook_rand() ^ (uint64_t)(uintptr_t)&c;
+    atomic_store(&g_cookie, c | 1ull << 63);
+    return 0;
+}
+
+static inline uintptr_t header_base(uintptr_t q) { return q - word_at(q - 16); }
+
+enum { A_MALLOC, A_CALLOC, A_MEMALIGN, A_ALIGNED, A_VALLOC, A_PVALLOC };
+
+static void *plain(int kind, size_t n, size_t al) {
+    switch (kind) {
+    case A_CALLOC:
+        return R.calloc(1, n);
+    case A_MEMALIGN:
+        return R.memalign(al, n);
+    case A_ALIGNED:
+        return R.aligned_alloc(al, n);
+    case A_VALLOC:
+        return R.valloc(n);
+    case A_PVALLOC:
+        return R.pvalloc(n);
+    default:
+        return R.malloc(n);
+    }
+}
+
+/* A sampled object with a header, or NULL (no live heap, an alignment the real function
+ * would reject or round, out of memory): the caller then serves it plainly. */
+static void *header_alloc(int kind, size_t n, size_t al) {
+    if (!atomic_load_explicit(&g_cookie, memory_order_relaxed))
+        return NULL;
+    size_t page = 4096;
+    if (kind == A_VALLOC || kind == A_PVALLOC) {
+        al = page;
+        if (kind == A_PVALLOC) {
+            if (n > SIZE_MAX - page)
+                return NULL;
+            n = (n + page - 1) & ~(page - 1);
+        }
+    } else if (kind == A_MEMALIGN || kind == A_ALIGNED) {
+        if (!al || (al & (al - 1)) || al > ((size_t)1 << 30))
+            return NULL;
+    } else {
+        al = 0;
+    }
+    size_t h = al > 16 ? al : 16;
+    if (n > SIZE_MAX - h)
+        return NULL;
+    void *b = al > 16 ? R.memalign(al, n + h) : kind == A_CALLOC ? R.calloc(1, n + h) : R.malloc(n + h);
+    if (!b)
+        return NULL;
+    uintptr_t q = (uintptr_t)b + h;
+    uint64_t c = atomic_load_explicit(&g_cookie, memory_order_relaxed) ^ q;
+    memcpy((void *)(q - 16), &(uint64_t){h}, 8);
+    memcpy((void *)(q - 8), &c, 8);
+    return (void *)q;
+}
+
+/* Frees q, which has a header and has left the table. */
+static void header_free(uintptr_t q) {
+    uintptr_t b = header_base(q);
+    memset((void *)(q - 8), 0, 8); /* no stale cookie in the real allocator's memory */
+    R.free((void *)b);
+}
+
+/* The slow path: this allocation takes the countdown below zero, so it is sampled. */
+static __attribute__((noinline)) void *sampled(int kind, size_t size, size_t al) {
     int st = atomic_load_explicit(&ag_hooks_state, memory_order_relaxed);
     if (st < 0 || (st > 0 && !ag_hcfg.alloc_on)) {
         t_left = INT64_MAX; /* off: plain forward from now on */
-        return;
+        return plain(kind, size, al);
     }
     uint64_t period = t_period;
     int first = period == 0;
@@ -153,11 +271,11 @@ static __attribute__((noinline)) void alloc_sample(void *p, size_t size) {
     if (!t_period)
         t_period = 524288;
     t_left = draw(t_period);
-    if (first || !p || st == 0)
-        return; /* the first draw of a thread is not a sample */
+    if (first || st == 0)
+        return plain(kind, size, al); /* the first draw of a thread is not a sample */
     ag_thread_t *t = ag_hook_enter();
     if (!t)
-        return;
+        return plain(kind, size, al);
     /* q = 1 - exp(-s/P); expm1 keeps precision for s << P */
     double q = -expm1(-(double)size / (double)period);
     if (q <= 0)
@@ -165,31 +283,34 @@ static __attribute__((noinline)) void alloc_sample(void *p, size_t size) {
     ag_event_t ev = {.type = CM_EV_ALLOC,
                      .weight = (uint64_t)((double)size / q + 0.5),
                      .count = (uint64_t)((double)CM_COUNT_ONE / q + 0.5),
-                     .size = size,
-                     .address = (uintptr_t)p};
+                     .size = size};
+    uint64_t rid = 0;
+    void *p = header_alloc(kind, size, al);
+    if (p && !(rid = ag_heap_insert((uintptr_t)p, ev.weight, ev.count))) {
+        header_free((uintptr_t)p); /* table full (counted): sampled, but not tracked */
+        p = NULL;
+    }
+    if (!p && !(p = plain(kind, size, al))) {
+        ag_hook_leave();
+        return NULL;
+    }
+    ev.address = (uintptr_t)p;
+    ev.io_kind = (uint32_t)rid; /* read (and cleared) by ag_hooks_bg_add */
+    ev.fd_kind = (uint32_t)(rid >> 32);
     /* A sample dropped here (ring full: counted as DROP_RING_FULL) is lost with its weight.
      * Handing its weight to the thread's next kept sample would keep the ALLOC total but give
      * it to whatever call site comes next: one dropped 16-byte sample (count ~P/16) made a
      * 1 MiB site's count 260x too high in test alloc_sites_ctl. Drops hit call sites alike, so
-     * the header's drop count scales every site the same way. */
-    uint64_t rid = ag_heap_insert((uintptr_t)p, ev.weight, ev.count);
-    ev.io_kind = (uint32_t)rid; /* read (and cleared) by ag_hooks_bg_add */
-    ev.fd_kind = (uint32_t)(rid >> 32);
-    if (ag_hook_record(t, &ev) != 0 && rid)
-        ag_heap_remove((uintptr_t)p); /* no stack for it: not tracked */
+     * the header's drop count scales every site the same way. A dropped sample's object stays
+     * in the table (it has a header) without a stack: the in-use profile leaves it out. */
+    ag_hook_record(t, &ev);
     ag_hook_leave();
+    return p;
 }
 
-#define ACCOUNT(p, n)                                                                              \
-    do {                                                                                           \
-        if (AG_UNLIKELY((t_left -= (int64_t)(n)) < 0))                                             \
-            alloc_sample((p), (n));                                                                \
-    } while (0)
-
-static inline void on_free(void *p) {
-    if (AG_UNLIKELY(ag_heap_maybe((uintptr_t)p)))
-        ag_heap_remove((uintptr_t)p);
-}
+/* Allocation of n bytes of the given kind: the fast path is one TLS subtraction and a branch. */
+#define ALLOC(kind, n, al, fast)                                                                   \
+    (AG_UNLIKELY((t_left -= (int64_t)(n)) < 0) ? sampled((kind), (n), (al)) : (fast))
 
 /* ---- the C interface ---- */
 
@@ -199,32 +320,60 @@ AG_EXPORT AG_NO_TSAN void *malloc(size_t n) {
         if (!R.malloc)
             return arena_alloc(n, 16);
     }
-    void *p = R.malloc(n);
-    ACCOUNT(p, n);
-    return p;
+    return ALLOC(A_MALLOC, n, 0, R.malloc(n));
+}
+
+static __attribute__((noinline)) void free_sampled(void *p) {
+    if (ag_heap_take((uintptr_t)p))
+        header_free((uintptr_t)p);
+    else
+        R.free(p); /* the cookie matched by chance (not a glibc pointer): not ours */
 }
 
 AG_EXPORT AG_NO_TSAN void free(void *p) {
+    uintptr_t a = (uintptr_t)p;
     if (AG_UNLIKELY(!p || in_arena(p)))
         return;
-    on_free(p);
     if (!READY())
         resolve();
+    uint64_t c = atomic_load_explicit(&g_cookie, memory_order_relaxed);
+    if (AG_UNLIKELY(c != 0) &&
+        AG_UNLIKELY(AG_LIKELY(a & 4095) ? word_at(a - 8) == (c ^ a) : ag_heap_maybe(a))) {
+        free_sampled(p);
+        return;
+    }
     R.free(p);
 }
 
 AG_EXPORT AG_NO_TSAN void *calloc(size_t a, size_t b) {
+    size_t n;
+    if (__builtin_mul_overflow(a, b, &n)) {
+        if (!READY())
+            resolve();
+        return R.calloc ? R.calloc(a, b) : NULL; /* its own ENOMEM */
+    }
     if (!READY()) {
         resolve();
-        if (!R.calloc) {
-            size_t n;
-            if (__builtin_mul_overflow(a, b, &n))
-                return NULL;
+        if (!R.calloc)
             return arena_alloc(n, 16); /* static: already zero */
-        }
     }
-    void *p = R.calloc(a, b);
-    ACCOUNT(p, a * b);
+    return ALLOC(A_CALLOC, n, 0, R.calloc(a, b));
+}
+
+static __attribute__((noinline)) void *realloc_slow(void *old, size_t n, int hdr) {
+    if (n == 0) { /* glibc: realloc(p, 0) frees p and returns NULL */
+        free(old);
+        return NULL;
+    }
+    if (hdr)
+        t_left -= (int64_t)n;
+    void *p = t_left < 0 ? sampled(A_MALLOC, n, 0) : R.malloc(n);
+    if (!p)
+        return NULL; /* old is untouched */
+    uintptr_t b = hdr ? header_base((uintptr_t)old) : (uintptr_t)old;
+    size_t have = R.usable((void *)b) - ((uintptr_t)old - b);
+    memcpy(p, old, have < n ? have : n);
+    free(old);
     return p;
 }
 
@@ -239,12 +388,12 @@ AG_EXPORT AG_NO_TSAN void *realloc(void *old, size_t n) {
         }
         return p;
     }
-    if (old)
-        on_free(old);
-    void *p = R.realloc(old, n);
-    if (p || n == 0)
-        ACCOUNT(p, n);
-    return p;
+    if (!old)
+        return malloc(n);
+    int hdr = has_header((uintptr_t)old);
+    if (AG_UNLIKELY(hdr) || AG_UNLIKELY((t_left -= (int64_t)n) < 0 && R.usable))
+        return realloc_slow(old, n, hdr);
+    return R.realloc(old, n);
 }
 
 AG_EXPORT AG_NO_TSAN void *reallocarray(void *old, size_t a, size_t b) {
@@ -256,6 +405,25 @@ AG_EXPORT AG_NO_TSAN void *reallocarray(void *old, size_t a, size_t b) {
     return realloc(old, n);
 }
 
+AG_EXPORT AG_NO_TSAN size_t malloc_usable_size(void *p) {
+    if (!p)
+        return 0;
+    if (in_arena(p))
+        return arena_size(p);
+    if (!READY())
+        resolve();
+    if (!R.usable)
+        return 0;
+    uintptr_t q = (uintptr_t)p;
+    if (AG_UNLIKELY(has_header(q))) {
+        uintptr_t b = header_base(q);
+        return R.usable((void *)b) - (q - b);
+    }
+    return R.usable(p);
+}
+
+static int pow2_align(size_t al) { return al >= sizeof(void *) && !(al & (al - 1)); }
+
 AG_EXPORT AG_NO_TSAN int posix_memalign(void **out, size_t al, size_t n) {
     if (!READY()) {
         resolve();
@@ -264,18 +432,24 @@ AG_EXPORT AG_NO_TSAN int posix_memalign(void **out, size_t al, size_t n) {
             return *out ? 0 : ENOMEM;
         }
     }
-    int rc = R.posix_memalign(out, al, n);
-    if (rc == 0)
-        ACCOUNT(*out, n);
-    return rc;
+    if (!pow2_align(al))
+        return R.posix_memalign(out, al, n); /* its own EINVAL */
+    if (AG_UNLIKELY((t_left -= (int64_t)n) < 0)) {
+        int e = errno;
+        void *p = sampled(A_MEMALIGN, n, al);
+        errno = e;
+        if (!p)
+            return ENOMEM;
+        *out = p;
+        return 0;
+    }
+    return R.posix_memalign(out, al, n);
 }
 
 AG_EXPORT AG_NO_TSAN void *aligned_alloc(size_t al, size_t n) {
     if (!READY())
         resolve();
-    void *p = R.aligned_alloc(al, n);
-    ACCOUNT(p, n);
-    return p;
+    return ALLOC(A_ALIGNED, n, al, R.aligned_alloc(al, n));
 }
 
 AG_EXPORT AG_NO_TSAN void *memalign(size_t al, size_t n) {
@@ -284,25 +458,19 @@ AG_EXPORT AG_NO_TSAN void *memalign(size_t al, size_t n) {
         if (!R.memalign)
             return arena_alloc(n, al);
     }
-    void *p = R.memalign(al, n);
-    ACCOUNT(p, n);
-    return p;
+    return ALLOC(A_MEMALIGN, n, al, R.memalign(al, n));
 }
 
 AG_EXPORT AG_NO_TSAN void *valloc(size_t n) {
     if (!READY())
         resolve();
-    void *p = R.valloc(n);
-    ACCOUNT(p, n);
-    return p;
+    return ALLOC(A_VALLOC, n, 0, R.valloc(n));
 }
 
 AG_EXPORT AG_NO_TSAN void *pvalloc(size_t n) {
     if (!READY())
         resolve();
-    void *p = R.pvalloc(n);
-    ACCOUNT(p, n);
-    return p;
+    return ALLOC(A_PVALLOC, n, 0, R.pvalloc(n));
 }
 
 /* ---- C++: the real operator is called only when malloc fails (new_handler loop, throw) ---- */
@@ -310,7 +478,8 @@ AG_EXPORT AG_NO_TSAN void *pvalloc(size_t n) {
 static inline void *cxx_new(size_t n, int array) {
     if (!READY())
         resolve();
-    void *p = R.malloc(n ? n : 1);
+    size_t m = n ? n : 1;
+    void *p = ALLOC(A_MALLOC, m, 0, R.malloc(m));
     if (AG_UNLIKELY(!p)) {
         resolve_cxx();
         new_fn f = array ? R.znam : R.znwm;
@@ -318,20 +487,19 @@ static inline void *cxx_new(size_t n, int array) {
             return NULL;
         return f(n); /* throws std::bad_alloc or returns after the new_handler helped */
     }
-    ACCOUNT(p, n);
     return p;
 }
 
 static inline void *cxx_new_nt(size_t n, const void *tag, int array) {
     if (!READY())
         resolve();
-    void *p = R.malloc(n ? n : 1);
+    size_t m = n ? n : 1;
+    void *p = ALLOC(A_MALLOC, m, 0, R.malloc(m));
     if (AG_UNLIKELY(!p)) {
         resolve_cxx();
         new_nt_fn f = array ? R.znam_nt : R.znwm_nt;
         return f ? f(n, tag) : NULL;
     }
-    ACCOUNT(p, n);
     return p;
 }
 
@@ -339,7 +507,10 @@ static inline void *cxx_new_al(size_t n, size_t al, const void *tag, int array) 
     if (!READY())
         resolve();
     void *p = NULL;
-    if (R.posix_memalign(&p, al < sizeof(void *) ? sizeof(void *) : al, n ? n : 1) != 0)
+    size_t m = n ? n : 1, a = al < sizeof(void *) ? sizeof(void *) : al;
+    if (AG_UNLIKELY((t_left -= (int64_t)m) < 0))
+        p = sampled(A_MEMALIGN, m, a);
+    else if (R.posix_memalign(&p, a, m) != 0)
         p = NULL;
     if (AG_UNLIKELY(!p)) {
         resolve_cxx();
@@ -350,7 +521,6 @@ static inline void *cxx_new_al(size_t n, size_t al, const void *tag, int array) 
         new_al_fn f = array ? R.znam_al : R.znwm_al;
         return f ? f(n, al) : NULL;
     }
-    ACCOUNT(p, n);
     return p;
 }
 

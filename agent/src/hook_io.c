@@ -144,24 +144,29 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
     if (AG_UNLIKELY(!var))                                                                         \
         var = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
 
-/* Times call (returning ret_t) on fd: a plain forward when off; TSC ticks when calibrated. */
+/* Times call (returning ret_t) on fd: a plain forward when off; TSC ticks when calibrated. The
+ * call is marked as blocking for the wall sampler (hooks.h); real is the resolved function. */
 #define TIMED(ret_t, kind, fd, call)                                                               \
     do {                                                                                           \
         if (!io_on())                                                                              \
             return call;                                                                           \
         uint64_t sc_ = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed);                  \
         if (AG_LIKELY(sc_)) {                                                                      \
+            ag_thread_t *bt_ = AG_BLK_BEGIN(real);                                                 \
             uint64_t t0_ = ag_tsc();                                                               \
             ret_t r_ = call;                                                                       \
             uint64_t d_ = ag_tsc() - t0_;                                                          \
+            ag_blk_end(bt_);                                                                       \
             if (AG_UNLIKELY(d_ >= atomic_load_explicit(&ag_io_floor_ticks, memory_order_relaxed))) \
                 io_report((fd), (kind), (uint64_t)((unsigned __int128)d_ * sc_ >> 32),             \
                           (ssize_t)r_);                                                            \
             return r_;                                                                             \
         }                                                                                          \
+        ag_thread_t *bt_ = AG_BLK_BEGIN(real);                                                     \
         uint64_t t0_ = ag_hook_clock();                                                            \
         ret_t r_ = call;                                                                           \
         uint64_t d_ = ag_hook_clock() - t0_;                                                       \
+        ag_blk_end(bt_);                                                                           \
         if (AG_UNLIKELY(d_ >= ag_hcfg.io_floor_ns))                                                \
             io_report((fd), (kind), d_, (ssize_t)r_);                                              \
         return r_;                                                                                 \

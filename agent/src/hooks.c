@@ -114,7 +114,8 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     ag_hcfg.io_cap = env_num("FLEETPROF_IO_RATE", 1, 1e6, 100, "100 (events/s)");
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&ag_hooks_init);
     g_tsc_usable = ag_hcfg.io_on && env_bool("FLEETPROF_TSC", 1) && tsc_invariant();
-    if (ag_hcfg.alloc_on && ag_heap_init(ag_hcfg.heap_entries) != 0)
+    if (ag_hcfg.alloc_on &&
+        (ag_heap_init(ag_hcfg.heap_entries) != 0 || ag_alloc_headers_init() != 0))
         ag_hcfg.alloc_on = 0; /* no table: no sampling at all rather than half of it */
     if ((ag_hcfg.lock_on || ag_hcfg.io_on) && ag_agg_init() != 0)
         ag_hcfg.lock_on = ag_hcfg.io_on = 0;

@@ -77,14 +77,55 @@ AG_HIDDEN void ag_lock_bg_chunk(void); /* bg: DROP_SUBSAMPLED of LOCK up to date
 /* hook_alloc.c */
 AG_HIDDEN extern _Atomic uint64_t ag_alloc_period; /* bytes, published by the bg thread */
 
+/* A blocking call (I/O, a contended lock, a condition wait) in progress, for the wall sampler
+ * (bgthread.c: wall_from_blocked walks the thread's stack from the hook's frame instead of
+ * signalling it). Outermost call only (a handler's nested call leaves the marks alone). Cost:
+ * a TLS load and four stores. */
+static inline __attribute__((always_inline)) uintptr_t ag_here(void) {
+#if defined(__x86_64__)
+    uintptr_t pc;
+    __asm__ volatile("lea 0(%%rip), %0" : "=r"(pc));
+    return pc;
+#else
+    return 0;
+#endif
+}
+static inline __attribute__((always_inline)) ag_thread_t *ag_blk_begin(uintptr_t fp,
+                                                                       uintptr_t real) {
+    ag_thread_t *t = ag_t_self;
+    if (!t)
+        return NULL;
+    uint64_t s = atomic_load_explicit(&t->blk_seq, memory_order_relaxed);
+    if (s & 1)
+        return NULL;
+    atomic_store_explicit(&t->blk_fp, fp, memory_order_relaxed);
+    atomic_store_explicit(&t->blk_pc, real, memory_order_relaxed);
+    atomic_store_explicit(&t->blk_hook, ag_here(), memory_order_relaxed);
+    atomic_store_explicit(&t->blk_seq, s + 1, memory_order_release);
+    return t;
+}
+static inline __attribute__((always_inline)) void ag_blk_end(ag_thread_t *t) {
+    if (t)
+        atomic_store_explicit(&t->blk_seq,
+                              atomic_load_explicit(&t->blk_seq, memory_order_relaxed) + 1,
+                              memory_order_release);
+}
+#define AG_BLK_BEGIN(real) ag_blk_begin((uintptr_t)__builtin_frame_address(0), (uintptr_t)(real))
+
+/* hook_alloc.c: sampled objects get headers from now on (after ag_heap_init); -1 if the
+ * real allocator lacks what they need (the live heap is then off) */
+AG_HIDDEN int ag_alloc_headers_init(void);
+
 /* heap.c: live-heap table */
 AG_HIDDEN int ag_heap_init(uint32_t entries);
 /* hook: inserts ptr (sampled); returns the record id (> 0) or 0 if the table is full. */
 AG_HIDDEN uint64_t ag_heap_insert(uintptr_t ptr, uint64_t weight, uint64_t count);
-AG_HIDDEN void ag_heap_remove(uintptr_t ptr); /* hook: after ag_heap_maybe() said 1 */
-/* Counting filter over sampled addresses (NULL while the live heap is off): free() calls
- * ag_heap_remove only for pointers it may hold -- inline: one multiply, one load of a 32 KiB
- * array (small enough to stay cached) and a few ALU ops for pointers never sampled.
+/* hook: is ptr in the table? / remove ptr, 1 if it was there (no filter check: see heap.c) */
+AG_HIDDEN int ag_heap_has(uintptr_t ptr);
+AG_HIDDEN int ag_heap_take(uintptr_t ptr);
+/* Counting filter over sampled addresses (NULL while the live heap is off): the free of a
+ * page-aligned pointer probes the table only for pointers it may hold -- inline: one
+ * multiply, one load of a 32 KiB array and a few ALU ops.
  * Layout (a blocked counting Bloom filter, k = 2): 2^AG_HEAP_FILTER_WORDS words of 16 4-bit
  * counters; a pointer's two counters (distinct) lie in one word, chosen by hash bits the table
  * does not use. A word is only changed by CAS (heap.c), so it always holds exact counts: no

@@ -118,11 +118,21 @@ typedef struct ag_thread {
     _Atomic uint64_t wall_cpu_after;      /* handler: thread CPU ns at the end of a wall sample */
     uint64_t wall_cpu_prev;               /* bg: thread CPU ns at its previous wall tick */
     struct ag_rec *wall_rec;              /* bg: copy of the thread's last wall record */
+    struct ag_rec *cpu_rec;               /* bg: copy of its last CPU record since its last
+                                             wall tick (len 0: none) */
     uint32_t chunk_index;                 /* bg: thread index in the chunk being built */
     uint64_t chunk_seq;                   /* bg: chunk the index belongs to */
+    /* A blocking call in progress (hooks.h: ag_blk_begin/end), for wall samples without a
+     * signal (bgthread.c: wall_from_blocked). blk_seq is odd inside the call; the others are
+     * written before it turns odd. */
+    _Atomic uint64_t blk_seq;
+    _Atomic uintptr_t blk_fp, blk_pc, blk_hook; /* hook's frame, real function, hook pc */
+    uintptr_t ctx_addr;                   /* its span context block (context.c), 0: unknown */
 } ag_thread_t;
 
 AG_HIDDEN extern ag_thread_t ag_threads[AG_MAX_THREADS];
+/* The calling thread's slot once it registered itself (initial-exec TLS: one load). */
+AG_HIDDEN extern __thread __attribute__((tls_model("initial-exec"))) ag_thread_t *ag_t_self;
 
 AG_HIDDEN void ag_thread_module_init(void);
 /* app: registers the calling thread (stack bounds, ring, CPU timer). Idempotent. */
@@ -237,6 +247,11 @@ typedef struct {
 } ag_ctx_slot_t;
 /* handler-safe: copies the calling thread's current context (double buffer, see context.c). */
 AG_HIDDEN void ag_context_read(ag_ctx_slot_t *out);
+/* The calling thread's context block, and the bytes of it a remote reader copies; picks the
+ * current slot out of such a copy (bgthread.c reads blocked threads' contexts). */
+AG_HIDDEN uintptr_t ag_context_addr(void);
+AG_HIDDEN size_t ag_context_copy_size(void);
+AG_HIDDEN void ag_context_pick(const void *copy, ag_ctx_slot_t *out);
 /* bg: the (key, value) pairs of a global label set id. Returns the pair count (<= 4), with
  * pointers valid until ag_context_reset(). Takes the label lock briefly. */
 AG_HIDDEN uint32_t ag_context_labels(uint32_t id, const char *kv[2 * 4]);

@@ -173,7 +173,10 @@ int ag_signal_wall(pid_t tid, uint64_t weight_ns, int on_cpu) {
     si.si_signo = ag_sig;
     si.si_code = SI_QUEUE;
     si.si_pid = ag.pid;
-    si.si_uid = getuid();
+    static uid_t uid = (uid_t)-1; /* bg thread only; informational for the kernel */
+    if (uid == (uid_t)-1)
+        uid = getuid();
+    si.si_uid = uid;
     si.si_value.sival_ptr = (void *)(uintptr_t)(AG_WALL_MAGIC << 48 | us << 1 | (on_cpu ? 1 : 0));
     return (int)syscall(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, &si);
 }

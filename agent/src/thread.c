@@ -37,7 +37,8 @@ static _Atomic uint32_t g_hw; /* slots in use are all below g_hw */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t g_key;
 static int g_key_ok;
-static TLS ag_thread_t *t_self;
+TLS ag_thread_t *ag_t_self;
+#define t_self ag_t_self
 
 /* AG_NO_TSAN: ag_thread_current calls it from the signal handler, possibly on a thread whose
  * TSan state is already gone (its exit path): instrumented code there reads a null pointer. */
@@ -134,6 +135,8 @@ static ag_thread_t *slot_claim(pid_t tid) {
         atomic_store(&t->wall_cpu_after, 0);
         t->wall_cpu_prev = 0;
         t->chunk_seq = UINT64_MAX;
+        atomic_store(&t->blk_seq, 0);
+        t->ctx_addr = 0;
         atomic_store(&t->state, AG_TS_CLAIMED);
         if (i + 1 > atomic_load(&g_hw))
             atomic_store(&g_hw, i + 1);
@@ -179,6 +182,7 @@ ag_thread_t *ag_thread_register_self(void) {
     if (t) {
         atomic_store(&t->stack_lo, lo);
         atomic_store(&t->stack_hi, hi);
+        t->ctx_addr = ag_context_addr();
         t->self_registered = 1;
         atomic_store(&t->state, AG_TS_ACTIVE);
         t_self = t;
@@ -300,6 +304,8 @@ void ag_thread_reap(void) {
         if (atomic_load(&t->state) == AG_TS_EXITED && !ag_ring_peek(&t->ring)) {
             if (t->wall_rec) /* bg-owned; the lock orders this before the slot's next claim */
                 t->wall_rec->len = 0;
+            if (t->cpu_rec)
+                t->cpu_rec->len = 0;
             atomic_store(&t->tid, 0);
             atomic_store(&t->state, AG_TS_FREE); /* ring kept mapped for the next thread */
         }

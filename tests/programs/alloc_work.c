@@ -23,6 +23,12 @@
  *   alloc_work dlopen LIB [N]     dlopen/dlclose LIB N times (default 200) while allocating; if
  *                                 LIB has dl_alloc_site, calls it; 2 threads allocate throughout
  *   alloc_work full SECONDS       many small leaks (fills a small live-heap table)
+ *   alloc_work headers ROUNDS     every entry point from hdr_site, run with a period so small
+ *                                 that nearly every allocation is sampled (has a header): checks
+ *                                 alignment, calloc's zeros, malloc_usable_size (writes all of
+ *                                 it), contents across realloc growth and shrinkage (to and from
+ *                                 sampled and unsampled blocks), realloc(p, 0), page-aligned
+ *                                 blocks; frees everything, keeps 100 objects of 1000 B live
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -411,6 +417,88 @@ static void full(double secs) {
     printf("leaked_objects=%llu\n", (unsigned long long)n);
 }
 
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(seed + i * 7);
+}
+
+static int same(const unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(seed + i * 7))
+            return 0;
+    return 1;
+}
+
+#define HCHECK(c)                                                                                  \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            printf("headers: check failed at line %d: %s\n", __LINE__, #c);                        \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* One object of n bytes from entry point k (0..8), checked and written through its usable size. */
+__attribute__((noinline)) void *hdr_site(int k, size_t n) {
+    void *p = NULL;
+    size_t al = 0;
+    switch (k) {
+    case 0: p = malloc(n); break;
+    case 1: p = calloc(n, 1); break;
+    case 2: al = 64; HCHECK(posix_memalign(&p, al, n) == 0); break;
+    case 3: al = 4096; HCHECK(posix_memalign(&p, al, n) == 0); break;
+    case 4: al = 256; p = aligned_alloc(al, (n + al - 1) / al * al); break;
+    case 5: al = 8192; p = memalign(al, n); break;
+    case 6: al = 4096; p = valloc(n); break;
+    case 7: al = 4096; p = pvalloc(n); break;
+    default: p = reallocarray(NULL, n, 1); break;
+    }
+    HCHECK(p != NULL);
+    if (al)
+        HCHECK((uintptr_t)p % al == 0);
+    if (k == 1)
+        for (size_t i = 0; i < n; i++)
+            HCHECK(((unsigned char *)p)[i] == 0);
+    size_t u = malloc_usable_size(p);
+    HCHECK(u >= n);
+    memset(p, 0xa5, u); /* a usable size too large would overwrite the allocator's next header */
+    return p;
+}
+
+static void headers(int rounds) {
+    static const size_t sizes[] = {1, 16, 100, 1000, 4096, 5000, 70000, 300000};
+    void *keep[100];
+    for (int i = 0; i < 100; i++)
+        keep[i] = hdr_site(0, 1000);
+    uint64_t objects = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int k = 0; k < 9; k++)
+            for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++, objects++) {
+                size_t n = sizes[s];
+                unsigned char *p = hdr_site(k, n);
+                fill(p, n, (unsigned)(r + k));
+                size_t m = n * 3 + 1; /* grow, then shrink below the original */
+                p = realloc(p, m);
+                HCHECK(p && same(p, n, (unsigned)(r + k)));
+                fill(p, m, (unsigned)s);
+                p = realloc(p, n / 2 + 1);
+                HCHECK(p && same(p, n / 2 + 1, (unsigned)s));
+                if (s % 2) {
+                    HCHECK(realloc(p, 0) == NULL); /* glibc: frees p */
+                } else {
+                    free(p);
+                }
+            }
+        free(NULL);
+        void *p = realloc(NULL, 100);
+        HCHECK(p);
+        free(p);
+    }
+    for (int i = 0; i < 100; i++)
+        HCHECK(malloc_usable_size(keep[i]) >= 1000);
+    flush();
+    printf("headers ok objects=%llu live=100\n", (unsigned long long)objects);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -433,6 +521,8 @@ int main(int argc, char **argv) {
         chain(secs);
     else if (!strcmp(argv[1], "full"))
         full(secs);
+    else if (!strcmp(argv[1], "headers"))
+        headers(argc > 2 ? atoi(argv[2]) : 100);
     else
         return 2;
     fflush(stdout);

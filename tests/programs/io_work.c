@@ -13,9 +13,14 @@
  *   io_work fast SECONDS     fast_site reads a pipe with ~100 us waits (aggregates only);
  *                            prints the reads it timed >= 10 ms (slow=)
  *   io_work fdreuse          slow reads on fd N as a pipe, then N reopened as a file
+ *   io_work blocked SECONDS  thread "waiter" (blocked_site) recv()s one byte at a time on a
+ *                            unix socket with SO_RCVTIMEO set, which the main thread feeds
+ *                            every 20 ms: a signal during such a recv fails it with EINTR
+ *                            whatever SA_RESTART says (signal(7)); prints the EINTRs
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -210,6 +215,48 @@ static void fsync_mode(const char *dir) {
            (unsigned long long)g_fs_mid);
 }
 
+static _Atomic int g_waiter_stop;
+static _Atomic uint64_t g_eintr, g_got;
+
+__attribute__((noinline)) void blocked_site(int fd) {
+    char c;
+    while (!g_waiter_stop) {
+        ssize_t n = recv(fd, &c, 1, 0);
+        if (n == 1)
+            g_got++;
+        else if (n < 0 && errno == EINTR)
+            g_eintr++;
+    }
+}
+
+static void *waiter(void *arg) {
+    pthread_setname_np(pthread_self(), "waiter");
+    blocked_site(*(int *)arg);
+    return NULL;
+}
+
+static void blocked_mode(double secs) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        exit(1);
+    struct timeval tv = {2, 0};
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    pthread_t th;
+    pthread_create(&th, NULL, waiter, &sv[1]);
+    double end = now_s() + secs;
+    uint64_t sent = 0;
+    while (now_s() < end) {
+        sleep_us(20000);
+        if (write(sv[0], "x", 1) == 1)
+            sent++;
+    }
+    g_waiter_stop = 1;
+    (void)!write(sv[0], "x", 1);
+    pthread_join(th, NULL);
+    printf("sent=%llu got=%llu eintr=%llu\n", (unsigned long long)sent,
+           (unsigned long long)g_got, (unsigned long long)g_eintr);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -223,6 +270,8 @@ int main(int argc, char **argv) {
         file_mode(secs);
     } else if (!strcmp(argv[1], "socket")) {
         socket_mode(secs);
+    } else if (!strcmp(argv[1], "blocked")) {
+        blocked_mode(secs);
     } else if (!strcmp(argv[1], "fsync") && argc > 2) {
         fsync_mode(argv[2]);
     } else {
