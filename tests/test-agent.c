@@ -911,8 +911,16 @@ static void test_cpu_accuracy_4threads(void) {
            (unsigned long long)all.samples, 100 * share_a, 100 * share_b, all.weight / 1e9,
            ru / 1e9, est);
     CHECKF(all.samples >= 1000, "only %llu samples", (unsigned long long)all.samples);
-    CHECKF(fabs(share_a - 0.25) <= 0.03, "burn_a share %.2f%%", 100 * share_a);
-    CHECKF(fabs(share_b - 0.75) <= 0.03, "burn_b share %.2f%%", 100 * share_b);
+    /* Under TSan the shares are not the agent's: TSan holds an asynchronous signal until the
+     * thread reaches one of its own hooks, so the CPU-timer samples land late, and at the
+     * places its instrumentation checks for pending signals. burn_a measured 21.4-24.7% there
+     * over 9 runs of the code before and after the third session (2 of 4 out of +-3 pp with
+     * the earlier code); in the normal and ASan builds the shares hold. The sum of the weights
+     * does not depend on where the samples land and is checked everywhere. */
+    if (!tsan) {
+        CHECKF(fabs(share_a - 0.25) <= 0.03, "burn_a share %.2f%%", 100 * share_a);
+        CHECKF(fabs(share_b - 0.75) <= 0.03, "burn_b share %.2f%%", 100 * share_b);
+    }
     CHECKF(fabs(est - 1) <= 0.05, "sum of CPU weights / getrusage CPU = %.3f", est);
     free_chunks(cs);
     rmrf(dir);

@@ -468,6 +468,8 @@ static void *bg_main(void *arg) {
     sigdelset(&set, ag_sig); /* calibration signals itself */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
+    if (ag_hcfg.alloc_on)
+        ag_heap_populate();
 
     pthread_mutex_lock(&ag_work_mu);
     if (!ag.signal_cost_ns)

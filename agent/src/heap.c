@@ -71,6 +71,20 @@ int ag_heap_init(uint32_t entries) {
     return 0;
 }
 
+/* bg, once at start: the table's pages faulted in writable by one madvise (Linux >= 5.14;
+ * older kernels: nothing happens and the inserts fault them in one by one). A sample lands on a
+ * random page, so within ~10 s at the default 200 samples/s nearly every page is touched
+ * anyway: populating first costs no resident memory in the end (2 MiB at 65536 entries), and
+ * saves ~512 page faults on application threads (4-5 us each here) for one bulk call in the
+ * background. Contents are untouched: safe with inserts racing. */
+void ag_heap_populate(void) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    if (g_tab)
+        (void)madvise(g_tab, (size_t)(g_mask + 1) * sizeof(slot_t), MADV_POPULATE_WRITE);
+}
+
 static void touch(uint32_t slot) {
     uint32_t pg = slot / (uint32_t)SLOTS_PER_PAGE;
     uint64_t bit = 1ull << (pg & 63);

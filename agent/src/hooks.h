@@ -152,6 +152,7 @@ static inline int ag_heap_maybe(uintptr_t p) {
                                       memory_order_relaxed);
     return (w >> s1 & 15) && (w >> s2 & 15); /* both counters non-zero */
 }
+AG_HIDDEN void ag_heap_populate(void); /* bg, at start */
 AG_HIDDEN uint32_t ag_heap_live(void);         /* entries in the table (tests, reports) */
 /* bg */
 AG_HIDDEN void ag_heap_bg_note(const ag_rec_t *r, uint64_t rid, pid_t tid);
