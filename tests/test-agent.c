@@ -915,8 +915,14 @@ static void test_cpu_accuracy_4threads(void) {
      * thread reaches one of its own hooks, so the CPU-timer samples land late, and at the
      * places its instrumentation checks for pending signals. burn_a measured 21.4-24.7% there
      * over 9 runs of the code before and after the third session (2 of 4 out of +-3 pp with
-     * the earlier code); in the normal and ASan builds the shares hold. The sum of the weights
-     * does not depend on where the samples land and is checked everywhere. */
+     * the earlier code). The sum of the weights does not depend on where the samples land and
+     * is checked everywhere. KNOWN BIAS, normal build: burn_a comes out at 22.9-25.3%
+     * (mean 23.5%, 8 runs on a quiet machine, the same with the second session's code and at
+     * a 97 Hz period, so not aliasing with the 4 ms tick), 21.75% once under the full suite's
+     * load: this check fails a few percent of runs. The bias is the profiler's: perf's own
+     * sampling (hrtimer, DWARF unwinding) of the same program puts burn_a at 25.39%, and the
+     * sample counts show the same shift as the weights. The cause is not found (see the third
+     * session's closing note); the check stays. */
     if (!tsan) {
         CHECKF(fabs(share_a - 0.25) <= 0.03, "burn_a share %.2f%%", 100 * share_a);
         CHECKF(fabs(share_b - 0.75) <= 0.03, "burn_b share %.2f%%", 100 * share_b);
