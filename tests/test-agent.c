@@ -1244,11 +1244,14 @@ static void test_span_two_threads(void) {
     int st = run(env, argv, 240, out, sizeof out);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
     chunks_t *cs = load(dir);
-    uint64_t good[2] = {0, 0}, bad = 0;
-    for (int i = 0; i < cs->n; i++) {
-        const cm_chunk_t *c = cs->c[i];
+    /* [0]: CPU samples; [1]: wall samples (of busy threads: taken from their CPU samples,
+     * bgthread.c wall_from_cpu, or by a signal) */
+    uint64_t good[2][2] = {{0, 0}, {0, 0}}, bad[2] = {0, 0};
+    for (int i = 0; i < 2 * cs->n; i++) {
+        int w = i >= cs->n;
+        const cm_chunk_t *c = cs->c[i % cs->n];
         const cm_dict_t *d = &c->dict;
-        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        const cm_samples_t *s = &c->samples[w ? CM_EV_WALL : CM_EV_CPU];
         for (uint32_t r = 0; r < s->n; r++) {
             int in_a = stack_has(d, s->stack[r], "span_a"), in_b = stack_has(d, s->stack[r], "span_b");
             int k = on_thread(c, s, r, "span0") ? 0 : on_thread(c, s, r, "span1") ? 1 : -1;
@@ -1262,16 +1265,23 @@ static void test_span_two_threads(void) {
                 ok = id[j] == want;
             for (int j = 16; j < 24 && ok; j++)
                 ok = id[j] == want_span;
-            good[k] += ok;
-            bad += !ok;
+            good[w][k] += ok;
+            bad[w] += !ok;
         }
     }
-    printf("# span, 2 threads: %llu + %llu samples with the right ids, %llu wrong\n",
-           (unsigned long long)good[0], (unsigned long long)good[1], (unsigned long long)bad);
-    CHECKF(good[0] + good[1] >= 1000 && good[0] >= 300 && good[1] >= 300,
-           "only %llu + %llu span samples", (unsigned long long)good[0],
-           (unsigned long long)good[1]);
-    CHECKF(bad == 0, "%llu samples with wrong span ids", (unsigned long long)bad);
+    printf("# span, 2 threads: %llu + %llu CPU samples with the right ids, %llu wrong; wall "
+           "%llu + %llu right, %llu wrong\n",
+           (unsigned long long)good[0][0], (unsigned long long)good[0][1],
+           (unsigned long long)bad[0], (unsigned long long)good[1][0],
+           (unsigned long long)good[1][1], (unsigned long long)bad[1]);
+    CHECKF(good[0][0] + good[0][1] >= 1000 && good[0][0] >= 300 && good[0][1] >= 300,
+           "only %llu + %llu span samples", (unsigned long long)good[0][0],
+           (unsigned long long)good[0][1]);
+    CHECKF(bad[0] == 0, "%llu samples with wrong span ids", (unsigned long long)bad[0]);
+    /* 8 s of CPU on two threads at 20 wall ticks/s: ~300 wall samples in the spans */
+    CHECKF(good[1][0] >= 50 && good[1][1] >= 50, "only %llu + %llu wall samples in spans",
+           (unsigned long long)good[1][0], (unsigned long long)good[1][1]);
+    CHECKF(bad[1] == 0, "%llu wall samples with wrong span ids", (unsigned long long)bad[1]);
     free_chunks(cs);
     rmrf(dir);
 }
