@@ -26,15 +26,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-agent-common.h"
+
 static double now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmpd(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double work_malloc(void) {
@@ -196,16 +193,8 @@ int main(int argc, char **argv) {
     }
     int rounds = argc > 1 ? atoi(argv[1]) : 9;
     char self[4096], lib[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
+    if (agent_paths(self, sizeof self, lib, sizeof lib) != 0)
         return 1;
-    self[n] = '\0';
-    const char *env_lib = getenv("FLEETPROF_LIB");
-    if (env_lib)
-        snprintf(lib, sizeof lib, "%s", env_lib);
-    else
-        snprintf(lib, sizeof lib, "%.*s/../agent/libfleetprof.so",
-                 (int)(strrchr(self, '/') - self), self);
     static const char *what[] = {"malloc", "mutex", "pipe"};
     static const double budget[] = {3, 2, 50};
     printf("%d interleaved rounds; lib %s\n", rounds, lib);

@@ -50,15 +50,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-agent-common.h"
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmpd(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* ---- the workload ---- */
@@ -370,16 +367,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     char self[4096], lib[4096], out[] = "/tmp/fp-bench-mixed-XXXXXX";
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0 || !mkdtemp(out))
+    if (agent_paths(self, sizeof self, lib, sizeof lib) != 0 || !mkdtemp(out))
         return 1;
-    self[n] = '\0';
-    const char *env_lib = getenv("FLEETPROF_LIB");
-    if (env_lib)
-        snprintf(lib, sizeof lib, "%s", env_lib);
-    else
-        snprintf(lib, sizeof lib, "%.*s/../agent/libfleetprof.so",
-                 (int)(strrchr(self, '/') - self), self);
     printf("%d %s rounds of %ld requests x %d workers; lib %s\n", rounds,
            !pair                 ? "interleaved"
            : pair_enabled[0] == '1' ? "paired (base and on at once, one core each, swapped)"

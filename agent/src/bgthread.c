@@ -125,6 +125,13 @@ static int thread_state_running(pid_t tid) {
  * first tick after a thread blocks sends it a signal. */
 #define AG_WALL_IDLE_NS 20000u
 
+/* Adds a wall sample recorded without a signal (counted as seen, not charged a signal). */
+static void wall_add(ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
+    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
+    atomic_fetch_add(&g_wall_reused, 1);
+    ag_builder_add(B.b, t, tid, r);
+}
+
 static int wall_reuse(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_t cpu) {
     uint64_t after = atomic_load(&t->wall_cpu_after);
     if (!t->wall_rec || !t->wall_rec->len || !after || (t->wall_rec->stack_flags & AG_STF_NO_BOUNDS))
@@ -136,9 +143,7 @@ static int wall_reuse(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_t cpu) 
     r->weight = weight;
     r->count = CM_COUNT_ONE;
     r->flags = 0; /* not on CPU: it did not run */
-    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
-    atomic_fetch_add(&g_wall_reused, 1);
-    ag_builder_add(B.b, t, tid, r);
+    wall_add(t, tid, r);
     return 1;
 }
 
@@ -155,9 +160,7 @@ static int wall_from_cpu(ag_thread_t *t, pid_t tid, uint64_t weight) {
     c->weight = weight;
     c->count = CM_COUNT_ONE;
     c->flags = CM_SF_ON_CPU;
-    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
-    atomic_fetch_add(&g_wall_reused, 1);
-    ag_builder_add(B.b, t, tid, c);
+    wall_add(t, tid, c);
     c->len = 0;
     return 1;
 }
@@ -244,9 +247,7 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     memcpy(r->ctx, ctx.ctx, CM_CONTEXT_SIZE);
     if (truncated)
         ag_drop_count(CM_EV_WALL, CM_DROP_STACK_TRUNCATED, 1);
-    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
-    atomic_fetch_add(&g_wall_reused, 1);
-    ag_builder_add(B.b, t, tid, r);
+    wall_add(t, tid, r);
     /* while it stays blocked without running, wall_reuse repeats this sample */
     if (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))) {
         memcpy(t->wall_rec, r, r->len);

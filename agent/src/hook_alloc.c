@@ -172,18 +172,17 @@ static inline uint64_t word_at(uintptr_t a) {
     return v;
 }
 
-/* Has q a header? Hot on the free path: one load of q[-1] and a compare when there is none. */
-static inline int has_header(uintptr_t q) {
+/* May q have a header? Hot on the free path: one load of q[-1] and a compare when it has
+ * none. A yes is confirmed in the table (ag_heap_has / ag_heap_take). */
+static inline int header_candidate(uintptr_t q) {
     uint64_t c = atomic_load_explicit(&g_cookie, memory_order_relaxed);
     if (!c)
         return 0;
-    if (AG_LIKELY(q & 4095)) {
-        if (AG_LIKELY(word_at(q - 8) != (c ^ q)))
-            return 0;
-    } else if (AG_LIKELY(!ag_heap_maybe(q))) {
-        return 0;
-    }
-    return ag_heap_has(q);
+    return AG_LIKELY(q & 4095) ? word_at(q - 8) == (c ^ q) : ag_heap_maybe(q);
+}
+
+static inline int has_header(uintptr_t q) {
+    return AG_UNLIKELY(header_candidate(q)) && ag_heap_has(q);
 }
 
 int ag_alloc_headers_init(void) {
@@ -336,9 +335,7 @@ AG_EXPORT AG_NO_TSAN void free(void *p) {
         return;
     if (!READY())
         resolve();
-    uint64_t c = atomic_load_explicit(&g_cookie, memory_order_relaxed);
-    if (AG_UNLIKELY(c != 0) &&
-        AG_UNLIKELY(AG_LIKELY(a & 4095) ? word_at(a - 8) == (c ^ a) : ag_heap_maybe(a))) {
+    if (AG_UNLIKELY(header_candidate(a))) {
         free_sampled(p);
         return;
     }
