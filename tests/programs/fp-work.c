@@ -23,8 +23,8 @@
  *   fp-work flush               burns 0.3 s, counts 1000 units of work, calls
  *                               fleetprof_flush(), prints its result, counts 234 units, burns
  *                               0.3 s more
- *   fp-work cpu4 SECS           4 threads each alternate burn_a/burn_b (1:3) until the
- *                               process has used SECS of CPU
+ *   fp-work cpu4 SECS           4 threads each alternate burn_a/burn_b (1:3), no system
+ *                               calls, until the process has used SECS of CPU
  *   fp-work blockread SECS      thread "reader" blocks in read() on a pipe nobody writes to
  *                               (in block_in_read) while main burns SECS of wall time
  *   fp-work churn N WAVE        N short-lived threads (churn_thread, ~2 ms CPU each), WAVE at
@@ -53,6 +53,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,11 +186,16 @@ NOINLINE int recurse(int depth, double secs) {
 static uint64_t g_cpu_end;
 /* Random chunk sizes (the ratio stays 1:3 in every iteration): a fixed-length loop would be
  * periodic, and the kernel checks CPU timers on its 4 ms tick, so samples could alias with it
- * and land on the same phase of the loop again and again (seen as 22-28% for burn_a). */
+ * and land on the same phase of the loop again and again (seen as 22-28% for burn_a).
+ * The threads make no system call: main watches the process CPU clock and raises a flag. A
+ * system call in the loop (the process CPU clock read every 8 iterations, as this mode first
+ * did) is where the scheduler preempts a thread whose slice ran out (update_curr runs in it),
+ * and the code after such a point is under-sampled by every CPU-timer profiler: agent
+ * README, "CPU-timer sampling and preemption points". */
+static atomic_int g_cpu4_stop;
 NOINLINE static void *cpu4_thread(void *arg) {
     unsigned seed = (unsigned)(uintptr_t)arg;
-    while (cpu_ns() < g_cpu_end) {
-        /* The process CPU clock is costly with 4 threads: read it every 8 iterations. */
+    while (!atomic_load_explicit(&g_cpu4_stop, memory_order_relaxed)) {
         for (int i = 0; i < 8; i++) {
             uint64_t n = 50000 + (uint64_t)(rand_r(&seed) % 300000);
             burn_a(n);
@@ -438,6 +444,11 @@ int main(int argc, char **argv) {
         g_cpu_end = cpu_ns() + (uint64_t)(secs * 1e9);
         for (int i = 0; i < 4; i++)
             pthread_create(&th[i], NULL, cpu4_thread, (void *)(uintptr_t)(i + 1));
+        while (cpu_ns() < g_cpu_end) {
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+        }
+        atomic_store(&g_cpu4_stop, 1);
         for (int i = 0; i < 4; i++)
             pthread_join(th[i], NULL);
     } else if (!strcmp(mode, "blockread")) {
