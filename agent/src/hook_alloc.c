@@ -54,21 +54,24 @@ typedef void *(*new_nt_fn)(size_t, const void *);
 typedef void *(*new_al_fn)(size_t, size_t);
 typedef void *(*new_al_nt_fn)(size_t, size_t, const void *);
 
-static struct {
+/* The real functions, and what every malloc and free reads first in one cache line: ready,
+ * cookie (see "Headers" below), malloc, free, calloc, realloc, malloc_usable_size. */
+static _Alignas(64) struct {
+    _Atomic int ready;
+    _Atomic uint64_t cookie;
     malloc_fn malloc;
     free_fn free;
     calloc_fn calloc;
     realloc_fn realloc;
+    usable_fn usable;
     posix_memalign_fn posix_memalign;
     memalign_fn memalign, aligned_alloc;
     malloc_fn valloc, pvalloc;
     reallocarray_fn reallocarray;
-    usable_fn usable;
     new_fn znwm, znam;
     new_nt_fn znwm_nt, znam_nt;
     new_al_fn znwm_al, znam_al;
     new_al_nt_fn znwm_al_nt, znam_al_nt;
-    _Atomic int ready;
 } R;
 
 /* ---- bootstrap arena ---- */
@@ -151,7 +154,7 @@ static int64_t draw(uint64_t period) {
  * With the live heap on, a sampled allocation of n bytes is served as base = real(n + H) and
  * q = base + H (H = 16, or the alignment when that is larger), with two words before q:
  *     q[-2] = H                (back to what the real allocator returned)
- *     q[-1] = g_cookie ^ q     (g_cookie: random, bit 63 set; 0 = no headers yet)
+ *     q[-1] = cookie ^ q       (R.cookie: random, bit 63 set; 0 = no headers yet)
  * and q is in the live-heap table (heap.c): an object has a header if and only if it is in the
  * table. free(q) then tells a sampled object from the others without touching memory of ours:
  * it reads q[-1], the word the real free reads next anyway (glibc: the chunk's size field),
@@ -164,7 +167,6 @@ static int64_t draw(uint64_t period) {
  * through free. Objects keep their headers when the agent is switched off: free still
  * recognises them. */
 
-static _Atomic uint64_t g_cookie;
 
 static inline uint64_t word_at(uintptr_t a) {
     uint64_t v;
@@ -175,7 +177,7 @@ static inline uint64_t word_at(uintptr_t a) {
 /* May q have a header? Hot on the free path: one load of q[-1] and a compare when it has
  * none. A yes is confirmed in the table (ag_heap_has / ag_heap_take). */
 static inline int header_candidate(uintptr_t q) {
-    uint64_t c = atomic_load_explicit(&g_cookie, memory_order_relaxed);
+    uint64_t c = atomic_load_explicit(&R.cookie, memory_order_relaxed);
     if (!c)
         return 0;
     return AG_LIKELY(q & 4095) ? word_at(q - 8) == (c ^ q) : ag_heap_maybe(q);
@@ -193,7 +195,7 @@ int ag_alloc_headers_init(void) {
         return -1; /* realloc of a sampled object needs its usable size */
     if (getrandom(&c, sizeof c, GRND_NONBLOCK) != (ssize_t)sizeof c)
         c = ag_hook_rand() ^ (uint64_t)(uintptr_t)&c;
-    atomic_store(&g_cookie, c | 1ull << 63);
+    atomic_store(&R.cookie, c | 1ull << 63);
     return 0;
 }
 
@@ -221,7 +223,7 @@ static void *plain(int kind, size_t n, size_t al) {
 /* A sampled object with a header, or NULL (no live heap, an alignment the real function
  * would reject or round, out of memory): the caller then serves it plainly. */
 static void *header_alloc(int kind, size_t n, size_t al) {
-    if (!atomic_load_explicit(&g_cookie, memory_order_relaxed))
+    if (!atomic_load_explicit(&R.cookie, memory_order_relaxed))
         return NULL;
     size_t page = 4096;
     if (kind == A_VALLOC || kind == A_PVALLOC) {
@@ -244,7 +246,7 @@ static void *header_alloc(int kind, size_t n, size_t al) {
     if (!b)
         return NULL;
     uintptr_t q = (uintptr_t)b + h;
-    uint64_t c = atomic_load_explicit(&g_cookie, memory_order_relaxed) ^ q;
+    uint64_t c = atomic_load_explicit(&R.cookie, memory_order_relaxed) ^ q;
     memcpy((void *)(q - 16), &(uint64_t){h}, 8);
     memcpy((void *)(q - 8), &c, 8);
     return (void *)q;

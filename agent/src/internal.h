@@ -124,10 +124,12 @@ typedef struct ag_thread {
     uint64_t chunk_seq;                   /* bg: chunk the index belongs to */
     /* A blocking call in progress (hooks.h: ag_blk_begin/end), for wall samples without a
      * signal (bgthread.c: wall_from_blocked). blk_seq is odd inside the call; the others are
-     * written before it turns odd. */
-    _Atomic uint64_t blk_seq;
+     * written before it turns odd. Its own cache line: written by every hooked blocking call,
+     * it shares no line with the fields the bg thread and the handler write. */
+    _Alignas(64) _Atomic uint64_t blk_seq;
     _Atomic uintptr_t blk_fp, blk_pc, blk_hook; /* hook's frame, real function, hook pc */
     uintptr_t ctx_addr;                   /* its span context block (context.c), 0: unknown */
+    _Atomic int walking;                  /* bg: reading its stack in place; its exit waits */
 } ag_thread_t;
 
 AG_HIDDEN extern ag_thread_t ag_threads[AG_MAX_THREADS];

@@ -24,6 +24,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         t->handler_n = 0;
         t->has_timer = 0;
         t->self_registered = 0;
+        atomic_store(&t->walking, 0);
         t->wall_last_ns = ag_now_mono();
         atomic_store(&t->wall_cpu_after, 0);
         t->wall_cpu_prev = 0;
@@ -205,6 +207,10 @@ static void thread_exit(void *arg) {
         atomic_store(&t->state, AG_TS_EXITED);
     }
     pthread_mutex_unlock(&g_lock);
+    /* The bg thread may be reading this stack in place (bgthread.c: wall_from_blocked); it
+     * saw EXITED or set walking first (both seq_cst), so once walking is 0 it has let go. */
+    while (atomic_load(&t->walking))
+        sched_yield();
 }
 
 AG_NO_TSAN ag_thread_t *ag_thread_current(void) {
