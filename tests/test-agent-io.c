@@ -197,15 +197,16 @@ static void test_io_fsync(void) {
 /* Reads waiting ~100 us are aggregated (count, total ns) and not shipped one by one: the only
  * events are reads the program itself timed >= 10 ms (a loaded machine delays the writer
  * thread now and then). At ~5000 sub-threshold reads/s the thread records 1 in N of them
- * (hook_io.c: N = 32 for AG_IO_AGG_RATE 256/s) with weight N: the estimated count is within
- * +-20% of the reads not shipped as events (its relative sd is sqrt((N - 1) / n): ~5% for
- * N = 32 and ~15000 reads, so 20% is 4 sd), the rows are flagged SUBSAMPLED, and the reads
- * not recorded are counted as DROP_SUBSAMPLED (most of them, fewer than the reads). */
+ * (hook_io.c: N = 64, the largest, for AG_IO_AGG_RATE 64/s) with weight N: the estimated count
+ * is within +-20% of the reads not shipped as events (its relative sd is sqrt((N - 1) / n):
+ * ~4.6% for N = 64 and ~30000 reads in 6 s, so 20% is 4.3 sd), the rows are flagged
+ * SUBSAMPLED, and the reads not recorded are counted as DROP_SUBSAMPLED (most of them, fewer
+ * than the reads). */
 static void test_io_aggregates(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("io_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-    const char *argv[] = {prog, "fast", "3", NULL};
+    const char *argv[] = {prog, "fast", "6", NULL};
     int st = run(env, argv, 60, out, sizeof out);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
            st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);

@@ -48,7 +48,7 @@ static inline int io_on(void) {
 }
 
 #define AG_IO_BLOCK 64      /* sub-threshold calls between two spacing decisions */
-#define AG_IO_AGG_RATE 256  /* recorded sub-threshold calls per second per thread, at most */
+#define AG_IO_AGG_RATE 64   /* recorded sub-threshold calls per second per thread, at most */
 #define AG_IO_NMAX 64       /* largest spacing N */
 
 static AG_TLS struct {
@@ -57,14 +57,20 @@ static AG_TLS struct {
     uint32_t blk;     /* calls in the current block */
     uint64_t t0;      /* the block's start (ag_hook_clock) */
     uint64_t skipped; /* calls not recorded, not counted as DROP_SUBSAMPLED yet */
+    uint32_t ln_n;    /* the N ln_q belongs to */
+    double ln_q;      /* ln(1 - 1/N) */
 } S;
 
 /* Geometric countdown of mean n: 1 + floor(ln U / ln(1 - 1/n)), U uniform in (0, 1]. */
 static int64_t io_draw(uint32_t n) {
     if (n <= 1)
         return 1;
+    if (S.ln_n != n) {
+        S.ln_q = log1p(-1.0 / (double)n);
+        S.ln_n = n;
+    }
     double u = ((double)(ag_hook_rand() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double d = log(u) / log1p(-1.0 / (double)n);
+    double d = log(u) / S.ln_q;
     return d > 1e9 ? 1000000000 : (int64_t)d + 1;
 }
 
