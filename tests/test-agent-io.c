@@ -297,6 +297,56 @@ static void test_io_wall_blocked(void) {
            (unsigned long long)eintr[1]);
 }
 
+/* The blocking calls hook_wait.c marks forward arguments, results and errno (io_work's
+ * forward_checks: each of them once, against its documented result), and a thread blocked in
+ * poll or epoll_wait is sampled by a walk, not a signal: "poller", woken every 20 ms so that
+ * it runs between ticks (no idle thread), sees no EINTR, and its wall samples show poll_site
+ * or epoll_site off CPU. Without the marks it would be signalled at most ticks, as recv is in
+ * io_wall_blocked with the I/O hooks off. */
+static void test_wait_hooks(void) {
+    char *dir = mkout(), prog[4096], out[4096];
+    prog_path("io_work", prog, sizeof prog);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
+    const char *argv[] = {prog, "waits", "3", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
+           st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+    uint64_t bad = out_u64(out, "waits_bad="), eintr = out_u64(out, "eintr="),
+             wakes = out_u64(out, "wakes=");
+    uint64_t n = 0, in_site = 0, on = 0;
+    chunks_t *cs = load(dir);
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_WALL];
+        for (uint32_t r = 0; r < s->n; r++) {
+            uint32_t th = CM_COL(s, thread, r);
+            if (!c->dict.thread_name ||
+                strcmp(c->dict.strings[c->dict.thread_name[th]].ptr, "poller"))
+                continue;
+            uint64_t k = cm_samples_count(s, r) / CM_COUNT_ONE;
+            n += k;
+            in_site += stack_has(&c->dict, s->stack[r], "poll_site") ||
+                               stack_has(&c->dict, s->stack[r], "epoll_site")
+                           ? k
+                           : 0;
+            on += (CM_COL(s, flags, r) & CM_SF_ON_CPU) ? k : 0;
+        }
+    }
+    printf("  poller: %llu wall samples, %llu in poll_site/epoll_site, %llu on CPU; %llu wakes, "
+           "%llu EINTR (%s)\n",
+           (unsigned long long)n, (unsigned long long)in_site, (unsigned long long)on,
+           (unsigned long long)wakes, (unsigned long long)eintr, out);
+    CHECKF(bad == 0 && strstr(out, "waits_bad=0"), "forwarding: %s", out);
+    CHECK(wakes >= 50);
+    CHECK(n >= 20);
+    CHECKF(in_site + 2 >= n, "%llu of %llu in poll_site/epoll_site", (unsigned long long)in_site,
+           (unsigned long long)n);
+    CHECK(on <= 2);
+    CHECKF(eintr == 0, "%llu poll/epoll_wait calls interrupted", (unsigned long long)eintr);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* FLEETPROF_IO=0: no IO rows at all. */
 static void test_io_off(void) {
     char *dir = mkout(), prog[4096], out[4096];
@@ -318,6 +368,7 @@ static const tr_test_t tests[] = {
     {"io_socket", test_io_socket},     {"io_fsync", test_io_fsync},
     {"io_aggregates", test_io_aggregates},
     {"io_off", test_io_off},           {"io_wall_blocked", test_io_wall_blocked},
+    {"wait_hooks", test_wait_hooks},
     {NULL, NULL},
 };
 TR_MAIN(tests)

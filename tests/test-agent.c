@@ -230,11 +230,14 @@ static void test_wall(void) {
     CHECKF(sl.weight > 3.4e9 && sl.weight < 4.6e9, "sleeper wall %.3f s of 4", sl.weight / 1e9);
     CHECKF(burn.weight > 3.4e9 && burn.weight < 4.6e9, "burner wall %.3f s", burn.weight / 1e9);
     CHECKF(sl.samples >= 25, "%llu wall samples", (unsigned long long)sl.samples);
-    /* A sleeping thread is signalled about once, then sampled without a signal while it has not
-     * run since its last sample; 4 s at 20 Hz is 80 ticks. Under a sanitizer the resumed sleep
-     * costs more CPU after the handler, so the agent sometimes sees it run and signals again:
-     * seen 4 under ASan. The bound still catches a regression to a signal per tick. */
-    CHECKF(eintr <= (sanitized ? 8u : 3u), "sleep interrupted %llu times",
+    /* The sleeper blocks in nanosleep, which the agent marks (hook_wait.c): its stack is walked
+     * by the bg thread and it is never signalled. Under a sanitizer it is registered by the
+     * /proc scan and the runtime's own nanosleep comes first: it is signalled about once, then
+     * sampled without a signal while it has not run since its last sample (4 s at 20 Hz is 80
+     * ticks); the resumed sleep costs more CPU after the handler there, so the agent sometimes
+     * sees it run and signals again: seen 4 under ASan. The bound still catches a regression
+     * to a signal per tick. */
+    CHECKF(eintr <= (sanitized ? 8u : 0u), "sleep interrupted %llu times",
            (unsigned long long)eintr);
     /* on-CPU flag: the sleeper is off CPU, the burner mostly on */
     uint64_t sl_on = 0, b_on = 0;

@@ -98,6 +98,8 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     ag_hcfg.alloc_on = on && env_bool("FLEETPROF_ALLOC", 1);
     ag_hcfg.lock_on = on && env_bool("FLEETPROF_LOCK", 1);
     ag_hcfg.io_on = on && env_bool("FLEETPROF_IO", 1);
+    const char *wh = getenv("FLEETPROF_WALL_HZ"); /* validated (and reported) by config.c */
+    ag_hcfg.wait_on = on && !(wh && *wh && strtod(wh, NULL) == 0);
     ag_hcfg.alloc_period = env_num("FLEETPROF_ALLOC_PERIOD", 1, 1e12, 524288, "524288 (bytes)");
     ag_hcfg.alloc_rate = env_num("FLEETPROF_ALLOC_RATE", 0, 100000, 200, "200 (samples/s)");
     double he = env_num("FLEETPROF_HEAP_ENTRIES", 64, 1 << 24, 65536, "65536");

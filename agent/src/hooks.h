@@ -22,6 +22,7 @@
 
 typedef struct {
     int alloc_on, lock_on, io_on;  /* families enabled (all 0 when the agent is off) */
+    int wait_on;                   /* blocking calls marked for the wall sampler (hook_wait.c) */
     double alloc_period;           /* initial mean bytes between allocation samples */
     double alloc_rate;             /* allocation samples/s set point (0: fixed period) */
     int alloc_ctl;                 /* the controller moves the period (no fixed period set) */

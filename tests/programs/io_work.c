@@ -17,19 +17,30 @@
  *                            unix socket with SO_RCVTIMEO set, which the main thread feeds
  *                            every 20 ms: a signal during such a recv fails it with EINTR
  *                            whatever SA_RESTART says (signal(7)); prints the EINTRs
+ *   io_work waits SECONDS    calls each blocking function hook_wait.c marks once and checks
+ *                            its result (prints waits_bad= and the first failure); then thread
+ *                            "poller" alternates poll (poll_site) and epoll_wait (epoll_site)
+ *                            on idle descriptors with 50 ms timeouts, its loop woken every
+ *                            20 ms by a pipe the main thread writes to; prints their EINTRs
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -257,6 +268,153 @@ static void blocked_mode(double secs) {
            (unsigned long long)g_got, (unsigned long long)g_eintr);
 }
 
+/* ---- waits: the calls hook_wait.c marks forward their arguments and results ---- */
+
+static int g_bad;
+static const char *g_first_bad = "";
+#define EXPECT(what, cond)                                                                         \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            if (!g_bad++)                                                                          \
+                g_first_bad = what;                                                                \
+        }                                                                                          \
+    } while (0)
+
+static void *joined(void *arg) { return arg; }
+static void on_usr1(int sig) { (void)sig; }
+
+static void forward_checks(void) {
+    struct timespec ms1 = {0, 1000000}, rem;
+    int p[2];
+    if (pipe(p) != 0)
+        exit(1);
+    struct pollfd pf = {p[0], POLLIN, 0};
+    EXPECT("poll", poll(&pf, 1, 1) == 0);
+    EXPECT("ppoll", ppoll(&pf, 1, &ms1, NULL) == 0);
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(p[0], &r);
+    struct timeval tv = {0, 1000};
+    EXPECT("select", select(p[0] + 1, &r, NULL, NULL, &tv) == 0);
+    FD_SET(p[0], &r);
+    EXPECT("pselect", pselect(p[0] + 1, &r, NULL, NULL, &ms1, NULL) == 0);
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 42}, out;
+    epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &ev);
+    EXPECT("epoll_wait", epoll_wait(ep, &out, 1, 1) == 0);
+    EXPECT("epoll_pwait", epoll_pwait(ep, &out, 1, 1, NULL) == 0);
+    (void)!write(p[1], "x", 1);
+    EXPECT("epoll_wait ready", epoll_wait(ep, &out, 1, 1000) == 1 && out.data.u64 == 42);
+    EXPECT("poll ready", poll(&pf, 1, 1000) == 1 && (pf.revents & POLLIN));
+    EXPECT("nanosleep", nanosleep(&ms1, &rem) == 0);
+    EXPECT("clock_nanosleep", clock_nanosleep(CLOCK_MONOTONIC, 0, &ms1, NULL) == 0);
+    EXPECT("sleep", sleep(0) == 0);
+    EXPECT("usleep", usleep(1000) == 0);
+    struct timespec bad = {0, 2000000000L}; /* tv_nsec out of range: EINVAL, errno kept */
+    errno = 0;
+    EXPECT("nanosleep EINVAL", nanosleep(&bad, NULL) == -1 && errno == EINVAL);
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    EXPECT("sigtimedwait EAGAIN", sigtimedwait(&set, NULL, &ms1) == -1 && errno == EAGAIN);
+    raise(SIGUSR1);
+    int sig = 0;
+    EXPECT("sigwait", sigwait(&set, &sig) == 0 && sig == SIGUSR1);
+    raise(SIGUSR1);
+    siginfo_t si;
+    EXPECT("sigwaitinfo", sigwaitinfo(&set, &si) == SIGUSR1 && si.si_signo == SIGUSR1);
+    signal(SIGUSR1, on_usr1);
+    raise(SIGUSR1); /* pending while blocked: sigsuspend with it unblocked returns at once */
+    sigset_t none;
+    sigemptyset(&none);
+    EXPECT("sigsuspend", sigsuspend(&none) == -1 && errno == EINTR);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_t th;
+    void *ret = NULL;
+    pthread_create(&th, NULL, joined, (void *)(uintptr_t)7);
+    EXPECT("pthread_join", pthread_join(th, &ret) == 0 && ret == (void *)(uintptr_t)7);
+    sem_t sem;
+    sem_init(&sem, 0, 1);
+    EXPECT("sem_wait", sem_wait(&sem) == 0);
+    struct timespec soon;
+    clock_gettime(CLOCK_REALTIME, &soon);
+    soon.tv_nsec += 1000000;
+    if (soon.tv_nsec >= 1000000000L) {
+        soon.tv_sec++;
+        soon.tv_nsec -= 1000000000L;
+    }
+    EXPECT("sem_timedwait", sem_timedwait(&sem, &soon) == -1 && errno == ETIMEDOUT);
+    sem_destroy(&sem);
+    int st = 0;
+    pid_t c = fork();
+    if (c == 0)
+        _exit(3);
+    EXPECT("waitpid", waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 3);
+    if ((c = fork()) == 0)
+        _exit(4);
+    EXPECT("wait", wait(&st) == c && WEXITSTATUS(st) == 4);
+    if ((c = fork()) == 0)
+        _exit(5);
+    EXPECT("waitid", waitid(P_PID, (id_t)c, &si, WEXITED) == 0 && si.si_status == 5);
+    close(ep);
+    close(p[0]);
+    close(p[1]);
+    printf("waits_bad=%d first_bad=%s\n", g_bad, g_first_bad);
+}
+
+static volatile int g_poll_stop;
+static uint64_t g_poll_eintr, g_poll_wakes;
+static int g_wake[2];
+
+__attribute__((noinline)) static int poll_site(struct pollfd *pf) {
+    int n = poll(pf, 1, 50);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+__attribute__((noinline)) static int epoll_site(int ep, struct epoll_event *ev) {
+    int n = epoll_wait(ep, ev, 1, 50);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+static void *poller(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "poller");
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN}, out;
+    epoll_ctl(ep, EPOLL_CTL_ADD, g_wake[0], &ev);
+    struct pollfd pf = {g_wake[0], POLLIN, 0};
+    char buf[64];
+    for (int i = 0; !g_poll_stop; i++) {
+        int n = i & 1 ? epoll_site(ep, &out) : poll_site(&pf);
+        if (n < 0 && errno == EINTR)
+            g_poll_eintr++;
+        else if (n > 0 && read(g_wake[0], buf, sizeof buf) > 0)
+            g_poll_wakes++;
+    }
+    close(ep);
+    return NULL;
+}
+
+static void waits_mode(double secs) {
+    forward_checks();
+    if (pipe(g_wake) != 0)
+        exit(1);
+    pthread_t th;
+    pthread_create(&th, NULL, poller, NULL);
+    double end = now_s() + secs;
+    while (now_s() < end) {
+        sleep_us(20000);
+        (void)!write(g_wake[1], "x", 1);
+    }
+    g_poll_stop = 1;
+    (void)!write(g_wake[1], "x", 1);
+    pthread_join(th, NULL);
+    printf("wakes=%llu eintr=%llu\n", (unsigned long long)g_poll_wakes,
+           (unsigned long long)g_poll_eintr);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -272,6 +430,8 @@ int main(int argc, char **argv) {
         socket_mode(secs);
     } else if (!strcmp(argv[1], "blocked")) {
         blocked_mode(secs);
+    } else if (!strcmp(argv[1], "waits")) {
+        waits_mode(secs);
     } else if (!strcmp(argv[1], "fsync") && argc > 2) {
         fsync_mode(argv[2]);
     } else {
