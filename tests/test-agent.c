@@ -932,6 +932,27 @@ static void test_cpu_accuracy_4threads(void) {
     rmrf(dir);
 }
 
+/* Wall ticks read /proc/self/task/TID/stat for a thread that ran part of the interval and is in
+ * no marked call (bgthread.c: thread_state_running) and keep that descriptor open. "half" (30%
+ * on CPU, sleeping in a raw nanosleep no hook sees) gets one; the program then closes it as a
+ * program closing descriptors it did not open would, and opens a file that gets the same
+ * number: the agent must neither read that file as a stat nor close it, and must close the
+ * descriptor it opens next once the thread is gone. */
+static void test_wall_stat_fds(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "statfd", NULL};
+    int st = run(env, argv, 120, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+    printf("# %.*s\n", (int)strcspn(out, "\n"), out);
+    CHECKF(out_u64(out, "cached=") >= 1, "no stat descriptor kept: %s", out);
+    CHECKF(out_u64(out, "reused=") == 1, "the program's file did not get the number: %s", out);
+    CHECKF(out_u64(out, "app_fd_ok=") == 1, "the program's file was closed or changed: %s", out);
+    CHECKF(strstr(out, "leftover=0") != NULL, "stat descriptors left open: %s", out);
+    rmrf(dir);
+}
+
 /* Wall clock: a thread blocked in read() on a pipe nobody writes to is in the wall profile with
  * its blocking stack (block_in_read, which calls read) and off CPU, and not in the CPU profile. */
 static void test_wall_blocked_read(void) {
@@ -1309,6 +1330,7 @@ static const tr_test_t tests[] = {
     {"budget", test_budget},
     {"cpu_accuracy_4threads", test_cpu_accuracy_4threads},
     {"wall_blocked_read", test_wall_blocked_read},
+    {"wall_stat_fds", test_wall_stat_fds},
     {"thread_churn", test_thread_churn},
     {"own_sigprof", test_own_sigprof},
     {"disabled", test_disabled},

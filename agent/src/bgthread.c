@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -102,18 +103,81 @@ static uint64_t agent_cpu_now(void) {
            atomic_load(&ag_lock_cost_ns);
 }
 
-/* Is the thread running or runnable ('R' in /proc/self/task/TID/stat)? */
-static int thread_state_running(pid_t tid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+/* /proc/self/task/TID/stat descriptors kept open per thread slot: opening the file (a path
+ * walk and an allocation) is two thirds of a read's cost, and a thread on CPU for part of each
+ * interval needs a read every tick. At most AG_STAT_FDS are kept (O_CLOEXEC), the others are
+ * opened and closed per read. An application may close descriptors it did not open (closefrom,
+ * close_range) and get the number back for a file of its own: a kept descriptor is read only
+ * while its content starts with "TID (", and closed only while fstat still shows the file it
+ * was opened on; otherwise it is forgotten, never closed. Closed when the thread is gone (the
+ * sweep after each /proc scan) and in a fork child. bg thread only. */
+#define AG_STAT_FDS 32
+static struct {
+    int fd1; /* descriptor + 1; 0: none */
+    pid_t tid;
+    dev_t dev;
+    ino_t ino;
+} g_stat[AG_MAX_THREADS];
+static uint32_t g_stat_open;
+
+static ssize_t stat_read(int fd, pid_t tid, char *buf, size_t size) {
+    ssize_t n = pread(fd, buf, size - 1, 0);
     if (n <= 0)
-        return 0;
+        return -1;
     buf[n] = '\0';
+    char want[24];
+    int k = snprintf(want, sizeof want, "%d (", (int)tid);
+    return strncmp(buf, want, (size_t)k) ? -1 : n;
+}
+
+static void stat_drop(uint32_t slot) {
+    if (!g_stat[slot].fd1)
+        return;
+    int fd = g_stat[slot].fd1 - 1;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_dev == g_stat[slot].dev && st.st_ino == g_stat[slot].ino)
+        close(fd);
+    g_stat[slot].fd1 = 0;
+    g_stat_open--;
+}
+
+/* Closes the descriptors of threads that are gone (all = 1: every one, fork child). */
+static void stat_sweep(int all) {
+    for (uint32_t i = 0; i < AG_MAX_THREADS && g_stat_open; i++)
+        if (g_stat[i].fd1 && (all || atomic_load(&ag_threads[i].state) != AG_TS_ACTIVE ||
+                              atomic_load(&ag_threads[i].tid) != g_stat[i].tid))
+            stat_drop(i);
+}
+
+/* Is the thread in slot `slot` running or runnable ('R' in /proc/self/task/TID/stat)? */
+static int thread_state_running(uint32_t slot, pid_t tid) {
+    char buf[512];
+    ssize_t n = -1;
+    if (g_stat[slot].fd1 && g_stat[slot].tid == tid &&
+        (n = stat_read(g_stat[slot].fd1 - 1, tid, buf, sizeof buf)) < 0)
+        stat_drop(slot); /* closed or replaced under us, or the thread is gone */
+    if (n < 0) {
+        if (g_stat[slot].fd1)
+            stat_drop(slot); /* the slot's previous thread */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return 0;
+        n = stat_read(fd, tid, buf, sizeof buf);
+        struct stat st;
+        if (n >= 0 && g_stat_open < AG_STAT_FDS && fstat(fd, &st) == 0) {
+            g_stat[slot].fd1 = fd + 1;
+            g_stat[slot].tid = tid;
+            g_stat[slot].dev = st.st_dev;
+            g_stat[slot].ino = st.st_ino;
+            g_stat_open++;
+        } else {
+            close(fd);
+        }
+        if (n < 0)
+            return 0;
+    }
     const char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
     return p && p[1] == ' ' && p[2] == 'R';
 }
@@ -298,7 +362,8 @@ static void wall_tick(uint64_t now) {
     while (sent < ag.cfg.wall_threads && scanned < hw) {
         if (B.wall_cursor >= hw)
             B.wall_cursor = 0;
-        ag_thread_t *t = &ag_threads[B.wall_cursor++];
+        uint32_t slot = B.wall_cursor++;
+        ag_thread_t *t = &ag_threads[slot];
         scanned++;
         if (atomic_load(&t->state) != AG_TS_ACTIVE)
             continue;
@@ -319,7 +384,7 @@ static void wall_tick(uint64_t now) {
         t->wall_cpu_prev = cpu;
         int on_cpu = 0, done = wall_reuse(t, tid, w, cpu) || wall_from_blocked(t, tid, w, cpu);
         if (!done) {
-            on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : thread_state_running(tid);
+            on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : thread_state_running(slot, tid);
             done = on_cpu && wall_from_cpu(t, tid, w);
         }
         if (t->cpu_rec)
@@ -580,6 +645,7 @@ static void *bg_main(void *arg) {
             int unresolved = ag_thread_scan();
             drain();
             ag_thread_reap();
+            stat_sweep(0);
             /* threads still without stack bounds: look again soon */
             next_scan = now + (unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
         }
@@ -646,6 +712,7 @@ void ag_bg_after_fork_child(void) {
         if (ag_threads[i].wall_rec)
             ag_threads[i].wall_rec->len = 0;
     memset(&B, 0, sizeof B);
+    stat_sweep(1);
     pthread_mutex_init(&ag_work_mu, NULL);
     pthread_mutex_init(&ag_flush_mu, NULL);
     pthread_cond_init(&ag_flush_cv, NULL);

@@ -25,6 +25,13 @@
  *                               0.3 s more
  *   fp-work cpu4 SECS           4 threads each alternate burn_a/burn_b (1:3), no system
  *                               calls, until the process has used SECS of CPU
+ *   fp-work statfd              thread "half" burns 3 ms, sleeps 7 ms (a raw nanosleep system
+ *                               call, which no hook marks) for 3 s; after 1.5 s main counts the
+ *                               descriptors open on /proc/.../task/.../stat (cached=), closes
+ *                               them as a program closing descriptors it did not open would,
+ *                               opens a file of its own in their place and, once half is gone
+ *                               and 1.2 s more have passed, checks that file (app_fd_ok=) and
+ *                               counts the stat descriptors left (leftover=)
  *   fp-work blockread SECS      thread "reader" blocks in read() on a pipe nobody writes to
  *                               (in block_in_read) while main burns SECS of wall time
  *   fp-work churn N WAVE        N short-lived threads (churn_thread, ~2 ms CPU each), WAVE at
@@ -51,6 +58,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -59,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -203,6 +212,67 @@ NOINLINE static void *cpu4_thread(void *arg) {
         }
     }
     return NULL;
+}
+
+static volatile int g_half_stop;
+NOINLINE static void *half(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "half");
+    while (!g_half_stop) {
+        burn_for(0.003);
+        struct timespec ts = {0, 7000000};
+        syscall(SYS_nanosleep, &ts, NULL); /* EINTR from a wall signal is fine here */
+    }
+    return NULL;
+}
+
+/* Descriptors of this process open on a thread's /proc stat file; their numbers into fds. */
+static int stat_fds(int *fds, int max) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], target[256];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof target - 1);
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        if (strstr(target, "/task/") && strstr(target, "/stat") && n < max)
+            fds[n++] = atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void statfd_mode(void) {
+    pthread_t th;
+    pthread_create(&th, NULL, half, NULL);
+    sleep_here(1.5);
+    int fds[64], n = stat_fds(fds, 64), mine = -1;
+    char tmpl[] = "/tmp/fp-work-statfd-XXXXXX";
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    if (n > 0) { /* the lowest free number: one of those just closed */
+        mine = mkstemp(tmpl);
+        unlink(tmpl);
+        if (mine < 0 || write(mine, "mine", 4) != 4)
+            exit(9);
+    }
+    sleep_here(1.5);
+    g_half_stop = 1;
+    pthread_join(th, NULL);
+    sleep_here(1.2); /* the agent's /proc scan (every 0.5 s) closes what the thread left */
+    char buf[8] = "";
+    int ok = mine >= 0 && fcntl(mine, F_GETFD) >= 0 && pread(mine, buf, 4, 0) == 4 &&
+             !memcmp(buf, "mine", 4);
+    int was = -1;
+    for (int i = 0; i < n; i++)
+        if (fds[i] == mine)
+            was = mine;
+    printf("cached=%d app_fd=%d reused=%d app_fd_ok=%d leftover=%d\n", n, mine, was >= 0, ok,
+           stat_fds(fds, 64));
 }
 
 static int g_pipe[2];
@@ -451,6 +521,8 @@ int main(int argc, char **argv) {
         atomic_store(&g_cpu4_stop, 1);
         for (int i = 0; i < 4; i++)
             pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "statfd")) {
+        statfd_mode();
     } else if (!strcmp(mode, "blockread")) {
         pthread_t th;
         if (pipe(g_pipe) != 0)
