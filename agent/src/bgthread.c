@@ -595,7 +595,7 @@ static void *bg_main(void *arg) {
     B.budget_factor = 1;
     uint64_t wall_ns = ag.cfg.wall_hz > 0 ? (uint64_t)(1e9 / ag.cfg.wall_hz) : 0;
     uint64_t next_wall = now + wall_ns, next_ctl = now + AG_CTL_DT_NS;
-    uint64_t next_scan = now, next_chunk = now + ag.cfg.interval_ns;
+    uint64_t next_scan = now, next_chunk = now + ag.cfg.interval_ns, scan_soon = 0;
     pthread_mutex_unlock(&ag_work_mu);
 
     for (;;) {
@@ -607,6 +607,8 @@ static void *bg_main(void *arg) {
          * late): one wakeup per tick instead of separate ones, the thread's main cost. */
         if (wall_ns && (next_wall < next || next - now < wall_ns))
             next = next_wall;
+        if (scan_soon && next_scan < next)
+            next = next_scan;
         int timeout = next > now ? (int)((next - now + 999999) / 1000000) : 0;
         short sev;
         int swake;
@@ -642,12 +644,19 @@ static void *bg_main(void *arg) {
             next_ctl = now + AG_CTL_DT_NS;
         }
         if (now >= next_scan) {
-            int unresolved = ag_thread_scan();
+            int registered, unresolved = ag_thread_scan(&registered);
             drain();
             ag_thread_reap();
             stat_sweep(0);
-            /* threads still without stack bounds: look again soon */
-            next_scan = now + (unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
+            /* Threads without stack bounds (found by a scan, not registered by themselves)
+             * have leaf-only samples until a scan resolves them from an sp their first sample
+             * recorded: after a scan that found new threads, four more at 10, 20, 40 and 80 ms
+             * (before the next wall tick), then every 100 ms while any is unresolved (one that
+             * never runs, a sanitizer's own thread), else every 500 ms. */
+            scan_soon = registered ? AG_SCAN_NS / 50 : scan_soon ? scan_soon * 2 : 0;
+            if (scan_soon > AG_SCAN_NS / 5 * 4 / 5)
+                scan_soon = 0;
+            next_scan = now + (scan_soon ? scan_soon : unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
         }
         if (now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
             cut_chunk();

@@ -143,7 +143,8 @@ AG_HIDDEN ag_thread_t *ag_thread_register_self(void);
 AG_HIDDEN ag_thread_t *ag_thread_current(void);
 /* bg: registers threads listed in /proc/self/task and not yet known; retires dead ones (after
  * their rings were drained by the caller); resolves stack bounds of foreign threads. */
-AG_HIDDEN int ag_thread_scan(void); /* returns the number of threads without stack bounds */
+/* Returns the number of threads without stack bounds; *registered: threads it registered. */
+AG_HIDDEN int ag_thread_scan(int *registered);
 /* bg: reaps exited slots whose rings are empty. */
 AG_HIDDEN void ag_thread_reap(void);
 /* Arms every registered thread's CPU timer with period_ns (0 disarms). bg/app. */

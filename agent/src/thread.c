@@ -249,9 +249,10 @@ static int find_stack_mapping(uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
     return found;
 }
 
-int ag_thread_scan(void) {
+int ag_thread_scan(int *registered) {
     DIR *d = opendir("/proc/self/task");
     int unresolved = 0;
+    *registered = 0;
     if (!d)
         return 0;
     pid_t live[AG_MAX_THREADS];
@@ -273,6 +274,7 @@ int ag_thread_scan(void) {
             break;
         timer_setup(t, live[i], g_scanned_once);
         atomic_store(&t->state, AG_TS_ACTIVE);
+        ++*registered;
     }
     g_scanned_once = 1;
     uint32_t hw = atomic_load(&g_hw);

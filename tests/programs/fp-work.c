@@ -214,7 +214,7 @@ NOINLINE static void *cpu4_thread(void *arg) {
     return NULL;
 }
 
-static volatile int g_half_stop;
+static atomic_int g_half_stop;
 NOINLINE static void *half(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "half");
