@@ -246,6 +246,33 @@ static void test_io_aggregates(void) {
     rmrf(dir);
 }
 
+/* Wall samples of thread `name` (rows may merge samples: counted by their count): all, those
+ * whose stack has site or site2 (NULL: none), those flagged on CPU. */
+typedef struct {
+    uint64_t n, in_site, on;
+} wall_count_t;
+
+static wall_count_t wall_of(const chunks_t *cs, const char *name, const char *site,
+                            const char *site2) {
+    wall_count_t w = {0, 0, 0};
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_WALL];
+        for (uint32_t r = 0; r < s->n; r++) {
+            uint32_t th = CM_COL(s, thread, r);
+            if (!c->dict.thread_name || strcmp(c->dict.strings[c->dict.thread_name[th]].ptr, name))
+                continue;
+            uint64_t k = cm_samples_count(s, r) / CM_COUNT_ONE;
+            w.n += k;
+            if (stack_has(&c->dict, s->stack[r], site) ||
+                (site2 && stack_has(&c->dict, s->stack[r], site2)))
+                w.in_site += k;
+            w.on += (CM_COL(s, flags, r) & CM_SF_ON_CPU) ? k : 0;
+        }
+    }
+    return w;
+}
+
 /* Wall samples of a thread blocked in a hooked call come without a signal (bgthread.c:
  * wall_from_blocked): a recv on a socket with SO_RCVTIMEO fails with EINTR on any signal, and
  * the waiter, fed every 20 ms, runs between ticks (so it is no idle thread either). With the
@@ -264,20 +291,10 @@ static void test_io_wall_blocked(void) {
                st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
         eintr[off] = out_u64(out, "eintr=");
         chunks_t *cs = load(dir);
-        for (int i = 0; i < cs->n; i++) {
-            const cm_chunk_t *c = cs->c[i];
-            const cm_samples_t *s = &c->samples[CM_EV_WALL];
-            for (uint32_t r = 0; r < s->n; r++) {
-                uint32_t th = CM_COL(s, thread, r);
-                if (!c->dict.thread_name ||
-                    strcmp(c->dict.strings[c->dict.thread_name[th]].ptr, "waiter"))
-                    continue;
-                uint64_t k = cm_samples_count(s, r) / CM_COUNT_ONE; /* rows may merge samples */
-                n[off] += k;
-                in_site[off] += stack_has(&c->dict, s->stack[r], "blocked_site") ? k : 0;
-                on[off] += (CM_COL(s, flags, r) & CM_SF_ON_CPU) ? k : 0;
-            }
-        }
+        wall_count_t w = wall_of(cs, "waiter", "blocked_site", NULL);
+        n[off] = w.n;
+        in_site[off] = w.in_site;
+        on[off] = w.on;
         printf("  I/O hooks %s: waiter %llu wall samples, %llu in blocked_site, %llu on CPU; "
                "recv EINTR %llu (%s)\n",
                off ? "off" : "on", (unsigned long long)n[off], (unsigned long long)in_site[off],
@@ -313,25 +330,9 @@ static void test_wait_hooks(void) {
            st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
     uint64_t bad = out_u64(out, "waits_bad="), eintr = out_u64(out, "eintr="),
              wakes = out_u64(out, "wakes=");
-    uint64_t n = 0, in_site = 0, on = 0;
     chunks_t *cs = load(dir);
-    for (int i = 0; i < cs->n; i++) {
-        const cm_chunk_t *c = cs->c[i];
-        const cm_samples_t *s = &c->samples[CM_EV_WALL];
-        for (uint32_t r = 0; r < s->n; r++) {
-            uint32_t th = CM_COL(s, thread, r);
-            if (!c->dict.thread_name ||
-                strcmp(c->dict.strings[c->dict.thread_name[th]].ptr, "poller"))
-                continue;
-            uint64_t k = cm_samples_count(s, r) / CM_COUNT_ONE;
-            n += k;
-            in_site += stack_has(&c->dict, s->stack[r], "poll_site") ||
-                               stack_has(&c->dict, s->stack[r], "epoll_site")
-                           ? k
-                           : 0;
-            on += (CM_COL(s, flags, r) & CM_SF_ON_CPU) ? k : 0;
-        }
-    }
+    wall_count_t w = wall_of(cs, "poller", "poll_site", "epoll_site");
+    uint64_t n = w.n, in_site = w.in_site, on = w.on;
     printf("  poller: %llu wall samples, %llu in poll_site/epoll_site, %llu on CPU; %llu wakes, "
            "%llu EINTR (%s)\n",
            (unsigned long long)n, (unsigned long long)in_site, (unsigned long long)on,
