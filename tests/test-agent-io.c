@@ -15,16 +15,24 @@ static const char *row_target(const cm_chunk_t *c, const cm_samples_t *s, uint32
     return t ? c->dict.strings[t].ptr : "";
 }
 
+/* Runs io_work MODE ARG under the agent, chunks to dir, with up to two more settings (NULL:
+ * none), killed after limit_s seconds; checks that it exited 0. Its output is in out. */
+static void io_run(const char *dir, const char *mode, const char *arg, int limit_s,
+                   const char *e1, const char *e2, char *out, size_t size) {
+    char prog[4096];
+    prog_path("io_work", prog, sizeof prog);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), e1, e1 ? e2 : NULL, NULL};
+    const char *argv[] = {prog, mode, arg, NULL};
+    int st = run(env, argv, limit_s, out, size);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "io_work %s: %s: %s", mode,
+           st == -1 ? "hung: killed at the time limit" : "did not exit 0", out);
+}
+
 /* Pipe reads that wait ~25 ms: one event each, durations matching the program's clock, fd
  * kind PIPE, io kind READ, target "pipe:[INODE]" with the pipe's own inode, bytes 1. */
 static void test_io_pipe(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("io_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-    const char *argv[] = {prog, "pipe", "5", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-           st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+    char *dir = mkout(), out[4096];
+    io_run(dir, "pipe", "5", 60, NULL, NULL, out, sizeof out);
     uint64_t slow = out_u64(out, "slow="), slow_ns = out_u64(out, "slow_ns=");
     char want[64];
     snprintf(want, sizeof want, "pipe:[%llu]", (unsigned long long)out_u64(out, "pipe_ino="));
@@ -58,14 +66,9 @@ static void test_io_pipe(void) {
 /* File writes and fsyncs (threshold lowered to 10 us): events carry the file's path, fd kind
  * FILE, io kinds WRITE and SYNC. */
 static void test_io_file(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("io_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_IO_THRESHOLD=0.01",
-                         "FLEETPROF_IO_FLOOR=0", NULL};
-    const char *argv[] = {prog, "file", "2", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-           st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+    char *dir = mkout(), out[4096];
+    io_run(dir, "file", "2", 60, "FLEETPROF_IO_THRESHOLD=0.01", "FLEETPROF_IO_FLOOR=0", out,
+           sizeof out);
     const char *p = strstr(out, "path=");
     CHECK(p != NULL);
     char path[256];
@@ -98,13 +101,8 @@ static void test_io_file(void) {
  * MSG_WAITALL) is an event with fd kind SOCKET, io kind READ, bytes 100 and the peer address
  * "127.0.0.1:PORT" of the server; as many events as recvs the program timed >= 10 ms. */
 static void test_io_socket(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("io_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-    const char *argv[] = {prog, "socket", "3", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-           st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+    char *dir = mkout(), out[4096];
+    io_run(dir, "socket", "3", 60, NULL, NULL, out, sizeof out);
     const char *p = strstr(out, "peer=");
     CHECK(p != NULL);
     char peer[64];
@@ -153,13 +151,8 @@ static void test_io_socket(void) {
  * (fsync's return) and the file's path; none under 9.5 ms is (the agent's clock is inside the
  * program's). */
 static void test_io_fsync(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("io_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-    const char *argv[] = {prog, "fsync", bdir(), NULL};
-    int st = run(env, argv, 120, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-           st == -1 ? "hung: killed after 120 s" : "did not exit 0", out);
+    char *dir = mkout(), out[4096];
+    io_run(dir, "fsync", bdir(), 120, NULL, NULL, out, sizeof out);
     const char *p = strstr(out, "path=");
     CHECK(p != NULL);
     char path[4096];
@@ -203,13 +196,8 @@ static void test_io_fsync(void) {
  * SUBSAMPLED, and the reads not recorded are counted as DROP_SUBSAMPLED (most of them, fewer
  * than the reads). */
 static void test_io_aggregates(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("io_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-    const char *argv[] = {prog, "fast", "6", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-           st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+    char *dir = mkout(), out[4096];
+    io_run(dir, "fast", "6", 60, NULL, NULL, out, sizeof out);
     uint64_t reads = out_u64(out, "reads="), slow = out_u64(out, "slow=");
     chunks_t *cs = load(dir);
     tot_t ag = total_flags(cs, CM_EV_IO, "fast_site", CM_SF_AGGREGATE, 0);
@@ -281,14 +269,9 @@ static wall_count_t wall_of(const chunks_t *cs, const char *name, const char *si
 static void test_io_wall_blocked(void) {
     uint64_t eintr[2] = {0, 0}, n[2] = {0, 0}, in_site[2] = {0, 0}, on[2] = {0, 0};
     for (int off = 0; off < 2; off++) {
-        char *dir = mkout(), prog[4096], out[4096];
-        prog_path("io_work", prog, sizeof prog);
-        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir),
-                             off ? "FLEETPROF_IO=0" : "FLEETPROF_IO=1", NULL};
-        const char *argv[] = {prog, "blocked", "3", NULL};
-        int st = run(env, argv, 60, out, sizeof out);
-        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-               st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+        char *dir = mkout(), out[4096];
+        io_run(dir, "blocked", "3", 60, off ? "FLEETPROF_IO=0" : "FLEETPROF_IO=1", NULL, out,
+               sizeof out);
         eintr[off] = out_u64(out, "eintr=");
         chunks_t *cs = load(dir);
         wall_count_t w = wall_of(cs, "waiter", "blocked_site", NULL);
@@ -321,13 +304,8 @@ static void test_io_wall_blocked(void) {
  * or epoll_site off CPU. Without the marks it would be signalled at most ticks, as recv is in
  * io_wall_blocked with the I/O hooks off. */
 static void test_wait_hooks(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("io_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), NULL};
-    const char *argv[] = {prog, "waits", "3", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-           st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+    char *dir = mkout(), out[4096];
+    io_run(dir, "waits", "3", 60, NULL, NULL, out, sizeof out);
     uint64_t bad = out_u64(out, "waits_bad="), eintr = out_u64(out, "eintr="),
              wakes = out_u64(out, "wakes=");
     chunks_t *cs = load(dir);
@@ -350,13 +328,8 @@ static void test_wait_hooks(void) {
 
 /* FLEETPROF_IO=0: no IO rows at all. */
 static void test_io_off(void) {
-    char *dir = mkout(), prog[4096], out[4096];
-    prog_path("io_work", prog, sizeof prog);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_IO=0", NULL};
-    const char *argv[] = {prog, "pipe", "1", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s",
-           st == -1 ? "hung: killed after 60 s" : "did not exit 0", out);
+    char *dir = mkout(), out[4096];
+    io_run(dir, "pipe", "1", 60, "FLEETPROF_IO=0", NULL, out, sizeof out);
     chunks_t *cs = load(dir);
     CHECK(cs->n >= 1);
     CHECK_EQ(total(cs, CM_EV_IO, NULL, 0).samples, 0);

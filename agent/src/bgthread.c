@@ -153,12 +153,11 @@ static void stat_sweep(int all) {
 static int thread_state_running(uint32_t slot, pid_t tid) {
     char buf[512];
     ssize_t n = -1;
-    if (g_stat[slot].fd1 && g_stat[slot].tid == tid &&
-        (n = stat_read(g_stat[slot].fd1 - 1, tid, buf, sizeof buf)) < 0)
-        stat_drop(slot); /* closed or replaced under us, or the thread is gone */
+    if (g_stat[slot].fd1 && g_stat[slot].tid == tid)
+        n = stat_read(g_stat[slot].fd1 - 1, tid, buf, sizeof buf);
     if (n < 0) {
-        if (g_stat[slot].fd1)
-            stat_drop(slot); /* the slot's previous thread */
+        /* none kept; or closed or replaced under us; or the slot's previous thread's */
+        stat_drop(slot);
         char path[64];
         snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
         int fd = open(path, O_RDONLY | O_CLOEXEC);

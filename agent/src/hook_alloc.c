@@ -167,7 +167,6 @@ static int64_t draw(uint64_t period) {
  * through free. Objects keep their headers when the agent is switched off: free still
  * recognises them. */
 
-
 static inline uint64_t word_at(uintptr_t a) {
     uint64_t v;
     memcpy(&v, (const void *)a, sizeof v);
