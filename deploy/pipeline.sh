@@ -9,7 +9,8 @@
 # Environment: FLEETPROF_BUILD (build dir, default ./build), FLEETPROF_STATE (default
 # /tmp/fleetprof-local), KAFKA_PORT (default 19092), AGG_PORT (default 9402),
 # COLLECTOR_METRICS (default 127.0.0.1:9465), AGG_FINE_WIDTH (fine time buckets, default 10s:
-# the diff's replicates; a short demo wants shorter ones).
+# the diff's replicates; a short demo wants shorter ones), AGG_EXTRA (more aggregator flags,
+# e.g. "--report-interval 2s --api-token T").
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${FLEETPROF_BUILD:-$ROOT/build}"
@@ -48,14 +49,14 @@ start() {
   if ! alive aggregator; then
     "$BUILD/aggregator/fleetprof-aggregator" --brokers "$bootstrap" --store-dir "$STATE/store" \
       --http-addr 127.0.0.1 --http-port "$AGG_PORT" --batch-interval 500ms \
-      --fine-width "${AGG_FINE_WIDTH:-10s}" \
+      --fine-width "${AGG_FINE_WIDTH:-10s}" ${AGG_EXTRA:-} \
       >"$STATE/aggregator.log" 2>&1 &
     echo $! >"$STATE/aggregator.pid"
   fi
   wait_http "http://$COLLECTOR_METRICS/healthz" 30 || { tail -20 "$STATE/collector.log" >&2; die "collector not healthy (log: $STATE/collector.log)"; }
   wait_http "http://127.0.0.1:$AGG_PORT/healthz" 60 || { tail -20 "$STATE/aggregator.log" >&2; die "aggregator not healthy (log: $STATE/aggregator.log)"; }
   say "collector socket $STATE/collector.sock, metrics http://$COLLECTOR_METRICS/metrics"
-  say "aggregator API http://127.0.0.1:$AGG_PORT, logs in $STATE"
+  say "aggregator API and web UI http://127.0.0.1:$AGG_PORT/, logs in $STATE"
   echo "export FLEETPROF_COLLECTOR=$STATE/collector.sock FLEETPROF_SERVER=http://127.0.0.1:$AGG_PORT"
 }
 

@@ -19,3 +19,5 @@ if(TARGET fp_collector)
     endif()
   endforeach()
 endif()
+# The web UI served by the aggregator (static assets, gzip, ETag, token and cookie).
+fp_test(test-ui LABELS "api;ui" LIBS fp_aggtest PkgConfig::API_CURL)

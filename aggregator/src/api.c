@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "api.h"
 
+#include "auth.h"
 #include "query_store.h"
 #include "reports.h"
 
@@ -217,19 +218,11 @@ static int parse_hexid(const char *v, uint8_t *out, size_t n) {
 /* ---- auth ---- */
 
 static int authorized(const agg_api_t *api, agg_http_reply_t *r) {
-    if (!api->token || !*api->token)
-        return 1;
-    const char *h = agg_http_request_header("Authorization");
-    const char *given = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : "";
-    size_t lt = strlen(api->token), lg = strlen(given);
-    /* constant time in the token's content: always compare lt bytes */
-    unsigned char diff = (unsigned char)(lt != lg);
-    for (size_t i = 0; i < lt; i++)
-        diff |= (unsigned char)(api->token[i] ^ (i < lg ? given[i] : 0));
-    if (diff == 0)
+    const char *why = NULL;
+    if (agg_auth_ok(api->token, &why))
         return 1;
     reply_err(r, 401, "Authorization",
-              h ? "the API token in the Authorization header is wrong"
+              strcmp(why, "missing") ? "the API token in the Authorization header is wrong"
                 : "this API needs a token: send 'Authorization: Bearer TOKEN' (fleetprof "
                   "--token or FLEETPROF_TOKEN)");
     return 0;

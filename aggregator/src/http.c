@@ -67,6 +67,23 @@ static int collect_query(void *cls, enum MHD_ValueKind kind, const char *key, co
     return MHD_YES;
 }
 
+/* Adds the reply's extra header lines ("Name: value\n" each) to resp. */
+static void add_headers(struct MHD_Response *resp, char *h) {
+    for (char *line = h, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        *colon = 0;
+        const char *v = colon + 1;
+        while (*v == ' ')
+            v++;
+        MHD_add_response_header(resp, line, v);
+    }
+}
+
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls) {
@@ -75,7 +92,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     (void)upload;
     (void)upload_size;
     (void)con_cls;
-    agg_http_reply_t r = {200, "text/plain; charset=utf-8", NULL, 0};
+    agg_http_reply_t r = {200, "text/plain; charset=utf-8", NULL, 0, 0, NULL};
     const agg_http_route_t *route = NULL;
     for (size_t i = 0; i < h->n; i++) {
         const agg_http_route_t *rt = &h->routes[i];
@@ -98,13 +115,18 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
         route->handler(route->arg, url, query, &r);
         cur_conn = NULL;
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(r.len, r.body ? r.body : (char *)"", MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        r.len, r.body ? r.body : (char *)"",
+        r.body_static ? MHD_RESPMEM_PERSISTENT : MHD_RESPMEM_MUST_FREE);
     if (!resp) {
-        free(r.body);
+        if (!r.body_static)
+            free(r.body);
+        free(r.headers);
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", r.content_type ? r.content_type : "text/plain");
+    add_headers(resp, r.headers);
+    free(r.headers);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)(r.status ? r.status : 200), resp);
     MHD_destroy_response(resp);
     return ret;

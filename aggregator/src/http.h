@@ -13,8 +13,10 @@
 typedef struct {
     int status;          /* HTTP status, default 200 */
     const char *content_type;
-    char *body;          /* malloc'ed; the server frees it */
+    char *body;          /* malloc'ed; the server frees it (unless body_static) */
     size_t len;
+    int body_static;     /* body is static data: not freed, not copied */
+    char *headers;       /* NULL or malloc'ed extra header lines "Name: value\n..." (freed) */
 } agg_http_reply_t;
 
 /* Fills reply. url is the path, query the raw query string ("" when none). */

@@ -4,6 +4,7 @@
 #include "api.h"
 #include "consume.h"
 #include "http.h"
+#include "ui.h"
 #include "metrics.h"
 #include "reports.h"
 
@@ -50,7 +51,8 @@ static const cm_opt_t opts[] = {
     {"http-addr", CM_OPT_STRING, "0.0.0.0", O(http_addr), 0, 0, "HTTP listen address"},
     {"http-port", CM_OPT_INT, "9402", O(http_port), 0, 65535, "HTTP port (0: any free port)"},
     {"api-token", CM_OPT_STRING, "", O(api_token), 0, 0,
-     "token the query API requires as 'Authorization: Bearer TOKEN' (empty: no token)"},
+     "token the query API and the web UI at / require ('Authorization: Bearer TOKEN' or the "
+     "UI's login cookie; empty: no token)"},
     {"report-min-samples", CM_OPT_INT, "2000", O(report_min_samples), 1, 1000000000,
      "CPU samples the newest version of a service (and the previous one) need before the "
      "per-deploy regression report is computed"},
@@ -122,6 +124,7 @@ int main(int argc, char **argv) {
     agg_metrics_t metrics;
     agg_http_t *http = NULL;
     agg_api_t *api = NULL;
+    agg_ui_t *ui = NULL;
     agg_reporter_t *reporter = NULL;
     agg_consumer_t *consumer = NULL;
     int rc = 1;
@@ -222,11 +225,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
-    agg_http_route_t routes[2 + AGG_API_ROUTES + 1] = {
+    agg_http_route_t routes[2 + AGG_API_ROUTES + 2] = {
         {"GET", "/metrics", h_metrics, &metrics},
         {"GET", "/healthz", h_healthz, &metrics},
     };
-    agg_api_routes(api, routes + 2, AGG_API_ROUTES);
+    size_t nr = 2 + agg_api_routes(api, routes + 2, AGG_API_ROUTES);
+    if (!(ui = agg_ui_new(cfg.api_token))) {
+        fprintf(stderr, "fleetprof-aggregator: out of memory\n");
+        goto out;
+    }
+    routes[nr] = agg_ui_route(ui); /* last: it matches every other path */
     if (agg_http_start(cfg.http_addr, (int)cfg.http_port, routes, &http, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
@@ -255,6 +263,7 @@ out:
     agg_consumer_free(consumer);
     agg_http_stop(http);
     agg_api_free(api);
+    agg_ui_free(ui);
     cm_config_free(opts, &cfg, &kafka);
     agg_metrics_destroy(&metrics);
     return rc;

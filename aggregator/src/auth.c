@@ -1,0 +1,62 @@
+/* API token check: Bearer header or the UI's cookie (see auth.h). Threading: reads the current
+ * request only (http.h's thread-local connection). */
+#define _GNU_SOURCE
+#include "auth.h"
+
+#include "http.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+int agg_auth_equal(const char *token, const char *given) {
+    size_t lt = strlen(token), lg = strlen(given);
+    /* always compare lt bytes: the time does not depend on where the first difference is */
+    unsigned char diff = (unsigned char)(lt != lg);
+    for (size_t i = 0; i < lt; i++)
+        diff |= (unsigned char)(token[i] ^ (i < lg ? given[i] : 0));
+    return diff == 0;
+}
+
+/* Decodes %XX escapes of a cookie value (the UI stores encodeURIComponent(token)) into out. */
+static void cookie_value(const char *cookies, char *out, size_t size) {
+    out[0] = 0;
+    size_t nl = strlen(AGG_AUTH_COOKIE);
+    for (const char *c = cookies; c && *c;) {
+        while (*c == ' ' || *c == ';')
+            c++;
+        if (!strncmp(c, AGG_AUTH_COOKIE, nl) && c[nl] == '=') {
+            const char *v = c + nl + 1;
+            size_t n = 0;
+            while (*v && *v != ';' && n + 1 < size) {
+                unsigned x;
+                if (*v == '%' && sscanf(v + 1, "%2x", &x) == 1) {
+                    out[n++] = (char)x;
+                    v += 3;
+                } else {
+                    out[n++] = *v++;
+                }
+            }
+            out[n] = 0;
+            return;
+        }
+        c = strchr(c, ';');
+    }
+}
+
+int agg_auth_ok(const char *token, const char **why) {
+    if (!token || !*token)
+        return 1;
+    const char *h = agg_http_request_header("Authorization");
+    const char *cookies = agg_http_request_header("Cookie");
+    char cv[512];
+    cookie_value(cookies, cv, sizeof cv);
+    int have_header = h && !strncasecmp(h, "Bearer ", 7);
+    if (have_header && agg_auth_equal(token, h + 7))
+        return 1;
+    if (cv[0] && agg_auth_equal(token, cv))
+        return 1;
+    if (why)
+        *why = have_header || cv[0] || h ? "wrong" : "missing";
+    return 0;
+}
