@@ -21,3 +21,9 @@ if(TARGET fp_collector)
 endif()
 # The web UI served by the aggregator (static assets, gzip, ETag, token and cookie).
 fp_test(test-ui LABELS "api;ui" LIBS fp_aggtest PkgConfig::API_CURL)
+# The web UI in headless chromium against a real pipeline fed by the demo service (about 90 s;
+# Kafka ports 19840-19842). nosan: it preloads the agent into uninstrumented code and tests
+# JavaScript; slow: excluded from the sanitizer runs.
+add_test(NAME test-ui-browser COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ui/browser-test.sh)
+set_tests_properties(test-ui-browser PROPERTIES TIMEOUT 400 LABELS "ui;browser;pipeline;slow;nosan;kafka"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")

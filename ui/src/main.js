@@ -68,7 +68,7 @@ async function route() {
     const el = await fn(obj(params));
     if (seq !== renderSeq) return;
     main.replaceChildren(el);
-    if (el.onMounted) el.onMounted();
+    if (el.onMounted) await el.onMounted();
   } catch (e) {
     if (seq !== renderSeq) return;
     main.replaceChildren(errorBox(e));
@@ -216,7 +216,7 @@ VIEWS.service = async (p) => {
         scales: { x: { time: true } },
         series: [{}, ...series.map((s, i) => ({ label: s.version, stroke: seriesColor(versions.indexOf(s.version)), width: 1.5, spanGaps: true,
           value: (u, v) => (v == null ? '-' : ts.unit === 'bytes' ? fmtValue(v, 'bytes') + '/s' : v.toFixed(3) + ' cores') }))],
-        axes: [{}, { size: 60, values: (u, vals) => vals.map((v) => (ts.unit === 'bytes' ? fmtValue(v, 'bytes') : v.toFixed(2))) }],
+        axes: [{}, { size: 80, values: (u, vals) => vals.map((v) => (ts.unit === 'bytes' ? fmtValue(v, 'bytes') : v.toFixed(2))) }],
         hooks: {
           draw: [(u) => {
             const c = u.ctx;

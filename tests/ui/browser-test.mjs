@@ -1,0 +1,247 @@
+// The web UI in a real browser (headless Debian chromium, puppeteer-core) against a real
+// pipeline that tests/ui/browser-test.sh started and fed with the demo service: v1 and v2 (v2
+// adds apply_discount_rules, ~9 % more CPU per checkout) side by side, every request in its
+// own span. Each check drives the UI as a user would (clicks, typing) and compares what is
+// drawn with the query API's own answer. Screenshots of every view go to the directory given.
+//
+// usage: node browser-test.mjs SERVER_URL SCREENSHOT_DIR
+import { mkdirSync } from 'node:fs';
+import { launch, open, nav } from './browser.mjs';
+
+const [server, shots] = process.argv.slice(2);
+if (!server || !shots) { console.error('usage: browser-test.mjs SERVER_URL SCREENSHOT_DIR'); process.exit(2); }
+mkdirSync(shots, { recursive: true });
+const deadline = setTimeout(() => { console.error('browser test: over 150 s, giving up'); process.exit(1); }, 150000);
+
+let failed = 0, passed = 0;
+function check(cond, what) {
+  if (!cond) throw new Error('check failed: ' + what);
+}
+async function api(path) {
+  const r = await fetch(server + '/api/v1/' + path);
+  if (!r.ok) throw new Error(`GET ${path}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+const { browser, close } = await launch();
+const page = await browser.newPage();
+await page.setViewport({ width: 1400, height: 900 });
+const pageErrors = [];
+page.on('pageerror', (e) => pageErrors.push(e.message));
+page.on('console', (m) => { if (m.type() === 'error') pageErrors.push(m.text()); });
+const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+const frames = (p = page) => p.evaluate(() => window.fpFlame.frames());
+// Clicks the middle of the widest drawn frame called name.
+async function clickFrame(name, opts) {
+  const f = (await frames()).filter((x) => x.name === name).sort((a, b) => b.w - a.w)[0];
+  check(f, `a frame ${name} is drawn`);
+  const box = await (await page.$('.flame-canvas')).boundingBox();
+  await page.mouse.click(box.x + f.x + f.w / 2, box.y + f.y + f.h / 2, opts);
+}
+
+async function test(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name.padEnd(40)} ${Date.now() - t0} ms`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e.message}`);
+    await shot('FAILED-' + name).catch(() => {});
+  }
+}
+
+await test('services', async () => {
+  await open(page, server + '/');
+  const text = await page.$eval('#main', (e) => e.innerText);
+  check(text.includes('demo'), 'the demo service is listed');
+  const chips = await page.$$eval('.chip', (e) => e.map((x) => x.textContent));
+  check(chips.includes('v1') && chips.includes('v2'), `its versions are listed: ${chips}`);
+  check(await page.$('.spark canvas'), 'a CPU sparkline is drawn');
+  await shot('services');
+});
+
+await test('service_timeline', async () => {
+  await nav(page, '#/service?service=demo');
+  const charts = await page.$$('.chart .u-over');
+  check(charts.length >= 2, `a chart per event type (${charts.length})`);
+  // drag across the first chart: the URL gets the selected range
+  const box = await charts[0].boundingBox();
+  await page.mouse.move(box.x + box.width * 0.3, box.y + box.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.7, box.y + box.height / 2, { steps: 5 });
+  await page.mouse.up();
+  const url = new URL(page.url());
+  const q = new URLSearchParams(url.hash.split('?')[1]);
+  check(+q.get('to') > +q.get('from') && +q.get('from') > 1e9, `a drag selects a range: ${url.hash}`);
+  check((await page.$eval('.range', (e) => e.textContent)).startsWith('selected'), 'the range is shown');
+  await shot('service');
+  // the deploy marker's link: compare with the previous version
+  const link = await page.$('a.compare');
+  check(link, 'a deploy has a "compare with previous version" link');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await link.click();
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  check(/#\/diff\?.*base=v1.*test=v2/.test(page.url()), `the link opens the diff v1 -> v2: ${page.url()}`);
+});
+
+let sharedUrl, sharedState;
+await test('flame_names_zoom_search', async () => {
+  await nav(page, '#/flame?service=demo&version=v2');
+  let fs = await frames();
+  const names = new Set(fs.map((f) => f.name));
+  for (const n of ['handle_checkout', 'handle_search', 'price_cart', 'scan_index', 'apply_discount_rules'])
+    check(names.has(n), `the flame graph shows ${n}`);
+  await shot('flame');
+  // click zooms: handle_checkout becomes the full width, the search subtree disappears
+  const width = (await (await page.$('.flame-canvas')).boundingBox()).width;
+  await clickFrame('handle_checkout');
+  fs = await frames();
+  const hc = fs.find((f) => f.name === 'handle_checkout');
+  check(hc && Math.abs(hc.w - width) < 2, `after the click handle_checkout is ${hc && hc.w} px of ${width}`);
+  check(!fs.some((f) => f.name === 'handle_search' || f.name === 'scan_index'), 'the other subtree is gone');
+  const crumbs = await page.$eval('.crumbs', (e) => e.textContent);
+  check(crumbs.includes('handle_checkout'), `breadcrumb: ${crumbs}`);
+  check(page.url().includes('focus='), 'the zoom is in the URL');
+  // search: highlight and share, compared with the API's top functions
+  await page.type('input.search', 'price_cart');
+  const found = await page.$eval('.found', (e) => e.textContent);
+  const m = /(\d+) frames match: ([\d.]+)% of the total/.exec(found);
+  check(m, `the search says its share: "${found}"`);
+  const top = await api('profile?service=demo&version=v2&view=top&limit=100000');
+  const pc = top.functions.find((f) => f.name === 'price_cart');
+  check(Math.abs(+m[2] - 100 * pc.total_share) < 0.01, `share ${m[2]}% = the API's ${(100 * pc.total_share).toFixed(3)}%`);
+  fs = await frames();
+  check(fs.some((f) => f.match) && fs.every((f) => f.match === f.name.includes('price_cart')), 'exactly the matching frames are highlighted');
+  await shot('flame-search');
+  sharedUrl = page.url();
+  sharedState = { crumbs: await page.$eval('.crumbs', (e) => e.textContent), found, frames: fs.map((f) => `${f.name}:${Math.round(f.w)}:${f.match}`).join() };
+});
+
+await test('flame_tooltip_and_mode', async () => {
+  const f = (await frames()).find((x) => x.name === 'price_cart');
+  const box = await (await page.$('.flame-canvas')).boundingBox();
+  await page.mouse.move(box.x + f.x + f.w / 2, box.y + f.y + f.h / 2);
+  const tip = await page.$eval('.flame-tip', (e) => (e.hidden ? '' : e.innerText));
+  check(/price_cart/.test(tip) && /total/.test(tip) && /self/.test(tip) && /samples/.test(tip) && /(ms|s)\b/.test(tip), `tooltip: ${tip}`);
+  // flame mode: root at the bottom
+  const before = (await frames()).find((x) => x.name === 'handle_checkout').y;
+  await page.click('.flame-panel .controls button');
+  const after = (await frames()).find((x) => x.name === 'handle_checkout').y;
+  check(after > before, `flame mode draws the root at the bottom (${before} -> ${after})`);
+  check(page.url().includes('mode=flame'), 'the mode is in the URL');
+});
+
+await test('shared_link_reproduces_view', async () => {
+  const ctx = await browser.createBrowserContext();
+  const p2 = await ctx.newPage();
+  await p2.setViewport({ width: 1400, height: 900 });
+  await open(p2, sharedUrl);
+  const st = { crumbs: await p2.$eval('.crumbs', (e) => e.textContent), found: await p2.$eval('.found', (e) => e.textContent),
+    frames: (await frames(p2)).map((f) => `${f.name}:${Math.round(f.w)}:${f.match}`).join() };
+  check(st.crumbs === sharedState.crumbs, `breadcrumb ${st.crumbs} vs ${sharedState.crumbs}`);
+  check(st.found === sharedState.found, `search ${st.found} vs ${sharedState.found}`);
+  check(st.frames === sharedState.frames, 'the same frames, widths and highlights');
+  await p2.screenshot({ path: `${shots}/flame-shared-link.png` });
+  await ctx.close();
+});
+
+await test('sandwich_and_filters', async () => {
+  await nav(page, '#/flame?service=demo&version=v2');
+  // shift-click a frame: its callers and callees
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.keyboard.down('Shift');
+  await clickFrame('price_cart');
+  await page.keyboard.up('Shift');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  check(page.url().includes('fn=price_cart'), `shift-click selects the function: ${page.url()}`);
+  const sw = await page.$eval('#sandwich', (e) => e.innerText);
+  check(/callers[\s\S]*handle_checkout/.test(sw), `handle_checkout calls price_cart: ${sw}`);
+  // exclude filter: the handle_search stacks disappear from the graph
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.$eval('textarea[data-filter=exclude]', (e) => { e.value = 'handle_search'; e.dispatchEvent(new Event('change')); });
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const fs = await frames();
+  check(page.url().includes('exclude=handle_search'), 'the filter is in the URL');
+  check(fs.some((f) => f.name === 'price_cart') && !fs.some((f) => f.name === 'handle_search' || f.name === 'scan_index'), 'exclude drops the matching stacks');
+  await shot('flame-sandwich');
+});
+
+await test('diff_planted_regression', async () => {
+  await nav(page, '#/diff?service=demo&base=v1&test=v2');
+  const fs = await frames();
+  const sat = fs.filter((f) => f.saturated);
+  check(sat.length > 0 && sat.every((f) => f.name === 'apply_discount_rules'), `saturated frames: ${[...new Set(sat.map((f) => f.name))]}`);
+  check(sat.every((f) => f.fill === 'rgb(178,24,43)'), `the planted function is red: ${sat.map((f) => f.fill)}`);
+  // every other frame is a pale tint: no channel more than 30% of the way from the grey
+  for (const f of fs.filter((x) => !x.saturated)) {
+    const c = f.fill.match(/\d+/g).map(Number);
+    check(Math.abs(c[0] - 224) <= 0.3 * 224 + 1 && Math.abs(c[1] - 224) <= 0.3 * 200 + 1 && Math.abs(c[2] - 224) <= 0.3 * 190 + 1, `${f.name} is pale: ${f.fill}`);
+  }
+  // the findings table is the diff's: apply_discount_rules the only regression
+  const rows = await page.$$eval('.findings tbody tr', (t) => t.map((r) => [...r.children].map((c) => c.textContent)));
+  const regs = rows.filter((r) => r[0] === 'regression');
+  check(regs.length === 1 && regs[0][8] === 'apply_discount_rules', `regressions: ${JSON.stringify(regs)}`);
+  const d = await api('diff?service=demo&base=v1&test=v2&limit=100');
+  check(rows.length === d.entries.filter((e) => e.class !== 'untested').length, 'one row per tested function');
+  await shot('diff');
+  // per request
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.click('section > .controls button');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  check(page.url().includes('per=request'), 'per request is in the URL');
+  check((await page.$eval('.summary', (e) => e.innerText)).includes('per request'), 'values per request');
+});
+
+await test('reports_open_diff', async () => {
+  await nav(page, '#/reports');
+  const rows = await page.$$eval('.reports tbody tr', (t) => t.map((r) => r.innerText));
+  check(rows.length >= 1 && rows[0].includes('v1 → v2'), `reports: ${rows}`);
+  await shot('reports');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.click('a.open-diff');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  check(/#\/diff\?.*base=v1.*test=v2/.test(page.url()), 'a report opens its diff');
+  check(await page.$('.findings'), 'with its findings');
+});
+
+await test('spans_and_span_flame', async () => {
+  await nav(page, '#/spans?service=demo');
+  const n = await page.$$eval('.spans tbody tr', (t) => t.length);
+  check(n >= 5, `spans are listed (${n})`);
+  await shot('spans');
+  const spanId = await page.$eval('.spans tbody tr a.span', (a) => a.textContent);
+  const traceId = new URLSearchParams((await page.$eval('.spans tbody tr a.trace', (a) => a.getAttribute('href'))).split('?')[1]).get('trace');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.click('.spans tbody tr a.span');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const names = new Set((await frames()).map((f) => f.name));
+  const checkout = names.has('handle_checkout'), search = names.has('handle_search');
+  check(checkout !== search, `one request kind only: checkout ${checkout}, search ${search}`);
+  const foreign = checkout ? ['scan_index', 'rank_results', 'handle_search'] : ['price_cart', 'reserve_stock', 'handle_checkout', 'apply_discount_rules'];
+  check(!foreign.some((x) => names.has(x)), `nothing of the other request kind: ${[...names]}`);
+  // the graph's total is the span's own cost in the span index
+  const s = await api(`span?span=${spanId}&type=cpu&view=tree&min_share=0`);
+  const total = await page.evaluate(() => window.fpFlame.total[0]);
+  check(total === s.tree.total, `span total ${total} = ${s.tree.total}`);
+  const tabs = await page.$$eval('.tabs a', (t) => t.map((x) => x.textContent));
+  check(tabs.length >= 1 && tabs[0].startsWith('cpu'), `a tab per event type: ${tabs}`);
+  await shot('span');
+  // the trace id box
+  await nav(page, '#/spans?service=demo');
+  await page.type('#trace-box', traceId);
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  check(page.url().includes('trace=' + traceId) && (await frames()).length > 2, 'the trace box opens the trace');
+});
+
+await test('no_page_errors', async () => {
+  check(pageErrors.length === 0, `errors in the page: ${pageErrors.join(' | ')}`);
+});
+
+await close();
+clearTimeout(deadline);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

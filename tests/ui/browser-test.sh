@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The web UI in a real browser against a real pipeline (ctest: test-ui-browser; labels ui,
+# browser, pipeline, slow, nosan: it preloads the agent into the uninstrumented demo service,
+# and a sanitizer build adds nothing to a JavaScript test).
+#
+#   deploy/pipeline.sh start (Kafka 19840, aggregator 19841, collector metrics 19842; 2-s
+#   buckets, reports every 2 s) -> deploy/demo/feed.sh: demo-service v1 and v2 side by side, 3
+#   processes each for 30 s, every request in its own span -> tests/ui/browser-test.mjs in
+#   headless chromium. Screenshots: $FLEETPROF_BUILD/ui-screenshots/.
+# Needs chromium (deploy/install-deps.sh) and ui/node_modules (npm ci, run here when missing).
+set -euo pipefail
+SRC="${FLEETPROF_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}"
+export FLEETPROF_BUILD="${FLEETPROF_BUILD:-$SRC/build}"
+cd "$SRC"
+export KAFKA_PORT=19840 AGG_PORT=19841 COLLECTOR_METRICS=127.0.0.1:19842 AGG_FINE_WIDTH=2s
+export AGG_EXTRA="--report-interval 2s --report-min-samples 1000"
+export FLEETPROF_STATE
+FLEETPROF_STATE=$(mktemp -d /tmp/fleetprof-ui-test.XXXXXX)
+
+command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null || { echo "chromium is missing: run deploy/install-deps.sh"; exit 1; }
+if [ ! -f ui/node_modules/puppeteer-core/package.json ] || [ ui/package-lock.json -nt ui/node_modules/.package-lock.json ]; then
+  (cd ui && timeout 300 npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+trap 'deploy/pipeline.sh stop >/dev/null 2>&1 || true' EXIT
+eval "$(deploy/pipeline.sh start)"
+# the agent at the pipeline test's settings: ~100 CPU samples/s per process, 2-s chunks
+FLEETPROF_CPU_RATE=400 FLEETPROF_CPU_BUDGET=5 PARALLEL=1 SECONDS_PER_VERSION=30 PROCS=3 INTERVAL=2 \
+  RATE=1500 deploy/demo/feed.sh v1 v2
+# the per-deploy report of v2 (the reporter looks every 2 s)
+for _ in $(seq 1 60); do
+  curl -fsS "$FLEETPROF_SERVER/api/v1/reports?service=demo" | grep -q '"test":"v2"' && break
+  sleep 1
+done
+node tests/ui/browser-test.mjs "$FLEETPROF_SERVER" "$FLEETPROF_BUILD/ui-screenshots"
