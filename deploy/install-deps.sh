@@ -21,6 +21,7 @@ PKGS=(
   maven default-jre-headless  # fetch and run the Kafka broker for tests
   curl netcat-openbsd procps python3
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
+  chromium fonts-dejavu-core  # the web UI's browser test and benchmark (headless, puppeteer-core)
 )
 
 missing=()
@@ -44,4 +45,14 @@ if ! command -v go >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go
+fi
+
+# node and npm: the web UI's browser test and benchmark (puppeteer-core from ui/package-lock.json)
+# and rebuilding ui/dist (ui/build.sh). The C build does not need them (ui/dist is committed).
+# Only when missing: a machine with node from elsewhere keeps it.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "install-deps: installing nodejs and npm (web UI test and build)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi

@@ -19,6 +19,19 @@ function hash(s) {
   return h >>> 0;
 }
 
+function hslHex(h, s, l) {
+  const a = s * Math.min(l, 1 - l);
+  const f = (n) => {
+    const k = (n + h / 30) % 12;
+    const v = l - a * Math.max(-1, Math.min(k - 3, 9 - k, 1));
+    return Math.round(v * 255).toString(16).padStart(2, '0');
+  };
+  return '#' + f(0) + f(8) + f(4);
+}
+
+// 64 warm colours (hue 5-50, as flamegraph.pl), picked by a hash of the function's name
+const PALETTE = Array.from({ length: 64 }, (_, i) => hslHex(5 + (i * 37) % 45, 0.7 + ((i * 7) % 20) / 100, 0.55 + ((i * 5) % 12) / 100));
+
 // RdBu end points and the neutral grey
 const RED = [178, 24, 43], BLUE = [33, 102, 172], NEUTRAL = [224, 224, 224];
 function mix(a, b, t) {
@@ -52,9 +65,16 @@ export class FlameGraph {
   // event type's unit. Values may be replaced by diff rates through setDiff afterwards.
   setData(root, unit) {
     const t0 = performance.now();
+    // no allocation per node beyond the result arrays: this runs cold (unoptimised) on each
+    // new profile, where garbage and closures cost the most
     let n = 0;
-    const count = (x) => { n++; for (const c of x.children || []) count(c); };
-    count(root);
+    const objs = [root];
+    while (objs.length) {
+      const x = objs.pop();
+      n++;
+      const kids = x.children;
+      if (kids) for (let c = 0; c < kids.length; c++) objs.push(kids[c]);
+    }
     this.n = n;
     this.unit = unit;
     this.name = new Array(n);
@@ -71,12 +91,15 @@ export class FlameGraph {
     this.test = null;
     const isDiff = root.base !== undefined;
     if (isDiff) { this.base = new Float64Array(n); this.test = new Float64Array(n); }
-    let i = 0, maxDepth = 0;
-    // iterative DFS (deep stacks must not overflow the JS stack)
-    const stack = [[root, -1, 0, 0]];
-    while (stack.length) {
-      const [node, par, d, x] = stack.pop();
-      const k = i++;
+    let maxDepth = 0;
+    // iterative preorder DFS (deep stacks must not overflow the JS stack); parallel stacks
+    const sPar = new Int32Array(n), sDepth = new Uint16Array(n), sX = new Float64Array(n);
+    objs.push(root);
+    sPar[0] = -1; sDepth[0] = 0; sX[0] = 0;
+    let sp = 1, k = 0;
+    while (sp) {
+      sp--;
+      const node = objs.pop(), par = sPar[sp], d = sDepth[sp], x = sX[sp];
       this.name[k] = node.name;
       this.module[k] = node.module || '';
       this.total[k] = node.total;
@@ -87,24 +110,32 @@ export class FlameGraph {
       this.parent[k] = par;
       if (isDiff) { this.base[k] = node.base; this.test[k] = node.test; }
       if (d > maxDepth) maxDepth = d;
-      const kids = node.children || [];
-      let cx = x;
-      const offs = new Array(kids.length);
-      for (let c = 0; c < kids.length; c++) { offs[c] = cx; cx += kids[c].total; }
-      for (let c = kids.length - 1; c >= 0; c--) stack.push([kids[c], k, d + 1, offs[c]]);
+      const kids = node.children;
+      if (kids && kids.length) {
+        let sum = 0;
+        for (let c = 0; c < kids.length; c++) sum += kids[c].total;
+        // pushed last to first so that the first child is visited first; its x = x + the
+        // totals of the siblings before it
+        let after = 0;
+        for (let c = kids.length - 1; c >= 0; c--) {
+          after += kids[c].total;
+          objs.push(kids[c]);
+          sPar[sp] = k; sDepth[sp] = d + 1; sX[sp] = x + (sum - after);
+          sp++;
+        }
+      }
+      k++;
     }
-    // end of each subtree: preorder, so end[k] = next index whose depth <= depth[k]
-    const open = [];
+    // end of each subtree: preorder, so end[k] = the next index whose depth <= depth[k]
+    const open = new Int32Array(maxDepth + 2);
+    let top = 0;
     for (let k = 0; k < n; k++) {
-      while (open.length && this.depth[open[open.length - 1]] >= this.depth[k]) this.end[open.pop()] = k;
-      open.push(k);
+      while (top && this.depth[open[top - 1]] >= this.depth[k]) this.end[open[--top]] = k;
+      open[top++] = k;
     }
-    while (open.length) this.end[open.pop()] = n;
+    while (top) this.end[open[--top]] = n;
     this.maxDepth = maxDepth;
-    for (let k = 0; k < n; k++) {
-      const h = hash(this.name[k]);
-      this.color[k] = `hsl(${h % 45 + 5},${70 + (h >> 8) % 20}%,${55 + (h >> 16) % 12}%)`;
-    }
+    for (let k = 0; k < n; k++) this.color[k] = PALETTE[hash(this.name[k]) & 63];
     this.zoom = 0;
     this.diff = null;
     this.prepMs = performance.now() - t0;
@@ -211,26 +242,41 @@ export class FlameGraph {
     const x0 = this.x[z], scale = this.total[z] > 0 ? W / this.total[z] : 0;
     const vis = this.vis = { k: [], x: [], y: [], w: [] };
     const rowY = (d) => (this.mode === 'flame' ? H - (d + 1) * ROW : d * ROW);
-    const draw = (k, px, pw, y) => {
-      let fill = this.color[k];
-      if (this.match) fill = this.match[k] ? '#c51b7d' : '#d9d9d9';
-      ctx.fillStyle = fill;
-      ctx.fillRect(px, y, Math.max(pw - 0.5, 0.5), ROW - 1);
-      vis.k.push(k); vis.x.push(px); vis.y.push(y); vis.w.push(pw);
-      if (pw > cw * 3 + 6) {
-        const max = Math.floor((pw - 6) / cw);
-        const nm = this.name[k];
-        ctx.fillStyle = this.match && this.match[k] ? '#fff' : '#111';
-        ctx.fillText(nm.length > max ? nm.slice(0, max - 1) + '…' : nm, px + 3, y + ROW / 2);
-      }
-    };
-    // ancestors of the zoomed frame: full width, dimmed by their colour only
-    for (const a of this.ancestors(z)) if (a !== z) draw(a, 0, W, rowY(this.depth[a]));
+    const add = (k, px, pw) => { vis.k.push(k); vis.x.push(px); vis.y.push(rowY(this.depth[k])); vis.w.push(pw); };
+    // ancestors of the zoomed frame: full width
+    for (const a of this.ancestors(z)) if (a !== z) add(a, 0, W);
     for (let k = z; k < this.end[z];) {
       const pw = this.total[k] * scale;
       if (pw < 0.33) { k = this.end[k]; continue; } // too thin: skip the subtree
-      draw(k, (this.x[k] - x0) * scale, pw, rowY(this.depth[k]));
+      add(k, (this.x[k] - x0) * scale, pw);
       k++;
+    }
+    // rectangles grouped by colour: one path and one fill per colour, not per frame
+    const groups = new Map();
+    for (let i = 0; i < vis.k.length; i++) {
+      const k = vis.k[i];
+      const fill = this.match ? (this.match[k] ? '#c51b7d' : '#d9d9d9') : this.color[k];
+      let g = groups.get(fill);
+      if (!g) groups.set(fill, (g = []));
+      g.push(i);
+    }
+    for (const [fill, g] of groups) {
+      ctx.fillStyle = fill;
+      ctx.beginPath();
+      for (const i of g) ctx.rect(vis.x[i], vis.y[i], Math.max(vis.w[i] - 0.5, 0.5), ROW - 1);
+      ctx.fill();
+    }
+    // labels where they fit
+    const minW = cw * 3 + 6;
+    for (let pass = 0; pass < 2; pass++) {
+      ctx.fillStyle = pass ? '#fff' : '#111';
+      for (let i = 0; i < vis.k.length; i++) {
+        const pw = vis.w[i], k = vis.k[i];
+        if (pw <= minW || (pass === 1) !== !!(this.match && this.match[k])) continue;
+        const max = Math.floor((pw - 6) / cw);
+        const nm = this.name[k];
+        ctx.fillText(nm.length > max ? nm.slice(0, max - 1) + '…' : nm, vis.x[i] + 3, vis.y[i] + ROW / 2);
+      }
     }
     this.renderMs = performance.now() - t0;
     if (this.opts.onRender) this.opts.onRender(this);
@@ -291,14 +337,14 @@ export class FlameGraph {
   }
 
   onClick(e) {
+    const t0 = performance.now();
     const k = this.hit(e);
     if (k < 0) return;
     if (e.shiftKey) { if (this.opts.onSelect) this.opts.onSelect(this.name[k]); return; }
     this.zoomTo(k);
-    const t0 = performance.now();
     this.render();
-    this.zoomMs = performance.now() - t0;
     if (this.opts.onZoom) this.opts.onZoom(this.pathOf(k), k);
+    this.zoomMs = performance.now() - t0; // hit test + redraw + breadcrumb and URL
   }
 
   // For tests and benchmarks: the frames drawn, in CSS pixels relative to the canvas.

@@ -324,6 +324,8 @@ function flamePanel(p, view, tree, top, unit, extra) {
     if (p.search) fg.setSearch(p.search);
     fg.render();
     fg.firstMs = performance.now() - t0;
+    performance.mark('fp-rendered');
+    requestAnimationFrame(() => performance.mark('fp-painted'));
     if (p.search) doSearch(p.search);
     drawCrumbs();
   };
@@ -334,6 +336,7 @@ async function sandwich(p, unit, fetcher) {
   if (!p.fn) return null;
   try {
     const c = await fetcher();
+    unit = unit || c.unit;
     const list = (title, arr) => h('div', {}, h('h4', {}, title), arr.length ? h('table.grid', {}, h('tbody', {}, arr.map((e) =>
       h('tr', {}, h('td.num', {}, fmtValue(e.value, unit)), h('td.num', {}, fmtPct(c.total ? e.value / c.total : 0)), h('td', {}, e.name))))) : h('p.muted', {}, 'none'));
     return h('div.sandwich', { id: 'sandwich' }, h('h3', {}, 'Callers / callees of ', h('code', {}, p.fn)),
@@ -347,11 +350,11 @@ VIEWS.flame = async (p) => {
   nav(p.service);
   p._view = undefined;
   const q = profileParams(p);
-  const [tree, top] = await Promise.all([
+  const [tree, top, vs, sw] = await Promise.all([
     get('profile', { ...q, view: 'tree', limit: p.nodes || 10000, min_share: p.min_share || 0.0001 }),
-    get('profile', { ...q, view: 'top', limit: 30 })]);
-  const sw = await sandwich({ ...p, _view: 'flame' }, tree.unit, () => get('profile', { ...q, view: 'callers', function: p.fn }));
-  const vs = await get(`services/${encodeURIComponent(p.service)}/versions`);
+    get('profile', { ...q, view: 'top', limit: 30 }),
+    get(`services/${encodeURIComponent(p.service)}/versions`),
+    sandwich({ ...p, _view: 'flame' }, '', () => get('profile', { ...q, view: 'callers', function: p.fn }))]);
   const typeSel = h('select', { onchange: (e) => go('flame', { ...p, type: e.target.value, focus: undefined, fn: undefined }) },
     EVENT_TYPES.map((t) => h('option', { value: t, selected: t === (p.type || 'cpu') }, t)));
   const vsel = h('select', { multiple: true, size: Math.min(4, vs.versions.length), onchange: (e) => go('flame', { ...p, version: [...e.target.selectedOptions].map((o) => o.value), focus: undefined }) },
