@@ -13,9 +13,11 @@
 const ROW = 18;
 const FONT = '11px ui-monospace, "DejaVu Sans Mono", monospace';
 
+// FNV-1a over at most ~24 characters spread over the name (a colour needs no more)
 function hash(s) {
-  let h = 2166136261;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
+  let h = 2166136261 ^ s.length;
+  const step = s.length > 24 ? Math.ceil(s.length / 24) : 1;
+  for (let i = s.length - 1; i >= 0; i -= step) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
   return h >>> 0;
 }
 
@@ -135,7 +137,7 @@ export class FlameGraph {
     }
     while (top) this.end[open[--top]] = n;
     this.maxDepth = maxDepth;
-    for (let k = 0; k < n; k++) this.color[k] = PALETTE[hash(this.name[k]) & 63];
+    // colours are computed when a frame is first drawn (render), not for all frames here
     this.zoom = 0;
     this.diff = null;
     this.prepMs = performance.now() - t0;
@@ -255,7 +257,9 @@ export class FlameGraph {
     const groups = new Map();
     for (let i = 0; i < vis.k.length; i++) {
       const k = vis.k[i];
-      const fill = this.match ? (this.match[k] ? '#c51b7d' : '#d9d9d9') : this.color[k];
+      let fill = this.color[k];
+      if (fill === undefined) fill = this.color[k] = PALETTE[hash(this.name[k]) & 63];
+      if (this.match) fill = this.match[k] ? '#c51b7d' : '#d9d9d9';
       let g = groups.get(fill);
       if (!g) groups.set(fill, (g = []));
       g.push(i);
