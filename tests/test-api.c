@@ -11,7 +11,9 @@
 #include "cm/chunk.h"
 #include "cm/wire.h"
 
+#include <glob.h>
 #include <jansson.h>
+#include <sqlite3.h>
 #include <math.h>
 #include <zlib.h>
 
@@ -258,6 +260,109 @@ static void test_timeseries(void) {
     expect_error("/api/v1/timeseries?service=nope", 404, "service");
     snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&to=x", svc0);
     expect_error(path, 400, "to");
+    snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&label=nocolon", svc0);
+    expect_error(path, 400, "label");
+}
+
+/* One label (key, value) of svc0's v0 CPU rows, read from the stores. */
+static int find_label(char *key, char *val, size_t size) {
+    glob_t g;
+    char pat[128];
+    int found = 0;
+    snprintf(pat, sizeof pat, "%s/*.db", dir);
+    if (glob(pat, 0, NULL, &g))
+        return 0;
+    for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+        sqlite3 *db;
+        sqlite3_stmt *st;
+        if (sqlite3_open_v2(g.gl_pathv[i], &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(db, "SELECT k.s, v.s FROM profile p JOIN labels l ON "
+                               "l.labelset=p.labels JOIN strings k ON k.id=l.key JOIN strings v "
+                               "ON v.id=l.value JOIN strings s ON s.id=p.service JOIN strings "
+                               "ver ON ver.id=p.version WHERE s.s=?1 AND ver.s=?2 AND p.type=1 "
+                               "LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, svc0, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, v0, -1, SQLITE_STATIC);
+            if (sqlite3_step(st) == SQLITE_ROW) {
+                snprintf(key, size, "%s", (const char *)sqlite3_column_text(st, 0));
+                snprintf(val, size, "%s", (const char *)sqlite3_column_text(st, 1));
+                found = 1;
+            }
+            sqlite3_finalize(st);
+        }
+        sqlite3_close(db);
+    }
+    globfree(&g);
+    return found;
+}
+
+/* value of version ver's points, summed, and each point at most the unfiltered one's */
+static int64_t series_sum(json_t *o, const char *ver, json_t *all) {
+    json_t *s, *pt, *a, *apt;
+    size_t i, k, j, m;
+    int64_t sum = 0;
+    json_array_foreach(json_object_get(o, "series"), i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "version")), ver))
+            continue;
+        json_array_foreach(json_object_get(s, "points"), k, pt) {
+            sum += jint(pt, "value");
+            int seen = 0;
+            json_array_foreach(json_object_get(all, "series"), j, a) {
+                if (strcmp(json_string_value(json_object_get(a, "version")), ver))
+                    continue;
+                json_array_foreach(json_object_get(a, "points"), m, apt) {
+                    if (jint(apt, "bucket") == jint(pt, "bucket") &&
+                        jint(apt, "width") == jint(pt, "width")) {
+                        CHECKF(jint(pt, "value") <= jint(apt, "value"), "bucket %lld: %lld > %lld",
+                               (long long)jint(pt, "bucket"), (long long)jint(pt, "value"),
+                               (long long)jint(apt, "value"));
+                        seen = 1;
+                    }
+                }
+            }
+            CHECKF(seen, "bucket %lld of the label series is not in the whole series",
+                   (long long)jint(pt, "bucket"));
+        }
+    }
+    return sum;
+}
+
+/* label=key:value: the samples of the label sets holding it, per bucket; their sum is the
+ * label-filtered merged profile's total (another read path: tiers and fine rows) */
+static void test_timeseries_label(void) {
+    char key[256], val[256], path[1024], lab[600];
+    CHECK(find_label(key, val, sizeof key));
+    json_t *all = NULL, *o;
+    char *ek = cli_url_escape(key), *ev = cli_url_escape(val);
+    CHECK(ek && ev);
+    snprintf(lab, sizeof lab, "%s%%3A%s", ek, ev);
+    snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&type=cpu", svc0);
+    all = get_json(path, 200);
+    snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&type=cpu&label=%s", svc0, lab);
+    o = get_json(path, 200);
+    CHECK(json_object_get(o, "label") && strchr(json_string_value(json_object_get(o, "label")), ':'));
+    int64_t sum = series_sum(o, v0, all);
+    json_decref(o);
+    snprintf(path, sizeof path, "/api/v1/profile?service=%s&version=%s&type=cpu&label=%s&limit=1",
+             svc0, v0, lab);
+    o = get_json(path, 200);
+    int64_t total = jint(o, "total");
+    json_decref(o);
+    CHECKF(sum == total && sum > 0, "label series %lld, label profile %lld", (long long)sum,
+           (long long)total);
+    /* a strict subset of the whole: the generator spreads samples over several label sets */
+    int64_t whole = fsim_truth(sim, 0, 0, CM_EV_CPU)->weight;
+    CHECKF(sum < whole, "label %s:%s holds %lld of %lld", key, val, (long long)sum,
+           (long long)whole);
+    /* a value no sample has: an empty series, not an error */
+    snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&type=cpu&label=%s%%3Anone-such",
+             svc0, ek);
+    o = get_json(path, 200);
+    CHECK_EQ(json_array_size(json_object_get(o, "series")), 0);
+    json_decref(o);
+    json_decref(all);
+    free(ek);
+    free(ev);
 }
 
 static void test_diff(void) {
@@ -441,6 +546,7 @@ static const tr_test_t tests[] = {
     {"profile_exports", test_profile_exports},
     {"profile_errors", test_profile_errors},
     {"timeseries", test_timeseries},
+    {"timeseries_label", test_timeseries_label},
     {"diff", test_diff},
     {"spans", test_spans},
     {"reports", test_reports},

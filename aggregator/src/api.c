@@ -700,8 +700,11 @@ static void h_timeseries(agg_api_t *api, const args_t *a, const char *url,
     const char *svc;
     cm_event_type_t type;
     int64_t from, to;
+    char lkey[256];
+    const char *lval;
     if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
-        parse_time(a, "from", 0, r, &from) || parse_time(a, "to", INT64_MAX / 4, r, &to))
+        parse_time(a, "from", 0, r, &from) || parse_time(a, "to", INT64_MAX / 4, r, &to) ||
+        parse_label(a, r, lkey, sizeof lkey, &lval))
         return;
     agg_qversion_t *v;
     size_t n;
@@ -713,7 +716,8 @@ static void h_timeseries(agg_api_t *api, const args_t *a, const char *url,
                                                  "first_ns", (json_int_t)v[i].first_ns));
     agg_qversions_free(v, n);
     agg_qseries_t s;
-    int rc = agg_qstore_timeseries(api->qs, svc, type, from, to, &s);
+    int rc = agg_qstore_timeseries_label(api->qs, svc, type, from, to, lval ? lkey : NULL, lval,
+                                         &s);
     if (rc) {
         json_decref(deploys);
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
@@ -735,9 +739,9 @@ static void h_timeseries(agg_api_t *api, const args_t *a, const char *url,
                                              (double)pt->count / CM_COUNT_ONE));
     }
     agg_qseries_free(&s);
-    reply_json(r, 200, json_pack("{s:s, s:s, s:s, s:o, s:o}", "service", svc, "event_type",
+    reply_json(r, 200, json_pack("{s:s, s:s, s:s, s:o, s:o, s:s?}", "service", svc, "event_type",
                                  cm_event_name(type), "unit", agg_event_unit(type), "series",
-                                 series, "deploys", deploys));
+                                 series, "deploys", deploys, "label", lval ? arg(a, "label") : NULL));
 }
 
 typedef struct {
