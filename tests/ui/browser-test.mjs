@@ -77,6 +77,13 @@ await test('service_timeline', async () => {
   check(+q.get('to') > +q.get('from') && +q.get('from') > 1e9, `a drag selects a range: ${url.hash}`);
   check((await page.$eval('.range', (e) => e.textContent)).startsWith('selected'), 'the range is shown');
   await shot('service');
+  // the label filter: the series of /search requests only (the demo labels every request)
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.$eval('input[placeholder="label key:value"]', (e) => { e.value = 'endpoint:/search'; e.dispatchEvent(new Event('change')); });
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const titles = await page.$$eval('.chart h3', (t) => t.map((x) => x.textContent));
+  check(titles.length >= 2 && titles.every((x) => x.includes('label endpoint:/search')), `label charts: ${titles}`);
+  check(decodeURIComponent(page.url()).includes('label=endpoint:/search'), 'the label is in the URL');
   // the deploy marker's link: compare with the previous version
   const link = await page.$('a.compare');
   check(link, 'a deploy has a "compare with previous version" link');

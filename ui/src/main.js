@@ -186,12 +186,12 @@ VIEWS.service = async (p) => {
     h('a.button', { href: '#', onclick: (e) => { e.preventDefault(); go('flame', { ...common(), type: p.type || 'cpu' }); } }, 'Flame graph of the selection'),
     h('a.button', { href: '#', onclick: (e) => { e.preventDefault(); go('spans', { service: svc, from: state.from, to: state.to, type: p.type || 'cpu' }); } }, 'Costliest spans'),
     h('a.button', { href: '#', onclick: (e) => { e.preventDefault(); if (state.from) go('service', { ...common(), type: p.type, base_from: state.from, base_to: state.to }); } }, 'Use as base range'),
-    p.base_from ? h('a.button', { href: '#', onclick: (e) => { e.preventDefault(); if (state.from) go('diff', { service: svc, type: p.type || 'cpu', base_from: p.base_from, base_to: p.base_to, test_from: state.from, test_to: state.to, version: selVersions[0] }); } },
+    p.base_from ? h('a.button', { href: '#', onclick: (e) => { e.preventDefault(); if (state.from) go('diff', { service: svc, type: p.type || 'cpu', base_from: p.base_from, base_to: p.base_to, test_from: state.from, test_to: state.to, version: selVersions[0], label: p.label }); } },
       `Compare with base range ${fmtTime(p.base_from * 1e9)}…`) : null);
   const charts = h('div.charts');
   const deploys = [...vs.versions].sort((a, b) => a.first_ns - b.first_ns);
   const dlist = h('ul.deploys', {}, deploys.map((v, i) => h('li', {}, h('b', {}, v.version), ` first seen ${fmtTime(v.first_ns)}`,
-    i > 0 ? [' · ', h('a.compare', { href: href('diff', { service: svc, base: deploys[i - 1].version, test: v.version, type: p.type || 'cpu' }) }, `compare with previous version (${deploys[i - 1].version})`)] : null,
+    i > 0 ? [' · ', h('a.compare', { href: href('diff', { service: svc, base: deploys[i - 1].version, test: v.version, type: p.type || 'cpu', label: p.label }) }, `compare with previous version (${deploys[i - 1].version})`)] : null,
     ' · ', h('a', { href: href('flame', { service: svc, version: v.version }) }, 'flame graph'))));
   const el = h('section', {}, h('h1', {}, svc),
     h('div.controls', {}, 'type ', typeSel, ' versions ', vboxes, ' ', label), h('div.controls', {}, rangeText, actions),
@@ -200,12 +200,12 @@ VIEWS.service = async (p) => {
   el.onMounted = async () => {
     const sync = uPlot.sync('svc');
     for (const t of shown) {
-      const ts = await get('timeseries', { service: svc, type: t });
+      const ts = await get('timeseries', { service: svc, type: t, label: p.label });
       let series = ts.series;
       if (selVersions.length) series = series.filter((s) => selVersions.includes(s.version));
       if (!series.length) continue;
       const data = toPlotData(series);
-      const box = h('div.chart', {}, h('h3', {}, `${t} (${ts.unit === 'bytes' ? 'bytes/s' : 'cores'})`));
+      const box = h('div.chart', {}, h('h3', {}, `${t} (${ts.unit === 'bytes' ? 'bytes/s' : 'cores'})${p.label ? ` · label ${p.label}` : ''}`));
       charts.append(box);
       const scaleY = ts.unit === 'bytes' ? 1 : 1e-9;
       const d2 = [data[0], ...data.slice(1).map((y) => y.map((v) => (v == null ? null : v * scaleY)))];
@@ -249,7 +249,7 @@ VIEWS.service = async (p) => {
         for (let i = 1; i < deploys.length; i++) {
           const x = plot.valToPos(deploys[i].first_ns / 1e9, 'x');
           if (Math.abs(x - (e.clientX - r.left)) < 5)
-            go('diff', { service: svc, base: deploys[i - 1].version, test: deploys[i].version, type: t });
+            go('diff', { service: svc, base: deploys[i - 1].version, test: deploys[i].version, type: t, label: p.label });
         }
       });
       sync.sub(plot);
