@@ -294,8 +294,11 @@ function flamePanel(p, view, tree, top, unit, extra) {
   const fg = new FlameGraph(holder, {
     fmtValue,
     onZoom: (path) => { history.replaceState(null, '', href(view, { ...p, focus: path.join(';') })); p.focus = path.join(';'); drawCrumbs(); },
-    onSelect: (fn) => go(view, { ...p, fn }),
+    onSelect: (fn) => pick(fn),
   });
+  // a function picked (shift-click, top table): its callers/callees where the view has them,
+  // else (span view) a highlight of its frames
+  const pick = (fn) => (view === 'span' ? go(view, { ...p, search: '/^' + fn.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') + '$/' }) : go(view, { ...p, fn }));
   window.fpFlame = fg;
   const drawCrumbs = () => {
     crumbs.replaceChildren(...fg.ancestors(fg.zoom).map((k, i, a) => [i ? ' › ' : '',
@@ -313,7 +316,7 @@ function flamePanel(p, view, tree, top, unit, extra) {
   const resetBtn = h('button', { onclick: () => { fg.zoomTo(0); fg.render(); p.focus = undefined; history.replaceState(null, '', href(view, { ...p })); drawCrumbs(); } }, 'Reset zoom');
   const el = h('div.flame-panel', {}, h('div.controls', {}, modeBtn, ' ', resetBtn, ' ', search, ' ', found), crumbs,
     h('div.flame-row', {}, holder, side));
-  if (top) side.append(h('h3', {}, 'Top functions (self)'), topTable(top, unit, (fn) => go(view, { ...p, fn })));
+  if (top) side.append(h('h3', {}, 'Top functions (self)'), topTable(top, unit, pick));
   if (extra) side.prepend(extra);
   el.onMounted = () => {
     const t0 = performance.now();
