@@ -11,7 +11,6 @@ import { launch, open, nav } from './browser.mjs';
 const [server, shots] = process.argv.slice(2);
 if (!server || !shots) { console.error('usage: browser-test.mjs SERVER_URL SCREENSHOT_DIR'); process.exit(2); }
 mkdirSync(shots, { recursive: true });
-const deadline = setTimeout(() => { console.error('browser test: over 150 s, giving up'); process.exit(1); }, 150000);
 
 let failed = 0, passed = 0;
 function check(cond, what) {
@@ -24,6 +23,11 @@ async function api(path) {
 }
 
 const { browser, close } = await launch();
+const deadline = setTimeout(async () => {
+  console.error('browser test: over 150 s, giving up');
+  await Promise.race([close(), new Promise((r) => setTimeout(r, 5000))]).catch(() => {});
+  process.exit(1);
+}, 150000);
 const page = await browser.newPage();
 await page.setViewport({ width: 1400, height: 900 });
 const pageErrors = [];
@@ -246,6 +250,29 @@ await test('spans_and_span_flame', async () => {
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
   check(page.url().includes('trace=' + traceId) && (await frames()).length > 2, 'the trace box opens the trace');
+});
+
+await test('token_login', async () => {
+  const ts = process.env.TOKEN_SERVER, token = process.env.TOKEN;
+  check(ts && token, 'TOKEN_SERVER and TOKEN are set (browser-test.sh)');
+  const ctx = await browser.createBrowserContext();
+  const p2 = await ctx.newPage();
+  // without the token: the login page, and the API refuses
+  const resp = await p2.goto(ts + '/#/flame?service=demo&version=v2', { waitUntil: 'domcontentloaded' });
+  check(resp.status() === 401 && (await p2.$('form#f input#t')), `the login page (${resp.status()})`);
+  check((await (await fetch(ts + '/api/v1/services')).status) === 401, 'the API needs the token');
+  await p2.screenshot({ path: `${shots}/login.png` });
+  // a wrong token: the login page again, saying so
+  await p2.type('#t', 'wrong');
+  await Promise.all([p2.waitForNavigation({ waitUntil: 'domcontentloaded' }), p2.keyboard.press('Enter')]);
+  check((await p2.$eval('#e', (e) => e.textContent)).includes('wrong'), 'a wrong token is said to be wrong');
+  // the right one: the view of the link opens, its API calls authorized by the cookie
+  await p2.type('#t', token);
+  await Promise.all([p2.waitForNavigation({ waitUntil: 'domcontentloaded' }), p2.keyboard.press('Enter')]);
+  await p2.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const names = await p2.evaluate(() => window.fpFlame && window.fpFlame.frames().map((f) => f.name));
+  check(names && names.includes('price_cart'), 'the flame graph of the link, through the token');
+  await ctx.close();
 });
 
 await test('no_page_errors', async () => {

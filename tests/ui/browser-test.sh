@@ -6,7 +6,8 @@
 #   deploy/pipeline.sh start (Kafka 19840, aggregator 19841, collector metrics 19842; 2-s
 #   buckets, reports every 2 s) -> deploy/demo/feed.sh: demo-service v1 and v2 side by side, 3
 #   processes each for 30 s, every request in its own span -> tests/ui/browser-test.mjs in
-#   headless chromium. Screenshots: $FLEETPROF_BUILD/ui-screenshots/.
+#   headless chromium; a second aggregator with --api-token (port 19843) on a copy of the
+#   stores for the login page. Screenshots: $FLEETPROF_BUILD/ui-screenshots/.
 # Needs chromium (deploy/install-deps.sh) and ui/node_modules (npm ci, run here when missing).
 set -euo pipefail
 SRC="${FLEETPROF_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -32,4 +33,15 @@ for _ in $(seq 1 60); do
   curl -fsS "$FLEETPROF_SERVER/api/v1/reports?service=demo" | grep -q '"test":"v2"' && break
   sleep 1
 done
-node tests/ui/browser-test.mjs "$FLEETPROF_SERVER" "$FLEETPROF_BUILD/ui-screenshots"
+# a second aggregator with --api-token on a copy of the stores (its own consumer group, so the
+# first one's partitions stay where they are): the login page and the token cookie
+mkdir -p "$FLEETPROF_STATE/store-token"
+for f in "$FLEETPROF_STATE"/store/*.db; do sqlite3 "$f" ".backup '$FLEETPROF_STATE/store-token/$(basename "$f")'"; done
+"$FLEETPROF_BUILD/aggregator/fleetprof-aggregator" --brokers "127.0.0.1:$KAFKA_PORT" \
+  --store-dir "$FLEETPROF_STATE/store-token" --group fleetprof-ui-token --http-addr 127.0.0.1 \
+  --http-port 19843 --api-token 'ui s3cret' >"$FLEETPROF_STATE/aggregator-token.log" 2>&1 &
+tok_pid=$!
+trap 'kill $tok_pid 2>/dev/null; deploy/pipeline.sh stop >/dev/null 2>&1 || true' EXIT
+for _ in $(seq 1 100); do curl -fsS -o /dev/null http://127.0.0.1:19843/healthz 2>/dev/null && break; sleep 0.2; done
+TOKEN_SERVER=http://127.0.0.1:19843 TOKEN='ui s3cret' \
+  node tests/ui/browser-test.mjs "$FLEETPROF_SERVER" "$FLEETPROF_BUILD/ui-screenshots"
