@@ -20,6 +20,7 @@ PKGS=(
   clang llvm libclang-rt-14-dev  # libFuzzer targets and sanitizer runtimes
   maven default-jre-headless  # fetch and run the Kafka broker for tests
   curl netcat-openbsd procps python3
+  lintian systemd         # test-package: lintian on the .deb, systemd-analyze verify/security on the units
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
 )
 
