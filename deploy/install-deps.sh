@@ -20,6 +20,7 @@ PKGS=(
   clang llvm libclang-rt-14-dev  # libFuzzer targets and sanitizer runtimes
   maven default-jre-headless  # fetch and run the Kafka broker for tests
   curl netcat-openbsd procps python3
+  python3-venv            # test-k8s: kubernetes-validate (Kubernetes schemas) in a venv
   lintian systemd         # test-package: lintian on the .deb, systemd-analyze verify/security on the units
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
 )
@@ -46,3 +47,7 @@ if ! command -v go >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go
 fi
+
+# kubernetes-validate (PyPI; it ships the Kubernetes JSON schemas) for test-k8s, in a venv in
+# the cache so the system Python stays untouched.
+"$(dirname "$0")/k8s-validate-venv.sh" "${FLEETPROF_CACHE:-$HOME/.cache/fleetprof}/kvenv"
