@@ -3,4 +3,5 @@
 # unwritable FLEETPROF_OUTPUT. nosan: preloads the agent into an uninstrumented fp-work.
 add_executable(setuid_work programs/setuid_work.c)
 fp_test(test-fleet-uid LABELS "fleet;nosan" LIBS m)
-add_dependencies(test-fleet-uid fp-work setuid_work fleetprof_agent fleetprof-collector)
+add_dependencies(test-fleet-uid fp-work setuid_work fleetprof_agent fleetprof-collector
+  fleetprof-aggregator)

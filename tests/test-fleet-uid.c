@@ -17,6 +17,8 @@
  * process, with or without the agent.
  *   socket_group    socket-group: the socket gets the group; an unknown group is a clear
  *                   start-up error
+ *   aggregator_bind the aggregator serves on 127.0.0.1 by default, refuses a non-loopback
+ *                   http-addr without api-token, and starts with one
  *
  * Needs root (to run programs as nobody with setpriv): otherwise each test fails saying so. */
 #include "agent-common.h"
@@ -287,10 +289,47 @@ static void test_socket_group(void) {
     rmrf(d);
 }
 
+/* Runs the aggregator for up to 8 s (or until it prints "http on"), returns its exit status
+ * (-1: still running, killed) and its stderr. */
+static int run_aggregator(const char *extra1, const char *extra2, char *log, size_t size) {
+    char bin[4096], store[4200], cmd[9000];
+    snprintf(bin, sizeof bin, "%s/aggregator/fleetprof-aggregator", bdir());
+    char *d = mkout();
+    snprintf(store, sizeof store, "--store-dir=%s", d);
+    snprintf(cmd, sizeof cmd,
+             "timeout -s KILL 8 sh -c 'exec %s --brokers=127.0.0.1:19866 --http-port=0 %s %s %s "
+             "2>&1 | { grep -m1 -e \"http on\" -e http-addr; }'; echo rc=$?",
+             bin, store, extra1 ? extra1 : "", extra2 ? extra2 : "");
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    size_t n = fread(log, 1, size - 1, f);
+    log[n] = '\0';
+    pclose(f);
+    rmrf(d);
+    return 0;
+}
+
+static void test_aggregator_bind(void) {
+    char log[8192];
+    run_aggregator(NULL, NULL, log, sizeof log);
+    printf("default: %s", log);
+    CHECKF(strstr(log, "http on 127.0.0.1:") != NULL, "default bind: %s", log);
+    run_aggregator("--http-addr=0.0.0.0", NULL, log, sizeof log);
+    printf("0.0.0.0 without token: %s", log);
+    CHECKF(strstr(log, "http-addr '0.0.0.0' is not loopback and api-token is empty") != NULL,
+           "%s", log);
+    run_aggregator("--http-addr=0.0.0.0", "--api-token=s3cret", log, sizeof log);
+    printf("0.0.0.0 with token: %s", log);
+    CHECKF(strstr(log, "http on 0.0.0.0:") != NULL, "%s", log);
+    run_aggregator("--http-addr=0.0.0.0", "--api-no-token=true", log, sizeof log);
+    CHECKF(strstr(log, "http on 0.0.0.0:") != NULL, "%s", log);
+}
+
 static const tr_test_t tests[] = {{"other_uid", test_other_uid},
                                   {"refused", test_refused},
                                   {"output_denied", test_output_denied},
                                   {"setuid_output", test_setuid_output},
                                   {"socket_group", test_socket_group},
+                                  {"aggregator_bind", test_aggregator_bind},
                                   {0}};
 TR_MAIN(tests)
