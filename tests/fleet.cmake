@@ -4,4 +4,4 @@
 add_executable(setuid_work programs/setuid_work.c)
 fp_test(test-fleet-uid LABELS "fleet;nosan" LIBS m)
 add_dependencies(test-fleet-uid fp-work setuid_work fleetprof_agent fleetprof-collector
-  fleetprof-aggregator)
+  fleetprof-aggregator fleetprof io_work)

@@ -17,6 +17,10 @@
  * process, with or without the agent.
  *   socket_group    socket-group: the socket gets the group; an unknown group is a clear
  *                   start-up error
+ *   fold_group_by   fleetprof fold --group-by io-target|pid|host on chunk files of a program
+ *                   doing slow I/O to two files and one with one peer: one root frame per file
+ *                   and per peer (plus the program's own server side, a second peer), the peer's events covering the recvs the program timed slow,
+ *                   per-pid and per-host splits summing to the ungrouped total
  *   aggregator_bind the aggregator serves on 127.0.0.1 by default, refuses a non-loopback
  *                   http-addr without api-token, and starts with one
  *
@@ -325,11 +329,113 @@ static void test_aggregator_bind(void) {
     CHECKF(strstr(log, "http on 0.0.0.0:") != NULL, "%s", log);
 }
 
+typedef struct {
+    char name[512];
+    double value;
+} group_t;
+
+/* Runs fleetprof fold ARGS DIR and sums the values per root frame. Returns the group count. */
+static int fold_groups(const char *args, const char *dir, group_t *g, int max) {
+    char cmd[8192], line[65536];
+    snprintf(cmd, sizeof cmd, "%s/cli/fleetprof fold %s %s", bdir(), args, dir);
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *sp = strrchr(line, ' ');
+        CHECKF(sp != NULL, "fold line: %s", line);
+        double v = strtod(sp + 1, NULL);
+        *sp = '\0';
+        size_t rl = strcspn(line, ";");
+        line[rl] = '\0';
+        int k = 0;
+        while (k < n && strcmp(g[k].name, line))
+            k++;
+        if (k == n) {
+            CHECK(n < max);
+            snprintf(g[n].name, sizeof g[n].name, "%.500s", line);
+            g[n++].value = 0;
+        }
+        g[k].value += v;
+    }
+    CHECK(pclose(f) == 0);
+    return n;
+}
+
+static double group_value(const group_t *g, int n, const char *name) {
+    for (int k = 0; k < n; k++)
+        if (!strcmp(g[k].name, name))
+            return g[k].value;
+    return -1;
+}
+
+static void test_fold_group_by(void) {
+    char *dir = mkout(), prog[4096], pre[4300], outenv[4200], outs[3][4096];
+    prog_path("io_work", prog, sizeof prog);
+    snprintf(outenv, sizeof outenv, "FLEETPROF_OUTPUT=%s", dir);
+    const char *modes[3] = {"file", "file", "socket"};
+    for (int i = 0; i < 3; i++) {
+        const char *env[] = {preload(pre, sizeof pre), outenv, "FLEETPROF_SERVICE=iosvc", NULL};
+        const char *argv[] = {prog, modes[i], "1.5", NULL};
+        CHECK(run(env, argv, 60, outs[i], sizeof outs[i]) == 0);
+    }
+    char want[3][600];
+    for (int i = 0; i < 3; i++) {
+        const char *key = i < 2 ? "path=" : "peer=";
+        const char *p = strstr(outs[i], key);
+        CHECKF(p != NULL, "%s", outs[i]);
+        snprintf(want[i], sizeof want[i], "[io-target=%.*s]", (int)strcspn(p + 5, "\n"), p + 5);
+    }
+    group_t g[64];
+    int n = fold_groups("--type io --group-by io-target", dir, g, 64);
+    double total = 0;
+    for (int k = 0; k < n; k++) {
+        printf("io-target group %s: %.0f ns\n", g[k].name, g[k].value);
+        total += g[k].value;
+        /* also the socket program's server side: its sends go to the client's address */
+        int known = !strcmp(g[k].name, "[io-target=unknown]") ||
+                    !strncmp(g[k].name, "[io-target=127.0.0.1:", 21);
+        for (int i = 0; i < 3; i++)
+            known |= !strcmp(g[k].name, want[i]);
+        CHECKF(known, "unexpected group %s", g[k].name);
+    }
+    for (int i = 0; i < 3; i++)
+        CHECKF(group_value(g, n, want[i]) > 0, "no I/O time on %s", want[i]);
+    /* every recv the program timed >= 10 ms is an event on the peer (test-agent-io's bound) */
+    n = fold_groups("--type io --count --group-by io-target", dir, g, 64);
+    double peer = group_value(g, n, want[2]);
+    uint64_t slow = out_u64(outs[2], "slow_recvs=");
+    printf("peer %s: %.0f events, program timed %llu slow recvs\n", want[2], peer,
+           (unsigned long long)slow);
+    CHECKF(peer + (double)slow / 50 + 1 >= (double)slow, "%.0f events for %llu slow recvs", peer,
+           (unsigned long long)slow);
+    /* per pid: the three processes; per host: this one; both sum to the same total */
+    n = fold_groups("--type io --group-by pid", dir, g, 64);
+    double sum = 0;
+    for (int k = 0; k < n; k++)
+        sum += g[k].value;
+    CHECKF(n == 3, "%d pid groups", n);
+    CHECKF(fabs(sum - total) <= 1e-6 * total, "pid split %.0f vs %.0f", sum, total);
+    char host[256], hname[300];
+    CHECK(gethostname(host, sizeof host) == 0);
+    snprintf(hname, sizeof hname, "[host=%s]", host);
+    n = fold_groups("--type io --group-by host", dir, g, 64);
+    CHECKF(n == 1 && !strcmp(g[0].name, hname), "host groups: %d, %s", n, g[0].name);
+    CHECKF(fabs(g[0].value - total) <= 1e-6 * total, "host %.0f vs %.0f", g[0].value, total);
+    /* a dimension the type does not have is a usage error */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s/cli/fleetprof fold --group-by io-target %s 2>&1 | grep -q "
+             "'needs --type io'", bdir(), dir);
+    CHECK(system(cmd) == 0);
+    rmrf(dir);
+}
+
 static const tr_test_t tests[] = {{"other_uid", test_other_uid},
                                   {"refused", test_refused},
                                   {"output_denied", test_output_denied},
                                   {"setuid_output", test_setuid_output},
                                   {"socket_group", test_socket_group},
+                                  {"fold_group_by", test_fold_group_by},
                                   {"aggregator_bind", test_aggregator_bind},
                                   {0}};
 TR_MAIN(tests)
