@@ -25,6 +25,12 @@ PKGS=(
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
 )
 
+# The opt-in container-image test (cmake -DFLEETPROF_CONTAINER_TESTS=ON) builds with podman
+# from a debootstrap'd Debian base.
+if [ "${FLEETPROF_CONTAINER_TESTS:-0}" = 1 ]; then
+  PKGS+=(podman debootstrap)
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
