@@ -20,9 +20,17 @@ PKGS=(
   clang llvm libclang-rt-14-dev  # libFuzzer targets and sanitizer runtimes
   maven default-jre-headless  # fetch and run the Kafka broker for tests
   curl netcat-openbsd procps python3
+  python3-venv            # test-k8s: kubernetes-validate (Kubernetes schemas) in a venv
+  lintian systemd         # test-package: lintian on the .deb, systemd-analyze verify/security on the units
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
   chromium fonts-dejavu-core  # the web UI's browser test and benchmark (headless, puppeteer-core)
 )
+
+# The opt-in container-image test (cmake -DFLEETPROF_CONTAINER_TESTS=ON) builds with podman
+# from a debootstrap'd Debian base.
+if [ "${FLEETPROF_CONTAINER_TESTS:-0}" = 1 ]; then
+  PKGS+=(podman debootstrap)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -56,3 +64,6 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi
+# kubernetes-validate (PyPI; it ships the Kubernetes JSON schemas) for test-k8s, in a venv in
+# the cache so the system Python stays untouched.
+"$(dirname "$0")/k8s-validate-venv.sh" "${FLEETPROF_CACHE:-$HOME/.cache/fleetprof}/kvenv"

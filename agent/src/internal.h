@@ -333,6 +333,7 @@ AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);
 AG_HIDDEN void ag_sender_drain(int timeout_ms);
 AG_HIDDEN void ag_sender_after_fork_child(void);
 AG_HIDDEN uint32_t ag_sender_queued(void);
+AG_HIDDEN uint64_t ag_sender_file_failures(void); /* chunks FLEETPROF_OUTPUT refused */
 /* First chunk sequence to use: after any files this pid already has in FLEETPROF_OUTPUT. */
 AG_HIDDEN uint64_t ag_sender_first_sequence(void);
 

@@ -12,6 +12,15 @@
  *
  * Files: written to ".<name>.tmp" and renamed, so a reader never sees half a chunk. Name:
  * <service>-<pid>-<sequence, 8 digits>.fpc.
+ *
+ * No silent loss: the first time the collector cannot be reached (no socket, refused by its
+ * permissions, nobody listening) the agent says so on stderr, once per process, with the
+ * reason and what happens to the chunks (queued, the oldest dropped and counted as
+ * chunk_queue_full in the next chunk's header). Only a defaulted FLEETPROF_COLLECTOR whose
+ * socket does not exist, with FLEETPROF_OUTPUT set, stays quiet: the chunks go to the files.
+ * A FLEETPROF_OUTPUT directory that cannot be written (e.g. after the process dropped its
+ * privileges with setuid) is reported once the same way; every chunk not written is counted
+ * (ag_sender_file_failures).
  */
 #include "internal.h"
 
@@ -51,10 +60,14 @@ static struct {
     uint64_t next_try_ns;
     uint32_t backoff_ms;
     int warned_file;
+    int warned_connect;
+    int collector_explicit; /* FLEETPROF_COLLECTOR was set (not the default path) */
+    uint64_t file_failures; /* chunks not written under FLEETPROF_OUTPUT */
 } S = {.fd = -1};
 
 void ag_sender_init(const ag_config_t *cfg) {
     S.cfg = cfg;
+    S.collector_explicit = getenv("FLEETPROF_COLLECTOR") != NULL;
     S.use_socket = cfg->collector[0] && strcmp(cfg->collector, "none") != 0;
     S.fd = -1;
     S.backoff_ms = 100;
@@ -112,8 +125,13 @@ static void write_file(const uint8_t *frame, size_t len, uint64_t seq) {
     if (!ok) {
         int e = errno;
         unlink(tmp);
+        S.file_failures++;
         if (!S.warned_file++)
-            CM_WARN("cannot write chunk file %s: %s (FLEETPROF_OUTPUT)", final, strerror(e));
+            CM_WARN("msg=\"cannot write chunk files under FLEETPROF_OUTPUT; this process's "
+                    "profiles are not written there (reported once)\" file=%s err=\"%s\" "
+                    "uid=%d hint=\"the directory must be writable by uid %d (a process that "
+                    "changed uid after start needs a directory its new uid can write)\"",
+                    final, strerror(e), (int)geteuid(), (int)geteuid());
     }
 }
 
@@ -178,6 +196,29 @@ static int try_connect(void) {
     S.cur_off = 0;
     S.ack_off = 0;
     return 0;
+}
+
+uint64_t ag_sender_file_failures(void) { return S.file_failures; }
+
+/* The one stderr line of a process whose collector is out of reach (see the top comment). */
+static void report_unreachable(int e) {
+    if (S.warned_connect)
+        return;
+    if (e == ENOENT && !S.collector_explicit && S.cfg->output[0])
+        return; /* no collector on this machine, files requested: nothing is lost */
+    S.warned_connect = 1;
+    const char *hint =
+        e == EACCES || e == EPERM
+            ? "the collector's socket refuses this uid: it must allow every local uid "
+              "(socket-mode=438, the default) or a group this process is in (socket-group)"
+        : e == ENOENT       ? "no socket there: is fleetprof-collector running on this node, "
+                              "and is FLEETPROF_COLLECTOR its socket path?"
+        : e == ECONNREFUSED ? "nothing listens on the socket: the collector has stopped"
+                            : "cannot connect";
+    CM_WARN("msg=\"cannot reach the collector; chunks wait in a queue of %d, the oldest are "
+            "dropped and counted (chunk_queue_full); retrying with backoff, reported once\" "
+            "collector=%s err=\"%s\" uid=%d hint=\"%s\"",
+            AG_QUEUE_MAX, S.cfg->collector, strerror(e), (int)geteuid(), hint);
 }
 
 static int do_write(void) {
@@ -258,7 +299,9 @@ int ag_sender_step(short *events, int *wake_ms) {
             *wake_ms = (int)((S.next_try_ns - now) / 1000000u) + 1;
             return -1;
         }
-        if (try_connect() != 0) {
+        int e = try_connect();
+        if (e != 0) {
+            report_unreachable(-e);
             S.fd = -1;
             disconnect();
             *wake_ms = (int)S.backoff_ms;

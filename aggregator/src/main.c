@@ -26,6 +26,7 @@
 typedef struct {
     char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id, *strategy;
     char *http_addr, *log_level, *api_token, *report_fold;
+    int api_no_token;
     int64_t report_min_samples, report_interval;
     int64_t http_port;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
@@ -48,11 +49,14 @@ static const cm_opt_t opts[] = {
      "Kafka client id (shows in consumer-group tooling)"},
     {"assignment-strategy", CM_OPT_STRING, "cooperative-sticky", O(strategy), 0, 0,
      "partition.assignment.strategy: cooperative-sticky, range or roundrobin"},
-    {"http-addr", CM_OPT_STRING, "0.0.0.0", O(http_addr), 0, 0, "HTTP listen address"},
+    {"http-addr", CM_OPT_STRING, "127.0.0.1", O(http_addr), 0, 0,
+     "HTTP listen address (IPv4); any other than loopback needs api-token or api-no-token"},
     {"http-port", CM_OPT_INT, "9402", O(http_port), 0, 65535, "HTTP port (0: any free port)"},
     {"api-token", CM_OPT_STRING, "", O(api_token), 0, 0,
      "token the query API and the web UI at / require ('Authorization: Bearer TOKEN' or the "
      "UI's login cookie; empty: no token)"},
+    {"api-no-token", CM_OPT_BOOL, "false", O(api_no_token), 0, 0,
+     "serve the query API without a token on a non-loopback http-addr (refused otherwise)"},
     {"report-min-samples", CM_OPT_INT, "2000", O(report_min_samples), 1, 1000000000,
      "CPU samples the newest version of a service (and the previous one) need before the "
      "per-deploy regression report is computed"},
@@ -216,6 +220,17 @@ int main(int argc, char **argv) {
     if (stat(cfg.store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg.store_dir, W_OK)) {
         fprintf(stderr, "fleetprof-aggregator: store-dir '%s' is not a writable directory (%s); "
                 "create it or set --store-dir\n", cfg.store_dir, strerror(errno ? errno : ENOTDIR));
+        rc = 2;
+        goto out;
+    }
+
+    /* No open API on the network by accident: a non-loopback address needs a token, or the
+     * operator saying so (api-no-token). /metrics and /healthz never need the token. */
+    if (!cfg.api_token[0] && !cfg.api_no_token && strncmp(cfg.http_addr, "127.", 4) != 0) {
+        fprintf(stderr, "fleetprof-aggregator: http-addr '%s' is not loopback and api-token is "
+                "empty: the query API would be open to the network; set api-token (or "
+                "FLEETPROF_AGGREGATOR_API_TOKEN), or api-no-token = true to allow it\n",
+                cfg.http_addr);
         rc = 2;
         goto out;
     }

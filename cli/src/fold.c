@@ -78,7 +78,52 @@ static int read_file(const char *path, uint8_t **buf, size_t *len) {
     return 0;
 }
 
-static int fold_file(const char *path, cm_event_type_t type, int counts, table_t *t) {
+/* --group-by: a first frame "[DIM=value]" on every stack, so the folded output (and a flame
+ * graph of it) splits by host, process, I/O target (path or peer), fd kind or lock address. */
+typedef enum { GB_NONE, GB_HOST, GB_PID, GB_IO_TARGET, GB_FD_KIND, GB_LOCK } group_by_t;
+static const char *const group_names[] = {"", "host", "pid", "io-target", "fd-kind", "lock"};
+
+static size_t group_frame(const cm_chunk_t *c, const cm_samples_t *s, uint32_t i, group_by_t g,
+                          char *out, size_t size) {
+    static const char *const kinds[] = {"unknown", "file", "socket", "pipe", "other"};
+    const cm_dict_t *d = &c->dict;
+    int n = 0;
+    switch (g) {
+    case GB_NONE:
+        return 0;
+    case GB_HOST:
+        n = snprintf(out, size, "[host=%s]", c->header.host.ptr ? c->header.host.ptr : "");
+        break;
+    case GB_PID:
+        n = snprintf(out, size, "[pid=%u]", c->header.pid);
+        break;
+    case GB_IO_TARGET: {
+        uint32_t ti = s->target ? s->target[i] : 0;
+        const char *txt = ti && ti < d->n_strings ? d->strings[ti].ptr : "unknown";
+        n = snprintf(out, size, "[io-target=%s]", txt && *txt ? txt : "unknown");
+        break;
+    }
+    case GB_FD_KIND: {
+        uint32_t k = s->fd_kind ? s->fd_kind[i] : 0;
+        n = snprintf(out, size, "[fd-kind=%s]", kinds[k <= CM_FD_OTHER ? k : 0]);
+        break;
+    }
+    case GB_LOCK:
+        n = snprintf(out, size, "[lock=0x%llx]",
+                     (unsigned long long)(s->address ? s->address[i] : 0));
+        break;
+    }
+    if (n < 0)
+        return 0;
+    size_t len = (size_t)n < size ? (size_t)n : size - 1;
+    for (size_t j = 0; j < len; j++) /* ';' and ' ' separate fields in folded output */
+        if (out[j] == ';' || out[j] == ' ' || out[j] == '\n')
+            out[j] = out[j] == ' ' ? '_' : ':';
+    return len;
+}
+
+static int fold_file(const char *path, cm_event_type_t type, int counts, group_by_t group,
+                     table_t *t) {
     uint8_t *buf = NULL;
     size_t len = 0;
     char err[512] = "";
@@ -99,6 +144,8 @@ static int fold_file(const char *path, cm_event_type_t type, int counts, table_t
     size_t cap = 1 << 16;
     char *line = malloc(cap), name[512];
     for (uint32_t i = 0; i < s->n; i++) {
+        char gf[512];
+        size_t gl = group_frame(c, s, i, group, gf, sizeof gf);
         size_t pos = 0;
         uint32_t st = s->stack[i];
         for (uint32_t k = d->stack_off[st]; k < d->stack_off[st + 1]; k++) {
@@ -125,6 +172,16 @@ static int fold_file(const char *path, cm_event_type_t type, int counts, table_t
             memcpy(line, "[unknown]", 9);
             pos = 9;
         }
+        if (gl) { /* the dimension as the root frame */
+            if (pos + gl + 2 >= cap) {
+                cap = pos + gl + 2;
+                line = realloc(line, cap);
+            }
+            memmove(line + gl + 1, line, pos);
+            memcpy(line, gf, gl);
+            line[gl] = ';';
+            pos += gl + 1;
+        }
         line[pos] = '\0';
         table_add(t, line, pos, counts ? cm_samples_count(s, i) : s->weight[i]);
     }
@@ -133,14 +190,15 @@ static int fold_file(const char *path, cm_event_type_t type, int counts, table_t
     return 0;
 }
 
-static int fold_path(const char *path, cm_event_type_t type, int counts, table_t *t) {
+static int fold_path(const char *path, cm_event_type_t type, int counts, group_by_t group,
+                     table_t *t) {
     struct stat st;
     if (stat(path, &st) != 0) {
         fprintf(stderr, "fleetprof fold: %s: %s\n", path, strerror(errno));
         return 1;
     }
     if (!S_ISDIR(st.st_mode))
-        return fold_file(path, type, counts, t);
+        return fold_file(path, type, counts, group, t);
     struct dirent **ents;
     int n = scandir(path, &ents, NULL, alphasort), bad = 0;
     if (n < 0) {
@@ -152,7 +210,7 @@ static int fold_path(const char *path, cm_event_type_t type, int counts, table_t
         if (l > sl && !strcmp(ents[i]->d_name + l - sl, CM_CHUNK_FILE_SUFFIX)) {
             char full[4096];
             snprintf(full, sizeof full, "%s/%s", path, ents[i]->d_name);
-            bad |= fold_file(full, type, counts, t);
+            bad |= fold_file(full, type, counts, group, t);
         }
         free(ents[i]);
     }
@@ -162,11 +220,14 @@ static int fold_path(const char *path, cm_event_type_t type, int counts, table_t
 
 static void fold_usage(FILE *out) {
     fprintf(out,
-            "usage: fleetprof fold [--type TYPE] [--count] FILE|DIR...\n"
+            "usage: fleetprof fold [--type TYPE] [--count] [--group-by DIM] FILE|DIR...\n"
             "  Decodes chunk files (a directory: its *.fpc files) and prints folded stacks,\n"
             "  'root;caller;leaf value', heaviest first, summed over all files.\n"
             "  --type TYPE  cpu (default), wall, alloc, inuse, lock or io\n"
             "  --count      print sample/event counts (milli-events / 1000) instead of weights\n"
+            "  --group-by DIM  a root frame [DIM=value] splits the stacks: host, pid,\n"
+            "               io-target (path or peer; --type io), fd-kind (--type io),\n"
+            "               lock (lock address; --type lock)\n"
             "  Values are in the type's unit: ns for cpu, wall, lock, io; bytes for alloc, "
             "inuse.\n");
 }
@@ -174,14 +235,31 @@ static void fold_usage(FILE *out) {
 int cli_fold(int argc, char **argv) {
     cm_event_type_t type = CM_EV_CPU;
     int counts = 0;
+    group_by_t group = GB_NONE;
     static const struct option opts[] = {{"type", required_argument, 0, 't'},
+                                         {"group-by", required_argument, 0, 'g'},
                                          {"count", no_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "t:ch", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:g:ch", opts, NULL)) != -1) {
         switch (ch) {
+        case 'g': {
+            int found = 0;
+            for (int g = GB_HOST; g <= GB_LOCK; g++)
+                if (!strcmp(optarg, group_names[g])) {
+                    group = (group_by_t)g;
+                    found = 1;
+                }
+            if (!found) {
+                fprintf(stderr, "fleetprof fold: --group-by '%s' is not one of host, pid, "
+                                "io-target, fd-kind, lock\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
         case 't':
             if (cm_event_parse(optarg, &type) != 0) {
                 fprintf(stderr, "fleetprof fold: --type '%s' is not one of cpu, wall, alloc, "
@@ -206,10 +284,16 @@ int cli_fold(int argc, char **argv) {
         fold_usage(stderr);
         return 2;
     }
+    if (((group == GB_IO_TARGET || group == GB_FD_KIND) && type != CM_EV_IO) ||
+        (group == GB_LOCK && type != CM_EV_LOCK)) {
+        fprintf(stderr, "fleetprof fold: --group-by %s needs --type %s\n", group_names[group],
+                group == GB_LOCK ? "lock" : "io");
+        return 2;
+    }
     table_t t = {0};
     int bad = 0;
     for (int i = optind; i < argc; i++)
-        bad |= fold_path(argv[i], type, counts, &t);
+        bad |= fold_path(argv[i], type, counts, group, &t);
     entry_t *all = malloc((t.n + 1) * sizeof *all);
     size_t k = 0;
     for (size_t i = 0; i < t.cap; i++)

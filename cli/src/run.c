@@ -4,11 +4,16 @@
  *
  * Library search order: $FLEETPROF_AGENT_LIB; next to this binary's build tree
  * (<dir>/../agent/libfleetprof.so); <dir>/../lib/libfleetprof.so and
- * <dir>/../lib/fleetprof/libfleetprof.so (installed); /usr/local/lib, /usr/lib.
+ * <dir>/../lib/fleetprof/libfleetprof.so and <dir>/../<libdir>/libfleetprof.so (installed,
+ * libdir from GNUInstallDirs); /usr/local/lib, /usr/lib.
  */
 #include "cli.h"
 
 #include "cm/config.h"
+
+#ifndef FLEETPROF_INSTALL_LIBDIR
+#define FLEETPROF_INSTALL_LIBDIR "lib"
+#endif
 
 #include <errno.h>
 #include <getopt.h>
@@ -80,7 +85,8 @@ static int find_agent(char *out, size_t size) {
         if (slash)
             *slash = '\0';
         static const char *rel[] = {"/../agent/libfleetprof.so", "/../lib/libfleetprof.so",
-                                    "/../lib/fleetprof/libfleetprof.so"};
+                                    "/../lib/fleetprof/libfleetprof.so",
+                                    "/../" FLEETPROF_INSTALL_LIBDIR "/libfleetprof.so"};
         for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
             char cand[PATH_MAX + 64];
             snprintf(cand, sizeof cand, "%s%s", self, rel[i]);

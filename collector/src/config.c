@@ -16,8 +16,12 @@
 static const cm_opt_t col_opts[] = {
     {"socket", CM_OPT_STRING, CM_DEFAULT_SOCKET, OFF(socket), 0, 0,
      "unix socket the agents connect to (FLEETPROF_COLLECTOR on their side)"},
-    {"socket-mode", CM_OPT_INT, "432", OFF(socket_mode), 0, 0777,
-     "permission bits of the socket, decimal (432 = 0660; 438 = 0666 lets every uid connect)"},
+    {"socket-mode", CM_OPT_INT, "438", OFF(socket_mode), 0, 0777,
+     "permission bits of the socket, decimal (438 = 0666: every local uid may send, identity "
+     "comes from peer credentials; 432 = 0660 with socket-group restricts to a group)"},
+    {"socket-group", CM_OPT_STRING, "", OFF(socket_group), 0, 0,
+     "group (name or number) given the socket; with socket-mode=432 only its members (and "
+     "the collector's user) can connect. The collector must be a member of it"},
     {"spool-dir", CM_OPT_STRING, "/var/lib/fleetprof/spool", OFF(spool_dir), 0, 0,
      "directory of the write-ahead spool (append-only segment files)"},
     {"spool-max", CM_OPT_SIZE, "1GiB", OFF(spool_max), 1 << 20, 1LL << 50,

@@ -21,6 +21,7 @@
 #include "cm/wire.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -433,6 +434,34 @@ static void on_sweep(uv_timer_t *t) {
 }
 
 /* Removes a stale socket file; refuses if a collector still answers on it. */
+/* socket-group: the socket's group becomes GROUP (a name or a number), so socket-mode 0660
+ * admits exactly its members. Without CAP_CHOWN the collector must itself be a member. */
+static int give_group(const char *path, const char *group, char *errbuf, size_t errbuf_size) {
+    char *end;
+    long n = strtol(group, &end, 10);
+    gid_t gid;
+    if (*group && !*end && n >= 0) {
+        gid = (gid_t)n;
+    } else {
+        struct group *gr = getgrnam(group);
+        if (!gr) {
+            snprintf(errbuf, errbuf_size, "socket-group '%s' is not a group on this machine",
+                     group);
+            return -EINVAL;
+        }
+        gid = gr->gr_gid;
+    }
+    if (chown(path, (uid_t)-1, gid)) {
+        int e = errno;
+        snprintf(errbuf, errbuf_size,
+                 "cannot give socket '%s' to socket-group '%s' (gid %u): %s (the collector "
+                 "must be a member of the group: SupplementaryGroups= in its unit)",
+                 path, group, (unsigned)gid, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
 static int prepare_path(const char *path, char *errbuf, size_t errbuf_size) {
     struct stat st;
     if (lstat(path, &st))
@@ -481,6 +510,13 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
     umask(old);
     if (rc == 0 && chmod(cfg->socket, (mode_t)cfg->socket_mode))
         rc = -errno;
+    if (rc == 0 && cfg->socket_group && cfg->socket_group[0] &&
+        (rc = give_group(cfg->socket, cfg->socket_group, errbuf, errbuf_size))) {
+        uv_close((uv_handle_t *)&in->server, NULL);
+        uv_run(loop, UV_RUN_NOWAIT);
+        free(in);
+        return rc;
+    }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&in->server, 1024, on_connection);
     if (rc) {

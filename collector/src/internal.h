@@ -25,6 +25,7 @@ typedef struct {
     char *config;          /* --config FILE (read by cm_config_load itself) */
     char *socket;          /* unix socket path */
     int64_t socket_mode;   /* permission bits of the socket */
+    char *socket_group;    /* group of the socket; empty: the collector's own */
     char *spool_dir;
     int64_t spool_max;     /* bytes: total size of all segments */
     int64_t segment_size;  /* bytes: a segment is sealed past this size */
