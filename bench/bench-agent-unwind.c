@@ -15,6 +15,8 @@
 #include <ucontext.h>
 
 ag_state_t ag; /* unwind.c needs nothing from it; other agent files are not linked */
+_Atomic(ag_cfi_snap_t *) ag_cfi_snap; /* cfi_table.c is not linked: NULL = frame pointers */
+ag_cfi_counters_t ag_cfi_stats;
 
 static uintptr_t g_lo, g_hi;
 static long g_iters = 200000;
@@ -35,11 +37,11 @@ __attribute__((noinline)) static void measure(int depth) {
     uintptr_t pc = (uintptr_t)uc.uc_mcontext.gregs[REG_RIP];
     uintptr_t fp = (uintptr_t)uc.uc_mcontext.gregs[REG_RBP];
     uintptr_t sp = (uintptr_t)uc.uc_mcontext.gregs[REG_RSP];
-    int trunc;
+    uint32_t trunc;
     uint32_t n = 0;
     double t0 = now_ns();
     for (long i = 0; i < g_iters; i++)
-        n = ag_unwind_fp(pc, fp, sp, g_lo, g_hi, pcs, AG_MAX_DEPTH, &trunc);
+        n = ag_unwind(NULL, pc, sp, fp, 1, g_lo, g_hi, 0, pcs, AG_MAX_DEPTH, &trunc);
     double t1 = now_ns();
     int m = 0;
     for (long i = 0; i < g_iters / 10; i++)

@@ -280,10 +280,10 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     uintptr_t hook = atomic_load_explicit(&t->blk_hook, memory_order_relaxed);
     uintptr_t lo = atomic_load(&t->stack_lo), hi = atomic_load(&t->stack_hi);
     size_t csz = ag_context_copy_size();
-    enum { WIN = 4096 };
+    enum { WIN = 64 << 10 };
     static uint8_t win[WIN], cbuf[256];
     static uintptr_t rbuf[AG_REC_MAX / sizeof(uintptr_t) + 1];
-    if (!hi || fp < lo || fp > hi - 16 || !t->ctx_addr || csz > sizeof cbuf)
+    if (!hi || fp < lo || fp > hi - 16 || (fp & 7) || !t->ctx_addr || csz > sizeof cbuf)
         return 0;
     if (direct) {
         atomic_store(&t->walking, 1);
@@ -297,42 +297,37 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     uint32_t n = 0;
     if (pc)
         r->pcs[n++] = pc;
-    if (hook)
-        r->pcs[n++] = hook;
-    uintptr_t wlo = 0, whi = 0; /* the stack bytes in win */
-    int truncated = 0, first = !direct;
-    while (fp >= lo && fp <= hi - 16 && (fp & 7) == 0) {
-        if (direct) {
-            peek(win, fp, 16);
-            wlo = fp;
-        } else if (fp < wlo || fp + 16 > whi) {
-            wlo = fp;
-            whi = hi - fp > WIN ? fp + WIN : hi;
-            struct iovec l[2] = {{win, whi - wlo}, {cbuf, csz}};
-            struct iovec rm[2] = {{(void *)wlo, whi - wlo}, {(void *)t->ctx_addr, csz}};
-            if (self_readv(l, rm, first ? 2 : 1) != 0)
-                return 0;
-            first = 0;
-        }
-        uintptr_t next, ret;
-        memcpy(&next, win + (fp - wlo), sizeof next);
-        memcpy(&ret, win + (fp - wlo) + sizeof next, sizeof ret);
-        if (ret < 4096)
-            break;
-        if (n == AG_MAX_DEPTH) {
-            truncated = 1;
-            break;
-        }
-        r->pcs[n++] = ret;
-        if (next <= fp)
-            break; /* frames must move toward the stack's base */
-        fp = next;
+    /* From the hook's frame: the state right after it returns, unwound with the CFI tables
+     * (the hook's own frames and the hook itself are the agent's: removed). In place for a
+     * thread that registered itself; else on a copy of up to 64 KiB of its stack. */
+    uintptr_t wlo = fp, whi = hi;
+    intptr_t delta = 0;
+    if (!direct) {
+        whi = hi - fp > WIN ? fp + WIN : hi;
+        struct iovec l[2] = {{win, whi - wlo}, {cbuf, csz}};
+        struct iovec rm[2] = {{(void *)wlo, whi - wlo}, {(void *)t->ctx_addr, csz}};
+        if (self_readv(l, rm, 2) != 0)
+            return 0;
+        delta = (intptr_t)((uintptr_t)win - wlo);
     }
+    uintptr_t frame[2];
+    peek(frame, (uintptr_t)(fp + delta), sizeof frame);
+    uint32_t uw = 0, m = 0;
+    if (frame[1] >= 4096)
+        m = ag_unwind(NULL, frame[1], fp + 16, frame[0], 0, wlo, whi, delta, r->pcs + n,
+                      AG_MAX_DEPTH - n, &uw);
+    for (uint32_t i = 0, base = n; i < m; i++) {
+        uintptr_t v = r->pcs[base + i];
+        if (v - ag_self_lo >= ag_self_hi - ag_self_lo)
+            r->pcs[n++] = v;
+    }
+    int truncated = (uw & AG_UW_INCOMPLETE) != 0;
+    (void)hook;
     int same = atomic_load_explicit(&t->blk_seq, memory_order_acquire) == seq;
     if (direct)
         atomic_store(&t->walking, 0);
-    if (first || !same)
-        return 0; /* nothing read, or the call ended meanwhile: a signal decides */
+    if (!same || n == 0)
+        return 0; /* the call ended meanwhile: a signal decides */
     ag_ctx_slot_t ctx;
     ag_context_pick(cbuf, &ctx);
     memset(r, 0, sizeof *r);
@@ -345,7 +340,7 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     r->weight = weight;
     r->count = CM_COUNT_ONE;
     memcpy(r->ctx, ctx.ctx, CM_CONTEXT_SIZE);
-    if (truncated)
+    if (uw & AG_UW_DEPTH)
         ag_drop_count(CM_EV_WALL, CM_DROP_STACK_TRUNCATED, 1);
     wall_add(t, tid, r);
     /* while it stays blocked without running, wall_reuse repeats this sample */
@@ -574,6 +569,7 @@ static void *bg_main(void *arg) {
         ag_heap_populate();
 
     pthread_mutex_lock(&ag_work_mu);
+    ag_cfi_tick(); /* unwind tables before the first chunk; until then frame pointers */
     if (!ag.signal_cost_ns)
         ag.signal_cost_ns = ag_signal_calibrate();
     uint64_t now = ag_now_mono();
@@ -636,6 +632,7 @@ static void *bg_main(void *arg) {
                 next_wall = now + wall_ns;
         }
         drain();
+        ag_cfi_tick(); /* objects loaded or unloaded since the last tick */
         ag_hooks_bg_tick(now); /* ALLOC controller, flood-cap windows */
         if (now >= next_ctl) {
             if (ag.cfg.cpu_rate > 0)

@@ -27,15 +27,20 @@ ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
         return -1;
     }
     uintptr_t pc, fp, sp;
+    int exact;
     if (ucv) {
         const ucontext_t *uc = ucv;
         pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
         fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
         sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+        exact = 1;
     } else {
-        pc = (uintptr_t)__builtin_return_address(0);
-        sp = (uintptr_t)__builtin_frame_address(0);
-        fp = *(const uintptr_t *)sp; /* the caller's frame */
+        /* the state right after this function returns (built with frame pointers) */
+        const uintptr_t *frame = (const uintptr_t *)__builtin_frame_address(0);
+        pc = frame[1];
+        fp = frame[0];
+        sp = (uintptr_t)(frame + 2);
+        exact = 0;
     }
     uintptr_t lo = atomic_load_explicit(&t->stack_lo, memory_order_relaxed);
     uintptr_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
@@ -47,13 +52,17 @@ ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
         ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
         return -1;
     }
-    int truncated = 0;
-    uint32_t depth = pc ? ag_unwind_fp(pc, fp, sp, lo, hi, r->pcs, AG_MAX_DEPTH, &truncated) : 0;
+    uint32_t uw = 0;
+    uint32_t depth = pc ? ag_unwind(t, pc, sp, fp, exact, lo, hi, 0, r->pcs, AG_MAX_DEPTH, &uw)
+                        : 0;
+    depth = ag_unwind_strip_agent(r->pcs, depth);
     if (depth == 0) {
         ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);
         return -1; /* nothing reserved is committed */
     }
-    if (truncated)
+    /* Truncated: stopped at the depth limit, or could not be continued to the root frame. */
+    int truncated = (uw & AG_UW_INCOMPLETE) != 0;
+    if (uw & AG_UW_DEPTH)
         ag_drop_count(ev->type, CM_DROP_STACK_TRUNCATED, 1);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
