@@ -565,11 +565,14 @@ static void *bg_main(void *arg) {
     sigdelset(&set, ag_sig); /* calibration signals itself */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
+    /* Unwind tables first: until they are published, samples have frame-pointer stacks only
+     * (flagged truncated where those end early). Not under the work lock: a fork meanwhile
+     * copies at most a half-built private table, which the child's ticks rebuild. */
+    ag_cfi_tick();
     if (ag_hcfg.alloc_on)
         ag_heap_populate();
 
     pthread_mutex_lock(&ag_work_mu);
-    ag_cfi_tick(); /* unwind tables before the first chunk; until then frame pointers */
     if (!ag.signal_cost_ns)
         ag.signal_cost_ns = ag_signal_calibrate();
     uint64_t now = ag_now_mono();

@@ -73,6 +73,10 @@ NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr
         pcs[n++] = pc;
         goto done;
     }
+    /* Nothing below the stack pointer is a live frame, and below it the main thread's stack
+     * may not be mapped yet (it grows on demand within its rlimit): sp only grows from here
+     * (a signal frame's interrupted sp lies above the handler that ran below it). */
+    lo = sp;
     for (;;) {
         if (n == max) {
             fl = AG_UW_DEPTH | AG_UW_INCOMPLETE;
