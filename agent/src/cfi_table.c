@@ -1,3 +1,6 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dl_iterate_phdr (the bench compiles this file on its own) */
+#endif
 /* The process's unwind tables: one compiled CFI table (cfi.c) per loaded object, published for
  * the signal handler, retired safely when objects go away.
  *
@@ -28,6 +31,7 @@
  * table (counted in ag_cfi_stats.skipped, frame-pointer fallback).
  */
 #include "internal.h"
+#include "cm/log.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -452,8 +456,17 @@ void ag_cfi_tick(void) {
     g_nent = m;
     atomic_store_explicit(&ag_cfi_stats.bytes, g_bytes, memory_order_relaxed);
     atomic_store_explicit(&ag_cfi_stats.objects, g_nent, memory_order_relaxed);
-    if (added || removed || !atomic_load(&ag_cfi_snap))
+    if (added || removed || !atomic_load(&ag_cfi_snap)) {
         publish(old, nold);
+        CM_DEBUG("unwind tables: %u objects (+%u -%u), %llu rows, %.2f MiB, %.1f ms compiling "
+                 "in all, %llu without CFI, %llu over the cap, %llu fallback rows",
+                 g_nent, added, removed, (unsigned long long)atomic_load(&ag_cfi_stats.rows),
+                 (double)g_bytes / 1048576.0,
+                 (double)atomic_load(&ag_cfi_stats.build_ns) / 1e6,
+                 (unsigned long long)atomic_load(&ag_cfi_stats.no_cfi),
+                 (unsigned long long)atomic_load(&ag_cfi_stats.skipped),
+                 (unsigned long long)atomic_load(&ag_cfi_stats.fallback_rows));
+    }
     free(old);
 }
 
