@@ -151,6 +151,11 @@ void ag_hook_leave(void) { ag_hook_guard--; }
 static AG_TLS uint64_t t_last_wake;
 
 int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
+    if (t->busy) { /* a hook inside a sampling handler that is writing the ring (record.c) */
+        atomic_fetch_add_explicit(&ag_events_seen[ev->type], 1, memory_order_relaxed);
+        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
+        return -1;
+    }
     t->busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
     int rc = ag_record_take(t, ev, NULL);
@@ -318,9 +323,7 @@ void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_
     ag_hooks_exclude_self(); /* the bg thread: never sampled */
     ag_rec_t *c = (ag_rec_t *)buf;
     memcpy(c, r, sizeof *c);
-    uint32_t k = 0;
-    while (k + 1 < r->depth && ag_hook_is_agent_pc(r->pcs[k]))
-        k++; /* the hook's own frames: the caller is the interesting leaf */
+    uint32_t k = 0; /* record.c left the interposer as the leaf (named as the real function) */
     c->depth = (uint16_t)(r->depth - k);
     memcpy(c->pcs, r->pcs + k, c->depth * sizeof(uintptr_t));
     const char *target = NULL;

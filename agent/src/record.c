@@ -19,13 +19,34 @@ _Atomic uint64_t ag_handler_ns_sum, ag_handler_ns_n;
 _Atomic uint64_t ag_samples_taken;
 
 
+__attribute__((no_sanitize("address", "thread"), noinline)) static int
+record(ag_thread_t *t, const ag_event_t *ev, const void *ucv);
+
 __attribute__((no_sanitize("address", "thread"), noinline)) int
 ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     atomic_fetch_add_explicit(&ag_events_seen[ev->type], 1, memory_order_relaxed);
-    if (ucv && t->busy) {
-        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
-        return -1;
+    if (ucv) {
+        /* A signal handler: the ring is the thread's; a hook in progress below us owns it.
+         * While we write, busy is ours: an application handler nested in this one (its
+         * signal is not blocked during ours) that allocates must not write the ring
+         * (ag_hook_record checks busy too). */
+        if (t->busy) {
+            ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
+            return -1;
+        }
+        t->busy = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        int rc = record(t, ev, ucv);
+        atomic_signal_fence(memory_order_seq_cst);
+        t->busy = 0;
+        return rc;
     }
+    return record(t, ev, NULL);
+}
+
+/* Unwinds (from uc, else from the caller of ag_record_take), then fills one ring record. */
+__attribute__((no_sanitize("address", "thread"), noinline)) static int
+record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     uintptr_t pc, fp, sp;
     int exact;
     if (ucv) {

@@ -132,12 +132,8 @@ NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr
             sp = cfa;
             pc = ra;
             exact = 0;
-            if (pc == 0) {
-                fl = 0; /* a zeroed return address marks the outermost frame */
-                goto done;
-            }
             if (pc < 4096)
-                goto done;
+                goto done; /* in code without frame pointers a zero proves nothing */
             continue;
         }
         if (cfa <= sp || !IN(cfa - 8, 8))
