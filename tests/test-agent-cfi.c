@@ -12,9 +12,9 @@ static char pre[4200], envbuf[4200];
 
 static const char *map_path(const cm_dict_t *d, uint32_t loc) {
     uint32_t m = d->location_mapping[loc];
-    if (!m || m > d->n_mappings)
+    if (!m || m >= d->n_mappings) /* index 0: none */
         return "";
-    return d->strings[d->mappings[m - 1].filename].ptr;
+    return d->strings[d->mappings[m].filename].ptr;
 }
 
 static int agent_frames(const cm_dict_t *d, uint32_t st) {

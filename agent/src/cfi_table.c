@@ -365,6 +365,7 @@ static void publish(void **old, uint32_t nold) {
     qsort(s->o, s->n, sizeof s->o[0], cmp_obj);
     retire_flush();
     ag_cfi_snap_t *prev = atomic_exchange(&ag_cfi_snap, s); /* seq_cst */
+    atomic_fetch_add_explicit(&ag_cfi_stats.publishes, 1, memory_order_relaxed);
     uint32_t hw = ag_thread_hw();
     g_ret.ptrs = malloc((nold + 1) * sizeof *g_ret.ptrs);
     g_ret.slots = malloc((hw ? hw : 1) * sizeof *g_ret.slots);

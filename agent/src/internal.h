@@ -200,6 +200,7 @@ typedef struct {
     _Atomic uint64_t no_cfi, skipped;       /* objects without CFI; over the memory cap */
     _Atomic uint64_t stale_files, leaked;   /* file replaced on disk; batches never freed */
     _Atomic uint64_t build_ns;              /* time spent compiling */
+    _Atomic uint64_t publishes;             /* snapshots published (symbols.c: rescan on a miss) */
     /* handler side */
     _Atomic uint64_t fp_frames;             /* frames unwound by the frame-pointer fallback */
     _Atomic uint64_t incomplete;            /* stacks that could not be continued to the root */
@@ -222,8 +223,9 @@ AG_HIDDEN void ag_cfi_after_fork_child(void);
 AG_HIDDEN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr_t fp,
                              int exact, uintptr_t lo, uintptr_t hi, intptr_t delta,
                              uintptr_t *pcs, uint32_t max, uint32_t *flags);
-/* handler-safe: removes libfleetprof's own frames, except the outermost of a run at the leaf
- * (the interposer the application called; symbols.c names it as the real function). */
+/* handler-safe: removes libfleetprof's own frames except the outermost of each run (the
+ * interposer the application called: symbols.c names it as the real function, builder.c leaves
+ * out the others). */
 AG_HIDDEN uint32_t ag_unwind_strip_agent(uintptr_t *pcs, uint32_t n);
 AG_HIDDEN extern uintptr_t ag_self_lo, ag_self_hi; /* libfleetprof's image (hooks.c) */
 

@@ -227,7 +227,12 @@ static ag_object_t *find_object(uintptr_t pc) {
 void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out) {
     memset(out, 0, sizeof *out);
     ag_object_t *o = find_object(pc);
-    if (!o && ag_now_mono() - g_last_refresh_ns > 1000000000ull) {
+    /* a miss: rescan when objects were loaded since (cfi_table.c counts publications), else
+     * at most once per second */
+    static uint64_t seen_gen;
+    uint64_t gen = atomic_load_explicit(&ag_cfi_stats.publishes, memory_order_relaxed);
+    if (!o && (gen != seen_gen || ag_now_mono() - g_last_refresh_ns > 1000000000ull)) {
+        seen_gen = gen;
         refresh();
         o = find_object(pc);
     }
@@ -259,8 +264,23 @@ void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out) {
     if (ag_self_hi && pc - ag_self_lo < ag_self_hi - ag_self_lo) {
         if (!s->fwd_done) {
             s->fwd_done = 1;
-            if (s->exported) {
-                void *next = dlsym(RTLD_NEXT, out->sysname);
+            /* an exported interposer, or its cold part split off by GCC ("malloc.cold") */
+            char base[128];
+            const char *dot = strchr(out->sysname, '.');
+            size_t len = dot ? (size_t)(dot - out->sysname) : strlen(out->sysname);
+            int exported = s->exported;
+            if (dot && len < sizeof base) {
+                memcpy(base, out->sysname, len);
+                base[len] = '\0';
+                for (uint32_t i = 0; i < o->nsyms && !exported; i++)
+                    exported = o->syms[i].exported && !strcmp(o->strtab + o->syms[i].name, base);
+            } else if (len < sizeof base) {
+                memcpy(base, out->sysname, len + 1);
+            } else {
+                exported = 0;
+            }
+            if (exported) {
+                void *next = dlsym(RTLD_NEXT, base);
                 if (next && (uintptr_t)next - ag_self_lo >= ag_self_hi - ag_self_lo)
                     s->fwd = (uintptr_t)next;
             }

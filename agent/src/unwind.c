@@ -183,8 +183,10 @@ NO_SAN uint32_t ag_unwind_strip_agent(uintptr_t *pcs, uint32_t n) {
         i++;
     if (i > 0)
         pcs[k++] = pcs[i - 1];
+    /* later runs: their outermost frame too (an interposer called from inside another, e.g.
+     * operator new -> malloc); builder.c leaves out those that are not interposers */
     for (; i < n; i++)
-        if (pcs[i] - a >= b - a)
+        if (pcs[i] - a >= b - a || i + 1 == n || pcs[i + 1] - a >= b - a)
             pcs[k++] = pcs[i];
     return k;
 }
