@@ -20,3 +20,7 @@ add_executable(bench-agent-handler bench-agent-handler.c)
 target_compile_options(bench-agent-handler PRIVATE -fno-omit-frame-pointer -fno-optimize-sibling-calls)
 target_link_libraries(bench-agent-handler PRIVATE fleetprof_agent Threads::Threads)
 set_target_properties(bench-agent-handler PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
+
+# Issue 14: the agent's CPU stacks as text, for cfi-vs-perf.py (comparison with perf).
+add_executable(dump-stacks dump-stacks.c)
+target_link_libraries(dump-stacks PRIVATE fp_common)

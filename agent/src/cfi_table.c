@@ -305,6 +305,10 @@ static void build(entry_t *e, const found_t *f) {
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&ag_cfi_stats.bad, st.bad, memory_order_relaxed);
     atomic_fetch_add_explicit(&ag_cfi_stats.build_ns, ag_now_mono() - t0, memory_order_relaxed);
+    struct timespec cts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cts);
+    CM_DEBUG("unwind table: %s: %u rows, %.2f ms (thread CPU now %.2f ms)", f->path, n,
+             (double)(ag_now_mono() - t0) / 1e6, cts.tv_sec * 1e3 + cts.tv_nsec / 1e6);
 }
 
 static int cmp_obj(const void *a, const void *b) {
