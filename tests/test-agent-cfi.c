@@ -48,9 +48,9 @@ static void test_graph(void) {
     prog_path("cfi_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_RATE=400",
                          "FLEETPROF_CPU_HZ=400", "FLEETPROF_INTERVAL=1s", NULL};
-    const char *argv[] = {prog, "graph", "4", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECK_EXIT0(st, 60, out);
+    const char *argv[] = {prog, "graph", "2", NULL};
+    int st = run(env, argv, 120, out, sizeof out);
+    CHECK_EXIT0(st, 120, out);
     chunks_t *cs = load(dir);
     uint64_t w_all = 0, w_complete = 0, bad_pairs = 0, agent = 0, n = 0, rooted = 0, w_own = 0;
     /* From the second chunk on: until the bg thread's first tables are published (its first
@@ -136,14 +136,46 @@ static void test_dlclose(void) {
     rmrf(dir);
 }
 
+/* Samples landing inside dlopen/dlclose and inside libgcc's unwinder (backtrace(), what a C++
+ * throw runs: both take the loader lock) on 4 threads: no deadlock (time limit), no crash. */
+static void test_dlunwind(void) {
+    char *dir = mkout(), prog[4096], lib[4096], out[4096];
+    prog_path("cfi_work", prog, sizeof prog);
+    snprintf(lib, sizeof lib, "%s/tests/libcfi_lib.so", bdir());
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_RATE=1000",
+                         "FLEETPROF_CPU_HZ=1000", "FLEETPROF_WALL_HZ=100", NULL};
+    const char *argv[] = {prog, "dlunwind", "3", lib, NULL};
+    int st = run(env, argv, 120, out, sizeof out);
+    CHECK_EXIT0(st, 120, out);
+    printf("  %s", out);
+    fflush(stdout);
+    CHECK(out_u64(out, "cycles=") > 10);
+    CHECK(out_u64(out, "traces=") > 10);
+    chunks_t *cs = load(dir);
+    uint64_t in_trace = 0; /* GCC names it deep_trace.constprop.0 */
+    for (int i = 0; i < cs->n; i++) {
+        const cm_dict_t *d = &cs->c[i]->dict;
+        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++)
+            for (uint32_t k = d->stack_off[s->stack[r]]; k < d->stack_off[s->stack[r] + 1]; k++)
+                if (!strncmp(loc_fn(d, d->stack_frames[k]), "deep_trace", 10)) {
+                    in_trace++;
+                    break;
+                }
+    }
+    CHECK(in_trace > 5);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 static void test_jit(void) {
     char *dir = mkout(), prog[4096], out[4096];
     prog_path("cfi_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_RATE=400",
                          "FLEETPROF_CPU_HZ=400", NULL};
-    const char *argv[] = {prog, "jit", "2", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECK_EXIT0(st, 60, out);
+    const char *argv[] = {prog, "jit", "1", NULL};
+    int st = run(env, argv, 120, out, sizeof out);
+    CHECK_EXIT0(st, 120, out);
     chunks_t *cs = load(dir);
     /* the anonymous code has no CFI: a frame-pointer step reaches its caller, CFI goes on */
     tot_t all = total(cs, CM_EV_CPU, NULL, 0), jc = total(cs, CM_EV_CPU, "jit_caller", 0);
@@ -163,9 +195,9 @@ static void test_scribble(void) {
     prog_path("cfi_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_RATE=1000",
                          "FLEETPROF_CPU_HZ=1000", NULL};
-    const char *argv[] = {prog, "scribble", "3", NULL};
-    int st = run(env, argv, 60, out, sizeof out);
-    CHECK_EXIT0(st, 60, out);
+    const char *argv[] = {prog, "scribble", "1", NULL};
+    int st = run(env, argv, 120, out, sizeof out);
+    CHECK_EXIT0(st, 120, out);
     CHECKF(strstr(out, "scribble done") != NULL, "%s", out);
     chunks_t *cs = load(dir);
     tot_t s = total(cs, CM_EV_CPU, "scribble_once", 0);
@@ -177,6 +209,7 @@ static void test_scribble(void) {
 static const tr_test_t tests[] = {
     {"cfi_graph", test_graph},
     {"cfi_dlclose", test_dlclose},
+    {"cfi_dlunwind", test_dlunwind},
     {"cfi_jit", test_jit},
     {"cfi_scribble", test_scribble},
     {0},

@@ -6,7 +6,9 @@
  *   cfi_work jit SECONDS       a loop in anonymous executable memory without CFI
  *   cfi_work scribble SECONDS  a thread that overwrites its own return address and saved rbp
  *                              with garbage while it spins (restored before returning)
- *   cfi_work throw SECONDS     (C++ only: see cfi_throw.cc)
+ *   cfi_work dlunwind SECONDS LIB  2 threads dlopen/dlclose LIB, 2 threads unwind themselves
+ *                              with backtrace() (libgcc's unwinder, as a C++ throw: it takes the
+ *                              loader lock through dl_iterate_phdr) while samples land in both
  *
  * The call graph (caller -> callee), which the test checks pairs against:
  *   main -> run_graph, run_graph -> use_longjmp, use_longjmp -> jumper, use_longjmp -> leaf_work,
@@ -17,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -66,9 +69,13 @@ __attribute__((noinline)) void use_longjmp(void) {
         jumper();
     sink += leaf_work(5000);
 }
+/* Fixed amounts of work (not of time): the sample count follows the CPU used, however loaded
+ * the machine is. SECONDS scales them (1: ~1 s of CPU per thread on an idle machine). */
+static double g_scale = 1;
+
 __attribute__((noinline)) void *worker(void *a) {
     long k = (long)a;
-    while (!stop) {
+    for (long it = 0, n = (long)(g_scale * (k == 0 ? 9000 : 3000)); it < n && !stop; it++) {
         if (k == 0)
             sink += rec(5);
         else if (k == 1)
@@ -82,10 +89,8 @@ __attribute__((noinline)) void run_graph(double secs) {
     pthread_t t[3];
     for (long i = 0; i < 3; i++)
         pthread_create(&t[i], 0, worker, (void *)i);
-    double end = now() + secs;
-    while (now() < end)
+    for (long i = 0, n = (long)(secs * 10000); i < n; i++)
         use_longjmp();
-    stop = 1;
     for (int i = 0; i < 3; i++)
         pthread_join(t[i], 0);
 }
@@ -117,12 +122,9 @@ __attribute__((noinline)) void jit_caller(double secs) {
         exit(4);
     memcpy(m, code, sizeof code);
     void (*fn)(long) = (void (*)(long))m;
-    double end = now() + secs;
     long calls = 0;
-    while (now() < end) {
+    for (long n = (long)(secs * 700); calls < n; calls++)
         fn(2000000);
-        calls++;
-    }
     printf("jit_calls=%ld\n", calls);
 }
 
@@ -152,10 +154,47 @@ __attribute__((noinline, optimize("no-omit-frame-pointer"))) double scribble_onc
 }
 
 static void *scribbler(void *a) {
-    double secs = *(double *)a, end = now() + secs;
+    double secs = *(double *)a;
     uint64_t seed = 1;
-    while (now() < end)
+    for (long n = (long)(secs * 400); (long)seed <= n;)
         sink += scribble_once(seed++);
+    return NULL;
+}
+
+static const char *g_lib;
+static double g_secs;
+static volatile long g_cycles, g_traces;
+
+static void *dl_loop(void *a) {
+    (void)a;
+    double end = now() + g_secs;
+    while (now() < end) {
+        void *h = dlopen(g_lib, RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            exit(5);
+        double (*spin)(double) = (double (*)(double))dlsym(h, "cfi_lib_spin");
+        sink += spin(0.0005);
+        dlclose(h);
+        __atomic_add_fetch(&g_cycles, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+__attribute__((noinline)) static int deep_trace(int d) {
+    if (d > 0)
+        return deep_trace(d - 1) + 1;
+    void *pcs[64];
+    return backtrace(pcs, 64);
+}
+
+static void *trace_loop(void *a) {
+    (void)a;
+    double end = now() + g_secs;
+    while (now() < end) {
+        if (deep_trace(20) < 20)
+            exit(6);
+        __atomic_add_fetch(&g_traces, 1, __ATOMIC_RELAXED);
+    }
     return NULL;
 }
 
@@ -163,11 +202,21 @@ int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
     double secs = atof(argv[2]);
+    g_scale = secs;
     if (!strcmp(argv[1], "graph"))
         run_graph(secs);
     else if (!strcmp(argv[1], "dlclose") && argc > 3)
         run_dlclose(atoi(argv[2]), argv[3]);
-    else if (!strcmp(argv[1], "jit"))
+    else if (!strcmp(argv[1], "dlunwind") && argc > 3) {
+        g_lib = argv[3];
+        g_secs = secs;
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++)
+            pthread_create(&t[i], 0, i < 2 ? dl_loop : trace_loop, NULL);
+        for (int i = 0; i < 4; i++)
+            pthread_join(t[i], 0);
+        printf("dlunwind cycles=%ld traces=%ld\n", g_cycles, g_traces);
+    } else if (!strcmp(argv[1], "jit"))
         jit_caller(secs);
     else if (!strcmp(argv[1], "scribble")) {
         pthread_t t;
