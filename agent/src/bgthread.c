@@ -713,6 +713,7 @@ void ag_bg_stop(void) {
 
 void ag_bg_after_fork_child(void) {
     g_started = 0;
+    ag_cfi_after_fork_child();
     /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
      * in the middle of an update. Its records belong to the parent's profile. */
     ag_builder_free(B.b);
