@@ -180,6 +180,40 @@ static void test_synthetic(void) {
     CHECK(bad > 0); /* corruption was seen and counted */
 }
 
+/* .debug_frame: CIE id 0xffffffff, version 1, no augmentation, FDEs pointing at their CIE by
+ * section offset, absolute 8-byte addresses. */
+static void test_debug_frame(void) {
+    buf_t b = {{0}, 0};
+    const uint8_t cie_body[] = {0xff, 0xff, 0xff, 0xff, 1, 0, 1, 0x78, 16,
+                                0x0c, 7, 8, 0x90, 1, 0, 0};
+    u32(&b, sizeof cie_body);
+    put(&b, cie_body, sizeof cie_body);
+    const uint8_t ins[] = {0x41, 0x0e, 16, 0x86, 2, 0x41, 0x0d, 6, 0, 0, 0, 0};
+    u32(&b, 4 + 8 + 8 + sizeof ins);
+    u32(&b, 0); /* CIE at offset 0 */
+    uint64_t pc = 0x401000, len = 0x40;
+    put(&b, &pc, 8);
+    put(&b, &len, 8);
+    put(&b, ins, sizeof ins);
+    ag_cfi_build_t *bd = ag_cfi_build_new();
+    CHECK(ag_cfi_build_add(bd, b.b, b.n, 0, 1) == 0);
+    ag_cfi_row_t *r;
+    uint32_t n;
+    ag_cfi_stats_t st;
+    CHECK(ag_cfi_build_finish(bd, 0x401000, 0x402000, &r, &n, &st) == 0);
+    CHECK_EQ(st.fdes, 1);
+    CHECK_EQ(st.bad, 0);
+    const ag_cfi_row_t *x = ag_cfi_find(r, n, 0);
+    CHECK(x && x->kind == AG_CFI_RSP && x->cfa_off == 8);
+    x = ag_cfi_find(r, n, 1);
+    CHECK(x && x->kind == AG_CFI_RSP && x->cfa_off == 16 && x->fp_off == -16);
+    x = ag_cfi_find(r, n, 2);
+    CHECK(x && x->kind == AG_CFI_RBP && x->cfa_off == 16 && x->fp_off == -16);
+    x = ag_cfi_find(r, n, 0x40);
+    CHECK(x && x->kind == AG_CFI_NONE);
+    free(r);
+}
+
 /* ---- real libraries against readelf ---- */
 
 typedef struct {
@@ -365,6 +399,7 @@ static void test_readelf(void) {
 
 static const tr_test_t tests[] = {
     {"synthetic", test_synthetic},
+    {"debug_frame", test_debug_frame},
     {"readelf", test_readelf},
     {0},
 };
