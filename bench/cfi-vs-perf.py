@@ -108,7 +108,7 @@ def our_stacks(path):
         for f in fr.split(";"):
             dso, a = f.rsplit(":", 1)
             frames.append((dso, int(a, 16)))
-        stacks.append((int(w), frames, int(fl) & 1))
+        stacks.append((int(w), frames, int(fl) & 3))  # truncated or incomplete
     return stacks
 
 def resolve(frames):

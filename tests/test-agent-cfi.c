@@ -65,7 +65,8 @@ static void test_graph(void) {
             uint32_t sk = s->stack[r];
             n++;
             w_all += s->weight[r];
-            int trunc = d->stack_flags && (d->stack_flags[sk] & CM_STF_TRUNCATED);
+            int trunc = d->stack_flags &&
+                        (d->stack_flags[sk] & (CM_STF_TRUNCATED | CM_STF_INCOMPLETE));
             if (!trunc)
                 w_complete += s->weight[r];
             else if (getenv("CFI_SHOW")) {

@@ -321,7 +321,7 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
         if (v - ag_self_lo >= ag_self_hi - ag_self_lo)
             r->pcs[n++] = v;
     }
-    int truncated = (uw & AG_UW_INCOMPLETE) != 0;
+    int truncated = (uw & AG_UW_DEPTH) != 0, incomplete = !truncated && (uw & AG_UW_INCOMPLETE);
     (void)hook;
     int same = atomic_load_explicit(&t->blk_seq, memory_order_acquire) == seq;
     if (direct)
@@ -334,13 +334,13 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     r->len = (uint32_t)((sizeof *r + n * sizeof(uintptr_t) + 7u) & ~7u);
     r->type = CM_EV_WALL;
     r->depth = (uint16_t)n;
-    r->stack_flags = truncated ? CM_STF_TRUNCATED : 0;
+    r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (incomplete ? CM_STF_INCOMPLETE : 0);
     r->labels = ctx.labels;
     r->time_ns = ag_now_real();
     r->weight = weight;
     r->count = CM_COUNT_ONE;
     memcpy(r->ctx, ctx.ctx, CM_CONTEXT_SIZE);
-    if (uw & AG_UW_DEPTH)
+    if (truncated)
         ag_drop_count(CM_EV_WALL, CM_DROP_STACK_TRUNCATED, 1);
     wall_add(t, tid, r);
     /* while it stays blocked without running, wall_reuse repeats this sample */

@@ -336,7 +336,7 @@ static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
         locs[k++] = intern_location(b, at);
     }
     n = k;
-    uint32_t sflags = r->stack_flags & CM_STF_TRUNCATED;
+    uint32_t sflags = r->stack_flags & (CM_STF_TRUNCATED | CM_STF_INCOMPLETE);
     stack_probe_t probe = {locs, n, sflags};
     uint64_t key = XXH3_64bits_withSeed(locs, n * sizeof *locs, sflags);
     uint32_t slot, v = map_find(&b->st_map, key, stack_eq, b, &probe, &slot);

@@ -76,14 +76,16 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     uint32_t uw = 0;
     uint32_t depth = pc ? ag_unwind(t, pc, sp, fp, exact, lo, hi, 0, r->pcs, AG_MAX_DEPTH, &uw)
                         : 0;
+    if (depth == AG_MAX_DEPTH) /* the stack filled the record: cut at the depth limit */
+        uw |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
     depth = ag_unwind_strip_agent(r->pcs, depth);
     if (depth == 0) {
         ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);
         return -1; /* nothing reserved is committed */
     }
-    /* Truncated: stopped at the depth limit, or could not be continued to the root frame. */
-    int truncated = (uw & AG_UW_INCOMPLETE) != 0;
-    if (uw & AG_UW_DEPTH)
+    /* Truncated: cut at the depth limit; incomplete: could not go on to the outermost frame. */
+    int truncated = (uw & AG_UW_DEPTH) != 0, incomplete = !truncated && (uw & AG_UW_INCOMPLETE);
+    if (truncated)
         ag_drop_count(ev->type, CM_DROP_STACK_TRUNCATED, 1);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -96,7 +98,8 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     r->type = (uint8_t)ev->type;
     r->flags = (uint8_t)ev->flags;
     r->depth = (uint16_t)depth;
-    r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (hi ? 0 : AG_STF_NO_BOUNDS);
+    r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (incomplete ? CM_STF_INCOMPLETE : 0) |
+                     (hi ? 0 : AG_STF_NO_BOUNDS);
     r->labels = ctx.labels;
     r->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     r->weight = ev->weight;
