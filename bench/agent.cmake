@@ -7,7 +7,8 @@ add_dependencies(bench-agent fp-work fp-work-linked fleetprof_agent)
 # Frame-pointer walk vs libunwind's unw_backtrace (why the handler uses frame pointers).
 pkg_check_modules(LIBUNWIND IMPORTED_TARGET libunwind)
 if(LIBUNWIND_FOUND)
-  add_executable(bench-agent-unwind bench-agent-unwind.c ${PROJECT_SOURCE_DIR}/agent/src/unwind.c)
+  add_executable(bench-agent-unwind bench-agent-unwind.c ${PROJECT_SOURCE_DIR}/agent/src/unwind.c
+    ${PROJECT_SOURCE_DIR}/agent/src/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/cfi_table.c)
   target_include_directories(bench-agent-unwind PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
   target_compile_options(bench-agent-unwind PRIVATE -fno-omit-frame-pointer
     -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
@@ -19,3 +20,7 @@ add_executable(bench-agent-handler bench-agent-handler.c)
 target_compile_options(bench-agent-handler PRIVATE -fno-omit-frame-pointer -fno-optimize-sibling-calls)
 target_link_libraries(bench-agent-handler PRIVATE fleetprof_agent Threads::Threads)
 set_target_properties(bench-agent-handler PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
+
+# Issue 14: the agent's CPU stacks as text, for cfi-vs-perf.py (comparison with perf).
+add_executable(dump-stacks dump-stacks.c)
+target_link_libraries(dump-stacks PRIVATE fp_common)

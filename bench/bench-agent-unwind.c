@@ -1,6 +1,7 @@
-/* Unwinder cost: the agent's bounds-checked frame-pointer walk (agent/src/unwind.c, compiled
- * in) against libunwind's unw_backtrace (DWARF CFI, cached), at several stack depths. Not a
- * test. Informs the choice written in agent/src/unwind.c: frame pointers in the handler.
+/* Unwinder cost: the agent's unwinder (agent/src/unwind.c, compiled in) with its compiled CFI
+ * tables (cfi.c, cfi_table.c: built for this process's objects at start, memory and build
+ * time printed), the same unwinder with no tables (its frame-pointer walk), and libunwind's
+ * unw_backtrace (DWARF CFI, cached), at several stack depths. Not a test.
  *
  *   bench-agent-unwind [ITERS]
  */
@@ -15,6 +16,15 @@
 #include <ucontext.h>
 
 ag_state_t ag; /* unwind.c needs nothing from it; other agent files are not linked */
+/* what cfi_table.c needs from the rest of the agent: no registered threads */
+ag_thread_t ag_threads[AG_MAX_THREADS];
+uint32_t ag_thread_hw(void) { return 0; }
+uint64_t ag_now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+static ag_cfi_snap_t *g_snap;
 
 static uintptr_t g_lo, g_hi;
 static long g_iters = 200000;
@@ -35,18 +45,26 @@ __attribute__((noinline)) static void measure(int depth) {
     uintptr_t pc = (uintptr_t)uc.uc_mcontext.gregs[REG_RIP];
     uintptr_t fp = (uintptr_t)uc.uc_mcontext.gregs[REG_RBP];
     uintptr_t sp = (uintptr_t)uc.uc_mcontext.gregs[REG_RSP];
-    int trunc;
-    uint32_t n = 0;
+    uint32_t trunc;
+    uint32_t n = 0, nc = 0;
+    atomic_store(&ag_cfi_snap, NULL);
     double t0 = now_ns();
     for (long i = 0; i < g_iters; i++)
-        n = ag_unwind_fp(pc, fp, sp, g_lo, g_hi, pcs, AG_MAX_DEPTH, &trunc);
+        n = ag_unwind(NULL, pc, sp, fp, 1, g_lo, g_hi, 0, pcs, AG_MAX_DEPTH, &trunc);
     double t1 = now_ns();
+    atomic_store(&ag_cfi_snap, g_snap);
+    double c0 = now_ns();
+    for (long i = 0; i < g_iters; i++)
+        nc = ag_unwind(&ag_threads[0], pc, sp, fp, 1, g_lo, g_hi, 0, pcs, AG_MAX_DEPTH, &trunc);
+    double c1 = now_ns();
+    printf("%6d  %6u  %10.1f  %6u  %10.1f  ", depth, nc, (c1 - c0) / (double)g_iters, n,
+           (t1 - t0) / (double)g_iters);
     int m = 0;
     for (long i = 0; i < g_iters / 10; i++)
         m = unw_backtrace(ups, AG_MAX_DEPTH);
     double t2 = now_ns();
     g_sink += n + (uint64_t)m;
-    printf("%6d  %6u  %10.1f  %6d  %12.1f  %6.1fx\n", depth, n, (t1 - t0) / (double)g_iters, m,
+    printf("%6d  %12.1f  %6.1fx\n", m,
            (t2 - t1) / (double)(g_iters / 10),
            ((t2 - t1) / (double)(g_iters / 10)) / ((t1 - t0) / (double)g_iters));
 }
@@ -70,12 +88,19 @@ int main(int argc, char **argv) {
     pthread_attr_getstack(&attr, &addr, &size);
     g_lo = (uintptr_t)addr;
     g_hi = g_lo + size;
-    printf(" depth  fp_n   fp_ns/walk  unw_n  unw_ns/walk   ratio\n");
+    uint64_t b0 = ag_now_mono();
+    ag_cfi_tick();
+    g_snap = atomic_load(&ag_cfi_snap);
+    printf("CFI tables: %llu objects, %llu rows, %.2f MiB, built in %.1f ms (%.1f ms total)\n",
+           (unsigned long long)ag_cfi_stats.objects, (unsigned long long)ag_cfi_stats.rows,
+           (double)ag_cfi_stats.bytes / 1048576.0, (double)ag_cfi_stats.build_ns / 1e6,
+           (double)(ag_now_mono() - b0) / 1e6);
+    printf(" depth  cfi_n  cfi_ns/walk    fp_n  fp_ns/walk   unw_n  unw_ns/walk  unw/fp\n");
     g_iters /= 10;
     recurse(0, 20); /* warm-up: libunwind fills its caches, pages are touched */
     g_iters *= 10;
     printf("--\n");
-    static const int depths[] = {5, 20, 60, 120};
+    static const int depths[] = {10, 30, 60, 120};
     for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++)
         recurse(0, depths[i]);
     return 0;

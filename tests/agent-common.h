@@ -260,11 +260,20 @@ static UNUSED uint64_t total_count(const chunks_t *cs, cm_event_type_t type, con
 }
 
 /* Function name of the leaf frame of a row's stack. */
+/* The call site of a hooked call's event: its stack's leaf is the real function the
+ * application called (malloc, read, pthread_mutex_lock... in libc or libstdc++, issue 14), named
+ * once, and the frame under it is the site. A leaf in libfleetprof itself, or a leaf without a
+ * caller, yields "<bad leaf>" so that every site check fails. */
 static UNUSED const char *leaf_fn(const cm_chunk_t *c, uint32_t stack) {
     const cm_dict_t *d = &c->dict;
-    if (d->stack_off[stack + 1] == d->stack_off[stack])
-        return "";
-    return loc_fn(d, d->stack_frames[d->stack_off[stack + 1] - 1]);
+    uint32_t a = d->stack_off[stack], b = d->stack_off[stack + 1];
+    if (b - a < 2)
+        return "<bad leaf>";
+    uint32_t leaf = d->stack_frames[b - 1], m = d->location_mapping[leaf];
+    const char *path = m && m < d->n_mappings ? d->strings[d->mappings[m].filename].ptr : "";
+    if (strstr(path, "libfleetprof") || !(strstr(path, "libc.so") || strstr(path, "libstdc++")))
+        return "<bad leaf>";
+    return loc_fn(d, d->stack_frames[b - 2]);
 }
 
 static UNUSED const char *preload(char *buf, size_t size) {

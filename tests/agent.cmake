@@ -19,3 +19,23 @@ endif()
 if(FLEETPROF_SANITIZE STREQUAL "thread")
   target_compile_definitions(test-agent PRIVATE FP_TSAN)
 endif()
+
+# The CFI compiler on synthetic CIE/FDE bytes and against readelf on real libraries (issue 14).
+fp_test(test-cfi LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/cfi.c)
+target_include_directories(test-cfi PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+
+# The CFI unwinder on a program without frame pointers (issue 14): a known call graph,
+# dlopen/dlclose of code on sampled stacks, code without CFI, a thread scribbling its frames.
+# Preloads the agent: sanitizer builds cannot (see fp-work-linked), so it runs in the normal one.
+add_executable(cfi_work programs/cfi_work.c)
+target_compile_options(cfi_work PRIVATE -O2 -fomit-frame-pointer)
+target_link_libraries(cfi_work PRIVATE Threads::Threads ${CMAKE_DL_LIBS} m)
+add_library(cfi_lib MODULE programs/cfi_lib.c)
+target_compile_options(cfi_lib PRIVATE -O2 -fomit-frame-pointer)
+target_link_libraries(cfi_lib PRIVATE m)
+set_target_properties(cfi_lib PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+fp_test(test-agent-cfi LABELS "agent;nosan" LIBS m)
+add_dependencies(test-agent-cfi cfi_work cfi_lib fleetprof_agent)
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  set_tests_properties(test-agent-cfi PROPERTIES DISABLED TRUE)
+endif()

@@ -566,7 +566,8 @@ static void test_deep_stack(void) {
     }
     CHECKF(trunc >= n * 9 / 10 && n >= 40, "%llu of %llu truncated", (unsigned long long)trunc,
            (unsigned long long)n);
-    CHECK(drops(cs, CM_DROP_STACK_TRUNCATED) >= trunc);
+    CHECKF(drops(cs, CM_DROP_STACK_TRUNCATED) >= trunc, "%llu STACK_TRUNCATED drops, %llu truncated",
+           (unsigned long long)drops(cs, CM_DROP_STACK_TRUNCATED), (unsigned long long)trunc);
     free_chunks(cs);
     rmrf(dir);
 }

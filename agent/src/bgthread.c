@@ -280,10 +280,10 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     uintptr_t hook = atomic_load_explicit(&t->blk_hook, memory_order_relaxed);
     uintptr_t lo = atomic_load(&t->stack_lo), hi = atomic_load(&t->stack_hi);
     size_t csz = ag_context_copy_size();
-    enum { WIN = 4096 };
+    enum { WIN = 64 << 10 };
     static uint8_t win[WIN], cbuf[256];
     static uintptr_t rbuf[AG_REC_MAX / sizeof(uintptr_t) + 1];
-    if (!hi || fp < lo || fp > hi - 16 || !t->ctx_addr || csz > sizeof cbuf)
+    if (!hi || fp < lo || fp > hi - 16 || (fp & 7) || !t->ctx_addr || csz > sizeof cbuf)
         return 0;
     if (direct) {
         atomic_store(&t->walking, 1);
@@ -297,49 +297,44 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     uint32_t n = 0;
     if (pc)
         r->pcs[n++] = pc;
-    if (hook)
-        r->pcs[n++] = hook;
-    uintptr_t wlo = 0, whi = 0; /* the stack bytes in win */
-    int truncated = 0, first = !direct;
-    while (fp >= lo && fp <= hi - 16 && (fp & 7) == 0) {
-        if (direct) {
-            peek(win, fp, 16);
-            wlo = fp;
-        } else if (fp < wlo || fp + 16 > whi) {
-            wlo = fp;
-            whi = hi - fp > WIN ? fp + WIN : hi;
-            struct iovec l[2] = {{win, whi - wlo}, {cbuf, csz}};
-            struct iovec rm[2] = {{(void *)wlo, whi - wlo}, {(void *)t->ctx_addr, csz}};
-            if (self_readv(l, rm, first ? 2 : 1) != 0)
-                return 0;
-            first = 0;
-        }
-        uintptr_t next, ret;
-        memcpy(&next, win + (fp - wlo), sizeof next);
-        memcpy(&ret, win + (fp - wlo) + sizeof next, sizeof ret);
-        if (ret < 4096)
-            break;
-        if (n == AG_MAX_DEPTH) {
-            truncated = 1;
-            break;
-        }
-        r->pcs[n++] = ret;
-        if (next <= fp)
-            break; /* frames must move toward the stack's base */
-        fp = next;
+    /* From the hook's frame: the state right after it returns, unwound with the CFI tables
+     * (the hook's own frames and the hook itself are the agent's: removed). In place for a
+     * thread that registered itself; else on a copy of up to 64 KiB of its stack. */
+    uintptr_t wlo = fp, whi = hi;
+    intptr_t delta = 0;
+    if (!direct) {
+        whi = hi - fp > WIN ? fp + WIN : hi;
+        struct iovec l[2] = {{win, whi - wlo}, {cbuf, csz}};
+        struct iovec rm[2] = {{(void *)wlo, whi - wlo}, {(void *)t->ctx_addr, csz}};
+        if (self_readv(l, rm, 2) != 0)
+            return 0;
+        delta = (intptr_t)((uintptr_t)win - wlo);
     }
+    uintptr_t frame[2];
+    peek(frame, (uintptr_t)(fp + delta), sizeof frame);
+    uint32_t uw = 0, m = 0;
+    if (frame[1] >= 4096)
+        m = ag_unwind(NULL, frame[1], fp + 16, frame[0], 0, wlo, whi, delta, r->pcs + n,
+                      AG_MAX_DEPTH - n, &uw);
+    for (uint32_t i = 0, base = n; i < m; i++) {
+        uintptr_t v = r->pcs[base + i];
+        if (v - ag_self_lo >= ag_self_hi - ag_self_lo)
+            r->pcs[n++] = v;
+    }
+    int truncated = (uw & AG_UW_DEPTH) != 0, incomplete = !truncated && (uw & AG_UW_INCOMPLETE);
+    (void)hook;
     int same = atomic_load_explicit(&t->blk_seq, memory_order_acquire) == seq;
     if (direct)
         atomic_store(&t->walking, 0);
-    if (first || !same)
-        return 0; /* nothing read, or the call ended meanwhile: a signal decides */
+    if (!same || n == 0)
+        return 0; /* the call ended meanwhile: a signal decides */
     ag_ctx_slot_t ctx;
     ag_context_pick(cbuf, &ctx);
     memset(r, 0, sizeof *r);
     r->len = (uint32_t)((sizeof *r + n * sizeof(uintptr_t) + 7u) & ~7u);
     r->type = CM_EV_WALL;
     r->depth = (uint16_t)n;
-    r->stack_flags = truncated ? CM_STF_TRUNCATED : 0;
+    r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (incomplete ? CM_STF_INCOMPLETE : 0);
     r->labels = ctx.labels;
     r->time_ns = ag_now_real();
     r->weight = weight;
@@ -570,6 +565,10 @@ static void *bg_main(void *arg) {
     sigdelset(&set, ag_sig); /* calibration signals itself */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
+    /* Unwind tables first: until they are published, samples have frame-pointer stacks only
+     * (flagged truncated where those end early). Not under the work lock: a fork meanwhile
+     * copies at most a half-built private table, which the child's ticks rebuild. */
+    ag_cfi_tick();
     if (ag_hcfg.alloc_on)
         ag_heap_populate();
 
@@ -636,6 +635,7 @@ static void *bg_main(void *arg) {
                 next_wall = now + wall_ns;
         }
         drain();
+        ag_cfi_tick(); /* objects loaded or unloaded since the last tick */
         ag_hooks_bg_tick(now); /* ALLOC controller, flood-cap windows */
         if (now >= next_ctl) {
             if (ag.cfg.cpu_rate > 0)
@@ -713,6 +713,7 @@ void ag_bg_stop(void) {
 
 void ag_bg_after_fork_child(void) {
     g_started = 0;
+    ag_cfi_after_fork_child();
     /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
      * in the middle of an update. Its records belong to the parent's profile. */
     ag_builder_free(B.b);

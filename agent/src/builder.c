@@ -314,13 +314,29 @@ static int stack_eq(void *ctx, uint32_t val, const void *probe) {
 
 static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
     uint32_t locs[AG_MAX_DEPTH];
-    uint32_t n = r->depth > AG_MAX_DEPTH ? AG_MAX_DEPTH : r->depth;
+    uint32_t n = r->depth > AG_MAX_DEPTH ? AG_MAX_DEPTH : r->depth, k = 0;
     for (uint32_t i = 0; i < n; i++) {
         /* root first; return addresses point after the call: symbolise pc - 1 */
-        uintptr_t pc = r->pcs[n - 1 - i];
-        locs[i] = intern_location(b, (n - 1 - i) == 0 ? pc : pc - 1);
+        uintptr_t pc = r->pcs[n - 1 - i], at = (n - 1 - i) == 0 ? pc : pc - 1;
+        if (at - ag_self_lo < ag_self_hi - ag_self_lo) {
+            /* libfleetprof's own frame (record.c kept the outermost of each run): shown only
+             * as the real function when it is one of our interposers (symbols.c), else left
+             * out (the thread-start wrapper, the signal handler chaining to the program's) */
+            ag_sym_t sym;
+            uint64_t lo, hi, off;
+            const uint8_t *bid;
+            uint32_t bl;
+            ag_symbols_lookup(at, &sym);
+            if (!sym.obj)
+                continue;
+            ag_object_mapping(sym.obj, &lo, &hi, &off, &bid, &bl);
+            if (at >= lo && at < hi)
+                continue;
+        }
+        locs[k++] = intern_location(b, at);
     }
-    uint32_t sflags = r->stack_flags & CM_STF_TRUNCATED;
+    n = k;
+    uint32_t sflags = r->stack_flags & (CM_STF_TRUNCATED | CM_STF_INCOMPLETE);
     stack_probe_t probe = {locs, n, sflags};
     uint64_t key = XXH3_64bits_withSeed(locs, n * sizeof *locs, sflags);
     uint32_t slot, v = map_find(&b->st_map, key, stack_eq, b, &probe, &slot);

@@ -310,7 +310,7 @@ static __attribute__((noinline)) void *sampled(int kind, size_t size, size_t al)
 
 /* Allocation of n bytes of the given kind: the fast path is one TLS subtraction and a branch. */
 #define ALLOC(kind, n, al, fast)                                                                   \
-    (AG_UNLIKELY((t_left -= (int64_t)(n)) < 0) ? sampled((kind), (n), (al)) : (fast))
+    (AG_UNLIKELY((t_left -= (int64_t)(n)) < 0) ? AG_NO_TAIL(sampled((kind), (n), (al))) : (fast))
 
 /* ---- the C interface ---- */
 
@@ -390,7 +390,7 @@ AG_EXPORT AG_NO_TSAN void *realloc(void *old, size_t n) {
         return malloc(n);
     int hdr = has_header((uintptr_t)old);
     if (AG_UNLIKELY(hdr) || AG_UNLIKELY((t_left -= (int64_t)n) < 0 && R.usable))
-        return realloc_slow(old, n, hdr);
+        return AG_NO_TAIL(realloc_slow(old, n, hdr));
     return R.realloc(old, n);
 }
 

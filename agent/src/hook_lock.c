@@ -452,7 +452,7 @@ static __attribute__((noinline, cold)) int mutex_held(pthread_mutex_t *m) {
         int rc = atomic_load_explicit(&g_mutex_first, memory_order_relaxed)(m);
         return rc != EBUSY ? rc : mutex_contended(m, rc);
     }
-    return mutex_contended(m, EBUSY);
+    return AG_NO_TAIL(mutex_contended(m, EBUSY));
 }
 
 /* A held mutex skips the trylock: on a lock that another core holds, trylock's read and
@@ -462,11 +462,11 @@ static __attribute__((noinline, cold)) int mutex_held(pthread_mutex_t *m) {
  * line the trylock reads anyway. */
 AG_EXPORT AG_NO_TSAN int pthread_mutex_lock(pthread_mutex_t *m) {
     if (AG_UNLIKELY(mutex_word(m) != 0))
-        return mutex_held(m);
+        return AG_NO_TAIL(mutex_held(m));
     int rc = atomic_load_explicit(&g_mutex_first, memory_order_relaxed)(m);
     if (AG_LIKELY(rc != EBUSY))
         return rc;
-    return mutex_contended(m, rc);
+    return AG_NO_TAIL(mutex_contended(m, rc));
 }
 
 /* 1 if programs reach our hooks first: no sanitizer runtime loaded (see the head comment). */
@@ -631,19 +631,19 @@ static __attribute__((noinline)) int cv_wait(pthread_cond_t *c, pthread_mutex_t 
 AG_EXPORT AG_NO_TSAN int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
     if (!lock_active())
         return REALV(wait, "pthread_cond_wait")(c, m);
-    return cv_wait(c, m, CV_WAIT, 0, NULL);
+    return AG_NO_TAIL(cv_wait(c, m, CV_WAIT, 0, NULL));
 }
 
 AG_EXPORT AG_NO_TSAN int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
                                                 const struct timespec *abs) {
     if (!lock_active())
         return REALV(timedwait, "pthread_cond_timedwait")(c, m, abs);
-    return cv_wait(c, m, CV_TIMED, 0, abs);
+    return AG_NO_TAIL(cv_wait(c, m, CV_TIMED, 0, abs));
 }
 
 AG_EXPORT AG_NO_TSAN int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m,
                                                 clockid_t clock, const struct timespec *abs) {
     if (!lock_active() || !L.clockwait)
         return REALV(clockwait, "pthread_cond_clockwait")(c, m, clock, abs);
-    return cv_wait(c, m, CV_CLOCK, clock, abs);
+    return AG_NO_TAIL(cv_wait(c, m, CV_CLOCK, clock, abs));
 }

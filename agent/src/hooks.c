@@ -79,8 +79,8 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
             hi = a + ph->p_memsz;
     }
     if (probe >= lo && probe < hi) {
-        g_self_lo = lo;
-        g_self_hi = hi;
+        g_self_lo = ag_self_lo = lo;
+        g_self_hi = ag_self_hi = hi;
         return 1;
     }
     return 0;
@@ -151,6 +151,11 @@ void ag_hook_leave(void) { ag_hook_guard--; }
 static AG_TLS uint64_t t_last_wake;
 
 int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
+    if (t->busy) { /* a hook inside a sampling handler that is writing the ring (record.c) */
+        atomic_fetch_add_explicit(&ag_events_seen[ev->type], 1, memory_order_relaxed);
+        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
+        return -1;
+    }
     t->busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
     int rc = ag_record_take(t, ev, NULL);
@@ -171,21 +176,14 @@ int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
 int ag_hook_is_agent_pc(uintptr_t pc) { return pc >= g_self_lo && pc < g_self_hi; }
 
 __attribute__((noinline)) uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs, uint32_t max) {
-    uintptr_t tmp[AG_MAX_DEPTH];
-    uintptr_t pc = (uintptr_t)__builtin_return_address(0);
-    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
-    uintptr_t fp = *(const uintptr_t *)sp;
+    /* from the state right after this function returns (built with frame pointers) */
+    const uintptr_t *frame = (const uintptr_t *)__builtin_frame_address(0);
     uintptr_t lo = atomic_load_explicit(&t->stack_lo, memory_order_relaxed);
     uintptr_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
-    int trunc = 0;
-    uint32_t n = ag_unwind_fp(pc, fp, sp, lo, hi, tmp, AG_MAX_DEPTH, &trunc);
-    uint32_t k = 0;
-    while (k < n && ag_hook_is_agent_pc(tmp[k]))
-        k++;
-    uint32_t out = 0;
-    for (; k < n && out < max; k++)
-        pcs[out++] = tmp[k];
-    return out;
+    uint32_t uw;
+    uint32_t n = ag_unwind(t, frame[1], (uintptr_t)(frame + 2), frame[0], 0, lo, hi, 0, pcs, max,
+                           &uw);
+    return ag_unwind_strip_agent(pcs, n);
 }
 
 /* ---- TSC calibration ----
@@ -325,9 +323,7 @@ void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid, const ag_
     ag_hooks_exclude_self(); /* the bg thread: never sampled */
     ag_rec_t *c = (ag_rec_t *)buf;
     memcpy(c, r, sizeof *c);
-    uint32_t k = 0;
-    while (k + 1 < r->depth && ag_hook_is_agent_pc(r->pcs[k]))
-        k++; /* the hook's own frames: the caller is the interesting leaf */
+    uint32_t k = 0; /* record.c left the interposer as the leaf (named as the real function) */
     c->depth = (uint16_t)(r->depth - k);
     memcpy(c->pcs, r->pcs + k, c->depth * sizeof(uintptr_t));
     const char *target = NULL;

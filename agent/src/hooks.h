@@ -19,6 +19,15 @@
 #define AG_EXPORT __attribute__((visibility("default")))
 #define AG_LIKELY(x) __builtin_expect(!!(x), 1)
 #define AG_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* A slow-path call an interposer must not tail-call: the interposer's own frame stays on the
+ * stack, so the unwinder finds it as the outermost agent frame and names it as the real
+ * function (record.c, symbols.c). The fast path's forward may still be a tail call. */
+#define AG_NO_TAIL(x)                                                                              \
+    ({                                                                                             \
+        __typeof__(x) r_ = (x);                                                                    \
+        __asm__ volatile("" : "+r"(r_));                                                           \
+        r_;                                                                                        \
+    })
 
 typedef struct {
     int alloc_on, lock_on, io_on;  /* families enabled (all 0 when the agent is off) */

@@ -130,6 +130,10 @@ typedef struct ag_thread {
     _Atomic uintptr_t blk_fp, blk_pc, blk_hook; /* hook's frame, real function, hook pc */
     uintptr_t ctx_addr;                   /* its span context block (context.c), 0: unknown */
     _Atomic int walking;                  /* bg: reading its stack in place; its exit waits */
+    /* Unwinds in progress on this thread (handler or hook) and outermost ones completed: the
+     * bg thread frees a retired CFI table only once every thread that was inside an unwind
+     * when it was unpublished has left it (cfi_table.c). */
+    _Atomic uint32_t unw_depth, unw_gen;
 } ag_thread_t;
 
 AG_HIDDEN extern ag_thread_t ag_threads[AG_MAX_THREADS];
@@ -178,21 +182,52 @@ AG_HIDDEN void ag_signal_sigterm_restore(void);
 /* bg: measures the kernel cost of delivering one sampling signal (ns). */
 AG_HIDDEN uint64_t ag_signal_calibrate(void);
 
-/* ---- unwind.c ---- */
-/* Executable address ranges of loaded objects, published by symbols.c (bg) for the handler's
- * return-address checks: two buffers, the bg thread fills the inactive one then flips. */
-#define AG_CODE_RANGES 512
+/* ---- cfi_table.c: per-object CFI tables (cfi.h) published for the handler ---- */
+#include "cfi.h"
+typedef struct {
+    uintptr_t lo, hi;          /* runtime text range [lo, hi) */
+    const ag_cfi_row_t *rows;  /* NULL: no CFI (frame-pointer fallback) */
+    uint32_t nrows;
+} ag_cfi_obj_t;
 typedef struct {
     uint32_t n;
-    uintptr_t lo[AG_CODE_RANGES], hi[AG_CODE_RANGES]; /* sorted by lo */
-} ag_code_map_t;
-AG_HIDDEN extern ag_code_map_t ag_code_maps[2];
-AG_HIDDEN extern _Atomic int ag_code_idx;
-/* handler-safe. Walks frame pointers from (pc, fp, sp) within [lo, hi). Writes up to max
- * program counters, leaf first (pcs[0] = pc). Returns the count; *truncated set when the
- * chain continued past max. */
-AG_HIDDEN uint32_t ag_unwind_fp(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t lo,
-                                uintptr_t hi, uintptr_t *pcs, uint32_t max, int *truncated);
+    ag_cfi_obj_t o[]; /* sorted by lo */
+} ag_cfi_snap_t;
+AG_HIDDEN extern _Atomic(ag_cfi_snap_t *) ag_cfi_snap;
+typedef struct {
+    _Atomic uint64_t objects, rows, bytes;  /* tables in use */
+    _Atomic uint64_t fallback_rows, bad;    /* rules not compiled; malformed entries */
+    _Atomic uint64_t no_cfi, skipped;       /* objects without CFI; over the memory cap */
+    _Atomic uint64_t stale_files, leaked;   /* file replaced on disk; batches never freed */
+    _Atomic uint64_t build_ns;              /* time spent compiling */
+    _Atomic uint64_t publishes;             /* snapshots published (symbols.c: rescan on a miss) */
+    /* handler side */
+    _Atomic uint64_t fp_frames;             /* frames unwound by the frame-pointer fallback */
+    _Atomic uint64_t incomplete;            /* stacks that could not be continued to the root */
+} ag_cfi_counters_t;
+AG_HIDDEN extern ag_cfi_counters_t ag_cfi_stats;
+/* bg: picks up objects loaded or unloaded since the last call (dlpi_adds/dlpi_subs), compiles
+ * new ones, publishes, frees retired tables no handler can read any more. */
+AG_HIDDEN void ag_cfi_tick(void);
+AG_HIDDEN void ag_cfi_after_fork_child(void);
+
+/* ---- unwind.c ---- */
+#define AG_UW_DEPTH 1u      /* stopped at max frames */
+#define AG_UW_INCOMPLETE 2u /* could not be continued to the outermost frame */
+#define AG_UW_FP 4u         /* a frame-pointer fallback step was taken */
+/* handler-safe. Unwinds from (pc, sp, fp); exact: pc is the interrupted instruction (a signal),
+ * not a return address. Reads stack words only inside [lo, hi), at address + delta (delta != 0:
+ * a copy of the stack). self: the calling thread's slot (its unwind epoch, see cfi_table.c);
+ * NULL only on the background thread (the tables' only freer). Writes up to max pcs, leaf first;
+ * returns the count and *flags (AG_UW_*). */
+AG_HIDDEN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr_t fp,
+                             int exact, uintptr_t lo, uintptr_t hi, intptr_t delta,
+                             uintptr_t *pcs, uint32_t max, uint32_t *flags);
+/* handler-safe: removes libfleetprof's own frames except the outermost of each run (the
+ * interposer the application called: symbols.c names it as the real function, builder.c leaves
+ * out the others). */
+AG_HIDDEN uint32_t ag_unwind_strip_agent(uintptr_t *pcs, uint32_t n);
+AG_HIDDEN extern uintptr_t ag_self_lo, ag_self_hi; /* libfleetprof's image (hooks.c) */
 
 /* ---- record.c: the generic sample record ---- */
 #define AG_REC_SKIP 0xffu /* ring padding record */

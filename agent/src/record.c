@@ -19,23 +19,49 @@ _Atomic uint64_t ag_handler_ns_sum, ag_handler_ns_n;
 _Atomic uint64_t ag_samples_taken;
 
 
+__attribute__((no_sanitize("address", "thread"), noinline)) static int
+record(ag_thread_t *t, const ag_event_t *ev, const void *ucv);
+
 __attribute__((no_sanitize("address", "thread"), noinline)) int
 ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     atomic_fetch_add_explicit(&ag_events_seen[ev->type], 1, memory_order_relaxed);
-    if (ucv && t->busy) {
-        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
-        return -1;
+    if (ucv) {
+        /* A signal handler: the ring is the thread's; a hook in progress below us owns it.
+         * While we write, busy is ours: an application handler nested in this one (its
+         * signal is not blocked during ours) that allocates must not write the ring
+         * (ag_hook_record checks busy too). */
+        if (t->busy) {
+            ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
+            return -1;
+        }
+        t->busy = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        int rc = record(t, ev, ucv);
+        atomic_signal_fence(memory_order_seq_cst);
+        t->busy = 0;
+        return rc;
     }
+    return record(t, ev, NULL);
+}
+
+/* Unwinds (from uc, else from the caller of ag_record_take), then fills one ring record. */
+__attribute__((no_sanitize("address", "thread"), noinline)) static int
+record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     uintptr_t pc, fp, sp;
+    int exact;
     if (ucv) {
         const ucontext_t *uc = ucv;
         pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
         fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
         sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+        exact = 1;
     } else {
-        pc = (uintptr_t)__builtin_return_address(0);
-        sp = (uintptr_t)__builtin_frame_address(0);
-        fp = *(const uintptr_t *)sp; /* the caller's frame */
+        /* the state right after this function returns (built with frame pointers) */
+        const uintptr_t *frame = (const uintptr_t *)__builtin_frame_address(0);
+        pc = frame[1];
+        fp = frame[0];
+        sp = (uintptr_t)(frame + 2);
+        exact = 0;
     }
     uintptr_t lo = atomic_load_explicit(&t->stack_lo, memory_order_relaxed);
     uintptr_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
@@ -47,12 +73,18 @@ ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
         ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
         return -1;
     }
-    int truncated = 0;
-    uint32_t depth = pc ? ag_unwind_fp(pc, fp, sp, lo, hi, r->pcs, AG_MAX_DEPTH, &truncated) : 0;
+    uint32_t uw = 0;
+    uint32_t depth = pc ? ag_unwind(t, pc, sp, fp, exact, lo, hi, 0, r->pcs, AG_MAX_DEPTH, &uw)
+                        : 0;
+    if (depth == AG_MAX_DEPTH) /* the stack filled the record: cut at the depth limit */
+        uw |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
+    depth = ag_unwind_strip_agent(r->pcs, depth);
     if (depth == 0) {
         ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);
         return -1; /* nothing reserved is committed */
     }
+    /* Truncated: cut at the depth limit; incomplete: could not go on to the outermost frame. */
+    int truncated = (uw & AG_UW_DEPTH) != 0, incomplete = !truncated && (uw & AG_UW_INCOMPLETE);
     if (truncated)
         ag_drop_count(ev->type, CM_DROP_STACK_TRUNCATED, 1);
     struct timespec ts;
@@ -66,7 +98,8 @@ ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     r->type = (uint8_t)ev->type;
     r->flags = (uint8_t)ev->flags;
     r->depth = (uint16_t)depth;
-    r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (hi ? 0 : AG_STF_NO_BOUNDS);
+    r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (incomplete ? CM_STF_INCOMPLETE : 0) |
+                     (hi ? 0 : AG_STF_NO_BOUNDS);
     r->labels = ctx.labels;
     r->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     r->weight = ev->weight;

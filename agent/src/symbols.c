@@ -28,6 +28,9 @@ typedef struct {
     uint32_t name; /* offset in strtab */
     char *dem;     /* demangled name, lazily; NULL: not yet or not mangled */
     uint8_t dem_done;
+    uint8_t exported; /* global, default visibility */
+    uint8_t fwd_done;
+    uintptr_t fwd;    /* our own interposers: the real function (dlsym RTLD_NEXT), 0: none */
 } sym_t;
 
 struct ag_object {
@@ -108,6 +111,10 @@ static void load_syms(ag_object_t *o) {
         o->syms[k].name = syms[i].st_name;
         o->syms[k].dem = NULL;
         o->syms[k].dem_done = 0;
+        o->syms[k].exported = ELF64_ST_BIND(syms[i].st_info) != STB_LOCAL &&
+                              ELF64_ST_VISIBILITY(syms[i].st_other) == STV_DEFAULT;
+        o->syms[k].fwd_done = 0;
+        o->syms[k].fwd = 0;
         k++;
     }
     qsort(o->syms, k, sizeof *o->syms, cmp_sym);
@@ -116,6 +123,8 @@ static void load_syms(ag_object_t *o) {
     for (uint32_t i = 0; i < k; i++)
         if (m == 0 || o->syms[m - 1].addr != o->syms[i].addr)
             o->syms[m++] = o->syms[i];
+        else if (o->syms[i].exported && !o->syms[m - 1].exported)
+            o->syms[m - 1] = o->syms[i]; /* the exported name of an address wins */
     o->nsyms = m;
 out:
     munmap(map, fsize);
@@ -196,41 +205,11 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
-static int cmp_obj(const void *a, const void *b) {
-    const ag_object_t *x = *(ag_object_t *const *)a, *y = *(ag_object_t *const *)b;
-    return x->start < y->start ? -1 : x->start > y->start;
-}
-
-/* Publishes the executable ranges for the handler (unwind.c): fill the buffer not in use,
- * then flip. Refreshes are at least a second apart, so no handler is still reading the buffer
- * we fill (a lookup takes well under a microsecond). */
-static void publish_ranges(void) {
-    ag_object_t **sorted = malloc(g_nobjs * sizeof *sorted + 1);
-    if (!sorted)
-        return;
-    memcpy(sorted, g_objs, g_nobjs * sizeof *sorted);
-    qsort(sorted, g_nobjs, sizeof *sorted, cmp_obj);
-    int next = !(atomic_load(&ag_code_idx) & 1);
-    ag_code_map_t *m = &ag_code_maps[next];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < g_nobjs && n < AG_CODE_RANGES; i++) {
-        if (n && sorted[i]->start < m->hi[n - 1])
-            continue; /* overlapping (replaced) object: keep the first */
-        m->lo[n] = sorted[i]->start;
-        m->hi[n] = sorted[i]->limit;
-        n++;
-    }
-    m->n = n;
-    atomic_store_explicit(&ag_code_idx, next, memory_order_release);
-    free(sorted);
-}
-
 static void refresh(void) {
     g_last_refresh_ns = ag_now_mono();
     uint32_t before = g_nobjs;
     dl_iterate_phdr(add_object, NULL);
-    if (g_nobjs != before)
-        publish_ranges();
+    (void)before;
 }
 
 void ag_symbols_init(void) {
@@ -248,7 +227,12 @@ static ag_object_t *find_object(uintptr_t pc) {
 void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out) {
     memset(out, 0, sizeof *out);
     ag_object_t *o = find_object(pc);
-    if (!o && ag_now_mono() - g_last_refresh_ns > 1000000000ull) {
+    /* a miss: rescan when objects were loaded since (cfi_table.c counts publications), else
+     * at most once per second */
+    static uint64_t seen_gen;
+    uint64_t gen = atomic_load_explicit(&ag_cfi_stats.publishes, memory_order_relaxed);
+    if (!o && (gen != seen_gen || ag_now_mono() - g_last_refresh_ns > 1000000000ull)) {
+        seen_gen = gen;
         refresh();
         o = find_object(pc);
     }
@@ -274,6 +258,38 @@ void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out) {
     if (s->size && out->file_addr >= s->addr + s->size)
         return;
     out->sysname = o->strtab + s->name;
+    /* One of our interposers (malloc, writev...) at the leaf of a hooked call: name the real
+     * function the application called, so no agent frame shows (record.c keeps only the
+     * outermost agent frame of a stack's leading run). */
+    if (ag_self_hi && pc - ag_self_lo < ag_self_hi - ag_self_lo) {
+        if (!s->fwd_done) {
+            s->fwd_done = 1;
+            /* an exported interposer, or its cold part split off by GCC ("malloc.cold") */
+            char base[128];
+            const char *dot = strchr(out->sysname, '.');
+            size_t len = dot ? (size_t)(dot - out->sysname) : strlen(out->sysname);
+            int exported = s->exported;
+            if (dot && len < sizeof base) {
+                memcpy(base, out->sysname, len);
+                base[len] = '\0';
+                for (uint32_t i = 0; i < o->nsyms && !exported; i++)
+                    exported = o->syms[i].exported && !strcmp(o->strtab + o->syms[i].name, base);
+            } else if (len < sizeof base) {
+                memcpy(base, out->sysname, len + 1);
+            } else {
+                exported = 0;
+            }
+            if (exported) {
+                void *next = dlsym(RTLD_NEXT, base);
+                if (next && (uintptr_t)next - ag_self_lo >= ag_self_hi - ag_self_lo)
+                    s->fwd = (uintptr_t)next;
+            }
+        }
+        if (s->fwd) {
+            ag_symbols_lookup(s->fwd, out);
+            return;
+        }
+    }
     if (!s->dem_done) {
         s->dem_done = 1;
         if (g_demangle && !strncmp(out->sysname, "_Z", 2)) {

@@ -1,110 +1,192 @@
-/* Frame-pointer unwinding for the signal handler.
+/* The stack unwinder: compiled DWARF CFI (cfi_table.c), frame pointers where no table covers
+ * the code. Used by the signal handler, the hooks and the background thread's walks of
+ * blocked threads alike.
  *
- * Async-signal-safe: no calls, no locks, no allocation. Every stack read is checked against the
- * thread's stack bounds [lo, hi) captured at registration (never computed here), and the frame
- * chain must grow strictly upward, so a garbage %rbp (code built without frame pointers, or a
- * frame mid-prologue) ends the walk instead of faulting or looping.
+ * Async-signal-safe: no calls, no locks, no allocation. The only memory read is (a) the
+ * published CFI snapshot, immutable and kept alive while this thread's unwind epoch says it
+ * is reading (cfi_table.c), and (b) stack words, each checked against [lo, hi): the thread's
+ * stack bounds captured at registration. No code bytes are ever read, so an object unloaded
+ * meanwhile (dlclose) cannot fault the walk.
  *
- * The leaf frame: the interrupted function may not have set up its frame yet (prologue), may
- * never set one up (GCC omits it in leaf functions even with -fno-omit-frame-pointer), or may
- * be libc code built without frame pointers (memcpy, nanosleep...). Then %rbp still points at
- * the caller's caller, and the plain walk loses the leaf's caller. So before following %rbp we
- * scan the words between %rsp and %rbp (at most AG_LEAF_SCAN) for the leaf's return address:
- * the first word that lies in an executable mapping and follows a call instruction. A leaf
- * that did set up its frame has its return address above %rbp, outside the scanned span, so
- * nothing is added. Code bytes are read only inside published executable ranges.
- *
- * Why not libunwind in the handler: unw_init_local2(UNW_INIT_SIGNAL_FRAME) + unw_step look up
- * DWARF CFI through dl_iterate_phdr on a cache miss, which takes the loader lock: a sample
- * landing in dlopen(), or in a C++ throw (the unwinder calls dl_iterate_phdr too), would
- * deadlock the thread. Frame pointers plus the leaf scan never block (see agent/README.md).
+ * Per frame: find the object containing pc (binary search over the snapshot), then its row
+ * (binary search); pc - 1 for return addresses (a call may be a function's last instruction).
+ *   RSP/RBP/DEREF/PLT rows: CFA from the row; return address at CFA - 8; rbp from CFA + fp_off
+ *     when saved; sp = CFA. The CFA must lie above sp: frames move toward the stack's base.
+ *   SIGNAL (__restore_rt, CIE augmentation 'S'): the kernel's ucontext_t sits at sp; the
+ *     interrupted rip/rsp/rbp come from it and the next pc is exact.
+ *   END (return address undefined: _start, clone, clone3): the stack is complete.
+ *   no object, no row (gap between FDEs), or a FALLBACK row: one frame-pointer step (rbp must
+ *     lie in [sp, hi)), counted in ag_cfi_stats.fp_frames. This is what JIT code and code
+ *     without CFI gets, as in async-profiler and the eBPF profiler.
+ * A stack that cannot be continued (a read out of bounds, a CFA not above sp) ends there and
+ * is flagged AG_UW_INCOMPLETE; nothing is guessed (the leaf scan the FP-only unwinder used,
+ * which read code bytes and could invent callers, is gone).
  *
  * Compiled without sanitizer instrumentation: the walk reads other frames' slots, which ASan
  * may have poisoned as redzones, and TSan would report the reads as races with the
  * interrupted code on the same thread.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* REG_RIP (the bench compiles this file on its own) */
+#endif
 #include "internal.h"
 
-#define AG_LEAF_SCAN 64 /* words */
-
-ag_code_map_t ag_code_maps[2];
-_Atomic int ag_code_idx;
+#include <stddef.h>
+#include <ucontext.h>
 
 #define NO_SAN __attribute__((no_sanitize("address", "thread", "undefined")))
 
-/* Returns the code range containing a, or -1. */
-NO_SAN static int code_range(const ag_code_map_t *m, uintptr_t a) {
-    uint32_t n = m->n < AG_CODE_RANGES ? m->n : AG_CODE_RANGES;
-    if (n == 0 || a < m->lo[0] || a >= m->hi[n - 1])
-        return -1;
-    uint32_t l = 0, h = n;
-    while (l < h) { /* first range with lo > a */
+/* Our own image, for ag_unwind_strip_agent (hooks.c sets it). */
+uintptr_t ag_self_lo, ag_self_hi;
+
+NO_SAN static const ag_cfi_obj_t *find_obj(const ag_cfi_snap_t *s, uintptr_t pc) {
+    uint32_t l = 0, h = s->n;
+    while (l < h) { /* first object with lo > pc */
         uint32_t mid = (l + h) / 2;
-        if (m->lo[mid] <= a)
+        if (s->o[mid].lo <= pc)
             l = mid + 1;
         else
             h = mid;
     }
-    return l > 0 && a < m->hi[l - 1] ? (int)(l - 1) : -1;
+    return l > 0 && pc < s->o[l - 1].hi ? &s->o[l - 1] : NULL;
 }
 
-/* Is ret a return address: inside code, right after a call (E8 rel32, or FF /2 with the
- * common ModRM lengths)? */
-NO_SAN static int is_return_address(const ag_code_map_t *m, uintptr_t ret) {
-    int r = code_range(m, ret);
-    if (r < 0 || ret - 7 < m->lo[r])
-        return 0;
-    const uint8_t *p = (const uint8_t *)ret;
-    if (p[-5] == 0xe8)
-        return 1;
-    if (p[-2] == 0xff && (p[-1] & 0x38) == 0x10) /* call *%reg */
-        return 1;
-    if (p[-3] == 0xff && (p[-2] & 0x38) == 0x10) /* call *disp8(%reg) */
-        return 1;
-    if (p[-6] == 0xff && (p[-5] & 0x38) == 0x10) /* call *disp32(%rip) */
-        return 1;
-    if (p[-7] == 0xff && (p[-6] & 0x38) == 0x10) /* call *disp32(%reg,%reg) */
-        return 1;
-    return 0;
-}
+#define UC_GREG(i) (offsetof(ucontext_t, uc_mcontext.gregs) + (size_t)(i) * sizeof(greg_t))
 
-NO_SAN uint32_t ag_unwind_fp(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t lo,
-                             uintptr_t hi, uintptr_t *pcs, uint32_t max, int *truncated) {
-    uint32_t n = 0;
-    *truncated = 0;
-    if (max == 0)
+NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr_t fp, int exact,
+                          uintptr_t lo, uintptr_t hi, intptr_t delta, uintptr_t *pcs,
+                          uint32_t max, uint32_t *flags) {
+    uint32_t n = 0, fl = AG_UW_INCOMPLETE, fp_steps = 0;
+    if (max == 0) {
+        *flags = AG_UW_DEPTH;
         return 0;
-    pcs[n++] = pc;
-    if (lo == 0 || hi <= lo || sp < lo || sp >= hi)
-        return n;
-    lo = sp; /* nothing below the stack pointer is a live frame */
-    const ag_code_map_t *m = &ag_code_maps[atomic_load_explicit(&ag_code_idx,
-                                                                memory_order_acquire) & 1];
-    uintptr_t scan_end = fp > sp && fp <= hi ? fp : sp + AG_LEAF_SCAN * sizeof(uintptr_t);
-    if (scan_end > hi)
-        scan_end = hi;
-    if (scan_end > sp + AG_LEAF_SCAN * sizeof(uintptr_t))
-        scan_end = sp + AG_LEAF_SCAN * sizeof(uintptr_t);
-    for (uintptr_t a = (sp + 7) & ~(uintptr_t)7; a + sizeof(uintptr_t) <= scan_end; a += 8) {
-        uintptr_t w = *(const uintptr_t *)a;
-        if (is_return_address(m, w)) {
-            pcs[n++] = w;
-            break;
-        }
     }
-    while (fp >= lo && fp <= hi - 16 && (fp & 7) == 0) {
-        const uintptr_t *frame = (const uintptr_t *)fp;
-        uintptr_t next = frame[0], ret = frame[1];
-        if (ret < 4096)
-            break;
+    if (self) {
+        /* A locked increment: it is visible before the snapshot pointer is loaded, so the bg
+         * thread that swaps the pointer and then reads depth 0 knows we read the new one. */
+        atomic_fetch_add(&self->unw_depth, 1);
+    }
+    const ag_cfi_snap_t *snap = atomic_load_explicit(&ag_cfi_snap, memory_order_acquire);
+#define IN(a, len) ((a) >= lo && (a) <= hi - (len) && hi - (len) < hi)
+#define RD(a) (*(const uintptr_t *)((a) + (uintptr_t)delta))
+    if (lo == 0 || hi <= lo || sp < lo || sp >= hi) {
+        pcs[n++] = pc;
+        goto done;
+    }
+    /* Nothing below the stack pointer is a live frame, and below it the main thread's stack
+     * may not be mapped yet (it grows on demand within its rlimit): sp only grows from here
+     * (a signal frame's interrupted sp lies above the handler that ran below it). */
+    lo = sp;
+    for (;;) {
         if (n == max) {
-            *truncated = 1;
+            fl = AG_UW_DEPTH | AG_UW_INCOMPLETE;
             break;
         }
-        pcs[n++] = ret;
-        if (next <= fp)
-            break; /* frames must move toward the stack's base */
-        fp = next;
+        pcs[n++] = pc;
+        uintptr_t look = exact ? pc : pc - 1;
+        const ag_cfi_obj_t *o = snap ? find_obj(snap, look) : NULL;
+        const ag_cfi_row_t *row = o && o->rows ? ag_cfi_find(o->rows, o->nrows, look - o->lo)
+                                               : NULL;
+        uint8_t kind = row ? row->kind : AG_CFI_NONE;
+        uintptr_t cfa, ra;
+        switch (kind) {
+        case AG_CFI_END:
+            fl = 0;
+            goto done;
+        case AG_CFI_RSP:
+            cfa = sp + (intptr_t)row->cfa_off;
+            break;
+        case AG_CFI_RBP:
+            cfa = fp + (intptr_t)row->cfa_off;
+            break;
+        case AG_CFI_DEREF:
+            if (!IN(fp + (intptr_t)row->cfa_off, 8))
+                goto done;
+            cfa = RD(fp + (intptr_t)row->cfa_off);
+            break;
+        case AG_CFI_PLT:
+            cfa = sp + 8 + ((pc & 15) >= (uintptr_t)row->cfa_off ? 8 : 0);
+            break;
+        case AG_CFI_SIGNAL: {
+            if (!IN(sp + UC_GREG(REG_RIP), 8) || !IN(sp + UC_GREG(REG_RBP), 8))
+                goto done;
+            uintptr_t nsp = RD(sp + UC_GREG(REG_RSP));
+            uintptr_t npc = RD(sp + UC_GREG(REG_RIP));
+            fp = RD(sp + UC_GREG(REG_RBP));
+            if (nsp < lo || nsp >= hi)
+                goto done; /* the interrupted code ran on another stack */
+            sp = nsp;
+            pc = npc;
+            exact = 1;
+            if (pc < 4096)
+                goto done;
+            continue;
+        }
+        default: /* NONE, FALLBACK: one frame-pointer step */
+            if ((fp & 7) || fp < sp || !IN(fp, 16))
+                goto done;
+            fp_steps++;
+            cfa = fp + 16;
+            ra = RD(fp + 8);
+            fp = RD(fp);
+            sp = cfa;
+            pc = ra;
+            exact = 0;
+            if (pc < 4096)
+                goto done; /* in code without frame pointers a zero proves nothing */
+            continue;
+        }
+        if (cfa <= sp || !IN(cfa - 8, 8))
+            goto done;
+        ra = RD(cfa - 8);
+        if (row->fp_off) {
+            uintptr_t a = cfa + (intptr_t)row->fp_off;
+            if (!IN(a, 8))
+                goto done;
+            fp = RD(a);
+        }
+        sp = cfa;
+        pc = ra;
+        exact = 0;
+        if (pc == 0) {
+            fl = 0;
+            goto done;
+        }
+        if (pc < 4096)
+            goto done;
     }
+done:
+    if (fp_steps) {
+        fl |= AG_UW_FP;
+        atomic_fetch_add_explicit(&ag_cfi_stats.fp_frames, fp_steps, memory_order_relaxed);
+    }
+    if (fl & AG_UW_INCOMPLETE)
+        atomic_fetch_add_explicit(&ag_cfi_stats.incomplete, 1, memory_order_relaxed);
+    if (self) {
+        if (atomic_load_explicit(&self->unw_depth, memory_order_relaxed) == 1)
+            atomic_fetch_add_explicit(&self->unw_gen, 1, memory_order_release);
+        atomic_fetch_sub_explicit(&self->unw_depth, 1, memory_order_release);
+    }
+    *flags = fl;
     return n;
+#undef IN
+#undef RD
+}
+
+NO_SAN uint32_t ag_unwind_strip_agent(uintptr_t *pcs, uint32_t n) {
+    uintptr_t a = ag_self_lo, b = ag_self_hi;
+    if (!b)
+        return n;
+    uint32_t k = 0, i = 0;
+    /* a leading run: keep its outermost frame (the interposer the application called) */
+    while (i < n && pcs[i] - a < b - a)
+        i++;
+    if (i > 0)
+        pcs[k++] = pcs[i - 1];
+    /* later runs: their outermost frame too (an interposer called from inside another, e.g.
+     * operator new -> malloc); builder.c leaves out those that are not interposers */
+    for (; i < n; i++)
+        if (pcs[i] - a >= b - a || i + 1 == n || pcs[i + 1] - a >= b - a)
+            pcs[k++] = pcs[i];
+    return k;
 }

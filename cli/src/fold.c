@@ -167,6 +167,10 @@ static int fold_file(const char *path, cm_event_type_t type, int counts, group_b
             memmove(line + 12, line, pos); /* mark the missing root frames */
             memcpy(line, "[truncated];", 12);
             pos += 12;
+        } else if (d->stack_flags && (d->stack_flags[st] & CM_STF_INCOMPLETE) && pos + 16 < cap) {
+            memmove(line + 13, line, pos); /* the unwind stopped before the root */
+            memcpy(line, "[incomplete];", 13);
+            pos += 13;
         }
         if (pos == 0) {
             memcpy(line, "[unknown]", 9);

@@ -64,7 +64,8 @@ typedef enum {
 #define CM_SF_SUBSAMPLED 0x4u /* row was kept by a rate cap; weight includes the rest */
 
 /* Stack flags */
-#define CM_STF_TRUNCATED 0x1u
+#define CM_STF_TRUNCATED 0x1u  /* cut at the unwinder's depth limit */
+#define CM_STF_INCOMPLETE 0x2u /* the unwind could not go on to the outermost frame */
 
 typedef enum {
     CM_DROP_RING_FULL = 1,

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Compares the agent's CPU stacks with perf --call-graph dwarf on the same workload (issue 14).
+
+Both sides' frames are resolved to (object, function) the same way: nm of the file (its
+.symtab, else .dynsym, preferring a /usr/lib/debug/.build-id debug file), perf's file offsets
+turned into virtual addresses. Prints the share of weight on complete stacks (root in _start,
+__libc_start_*, start_thread or clone3, and not flagged truncated), perf's top 20 functions by
+inclusive share beside ours, and the heaviest incomplete stacks.
+
+  perf record -F 499 -g --call-graph dwarf,32768 -o perf.data PROGRAM
+  FLEETPROF_OUTPUT=out LD_PRELOAD=.../libfleetprof.so PROGRAM
+  dump-stacks out/*.fpc > ours.txt
+  cfi-vs-perf.py perf.data ours.txt LABEL
+"""
+import bisect, collections, os, subprocess, sys
+
+ROOTS = {"_start", "__libc_start_main", "__libc_start_call_main", "clone3", "clone", "start_thread", "__clone3", "__clone"}
+_syms = {}
+def debug_file(path):
+    try:
+        out = subprocess.run(["readelf", "-n", path], capture_output=True, text=True).stdout
+    except Exception:
+        return None
+    for line in out.splitlines():
+        if "Build ID:" in line:
+            b = line.split("Build ID:")[1].strip()
+            f = f"/usr/lib/debug/.build-id/{b[:2]}/{b[2:]}.debug"
+            return f if os.path.exists(f) else None
+    return None
+
+def syms(path):
+    if path in _syms: return _syms[path]
+    tab = {}
+    files = [path]
+    dbg = debug_file(path)
+    if dbg: files.insert(0, dbg)
+    for flag, f in [([], x) for x in files] + [(["-D"], path)]:
+        try:
+            out = subprocess.run(["nm", "-S", "--defined-only"] + flag + [f], capture_output=True, text=True).stdout
+        except Exception:
+            out = ""
+        for line in out.splitlines():
+            p = line.split()
+            if len(p) >= 3: p[-1] = p[-1].split("@")[0]
+            if len(p) == 4 and p[2] in "TtWwi":
+                a, s = int(p[0], 16), int(p[1], 16)
+                if a not in tab or tab[a][1].startswith("_") and not p[3].startswith("_"):
+                    tab[a] = (s, p[3])
+            elif len(p) == 3 and p[1] in "TtWwi":
+                a = int(p[0], 16)
+                tab.setdefault(a, (0, p[2]))
+    keys = sorted(tab)
+    _syms[path] = (keys, tab)
+    return _syms[path]
+
+def name(path, addr):
+    keys, tab = syms(path)
+    i = bisect.bisect_right(keys, addr) - 1
+    base = os.path.basename(os.path.realpath(path))
+    if i >= 0:
+        s, n = tab[keys[i]]
+        if s == 0 or addr < keys[i] + s:
+            return base + ":" + n
+    return base + ":?"
+
+_loads = {}
+def off2va(path, off):
+    if path not in _loads:
+        segs = []
+        try:
+            out = subprocess.run(["readelf", "-lW", path], capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                p = line.split()
+                if p and p[0] == "LOAD":
+                    segs.append((int(p[1], 16), int(p[2], 16), int(p[4], 16)))
+        except Exception:
+            pass
+        _loads[path] = segs
+    for o, v, fs in _loads[path]:
+        if o <= off < o + fs:
+            return off - o + v
+    return off
+
+def perf_stacks(data):
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "period,ip,dso", "--no-inline"],
+                         capture_output=True, text=True).stdout
+    stacks, cur, w = [], [], 0
+    for line in out.splitlines() + [""]:
+        if not line.strip():
+            if cur: stacks.append((w, cur))
+            cur = []
+            continue
+        if not line.startswith("\t") and not line.startswith(" " * 8) or line.strip().isdigit():
+            if line.strip().isdigit():
+                w = int(line.strip()); continue
+        p = line.strip().split(None, 1)
+        if len(p) < 2: continue
+        addr = int(p[0], 16); dso = p[1].strip("()")
+        if "kernel" in dso or dso.startswith("["): continue
+        cur.append((dso, off2va(dso, addr)))
+    return stacks
+
+def our_stacks(path):
+    stacks = []
+    for line in open(path):
+        w, fl, fr = line.rstrip("\n").split(" ", 2)
+        frames = []
+        for f in fr.split(";"):
+            dso, a = f.rsplit(":", 1)
+            frames.append((dso, int(a, 16)))
+        stacks.append((int(w), frames, int(fl) & 3))  # truncated or incomplete
+    return stacks
+
+def resolve(frames):
+    return [name(d, a if i == 0 else a - 1) for i, (d, a) in enumerate(frames)]
+
+def main():
+    perf_data, ours_file, label = sys.argv[1], sys.argv[2], sys.argv[3]
+    skip = sys.argv[4] if len(sys.argv) > 4 else None  # a comm-specific dso to ignore (agent)
+    ps = perf_stacks(perf_data)
+    os_ = our_stacks(ours_file)
+    def incl(stacks):
+        tot, inc = 0, collections.Counter()
+        for w, names in stacks:
+            tot += w
+            for n in set(names): inc[n] += w
+        return tot, inc
+    pres = [(w, resolve(f)) for w, f in ps if f]
+    ores = [(w, resolve(f)) for w, f, _ in os_ if f]
+    ptot, pinc = incl(pres)
+    otot, oinc = incl(ores)
+    def complete(names): return names and names[-1].split(":", 1)[1] in ROOTS
+    pc = sum(w for w, n in pres if complete(n)) / max(ptot, 1)
+    oc = sum(w for (w, n), (_, _, tr) in zip(ores, [x for x in os_ if x[1]]) if complete(n) and not tr) / max(otot, 1)
+    agent = sum(w for w, n in ores if any("libfleetprof" in x for x in n)) / max(otot, 1)
+    print(f"{label}: perf {len(pres)} samples, complete {100*pc:.2f}%; ours {len(ores)} samples, complete {100*oc:.2f}%, with libfleetprof frames {100*agent:.2f}%")
+    top = [n for n, _ in pinc.most_common() if not n.endswith(":?")][:20]
+    worst = 0
+    for n in top:
+        a, b = 100 * pinc[n] / ptot, 100 * oinc[n] / otot
+        worst = max(worst, abs(a - b))
+        print(f"  {n:60s} perf {a:6.2f}%  ours {b:6.2f}%  diff {b - a:+6.2f} pp")
+    print(f"  max |diff| over perf's top 20: {worst:.2f} pp")
+    inc = collections.Counter()
+    for (w, n), x in zip(ores, [x for x in os_ if x[1]]):
+        if not (complete(n) and not x[2]):
+            inc[";".join(reversed(n[:6])) + (" [T]" if x[2] else "")] += w
+    for k, w in inc.most_common(6):
+        print(f"  incomplete {100*w/otot:5.2f}%: {k}")
+
+main()
