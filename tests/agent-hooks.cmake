@@ -34,3 +34,14 @@ foreach(t alloc lock io)
     set_tests_properties(test-agent-${t} PROPERTIES DISABLED TRUE)
   endif()
 endforeach()
+# Issue 19's long runs: the issue's program at 4x its volumes, and with the controller off at
+# three fixed periods (test-agent-alloc.c: slow_tests).
+add_test(NAME test-agent-alloc-slow COMMAND test-agent-alloc slow)
+set_tests_properties(test-agent-alloc-slow PROPERTIES TIMEOUT 3000 LABELS "agent;hooks;nosan;slow"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR};TR_TIMEOUT=2400")
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  set_tests_properties(test-agent-alloc-slow PROPERTIES DISABLED TRUE)
+endif()
+# Issue 19: the allocation sampling maths (agent/src/alloc_sample.h) on simulated streams;
+# no agent, no hooks: runs in every build.
+fp_test(test-agent-sampling LABELS "agent" LIBS m)

@@ -1,4 +1,5 @@
-/* Sub-threshold aggregates of LOCK and IO events: contended lock waits and I/O calls shorter
+/* Sub-threshold aggregates of LOCK and IO events, and the ALLOC samples a full ring cannot
+ * take (hook_alloc.c, issue 19: weight = estimated bytes, size = the samples' bytes): contended lock waits and I/O calls shorter
  * than their threshold are not shipped one by one but summed per (type, io kind, fd kind,
  * stack) and shipped at each chunk as rows flagged CM_SF_AGGREGATE (weight: total ns, count:
  * events in milli-units, size: total bytes). Aggregate rows carry no thread or span context.

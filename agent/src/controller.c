@@ -35,7 +35,9 @@
  * controller_step_1_8_1, bench/RESULTS.md): back within +-10% in about 1 s.
  *
  * Unbiased estimates: every CPU sample's weight is the thread's CPU time since its previous
- * sample (signal.c), whatever the period did meanwhile.
+ * sample (signal.c), whatever the period did meanwhile; every allocation sample's weight comes
+ * from the period its thread's countdown was drawn with, not the one in force when it ends
+ * (alloc_sample.h: the maths, and a test that catches the other choice).
  *
  * Budget: bgthread.c passes budget_factor = (agent CPU budget / measured agent share),
  * smoothed and capped at 1; the set point used is target_cfg * factor.

@@ -10,7 +10,10 @@
  *     s / q(s) bytes   and   1 / q(s) allocations,
  * so E[sum over samples of s/q(s)] = total bytes and E[sum of 1/q(s)] = number of calls. (For
  * s << P, s/q(s) ~ P + s/2; for s >> P, ~ s.) P is the period the countdown was drawn with
- * (per thread), so a controller move never biases a pending sample.
+ * (per thread), so a controller move never biases a pending sample; while the thread's ring is
+ * over a quarter full, samples are kept with a probability p that falls as it fills, and
+ * weighted 1/p more, so that a burst is thinned instead of dropped. The maths, and why it is
+ * unbiased whatever P and p do: alloc_sample.h.
  *
  * Fast path: one TLS subtraction and one branch before the real call; free() one load of the
  * word before the pointer and a compare (see "sampled objects" below). Slow path (a sample):
@@ -25,6 +28,7 @@
  * that allocates reaches the slow path with no lock to take: the record path is handler-safe).
  * Never locks, never allocates for its own bookkeeping.
  */
+#include "alloc_sample.h"
 #include "hooks.h"
 
 #include <dlfcn.h>
@@ -36,6 +40,7 @@
 #include <sys/random.h>
 
 _Atomic uint64_t ag_alloc_period = 524288;
+#define AG_SPILL_DEPTH 64 /* agg.c keeps 64 frames */
 
 static AG_TLS int64_t t_left;     /* bytes to the next sample (sample when < 0) */
 static AG_TLS uint64_t t_period;  /* P the countdown was drawn with */
@@ -139,15 +144,6 @@ static void resolve_cxx(void) {
 
 /* resolve() stores R.ready after every pointer: one load says all */
 #define READY() AG_LIKELY(atomic_load_explicit(&R.ready, memory_order_relaxed))
-
-/* ---- sampling ---- */
-
-static int64_t draw(uint64_t period) {
-    /* -P ln(U), U uniform in (0, 1] */
-    double u = ((double)(ag_hook_rand() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double d = -log(u) * (double)period;
-    return d > 4e18 ? (int64_t)4e18 : (int64_t)d + 1;
-}
 
 /* ---- sampled objects: a header in front ----
  *
@@ -258,7 +254,24 @@ static void header_free(uintptr_t q) {
     R.free((void *)b);
 }
 
-/* The slow path: this allocation takes the countdown below zero, so it is sampled. */
+/* A fresh countdown for this thread, with the period in force (the ALLOC controller's). */
+static void redraw(void) {
+    uint64_t base = atomic_load_explicit(&ag_alloc_period, memory_order_relaxed);
+    t_period = base ? base : 524288;
+    t_left = ag_as_draw((double)t_period, ag_hook_rand());
+}
+
+/* Would a record of the largest size fit in ring r holding used bytes? (ring.c's test) */
+static int ring_fits(const ag_ring_t *r, uint64_t used) {
+    uint64_t size = (uint64_t)r->mask + 1, len = AG_REC_MAX;
+    uint64_t off = atomic_load_explicit(&r->head, memory_order_relaxed) & r->mask;
+    uint64_t pad = off + len > size ? size - off : 0;
+    return used + pad + len <= size;
+}
+
+/* The slow path: this allocation takes the countdown below zero, so it is sampled. Its weight
+ * comes from the period its countdown was drawn with (t_period, read first): see
+ * alloc_sample.h for why that, and only that, is unbiased. */
 static __attribute__((noinline)) void *sampled(int kind, size_t size, size_t al) {
     int st = atomic_load_explicit(&ag_hooks_state, memory_order_relaxed);
     if (st < 0 || (st > 0 && !ag_hcfg.alloc_on)) {
@@ -266,24 +279,51 @@ static __attribute__((noinline)) void *sampled(int kind, size_t size, size_t al)
         return plain(kind, size, al);
     }
     uint64_t period = t_period;
-    int first = period == 0;
-    t_period = atomic_load_explicit(&ag_alloc_period, memory_order_relaxed);
-    if (!t_period)
-        t_period = 524288;
-    t_left = draw(t_period);
-    if (first || st == 0)
+    redraw(); /* at once: an allocation from a signal handler meanwhile meets a sane countdown */
+    if (period == 0 || st == 0)
         return plain(kind, size, al); /* the first draw of a thread is not a sample */
-    ag_thread_t *t = ag_hook_enter();
-    if (!t)
+    /* Not recorded, and not counted: the agent's own allocations (guard set: the background
+     * thread, a hook's slow path) and those while the agent is not running (before its start,
+     * after its last chunk), which no chunk covers. */
+    if (ag_hook_guard || !atomic_load_explicit(&ag.running, memory_order_relaxed))
         return plain(kind, size, al);
-    /* q = 1 - exp(-s/P); expm1 keeps precision for s << P */
-    double q = -expm1(-(double)size / (double)period);
-    if (q <= 0)
-        q = 1e-12;
-    ag_event_t ev = {.type = CM_EV_ALLOC,
-                     .weight = (uint64_t)((double)size / q + 0.5),
-                     .count = (uint64_t)((double)CM_COUNT_ONE / q + 0.5),
-                     .size = size};
+    ag_thread_t *t = ag_hook_enter();
+    if (!t) { /* a thread the registry does not know (full, or not found yet): counted */
+        atomic_fetch_add_explicit(&ag_events_seen[CM_EV_ALLOC], 1, memory_order_relaxed);
+        ag_drop_count(CM_EV_ALLOC, CM_DROP_THREAD_LIMIT, 1);
+        return plain(kind, size, al);
+    }
+    /* Ring pressure: kept with probability keep, which the ring fixes before the toss. */
+    uint64_t used = atomic_load_explicit(&t->ring.head, memory_order_relaxed) -
+                    atomic_load_explicit(&t->ring.tail, memory_order_relaxed);
+    double keep = ag_as_keep(used, (uint64_t)t->ring.mask + 1);
+    if (keep < 1 && (double)(ag_hook_rand() >> 11) * (1.0 / 9007199254740992.0) >= keep) {
+        atomic_fetch_add_explicit(&ag_events_seen[CM_EV_ALLOC], 1, memory_order_relaxed);
+        ag_drop_count(CM_EV_ALLOC, CM_DROP_SUBSAMPLED, 1);
+        ag_hook_leave();
+        return plain(kind, size, al);
+    }
+    ag_event_t ev = {.type = CM_EV_ALLOC, .size = size};
+    ag_as_weight(size, (double)period, keep, &ev.weight, &ev.count);
+    if (keep < 1)
+        ev.flags = CM_SF_SUBSAMPLED;
+    /* Ring full all the same (the background thread far behind a long burst): the sample goes
+     * to the per-stack sums of agg.c, emitted as an aggregate ALLOC row at the chunk (no time,
+     * thread or span context). Dropping it would lose its weight, all from the burst's site: a
+     * 64 KiB period lost 9.5% of a 4 KiB site's bytes that way.
+     * Its object is served without a header: it is in the ALLOC profile, not in the in-use
+     * one. The test is ag_ring_reserve's (a record does not wrap: the end may be padding). */
+    if (!ring_fits(&t->ring, used)) {
+        uintptr_t pcs[AG_SPILL_DEPTH];
+        uint32_t n = ag_hook_unwind(t, pcs, AG_SPILL_DEPTH);
+        atomic_fetch_add_explicit(&ag_events_seen[CM_EV_ALLOC], 1, memory_order_relaxed);
+        if (!n)
+            ag_drop_count(CM_EV_ALLOC, CM_DROP_UNWIND_FAILED, 1);
+        else /* a full table counts DROP_DICT_FULL */
+            ag_agg_add_sub(CM_EV_ALLOC, 0, 0, pcs, n, ev.weight, size, ev.count, 1);
+        ag_hook_leave();
+        return plain(kind, size, al);
+    }
     uint64_t rid = 0;
     void *p = header_alloc(kind, size, al);
     if (p && !(rid = ag_heap_insert((uintptr_t)p, ev.weight, ev.count))) {
@@ -297,12 +337,14 @@ static __attribute__((noinline)) void *sampled(int kind, size_t size, size_t al)
     ev.address = (uintptr_t)p;
     ev.io_kind = (uint32_t)rid; /* read (and cleared) by ag_hooks_bg_add */
     ev.fd_kind = (uint32_t)(rid >> 32);
-    /* A sample dropped here (ring full: counted as DROP_RING_FULL) is lost with its weight.
-     * Handing its weight to the thread's next kept sample would keep the ALLOC total but give
-     * it to whatever call site comes next: one dropped 16-byte sample (count ~P/16) made a
-     * 1 MiB site's count 260x too high in test alloc_sites_ctl. Drops hit call sites alike, so
-     * the header's drop count scales every site the same way. A dropped sample's object stays
-     * in the table (it has a header) without a stack: the in-use profile leaves it out. */
+    /* A sample dropped here (ring full after all: a CPU sample took the room meanwhile;
+     * counted as DROP_RING_FULL) is lost with its weight. Handing its weight to the thread's
+     * next kept sample would keep the ALLOC total but give it to whatever call site comes
+     * next: one dropped 16-byte sample (count ~P/16) made a 1 MiB site's count 260x too high
+     * in test alloc_sites_ctl. Drops are not spread evenly over call sites (a burst of one
+     * site's samples fills the ring: issue 19), which is why samples are thinned as the ring
+     * fills and summed per stack when it is full (above). A dropped sample's object stays in
+     * the table (it has a header) without a stack: the in-use profile leaves it out. */
     ag_hook_record(t, &ev);
     ag_hook_leave();
     return p;

@@ -26,6 +26,7 @@ static AG_TLS uint64_t t_rng;
 
 static uintptr_t g_self_lo, g_self_hi; /* our own image, for frame stripping */
 static int g_tsc_usable;                /* invariant TSC: calibrate it (see below) */
+static int g_agg_ok;                    /* agg.c's table is there */
 static int tsc_invariant(void);
 
 /* ---- configuration ---- */
@@ -119,11 +120,14 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     if (ag_hcfg.alloc_on &&
         (ag_heap_init(ag_hcfg.heap_entries) != 0 || ag_alloc_headers_init() != 0))
         ag_hcfg.alloc_on = 0; /* no table: no sampling at all rather than half of it */
-    if ((ag_hcfg.lock_on || ag_hcfg.io_on) && ag_agg_init() != 0)
+    /* The aggregates also take the allocation samples a full ring cannot (hook_alloc.c); without
+     * them those are dropped and counted. */
+    g_agg_ok = (ag_hcfg.lock_on || ag_hcfg.io_on || ag_hcfg.alloc_on) && ag_agg_init() == 0;
+    if (!g_agg_ok)
         ag_hcfg.lock_on = ag_hcfg.io_on = 0;
     atomic_store(&ag_alloc_period, (uint64_t)ag_hcfg.alloc_period);
     ag_hcfg.alloc_ctl = ag_hcfg.alloc_rate > 0 && !getenv("FLEETPROF_ALLOC_PERIOD");
-    if (ag_hcfg.lock_on || ag_hcfg.io_on) /* the parent's sums stay the parent's */
+    if (g_agg_ok) /* the parent's sums stay the parent's */
         pthread_atfork(NULL, NULL, ag_agg_after_fork_child);
     atomic_store(&ag_hooks_state, on ? 1 : -1);
     ag_hook_guard--;
@@ -146,8 +150,10 @@ ag_thread_t *ag_hook_enter(void) {
 void ag_hook_leave(void) { ag_hook_guard--; }
 
 /* Ring pressure: a hook can produce a burst of records faster than the bg thread's periodic
- * drain; when the ring is over half full (or a record was dropped) the bg thread is woken, at
- * most once per millisecond per thread (ag_bg_wake is one eventfd write). */
+ * drain; when the ring is over an eighth full (or a record was dropped) the bg thread is
+ * woken, at most once per millisecond per thread (ag_bg_wake is one eventfd write), so that
+ * it drains before the allocation hook starts to thin its samples (from a quarter full:
+ * alloc_sample.h). */
 static AG_TLS uint64_t t_last_wake;
 
 int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
@@ -163,7 +169,7 @@ int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
     t->busy = 0;
     uint64_t used = atomic_load_explicit(&t->ring.head, memory_order_relaxed) -
                     atomic_load_explicit(&t->ring.tail, memory_order_relaxed);
-    if (rc != 0 || used > (t->ring.mask + 1u) / 2) {
+    if (rc != 0 || used > (t->ring.mask + 1u) / 8) {
         uint64_t now = ag_hook_clock();
         if (now - t_last_wake > 1000000) {
             t_last_wake = now;
@@ -383,7 +389,7 @@ void ag_hooks_bg_chunk(ag_builder_t *b, uint64_t now_real) {
     flood_seen(CM_EV_IO, &H.dropped[CM_EV_IO]);
     if (ag_hcfg.alloc_on)
         ag_heap_bg_emit(b, now_real);
-    if (ag_hcfg.lock_on || ag_hcfg.io_on)
+    if (g_agg_ok)
         ag_agg_bg_emit(b, now_real);
 }
 

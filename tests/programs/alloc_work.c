@@ -6,6 +6,14 @@
  *                                 site_4k (4 KiB), site_1m (1 MiB), 1 MiB each per step, freed
  *                                 at once, for SECONDS and until each site allocated 2 GiB (at
  *                                 most 4 x SECONDS); prints bytes and calls per site
+ *   alloc_work phases ORDER SCALE SECONDS
+ *                                 issue 19: the three sites one after another, not interleaved:
+ *                                 ORDER fwd (site_16 x 80 M x SCALE, then site_4k x 320 K x
+ *                                 SCALE, then site_1m x 1280 x SCALE) or rev (1 MiB first);
+ *                                 each object freed at once. SECONDS 0: as fast as possible;
+ *                                 else each phase is spread over SECONDS (100 slices, a sleep
+ *                                 after each that keeps the phase on schedule). Prints bytes and
+ *                                 calls per site and each phase's duration
  *   alloc_work chain SECONDS      align_site (posix_memalign 64, 4 KiB), grow_site (a realloc
  *                                 chain 8 KiB -> 512 KiB from a posix_memalign'ed block, contents
  *                                 checked at every step), misc_site (memalign, aligned_alloc,
@@ -146,6 +154,49 @@ static void sites(double secs) {
            (unsigned long long)(n16 * 16), (unsigned long long)n16,
            (unsigned long long)(n4k * 4096), (unsigned long long)n4k,
            (unsigned long long)(n1m << 20), (unsigned long long)n1m);
+}
+
+/* ---- issue 19: the sites in sequence ---- */
+
+static void sleep_until(double t) {
+    double d = t - now_s();
+    if (d <= 0)
+        return;
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* One phase: n calls of site, spread over secs (0: at full speed). Returns its duration. */
+static double phase(void *(*site)(void), uint64_t n, double secs) {
+    double start = now_s();
+    uint64_t slices = secs > 0 ? 100 : 1, done = 0;
+    for (uint64_t k = 1; k <= slices; k++) {
+        uint64_t upto = n * k / slices;
+        for (; done < upto; done++)
+            free(site());
+        if (secs > 0)
+            sleep_until(start + secs * (double)k / (double)slices);
+    }
+    return now_s() - start;
+}
+
+static void phases(const char *order, double scale, double secs) {
+    uint64_t n16 = (uint64_t)(80e6 * scale), n4k = (uint64_t)(320e3 * scale);
+    uint64_t n1m = (uint64_t)(1280 * scale);
+    double d16, d4k, d1m;
+    if (!strcmp(order, "rev")) {
+        d1m = phase(site_1m, n1m, secs);
+        d4k = phase(site_4k, n4k, secs);
+        d16 = phase(site_16, n16, secs);
+    } else {
+        d16 = phase(site_16, n16, secs);
+        d4k = phase(site_4k, n4k, secs);
+        d1m = phase(site_1m, n1m, secs);
+    }
+    printf("b16=%llu n16=%llu b4k=%llu n4k=%llu b1m=%llu n1m=%llu t16=%.4f t4k=%.4f t1m=%.4f\n",
+           (unsigned long long)(n16 * 16), (unsigned long long)n16,
+           (unsigned long long)(n4k * 4096), (unsigned long long)n4k,
+           (unsigned long long)(n1m << 20), (unsigned long long)n1m, d16, d4k, d1m);
 }
 
 /* ---- posix_memalign, realloc chains and the rest of the family ---- */
@@ -517,6 +568,8 @@ int main(int argc, char **argv) {
         in_mtfork(argc > 2 ? atoi(argv[2]) : 50);
     else if (!strcmp(argv[1], "sites"))
         sites(secs);
+    else if (!strcmp(argv[1], "phases") && argc > 4)
+        phases(argv[2], atof(argv[3]), atof(argv[4]));
     else if (!strcmp(argv[1], "chain"))
         chain(secs);
     else if (!strcmp(argv[1], "full"))
