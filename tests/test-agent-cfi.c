@@ -48,7 +48,7 @@ static void test_graph(void) {
     prog_path("cfi_work", prog, sizeof prog);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_RATE=400",
                          "FLEETPROF_CPU_HZ=400", "FLEETPROF_INTERVAL=1s", NULL};
-    const char *argv[] = {prog, "graph", "2", NULL};
+    const char *argv[] = {prog, "graph", "3", NULL};
     int st = run(env, argv, 120, out, sizeof out);
     CHECK_EXIT0(st, 120, out);
     chunks_t *cs = load(dir);
