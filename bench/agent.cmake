@@ -19,3 +19,9 @@ add_executable(bench-agent-handler bench-agent-handler.c)
 target_compile_options(bench-agent-handler PRIVATE -fno-omit-frame-pointer -fno-optimize-sibling-calls)
 target_link_libraries(bench-agent-handler PRIVATE fleetprof_agent Threads::Threads)
 set_target_properties(bench-agent-handler PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
+
+# Fork/exec cost (issue 13): posix_spawn of /bin/true with and without the agent preloaded,
+# collector up / down / stopped / none, as one interleaved run. Run: build/bench/bench-spawn
+add_executable(bench-spawn bench-spawn.c)
+target_link_libraries(bench-spawn PRIVATE Threads::Threads)
+add_dependencies(bench-spawn fleetprof_agent)

@@ -75,3 +75,6 @@ add_dependencies(test-hostile fleetprof_agent)
 
 # ---- cases (one program each, tests/hostile/<case>.c) ----
 fp_hostile(exit_threads SOURCES hostile/exit_threads.c)
+# issue 13 (h13b): short-lived children cost microseconds, not a wait for a collector
+fp_hostile(spawn_loop SOURCES hostile/spawn_loop.c TIMEOUT 30
+  ENV FLEETPROF_COLLECTOR=/nonexistent/fleetprof-collector.sock)

@@ -141,7 +141,7 @@ __attribute__((destructor)) static void ag_stop(void) {
     if (!atomic_load(&ag.running))
         return;
     ag_thread_stop_all();
-    ag_bg_stop(); /* last chunk: drained rings, file written, collector given up to 1 s */
+    ag_bg_stop(); /* last chunk (if any): drained rings, file written, socket not waited on */
     atomic_store(&ag.running, 0);
     ag_signal_sigterm_restore();
 }

@@ -33,6 +33,7 @@
 
 #define AG_CTL_DT_NS 250000000ull
 #define AG_SCAN_NS 500000000ull
+#define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
 
 static pthread_t g_thread;
 static int g_started;
@@ -469,7 +470,26 @@ static void control(uint64_t now) {
     }
 }
 
-static void cut_chunk(void) {
+/* at_exit: the process is exiting. Its last chunk is sent only if it has something to say
+ * (a row or a drop): a process that exits before its first sample (a short-lived fork/exec'd
+ * helper) writes nothing at all, so that it costs microseconds. */
+/* Under g_work (B is consistent; B.b NULL before bg_main's start: nothing built yet). */
+static int nothing_to_say(void) {
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        if ((B.b && ag_builder_samples(B.b, (cm_event_type_t)t)) ||
+            atomic_load(&ag_events_seen[t]) != B.seen0[t])
+            return 0;
+    for (int t = 0; t < CM_EV_COUNT; t++)
+        for (int r = 1; r < AG_DROP_REASONS; r++)
+            if (atomic_load(&ag_drops[t][r]) != B.drops0[t][r])
+                return 0;
+    /* live sampled objects (INUSE rows) need an ALLOC sample at some point; aggregates a slot */
+    return atomic_load(&ag_events_seen[CM_EV_ALLOC]) == 0 && !ag_agg_any();
+}
+
+static void cut_chunk(int at_exit) {
+    if (at_exit && nothing_to_say())
+        return;
     uint64_t end = ag_now_real();
     if (end <= B.chunk_start_real)
         end = B.chunk_start_real + 1;
@@ -489,7 +509,6 @@ static void cut_chunk(void) {
         x = x * 0x9e3779b97f4a7c15ull + clock_ns(CLOCK_MONOTONIC);
         memcpy(h.chunk_id + 8, &x, 8);
     }
-    h.sequence = ag.sequence++;
     h.format_minor = CM_FORMAT_MINOR;
 
     ag_hooks_bg_chunk(B.b, end); /* INUSE rows and sub-threshold aggregates */
@@ -523,6 +542,7 @@ static void cut_chunk(void) {
         }
     h.drops = drops;
     h.n_drops = nd;
+    h.sequence = ag.sequence++;
     uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     h.agent_cpu_ns = a - B.bg_cpu0;
     CM_DEBUG("chunk %llu: agent cpu %llu ns (bg thread %llu total, handler body %llu ns x %llu, "
@@ -570,13 +590,13 @@ static void *bg_main(void *arg) {
     sigdelset(&set, ag_sig); /* calibration signals itself */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
-    if (ag_hcfg.alloc_on)
-        ag_heap_populate();
 
     pthread_mutex_lock(&ag_work_mu);
-    if (!ag.signal_cost_ns)
-        ag.signal_cost_ns = ag_signal_calibrate();
     uint64_t now = ag_now_mono();
+    /* Start is cheap: what costs milliseconds (the signal cost calibration, 200 signals to
+     * this thread; populating the live-heap table, 2 MiB) waits for AG_LAZY_NS, which a
+     * short-lived process (a fork/exec'd helper, /bin/true under LD_PRELOAD) never reaches. */
+    uint64_t lazy_at = now + AG_LAZY_NS;
     B.b = ag_builder_new();
     B.chunk_start_real = ag_now_real();
     B.chunk_start_mono = now;
@@ -627,6 +647,13 @@ static void *bg_main(void *arg) {
 
         pthread_mutex_lock(&ag_work_mu);
         now = ag_now_mono();
+        if (lazy_at && now >= lazy_at && !(req & (AG_REQ_STOP | AG_REQ_SIGTERM))) {
+            lazy_at = 0;
+            if (!ag.signal_cost_ns) /* a fork child keeps its parent's */
+                ag.signal_cost_ns = ag_signal_calibrate();
+            if (ag_hcfg.alloc_on)
+                ag_heap_populate();
+        }
         if (wall_ns && now >= next_wall && !(req & AG_REQ_STOP)) {
             double f = B.budget_factor;
             drain(); /* so that wall_reuse sees each thread's latest wall record */
@@ -642,7 +669,7 @@ static void *bg_main(void *arg) {
                 control(now);
             next_ctl = now + AG_CTL_DT_NS;
         }
-        if (now >= next_scan) {
+        if (now >= next_scan && !(req & AG_REQ_STOP)) { /* at exit: nothing new to find */
             int registered, unresolved = ag_thread_scan(&registered);
             drain();
             ag_thread_reap();
@@ -658,11 +685,11 @@ static void *bg_main(void *arg) {
             next_scan = now + (scan_soon ? scan_soon : unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
         }
         if (now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
-            cut_chunk();
+            cut_chunk((req & (AG_REQ_STOP | AG_REQ_SIGTERM)) != 0);
             next_chunk = now + ag.cfg.interval_ns;
         }
         if (req & (AG_REQ_STOP | AG_REQ_SIGTERM))
-            ag_sender_drain(1000);
+            ag_sender_exit(AG_EXIT_SEND_MS);
         pthread_mutex_unlock(&ag_work_mu);
 
         if (req & AG_REQ_FLUSH) {
@@ -703,6 +730,14 @@ void ag_bg_stop(void) {
     if (!g_started)
         return;
     g_started = 0;
+    /* A process with nothing to say (exiting before its first sample: a short-lived helper)
+     * does not wait for the background thread, which may not even have run yet: the work lock
+     * is taken and kept, so that the thread stays out of its work until exit ends it. */
+    if (pthread_mutex_trylock(&ag_work_mu) == 0) {
+        if (nothing_to_say())
+            return; /* ag_work_mu stays held on purpose */
+        pthread_mutex_unlock(&ag_work_mu);
+    }
     ag_bg_wake(AG_REQ_STOP);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -330,7 +330,10 @@ AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq);
  * poll events wanted; *wake_ms: when it wants to be called again at the latest. */
 AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);
 /* Tries for up to timeout_ms to get the queue acked (exit flush). */
-AG_HIDDEN void ag_sender_drain(int timeout_ms);
+/* At exit: one connection attempt, then writes without waiting for acks, for at most
+ * timeout_ms while the collector keeps taking bytes (never waits on a peer that takes none). */
+AG_HIDDEN void ag_sender_exit(int timeout_ms);
+#define AG_EXIT_SEND_MS 100
 AG_HIDDEN void ag_sender_after_fork_child(void);
 AG_HIDDEN uint32_t ag_sender_queued(void);
 /* First chunk sequence to use: after any files this pid already has in FLEETPROF_OUTPUT. */

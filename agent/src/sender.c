@@ -4,7 +4,8 @@
  * driven from the bg loop's poll(). Protocol (cm/wire.h): hello, then length-framed chunk
  * frames; the collector acks each message in order with (message number, status). Every
  * chunk stays queued until acked with status 0 (accepted) or a negative CM_E* (rejected: never
- * resent). CM_SOCK_RETRY, EOF or any error closes the connection; after a backoff (100 ms
+ * resent). At exit (ag_sender_exit) nothing waits for acks: what is queued is written as far as
+ * the collector takes it without blocking, bounded in time. CM_SOCK_RETRY, EOF or any error closes the connection; after a backoff (100 ms
  * doubling to 5 s) we reconnect and resend every unacked chunk (duplicates are removed by
  * chunk id downstream). The queue holds AG_QUEUE_MAX chunks; when full the oldest is discarded
  * and counted as DROP_CHUNK_QUEUE_FULL in the next chunk. FLEETPROF_COLLECTOR=none disables
@@ -279,24 +280,33 @@ int ag_sender_step(short *events, int *wake_ms) {
     return S.fd;
 }
 
-void ag_sender_drain(int timeout_ms) {
+void ag_sender_exit(int timeout_ms) {
+    /* An exiting process never waits for acks: they would only matter for a resend it will
+     * not live to make. What is written into the socket is the collector's once it reads it
+     * (lost only if the collector dies before that: the files under FLEETPROF_OUTPUT, when
+     * set, have it too). One connection attempt whatever the backoff (a unix connect does not
+     * block: it succeeds, or fails at once when the socket is absent or its backlog full);
+     * then non-blocking writes, with a wait for room only while the collector keeps taking
+     * bytes, for timeout_ms at most in all. */
+    if (!S.use_socket || S.n == 0)
+        return;
+    if (S.fd < 0 && try_connect() != 0) {
+        S.fd = -1;
+        return;
+    }
     uint64_t deadline = ag_now_mono() + (uint64_t)timeout_ms * 1000000u;
-    while (S.n > 0) {
+    for (;;) {
+        uint32_t cur = S.cur;
+        size_t off = S.cur_off, hello = S.hello_off;
+        if (do_write() != 0 || (S.hello_off == CM_SOCK_HELLO_SIZE && S.cur >= S.n))
+            break; /* an error, or everything written */
         uint64_t now = ag_now_mono();
-        if (now >= deadline)
-            break;
-        short ev;
-        int wake;
-        int fd = ag_sender_step(&ev, &wake);
+        if (now >= deadline || (S.cur == cur && S.cur_off == off && S.hello_off == hello))
+            break; /* out of time, or the collector took nothing (stopped, or shedding) */
+        struct pollfd p = {S.fd, POLLOUT, 0};
         int left = (int)((deadline - now) / 1000000u) + 1;
-        if (fd < 0) {
-            if (wake < 0 || wake >= left || S.backoff_ms >= 400)
-                break; /* collector absent: do not hold the exit up for a retry */
-            poll(NULL, 0, wake);
-            continue;
-        }
-        struct pollfd p = {fd, ev, 0};
-        poll(&p, 1, left < 50 ? left : 50);
+        if (poll(&p, 1, left) <= 0)
+            break;
     }
 }
 
