@@ -78,3 +78,8 @@ fp_hostile(exit_threads SOURCES hostile/exit_threads.c)
 # issue 13 (h13b): short-lived children cost microseconds, not a wait for a collector
 fp_hostile(spawn_loop SOURCES hostile/spawn_loop.c TIMEOUT 30
   ENV FLEETPROF_COLLECTOR=/nonexistent/fleetprof-collector.sock)
+# issue 13 (h13b): a daemon closing every descriptor, then reusing the numbers
+fp_hostile(fd_daemon SOURCES hostile/fd_daemon.c TIMEOUT 20
+  ENV FLEETPROF_COLLECTOR=/tmp/fp-hostile-fd-daemon-collector.sock)
+# issue 13 (h13b): the agent takes no descriptor from a program at RLIMIT_NOFILE=16
+fp_hostile(nofile_16 SOURCES hostile/nofile_16.c TIMEOUT 20)

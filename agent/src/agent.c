@@ -8,7 +8,7 @@
  *
  * fork: pthread_atfork prepare takes the registry, label and bg work locks (so no agent lock
  * is held, and no agent state is half-updated, at the instant of fork); the parent releases
- * them; the child reinitialises them, takes a new identity (pid, sequence 0, fresh eventfd),
+ * them; the child reinitialises them, takes a new identity (pid, sequence 0),
  * keeps only the forking thread's slot and starts a fresh background thread. With
  * FLEETPROF_FORK=stop (automatic under ThreadSanitizer, which forbids threads in such a child)
  * the child stops profiling instead.
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-ag_state_t ag = {.efd = -1};
+ag_state_t ag;
 
 extern pthread_mutex_t ag_work_mu, ag_flush_mu;
 extern pthread_cond_t ag_flush_cv;
@@ -88,9 +88,6 @@ static void atfork_child(void) {
     ag.pid = getpid();
     ag.process_start_ns = ag_now_real();
     atomic_store(&ag.requests, 0);
-    if (ag.efd >= 0)
-        close(ag.efd); /* shared with the parent: writing it would wake the parent's thread */
-    ag.efd = -1;
     ag_sender_after_fork_child();
     ag.sequence = ag_sender_first_sequence();
     ag_thread_after_fork_child(); /* reinitialises the registry lock, re-arms our timer */

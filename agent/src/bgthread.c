@@ -4,7 +4,7 @@
  * Never sampled itself (created with ag_thread_create_raw, skipped by the thread scan). Holds
  * g_work while it works (not while it sleeps in poll), so that fork() (agent.c's atfork
  * handlers take it) never copies half-updated builder, symbol or sender state into a child.
- * Woken early through ag.efd (an eventfd; ag_bg_wake is async-signal-safe) for flush, stop and
+ * Woken early (ag_bg_wake: async-signal-safe, no descriptor; see there) for flush, stop and
  * SIGTERM requests.
  *
  * Agent CPU accounting per chunk: this thread's own CPU clock, plus handler cost estimated as
@@ -25,9 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -75,11 +76,34 @@ static uint64_t clock_ns(clockid_t c) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Waking the bg thread without a descriptor (issue 13): a program may close every descriptor
+ * it did not open and reuse the numbers, and an eventfd cannot be told from the program's own
+ * by fstat (every eventfd shares one anonymous inode), so a write could land in the program's
+ * pipe or socket. Instead a request is a bit in ag.requests plus, at most one at a time
+ * (g_wake_pending), our signal queued to the bg thread with the wall tag and a zero weight,
+ * which the handler ignores (as a calibration signal). The bg thread keeps that signal blocked
+ * except inside ppoll, so a wake sent before it sleeps makes ppoll return at once. Async-
+ * signal-safe (one system call), no descriptor to lose, at most one signal queued. */
+static _Atomic pid_t g_bg_tid;
+static _Atomic int g_wake_pending;
+static uid_t g_uid;
+
 void ag_bg_wake(int req) {
     atomic_fetch_or(&ag.requests, req);
-    uint64_t one = 1;
-    ssize_t w = write(ag.efd, &one, sizeof one);
-    (void)w;
+    pid_t tid = atomic_load(&g_bg_tid);
+    if (!tid || atomic_exchange(&g_wake_pending, 1))
+        return; /* not started yet (it looks at the requests before it sleeps), or pending */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = ag_sig;
+    si.si_code = SI_QUEUE;
+    si.si_pid = ag.pid;
+    si.si_uid = g_uid;
+    si.si_value.sival_ptr = (void *)(uintptr_t)(AG_WALL_MAGIC << 48); /* weight 0: no sample */
+    int saved = errno;
+    if (syscall(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, &si) != 0)
+        atomic_store(&g_wake_pending, 0); /* EAGAIN (RLIMIT_SIGPENDING): the timeout wakes it */
+    errno = saved;
 }
 
 static _Atomic uint64_t g_wall_reused; /* wall samples re-recorded without a signal */
@@ -106,8 +130,8 @@ static uint64_t agent_cpu_now(void) {
 
 /* /proc/self/task/TID/stat descriptors kept open per thread slot: opening the file (a path
  * walk and an allocation) is two thirds of a read's cost, and a thread on CPU for part of each
- * interval needs a read every tick. At most AG_STAT_FDS are kept (O_CLOEXEC), the others are
- * opened and closed per read. An application may close descriptors it did not open (closefrom,
+ * interval needs a read every tick. At most AG_STAT_FDS are kept (O_CLOEXEC), and at most 1/64
+ * of RLIMIT_NOFILE (stat_keep_max); the others are opened and closed per read. An application may close descriptors it did not open (closefrom,
  * close_range) and get the number back for a file of its own: a kept descriptor is read only
  * while its content starts with "TID (", and closed only while fstat still shows the file it
  * was opened on; otherwise it is forgotten, never closed. Closed when the thread is gone (the
@@ -150,6 +174,16 @@ static void stat_sweep(int all) {
             stat_drop(i);
 }
 
+/* Descriptors are the program's resource: at most 1/64 of RLIMIT_NOFILE's soft limit is kept
+ * (16 at the usual 1024; none below 64, where every read opens and closes its file). */
+static uint32_t stat_keep_max(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    rlim_t k = rl.rlim_cur / 64;
+    return k < AG_STAT_FDS ? (uint32_t)k : AG_STAT_FDS;
+}
+
 /* Is the thread in slot `slot` running or runnable ('R' in /proc/self/task/TID/stat)? */
 static int thread_state_running(uint32_t slot, pid_t tid) {
     char buf[512];
@@ -166,7 +200,7 @@ static int thread_state_running(uint32_t slot, pid_t tid) {
             return 0;
         n = stat_read(fd, tid, buf, sizeof buf);
         struct stat st;
-        if (n >= 0 && g_stat_open < AG_STAT_FDS && fstat(fd, &st) == 0) {
+        if (n >= 0 && g_stat_open < stat_keep_max() && fstat(fd, &st) == 0) {
             g_stat[slot].fd1 = fd + 1;
             g_stat[slot].tid = tid;
             g_stat[slot].dev = st.st_dev;
@@ -585,10 +619,15 @@ static void cut_chunk(int at_exit) {
 static void *bg_main(void *arg) {
     (void)arg;
     /* Process-directed signals are the application's business: keep them off this thread. */
-    sigset_t set;
+    sigset_t set, wait_set, self_set;
     sigfillset(&set);
-    sigdelset(&set, ag_sig); /* calibration signals itself */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    wait_set = set; /* inside ppoll: our signal only (a wake) */
+    sigdelset(&wait_set, ag_sig);
+    sigemptyset(&self_set);
+    sigaddset(&self_set, ag_sig);
+    g_uid = getuid();
+    atomic_store(&g_bg_tid, (pid_t)syscall(SYS_gettid));
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
 
     pthread_mutex_lock(&ag_work_mu);
@@ -636,21 +675,23 @@ static void *bg_main(void *arg) {
         pthread_mutex_unlock(&ag_work_mu);
         if (swake >= 0 && swake < timeout)
             timeout = swake;
-        struct pollfd pfd[2] = {{ag.efd, POLLIN, 0}, {sfd, sev, 0}};
-        poll(pfd, sfd >= 0 ? 2 : 1, timeout);
-        if (pfd[0].revents & POLLIN) {
-            uint64_t v;
-            ssize_t r = read(ag.efd, &v, sizeof v);
-            (void)r;
-        }
+        if (atomic_load(&ag.requests))
+            timeout = 0;
+        struct pollfd pfd = {sfd, sev, 0};
+        struct timespec ts = {timeout / 1000, (long)(timeout % 1000) * 1000000L};
+        ppoll(&pfd, sfd >= 0 ? 1 : 0, &ts, &wait_set); /* EINTR: a wake */
+        atomic_store(&g_wake_pending, 0);
         int req = atomic_exchange(&ag.requests, 0);
 
         pthread_mutex_lock(&ag_work_mu);
         now = ag_now_mono();
         if (lazy_at && now >= lazy_at && !(req & (AG_REQ_STOP | AG_REQ_SIGTERM))) {
             lazy_at = 0;
-            if (!ag.signal_cost_ns) /* a fork child keeps its parent's */
+            if (!ag.signal_cost_ns) { /* a fork child keeps its parent's */
+                pthread_sigmask(SIG_UNBLOCK, &self_set, NULL); /* it signals this thread */
                 ag.signal_cost_ns = ag_signal_calibrate();
+                pthread_sigmask(SIG_BLOCK, &self_set, NULL);
+            }
             if (ag_hcfg.alloc_on)
                 ag_heap_populate();
         }
@@ -715,10 +756,8 @@ static void *bg_main(void *arg) {
 }
 
 int ag_bg_start(void) {
-    if (ag.efd < 0)
-        ag.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (ag.efd < 0)
-        return -errno;
+    atomic_store(&g_bg_tid, 0);
+    atomic_store(&g_wake_pending, 0);
     int rc = ag_thread_create_raw(&g_thread, bg_main, NULL);
     if (rc)
         return -rc;
@@ -748,6 +787,8 @@ void ag_bg_stop(void) {
 
 void ag_bg_after_fork_child(void) {
     g_started = 0;
+    atomic_store(&g_bg_tid, 0); /* the parent's thread: not in this process */
+    atomic_store(&g_wake_pending, 0);
     /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
      * in the middle of an update. Its records belong to the parent's profile. */
     ag_builder_free(B.b);

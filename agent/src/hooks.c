@@ -147,7 +147,7 @@ void ag_hook_leave(void) { ag_hook_guard--; }
 
 /* Ring pressure: a hook can produce a burst of records faster than the bg thread's periodic
  * drain; when the ring is over half full (or a record was dropped) the bg thread is woken, at
- * most once per millisecond per thread (ag_bg_wake is one eventfd write). */
+ * most once per millisecond per thread (ag_bg_wake: at most one queued signal). */
 static AG_TLS uint64_t t_last_wake;
 
 int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {

@@ -347,7 +347,6 @@ typedef struct {
     char host[256];
     uint64_t process_start_ns;
     _Atomic int running;          /* handlers record only when set */
-    int efd;                      /* eventfd waking the bg thread (async-signal-safe write) */
     _Atomic int requests;         /* AG_REQ_* bits */
     _Atomic uint64_t flush_done;  /* generation counter of completed flushes */
     ag_ctl_t ctl[CM_EV_COUNT];

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -52,7 +53,29 @@ static struct {
     uint64_t next_try_ns;
     uint32_t backoff_ms;
     int warned_file;
+    dev_t dev; /* the socket's identity (fstat at connect): see fd_ours */
+    ino_t ino;
+    uint64_t lost; /* connections found closed or replaced by the program */
 } S = {.fd = -1};
+
+/* A program may close descriptors it did not open (daemons close everything at start) and get
+ * the number back for a file, pipe or socket of its own: a descriptor of ours is used (polled,
+ * read, written, closed) only while fstat still shows the object it was created on. Sockets,
+ * pipes and files have inodes of their own, so (st_dev, st_ino, file type) identify them. */
+static int fd_ours(int fd, dev_t dev, ino_t ino, mode_t type) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino &&
+           (st.st_mode & S_IFMT) == type;
+}
+
+static int fd_id(int fd, dev_t *dev, ino_t *ino) {
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -1;
+    *dev = st.st_dev;
+    *ino = st.st_ino;
+    return 0;
+}
 
 void ag_sender_init(const ag_config_t *cfg) {
     S.cfg = cfg;
@@ -97,16 +120,24 @@ static void write_file(const uint8_t *frame, size_t len, uint64_t seq) {
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", S.cfg->output, name);
     snprintf(final, sizeof final, "%s/%s", S.cfg->output, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int ok = fd >= 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    int ok = fd >= 0 && fd_id(fd, &dev, &ino) == 0;
     size_t off = 0;
     while (ok && off < len) {
+        if (!fd_ours(fd, dev, ino, S_IFREG)) { /* closed under us (another thread): not ours */
+            fd = -1;
+            ok = 0;
+            errno = EBADF;
+            break;
+        }
         ssize_t w = write(fd, frame + off, len - off);
         if (w < 0 && errno == EINTR)
             continue;
         ok = w > 0;
         off += w > 0 ? (size_t)w : 0;
     }
-    if (fd >= 0 && close(fd) != 0)
+    if (fd >= 0 && fd_ours(fd, dev, ino, S_IFREG) && close(fd) != 0)
         ok = 0;
     if (ok && rename(tmp, final) != 0)
         ok = 0;
@@ -129,7 +160,7 @@ static void entry_drop(uint32_t i) {
 }
 
 static void disconnect(void) {
-    if (S.fd >= 0)
+    if (S.fd >= 0 && fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
         close(S.fd);
     S.fd = -1;
     for (uint32_t i = 0; i < S.n; i++)
@@ -167,7 +198,7 @@ static int try_connect(void) {
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", S.cfg->collector);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || fd_id(fd, &S.dev, &S.ino) != 0) {
         int e = errno;
         close(fd);
         return -e;
@@ -251,6 +282,16 @@ int ag_sender_step(short *events, int *wake_ms) {
     *wake_ms = -1;
     if (!S.use_socket)
         return -1;
+    if (S.fd >= 0 && !fd_ours(S.fd, S.dev, S.ino, S_IFSOCK)) {
+        /* The program closed our socket (and may have its own under the number): forget it
+         * without touching it, and reconnect after the usual backoff. */
+        S.lost++;
+        if (S.lost == 1)
+            CM_WARN("the collector connection was closed by the program (descriptor %d); "
+                    "reconnecting", S.fd);
+        S.fd = -1;
+        disconnect();
+    }
     if (S.fd < 0) {
         if (S.n == 0)
             return -1;
@@ -290,6 +331,8 @@ void ag_sender_exit(int timeout_ms) {
      * bytes, for timeout_ms at most in all. */
     if (!S.use_socket || S.n == 0)
         return;
+    if (S.fd >= 0 && !fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
+        S.fd = -1; /* closed by the program: not ours any more, not touched */
     if (S.fd < 0 && try_connect() != 0) {
         S.fd = -1;
         return;
@@ -312,7 +355,7 @@ void ag_sender_exit(int timeout_ms) {
 
 void ag_sender_after_fork_child(void) {
     /* The parent owns the connection and the queued chunks (its profile, its pid). */
-    if (S.fd >= 0)
+    if (S.fd >= 0 && fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
         close(S.fd);
     S.fd = -1;
     for (uint32_t i = 0; i < S.n; i++)
