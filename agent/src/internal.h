@@ -77,6 +77,11 @@ typedef struct {
 /* Reads the environment into cfg (defaults for anything unset). Invalid values print one
  * stderr line each (variable, value, default used). Never fails. app, constructor only. */
 AG_HIDDEN void ag_config_load(ag_config_t *cfg);
+/* config.c: the one reader of every agent knob (constructors only). */
+AG_HIDDEN int ag_env_value(const char *var, char *buf, size_t size);
+AG_HIDDEN int ag_env_double(const char *var, double lo, double hi, const char *dflt, double *out);
+AG_HIDDEN int ag_env_bool(const char *var, int dflt);
+AG_HIDDEN void ag_env_invalid(const char *var, const char *val, const char *why, const char *dflt);
 
 /* ---- ring.c: SPSC byte ring of 8-byte aligned records; the owning thread (or its signal
  * handler, never both at once, see ag_thread_t.busy) produces, the bg thread consumes. ---- */
