@@ -38,6 +38,7 @@
 
 static pthread_t g_thread;
 static int g_started;
+static int g_forked; /* this process is a fork child of a profiled one */
 pthread_mutex_t ag_work_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t ag_flush_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t ag_flush_cv = PTHREAD_COND_INITIALIZER;
@@ -645,9 +646,11 @@ static void *bg_main(void *arg) {
     B.ctl_seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
     B.ctl_proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     B.ctl_bg = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    for (int t = 1; t < CM_EV_COUNT; t++)
+    /* The first chunk counts what happened before this thread ran (records waiting in the
+     * rings, drops): those rows are in it too. A fork child starts from the parent's counts. */
+    for (int t = 1; t < CM_EV_COUNT && g_forked; t++)
         B.seen0[t] = atomic_load(&ag_events_seen[t]);
-    for (int t = 0; t < CM_EV_COUNT; t++)
+    for (int t = 0; t < CM_EV_COUNT && g_forked; t++)
         for (int r = 0; r < AG_DROP_REASONS; r++)
             B.drops0[t][r] = atomic_load(&ag_drops[t][r]);
     B.budget_factor = 1;
@@ -787,6 +790,7 @@ void ag_bg_stop(void) {
 
 void ag_bg_after_fork_child(void) {
     g_started = 0;
+    g_forked = 1;
     atomic_store(&g_bg_tid, 0); /* the parent's thread: not in this process */
     atomic_store(&g_wake_pending, 0);
     /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
