@@ -55,7 +55,8 @@ static struct {
     double budget_factor;
     uint32_t wall_cursor;
     uint64_t over_budget_frac;                        /* fractional DROP_OVER_BUDGET carry */
-    int warned_encode;
+    int warned_encode, warned_size;
+    double enc_ratio; /* encoded / estimated size of the last chunk (LZ4 compresses rows) */
 } B;
 
 uint64_t ag_now_real(void) {
@@ -600,8 +601,25 @@ static void cut_chunk(int at_exit) {
     uint8_t *frame = NULL;
     size_t len = 0;
     char err[256] = "";
+    size_t est = ag_builder_bytes(B.b);
     int rc = ag_builder_finish(B.b, &h, &frame, &len, err, sizeof err);
-    if (rc == 0) {
+    if (rc == 0 && est > 65536) { /* small chunks say little about compression */
+        B.enc_ratio = (double)len / (double)est;
+        if (B.enc_ratio < 0.25)
+            B.enc_ratio = 0.25;
+    }
+    if (rc == 0 && len > AG_CHUNK_MAX) {
+        /* The collector would refuse it (and Kafka could not carry it): files only. Rare:
+         * the early cut (AG_CHUNK_SOFT) keeps chunks well below; what it does not see is
+         * added at the cut (INUSE rows of a huge live heap, aggregates). */
+        ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
+        if (!B.warned_size++)
+            CM_WARN("chunk %llu is %zu bytes, above the %u-byte limit: not sent to the "
+                    "collector (written to FLEETPROF_OUTPUT only, if set)",
+                    (unsigned long long)h.sequence, len, AG_CHUNK_MAX);
+        ag_sender_write_file(frame, len, h.sequence);
+        free(frame);
+    } else if (rc == 0) {
         ag_sender_submit(frame, len, h.sequence);
     } else {
         ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
@@ -654,6 +672,7 @@ static void *bg_main(void *arg) {
         for (int r = 0; r < AG_DROP_REASONS; r++)
             B.drops0[t][r] = atomic_load(&ag_drops[t][r]);
     B.budget_factor = 1;
+    B.enc_ratio = 1;
     uint64_t wall_ns = ag.cfg.wall_hz > 0 ? (uint64_t)(1e9 / ag.cfg.wall_hz) : 0;
     uint64_t next_wall = now + wall_ns, next_ctl = now + AG_CTL_DT_NS;
     uint64_t next_scan = now, next_chunk = now + ag.cfg.interval_ns, scan_soon = 0;
@@ -728,7 +747,10 @@ static void *bg_main(void *arg) {
                 scan_soon = 0;
             next_scan = now + (scan_soon ? scan_soon : unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
         }
-        if (now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
+        /* split a heavy interval: the estimate scaled by what the last chunk compressed to,
+         * at least 1/4 (rows that compressed well may be followed by rows that do not) */
+        int full = (double)ag_builder_bytes(B.b) * B.enc_ratio > (double)AG_CHUNK_SOFT;
+        if (full || now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
             cut_chunk((req & (AG_REQ_STOP | AG_REQ_SIGTERM)) != 0);
             next_chunk = now + ag.cfg.interval_ns;
         }

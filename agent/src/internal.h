@@ -319,6 +319,13 @@ AG_HIDDEN void ag_builder_free(ag_builder_t *b);
 AG_HIDDEN void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
                               const ag_rec_t *r);
 AG_HIDDEN uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type);
+AG_HIDDEN size_t ag_builder_bytes(const ag_builder_t *b); /* estimated, before LZ4 */
+/* Chunk size bounds (issue 13): the collector and Kafka refuse a message above the broker's
+ * limit (1 MB by default), so an interval whose chunk would grow past AG_CHUNK_SOFT (estimated)
+ * is cut early into several chunks, and an encoded chunk above AG_CHUNK_MAX is never queued for
+ * the collector (written to FLEETPROF_OUTPUT only, counted DROP_ENCODE_FAILED). */
+#define AG_CHUNK_SOFT (512u * 1024u)
+#define AG_CHUNK_MAX (900u * 1024u)
 /* Encodes everything added since the last call as one chunk covering [start_ns, end_ns] and
  * resets. hdr supplies the header fields (service, sampling, drops, cpu...). Returns 0 and a
  * malloc'ed frame, or a CM_E* code. */
@@ -331,6 +338,7 @@ AG_HIDDEN void ag_sender_init(const ag_config_t *cfg);
 /* Takes ownership of frame. Writes the output file (if configured) and queues for the
  * collector (dropping the oldest with DROP_CHUNK_QUEUE_FULL). */
 AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq);
+AG_HIDDEN void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq);
 /* Progresses connect/write/read-acks without blocking. Returns the fd to poll (or -1) and the
  * poll events wanted; *wake_ms: when it wants to be called again at the latest. */
 AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);

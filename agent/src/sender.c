@@ -111,7 +111,7 @@ uint64_t ag_sender_first_sequence(void) {
     return next;
 }
 
-static void write_file(const uint8_t *frame, size_t len, uint64_t seq) {
+void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq) {
     if (!S.cfg->output[0])
         return;
     char name[512], tmp[4096 + 600], final[4096 + 600];
@@ -175,7 +175,7 @@ static void disconnect(void) {
 }
 
 void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq) {
-    write_file(frame, len, seq);
+    ag_sender_write_file(frame, len, seq);
     if (!S.use_socket) {
         free(frame);
         return;
