@@ -77,6 +77,11 @@ typedef struct {
 /* Reads the environment into cfg (defaults for anything unset). Invalid values print one
  * stderr line each (variable, value, default used). Never fails. app, constructor only. */
 AG_HIDDEN void ag_config_load(ag_config_t *cfg);
+/* mutex_layout.c: 0 if the libc is glibc >= 2.17 (version) and a mutex locked and unlocked
+ * through lock/unlock shows the private fields hook_lock.c reads; -1 otherwise. */
+typedef int (*ag_mutex_fn)(pthread_mutex_t *);
+AG_HIDDEN int ag_mutex_layout_check(const char *version, ag_mutex_fn lock, ag_mutex_fn unlock);
+AG_HIDDEN const char *ag_libc_version(void); /* gnu_get_libc_version(), NULL if absent */
 /* config.c: the one reader of every agent knob (constructors only). */
 AG_HIDDEN int ag_env_value(const char *var, char *buf, size_t size);
 AG_HIDDEN int ag_env_double(const char *var, double lo, double hi, const char *dflt, double *out);
