@@ -57,6 +57,14 @@ static uint64_t process_start_ns(void) {
     return start_after_boot < since_boot ? now - (since_boot - start_after_boot) : now;
 }
 
+/* The process's start time for chunk headers: read once, on the bg thread, so that a
+ * short-lived process never pays for the /proc read. */
+uint64_t ag_process_start_ns(void) {
+    if (!ag.process_start_ns)
+        ag.process_start_ns = process_start_ns();
+    return ag.process_start_ns;
+}
+
 static void atfork_prepare(void) {
     if (!atomic_load(&ag.running))
         return;
@@ -103,7 +111,7 @@ __attribute__((constructor)) static void ag_start(void) {
     if (!ag.cfg.enabled)
         return;
     ag.pid = getpid();
-    ag.process_start_ns = process_start_ns();
+    ag.process_start_ns = 0; /* read from /proc by the bg thread (ag_process_start_ns) */
     if (gethostname(ag.host, sizeof ag.host - 1) != 0)
         snprintf(ag.host, sizeof ag.host, "unknown");
     double p0 = (double)ag.cfg.cpu_period_ns;

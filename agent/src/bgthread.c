@@ -35,6 +35,7 @@
 #define AG_CTL_DT_NS 250000000ull
 #define AG_SCAN_NS 500000000ull
 #define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
+#define AG_START_DELAY_NS 20000000ull /* the bg thread's first sleep (see bg_main) */
 
 static pthread_t g_thread;
 static int g_started;
@@ -536,7 +537,7 @@ static void cut_chunk(int at_exit) {
     h.host = (cm_str_t){ag.host, (uint32_t)strlen(ag.host)};
     h.agent_version = (cm_str_t){FLEETPROF_VERSION_STRING, (uint32_t)strlen(FLEETPROF_VERSION_STRING)};
     h.pid = (uint32_t)ag.pid;
-    h.process_start_unix_ns = ag.process_start_ns;
+    h.process_start_unix_ns = ag_process_start_ns();
     h.start_unix_ns = B.chunk_start_real;
     h.end_unix_ns = end;
     if (getrandom(h.chunk_id, sizeof h.chunk_id, GRND_NONBLOCK) != (ssize_t)sizeof h.chunk_id) {
@@ -647,6 +648,13 @@ static void *bg_main(void *arg) {
     sigaddset(&self_set, ag_sig);
     g_uid = getuid();
     atomic_store(&g_bg_tid, (pid_t)syscall(SYS_gettid));
+    /* Nothing to do yet (the rings fill, timers run): a process that is gone within
+     * AG_START_DELAY_NS never pays for the setup below, unless a request (exit with samples to
+     * send, flush, SIGTERM) comes first. */
+    struct timespec delay = {0, (long)AG_START_DELAY_NS};
+    if (!atomic_load(&ag.requests))
+        ppoll(NULL, 0, &delay, &wait_set);
+    atomic_store(&g_wake_pending, 0);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
 
     pthread_mutex_lock(&ag_work_mu);

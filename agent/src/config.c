@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 /* Variables already reported: one line per bad value, whichever constructor reads it first
@@ -158,14 +159,13 @@ static int otel_attr(const char *list, const char *key, char *dst, size_t size) 
     return 0;
 }
 
+/* The process's comm (what /proc/self/comm says) without opening a file: PR_GET_NAME of the
+ * calling thread, which is the main thread in the constructor (dlopen from another thread:
+ * that thread's name). */
 static void program_name(char *dst, size_t size) {
-    char buf[256] = "";
-    FILE *f = fopen("/proc/self/comm", "r");
-    if (f) {
-        if (fgets(buf, sizeof buf, f))
-            buf[strcspn(buf, "\n")] = '\0';
-        fclose(f);
-    }
+    char buf[17] = "";
+    if (prctl(PR_GET_NAME, buf, 0, 0, 0) != 0)
+        buf[0] = '\0';
     snprintf(dst, size, "%s", buf[0] ? buf : "unknown");
 }
 

@@ -90,7 +90,8 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     ag_hcfg.lock_cap = env_num("FLEETPROF_LOCK_RATE", 1, 1e6, 100, "100 (events/s)");
     ag_hcfg.io_cap = env_num("FLEETPROF_IO_RATE", 1, 1e6, 100, "100 (events/s)");
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&ag_hooks_init);
-    g_tsc_usable = ag_hcfg.io_on && ag_env_bool("FLEETPROF_TSC", 1) && tsc_invariant();
+    /* /proc/cpuinfo is read by the bg thread (tsc_calibrate), not here: start stays cheap */
+    g_tsc_usable = ag_hcfg.io_on && ag_env_bool("FLEETPROF_TSC", 1);
     if (ag_hcfg.alloc_on &&
         (ag_heap_init(ag_hcfg.heap_entries) != 0 || ag_alloc_headers_init() != 0))
         ag_hcfg.alloc_on = 0; /* no table: no sampling at all rather than half of it */
@@ -188,6 +189,11 @@ static int tsc_invariant(void) {
 }
 
 static void tsc_calibrate(void) {
+    static int checked;
+    if (g_tsc_usable && !checked) {
+        checked = 1;
+        g_tsc_usable = tsc_invariant();
+    }
     if (!g_tsc_usable)
         return;
     uint64_t mono = ag_hook_clock(), tsc = ag_tsc();

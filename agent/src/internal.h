@@ -77,6 +77,7 @@ typedef struct {
 /* Reads the environment into cfg (defaults for anything unset). Invalid values print one
  * stderr line each (variable, value, default used). Never fails. app, constructor only. */
 AG_HIDDEN void ag_config_load(ag_config_t *cfg);
+AG_HIDDEN uint64_t ag_process_start_ns(void); /* agent.c; bg thread */
 /* mutex_layout.c: 0 if the libc is glibc >= 2.17 (version) and a mutex locked and unlocked
  * through lock/unlock shows the private fields hook_lock.c reads; -1 otherwise. */
 typedef int (*ag_mutex_fn)(pthread_mutex_t *);
