@@ -24,3 +24,8 @@ set_target_properties(bench-agent-handler PROPERTIES LINK_FLAGS "-Wl,--no-as-nee
 # Issue 14: the agent's CPU stacks as text, for cfi-vs-perf.py (comparison with perf).
 add_executable(dump-stacks dump-stacks.c)
 target_link_libraries(dump-stacks PRIVATE fp_common)
+# Fork/exec cost (issue 13): posix_spawn of /bin/true with and without the agent preloaded,
+# collector up / down / stopped / none, as one interleaved run. Run: build/bench/bench-spawn
+add_executable(bench-spawn bench-spawn.c)
+target_link_libraries(bench-spawn PRIVATE Threads::Threads)
+add_dependencies(bench-spawn fleetprof_agent)

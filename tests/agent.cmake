@@ -39,3 +39,9 @@ add_dependencies(test-agent-cfi cfi_work cfi_lib fleetprof_agent)
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-cfi PROPERTIES DISABLED TRUE)
 endif()
+# mutex_layout.c on its own (issue 13): the check before hook_lock.c reads glibc's fields.
+fp_test(test-agent-mutex LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/mutex_layout.c)
+target_include_directories(test-agent-mutex PRIVATE ${PROJECT_SOURCE_DIR}/agent/src
+  ${PROJECT_SOURCE_DIR}/agent/include)
+target_compile_definitions(test-agent-mutex PRIVATE _GNU_SOURCE)
+target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)

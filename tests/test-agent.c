@@ -423,6 +423,73 @@ static void test_config(void) {
     }
 }
 
+/* One parser for every knob (issue 13): blanks around a value are ignored for the variables
+ * config.c reads and for those hooks.c reads alike; a bad value read by both constructors
+ * (FLEETPROF_ENABLED, FLEETPROF_WALL_HZ) is reported once; FLEETPROF_ALLOC_PERIOD=1 is out of
+ * range (minimum 64) and leaves the ALLOC controller on at its default start period. */
+static void test_config_parse(void) {
+    char prog[4096], out[4096], envbuf[4200];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *argv[] = {prog, "cpu", "0.3", NULL};
+    char *dir = mkout(), errfile[] = "/tmp/fp-agent-err-XXXXXX";
+    int efd = mkstemp(errfile);
+    CHECK(efd >= 0);
+    const char *env[] = {ENV_OUT(dir),
+                         "FLEETPROF_ENABLED=maybe",
+                         "FLEETPROF_WALL_HZ=abc",
+                         "FLEETPROF_ALLOC_PERIOD=1",
+                         "FLEETPROF_CPU_HZ= 50",
+                         "FLEETPROF_WALL_THREADS=4 ",
+                         "FLEETPROF_LOCK_THRESHOLD= 5 ",
+                         "FLEETPROF_IO= 1",
+                         NULL};
+    int saved = dup(2);
+    dup2(efd, 2);
+    int st = run(env, argv, 60, out, sizeof out);
+    dup2(saved, 2);
+    close(saved);
+    CHECK(st == 0);
+    char err[4096] = "";
+    lseek(efd, 0, SEEK_SET);
+    ssize_t n = read(efd, err, sizeof err - 1);
+    err[n > 0 ? n : 0] = '\0';
+    close(efd);
+    unlink(errfile);
+    int lines = 0;
+    for (char *p = err; *p; p++)
+        lines += *p == '\n';
+    CHECKF(lines == 3, "stderr:\n%s", err);
+    CHECKF(strstr(err, "FLEETPROF_ENABLED='maybe'") && strstr(err, "FLEETPROF_WALL_HZ='abc'") &&
+               strstr(err, "FLEETPROF_ALLOC_PERIOD='1' (must be between 64 and"),
+           "stderr:\n%s", err);
+    chunks_t *cs = load(dir);
+    CHECK(cs->n >= 1);
+    const cm_header_t *h = &cs->c[0]->header;
+    int lock = 0, wall = 0, alloc = 0;
+    for (uint32_t i = 0; i < h->n_sampling; i++) {
+        const cm_sampling_t *sp = &h->sampling[i];
+        if (sp->type == CM_EV_LOCK) {
+            CHECKF(sp->threshold_ns == 5000000, "lock threshold %llu ns",
+                   (unsigned long long)sp->threshold_ns);
+            lock = 1;
+        }
+        if (sp->type == CM_EV_WALL) {
+            CHECKF(sp->period == 50000000, "wall period %llu ns (default 20 Hz expected)",
+                   (unsigned long long)sp->period);
+            wall = 1;
+        }
+        if (sp->type == CM_EV_ALLOC) {
+            CHECKF(sp->period >= 4096, "alloc period %llu (the invalid 1 was used)",
+                   (unsigned long long)sp->period);
+            alloc = 1;
+        }
+    }
+    CHECKF(lock && wall && alloc, "sampling entries: lock %d wall %d alloc %d", lock, wall,
+           alloc);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* fork: the child profiles itself under its own pid from sequence 0, the parent goes on. */
 static void test_fork(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
@@ -1320,6 +1387,7 @@ static const tr_test_t tests[] = {
     {"span_context", test_span_context},
     {"api_traceparent", test_api_traceparent},
     {"config", test_config},
+    {"config_parse", test_config_parse},
     {"fork", test_fork},
     {"exec", test_exec},
     {"sigterm_flush", test_sigterm_flush},

@@ -8,7 +8,7 @@
  *
  * fork: pthread_atfork prepare takes the registry, label and bg work locks (so no agent lock
  * is held, and no agent state is half-updated, at the instant of fork); the parent releases
- * them; the child reinitialises them, takes a new identity (pid, sequence 0, fresh eventfd),
+ * them; the child reinitialises them, takes a new identity (pid, sequence 0),
  * keeps only the forking thread's slot and starts a fresh background thread. With
  * FLEETPROF_FORK=stop (automatic under ThreadSanitizer, which forbids threads in such a child)
  * the child stops profiling instead.
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-ag_state_t ag = {.efd = -1};
+ag_state_t ag;
 
 extern pthread_mutex_t ag_work_mu, ag_flush_mu;
 extern pthread_cond_t ag_flush_cv;
@@ -55,6 +55,14 @@ static uint64_t process_start_ns(void) {
     uint64_t since_boot = (uint64_t)bt.tv_sec * 1000000000u + (uint64_t)bt.tv_nsec;
     uint64_t start_after_boot = ticks * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
     return start_after_boot < since_boot ? now - (since_boot - start_after_boot) : now;
+}
+
+/* The process's start time for chunk headers: read once, on the bg thread, so that a
+ * short-lived process never pays for the /proc read. */
+uint64_t ag_process_start_ns(void) {
+    if (!ag.process_start_ns)
+        ag.process_start_ns = process_start_ns();
+    return ag.process_start_ns;
 }
 
 static void atfork_prepare(void) {
@@ -88,9 +96,6 @@ static void atfork_child(void) {
     ag.pid = getpid();
     ag.process_start_ns = ag_now_real();
     atomic_store(&ag.requests, 0);
-    if (ag.efd >= 0)
-        close(ag.efd); /* shared with the parent: writing it would wake the parent's thread */
-    ag.efd = -1;
     ag_sender_after_fork_child();
     ag.sequence = ag_sender_first_sequence();
     ag_thread_after_fork_child(); /* reinitialises the registry lock, re-arms our timer */
@@ -106,7 +111,7 @@ __attribute__((constructor)) static void ag_start(void) {
     if (!ag.cfg.enabled)
         return;
     ag.pid = getpid();
-    ag.process_start_ns = process_start_ns();
+    ag.process_start_ns = 0; /* read from /proc by the bg thread (ag_process_start_ns) */
     if (gethostname(ag.host, sizeof ag.host - 1) != 0)
         snprintf(ag.host, sizeof ag.host, "unknown");
     double p0 = (double)ag.cfg.cpu_period_ns;
@@ -141,7 +146,7 @@ __attribute__((destructor)) static void ag_stop(void) {
     if (!atomic_load(&ag.running))
         return;
     ag_thread_stop_all();
-    ag_bg_stop(); /* last chunk: drained rings, file written, collector given up to 1 s */
+    ag_bg_stop(); /* last chunk (if any): drained rings, file written, socket not waited on */
     atomic_store(&ag.running, 0);
     ag_signal_sigterm_restore();
 }

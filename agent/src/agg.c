@@ -56,6 +56,13 @@ static agg_slot_t *next_claimed(uint32_t *i) {
     return NULL;
 }
 
+int ag_agg_any(void) {
+    for (uint32_t i = 0; i < AG_AGG_SLOTS / 64; i++)
+        if (atomic_load_explicit(&g_claimed[i], memory_order_relaxed))
+            return 1;
+    return 0;
+}
+
 int ag_agg_init(void) {
     void *m = mmap(NULL, AG_AGG_SLOTS * sizeof(agg_slot_t), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -4,7 +4,7 @@
  * Never sampled itself (created with ag_thread_create_raw, skipped by the thread scan). Holds
  * g_work while it works (not while it sleeps in poll), so that fork() (agent.c's atfork
  * handlers take it) never copies half-updated builder, symbol or sender state into a child.
- * Woken early through ag.efd (an eventfd; ag_bg_wake is async-signal-safe) for flush, stop and
+ * Woken early (ag_bg_wake: async-signal-safe, no descriptor; see there) for flush, stop and
  * SIGTERM requests.
  *
  * Agent CPU accounting per chunk: this thread's own CPU clock, plus handler cost estimated as
@@ -25,14 +25,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #define AG_CTL_DT_NS 250000000ull
 #define AG_SCAN_NS 500000000ull
+#define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
+#define AG_START_DELAY_NS 20000000ull /* the bg thread's first sleep (see bg_main) */
 
 static pthread_t g_thread;
 static int g_started;
@@ -52,7 +55,8 @@ static struct {
     double budget_factor;
     uint32_t wall_cursor;
     uint64_t over_budget_frac;                        /* fractional DROP_OVER_BUDGET carry */
-    int warned_encode;
+    int warned_encode, warned_size;
+    double enc_ratio; /* encoded / estimated size of the last chunk (LZ4 compresses rows) */
 } B;
 
 uint64_t ag_now_real(void) {
@@ -74,11 +78,34 @@ static uint64_t clock_ns(clockid_t c) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Waking the bg thread without a descriptor (issue 13): a program may close every descriptor
+ * it did not open and reuse the numbers, and an eventfd cannot be told from the program's own
+ * by fstat (every eventfd shares one anonymous inode), so a write could land in the program's
+ * pipe or socket. Instead a request is a bit in ag.requests plus, at most one at a time
+ * (g_wake_pending), our signal queued to the bg thread with the wall tag and a zero weight,
+ * which the handler ignores (as a calibration signal). The bg thread keeps that signal blocked
+ * except inside ppoll, so a wake sent before it sleeps makes ppoll return at once. Async-
+ * signal-safe (one system call), no descriptor to lose, at most one signal queued. */
+static _Atomic pid_t g_bg_tid;
+static _Atomic int g_wake_pending;
+static uid_t g_uid;
+
 void ag_bg_wake(int req) {
     atomic_fetch_or(&ag.requests, req);
-    uint64_t one = 1;
-    ssize_t w = write(ag.efd, &one, sizeof one);
-    (void)w;
+    pid_t tid = atomic_load(&g_bg_tid);
+    if (!tid || atomic_exchange(&g_wake_pending, 1))
+        return; /* not started yet (it looks at the requests before it sleeps), or pending */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = ag_sig;
+    si.si_code = SI_QUEUE;
+    si.si_pid = ag.pid;
+    si.si_uid = g_uid;
+    si.si_value.sival_ptr = (void *)(uintptr_t)(AG_WALL_MAGIC << 48); /* weight 0: no sample */
+    int saved = errno;
+    if (syscall(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, &si) != 0)
+        atomic_store(&g_wake_pending, 0); /* EAGAIN (RLIMIT_SIGPENDING): the timeout wakes it */
+    errno = saved;
 }
 
 static _Atomic uint64_t g_wall_reused; /* wall samples re-recorded without a signal */
@@ -105,8 +132,8 @@ static uint64_t agent_cpu_now(void) {
 
 /* /proc/self/task/TID/stat descriptors kept open per thread slot: opening the file (a path
  * walk and an allocation) is two thirds of a read's cost, and a thread on CPU for part of each
- * interval needs a read every tick. At most AG_STAT_FDS are kept (O_CLOEXEC), the others are
- * opened and closed per read. An application may close descriptors it did not open (closefrom,
+ * interval needs a read every tick. At most AG_STAT_FDS are kept (O_CLOEXEC), and at most 1/64
+ * of RLIMIT_NOFILE (stat_keep_max); the others are opened and closed per read. An application may close descriptors it did not open (closefrom,
  * close_range) and get the number back for a file of its own: a kept descriptor is read only
  * while its content starts with "TID (", and closed only while fstat still shows the file it
  * was opened on; otherwise it is forgotten, never closed. Closed when the thread is gone (the
@@ -149,6 +176,16 @@ static void stat_sweep(int all) {
             stat_drop(i);
 }
 
+/* Descriptors are the program's resource: at most 1/64 of RLIMIT_NOFILE's soft limit is kept
+ * (16 at the usual 1024; none below 64, where every read opens and closes its file). */
+static uint32_t stat_keep_max(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    rlim_t k = rl.rlim_cur / 64;
+    return k < AG_STAT_FDS ? (uint32_t)k : AG_STAT_FDS;
+}
+
 /* Is the thread in slot `slot` running or runnable ('R' in /proc/self/task/TID/stat)? */
 static int thread_state_running(uint32_t slot, pid_t tid) {
     char buf[512];
@@ -165,7 +202,7 @@ static int thread_state_running(uint32_t slot, pid_t tid) {
             return 0;
         n = stat_read(fd, tid, buf, sizeof buf);
         struct stat st;
-        if (n >= 0 && g_stat_open < AG_STAT_FDS && fstat(fd, &st) == 0) {
+        if (n >= 0 && g_stat_open < stat_keep_max() && fstat(fd, &st) == 0) {
             g_stat[slot].fd1 = fd + 1;
             g_stat[slot].tid = tid;
             g_stat[slot].dev = st.st_dev;
@@ -464,7 +501,26 @@ static void control(uint64_t now) {
     }
 }
 
-static void cut_chunk(void) {
+/* at_exit: the process is exiting. Its last chunk is sent only if it has something to say
+ * (a row or a drop): a process that exits before its first sample (a short-lived fork/exec'd
+ * helper) writes nothing at all, so that it costs microseconds. */
+/* Under g_work (B is consistent; B.b NULL before bg_main's start: nothing built yet). */
+static int nothing_to_say(void) {
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        if ((B.b && ag_builder_samples(B.b, (cm_event_type_t)t)) ||
+            atomic_load(&ag_events_seen[t]) != B.seen0[t])
+            return 0;
+    for (int t = 0; t < CM_EV_COUNT; t++)
+        for (int r = 1; r < AG_DROP_REASONS; r++)
+            if (atomic_load(&ag_drops[t][r]) != B.drops0[t][r])
+                return 0;
+    /* live sampled objects (INUSE rows) need an ALLOC sample at some point; aggregates a slot */
+    return atomic_load(&ag_events_seen[CM_EV_ALLOC]) == 0 && !ag_agg_any();
+}
+
+static void cut_chunk(int at_exit) {
+    if (at_exit && nothing_to_say())
+        return;
     uint64_t end = ag_now_real();
     if (end <= B.chunk_start_real)
         end = B.chunk_start_real + 1;
@@ -475,7 +531,7 @@ static void cut_chunk(void) {
     h.host = (cm_str_t){ag.host, (uint32_t)strlen(ag.host)};
     h.agent_version = (cm_str_t){FLEETPROF_VERSION_STRING, (uint32_t)strlen(FLEETPROF_VERSION_STRING)};
     h.pid = (uint32_t)ag.pid;
-    h.process_start_unix_ns = ag.process_start_ns;
+    h.process_start_unix_ns = ag_process_start_ns();
     h.start_unix_ns = B.chunk_start_real;
     h.end_unix_ns = end;
     if (getrandom(h.chunk_id, sizeof h.chunk_id, GRND_NONBLOCK) != (ssize_t)sizeof h.chunk_id) {
@@ -484,7 +540,6 @@ static void cut_chunk(void) {
         x = x * 0x9e3779b97f4a7c15ull + clock_ns(CLOCK_MONOTONIC);
         memcpy(h.chunk_id + 8, &x, 8);
     }
-    h.sequence = ag.sequence++;
     h.format_minor = CM_FORMAT_MINOR;
 
     ag_hooks_bg_chunk(B.b, end); /* INUSE rows and sub-threshold aggregates */
@@ -518,6 +573,7 @@ static void cut_chunk(void) {
         }
     h.drops = drops;
     h.n_drops = nd;
+    h.sequence = ag.sequence++;
     uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     h.agent_cpu_ns = a - B.bg_cpu0;
     CM_DEBUG("chunk %llu: agent cpu %llu ns (bg thread %llu total, handler body %llu ns x %llu, "
@@ -540,8 +596,25 @@ static void cut_chunk(void) {
     uint8_t *frame = NULL;
     size_t len = 0;
     char err[256] = "";
+    size_t est = ag_builder_bytes(B.b);
     int rc = ag_builder_finish(B.b, &h, &frame, &len, err, sizeof err);
-    if (rc == 0) {
+    if (rc == 0 && est > 65536) { /* small chunks say little about compression */
+        B.enc_ratio = (double)len / (double)est;
+        if (B.enc_ratio < 0.25)
+            B.enc_ratio = 0.25;
+    }
+    if (rc == 0 && len > AG_CHUNK_MAX) {
+        /* The collector would refuse it (and Kafka could not carry it): files only. Rare:
+         * the early cut (AG_CHUNK_SOFT) keeps chunks well below; what it does not see is
+         * added at the cut (INUSE rows of a huge live heap, aggregates). */
+        ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
+        if (!B.warned_size++)
+            CM_WARN("chunk %llu is %zu bytes, above the %u-byte limit: not sent to the "
+                    "collector (written to FLEETPROF_OUTPUT only, if set)",
+                    (unsigned long long)h.sequence, len, AG_CHUNK_MAX);
+        ag_sender_write_file(frame, len, h.sequence);
+        free(frame);
+    } else if (rc == 0) {
         ag_sender_submit(frame, len, h.sequence);
     } else {
         ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
@@ -560,22 +633,34 @@ static void cut_chunk(void) {
 static void *bg_main(void *arg) {
     (void)arg;
     /* Process-directed signals are the application's business: keep them off this thread. */
-    sigset_t set;
+    sigset_t set, wait_set, self_set;
     sigfillset(&set);
-    sigdelset(&set, ag_sig); /* calibration signals itself */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    wait_set = set; /* inside ppoll: our signal only (a wake) */
+    sigdelset(&wait_set, ag_sig);
+    sigemptyset(&self_set);
+    sigaddset(&self_set, ag_sig);
+    g_uid = getuid();
+    atomic_store(&g_bg_tid, (pid_t)syscall(SYS_gettid));
+    /* Nothing to do yet (the rings fill, timers run): a process that is gone within
+     * AG_START_DELAY_NS never pays for the setup below, unless a request (exit with samples to
+     * send, flush, SIGTERM) comes first. */
+    struct timespec delay = {0, (long)AG_START_DELAY_NS};
+    if (!atomic_load(&ag.requests))
+        ppoll(NULL, 0, &delay, &wait_set);
+    atomic_store(&g_wake_pending, 0);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
     /* Unwind tables first: until they are published, samples have frame-pointer stacks only
      * (flagged truncated where those end early). Not under the work lock: a fork meanwhile
      * copies at most a half-built private table, which the child's ticks rebuild. */
     ag_cfi_tick();
-    if (ag_hcfg.alloc_on)
-        ag_heap_populate();
 
     pthread_mutex_lock(&ag_work_mu);
-    if (!ag.signal_cost_ns)
-        ag.signal_cost_ns = ag_signal_calibrate();
     uint64_t now = ag_now_mono();
+    /* Start is cheap: what costs milliseconds (the signal cost calibration, 200 signals to
+     * this thread; populating the live-heap table, 2 MiB) waits for AG_LAZY_NS, which a
+     * short-lived process (a fork/exec'd helper, /bin/true under LD_PRELOAD) never reaches. */
+    uint64_t lazy_at = now + AG_LAZY_NS;
     B.b = ag_builder_new();
     B.chunk_start_real = ag_now_real();
     B.chunk_start_mono = now;
@@ -585,13 +670,13 @@ static void *bg_main(void *arg) {
     B.ctl_seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
     B.ctl_proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     B.ctl_bg = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    /* The hooks' samples and every drop count from the agent's start (zero, or the fork:
-     * ag_bg_after_fork_child), not from this thread's: the application runs meanwhile, and a
-     * burst of allocation samples before the first drain (issue 19: 1,280 x 1 MiB as the
-     * program's first work, 0.2 ms) filled the ring with none of its drops reported. */
-    for (int t = 1; t < CM_EV_ALLOC; t++)
-        B.seen0[t] = atomic_load(&ag_events_seen[t]);
+    /* Every counter counts from the agent's start (zero) or from the fork (the baselines
+     * ag_bg_after_fork_child took), not from this thread's start: the application runs
+     * meanwhile, its records wait in the rings and go into the first chunk, and a burst of
+     * allocation samples before the first drain (issue 19: 1,280 x 1 MiB as the program's
+     * first work, 0.2 ms) filled the ring with none of its drops reported. */
     B.budget_factor = 1;
+    B.enc_ratio = 1;
     uint64_t wall_ns = ag.cfg.wall_hz > 0 ? (uint64_t)(1e9 / ag.cfg.wall_hz) : 0;
     uint64_t next_wall = now + wall_ns, next_ctl = now + AG_CTL_DT_NS;
     uint64_t next_scan = now, next_chunk = now + ag.cfg.interval_ns, scan_soon = 0;
@@ -616,17 +701,26 @@ static void *bg_main(void *arg) {
         pthread_mutex_unlock(&ag_work_mu);
         if (swake >= 0 && swake < timeout)
             timeout = swake;
-        struct pollfd pfd[2] = {{ag.efd, POLLIN, 0}, {sfd, sev, 0}};
-        poll(pfd, sfd >= 0 ? 2 : 1, timeout);
-        if (pfd[0].revents & POLLIN) {
-            uint64_t v;
-            ssize_t r = read(ag.efd, &v, sizeof v);
-            (void)r;
-        }
+        if (atomic_load(&ag.requests))
+            timeout = 0;
+        struct pollfd pfd = {sfd, sev, 0};
+        struct timespec ts = {timeout / 1000, (long)(timeout % 1000) * 1000000L};
+        ppoll(&pfd, sfd >= 0 ? 1 : 0, &ts, &wait_set); /* EINTR: a wake */
+        atomic_store(&g_wake_pending, 0);
         int req = atomic_exchange(&ag.requests, 0);
 
         pthread_mutex_lock(&ag_work_mu);
         now = ag_now_mono();
+        if (lazy_at && now >= lazy_at && !(req & (AG_REQ_STOP | AG_REQ_SIGTERM))) {
+            lazy_at = 0;
+            if (!ag.signal_cost_ns) { /* a fork child keeps its parent's */
+                pthread_sigmask(SIG_UNBLOCK, &self_set, NULL); /* it signals this thread */
+                ag.signal_cost_ns = ag_signal_calibrate();
+                pthread_sigmask(SIG_BLOCK, &self_set, NULL);
+            }
+            if (ag_hcfg.alloc_on)
+                ag_heap_populate();
+        }
         if (wall_ns && now >= next_wall && !(req & AG_REQ_STOP)) {
             double f = B.budget_factor;
             drain(); /* so that wall_reuse sees each thread's latest wall record */
@@ -643,7 +737,7 @@ static void *bg_main(void *arg) {
                 control(now);
             next_ctl = now + AG_CTL_DT_NS;
         }
-        if (now >= next_scan) {
+        if (now >= next_scan && !(req & AG_REQ_STOP)) { /* at exit: nothing new to find */
             int registered, unresolved = ag_thread_scan(&registered);
             drain();
             ag_thread_reap();
@@ -658,12 +752,15 @@ static void *bg_main(void *arg) {
                 scan_soon = 0;
             next_scan = now + (scan_soon ? scan_soon : unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
         }
-        if (now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
-            cut_chunk();
+        /* split a heavy interval: the estimate scaled by what the last chunk compressed to,
+         * at least 1/4 (rows that compressed well may be followed by rows that do not) */
+        int full = (double)ag_builder_bytes(B.b) * B.enc_ratio > (double)AG_CHUNK_SOFT;
+        if (full || now >= next_chunk || (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
+            cut_chunk((req & (AG_REQ_STOP | AG_REQ_SIGTERM)) != 0);
             next_chunk = now + ag.cfg.interval_ns;
         }
         if (req & (AG_REQ_STOP | AG_REQ_SIGTERM))
-            ag_sender_drain(1000);
+            ag_sender_exit(AG_EXIT_SEND_MS);
         pthread_mutex_unlock(&ag_work_mu);
 
         if (req & AG_REQ_FLUSH) {
@@ -689,10 +786,8 @@ static void *bg_main(void *arg) {
 }
 
 int ag_bg_start(void) {
-    if (ag.efd < 0)
-        ag.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (ag.efd < 0)
-        return -errno;
+    atomic_store(&g_bg_tid, 0);
+    atomic_store(&g_wake_pending, 0);
     int rc = ag_thread_create_raw(&g_thread, bg_main, NULL);
     if (rc)
         return -rc;
@@ -704,6 +799,14 @@ void ag_bg_stop(void) {
     if (!g_started)
         return;
     g_started = 0;
+    /* A process with nothing to say (exiting before its first sample: a short-lived helper)
+     * does not wait for the background thread, which may not even have run yet: the work lock
+     * is taken and kept, so that the thread stays out of its work until exit ends it. */
+    if (pthread_mutex_trylock(&ag_work_mu) == 0) {
+        if (nothing_to_say())
+            return; /* ag_work_mu stays held on purpose */
+        pthread_mutex_unlock(&ag_work_mu);
+    }
     ag_bg_wake(AG_REQ_STOP);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -715,6 +818,8 @@ void ag_bg_stop(void) {
 void ag_bg_after_fork_child(void) {
     g_started = 0;
     ag_cfi_after_fork_child();
+    atomic_store(&g_bg_tid, 0); /* the parent's thread: not in this process */
+    atomic_store(&g_wake_pending, 0);
     /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
      * in the middle of an update. Its records belong to the parent's profile. */
     ag_builder_free(B.b);

@@ -129,6 +129,7 @@ struct ag_builder {
     VEC(uint32_t) th_tid, th_name;
     map_t th_map;
     rows_t rows[CM_EV_COUNT];
+    size_t str_bytes; /* for ag_builder_bytes */
     int failed; /* an allocation failed: the chunk is dropped (DROP_ENCODE_FAILED) */
 };
 
@@ -155,6 +156,7 @@ static uint32_t intern_str(ag_builder_t *b, const char *s) {
         return 0;
     }
     map_put(&b->str_map, slot, XXH3_64bits(s, len), b->strs.n - 1);
+    b->str_bytes += len;
     return b->strs.n - 1;
 }
 
@@ -184,6 +186,7 @@ static void reset(ag_builder_t *b) {
         r->size.n = r->address.n = r->target.n = 0;
     }
     b->failed = 0;
+    b->str_bytes = 0;
     /* zero entries */
     int bad = VEC_PUSH(b->strs, ((cm_str_t){"", 0}));
     bad |= VEC_PUSH(b->maps, ((cm_mapping_t){0}));
@@ -451,6 +454,20 @@ void ag_builder_add_target(ag_builder_t *b, const ag_thread_t *t, pid_t tid, con
     bad |= VEC_PUSH(rw->target, target ? intern_str(b, target) : 0u);
     if (bad)
         b->failed = 1;
+}
+
+/* An estimate of the encoded chunk's size before compression: what each entry costs in the
+ * protobuf message with typical varints (a row's 13 columns ~40 bytes, a frame 4, a location
+ * 16, a function 8, a mapping with its build id ~96). bgthread.c cuts a chunk early when it
+ * passes AG_CHUNK_SOFT, so that no chunk approaches the collector's and the broker's message
+ * limit however much an interval holds. */
+size_t ag_builder_bytes(const ag_builder_t *b) {
+    size_t n = b->str_bytes + 3u * b->strs.n + 96u * b->maps.n + 8u * b->fn_name.n +
+               16u * b->loc_map.n + 4u * (b->st_frames.n + b->st_off.n) + b->ctx.n +
+               4u * (b->lab_kv.n + b->lab_off.n) + 8u * b->th_tid.n;
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        n += 40u * b->rows[t].stack.n;
+    return n;
 }
 
 uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type) {

@@ -3,6 +3,9 @@
  * Runs once in the constructor (app context, before any agent thread exists). Every invalid
  * value prints exactly one stderr line naming the variable, the value and the default used,
  * whatever the log level: a misconfiguration must be visible, everything else stays silent.
+ * The readers here (ag_env_value, ag_env_double, ag_env_bool, ag_env_invalid) are the only
+ * ones: hooks.c's constructor reads its knobs with them too, so every knob is parsed the same
+ * way (blanks around a value ignored) and a bad value is reported once even when both read it.
  */
 #include "internal.h"
 
@@ -15,30 +18,62 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
-static void invalid(const char *var, const char *val, const char *why, const char *dflt) {
+/* Variables already reported: one line per bad value, whichever constructor reads it first
+ * (hooks.c's runs before agent.c's, and both look at FLEETPROF_ENABLED and _WALL_HZ).
+ * Constructors only (single-threaded). */
+static const char *g_reported[64];
+static unsigned g_n_reported;
+
+void ag_env_invalid(const char *var, const char *val, const char *why, const char *dflt) {
+    for (unsigned i = 0; i < g_n_reported; i++)
+        if (!strcmp(g_reported[i], var))
+            return;
+    if (g_n_reported < sizeof g_reported / sizeof g_reported[0])
+        g_reported[g_n_reported++] = var;
     char buf[512];
     int n = snprintf(buf, sizeof buf,
-                     "fleetprof: invalid %s='%s' (%s); using the default %s\n", var, val, why,
+                     "fleetprof: invalid %s='%.128s' (%s); using the default %s\n", var, val, why,
                      dflt);
     if (n > 0) {
         ssize_t w = write(STDERR_FILENO, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
         (void)w;
     }
 }
+#define invalid ag_env_invalid
 
-/* Parses a decimal number in [lo, hi]. Returns 1 and sets *out, or 0 (after one stderr line)
- * when set but invalid, or 0 silently when unset. */
-static int env_double(const char *var, double lo, double hi, const char *dflt, double *out) {
+/* The one way every agent knob is read: leading and trailing blanks (space, tab, newline)
+ * are ignored, for numbers, durations, switches and words alike. Returns 1 with the trimmed
+ * value in buf, 0 when unset or blank (or longer than buf: reported, default kept). */
+int ag_env_value(const char *var, char *buf, size_t size) {
     const char *v = getenv(var);
-    if (!v || !*v)
+    if (!v)
+        return 0;
+    while (*v == ' ' || *v == '\t' || *v == '\n')
+        v++;
+    size_t len = strlen(v);
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t' || v[len - 1] == '\n'))
+        len--;
+    if (!len)
+        return 0;
+    if (len >= size) {
+        invalid(var, v, "too long", "");
+        return 0;
+    }
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    return 1;
+}
+
+int ag_env_double(const char *var, double lo, double hi, const char *dflt, double *out) {
+    char v[128];
+    if (!ag_env_value(var, v, sizeof v))
         return 0;
     char *end;
     errno = 0;
     double d = strtod(v, &end);
-    while (*end == ' ')
-        end++;
     if (errno || end == v || *end) {
         invalid(var, v, "not a number", dflt);
         return 0;
@@ -53,12 +88,26 @@ static int env_double(const char *var, double lo, double hi, const char *dflt, d
     return 1;
 }
 
+int ag_env_bool(const char *var, int dflt) {
+    char v[16];
+    if (!ag_env_value(var, v, sizeof v))
+        return dflt;
+    if (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "no"))
+        return 0;
+    if (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "yes"))
+        return 1;
+    invalid(var, v, "not one of 1/on/true/yes or 0/off/false/no", dflt ? "1 (on)" : "0 (off)");
+    return dflt;
+}
+
+#define env_double ag_env_double
+
 /* Parses a duration in [lo_ns, hi_ns] with cm_parse_duration: "5s", "500ms", "2m", or a bare
  * number of seconds ("10", "0.5"). Same contract as env_double. */
 static int env_duration(const char *var, uint64_t lo_ns, uint64_t hi_ns, const char *dflt,
                         uint64_t *out) {
-    const char *v = getenv(var);
-    if (!v || !*v)
+    char v[128];
+    if (!ag_env_value(var, v, sizeof v))
         return 0;
     int64_t ns;
     if (cm_parse_duration(v, &ns) != 0) {
@@ -77,8 +126,8 @@ static int env_duration(const char *var, uint64_t lo_ns, uint64_t hi_ns, const c
 }
 
 static void env_string(const char *var, char *dst, size_t size) {
-    const char *v = getenv(var);
-    if (!v || !*v)
+    char v[4096];
+    if (!ag_env_value(var, v, sizeof v))
         return;
     if (strlen(v) >= size) {
         char why[64];
@@ -110,14 +159,13 @@ static int otel_attr(const char *list, const char *key, char *dst, size_t size) 
     return 0;
 }
 
+/* The process's comm (what /proc/self/comm says) without opening a file: PR_GET_NAME of the
+ * calling thread, which is the main thread in the constructor (dlopen from another thread:
+ * that thread's name). */
 static void program_name(char *dst, size_t size) {
-    char buf[256] = "";
-    FILE *f = fopen("/proc/self/comm", "r");
-    if (f) {
-        if (fgets(buf, sizeof buf, f))
-            buf[strcspn(buf, "\n")] = '\0';
-        fclose(f);
-    }
+    char buf[17] = "";
+    if (prctl(PR_GET_NAME, buf, 0, 0, 0) != 0)
+        buf[0] = '\0';
     snprintf(dst, size, "%s", buf[0] ? buf : "unknown");
 }
 
@@ -135,21 +183,15 @@ void ag_config_load(ag_config_t *cfg) {
     cfg->log_level = CM_LOG_WARN;
     snprintf(cfg->collector, sizeof cfg->collector, "%s", CM_DEFAULT_SOCKET);
 
-    const char *v = getenv("FLEETPROF_LOG_LEVEL");
-    if (v && *v) {
+    char v[64];
+    if (ag_env_value("FLEETPROF_LOG_LEVEL", v, sizeof v)) {
         cm_log_level_t lvl;
         if (cm_log_parse_level(v, &lvl) == 0)
             cfg->log_level = lvl;
         else
             invalid("FLEETPROF_LOG_LEVEL", v, "not one of debug, info, warn, error, off", "warn");
     }
-    v = getenv("FLEETPROF_ENABLED");
-    if (v && *v) {
-        if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
-            cfg->enabled = 0;
-        else if (strcmp(v, "1") && strcmp(v, "true") && strcmp(v, "yes") && strcmp(v, "on"))
-            invalid("FLEETPROF_ENABLED", v, "not 0/1", "1 (enabled)");
-    }
+    cfg->enabled = ag_env_bool("FLEETPROF_ENABLED", 1);
 
     /* Service and version: FLEETPROF_*, then OpenTelemetry's variables, then the program. */
     const char *otel = getenv("OTEL_RESOURCE_ATTRIBUTES");
@@ -185,18 +227,11 @@ void ag_config_load(ag_config_t *cfg) {
         cfg->wall_threads = (uint32_t)d;
     if (env_double("FLEETPROF_CPU_BUDGET", 0.01, 100, "1 (percent)", &d))
         cfg->cpu_budget = d / 100.0;
-    v = getenv("FLEETPROF_FORK");
-    if (v && *v) {
+    if (ag_env_value("FLEETPROF_FORK", v, sizeof v)) {
         if (!strcmp(v, "stop"))
             cfg->fork_follow = 0;
         else if (strcmp(v, "follow"))
             invalid("FLEETPROF_FORK", v, "not 'follow' or 'stop'", "follow");
     }
-    v = getenv("FLEETPROF_CONTROLLER");
-    if (v && *v) {
-        if (!strcmp(v, "0") || !strcmp(v, "off"))
-            cfg->controller = 0;
-        else if (strcmp(v, "1") && strcmp(v, "on"))
-            invalid("FLEETPROF_CONTROLLER", v, "not 0/1", "1 (on)");
-    }
+    cfg->controller = ag_env_bool("FLEETPROF_CONTROLLER", 1);
 }

@@ -172,6 +172,9 @@ static inline int lock_active(void) {
 
 static int mutex_first_resolve(void *m) { return REAL(mutex_lock, "pthread_mutex_lock")(m); }
 static _Atomic(lk_fn) g_mutex_first = mutex_first_resolve;
+/* glibc's private mutex fields are read only once mutex_layout.c has checked them on this libc
+ * (lock_init): 0 until then and on any other libc, where every lock goes the plain way. */
+static _Atomic int g_word_ok;
 
 static int lock_front(void);
 
@@ -198,8 +201,15 @@ __attribute__((constructor(102))) static void lock_init(void) {
     symv(&L.timedwait, "pthread_cond_timedwait");
     symv(&L.clockwait, "pthread_cond_clockwait");
     g_share = (uint64_t)(ag_hcfg.lock_cap * 0.25) + 1;
+    int front = lock_front();
+    /* Only in front (no sanitizer runtime, whose unlock interceptor would see an unlock of a
+     * mutex it never saw locked); the real unlock, since ours is not interposed anyway. */
+    ag_mutex_fn unlock = (ag_mutex_fn)dlsym(RTLD_NEXT, "pthread_mutex_unlock");
+    int layout = front && L.mutex_lock &&
+                 ag_mutex_layout_check(ag_libc_version(), (ag_mutex_fn)L.mutex_lock, unlock) == 0;
+    atomic_store(&g_word_ok, layout);
     int on = atomic_load(&ag_hooks_state) > 0 && ag_hcfg.lock_on && L.mutex_lock &&
-             L.mutex_trylock && lock_front();
+             L.mutex_trylock && front;
     /* per contended wait: a failed trylock (held by us), two clock reads, the countdown (2 ns);
      * the least of 8 rounds of 32, so that a preemption does not count. Only with the hooks
      * on: no sanitizer runtime then, whose unlock interceptor would see an unlock of a mutex
@@ -461,7 +471,7 @@ static __attribute__((noinline, cold)) int mutex_held(pthread_mutex_t *m) {
  * mixed benchmark's two contended mutexes). Reading the lock word first costs a load of the
  * line the trylock reads anyway. */
 AG_EXPORT AG_NO_TSAN int pthread_mutex_lock(pthread_mutex_t *m) {
-    if (AG_UNLIKELY(mutex_word(m) != 0))
+    if (AG_UNLIKELY(atomic_load_explicit(&g_word_ok, memory_order_relaxed) && mutex_word(m) != 0))
         return AG_NO_TAIL(mutex_held(m));
     int rc = atomic_load_explicit(&g_mutex_first, memory_order_relaxed)(m);
     if (AG_LIKELY(rc != EBUSY))

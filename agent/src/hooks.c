@@ -31,39 +31,10 @@ static int tsc_invariant(void);
 
 /* ---- configuration ---- */
 
-static void invalid(const char *var, const char *val, const char *dflt) {
-    char buf[300];
-    int n = snprintf(buf, sizeof buf, "fleetprof: invalid %s='%.128s'; using the default %s\n",
-                     var, val, dflt);
-    if (n > 0) {
-        ssize_t w = write(STDERR_FILENO, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
-        (void)w;
-    }
-}
-
+/* Parsed with config.c's readers (one parser for every knob, one line per bad value). */
 static double env_num(const char *var, double lo, double hi, double dflt, const char *dtext) {
-    const char *v = getenv(var);
-    if (!v || !*v)
-        return dflt;
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end || !(d >= lo && d <= hi)) {
-        invalid(var, v, dtext);
-        return dflt;
-    }
-    return d;
-}
-
-static int env_bool(const char *var, int dflt) {
-    const char *v = getenv(var);
-    if (!v || !*v)
-        return dflt;
-    if (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "no"))
-        return 0;
-    if (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "yes"))
-        return 1;
-    invalid(var, v, dflt ? "1 (on)" : "0 (off)");
-    return dflt;
+    double d;
+    return ag_env_double(var, lo, hi, dtext, &d) ? d : dflt;
 }
 
 static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
@@ -95,13 +66,17 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     if (atomic_load(&ag_hooks_state) != 0)
         return;
     ag_hook_guard++; /* our own setup is never sampled */
-    int on = env_bool("FLEETPROF_ENABLED", 1);
-    ag_hcfg.alloc_on = on && env_bool("FLEETPROF_ALLOC", 1);
-    ag_hcfg.lock_on = on && env_bool("FLEETPROF_LOCK", 1);
-    ag_hcfg.io_on = on && env_bool("FLEETPROF_IO", 1);
-    const char *wh = getenv("FLEETPROF_WALL_HZ"); /* validated (and reported) by config.c */
-    ag_hcfg.wait_on = on && !(wh && *wh && strtod(wh, NULL) == 0);
-    ag_hcfg.alloc_period = env_num("FLEETPROF_ALLOC_PERIOD", 1, 1e12, 524288, "524288 (bytes)");
+    int on = ag_env_bool("FLEETPROF_ENABLED", 1);
+    ag_hcfg.alloc_on = on && ag_env_bool("FLEETPROF_ALLOC", 1);
+    ag_hcfg.lock_on = on && ag_env_bool("FLEETPROF_LOCK", 1);
+    ag_hcfg.io_on = on && ag_env_bool("FLEETPROF_IO", 1);
+    /* same range and default as config.c (which reads it again; reported once) */
+    ag_hcfg.wait_on = on && env_num("FLEETPROF_WALL_HZ", 0, 1000, 20, "20 (ticks/s)") > 0;
+    /* Below 64 bytes nearly every allocation is a sample (a ring record with its stack): the
+     * profile is no better and the program much slower. */
+    double period;
+    int period_set = ag_env_double("FLEETPROF_ALLOC_PERIOD", 64, 1e12, "524288 (bytes)", &period);
+    ag_hcfg.alloc_period = period_set ? period : 524288;
     ag_hcfg.alloc_rate = env_num("FLEETPROF_ALLOC_RATE", 0, 100000, 200, "200 (samples/s)");
     double he = env_num("FLEETPROF_HEAP_ENTRIES", 64, 1 << 24, 65536, "65536");
     uint32_t e = 64;
@@ -116,7 +91,8 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     ag_hcfg.lock_cap = env_num("FLEETPROF_LOCK_RATE", 1, 1e6, 100, "100 (events/s)");
     ag_hcfg.io_cap = env_num("FLEETPROF_IO_RATE", 1, 1e6, 100, "100 (events/s)");
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&ag_hooks_init);
-    g_tsc_usable = ag_hcfg.io_on && env_bool("FLEETPROF_TSC", 1) && tsc_invariant();
+    /* /proc/cpuinfo is read by the bg thread (tsc_calibrate), not here: start stays cheap */
+    g_tsc_usable = ag_hcfg.io_on && ag_env_bool("FLEETPROF_TSC", 1);
     if (ag_hcfg.alloc_on &&
         (ag_heap_init(ag_hcfg.heap_entries) != 0 || ag_alloc_headers_init() != 0))
         ag_hcfg.alloc_on = 0; /* no table: no sampling at all rather than half of it */
@@ -126,7 +102,7 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     if (!g_agg_ok)
         ag_hcfg.lock_on = ag_hcfg.io_on = 0;
     atomic_store(&ag_alloc_period, (uint64_t)ag_hcfg.alloc_period);
-    ag_hcfg.alloc_ctl = ag_hcfg.alloc_rate > 0 && !getenv("FLEETPROF_ALLOC_PERIOD");
+    ag_hcfg.alloc_ctl = ag_hcfg.alloc_rate > 0 && !period_set; /* a valid period: fixed */
     if (g_agg_ok) /* the parent's sums stay the parent's */
         pthread_atfork(NULL, NULL, ag_agg_after_fork_child);
     atomic_store(&ag_hooks_state, on ? 1 : -1);
@@ -151,8 +127,8 @@ void ag_hook_leave(void) { ag_hook_guard--; }
 
 /* Ring pressure: a hook can produce a burst of records faster than the bg thread's periodic
  * drain; when the ring is over an eighth full (or a record was dropped) the bg thread is
- * woken, at most once per millisecond per thread (ag_bg_wake is one eventfd write), so that
- * it drains before the allocation hook starts to thin its samples (from a quarter full:
+ * woken, at most once per millisecond per thread (ag_bg_wake: at most one queued signal), so
+ * that it drains before the allocation hook starts to thin its samples (from a quarter full:
  * alloc_sample.h). */
 static AG_TLS uint64_t t_last_wake;
 
@@ -217,6 +193,11 @@ static int tsc_invariant(void) {
 }
 
 static void tsc_calibrate(void) {
+    static int checked;
+    if (g_tsc_usable && !checked) {
+        checked = 1;
+        g_tsc_usable = tsc_invariant();
+    }
     if (!g_tsc_usable)
         return;
     uint64_t mono = ag_hook_clock(), tsc = ag_tsc();

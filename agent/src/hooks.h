@@ -180,6 +180,7 @@ AG_HIDDEN void ag_agg_add_n(cm_event_type_t type, uint32_t io_kind, uint32_t fd_
 AG_HIDDEN void ag_agg_add_sub(cm_event_type_t type, uint32_t io_kind, uint32_t fd_kind,
                               const uintptr_t *pcs, uint32_t depth, uint64_t ns, uint64_t bytes,
                               uint64_t count_milli, int sampled);
+AG_HIDDEN int ag_agg_any(void); /* any slot claimed (bg) */
 AG_HIDDEN void ag_agg_bg_emit(ag_builder_t *b, uint64_t now_real);
 AG_HIDDEN void ag_agg_after_fork_child(void);
 

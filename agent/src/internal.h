@@ -77,6 +77,17 @@ typedef struct {
 /* Reads the environment into cfg (defaults for anything unset). Invalid values print one
  * stderr line each (variable, value, default used). Never fails. app, constructor only. */
 AG_HIDDEN void ag_config_load(ag_config_t *cfg);
+AG_HIDDEN uint64_t ag_process_start_ns(void); /* agent.c; bg thread */
+/* mutex_layout.c: 0 if the libc is glibc >= 2.17 (version) and a mutex locked and unlocked
+ * through lock/unlock shows the private fields hook_lock.c reads; -1 otherwise. */
+typedef int (*ag_mutex_fn)(pthread_mutex_t *);
+AG_HIDDEN int ag_mutex_layout_check(const char *version, ag_mutex_fn lock, ag_mutex_fn unlock);
+AG_HIDDEN const char *ag_libc_version(void); /* gnu_get_libc_version(), NULL if absent */
+/* config.c: the one reader of every agent knob (constructors only). */
+AG_HIDDEN int ag_env_value(const char *var, char *buf, size_t size);
+AG_HIDDEN int ag_env_double(const char *var, double lo, double hi, const char *dflt, double *out);
+AG_HIDDEN int ag_env_bool(const char *var, int dflt);
+AG_HIDDEN void ag_env_invalid(const char *var, const char *val, const char *why, const char *dflt);
 
 /* ---- ring.c: SPSC byte ring of 8-byte aligned records; the owning thread (or its signal
  * handler, never both at once, see ag_thread_t.busy) produces, the bg thread consumes. ---- */
@@ -349,6 +360,13 @@ AG_HIDDEN void ag_builder_free(ag_builder_t *b);
 AG_HIDDEN void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
                               const ag_rec_t *r);
 AG_HIDDEN uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type);
+AG_HIDDEN size_t ag_builder_bytes(const ag_builder_t *b); /* estimated, before LZ4 */
+/* Chunk size bounds (issue 13): the collector and Kafka refuse a message above the broker's
+ * limit (1 MB by default), so an interval whose chunk would grow past AG_CHUNK_SOFT (estimated)
+ * is cut early into several chunks, and an encoded chunk above AG_CHUNK_MAX is never queued for
+ * the collector (written to FLEETPROF_OUTPUT only, counted DROP_ENCODE_FAILED). */
+#define AG_CHUNK_SOFT (512u * 1024u)
+#define AG_CHUNK_MAX (900u * 1024u)
 /* Encodes everything added since the last call as one chunk covering [start_ns, end_ns] and
  * resets. hdr supplies the header fields (service, sampling, drops, cpu...). Returns 0 and a
  * malloc'ed frame, or a CM_E* code. */
@@ -361,11 +379,15 @@ AG_HIDDEN void ag_sender_init(const ag_config_t *cfg);
 /* Takes ownership of frame. Writes the output file (if configured) and queues for the
  * collector (dropping the oldest with DROP_CHUNK_QUEUE_FULL). */
 AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq);
+AG_HIDDEN void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq);
 /* Progresses connect/write/read-acks without blocking. Returns the fd to poll (or -1) and the
  * poll events wanted; *wake_ms: when it wants to be called again at the latest. */
 AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);
 /* Tries for up to timeout_ms to get the queue acked (exit flush). */
-AG_HIDDEN void ag_sender_drain(int timeout_ms);
+/* At exit: one connection attempt, then writes without waiting for acks, for at most
+ * timeout_ms while the collector keeps taking bytes (never waits on a peer that takes none). */
+AG_HIDDEN void ag_sender_exit(int timeout_ms);
+#define AG_EXIT_SEND_MS 100
 AG_HIDDEN void ag_sender_after_fork_child(void);
 AG_HIDDEN uint32_t ag_sender_queued(void);
 AG_HIDDEN uint64_t ag_sender_file_failures(void); /* chunks FLEETPROF_OUTPUT refused */
@@ -380,7 +402,6 @@ typedef struct {
     char host[256];
     uint64_t process_start_ns;
     _Atomic int running;          /* handlers record only when set */
-    int efd;                      /* eventfd waking the bg thread (async-signal-safe write) */
     _Atomic int requests;         /* AG_REQ_* bits */
     _Atomic uint64_t flush_done;  /* generation counter of completed flushes */
     ag_ctl_t ctl[CM_EV_COUNT];

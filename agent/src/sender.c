@@ -4,7 +4,8 @@
  * driven from the bg loop's poll(). Protocol (cm/wire.h): hello, then length-framed chunk
  * frames; the collector acks each message in order with (message number, status). Every
  * chunk stays queued until acked with status 0 (accepted) or a negative CM_E* (rejected: never
- * resent). CM_SOCK_RETRY, EOF or any error closes the connection; after a backoff (100 ms
+ * resent). At exit (ag_sender_exit) nothing waits for acks: what is queued is written as far as
+ * the collector takes it without blocking, bounded in time. CM_SOCK_RETRY, EOF or any error closes the connection; after a backoff (100 ms
  * doubling to 5 s) we reconnect and resend every unacked chunk (duplicates are removed by
  * chunk id downstream). The queue holds AG_QUEUE_MAX chunks; when full the oldest is discarded
  * and counted as DROP_CHUNK_QUEUE_FULL in the next chunk. FLEETPROF_COLLECTOR=none disables
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -63,7 +65,29 @@ static struct {
     int warned_connect;
     int collector_explicit; /* FLEETPROF_COLLECTOR was set (not the default path) */
     uint64_t file_failures; /* chunks not written under FLEETPROF_OUTPUT */
+    dev_t dev; /* the socket's identity (fstat at connect): see fd_ours */
+    ino_t ino;
+    uint64_t lost; /* connections found closed or replaced by the program */
 } S = {.fd = -1};
+
+/* A program may close descriptors it did not open (daemons close everything at start) and get
+ * the number back for a file, pipe or socket of its own: a descriptor of ours is used (polled,
+ * read, written, closed) only while fstat still shows the object it was created on. Sockets,
+ * pipes and files have inodes of their own, so (st_dev, st_ino, file type) identify them. */
+static int fd_ours(int fd, dev_t dev, ino_t ino, mode_t type) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino &&
+           (st.st_mode & S_IFMT) == type;
+}
+
+static int fd_id(int fd, dev_t *dev, ino_t *ino) {
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -1;
+    *dev = st.st_dev;
+    *ino = st.st_ino;
+    return 0;
+}
 
 void ag_sender_init(const ag_config_t *cfg) {
     S.cfg = cfg;
@@ -100,7 +124,7 @@ uint64_t ag_sender_first_sequence(void) {
     return next;
 }
 
-static void write_file(const uint8_t *frame, size_t len, uint64_t seq) {
+void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq) {
     if (!S.cfg->output[0])
         return;
     char name[512], tmp[4096 + 600], final[4096 + 600];
@@ -109,16 +133,24 @@ static void write_file(const uint8_t *frame, size_t len, uint64_t seq) {
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", S.cfg->output, name);
     snprintf(final, sizeof final, "%s/%s", S.cfg->output, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int ok = fd >= 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    int ok = fd >= 0 && fd_id(fd, &dev, &ino) == 0;
     size_t off = 0;
     while (ok && off < len) {
+        if (!fd_ours(fd, dev, ino, S_IFREG)) { /* closed under us (another thread): not ours */
+            fd = -1;
+            ok = 0;
+            errno = EBADF;
+            break;
+        }
         ssize_t w = write(fd, frame + off, len - off);
         if (w < 0 && errno == EINTR)
             continue;
         ok = w > 0;
         off += w > 0 ? (size_t)w : 0;
     }
-    if (fd >= 0 && close(fd) != 0)
+    if (fd >= 0 && fd_ours(fd, dev, ino, S_IFREG) && close(fd) != 0)
         ok = 0;
     if (ok && rename(tmp, final) != 0)
         ok = 0;
@@ -146,7 +178,7 @@ static void entry_drop(uint32_t i) {
 }
 
 static void disconnect(void) {
-    if (S.fd >= 0)
+    if (S.fd >= 0 && fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
         close(S.fd);
     S.fd = -1;
     for (uint32_t i = 0; i < S.n; i++)
@@ -161,7 +193,7 @@ static void disconnect(void) {
 }
 
 void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq) {
-    write_file(frame, len, seq);
+    ag_sender_write_file(frame, len, seq);
     if (!S.use_socket) {
         free(frame);
         return;
@@ -184,7 +216,7 @@ static int try_connect(void) {
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", S.cfg->collector);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || fd_id(fd, &S.dev, &S.ino) != 0) {
         int e = errno;
         close(fd);
         return -e;
@@ -291,6 +323,16 @@ int ag_sender_step(short *events, int *wake_ms) {
     *wake_ms = -1;
     if (!S.use_socket)
         return -1;
+    if (S.fd >= 0 && !fd_ours(S.fd, S.dev, S.ino, S_IFSOCK)) {
+        /* The program closed our socket (and may have its own under the number): forget it
+         * without touching it, and reconnect after the usual backoff. */
+        S.lost++;
+        if (S.lost == 1)
+            CM_WARN("the collector connection was closed by the program (descriptor %d); "
+                    "reconnecting", S.fd);
+        S.fd = -1;
+        disconnect();
+    }
     if (S.fd < 0) {
         if (S.n == 0)
             return -1;
@@ -322,30 +364,41 @@ int ag_sender_step(short *events, int *wake_ms) {
     return S.fd;
 }
 
-void ag_sender_drain(int timeout_ms) {
+void ag_sender_exit(int timeout_ms) {
+    /* An exiting process never waits for acks: they would only matter for a resend it will
+     * not live to make. What is written into the socket is the collector's once it reads it
+     * (lost only if the collector dies before that: the files under FLEETPROF_OUTPUT, when
+     * set, have it too). One connection attempt whatever the backoff (a unix connect does not
+     * block: it succeeds, or fails at once when the socket is absent or its backlog full);
+     * then non-blocking writes, with a wait for room only while the collector keeps taking
+     * bytes, for timeout_ms at most in all. */
+    if (!S.use_socket || S.n == 0)
+        return;
+    if (S.fd >= 0 && !fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
+        S.fd = -1; /* closed by the program: not ours any more, not touched */
+    if (S.fd < 0 && try_connect() != 0) {
+        S.fd = -1;
+        return;
+    }
     uint64_t deadline = ag_now_mono() + (uint64_t)timeout_ms * 1000000u;
-    while (S.n > 0) {
+    for (;;) {
+        uint32_t cur = S.cur;
+        size_t off = S.cur_off, hello = S.hello_off;
+        if (do_write() != 0 || (S.hello_off == CM_SOCK_HELLO_SIZE && S.cur >= S.n))
+            break; /* an error, or everything written */
         uint64_t now = ag_now_mono();
-        if (now >= deadline)
-            break;
-        short ev;
-        int wake;
-        int fd = ag_sender_step(&ev, &wake);
+        if (now >= deadline || (S.cur == cur && S.cur_off == off && S.hello_off == hello))
+            break; /* out of time, or the collector took nothing (stopped, or shedding) */
+        struct pollfd p = {S.fd, POLLOUT, 0};
         int left = (int)((deadline - now) / 1000000u) + 1;
-        if (fd < 0) {
-            if (wake < 0 || wake >= left || S.backoff_ms >= 400)
-                break; /* collector absent: do not hold the exit up for a retry */
-            poll(NULL, 0, wake);
-            continue;
-        }
-        struct pollfd p = {fd, ev, 0};
-        poll(&p, 1, left < 50 ? left : 50);
+        if (poll(&p, 1, left) <= 0)
+            break;
     }
 }
 
 void ag_sender_after_fork_child(void) {
     /* The parent owns the connection and the queued chunks (its profile, its pid). */
-    if (S.fd >= 0)
+    if (S.fd >= 0 && fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
         close(S.fd);
     S.fd = -1;
     for (uint32_t i = 0; i < S.n; i++)

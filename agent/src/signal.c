@@ -16,7 +16,7 @@
  * of our handlers at once.
  *
  * SIGTERM: if it is at its default disposition at start, a handler wakes the background
- * thread through its eventfd (write(2) is async-signal-safe); that thread writes the last
+ * thread (ag_bg_wake: one rt_tgsigqueueinfo, async-signal-safe); that thread writes the last
  * chunk, restores SIG_DFL and re-raises, so the process still dies of SIGTERM.
  */
 #include "internal.h"

@@ -1,0 +1,85 @@
+# The hostile-program suite (issue 13): small programs that do what real hosts do (signals,
+# alternate stacks, raw clone, set*id, fork in handlers, foreign allocators, Go's runtime ...),
+# each run by test-hostile twice, without and with LD_PRELOAD=libfleetprof.so, which must
+# give identical stdout and exit status, no crash, no hang, and the agent's chunks
+# (see the head comment of test-hostile.c and tests/hostile/README.md).
+#
+#   fp_hostile(<case> SOURCES <files> | GO <module dir>
+#              [TIMEOUT <s>] [REPEAT <n>] [ARGS ...] [ENV VAR=val ...] [LIBS ...]
+#              [LABELS ...] [EXPECT_NO_CHUNKS "<counted reason>"])
+#
+# builds the program hostile-<case> (C or C++ sources; or `go build` of a Go module directory,
+# done by the test fixture hostile.<case>.build with its caches in the build tree, GOFLAGS
+# -mod=mod, no network) and adds the ctest test hostile.<case>. TIMEOUT bounds each run
+# (default 30 s); REPEAT runs both N times.
+#
+# Labelled `hostile;nosan` and DISABLED in sanitizer builds: a sanitized libfleetprof.so cannot
+# be preloaded into a program (the sanitizer runtime must come first), and a sanitized program
+# has its interceptors in front of the agent's hooks.
+add_executable(test-hostile test-hostile.c)
+target_link_libraries(test-hostile PRIVATE fp_testsupport)
+find_program(FP_GO go PATHS /usr/local/go/bin /usr/lib/go/bin)
+
+function(fp_hostile name)
+  cmake_parse_arguments(H "" "TIMEOUT;REPEAT;EXPECT_NO_CHUNKS;GO" "SOURCES;ARGS;ENV;LIBS;LABELS"
+                        ${ARGN})
+  set(exe hostile-${name})
+  set(test hostile.${name})
+  if(H_GO)
+    set(prog ${CMAKE_CURRENT_BINARY_DIR}/hostile/${exe})
+    set(gocache ${CMAKE_BINARY_DIR}/go-cache)
+    add_test(NAME ${test}.build WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${H_GO}
+      COMMAND ${CMAKE_COMMAND} -E env GOFLAGS=-mod=mod GOCACHE=${gocache}/build
+              GOPATH=${gocache}/path GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1
+              ${FP_GO} build -o ${prog} .)
+    set_tests_properties(${test}.build PROPERTIES FIXTURES_SETUP ${test}.fx TIMEOUT 600
+      LABELS "hostile;nosan")
+  else()
+    add_executable(${exe} ${H_SOURCES})
+    set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+      ${CMAKE_CURRENT_BINARY_DIR}/hostile)
+    target_compile_options(${exe} PRIVATE -fno-omit-frame-pointer -Wno-shadow)
+    target_link_libraries(${exe} PRIVATE Threads::Threads ${CMAKE_DL_LIBS} ${H_LIBS})
+    add_dependencies(test-hostile ${exe})
+    set(prog $<TARGET_FILE:${exe}>)
+  endif()
+  set(cmd test-hostile ${name} --prog ${prog})
+  if(NOT H_TIMEOUT)
+    set(H_TIMEOUT 30)
+  endif()
+  if(NOT H_REPEAT)
+    set(H_REPEAT 1)
+  endif()
+  list(APPEND cmd --timeout ${H_TIMEOUT} --repeat ${H_REPEAT})
+  foreach(e ${H_ENV})
+    list(APPEND cmd --env ${e})
+  endforeach()
+  if(H_EXPECT_NO_CHUNKS)
+    list(APPEND cmd --no-chunks ${H_EXPECT_NO_CHUNKS})
+  endif()
+  add_test(NAME ${test} COMMAND ${cmd} -- ${H_ARGS})
+  math(EXPR limit "${H_TIMEOUT} * 2 * ${H_REPEAT} + 120")
+  set_tests_properties(${test} PROPERTIES TIMEOUT ${limit} LABELS "hostile;nosan;${H_LABELS}"
+    ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+  if(H_GO)
+    set_tests_properties(${test} PROPERTIES FIXTURES_REQUIRED ${test}.fx)
+  endif()
+  if(NOT FLEETPROF_SANITIZE STREQUAL "")
+    set_tests_properties(${test} PROPERTIES DISABLED TRUE)
+    if(H_GO)
+      set_tests_properties(${test}.build PROPERTIES DISABLED TRUE)
+    endif()
+  endif()
+endfunction()
+add_dependencies(test-hostile fleetprof_agent)
+
+# ---- cases (one program each, tests/hostile/<case>.c) ----
+fp_hostile(exit_threads SOURCES hostile/exit_threads.c)
+# issue 13 (h13b): short-lived children cost microseconds, not a wait for a collector
+fp_hostile(spawn_loop SOURCES hostile/spawn_loop.c TIMEOUT 30
+  ENV FLEETPROF_COLLECTOR=/nonexistent/fleetprof-collector.sock)
+# issue 13 (h13b): a daemon closing every descriptor, then reusing the numbers
+fp_hostile(fd_daemon SOURCES hostile/fd_daemon.c TIMEOUT 20
+  ENV FLEETPROF_COLLECTOR=/tmp/fp-hostile-fd-daemon-collector.sock)
+# issue 13 (h13b): the agent takes no descriptor from a program at RLIMIT_NOFILE=16
+fp_hostile(nofile_16 SOURCES hostile/nofile_16.c TIMEOUT 20)
