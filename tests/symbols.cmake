@@ -47,3 +47,10 @@ add_dependencies(test-symbols symwork symwork_cxx fleetprof fleetprof_agent)
 if(RUSTC)
   add_dependencies(test-symbols symwork_rust)
 endif()
+
+# Server side: debuginfod (deploy/debuginfod on port 19830) -> aggregator -> CLI, go tool
+# pprof. Kafka on 19820, HTTP 19821.
+if(TARGET fp_aggtest)
+  fp_test(test-symbols-server LABELS "api;symbols;kafka;nosan" LIBS fp_aggtest)
+  add_dependencies(test-symbols-server symwork fleetprof-aggregator fleetprof fleetprof_agent)
+endif()

@@ -236,6 +236,21 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
             map[m].has_functions = 0;
         frame_map[f] = (uint32_t)(m + 1);
     }
+    /* pprof takes the first mapping for the main program (`pprof BINARY PROFILE` applies
+     * BINARY to it): move the first one that is not a shared library ("*.so*") there */
+    for (size_t k = 1; k < nmap; k++) {
+        if (!strstr(st.s[map[0].filename], ".so") || strstr(st.s[map[k].filename], ".so"))
+            continue;
+        Mapping t = map[0];
+        map[0] = map[k];
+        map[k] = t;
+        map[0].id = 1;
+        map[k].id = k + 1;
+        for (size_t f = 0; f < nf; f++)
+            frame_map[f] = frame_map[f] == 1 ? (uint32_t)(k + 1)
+                           : frame_map[f] == k + 1 ? 1u : frame_map[f];
+        break;
+    }
     size_t nfn = 0; /* functions: named frames only */
     for (size_t f = 0; f < nf; f++) {
         Location li = PERFTOOLS__PROFILES__LOCATION__INIT;
