@@ -48,6 +48,7 @@ typedef struct {
     char *dem;          /* demangled name, lazily; NULL: not yet or not mangled */
     const char *file;   /* source file of the entry address, lazily */
     uint8_t dem_done, file_done;
+    uint8_t owned; /* name is ours (PLT, vdso): freed when the symbol is dropped as an alias */
 } sym_t;
 
 struct ag_object {
@@ -141,11 +142,132 @@ static int cmp_sym(const void *a, const void *b) {
     return (x->end == x->addr) - (y->end == y->addr);
 }
 
+static sym_t *add_sym(ag_object_t *o, uint32_t *cap) {
+    if (o->nsyms == *cap) {
+        uint32_t nc = *cap ? 2 * *cap : 256;
+        sym_t *n = realloc(o->syms, (size_t)nc * sizeof *n);
+        if (!n)
+            return NULL;
+        o->syms = n;
+        *cap = nc;
+    }
+    sym_t *sy = &o->syms[o->nsyms++];
+    memset(sy, 0, sizeof *sy);
+    sy->sec_end = UINT64_MAX;
+    return sy;
+}
+
+static Elf_Scn *find_section(Elf *elf, const char *name, GElf_Shdr *sh) {
+    size_t shstrndx;
+    if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+        return NULL;
+    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn; scn = elf_nextscn(elf, scn)) {
+        const char *n = gelf_getshdr(scn, sh) ? elf_strptr(elf, shstrndx, sh->sh_name) : NULL;
+        if (n && !strcmp(n, name))
+            return scn;
+    }
+    return NULL;
+}
+
+/* PLT stubs have no symbol: entry i of .plt.sec (or i + 1 of .plt, after PLT0) jumps through
+ * the slot of relocation i of .rela.plt, so it is named "<symbol>@plt" as perf and gdb do;
+ * PLT0 and .plt.got stubs are "[plt]". elf is the object's own file (its addresses are file
+ * vaddrs + ebias = runtime). */
+static void add_plt(ag_object_t *o, uint32_t *cap, Elf *elf, GElf_Addr ebias) {
+    GElf_Shdr plt, pltsec, rela, pltgot, dsh;
+    Elf_Scn *s_plt = find_section(elf, ".plt", &plt), *s_sec = find_section(elf, ".plt.sec", &pltsec);
+    Elf_Scn *s_rela = find_section(elf, ".rela.plt", &rela);
+    Elf_Scn *s_got = find_section(elf, ".plt.got", &pltgot);
+    Elf_Scn *s_dyn = s_rela ? elf_getscn(elf, rela.sh_link) : NULL;
+    Elf_Data *rd = s_rela && rela.sh_type == SHT_RELA ? elf_getdata(s_rela, NULL) : NULL;
+    Elf_Data *dd = s_dyn && gelf_getshdr(s_dyn, &dsh) ? elf_getdata(s_dyn, NULL) : NULL;
+    const GElf_Shdr *stubs = s_sec ? &pltsec : s_plt ? &plt : NULL;
+    if (stubs && stubs->sh_type == SHT_PROGBITS && rd && dd && rela.sh_entsize) {
+        size_t n = rela.sh_size / rela.sh_entsize;
+        for (size_t i = 0; i < n; i++) {
+            GElf_Rela r;
+            GElf_Sym sym;
+            uint64_t a = stubs->sh_addr + 16 * (i + (s_sec ? 0 : 1));
+            if (a + 16 > stubs->sh_addr + stubs->sh_size)
+                break;
+            if (!gelf_getrela(rd, (int)i, &r) || !gelf_getsym(dd, (int)GELF_R_SYM(r.r_info), &sym))
+                continue;
+            const char *nm = elf_strptr(elf, dsh.sh_link, sym.st_name);
+            char *name = NULL;
+            if (!nm || !*nm || asprintf(&name, "%s@plt", nm) < 0)
+                continue;
+            sym_t *sy = add_sym(o, cap);
+            if (!sy) {
+                free(name);
+                return;
+            }
+            sy->addr = a + ebias - o->bias;
+            sy->end = sy->addr + 16;
+            sy->name = name;
+            sy->owned = 1;
+        }
+    }
+    static const char plt_name[] = "[plt]";
+    if (s_plt && plt.sh_type == SHT_PROGBITS) { /* PLT0 (and the lazy stubs under .plt.sec) */
+        sym_t *sy = add_sym(o, cap);
+        if (sy) {
+            sy->addr = plt.sh_addr + ebias - o->bias;
+            sy->end = sy->addr + (s_sec ? plt.sh_size : 16);
+            sy->name = plt_name;
+        }
+    }
+    if (s_got && pltgot.sh_type == SHT_PROGBITS) {
+        sym_t *sy = add_sym(o, cap);
+        if (sy) {
+            sy->addr = pltgot.sh_addr + ebias - o->bias;
+            sy->end = sy->addr + pltgot.sh_size;
+            sy->name = plt_name;
+        }
+    }
+}
+
+/* The vdso has no file: its ELF image is mapped whole, section headers included. */
+static void add_vdso(ag_object_t *o, uint32_t *cap) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)o->bias;
+    if (!o->bias || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_shentsize != sizeof(Elf64_Shdr))
+        return;
+    size_t size = eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr);
+    Elf *elf = elf_memory((char *)o->bias, size);
+    if (!elf)
+        return;
+    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn; scn = elf_nextscn(elf, scn)) {
+        GElf_Shdr sh;
+        Elf_Data *d;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !(d = elf_getdata(scn, NULL)))
+            continue;
+        for (size_t i = 1; sh.sh_entsize && i < sh.sh_size / sh.sh_entsize; i++) {
+            GElf_Sym sym;
+            const char *nm;
+            if (!gelf_getsym(d, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
+                sym.st_shndx == SHN_UNDEF || !(nm = elf_strptr(elf, sh.sh_link, sym.st_name)) ||
+                !*nm || !(nm = strdup(nm)))
+                continue;
+            sym_t *sy = add_sym(o, cap);
+            if (!sy)
+                break;
+            sy->addr = sym.st_value;
+            sy->end = sym.st_value + sym.st_size;
+            sy->name = nm;
+            sy->owned = 1;
+        }
+    }
+    elf_end(elf);
+}
+
 static void load_syms(ag_object_t *o) {
     o->syms_loaded = 1;
-    if (!o->path || !o->path[0] || o->path[0] != '/')
-        return; /* the vdso ("linux-vdso.so.1") and other objects without a file */
+    uint32_t cap = 0;
     uint64_t t0 = ag_now_mono();
+    if (!o->path || o->path[0] != '/') { /* no file: the vdso ("linux-vdso.so.1") */
+        if (o->path && strstr(o->path, "vdso"))
+            add_vdso(o, &cap);
+        goto sort;
+    }
     if (!g_dwfl && !(g_dwfl = dwfl_begin(&g_callbacks)))
         return;
     dwfl_report_begin_add(g_dwfl);
@@ -153,13 +275,9 @@ static void load_syms(ag_object_t *o) {
     dwfl_report_end(g_dwfl, NULL, NULL);
     if (!o->mod)
         goto out;
+    GElf_Addr ebias = 0;
+    Elf *main_elf = dwfl_module_getelf(o->mod, &ebias);
     int n = dwfl_module_getsymtab(o->mod);
-    if (n <= 0)
-        goto out;
-    o->syms = malloc((size_t)n * sizeof *o->syms);
-    if (!o->syms)
-        goto out;
-    uint32_t k = 0;
     for (int i = 1; i < n; i++) {
         GElf_Sym sym;
         GElf_Addr addr, sbias = 0;
@@ -170,23 +288,30 @@ static void load_syms(ag_object_t *o) {
         if (!name || !name[0] || (type != STT_FUNC && type != STT_GNU_IFUNC) ||
             sym.st_shndx == SHN_UNDEF || addr < o->bias || addr == 0)
             continue;
-        sym_t *s = &o->syms[k++];
-        memset(s, 0, sizeof *s);
+        sym_t *s = add_sym(o, &cap);
+        if (!s)
+            break;
         s->addr = addr - o->bias;
         s->end = s->addr + sym.st_size;
         s->name = name;
-        s->sec_end = UINT64_MAX;
         GElf_Shdr shdr;
         Elf_Scn *scn = elf && shndx != SHN_UNDEF && shndx < SHN_LORESERVE ? elf_getscn(elf, shndx)
                                                                           : NULL;
         if (scn && gelf_getshdr(scn, &shdr) && shdr.sh_addr + shdr.sh_size + sbias > o->bias)
             s->sec_end = shdr.sh_addr + shdr.sh_size + sbias - o->bias;
     }
+    if (main_elf)
+        add_plt(o, &cap, main_elf, ebias);
+sort:;
+    uint32_t k = o->nsyms;
     qsort(o->syms, k, sizeof *o->syms, cmp_sym);
     uint32_t m = 0;
-    for (uint32_t i = 0; i < k; i++)
+    for (uint32_t i = 0; i < k; i++) {
         if (m == 0 || o->syms[m - 1].addr != o->syms[i].addr)
             o->syms[m++] = o->syms[i];
+        else if (o->syms[i].owned)
+            free((char *)o->syms[i].name);
+    }
     /* a size-0 symbol (hand-written assembly) covers up to the next symbol, within its section
      * (so _init, alone in .init, never swallows the static functions of a .dynsym-only .text) */
     for (uint32_t i = 0; i < m; i++) {
