@@ -229,7 +229,7 @@ static void test_debug_file_by_build_id(void) {
              g_tmp, out, g_build, g_tmp, out, out + 2);
     CHECK(system(cmd) == 0);
     snprintf(prog, sizeof prog, "%s/tests/symwork.stripped", g_build);
-    snprintf(env, sizeof env, "FLEETPROF_DEBUG_DIRS=/nonexistent:%s/dbg", g_tmp);
+    snprintf(env, sizeof env, "FLEETPROF_LINES=1 FLEETPROF_DEBUG_DIRS=/nonexistent:%s/dbg", g_tmp);
     check_named(prog, env, 1);
     cleanup();
 }
@@ -241,7 +241,7 @@ static void test_debug_file_by_debuglink(void) {
              "cp %s/tests/symwork.debug %s/bin/.debug/", g_tmp, g_build, g_tmp, g_build, g_tmp);
     CHECK(system(cmd) == 0);
     snprintf(prog, sizeof prog, "%s/bin/symwork.linked", g_tmp);
-    check_named(prog, "FLEETPROF_DEBUG_DIRS=/nonexistent", 1);
+    check_named(prog, "FLEETPROF_LINES=1 FLEETPROF_DEBUG_DIRS=/nonexistent", 1);
     cleanup();
 }
 
@@ -249,10 +249,11 @@ static void test_minidebuginfo(void) {
     setup("mini");
     char prog[1024];
     snprintf(prog, sizeof prog, "%s/tests/symwork.mini", g_build);
-    check_named(prog, "FLEETPROF_DEBUG_DIRS=/nonexistent", 0);
+    check_named(prog, "FLEETPROF_LINES=1 FLEETPROF_DEBUG_DIRS=/nonexistent", 0);
     cleanup();
 }
 
+/* lines are off by default */
 static void test_lines_off(void) {
     setup("nolines");
     char cmd[4096], prog[1024];
@@ -260,7 +261,7 @@ static void test_lines_off(void) {
              "cp %s/tests/symwork.debug %s/bin/.debug/", g_tmp, g_build, g_tmp, g_build, g_tmp);
     CHECK(system(cmd) == 0);
     snprintf(prog, sizeof prog, "%s/bin/symwork.linked", g_tmp);
-    check_named(prog, "FLEETPROF_LINES=0 FLEETPROF_DEBUG_DIRS=/nonexistent", 0);
+    check_named(prog, "FLEETPROF_DEBUG_DIRS=/nonexistent", 0);
     cleanup();
 }
 
