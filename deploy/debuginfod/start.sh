@@ -20,12 +20,14 @@ rm -f "$STATE/db" "$STATE/db-wal" "$STATE/db-shm"
 setsid debuginfod -F -t 0 -g 0 -d "$STATE/db" -p "$PORT" "$DIR" >"$STATE/log" 2>&1 </dev/null &
 echo $! >"$STATE/pid"
 url="http://127.0.0.1:$PORT"
+nfiles="$(find "$DIR" -type f | wc -l)"
 deadline=$((SECONDS + ${DEBUGINFOD_START_TIMEOUT:-30}))
 while :; do
   kill -0 "$(cat "$STATE/pid")" 2>/dev/null || die "debuginfod exited; see $STATE/log"
   m="$(curl -s --max-time 2 "$url/metrics" || true)"
-  # the first scan is done when files were scanned and no scan work is pending
-  if echo "$m" | grep -q '^scanned_files_total' &&
+  # the first scan is done when every file of DIR was scanned and no scan work is pending
+  scanned="$(echo "$m" | awk '/^scanned_files_total/ {s += $2} END {print s + 0}')"
+  if [ "$scanned" -ge "$nfiles" ] &&
      ! echo "$m" | grep -Eq '^thread_work_pending\{role="scan"\} [1-9]'; then
     break
   fi
