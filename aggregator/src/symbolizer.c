@@ -7,9 +7,10 @@
  * symbols sorted by address (a symbol covers [value, value + size); a size-0 one up to the
  * next) plus the module for .debug_line. Names are demangled with libiberty's cplus_demangle.
  * A build id that cannot be fetched (unknown to the servers, server down or slow) is negative-
- * cached for retry_s here, on top of debuginfod's own negative cache, so a query never waits
- * for a server that is down more than once per retry period; each download is bounded by
- * timeout_s (a progress callback aborts it), so a hung server costs at most that.
+ * cached for retry_s here, on top of debuginfod's own negative cache; each download is bounded
+ * by timeout_s (a progress callback aborts it), and a failure other than "no such file" (down,
+ * unreachable, too slow) stops every request for retry_s, so a query waits at most one
+ * timeout per retry period however many unnamed binaries it shows.
  *
  * Threading: one mutex around everything (lookups in memory take well under a microsecond; a
  * download holds it for at most timeout_s). Memory: one entry per build id asked (bounded by
@@ -22,6 +23,7 @@
 #include "cm/log.h"
 
 #include <elfutils/debuginfod.h>
+#include <errno.h>
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
 #include <libiberty/demangle.h>
@@ -59,6 +61,7 @@ static entry_t *g_ents;
 static size_t g_n, g_cap;
 static agg_symbolizer_stats_t g_stats;
 static uint64_t g_deadline_ns;
+static uint64_t g_down_until_ns; /* the servers failed (not "no such file"): ask none until */
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -123,6 +126,7 @@ void agg_symbolizer_shutdown(void) {
     free(g_cache);
     g_urls = g_cache = NULL;
     g_on = 0;
+    g_down_until_ns = 0;
     memset(&g_stats, 0, sizeof g_stats);
     pthread_mutex_unlock(&g_mu);
 }
@@ -228,6 +232,11 @@ static void fetch(entry_t *e) {
         e->nsyms = 0;
         g_stats.fetch_fail++;
         e->retry_ns = now_ns() + (uint64_t)(g_cfg.retry_s * 1e9);
+        /* down, unreachable or too slow (anything but "the servers have no such file"): no
+         * other build id asks them before retry_s either, so one query waits at most one
+         * timeout however many binaries it shows */
+        if (fd < 0 && (fd != -ENOENT || now_ns() - t0 >= (uint64_t)(0.8 * g_cfg.timeout_s * 1e9)))
+            g_down_until_ns = e->retry_ns; /* (a transfer cut at the deadline says ENOENT) */
     }
     free(path);
     g_stats.fetch_ns += now_ns() - t0;
@@ -251,7 +260,8 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char *
     if (!e)
         goto out;
     if (!e->ok) {
-        if (e->retry_ns && now_ns() < e->retry_ns) {
+        uint64_t now = now_ns();
+        if ((e->retry_ns && now < e->retry_ns) || now < g_down_until_ns) {
             g_stats.neg_hits++;
             goto out;
         }
