@@ -24,6 +24,13 @@ PKGS=(
   lintian systemd         # test-package: lintian on the .deb, systemd-analyze verify/security on the units
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
   chromium fonts-dejavu-core  # the web UI's browser test and benchmark (headless, puppeteer-core)
+  libdw-dev libelf-dev    # agent/aggregator symbolization: symbol tables, debug files, MiniDebugInfo, lines
+  libiberty-dev           # demangler (C++, Rust legacy and v0), linked statically
+  libdebuginfod-dev       # aggregator: fetch debug files by build id from debuginfod servers
+  debuginfod              # tests: a real local debuginfod server (deploy/debuginfod)
+  binutils xz-utils       # tests: objcopy/nm/addr2line/c++filt ground truth, MiniDebugInfo
+  libc6-dbg               # separate debug file of libc: libc frames named in every profile
+  python3.11-dbg redis-server redis-tools  # bench/symbols-unnamed.sh: debug file of Debian's python3, a redis load
 )
 
 # The opt-in container-image test (cmake -DFLEETPROF_CONTAINER_TESTS=ON) builds with podman

@@ -53,9 +53,7 @@ static void folded(const cm_dict_t *d, uint32_t st, char *out, size_t size) {
         const char *name = d->strings[d->function_name[d->location_function[loc]]].ptr;
         pos += (size_t)snprintf(out + pos, size - pos, "%s%s", pos ? ";" : "", name);
     }
-    for (char *p = out; *p; p++)
-        if (*p == ' ')
-            *p = '_';
+    /* names keep their spaces (flame graph tools split the value off at the last space) */
 }
 
 static void test_fold_sums_by_stack(void) {

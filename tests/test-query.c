@@ -323,7 +323,7 @@ static void test_folded(void) {
     CHECK_EQ(agg_export_folded(x.p, 1, &s, &n), 0); /* counts: events */
     CHECK(strncmp(s, "main;b;malloc 30000\n", 20) != 0 && strncmp(s, "main;b;malloc 30\n", 17) == 0);
     free(s);
-    /* separators in names are escaped */
+    /* ';' in a name is escaped, spaces stay as they are */
     agg_profile_t *p = agg_profile_new(CM_EV_WALL);
     uint32_t f[2] = {(uint32_t)agg_profile_frame(p, "operator new(unsigned long)", NULL, NULL, 0),
                      (uint32_t)agg_profile_frame(p, "a;b", NULL, NULL, 0)};
@@ -331,7 +331,7 @@ static void test_folded(void) {
     CHECK_EQ(agg_profile_add(p, stk(p, f, 2), 9, 1000, 0, 0), 0);
     CHECK_EQ(agg_profile_add(p, stk(p, f, 0), 1, 1000, 0, 0), 0);
     s = folded(p);
-    CHECK_STR(s, "operator_new(unsigned_long);a:b 9\n[unknown] 1\n");
+    CHECK_STR(s, "operator new(unsigned long);a:b 9\n[unknown] 1\n");
     free(s);
     agg_profile_free(p);
     agg_profile_free(x.p);

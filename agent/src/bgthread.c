@@ -592,6 +592,13 @@ static void cut_chunk(int at_exit) {
              (unsigned long long)(p - B.proc_cpu0));
     h.process_cpu_ns = p - B.proc_cpu0;
     h.work_units = ag_work_take();
+    ag_symstats_t ss;
+    ag_symbols_stats(&ss);
+    CM_DEBUG("symbols: %llu objects opened (%llu function symbols) in %llu ns; %llu lookups "
+             "in %llu ns in total, opening included",
+             (unsigned long long)ss.objects, (unsigned long long)ss.symbols,
+             (unsigned long long)ss.load_ns, (unsigned long long)ss.lookups,
+             (unsigned long long)ss.lookup_ns);
 
     uint8_t *frame = NULL;
     size_t len = 0;

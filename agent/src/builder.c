@@ -117,8 +117,9 @@ struct ag_builder {
     map_t map_map;
     VEC(uint32_t) fn_name, fn_sys, fn_file;
     map_t fn_map;
-    VEC(uint32_t) loc_map, loc_fn;
+    VEC(uint32_t) loc_map, loc_fn, loc_line;
     VEC(uint64_t) loc_addr;
+    int any_file, any_line; /* the optional columns are sent only when some entry has one */
     map_t loc_map_idx;
     VEC(uint32_t) st_off, st_frames, st_flags;
     map_t st_map;
@@ -169,7 +170,8 @@ static void reset(ag_builder_t *b) {
     map_free(&b->map_map);
     b->fn_name.n = b->fn_sys.n = b->fn_file.n = 0;
     map_free(&b->fn_map);
-    b->loc_map.n = b->loc_fn.n = b->loc_addr.n = 0;
+    b->loc_map.n = b->loc_fn.n = b->loc_addr.n = b->loc_line.n = 0;
+    b->any_file = b->any_line = 0;
     map_free(&b->loc_map_idx);
     b->st_off.n = b->st_frames.n = b->st_flags.n = 0;
     map_free(&b->st_map);
@@ -192,6 +194,7 @@ static void reset(ag_builder_t *b) {
     bad |= VEC_PUSH(b->maps, ((cm_mapping_t){0}));
     bad |= VEC_PUSH(b->fn_name, 0u) | VEC_PUSH(b->fn_sys, 0u) | VEC_PUSH(b->fn_file, 0u);
     bad |= VEC_PUSH(b->loc_map, 0u) | VEC_PUSH(b->loc_fn, 0u) | VEC_PUSH(b->loc_addr, 0ull);
+    bad |= VEC_PUSH(b->loc_line, 0u);
     bad |= VEC_PUSH(b->st_off, 0u);
     bad |= VEC_PUSH(b->st_off, 0u) | VEC_PUSH(b->st_flags, 0u);
     for (uint32_t i = 0; i < CM_CONTEXT_SIZE; i++)
@@ -222,6 +225,7 @@ void ag_builder_free(ag_builder_t *b) {
     VEC_FREE(b->loc_map);
     VEC_FREE(b->loc_fn);
     VEC_FREE(b->loc_addr);
+    VEC_FREE(b->loc_line);
     VEC_FREE(b->st_off);
     VEC_FREE(b->st_frames);
     VEC_FREE(b->st_flags);
@@ -286,15 +290,18 @@ static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
         if (f == UINT32_MAX && fslot != UINT32_MAX) {
             uint32_t name = intern_str(b, sym.name);
             uint32_t sys = strcmp(sym.name, sym.sysname) ? intern_str(b, sym.sysname) : name;
-            if (VEC_PUSH(b->fn_name, name) | VEC_PUSH(b->fn_sys, sys) | VEC_PUSH(b->fn_file, 0u))
+            uint32_t file = sym.file ? intern_str(b, sym.file) : 0;
+            b->any_file |= file != 0;
+            if (VEC_PUSH(b->fn_name, name) | VEC_PUSH(b->fn_sys, sys) | VEC_PUSH(b->fn_file, file))
                 b->failed = 1;
             f = b->fn_name.n - 1;
             map_put(&b->fn_map, fslot, key, f);
         }
         fn = f == UINT32_MAX ? 0 : f;
     }
+    b->any_line |= sym.line != 0;
     if (VEC_PUSH(b->loc_map, mapping) | VEC_PUSH(b->loc_fn, fn) |
-        VEC_PUSH(b->loc_addr, (uint64_t)sym.file_addr)) {
+        VEC_PUSH(b->loc_addr, (uint64_t)sym.file_addr) | VEC_PUSH(b->loc_line, sym.line)) {
         b->failed = 1;
         return 0;
     }
@@ -516,12 +523,12 @@ int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t
     d->n_mappings = b->maps.n;
     d->function_name = b->fn_name.v;
     d->function_system_name = b->fn_sys.v;
-    d->function_filename = NULL;
+    d->function_filename = b->any_file ? b->fn_file.v : NULL;
     d->n_functions = b->fn_name.n;
     d->location_mapping = b->loc_map.v;
     d->location_function = b->loc_fn.v;
     d->location_address = b->loc_addr.v;
-    d->location_line = NULL;
+    d->location_line = b->any_line ? b->loc_line.v : NULL;
     d->n_locations = b->loc_map.n;
     d->stack_off = b->st_off.v;
     d->stack_frames = b->st_frames.v ? b->st_frames.v : (uint32_t *)b->st_off.v;

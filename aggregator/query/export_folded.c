@@ -25,11 +25,13 @@ static int cmp_text(const void *a, const void *b) {
     return strcmp(((const line_t *)a)->text, ((const line_t *)b)->text);
 }
 
-/* Appends a frame name with ';' -> ':' and whitespace -> '_'. */
+/* Appends a frame name with ';' -> ':' and line breaks -> ' '. Spaces stay as they are
+ * ("std::vector<int, std::allocator<int> >::push_back(int const&)"): flame graph tools take
+ * the last space of a line as the separator before the value. */
 static void put_name(char **pos, const char *name) {
     char *w = *pos;
     for (const char *c = name; *c; c++)
-        *w++ = *c == ';' ? ':' : (*c == ' ' || *c == '\n' || *c == '\t') ? '_' : *c;
+        *w++ = *c == ';' ? ':' : (*c == '\n' || *c == '\r' || *c == '\t') ? ' ' : *c;
     *pos = w;
 }
 

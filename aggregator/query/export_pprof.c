@@ -5,6 +5,7 @@
 #include "cm/error.h"
 #include "profile.pb-c.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -91,6 +92,17 @@ static int64_t strtab_get(strtab_t *t, const char *str) {
     t->hkey[j] = h;
     t->hval[j] = (uint32_t)(t->n + 1);
     return (int64_t)t->n++;
+}
+
+/* A frame that arrived without a function name and was not named since: its name is the one
+ * the store gives it, "module+0xADDR" or "0xADDR" with its own address. */
+static int frame_unnamed(const agg_frame_t *f) {
+    char buf[320];
+    if (f->module[0])
+        snprintf(buf, sizeof buf, "%s+0x%llx", f->module, (unsigned long long)f->address);
+    else
+        snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)f->address);
+    return strcmp(buf, f->name) == 0;
 }
 
 static _Thread_local const agg_row_t *tl_rows;
@@ -192,7 +204,11 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
     prof.time_nanos = (int64_t)p->time_start_ns;
     prof.duration_nanos =
         p->time_end_ns > p->time_start_ns ? (int64_t)(p->time_end_ns - p->time_start_ns) : 0;
-    /* mappings: one per distinct (module, build id) of frames with a module */
+    /* mappings: one per distinct (module, build id) of frames with a module. Addresses are the
+     * binary's own (ELF vaddrs, what the store keeps), so each mapping spans the whole address
+     * space from 0 with offset 0: pprof then symbolizes an address as it is (elfexec.GetBase's
+     * "already adjusted" case), whether the binary is PIE, a library or fixed-address. A
+     * mapping with an unnamed frame says has_functions = 0 so that pprof symbolizes it. */
     size_t nmap = 0;
     for (size_t f = 0; f < nf; f++) {
         const agg_frame_t *fr = &p->frames[f];
@@ -209,36 +225,54 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
             map[m].id = m + 1;
             map[m].filename = S(fr->module);
             map[m].build_id = S(fr->build_id);
-            map[m].memory_start = fr->address;
-            map[m].memory_limit = fr->address + 1;
+            map[m].memory_start = 0;
+            map[m].memory_limit = UINT64_MAX;
+            map[m].file_offset = 0;
             map[m].has_functions = 1;
             mapp[m] = &map[m];
             nmap++;
         }
-        if (fr->address < map[m].memory_start)
-            map[m].memory_start = fr->address;
-        if (fr->address >= map[m].memory_limit)
-            map[m].memory_limit = fr->address + 1;
+        if (frame_unnamed(fr))
+            map[m].has_functions = 0;
         frame_map[f] = (uint32_t)(m + 1);
     }
+    /* pprof takes the first mapping for the main program (`pprof BINARY PROFILE` applies
+     * BINARY to it): move the first one that is not a shared library ("*.so*") there */
+    for (size_t k = 1; k < nmap; k++) {
+        if (!strstr(st.s[map[0].filename], ".so") || strstr(st.s[map[k].filename], ".so"))
+            continue;
+        Mapping t = map[0];
+        map[0] = map[k];
+        map[k] = t;
+        map[0].id = 1;
+        map[k].id = k + 1;
+        for (size_t f = 0; f < nf; f++)
+            frame_map[f] = frame_map[f] == 1 ? (uint32_t)(k + 1)
+                           : frame_map[f] == k + 1 ? 1u : frame_map[f];
+        break;
+    }
+    size_t nfn = 0; /* functions: named frames only */
     for (size_t f = 0; f < nf; f++) {
-        Function fi = PERFTOOLS__PROFILES__FUNCTION__INIT;
         Location li = PERFTOOLS__PROFILES__LOCATION__INIT;
-        Line ln = PERFTOOLS__PROFILES__LINE__INIT;
-        fn[f] = fi;
-        fn[f].id = f + 1;
-        fn[f].name = fn[f].system_name = S(p->frames[f].name);
-        fnp[f] = &fn[f];
-        line[f] = ln;
-        line[f].function_id = f + 1;
-        linep[f] = &line[f];
         loc[f] = li;
         loc[f].id = f + 1;
         loc[f].mapping_id = frame_map[f];
         loc[f].address = p->frames[f].address;
+        locp[f] = &loc[f];
+        if (frame_unnamed(&p->frames[f]))
+            continue; /* an address with its mapping (build id): no function, no line */
+        Function fi = PERFTOOLS__PROFILES__FUNCTION__INIT;
+        Line ln = PERFTOOLS__PROFILES__LINE__INIT;
+        fn[nfn] = fi;
+        fn[nfn].id = nfn + 1;
+        fn[nfn].name = fn[nfn].system_name = S(p->frames[f].name);
+        fnp[nfn] = &fn[nfn];
+        line[f] = ln;
+        line[f].function_id = nfn + 1;
+        linep[f] = &line[f];
         loc[f].n_line = 1;
         loc[f].line = &linep[f];
-        locp[f] = &loc[f];
+        nfn++;
     }
     /* location ids leaf first, per stack */
     for (uint32_t s = 0; s < p->n_stacks; s++) {
@@ -323,7 +357,7 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
     prof.mapping = mapp;
     prof.n_location = nf;
     prof.location = locp;
-    prof.n_function = nf;
+    prof.n_function = nfn;
     prof.function = fnp;
     prof.n_string_table = st.n;
     prof.string_table = st.s;

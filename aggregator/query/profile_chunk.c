@@ -30,7 +30,7 @@ static int64_t chunk_frame(agg_profile_t *p, const cm_dict_t *d, uint32_t loc) {
         if (mp->build_id_len && mp->build_id_len <= CM_MAX_BUILD_ID)
             cm_hex(mp->build_id, mp->build_id_len, bid);
     }
-    char name[512];
+    char name[CM_MAX_STRING_LEN + 64];
     if (f && f < d->n_functions && d->function_name[f])
         snprintf(name, sizeof name, "%s", d->strings[d->function_name[f]].ptr);
     else if (module[0])

@@ -7,6 +7,7 @@
 #include "ui.h"
 #include "metrics.h"
 #include "reports.h"
+#include "symbolizer.h"
 
 #include "cm/config.h"
 #include "cm/error.h"
@@ -27,6 +28,8 @@ typedef struct {
     char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id, *strategy;
     char *http_addr, *log_level, *api_token, *report_fold;
     int api_no_token;
+    char *debuginfod_urls, *debuginfod_cache;
+    int64_t debuginfod_timeout, debuginfod_retry;
     int64_t report_min_samples, report_interval;
     int64_t http_port;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
@@ -66,6 +69,15 @@ static const cm_opt_t opts[] = {
     {"report-interval", CM_OPT_DURATION, "30s", O(report_interval), 0, 86400000000000ll,
      "how often to look for versions ready for a regression report (0: never)"},
     {"log-level", CM_OPT_STRING, "info", O(log_level), 0, 0, "debug, info, warn or error"},
+    {"debuginfod-urls", CM_OPT_STRING, "", O(debuginfod_urls), 0, 0,
+     "debuginfod servers (space-separated) that name frames which arrived unnamed, by build "
+     "id, at their first query; empty: DEBUGINFOD_URLS, and off when that is unset too"},
+    {"debuginfod-cache", CM_OPT_STRING, "", O(debuginfod_cache), 0, 0,
+     "directory of downloaded debug files (empty: <store-dir>/debuginfod-cache)"},
+    {"debuginfod-timeout", CM_OPT_DURATION, "5s", O(debuginfod_timeout), 100000000ll,
+     600000000000ll, "longest one debug-file download may take, connecting included"},
+    {"debuginfod-retry", CM_OPT_DURATION, "1m", O(debuginfod_retry), 1000000000ll,
+     86400000000000ll, "a build id no server could give is not asked again for this long"},
     {"batch-max-messages", CM_OPT_INT, "500", O(batch_max_messages), 1, 1000000,
      "write a partition's batch after this many messages"},
     {"batch-max-samples", CM_OPT_INT, "2000000", O(batch_max_samples), 1, 1000000000,
@@ -235,6 +247,13 @@ int main(int argc, char **argv) {
         goto out;
     }
 
+    char symcache[4096];
+    snprintf(symcache, sizeof symcache, "%s/debuginfod-cache", cfg.store_dir);
+    agg_symbolizer_cfg_t scfg = {cfg.debuginfod_urls,
+                                 cfg.debuginfod_cache[0] ? cfg.debuginfod_cache : symcache,
+                                 (double)cfg.debuginfod_timeout / 1e9,
+                                 (double)cfg.debuginfod_retry / 1e9};
+    agg_symbolizer_init(&scfg);
     agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
@@ -279,6 +298,7 @@ out:
     agg_http_stop(http);
     agg_api_free(api);
     agg_ui_free(ui);
+    agg_symbolizer_shutdown();
     cm_config_free(opts, &cfg, &kafka);
     agg_metrics_destroy(&metrics);
     return rc;

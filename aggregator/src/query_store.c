@@ -6,6 +6,7 @@
 
 #include "hmap.h"
 #include "intern.h"
+#include "symbolizer.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -16,10 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     char *name, *module, *build_id; /* printable frame of one store location */
     uint64_t address;
+    uint8_t unnamed;   /* arrived without a function name and not named by the symbolizer */
+    uint64_t retry_ns; /* unnamed: ask the symbolizer again after this (CLOCK_MONOTONIC) */
 } cloc_t;
 
 /* One partition store, with a cache of the stack trie nodes and locations already resolved:
@@ -335,6 +339,41 @@ static void frame_name(const char *fn, const char *mapping, uint64_t addr, char 
         snprintf(buf, size, "0x%llx", (unsigned long long)addr);
 }
 
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A location that arrived unnamed: asks the symbolizer (debuginfod by build id) for its name,
+ * at most every 10 s per location (the symbolizer negative-caches a failing build id itself,
+ * so a retry while its server is down costs a hash lookup). Named: the cached name changes,
+ * so this and every later query and export of this handle sees it. */
+static void cloc_symbolize(cloc_t *c) {
+    if (!c->unnamed || !c->build_id[0] || !agg_symbolizer_enabled())
+        return;
+    uint64_t now = mono_ns();
+    if (now < c->retry_ns)
+        return;
+    c->retry_ns = now + 10000000000ull;
+    uint8_t bid[64];
+    size_t bl = strlen(c->build_id) / 2;
+    if (bl > sizeof bid)
+        return;
+    for (size_t i = 0; i < bl; i++) {
+        unsigned v = 0;
+        if (sscanf(c->build_id + 2 * i, "%2x", &v) != 1)
+            return;
+        bid[i] = (uint8_t)v;
+    }
+    char *name = NULL;
+    if (agg_symbolize(bid, bl, c->address, &name, NULL, NULL) == 1) {
+        free(c->name);
+        c->name = name;
+        c->unnamed = 0;
+    }
+}
+
 /* The cache index of store location loc, adding it from the current row of st (columns c..c+3:
  * function name, mapping file, build id, address) when it is new. Returns it or CM_ENOMEM. */
 static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
@@ -352,7 +391,7 @@ static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
         d->locs = nl;
         d->cap_locs = nc;
     }
-    char name[512], bid[129] = "";
+    char name[CM_MAX_STRING_LEN + 1], bid[129] = "";
     const char *module;
     uint64_t addr = (uint64_t)sqlite3_column_int64(st, c + 3);
     frame_name((const char *)sqlite3_column_text(st, c), (const char *)sqlite3_column_text(st, c + 1),
@@ -366,6 +405,9 @@ static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
     cl->module = strdup(module);
     cl->build_id = strdup(bid);
     cl->address = addr;
+    const char *fn = (const char *)sqlite3_column_text(st, c);
+    cl->unnamed = !fn || !*fn;
+    cl->retry_ns = 0;
     if (!cl->name || !cl->module || !cl->build_id) {
         free(cl->name);
         free(cl->module);
@@ -548,7 +590,8 @@ static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
             }
             uint32_t *lf = &locframe[nd->loc];
             if (*lf == AGG_NONE) {
-                const cloc_t *c = &d->locs[nd->loc];
+                cloc_t *c = &d->locs[nd->loc];
+                cloc_symbolize(c);
                 int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
                 if (fr < 0) {
                     rc = (int)fr;
@@ -1056,7 +1099,8 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
         e[1] = i;
         if (!li)
             continue; /* a location missing from the store: like a broken stack, skipped */
-        const cloc_t *c = &d->locs[li[1]];
+        cloc_t *c = &d->locs[li[1]];
+        cloc_symbolize(c);
         int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
         if (fr < 0) {
             rc = (int)fr;

@@ -142,7 +142,7 @@ static int fold_file(const char *path, cm_event_type_t type, int counts, group_b
     const cm_samples_t *s = &c->samples[type];
     const cm_dict_t *d = &c->dict;
     size_t cap = 1 << 16;
-    char *line = malloc(cap), name[512];
+    char *line = malloc(cap), name[CM_MAX_STRING_LEN + 64];
     for (uint32_t i = 0; i < s->n; i++) {
         char gf[512];
         size_t gl = group_frame(c, s, i, group, gf, sizeof gf);
@@ -151,9 +151,11 @@ static int fold_file(const char *path, cm_event_type_t type, int counts, group_b
         for (uint32_t k = d->stack_off[st]; k < d->stack_off[st + 1]; k++) {
             cli_location_name(d, d->stack_frames[k], name, sizeof name);
             size_t nl = strlen(name);
-            for (size_t j = 0; j < nl; j++) /* ';' and ' ' separate fields in folded output */
-                if (name[j] == ';' || name[j] == ' ' || name[j] == '\n')
-                    name[j] = name[j] == ' ' ? '_' : ':';
+            /* ';' separates frames; spaces stay (flame graph tools split the value off at
+             * the last space of the line), line breaks become spaces */
+            for (size_t j = 0; j < nl; j++)
+                if (name[j] == ';' || name[j] == '\n' || name[j] == '\r')
+                    name[j] = name[j] == ';' ? ':' : ' ';
             if (pos + nl + 2 >= cap) {
                 cap *= 2;
                 line = realloc(line, cap);

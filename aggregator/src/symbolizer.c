@@ -1,0 +1,309 @@
+/* Server-side symbolization: frames that arrived without a function name (stripped binaries
+ * whose hosts have no debug files) are named by build id through debuginfod.
+ *
+ * For each build id asked, once: elfutils' libdebuginfod client fetches the debug file
+ * (DEBUGINFOD_URLS or the configured servers; downloads are kept in debuginfod's cache
+ * directory, so a restart reads them from disk), libdwfl opens it and we keep its function
+ * symbols sorted by address (a symbol covers [value, value + size); a size-0 one up to the
+ * next) plus the module for .debug_line. Names are demangled with libiberty's cplus_demangle.
+ * A build id that cannot be fetched (unknown to the servers, server down or slow) is negative-
+ * cached for retry_s here, on top of debuginfod's own negative cache; each download is bounded
+ * by timeout_s (a progress callback aborts it), and a failure other than "no such file" (down,
+ * unreachable, too slow) stops every request for retry_s, so a query waits at most one
+ * timeout per retry period however many unnamed binaries it shows.
+ *
+ * Threading: one mutex around everything (lookups in memory take well under a microsecond; a
+ * download holds it for at most timeout_s). Memory: one entry per build id asked (bounded by
+ * the binaries of the fleet), the debug files mmapped read-only.
+ */
+#define _GNU_SOURCE
+#include "symbolizer.h"
+
+#include "cm/error.h"
+#include "cm/log.h"
+
+#include <elfutils/debuginfod.h>
+#include <errno.h>
+#include <elfutils/libdwfl.h>
+#include <gelf.h>
+#include <libiberty/demangle.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_BID 64
+
+typedef struct {
+    uint64_t addr, end;
+    const char *name; /* owned by the dwfl module */
+} ssym_t;
+
+typedef struct {
+    uint8_t bid[MAX_BID];
+    size_t bid_len;
+    int ok;            /* 1: symbols loaded */
+    uint64_t retry_ns; /* !ok: do not ask before this time */
+    Dwfl *dwfl;
+    Dwfl_Module *mod;
+    ssym_t *syms;
+    size_t nsyms;
+} entry_t;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_on;
+static debuginfod_client *g_client;
+static agg_symbolizer_cfg_t g_cfg;
+static char *g_urls, *g_cache;
+static entry_t *g_ents;
+static size_t g_n, g_cap;
+static agg_symbolizer_stats_t g_stats;
+static uint64_t g_deadline_ns;
+static uint64_t g_down_until_ns; /* the servers failed (not "no such file"): ask none until */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int progress(debuginfod_client *c, long a, long b) {
+    (void)c, (void)a, (void)b;
+    return now_ns() > g_deadline_ns; /* nonzero aborts the transfer */
+}
+
+int agg_symbolizer_init(const agg_symbolizer_cfg_t *cfg) {
+    pthread_mutex_lock(&g_mu);
+    int rc = 0;
+    g_cfg = *cfg;
+    if (g_cfg.timeout_s <= 0)
+        g_cfg.timeout_s = 5;
+    if (g_cfg.retry_s <= 0)
+        g_cfg.retry_s = 60;
+    const char *urls = cfg->urls && *cfg->urls ? cfg->urls : getenv("DEBUGINFOD_URLS");
+    if (!urls || !*urls)
+        goto out;
+    /* libdebuginfod reads these from the environment at each request */
+    g_urls = strdup(urls);
+    setenv("DEBUGINFOD_URLS", urls, 1);
+    if (cfg->cache_dir && *cfg->cache_dir) {
+        g_cache = strdup(cfg->cache_dir);
+        setenv("DEBUGINFOD_CACHE_PATH", cfg->cache_dir, 1);
+    }
+    char t[32];
+    snprintf(t, sizeof t, "%d", (int)(g_cfg.timeout_s + 0.999));
+    setenv("DEBUGINFOD_TIMEOUT", t, 1);
+    if (!(g_client = debuginfod_begin())) {
+        CM_WARN("symbolizer: debuginfod_begin failed: server-side symbolization off");
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    debuginfod_set_progressfn(g_client, progress);
+    g_on = 1;
+    CM_INFO("symbolizer: debuginfod %s (timeout %.1fs, retry after %.0fs)", urls,
+            g_cfg.timeout_s, g_cfg.retry_s);
+out:
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+void agg_symbolizer_shutdown(void) {
+    pthread_mutex_lock(&g_mu);
+    for (size_t i = 0; i < g_n; i++) {
+        free(g_ents[i].syms);
+        if (g_ents[i].dwfl)
+            dwfl_end(g_ents[i].dwfl);
+    }
+    free(g_ents);
+    g_ents = NULL;
+    g_n = g_cap = 0;
+    if (g_client)
+        debuginfod_end(g_client);
+    g_client = NULL;
+    free(g_urls);
+    free(g_cache);
+    g_urls = g_cache = NULL;
+    g_on = 0;
+    g_down_until_ns = 0;
+    memset(&g_stats, 0, sizeof g_stats);
+    pthread_mutex_unlock(&g_mu);
+}
+
+int agg_symbolizer_enabled(void) {
+    pthread_mutex_lock(&g_mu);
+    int on = g_on;
+    pthread_mutex_unlock(&g_mu);
+    return on;
+}
+
+static int cmp_ssym(const void *a, const void *b) {
+    const ssym_t *x = a, *y = b;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    return (x->end == x->addr) - (y->end == y->addr);
+}
+
+static char *g_dbgpath;
+static const Dwfl_Callbacks g_cb = {
+    .find_elf = dwfl_build_id_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .section_address = dwfl_offline_section_address,
+    .debuginfo_path = &g_dbgpath,
+};
+
+/* Opens the debug file on fd and reads its function symbols into e. Returns 0 or -1. */
+static int load(entry_t *e, int fd, const char *path) {
+    if (!(e->dwfl = dwfl_begin(&g_cb)))
+        return -1;
+    dwfl_report_begin(e->dwfl);
+    e->mod = dwfl_report_elf(e->dwfl, path, path, fd, 0, false);
+    dwfl_report_end(e->dwfl, NULL, NULL);
+    if (!e->mod)
+        return -1;
+    int n = dwfl_module_getsymtab(e->mod);
+    if (n <= 0 || !(e->syms = malloc((size_t)n * sizeof *e->syms)))
+        return -1;
+    size_t k = 0;
+    for (int i = 1; i < n; i++) {
+        GElf_Sym sym;
+        GElf_Addr addr;
+        const char *name = dwfl_module_getsym_info(e->mod, i, &sym, &addr, NULL, NULL, NULL);
+        int type = GELF_ST_TYPE(sym.st_info);
+        if (!name || !*name || (type != STT_FUNC && type != STT_GNU_IFUNC) ||
+            sym.st_shndx == SHN_UNDEF || addr == 0)
+            continue;
+        e->syms[k++] = (ssym_t){addr, addr + sym.st_size, name};
+    }
+    qsort(e->syms, k, sizeof *e->syms, cmp_ssym);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++)
+        if (m == 0 || e->syms[m - 1].addr != e->syms[i].addr)
+            e->syms[m++] = e->syms[i];
+    for (size_t i = 0; i < m; i++)
+        if (e->syms[i].end == e->syms[i].addr && i + 1 < m)
+            e->syms[i].end = e->syms[i + 1].addr;
+    e->nsyms = m;
+    return 0;
+}
+
+static entry_t *get_entry(const uint8_t *bid, size_t bl) {
+    for (size_t i = 0; i < g_n; i++)
+        if (g_ents[i].bid_len == bl && !memcmp(g_ents[i].bid, bid, bl))
+            return &g_ents[i];
+    if (g_n == g_cap) {
+        size_t nc = g_cap ? 2 * g_cap : 64;
+        entry_t *ne = realloc(g_ents, nc * sizeof *ne);
+        if (!ne)
+            return NULL;
+        g_ents = ne;
+        g_cap = nc;
+    }
+    entry_t *e = &g_ents[g_n++];
+    memset(e, 0, sizeof *e);
+    memcpy(e->bid, bid, bl);
+    e->bid_len = bl;
+    return e;
+}
+
+static void fetch(entry_t *e) {
+    uint64_t t0 = now_ns();
+    char *path = NULL;
+    g_stats.fetches++;
+    g_deadline_ns = t0 + (uint64_t)(g_cfg.timeout_s * 1e9);
+    int fd = debuginfod_find_debuginfo(g_client, e->bid, (int)e->bid_len, &path);
+    if (fd >= 0 && load(e, fd, path) == 0) {
+        e->ok = 1;
+    } else {
+        char hex[2 * MAX_BID + 1];
+        for (size_t i = 0; i < e->bid_len; i++)
+            snprintf(hex + 2 * i, 3, "%02x", e->bid[i]);
+        CM_WARN("symbolizer: no debug file for build id %s: %s (next try in %.0fs)", hex,
+                fd < 0 ? strerror(-fd) : "unreadable", g_cfg.retry_s);
+        if (e->dwfl)
+            dwfl_end(e->dwfl);
+        else if (fd >= 0)
+            close(fd);
+        free(e->syms);
+        e->dwfl = NULL;
+        e->mod = NULL;
+        e->syms = NULL;
+        e->nsyms = 0;
+        g_stats.fetch_fail++;
+        e->retry_ns = now_ns() + (uint64_t)(g_cfg.retry_s * 1e9);
+        /* down, unreachable or too slow (anything but "the servers have no such file"): no
+         * other build id asks them before retry_s either, so one query waits at most one
+         * timeout however many binaries it shows */
+        if (fd < 0 && (fd != -ENOENT || now_ns() - t0 >= (uint64_t)(0.8 * g_cfg.timeout_s * 1e9)))
+            g_down_until_ns = e->retry_ns; /* (a transfer cut at the deadline says ENOENT) */
+    }
+    free(path);
+    g_stats.fetch_ns += now_ns() - t0;
+}
+
+int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char **name,
+                  char **file, uint32_t *line) {
+    *name = NULL;
+    if (file)
+        *file = NULL;
+    if (line)
+        *line = 0;
+    if (!build_id || bid_len == 0 || bid_len > MAX_BID)
+        return 0;
+    pthread_mutex_lock(&g_mu);
+    int rc = 0;
+    if (!g_on)
+        goto out;
+    g_stats.lookups++;
+    entry_t *e = get_entry(build_id, bid_len);
+    if (!e)
+        goto out;
+    if (!e->ok) {
+        uint64_t now = now_ns();
+        if ((e->retry_ns && now < e->retry_ns) || now < g_down_until_ns) {
+            g_stats.neg_hits++;
+            goto out;
+        }
+        fetch(e);
+        if (!e->ok)
+            goto out;
+    }
+    size_t lo = 0, hi = e->nsyms;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (e->syms[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0 || addr >= e->syms[lo - 1].end)
+        goto out;
+    const char *sys = e->syms[lo - 1].name;
+    char *dem = NULL;
+    if (sys[0] == '_' && (sys[1] == 'Z' || sys[1] == 'R'))
+        dem = cplus_demangle(sys, DMGL_PARAMS | DMGL_ANSI | DMGL_AUTO);
+    *name = dem ? dem : strdup(sys);
+    if (!*name)
+        goto out;
+    Dwfl_Line *l = file || line ? dwfl_module_getsrc(e->mod, addr) : NULL;
+    if (l) {
+        int ln = 0;
+        const char *f = dwfl_lineinfo(l, NULL, &ln, NULL, NULL, NULL);
+        if (file && f)
+            *file = strdup(f);
+        if (line && ln > 0)
+            *line = (uint32_t)ln;
+    }
+    g_stats.named++;
+    rc = 1;
+out:
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+void agg_symbolizer_stats(agg_symbolizer_stats_t *st) {
+    pthread_mutex_lock(&g_mu);
+    *st = g_stats;
+    pthread_mutex_unlock(&g_mu);
+}

@@ -1,0 +1,56 @@
+# Symbolization (issue 15): test programs and the tests of every symbol source.
+# symwork: static functions in a PIE without -rdynamic; derived files next to it:
+#   symwork.debug     the separate debug file (objcopy --only-keep-debug)
+#   symwork.stripped  no symbols at all (only the debug file, elsewhere, can name it)
+#   symwork.linked    stripped + .gnu_debuglink to symwork.debug
+#   symwork.mini      stripped + MiniDebugInfo (.gnu_debugdata: xz of a symtab-only ELF)
+add_executable(symwork programs/symwork.c)
+target_compile_options(symwork PRIVATE -O1 -g -fno-omit-frame-pointer -fno-inline)
+find_program(OBJCOPY objcopy REQUIRED)
+find_program(XZ xz REQUIRED)
+find_program(NM nm REQUIRED)
+add_custom_command(TARGET symwork POST_BUILD
+  COMMAND ${OBJCOPY} --only-keep-debug $<TARGET_FILE:symwork> symwork.debug
+  COMMAND ${OBJCOPY} --strip-all $<TARGET_FILE:symwork> symwork.stripped
+  COMMAND ${OBJCOPY} --strip-all --add-gnu-debuglink=symwork.debug $<TARGET_FILE:symwork> symwork.linked
+  COMMAND sh -c "${NM} -D --format=posix --defined-only symwork | awk '{print $1}' | sort > symwork.dynsyms && ${NM} --format=posix --defined-only symwork | awk '$2 ~ /^[Tt]$/ {print $1}' | sort > symwork.funcsyms && comm -13 symwork.dynsyms symwork.funcsyms > symwork.keep && ${OBJCOPY} -S --remove-section .gdb_index --remove-section .comment --keep-symbols=symwork.keep symwork.debug symwork.minidebug && rm -f symwork.minidebug.xz && ${XZ} -k symwork.minidebug && ${OBJCOPY} --add-section .gnu_debugdata=symwork.minidebug.xz symwork.stripped symwork.mini"
+  WORKING_DIRECTORY $<TARGET_FILE_DIR:symwork>
+  VERBATIM)
+
+# C++ with a demangled name longer than 1,000 bytes.
+add_executable(symwork_cxx programs/symwork_cxx.cc)
+target_compile_options(symwork_cxx PRIVATE -O2 -g -fno-omit-frame-pointer)
+
+# Rust, legacy and v0 mangling (rustc offline: no crates). rustc comes from rustup on the
+# project's machines (~/.cargo/bin) or Debian's rustc package.
+find_program(RUSTC rustc HINTS $ENV{HOME}/.cargo/bin)
+if(RUSTC)
+  foreach(m legacy v0)
+    if(m STREQUAL "v0")
+      set(rflags -C symbol-mangling-version=v0)
+    else()
+      set(rflags "")
+    endif()
+    add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/symwork_rust_${m}
+      COMMAND ${RUSTC} -O -g -C force-frame-pointers=yes ${rflags}
+              ${CMAKE_CURRENT_SOURCE_DIR}/programs/symwork_rust.rs -o symwork_rust_${m}
+      DEPENDS programs/symwork_rust.rs
+      WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+    list(APPEND rust_outputs ${CMAKE_CURRENT_BINARY_DIR}/symwork_rust_${m})
+  endforeach()
+  add_custom_target(symwork_rust ALL DEPENDS ${rust_outputs})
+endif()
+
+# Agent-side sources (no Kafka). nosan: the agent is preloaded into uninstrumented programs.
+fp_test(test-symbols LABELS "agent;symbols;nosan" LIBS m)
+add_dependencies(test-symbols symwork symwork_cxx fleetprof fleetprof_agent)
+if(RUSTC)
+  add_dependencies(test-symbols symwork_rust)
+endif()
+
+# Server side: debuginfod (deploy/debuginfod on port 19830) -> aggregator -> CLI, go tool
+# pprof. Kafka on 19820, HTTP 19821.
+if(TARGET fp_aggtest)
+  fp_test(test-symbols-server LABELS "api;symbols;kafka;nosan" LIBS fp_aggtest)
+  add_dependencies(test-symbols-server symwork fleetprof-aggregator fleetprof fleetprof_agent)
+endif()

@@ -1,0 +1,238 @@
+/* Server-side symbolization (issue 15): a stripped program's frames, unnamed in its chunks, are
+ * named by the aggregator through a real debuginfod (deploy/debuginfod, loopback, serving a
+ * directory that holds only the debug file) in `fleetprof top`, `tree`, `diff` and the pprof
+ * export; with the server down queries still answer, with addresses, without waiting; `go tool
+ * pprof` symbolizes an export of unnamed frames itself when the debug file is on its path.
+ *
+ * main: Kafka (19820), two runs of tests/symwork.stripped under the agent (versions v1, v2,
+ * chunks produced to Kafka), debuginfod on 19830, aggregator A (debuginfod on, HTTP 19821) and
+ * B (debuginfod URL where nothing listens, 19822: "server down"), each with its own group and
+ * store. */
+#include "support/kafka.h"
+#include "support/runner.h"
+
+#include "aggtest.h"
+
+#include "cm/wire.h"
+
+#include <dirent.h>
+#include <librdkafka/rdkafka.h>
+
+#define KPORT 19820
+#define HTTP_A 19821
+#define HTTP_B 19822
+#define DPORT 19830
+#define DEAD_PORT 19832
+
+static char g_dir[256], g_build[512], g_src[512], g_bid[129];
+
+static char *sh(const char *cmd, char *out, size_t size, int *status) {
+    FILE *f = popen(cmd, "r");
+    CHECKF(f != NULL, "%s", cmd);
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    if (status)
+        *status = st;
+    return out;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Runs a CLI query against server port; returns its output, and its duration in *secs. */
+static char *cli(int port, const char *args, double *secs) {
+    static char out[1 << 20];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/cli/fleetprof %s --server http://127.0.0.1:%d 2>&1", g_build,
+             args, port);
+    double t0 = now_s();
+    int st;
+    sh(cmd, out, sizeof out, &st);
+    if (secs)
+        *secs = now_s() - t0;
+    CHECKF(st == 0, "%s exited %d:\n%s", cmd, st, out);
+    return out;
+}
+
+static void test_named_in_top_tree_diff(void) {
+    const char *q[] = {"top --service symwork --version v1", "tree --service symwork --version v1",
+                       "diff --service symwork --base v1 --test v2 --json", NULL};
+    for (int i = 0; q[i]; i++) {
+        const char *out = cli(HTTP_A, q[i], NULL);
+        CHECKF(strstr(out, "symwork_inner_loop") != NULL, "%s:\n%s", q[i], out);
+        CHECKF(strstr(out, "symwork.stripped+0x") == NULL, "%s still has addresses:\n%s", q[i],
+               out);
+    }
+}
+
+static void test_named_in_pprof_export(void) {
+    char args[512], cmd[2048], out[1 << 16];
+    snprintf(args, sizeof args, "export --service symwork --format pprof -o %s/a.pb.gz", g_dir);
+    cli(HTTP_A, args, NULL);
+    /* no binary anywhere for pprof: the names are the export's own */
+    snprintf(cmd, sizeof cmd, "cd %s && PPROF_BINARY_PATH=/nonexistent go tool pprof -top a.pb.gz 2>&1",
+             g_dir);
+    int st;
+    sh(cmd, out, sizeof out, &st);
+    CHECKF(st == 0 && strstr(out, "symwork_inner_loop"), "%s:\n%s", cmd, out);
+}
+
+static void test_server_down_shows_addresses(void) {
+    double secs, secs2;
+    const char *out = cli(HTTP_B, "top --service symwork --version v1", &secs);
+    CHECKF(strstr(out, "symwork.stripped+0x") != NULL && !strstr(out, "symwork_inner_loop"),
+           "%s", out);
+    out = cli(HTTP_B, "tree --service symwork --version v1", &secs2);
+    CHECKF(strstr(out, "symwork.stripped+0x") != NULL, "%s", out);
+    /* refused connections fail at once, and the build id is negative-cached: no query waits
+     * for the 5 s download timeout */
+    CHECKF(secs < 5 && secs2 < 5, "queries took %.2f s and %.2f s", secs, secs2);
+}
+
+static void test_go_pprof_symbolizes_unnamed_export(void) {
+    char args[512], cmd[4096], out[1 << 16];
+    snprintf(args, sizeof args, "export --service symwork --format pprof -o %s/b.pb.gz", g_dir);
+    cli(HTTP_B, args, NULL);
+    /* without the debug file pprof can only show addresses */
+    snprintf(cmd, sizeof cmd, "cd %s && PPROF_BINARY_PATH=/nonexistent go tool pprof -top b.pb.gz 2>&1",
+             g_dir);
+    int st;
+    sh(cmd, out, sizeof out, &st);
+    CHECKF(st == 0 && !strstr(out, "symwork_inner_loop"), "%s", out);
+    /* the debug file given to pprof as the binary of the first mapping (Go's own pprof does
+     * not read build ids, so PPROF_BINARY_PATH lookups by build id never match there) */
+    snprintf(cmd, sizeof cmd,
+             "cd %s && PPROF_BINARY_PATH=/nonexistent go tool pprof -top %s/tests/symwork.debug "
+             "b.pb.gz 2>&1", g_dir, g_build);
+    sh(cmd, out, sizeof out, &st);
+    CHECKF(st == 0 && strstr(out, "symwork_inner_loop"), "%s:\n%s", cmd, out);
+}
+
+static const tr_test_t tests[] = {
+    {"named_in_top_tree_diff", test_named_in_top_tree_diff},
+    {"named_in_pprof_export", test_named_in_pprof_export},
+    {"server_down_shows_addresses", test_server_down_shows_addresses},
+    {"go_pprof_symbolizes_unnamed_export", test_go_pprof_symbolizes_unnamed_export},
+    {NULL, NULL},
+};
+
+static int produce_dir(rd_kafka_t *rk, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".fpc"))
+            continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        static uint8_t buf[16 << 20];
+        size_t len = f ? fread(buf, 1, sizeof buf, f) : 0;
+        if (f)
+            fclose(f);
+        if (!len ||
+            rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(CM_TOPIC_CHUNKS), RD_KAFKA_V_KEY("symwork", 7),
+                              RD_KAFKA_V_VALUE(buf, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_END))
+            return -1;
+        n++;
+    }
+    closedir(d);
+    return rd_kafka_flush(rk, 60000) ? -1 : n;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *b = getenv("FLEETPROF_BUILD"), *s = getenv("FLEETPROF_SRC");
+    snprintf(g_build, sizeof g_build, "%s", b ? b : ".");
+    snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
+    at_tmpdir(g_dir, "symsrv");
+    char cmd[4096], out[4096], bootstrap[64], log[512];
+    int rc = 1, st;
+    pid_t a = -1, bb = -1;
+    rd_kafka_t *rk = NULL;
+    sh("readelf -n \"$FLEETPROF_BUILD/tests/symwork.stripped\" | awk '/Build ID/ {print $3}'", g_bid,
+       sizeof g_bid, NULL);
+    g_bid[strcspn(g_bid, "\n")] = '\0';
+    if (strlen(g_bid) < 8) {
+        printf("no build id in symwork.stripped\n1 failed\n");
+        return 1;
+    }
+    /* chunks of the stripped program: frames unnamed, with build id and address */
+    for (int v = 1; v <= 2; v++) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p %s/chunks && FLEETPROF_SERVICE=symwork FLEETPROF_VERSION=v%d "
+                 "FLEETPROF_OUTPUT=%s/chunks FLEETPROF_COLLECTOR=none FLEETPROF_INTERVAL=500ms "
+                 "FLEETPROF_DEBUG_DIRS=/nonexistent LD_PRELOAD=%s/agent/libfleetprof.so "
+                 "%s/tests/symwork.stripped 3 >/dev/null",
+                 g_dir, v, g_dir, g_build, g_build);
+        if (system(cmd) != 0) {
+            printf("cannot run symwork.stripped\n1 failed\n");
+            return 1;
+        }
+    }
+    if (ts_kafka_start(KPORT, 1, NULL, bootstrap, sizeof bootstrap)) {
+        printf("cannot start Kafka\n1 failed\n");
+        return 1;
+    }
+    snprintf(cmd, sizeof cmd, "%s/chunks", g_dir);
+    rk = at_producer(bootstrap);
+    int64_t hi[1];
+    if (!rk || produce_dir(rk, cmd) <= 0 || at_high_watermarks(rk, CM_TOPIC_CHUNKS, 1, hi)) {
+        printf("cannot produce the chunks\n");
+        goto out;
+    }
+    /* debuginfod serving a directory with only the debug file */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/served && cp %s/tests/symwork.debug %s/served/ && "
+             "%s/deploy/debuginfod/start.sh %s/served %d", g_dir, g_build, g_dir, g_src, g_dir, DPORT);
+    sh(cmd, out, sizeof out, &st);
+    if (st != 0) {
+        printf("cannot start debuginfod: %s\n", out);
+        goto out;
+    }
+    char url[64], dead[64], storea[512], storeb[512], cachea[512], cacheb[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", DPORT);
+    snprintf(dead, sizeof dead, "http://127.0.0.1:%d", DEAD_PORT);
+    snprintf(storea, sizeof storea, "%s/a", g_dir);
+    snprintf(storeb, sizeof storeb, "%s/b", g_dir);
+    snprintf(cachea, sizeof cachea, "%s/cache-a", g_dir);
+    snprintf(cacheb, sizeof cacheb, "%s/cache-b", g_dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s %s", storea, storeb);
+    if (system(cmd) != 0)
+        goto out;
+    const char *xa[] = {"--debuginfod-urls", url, "--debuginfod-cache", cachea, NULL};
+    const char *xb[] = {"--debuginfod-urls", dead, "--debuginfod-cache", cacheb, NULL};
+    snprintf(log, sizeof log, "%s/agg-a.log", g_dir);
+    a = at_agg_start(bootstrap, storea, "symsrv-a", HTTP_A, log, xa);
+    snprintf(log, sizeof log, "%s/agg-b.log", g_dir);
+    bb = at_agg_start(bootstrap, storeb, "symsrv-b", HTTP_B, log, xb);
+    if (a < 0 || bb < 0 || at_wait_caught_up(storea, CM_TOPIC_CHUNKS, 1, hi, 120) ||
+        at_wait_caught_up(storeb, CM_TOPIC_CHUNKS, 1, hi, 120)) {
+        printf("aggregators did not catch up; see %s/agg-*.log\n", g_dir);
+        goto out;
+    }
+    rc = tr_main(tests, argc, argv);
+out:
+    if (a > 0)
+        at_agg_stop(a, SIGTERM, 30);
+    if (bb > 0)
+        at_agg_stop(bb, SIGTERM, 30);
+    if (rk)
+        rd_kafka_destroy(rk);
+    snprintf(cmd, sizeof cmd, "%s/deploy/debuginfod/stop.sh %d >/dev/null 2>&1", g_src, DPORT);
+    if (system(cmd) != 0)
+        fprintf(stderr, "debuginfod stop failed\n");
+    ts_kafka_stop(KPORT, 0);
+    if (rc == 0) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", g_dir);
+    }
+    return rc;
+}
