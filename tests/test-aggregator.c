@@ -661,7 +661,16 @@ static void test_store_size_bounded_under_steady_load(void) {
         sqlite3 *db;
         CHECK(sqlite3_open(path, &db) == SQLITE_OK);
         sqlite3_busy_timeout(db, 10000);
-        CHECK(sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) == SQLITE_OK);
+        CHECK(sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) ==
+              SQLITE_OK); /* opens the WAL on this connection */
+        /* the store's checkpointer may hold the checkpoint lock at this moment: retry */
+        int ck = SQLITE_BUSY;
+        for (int t = 0; t < 100 && ck == SQLITE_BUSY; t++) {
+            ck = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+            if (ck == SQLITE_BUSY)
+                at_sleep_ms(20);
+        }
+        CHECK_EQ(ck, SQLITE_OK);
         sqlite3_close(db);
         sizes[round] = agg_store_size_bytes(f.st);
     }
@@ -671,6 +680,80 @@ static void test_store_size_bounded_under_steady_load(void) {
     CHECK(sizes[20] > sizes[5]);
     CHECKF(sizes[31] <= sizes[21] + sizes[21] / 10, "%lld > %lld", (long long)sizes[31],
            (long long)sizes[21]);
+    feeder_free(&f);
+}
+
+static int64_t file_bytes(const char *path, const char *suffix) {
+    char p[256];
+    struct stat a;
+    snprintf(p, sizeof p, "%s%s", path, suffix);
+    return stat(p, &a) == 0 ? (int64_t)a.st_size : 0;
+}
+
+/* The checkpointer moves the WAL into the database while the writer commits (the database
+ * grows, the WAL does not pass its bound), and truncates a WAL that a long reader pushed past
+ * the bound as soon as the reader is gone. Before the fix the checkpointer's connection had
+ * never opened the WAL: every checkpoint was a no-op and the .db stayed at 4 KB. */
+static void test_wal_checkpointed_and_bounded(void) {
+    char dir[64], path[128];
+    at_tmpdir(dir, "wal");
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    feeder_t f;
+    feeder_init(&f, path, 10);
+    int64_t wal_max = 0;
+    for (int round = 0; round < 12; round++) {
+        fsim_params_t sp = {.seed = 30 + (uint64_t)round, .services = 2, .versions = 1,
+                            .processes = 2, .intervals = 4, .samples = 200, .stacks = 100};
+        fsim_t *sim = fsim_new(&sp);
+        feed_sim(&f, sim);
+        fsim_free(sim);
+        int64_t w = file_bytes(path, "-wal");
+        wal_max = w > wal_max ? w : wal_max;
+        at_sleep_ms(2 * AGG_CKPT_INTERVAL_MS);
+        if (round == 0) /* far below the writer's own fallback: the thread checkpointed */
+            CHECKF(file_bytes(path, "") > 16 * 4096, "db %lld bytes, wal %lld after %d ms",
+                   (long long)file_bytes(path, ""), (long long)w, 2 * AGG_CKPT_INTERVAL_MS);
+    }
+    at_sleep_ms(3 * AGG_CKPT_INTERVAL_MS);
+    int64_t db1 = file_bytes(path, ""), wal1 = file_bytes(path, "-wal");
+    /* what is in the WAL is in the database: a checkpoint of another connection finds nothing
+     * left to copy */
+    sqlite3 *db;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) == SQLITE_OK);
+    int nlog = -1, nckpt = -1;
+    CHECK(sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &nlog, &nckpt) ==
+          SQLITE_OK);
+    printf("steady: db %lld bytes, wal %lld (max %lld), wal frames %d, checkpointed %d\n",
+           (long long)db1, (long long)wal1, (long long)wal_max, nlog, nckpt);
+    CHECKF(db1 > 64 * 4096, "the database holds %lld bytes: nothing was checkpointed",
+           (long long)db1);
+    CHECK(nlog >= 0);
+    CHECK_EQ(nlog, nckpt);
+    CHECKF(wal_max <= AGG_WAL_LIMIT_BYTES, "wal %lld", (long long)wal_max);
+    /* a reader holds a snapshot while the writer commits past the bound */
+    CHECK(sqlite3_exec(db, "BEGIN; SELECT count(*) FROM profile;", NULL, NULL, NULL) ==
+          SQLITE_OK);
+    int64_t t_ns = wall_ns() - 3600 * 1000000000ll;
+    for (int round = 0; file_bytes(path, "-wal") <= AGG_WAL_LIMIT_BYTES && round < 200; round++) {
+        fsim_params_t sp = {.seed = 60 + (uint64_t)round, .services = 3, .versions = 1,
+                            .processes = 2, .intervals = 4, .samples = 400, .stacks = 300,
+                            .start_unix_ns = (uint64_t)(t_ns + round * 600 * 1000000000ll)};
+        fsim_t *sim = fsim_new(&sp);
+        feed_sim(&f, sim);
+        fsim_free(sim);
+    }
+    int64_t wal2 = file_bytes(path, "-wal");
+    CHECKF(wal2 > AGG_WAL_LIMIT_BYTES, "wal %lld", (long long)wal2);
+    CHECK(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    double t0 = at_now();
+    while (file_bytes(path, "-wal") > AGG_WAL_LIMIT_BYTES && at_now() < t0 + 5)
+        at_sleep_ms(20);
+    int64_t wal3 = file_bytes(path, "-wal");
+    printf("reader held: wal %lld bytes; %.2f s after it ended: %lld\n", (long long)wal2,
+           at_now() - t0, (long long)wal3);
+    CHECKF(wal3 <= AGG_WAL_LIMIT_BYTES, "wal %lld", (long long)wal3);
     feeder_free(&f);
 }
 
@@ -849,6 +932,7 @@ static const tr_test_t tests[] = {
     {"derived_rollups_match_fine_rows", test_derived_rollups_match_fine_rows},
     {"tiers_by_compaction", test_tiers_by_compaction},
     {"store_size_bounded_under_steady_load", test_store_size_bounded_under_steady_load},
+    {"wal_checkpointed_and_bounded", test_wal_checkpointed_and_bounded},
     {"bad_config_is_reported", test_bad_config_is_reported},
     {"e2e_exact_totals_duplicates_dlq", test_e2e_exact_totals_duplicates_dlq},
     {0, 0},
