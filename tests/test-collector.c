@@ -142,12 +142,28 @@ static void test_invalid_chunks_rejected(void) {
     CHECK_EQ(send_one(fd, f, 30, &no), CM_ETRUNCATED);
     /* The connection is still good. */
     CHECK_EQ(send_one(fd, f, len, &no), 0);
-#define REJECTED(r) "fleetprof_collector_chunks_rejected_total{reason=\"" r "\"}"
+#define REJECTED_PREFIX "fleetprof_collector_chunks_rejected_total{reason=\""
+#define REJECTED(r) REJECTED_PREFIX r "\"}"
     CHECK_EQ(tc_metric(19460, REJECTED("ECHECKSUM")), 1);
     CHECK_EQ(tc_metric(19460, REJECTED("EMAGIC")), 1);
     CHECK_EQ(tc_metric(19460, REJECTED("ETRUNCATED")), 1);
     CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_accepted_total"), 2);
     CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_received_total"), 5);
+    /* one series per reason: "other" and each CM_E* code once, no EUNKNOWN */
+    static char body[1 << 16];
+    CHECK_EQ(tc_http_get(19460, "/metrics", body, sizeof body), 200);
+    int series = 0;
+    for (const char *q = body; (q = strstr(q, "\n" REJECTED_PREFIX)); q++) {
+        series++;
+        CHECKF(strncmp(q + 1 + strlen(REJECTED_PREFIX), "EUNKNOWN", 8) != 0, "%.80s", q + 1);
+    }
+    CHECK_EQ(series, 1 + (int)CM__EEND - (int)CM__EBASE - 1);
+    for (int code = CM_EMAGIC; code >= CM_EIO; code--) {
+        char needle[128];
+        snprintf(needle, sizeof needle, "\n" REJECTED_PREFIX "%s\"}", cm_errname(code));
+        const char *at = strstr(body, needle);
+        CHECKF(at && !strstr(at + 1, needle), "%s: not exactly once", needle + 1);
+    }
     close(fd);
     free(f);
     CHECK(tc_collector_stop(&c, SIGKILL, 10) >= 0);

@@ -13,6 +13,7 @@
 #define COL_INTERNAL_H
 
 #include "cm/config.h"
+#include "cm/error.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -62,8 +63,9 @@ void col_config_free(col_config_t *cfg, cm_kvlist_t *kafka);
 
 /* ---------------------------------------------------------------- metrics.c */
 
-/* Reasons a chunk is rejected (negative ack, never resent): one slot per CM_E* code + other. */
-#define COL_REJECT_SLOTS 16
+/* Reasons a chunk is rejected (negative ack, never resent): slot 0 "other", then one slot per
+ * CM_E* code in the table's order (exactly as many as there are codes). */
+#define COL_REJECT_SLOTS ((int)CM__EEND - (int)CM__EBASE)
 /* Reasons a chunk is shed (CM_SOCK_RETRY: the agent keeps it and retries). */
 typedef enum {
     COL_SHED_RATE = 0,    /* over max-rate */

@@ -123,8 +123,7 @@ int col_metrics_render(char **res, size_t *res_len) {
     for (int i = 0; i < COL_REJECT_SLOTS; i++) {
         unsigned long long v = LOAD(m->rejected[i]);
         const char *name = i == 0 ? "other" : cm_errname(-(int)CM__EBASE - i);
-        if (i == 0 || (name && strcmp(name, "unknown") && strncmp(name, "E", 1) == 0))
-            out(&b, P "chunks_rejected_total{reason=\"%s\"} %llu\n", name, v);
+        out(&b, P "chunks_rejected_total{reason=\"%s\"} %llu\n", name, v);
     }
     labelled(&b, "chunks_shed_total", "Chunks answered with retry (the agent keeps them).",
              "reason", shed_names, m->shed, COL_SHED_MAX);
