@@ -494,6 +494,33 @@ static void test_spool_frame_len_bounded(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* The ack list keeps each ack's message number: when growing it fails, the acks already in it
+ * keep their numbers and the list is unchanged (before, a failed realloc dropped one ack and
+ * every later ack of the read was sent under the previous message's number: a chunk could be
+ * acked 0 when the agent should have retried it). */
+static void test_acks_numbered_on_alloc_failure(void) {
+    col_acks_t a = {0};
+    col_acks_alloc_budget = 1; /* the first block (16) only */
+    for (uint32_t i = 1; i <= 16; i++)
+        CHECK_EQ(col_acks_add(&a, 100 + i, i % 2 ? 0 : CM_SOCK_RETRY), 0);
+    CHECK_EQ(col_acks_add(&a, 117, CM_SOCK_RETRY), -ENOMEM);
+    CHECK_EQ(a.n, 16);
+    for (uint32_t i = 0; i < 16; i++) {
+        CHECK_EQ(a.no[i], 101 + i);
+        CHECK_EQ(a.status[i], (i + 1) % 2 ? 0 : CM_SOCK_RETRY);
+    }
+    a.n = 0; /* flushed: the failed one goes into the freed list under its own number */
+    CHECK_EQ(col_acks_add(&a, 117, CM_SOCK_RETRY), 0);
+    CHECK_EQ(a.no[0], 117);
+    CHECK_EQ(a.status[0], CM_SOCK_RETRY);
+    col_acks_alloc_budget = -1;
+    for (uint32_t i = 0; i < 1000; i++)
+        CHECK_EQ(col_acks_add(&a, 118 + i, 0), 0);
+    CHECK_EQ(a.n, 1001);
+    CHECK_EQ(a.no[1000], 1117);
+    col_acks_free(&a);
+}
+
 static void test_container_id_from_cgroup(void) {
     char id[80];
     const char *v2 = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/"
@@ -520,6 +547,7 @@ static const tr_test_t tests[] = {
     {"spool_order_restart_drop", test_spool_order_restart_drop},
     {"spool_torn_tail", test_spool_torn_tail},
     {"spool_frame_len_bounded", test_spool_frame_len_bounded},
+    {"acks_numbered_on_alloc_failure", test_acks_numbered_on_alloc_failure},
     {"container_id_from_cgroup", test_container_id_from_cgroup},
     {0, 0},
 };

@@ -235,6 +235,20 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
                      char *errbuf, size_t errbuf_size);
 /* Answers every further chunk with CM_SOCK_RETRY (shutdown has begun). */
 void col_ingest_drain(col_ingest_t *in);
+
+/* The acks gathered during one read callback. Each carries its message number, so an ack that
+ * could not be stored never renumbers the others (the agent matches acks by number). */
+typedef struct {
+    uint32_t *no;
+    int32_t *status;
+    size_t n, cap;
+} col_acks_t;
+/* Appends (msg_no, status). Returns 0, or -ENOMEM with the list unchanged. */
+int col_acks_add(col_acks_t *a, uint32_t msg_no, int32_t status);
+void col_acks_free(col_acks_t *a);
+/* Tests only: the next n allocations of col_acks_add succeed, the ones after fail (-1: never
+ * fail, the default). */
+extern long col_acks_alloc_budget;
 /* Stops listening and closes every connection (their unacked chunks stay with the agents). */
 void col_ingest_stop(col_ingest_t *in);
 
