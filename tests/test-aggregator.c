@@ -757,6 +757,79 @@ static void test_wal_checkpointed_and_bounded(void) {
     feeder_free(&f);
 }
 
+/* A service with many interval widths: with 32 read (the old limit) the leaf-replicate query
+ * added the replicate width in front and wrote a 33rd element into widths[32] (UBSan's bounds
+ * check in the sanitizer build reports it), and widths past 32 were silently left out of the
+ * answer. The profile must not change when intervals rows of
+ * 40 extra widths (with no profile rows, in a version that sorts first) are added. */
+static void test_query_many_widths(void) {
+    char dir[64], path[128], err[512];
+    at_tmpdir(dir, "widths");
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    int64_t h = wall_ns() / 1000000000 - 3 * 3600;
+    h -= h % 3600;
+    fsim_params_t sp = {.seed = 4, .services = 1, .versions = 1, .processes = 3, .intervals = 12,
+                        .samples = 100, .stacks = 40,
+                        .start_unix_ns = (uint64_t)h * 1000000000ull,
+                        .interval_ns = 10ull * 1000000000ull};
+    feeder_t f;
+    fsim_t *sim = fsim_new(&sp);
+    feeder_init_rw(&f, path, 10, 60);
+    feed_sim(&f, sim);
+    const char *svc = fsim_service_name(sim, 0);
+    agg_qspec_t q = {.service = svc, .type = CM_EV_CPU, .from_s = 0, .to_s = INT64_MAX / 4,
+                     .replicates = AGG_QREP_LEAVES};
+    agg_qstore_t *qs;
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    agg_profile_t *p0 = NULL, *p1 = NULL;
+    CHECK_EQ(agg_qstore_profile(qs, &q, &p0), 0);
+    agg_qstore_close(qs);
+    sqlite3 *db;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    char sql[512];
+    for (int w = 0; w < 40; w++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO intervals(service, version, width, bucket, chunks, duration_ns, "
+                 "agent_cpu_ns, process_cpu_ns, dropped) VALUES (%lld, -9223372036854775807, %d, "
+                 "0, 0, 0, 0, 0, 0)",
+                 (long long)agg_intern_string_id(svc, strlen(svc)), 120 + 60 * w);
+        CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    }
+    sqlite3_close(db);
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ(agg_qstore_profile(qs, &q, &p1), 0);
+    uint64_t w0, c0, w1, c1;
+    double k0, k1;
+    agg_profile_totals(p0, &w0, &c0, &k0);
+    agg_profile_totals(p1, &w1, &c1, &k1);
+    printf("cpu weight %llu / %llu, rows %zu / %zu\n", (unsigned long long)w0,
+           (unsigned long long)w1, p0->n_rows, p1->n_rows);
+    CHECK(w0 > 0);
+    CHECK_EQ(w1, w0);
+    CHECK_EQ(c1, c0);
+    agg_profile_free(p0);
+    agg_profile_free(p1);
+    agg_qstore_close(qs);
+    /* past the limit (64): an error, never a profile missing the widths it did not read */
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    for (int w = 40; w < 70; w++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO intervals(service, version, width, bucket, chunks, duration_ns, "
+                 "agent_cpu_ns, process_cpu_ns, dropped) VALUES (%lld, -9223372036854775807, %d, "
+                 "0, 0, 0, 0, 0, 0)",
+                 (long long)agg_intern_string_id(svc, strlen(svc)), 120 + 60 * w);
+        CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    }
+    sqlite3_close(db);
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    p1 = NULL;
+    CHECK_EQ(agg_qstore_profile(qs, &q, &p1), CM_ETOOBIG);
+    agg_profile_free(p1);
+    agg_qstore_close(qs);
+    feeder_free(&f);
+    fsim_free(sim);
+}
+
 /* ---- end to end with Kafka ---- */
 
 static char bootstrap[64];
@@ -933,6 +1006,7 @@ static const tr_test_t tests[] = {
     {"tiers_by_compaction", test_tiers_by_compaction},
     {"store_size_bounded_under_steady_load", test_store_size_bounded_under_steady_load},
     {"wal_checkpointed_and_bounded", test_wal_checkpointed_and_bounded},
+    {"query_many_widths", test_query_many_widths},
     {"bad_config_is_reported", test_bad_config_is_reported},
     {"e2e_exact_totals_duplicates_dlq", test_e2e_exact_totals_duplicates_dlq},
     {0, 0},
