@@ -281,6 +281,25 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
     char key[256];
     snprintf(key, sizeof key, "%s", chunk->header.service.ptr ? chunk->header.service.ptr : "");
     cm_chunk_free(chunk);
+    /* The Kafka record this chunk becomes must fit the topic's max.message.bytes, or the broker
+     * refuses it after we acked it (lost, and the agent never resends). Refuse it now: the
+     * agent counts the rejection (and should split what it sends). */
+    int64_t rec = (int64_t)n + (int64_t)strlen(key) + (int64_t)strlen(CM_HDR_RECEIVED) + 24;
+    for (int i = 0; i < c->hdrs.n; i++)
+        rec += (int64_t)strlen(c->hdrs.name[i]) + (int64_t)strlen(c->hdrs.value[i]) + 4;
+    int64_t max_rec = col_producer_max_record(in->producer);
+    if (rec > max_rec) {
+        col_metrics_reject(CM_ETOOBIG);
+        col_count(&col_metrics.over_kafka_limit, 1);
+        if (log_allowed(in)) {
+            CM_WARN("msg=\"rejected a chunk too big for Kafka: its record would pass the topic's "
+                    "max.message.bytes\" reason=ETOOBIG bytes=%zu record_bytes=%lld "
+                    "max_record_bytes=%lld service=\"%s\" pid=%d suppressed_lines=%" PRIu64,
+                    n, (long long)rec, (long long)max_rec, key, c->pid, in->log_suppressed);
+            in->log_suppressed = 0;
+        }
+        return CM_ETOOBIG;
+    }
     rc = col_spool_append(in->spool, key, &c->hdrs, col_now_ns(), frame, n);
     if (rc) {
         col_count(&col_metrics.shed[COL_SHED_SPOOL], 1);

@@ -110,6 +110,8 @@ typedef struct {
     atomic_uint_fast64_t kafka_delivery_errors, kafka_errors, kafka_rewinds;
     atomic_uint_fast64_t kafka_up;              /* gauge 0/1 */
     atomic_uint_fast64_t inflight;              /* gauge */
+    atomic_uint_fast64_t kafka_max_message;     /* gauge: the topic's max.message.bytes in use */
+    atomic_uint_fast64_t over_kafka_limit;      /* chunks refused: bigger than Kafka takes */
     atomic_uint_fast64_t lat_bucket[COL_LAT_BUCKETS + 1]; /* last is +Inf */
     atomic_uint_fast64_t lat_sum_us, lat_count;
     atomic_uint_fast64_t heartbeat_ms;          /* loop clock, for /healthz */
@@ -214,6 +216,10 @@ typedef struct col_producer col_producer_t;
 
 /* Creates the librdkafka producer (idempotent, acks=all) with cfg + kafka.* properties and
  * hooks its event queue to the loop. Records are pulled from the spool in order. */
+/* The largest Kafka record (key + headers + value) the topic takes: its max.message.bytes
+ * (read from the broker with DescribeConfigs; Kafka's default 1048588 until known) and our
+ * producer's message.max.bytes, less a record batch's own overhead. */
+int64_t col_producer_max_record(const col_producer_t *p);
 int col_producer_open(uv_loop_t *loop, const col_config_t *cfg, const cm_kvlist_t *kafka,
                       col_spool_t *spool, col_producer_t **out, char *errbuf,
                       size_t errbuf_size);

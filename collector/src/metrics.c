@@ -147,6 +147,13 @@ int col_metrics_render(char **res, size_t *res_len) {
     gauge(&b, "kafka_up", "1 unless all brokers are reported down.", &m->kafka_up);
     gauge(&b, "kafka_inflight_messages", "Messages handed to librdkafka, not yet reported.",
           &m->inflight);
+    gauge(&b, "kafka_max_message_bytes",
+          "The topic's max.message.bytes chunks are checked against (broker default until the "
+          "topic's configuration is read).", &m->kafka_max_message);
+    counter(&b, "chunks_over_kafka_limit_total",
+            "Chunks refused with ETOOBIG before the ack: their Kafka record would pass the "
+            "topic's max.message.bytes (also in chunks_rejected_total{reason=\"ETOOBIG\"}).",
+            &m->over_kafka_limit);
     gauge(&b, "draining", "1 while shutting down.", &m->draining);
     out(&b, "# HELP " P "delivery_latency_seconds From acceptance to the Kafka acknowledgement.\n"
             "# TYPE " P "delivery_latency_seconds histogram\n");
