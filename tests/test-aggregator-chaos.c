@@ -183,9 +183,128 @@ static void test_two_instances_rebalance_exact(void) {
     CHECK(ts_kafka_stop(PORT, 0) == 0);
 }
 
+
+static int http_status(int port, const char *path, char *body, size_t size) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 -o - -w '\\n%%{http_code}' http://127.0.0.1:%d%s",
+             port, path);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(body, 1, size - 1, p);
+    body[n] = 0;
+    pclose(p);
+    char *nl = strrchr(body, '\n');
+    return nl ? atoi(nl + 1) : -1;
+}
+
+/* Seconds until every partition's stored offset passed its value at the call (the fleet keeps
+ * producing to all of them), or -1 after timeout_s. */
+static double time_to_all_progress(const char *dir, int timeout_s) {
+    int64_t at[NPARTS];
+    for (int p = 0; p < NPARTS; p++)
+        at[p] = at_store_offset(dir, CM_TOPIC_CHUNKS, p);
+    double t0 = at_now();
+    while (at_now() < t0 + timeout_s) {
+        int all = 1;
+        for (int p = 0; p < NPARTS && all; p++)
+            all = at_store_offset(dir, CM_TOPIC_CHUNKS, p) > at[p];
+        if (all)
+            return at_now() - t0;
+        at_sleep_ms(100);
+    }
+    return -1;
+}
+
+/* Two instances with the product's session settings (no test overrides): each SIGKILLed once
+ * in turn while the fleet produces; every partition progresses again within 15 s of each kill
+ * (it took ~75 s with librdkafka's 45 s session timeout). Then an instance that freezes
+ * (SIGSTOP) with a 40 s session timeout keeps its partitions: the other's /healthz turns 503
+ * naming a stalled partition, and 200 again once the frozen one is killed and its partitions
+ * move. Totals exact at the end. Broker 19752, HTTP 19753/19754. */
+static void test_sigkill_twice_resumes_fast(void) {
+    enum { KPORT = 19752, HA = 19753, HB = 19754 };
+    ts_kafka_stop(KPORT, 0);
+    CHECK(ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
+    char dir[64], loga[128], logb[128], body[8192];
+    at_tmpdir(dir, "kill2");
+    snprintf(loga, sizeof loga, "%s/a.log", dir);
+    snprintf(logb, sizeof logb, "%s/b.log", dir);
+    fsim_params_t sp = {.seed = 44, .services = 16, .versions = 2, .processes = 4,
+                        .intervals = 40, .samples = 60, .stacks = 50, .duplicate_every = 13};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(at_topic_empty(rk, CM_TOPIC_CHUNKS, NPARTS));
+    prod_arg_t pa = {sim, rk, 40.0, -1}; /* 5,120 chunks at 40/s: ~130 s */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
+    const char *extra[] = {"--batch-max-messages", "20", NULL};
+    char group[96];
+    snprintf(group, sizeof group, "%s", group_id("kill2"));
+    pid_t a = at_agg_start(bootstrap, dir, group, HA, loga, extra);
+    pid_t b = at_agg_start(bootstrap, dir, group, HB, logb, extra);
+    CHECK(time_to_all_progress(dir, 60) >= 0);
+    double worst = 0;
+    for (int round = 0; round < 2; round++) {
+        const char *log = round ? logb : loga;
+        pid_t *victim = round ? &b : &a;
+        at_sleep_ms(1500);
+        CHECK(at_agg_stop(*victim, SIGKILL, 10) >= 0);
+        double t = time_to_all_progress(dir, 60);
+        printf("kill %d: every partition progressed %.1f s after the SIGKILL\n", round + 1, t);
+        CHECKF(t >= 0 && t <= 15.0, "ingest resumed after %.1f s", t);
+        worst = t > worst ? t : worst;
+        *victim = at_agg_start(bootstrap, dir, group, round ? HB : HA, log, extra);
+        for (double end = at_now() + 30; at_now() < end && count_in_file(log, "assigned") < 1;)
+            at_sleep_ms(100);
+    }
+    /* health reflects a partition nobody consumes */
+    CHECK(at_agg_stop(a, SIGKILL, 10) >= 0);
+    const char *frozen[] = {"--batch-max-messages", "20", "--kafka.session.timeout.ms=40000",
+                            NULL};
+    int before = count_in_file(loga, "assigned");
+    a = at_agg_start(bootstrap, dir, group, HA, loga, frozen);
+    for (double end = at_now() + 40; at_now() < end && count_in_file(loga, "assigned") <= before;)
+        at_sleep_ms(100);
+    CHECK(count_in_file(loga, "assigned") > before);
+    at_sleep_ms(2000);
+    CHECK(kill(a, SIGSTOP) == 0);
+    double t0 = at_now();
+    int code = 0;
+    while (at_now() < t0 + 50 && (code = http_status(HB, "/healthz", body, sizeof body)) == 200)
+        at_sleep_ms(500);
+    printf("B's /healthz %d %.1f s after A froze: %s\n", code, at_now() - t0, body);
+    CHECK_EQ(code, 503);
+    CHECK(strstr(body, "no progress") != NULL);
+    CHECK(http_status(HB, "/metrics", body, sizeof body) == 200 &&
+          strstr(body, "fleetprof_aggregator_group_lag_messages{partition=\"0\"}"));
+    CHECK(kill(a, SIGKILL) == 0);
+    waitpid(a, NULL, 0);
+    t0 = at_now();
+    while (at_now() < t0 + 60 && (code = http_status(HB, "/healthz", body, sizeof body)) != 200)
+        at_sleep_ms(500);
+    printf("B's /healthz %d %.1f s after A was killed\n", code, at_now() - t0);
+    CHECK_EQ(code, 200);
+    a = at_agg_start(bootstrap, dir, group, HA, loga, extra);
+    pthread_join(th, NULL);
+    CHECK(pa.rc == 0);
+    int64_t hi[NPARTS];
+    CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
+    CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120) == 0, "see %s and %s", loga,
+           logb);
+    CHECK(at_agg_stop(a, SIGTERM, 30) >= 0);
+    CHECK(at_agg_stop(b, SIGTERM, 30) >= 0);
+    CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
+    printf("worst resume after a SIGKILL: %.1f s\n", worst);
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+    CHECK(ts_kafka_stop(KPORT, 0) == 0);
+}
+
 static const tr_test_t tests[] = {
     {"sigkill_ten_times_exact", test_sigkill_ten_times_exact},
     {"two_instances_rebalance_exact", test_two_instances_rebalance_exact},
+    {"sigkill_twice_resumes_fast", test_sigkill_twice_resumes_fast},
     {0, 0},
 };
 TR_MAIN(tests)
