@@ -950,8 +950,8 @@ static int sq_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cuto
         del = NULL;
     }
     static const char *const span_sql[] = {
-        "DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, span FROM spans WHERE "
-        "last_ns < ?1)",
+        ("DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, span FROM spans WHERE "
+         "last_ns < ?1)"),
         "DELETE FROM spans WHERE last_ns < ?1",
         "DELETE FROM seen_chunks WHERE ts_ns < ?1",
     };

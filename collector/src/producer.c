@@ -307,7 +307,7 @@ static void on_idle(uv_idle_t *h) {
 }
 
 void col_producer_kick(col_producer_t *p) {
-    if (p->failed || p->waiting || p->paused || p->closing)
+    if (!p || p->failed || p->waiting || p->paused || p->closing)
         return;
     for (int batch = 0;; batch++) {
         /* The ring also holds delivered slots behind a slow one: bound by its size too. */
