@@ -6,7 +6,8 @@
 #   3. rebuilds with ASan+UBSan and with TSan and runs the tests again (except those labelled
 #      `slow`, which exercise the same code for longer, and `nosan`, which cannot run under a
 #      sanitizer for a reason stated where they are registered);
-#   4. builds the libFuzzer targets with clang and fuzzes each decoder for FUZZ_SECONDS (60).
+#   4. builds the libFuzzer targets with clang and fuzzes each decoder for FUZZ_SECONDS (40):
+#      chunk decoder, collector socket frames, spool recovery, API parameters (~3 min in all).
 # Ends with one line "tests: N passed, N failed"; exits non-zero if anything failed.
 # Options (environment): SKIP_SANITIZERS=1, SKIP_FUZZ=1, FUZZ_SECONDS=N, CTEST_ARGS="...".
 set -uo pipefail
@@ -64,18 +65,18 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
 fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
-  secs=${FUZZ_SECONDS:-60}
-  if CC=clang TARGETS="fuzz-chunk-decode fuzz-seeds" step "build-fuzz" build build-fuzz \
+  secs=${FUZZ_SECONDS:-40}
+  fuzzers="fuzz-chunk-decode fuzz-collector-frames fuzz-spool-recovery fuzz-api-params"
+  if CC=clang TARGETS="$fuzzers fuzz-seeds" step "build-fuzz" build build-fuzz \
        -DFLEETPROF_FUZZ=ON; then
     corpus="$ROOT/build-fuzz/corpus"
     mkdir -p "$corpus"
     "$ROOT/build-fuzz/tests/fuzz/fuzz-seeds" "$corpus"
-    for target in "$ROOT"/build-fuzz/tests/fuzz/fuzz-*; do
-      name=$(basename "$target")
-      [ "$name" = fuzz-seeds ] && continue
+    for name in $fuzzers; do
+      target="$ROOT/build-fuzz/tests/fuzz/$name"
       echo "=== $name for ${secs}s"
       if (cd "$ROOT/build-fuzz" && "$target" -max_total_time="$secs" -rss_limit_mb=2048 \
-            -max_len=262144 -print_final_stats=1 "$corpus" 2>&1 | tail -15); then
+            -max_len=262144 -print_final_stats=1 "$corpus/$name" 2>&1 | tail -15); then
         passed=$((passed + 1))
       else
         failed=$((failed + 1)); failures+=("$name found a crash (see build-fuzz/crash-*)")

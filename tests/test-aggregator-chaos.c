@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -183,9 +184,230 @@ static void test_two_instances_rebalance_exact(void) {
     CHECK(ts_kafka_stop(PORT, 0) == 0);
 }
 
+
+static int http_status(int port, const char *path, char *body, size_t size) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 -o - -w '\\n%%{http_code}' http://127.0.0.1:%d%s",
+             port, path);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(body, 1, size - 1, p);
+    body[n] = 0;
+    pclose(p);
+    char *nl = strrchr(body, '\n');
+    return nl ? atoi(nl + 1) : -1;
+}
+
+/* Seconds until every partition's stored offset passed its value at the call (the fleet keeps
+ * producing to all of them), or -1 after timeout_s. */
+static double time_to_all_progress(const char *dir, int timeout_s) {
+    int64_t at[NPARTS];
+    for (int p = 0; p < NPARTS; p++)
+        at[p] = at_store_offset(dir, CM_TOPIC_CHUNKS, p);
+    double t0 = at_now();
+    while (at_now() < t0 + timeout_s) {
+        int all = 1;
+        for (int p = 0; p < NPARTS && all; p++)
+            all = at_store_offset(dir, CM_TOPIC_CHUNKS, p) > at[p];
+        if (all)
+            return at_now() - t0;
+        at_sleep_ms(100);
+    }
+    return -1;
+}
+
+/* Two instances with the product's session settings (no test overrides): each SIGKILLed once
+ * in turn while the fleet produces; every partition progresses again within 15 s of each kill
+ * (it took ~75 s with librdkafka's 45 s session timeout). Then an instance that freezes
+ * (SIGSTOP) with a 40 s session timeout keeps its partitions: the other's /healthz turns 503
+ * naming a stalled partition, and 200 again once the frozen one is killed and its partitions
+ * move. Totals exact at the end. Broker 19752, HTTP 19753/19754. */
+static void test_sigkill_twice_resumes_fast(void) {
+    enum { KPORT = 19752, HA = 19753, HB = 19754 };
+    ts_kafka_stop(KPORT, 0);
+    CHECK(ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
+    char dir[64], loga[128], logb[128], body[8192];
+    at_tmpdir(dir, "kill2");
+    snprintf(loga, sizeof loga, "%s/a.log", dir);
+    snprintf(logb, sizeof logb, "%s/b.log", dir);
+    fsim_params_t sp = {.seed = 44, .services = 16, .versions = 2, .processes = 4,
+                        .intervals = 40, .samples = 60, .stacks = 50, .duplicate_every = 13};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(at_topic_empty(rk, CM_TOPIC_CHUNKS, NPARTS));
+    prod_arg_t pa = {sim, rk, 40.0, -1}; /* 5,120 chunks at 40/s: ~130 s */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
+    const char *extra[] = {"--batch-max-messages", "20", NULL};
+    char group[96];
+    snprintf(group, sizeof group, "%s", group_id("kill2"));
+    pid_t a = at_agg_start(bootstrap, dir, group, HA, loga, extra);
+    pid_t b = at_agg_start(bootstrap, dir, group, HB, logb, extra);
+    CHECK(time_to_all_progress(dir, 60) >= 0);
+    double worst = 0;
+    for (int round = 0; round < 2; round++) {
+        const char *log = round ? logb : loga;
+        pid_t *victim = round ? &b : &a;
+        at_sleep_ms(1500);
+        CHECK(at_agg_stop(*victim, SIGKILL, 10) >= 0);
+        double t = time_to_all_progress(dir, 60);
+        printf("kill %d: every partition progressed %.1f s after the SIGKILL\n", round + 1, t);
+        CHECKF(t >= 0 && t <= 15.0, "ingest resumed after %.1f s", t);
+        worst = t > worst ? t : worst;
+        *victim = at_agg_start(bootstrap, dir, group, round ? HB : HA, log, extra);
+        for (double end = at_now() + 30; at_now() < end && count_in_file(log, "assigned") < 1;)
+            at_sleep_ms(100);
+    }
+    /* health reflects a partition nobody consumes */
+    CHECK(at_agg_stop(a, SIGKILL, 10) >= 0);
+    const char *frozen[] = {"--batch-max-messages", "20", "--kafka.session.timeout.ms=40000",
+                            NULL};
+    int before = count_in_file(loga, "assigned");
+    a = at_agg_start(bootstrap, dir, group, HA, loga, frozen);
+    for (double end = at_now() + 40; at_now() < end && count_in_file(loga, "assigned") <= before;)
+        at_sleep_ms(100);
+    CHECK(count_in_file(loga, "assigned") > before);
+    at_sleep_ms(2000);
+    CHECK(kill(a, SIGSTOP) == 0);
+    double t0 = at_now();
+    int code = 0;
+    while (at_now() < t0 + 50 && (code = http_status(HB, "/healthz", body, sizeof body)) == 200)
+        at_sleep_ms(500);
+    printf("B's /healthz %d %.1f s after A froze: %s\n", code, at_now() - t0, body);
+    CHECK_EQ(code, 503);
+    CHECK(strstr(body, "no progress") != NULL);
+    CHECK(http_status(HB, "/metrics", body, sizeof body) == 200 &&
+          strstr(body, "fleetprof_aggregator_group_lag_messages{partition=\"0\"}"));
+    CHECK(kill(a, SIGKILL) == 0);
+    waitpid(a, NULL, 0);
+    t0 = at_now();
+    while (at_now() < t0 + 60 && (code = http_status(HB, "/healthz", body, sizeof body)) != 200)
+        at_sleep_ms(500);
+    printf("B's /healthz %d %.1f s after A was killed\n", code, at_now() - t0);
+    CHECK_EQ(code, 200);
+    a = at_agg_start(bootstrap, dir, group, HA, loga, extra);
+    pthread_join(th, NULL);
+    CHECK(pa.rc == 0);
+    int64_t hi[NPARTS];
+    CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
+    CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120) == 0, "see %s and %s", loga,
+           logb);
+    CHECK(at_agg_stop(a, SIGTERM, 30) >= 0);
+    CHECK(at_agg_stop(b, SIGTERM, 30) >= 0);
+    CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
+    printf("worst resume after a SIGKILL: %.1f s\n", worst);
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+    CHECK(ts_kafka_stop(KPORT, 0) == 0);
+}
+
+static char store_mnt[96];
+static void umount_store(void) {
+    if (store_mnt[0]) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "umount -l %s 2>/dev/null; rmdir %s 2>/dev/null", store_mnt,
+                 store_mnt);
+        if (system(cmd)) {
+        }
+    }
+}
+
+/* Fills the file system holding dir with one file until it is full. Returns bytes written. */
+static long long fill_fs(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    static char buf[1 << 16];
+    long long n = 0;
+    while (fwrite(buf, 1, sizeof buf, f) == sizeof buf)
+        n += sizeof buf;
+    fflush(f);
+    fclose(f);
+    return n;
+}
+
+/* The store's file system full for 20 s while the fleet produces (a tmpfs of its own, filled
+ * with one file, then the file removed): the aggregator survives, says why in the log and in
+ * /healthz (503), stores nothing meanwhile (offsets do not move: the batches are consumed
+ * again), and once there is room again it catches up with totals exactly equal to the truth.
+ * Needs root (mount). Broker 19755, HTTP 19756. (A read-only remount is refused while the
+ * aggregator holds files open for writing, EBUSY; a full file system is the reversible fault.) */
+static void test_store_unwritable_20s_exact(void) {
+    enum { KPORT = 19755, HA = 19756 };
+    snprintf(store_mnt, sizeof store_mnt, "/tmp/fp-aggtest-full-%d", (int)getpid());
+    atexit(umount_store);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && mount -t tmpfs -o size=96m tmpfs %s", store_mnt,
+             store_mnt);
+    CHECKF(system(cmd) == 0, "cannot mount a tmpfs (this test needs root): %s", cmd);
+    ts_kafka_stop(KPORT, 0);
+    CHECK(ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
+    char dir[160], log[128], filler[192], body[4096];
+    snprintf(dir, sizeof dir, "%s/store", store_mnt);
+    CHECK(mkdir(dir, 0755) == 0);
+    at_tmpdir(log, "full");
+    strcat(log, "/agg.log");
+    snprintf(filler, sizeof filler, "%s/filler", store_mnt);
+    fsim_params_t sp = {.seed = 55, .services = 8, .versions = 2, .processes = 2,
+                        .intervals = 30, .samples = 80, .stacks = 60, .duplicate_every = 17};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(at_topic_empty(rk, CM_TOPIC_CHUNKS, NPARTS));
+    prod_arg_t pa = {sim, rk, 20.0, -1}; /* 960 chunks at 20/s: ~48 s */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
+    const char *extra[] = {"--batch-max-messages", "10", "--report-interval", "0", NULL};
+    char group[96];
+    snprintf(group, sizeof group, "%s", group_id("full"));
+    pid_t a = at_agg_start(bootstrap, dir, group, HA, log, extra);
+    CHECK(wait_progress(dir, 0, 60) > 0);
+    at_sleep_ms(3000);
+    long long filled = fill_fs(filler);
+    printf("filled the store's file system with %lld bytes\n", filled);
+    CHECK(filled > 0);
+    at_sleep_ms(2000);
+    int64_t during0 = at_store_offsets_sum(dir, CM_TOPIC_CHUNKS, NPARTS);
+    int code = 0;
+    double t0 = at_now();
+    while (at_now() < t0 + 18) {
+        if (code != 503)
+            code = http_status(HA, "/healthz", body, sizeof body);
+        at_sleep_ms(500);
+    }
+    int64_t during1 = at_store_offsets_sum(dir, CM_TOPIC_CHUNKS, NPARTS);
+    printf("healthz while full: %d %s; stored offsets %lld -> %lld\n", code, body,
+           (long long)during0, (long long)during1);
+    CHECK(kill(a, 0) == 0); /* alive */
+    CHECK_EQ(code, 503);
+    CHECK(strstr(body, "store write failed") != NULL);
+    CHECK_EQ(during1, during0); /* nothing committed while full */
+    CHECK(count_in_file(log, "store write failed") > 0);
+    CHECK(unlink(filler) == 0);
+    pthread_join(th, NULL);
+    CHECK(pa.rc == 0);
+    int64_t hi[NPARTS];
+    CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
+    CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120) == 0, "see %s", log);
+    t0 = at_now();
+    while (at_now() < t0 + 20 && (code = http_status(HA, "/healthz", body, sizeof body)) != 200)
+        at_sleep_ms(500);
+    CHECK_EQ(code, 200);
+    int st = at_agg_stop(a, SIGTERM, 30);
+    CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+    CHECK(ts_kafka_stop(KPORT, 0) == 0);
+    umount_store();
+    store_mnt[0] = 0;
+}
+
 static const tr_test_t tests[] = {
     {"sigkill_ten_times_exact", test_sigkill_ten_times_exact},
     {"two_instances_rebalance_exact", test_two_instances_rebalance_exact},
+    {"sigkill_twice_resumes_fast", test_sigkill_twice_resumes_fast},
+    {"store_unwritable_20s_exact", test_store_unwritable_20s_exact},
     {0, 0},
 };
 TR_MAIN(tests)

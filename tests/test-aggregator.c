@@ -661,7 +661,16 @@ static void test_store_size_bounded_under_steady_load(void) {
         sqlite3 *db;
         CHECK(sqlite3_open(path, &db) == SQLITE_OK);
         sqlite3_busy_timeout(db, 10000);
-        CHECK(sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) == SQLITE_OK);
+        CHECK(sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) ==
+              SQLITE_OK); /* opens the WAL on this connection */
+        /* the store's checkpointer may hold the checkpoint lock at this moment: retry */
+        int ck = SQLITE_BUSY;
+        for (int t = 0; t < 100 && ck == SQLITE_BUSY; t++) {
+            ck = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+            if (ck == SQLITE_BUSY)
+                at_sleep_ms(20);
+        }
+        CHECK_EQ(ck, SQLITE_OK);
         sqlite3_close(db);
         sizes[round] = agg_store_size_bytes(f.st);
     }
@@ -672,6 +681,153 @@ static void test_store_size_bounded_under_steady_load(void) {
     CHECKF(sizes[31] <= sizes[21] + sizes[21] / 10, "%lld > %lld", (long long)sizes[31],
            (long long)sizes[21]);
     feeder_free(&f);
+}
+
+static int64_t file_bytes(const char *path, const char *suffix) {
+    char p[256];
+    struct stat a;
+    snprintf(p, sizeof p, "%s%s", path, suffix);
+    return stat(p, &a) == 0 ? (int64_t)a.st_size : 0;
+}
+
+/* The checkpointer moves the WAL into the database while the writer commits (the database
+ * grows, the WAL does not pass its bound), and truncates a WAL that a long reader pushed past
+ * the bound as soon as the reader is gone. Before the fix the checkpointer's connection had
+ * never opened the WAL: every checkpoint was a no-op and the .db stayed at 4 KB. */
+static void test_wal_checkpointed_and_bounded(void) {
+    char dir[64], path[128];
+    at_tmpdir(dir, "wal");
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    feeder_t f;
+    feeder_init(&f, path, 10);
+    int64_t wal_max = 0;
+    for (int round = 0; round < 12; round++) {
+        fsim_params_t sp = {.seed = 30 + (uint64_t)round, .services = 2, .versions = 1,
+                            .processes = 2, .intervals = 4, .samples = 200, .stacks = 100};
+        fsim_t *sim = fsim_new(&sp);
+        feed_sim(&f, sim);
+        fsim_free(sim);
+        int64_t w = file_bytes(path, "-wal");
+        wal_max = w > wal_max ? w : wal_max;
+        at_sleep_ms(2 * AGG_CKPT_INTERVAL_MS);
+        if (round == 0) /* far below the writer's own fallback: the thread checkpointed */
+            CHECKF(file_bytes(path, "") > 16 * 4096, "db %lld bytes, wal %lld after %d ms",
+                   (long long)file_bytes(path, ""), (long long)w, 2 * AGG_CKPT_INTERVAL_MS);
+    }
+    at_sleep_ms(3 * AGG_CKPT_INTERVAL_MS);
+    int64_t db1 = file_bytes(path, ""), wal1 = file_bytes(path, "-wal");
+    /* what is in the WAL is in the database: a checkpoint of another connection finds nothing
+     * left to copy */
+    sqlite3 *db;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) == SQLITE_OK);
+    int nlog = -1, nckpt = -1;
+    CHECK(sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &nlog, &nckpt) ==
+          SQLITE_OK);
+    printf("steady: db %lld bytes, wal %lld (max %lld), wal frames %d, checkpointed %d\n",
+           (long long)db1, (long long)wal1, (long long)wal_max, nlog, nckpt);
+    CHECKF(db1 > 64 * 4096, "the database holds %lld bytes: nothing was checkpointed",
+           (long long)db1);
+    CHECK(nlog >= 0);
+    CHECK_EQ(nlog, nckpt);
+    CHECKF(wal_max <= AGG_WAL_LIMIT_BYTES, "wal %lld", (long long)wal_max);
+    /* a reader holds a snapshot while the writer commits past the bound */
+    CHECK(sqlite3_exec(db, "BEGIN; SELECT count(*) FROM profile;", NULL, NULL, NULL) ==
+          SQLITE_OK);
+    int64_t t_ns = wall_ns() - 3600 * 1000000000ll;
+    for (int round = 0; file_bytes(path, "-wal") <= AGG_WAL_LIMIT_BYTES && round < 200; round++) {
+        fsim_params_t sp = {.seed = 60 + (uint64_t)round, .services = 3, .versions = 1,
+                            .processes = 2, .intervals = 4, .samples = 400, .stacks = 300,
+                            .start_unix_ns = (uint64_t)(t_ns + round * 600 * 1000000000ll)};
+        fsim_t *sim = fsim_new(&sp);
+        feed_sim(&f, sim);
+        fsim_free(sim);
+    }
+    int64_t wal2 = file_bytes(path, "-wal");
+    CHECKF(wal2 > AGG_WAL_LIMIT_BYTES, "wal %lld", (long long)wal2);
+    CHECK(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    double t0 = at_now();
+    while (file_bytes(path, "-wal") > AGG_WAL_LIMIT_BYTES && at_now() < t0 + 5)
+        at_sleep_ms(20);
+    int64_t wal3 = file_bytes(path, "-wal");
+    printf("reader held: wal %lld bytes; %.2f s after it ended: %lld\n", (long long)wal2,
+           at_now() - t0, (long long)wal3);
+    CHECKF(wal3 <= AGG_WAL_LIMIT_BYTES, "wal %lld", (long long)wal3);
+    feeder_free(&f);
+}
+
+/* A service with many interval widths: with 32 read (the old limit) the leaf-replicate query
+ * added the replicate width in front and wrote a 33rd element into widths[32] (UBSan's bounds
+ * check in the sanitizer build reports it), and widths past 32 were silently left out of the
+ * answer. The profile must not change when intervals rows of
+ * 40 extra widths (with no profile rows, in a version that sorts first) are added. */
+static void test_query_many_widths(void) {
+    char dir[64], path[128], err[512];
+    at_tmpdir(dir, "widths");
+    agg_store_path(path, sizeof path, dir, "t", 0);
+    int64_t h = wall_ns() / 1000000000 - 3 * 3600;
+    h -= h % 3600;
+    fsim_params_t sp = {.seed = 4, .services = 1, .versions = 1, .processes = 3, .intervals = 12,
+                        .samples = 100, .stacks = 40,
+                        .start_unix_ns = (uint64_t)h * 1000000000ull,
+                        .interval_ns = 10ull * 1000000000ull};
+    feeder_t f;
+    fsim_t *sim = fsim_new(&sp);
+    feeder_init_rw(&f, path, 10, 60);
+    feed_sim(&f, sim);
+    const char *svc = fsim_service_name(sim, 0);
+    agg_qspec_t q = {.service = svc, .type = CM_EV_CPU, .from_s = 0, .to_s = INT64_MAX / 4,
+                     .replicates = AGG_QREP_LEAVES};
+    agg_qstore_t *qs;
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    agg_profile_t *p0 = NULL, *p1 = NULL;
+    CHECK_EQ(agg_qstore_profile(qs, &q, &p0), 0);
+    agg_qstore_close(qs);
+    sqlite3 *db;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    char sql[512];
+    for (int w = 0; w < 40; w++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO intervals(service, version, width, bucket, chunks, duration_ns, "
+                 "agent_cpu_ns, process_cpu_ns, dropped) VALUES (%lld, -9223372036854775807, %d, "
+                 "0, 0, 0, 0, 0, 0)",
+                 (long long)agg_intern_string_id(svc, strlen(svc)), 120 + 60 * w);
+        CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    }
+    sqlite3_close(db);
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ(agg_qstore_profile(qs, &q, &p1), 0);
+    uint64_t w0, c0, w1, c1;
+    double k0, k1;
+    agg_profile_totals(p0, &w0, &c0, &k0);
+    agg_profile_totals(p1, &w1, &c1, &k1);
+    printf("cpu weight %llu / %llu, rows %zu / %zu\n", (unsigned long long)w0,
+           (unsigned long long)w1, p0->n_rows, p1->n_rows);
+    CHECK(w0 > 0);
+    CHECK_EQ(w1, w0);
+    CHECK_EQ(c1, c0);
+    agg_profile_free(p0);
+    agg_profile_free(p1);
+    agg_qstore_close(qs);
+    /* past the limit (64): an error, never a profile missing the widths it did not read */
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    for (int w = 40; w < 70; w++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO intervals(service, version, width, bucket, chunks, duration_ns, "
+                 "agent_cpu_ns, process_cpu_ns, dropped) VALUES (%lld, -9223372036854775807, %d, "
+                 "0, 0, 0, 0, 0, 0)",
+                 (long long)agg_intern_string_id(svc, strlen(svc)), 120 + 60 * w);
+        CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    }
+    sqlite3_close(db);
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    p1 = NULL;
+    CHECK_EQ(agg_qstore_profile(qs, &q, &p1), CM_ETOOBIG);
+    agg_profile_free(p1);
+    agg_qstore_close(qs);
+    feeder_free(&f);
+    fsim_free(sim);
 }
 
 /* ---- end to end with Kafka ---- */
@@ -849,6 +1005,8 @@ static const tr_test_t tests[] = {
     {"derived_rollups_match_fine_rows", test_derived_rollups_match_fine_rows},
     {"tiers_by_compaction", test_tiers_by_compaction},
     {"store_size_bounded_under_steady_load", test_store_size_bounded_under_steady_load},
+    {"wal_checkpointed_and_bounded", test_wal_checkpointed_and_bounded},
+    {"query_many_widths", test_query_many_widths},
     {"bad_config_is_reported", test_bad_config_is_reported},
     {"e2e_exact_totals_duplicates_dlq", test_e2e_exact_totals_duplicates_dlq},
     {0, 0},

@@ -72,6 +72,26 @@ int tc_frame_make(const char *service, uint64_t seq, uint32_t samples, uint8_t *
     return rc ? -1 : 0;
 }
 
+int tc_frame_make_big(const char *service, uint64_t seq, uint32_t stacks, uint32_t depth,
+                      uint8_t **out, size_t *len) {
+    ts_gen_params_t p = ts_gen_realistic();
+    p.samples = stacks;
+    p.stacks = stacks;
+    p.min_depth = p.max_depth = depth;
+    p.functions = stacks * 4;
+    p.call_graph = 0; /* uniform random frames: compresses little */
+    cm_chunk_t *c = ts_gen_chunk(&p, seq * 7919 + (uint64_t)strlen(service));
+    c->header.service = (cm_str_t){service, (uint32_t)strlen(service)};
+    c->header.sequence = seq;
+    chunk_id(service, seq, c->header.chunk_id);
+    char err[256];
+    int rc = cm_chunk_encode(c, out, len, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "tc_frame_make_big: %s\n", err);
+    ts_gen_free(c);
+    return rc ? -1 : 0;
+}
+
 /* ------------------------------------------------------------------ protocol */
 
 static int write_all(int fd, const void *buf, size_t len) {

@@ -14,6 +14,10 @@
  * samples: rows of CPU samples (10000 = the realistic benchmark chunk). Caller frees *out. */
 int tc_frame_make(const char *service, uint64_t seq, uint32_t samples, uint8_t **out,
                   size_t *len);
+/* A large frame: `stacks` distinct random stacks of `depth` frames, one sample each (5,000 x
+ * 512 is the issue's "too big for Kafka" chunk). Same ids as tc_frame_make. */
+int tc_frame_make_big(const char *service, uint64_t seq, uint32_t stacks, uint32_t depth,
+                      uint8_t **out, size_t *len);
 /* The chunk id tc_frame_make gives (service, seq), as 32 hex chars. */
 void tc_chunk_id_hex(const char *service, uint64_t seq, char out[33]);
 

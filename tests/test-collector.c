@@ -142,12 +142,28 @@ static void test_invalid_chunks_rejected(void) {
     CHECK_EQ(send_one(fd, f, 30, &no), CM_ETRUNCATED);
     /* The connection is still good. */
     CHECK_EQ(send_one(fd, f, len, &no), 0);
-#define REJECTED(r) "fleetprof_collector_chunks_rejected_total{reason=\"" r "\"}"
+#define REJECTED_PREFIX "fleetprof_collector_chunks_rejected_total{reason=\""
+#define REJECTED(r) REJECTED_PREFIX r "\"}"
     CHECK_EQ(tc_metric(19460, REJECTED("ECHECKSUM")), 1);
     CHECK_EQ(tc_metric(19460, REJECTED("EMAGIC")), 1);
     CHECK_EQ(tc_metric(19460, REJECTED("ETRUNCATED")), 1);
     CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_accepted_total"), 2);
     CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_received_total"), 5);
+    /* one series per reason: "other" and each CM_E* code once, no EUNKNOWN */
+    static char body[1 << 16];
+    CHECK_EQ(tc_http_get(19460, "/metrics", body, sizeof body), 200);
+    int series = 0;
+    for (const char *q = body; (q = strstr(q, "\n" REJECTED_PREFIX)); q++) {
+        series++;
+        CHECKF(strncmp(q + 1 + strlen(REJECTED_PREFIX), "EUNKNOWN", 8) != 0, "%.80s", q + 1);
+    }
+    CHECK_EQ(series, 1 + (int)CM__EEND - (int)CM__EBASE - 1);
+    for (int code = CM_EMAGIC; code >= CM_EIO; code--) {
+        char needle[128];
+        snprintf(needle, sizeof needle, "\n" REJECTED_PREFIX "%s\"}", cm_errname(code));
+        const char *at = strstr(body, needle);
+        CHECKF(at && !strstr(at + 1, needle), "%s: not exactly once", needle + 1);
+    }
     close(fd);
     free(f);
     CHECK(tc_collector_stop(&c, SIGKILL, 10) >= 0);
@@ -421,6 +437,90 @@ static void test_spool_torn_tail(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* A record whose frame length was changed on disk after recovery scanned the segment (another
+ * process, a disk error): the reader applies the same bounds as recovery and skips the rest of
+ * the segment as corrupt, instead of allocating the 4 GiB the field claims. In a child with a
+ * 1 GiB address-space limit, so the unbounded malloc would fail with -ENOMEM (without the
+ * limit under sanitizers, whose shadow memory needs more). */
+static void test_spool_frame_len_bounded(void) {
+    char dir[] = "/tmp/fp-col-test-spool-XXXXXX";
+    CHECK(mkdtemp(dir));
+    col_config_t cfg = spool_cfg(dir);
+    cfg.segment_size = 1 << 20;
+    cfg.spool_max = 4 << 20;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char err[256];
+    col_spool_t *s;
+    CHECK_EQ(col_spool_open(&loop, &cfg, &s, err, sizeof err), 0);
+    append_n(s, 0, 10, 1000);
+    char path[512];
+    snprintf(path, sizeof path, "%s/0000000000000001.seg", dir);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    uint8_t big[4] = {0xf0, 0xff, 0xff, 0xff};
+    off_t rec3 = 16 + 3 * (32 + 3 + 15 + 1000);
+    CHECK(pwrite(fd, big, 4, rec3 + 28) == 4); /* frame_len of record 3 */
+    uint8_t body[4];
+    uint32_t b = 3 + 15 + 0xfffffff0u; /* and a body length that agrees with it */
+    memcpy(body, &b, 4);
+    CHECK(pwrite(fd, body, 4, rec3 + 4) == 4);
+    close(fd);
+    uint64_t corrupt0 = atomic_load(&col_metrics.dropped[COL_DROP_SPOOL_CORRUPT]);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        struct rlimit rl = {1ul << 30, 1ul << 30};
+        setrlimit(RLIMIT_AS, &rl);
+#endif
+        col_record_t r;
+        int n = 0, rc;
+        while ((rc = col_spool_read(s, &r)) == 1) {
+            free(r.frame);
+            n++;
+        }
+        uint64_t lost = atomic_load(&col_metrics.dropped[COL_DROP_SPOOL_CORRUPT]) - corrupt0;
+        printf("read %d records, rc %d, %llu counted corrupt\n", n, rc, (unsigned long long)lost);
+        _exit(rc == 0 && n == 3 && lost == 7 ? 0 : 1);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    col_spool_close(s);
+    uv_loop_close(&loop);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* The ack list keeps each ack's message number: when growing it fails, the acks already in it
+ * keep their numbers and the list is unchanged (before, a failed realloc dropped one ack and
+ * every later ack of the read was sent under the previous message's number: a chunk could be
+ * acked 0 when the agent should have retried it). */
+static void test_acks_numbered_on_alloc_failure(void) {
+    col_acks_t a = {0};
+    col_acks_alloc_budget = 1; /* the first block (16) only */
+    for (uint32_t i = 1; i <= 16; i++)
+        CHECK_EQ(col_acks_add(&a, 100 + i, i % 2 ? 0 : CM_SOCK_RETRY), 0);
+    CHECK_EQ(col_acks_add(&a, 117, CM_SOCK_RETRY), -ENOMEM);
+    CHECK_EQ(a.n, 16);
+    for (uint32_t i = 0; i < 16; i++) {
+        CHECK_EQ(a.no[i], 101 + i);
+        CHECK_EQ(a.status[i], (i + 1) % 2 ? 0 : CM_SOCK_RETRY);
+    }
+    a.n = 0; /* flushed: the failed one goes into the freed list under its own number */
+    CHECK_EQ(col_acks_add(&a, 117, CM_SOCK_RETRY), 0);
+    CHECK_EQ(a.no[0], 117);
+    CHECK_EQ(a.status[0], CM_SOCK_RETRY);
+    col_acks_alloc_budget = -1;
+    for (uint32_t i = 0; i < 1000; i++)
+        CHECK_EQ(col_acks_add(&a, 118 + i, 0), 0);
+    CHECK_EQ(a.n, 1001);
+    CHECK_EQ(a.no[1000], 1117);
+    col_acks_free(&a);
+}
+
 static void test_container_id_from_cgroup(void) {
     char id[80];
     const char *v2 = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/"
@@ -446,6 +546,8 @@ static const tr_test_t tests[] = {
     {"shedding_accounted", test_shedding_accounted},
     {"spool_order_restart_drop", test_spool_order_restart_drop},
     {"spool_torn_tail", test_spool_torn_tail},
+    {"spool_frame_len_bounded", test_spool_frame_len_bounded},
+    {"acks_numbered_on_alloc_failure", test_acks_numbered_on_alloc_failure},
     {"container_id_from_cgroup", test_container_id_from_cgroup},
     {0, 0},
 };

@@ -68,6 +68,11 @@ static agg_profile_t *make_profile(void) {
     for (int i = 0; i < 8; i++)
         span[i] = (uint8_t)(0xa0 + i);
     uint32_t ctx = (uint32_t)agg_profile_context(p, trace, span);
+    for (int i = 0; i < 16; i++)
+        trace[i] = (uint8_t)(0x20 + i);
+    for (int i = 0; i < 8; i++)
+        span[i] = (uint8_t)(0xb0 + i);
+    uint32_t ctx2 = (uint32_t)agg_profile_context(p, trace, span);
     struct {
         uint32_t fr[5], n;
         uint64_t ms;
@@ -76,7 +81,7 @@ static agg_profile_t *make_profile(void) {
         {{f[0], f[1], f[2]}, 3, 410, 0},
         {{f[0], f[1], f[2], f[5]}, 4, 230, ctx},
         {{f[0], f[1], f[3]}, 3, 170, 0},
-        {{f[0], f[1], f[4]}, 3, 90, ctx},
+        {{f[0], f[1], f[4]}, 3, 90, ctx2},
         {{f[0], f[1], f[4], f[4]}, 4, 40, 0}, /* recursion */
         {{f[0], f[6]}, 2, 55, 0},
         {{f[0], f[7]}, 2, 20, 0},
@@ -144,6 +149,12 @@ static void test_pprof_top_matches(void) {
     CHECKF(strstr(out, "trace_id") && strstr(out, "101112131415161718191a1b1c1d1e1f") &&
                strstr(out, "span_id") && strstr(out, "a0a1a2a3a4a5a6a7"),
            "labels missing:\n%s", out);
+    /* every context's labels whole: the first span id was followed by the next trace id's
+     * first digits when the contexts' strings overlapped */
+    CHECKF(strstr(out, ": a0a1a2a3a4a5a6a7\n") && strstr(out, ": b0b1b2b3b4b5b6b7\n") &&
+               strstr(out, ": 202122232425262728292a2b2c2d2e2f\n") &&
+               strstr(out, ": 101112131415161718191a1b1c1d1e1f\n"),
+           "a label value is not exactly a trace or span id:\n%s", out);
     free(out);
     /* mappings with build ids */
     out = run("go tool pprof -raw %s 2>&1", path);

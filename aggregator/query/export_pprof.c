@@ -11,6 +11,8 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#define HEX_SPAN 33 /* offset of the span id in a context's label strings (after the trace id) */
+
 void agg_pprof_sample_types(cm_event_type_t type, const char *names[2], const char *units[2]) {
     units[0] = "count";
     units[1] = "nanoseconds";
@@ -175,7 +177,8 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
     Label *lab = calloc(2 * nr + 2, sizeof *lab);
     Label **labp = calloc(2 * nr + 2, sizeof *labp);
     uint64_t *locids = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *locids);
-    char (*hex)[48] = calloc((size_t)p->n_contexts + 1, sizeof *hex); /* trace 33 + span 17 */
+    /* per context: trace id (32 hex + NUL) at 0, span id (16 hex + NUL) at HEX_SPAN */
+    char (*hex)[HEX_SPAN + 17] = calloc((size_t)p->n_contexts + 1, sizeof *hex);
     uint8_t *raw = NULL;
     if (!fn || !fnp || !loc || !locp || !line || !linep || !map || !mapp || !frame_map ||
         !order || !smp || !smpp || !vals || !lab || !labp || !locids || !hex || !sw0 || !sc0)
@@ -283,7 +286,7 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
     int64_t k_trace = S("trace_id"), k_span = S("span_id");
     for (uint32_t c = 1; c < p->n_contexts; c++) {
         cm_hex(p->contexts[c].trace_id, 16, hex[c]);
-        cm_hex(p->contexts[c].span_id, 8, hex[c] + 33);
+        cm_hex(p->contexts[c].span_id, 8, hex[c] + HEX_SPAN);
     }
     /* samples: rows merged by (stack, context). Rows without a context are summed per stack
      * (an array); only rows with a context are sorted. */
@@ -342,7 +345,7 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
         lab[nl].str = S(hex[r->context]);
         lab[nl + 1] = li;
         lab[nl + 1].key = k_span;
-        lab[nl + 1].str = S(hex[r->context] + 33);
+        lab[nl + 1].str = S(hex[r->context] + HEX_SPAN);
         labp[nl] = &lab[nl];
         labp[nl + 1] = &lab[nl + 1];
         sm->n_label = 2;

@@ -85,6 +85,54 @@ static size_t arg_all(const args_t *a, const char *k, const char **out, size_t m
 
 /* ---- replies ---- */
 
+/* Length of the valid UTF-8 sequence at s (as jansson checks it: no overlong forms, no
+ * surrogates, at most U+10FFFF), or 0 when the bytes there are not one. */
+static size_t utf8_seq(const unsigned char *s) {
+    unsigned c = s[0];
+    size_t n;
+    unsigned cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07;
+    else
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+static int utf8_valid(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t n = utf8_seq(p);
+        if (!n)
+            return 0;
+        p += n;
+    }
+    return 1;
+}
+
+/* Replaces every byte that does not start a valid UTF-8 sequence with '?' (a message cut by
+ * its buffer, or quoting a parameter), so that it can always go into JSON. */
+static void utf8_fix(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p;) {
+        size_t n = utf8_seq(p);
+        if (!n)
+            *p = '?', n = 1;
+        p += n;
+    }
+}
+
 static void reply_json(agg_http_reply_t *r, int status, json_t *o) {
     r->status = status;
     r->content_type = "application/json";
@@ -105,6 +153,7 @@ static void reply_err(agg_http_reply_t *r, int status, const char *param, const 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    utf8_fix(msg);
     json_t *o = json_pack("{s:s, s:i}", "error", msg, "status", status);
     if (o && param)
         json_object_set_new(o, "parameter", json_string(param));
@@ -1048,6 +1097,28 @@ static void h_unknown(agg_api_t *api, const args_t *a, const char *url, agg_http
 
 /* ---- dispatch ---- */
 
+/* 1 when the path and every argument are valid UTF-8 (names, versions, labels end up in JSON
+ * answers, which must be UTF-8); else 0 after a 400 naming the parameter. */
+static int args_utf8(const args_t *a, const char *url, agg_http_reply_t *r) {
+    if (!utf8_valid(url)) {
+        reply_err(r, 400, NULL, "the path '%s' is not valid UTF-8", url);
+        return 0;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        if (!a->key[i] || !utf8_valid(a->key[i])) {
+            reply_err(r, 400, NULL, "a parameter name ('%s') is not valid UTF-8",
+                      a->key[i] ? a->key[i] : "");
+            return 0;
+        }
+        if (a->val[i] && !utf8_valid(a->val[i])) {
+            reply_err(r, 400, a->key[i], "parameter '%s' is not valid UTF-8: '%s'", a->key[i],
+                      a->val[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void dispatch(void *arg_, const char *url, const char *query, agg_http_reply_t *r) {
     (void)query;
     route_t *rt = arg_;
@@ -1058,6 +1129,7 @@ static void dispatch(void *arg_, const char *url, const char *query, agg_http_re
     agg_http_request_args(add_arg, &a);
     if (a.overflow) {
         reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
+    } else if (!args_utf8(&a, url, r)) {
     } else {
         pthread_mutex_lock(&api->lock);
         rt->fn(api, &a, url, r);
@@ -1084,6 +1156,40 @@ size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max) {
         n++;
     }
     return n;
+}
+
+void agg_api_call(agg_api_t *api, const char *url, const char *const *keys,
+                  const char *const *vals, size_t n, agg_http_reply_t *r) {
+    agg_http_route_t routes[AGG_API_ROUTES];
+    size_t nr = agg_api_routes(api, routes, AGG_API_ROUTES);
+    const agg_http_route_t *best = NULL;
+    for (size_t i = 0; i < nr; i++) { /* exact path, else the longest '/'-ended prefix */
+        size_t pl = strlen(routes[i].path);
+        if (!strcmp(url, routes[i].path)) {
+            best = &routes[i];
+            break;
+        }
+        if (routes[i].path[pl - 1] == '/' && !strncmp(url, routes[i].path, pl) &&
+            (!best || strlen(best->path) < pl))
+            best = &routes[i];
+    }
+    if (!best) {
+        reply_err(r, 404, NULL, "no such route");
+        return;
+    }
+    args_t a = {0};
+    for (size_t i = 0; i < n && !a.overflow; i++)
+        add_arg(&a, keys[i], vals[i]);
+    route_t *rt = best->arg;
+    if (a.overflow) {
+        reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
+    } else if (!args_utf8(&a, url, r)) {
+    } else {
+        pthread_mutex_lock(&api->lock);
+        rt->fn(api, &a, url, r);
+        pthread_mutex_unlock(&api->lock);
+    }
+    args_free(&a);
 }
 
 int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err_size) {

@@ -28,4 +28,9 @@ void agg_api_free(agg_api_t *api);
 #define AGG_API_ROUTES 12
 size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max);
 
+/* Tests and fuzzing: runs the route serving url with the decoded query arguments keys[i] =
+ * vals[i] (as the HTTP server passes them), without the token check. */
+void agg_api_call(agg_api_t *api, const char *url, const char *const *keys,
+                  const char *const *vals, size_t n, agg_http_reply_t *r);
+
 #endif

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     int assigned;
@@ -48,6 +49,9 @@ struct agg_consumer {
     agg_rollup_t rollup;
     int fatal;
     uint64_t dlq_failed; /* delivery failures reported by the DLQ producer */
+    struct {
+        int64_t offset, progress_ms;
+    } group[AGG_METRICS_MAX_PARTITIONS]; /* group_check's memory */
 };
 
 static int64_t mono_ms(void) { return agg_mono_ns() / 1000000; }
@@ -380,6 +384,14 @@ static rd_kafka_conf_t *base_conf(const agg_consume_cfg_t *cfg, int producer, ch
     if (rd_kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, e, sizeof e) ||
         rd_kafka_conf_set(conf, "client.id", cfg->client_id, e, sizeof e))
         goto fail;
+    /* A member that dies (SIGKILL, a partitioned host) keeps its partitions until the broker
+     * stops hearing from it: librdkafka's default session.timeout.ms (45 s) meant ~75 s without
+     * ingest in practice. 6 s is the broker's default group.min.session.timeout.ms; heartbeats
+     * every 1 s (under a third of it). A clean shutdown leaves the group at once
+     * (rd_kafka_consumer_close). Both can be overridden with --kafka.PROPERTY. */
+    if (!producer && (rd_kafka_conf_set(conf, "session.timeout.ms", "6000", e, sizeof e) ||
+                      rd_kafka_conf_set(conf, "heartbeat.interval.ms", "1000", e, sizeof e)))
+        goto fail;
     for (size_t i = 0; cfg->kafka_props && i < cfg->kafka_props->n; i++) {
         const cm_kv_t *kv = &cfg->kafka_props->items[i];
         if (producer && consumer_only(kv->key))
@@ -492,6 +504,67 @@ static void update_gauges(agg_consumer_t *c) {
     pthread_mutex_unlock(&c->m->mu);
 }
 
+/* Next offset stored for a partition this instance does not own (-1: none). */
+static int64_t stored_offset(agg_consumer_t *c, int32_t part) {
+    char path[4096], err[256];
+    agg_store_path(path, sizeof path, c->cfg.store_dir, c->cfg.topic, part);
+    agg_store_t *st = NULL;
+    int64_t off = -1;
+    if (access(path, F_OK) == 0 &&
+        agg_store_sqlite_open_readonly(path, &st, err, sizeof err) == 0) {
+        if (agg_store_offset_get(st, c->cfg.topic, part, &off))
+            off = -1;
+        agg_store_close(st);
+    }
+    return off;
+}
+
+/* Lag and progress of every partition of the topic, owned here or not (the store directory is
+ * shared by the group): a partition that is behind and whose stored offset does not move has
+ * no live consumer (a member died and the group has not reassigned it) or an owner that cannot
+ * write. /healthz reports it (metrics.c). Blocking calls with 1 s timeouts, every 5 s. */
+static void group_check(agg_consumer_t *c, int64_t now) {
+    const rd_kafka_metadata_t *md = NULL;
+    rd_kafka_topic_t *t = rd_kafka_topic_new(c->rk, c->cfg.topic, NULL);
+    if (!t)
+        return;
+    int32_t n = -1;
+    if (rd_kafka_metadata(c->rk, 0, t, &md, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        md->topic_cnt == 1 && !md->topics[0].err)
+        n = md->topics[0].partition_cnt;
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(t);
+    if (n < 0)
+        return; /* broker unreachable: the loop's own health covers it */
+    if (n > AGG_METRICS_MAX_PARTITIONS)
+        n = AGG_METRICS_MAX_PARTITIONS;
+    for (int32_t i = 0; i < n; i++) {
+        int64_t off, lo = 0, hi = 0;
+        if (i < c->nparts && c->parts[i].assigned) {
+            off = c->parts[i].committed;
+            if (rd_kafka_get_watermark_offsets(c->rk, c->cfg.topic, i, &lo, &hi))
+                continue;
+        } else {
+            off = stored_offset(c, i);
+            if (rd_kafka_query_watermark_offsets(c->rk, c->cfg.topic, i, &lo, &hi, 1000))
+                continue;
+        }
+        int64_t lag = hi - (off >= 0 ? off : lo);
+        if (lag < 0)
+            lag = 0;
+        if (c->group[i].progress_ms == 0 || lag == 0 || off != c->group[i].offset)
+            c->group[i].progress_ms = now;
+        c->group[i].offset = off;
+        pthread_mutex_lock(&c->m->mu);
+        c->m->group[i].lag = lag;
+        c->m->group[i].stalled_ms = now - c->group[i].progress_ms;
+        if (c->m->group_n < i + 1)
+            c->m->group_n = i + 1;
+        pthread_mutex_unlock(&c->m->mu);
+    }
+}
+
 static void run_retention(agg_consumer_t *c) {
     for (int32_t i = 0; i < c->nparts; i++) {
         part_t *p = &c->parts[i];
@@ -515,7 +588,7 @@ static void run_retention(agg_consumer_t *c) {
 }
 
 int agg_consumer_run(agg_consumer_t *c, volatile sig_atomic_t *stop) {
-    int64_t last_gauge = 0, last_retention = mono_ms();
+    int64_t last_gauge = 0, last_group = 0, last_retention = mono_ms();
     int rc = 0;
     int first_retention = 1;
     while (!*stop && !c->fatal) {
@@ -549,6 +622,10 @@ int agg_consumer_run(agg_consumer_t *c, volatile sig_atomic_t *stop) {
         if (now - last_gauge >= 1000) {
             update_gauges(c);
             last_gauge = now;
+        }
+        if (now - last_group >= 5000) {
+            group_check(c, now);
+            last_group = now;
         }
         if (c->cfg.retention_interval_ms > 0 &&
             (now - last_retention >= c->cfg.retention_interval_ms ||

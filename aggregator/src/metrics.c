@@ -23,6 +23,7 @@ void agg_metrics_init(agg_metrics_t *m) {
     pthread_mutex_init(&m->mu, NULL);
     m->store_ok = 1;
     m->heartbeat_ns = agg_mono_ns();
+    m->group_stall_ms = 20000;
     m->stall_after_ns = 60ll * 1000000000;
 }
 
@@ -133,6 +134,18 @@ char *agg_metrics_render(agg_metrics_t *m) {
               "fleetprof_aggregator_write_seconds_sum %.6f\n"
               "fleetprof_aggregator_write_seconds_count %llu\n",
               (unsigned long long)cum, m->lat_sum, (unsigned long long)m->lat_n);
+    sb_printf(&b, "# HELP fleetprof_aggregator_group_lag_messages every partition of the topic, "
+                  "whoever owns it: high watermark minus stored offset\n"
+                  "# TYPE fleetprof_aggregator_group_lag_messages gauge\n");
+    for (int32_t p = 0; p < m->group_n && p < AGG_METRICS_MAX_PARTITIONS; p++)
+        sb_printf(&b, "fleetprof_aggregator_group_lag_messages{partition=\"%d\"} %lld\n", p,
+                  (long long)m->group[p].lag);
+    sb_printf(&b, "# HELP fleetprof_aggregator_group_stalled_seconds how long a partition has "
+                  "been behind without its stored offset moving\n"
+                  "# TYPE fleetprof_aggregator_group_stalled_seconds gauge\n");
+    for (int32_t p = 0; p < m->group_n && p < AGG_METRICS_MAX_PARTITIONS; p++)
+        sb_printf(&b, "fleetprof_aggregator_group_stalled_seconds{partition=\"%d\"} %.1f\n", p,
+                  m->group[p].lag > 0 ? m->group[p].stalled_ms / 1e3 : 0.0);
     sb_printf(&b, "# HELP fleetprof_aggregator_lag_messages high watermark minus stored offset\n"
                   "# TYPE fleetprof_aggregator_lag_messages gauge\n");
     for (int p = 0; p < AGG_METRICS_MAX_PARTITIONS; p++)
@@ -165,6 +178,14 @@ int agg_metrics_healthy(agg_metrics_t *m, char *why, size_t why_size) {
         snprintf(why, why_size, "last store write failed; see the log\n");
         ok = 0;
     }
+    for (int32_t p = 0; ok && p < m->group_n && p < AGG_METRICS_MAX_PARTITIONS; p++)
+        if (m->group[p].lag > 0 && m->group[p].stalled_ms > m->group_stall_ms) {
+            snprintf(why, why_size,
+                     "partition %d: %lld messages behind and no progress for %.0f s (no live "
+                     "member of the group consumes it, or its owner cannot write)\n",
+                     p, (long long)m->group[p].lag, m->group[p].stalled_ms / 1e3);
+            ok = 0;
+        }
     pthread_mutex_unlock(&m->mu);
     return ok;
 }

@@ -32,6 +32,13 @@ typedef struct {
         int assigned;
         int64_t committed, lag;
     } part[AGG_METRICS_MAX_PARTITIONS];
+    /* every partition of the topic, whoever owns it (consume.c group_check, every 5 s): lag
+     * from the stored offset and how long it has been positive without the offset moving */
+    struct {
+        int64_t lag, stalled_ms;
+    } group[AGG_METRICS_MAX_PARTITIONS];
+    int32_t group_n;
+    int64_t group_stall_ms; /* /healthz fails when a partition is stalled this long */
     int64_t store_bytes;
     int64_t heartbeat_ns;   /* CLOCK_MONOTONIC of the consume loop's last turn */
     int store_ok;           /* last batch write succeeded (or none yet) */

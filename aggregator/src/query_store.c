@@ -708,15 +708,17 @@ static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, ag
     return rc;
 }
 
+#define QMAX_WIDTHS 64 /* distinct interval widths of a service (fine, downsampled, changed) */
+
 /* The SQL pieces every profile read shares: the version list (explicit, so each statement is
  * an index range per version), the fine widths present (so a bucket range is an index range
  * too), the label filter, and their bindings. */
 typedef struct {
-    char vin[2600], win[400];
+    char vin[2600], win[16 + 6 * (QMAX_WIDTHS + 1)];
     const char *lab;
     uint64_t vid[AGG_QMAX_VERSIONS];
     size_t nv;
-    int64_t widths[32];
+    int64_t widths[QMAX_WIDTHS + 1]; /* + 1: the leaf query adds the replicate width */
     size_t nw;
 } qparts_t;
 
@@ -762,8 +764,15 @@ static int query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty)
     if ((rc = prep(d, "SELECT DISTINCT width FROM intervals WHERE service=?1", &st)))
         return rc;
     B64(st, 1, sid(q->service));
-    while ((s = sqlite3_step(st)) == SQLITE_ROW && qp->nw < 32)
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (qp->nw == QMAX_WIDTHS) { /* never a silently partial answer */
+            CM_WARN("query: %s: service '%s' has more than %d bucket widths", d->path,
+                    q->service, QMAX_WIDTHS);
+            done(st, s);
+            return CM_ETOOBIG;
+        }
         qp->widths[qp->nw++] = sqlite3_column_int64(st, 0);
+    }
     if ((rc = done(st, s)))
         return rc;
     *empty = !qp->nv || !qp->nw;
@@ -1028,7 +1037,7 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
     qparts_t lp = *qp;
     size_t nw = 0;
     lp.widths[nw++] = rw;
-    for (size_t i = 0; i < qp->nw; i++)
+    for (size_t i = 0; i < qp->nw && nw < sizeof lp.widths / sizeof *lp.widths; i++)
         if (qp->widths[i] > rw)
             lp.widths[nw++] = qp->widths[i];
     lp.nw = nw;

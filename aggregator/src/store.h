@@ -140,6 +140,17 @@ struct agg_store {
     const agg_store_vtab_t *vt;
 };
 
+/* The WAL bound of a SQLite store: a checkpointer thread per writable store backfills the WAL
+ * every AGG_CKPT_INTERVAL_MS (PASSIVE, never blocks the writer) and truncates the file when it
+ * is past AGG_WAL_LIMIT_BYTES and fully backfilled; the writer checkpoints itself after a
+ * commit that leaves more than that in the WAL (the thread fell behind); journal_size_limit
+ * truncates the file to it whenever the WAL restarts. So the WAL file stays under
+ * AGG_WAL_LIMIT_BYTES plus one transaction, unless a reader holds a snapshot for longer. */
+#define AGG_CKPT_INTERVAL_MS 250
+#define AGG_WAL_LIMIT_BYTES 16777216
+#define AGG_STR_(x) #x
+#define AGG_STR(x) AGG_STR_(x)
+
 /* Opens (creating if needed) the SQLite store at path. Returns 0 or a negative code with the
  * reason in err. */
 int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t err_size);

@@ -9,7 +9,8 @@
  *
  * Threading: one handle per thread; processes sharing a file are serialized by SQLite's locks
  * (busy timeout 30 s). Each handle runs a checkpointer thread with its own connection (PASSIVE
- * checkpoints every 250 ms), so the writer never blocks on checkpoint fsyncs.
+ * checkpoints every AGG_CKPT_INTERVAL_MS, TRUNCATE past AGG_WAL_LIMIT_BYTES), so the writer
+ * never blocks on checkpoint fsyncs and the WAL stays bounded (store.h).
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "store.h"
@@ -185,6 +186,14 @@ typedef struct {
     int n_tiers;
 } sq_store_t;
 
+/* Bytes of the WAL file next to path (0 when absent). */
+static int64_t wal_bytes(const char *path) {
+    char wal[4200];
+    struct stat a;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    return stat(wal, &a) == 0 ? (int64_t)a.st_size : 0;
+}
+
 static void *ckpt_main(void *arg) {
     sq_store_t *s = arg;
     sqlite3 *db = NULL;
@@ -196,11 +205,17 @@ static void *ckpt_main(void *arg) {
         return NULL;
     }
     sqlite3_busy_timeout(db, 100);
+    /* A connection that has never read the database has not opened its WAL: a checkpoint on
+     * it is a silent no-op (SQLite returns SQLITE_OK with nlog = nckpt = -1). One read opens
+     * the WAL for the life of the connection. Without it every partition file stayed at its
+     * first page and the WAL grew until the writer's fallback checkpoint at WAL_MAX_PAGES. */
+    sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    int warned = 0;
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250000000;
+        ts.tv_nsec += AGG_CKPT_INTERVAL_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
@@ -210,7 +225,21 @@ static void *ckpt_main(void *arg) {
             break;
         pthread_mutex_unlock(&s->ckpt_mu);
         int nlog = 0, nckpt = 0;
-        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &nlog, &nckpt);
+        int rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &nlog, &nckpt);
+        if (rc == SQLITE_OK && nlog > 0 && nckpt == nlog &&
+            wal_bytes(s->path) > AGG_WAL_LIMIT_BYTES) {
+            /* everything is in the database but the file is past its bound (a large batch,
+             * or a reader held the WAL): restart it from the beginning and truncate it. Waits
+             * at most the 100 ms busy timeout for readers and the writer. */
+            rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+            if (rc == SQLITE_BUSY)
+                rc = SQLITE_OK; /* a reader or the writer: next turn */
+        }
+        if (rc != SQLITE_OK && rc != SQLITE_BUSY && !warned++)
+            CM_WARN("store %s: checkpoint failed: %s (further failures not logged)", s->path,
+                    sqlite3_errmsg(db));
+        if (nlog < 0 && !warned++)
+            CM_WARN("store %s: checkpoint found no WAL open on its connection", s->path);
         pthread_mutex_lock(&s->ckpt_mu);
     }
     pthread_mutex_unlock(&s->ckpt_mu);
@@ -271,7 +300,7 @@ static int step(sq_store_t *s, sqlite3_stmt *st) {
 
 /* After each commit: when the checkpointer has not kept up (the writer commits back to back),
  * checkpoint here so the WAL stays bounded whatever the load. */
-#define WAL_MAX_PAGES 16384 /* 64 MiB of 4 KiB pages */
+#define WAL_MAX_PAGES (AGG_WAL_LIMIT_BYTES / 4096)
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
     (void)arg;
     if (pages >= WAL_MAX_PAGES)
@@ -921,8 +950,8 @@ static int sq_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cuto
         del = NULL;
     }
     static const char *const span_sql[] = {
-        "DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, span FROM spans WHERE "
-        "last_ns < ?1)",
+        ("DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, span FROM spans WHERE "
+         "last_ns < ?1)"),
         "DELETE FROM spans WHERE last_ns < ?1",
         "DELETE FROM seen_chunks WHERE ts_ns < ?1",
     };
@@ -1291,7 +1320,7 @@ static int open_store(const char *path, int readonly, agg_store_t **out, char *e
         goto prepare;
     if ((rc = exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
                       "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; "
-                      "PRAGMA journal_size_limit=67108864;")) ||
+                      "PRAGMA journal_size_limit=" AGG_STR(AGG_WAL_LIMIT_BYTES) ";")) ||
         (rc = exec(s, "BEGIN IMMEDIATE")))
         goto fail;
     if ((rc = exec(s, schema))) {

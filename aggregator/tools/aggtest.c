@@ -45,9 +45,8 @@ pid_t at_agg_start(const char *bootstrap, const char *store_dir, const char *gro
     snprintf(port, sizeof port, "%d", http_port);
     const char *argv[64] = {bin,           "--brokers", bootstrap, "--store-dir", store_dir,
                             "--group",     group,       "--http-addr", "127.0.0.1",
-                            "--http-port", port,        "--kafka.session.timeout.ms=6000",
-                            "--kafka.heartbeat.interval.ms=500"};
-    int n = 13;
+                            "--http-port", port}; /* the product's session timeout (6 s) */
+    int n = 11;
     for (int i = 0; extra && extra[i] && n < 62; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;

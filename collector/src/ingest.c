@@ -49,8 +49,7 @@ typedef struct conn {
     uint64_t partial_since;   /* ms (loop clock) when the pending hello/frame started; 0: none */
     double tokens;            /* client-max-rate bucket */
     uint64_t tokens_ms;
-    int32_t *acks;            /* acks gathered during one read callback */
-    size_t n_acks, cap_acks;
+    col_acks_t acks;          /* acks gathered during one read callback */
 } conn_t;
 
 struct col_ingest {
@@ -129,7 +128,7 @@ static void on_closed(uv_handle_t *h) {
     in->n_conns--;
     col_gauge_set(&col_metrics.connected, in->n_conns);
     free(c->buf);
-    free(c->acks);
+    col_acks_free(&c->acks);
     free(c);
 }
 
@@ -153,19 +152,57 @@ static void conn_close(conn_t *c, col_disc_t why) {
 
 static void on_written(uv_write_t *req, int status) { free(req); }
 
+long col_acks_alloc_budget = -1;
+
+int col_acks_add(col_acks_t *a, uint32_t msg_no, int32_t status) {
+    if (a->n == a->cap) {
+        size_t nc = a->cap ? a->cap * 2 : 16;
+        if (col_acks_alloc_budget == 0)
+            return -ENOMEM;
+        if (col_acks_alloc_budget > 0)
+            col_acks_alloc_budget--;
+        uint32_t *nn = malloc(nc * sizeof *nn);
+        int32_t *ns = malloc(nc * sizeof *ns);
+        if (!nn || !ns) {
+            free(nn);
+            free(ns);
+            return -ENOMEM;
+        }
+        if (a->n) {
+            memcpy(nn, a->no, a->n * sizeof *nn);
+            memcpy(ns, a->status, a->n * sizeof *ns);
+        }
+        free(a->no);
+        free(a->status);
+        a->no = nn;
+        a->status = ns;
+        a->cap = nc;
+    }
+    a->no[a->n] = msg_no;
+    a->status[a->n++] = status;
+    return 0;
+}
+
+void col_acks_free(col_acks_t *a) {
+    free(a->no);
+    free(a->status);
+    memset(a, 0, sizeof *a);
+}
+
 /* Sends the acks gathered during this read callback in one write. */
 static void acks_flush(conn_t *c) {
-    if (!c->n_acks || c->closing)
+    if (!c->acks.n || c->closing)
         goto out;
-    wreq_t *w = malloc(sizeof *w + c->n_acks * CM_SOCK_ACK_SIZE);
-    if (!w)
+    wreq_t *w = malloc(sizeof *w + c->acks.n * CM_SOCK_ACK_SIZE);
+    if (!w) { /* the agent resends its unacked chunks after reconnecting */
+        conn_close(c, COL_DISC_ERROR);
         goto out;
-    uint32_t first = c->msg_no - (uint32_t)c->n_acks + 1;
-    for (size_t i = 0; i < c->n_acks; i++) {
-        put32(w->data + i * 8, first + (uint32_t)i);
-        put32(w->data + i * 8 + 4, (uint32_t)c->acks[i]);
     }
-    w->buf = uv_buf_init((char *)w->data, (unsigned)(c->n_acks * CM_SOCK_ACK_SIZE));
+    for (size_t i = 0; i < c->acks.n; i++) {
+        put32(w->data + i * 8, c->acks.no[i]);
+        put32(w->data + i * 8 + 4, (uint32_t)c->acks.status[i]);
+    }
+    w->buf = uv_buf_init((char *)w->data, (unsigned)(c->acks.n * CM_SOCK_ACK_SIZE));
     if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &w->buf, 1, on_written)) {
         free(w);
         conn_close(c, COL_DISC_ERROR);
@@ -175,19 +212,19 @@ static void acks_flush(conn_t *c) {
     if (queued > (size_t)c->in->cfg->max_write_queue)
         conn_close(c, COL_DISC_NOT_READING);
 out:
-    c->n_acks = 0;
+    c->acks.n = 0;
 }
 
+/* Queues the ack of message c->msg_no. When it cannot be stored, the acks gathered so far are
+ * sent now (each with its own number) and this one goes into the freed list; with no list at
+ * all the connection is closed: the agent resends what was not acked (chunk ids make a resent
+ * accepted chunk count once downstream). */
 static void ack_add(conn_t *c, int32_t status) {
-    if (c->n_acks == c->cap_acks) {
-        size_t nc = c->cap_acks ? c->cap_acks * 2 : 16;
-        int32_t *na = realloc(c->acks, nc * sizeof *na);
-        if (!na)
-            return; /* the agent resends after a reconnect */
-        c->acks = na;
-        c->cap_acks = nc;
-    }
-    c->acks[c->n_acks++] = status;
+    if (col_acks_add(&c->acks, c->msg_no, status) == 0)
+        return;
+    acks_flush(c);
+    if (c->closing || col_acks_add(&c->acks, c->msg_no, status) != 0)
+        conn_close(c, COL_DISC_ERROR);
 }
 
 /* Grows c->buf to at least need bytes within the memory budget. Returns 0 or -ENOMEM. */
@@ -245,6 +282,25 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
     char key[256];
     snprintf(key, sizeof key, "%s", chunk->header.service.ptr ? chunk->header.service.ptr : "");
     cm_chunk_free(chunk);
+    /* The Kafka record this chunk becomes must fit the topic's max.message.bytes, or the broker
+     * refuses it after we acked it (lost, and the agent never resends). Refuse it now: the
+     * agent counts the rejection (and should split what it sends). */
+    int64_t rec = (int64_t)n + (int64_t)strlen(key) + (int64_t)strlen(CM_HDR_RECEIVED) + 24;
+    for (int i = 0; i < c->hdrs.n; i++)
+        rec += (int64_t)strlen(c->hdrs.name[i]) + (int64_t)strlen(c->hdrs.value[i]) + 4;
+    int64_t max_rec = col_producer_max_record(in->producer);
+    if (rec > max_rec) {
+        col_metrics_reject(CM_ETOOBIG);
+        col_count(&col_metrics.over_kafka_limit, 1);
+        if (log_allowed(in)) {
+            CM_WARN("msg=\"rejected a chunk too big for Kafka: its record would pass the topic's "
+                    "max.message.bytes\" reason=ETOOBIG bytes=%zu record_bytes=%lld "
+                    "max_record_bytes=%lld service=\"%s\" pid=%d suppressed_lines=%" PRIu64,
+                    n, (long long)rec, (long long)max_rec, key, c->pid, in->log_suppressed);
+            in->log_suppressed = 0;
+        }
+        return CM_ETOOBIG;
+    }
     rc = col_spool_append(in->spool, key, &c->hdrs, col_now_ns(), frame, n);
     if (rc) {
         col_count(&col_metrics.shed[COL_SHED_SPOOL], 1);

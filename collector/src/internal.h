@@ -13,6 +13,7 @@
 #define COL_INTERNAL_H
 
 #include "cm/config.h"
+#include "cm/error.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -63,8 +64,9 @@ void col_config_free(col_config_t *cfg, cm_kvlist_t *kafka);
 
 /* ---------------------------------------------------------------- metrics.c */
 
-/* Reasons a chunk is rejected (negative ack, never resent): one slot per CM_E* code + other. */
-#define COL_REJECT_SLOTS 16
+/* Reasons a chunk is rejected (negative ack, never resent): slot 0 "other", then one slot per
+ * CM_E* code in the table's order (exactly as many as there are codes). */
+#define COL_REJECT_SLOTS ((int)CM__EEND - (int)CM__EBASE)
 /* Reasons a chunk is shed (CM_SOCK_RETRY: the agent keeps it and retries). */
 typedef enum {
     COL_SHED_RATE = 0,    /* over max-rate */
@@ -109,6 +111,8 @@ typedef struct {
     atomic_uint_fast64_t kafka_delivery_errors, kafka_errors, kafka_rewinds;
     atomic_uint_fast64_t kafka_up;              /* gauge 0/1 */
     atomic_uint_fast64_t inflight;              /* gauge */
+    atomic_uint_fast64_t kafka_max_message;     /* gauge: the topic's max.message.bytes in use */
+    atomic_uint_fast64_t over_kafka_limit;      /* chunks refused: bigger than Kafka takes */
     atomic_uint_fast64_t lat_bucket[COL_LAT_BUCKETS + 1]; /* last is +Inf */
     atomic_uint_fast64_t lat_sum_us, lat_count;
     atomic_uint_fast64_t heartbeat_ms;          /* loop clock, for /healthz */
@@ -213,6 +217,10 @@ typedef struct col_producer col_producer_t;
 
 /* Creates the librdkafka producer (idempotent, acks=all) with cfg + kafka.* properties and
  * hooks its event queue to the loop. Records are pulled from the spool in order. */
+/* The largest Kafka record (key + headers + value) the topic takes: its max.message.bytes
+ * (read from the broker with DescribeConfigs; Kafka's default 1048588 until known) and our
+ * producer's message.max.bytes, less a record batch's own overhead. */
+int64_t col_producer_max_record(const col_producer_t *p);
 int col_producer_open(uv_loop_t *loop, const col_config_t *cfg, const cm_kvlist_t *kafka,
                       col_spool_t *spool, col_producer_t **out, char *errbuf,
                       size_t errbuf_size);
@@ -234,6 +242,20 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
                      char *errbuf, size_t errbuf_size);
 /* Answers every further chunk with CM_SOCK_RETRY (shutdown has begun). */
 void col_ingest_drain(col_ingest_t *in);
+
+/* The acks gathered during one read callback. Each carries its message number, so an ack that
+ * could not be stored never renumbers the others (the agent matches acks by number). */
+typedef struct {
+    uint32_t *no;
+    int32_t *status;
+    size_t n, cap;
+} col_acks_t;
+/* Appends (msg_no, status). Returns 0, or -ENOMEM with the list unchanged. */
+int col_acks_add(col_acks_t *a, uint32_t msg_no, int32_t status);
+void col_acks_free(col_acks_t *a);
+/* Tests only: the next n allocations of col_acks_add succeed, the ones after fail (-1: never
+ * fail, the default). */
+extern long col_acks_alloc_budget;
 /* Stops listening and closes every connection (their unacked chunks stay with the agents). */
 void col_ingest_stop(col_ingest_t *in);
 

@@ -123,8 +123,7 @@ int col_metrics_render(char **res, size_t *res_len) {
     for (int i = 0; i < COL_REJECT_SLOTS; i++) {
         unsigned long long v = LOAD(m->rejected[i]);
         const char *name = i == 0 ? "other" : cm_errname(-(int)CM__EBASE - i);
-        if (i == 0 || (name && strcmp(name, "unknown") && strncmp(name, "E", 1) == 0))
-            out(&b, P "chunks_rejected_total{reason=\"%s\"} %llu\n", name, v);
+        out(&b, P "chunks_rejected_total{reason=\"%s\"} %llu\n", name, v);
     }
     labelled(&b, "chunks_shed_total", "Chunks answered with retry (the agent keeps them).",
              "reason", shed_names, m->shed, COL_SHED_MAX);
@@ -148,6 +147,13 @@ int col_metrics_render(char **res, size_t *res_len) {
     gauge(&b, "kafka_up", "1 unless all brokers are reported down.", &m->kafka_up);
     gauge(&b, "kafka_inflight_messages", "Messages handed to librdkafka, not yet reported.",
           &m->inflight);
+    gauge(&b, "kafka_max_message_bytes",
+          "The topic's max.message.bytes chunks are checked against (broker default until the "
+          "topic's configuration is read).", &m->kafka_max_message);
+    counter(&b, "chunks_over_kafka_limit_total",
+            "Chunks refused with ETOOBIG before the ack: their Kafka record would pass the "
+            "topic's max.message.bytes (also in chunks_rejected_total{reason=\"ETOOBIG\"}).",
+            &m->over_kafka_limit);
     gauge(&b, "draining", "1 while shutting down.", &m->draining);
     out(&b, "# HELP " P "delivery_latency_seconds From acceptance to the Kafka acknowledgement.\n"
             "# TYPE " P "delivery_latency_seconds histogram\n");

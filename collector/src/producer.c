@@ -53,7 +53,92 @@ struct col_producer {
     uint64_t n_failed; /* failed reports of the current round, replayed at the rewind */
     int failed, waiting, paused, closing;
     uint64_t last_err_log_ns;
+    /* the topic's max.message.bytes: DescribeConfigs on a queue of our own, polled from the 1 s
+     * timer; asked again every 5 min (every 10 s until first known) */
+    rd_kafka_queue_t *admq;
+    int desc_pending, desc_warned;
+    uint64_t desc_next_ns;
+    int64_t topic_max; /* 0: not known yet */
 };
+
+/* Kafka's default max.message.bytes (broker and topic): assumed until the topic says. */
+#define KAFKA_DEFAULT_MAX_MESSAGE 1048588
+/* A record batch holding one record, beyond key, headers and value: batch header (61 bytes),
+ * record length, attributes, timestamp and offset deltas, key/value/header lengths (varints). */
+#define KAFKA_RECORD_OVERHEAD 128
+
+static void describe_request(col_producer_t *p) {
+    rd_kafka_ConfigResource_t *r =
+        rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, p->cfg->topic);
+    rd_kafka_AdminOptions_t *o =
+        rd_kafka_AdminOptions_new(p->rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+    if (!r || !o) {
+        rd_kafka_ConfigResource_destroy(r);
+        rd_kafka_AdminOptions_destroy(o);
+        return;
+    }
+    rd_kafka_AdminOptions_set_request_timeout(o, 10000, NULL, 0);
+    rd_kafka_DescribeConfigs(p->rk, &r, 1, o, p->admq);
+    rd_kafka_AdminOptions_destroy(o);
+    rd_kafka_ConfigResource_destroy(r);
+    p->desc_pending = 1;
+}
+
+/* Reads the DescribeConfigs answer if it is there; asks (again) when it is time. */
+static void describe_tick(col_producer_t *p) {
+    uint64_t now = col_now_ns();
+    if (!p->desc_pending) {
+        if (now >= p->desc_next_ns)
+            describe_request(p);
+        return;
+    }
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(p->admq, 0);
+    if (!ev)
+        return;
+    p->desc_pending = 0;
+    int64_t v = -1;
+    char why[256] = "";
+    if (rd_kafka_event_error(ev)) {
+        snprintf(why, sizeof why, "%s", rd_kafka_event_error_string(ev));
+    } else {
+        const rd_kafka_DescribeConfigs_result_t *res = rd_kafka_event_DescribeConfigs_result(ev);
+        size_t nr = 0, ne = 0;
+        const rd_kafka_ConfigResource_t **rs =
+            res ? rd_kafka_DescribeConfigs_result_resources(res, &nr) : NULL;
+        for (size_t i = 0; i < nr; i++) {
+            if (rd_kafka_ConfigResource_error(rs[i])) {
+                snprintf(why, sizeof why, "%s", rd_kafka_ConfigResource_error_string(rs[i]));
+                continue;
+            }
+            const rd_kafka_ConfigEntry_t **es = rd_kafka_ConfigResource_configs(rs[i], &ne);
+            for (size_t k = 0; k < ne; k++)
+                if (!strcmp(rd_kafka_ConfigEntry_name(es[k]), "max.message.bytes") &&
+                    rd_kafka_ConfigEntry_value(es[k]))
+                    v = strtoll(rd_kafka_ConfigEntry_value(es[k]), NULL, 10);
+        }
+    }
+    rd_kafka_event_destroy(ev);
+    if (v > KAFKA_RECORD_OVERHEAD) {
+        if (v != p->topic_max)
+            CM_INFO("msg=\"topic max.message.bytes\" topic=%s bytes=%lld", p->cfg->topic,
+                    (long long)v);
+        p->topic_max = v;
+        col_gauge_set(&col_metrics.kafka_max_message, (uint64_t)v);
+        p->desc_next_ns = now + 300ull * 1000000000ull;
+    } else {
+        if (!p->desc_warned++)
+            CM_WARN("msg=\"cannot read the topic's max.message.bytes; assuming %d\" topic=%s "
+                    "err=\"%s\"", KAFKA_DEFAULT_MAX_MESSAGE, p->cfg->topic,
+                    why[0] ? why : "no such entry");
+        p->desc_next_ns = now + (p->topic_max ? 300ull : 10ull) * 1000000000ull;
+    }
+}
+
+int64_t col_producer_max_record(const col_producer_t *p) {
+    int64_t lim = p && p->topic_max > 0 ? p->topic_max : KAFKA_DEFAULT_MAX_MESSAGE;
+    int64_t own = p ? p->cfg->max_msg + 65536 : lim; /* our message.max.bytes */
+    return (lim < own ? lim : own) - KAFKA_RECORD_OVERHEAD;
+}
 
 static int permanent(rd_kafka_resp_err_t err) {
     return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE || err == RD_KAFKA_RESP_ERR_INVALID_MSG ||
@@ -210,6 +295,7 @@ static void on_readable(uv_poll_t *h, int status, int events) { serve(h->data); 
 
 static void on_backoff(uv_timer_t *t) {
     col_producer_t *p = t->data;
+    describe_tick(p);
     p->waiting = 0;
     serve(p); /* also the safety net in case an io event was missed */
 }
@@ -221,7 +307,7 @@ static void on_idle(uv_idle_t *h) {
 }
 
 void col_producer_kick(col_producer_t *p) {
-    if (p->failed || p->waiting || p->paused || p->closing)
+    if (!p || p->failed || p->waiting || p->paused || p->closing)
         return;
     for (int batch = 0;; batch++) {
         /* The ring also holds delivered slots behind a slow one: bound by its size too. */
@@ -380,6 +466,10 @@ int col_producer_open(uv_loop_t *loop, const col_config_t *cfg, const cm_kvlist_
     p->idle.data = p;
     col_gauge_set(&col_metrics.kafka_up, 1);
     uv_timer_start(&p->backoff, on_backoff, 1000, 1000); /* safety poll */
+    p->admq = rd_kafka_queue_new(p->rk);
+    col_gauge_set(&col_metrics.kafka_max_message, KAFKA_DEFAULT_MAX_MESSAGE);
+    if (p->admq)
+        describe_request(p);
     serve(p);
 out:
     if (conf)
@@ -405,6 +495,8 @@ void col_producer_close(col_producer_t *p) {
     p->closing = 1;
     rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_poll(p->rk, 0);
+    if (p->admq)
+        rd_kafka_queue_destroy(p->admq);
     rd_kafka_destroy(p->rk);
     uv_close((uv_handle_t *)&p->poll, on_closed);
     uv_close((uv_handle_t *)&p->backoff, on_closed);

@@ -526,7 +526,12 @@ int col_spool_read(col_spool_t *s, col_record_t *rec) {
             bad = 1;
         if (!bad) {
             key_len = get16(head + 24), hdr_len = get16(head + 26), frame_len = get32(head + 28);
+            /* the bounds recovery applies (seg_scan): the file may have changed since */
+            uint64_t body = get32(head + 4);
             if (key_len > 255 || hdr_len > MAX_HDR_BLOB ||
+                frame_len > (uint64_t)s->cfg->max_msg ||
+                body != (uint64_t)key_len + hdr_len + frame_len ||
+                off + REC_HDR + body > seg->size ||
                 pread(seg->fd, head + REC_HDR, key_len + hdr_len, (off_t)(off + REC_HDR)) !=
                     (ssize_t)(key_len + hdr_len))
                 bad = 1;

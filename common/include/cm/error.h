@@ -27,6 +27,7 @@ typedef enum {
 #define XX(code, _) CM_##code##_POS,
     CM_ERRNO_MAP(XX)
 #undef XX
+    CM__EEND /* one past the last code's position: CM__EEND - CM__EBASE - 1 codes */
 } cm_errno_pos_t;
 
 #define XX(code, _) enum { CM_##code = -(int)CM_##code##_POS };
