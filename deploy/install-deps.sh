@@ -21,6 +21,7 @@ PKGS=(
   maven default-jre-headless  # fetch and run the Kafka broker for tests
   curl netcat-openbsd procps python3
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
+  libjemalloc2            # tests/hostile: jemalloc behind the agent (case jemalloc_sized)
 )
 
 missing=()

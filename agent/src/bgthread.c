@@ -366,6 +366,10 @@ static void wall_tick(uint64_t now) {
         scanned++;
         if (atomic_load(&t->state) != AG_TS_ACTIVE)
             continue;
+        if (atomic_load(&t->foreign_tls)) { /* a raw clone() sharing TLS: never signalled */
+            ag_thread_disarm(t);
+            continue;
+        }
         pid_t tid = atomic_load(&t->tid);
         uint64_t w = now - t->wall_last_ns;
         t->wall_last_ns = now;
@@ -381,15 +385,33 @@ static void wall_tick(uint64_t now) {
         uint64_t cpu = ag_thread_cpu_ns(tid);
         uint64_t ran = t->wall_cpu_prev && cpu > t->wall_cpu_prev ? cpu - t->wall_cpu_prev : 0;
         t->wall_cpu_prev = cpu;
-        int on_cpu = 0, done = wall_reuse(t, tid, w, cpu) || wall_from_blocked(t, tid, w, cpu);
+        /* a thread that ran half the interval is not blocked, whatever a mark says (one left
+         * behind by a siglongjmp out of a hooked call, until its next sample clears it) */
+        int on_cpu = 0, done = wall_reuse(t, tid, w, cpu) ||
+                               (2 * ran < w && wall_from_blocked(t, tid, w, cpu));
         if (!done) {
             on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : thread_state_running(slot, tid);
             done = on_cpu && wall_from_cpu(t, tid, w);
         }
         if (t->cpu_rec)
             t->cpu_rec->len = 0; /* "since its previous tick" */
-        if (done || ag_signal_wall(tid, w, on_cpu) == 0)
+        if (done) {
             sent++;
+            continue;
+        }
+        /* At most one request in flight per thread: one the thread has not taken yet (it
+         * blocks our signal, or has not run since) stays queued in the kernel, where every
+         * further one would count against the user's RLIMIT_SIGPENDING (the application's own
+         * timers and sigqueue() would fail with EAGAIN). The tick is not taken: counted. */
+        if (atomic_load(&t->wall_pending)) {
+            ag_drop_count(CM_EV_WALL, CM_DROP_HOST_UNSAFE, 1);
+            continue;
+        }
+        atomic_store(&t->wall_pending, 1);
+        if (ag_signal_wall(tid, slot, w, on_cpu) == 0)
+            sent++;
+        else
+            atomic_store(&t->wall_pending, 0);
     }
 }
 
@@ -624,6 +646,8 @@ static void *bg_main(void *arg) {
             (void)r;
         }
         int req = atomic_exchange(&ag.requests, 0);
+        if (req & AG_REQ_CAPS) /* a set*id call waits for this thread to match its caps */
+            ag_sandbox_caps_apply();
 
         pthread_mutex_lock(&ag_work_mu);
         now = ag_now_mono();
@@ -672,10 +696,10 @@ static void *bg_main(void *arg) {
             pthread_mutex_unlock(&ag_flush_mu);
         }
         if (req & AG_REQ_SIGTERM) {
-            /* The last chunk is out: die of SIGTERM as if we had never been here. */
+            /* The last chunk is out: the handler waiting for it lets SIGTERM kill the process
+             * as if we had never been here. */
             atomic_store(&ag.running, 0);
-            ag_signal_sigterm_restore();
-            kill(getpid(), SIGTERM);
+            ag_signal_sigterm_done();
         }
         if (req & AG_REQ_STOP)
             break;
@@ -709,6 +733,11 @@ void ag_bg_stop(void) {
     ts.tv_sec += 5;
     if (pthread_timedjoin_np(g_thread, NULL, &ts) != 0)
         CM_WARN("background thread did not stop within 5 s; last chunk may be lost");
+}
+
+void ag_bg_forget_child(void) {
+    atomic_store(&ag.running, 0);
+    g_started = 0; /* the parent's thread: nothing to stop or join here */
 }
 
 void ag_bg_after_fork_child(void) {

@@ -96,6 +96,11 @@ static inline __attribute__((always_inline)) ag_thread_t *ag_blk_begin(uintptr_t
     ag_thread_t *t = ag_t_self;
     if (!t)
         return NULL;
+    /* off the slot's stack: a coroutine, or a raw clone() thread on another's TLS (no mark;
+     * the wall sampler signals instead) */
+    if (fp < atomic_load_explicit(&t->stack_lo, memory_order_relaxed) ||
+        fp >= atomic_load_explicit(&t->stack_hi, memory_order_relaxed))
+        return NULL;
     uint64_t s = atomic_load_explicit(&t->blk_seq, memory_order_relaxed);
     if (s & 1)
         return NULL;
