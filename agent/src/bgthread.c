@@ -300,7 +300,8 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     if (hook)
         r->pcs[n++] = hook;
     uintptr_t wlo = 0, whi = 0; /* the stack bytes in win */
-    int truncated = 0, first = !direct;
+    int truncated = 0, first = !direct, stale = 0;
+    uintptr_t want_ret = atomic_load_explicit(&t->blk_ret, memory_order_relaxed);
     while (fp >= lo && fp <= hi - 16 && (fp & 7) == 0) {
         if (direct) {
             peek(win, fp, 16);
@@ -317,6 +318,10 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
         uintptr_t next, ret;
         memcpy(&next, win + (fp - wlo), sizeof next);
         memcpy(&ret, win + (fp - wlo) + sizeof next, sizeof ret);
+        if (n == (pc ? 1u : 0u) + (hook ? 1u : 0u) && ret != want_ret) {
+            stale = 1; /* the hook's frame is gone: a mark left by a siglongjmp */
+            break;
+        }
         if (ret < 4096)
             break;
         if (n == AG_MAX_DEPTH) {
@@ -331,7 +336,7 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     int same = atomic_load_explicit(&t->blk_seq, memory_order_acquire) == seq;
     if (direct)
         atomic_store(&t->walking, 0);
-    if (first || !same)
+    if (first || !same || stale)
         return 0; /* nothing read, or the call ended meanwhile: a signal decides */
     ag_ctx_slot_t ctx;
     ag_context_pick(cbuf, &ctx);
@@ -385,10 +390,7 @@ static void wall_tick(uint64_t now) {
         uint64_t cpu = ag_thread_cpu_ns(tid);
         uint64_t ran = t->wall_cpu_prev && cpu > t->wall_cpu_prev ? cpu - t->wall_cpu_prev : 0;
         t->wall_cpu_prev = cpu;
-        /* a thread that ran half the interval is not blocked, whatever a mark says (one left
-         * behind by a siglongjmp out of a hooked call, until its next sample clears it) */
-        int on_cpu = 0, done = wall_reuse(t, tid, w, cpu) ||
-                               (2 * ran < w && wall_from_blocked(t, tid, w, cpu));
+        int on_cpu = 0, done = wall_reuse(t, tid, w, cpu) || wall_from_blocked(t, tid, w, cpu);
         if (!done) {
             on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : thread_state_running(slot, tid);
             done = on_cpu && wall_from_cpu(t, tid, w);

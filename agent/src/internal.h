@@ -128,6 +128,7 @@ typedef struct ag_thread {
      * it shares no line with the fields the bg thread and the handler write. */
     _Alignas(64) _Atomic uint64_t blk_seq;
     _Atomic uintptr_t blk_fp, blk_pc, blk_hook; /* hook's frame, real function, hook pc */
+    _Atomic uintptr_t blk_ret;            /* the return address in the hook's frame */
     uintptr_t ctx_addr;                   /* its span context block (context.c), 0: unknown */
     _Atomic int walking;                  /* bg: reading its stack in place; its exit waits */
     _Atomic int wall_pending;             /* bg sets before a wall signal, handler clears */

@@ -146,11 +146,19 @@ AG_NO_TSAN static void handler(int sig, siginfo_t *si, void *uc) {
     int saved = errno;
     /* A blocking mark (hooks.h) whose hook frame the thread has left without unmarking (a
      * siglongjmp out of a hooked read) would show it blocked there forever: the interrupted
-     * sp above the hook's frame proves it stale. Only this thread writes its mark. */
+     * sp above the hook's frame, or another return address in that frame (the stack reused),
+     * proves it stale. Only this thread writes its mark; the frame is on its own stack. */
     uint64_t bseq = atomic_load_explicit(&t->blk_seq, memory_order_relaxed);
-    if ((bseq & 1) && (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP] >
-                          atomic_load_explicit(&t->blk_fp, memory_order_relaxed))
-        atomic_store_explicit(&t->blk_seq, bseq + 1, memory_order_release);
+    if (bseq & 1) {
+        uintptr_t bfp = atomic_load_explicit(&t->blk_fp, memory_order_relaxed);
+        uintptr_t sp = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP];
+        uintptr_t lo = atomic_load_explicit(&t->stack_lo, memory_order_relaxed);
+        uintptr_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
+        if (sp > bfp || (bfp >= lo && bfp + 16 <= hi && ((const uintptr_t *)bfp)[1] !=
+                                                             atomic_load_explicit(
+                                                                 &t->blk_ret, memory_order_relaxed)))
+            atomic_store_explicit(&t->blk_seq, bseq + 1, memory_order_release);
+    }
     if (ev.type == CM_EV_CPU) {
         /* Weight: the thread's CPU time since its previous CPU sample, read from its CPU clock
          * (one syscall). period x (1 + overruns) undercounts whenever the timer is re-armed
