@@ -31,6 +31,7 @@ PKGS=(
   binutils xz-utils       # tests: objcopy/nm/addr2line/c++filt ground truth, MiniDebugInfo
   libc6-dbg               # separate debug file of libc: libc frames named in every profile
   python3.11-dbg redis-server redis-tools  # bench/symbols-unnamed.sh: debug file of Debian's python3, a redis load
+  libjemalloc2            # tests/hostile: jemalloc behind the agent (case jemalloc_sized)
 )
 
 # The opt-in container-image test (cmake -DFLEETPROF_CONTAINER_TESTS=ON) builds with podman

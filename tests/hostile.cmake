@@ -83,3 +83,26 @@ fp_hostile(fd_daemon SOURCES hostile/fd_daemon.c TIMEOUT 20
   ENV FLEETPROF_COLLECTOR=/tmp/fp-hostile-fd-daemon-collector.sock)
 # issue 13 (h13b): the agent takes no descriptor from a program at RLIMIT_NOFILE=16
 fp_hostile(nofile_16 SOURCES hostile/nofile_16.c TIMEOUT 20)
+# issue 13 (h13a): signals, stacks, threads, privileges, sandboxes, foreign allocators, Go
+fp_hostile(sigalrm_thread SOURCES hostile/sigalrm_thread.c)
+fp_hostile(siglongjmp_alarm SOURCES hostile/siglongjmp_alarm.c)
+fp_hostile(altstack_overflow SOURCES hostile/altstack_overflow.c
+  ENV FLEETPROF_CONTROLLER=0 FLEETPROF_CPU_HZ=1000)
+fp_hostile(small_stack SOURCES hostile/small_stack.c
+  ENV FLEETPROF_CONTROLLER=0 FLEETPROF_CPU_HZ=1000)
+fp_hostile(python_sigterm SOURCES hostile/python_sigterm.c)
+fp_hostile(rtsig_default SOURCES hostile/rtsig_default.c)
+fp_hostile(sigterm_chain SOURCES hostile/sigterm_chain.c)
+fp_hostile(sigterm_default SOURCES hostile/sigterm_default.c)
+fp_hostile(sigpending_limit SOURCES hostile/sigpending_limit.c)
+fp_hostile(raw_clone SOURCES hostile/raw_clone.c TIMEOUT 10
+  ENV FLEETPROF_CONTROLLER=0 FLEETPROF_CPU_HZ=1000)
+fp_hostile(setxid SOURCES hostile/setxid.c)
+fp_hostile(setxid_drop SOURCES hostile/setxid_drop.c)
+fp_hostile(fork_in_handler SOURCES hostile/fork_in_handler.c TIMEOUT 20)
+fp_hostile(seccomp_strict SOURCES hostile/seccomp_strict.c)
+fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c
+  LIBS /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ENV FLEETPROF_ALLOC_PERIOD=4096)
+fp_hostile(cxx_exceptions SOURCES hostile/cxx_exceptions.cc)
+fp_hostile(threads_3000 SOURCES hostile/threads_3000.c TIMEOUT 60)
+fp_hostile(cgo GO hostile/cgo REPEAT 10 TIMEOUT 60)

@@ -326,6 +326,28 @@ static void test_wait_hooks(void) {
     rmrf(dir);
 }
 
+/* A thread that leaves a hooked read() by siglongjmp (its blocking mark never cleared by the
+ * hook) and then burns CPU for 3 s must not be shown blocked in read: the next sample whose
+ * stack pointer is above the hook's frame clears the stale mark, and a thread that ran half
+ * the interval is never taken for blocked. Before: every wall sample of those 3 s in read. */
+static void test_io_wall_longjmp(void) {
+    char *dir = mkout(), out[4096];
+    io_run(dir, "longjmp", "3", 60, NULL, NULL, out, sizeof out);
+    CHECKF(strstr(out, "jumped=1") != NULL, "%s", out);
+    chunks_t *cs = load(dir);
+    wall_count_t rd = wall_of(cs, "jumper", "read", NULL); /* the hook's and libc's frame */
+    wall_count_t burn = wall_of(cs, "jumper", "burn_site", NULL);
+    printf("  jumper: %llu wall samples, %llu in read, %llu in burn_site (%llu on CPU)\n",
+           (unsigned long long)rd.n, (unsigned long long)rd.in_site,
+           (unsigned long long)burn.in_site, (unsigned long long)burn.on);
+    /* 200 ms blocked at 20 Hz: about 4 in read; 3 s burning: about 60 in burn_site */
+    CHECKF(rd.in_site <= 8, "%llu wall samples in read after leaving it",
+           (unsigned long long)rd.in_site);
+    CHECK(burn.in_site >= 20);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* FLEETPROF_IO=0: no IO rows at all. */
 static void test_io_off(void) {
     char *dir = mkout(), out[4096];
@@ -342,7 +364,7 @@ static const tr_test_t tests[] = {
     {"io_socket", test_io_socket},     {"io_fsync", test_io_fsync},
     {"io_aggregates", test_io_aggregates},
     {"io_off", test_io_off},           {"io_wall_blocked", test_io_wall_blocked},
-    {"wait_hooks", test_wait_hooks},
+    {"wait_hooks", test_wait_hooks},   {"io_wall_longjmp", test_io_wall_longjmp},
     {NULL, NULL},
 };
 TR_MAIN(tests)

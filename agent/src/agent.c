@@ -124,6 +124,7 @@ __attribute__((constructor)) static void ag_start(void) {
         return;
     }
     ag_thread_module_init();
+    ag_sandbox_init();
     ag_symbols_init();
     ag_sender_init(&ag.cfg);
     ag.sequence = ag_sender_first_sequence();
@@ -142,7 +143,7 @@ __attribute__((constructor)) static void ag_start(void) {
             ag.cfg.version, ag_sig, (double)ag.cfg.interval_ns / 1e9);
 }
 
-__attribute__((destructor)) static void ag_stop(void) {
+void ag_agent_stop(void) {
     if (!atomic_load(&ag.running))
         return;
     ag_thread_stop_all();
@@ -150,6 +151,8 @@ __attribute__((destructor)) static void ag_stop(void) {
     atomic_store(&ag.running, 0);
     ag_signal_sigterm_restore();
 }
+
+__attribute__((destructor)) static void ag_stop(void) { ag_agent_stop(); }
 
 int fleetprof_flush(void) {
     if (!atomic_load(&ag.running))

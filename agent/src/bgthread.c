@@ -349,8 +349,12 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     }
     uintptr_t frame[2];
     peek(frame, (uintptr_t)(fp + delta), sizeof frame);
+    /* The hook's frame must still return where the hook recorded (blk_ret): otherwise the
+     * call was left by a siglongjmp and the mark is stale (the thread's next signal clears
+     * it). */
+    int stale = frame[1] != atomic_load_explicit(&t->blk_ret, memory_order_relaxed);
     uint32_t uw = 0, m = 0;
-    if (frame[1] >= 4096)
+    if (!stale && frame[1] >= 4096)
         m = ag_unwind(NULL, frame[1], fp + 16, frame[0], 0, wlo, whi, delta, r->pcs + n,
                       AG_MAX_DEPTH - n, &uw);
     for (uint32_t i = 0, base = n; i < m; i++) {
@@ -363,8 +367,8 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
     int same = atomic_load_explicit(&t->blk_seq, memory_order_acquire) == seq;
     if (direct)
         atomic_store(&t->walking, 0);
-    if (!same || n == 0)
-        return 0; /* the call ended meanwhile: a signal decides */
+    if (!same || stale || n == 0)
+        return 0; /* the call ended meanwhile, or a stale mark: a signal decides */
     ag_ctx_slot_t ctx;
     ag_context_pick(cbuf, &ctx);
     memset(r, 0, sizeof *r);
@@ -398,6 +402,10 @@ static void wall_tick(uint64_t now) {
         scanned++;
         if (atomic_load(&t->state) != AG_TS_ACTIVE)
             continue;
+        if (atomic_load(&t->foreign_tls)) { /* a raw clone() sharing TLS: never signalled */
+            ag_thread_disarm(t);
+            continue;
+        }
         pid_t tid = atomic_load(&t->tid);
         uint64_t w = now - t->wall_last_ns;
         t->wall_last_ns = now;
@@ -420,8 +428,23 @@ static void wall_tick(uint64_t now) {
         }
         if (t->cpu_rec)
             t->cpu_rec->len = 0; /* "since its previous tick" */
-        if (done || ag_signal_wall(tid, w, on_cpu) == 0)
+        if (done) {
             sent++;
+            continue;
+        }
+        /* At most one request in flight per thread: one the thread has not taken yet (it
+         * blocks our signal, or has not run since) stays queued in the kernel, where every
+         * further one would count against the user's RLIMIT_SIGPENDING (the application's own
+         * timers and sigqueue() would fail with EAGAIN). The tick is not taken: counted. */
+        if (atomic_load(&t->wall_pending)) {
+            ag_drop_count(CM_EV_WALL, CM_DROP_HOST_UNSAFE, 1);
+            continue;
+        }
+        atomic_store(&t->wall_pending, 1);
+        if (ag_signal_wall(tid, slot, w, on_cpu) == 0)
+            sent++;
+        else
+            atomic_store(&t->wall_pending, 0);
     }
 }
 
@@ -715,6 +738,8 @@ static void *bg_main(void *arg) {
         ppoll(&pfd, sfd >= 0 ? 1 : 0, &ts, &wait_set); /* EINTR: a wake */
         atomic_store(&g_wake_pending, 0);
         int req = atomic_exchange(&ag.requests, 0);
+        if (req & AG_REQ_CAPS) /* a set*id call waits for this thread to match its caps */
+            ag_sandbox_caps_apply();
 
         pthread_mutex_lock(&ag_work_mu);
         now = ag_now_mono();
@@ -777,10 +802,10 @@ static void *bg_main(void *arg) {
             pthread_mutex_unlock(&ag_flush_mu);
         }
         if (req & AG_REQ_SIGTERM) {
-            /* The last chunk is out: die of SIGTERM as if we had never been here. */
+            /* The last chunk is out: the handler waiting for it lets SIGTERM kill the process
+             * as if we had never been here. */
             atomic_store(&ag.running, 0);
-            ag_signal_sigterm_restore();
-            kill(getpid(), SIGTERM);
+            ag_signal_sigterm_done();
         }
         if (req & AG_REQ_STOP)
             break;
@@ -820,6 +845,11 @@ void ag_bg_stop(void) {
     ts.tv_sec += 5;
     if (pthread_timedjoin_np(g_thread, NULL, &ts) != 0)
         CM_WARN("background thread did not stop within 5 s; last chunk may be lost");
+}
+
+void ag_bg_forget_child(void) {
+    atomic_store(&ag.running, 0);
+    g_started = 0; /* the parent's thread: nothing to stop or join here */
 }
 
 void ag_bg_after_fork_child(void) {

@@ -33,6 +33,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <math.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -188,6 +189,16 @@ int ag_alloc_headers_init(void) {
     uint64_t c = 0;
     if (!R.usable || !R.memalign || !R.free)
         return -1; /* realloc of a sampled object needs its usable size */
+    /* Headers only on glibc's objects: another allocator behind us (jemalloc, tcmalloc linked
+     * to the program or preloaded after the agent) has entry points of its own that take our
+     * header-offset pointer (sallocx, sdallocx, rallocx, tc_malloc_size, ...) and crash on
+     * it. Interposing each of those is endless, and exporting them would make the program
+     * believe such an allocator is present; so the live heap (and allocation sampling) is
+     * off there. */
+    Dl_info mi, li;
+    if (!dladdr((void *)R.malloc, &mi) || !dladdr((void *)gnu_get_libc_version, &li) ||
+        mi.dli_fbase != li.dli_fbase)
+        return -1;
     if (getrandom(&c, sizeof c, GRND_NONBLOCK) != (ssize_t)sizeof c)
         c = ag_hook_rand() ^ (uint64_t)(uintptr_t)&c;
     atomic_store(&R.cookie, c | 1ull << 63);

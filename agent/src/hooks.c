@@ -10,6 +10,8 @@
  */
 #include "hooks.h"
 
+#include <sys/syscall.h>
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
@@ -116,6 +118,20 @@ void ag_hooks_exclude_self(void) { ag_hook_guard = 1 << 20; }
 ag_thread_t *ag_hook_enter(void) {
     if (ag_hook_guard || !atomic_load_explicit(&ag.running, memory_order_relaxed))
         return NULL;
+    /* A raw clone() thread runs on its parent's TLS (ag_hook_guard, ag_t_self, errno): it
+     * must not write anything there nor into the parent's ring. Its sp is off the slot's
+     * stack; so is a coroutine's, hence the tid confirms (a syscall, on this slow path only). */
+    ag_thread_t *self = ag_t_self;
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    if (self) {
+        uintptr_t lo = atomic_load_explicit(&self->stack_lo, memory_order_relaxed);
+        uintptr_t hi = atomic_load_explicit(&self->stack_hi, memory_order_relaxed);
+        if (hi && (sp < lo || sp >= hi) &&
+            (pid_t)syscall(SYS_gettid) != atomic_load_explicit(&self->tid, memory_order_relaxed)) {
+            ag_drop_count(0, CM_DROP_HOST_UNSAFE, 1);
+            return NULL;
+        }
+    }
     ag_hook_guard++;
     ag_thread_t *t = ag_thread_current();
     if (!t)

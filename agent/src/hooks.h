@@ -105,10 +105,18 @@ static inline __attribute__((always_inline)) ag_thread_t *ag_blk_begin(uintptr_t
     ag_thread_t *t = ag_t_self;
     if (!t)
         return NULL;
+    /* off the slot's stack: a coroutine, or a raw clone() thread on another's TLS (no mark;
+     * the wall sampler signals instead) */
+    if (fp < atomic_load_explicit(&t->stack_lo, memory_order_relaxed) ||
+        fp >= atomic_load_explicit(&t->stack_hi, memory_order_relaxed))
+        return NULL;
     uint64_t s = atomic_load_explicit(&t->blk_seq, memory_order_relaxed);
     if (s & 1)
         return NULL;
     atomic_store_explicit(&t->blk_fp, fp, memory_order_relaxed);
+    /* the hook's return address: a walker finding another word there knows the frame is gone
+     * (the thread left the call by siglongjmp without unmarking) */
+    atomic_store_explicit(&t->blk_ret, ((const uintptr_t *)fp)[1], memory_order_relaxed);
     atomic_store_explicit(&t->blk_pc, real, memory_order_relaxed);
     atomic_store_explicit(&t->blk_hook, ag_here(), memory_order_relaxed);
     atomic_store_explicit(&t->blk_seq, s + 1, memory_order_release);

@@ -54,7 +54,7 @@
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
 #define AG_RING_SIZE (32u << 10)     /* bytes per thread ring, power of two */
-#define AG_DROP_REASONS 11           /* cm_drop_reason_t values + 1 */
+#define AG_DROP_REASONS 12           /* cm_drop_reason_t values + 1 */
 
 /* ---- config.c ---- */
 typedef struct {
@@ -139,12 +139,16 @@ typedef struct ag_thread {
      * it shares no line with the fields the bg thread and the handler write. */
     _Alignas(64) _Atomic uint64_t blk_seq;
     _Atomic uintptr_t blk_fp, blk_pc, blk_hook; /* hook's frame, real function, hook pc */
+    _Atomic uintptr_t blk_ret;            /* the return address in the hook's frame */
     uintptr_t ctx_addr;                   /* its span context block (context.c), 0: unknown */
     _Atomic int walking;                  /* bg: reading its stack in place; its exit waits */
     /* Unwinds in progress on this thread (handler or hook) and outermost ones completed: the
      * bg thread frees a retired CFI table only once every thread that was inside an unwind
      * when it was unpublished has left it (cfi_table.c). */
     _Atomic uint32_t unw_depth, unw_gen;
+    _Atomic int wall_pending;             /* bg sets before a wall signal, handler clears */
+    _Atomic int foreign_tls;              /* handler: its TLS is another thread's (raw clone) */
+    void *altstack;                       /* our alternate signal stack (mmap), NULL: none */
 } ag_thread_t;
 
 AG_HIDDEN extern ag_thread_t ag_threads[AG_MAX_THREADS];
@@ -164,6 +168,8 @@ AG_HIDDEN int ag_thread_scan(int *registered);
 AG_HIDDEN void ag_thread_reap(void);
 /* Arms every registered thread's CPU timer with period_ns (0 disarms). bg/app. */
 AG_HIDDEN void ag_thread_set_cpu_period(uint64_t period_ns);
+/* bg: stops t's CPU timer (a raw clone() thread the handler found sharing another's TLS). */
+AG_HIDDEN void ag_thread_disarm(ag_thread_t *t);
 /* Stops every timer (exit). */
 AG_HIDDEN void ag_thread_stop_all(void);
 /* fork child: forget every slot except the calling thread's; re-arm its timer. */
@@ -178,18 +184,28 @@ AG_HIDDEN uint64_t ag_thread_cpu_ns(pid_t tid);
 /* Creates a thread that is never sampled (the agent's own), bypassing the wrapper. */
 #include <pthread.h>
 AG_HIDDEN int ag_thread_create_raw(pthread_t *th, void *(*fn)(void *), void *arg);
+/* Is ss_sp the calling thread's alternate signal stack of ours (thread.c)? */
+AG_HIDDEN int ag_thread_altstack_is_ours(const void *ss_sp);
 
 /* ---- signal.c ---- */
-#define AG_TAG_CPU ((void *)0x46504350u)      /* "FPCP": sigev_value of our CPU timers */
-#define AG_WALL_MAGIC 0x4657ull /* top 16 bits of the wall si_value: bit 0 on-CPU, bits 1-47 µs */
+/* The sigev_value of a CPU timer: "FPCP" in the low 32 bits, the thread's slot above; a wall
+ * request's si_value: AG_WALL_MAGIC in the top 16 bits, bit 0 on-CPU, bits 1-10 the slot,
+ * bits 11-47 the weight in µs. The slot tells the handler whose signal it is without trusting
+ * TLS (raw clone() threads share their parent's). */
+#define AG_TAG_CPU32 0x46504350u
+#define AG_CPU_VALUE(slot) ((void *)((uintptr_t)(slot) << 32 | AG_TAG_CPU32))
+#define AG_WALL_MAGIC 0x4657ull
+#define AG_WALL_SLOT_BITS 10 /* AG_MAX_THREADS = 1 << 10 */
 AG_HIDDEN extern int ag_sig;                     /* sampling signal number, 0 if none */
 /* Picks a free real-time signal and installs the handler. Returns 0 or -EBUSY. */
 AG_HIDDEN int ag_signal_init(void);
 /* bg: sends a wall sample request to thread tid. weight_ns: wall time it stands for. */
-AG_HIDDEN int ag_signal_wall(pid_t tid, uint64_t weight_ns, int on_cpu);
+AG_HIDDEN int ag_signal_wall(pid_t tid, uint32_t slot, uint64_t weight_ns, int on_cpu);
 /* Installs the SIGTERM flush handler if SIGTERM is at its default disposition. */
 AG_HIDDEN void ag_signal_sigterm_install(void);
 AG_HIDDEN void ag_signal_sigterm_restore(void);
+/* bg: the last chunk after a SIGTERM is out; the waiting handler lets the process die. */
+AG_HIDDEN void ag_signal_sigterm_done(void);
 /* bg: measures the kernel cost of delivering one sampling signal (ns). */
 AG_HIDDEN uint64_t ag_signal_calibrate(void);
 
@@ -404,7 +420,7 @@ AG_HIDDEN uint64_t ag_sender_file_failures(void); /* chunks FLEETPROF_OUTPUT ref
 AG_HIDDEN uint64_t ag_sender_first_sequence(void);
 
 /* ---- bgthread.c / agent.c ---- */
-enum { AG_REQ_FLUSH = 1, AG_REQ_STOP = 2, AG_REQ_SIGTERM = 4 };
+enum { AG_REQ_FLUSH = 1, AG_REQ_STOP = 2, AG_REQ_SIGTERM = 4, AG_REQ_CAPS = 8 };
 typedef struct {
     ag_config_t cfg;
     pid_t pid;
@@ -422,6 +438,15 @@ AG_HIDDEN extern ag_state_t ag;
 
 AG_HIDDEN int ag_bg_start(void);
 AG_HIDDEN void ag_bg_stop(void); /* final flush, joins */
+/* A child forked without atfork handlers (sandbox.c): stop profiling, take no lock. */
+AG_HIDDEN void ag_bg_forget_child(void);
+/* The destructor's work: timers off, last chunk written, bg thread joined, running = 0. */
+AG_HIDDEN void ag_agent_stop(void);
+/* ---- sandbox.c: fork from a signal handler, seccomp ---- */
+AG_HIDDEN void ag_sandbox_init(void); /* constructor, after ag_signal_init */
+/* bg: take the capability sets a set*id caller posted (sandbox.c) */
+AG_HIDDEN void ag_sandbox_caps_apply(void);
+AG_HIDDEN extern _Atomic int ag_sandboxed; /* a seccomp filter: no syscall of ours any more */
 AG_HIDDEN void ag_bg_wake(int req); /* async-signal-safe */
 AG_HIDDEN uint64_t ag_now_real(void);
 AG_HIDDEN uint64_t ag_now_mono(void);

@@ -15,9 +15,13 @@
  * not on every sample). Signals are not nested (no SA_NODEFER), so one thread never runs two
  * of our handlers at once.
  *
- * SIGTERM: if it is at its default disposition at start, a handler wakes the background
- * thread (ag_bg_wake: one rt_tgsigqueueinfo, async-signal-safe); that thread writes the last
- * chunk, restores SIG_DFL and re-raises, so the process still dies of SIGTERM.
+ * Anything on our number that is not ours goes to the application's handler, or gets the
+ * disposition the application set (SIG_DFL: the process dies of it). Handlers run with
+ * SA_ONSTACK (thread.c gives registered threads an alternate stack; the sigaltstack
+ * interposer below hides it from the application).
+ *
+ * SIGTERM: if it is at its default disposition at start, our handler flushes the last chunk
+ * (see "SIGTERM" below); the application keeps seeing SIG_DFL.
  */
 #include "internal.h"
 
@@ -25,6 +29,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
@@ -55,10 +60,30 @@ static int global_sigaction(int sig, const struct sigaction *act, struct sigacti
     return f ? f(sig, act, old) : -1;
 }
 
+/* The default action of a signal whose default is to terminate (every real-time signal):
+ * restore SIG_DFL and send it to this thread again; it is blocked while we run and delivered
+ * once we return, so the process dies of it as it would have without us. */
+AG_NO_TSAN static void emulate_default(int sig) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction_fn real = real_sigaction();
+    if (real && real(sig, &dfl, NULL) == 0)
+        syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+}
+
+/* A signal on our number that is not ours: the application's handler if it installed one,
+ * else what the application's disposition says (SIG_IGN: nothing; SIG_DFL: terminate). */
 AG_NO_TSAN static void chain(int sig, siginfo_t *si, void *uc) {
     void *fn = atomic_load_explicit(&g_app_fn, memory_order_acquire);
-    if (!fn || fn == (void *)SIG_DFL || fn == (void *)SIG_IGN)
-        return; /* a stray signal of ours nobody else wants: ignore it */
+    if (fn == (void *)SIG_IGN)
+        return;
+    if (!fn || fn == (void *)SIG_DFL) {
+        int saved = errno;
+        emulate_default(sig);
+        errno = saved;
+        return;
+    }
     if (atomic_load_explicit(&g_app_flags, memory_order_relaxed) & SA_SIGINFO)
         ((void (*)(int, siginfo_t *, void *))fn)(sig, si, uc);
     else
@@ -71,33 +96,69 @@ AG_NO_TSAN static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The handler. It runs on the thread's alternate stack (SA_ONSTACK: the application's, or the
+ * one thread.c gives every thread it registers), so a thread with little stack left, or Go's
+ * stack checks, never see our frames. Classification first, touching neither errno nor any
+ * other TLS: the signal names the slot it is for, and a thread whose TLS points at another
+ * slot is a raw clone() sharing its parent's TLS (errno included): it is left alone, counted
+ * (DROP_HOST_UNSAFE) and flagged so the bg thread stops its timer and wall requests. */
 AG_NO_TSAN static void handler(int sig, siginfo_t *si, void *uc) {
-    int saved = errno;
     ag_event_t ev = {0};
-    ag_thread_t *t;
-    if (si->si_code == SI_TIMER && si->si_value.sival_ptr == AG_TAG_CPU) {
+    uint32_t slot;
+    uintptr_t val = (uintptr_t)si->si_value.sival_ptr;
+    if (si->si_code == SI_TIMER && (uint32_t)val == AG_TAG_CPU32) {
         uint64_t n = 1 + (si->si_overrun > 0 ? (uint64_t)si->si_overrun : 0);
+        slot = (uint32_t)(val >> 32);
         ev.type = CM_EV_CPU;
         ev.count = CM_COUNT_ONE * n;
         ev.weight = n; /* times the thread's period, below */
     } else if (si->si_code == SI_QUEUE && si->si_pid == ag.pid &&
-               ((uint64_t)(uintptr_t)si->si_value.sival_ptr >> 48) == AG_WALL_MAGIC) {
-        uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
+               ((uint64_t)val >> 48) == AG_WALL_MAGIC) {
+        uint64_t v = (uint64_t)val;
+        slot = (uint32_t)(v >> 1) & ((1u << AG_WALL_SLOT_BITS) - 1);
         ev.type = CM_EV_WALL;
-        ev.weight = ((v >> 1) & ((1ull << 47) - 1)) * 1000u;
+        ev.weight = ((v >> (1 + AG_WALL_SLOT_BITS)) & ((1ull << 37) - 1)) * 1000u;
         ev.count = CM_COUNT_ONE;
         ev.flags = (v & 1) ? CM_SF_ON_CPU : 0;
         if (ev.weight == 0)
-            goto out; /* calibration signal */
+            return; /* calibration signal */
     } else {
         chain(sig, si, uc);
-        goto out;
+        return;
     }
-    if (!atomic_load_explicit(&ag.running, memory_order_acquire))
-        goto out;
-    t = ag_thread_current();
-    if (!t)
-        goto out;
+    if (slot >= AG_MAX_THREADS || !atomic_load_explicit(&ag.running, memory_order_acquire))
+        return;
+    ag_thread_t *t = &ag_threads[slot], *self = ag_t_self;
+    if (ev.type == CM_EV_WALL)
+        atomic_store_explicit(&t->wall_pending, 0, memory_order_relaxed);
+    if (self != t) {
+        if (self) { /* this TLS is another registered thread's */
+            atomic_store_explicit(&t->foreign_tls, 1, memory_order_relaxed);
+            ag_drop_count(ev.type, CM_DROP_HOST_UNSAFE, 1);
+            return;
+        }
+        /* registered by the /proc scan: confirm by tid (gettid cannot fail: errno intact) */
+        if (atomic_load_explicit(&t->tid, memory_order_relaxed) != (pid_t)syscall(SYS_gettid) ||
+            atomic_load_explicit(&t->state, memory_order_acquire) != AG_TS_ACTIVE)
+            return;
+        ag_t_self = t; /* this thread's own TLS: valid until it exits */
+    }
+    int saved = errno;
+    /* A blocking mark (hooks.h) whose hook frame the thread has left without unmarking (a
+     * siglongjmp out of a hooked read) would show it blocked there forever: the interrupted
+     * sp above the hook's frame, or another return address in that frame (the stack reused),
+     * proves it stale. Only this thread writes its mark; the frame is on its own stack. */
+    uint64_t bseq = atomic_load_explicit(&t->blk_seq, memory_order_relaxed);
+    if (bseq & 1) {
+        uintptr_t bfp = atomic_load_explicit(&t->blk_fp, memory_order_relaxed);
+        uintptr_t sp = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP];
+        uintptr_t lo = atomic_load_explicit(&t->stack_lo, memory_order_relaxed);
+        uintptr_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
+        if (sp > bfp || (bfp >= lo && bfp + 16 <= hi && ((const uintptr_t *)bfp)[1] !=
+                                                             atomic_load_explicit(
+                                                                 &t->blk_ret, memory_order_relaxed)))
+            atomic_store_explicit(&t->blk_seq, bseq + 1, memory_order_release);
+    }
     if (ev.type == CM_EV_CPU) {
         /* Weight: the thread's CPU time since its previous CPU sample, read from its CPU clock
          * (one syscall). period x (1 + overruns) undercounts whenever the timer is re-armed
@@ -121,8 +182,8 @@ AG_NO_TSAN static void handler(int sig, siginfo_t *si, void *uc) {
         uint64_t t0 = thread_cpu_ns(), t0b = thread_cpu_ns();
         ag_record_take(t, &ev, uc);
         uint64_t t1 = thread_cpu_ns();
-        uint64_t self = t0b - t0, body = t1 - t0b;
-        body = body > self ? body - self : 0;
+        uint64_t self_ns = t0b - t0, body = t1 - t0b;
+        body = body > self_ns ? body - self_ns : 0;
         if (body < 100000) {
             atomic_fetch_add_explicit(&ag_handler_ns_sum, body, memory_order_relaxed);
             atomic_fetch_add_explicit(&ag_handler_ns_n, 1, memory_order_relaxed);
@@ -132,7 +193,6 @@ AG_NO_TSAN static void handler(int sig, siginfo_t *si, void *uc) {
     }
     if (ev.type == CM_EV_WALL) /* lets the ticker tell whether the thread ran since */
         atomic_store_explicit(&t->wall_cpu_after, thread_cpu_ns(), memory_order_relaxed);
-out:
     errno = saved;
 }
 
@@ -152,7 +212,7 @@ int ag_signal_init(void) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = handler;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
         if ((g_front ? global_sigaction(s, &sa, NULL) : real(s, &sa, NULL)) != 0)
             continue;
@@ -164,10 +224,10 @@ int ag_signal_init(void) {
     return -EBUSY;
 }
 
-int ag_signal_wall(pid_t tid, uint64_t weight_ns, int on_cpu) {
+int ag_signal_wall(pid_t tid, uint32_t slot, uint64_t weight_ns, int on_cpu) {
     uint64_t us = weight_ns / 1000u;
-    if (us >= (1ull << 47))
-        us = (1ull << 47) - 1;
+    if (us >= (1ull << 37))
+        us = (1ull << 37) - 1;
     siginfo_t si;
     memset(&si, 0, sizeof si);
     si.si_signo = ag_sig;
@@ -177,7 +237,9 @@ int ag_signal_wall(pid_t tid, uint64_t weight_ns, int on_cpu) {
     if (uid == (uid_t)-1)
         uid = getuid();
     si.si_uid = uid;
-    si.si_value.sival_ptr = (void *)(uintptr_t)(AG_WALL_MAGIC << 48 | us << 1 | (on_cpu ? 1 : 0));
+    si.si_value.sival_ptr =
+        (void *)(uintptr_t)(AG_WALL_MAGIC << 48 | us << (1 + AG_WALL_SLOT_BITS) |
+                            (uint64_t)slot << 1 | (on_cpu ? 1 : 0));
     return (int)syscall(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, &si);
 }
 
@@ -187,44 +249,73 @@ uint64_t ag_signal_calibrate(void) {
     pid_t tid = (pid_t)syscall(SYS_gettid);
     uint64_t t0 = thread_cpu_ns();
     for (int i = 0; i < N; i++)
-        ag_signal_wall(tid, 0, 0);
+        ag_signal_wall(tid, 0, 0, 0);
     uint64_t t1 = thread_cpu_ns();
     return (t1 - t0) / N;
 }
 
-static void sigterm_handler(int sig) {
-    (void)sig;
+/* ---- SIGTERM: the last chunk before the process dies of it ----
+ * While the application's disposition of SIGTERM is SIG_DFL (as far as it can tell: the
+ * sigaction/signal interposers report and keep what it set, g_term_app), our handler is the
+ * one installed. It wakes the bg thread, waits (at most AG_TERM_WAIT_MS) in the handler for
+ * the last chunk, then restores SIG_DFL and re-sends SIGTERM to its own thread: delivered as
+ * the handler returns, so the process dies of SIGTERM and no application code runs in between.
+ * When the application installs a handler of its own, it replaces ours in the kernel (its
+ * handler runs exactly as without us); when it sets SIG_DFL again (a handler that chains to
+ * "the previous disposition" at the end of its graceful shutdown), ours is back. */
+#define AG_TERM_WAIT_MS 2000
+static struct sigaction g_term_app;  /* what the application set (SIG_DFL at start) */
+static _Atomic int g_term_done;      /* bg: the last chunk is out */
+
+static void term_install(sigaction_fn real);
+
+AG_NO_TSAN static void sigterm_handler(int sig) {
+    int saved = errno;
     if (atomic_load(&ag.running)) {
         ag_bg_wake(AG_REQ_SIGTERM);
-        return;
+        for (int i = 0; i < AG_TERM_WAIT_MS && !atomic_load(&g_term_done); i++) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
     }
-    signal(SIGTERM, SIG_DFL); /* agent not running: die now */
-    raise(SIGTERM);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    real_sigaction()(sig, &dfl, NULL);
+    g_sigterm_installed = 0;
+    syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+    errno = saved;
 }
 
-void ag_signal_sigterm_install(void) {
-    struct sigaction old, sa;
-    if (real_sigaction()(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
-        (old.sa_flags & SA_SIGINFO))
-        return;
+void ag_signal_sigterm_done(void) { atomic_store(&g_term_done, 1); }
+
+static void term_install(sigaction_fn real) {
+    struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = sigterm_handler;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    if (global_sigaction(SIGTERM, &sa, NULL) == 0)
+    sa.sa_flags = SA_RESTART | SA_ONSTACK;
+    if (real(SIGTERM, &sa, NULL) == 0)
         g_sigterm_installed = 1;
+}
+
+void ag_signal_sigterm_install(void) {
+    struct sigaction old;
+    if (real_sigaction()(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO))
+        return;
+    g_term_app = old;
+    /* under a sanitizer runtime its interceptor must know the handler (and the application's
+     * calls do not reach our interposer: there is nothing to keep up to date) */
+    term_install(g_front ? real_sigaction() : global_sigaction);
 }
 
 void ag_signal_sigterm_restore(void) {
     if (!g_sigterm_installed)
         return;
-    struct sigaction cur, sa;
-    /* Only if it is still ours: the application may have installed its own since. */
-    if (global_sigaction(SIGTERM, NULL, &cur) == 0 && cur.sa_handler == sigterm_handler) {
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        global_sigaction(SIGTERM, &sa, NULL);
-    }
+    struct sigaction cur;
+    if (real_sigaction()(SIGTERM, NULL, &cur) == 0 && cur.sa_handler == sigterm_handler)
+        real_sigaction()(SIGTERM, &g_term_app, NULL); /* SIG_DFL, as the application set */
     g_sigterm_installed = 0;
 }
 
@@ -236,6 +327,28 @@ AG_NO_TSAN __attribute__((visibility("default"))) int sigaction(int sig, const s
     if (!real) {
         errno = ENOSYS;
         return -1;
+    }
+    if (g_front && sig == SIGTERM && (g_sigterm_installed || g_term_app.sa_handler != SIG_DFL ||
+                                      (g_term_app.sa_flags & SA_SIGINFO))) {
+        /* SIGTERM while we manage it (see above): the application sees what it set */
+        if (act && (act->sa_flags & SA_SIGINFO) == 0 && act->sa_handler == SIG_DFL &&
+            atomic_load(&ag.running)) {
+            if (old)
+                *old = g_term_app;
+            g_term_app = *act;
+            term_install(real);
+            return 0;
+        }
+        struct sigaction prev = g_term_app;
+        if (act) {
+            if (real(sig, act, NULL) != 0)
+                return -1;
+            g_term_app = *act;
+            g_sigterm_installed = 0;
+        }
+        if (old)
+            *old = prev;
+        return 0;
     }
     if (!g_front || !ag_sig || sig != ag_sig)
         return real(sig, act, old);
@@ -261,4 +374,28 @@ AG_NO_TSAN __attribute__((visibility("default"))) sighandler_t signal(int sig, s
     if (sigaction(sig, &sa, &old) != 0)
         return SIG_ERR;
     return old.sa_handler;
+}
+
+/* The application sees no alternate stack where the only one is ours (thread.c gives every
+ * thread it registers one for our handlers): it would not have one without us. */
+typedef int (*sigaltstack_fn)(const stack_t *, stack_t *);
+AG_NO_TSAN __attribute__((visibility("default"))) int sigaltstack(const stack_t *ss,
+                                                                  stack_t *old) {
+    static _Atomic(sigaltstack_fn) real;
+    sigaltstack_fn r = atomic_load(&real);
+    if (!r) {
+        r = (sigaltstack_fn)dlsym(RTLD_NEXT, "sigaltstack");
+        atomic_store(&real, r);
+    }
+    stack_t cur;
+    int rc = r ? r(ss, &cur) : (int)syscall(SYS_sigaltstack, ss, &cur);
+    if (rc == 0 && old) {
+        *old = cur;
+        if (!(cur.ss_flags & (SS_DISABLE | SS_ONSTACK)) && ag_thread_altstack_is_ours(cur.ss_sp)) {
+            old->ss_sp = NULL;
+            old->ss_size = 0;
+            old->ss_flags = SS_DISABLE;
+        }
+    }
+    return rc;
 }

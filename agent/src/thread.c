@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -103,7 +104,7 @@ static void timer_setup(ag_thread_t *t, pid_t tid, int from_thread_start) {
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev._sigev_un._tid = tid;
     sev.sigev_signo = ag_sig;
-    sev.sigev_value.sival_ptr = AG_TAG_CPU;
+    sev.sigev_value.sival_ptr = AG_CPU_VALUE(t - ag_threads);
     /* Start of the CPU the first sample's weight covers (see the handler in signal.c). */
     atomic_store(&t->cpu_last_ns, from_thread_start ? 1 : ag_thread_cpu_ns(tid));
     if (timer_create(tid_cpu_clock(tid), &sev, &t->timer) == 0) {
@@ -133,6 +134,8 @@ static ag_thread_t *slot_claim(pid_t tid) {
         t->has_timer = 0;
         t->self_registered = 0;
         atomic_store(&t->walking, 0);
+        atomic_store(&t->wall_pending, 0);
+        atomic_store(&t->foreign_tls, 0);
         t->wall_last_ns = ag_now_mono();
         atomic_store(&t->wall_cpu_after, 0);
         t->wall_cpu_prev = 0;
@@ -158,6 +161,61 @@ static ag_thread_t *slot_find(pid_t tid) {
             return t;
     }
     return NULL;
+}
+
+/* ---- alternate signal stacks ----
+ * Our handlers run with SA_ONSTACK. A thread that registers itself and has no alternate
+ * stack gets one of ours (AG_ALTSTACK bytes above a guard page, mmap'ed: only the pages a
+ * handler touches are ever committed), so a sample never lands on a thread's own stack: the
+ * kernel's signal frame alone takes AT_MINSIGSTKSZ (3,632 bytes with AVX-512 here), more
+ * than a thread with 2-3 KiB of stack left has. The application does not see it
+ * (signal.c's sigaltstack interposer reports "disabled" while ours is installed) and replaces
+ * it freely; released (disabled first, if still installed) when the thread exits. */
+#define AG_ALTSTACK (32u << 10)
+
+/* The kernel's sigaltstack, not the interposer (which hides ours from the application). */
+static int altstack_sys(const stack_t *ss, stack_t *old) {
+    return (int)syscall(SYS_sigaltstack, ss, old);
+}
+
+static void altstack_setup(ag_thread_t *t) {
+    stack_t cur;
+    if (t->altstack || altstack_sys(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
+        return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *m = mmap(NULL, AG_ALTSTACK + page, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return;
+    mprotect(m, page, PROT_NONE); /* guard: an overflow faults instead of writing below */
+    stack_t ss = {.ss_sp = m + page, .ss_size = AG_ALTSTACK, .ss_flags = 0};
+    if (altstack_sys(&ss, NULL) != 0) {
+        munmap(m, AG_ALTSTACK + page);
+        return;
+    }
+    t->altstack = m;
+}
+
+static void altstack_release(ag_thread_t *t) {
+    if (!t->altstack)
+        return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    stack_t cur;
+    if (altstack_sys(NULL, &cur) == 0 && cur.ss_sp == (uint8_t *)t->altstack + page) {
+        if (cur.ss_flags & SS_ONSTACK)
+            return; /* never: a thread does not exit from our handler; keep it mapped */
+        stack_t off = {.ss_flags = SS_DISABLE};
+        altstack_sys(&off, NULL);
+    }
+    munmap(t->altstack, AG_ALTSTACK + page);
+    t->altstack = NULL;
+}
+
+/* Is sp on the calling thread's own alternate stack of ours? (signal.c's interposer) */
+int ag_thread_altstack_is_ours(const void *sp) {
+    ag_thread_t *t = t_self;
+    return t && t->altstack && (const uint8_t *)sp == (uint8_t *)t->altstack +
+                                                         (size_t)sysconf(_SC_PAGESIZE);
 }
 
 ag_thread_t *ag_thread_register_self(void) {
@@ -186,6 +244,7 @@ ag_thread_t *ag_thread_register_self(void) {
         atomic_store(&t->stack_hi, hi);
         t->ctx_addr = ag_context_addr();
         t->self_registered = 1;
+        altstack_setup(t);
         atomic_store(&t->state, AG_TS_ACTIVE);
         t_self = t;
         if (g_key_ok)
@@ -198,6 +257,11 @@ ag_thread_t *ag_thread_register_self(void) {
 /* pthread key destructor: the thread is exiting. */
 static void thread_exit(void *arg) {
     ag_thread_t *t = arg;
+    if (atomic_load(&ag_sandboxed)) { /* a seccomp filter may forbid any syscall of ours */
+        t_self = NULL;
+        return;
+    }
+    altstack_release(t);
     t_self = NULL;
     pthread_mutex_lock(&g_lock);
     if (atomic_load(&t->tid) == gettid_() && atomic_load(&t->state) == AG_TS_ACTIVE) {
@@ -340,6 +404,14 @@ void ag_thread_set_cpu_period(uint64_t period_ns) {
     pthread_mutex_unlock(&g_lock);
 }
 
+void ag_thread_disarm(ag_thread_t *t) {
+    pthread_mutex_lock(&g_lock);
+    if (t->has_timer)
+        timer_delete(t->timer);
+    t->has_timer = 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
 void ag_thread_stop_all(void) {
     pthread_mutex_lock(&g_lock);
     uint32_t hw = atomic_load(&g_hw);
@@ -365,6 +437,7 @@ void ag_thread_after_fork_child(void) {
         atomic_store(&t->ring.head, 0);
         atomic_store(&t->ring.tail, 0);
         if (t != t_self) {
+            t->altstack = NULL; /* the parent's thread's: stays mapped here, unused */
             atomic_store(&t->tid, 0);
             atomic_store(&t->state, AG_TS_FREE);
         }
@@ -427,9 +500,18 @@ AG_NO_TSAN static int wrapper_in_front(void) {
 /* Goes through the global pthread_create (a sanitizer's interceptor must see the thread),
  * which may be our wrapper: t_raw_create tells it not to register the new thread. */
 int ag_thread_create_raw(pthread_t *th, void *(*fn)(void *), void *arg) {
+    /* Born with every signal blocked but ours (glibc keeps its own SIGCANCEL and SIGSETXID
+     * deliverable whatever the mask): a process-directed signal is the application's and must
+     * never run on our thread, not even before the thread could block it itself. */
+    sigset_t all, prev;
+    sigfillset(&all);
+    if (ag_sig)
+        sigdelset(&all, ag_sig); /* the bg thread's signal-cost calibration signals itself */
+    pthread_sigmask(SIG_SETMASK, &all, &prev);
     t_raw_create = 1;
     int rc = pthread_create(th, NULL, fn, arg);
     t_raw_create = 0;
+    pthread_sigmask(SIG_SETMASK, &prev, NULL);
     return rc;
 }
 

@@ -1,10 +1,10 @@
-/* Hostile case: 64 threads call exit() at the same moment after 0.5 s of allocating and taking
+/* Hostile case: 64 threads call exit() at the same moment after 0.9 s of allocating and taking
  * locks (the agent's exit path runs concurrently with live threads and other exits).
  * Prints: the thread count and that the atexit handler ran; exit status 3.
  * glibc before 2.41 does not serialise concurrent exit() calls: a thread that finds the exit
  * handler list empty calls _exit while another is still running destructors, so the agent's
  * last chunk (like any destructor's work) may be cut short; the interval chunks of the first
- * 0.5 s are what the runner finds. */
+ * 0.9 s are what the runner finds. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -33,7 +33,7 @@ static void *thr(void *arg) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0;; i++) {
         clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 500000000L)
+        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 900000000L)
             break;
         void *p = malloc(64 + (size_t)i % 4000);
         pthread_mutex_lock(&mu);

@@ -22,6 +22,10 @@
  *                            "poller" alternates poll (poll_site) and epoll_wait (epoll_site)
  *                            on idle descriptors with 50 ms timeouts, its loop woken every
  *                            20 ms by a pipe the main thread writes to; prints their EINTRs
+ *   io_work longjmp SECONDS  thread "jumper" blocks in read() on an empty pipe
+ *                            (jump_read_site); after 200 ms a SIGUSR1 handler siglongjmps out
+ *                            of the hooked read, and the thread burns CPU in burn_site for
+ *                            SECONDS; prints jumped=1
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -415,6 +419,56 @@ static void waits_mode(double secs) {
            (unsigned long long)g_poll_eintr);
 }
 
+/* ---- longjmp: leaving a hooked read by siglongjmp ---- */
+
+#include <setjmp.h>
+static sigjmp_buf g_jb;
+static volatile double g_burn_secs;
+static volatile int g_jumped;
+
+static void on_usr1_jump(int sig) {
+    (void)sig;
+    siglongjmp(g_jb, 1);
+}
+
+__attribute__((noinline)) void jump_read_site(int fd) {
+    char c;
+    (void)!read(fd, &c, 1); /* never returns: nobody writes */
+}
+
+__attribute__((noinline)) void burn_site(double secs) {
+    volatile uint64_t x = 0;
+    double end = now_s() + secs;
+    while (now_s() < end)
+        for (int i = 0; i < 10000; i++)
+            x += (uint64_t)i;
+}
+
+static void *jumper(void *arg) {
+    pthread_setname_np(pthread_self(), "jumper");
+    if (sigsetjmp(g_jb, 1) == 0)
+        jump_read_site(*(int *)arg);
+    g_jumped = 1;
+    burn_site(g_burn_secs);
+    return NULL;
+}
+
+static void longjmp_mode(double secs) {
+    int p[2];
+    if (pipe(p) != 0)
+        exit(1);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_usr1_jump;
+    sigaction(SIGUSR1, &sa, NULL);
+    g_burn_secs = secs;
+    pthread_t th;
+    pthread_create(&th, NULL, jumper, &p[0]);
+    sleep_us(200000);
+    pthread_kill(th, SIGUSR1);
+    pthread_join(th, NULL);
+    printf("jumped=%d\n", g_jumped);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -430,6 +484,8 @@ int main(int argc, char **argv) {
         socket_mode(secs);
     } else if (!strcmp(argv[1], "blocked")) {
         blocked_mode(secs);
+    } else if (!strcmp(argv[1], "longjmp")) {
+        longjmp_mode(secs);
     } else if (!strcmp(argv[1], "waits")) {
         waits_mode(secs);
     } else if (!strcmp(argv[1], "fsync") && argc > 2) {

@@ -78,6 +78,7 @@ typedef enum {
     CM_DROP_OVER_BUDGET = 8,
     CM_DROP_THREAD_LIMIT = 9,
     CM_DROP_ENCODE_FAILED = 10,
+    CM_DROP_HOST_UNSAFE = 11, /* not taken: it could have harmed the host (see agent README) */
 } cm_drop_reason_t;
 
 typedef enum { CM_IO_READ = 1, CM_IO_WRITE, CM_IO_CONNECT, CM_IO_ACCEPT, CM_IO_SYNC, CM_IO_OPEN } cm_io_kind_t;

@@ -1,0 +1,247 @@
+/* Process-level calls the agent must prepare for: fork() from a signal handler, and a seccomp
+ * filter the program installs on itself.
+ *
+ * fork in a handler: a single-threaded program may fork in a signal handler even when the
+ * signal interrupted malloc or stdio: glibc's fork takes its malloc, stdio and atfork locks
+ * only when the process is multi-threaded, which the agent's thread makes it. A handler that
+ * interrupted this thread inside libc (or inside the agent) may hold one of those locks, and
+ * fork would wait on it forever. The fork interposer looks for that case: it scans up the
+ * current stack (bounded by the thread's stack or its active alternate stack) for the signal
+ * frame's return address (glibc's __restore_rt, the sa_restorer the kernel reports for our
+ * own handler), reads the interrupted pc from the ucontext that follows it, and if that pc is
+ * in libc or in the agent it forks with _Fork() (no locks, no atfork handlers: as
+ * async-signal-safe as the program expects its fork to be there). The child stops profiling
+ * (it could not take our locks either). Otherwise, and whenever the scan finds no frame, the
+ * real fork runs. Cost: a stack scan per fork (~1 µs), nothing on any other path.
+ *
+ * seccomp: a program that confines itself (prctl(PR_SET_SECCOMP) or the seccomp syscall
+ * through syscall(), as libseccomp makes it) with a strict allow-list would be killed by the
+ * first syscall of ours it does not allow (a handler's clock read, a timer, the bg thread's
+ * poll). Before the filter goes in, the agent stops as at exit: timers deleted, the last chunk
+ * written (it counts one DROP_HOST_UNSAFE: profiling stopped early), the bg thread joined, the
+ * hooks forwarding only and exiting threads making no syscall of ours. Then the call proceeds.
+ *
+ * set*id: glibc broadcasts setuid/setgid/setgroups/... to every thread (SIGSETXID) and aborts
+ * the process (setxid_error) when the call succeeds on one thread and fails on another.
+ * Capabilities are per thread: a program that dropped CAP_SETUID on its own threads gets
+ * EPERM on each of them, while the agent's thread, which kept them, would succeed. Before
+ * each such call the agent's thread takes the calling thread's capability sets (intersected
+ * with its own: sets can only shrink) and the call then fails or succeeds on every thread
+ * alike. The caller waits for that (at most 1 s; the bg thread acts at its next wake-up).
+ *
+ * Thread contract: the interposers run on application threads; the fork scan reads only the
+ * calling thread's own stack.
+ */
+#include "internal.h"
+
+#include "hooks.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <linux/prctl.h>
+#include <linux/seccomp.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+typedef pid_t (*fork_fn)(void);
+static fork_fn g_fork, g_raw_fork;
+static uintptr_t g_restorer;              /* glibc's __restore_rt */
+static uintptr_t g_libc_lo, g_libc_hi;    /* libc's mapped range */
+_Atomic int ag_sandboxed;                 /* a seccomp filter is (about to be) in force */
+
+static int find_obj(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    uintptr_t probe = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
+    }
+    if (probe < lo || probe >= hi)
+        return 0;
+    g_libc_lo = lo;
+    g_libc_hi = hi;
+    return 1;
+}
+
+void ag_sandbox_init(void) {
+    g_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
+    g_raw_fork = (fork_fn)dlsym(RTLD_NEXT, "_Fork"); /* glibc >= 2.34 */
+    if (g_fork)
+        dl_iterate_phdr(find_obj, (void *)(uintptr_t)g_fork);
+    /* the restorer glibc installed with our handler (libc's sigaction, not our interposer) */
+    struct sigaction cur;
+    typedef int (*sa_fn)(int, const struct sigaction *, struct sigaction *);
+    sa_fn real = (sa_fn)dlsym(RTLD_NEXT, "sigaction");
+    if (ag_sig && real && real(ag_sig, NULL, &cur) == 0 && (cur.sa_flags & 0x04000000 /* SA_RESTORER */))
+        g_restorer = (uintptr_t)cur.sa_restorer;
+}
+
+/* Did a signal handler below us on this stack interrupt libc or the agent? Reads the frames
+ * above ours (and their redzones under ASan): not instrumented, and inlined into fork() (an
+ * out-of-line copy missed the signal frame: the fork_in_handler case hung 8 of 8 runs; the
+ * cause was not found before the deadline). */
+__attribute__((no_sanitize("address", "thread", "undefined"))) static int
+interrupted_in_libc(void) {
+    if (!g_restorer || !g_libc_hi)
+        return 0;
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0), top = 0;
+    stack_t ss;
+    if (syscall(SYS_sigaltstack, NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK))
+        top = (uintptr_t)ss.ss_sp + ss.ss_size;
+    else if (ag_t_self) {
+        uintptr_t lo = atomic_load(&ag_t_self->stack_lo), hi = atomic_load(&ag_t_self->stack_hi);
+        if (sp >= lo && sp < hi)
+            top = hi;
+    }
+    if (top <= sp)
+        return 0;
+    const uintptr_t *w = (const uintptr_t *)(sp & ~(uintptr_t)7);
+    size_t n = (top - (uintptr_t)w) / sizeof *w;
+    if (n > 4096)
+        n = 4096; /* 32 KiB of frames between the handler and fork() */
+    for (size_t i = 0; i + 1 + sizeof(ucontext_t) / sizeof *w < n; i++) {
+        if (w[i] != g_restorer)
+            continue;
+        const ucontext_t *uc = (const ucontext_t *)&w[i + 1];
+        uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+        return (pc >= g_libc_lo && pc < g_libc_hi) || ag_hook_is_agent_pc(pc);
+    }
+    return 0;
+}
+
+__attribute__((no_sanitize("address", "thread", "undefined"), visibility("default"))) pid_t
+fork(void) {
+    if (!g_fork) {
+        g_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
+        if (!g_fork) {
+            errno = ENOSYS;
+            return -1;
+        }
+    }
+    if (!g_raw_fork || !atomic_load(&ag.running) || !interrupted_in_libc())
+        return g_fork();
+    pid_t p = g_raw_fork();
+    if (p == 0) /* no lock of ours is safe to take here: this child is not profiled */
+        ag_bg_forget_child();
+    return p;
+}
+
+/* ---- set*id: the agent's thread takes the caller's capabilities ---- */
+
+#include <grp.h>
+#include <linux/capability.h>
+
+static struct __user_cap_data_struct g_caps[2]; /* the caller's, for the bg thread */
+static _Atomic uint64_t g_caps_req, g_caps_done;
+
+void ag_sandbox_caps_apply(void) {
+    uint64_t want = atomic_load(&g_caps_req);
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct mine[2];
+    if (syscall(SYS_capget, &h, mine) == 0) {
+        for (int i = 0; i < 2; i++) {
+            mine[i].effective &= g_caps[i].effective;
+            mine[i].permitted &= g_caps[i].permitted;
+            mine[i].inheritable &= g_caps[i].inheritable;
+        }
+        syscall(SYS_capset, &h, mine);
+    }
+    atomic_store(&g_caps_done, want);
+}
+
+static void caps_match(void) {
+    if (!atomic_load(&ag.running))
+        return;
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    if (syscall(SYS_capget, &h, g_caps) != 0)
+        return;
+    uint64_t gen = atomic_fetch_add(&g_caps_req, 1) + 1;
+    ag_bg_wake(AG_REQ_CAPS);
+    for (int i = 0; i < 1000 && atomic_load(&g_caps_done) < gen && atomic_load(&ag.running); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+#define SETID(ret, name, params, args)                                                            \
+    AG_NO_TSAN __attribute__((visibility("default"))) ret name params {                            \
+        static ret(*real) params;                                                                  \
+        if (!real)                                                                                 \
+            real = (ret(*) params)dlsym(RTLD_NEXT, #name);                                         \
+        if (!real) {                                                                               \
+            errno = ENOSYS;                                                                        \
+            return -1;                                                                             \
+        }                                                                                          \
+        caps_match();                                                                              \
+        return real args;                                                                          \
+    }
+SETID(int, setuid, (uid_t u), (u))
+SETID(int, setgid, (gid_t g), (g))
+SETID(int, seteuid, (uid_t u), (u))
+SETID(int, setegid, (gid_t g), (g))
+SETID(int, setreuid, (uid_t r, uid_t e), (r, e))
+SETID(int, setregid, (gid_t r, gid_t e), (r, e))
+SETID(int, setresuid, (uid_t r, uid_t e, uid_t s), (r, e, s))
+SETID(int, setresgid, (gid_t r, gid_t e, gid_t s), (r, e, s))
+SETID(int, setgroups, (size_t n, const gid_t *l), (n, l))
+
+/* ---- seccomp ---- */
+
+static void quiesce(void) {
+    if (atomic_exchange(&ag_sandboxed, 1) || !atomic_load(&ag.running))
+        return;
+    ag_drop_count(0, CM_DROP_HOST_UNSAFE, 1);
+    ag_agent_stop();
+}
+
+typedef int (*prctl_fn)(int, unsigned long, unsigned long, unsigned long, unsigned long);
+
+AG_NO_TSAN __attribute__((visibility("default"))) int prctl(int op, unsigned long a2,
+                                                            unsigned long a3, unsigned long a4,
+                                                            unsigned long a5) {
+    static prctl_fn real;
+    if (!real)
+        real = (prctl_fn)dlsym(RTLD_NEXT, "prctl");
+    if (op == PR_SET_SECCOMP)
+        quiesce();
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real(op, a2, a3, a4, a5);
+}
+
+/* syscall(3) itself, without libc's: the agent calls syscall() too (gettid in handlers), and
+ * those calls now land here, so this must need no lazy lookup. x86-64 convention; a result in
+ * [-4095, -1] is -errno. */
+AG_NO_TSAN __attribute__((visibility("default"))) long syscall(long nr, ...) {
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (AG_UNLIKELY(nr == SYS_seccomp && a[0] == SECCOMP_SET_MODE_FILTER))
+        quiesce();
+    register long r10 __asm__("r10") = a[3];
+    register long r8 __asm__("r8") = a[4];
+    register long r9 __asm__("r9") = a[5];
+    long ret;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a[0]), "S"(a[1]), "d"(a[2]), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    if ((unsigned long)ret > -4096ul) {
+        errno = (int)-ret;
+        return -1;
+    }
+    return ret;
+}

@@ -1,0 +1,3 @@
+module fleetprof/hostile/cgo
+
+go 1.21
