@@ -265,6 +265,68 @@ static void test_lines_off(void) {
     cleanup();
 }
 
+/* Issue 13 vs 15: once the objects are named (lines on: object, debug file and DWARF all
+ * read), the process holds no descriptor of an ELF or debug file: the program lists its
+ * /proc/self/fd at the end, after two chunks were built (interval 500 ms, 1.5 s of work). */
+static void test_no_descriptor_kept(void) {
+    setup("fds");
+    char cmd[4096], prog[1024], env[512], list[8192];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/bin/.debug && cp %s/tests/symwork.linked %s/bin/ && "
+             "cp %s/tests/symwork.debug %s/bin/.debug/", g_tmp, g_build, g_tmp, g_build, g_tmp);
+    CHECK(system(cmd) == 0);
+    snprintf(prog, sizeof prog, "%s/bin/symwork.linked", g_tmp);
+    snprintf(env, sizeof env, "SYMWORK_FDS=%s/fds FLEETPROF_DEBUG_DIRS=/nonexistent", g_tmp);
+    check_named(prog, env, 0); /* named: the debug file was read */
+    snprintf(env, sizeof env, "SYMWORK_FDS=%s/fds FLEETPROF_LINES=1 FLEETPROF_DEBUG_DIRS=/nonexistent",
+             g_tmp);
+    check_named(prog, env, 1); /* and its DWARF lines */
+    snprintf(cmd, sizeof cmd, "ls %s/out | wc -l", g_tmp);
+    CHECKF(atoi(sh(cmd, list, sizeof list)) >= 3, "chunks: %s", list);
+    snprintf(cmd, sizeof cmd, "cat %s/fds", g_tmp);
+    sh(cmd, list, sizeof list);
+    int n = 0;
+    char *save = NULL;
+    for (char *l = strtok_r(list, "\n", &save); l; l = strtok_r(NULL, "\n", &save), n++) {
+        const char *to = strchr(l, ' ');
+        CHECKF(to && to[1], "bad line %s", l);
+        to++;
+        CHECKF(!strstr(to, "symwork") && !strstr(to, ".so") && !strstr(to, ".debug") &&
+                   !strstr(to, "/usr/lib"),
+               "descriptor %s of the profiled process is an object or debug file", l);
+    }
+    CHECKF(n >= 3, "only %d descriptors listed (stdin, stdout, stderr are open)", n);
+    cleanup();
+}
+
+/* Near RLIMIT_NOFILE (3 descriptors free of 64) the agent opens no object: the loads are
+ * deferred and counted, the program stays unnamed; with 32 free it is named. */
+static void test_no_load_near_rlimit(void) {
+    setup("rlim");
+    char cmd[4096], prog[1024], log[8192];
+    snprintf(prog, sizeof prog, "%s/tests/symwork", g_build);
+    for (int free_fds = 3; free_fds <= 32; free_fds += 29) {
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf %s/out && mkdir -p %s/out && cd %s && ulimit -n 64 && "
+                 "SYMWORK_FREE_FDS=%d FLEETPROF_LOG_LEVEL=debug FLEETPROF_OUTPUT=%s/out "
+                 "FLEETPROF_COLLECTOR=none FLEETPROF_INTERVAL=500ms FLEETPROF_CPU_RATE=400 "
+                 "FLEETPROF_CPU_HZ=400 LD_PRELOAD=%s/agent/libfleetprof.so %s 1.2 >/dev/null "
+                 "2>%s/log",
+                 g_tmp, g_tmp, g_tmp, free_fds, g_tmp, g_build, prog, g_tmp);
+        CHECKF(system(cmd) == 0, "%s", cmd);
+        snprintf(cmd, sizeof cmd, "grep -o '[0-9]* loads deferred' %s/log | tail -1", g_tmp);
+        int deferred = atoi(sh(cmd, log, sizeof log));
+        uint64_t w, total;
+        leaf_weight(fold(), "symwork_inner_loop", &w, &total);
+        if (free_fds == 3)
+            CHECKF(deferred > 0 && w == 0 && total > 0, "%d free: %d deferred, named %llu of %llu",
+                   free_fds, deferred, (unsigned long long)w, (unsigned long long)total);
+        else
+            CHECKF(deferred == 0 && w * 2 > total, "%d free: %d deferred, named %llu of %llu",
+                   free_fds, deferred, (unsigned long long)w, (unsigned long long)total);
+    }
+    cleanup();
+}
+
 static void test_cxx_long_name(void) {
     setup("cxx");
     char prog[1024], cmd[2048];
@@ -308,6 +370,8 @@ static const tr_test_t tests[] = {
     {"debug_file_by_debuglink", test_debug_file_by_debuglink},
     {"minidebuginfo", test_minidebuginfo},
     {"lines_off", test_lines_off},
+    {"no_descriptor_kept", test_no_descriptor_kept},
+    {"no_load_near_rlimit", test_no_load_near_rlimit},
     {"cxx_long_name", test_cxx_long_name},
     {"rust_legacy", test_rust_legacy},
     {"rust_v0", test_rust_v0},

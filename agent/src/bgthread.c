@@ -618,10 +618,10 @@ static void cut_chunk(int at_exit) {
     ag_symstats_t ss;
     ag_symbols_stats(&ss);
     CM_DEBUG("symbols: %llu objects opened (%llu function symbols) in %llu ns; %llu lookups "
-             "in %llu ns in total, opening included",
+             "in %llu ns in total, opening included; %llu loads deferred (descriptors)",
              (unsigned long long)ss.objects, (unsigned long long)ss.symbols,
              (unsigned long long)ss.load_ns, (unsigned long long)ss.lookups,
-             (unsigned long long)ss.lookup_ns);
+             (unsigned long long)ss.lookup_ns, (unsigned long long)ss.deferred);
 
     uint8_t *frame = NULL;
     size_t len = 0;

@@ -368,6 +368,7 @@ typedef struct {
     uint64_t objects, symbols; /* objects opened, function symbols kept */
     uint64_t load_ns;          /* time spent opening objects and reading their tables */
     uint64_t lookups, lookup_ns; /* ag_symbols_lookup calls and their time (loads included) */
+    uint64_t deferred; /* loads put off: the process was near RLIMIT_NOFILE */
 } ag_symstats_t;
 AG_HIDDEN void ag_symbols_init(void);
 AG_HIDDEN void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out);

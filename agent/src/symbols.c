@@ -21,14 +21,25 @@
  * chunk bounds strings at CM_MAX_STRING_LEN = 4096 bytes).
  *
  * Source lines (FLEETPROF_LINES=1; off by default): where the object or its debug file has
- * DWARF, dwfl_module_getsrc gives the pc's file and line from .debug_line, and the function's
- * file is the one of its entry address. Off by default because of what it costs in the host
- * process (measured on Debian's python3 with its 11 MB compressed debug file: +60 MB RSS and
- * 1.9 s of first lookups, against 39 ms and no visible RSS for its symbols): libdwfl
- * decompresses and indexes the whole DWARF of a module on its first line lookup.
+ * DWARF, the whole .debug_line of the module (every CU) is copied at load time; a pc's row is
+ * the last one at or below it unless that row ends a sequence (what dwfl_module_getsrc does
+ * within a CU), and the function's file is the one of its entry address. Off by default
+ * because of what it costs in the host process (measured on Debian's python3 with its 11 MB
+ * compressed debug file: +55 MB RSS and 1.4 s of loading, against ~10 ms and no visible RSS
+ * for its symbols).
  *
- * Memory: objects, symbol tables and libdwfl's modules are never freed (bounded by what the
- * process maps); debug files are mmapped read-only (file-backed pages).
+ * Descriptors (issue 13, "do no harm"): libdwfl keeps a module's file descriptors (object,
+ * debug file, dwz alt file) open until dwfl_end, so each object gets a Dwfl of its own, used
+ * only inside load_syms: the function names (and with FLEETPROF_LINES=1 the whole line table,
+ * as sorted (address, file, line) rows with interned file names) are copied into the object,
+ * then dwfl_end closes every descriptor and unmaps the files. The agent keeps no descriptor of
+ * an ELF or debug file; a load holds at most three for its duration. A load needs descriptors,
+ * so it is deferred (the pc stays unnamed for this chunk, counted in `deferred`) while the
+ * process has at most max(AG_SYM_FD_RESERVE, RLIMIT_NOFILE/64) descriptors free, and then for
+ * a second.
+ *
+ * Memory: objects and their symbol (and line) tables are never freed (bounded by what the
+ * process maps); names live in one string pool per object.
  */
 #include "internal.h"
 
@@ -39,23 +50,36 @@
 #include <fcntl.h>
 #include <libiberty/demangle.h>
 #include <link.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+/* descriptors that must stay free for the application before a load may take its (<= 3) */
+#define AG_SYM_FD_RESERVE 8
+/* descriptor numbers scanned to count the open ones (above it: assumed free) */
+#define AG_SYM_FD_SCAN 65536
 
 typedef struct {
     uint64_t addr, end; /* file vaddrs: [addr, end) */
     uint64_t sec_end;   /* end of the symbol's section (bounds a size-0 symbol) */
-    const char *name;   /* owned by libdwfl's module (alive for the process) */
+    const char *name;   /* in the object's pool (or static), alive for the process */
     char *dem;          /* demangled name, lazily; NULL: not yet or not mangled */
     const char *file;   /* source file of the entry address, lazily */
     uint8_t dem_done, file_done;
-    uint8_t owned; /* name is ours (PLT, vdso): freed when the symbol is dropped as an alias */
+    uint8_t owned; /* name was malloc'ed (PLT, vdso) before it moved to the pool */
     uint8_t exported; /* global, default visibility */
     uint8_t fwd_done;
     uintptr_t fwd;    /* our own interposers: the real function (dlsym RTLD_NEXT), 0: none */
 } sym_t;
+
+typedef struct { /* one row of the line table (FLEETPROF_LINES=1) */
+    uint64_t addr;  /* file vaddr */
+    uint32_t file;  /* index in the object's files; UINT32_MAX: end of a sequence */
+    uint32_t line;
+} line_t;
 
 struct ag_object {
     char *path;
@@ -65,19 +89,23 @@ struct ag_object {
     uint8_t build_id[CM_MAX_BUILD_ID];
     uint32_t bid_len;
     int syms_loaded;
-    Dwfl_Module *mod;
     sym_t *syms;
     uint32_t nsyms;
+    char *pool; /* the names of syms */
+    line_t *lines;
+    uint32_t nlines;
+    char **files; /* source file names of lines */
+    uint32_t nfiles;
     uint32_t chunk_slot;
 };
 
 static ag_object_t **g_objs;
 static uint32_t g_nobjs, g_capobjs;
 static uint64_t g_last_refresh_ns;
-static Dwfl *g_dwfl;
 static int g_lines; /* FLEETPROF_LINES=1 */
 static char g_debug_dirs[1024] = "/usr/lib/debug";
 static ag_symstats_t g_stats;
+static uint64_t g_defer_until_ns; /* no load before (near RLIMIT_NOFILE) */
 
 static int try_open(const char *path, char **out_name) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -265,31 +293,162 @@ static void add_vdso(ag_object_t *o, uint32_t *cap) {
     elf_end(elf);
 }
 
+/* Open descriptors of the process: poll() flags a closed number POLLNVAL, in batches. */
+static int fds_free(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return INT32_MAX;
+    uint64_t lim = rl.rlim_cur, scan = lim < AG_SYM_FD_SCAN ? lim : AG_SYM_FD_SCAN;
+    struct pollfd p[256];
+    uint64_t open_n = 0;
+    for (uint64_t base = 0; base < scan; base += 256) {
+        int n = (int)(scan - base < 256 ? scan - base : 256);
+        for (int i = 0; i < n; i++)
+            p[i] = (struct pollfd){.fd = (int)(base + (uint64_t)i), .events = 0};
+        if (poll(p, (nfds_t)n, 0) < 0)
+            return INT32_MAX;
+        for (int i = 0; i < n; i++)
+            open_n += !(p[i].revents & POLLNVAL);
+    }
+    uint64_t reserve = lim / 64 > AG_SYM_FD_RESERVE ? lim / 64 : AG_SYM_FD_RESERVE;
+    return open_n + reserve >= lim ? 0 : (int)(lim - open_n > INT32_MAX ? INT32_MAX : lim - open_n);
+}
+
+static int cmp_line(const void *a, const void *b) {
+    const line_t *x = a, *y = b;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    /* at one address an end of sequence first, so that the row starting there is the one
+     * found; otherwise table order (kept by the index stashed in line while sorting) */
+    int ex = x->file == UINT32_MAX, ey = y->file == UINT32_MAX;
+    if (ex != ey)
+        return ey - ex;
+    return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* Interns a file name in o->files (linear probing on a table sized by the caller). */
+static uint32_t intern_file(ag_object_t *o, uint32_t *tab, uint32_t tabsz, const char *f) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = f; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    for (uint32_t i = (uint32_t)h & (tabsz - 1);; i = (i + 1) & (tabsz - 1)) {
+        if (tab[i] == UINT32_MAX) {
+            char *c = strdup(f);
+            if (!c)
+                return UINT32_MAX;
+            o->files[o->nfiles] = c;
+            tab[i] = o->nfiles;
+            return o->nfiles++;
+        }
+        if (!strcmp(o->files[tab[i]], f))
+            return tab[i];
+    }
+}
+
+/* Copies the module's whole line table (what dwfl_module_getsrc would search, CU by CU). */
+static void load_lines(ag_object_t *o, Dwfl_Module *mod) {
+    size_t total = 0, nfiles = 0;
+    Dwarf_Addr bias;
+    for (Dwarf_Die *cu = NULL; (cu = dwfl_module_nextcu(mod, cu, &bias));) {
+        size_t n = 0, nf = 0;
+        Dwarf_Files *files;
+        if (dwfl_getsrclines(cu, &n) == 0)
+            total += n;
+        if (dwarf_getsrcfiles(cu, &files, &nf) == 0)
+            nfiles += nf;
+    }
+    if (!total || total > UINT32_MAX / 2)
+        return;
+    uint32_t tabsz = 16;
+    while (tabsz < 2 * nfiles + 2)
+        tabsz *= 2;
+    uint32_t *tab = malloc(tabsz * sizeof *tab);
+    o->files = malloc((nfiles + 1) * sizeof *o->files);
+    o->lines = malloc(total * sizeof *o->lines);
+    if (!tab || !o->files || !o->lines) {
+        free(tab), free(o->files), free(o->lines);
+        o->files = NULL, o->lines = NULL;
+        return;
+    }
+    memset(tab, 0xff, tabsz * sizeof *tab);
+    size_t k = 0;
+    for (Dwarf_Die *cu = NULL; (cu = dwfl_module_nextcu(mod, cu, &bias));) {
+        size_t n = 0;
+        if (dwfl_getsrclines(cu, &n) != 0)
+            continue;
+        for (size_t i = 0; i < n && k < total; i++) {
+            Dwfl_Line *l = dwfl_onesrcline(cu, i);
+            Dwarf_Addr a, db;
+            int ln = 0;
+            bool end = false;
+            const char *f = l ? dwfl_lineinfo(l, &a, &ln, NULL, NULL, NULL) : NULL;
+            Dwarf_Line *dl = l ? dwfl_dwarf_line(l, &db) : NULL;
+            if (!l || !dl || a < o->bias)
+                continue;
+            dwarf_lineendsequence(dl, &end);
+            uint32_t fi = end ? UINT32_MAX : f && o->nfiles < nfiles + 1 ? intern_file(o, tab, tabsz, f) : UINT32_MAX;
+            if (!end && fi == UINT32_MAX)
+                continue;
+            o->lines[k++] = (line_t){a - o->bias, fi, ln < 0 ? 0 : (uint32_t)ln};
+        }
+    }
+    free(tab);
+    /* stable by table order: sort (addr, kind, seq) with the row's index in line, then put
+     * the lines back */
+    uint32_t *ln = malloc(k * sizeof *ln + 1);
+    if (!ln) {
+        o->nlines = 0;
+        return;
+    }
+    for (size_t i = 0; i < k; i++) {
+        ln[i] = o->lines[i].line;
+        o->lines[i].line = (uint32_t)i;
+    }
+    qsort(o->lines, k, sizeof *o->lines, cmp_line);
+    for (size_t i = 0; i < k; i++)
+        o->lines[i].line = ln[o->lines[i].line];
+    free(ln);
+    o->nlines = (uint32_t)k;
+    line_t *shrunk = realloc(o->lines, k * sizeof *o->lines + 1);
+    if (shrunk)
+        o->lines = shrunk;
+}
+
 static void load_syms(ag_object_t *o) {
-    o->syms_loaded = 1;
     uint32_t cap = 0;
     uint64_t t0 = ag_now_mono();
+    Dwfl *dwfl = NULL;
     if (!o->path || o->path[0] != '/') { /* no file: the vdso ("linux-vdso.so.1") */
+        o->syms_loaded = 1;
         if (o->path && strstr(o->path, "vdso"))
             add_vdso(o, &cap);
         goto sort;
     }
-    if (!g_dwfl && !(g_dwfl = dwfl_begin(&g_callbacks)))
+    /* the application is near RLIMIT_NOFILE: not now, and for a second no load is tried
+     * (counting the descriptors costs up to 256 poll calls) */
+    if (t0 < g_defer_until_ns || fds_free() == 0) {
+        if (t0 >= g_defer_until_ns)
+            g_defer_until_ns = t0 + 1000000000ull;
+        g_stats.deferred++;
         return;
-    dwfl_report_begin_add(g_dwfl);
-    o->mod = dwfl_report_elf(g_dwfl, o->path, o->path, -1, o->bias, false);
-    dwfl_report_end(g_dwfl, NULL, NULL);
-    if (!o->mod)
+    }
+    o->syms_loaded = 1;
+    if (!(dwfl = dwfl_begin(&g_callbacks)))
+        goto out;
+    dwfl_report_begin(dwfl);
+    Dwfl_Module *mod = dwfl_report_elf(dwfl, o->path, o->path, -1, o->bias, false);
+    dwfl_report_end(dwfl, NULL, NULL);
+    if (!mod)
         goto out;
     GElf_Addr ebias = 0;
-    Elf *main_elf = dwfl_module_getelf(o->mod, &ebias);
-    int n = dwfl_module_getsymtab(o->mod);
+    Elf *main_elf = dwfl_module_getelf(mod, &ebias);
+    int n = dwfl_module_getsymtab(mod);
     for (int i = 1; i < n; i++) {
         GElf_Sym sym;
         GElf_Addr addr, sbias = 0;
         GElf_Word shndx = 0;
         Elf *elf = NULL;
-        const char *name = dwfl_module_getsym_info(o->mod, i, &sym, &addr, &shndx, &elf, &sbias);
+        const char *name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &elf, &sbias);
         int type = GELF_ST_TYPE(sym.st_info);
         if (!name || !name[0] || (type != STT_FUNC && type != STT_GNU_IFUNC) ||
             sym.st_shndx == SHN_UNDEF || addr < o->bias || addr == 0)
@@ -310,6 +469,8 @@ static void load_syms(ag_object_t *o) {
     }
     if (main_elf)
         add_plt(o, &cap, main_elf, ebias);
+    if (g_lines)
+        load_lines(o, mod);
 sort:;
     uint32_t k = o->nsyms;
     qsort(o->syms, k, sizeof *o->syms, cmp_sym);
@@ -335,8 +496,37 @@ sort:;
         if (s->sec_end < s->end)
             s->end = s->sec_end;
     }
-    o->nsyms = m;
+    /* the names move to one pool: libdwfl's strings go with dwfl_end */
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < m; i++)
+        bytes += strlen(o->syms[i].name) + 1;
+    o->pool = malloc(bytes + 1);
+    char *p = o->pool;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        sym_t *s = &o->syms[i];
+        if (p) {
+            size_t l = strlen(s->name) + 1;
+            memcpy(p, s->name, l);
+            if (s->owned)
+                free((char *)s->name);
+            s->name = p;
+            s->owned = 0;
+            p += l;
+            o->syms[kept++] = *s;
+        } else if (s->owned) { /* no memory for the pool: keep only our own names */
+            o->syms[kept++] = *s;
+        }
+    }
+    o->nsyms = kept;
+    if (kept) {
+        sym_t *shrunk = realloc(o->syms, kept * sizeof *o->syms);
+        if (shrunk)
+            o->syms = shrunk;
+    }
 out:
+    if (dwfl)
+        dwfl_end(dwfl); /* closes the module's descriptors and unmaps its files */
     g_stats.objects++;
     g_stats.symbols += o->nsyms;
     g_stats.load_ns += ag_now_mono() - t0;
@@ -446,14 +636,20 @@ char *ag_demangle(const char *name) {
     return cplus_demangle(name, DMGL_PARAMS | DMGL_ANSI | DMGL_AUTO);
 }
 
-static const char *line_of(ag_object_t *o, uint64_t pc, int *line) {
-    Dwfl_Line *l = dwfl_module_getsrc(o->mod, pc);
-    if (!l)
+/* The last row at or below pc, unless it ends a sequence (as dwfl_module_getsrc). */
+static const char *line_of(ag_object_t *o, uint64_t file_addr, int *line) {
+    uint32_t lo = 0, hi = o->nlines;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (o->lines[mid].addr <= file_addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (!lo || o->lines[lo - 1].file == UINT32_MAX)
         return NULL;
-    const char *f = dwfl_lineinfo(l, NULL, line, NULL, NULL, NULL);
-    if (*line < 0)
-        *line = 0;
-    return f;
+    *line = (int)o->lines[lo - 1].line;
+    return o->files[o->lines[lo - 1].file];
 }
 
 void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out) {
@@ -526,18 +722,18 @@ void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out) {
         }
         out->name = s->dem ? s->dem : s->name;
         out->sym_id = lo; /* index + 1 */
-        if (g_lines && o->mod) {
+        if (g_lines && o->nlines) {
             if (!s->file_done) {
                 int l = 0;
                 s->file_done = 1;
-                s->file = line_of(o, s->addr + o->bias, &l);
+                s->file = line_of(o, s->addr, &l);
             }
             out->file = s->file;
         }
     }
-    if (g_lines && o->mod && (out->name || !o->nsyms)) {
+    if (g_lines && o->nlines && (out->name || !o->nsyms)) {
         int l = 0;
-        if (line_of(o, pc, &l))
+        if (line_of(o, out->file_addr, &l))
             out->line = (uint32_t)l;
     }
     g_stats.lookups++;
