@@ -1092,7 +1092,16 @@ static void test_thread_churn(void) {
     uint64_t ru = out_u64(out, "rusage_ns=");
     chunks_t *cs = load(dir);
     tot_t all = total(cs, CM_EV_CPU, NULL, 0), ct = total(cs, CM_EV_CPU, "churn_thread", 0);
-    uint64_t limit = drops(cs, CM_DROP_THREAD_LIMIT);
+    /* Registry slots exhausted: thread.c counts it once per thread it cannot register (no
+     * event type). Allocation samples taken by a thread while it has no slot (after its slot was
+     * released at exit, when a TLS destructor allocates) are counted as ALLOC drops of the same
+     * reason: not a slot leak, so not judged here. */
+    uint64_t limit = 0;
+    for (int i = 0; i < cs->n; i++)
+        for (uint32_t k = 0; k < cs->c[i]->header.n_drops; k++)
+            if (cs->c[i]->header.drops[k].reason == CM_DROP_THREAD_LIMIT &&
+                cs->c[i]->header.drops[k].type != CM_EV_ALLOC)
+                limit += cs->c[i]->header.drops[k].count;
     uint32_t tids[2048];
     int ntids = 0;
     for (int i = 0; i < cs->n; i++) {
