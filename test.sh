@@ -2,7 +2,9 @@
 # The whole fleetprof test suite, exactly as CI runs it (.ci/run calls this):
 #   1. installs missing Debian packages (deploy/install-deps.sh) and the Kafka broker's jars
 #      (deploy/kafka/fetch.sh, cached in ~/.cache/fleetprof after the first run);
-#   2. builds with -Werror and runs every ctest test (tests start their own real Kafka brokers);
+#   2. builds with -Werror and runs every ctest test (tests start their own real Kafka brokers)
+#      but those labelled `long` (acceptance runs of several minutes each, run by hand with
+#      `ctest -L long`; their figures are in bench/RESULTS.md);
 #   3. rebuilds with ASan+UBSan and with TSan and runs the tests again (except those labelled
 #      `slow`, which exercise the same code for longer, and `nosan`, which cannot run under a
 #      sanitizer for a reason stated where they are registered);
@@ -49,7 +51,7 @@ step() { # step NAME CMD...: a build step that counts as one failure when it fai
 }
 
 if step "build" build build; then
-  run_ctest build
+  run_ctest build -LE long
 fi
 
 if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then

@@ -35,9 +35,11 @@ foreach(t alloc lock io)
   endif()
 endforeach()
 # Issue 19's long runs: the issue's program at 4x its volumes, and with the controller off at
-# three fixed periods (test-agent-alloc.c: slow_tests).
+# three fixed periods (test-agent-alloc.c: slow_tests). Label `long`: ~6 min on 2 cores, so
+# test.sh leaves it out (the CI budget); run it with `ctest -L long`, figures in
+# bench/RESULTS.md (issue 19). The 1x runs of the same checks are in test-agent-alloc.
 add_test(NAME test-agent-alloc-slow COMMAND test-agent-alloc slow)
-set_tests_properties(test-agent-alloc-slow PROPERTIES TIMEOUT 3000 LABELS "agent;hooks;nosan;slow"
+set_tests_properties(test-agent-alloc-slow PROPERTIES TIMEOUT 3000 LABELS "agent;hooks;nosan;slow;long"
   ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR};TR_TIMEOUT=2400")
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-alloc-slow PROPERTIES DISABLED TRUE)
