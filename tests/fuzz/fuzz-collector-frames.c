@@ -72,6 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t expect = 1;
     int eof = 0;
     uint8_t ack[8];
+    if (size == 0)
+        shutdown(fd, SHUT_WR); /* nothing to send: the peer sees EOF at once, as after a send */
     size_t have = 0;
     for (int turns = 0; !eof; turns++) {
         if (turns > 200000)
