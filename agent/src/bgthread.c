@@ -88,13 +88,18 @@ static uint64_t clock_ns(clockid_t c) {
  * signal-safe (one system call), no descriptor to lose, at most one signal queued. */
 static _Atomic pid_t g_bg_tid;
 static _Atomic int g_wake_pending;
+static _Atomic int g_wake_early; /* a wake (e.g. a ring filling) before the thread ran */
 static uid_t g_uid;
 
 void ag_bg_wake(int req) {
     atomic_fetch_or(&ag.requests, req);
     pid_t tid = atomic_load(&g_bg_tid);
-    if (!tid || atomic_exchange(&g_wake_pending, 1))
-        return; /* not started yet (it looks at the requests before it sleeps), or pending */
+    if (!tid) { /* not started yet: it looks at this flag and the requests before it sleeps */
+        atomic_store(&g_wake_early, 1);
+        return;
+    }
+    if (atomic_exchange(&g_wake_pending, 1))
+        return; /* one signal queued already */
     siginfo_t si;
     memset(&si, 0, sizeof si);
     si.si_signo = ag_sig;
@@ -676,7 +681,7 @@ static void *bg_main(void *arg) {
      * AG_START_DELAY_NS never pays for the setup below, unless a request (exit with samples to
      * send, flush, SIGTERM) comes first. */
     struct timespec delay = {0, (long)AG_START_DELAY_NS};
-    if (!atomic_load(&ag.requests))
+    if (!atomic_load(&ag.requests) && !atomic_exchange(&g_wake_early, 0))
         ppoll(NULL, 0, &delay, &wait_set);
     atomic_store(&g_wake_pending, 0);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
@@ -863,6 +868,7 @@ void ag_bg_after_fork_child(void) {
     ag_cfi_after_fork_child();
     atomic_store(&g_bg_tid, 0); /* the parent's thread: not in this process */
     atomic_store(&g_wake_pending, 0);
+    atomic_store(&g_wake_early, 0);
     /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
      * in the middle of an update. Its records belong to the parent's profile. */
     ag_builder_free(B.b);
