@@ -350,6 +350,29 @@ static void test_api_traceparent(void) {
     rmrf(dir);
 }
 
+/* Runs argv with env (as run() does) with its stderr captured into err (NUL-terminated).
+ * Returns the exit status; *lines is the number of lines written to stderr. */
+static int run_stderr(const char **env, const char **argv, char *out, size_t out_size, char *err,
+                      size_t err_size, int *lines) {
+    char errfile[] = "/tmp/fp-agent-err-XXXXXX";
+    int efd = mkstemp(errfile);
+    CHECK(efd >= 0);
+    int saved = dup(2);
+    dup2(efd, 2);
+    int st = run(env, argv, 60, out, out_size);
+    dup2(saved, 2);
+    close(saved);
+    lseek(efd, 0, SEEK_SET);
+    ssize_t n = read(efd, err, err_size - 1);
+    err[n > 0 ? n : 0] = '\0';
+    close(efd);
+    unlink(errfile);
+    *lines = 0;
+    for (char *p = err; *p; p++)
+        *lines += *p == '\n';
+    return st;
+}
+
 /* Configuration: names and their fallbacks, the off switch, invalid values. */
 static void test_config(void) {
     char prog[4096], out[4096], envbuf[4200];
@@ -405,25 +428,11 @@ static void test_config(void) {
     {
         /* Invalid values: exactly one stderr line each, naming variable and value; the run
          * still profiles with the defaults. */
-        char *dir = mkout(), errfile[] = "/tmp/fp-agent-err-XXXXXX";
-        int efd = mkstemp(errfile);
-        CHECK(efd >= 0);
+        char *dir = mkout(), err[4096];
         const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=soon", "FLEETPROF_CPU_RATE=-5",
                              NULL};
-        int saved = dup(2);
-        dup2(efd, 2);
-        int st = run(env, argv, 60, out, sizeof out);
-        dup2(saved, 2);
-        CHECK(st == 0);
-        char err[4096] = "";
-        lseek(efd, 0, SEEK_SET);
-        ssize_t n = read(efd, err, sizeof err - 1);
-        err[n > 0 ? n : 0] = '\0';
-        close(efd);
-        unlink(errfile);
-        int lines = 0;
-        for (char *p = err; *p; p++)
-            lines += *p == '\n';
+        int lines;
+        CHECK(run_stderr(env, argv, out, sizeof out, err, sizeof err, &lines) == 0);
         CHECKF(lines == 2, "stderr:\n%s", err);
         CHECKF(strstr(err, "FLEETPROF_INTERVAL='soon'") && strstr(err, "FLEETPROF_CPU_RATE='-5'") &&
                    strstr(err, "default"),
@@ -443,9 +452,7 @@ static void test_config_parse(void) {
     char prog[4096], out[4096], envbuf[4200];
     prog_path("fp-work-linked", prog, sizeof prog);
     const char *argv[] = {prog, "cpu", "0.3", NULL};
-    char *dir = mkout(), errfile[] = "/tmp/fp-agent-err-XXXXXX";
-    int efd = mkstemp(errfile);
-    CHECK(efd >= 0);
+    char *dir = mkout(), err[4096];
     const char *env[] = {ENV_OUT(dir),
                          "FLEETPROF_ENABLED=maybe",
                          "FLEETPROF_WALL_HZ=abc",
@@ -455,21 +462,8 @@ static void test_config_parse(void) {
                          "FLEETPROF_LOCK_THRESHOLD= 5 ",
                          "FLEETPROF_IO= 1",
                          NULL};
-    int saved = dup(2);
-    dup2(efd, 2);
-    int st = run(env, argv, 60, out, sizeof out);
-    dup2(saved, 2);
-    close(saved);
-    CHECK(st == 0);
-    char err[4096] = "";
-    lseek(efd, 0, SEEK_SET);
-    ssize_t n = read(efd, err, sizeof err - 1);
-    err[n > 0 ? n : 0] = '\0';
-    close(efd);
-    unlink(errfile);
-    int lines = 0;
-    for (char *p = err; *p; p++)
-        lines += *p == '\n';
+    int lines;
+    CHECK(run_stderr(env, argv, out, sizeof out, err, sizeof err, &lines) == 0);
     CHECKF(lines == 3, "stderr:\n%s", err);
     CHECKF(strstr(err, "FLEETPROF_ENABLED='maybe'") && strstr(err, "FLEETPROF_WALL_HZ='abc'") &&
                strstr(err, "FLEETPROF_ALLOC_PERIOD='1' (must be between 64 and"),
