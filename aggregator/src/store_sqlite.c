@@ -394,6 +394,9 @@ static int cmp_id(const void *a, const void *b) {
 /* Returns the entries of m ordered by key (B-tree inserts in key order touch each page once),
  * in s->order, which is reused across calls. NULL on allocation failure. */
 static void **ordered(sq_store_t *s, const agg_hmap_t *m, size_t nblob, size_t nint) {
+    static void *none; /* an empty map (a batch of chunks without samples) orders to nothing */
+    if (!m->n)
+        return &none;
     if (m->n > s->order_cap) {
         void **o = realloc(s->order, m->n * sizeof *o);
         if (!o)
