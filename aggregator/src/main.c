@@ -36,6 +36,7 @@ typedef struct {
     int64_t fine_width, coarse_width, replicate_width, downsample_after, max_age, span_max_age, dedupe_window;
     int64_t retention_interval;
     int span_index, fn_stats;
+    int64_t dim_limit, dim_target_limit;
 } agg_cfg_t;
 
 #define O(f) offsetof(agg_cfg_t, f)
@@ -105,6 +106,12 @@ static const cm_opt_t opts[] = {
      "index samples that carry a trace/span context"},
     {"fn-stats", CM_OPT_BOOL, "true", O(fn_stats), 0, 0,
      "keep per-function per-chunk share statistics for significance tests in diffs"},
+    {"dimension-limit", CM_OPT_INT, "1000", O(dim_limit), 1, 1000000,
+     "distinct values of host, node, pod, container and pid kept per service and coarse "
+     "bucket; later ones are stored as '(other)' and counted"},
+    {"dimension-target-limit", CM_OPT_INT, "200", O(dim_target_limit), 1, 1000000,
+     "distinct I/O targets (paths, peers) and lock addresses kept per service and coarse "
+     "bucket; later ones are stored as '(other)' and counted"},
     {0},
 };
 
@@ -185,6 +192,8 @@ int main(int argc, char **argv) {
         .batch_max_samples = cfg.batch_max_samples,
         .batch_interval_ms = cfg.batch_interval / 1000000,
         .retention_interval_ms = cfg.retention_interval / 1000000,
+        .dim_limit = (uint32_t)cfg.dim_limit,
+        .dim_target_limit = (uint32_t)cfg.dim_target_limit,
         .rollup = {cfg.fine_width / S, cfg.coarse_width / S, cfg.span_index, cfg.fn_stats,
                    cfg.replicate_width / S},
         .retention = {cfg.fine_width / S, cfg.coarse_width / S, cfg.downsample_after / S,
