@@ -708,14 +708,18 @@ static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, ag
     return rc;
 }
 
-#define QMAX_WIDTHS 64 /* distinct interval widths of a service (fine, downsampled, changed) */
+#define QMAX_WIDTHS 64
+#define QFILTER_PARAM 500 /* first SQL parameter of the label/dimension filters */ /* distinct interval widths of a service (fine, downsampled, changed) */
 
 /* The SQL pieces every profile read shares: the version list (explicit, so each statement is
  * an index range per version), the fine widths present (so a bucket range is an index range
  * too), the label filter, and their bindings. */
 typedef struct {
     char vin[2600], win[16 + 6 * (QMAX_WIDTHS + 1)];
-    const char *lab;
+    const char *lab; /* the label and dimension filters (dims.h), "" for none */
+    char labbuf[AGG_QMAX_FILTERS * 100 + 100];
+    agg_qfilter_t filt[AGG_QMAX_FILTERS + 1];
+    size_t nfilt;
     uint64_t vid[AGG_QMAX_VERSIONS];
     size_t nv;
     int64_t widths[QMAX_WIDTHS + 1]; /* + 1: the leaf query adds the replicate width */
@@ -725,10 +729,9 @@ typedef struct {
 static void bind_parts(sqlite3_stmt *st, const agg_qspec_t *q, const qparts_t *qp) {
     B64(st, 1, sid(q->service));
     B64(st, 2, q->type);
-    if (*qp->lab) {
-        B64(st, 5, sid(q->label_key));
-        B64(st, 6, sid(q->label_value));
-    }
+    (void)q;
+    if (*qp->lab)
+        agg_dims_filter_bind(st, qp->filt, qp->nfilt, QFILTER_PARAM);
     for (size_t i = 0; i < qp->nv; i++)
         B64(st, (int)(10 + i), qp->vid[i]);
     for (size_t i = 0; i < qp->nw; i++)
@@ -781,9 +784,16 @@ static int query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty)
         n += (size_t)snprintf(qp->vin + n, sizeof qp->vin - n, "%s?%zu", i ? "," : "", 10 + i);
     snprintf(qp->vin + n, sizeof qp->vin - n, ")");
     parts_widths(qp);
-    qp->lab = q->label_key && q->label_value
-                  ? " AND labels IN (SELECT labelset FROM labels WHERE key=?5 AND value=?6)"
-                  : "";
+    qp->nfilt = 0;
+    if (q->label_key && q->label_value)
+        qp->filt[qp->nfilt++] = (agg_qfilter_t){q->label_key, q->label_value};
+    for (size_t i = 0; i < q->n_filters && qp->nfilt <= AGG_QMAX_FILTERS; i++)
+        qp->filt[qp->nfilt++] = q->filters[i];
+    if (q->n_filters > AGG_QMAX_FILTERS ||
+        agg_dims_filter_sql(qp->labbuf, sizeof qp->labbuf, "labels", qp->filt, qp->nfilt,
+                            QFILTER_PARAM) < 0)
+        return CM_EINVAL;
+    qp->lab = qp->labbuf;
     return 0;
 }
 
@@ -1601,5 +1611,100 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
     }
     agg_profile_seal(p);
     *out = p;
+    return 0;
+}
+
+/* ---- split by a label or dimension (dims.h) ---- */
+
+void agg_qgroups_free(agg_qgroup_t *g, size_t n) {
+    for (size_t i = 0; g && i < n; i++)
+        free(g[i].value);
+    free(g);
+}
+
+static int cmp_group(const void *a, const void *b) {
+    const agg_qgroup_t *x = a, *y = b;
+    if (x->weight != y->weight)
+        return x->weight > y->weight ? -1 : 1;
+    if (!x->value || !y->value)
+        return !x->value - !y->value;
+    return strcmp(x->value, y->value);
+}
+
+/* The fine and downsampled rows of `profile` hold every sample exactly once (the tiers are
+ * derived copies), so the split sums them, joined to the label of `key` (none: NULL). */
+int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
+                      agg_qgroup_t **out, size_t *n_out) {
+    int rc = refresh(qs);
+    if (rc)
+        return rc;
+    agg_qgroup_t *g = NULL;
+    size_t n = 0, cap = 0;
+    agg_hmap_t idx; /* value string id -> index + 1 into g */
+    agg_hmap_init(&idx, sizeof(uint64_t), 2 * sizeof(uint64_t));
+    for (size_t i = 0; i < qs->n && !rc; i++) {
+        qdb_t *d = &qs->dbs[i];
+        qparts_t qp;
+        int empty, s;
+        if ((rc = query_parts(d, q, &qp, &empty)) || empty)
+            continue;
+        char sql[8192];
+        snprintf(sql, sizeof sql,
+                 "SELECT l.value, v.s, SUM(weight), SUM(count), SUM(rows) FROM profile "
+                 "LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8 LEFT JOIN "
+                 "strings v ON v.id=l.value WHERE service=?1 AND type=?2%s%s AND bucket>=?3 "
+                 "AND bucket<?4%s GROUP BY l.value",
+                 qp.vin, qp.win, qp.lab);
+        sqlite3_stmt *st = NULL;
+        if ((rc = prep(d, sql, &st)))
+            break;
+        bind_parts(st, q, &qp);
+        B64(st, 3, q->from_s);
+        B64(st, 4, q->to_s);
+        B64(st, 8, sid(key));
+        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+            uint64_t vid = (uint64_t)sqlite3_column_int64(st, 0);
+            int fresh;
+            uint64_t *e = agg_hmap_upsert(&idx, &vid, &fresh);
+            if (!e) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            if (fresh) {
+                if (n == cap) {
+                    size_t nc = cap ? 2 * cap : 64;
+                    agg_qgroup_t *ng = realloc(g, nc * sizeof *ng);
+                    if (!ng) {
+                        rc = CM_ENOMEM;
+                        break;
+                    }
+                    g = ng;
+                    cap = nc;
+                }
+                const unsigned char *v = sqlite3_column_text(st, 1);
+                g[n] = (agg_qgroup_t){vid ? strdup(v ? (const char *)v : "") : NULL, 0, 0, 0};
+                if (vid && !g[n].value) {
+                    rc = CM_ENOMEM;
+                    break;
+                }
+                e[1] = ++n;
+            }
+            agg_qgroup_t *x = &g[e[1] - 1];
+            x->weight += (uint64_t)sqlite3_column_int64(st, 2);
+            x->count += (uint64_t)sqlite3_column_int64(st, 3);
+            x->rows += (uint64_t)sqlite3_column_int64(st, 4);
+        }
+        int r2 = done(st, s);
+        rc = rc ? rc : r2;
+    }
+    agg_hmap_free(&idx);
+    if (rc) {
+        agg_qgroups_free(g, n);
+        return rc;
+    }
+    if (n)
+        qsort(g, n, sizeof *g, cmp_group);
+    *out = g;
+    *n_out = n;
     return 0;
 }
