@@ -10,6 +10,8 @@
  *   targets_past_limit I/O targets and lock addresses past the limit land in "(other)" with
  *                      exactly the weight of the targets first seen after the limit; totals
  *                      unchanged; overflow counted
+ *   dims_option        the `dimensions` option: names, all, none, a precise error; a dimension
+ *                      left out is not stored (group-by on it: one value-less group)
  *   pods_10000         10,000 pods of one service within an hour with limit 1000: 1000 pod
  *                      groups plus "(other)", sums exact, 9,000 overflows counted; a new hour
  *                      admits new pods again */
@@ -21,6 +23,8 @@
 
 #include "support/chunkgen.h"
 #include "support/runner.h"
+
+#include "cm/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,10 +363,40 @@ static void test_pods_10000(void) {
     feed_free(&f);
 }
 
+static void test_dims_option(void) {
+    uint32_t m;
+    char err[256] = "";
+    CHECK_EQ(agg_dims_parse("host,io-target", &m, err, sizeof err), 0);
+    CHECK_EQ(m, (1u << AGG_DIM_HOST) | (1u << AGG_DIM_IO_TARGET));
+    CHECK_EQ(agg_dims_parse("all", &m, err, sizeof err), 0);
+    CHECK_EQ(m, AGG_DIM_ALL);
+    CHECK_EQ(agg_dims_parse("none", &m, err, sizeof err), 0);
+    CHECK_EQ(m, 0);
+    CHECK_EQ(agg_dims_parse("host,pids", &m, err, sizeof err), CM_ECONFIG);
+    CHECKF(strstr(err, "'pids' is not one of host"), "%s", err);
+    feed_t f;
+    feed_init(&f, 0, 0);
+    f.d.enabled = 1u << AGG_DIM_HOST;
+    cm_chunk_t *c = gen(6, 100, 1800000000);
+    agg_chunk_meta_t meta = {"host-a", "", "prod/web-1", ""};
+    feed_add(&f, c, &meta);
+    feed_commit(&f);
+    uint64_t w = 0;
+    for (uint32_t i = 0; i < c->samples[CM_EV_CPU].n; i++)
+        w += c->samples[CM_EV_CPU].weight[i];
+    exp_t host[1] = {{"host-a", w}}, none[1] = {{"", w}};
+    check_groups(&f, CM_EV_CPU, "host", NULL, 0, host, 1);
+    check_groups(&f, CM_EV_CPU, "pid", NULL, 0, none, 1);
+    check_groups(&f, CM_EV_CPU, "pod", NULL, 0, none, 1);
+    ts_gen_free(c);
+    feed_free(&f);
+}
+
 static const tr_test_t tests[] = {
     {"admit_bound", test_admit_bound},
     {"chunk_dims_stored", test_chunk_dims_stored},
     {"targets_past_limit", test_targets_past_limit},
+    {"dims_option", test_dims_option},
     {"pods_10000", test_pods_10000},
     {NULL, NULL},
 };

@@ -454,6 +454,8 @@ int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_c
     c->m = metrics;
     agg_rollup_init(&c->rollup, &cfg->rollup);
     agg_dims_init(&c->dims, c->rollup.cfg.coarse_width_s, cfg->dim_limit, cfg->dim_target_limit);
+    if (cfg->dims_given)
+        c->dims.enabled = cfg->dim_mask;
 
     if (!(conf = base_conf(cfg, 1, err, err_size)))
         goto out;

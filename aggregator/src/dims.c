@@ -43,9 +43,32 @@ typedef struct {
     uint64_t id;
 } cache_ent_t;
 
+int agg_dims_parse(const char *list, uint32_t *mask, char *err, size_t err_size) {
+    *mask = 0;
+    if (!list || !strcmp(list, "all")) {
+        *mask = AGG_DIM_ALL;
+        return 0;
+    }
+    if (!strcmp(list, "none") || !*list)
+        return 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        int d = agg_dim_by_name(t);
+        if (d < 0) {
+            snprintf(err, err_size, "dimensions: '%s' is not one of host, node, pod, container, "
+                     "pid, io-target, fd-kind, lock (or all, none)", t);
+            return CM_ECONFIG;
+        }
+        *mask |= 1u << d;
+    }
+    return 0;
+}
+
 void agg_dims_init(agg_dims_t *d, int64_t window_s, uint32_t process_limit,
                    uint32_t target_limit) {
     memset(d, 0, sizeof *d);
+    d->enabled = AGG_DIM_ALL;
     d->window_s = window_s > 0 ? window_s : 3600;
     uint32_t pl = process_limit ? process_limit : AGG_DIM_LIMIT_PROCESS;
     uint32_t tl = target_limit ? target_limit : AGG_DIM_LIMIT_TARGET;
@@ -96,7 +119,7 @@ int agg_dims_admit(agg_dims_t *d, uint64_t service, agg_dim_t dim, uint64_t valu
 static int add_dim(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, uint64_t service,
                    uint64_t start_ns, agg_dim_t dim, const char *value, size_t len, uint64_t *kv,
                    uint32_t *n) {
-    if (!len)
+    if (!len || !(d->enabled & (1u << dim)))
         return 0;
     uint64_t vid = agg_intern_string_id(value, len);
     int ok = agg_dims_admit(d, service, dim, vid, start_ns);

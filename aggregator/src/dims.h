@@ -50,12 +50,18 @@ extern const char *const agg_dim_names[AGG_DIM_COUNT];
 /* Index of a dimension by key name, or -1. */
 int agg_dim_by_name(const char *name);
 
+#define AGG_DIM_ALL ((1u << AGG_DIM_COUNT) - 1)
+/* Parses the `dimensions` option: a comma-separated list of dimension names, "all" or "none",
+ * into a mask of (1 << agg_dim_t). Returns 0, or CM_ECONFIG with the reason in err. */
+int agg_dims_parse(const char *list, uint32_t *mask, char *err, size_t err_size);
+
 /* What the transport says about the sender (Kafka headers set by the collector); "" if absent. */
 typedef struct {
     char host[256], node[256], pod[256], container[80];
 } agg_chunk_meta_t;
 
 typedef struct {
+    uint32_t enabled; /* mask of the dimensions stored (AGG_DIM_ALL after init) */
     uint32_t limit[AGG_DIM_COUNT];
     uint64_t overflow[AGG_DIM_COUNT]; /* values stored as (other), cumulative */
     uint32_t max_entries;

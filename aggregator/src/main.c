@@ -3,6 +3,7 @@
  * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
 #include "api.h"
 #include "consume.h"
+#include "dims.h"
 #include "http.h"
 #include "ui.h"
 #include "metrics.h"
@@ -37,6 +38,7 @@ typedef struct {
     int64_t retention_interval;
     int span_index, fn_stats;
     int64_t dim_limit, dim_target_limit;
+    char *dimensions;
 } agg_cfg_t;
 
 #define O(f) offsetof(agg_cfg_t, f)
@@ -106,6 +108,10 @@ static const cm_opt_t opts[] = {
      "index samples that carry a trace/span context"},
     {"fn-stats", CM_OPT_BOOL, "true", O(fn_stats), 0, 0,
      "keep per-function per-chunk share statistics for significance tests in diffs"},
+    {"dimensions", CM_OPT_STRING, "all", O(dimensions), 0, 0,
+     "dimensions stored with each sample row (comma-separated: host, node, pod, container, "
+     "pid, io-target, fd-kind, lock; or all, none). Each one that differs between the "
+     "processes of a service multiplies its rows (see README, Dimensions)"},
     {"dimension-limit", CM_OPT_INT, "1000", O(dim_limit), 1, 1000000,
      "distinct values of host, node, pod, container and pid kept per service and coarse "
      "bucket; later ones are stored as '(other)' and counted"},
@@ -206,6 +212,12 @@ int main(int argc, char **argv) {
         rc = 2;
         goto out;
     }
+    if (agg_dims_parse(cfg.dimensions, &cc.dim_mask, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    cc.dims_given = 1;
     if (agg_retention_check(&cc.retention, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         rc = 2;
