@@ -821,7 +821,10 @@ static void h_groups(agg_api_t *api, const args_t *a, const char *by, agg_http_r
     }
     json_t *arr = json_array();
     for (size_t i = 0; i < n && i < (size_t)glimit; i++) {
-        json_t *o = json_pack("{s:s?, s:I, s:f, s:f, s:I}", "value", g[i].value, "weight",
+        char shown[1024]; /* a path need not be UTF-8; JSON must be */
+        snprintf(shown, sizeof shown, "%s", g[i].value ? g[i].value : "");
+        utf8_fix(shown);
+        json_t *o = json_pack("{s:s?, s:I, s:f, s:f, s:I}", "value", g[i].value ? shown : NULL, "weight",
                               (json_int_t)g[i].weight, "share",
                               total ? (double)g[i].weight / (double)total : 0.0, "samples",
                               (double)g[i].count / CM_COUNT_ONE, "rows", (json_int_t)g[i].rows);

@@ -49,10 +49,12 @@ static const qcmd_t qcmds[] = {
      "tree --service S [--version V]... [--min-share F] [--limit NODES] [filters as top] [--json]"},
     {"diff", "/api/v1/diff",
      " service base test type from to base-from base-to test-from test-to version label include "
-     "exclude fold group limit fail-on-regression q per ",
+     "exclude fold group limit fail-on-regression q per host node pod container pid io-target "
+     "fd-kind lock ",
      " by-module inclusive ", NULL,
      "diff --service S --base V1 --test V2 [--type T] [--fail-on-regression PCT] [filters]\n"
      "      [--base-from T --base-to T --test-from T --test-to T] [--per second|request]\n"
+     "      [--host H] [--pod NS/POD] [--pid P] [--io-target T] ... (dimension filters)\n"
      "      [--limit N] [--json]"},
     {"span", "/api/v1/span",
      " trace span type include exclude fold group limit min-share sort view function ",
