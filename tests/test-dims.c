@@ -8,7 +8,8 @@
  *   host_split      `fleetprof top --service S --group-by host` and the API's group_by=host:
  *                   one group per simulated host, weights equal to the simulator's truth per
  *                   host (exact: the simulator's sums are the truth), for every event type
- *   host_filter     host=sim-host-1 (API) and --host (CLI): the profile of that host alone
+ *   host_filter     host=sim-host-1 (API) and --host (CLI): the profile and the time series of
+ *                   that host alone; two filters together
  *   pid_pod         group_by=pid and group_by=pod: one group per process, summing per host to
  *                   the host's truth
  *   io_target       `fleetprof top --service iosvc --type io --group-by io-target`: the two
@@ -178,6 +179,16 @@ static void test_host_filter(void) {
              svc0);
     json_t *o = get_json(path, 200);
     CHECK_EQ(jint(o, "total"), fsim_truth_host(sim, 0, 0, CM_EV_WALL, 1)->weight);
+    json_decref(o);
+    /* the time series of that host: its points sum to the host's truth */
+    snprintf(path, sizeof path, "/api/v1/timeseries?service=%s&type=cpu&host=sim-host-1", svc0);
+    o = get_json(path, 200);
+    json_int_t ts = 0;
+    json_t *ser, *pt;
+    size_t i, k;
+    json_array_foreach(json_object_get(o, "series"), i, ser)
+        json_array_foreach(json_object_get(ser, "points"), k, pt) ts += jint(pt, "value");
+    CHECK_EQ(ts, fsim_truth_host(sim, 0, 0, CM_EV_CPU, 1)->weight);
     json_decref(o);
     /* two filters: a host and a pid of the other host match nothing */
     snprintf(path, sizeof path, "/api/v1/profile?service=%s&host=sim-host-1&pid=1000", svc0);

@@ -904,8 +904,10 @@ static void h_timeseries(agg_api_t *api, const args_t *a, const char *url,
                                                  "first_ns", (json_int_t)v[i].first_ns));
     agg_qversions_free(v, n);
     agg_qseries_t s;
+    agg_qfilter_t dims[AGG_QMAX_FILTERS];
+    size_t nd = parse_dims(a, dims, 0, AGG_QMAX_FILTERS);
     int rc = agg_qstore_timeseries_label(api->qs, svc, type, from, to, lval ? lkey : NULL, lval,
-                                         &s);
+                                         dims, nd, &s);
     if (rc) {
         json_decref(deploys);
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));

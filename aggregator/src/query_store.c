@@ -1387,39 +1387,45 @@ static int cmp_point(const void *a, const void *b) {
 
 int agg_qstore_timeseries(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                           int64_t from_s, int64_t to_s, agg_qseries_t *out) {
-    return agg_qstore_timeseries_label(qs, service, type, from_s, to_s, NULL, NULL, out);
+    return agg_qstore_timeseries_label(qs, service, type, from_s, to_s, NULL, NULL, NULL, 0, out);
 }
 
 int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                                 int64_t from_s, int64_t to_s, const char *label_key,
-                                const char *label_value, agg_qseries_t *out) {
+                                const char *label_value, const agg_qfilter_t *filters,
+                                size_t n_filters, agg_qseries_t *out) {
     memset(out, 0, sizeof *out);
     size_t cap = 0;
     int rc = refresh(qs);
-    int lab = label_key && label_value;
+    agg_qfilter_t f[AGG_QMAX_FILTERS + 1];
+    size_t nf = 0;
+    char fsql[AGG_QMAX_FILTERS * 100 + 100], sql[sizeof fsql + 512];
+    if (label_key && label_value)
+        f[nf++] = (agg_qfilter_t){label_key, label_value};
+    for (size_t i = 0; i < n_filters && nf <= AGG_QMAX_FILTERS; i++)
+        f[nf++] = filters[i];
+    if (n_filters > AGG_QMAX_FILTERS ||
+        agg_dims_filter_sql(fsql, sizeof fsql, "t.labels", f, nf, QFILTER_PARAM) < 0)
+        return CM_EINVAL;
+    /* with a label or dimension: the per-stack rows (each sample is in exactly one profile row,
+     * fine or downsampled) of the label sets holding them, summed per bucket */
+    snprintf(sql, sizeof sql,
+             nf ? "SELECT b.s, t.bucket, t.width, SUM(t.weight), SUM(t.count) FROM profile t "
+                  "LEFT JOIN strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 AND "
+                  "t.bucket>=?3 AND t.bucket<?4%s GROUP BY t.version, t.width, t.bucket"
+                : "SELECT b.s, t.bucket, t.width, t.weight, t.count FROM totals t LEFT JOIN "
+                  "strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 AND "
+                  "t.bucket>=?3 AND t.bucket<?4%s",
+             fsql);
     for (size_t i = 0; !rc && i < qs->n; i++) {
         sqlite3_stmt *st;
-        /* with a label: the per-stack rows (each sample is in exactly one profile row, fine or
-         * downsampled) of the label sets holding key=value, summed per bucket */
-        if ((rc = prep(&qs->dbs[i],
-                       lab ? "SELECT b.s, t.bucket, t.width, SUM(t.weight), SUM(t.count) FROM "
-                             "profile t LEFT JOIN strings b ON b.id=t.version WHERE t.service=?1 "
-                             "AND t.type=?2 AND t.bucket>=?3 AND t.bucket<?4 AND t.labels IN "
-                             "(SELECT labelset FROM labels WHERE key=?5 AND value=?6) GROUP BY "
-                             "t.version, t.width, t.bucket"
-                           : "SELECT b.s, t.bucket, t.width, t.weight, t.count FROM totals t LEFT "
-                             "JOIN strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 "
-                             "AND t.bucket>=?3 AND t.bucket<?4",
-                       &st)))
+        if ((rc = prep(&qs->dbs[i], sql, &st)))
             break;
         B64(st, 1, sid(service));
         B64(st, 2, type);
         B64(st, 3, from_s);
         B64(st, 4, to_s);
-        if (lab) {
-            B64(st, 5, sid(label_key));
-            B64(st, 6, sid(label_value));
-        }
+        agg_dims_filter_bind(st, f, nf, QFILTER_PARAM);
         int s;
         while ((s = sqlite3_step(st)) == SQLITE_ROW) {
             const char *v = (const char *)sqlite3_column_text(st, 0);

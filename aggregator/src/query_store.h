@@ -100,12 +100,14 @@ typedef struct {
 
 int agg_qstore_timeseries(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                           int64_t from_s, int64_t to_s, agg_qseries_t *out);
-/* The same restricted to the samples whose label set holds label_key=label_value (NULL: all),
- * summed from the per-stack profile rows (a scan of the service's rows in the range: slower
- * than the totals the unfiltered series reads). */
+/* The same restricted to the samples whose label set holds label_key=label_value (NULL: all)
+ * and every filter (dims.h; n_filters at most AGG_QMAX_FILTERS), summed from the per-stack
+ * profile rows (a scan of the service's rows in the range: slower than the totals the
+ * unfiltered series reads). */
 int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                                 int64_t from_s, int64_t to_s, const char *label_key,
-                                const char *label_value, agg_qseries_t *out);
+                                const char *label_value, const agg_qfilter_t *filters,
+                                size_t n_filters, agg_qseries_t *out);
 void agg_qseries_free(agg_qseries_t *s);
 
 /* Spans of a service seen in [from_ns, to_ns), at most limit, ranked by type (0: by rows).
