@@ -11,7 +11,7 @@
  *   host_filter     host=sim-host-1 (API) and --host (CLI): the profile and the time series of
  *                   that host alone; two filters together
  *   pid_pod         group_by=pid and group_by=pod: one group per process, summing per host to
- *                   the host's truth
+ *                   the host's truth; the CLI's --pid and --pod give that group's total
  *   io_target       `fleetprof top --service iosvc --type io --group-by io-target`: the two
  *                   files and the peer, each equal to the sum of its events in the chunk files
  *                   the agent wrote (exact), within 5 % of the time the program itself
@@ -225,8 +225,24 @@ static void test_pid_pod(void) {
         }
         for (uint32_t h = 0; h < NHOSTS; h++)
             CHECK_EQ(host_sum[h], fsim_truth_host(sim, 0, 0, CM_EV_CPU, h)->weight);
+        /* the CLI's filter on one of them: its total is that group's weight */
+        char v[64], args[256], out[16384];
+        if (k == 0)
+            snprintf(v, sizeof v, "%u", 1001);
+        else
+            snprintf(v, sizeof v, "sim/%s-%u", svc0, 1);
+        snprintf(args, sizeof args, "top --service %s --%s %s --json --limit 1", svc0, keys[k], v);
+        CHECK_EQ(cli(args, out, sizeof out), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        CHECK(j != NULL);
+        CHECK_EQ(jint(j, "total"), jint(group_of(o, v), "weight"));
+        json_decref(j);
         json_decref(o);
     }
+    char args[256], out[32768];
+    snprintf(args, sizeof args, "top --service %s --group-by pod --limit 1", svc0);
+    CHECK_EQ(cli(args, out, sizeof out), 0);
+    CHECK(strstr(out, "POD") && strstr(out, "sim/"));
 }
 
 /* Sum of the io event weights (and counts) per target in the chunk files the agent wrote. */
