@@ -234,6 +234,13 @@ int agg_dims_chunk(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chu
                     return rc;
                 ce = agg_hmap_find(&d->cache, &ck);
                 ce->id = id;
+                uint64_t base = ls && ls < in->n_sets ? ids->labels[ls] : 0;
+                if (id != base) { /* the tiers and the per-leaf rollup are keyed by base */
+                    agg_new_label_t *lb = AGG_VEC_PUSH(b->labelbase);
+                    if (!lb)
+                        return CM_ENOMEM;
+                    *lb = (agg_new_label_t){id, 0, base};
+                }
             }
             d->rows[t][i] = ce->id;
         }
@@ -241,6 +248,13 @@ int agg_dims_chunk(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chu
     }
     ids->row_labels = d->row_ptr;
     return 0;
+}
+
+int agg_dims_filtered(const char *label_key, const agg_qfilter_t *f, size_t n) {
+    int any = label_key && agg_dim_by_name(label_key) >= 0;
+    for (size_t i = 0; i < n; i++)
+        any |= agg_dim_by_name(f[i].key) >= 0;
+    return any;
 }
 
 int agg_dims_filter_sql(char *sql, size_t size, const char *col, const agg_qfilter_t *f,

@@ -2,9 +2,11 @@
  * and, per sample, what it waited on (the I/O target - path or peer - and fd kind of an I/O
  * event, the lock address of a lock event).
  *
- * They are stored as labels of the profile rows (reserved keys, agg_dim_names), so every
- * rollup (fine, tiers, per-leaf, downsampled) keeps them with no schema change, and a filter is
- * the label filter. Process dimensions come from the collector's Kafka headers (fp-host,
+ * They are stored as labels of the fine and downsampled profile rows (reserved keys,
+ * agg_dim_names), so a filter is the label filter. The derived rows (tiers, per-leaf rollup)
+ * are keyed by the label set without them (table labelset_base: set -> set without the
+ * dimensions), so they stay as small as before and a query filtered on a dimension reads the
+ * fine rows (agg_dims_filtered). Process dimensions come from the collector's Kafka headers (fp-host,
  * fp-node, fp-pod, fp-container) and the chunk header (host when no collector said, pid); a
  * dimension replaces an application label of the same key.
  *
@@ -101,6 +103,9 @@ typedef struct {
  * -1 when it does not fit. */
 int agg_dims_filter_sql(char *sql, size_t size, const char *col, const agg_qfilter_t *f,
                         size_t n, int first_param);
+/* 1 when label_key or a filter's key is a dimension: such a query must read the fine rows (the
+ * derived rows are keyed by the label sets without dimensions, labelset_base). */
+int agg_dims_filtered(const char *label_key, const agg_qfilter_t *f, size_t n);
 /* Binds the parameters of agg_dims_filter_sql (the string ids of keys and values). */
 struct sqlite3_stmt;
 void agg_dims_filter_bind(struct sqlite3_stmt *st, const agg_qfilter_t *f, size_t n,

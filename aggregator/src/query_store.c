@@ -1309,6 +1309,9 @@ int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t *
         return rc;
     agg_qspec_t qc = *qin;
     const agg_qspec_t *q = &qc;
+    /* the tiers and the per-leaf rollup do not keep the dimensions: fine rows only */
+    if (agg_dims_filtered(qin->label_key, qin->filters, qin->n_filters))
+        qc.exact = 1;
     /* one form for the whole profile: leaf replicates only when every store holding data of
      * the service has the leaf rollup */
     for (size_t i = 0; i < qs->n && qc.replicates == AGG_QREP_LEAVES; i++) {
