@@ -39,12 +39,12 @@ static size_t name_chunk(const cm_chunk_t *c, size_t *n) {
         uint32_t m = d->location_mapping[l];
         if (d->location_function[l] || !m || !d->mappings[m].build_id_len)
             continue;
-        char *name = NULL;
+        agg_sym_t sym;
         (*n)++;
         if (agg_symbolize(d->mappings[m].build_id, d->mappings[m].build_id_len,
-                          d->location_address[l], &name, NULL, NULL) == 1)
+                          d->location_address[l], &sym) == 1)
             named++;
-        free(name);
+        agg_sym_free(&sym);
     }
     return named;
 }

@@ -8,6 +8,7 @@
 #include "metrics.h"
 #include "reports.h"
 #include "symbolizer.h"
+#include "symstore.h"
 
 #include "cm/config.h"
 #include "cm/error.h"
@@ -254,6 +255,8 @@ int main(int argc, char **argv) {
                                  (double)cfg.debuginfod_timeout / 1e9,
                                  (double)cfg.debuginfod_retry / 1e9};
     agg_symbolizer_init(&scfg);
+    if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
+        CM_WARN("%s: names found by the server are not kept", err);
     agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
@@ -298,6 +301,7 @@ out:
     agg_http_stop(http);
     agg_api_free(api);
     agg_ui_free(ui);
+    agg_symstore_close();
     agg_symbolizer_shutdown();
     cm_config_free(opts, &cfg, &kafka);
     agg_metrics_destroy(&metrics);

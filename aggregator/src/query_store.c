@@ -6,7 +6,7 @@
 
 #include "hmap.h"
 #include "intern.h"
-#include "symbolizer.h"
+#include "symstore.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -345,12 +345,13 @@ static uint64_t mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A location that arrived unnamed: asks the symbolizer (debuginfod by build id) for its name,
- * at most every 10 s per location (the symbolizer negative-caches a failing build id itself,
- * so a retry while its server is down costs a hash lookup). Named: the cached name changes,
- * so this and every later query and export of this handle sees it. */
+/* A location that arrived unnamed: its name from the symbol store (symstore.c: what the
+ * server named at ingest or at an earlier query, kept across restarts), else from the
+ * symbolizer (debuginfod by build id; the answer is stored). At most every 10 s per location
+ * (a failing build id is negative-cached by both, so a retry costs a lookup). Named: the
+ * cached name changes, so this and every later query and export of this handle sees it. */
 static void cloc_symbolize(cloc_t *c) {
-    if (!c->unnamed || !c->build_id[0] || !agg_symbolizer_enabled())
+    if (!c->unnamed || !c->build_id[0])
         return;
     uint64_t now = mono_ns();
     if (now < c->retry_ns)
@@ -366,12 +367,14 @@ static void cloc_symbolize(cloc_t *c) {
             return;
         bid[i] = (uint8_t)v;
     }
-    char *name = NULL;
-    if (agg_symbolize(bid, bl, c->address, &name, NULL, NULL) == 1) {
+    agg_sym_t sym;
+    if (agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
         free(c->name);
-        c->name = name;
+        c->name = sym.name;
+        sym.name = NULL;
         c->unnamed = 0;
     }
+    agg_sym_free(&sym);
 }
 
 /* The cache index of store location loc, adding it from the current row of st (columns c..c+3:

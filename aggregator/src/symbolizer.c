@@ -242,17 +242,21 @@ static void fetch(entry_t *e) {
     g_stats.fetch_ns += now_ns() - t0;
 }
 
-int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char **name,
-                  char **file, uint32_t *line) {
-    *name = NULL;
-    if (file)
-        *file = NULL;
-    if (line)
-        *line = 0;
+void agg_sym_free(agg_sym_t *s) {
+    if (!s)
+        return;
+    free(s->name);
+    free(s->file);
+    free(s->chain);
+    memset(s, 0, sizeof *s);
+}
+
+int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, agg_sym_t *out) {
+    memset(out, 0, sizeof *out);
     if (!build_id || bid_len == 0 || bid_len > MAX_BID)
-        return 0;
+        return -1;
     pthread_mutex_lock(&g_mu);
-    int rc = 0;
+    int rc = -1;
     if (!g_on)
         goto out;
     g_stats.lookups++;
@@ -269,6 +273,7 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char *
         if (!e->ok)
             goto out;
     }
+    rc = 0; /* the debug file is there: from here on, "no symbol at this address" */
     size_t lo = 0, hi = e->nsyms;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -283,17 +288,19 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char *
     char *dem = NULL;
     if (sys[0] == '_' && (sys[1] == 'Z' || sys[1] == 'R'))
         dem = cplus_demangle(sys, DMGL_PARAMS | DMGL_ANSI | DMGL_AUTO);
-    *name = dem ? dem : strdup(sys);
-    if (!*name)
+    out->name = dem ? dem : strdup(sys);
+    if (!out->name) {
+        rc = -1; /* out of memory: not an answer to keep */
         goto out;
-    Dwfl_Line *l = file || line ? dwfl_module_getsrc(e->mod, addr) : NULL;
+    }
+    Dwfl_Line *l = dwfl_module_getsrc(e->mod, addr);
     if (l) {
         int ln = 0;
         const char *f = dwfl_lineinfo(l, NULL, &ln, NULL, NULL, NULL);
-        if (file && f)
-            *file = strdup(f);
-        if (line && ln > 0)
-            *line = (uint32_t)ln;
+        if (f)
+            out->file = strdup(f);
+        if (ln > 0)
+            out->line = (uint32_t)ln;
     }
     g_stats.named++;
     rc = 1;
