@@ -276,9 +276,124 @@ static void test_names_survive_restart_server_down(void) {
     CHECKF(st == 0 && strstr(out, "symwork_inner_loop"), "%s:\n%s", cmd, out);
 }
 
+/* symwork_inl (-O2, inlined helpers), stripped, named by the server from its debug file: every
+ * location of the pprof export lists the inlined frames and lines addr2line -i gives for its
+ * address; `top --lines` shows them. */
+static void test_lines_and_inlines_match_addr2line(void) {
+    char args[600], cmd[4096];
+    static char out[1 << 20];
+    const char *o = cli(HTTP_A, "top --service symlines --lines --limit 20", NULL);
+    CHECKF(strstr(o, "inl_mix symwork_inl.c:") && strstr(o, "inl_round symwork_inl.c:"),
+           "top --lines:\n%s", o);
+    snprintf(args, sizeof args, "export --service symlines --format pprof -o %s/d.pb.gz", g_dir);
+    cli(HTTP_A, args, NULL);
+    snprintf(cmd, sizeof cmd, "cd %s && PPROF_BINARY_PATH=/nonexistent go tool pprof -raw d.pb.gz 2>&1",
+             g_dir);
+    int st;
+    sh(cmd, out, sizeof out, &st);
+    CHECKF(st == 0, "%s:\n%s", cmd, out);
+    /* the mapping id of symwork_inl.stripped, from "N: 0x0/0x.../0x0 symwork_inl.stripped" */
+    const char *mp = strstr(out, "\nMappings\n"), *ms = mp ? strstr(mp, " symwork_inl.stripped") : NULL;
+    CHECKF(ms != NULL, "no mapping of symwork_inl.stripped:\n%s", out);
+    while (ms > mp && ms[-1] != '\n')
+        ms--;
+    int mid = atoi(ms);
+    /* each location of that mapping: its lines (innermost first) against addr2line -i */
+    int checked = 0, chains = 0;
+    char *save = NULL, *loc_start = strstr(out, "\nLocations\n");
+    CHECK(loc_start != NULL && mp > loc_start);
+    char locs[1 << 16];
+    snprintf(locs, sizeof locs, "%.*s", (int)(mp - loc_start - 11), loc_start + 11);
+    char fns[16][256];
+    int lns[16], nl = 0, m = -1;
+    unsigned long long addr = 0;
+    for (char *l = strtok_r(locs, "\n", &save);; l = strtok_r(NULL, "\n", &save)) {
+        int id, mm;
+        unsigned long long a;
+        char rest[1024] = "";
+        int head = l && sscanf(l, " %d: 0x%llx M=%d %1023[^\n]", &id, &a, &mm, rest) >= 3;
+        if ((head || !l) && m == mid && nl > 0) { /* the previous location is complete */
+            char a2l[8192];
+            snprintf(cmd, sizeof cmd, "addr2line -i -f -e %s/tests/symwork_inl.debug 0x%llx",
+                     g_build, addr);
+            sh(cmd, a2l, sizeof a2l, NULL);
+            char *s2 = NULL, *fl;
+            int k = 0;
+            for (char *fnl = strtok_r(a2l, "\n", &s2); fnl && (fl = strtok_r(NULL, "\n", &s2));
+                 fnl = strtok_r(NULL, "\n", &s2), k++) {
+                char *colon = strrchr(fl, ':');
+                CHECKF(k < nl, "0x%llx: addr2line has more frames than the export (%d):\n%s",
+                       addr, nl, out);
+                CHECKF(!strcmp(fnl, fns[k]) && colon && atoi(colon + 1) == lns[k],
+                       "0x%llx frame %d: export %s:%d, addr2line %s %s", addr, k, fns[k],
+                       lns[k], fnl, fl);
+            }
+            CHECKF(k == nl, "0x%llx: export has %d frames, addr2line %d", addr, nl, k);
+            checked++;
+            chains += nl > 1;
+        }
+        if (!l)
+            break;
+        if (head) {
+            m = mm;
+            addr = a;
+            nl = 0;
+        } else {
+            snprintf(rest, sizeof rest, "%s", l + strspn(l, " "));
+        }
+        if (!rest[0] || nl == 16)
+            continue;
+        /* "function /path/file.c:LINE:COL s=0" */
+        char *sp = strchr(rest, ' ');
+        char *c2 = sp ? strrchr(sp, ':') : NULL; /* before the column */
+        CHECKF(sp && c2, "unexpected location line '%s'", rest);
+        *c2 = '\0';
+        char *c1 = strrchr(sp, ':');
+        CHECKF(c1 != NULL, "unexpected location line '%s'", rest);
+        snprintf(fns[nl], sizeof fns[nl], "%.*s", (int)(sp - rest), rest);
+        lns[nl++] = atoi(c1 + 1);
+    }
+    CHECKF(checked >= 3 && chains >= 2, "%d locations checked, %d with inlined frames:\n%s",
+           checked, chains, out);
+    /* pprof's own line view names the inlined functions at their lines */
+    snprintf(cmd, sizeof cmd,
+             "cd %s && PPROF_BINARY_PATH=/nonexistent go tool pprof -lines -top d.pb.gz 2>&1", g_dir);
+    sh(cmd, out, sizeof out, &st);
+    CHECKF(st == 0 && strstr(out, "inl_mix ") && strstr(out, "symwork_inl.c:1"), "%s:\n%s",
+           cmd, out);
+    printf("%d locations match addr2line -i, %d of them with inlined frames\n", checked, chains);
+    char *cut = out; /* the head of pprof's view, for the log */
+    for (int i = 0; i < 16 && cut && *cut; i++)
+        cut = strchr(cut + 1, '\n');
+    printf("%.*s\n", cut ? (int)(cut - out) : (int)strlen(out), out);
+}
+
+/* Frames the agent named itself with FLEETPROF_LINES=1 (symwork_inl with its DWARF) carry its
+ * line: `top --lines` shows "function file:line" with the line addr2line gives for the hot
+ * address, and the pprof export has the line and the function's file. */
+static void test_agent_lines_shown(void) {
+    const char *o = cli(HTTP_A, "top --service symagent --lines --limit 5", NULL);
+    CHECKF(strstr(o, "inl_outer symwork_inl.c:"), "top --lines:\n%s", o);
+    const char *l = strstr(o, "inl_outer symwork_inl.c:");
+    int line = atoi(l + strlen("inl_outer symwork_inl.c:"));
+    /* the hot loop's lines are those of the inlined helpers (11-20), of the same file */
+    CHECKF(line >= 11 && line <= 28, "line %d:\n%s", line, o);
+    char args[600], cmd[2048], out[1 << 16];
+    snprintf(args, sizeof args, "export --service symagent --format pprof -o %s/e.pb.gz", g_dir);
+    cli(HTTP_A, args, NULL);
+    snprintf(cmd, sizeof cmd, "cd %s && PPROF_BINARY_PATH=/nonexistent go tool pprof -raw e.pb.gz 2>&1",
+             g_dir);
+    int st;
+    sh(cmd, out, sizeof out, &st);
+    CHECKF(st == 0 && strstr(out, " inl_outer ") && strstr(out, "programs/symwork_inl.c:1"),
+           "%s:\n%s", cmd, out);
+}
+
 static const tr_test_t tests[] = {
     {"named_at_ingest_and_stored", test_named_at_ingest_and_stored},
     {"named_in_top_tree_diff", test_named_in_top_tree_diff},
+    {"lines_and_inlines_match_addr2line", test_lines_and_inlines_match_addr2line},
+    {"agent_lines_shown", test_agent_lines_shown},
     {"named_in_pprof_export", test_named_in_pprof_export},
     {"server_down_shows_addresses", test_server_down_shows_addresses},
     {"go_pprof_symbolizes_unnamed_export", test_go_pprof_symbolizes_unnamed_export},
@@ -349,6 +464,24 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    snprintf(cmd, sizeof cmd,
+             "FLEETPROF_SERVICE=symlines FLEETPROF_VERSION=v1 FLEETPROF_OUTPUT=%s/chunks "
+             "FLEETPROF_COLLECTOR=none FLEETPROF_INTERVAL=500ms FLEETPROF_DEBUG_DIRS=/nonexistent "
+             "LD_PRELOAD=%s/agent/libfleetprof.so %s/tests/symwork_inl.stripped 2 >/dev/null",
+             g_dir, g_build, g_build);
+    if (system(cmd) != 0) {
+        printf("cannot run symwork_inl.stripped\n1 failed\n");
+        return 1;
+    }
+    snprintf(cmd, sizeof cmd,
+             "FLEETPROF_SERVICE=symagent FLEETPROF_VERSION=v1 FLEETPROF_OUTPUT=%s/chunks "
+             "FLEETPROF_COLLECTOR=none FLEETPROF_INTERVAL=500ms FLEETPROF_LINES=1 "
+             "LD_PRELOAD=%s/agent/libfleetprof.so %s/tests/symwork_inl 1 >/dev/null",
+             g_dir, g_build, g_build);
+    if (system(cmd) != 0) {
+        printf("cannot run symwork_inl\n1 failed\n");
+        return 1;
+    }
     if (ts_kafka_start(KPORT, 1, NULL, bootstrap, sizeof g_bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
         return 1;
@@ -361,8 +494,9 @@ int main(int argc, char **argv) {
         goto out;
     }
     /* debuginfod serving a directory with only the debug file */
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/served && cp %s/tests/symwork.debug %s/served/ && "
-             "%s/deploy/debuginfod/start.sh %s/served %d", g_dir, g_build, g_dir, g_src, g_dir, DPORT);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/served && cp %s/tests/symwork.debug %s/tests/symwork_inl.debug "
+             "%s/served/ && %s/deploy/debuginfod/start.sh %s/served %d", g_dir, g_build, g_build,
+             g_dir, g_src, g_dir, DPORT);
     sh(cmd, out, sizeof out, &st);
     if (st != 0) {
         printf("cannot start debuginfod: %s\n", out);
