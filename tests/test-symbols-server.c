@@ -146,6 +146,13 @@ static void test_named_at_ingest_and_stored(void) {
     CHECKF(n > 0, "no stored name for symwork_inner_loop after %.0f s (rows %lld)",
            now_s() - t0, (long long)n);
     CHECKF(stored_rows("symwork_outer_step") > 0, "symwork_outer_step not stored");
+    /* and counted in /metrics */
+    char cmd[256], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 http://127.0.0.1:%d/metrics", HTTP_A);
+    sh(cmd, out, sizeof out, NULL);
+    const char *q = strstr(out, "\nfleetprof_aggregator_symbols_queued_total ");
+    const char *w = strstr(out, "\nfleetprof_aggregator_symbols_stored_total ");
+    CHECKF(q && w && atoll(q + 43) > 0 && atoll(w + 43) > 0, "%s", out);
 }
 
 static void hex_bid(const char *hex, uint8_t *bid, size_t *bl) {
