@@ -375,12 +375,14 @@ static void test_lines_and_inlines_match_addr2line(void) {
     printf("%.*s\n", cut ? (int)(cut - out) : (int)strlen(out), out);
 }
 
-/* Frames the agent named itself with FLEETPROF_LINES=1 (symwork_inl with its DWARF) carry its
- * line: `top --lines` shows "function file:line" with the line addr2line gives for the hot
- * address, and the pprof export has the line and the function's file. */
+/* Frames the agent named itself with FLEETPROF_LINES=1 (symwork_inl with its DWARF) carry a
+ * line: `top --lines` shows "function file:line", and the pprof export has the line and the
+ * function's file; the server's debug file for the same build id (debuginfod) adds the inlined
+ * frames the agent does not record. */
 static void test_agent_lines_shown(void) {
-    const char *o = cli(HTTP_A, "top --service symagent --lines --limit 5", NULL);
-    CHECKF(strstr(o, "inl_outer symwork_inl.c:"), "top --lines:\n%s", o);
+    const char *o = cli(HTTP_A, "top --service symagent --lines --limit 50", NULL);
+    CHECKF(strstr(o, "inl_outer symwork_inl.c:") && strstr(o, "inl_mix symwork_inl.c:"),
+           "top --lines:\n%s", o);
     const char *l = strstr(o, "inl_outer symwork_inl.c:");
     int line = atoi(l + strlen("inl_outer symwork_inl.c:"));
     /* the hot loop's lines are those of the inlined helpers (11-20), of the same file */

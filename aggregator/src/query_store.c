@@ -355,6 +355,20 @@ static uint64_t mono_ns(void) {
  * symbolizer (debuginfod by build id; the answer is stored). At most every 10 s per location
  * (a failing build id is negative-cached by both, so a retry costs a lookup). Named: the
  * cached name changes, so this and every later query and export of this handle sees it. */
+/* The location's build id as bytes into bid[64]; returns its length, 0 when it has none. */
+static size_t cloc_bid(const cloc_t *c, uint8_t *bid) {
+    size_t bl = strlen(c->build_id) / 2;
+    if (bl > 64)
+        return 0;
+    for (size_t i = 0; i < bl; i++) {
+        unsigned v = 0;
+        if (sscanf(c->build_id + 2 * i, "%2x", &v) != 1)
+            return 0;
+        bid[i] = (uint8_t)v;
+    }
+    return bl;
+}
+
 static void cloc_symbolize(cloc_t *c) {
     if (!c->unnamed || !c->build_id[0])
         return;
@@ -363,15 +377,9 @@ static void cloc_symbolize(cloc_t *c) {
         return;
     c->retry_ns = now + 10000000000ull;
     uint8_t bid[64];
-    size_t bl = strlen(c->build_id) / 2;
-    if (bl > sizeof bid)
+    size_t bl = cloc_bid(c, bid);
+    if (!bl)
         return;
-    for (size_t i = 0; i < bl; i++) {
-        unsigned v = 0;
-        if (sscanf(c->build_id + 2 * i, "%2x", &v) != 1)
-            return;
-        bid[i] = (uint8_t)v;
-    }
     agg_sym_t sym;
     if (agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
         free(c->name);
@@ -588,8 +596,29 @@ static int64_t line_frame(agg_profile_t *p, const cloc_t *c, const char *fn, con
 
 /* The frames of location c into out (root-first, at most max): one, or with lines the
  * location's inlined frames (the outer function first). Returns how many, or CM_ENOMEM. */
-static int loc_frames(agg_profile_t *p, const cloc_t *c, int lines, uint32_t *out, int max) {
+static int loc_frames(agg_profile_t *p, cloc_t *c, int lines, uint32_t *out, int max) {
     int64_t fr;
+    if (lines && !c->unnamed && !c->chain && c->build_id[0] && mono_ns() >= c->retry_ns) {
+        /* named by the agent: the server's debug file (debuginfod, through the symbol store)
+         * may give its line, from the line table rather than the function's file, and its
+         * inlined frames; asked at most every 10 s per location */
+        c->retry_ns = mono_ns() + 10000000000ull;
+        uint8_t bid[64];
+        size_t bl = cloc_bid(c, bid);
+        agg_sym_t sym;
+        if (bl && agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
+            if (sym.file) {
+                free(c->file);
+                c->file = sym.file;
+                c->line = sym.line;
+                sym.file = NULL;
+            }
+            c->chain = sym.chain;
+            sym.chain = NULL;
+        }
+        if (bl)
+            agg_sym_free(&sym);
+    }
     if (!lines) {
         fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
         if (fr < 0)
@@ -619,7 +648,10 @@ static int loc_frames(agg_profile_t *p, const cloc_t *c, int lines, uint32_t *ou
         if (!t2)
             return k ? k : loc_frames(p, c, 0, out, max); /* malformed: the plain frame */
         char fn[CM_MAX_STRING_LEN + 1], file[1024];
-        snprintf(fn, sizeof fn, "%.*s", (int)(t1 - e), e);
+        if (k == 0) /* the outer function: the name every other view gives it */
+            snprintf(fn, sizeof fn, "%s", c->name);
+        else
+            snprintf(fn, sizeof fn, "%.*s", (int)(t1 - e), e);
         snprintf(file, sizeof file, "%.*s", (int)(t2 - t1 - 1), t1 + 1);
         fr = line_frame(p, c, fn, file, (uint32_t)strtoul(t2 + 1, NULL, 10),
                         by_addr | (k > 0 ? AGG_FRAME_INLINED : 0));
