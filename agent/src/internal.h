@@ -5,7 +5,9 @@
  *   config.c     environment parsing (one stderr line per invalid value)
  *   thread.c     thread registry: slots, stack bounds, pthread_create wrapper, /proc scan
  *   signal.c     choice of the sampling signal, handler, sigaction/signal interposition
- *   unwind.c     bounds-checked frame-pointer unwinding (async-signal-safe)
+ *   unwind.c     the unwinder: compiled CFI, frame pointers as fallback (async-signal-safe)
+ *   cfi.c, cfi_table.c  CFI compiler; per-object tables published for the handler (bg)
+ *   defer.c      stack copies of samples taken before the first tables, unwound later (bg)
  *   ring.c       per-thread single-producer/single-consumer record ring
  *   record.c     the generic sample record path: stack + weight + count + attrs + context
  *   context.c    per-thread span context and labels (public API), label interning
@@ -277,6 +279,32 @@ typedef struct ag_rec {
     uint8_t ctx[CM_CONTEXT_SIZE]; /* trace id + span id, zero = none */
     uintptr_t pcs[];
 } ag_rec_t;
+
+/* ---- defer.c: samples taken before the first unwind tables, unwound later ---- */
+#define AG_DEFER_ARENA (16u << 20)     /* stack copies, start-up window only (MAP_NORESERVE) */
+#define AG_DEFER_COPY_MAX (32u << 10)  /* bytes of stack copied per sample, at most */
+#define AG_STF_DEFERRED 0x40000000u    /* internal stack flag: pcs[1] names a stack copy */
+typedef struct {
+    _Atomic uint64_t deferred, full; /* copies taken; samples the full arena turned away */
+    _Atomic uint64_t resolved;       /* copies unwound by the bg thread */
+    _Atomic uint64_t peak_bytes;     /* arena bytes used, set when it is unmapped */
+} ag_defer_counters_t;
+AG_HIDDEN extern ag_defer_counters_t ag_defer_stats;
+AG_HIDDEN extern _Atomic int ag_defer_open;       /* handlers copy while set */
+AG_HIDDEN extern uint64_t ag_defer_test_delay_ns; /* FLEETPROF_TEST_CFI_DELAY_MS (tests only) */
+/* constructor: maps the arena (before any timer is armed), opens it. 0 or -1. */
+AG_HIDDEN int ag_defer_init(size_t arena_bytes);
+/* handler-safe: copies the stack [sp, min(hi, sp + AG_DEFER_COPY_MAX)) and the registers into
+ * the arena; writes pcs[0] = pc, pcs[1] = the copy and returns 2; 0 when closed or full (the
+ * caller unwinds at once). */
+AG_HIDDEN uint32_t ag_defer_take(uintptr_t pc, uintptr_t sp, uintptr_t fp, int exact,
+                                 uintptr_t hi, uintptr_t *pcs);
+/* bg: r itself, or (AG_STF_DEFERRED) r unwound from its copy into out (AG_REC_MAX bytes). */
+AG_HIDDEN const ag_rec_t *ag_defer_resolve(const struct ag_rec *r, struct ag_rec *out);
+AG_HIDDEN void ag_defer_close(void); /* bg: tables published, no more copies */
+AG_HIDDEN int ag_defer_quiet(void);  /* bg: closed, still mapped, no claim in progress */
+AG_HIDDEN void ag_defer_free(void);  /* bg: after quiet and one more drain: unmaps */
+AG_HIDDEN void ag_defer_after_fork_child(int follow);
 
 /* One event as a producer describes it (type-specific attributes may stay 0). */
 typedef struct {
