@@ -3,7 +3,7 @@
  * gives exactly the frames the live unwind gave in the same handler; a stack deeper than the
  * copy gives a prefix of them, flagged incomplete; a full arena turns samples away (counted);
  * a closed arena takes none and is freed once no claim is in progress; four threads claiming
- * at once each get their own copy. */
+ * at once each get their own copy. Also the unwinder in an epilogue after `pop %rbp`. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include "support/runner.h"
@@ -243,7 +243,38 @@ static void test_threads(void) {
     ag_defer_free();
 }
 
+/* The unwinder on a sample in an epilogue after `pop %rbp` (GCC keeps the "rbp saved at
+ * CFA-16" rule up to the ret): the slot is below sp, rbp already holds the caller's value, and
+ * the walk goes on (it stopped there, incomplete, on 1-2% of python3's samples). */
+static void test_epilogue(void) {
+    static ag_cfi_row_t rows[] = {
+        {0x000, 16, -16, AG_CFI_RSP, 0}, /* body: return address at sp+8, rbp saved at sp */
+        {0x100, 8, -16, AG_CFI_RSP, 0},  /* at the ret: rbp popped, its slot at sp-8 */
+        {0x200, 0, 0, AG_CFI_END, 0},    /* the caller: outermost */
+    };
+    static struct {
+        uint32_t n;
+        ag_cfi_obj_t o[1];
+    } snap = {1, {{0x10000, 0x20000, rows, 3}}};
+    uintptr_t stack[4] = {0x10201, 0, 0, 0}, pcs[8];
+    uintptr_t lo = (uintptr_t)stack, hi = (uintptr_t)(stack + 4);
+    ag_cfi_snap_t *old = atomic_exchange(&ag_cfi_snap, (ag_cfi_snap_t *)&snap);
+    uint32_t fl = 0, n = ag_unwind(NULL, 0x10100, lo, 0x1234, 1, lo, hi, 0, pcs, 8, &fl);
+    printf("  at the ret: %u frames, flags %u\n", n, fl);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(pcs[1], 0x10201);
+    CHECK_EQ(fl & AG_UW_INCOMPLETE, 0);
+    /* in the body the slot is above sp and is read */
+    stack[0] = 0x5678;
+    stack[1] = 0x10201;
+    n = ag_unwind(NULL, 0x10010, lo, 0x1234, 1, lo, hi, 0, pcs, 8, &fl);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(fl & AG_UW_INCOMPLETE, 0);
+    atomic_store(&ag_cfi_snap, old);
+}
+
 static const tr_test_t tests[] = {
+    {"unwind_epilogue", test_epilogue},
     {"defer_same_frames", test_same_frames},
     {"defer_deep_prefix", test_deep_prefix},
     {"defer_full_closed", test_full_closed},
