@@ -1,9 +1,9 @@
 /* Deferred unwinding (agent/src/defer.c, issue 14), compiled in with the unwinder and the CFI
  * tables: a stack copied in a signal handler and unwound later, after the stack was reused,
- * gives exactly the frames the live unwind gave in the same handler; a stack deeper than the
- * copy gives a prefix of them, flagged incomplete; a full arena turns samples away (counted);
- * a closed arena takes none and is freed once no claim is in progress; four threads claiming
- * at once each get their own copy. Also the unwinder in an epilogue after `pop %rbp`. */
+ * gives exactly the frames the live unwind gave in the same handler, with the thread's stack
+ * bounds known or not; a stack deeper than the copy gives a prefix of them, flagged incomplete;
+ * a full arena turns samples away (counted); a reset waits for claims in progress; four threads
+ * claiming at once each get their own copy. Also the unwinder in an epilogue after `pop %rbp`. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include "support/runner.h"
@@ -37,7 +37,8 @@ typedef struct {
     uint32_t nlive, live_flags;
     uintptr_t rec[AG_REC_MAX / sizeof(uintptr_t) + 1]; /* the ring record the handler wrote */
     uintptr_t lo, hi;
-    int taken;
+    int nobounds; /* copy as for a thread whose stack bounds are unknown (process_vm_readv) */
+    int taken, full;
 } sample_t;
 
 static __thread sample_t *t_sample;
@@ -55,8 +56,12 @@ static void on_signal(int sig, siginfo_t *si, void *ucv) {
     memset(r, 0, sizeof *r);
     r->type = CM_EV_CPU;
     r->weight = 12345;
-    uint32_t n = ag_defer_take(pc, sp, fp, 1, s->hi, r->pcs);
+    int full = 0;
+    uint32_t n = ag_defer_take(pc, sp, fp, 1, s->nobounds ? 0 : s->hi, r->pcs, &full);
     s->taken = n != 0;
+    s->full = full;
+    if (n)
+        ag_defer_done(); /* as record.c once the ring record is committed */
     r->depth = (uint16_t)n;
     r->stack_flags = AG_STF_DEFERRED;
     r->len = (uint32_t)((sizeof *r + n * sizeof(uintptr_t) + 7) & ~7u);
@@ -153,24 +158,27 @@ static void run_threads(job_t *jobs, int n) {
         pthread_join(th[i], NULL);
 }
 
-/* A copy unwound after the thread is gone gives the live unwind's frames, complete. */
+/* A copy unwound after the thread is gone gives the live unwind's frames, complete; also when
+ * the thread's bounds are unknown (copied with process_vm_readv up to the first unmapped byte).
+ */
 static void test_same_frames(void) {
     setup();
     CHECK(ag_defer_init(1 << 20) == 0);
-    job_t j = {.depth = 20};
-    run_threads(&j, 1);
-    CHECK(j.s.taken);
-    resolve(&j);
-    printf("  live %u frames (flags %u), from the copy %u (flags %u)\n", j.s.nlive,
-           j.s.live_flags, j.nres, j.res_flags);
-    CHECK(j.s.nlive >= 23); /* descend x 21, run_job, start_thread, clone3 */
-    CHECK_EQ(j.s.live_flags & AG_UW_INCOMPLETE, 0);
-    CHECK_EQ(j.nres, j.s.nlive);
-    CHECK_EQ(memcmp(j.res, j.s.live, j.nres * sizeof(uintptr_t)), 0);
-    CHECK_EQ(j.res_flags & (CM_STF_INCOMPLETE | CM_STF_TRUNCATED), 0);
-    ag_defer_close();
-    CHECK(ag_defer_quiet());
-    ag_defer_free();
+    for (int nb = 0; nb < 2; nb++) {
+        job_t j = {.depth = 20};
+        j.s.nobounds = nb;
+        run_threads(&j, 1);
+        CHECK(j.s.taken);
+        resolve(&j);
+        printf("  %s: live %u frames (flags %u), from the copy %u (flags %u)\n",
+               nb ? "bounds unknown" : "bounds known", j.s.nlive, j.s.live_flags, j.nres,
+               j.res_flags);
+        CHECK(j.s.nlive >= 23); /* descend x 21, run_job, start_thread, clone3 */
+        CHECK_EQ(j.s.live_flags & AG_UW_INCOMPLETE, 0);
+        CHECK_EQ(j.nres, j.s.nlive);
+        CHECK_EQ(memcmp(j.res, j.s.live, j.nres * sizeof(uintptr_t)), 0);
+        CHECK_EQ(j.res_flags & (CM_STF_INCOMPLETE | CM_STF_TRUNCATED), 0);
+    }
 }
 
 /* A stack deeper than AG_DEFER_COPY_MAX: the frames inside the copy, flagged incomplete. */
@@ -186,13 +194,12 @@ static void test_deep_prefix(void) {
     CHECK(j.nres > 5 && j.nres < j.s.nlive);
     CHECK_EQ(memcmp(j.res, j.s.live, j.nres * sizeof(uintptr_t)), 0);
     CHECK(j.res_flags & CM_STF_INCOMPLETE);
-    ag_defer_close();
-    ag_defer_free();
 }
 
-/* A full arena turns samples away, counted; a closed one takes none; a record resolved after
- * the arena is gone is the leaf alone, flagged incomplete (never a read of unmapped memory). */
-static void test_full_closed(void) {
+/* A full arena turns samples away (counted, *full set); a reset waits for a claim in progress,
+ * takes no copy meanwhile, and rewinds the arena once none is; a record naming no copy of the
+ * arena resolves to its leaf alone, flagged incomplete. */
+static void test_full_reset(void) {
     setup();
     /* stacks deeper than AG_DEFER_COPY_MAX: each copy is that plus a 32-byte header */
     CHECK(ag_defer_init(2 * (AG_DEFER_COPY_MAX + 32) + 100) == 0);
@@ -204,32 +211,48 @@ static void test_full_closed(void) {
     printf("  arena for two copies: %d of 3 copies taken, %llu turned away\n", taken,
            (unsigned long long)(atomic_load(&ag_defer_stats.full) - full0));
     CHECK_EQ(taken, 2);
-    CHECK(!j[2].s.taken);
+    CHECK(!j[2].s.taken && j[2].s.full);
     CHECK_EQ(atomic_load(&ag_defer_stats.full) - full0, 1);
-    ag_defer_free();
+    for (int i = 0; i < 2; i++) { /* unwound before the reset */
+        resolve(&j[i]);
+        CHECK_EQ(memcmp(j[i].res, j[i].s.live, j[i].nres * sizeof(uintptr_t)), 0);
+    }
 
-    CHECK(ag_defer_init(1 << 20) == 0);
+    /* a claim in progress (taken, not yet committed): the reset waits, no copy meanwhile */
+    uintptr_t pcs[2];
+    int full = 0;
+    CHECK(ag_defer_reset_begin() == 1);
+    ag_defer_reset_end();
+    CHECK_EQ(ag_defer_take(0x1234, (uintptr_t)&pcs, 0, 1, (uintptr_t)&pcs + 16, pcs, &full), 2);
+    CHECK(ag_defer_reset_begin() == 0);
     job_t k = {.depth = 3};
     run_threads(&k, 1);
-    CHECK(k.s.taken);
-    ag_defer_close();
-    job_t c = {.depth = 3};
-    run_threads(&c, 1);
-    CHECK(!c.s.taken);
-    CHECK(ag_defer_quiet());
-    ag_defer_free();
-    CHECK(!ag_defer_quiet());
-    resolve(&k);
-    CHECK_EQ(k.nres, 1);
-    CHECK_EQ(k.res[0], k.s.live[0]);
-    CHECK(k.res_flags & CM_STF_INCOMPLETE);
+    CHECK(!k.s.taken && !k.s.full);
+    ag_defer_done();
+    CHECK(ag_defer_reset_begin() == 1);
+    ag_defer_reset_end();
+    CHECK(ag_defer_reset_begin() == 0); /* empty: nothing to do, copies taken again */
+    job_t m = {.depth = 3};
+    run_threads(&m, 1);
+    CHECK(m.s.taken);
+    resolve(&m);
+    CHECK_EQ(m.nres, m.s.nlive);
+
+    /* a record whose copy is not the arena's */
+    ((ag_rec_t *)m.s.rec)->pcs[1] = (uintptr_t)pcs;
+    ((ag_rec_t *)m.s.rec)->stack_flags = AG_STF_DEFERRED;
+    resolve(&m);
+    CHECK_EQ(m.nres, 1);
+    CHECK_EQ(m.res[0], m.s.live[0]);
+    CHECK(m.res_flags & CM_STF_INCOMPLETE);
 }
 
-/* Four threads claiming at once (a signal storm): each copy is its own. */
+/* Four threads claiming at once, two of them without bounds: each copy is its own. */
 static void test_threads(void) {
     setup();
     CHECK(ag_defer_init(1 << 20) == 0);
     job_t j[4] = {{.depth = 5}, {.depth = 9}, {.depth = 13}, {.depth = 17}};
+    j[1].s.nobounds = j[3].s.nobounds = 1;
     run_threads(j, 4);
     for (int i = 0; i < 4; i++) {
         CHECK(j[i].s.taken);
@@ -239,8 +262,6 @@ static void test_threads(void) {
         CHECK_EQ(j[i].res_flags & CM_STF_INCOMPLETE, 0);
         CHECK(j[i].nres >= (uint32_t)(j[i].depth + 4)); /* descend x (depth+1), run_job, ... */
     }
-    ag_defer_close();
-    ag_defer_free();
 }
 
 /* The unwinder on a sample in an epilogue after `pop %rbp` (GCC keeps the "rbp saved at
@@ -277,7 +298,7 @@ static const tr_test_t tests[] = {
     {"unwind_epilogue", test_epilogue},
     {"defer_same_frames", test_same_frames},
     {"defer_deep_prefix", test_deep_prefix},
-    {"defer_full_closed", test_full_closed},
+    {"defer_full_reset", test_full_reset},
     {"defer_threads", test_threads},
     {0, 0},
 };

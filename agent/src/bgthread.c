@@ -706,7 +706,6 @@ static void *bg_main(void *arg) {
     ag_cfi_tick();
     /* Samples taken until now hold stack copies (defer.c), unwound as the rings are drained;
      * from here on the handler unwinds with the published tables. */
-    ag_defer_close();
 
     pthread_mutex_lock(&ag_work_mu);
     uint64_t now = ag_now_mono();
@@ -789,15 +788,19 @@ static void *bg_main(void *arg) {
                 next_wall = now + wall_ns;
         }
         drain();
-        if (ag_defer_quiet()) {
-            /* no handler is copying any more: once every copy is unwound, unmap the arena */
+        if (ag_defer_reset_begin()) {
+            /* no copy in progress, none taken from here: once every copy is unwound, the
+             * arena is rewound and its pages given back */
             drain();
-            ag_defer_free();
-            CM_DEBUG("deferred unwinding: %llu samples copied before the first tables, %llu "
-                     "unwound, %llu turned away (arena full), %.1f KiB of arena used",
+            ag_defer_reset_end();
+            CM_DEBUG("deferred unwinding: %llu samples copied (no tables or no stack bounds "
+                     "yet), %llu unwound, %llu turned away (arena full), %llu unreadable, "
+                     "%llu resets, %.1f KiB of arena at most",
                      (unsigned long long)atomic_load(&ag_defer_stats.deferred),
                      (unsigned long long)atomic_load(&ag_defer_stats.resolved),
                      (unsigned long long)atomic_load(&ag_defer_stats.full),
+                     (unsigned long long)atomic_load(&ag_defer_stats.vm_failed),
+                     (unsigned long long)atomic_load(&ag_defer_stats.resets),
                      (double)atomic_load(&ag_defer_stats.peak_bytes) / 1024.0);
         }
         ag_cfi_tick(); /* objects loaded or unloaded since the last tick */
