@@ -768,6 +768,9 @@ static void *bg_main(void *arg) {
             ag_sandbox_caps_apply();
 
         pthread_mutex_lock(&ag_work_mu);
+        /* Objects loaded or unloaded since the last tick, before any drain: a stack copy
+         * (defer.c) taken in a library dlopen'ed meanwhile is then unwound with its table. */
+        ag_cfi_tick();
         now = ag_now_mono();
         if (lazy_at && now >= lazy_at && !(req & (AG_REQ_STOP | AG_REQ_SIGTERM))) {
             lazy_at = 0;
@@ -803,7 +806,6 @@ static void *bg_main(void *arg) {
                      (unsigned long long)atomic_load(&ag_defer_stats.resets),
                      (double)atomic_load(&ag_defer_stats.peak_bytes) / 1024.0);
         }
-        ag_cfi_tick(); /* objects loaded or unloaded since the last tick */
         ag_hooks_bg_tick(now); /* ALLOC controller, flood-cap windows */
         if (now >= next_ctl) {
             if (ag.cfg.cpu_rate > 0)
