@@ -123,8 +123,11 @@ def our_stacks(path):
         stacks.append((int(w), frames, int(fl) & 3))  # truncated or incomplete
     return stacks
 
-def resolve(frames):
-    return [name(d, a if i == 0 else a - 1) for i, (d, a) in enumerate(frames)]
+def resolve(frames, ours=False):
+    # perf prints callers' return addresses: name the call (ra - 1). The agent's locations are
+    # already the call's address (builder.c: pc - 1), and an interposer frame is located at
+    # the real function's entry, which ra - 1 would put in the function before it.
+    return [name(d, a if i == 0 or ours else a - 1) for i, (d, a) in enumerate(frames)]
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -138,7 +141,7 @@ def main():
             for n in set(names): inc[n] += w
         return tot, inc
     pres = [(w, resolve(f)) for w, f in ps if f]
-    ores = [(w, resolve(f)) for w, f, _ in os_ if f]
+    ores = [(w, resolve(f, True)) for w, f, _ in os_ if f]
     ptot, pinc = incl(pres)
     otot, oinc = incl(ores)
     def complete(names): return names and names[-1].split(":", 1)[1] in ROOTS
