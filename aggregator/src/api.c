@@ -674,7 +674,12 @@ static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_re
     const char *lval;
     cm_event_type_t type;
     int64_t from, to;
-    long long exact;
+    long long exact, lines = 0;
+    /* source lines and inlined frames: a profile's `lines=1`, and always in a pprof export */
+    const char *fmt = arg(a, "format");
+    int pprof = !replicates && fmt && !strcmp(fmt, "pprof");
+    if (!replicates && parse_uint(a, "lines", pprof, 1, r, &lines))
+        return NULL;
     if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
         parse_time(a, from_p, 0, r, &from) || parse_time(a, to_p, INT64_MAX / 4, r, &to) ||
         parse_label(a, r, lkey, sizeof lkey, &lval) || parse_uint(a, "exact", 0, 1, r, &exact))
@@ -702,7 +707,8 @@ static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_re
                      .label_value = lval,
                      .replicates = replicates,
                      .exact = (int)exact,
-                     .per_request = per_request};
+                     .per_request = per_request,
+                     .lines = (int)lines && pprof ? AGG_QLINES_ADDRESSES : (int)lines};
     agg_profile_t *p = NULL;
     int rc = agg_qstore_profile(api->qs, &q, &p);
     if (rc) {

@@ -2,6 +2,8 @@
  * Threading: one agg_intern_t per store, used by the consume thread only. */
 #include "intern.h"
 
+#include "symstore.h"
+
 #include "cm/error.h"
 
 #include <stdlib.h>
@@ -166,6 +168,11 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
                 goto out;
             }
             *nl = (agg_new_loc_t){id, v[0], v[1], v[2], v[3]};
+            /* arrived unnamed: the symbol store's worker names it by build id, off this
+             * thread (symstore.c) */
+            const cm_mapping_t *mp = &d->mappings[d->location_mapping[l]];
+            if (!d->location_function[l] && d->location_mapping[l] && mp->build_id_len)
+                agg_symstore_want(mp->build_id, mp->build_id_len, d->location_address[l]);
         }
     }
 

@@ -8,6 +8,7 @@
 #include "metrics.h"
 #include "reports.h"
 #include "symbolizer.h"
+#include "symstore.h"
 
 #include "cm/config.h"
 #include "cm/error.h"
@@ -114,10 +115,44 @@ static void on_signal(int sig) {
     stop_flag = 1;
 }
 
+/* The symbol store's and the symbolizer's counters, appended to the /metrics text. */
+static char *symbol_metrics(char *body) {
+    agg_symstore_stats_t ss;
+    agg_symbolizer_stats_t zs;
+    agg_symstore_stats(&ss);
+    agg_symbolizer_stats(&zs);
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } c[] = {
+        {"symbols_queued_total", "unnamed locations queued at ingest for the symbol store", ss.queued},
+        {"symbols_dropped_total", "unnamed locations not queued (queue full; named at query)", ss.dropped},
+        {"symbols_store_hits_total", "lookups answered by symbols.sqlite", ss.hits},
+        {"symbols_store_misses_total", "lookups symbols.sqlite had no answer for", ss.misses},
+        {"symbols_stored_total", "names written to symbols.sqlite", ss.stored},
+        {"symbols_negative_total", "no-name answers written (no symbol, or no debug file)", ss.negatives},
+        {"debuginfod_requests_total", "debug files asked from debuginfod", zs.fetches},
+        {"debuginfod_failures_total", "debuginfod requests that failed", zs.fetch_fail},
+    };
+    size_t len = strlen(body), cap = len + 1 + 8 * 512; /* each entry < 512 bytes */
+    char *nb = realloc(body, cap);
+    if (!nb)
+        return body;
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++)
+        len += (size_t)snprintf(nb + len, cap - len,
+                                "# HELP fleetprof_aggregator_%s %s\n# TYPE fleetprof_aggregator_%s "
+                                "counter\nfleetprof_aggregator_%s %llu\n",
+                                c[i].name, c[i].help, c[i].name, c[i].name,
+                                (unsigned long long)c[i].v);
+    return nb;
+}
+
 static void h_metrics(void *arg, const char *url, const char *query, agg_http_reply_t *r) {
     (void)url;
     (void)query;
     r->body = agg_metrics_render(arg);
+    if (r->body)
+        r->body = symbol_metrics(r->body);
     r->len = r->body ? strlen(r->body) : 0;
     r->status = r->body ? 200 : 500;
     r->content_type = "text/plain; version=0.0.4";
@@ -254,6 +289,8 @@ int main(int argc, char **argv) {
                                  (double)cfg.debuginfod_timeout / 1e9,
                                  (double)cfg.debuginfod_retry / 1e9};
     agg_symbolizer_init(&scfg);
+    if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
+        CM_WARN("%s: names found by the server are not kept", err);
     agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
@@ -298,6 +335,7 @@ out:
     agg_http_stop(http);
     agg_api_free(api);
     agg_ui_free(ui);
+    agg_symstore_close();
     agg_symbolizer_shutdown();
     cm_config_free(opts, &cfg, &kafka);
     agg_metrics_destroy(&metrics);

@@ -6,7 +6,7 @@
 
 #include "hmap.h"
 #include "intern.h"
-#include "symbolizer.h"
+#include "symstore.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -21,6 +21,9 @@
 
 typedef struct {
     char *name, *module, *build_id; /* printable frame of one store location */
+    char *file;  /* source file (the agent's function file, or the symbolizer's line), or NULL */
+    char *chain; /* inlined frames from the symbol store (agg_sym_t.chain), or NULL */
+    uint32_t line;
     uint64_t address;
     uint8_t unnamed;   /* arrived without a function name and not named by the symbolizer */
     uint64_t retry_ns; /* unnamed: ask the symbolizer again after this (CLOCK_MONOTONIC) */
@@ -60,6 +63,8 @@ static void cache_free(qdb_t *d) {
         free(d->locs[i].name);
         free(d->locs[i].module);
         free(d->locs[i].build_id);
+        free(d->locs[i].file);
+        free(d->locs[i].chain);
     }
     free(d->locs);
 }
@@ -345,37 +350,57 @@ static uint64_t mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A location that arrived unnamed: asks the symbolizer (debuginfod by build id) for its name,
- * at most every 10 s per location (the symbolizer negative-caches a failing build id itself,
- * so a retry while its server is down costs a hash lookup). Named: the cached name changes,
- * so this and every later query and export of this handle sees it. */
+/* A location that arrived unnamed: its name from the symbol store (symstore.c: what the
+ * server named at ingest or at an earlier query, kept across restarts), else from the
+ * symbolizer (debuginfod by build id; the answer is stored). At most every 10 s per location
+ * (a failing build id is negative-cached by both, so a retry costs a lookup). Named: the
+ * cached name changes, so this and every later query and export of this handle sees it. */
+/* The location's build id as bytes into bid[64]; returns its length, 0 when it has none. */
+static size_t cloc_bid(const cloc_t *c, uint8_t *bid) {
+    size_t bl = strlen(c->build_id) / 2;
+    if (bl > 64)
+        return 0;
+    for (size_t i = 0; i < bl; i++) {
+        unsigned v = 0;
+        if (sscanf(c->build_id + 2 * i, "%2x", &v) != 1)
+            return 0;
+        bid[i] = (uint8_t)v;
+    }
+    return bl;
+}
+
 static void cloc_symbolize(cloc_t *c) {
-    if (!c->unnamed || !c->build_id[0] || !agg_symbolizer_enabled())
+    if (!c->unnamed || !c->build_id[0])
         return;
     uint64_t now = mono_ns();
     if (now < c->retry_ns)
         return;
     c->retry_ns = now + 10000000000ull;
     uint8_t bid[64];
-    size_t bl = strlen(c->build_id) / 2;
-    if (bl > sizeof bid)
+    size_t bl = cloc_bid(c, bid);
+    if (!bl)
         return;
-    for (size_t i = 0; i < bl; i++) {
-        unsigned v = 0;
-        if (sscanf(c->build_id + 2 * i, "%2x", &v) != 1)
-            return;
-        bid[i] = (uint8_t)v;
-    }
-    char *name = NULL;
-    if (agg_symbolize(bid, bl, c->address, &name, NULL, NULL) == 1) {
+    agg_sym_t sym;
+    if (agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
         free(c->name);
-        c->name = name;
+        c->name = sym.name;
+        sym.name = NULL;
+        if (sym.file) {
+            free(c->file);
+            c->file = sym.file;
+            c->line = sym.line;
+            sym.file = NULL;
+        }
+        c->chain = sym.chain;
+        sym.chain = NULL;
         c->unnamed = 0;
     }
+    agg_sym_free(&sym);
 }
 
-/* The cache index of store location loc, adding it from the current row of st (columns c..c+3:
- * function name, mapping file, build id, address) when it is new. Returns it or CM_ENOMEM. */
+/* The cache index of store location loc, adding it from the current row of st (columns c..c+5:
+ * function name, mapping file, build id, address, line, function's source file) when it is
+ * new. Returns it or CM_ENOMEM. */
 static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
     int fresh = 0;
     uint64_t *li = agg_hmap_upsert(&d->locidx, &loc, &fresh);
@@ -405,13 +430,18 @@ static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
     cl->module = strdup(module);
     cl->build_id = strdup(bid);
     cl->address = addr;
+    const char *sf = (const char *)sqlite3_column_text(st, c + 5);
+    cl->file = sf && *sf ? strdup(sf) : NULL;
+    cl->line = (uint32_t)sqlite3_column_int64(st, c + 4);
+    cl->chain = NULL;
     const char *fn = (const char *)sqlite3_column_text(st, c);
     cl->unnamed = !fn || !*fn;
     cl->retry_ns = 0;
-    if (!cl->name || !cl->module || !cl->build_id) {
+    if (!cl->name || !cl->module || !cl->build_id || (sf && *sf && !cl->file)) {
         free(cl->name);
         free(cl->module);
         free(cl->build_id);
+        free(cl->file);
         goto nomem;
     }
     li[1] = d->nlocs;
@@ -453,10 +483,11 @@ static int cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
     int rc, s;
     if ((rc = fill_temp(d, "wantloc", want, n)) ||
         (rc = prep(d,
-                   "SELECT l.id, fn.s, mf.s, m.build_id, l.address FROM temp.wantloc w JOIN "
-                   "locations l ON l.id=w.id LEFT JOIN functions f ON f.id=l.function LEFT JOIN "
-                   "strings fn ON fn.id=f.name LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN "
-                   "strings mf ON mf.id=m.filename",
+                   "SELECT l.id, fn.s, mf.s, m.build_id, l.address, l.line, ff.s FROM "
+                   "temp.wantloc w JOIN locations l ON l.id=w.id LEFT JOIN functions f ON "
+                   "f.id=l.function LEFT JOIN strings fn ON fn.id=f.name LEFT JOIN strings ff ON "
+                   "ff.id=f.filename LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf "
+                   "ON mf.id=m.filename",
                    &st)))
         return rc;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
@@ -548,13 +579,97 @@ out:
     return rc;
 }
 
+/* Interns one frame of a profile with lines: named "function file:line" (file's basename)
+ * when the line is known. flags: AGG_FRAME_*. */
+static int64_t line_frame(agg_profile_t *p, const cloc_t *c, const char *fn, const char *file,
+                          uint32_t line, int flags) {
+    char name[CM_MAX_STRING_LEN + 64];
+    const char *base = file && *file ? strrchr(file, '/') : NULL;
+    base = base ? base + 1 : file && *file ? file : "?";
+    if (line && !c->unnamed)
+        snprintf(name, sizeof name, "%s %s:%u", fn, base, line);
+    else
+        snprintf(name, sizeof name, "%s", fn);
+    return agg_profile_frame_src(p, name, c->module, c->build_id, c->address,
+                                 c->unnamed ? NULL : fn, file, c->unnamed ? 0 : line, flags);
+}
+
+/* The frames of location c into out (root-first, at most max): one, or with lines the
+ * location's inlined frames (the outer function first). Returns how many, or CM_ENOMEM. */
+static int loc_frames(agg_profile_t *p, cloc_t *c, int lines, uint32_t *out, int max) {
+    int64_t fr;
+    if (lines && !c->unnamed && !c->chain && c->build_id[0] && mono_ns() >= c->retry_ns) {
+        /* named by the agent: the server's debug file (debuginfod, through the symbol store)
+         * may give its line, from the line table rather than the function's file, and its
+         * inlined frames; asked at most every 10 s per location */
+        c->retry_ns = mono_ns() + 10000000000ull;
+        uint8_t bid[64];
+        size_t bl = cloc_bid(c, bid);
+        agg_sym_t sym;
+        if (bl && agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
+            if (sym.file) {
+                free(c->file);
+                c->file = sym.file;
+                c->line = sym.line;
+                sym.file = NULL;
+            }
+            c->chain = sym.chain;
+            sym.chain = NULL;
+        }
+        if (bl)
+            agg_sym_free(&sym);
+    }
+    if (!lines) {
+        fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+        if (fr < 0)
+            return (int)fr;
+        out[0] = (uint32_t)fr;
+        return 1;
+    }
+    int by_addr = lines == AGG_QLINES_ADDRESSES ? AGG_FRAME_BY_ADDRESS : 0;
+    if (!c->chain || c->unnamed) {
+        fr = line_frame(p, c, c->name, c->file, c->line, by_addr);
+        if (fr < 0)
+            return (int)fr;
+        out[0] = (uint32_t)fr;
+        return 1;
+    }
+    /* chain: "function\tfile\tline\n" innermost first; out gets them outermost first */
+    const char *ent[64];
+    int m = 0;
+    for (const char *q = c->chain; *q && m < 64 && m < max; q = strchr(q, '\n') + 1) {
+        ent[m++] = q;
+        if (!strchr(q, '\n'))
+            break;
+    }
+    for (int k = 0; k < m; k++) {
+        const char *e = ent[m - 1 - k];
+        const char *t1 = strchr(e, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (!t2)
+            return k ? k : loc_frames(p, c, 0, out, max); /* malformed: the plain frame */
+        char fn[CM_MAX_STRING_LEN + 1], file[1024];
+        if (k == 0) /* the outer function: the name every other view gives it */
+            snprintf(fn, sizeof fn, "%s", c->name);
+        else
+            snprintf(fn, sizeof fn, "%.*s", (int)(t1 - e), e);
+        snprintf(file, sizeof file, "%.*s", (int)(t2 - t1 - 1), t1 + 1);
+        fr = line_frame(p, c, fn, file, (uint32_t)strtoul(t2 + 1, NULL, 10),
+                        by_addr | (k > 0 ? AGG_FRAME_INLINED : 0));
+        if (fr < 0)
+            return (int)fr;
+        out[k] = (uint32_t)fr;
+    }
+    return m;
+}
+
 /* Resolves every stack of `stacks` (keys: store stack ids) into profile stacks, through the
- * store's node cache (only stacks not seen before are read from the trie). */
-static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
+ * store's node cache (only stacks not seen before are read from the trie). With lines, each
+ * frame carries its source line and inlined functions become frames of their own. */
+static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int lines) {
     int rc = 0;
     uint64_t *missing = NULL;
-    uint32_t *locframe = NULL, *tmp = NULL;
-    size_t nm = 0;
+    uint32_t *locframe = NULL, *tmp = NULL, *lfv = NULL;
+    size_t nm = 0, nlfv = 0, caplfv = 0;
     if (d->nodes.n > CACHE_MAX_NODES) { /* bounded memory: start over */
         cache_free(d);
         cache_init(d);
@@ -590,16 +705,32 @@ static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
             }
             uint32_t *lf = &locframe[nd->loc];
             if (*lf == AGG_NONE) {
+                /* a location's frames (several with lines and inlines): lfv[*lf] is their
+                 * count, the frames follow root-first */
                 cloc_t *c = &d->locs[nd->loc];
                 cloc_symbolize(c);
-                int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
-                if (fr < 0) {
-                    rc = (int)fr;
+                if (nlfv + 65 > caplfv) {
+                    size_t nc = caplfv ? 2 * caplfv : 4096;
+                    uint32_t *x = realloc(lfv, nc * sizeof *x);
+                    if (!x) {
+                        rc = CM_ENOMEM;
+                        goto out;
+                    }
+                    lfv = x;
+                    caplfv = nc;
+                }
+                int k = loc_frames(p, c, lines, lfv + nlfv + 1, 64);
+                if (k < 0) {
+                    rc = k;
                     goto out;
                 }
-                *lf = (uint32_t)fr;
+                lfv[nlfv] = (uint32_t)k;
+                *lf = (uint32_t)nlfv;
+                nlfv += 1 + (size_t)k;
             }
-            tmp[depth++] = *lf;
+            /* leaf first here (reversed below): the innermost inlined frame first */
+            for (uint32_t k = lfv[*lf]; k > 0 && depth < CM_MAX_STACK_DEPTH; k--)
+                tmp[depth++] = lfv[*lf + k];
             id = nd->parent;
         }
         if (broken)
@@ -621,6 +752,7 @@ out:
     free(missing);
     free(locframe);
     free(tmp);
+    free(lfv);
     return rc;
 }
 
@@ -1185,7 +1317,7 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
         if (rc || (rc = r2))
             goto out;
     }
-    if (!nrows || (rc = resolve_stacks(d, p, &stacks)))
+    if (!nrows || (rc = resolve_stacks(d, p, &stacks, q->lines)))
         goto out;
     for (size_t i = 0; i < nrows; i++) {
         stackmap_t *m = agg_hmap_find(&stacks, &rows[i].stack);
@@ -1258,7 +1390,7 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         rc = (int)all;
         goto out;
     }
-    if ((rc = resolve_stacks(d, p, &stacks)))
+    if ((rc = resolve_stacks(d, p, &stacks, q->lines)))
         goto out;
     for (size_t i = 0; i < stacks.n; i++) {
         stackmap_t *m = agg_hmap_entry(&stacks, i);
@@ -1582,7 +1714,7 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
                 nr++;
             }
             if (!rc && nr)
-                rc = resolve_stacks(d, p, &stacks);
+                rc = resolve_stacks(d, p, &stacks, 0);
             for (size_t k = 0; !rc && k < nr; k++) {
                 stackmap_t *m = agg_hmap_find(&stacks, &rows[k].stack);
                 if (m && m->resolved)

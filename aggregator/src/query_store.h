@@ -53,7 +53,14 @@ typedef struct {
     int replicates; /* AGG_QREP_*: what the profile carries besides the per-stack totals */
     int exact;      /* 1: read the fine rows only, never the coarse rollup (tests, debugging) */
     int per_request; /* 1: a replicate's work is the units of work counted, not process-seconds */
+    int lines;       /* AGG_QLINES_*: source lines and inlined frames (not for diffs) */
 } agg_qspec_t;
+
+enum {
+    AGG_QLINES_OFF = 0,
+    AGG_QLINES_ON = 1,        /* frames carry source lines, inlined functions are frames */
+    AGG_QLINES_ADDRESSES = 2, /* and one frame per address (a pprof export's locations) */
+};
 
 #define AGG_QMAX_VERSIONS 200
 #define AGG_QMAX_TIERS 8

@@ -36,11 +36,12 @@ typedef struct {
 static const qcmd_t qcmds[] = {
     {"services", "/api/v1/services", " ", " ", NULL, "services [--json]"},
     {"versions", "/api/v1/services/", " service ", " ", "service", "versions SERVICE [--json]"},
-    {"top", "/api/v1/profile", PROFILE_FLAGS, " by-module ", NULL,
+    {"top", "/api/v1/profile", PROFILE_FLAGS, " by-module lines ", NULL,
      "top --service S [--version V]... [--type T] [--from T] [--to T] [--label K:V]\n"
      "      [--include RE] [--exclude RE] [--fold RE] [--group RE->NAME] [--by-module]\n"
+     "      [--lines (source file:line, inlined functions as frames)]\n"
      "      [--limit N] [--sort self|total] [--function F (callers and callees)] [--json]"},
-    {"tree", "/api/v1/profile", PROFILE_FLAGS, " by-module ", NULL,
+    {"tree", "/api/v1/profile", PROFILE_FLAGS, " by-module lines ", NULL,
      "tree --service S [--version V]... [--min-share F] [--limit NODES] [filters as top] [--json]"},
     {"diff", "/api/v1/diff",
      " service base test type from to base-from base-to test-from test-to version label include "
@@ -54,7 +55,8 @@ static const qcmd_t qcmds[] = {
      " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
     {"spans", "/api/v1/spans", " service type from to limit ", " ", NULL,
      "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
-    {"export", "/api/v1/profile", PROFILE_FLAGS " trace span output ", " by-module counts ", NULL,
+    {"export", "/api/v1/profile", PROFILE_FLAGS " trace span output ", " by-module counts lines ",
+     NULL,
      "export --service S [--version V]... --format pprof|folded|json -o FILE [filters]\n"
      "      (or --trace ID / --span ID --type T for one span)"},
     {"reports", "/api/v1/reports", " service limit ", " ", NULL, "reports [--service S] [--json]"},
