@@ -466,7 +466,8 @@ static void drain(void) {
         static uintptr_t ubuf[AG_REC_MAX / sizeof(uintptr_t) + 1];
         while ((q = ag_ring_peek(&t->ring)) != NULL) {
             uint32_t qlen = q->len;
-            /* a sample taken before the first tables: unwound now from its stack copy */
+            /* a sample taken before the first tables, or on a thread without stack bounds:
+             * unwound now from its stack copy (defer.c) */
             const ag_rec_t *r = ag_defer_resolve(q, (ag_rec_t *)ubuf);
             uint32_t len = r->len;
             if (r->type >= CM_EV_ALLOC) /* issue 4 hooks: strip hook frames, live heap, paths */

@@ -7,7 +7,8 @@
  *   signal.c     choice of the sampling signal, handler, sigaction/signal interposition
  *   unwind.c     the unwinder: compiled CFI, frame pointers as fallback (async-signal-safe)
  *   cfi.c, cfi_table.c  CFI compiler; per-object tables published for the handler (bg)
- *   defer.c      stack copies of samples taken before the first tables, unwound later (bg)
+ *   defer.c      stack copies of samples taken before the first tables or on threads without
+ *                stack bounds, unwound later by the bg thread
  *   ring.c       per-thread single-producer/single-consumer record ring
  *   record.c     the generic sample record path: stack + weight + count + attrs + context
  *   context.c    per-thread span context and labels (public API), label interning
