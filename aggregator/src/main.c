@@ -32,6 +32,7 @@ typedef struct {
     int64_t debuginfod_timeout, debuginfod_retry;
     int64_t report_min_samples, report_interval;
     int64_t http_port;
+    int64_t api_workers, api_queue, api_queue_wait;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
     int64_t fine_width, coarse_width, replicate_width, downsample_after, max_age, span_max_age, dedupe_window;
     int64_t retention_interval;
@@ -60,6 +61,12 @@ static const cm_opt_t opts[] = {
      "UI's login cookie; empty: no token)"},
     {"api-no-token", CM_OPT_BOOL, "false", O(api_no_token), 0, 0,
      "serve the query API without a token on a non-loopback http-addr (refused otherwise)"},
+    {"api-workers", CM_OPT_INT, "8", O(api_workers), 1, 256,
+     "query API requests that run at once, each on its own read-only store handle"},
+    {"api-queue", CM_OPT_INT, "64", O(api_queue), 0, 100000,
+     "requests that may wait for a busy query worker; more are answered 503 at once"},
+    {"api-queue-wait", CM_OPT_DURATION, "10s", O(api_queue_wait), 1000000ll, 600000000000ll,
+     "longest a request waits for a query worker before it is answered 503"},
     {"report-min-samples", CM_OPT_INT, "2000", O(report_min_samples), 1, 1000000000,
      "CPU samples the newest version of a service (and the previous one) need before the "
      "per-deploy regression report is computed"},
@@ -114,10 +121,26 @@ static void on_signal(int sig) {
     stop_flag = 1;
 }
 
+typedef struct {
+    agg_metrics_t *metrics;
+    agg_api_t *api;
+} metrics_src_t;
+
 static void h_metrics(void *arg, const char *url, const char *query, agg_http_reply_t *r) {
     (void)url;
     (void)query;
-    r->body = agg_metrics_render(arg);
+    metrics_src_t *src = arg;
+    char *m = agg_metrics_render(src->metrics), *a = src->api ? agg_api_metrics(src->api) : NULL;
+    if (m && a) {
+        size_t lm = strlen(m), la = strlen(a);
+        char *both = realloc(m, lm + la + 1);
+        if (both) {
+            memcpy(both + lm, a, la + 1);
+            m = both;
+        }
+    }
+    free(a);
+    r->body = m;
     r->len = r->body ? strlen(r->body) : 0;
     r->status = r->body ? 200 : 500;
     r->content_type = "text/plain; version=0.0.4";
@@ -254,13 +277,15 @@ int main(int argc, char **argv) {
                                  (double)cfg.debuginfod_timeout / 1e9,
                                  (double)cfg.debuginfod_retry / 1e9};
     agg_symbolizer_init(&scfg);
-    agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token};
+    agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token, (size_t)cfg.api_workers,
+                          (size_t)cfg.api_queue, 1, cfg.api_queue_wait / 1000000};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
+    metrics_src_t msrc = {&metrics, api};
     agg_http_route_t routes[2 + AGG_API_ROUTES + 2] = {
-        {"GET", "/metrics", h_metrics, &metrics},
+        {"GET", "/metrics", h_metrics, &msrc},
         {"GET", "/healthz", h_healthz, &metrics},
     };
     size_t nr = 2 + agg_api_routes(api, routes + 2, AGG_API_ROUTES);
