@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <libpq-fe.h>
+#include <stdarg.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 

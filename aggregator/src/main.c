@@ -2,6 +2,7 @@
  * (/metrics, /healthz) and runs the consume loop until SIGTERM or SIGINT.
  * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
 #include "api.h"
+#include "store_pg.h"
 #include "consume.h"
 #include "http.h"
 #include "ui.h"
@@ -25,7 +26,7 @@
 #include <unistd.h>
 
 typedef struct {
-    char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id, *strategy;
+    char *brokers, *group, *topic, *dlq_topic, *store_dir, *store, *client_id, *strategy;
     char *http_addr, *log_level, *api_token, *report_fold;
     int api_no_token;
     char *debuginfod_urls, *debuginfod_cache;
@@ -49,6 +50,10 @@ static const cm_opt_t opts[] = {
      "dead-letter topic for messages that fail validation"},
     {"store-dir", CM_OPT_STRING, "/var/lib/fleetprof/aggregator", O(store_dir), 0, 0,
      "directory of the per-partition SQLite stores, shared by the instances of the group"},
+    {"store", CM_OPT_STRING, "", O(store), 0, 0,
+     "empty: one SQLite file per partition in store-dir; postgres://USER@HOST:PORT/DB: one "
+     "PostgreSQL database for every partition and instance (store-dir then holds only this "
+     "instance's reports and caches)"},
     {"client-id", CM_OPT_STRING, "fleetprof-aggregator", O(client_id), 0, 0,
      "Kafka client id (shows in consumer-group tooling)"},
     {"assignment-strategy", CM_OPT_STRING, "cooperative-sticky", O(strategy), 0, 0,
@@ -201,6 +206,7 @@ int main(int argc, char **argv) {
         .topic = cfg.topic,
         .dlq_topic = cfg.dlq_topic,
         .store_dir = cfg.store_dir,
+        .store_url = cfg.store,
         .client_id = cfg.client_id,
         .assignment_strategy = cfg.strategy,
         .kafka_props = &kafka,
@@ -250,6 +256,22 @@ int main(int argc, char **argv) {
             goto out;
         }
         regfree(&re);
+    }
+    if (cfg.store[0]) { /* PostgreSQL: reachable, schema migrated, before joining the group */
+        agg_store_t *pg = NULL;
+        if (!agg_store_is_pg(cfg.store)) {
+            fprintf(stderr, "fleetprof-aggregator: store '%s' is not a postgres:// or "
+                    "postgresql:// URL; leave it empty for SQLite files in store-dir\n",
+                    cfg.store);
+            rc = 2;
+            goto out;
+        }
+        if (agg_store_pg_open(cfg.store, &pg, err, sizeof err)) {
+            fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+            rc = 2;
+            goto out;
+        }
+        agg_store_close(pg);
     }
     struct stat sb;
     if (stat(cfg.store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg.store_dir, W_OK)) {

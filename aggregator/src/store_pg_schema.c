@@ -91,9 +91,12 @@ static int run(PGconn *c, const char *sql, char *err, size_t err_size) {
 
 int agg_pg_migrate(PGconn *c, char *err, size_t err_size) {
     char e[512] = "";
-    if (run(c, "SET client_min_messages = warning;"
+    /* under the lock too: two CREATE TABLE IF NOT EXISTS at once collide in the catalog */
+    if (run(c, "SET client_min_messages = warning; BEGIN;"
+               "SELECT pg_advisory_xact_lock(7175046372);"
                "CREATE TABLE IF NOT EXISTS fleetprof_schema(version integer PRIMARY KEY,"
-               " applied_at timestamptz NOT NULL DEFAULT now())", e, sizeof e)) {
+               " applied_at timestamptz NOT NULL DEFAULT now()); COMMIT", e, sizeof e)) {
+        PQclear(PQexec(c, "ROLLBACK"));
         snprintf(err, err_size, "cannot create the schema version table: %s", e);
         return CM_EIO;
     }
