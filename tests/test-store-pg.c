@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define PG_PORT 15433
 
@@ -76,10 +77,10 @@ typedef struct {
 
 /* (two days ago: below every tier's compaction mark in both stores, whenever each was created,
  * so both route the rows to the tiers alike) */
-static chunks_t sim_chunks(uint64_t seed) {
+static chunks_t sim_chunks_at(uint64_t seed, uint64_t start_ns) {
     fsim_params_t sp = {.seed = seed, .services = 3, .versions = 2, .processes = 3,
                         .intervals = 4, .samples = 300, .stacks = 120,
-                        .start_unix_ns = (uint64_t)(at_now() - 2 * 86400) * 1000000000ull};
+                        .start_unix_ns = start_ns};
     fsim_t *sim = fsim_new(&sp);
     chunks_t out = {calloc(1000, sizeof(cm_chunk_t *)), 0};
     const uint8_t *fr;
@@ -92,6 +93,10 @@ static chunks_t sim_chunks(uint64_t seed) {
     }
     fsim_free(sim);
     return out;
+}
+
+static chunks_t sim_chunks(uint64_t seed) {
+    return sim_chunks_at(seed, (uint64_t)(time(NULL) - 2 * 86400) * 1000000000ull);
 }
 
 static void chunks_free(chunks_t *c) {
@@ -413,7 +418,81 @@ static void test_restart_mid_ingest(void) {
     chunks_free(&c);
 }
 
+/* Compaction, downsampling and expiry give the same rows as SQLite's: data of the current
+ * minutes (above the marks set by the first batch), compacted as an hour later, then
+ * downsampled and expired as days later. */
+static void test_retention_same_as_sqlite(void) {
+    char url[256], dir[64], path[128];
+    new_db("retention", url, sizeof url);
+    at_tmpdir(dir, "pgret");
+    int64_t now = (int64_t)time(NULL);
+    /* the first batch (old data) sets both stores' marks; then data from now on */
+    chunks_t old = sim_chunks_at(8, (uint64_t)(now - 3 * 3600) * 1000000000ull);
+    chunks_t cur = sim_chunks_at(9, (uint64_t)now * 1000000000ull);
+    feeder_t fs, fp;
+    feeder_init(&fs, open_sqlite(dir, path, sizeof path));
+    feeder_init(&fp, open_pg(url));
+    CHECK_EQ(feed(&fs, &old, 0, 8), 0);
+    CHECK_EQ(feed(&fp, &old, 0, 8), 0);
+    /* then the current minutes, in batches of 16, into both (offsets go on from 8) */
+    for (size_t i = 0; i < cur.n; i += 16) {
+        size_t to = i + 16 < cur.n ? i + 16 : cur.n;
+        for (feeder_t *f = &fs; f; f = f == &fs ? &fp : NULL) {
+            f->b.base_offset = f->offset;
+            for (size_t k = i; k < to; k++) {
+                agg_chunk_ids_t ids;
+                CHECK(agg_intern_chunk(&f->in, &f->b, cur.c[k], &ids) == 0);
+                CHECK(agg_rollup_chunk(&f->r, &f->b, cur.c[k], &ids) == 0);
+            }
+            f->b.next_offset = f->offset + (int64_t)(to - i);
+            CHECK_EQ(agg_store_batch_write(f->st, "fleetprof.chunks", 0, &f->b), 0);
+            f->offset = f->b.next_offset;
+            agg_batch_clear(&f->b);
+        }
+    }
+    size_t rows0 = compare_all(path, url);
+    int64_t tiers0 = pg_count(url, "SELECT count(*) FROM profile_coarse");
+    /* compaction as an hour later: the fine rows of the current minutes go to every tier */
+    CHECK_EQ(fs.st->vt->compact(fs.st, 10, now + 3600), 0);
+    CHECK_EQ(fp.st->vt->compact(fp.st, 10, now + 3600), 0);
+    int64_t tiers = pg_count(url, "SELECT count(*) FROM profile_coarse");
+    size_t rows1 = compare_all(path, url);
+    CHECKF(tiers > tiers0, "compaction added no tier rows (%lld)", (long long)tiers);
+    /* downsampled as two days later, then rollups older than a day expired (nothing of
+     * today), spans and chunk ids of before now + 1 s */
+    agg_retention_stats_t a = {0}, b = {0};
+    int64_t cut = now + 2 * 86400;
+    cut -= cut % 3600;
+    CHECK_EQ(agg_store_downsample(fs.st, 10, 3600, cut, &a), 0);
+    CHECK_EQ(agg_store_downsample(fp.st, 10, 3600, cut, &b), 0);
+    CHECK_EQ(a.rows_moved, b.rows_moved);
+    CHECK(a.rows_moved > 1000);
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM profile WHERE width = 10"), 0);
+    size_t rows2 = compare_all(path, url);
+    int64_t exp = now - 86400;
+    CHECK_EQ(agg_store_expire(fs.st, exp, (now + 1) * 1000000000ll, 2, &a), 0);
+    CHECK_EQ(agg_store_expire(fp.st, exp, (now + 1) * 1000000000ll, 2, &b), 0);
+    CHECK_EQ(a.rows_expired, b.rows_expired);
+    CHECK_EQ(a.seen_expired, b.seen_expired);
+    size_t rows3 = compare_all(path, url);
+    /* expire everything: nothing left of the rollups */
+    CHECK_EQ(agg_store_expire(fs.st, cut + 7200, INT64_MAX, INT64_MAX, &a), 0);
+    CHECK_EQ(agg_store_expire(fp.st, cut + 7200, INT64_MAX, INT64_MAX, &b), 0);
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM totals"), 0);
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM profile_coarse"), 0);
+    size_t rows4 = compare_all(path, url);
+    printf("identical after ingest (%zu rows), compaction (%zu, tier rows %lld -> %lld), "
+           "downsampling (%zu, %lld rows moved), expiry (%zu), expiry of all (%zu)\n", rows0,
+           rows1, (long long)tiers0, (long long)tiers, rows2, (long long)b.rows_moved, rows3,
+           rows4);
+    feeder_free(&fs);
+    feeder_free(&fp);
+    chunks_free(&old);
+    chunks_free(&cur);
+}
+
 static const tr_test_t tests[] = {
+    {"retention_same_as_sqlite", test_retention_same_as_sqlite},
     {"same_rows_as_sqlite", test_same_rows_as_sqlite},
     {"fenced", test_fenced},
     {"migrations", test_migrations},

@@ -404,11 +404,19 @@ static int derived_check(pg_store_t *s, const int64_t *tiers, int n_tiers, int64
     format_list(tiers, n_tiers, want, sizeof want);
     snprintf(rep_want, sizeof rep_want, "%lld", (long long)rep);
     int rc;
+    /* the tiers lock: batches share it (they read the marks), compaction, retention and a
+     * rebuild take it alone, so a batch's marks hold until it commits */
     if ((rc = exec0(s, "INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO NOTHING;"
-                       "SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE")) ||
+                       "SELECT 1 FROM meta WHERE key='tiers_lock' FOR SHARE")) ||
         (rc = meta_get(s, "tiers", have, sizeof have)) ||
         (rc = meta_get(s, "replicate_width", rep_txt, sizeof rep_txt)))
         return rc;
+    if (strcmp(want, have) || strcmp(rep_txt, rep_want)) { /* rebuild: alone, then look again */
+        if ((rc = exec0(s, "SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE")) ||
+            (rc = meta_get(s, "tiers", have, sizeof have)) ||
+            (rc = meta_get(s, "replicate_width", rep_txt, sizeof rep_txt)))
+            return rc;
+    }
     if (!strcmp(want, have) && !strcmp(rep_txt, rep_want)) {
         if ((rc = meta_get(s, "tiers_done", done_txt, sizeof done_txt)))
             return rc;
@@ -775,22 +783,185 @@ static void pg_close(agg_store_t *base) {
     free(s);
 }
 
-/* Retention, compaction and the read side are not ported yet: the marks stay where the first
- * batch set them (readers then read fine rows above them, which is exact), nothing expires. */
-static int pg_not_yet(agg_store_t *base) {
-    (void)base;
-    return 0;
+/* ---- retention: compaction of the tiers, downsampling, expiry (as store_sqlite.c) ----
+ * Each runs in one transaction holding the tiers lock alone (batches wait, and no batch is
+ * half-way with old marks); a pass over the whole database: the partitions' handles of all
+ * instances each run it, and a pass finding nothing to do changes nothing. */
+
+static const struct {
+    const char *table, *keys, *sums;
+    int typed;
+} rollups[] = {
+    {"profile", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
+    {"profile_leaf", "service,version,type,labels,leaf", "weight,count,rows,chunks", 1},
+    {"profile_coarse", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
+    {"totals", "service,version,type", "weight,count,rows,chunks", 1},
+    {"fn_stats", "service,version,type,function", "chunks,incl,incl2,self,self2", 1},
+    {"intervals", "service,version",
+     "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped,work_units", 0},
+    {"drops", "service,version,reason,type", "count", 0},
+};
+
+/* Rows a statement changed (-1 on failure, logged). */
+static int64_t exec_n(pg_store_t *s, const char *sql) {
+    PGconn *c = conn(s);
+    if (!c)
+        return -1;
+    PGresult *r = PQexec(c, sql);
+    int64_t n = PQresultStatus(r) == PGRES_COMMAND_OK ? strtoll(PQcmdTuples(r), NULL, 10) : -1;
+    if (n < 0)
+        CM_WARN("postgres store: '%.80s': %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    return n;
 }
-static int pg_downsample(agg_store_t *st, int64_t fine, int64_t coarse, int64_t cutoff_s,
+
+static int lock_alone(pg_store_t *s) {
+    return exec0(s, "BEGIN; INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO NOTHING;"
+                    "SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE");
+}
+
+static int finish(pg_store_t *s, int rc) {
+    if (!rc)
+        rc = exec0(s, "COMMIT");
+    if (rc && s->conn && PQstatus(s->conn) == CONNECTION_OK)
+        PQclear(PQexec(s->conn, "ROLLBACK"));
+    return rc;
+}
+
+static int pg_compact(agg_store_t *base, int64_t fine_s, int64_t now_s) {
+    pg_store_t *s = (pg_store_t *)base;
+    char have[128], done_txt[256];
+    int rc = lock_alone(s);
+    if (rc)
+        return rc;
+    int64_t w[AGG_MAX_TIERS], old[AGG_MAX_TIERS], done[AGG_MAX_TIERS];
+    if ((rc = meta_get(s, "tiers", have, sizeof have)) ||
+        (rc = meta_get(s, "tiers_done", done_txt, sizeof done_txt)))
+        return finish(s, rc);
+    int n = parse_list(have, w, AGG_MAX_TIERS);
+    if (!n || parse_list(done_txt, old, AGG_MAX_TIERS) != n)
+        return finish(s, 0); /* no batch written yet: nothing to compact */
+    int moved = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int64_t t = now_s - 60;
+        done[i] = t - t % w[i];
+        if (done[i] <= old[i]) {
+            done[i] = old[i];
+            continue;
+        }
+        moved = 1;
+        char sql[1024];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO profile_coarse AS t SELECT service, version, type, %lld, "
+                 "bucket - bucket %% %lld AS b, labels, stack, SUM(weight), SUM(count), "
+                 "SUM(rows), SUM(chunks) FROM profile WHERE width=%lld AND bucket>=%lld AND "
+                 "bucket<%lld GROUP BY service, version, type, b, labels, stack ON CONFLICT "
+                 "(service, version, type, width, bucket, labels, stack) DO UPDATE SET " SUMS4,
+                 (long long)w[i], (long long)w[i], (long long)fine_s, (long long)old[i],
+                 (long long)done[i]);
+        if (exec_n(s, sql) < 0)
+            rc = CM_EIO;
+    }
+    if (!rc && moved) {
+        format_list(done, n, done_txt, sizeof done_txt);
+        rc = meta_put(s, "tiers_done", done_txt);
+    }
+    return finish(s, rc);
+}
+
+static int pg_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_t cutoff_s,
                          agg_retention_stats_t *stats) {
-    (void)fine, (void)coarse, (void)cutoff_s, (void)stats;
-    return pg_not_yet(st);
+    pg_store_t *s = (pg_store_t *)base;
+    int rc = lock_alone(s);
+    if (rc)
+        return rc;
+    char rep[32];
+    if ((rc = meta_get(s, "replicate_width", rep, sizeof rep)))
+        return finish(s, rc);
+    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0] && !rc; r++) {
+        char sql[2048], sums[512] = "", upd[512] = "", tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", rollups[r].sums);
+        for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+            size_t n1 = strlen(sums), n2 = strlen(upd);
+            snprintf(sums + n1, sizeof sums - n1, "%sSUM(%s)", n1 ? "," : "", tok);
+            snprintf(upd + n2, sizeof upd - n2, "%s%s=t.%s+excluded.%s", n2 ? "," : "", tok,
+                     tok, tok);
+        }
+        /* profile_leaf holds replicate-width rows where the others hold fine ones */
+        long long src = fine;
+        if (!strcmp(rollups[r].table, "profile_leaf") && atoll(rep) > 0)
+            src = atoll(rep);
+        int tiers = !strcmp(rollups[r].table, "profile_coarse");
+        if (!tiers) {
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO %s AS t(%s,width,bucket,%s) SELECT %s,%lld,bucket-bucket%%%lld,"
+                     "%s FROM %s WHERE width=%lld AND bucket<%lld GROUP BY %s,"
+                     "bucket-bucket%%%lld ON CONFLICT (%s,width,bucket) DO UPDATE SET %s",
+                     rollups[r].table, rollups[r].keys, rollups[r].sums, rollups[r].keys,
+                     (long long)coarse, (long long)coarse, sums, rollups[r].table, src,
+                     (long long)cutoff_s, rollups[r].keys, (long long)coarse, rollups[r].keys,
+                     upd);
+            if (exec_n(s, sql) < 0) {
+                rc = CM_EIO;
+                break;
+            }
+        }
+        /* the tiers below the coarse width go where the fine rows go (the coarse tier stays) */
+        char where[64];
+        snprintf(where, sizeof where, "%s%lld", tiers ? "width<" : "width=",
+                 tiers ? (long long)coarse : src);
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND bucket<%lld", rollups[r].table,
+                 where, (long long)cutoff_s);
+        int64_t n = exec_n(s, sql);
+        if (n < 0)
+            rc = CM_EIO;
+        else if (stats && !tiers)
+            stats->rows_moved += n;
+    }
+    return finish(s, rc);
 }
-static int pg_expire(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff_ns,
+
+static int pg_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cutoff_ns,
                      int64_t seen_cutoff_ns, agg_retention_stats_t *stats) {
-    (void)data_cutoff_s, (void)span_cutoff_ns, (void)seen_cutoff_ns, (void)stats;
-    return pg_not_yet(st);
+    pg_store_t *s = (pg_store_t *)base;
+    int rc = lock_alone(s);
+    if (rc)
+        return rc;
+    char sql[512];
+    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0] && !rc; r++) {
+        /* a coarse row goes once all of it is past the cutoff */
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s<%s%lld", rollups[r].table,
+                 strcmp(rollups[r].table, "profile_coarse") ? "bucket" : "bucket+width",
+                 strcmp(rollups[r].table, "profile_coarse") ? "" : "=",
+                 (long long)data_cutoff_s);
+        int64_t n = exec_n(s, sql);
+        if (n < 0)
+            rc = CM_EIO;
+        else if (stats)
+            stats->rows_expired += n;
+    }
+    int64_t n[3] = {0, 0, 0};
+    if (!rc) {
+        snprintf(sql, sizeof sql, "DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, "
+                 "span FROM spans WHERE last_ns < %lld)", (long long)span_cutoff_ns);
+        n[0] = exec_n(s, sql);
+        snprintf(sql, sizeof sql, "DELETE FROM spans WHERE last_ns < %lld",
+                 (long long)span_cutoff_ns);
+        n[1] = n[0] < 0 ? -1 : exec_n(s, sql);
+        snprintf(sql, sizeof sql, "DELETE FROM seen_chunks WHERE ts_ns < %lld",
+                 (long long)seen_cutoff_ns);
+        n[2] = n[1] < 0 ? -1 : exec_n(s, sql);
+        if (n[0] < 0 || n[1] < 0 || n[2] < 0)
+            rc = CM_EIO;
+        else if (stats) {
+            stats->spans_expired += n[1];
+            stats->seen_expired += n[2];
+        }
+    }
+    return finish(s, rc);
 }
+
 static int64_t pg_size_bytes(agg_store_t *base) {
     pg_store_t *s = (pg_store_t *)base;
     PGconn *c = conn(s);
@@ -811,10 +982,6 @@ static int pg_derive(agg_store_t *base, const int64_t *tiers, int n_tiers, int64
     if ((rc = derived_check(s, tiers, n_tiers, rep)) || (rc = exec0(s, "COMMIT")))
         exec0(s, "ROLLBACK");
     return rc;
-}
-static int pg_compact(agg_store_t *st, int64_t fine_s, int64_t now_s) {
-    (void)fine_s, (void)now_s;
-    return pg_not_yet(st);
 }
 
 static const agg_store_vtab_t pg_vtab = {
