@@ -401,8 +401,12 @@ static void test_restart_mid_ingest(void) {
             CHECK(agg_store_offset_get(fp.st, "fleetprof.chunks", 0, &off) != 0);
             CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
             restarts++;
-            /* as consume.c: re-read the stored offset, consume again from there */
-            CHECK(agg_store_offset_get(fp.st, "fleetprof.chunks", 0, &off) == 0);
+            /* as consume.c: re-read the stored offset (the handle tries to reconnect at most
+             * once a second), consume again from there */
+            int tries = 0;
+            while (agg_store_offset_get(fp.st, "fleetprof.chunks", 0, &off) != 0 && tries++ < 50)
+                at_sleep_ms(100);
+            CHECKF(tries <= 50, "offset still unreadable after %d tries", tries);
             CHECK_EQ(off, (int64_t)next);
             fp.offset = off;
         }

@@ -19,6 +19,7 @@ typedef struct {
     agg_store_t base;
     PGconn *conn;
     char *url;
+    int64_t retry_ms; /* CLOCK_MONOTONIC ms before which no reconnection is tried */
     void **order; /* scratch: batch entries in key order */
     size_t order_cap;
     /* the per-stack tiers and their marks (meta, as in SQLite) */
@@ -45,11 +46,19 @@ static PGconn *conn(pg_store_t *s) {
     if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
         return s->conn;
     if (s->conn) {
+        /* at most one attempt a second: the consume loop calls in a tight loop while the
+         * database is away */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        if (now_ms < s->retry_ms)
+            return NULL;
         PQreset(s->conn);
         if (PQstatus(s->conn) == CONNECTION_OK) {
             CM_INFO("postgres store: reconnected");
             return s->conn;
         }
+        s->retry_ms = now_ms + 1000;
         CM_WARN("postgres store: cannot reconnect: %s", PQerrorMessage(s->conn));
         return NULL;
     }
