@@ -143,7 +143,7 @@ static const struct {
 } tables[] = {
     {"strings", "*"},         {"mappings", "*"},      {"functions", "*"},
     {"locations", "*"},       {"stacks", "*"},        {"labelsets", "*"},
-    {"labels", "*"},          {"profile", "*"},       {"profile_coarse", "*"},
+    {"labels", "*"},          {"labelset_base", "*"}, {"profile", "*"},       {"profile_coarse", "*"},
     {"profile_leaf", "*"},    {"totals", "*"},        {"intervals", "*"},
     {"drops", "*"},           {"versions", "*"},      {"fn_stats", "*"},
     {"spans", "*"},           {"span_stacks", "*"},   {"rejects", "*"},

@@ -290,6 +290,9 @@ static const char *const sql_labelset =
 static const char *const sql_label =
     "INSERT INTO labels SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) "
     "ON CONFLICT DO NOTHING";
+static const char *const sql_labelbase =
+    "INSERT INTO labelset_base SELECT * FROM unnest($1::bigint[], $2::bigint[]) "
+    "ON CONFLICT DO NOTHING";
 static const char *const sql_tot =
     "INSERT INTO totals AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
     "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[]) "
@@ -361,6 +364,11 @@ static int write_prof(pg_store_t *s, cols_t *t, const agg_hmap_t *m, const char 
 }
 
 /* ---- tiers (meta), as derived_check in store_sqlite.c ---- */
+
+/* The label set a profile row's derived rows (tiers, per-leaf) are keyed by: its own without
+ * the dimensions (labelset_base), the row's own when it has none. */
+#define BASE_LABELS                                                                                \
+    "COALESCE((SELECT base FROM labelset_base WHERE labelset_base.labelset = labels), labels)"
 
 static void format_list(const int64_t *v, int n, char *buf, size_t size) {
     size_t o = 0;
@@ -447,10 +455,10 @@ static int derived_check(pg_store_t *s, const int64_t *tiers, int n_tiers, int64
         s->tier_done[i] = now_s - now_s % tiers[i];
         snprintf(sql, sizeof sql,
                  "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
-                 "bucket - bucket %% %lld AS b, labels, stack, SUM(weight), SUM(count), "
-                 "SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND bucket < %lld) OR "
-                 "(%lld = %lld AND width >= %lld) GROUP BY service, version, type, b, labels, "
-                 "stack",
+                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
+                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND "
+                 "bucket < %lld) OR (%lld = %lld AND width >= %lld) GROUP BY service, version, "
+                 "type, b, lb, stack",
                  w, w, w, (long long)s->tier_done[i], w, (long long)coarse, (long long)coarse);
         rc = exec0(s, sql);
     }
@@ -461,9 +469,10 @@ static int derived_check(pg_store_t *s, const int64_t *tiers, int n_tiers, int64
     snprintf(sql, sizeof sql,
              "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, "
              "greatest(p.width, %lld) AS w, CASE WHEN p.width < %lld THEN p.bucket - p.bucket "
-             "%% %lld ELSE p.bucket END AS b, p.labels, COALESCE(s.location, 0) AS l, "
+             "%% %lld ELSE p.bucket END AS b, COALESCE((SELECT base FROM labelset_base WHERE "
+             "labelset_base.labelset = p.labels), p.labels) AS lb, COALESCE(s.location, 0) AS l, "
              "SUM(p.weight), SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN "
-             "stacks s ON s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, p.labels, l",
+             "stacks s ON s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, lb, l",
              r, r, r);
     if ((rc = exec0(s, sql)))
         return rc;
@@ -629,6 +638,12 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         col_i64(&t, 2, b->labels.v[i].set);
     }
     EXEC(sql_label);
+    cols_begin(&t, 2);
+    for (size_t i = 0; i < b->labelbase.n; i++, row_end(&t)) {
+        col_i64(&t, 0, b->labelbase.v[i].set);
+        col_i64(&t, 1, b->labelbase.v[i].value);
+    }
+    EXEC(sql_labelbase);
     if (b->n_tiers && ((rc = derived_check(s, b->tiers, b->n_tiers, b->replicate_width)) ||
                        (rc = agg_batch_derive(b, s->tier_done))))
         goto out;
@@ -862,9 +877,10 @@ static int pg_compact(agg_store_t *base, int64_t fine_s, int64_t now_s) {
         char sql[1024];
         snprintf(sql, sizeof sql,
                  "INSERT INTO profile_coarse AS t SELECT service, version, type, %lld, "
-                 "bucket - bucket %% %lld AS b, labels, stack, SUM(weight), SUM(count), "
-                 "SUM(rows), SUM(chunks) FROM profile WHERE width=%lld AND bucket>=%lld AND "
-                 "bucket<%lld GROUP BY service, version, type, b, labels, stack ON CONFLICT "
+                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
+                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE width=%lld AND "
+                 "bucket>=%lld AND bucket<%lld GROUP BY service, version, type, b, lb, stack "
+                 "ON CONFLICT "
                  "(service, version, type, width, bucket, labels, stack) DO UPDATE SET " SUMS4,
                  (long long)w[i], (long long)w[i], (long long)fine_s, (long long)old[i],
                  (long long)done[i]);

@@ -73,6 +73,9 @@ static const char *const migrations[] = {
     "CREATE TABLE span_stacks(trace bytea, span bytea, type bigint, stack bigint,"
     " weight bigint, count bigint, rows bigint, PRIMARY KEY(trace, span, type, stack));"
     "CREATE TABLE rejects(reason text PRIMARY KEY, count bigint);",
+    /* 2: a label set with dimensions -> the same without them: the key of the derived rows
+     * (tiers, per-leaf), which do not keep the dimensions (SQLite: labelset_base) */
+    "CREATE TABLE labelset_base(labelset bigint PRIMARY KEY, base bigint);",
 };
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
