@@ -9,7 +9,12 @@
  *   lag         the same fleet produced in real time (100 chunks/s = 1M samples/s) for
  *               `seconds`; reports the consumer lag (messages, from /metrics) each second.
  *
- *   bench-aggregator [intervals=2] [lag_seconds=60]
+ *   postgres    (BENCH_PG=1) after the SQLite throughput run, the same run against a throwaway
+ *               PostgreSQL cluster (deploy/postgres, port 15435, same machine) with
+ *               --store postgres://...: samples per aggregator CPU-second, and the database's
+ *               own CPU (the postmaster and its backends, read before they exit).
+ *
+ *   [BENCH_PG=1] bench-aggregator [intervals=2] [lag_seconds=60]
  * Needs FLEETPROF_SRC and FLEETPROF_BUILD (defaults: ../.. of this program and ..). */
 #include "aggtest.h"
 #include "fleetsim.h"
@@ -18,6 +23,7 @@
 #include "support/kafka.h"
 
 #include <libgen.h>
+#include <libpq-fe.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,12 +83,53 @@ static int64_t dir_bytes(const char *dir) {
     return t;
 }
 
+static char pg_url[256], pg_dir[64];
+
+/* One integer from the PostgreSQL store (-1: no answer). */
+static int64_t pg_q1(const char *sql) {
+    PGconn *c = PQconnectdb(pg_url);
+    int64_t v = -1;
+    if (PQstatus(c) == CONNECTION_OK) {
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+            v = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    PQfinish(c);
+    return v;
+}
+
+/* CPU seconds of the cluster's postmaster and every process it runs now. */
+static double pg_cpu(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/data/postmaster.pid", pg_dir);
+    FILE *f = fopen(path, "r");
+    int pm = 0;
+    if (!f || fscanf(f, "%d", &pm) != 1) {
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    fclose(f);
+    double t = cpu_seconds(pm);
+    char cmd[64], line[64];
+    snprintf(cmd, sizeof cmd, "pgrep -P %d", pm);
+    FILE *p = popen(cmd, "r");
+    while (p && fgets(line, sizeof line, p)) {
+        double c = cpu_seconds(atoi(line));
+        t += c > 0 ? c : 0;
+    }
+    if (p)
+        pclose(p);
+    return t;
+}
+
 static fsim_params_t fleet(uint32_t intervals, uint64_t seed) {
     return (fsim_params_t){.seed = seed, .services = 20, .versions = 5, .processes = 10,
                            .intervals = intervals, .samples = 1667, .stacks = 500};
 }
 
-static void throughput(uint32_t intervals) {
+static void throughput(uint32_t intervals, int pg) {
     char dir[64], log[128];
     at_tmpdir(dir, "bench");
     snprintf(log, sizeof log, "%s/agg.log", dir);
@@ -90,16 +137,26 @@ static void throughput(uint32_t intervals) {
     fsim_t *sim = fsim_new(&sp);
     rd_kafka_t *rk = at_producer(bootstrap);
     double t0 = at_now();
-    if (fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0))
+    if (!pg && fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0)) /* the PostgreSQL run reads it again */
         exit(1);
+    if (pg) { /* the same fleet's counts, without producing it again */
+        const uint8_t *fr;
+        size_t len;
+        const char *key;
+        while (fsim_next(sim, &fr, &len, &key))
+            ;
+    }
     const fsim_counts_t *n = fsim_counts(sim);
     printf("produced %llu chunks, %llu samples in %.1f s\n", (unsigned long long)n->chunks,
            (unsigned long long)n->samples, at_now() - t0);
     int64_t hi[NPARTS];
     at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi);
     const char *extra[] = {"--log-level", "warn", "--retention-interval", "0", "--http-port",
-                           "19531", NULL};
-    pid_t pid = at_agg_start(bootstrap, dir, "bench-throughput", 0, log, extra);
+                           "19531", "--report-interval", "0", pg ? "--store" : NULL, pg_url,
+                           NULL};
+    pid_t pid = at_agg_start(bootstrap, dir, pg ? "bench-throughput-pg" : "bench-throughput", 0,
+                             log, extra);
+    printf("--- %s\n", pg ? "PostgreSQL store (same machine)" : "SQLite store");
     /* start the clock at the first commit: group join is not ingest */
     double s0 = 0, ta = 0, ca = 0;
     for (double end = at_now() + 60; at_now() < end; at_sleep_ms(20))
@@ -107,7 +164,19 @@ static void throughput(uint32_t intervals) {
             break;
     ta = at_now();
     ca = cpu_seconds(pid);
-    if (at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 600)) {
+    double da = pg ? pg_cpu() : 0;
+    int64_t want = 0;
+    for (int i = 0; i < NPARTS; i++)
+        want += hi[i];
+    if (pg) {
+        int64_t got = -1;
+        for (double end = at_now() + 600; got != want && at_now() < end; at_sleep_ms(50))
+            got = pg_q1("SELECT coalesce(sum(next_offset),0) FROM offsets WHERE next_offset > 0");
+        if (got != want) {
+            fprintf(stderr, "did not catch up; see %s\n", log);
+            exit(1);
+        }
+    } else if (at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 600)) {
         fprintf(stderr, "did not catch up; see %s\n", log);
         exit(1);
     }
@@ -115,7 +184,7 @@ static void throughput(uint32_t intervals) {
     for (double end = at_now() + 10; at_now() < end; at_sleep_ms(20))
         if ((s1 = metric("fleetprof_aggregator_samples_total")) >= (double)n->samples)
             break;
-    double tb = at_now(), cb = cpu_seconds(pid);
+    double tb = at_now(), cb = cpu_seconds(pid), db = pg ? pg_cpu() : 0;
     double chunks = metric("fleetprof_aggregator_chunks_total");
     double wsum = metric("fleetprof_aggregator_write_seconds_sum");
     double wcnt = metric("fleetprof_aggregator_write_seconds_count");
@@ -126,6 +195,19 @@ static void throughput(uint32_t intervals) {
     printf("throughput: %.2f M samples/s wall, %.2f M samples per CPU-second, %.0f chunks/s "
            "wall\n", ds / (tb - ta) / 1e6, ds / (cb - ca) / 1e6, chunks * frac / (tb - ta));
     printf("store writes: %.0f transactions, mean %.1f ms\n", wcnt, wcnt ? wsum / wcnt * 1e3 : 0);
+    if (pg) {
+        printf("database: %.2f CPU-s (postmaster and backends) for the same samples: %.2f M "
+               "samples per database CPU-second; %.2f M per CPU-second of both\n", db - da,
+               ds / (db - da) / 1e6, ds / (cb - ca + db - da) / 1e6);
+        int64_t rows = pg_q1("SELECT sum(rows) FROM totals");
+        printf("database: %.1f MB; totals hold %lld sample rows, produced %llu: %s\n",
+               pg_q1("SELECT pg_database_size('fleetprof')") / 1e6, (long long)rows,
+               (unsigned long long)n->samples,
+               rows == (int64_t)n->samples ? "exact" : "MISMATCH");
+        rd_kafka_destroy(rk);
+        fsim_free(sim);
+        return;
+    }
     int64_t bytes = dir_bytes(dir);
     printf("store: %.1f MB for %llu samples = %.1f bytes per ingested sample (WAL checkpointed "
            "at exit)\n", bytes / 1e6, (unsigned long long)n->samples,
@@ -209,7 +291,22 @@ int main(int argc, char **argv) {
     setenv("AT_CPU", "1", 0);
     if (ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap))
         return 1;
-    throughput(intervals);
+    throughput(intervals, 0);
+    if (getenv("BENCH_PG") && atoi(getenv("BENCH_PG"))) {
+        char cmd[1024];
+        snprintf(pg_dir, sizeof pg_dir, "/tmp/fp-bench-pg-%d", (int)getpid());
+        snprintf(cmd, sizeof cmd, "PG_PORT=15435 %s/deploy/postgres/start.sh %s",
+                 getenv("FLEETPROF_SRC"), pg_dir);
+        FILE *p = popen(cmd, "r");
+        if (!p || !fgets(pg_url, sizeof pg_url, p) || pclose(p) != 0)
+            return 1;
+        pg_url[strcspn(pg_url, "\n")] = 0;
+        throughput(intervals, 1);
+        snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove",
+                 getenv("FLEETPROF_SRC"), pg_dir);
+        if (system(cmd))
+            fprintf(stderr, "could not remove %s\n", pg_dir);
+    }
     if (seconds > 0)
         lag(seconds);
     ts_kafka_stop(PORT, 0);

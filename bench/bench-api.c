@@ -311,7 +311,7 @@ int main(int argc, char **argv) {
     }
     agg_api_t *api;
     char err[256];
-    agg_api_cfg_t cfg = {dir, NULL};
+    agg_api_cfg_t cfg = {.store_dir = dir};
     if (agg_api_new(&cfg, &api, err, sizeof err)) {
         fprintf(stderr, "bench-api: %s\n", err);
         return 1;

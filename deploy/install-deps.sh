@@ -11,6 +11,8 @@ PKGS=(
   liblz4-dev              # chunk payload compression
   libxxhash-dev           # chunk checksums, stack/string hashing
   libsqlite3-dev sqlite3  # aggregator storage
+  libpq-dev               # aggregator: the PostgreSQL store backend (libpq)
+  postgresql              # tests: a throwaway PostgreSQL cluster (deploy/postgres)
   libjansson-dev          # JSON for the HTTP API and CLI
   libinih-dev             # config files of the daemons (INI: key = value)
   libmicrohttpd-dev       # HTTP serving (/metrics, /healthz, query API)

@@ -237,7 +237,7 @@ static const tr_test_t tests[] = {
 static agg_http_t *serve(const char *dir, const char *token, char *url, agg_api_t **api,
                          agg_ui_t **ui) {
     char err[512];
-    agg_api_cfg_t cfg = {dir, token};
+    agg_api_cfg_t cfg = {.store_dir = dir, .token = token};
     CHECKF(agg_api_new(&cfg, api, err, sizeof err) == 0, "%s", err);
     CHECK((*ui = agg_ui_new(token)) != NULL);
     agg_http_route_t routes[AGG_API_ROUTES + 2] = {{0}};

@@ -1,11 +1,14 @@
 /* HTTP routes of the query API (see api.h and aggregator/README.md "Query API"): parameter
  * parsing and validation, store queries through query_store.h, analysis through fp_query
  * (views, filters, diff, exports), JSON with jansson.
- * Threading: handlers may run on any thread; the store handle is used under api->lock. */
+ * Threading: handlers run on any thread, several at once: each request leases its own store
+ * handle from the pool (qpool.h) and handlers see it as api->qs of a per-request copy of the
+ * API (dispatch); everything else in agg_api_t is read-only after agg_api_new. */
 #define _GNU_SOURCE
 #include "api.h"
 
 #include "auth.h"
+#include "qpool.h"
 #include "query_store.h"
 #include "reports.h"
 
@@ -18,7 +21,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +36,8 @@ typedef struct {
 
 struct agg_api {
     char *store_dir, *token;
-    agg_qstore_t *qs;
-    pthread_mutex_t lock;
+    agg_qstore_t *qs; /* NULL in the shared API; the leased handle in a request's copy */
+    agg_qpool_t *pool;
     route_t routes[AGG_API_ROUTES];
 };
 
@@ -1266,6 +1268,37 @@ static int args_utf8(const args_t *a, const char *url, agg_http_reply_t *r) {
     return 1;
 }
 
+/* Runs a route with a store handle leased for this request (handlers see it as api->qs of a
+ * copy of the API); 503 with Retry-After when every handle is busy and the queue is full or
+ * the wait ran out. */
+static void run_route(const route_t *rt, const args_t *a, const char *url, agg_http_reply_t *r) {
+    agg_api_t *api = rt->api;
+    agg_qpool_busy_t busy;
+    agg_qstore_t *qs = NULL;
+    int rc = agg_qpool_acquire(api->pool, &qs, &busy);
+    if (rc == -EBUSY) {
+        if (busy.timed_out)
+            reply_err(r, 503, NULL, "the query API is saturated: all %zu query workers stayed "
+                      "busy for the queue wait; retry later (api-workers, api-queue-wait)",
+                      busy.running);
+        else
+            reply_err(r, 503, NULL, "the query API is saturated: %zu queries running and %zu "
+                      "waiting; retry later (api-workers, api-queue)", busy.running,
+                      busy.waiting);
+        free(r->headers);
+        r->headers = strdup("Retry-After: 1\n");
+        return;
+    }
+    if (rc) {
+        reply_err(r, 500, NULL, "cannot open the stores for this query: %s", cm_strerror(rc));
+        return;
+    }
+    agg_api_t view = *api;
+    view.qs = qs;
+    rt->fn(&view, a, url, r);
+    agg_qpool_release(api->pool, qs);
+}
+
 static void dispatch(void *arg_, const char *url, const char *query, agg_http_reply_t *r) {
     (void)query;
     route_t *rt = arg_;
@@ -1278,9 +1311,7 @@ static void dispatch(void *arg_, const char *url, const char *query, agg_http_re
         reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
     } else if (!args_utf8(&a, url, r)) {
     } else {
-        pthread_mutex_lock(&api->lock);
-        rt->fn(api, &a, url, r);
-        pthread_mutex_unlock(&api->lock);
+        run_route(rt, &a, url, r);
     }
     args_free(&a);
 }
@@ -1332,9 +1363,7 @@ void agg_api_call(agg_api_t *api, const char *url, const char *const *keys,
         reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
     } else if (!args_utf8(&a, url, r)) {
     } else {
-        pthread_mutex_lock(&api->lock);
-        rt->fn(api, &a, url, r);
-        pthread_mutex_unlock(&api->lock);
+        run_route(rt, &a, url, r);
     }
     args_free(&a);
 }
@@ -1345,8 +1374,14 @@ int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err
         return CM_ENOMEM;
     api->store_dir = strdup(cfg->store_dir);
     api->token = cfg->token && *cfg->token ? strdup(cfg->token) : NULL;
-    pthread_mutex_init(&api->lock, NULL);
-    int rc = agg_qstore_open(cfg->store_dir, &api->qs, err, err_size);
+    agg_qpool_cfg_t pc = {cfg->workers ? cfg->workers : AGG_API_DEFAULT_WORKERS,
+                          cfg->queue_set ? cfg->queue : AGG_API_DEFAULT_QUEUE,
+                          cfg->queue_wait_ms ? cfg->queue_wait_ms : AGG_API_DEFAULT_WAIT_MS};
+    if (!api->store_dir) {
+        agg_api_free(api);
+        return CM_ENOMEM;
+    }
+    int rc = agg_qpool_new(cfg->store_dir, &pc, &api->pool, err, err_size);
     if (rc) {
         agg_api_free(api);
         return rc;
@@ -1358,9 +1393,44 @@ int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err
 void agg_api_free(agg_api_t *api) {
     if (!api)
         return;
-    agg_qstore_close(api->qs);
-    pthread_mutex_destroy(&api->lock);
+    agg_qpool_free(api->pool);
     free(api->store_dir);
     free(api->token);
     free(api);
+}
+
+char *agg_api_metrics(agg_api_t *api) {
+    agg_qpool_stats_t st;
+    agg_qpool_stats(api->pool, &st);
+    char *out = NULL;
+    if (asprintf(&out,
+                 "# HELP fleetprof_aggregator_api_workers Query workers (store handles).\n"
+                 "# TYPE fleetprof_aggregator_api_workers gauge\n"
+                 "fleetprof_aggregator_api_workers %zu\n"
+                 "# HELP fleetprof_aggregator_api_running Queries running now.\n"
+                 "# TYPE fleetprof_aggregator_api_running gauge\n"
+                 "fleetprof_aggregator_api_running %zu\n"
+                 "# HELP fleetprof_aggregator_api_waiting Requests waiting for a worker now.\n"
+                 "# TYPE fleetprof_aggregator_api_waiting gauge\n"
+                 "fleetprof_aggregator_api_waiting %zu\n"
+                 "# HELP fleetprof_aggregator_api_peak_running Most queries run at once.\n"
+                 "# TYPE fleetprof_aggregator_api_peak_running gauge\n"
+                 "fleetprof_aggregator_api_peak_running %zu\n"
+                 "# HELP fleetprof_aggregator_api_requests_total API requests given a worker.\n"
+                 "# TYPE fleetprof_aggregator_api_requests_total counter\n"
+                 "fleetprof_aggregator_api_requests_total %llu\n"
+                 "# HELP fleetprof_aggregator_api_saturated_total Requests answered 503 because "
+                 "every worker was busy (queue full, or the wait ran out).\n"
+                 "# TYPE fleetprof_aggregator_api_saturated_total counter\n"
+                 "fleetprof_aggregator_api_saturated_total{why=\"queue_full\"} %llu\n"
+                 "fleetprof_aggregator_api_saturated_total{why=\"wait_timeout\"} %llu\n"
+                 "# HELP fleetprof_aggregator_api_wait_seconds_total Time requests waited for a "
+                 "worker.\n"
+                 "# TYPE fleetprof_aggregator_api_wait_seconds_total counter\n"
+                 "fleetprof_aggregator_api_wait_seconds_total %.6f\n",
+                 st.workers, st.running, st.waiting, st.peak_running,
+                 (unsigned long long)st.leased, (unsigned long long)st.refused_full,
+                 (unsigned long long)st.refused_timeout, st.wait_seconds) < 0)
+        return NULL;
+    return out;
 }

@@ -3,8 +3,9 @@
  * its parameters and its errors (400 naming the parameter, 404 unknown service/version/span or
  * no data, 401 without the token).
  *
- * Threading: handlers run on the HTTP server's thread; the API's store handle is guarded by a
- * mutex, so handlers may also run on several threads.
+ * Threading: handlers run on the HTTP server's threads, several at once: each request leases
+ * one of `workers` store handles (qpool.h); at most `queue` requests wait for one, each at most
+ * `queue_wait_ms`; past that the answer is 503 with Retry-After.
  */
 #ifndef AGG_API_H
 #define AGG_API_H
@@ -12,10 +13,19 @@
 #include "http.h"
 
 #include <stddef.h>
+#include <stdint.h>
+
+#define AGG_API_DEFAULT_WORKERS 8
+#define AGG_API_DEFAULT_QUEUE 64
+#define AGG_API_DEFAULT_WAIT_MS 10000
 
 typedef struct {
     const char *store_dir;
-    const char *token; /* NULL or "": no authentication */
+    const char *token;     /* NULL or "": no authentication */
+    size_t workers;        /* queries at once (0: AGG_API_DEFAULT_WORKERS) */
+    size_t queue;          /* requests that may wait for a worker (when queue_set) */
+    int queue_set;         /* 0: AGG_API_DEFAULT_QUEUE */
+    int64_t queue_wait_ms; /* longest wait for a worker (0: AGG_API_DEFAULT_WAIT_MS) */
 } agg_api_cfg_t;
 
 typedef struct agg_api agg_api_t;
@@ -27,6 +37,9 @@ void agg_api_free(agg_api_t *api);
 /* Writes the API's routes into routes[0..max) and returns how many (at most AGG_API_ROUTES). */
 #define AGG_API_ROUTES 12
 size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max);
+
+/* Prometheus text of the query workers (running, waiting, saturated); malloc'ed or NULL. */
+char *agg_api_metrics(agg_api_t *api);
 
 /* Tests and fuzzing: runs the route serving url with the decoded query arguments keys[i] =
  * vals[i] (as the HTTP server passes them), without the token check. */

@@ -13,6 +13,7 @@
  * Threading: one thread; rebalance callbacks run inside rd_kafka_consumer_poll on it.
  */
 #include "consume.h"
+#include "store_pg.h"
 
 #include "dims.h"
 #include "intern.h"
@@ -54,7 +55,15 @@ struct agg_consumer {
     struct {
         int64_t offset, progress_ms;
     } group[AGG_METRICS_MAX_PARTITIONS]; /* group_check's memory */
+    agg_store_t *pg_check; /* PostgreSQL: group_check's own connection (opened on first use) */
 };
+
+/* how long a partition assignment waits for an unreachable PostgreSQL store */
+#define AGG_PG_WAIT_MS 120000
+
+static int use_pg(const agg_consumer_t *c) {
+    return c->cfg.store_url && *c->cfg.store_url;
+}
 
 static int64_t mono_ms(void) { return agg_mono_ns() / 1000000; }
 static int64_t wall_ns(void) {
@@ -227,13 +236,39 @@ static int part_open(agg_consumer_t *c, int32_t partition, int64_t *offset) {
         return CM_ENOMEM;
     if (p->assigned)
         part_close(c, partition);
-    agg_store_path(path, sizeof path, c->cfg.store_dir, c->cfg.topic, partition);
-    int rc = agg_store_sqlite_open(path, &p->store, err, sizeof err);
+    int rc;
+    if (use_pg(c)) {
+        /* the database may be down for a while (a restart, a failover): every partition needs
+         * it, so wait for it here (the group's heartbeats go on in librdkafka's thread) rather
+         * than leave the group */
+        snprintf(path, sizeof path, "the PostgreSQL store");
+        for (int64_t t0 = mono_ms(), said = 0;; ) {
+            rc = agg_store_pg_open(c->cfg.store_url, &p->store, err, sizeof err);
+            if (!rc && !(rc = agg_store_offset_get(p->store, c->cfg.topic, partition,
+                                                   &p->committed)))
+                break;
+            agg_store_close(p->store);
+            p->store = NULL;
+            int64_t waited = mono_ms() - t0;
+            if (rc == CM_ECONFIG || waited > AGG_PG_WAIT_MS)
+                break;
+            if (waited >= said) {
+                CM_WARN("partition %d: the PostgreSQL store is not reachable (%s); retrying "
+                        "for up to %d s", partition, err, AGG_PG_WAIT_MS / 1000);
+                said = waited + 10000;
+            }
+            usleep(500000);
+        }
+    } else {
+        agg_store_path(path, sizeof path, c->cfg.store_dir, c->cfg.topic, partition);
+        rc = agg_store_sqlite_open(path, &p->store, err, sizeof err);
+    }
     if (rc) {
         CM_ERROR("partition %d: %s", partition, err);
         return rc;
     }
-    if ((rc = agg_store_offset_get(p->store, c->cfg.topic, partition, &p->committed))) {
+    if (!use_pg(c) &&
+        (rc = agg_store_offset_get(p->store, c->cfg.topic, partition, &p->committed))) {
         CM_ERROR("partition %d: cannot read the stored offset from %s: %s", partition, path,
                  cm_strerror(rc));
         agg_store_close(p->store);
@@ -543,9 +578,16 @@ static void update_gauges(agg_consumer_t *c) {
 /* Next offset stored for a partition this instance does not own (-1: none). */
 static int64_t stored_offset(agg_consumer_t *c, int32_t part) {
     char path[4096], err[256];
+    int64_t off = -1;
+    if (use_pg(c)) {
+        if (!c->pg_check && agg_store_pg_open(c->cfg.store_url, &c->pg_check, err, sizeof err))
+            return -1;
+        if (agg_store_offset_get(c->pg_check, c->cfg.topic, part, &off))
+            off = -1;
+        return off;
+    }
     agg_store_path(path, sizeof path, c->cfg.store_dir, c->cfg.topic, part);
     agg_store_t *st = NULL;
-    int64_t off = -1;
     if (access(path, F_OK) == 0 &&
         agg_store_sqlite_open_readonly(path, &st, err, sizeof err) == 0) {
         if (agg_store_offset_get(st, c->cfg.topic, part, &off))
@@ -689,6 +731,7 @@ void agg_consumer_free(agg_consumer_t *c) {
         agg_batch_free(&c->parts[i].batch);
     }
     free(c->parts);
+    agg_store_close(c->pg_check);
     if (c->rk)
         rd_kafka_destroy(c->rk);
     if (c->dlq)

@@ -1,6 +1,7 @@
 /* The consume loop: a librdkafka consumer in a consumer group reading fleetprof.chunks.
  *
- * Each assigned partition has its own store (store.h, one file under store-dir), interning
+ * Each assigned partition has its own store (store.h: one file under store-dir, or a connection
+ * to the PostgreSQL database of --store), interning
  * state and batch. Messages are decoded and validated with the common codec; a bad one is
  * produced to the dead-letter topic with its reason (header fp-dlq-reason) and counted; a chunk
  * whose id was already counted is skipped. A batch is written to the partition's store in one
@@ -25,6 +26,7 @@
 
 typedef struct {
     const char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id;
+    const char *store_url; /* NULL or "": SQLite files in store_dir; postgres://...: PostgreSQL */
     const char *assignment_strategy; /* "cooperative-sticky" (default), "range", "roundrobin" */
     const cm_kvlist_t *kafka_props;  /* passthrough librdkafka properties */
     int64_t batch_max_messages, batch_max_samples, batch_interval_ms;

@@ -1,5 +1,6 @@
-/* HTTP server with a route table (see http.h), on libmicrohttpd's internal threads (a pool of
- * 4). Threading: handlers run on any of the pool's threads, concurrently. */
+/* HTTP server with a route table (see http.h), on libmicrohttpd's internal threads: one
+ * thread per connection (at most AGG_HTTP_MAX_CONNECTIONS), so a slow request never holds up
+ * another connection's. Threading: handlers run on any connection's thread, concurrently. */
 #include "http.h"
 
 #include "cm/error.h"
@@ -152,11 +153,14 @@ int agg_http_start(const char *addr, int port, const agg_http_route_t *routes, a
         rc = CM_ECONFIG;
         goto out;
     }
-    /* a small thread pool: a long query (a diff over hours) must not hold up /healthz */
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
-                            NULL, NULL, answer, h, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_THREAD_POOL_SIZE, 4u,
-                            MHD_OPTION_END);
+    /* a thread per connection: a long query (a diff over hours) must hold up neither /healthz
+     * nor the requests behind it on a shared thread; the query API bounds how many queries
+     * run at once (api.h), the connection limit bounds the threads */
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                                MHD_USE_ERROR_LOG,
+                            (uint16_t)port, NULL, NULL, answer, h, MHD_OPTION_SOCK_ADDR, &sa,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)AGG_HTTP_MAX_CONNECTIONS, MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, err_size, "cannot serve HTTP on %s:%d (port in use?); choose another "
                  "--http-port", addr, port);

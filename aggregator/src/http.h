@@ -1,4 +1,4 @@
-/* The aggregator's HTTP server (libmicrohttpd, a pool of 4 threads): a table of routes,
+/* The aggregator's HTTP server (libmicrohttpd, a thread per connection): a table of routes,
  * each a path and a handler. /metrics and /healthz are registered by main; the query API adds
  * its routes to the same table.
  *
@@ -9,6 +9,9 @@
 #define AGG_HTTP_H
 
 #include <stddef.h>
+
+/* connections served at once (a thread each); more are refused at accept */
+#define AGG_HTTP_MAX_CONNECTIONS 512
 
 typedef struct {
     int status;          /* HTTP status, default 200 */

@@ -2,6 +2,7 @@
  * (/metrics, /healthz) and runs the consume loop until SIGTERM or SIGINT.
  * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
 #include "api.h"
+#include "store_pg.h"
 #include "consume.h"
 #include "dims.h"
 #include "http.h"
@@ -27,13 +28,14 @@
 #include <unistd.h>
 
 typedef struct {
-    char *brokers, *group, *topic, *dlq_topic, *store_dir, *client_id, *strategy;
+    char *brokers, *group, *topic, *dlq_topic, *store_dir, *store, *client_id, *strategy;
     char *http_addr, *log_level, *api_token, *report_fold;
     int api_no_token;
     char *debuginfod_urls, *debuginfod_cache;
     int64_t debuginfod_timeout, debuginfod_retry;
     int64_t report_min_samples, report_interval;
     int64_t http_port;
+    int64_t api_workers, api_queue, api_queue_wait;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
     int64_t fine_width, coarse_width, replicate_width, downsample_after, max_age, span_max_age, dedupe_window;
     int64_t retention_interval;
@@ -52,6 +54,10 @@ static const cm_opt_t opts[] = {
      "dead-letter topic for messages that fail validation"},
     {"store-dir", CM_OPT_STRING, "/var/lib/fleetprof/aggregator", O(store_dir), 0, 0,
      "directory of the per-partition SQLite stores, shared by the instances of the group"},
+    {"store", CM_OPT_STRING, "", O(store), 0, 0,
+     "empty: one SQLite file per partition in store-dir; postgres://USER@HOST:PORT/DB: one "
+     "PostgreSQL database for every partition and instance (store-dir then holds only this "
+     "instance's reports and caches)"},
     {"client-id", CM_OPT_STRING, "fleetprof-aggregator", O(client_id), 0, 0,
      "Kafka client id (shows in consumer-group tooling)"},
     {"assignment-strategy", CM_OPT_STRING, "cooperative-sticky", O(strategy), 0, 0,
@@ -64,6 +70,12 @@ static const cm_opt_t opts[] = {
      "UI's login cookie; empty: no token)"},
     {"api-no-token", CM_OPT_BOOL, "false", O(api_no_token), 0, 0,
      "serve the query API without a token on a non-loopback http-addr (refused otherwise)"},
+    {"api-workers", CM_OPT_INT, "8", O(api_workers), 1, 256,
+     "query API requests that run at once, each on its own read-only store handle"},
+    {"api-queue", CM_OPT_INT, "64", O(api_queue), 0, 100000,
+     "requests that may wait for a busy query worker; more are answered 503 at once"},
+    {"api-queue-wait", CM_OPT_DURATION, "10s", O(api_queue_wait), 1000000ll, 600000000000ll,
+     "longest a request waits for a query worker before it is answered 503"},
     {"report-min-samples", CM_OPT_INT, "2000", O(report_min_samples), 1, 1000000000,
      "CPU samples the newest version of a service (and the previous one) need before the "
      "per-deploy regression report is computed"},
@@ -128,6 +140,11 @@ static void on_signal(int sig) {
     stop_flag = 1;
 }
 
+typedef struct {
+    agg_metrics_t *metrics;
+    agg_api_t *api;
+} metrics_src_t;
+
 /* The symbol store's and the symbolizer's counters, appended to the /metrics text. */
 static char *symbol_metrics(char *body) {
     agg_symstore_stats_t ss;
@@ -163,9 +180,18 @@ static char *symbol_metrics(char *body) {
 static void h_metrics(void *arg, const char *url, const char *query, agg_http_reply_t *r) {
     (void)url;
     (void)query;
-    r->body = agg_metrics_render(arg);
-    if (r->body)
-        r->body = symbol_metrics(r->body);
+    metrics_src_t *src = arg;
+    char *m = agg_metrics_render(src->metrics), *a = src->api ? agg_api_metrics(src->api) : NULL;
+    if (m && a) {
+        size_t lm = strlen(m), la = strlen(a);
+        char *both = realloc(m, lm + la + 1);
+        if (both) {
+            memcpy(both + lm, a, la + 1);
+            m = both;
+        }
+    }
+    free(a);
+    r->body = m ? symbol_metrics(m) : NULL;
     r->len = r->body ? strlen(r->body) : 0;
     r->status = r->body ? 200 : 500;
     r->content_type = "text/plain; version=0.0.4";
@@ -226,6 +252,7 @@ int main(int argc, char **argv) {
         .topic = cfg.topic,
         .dlq_topic = cfg.dlq_topic,
         .store_dir = cfg.store_dir,
+        .store_url = cfg.store,
         .client_id = cfg.client_id,
         .assignment_strategy = cfg.strategy,
         .kafka_props = &kafka,
@@ -284,6 +311,22 @@ int main(int argc, char **argv) {
         }
         regfree(&re);
     }
+    if (cfg.store[0]) { /* PostgreSQL: reachable, schema migrated, before joining the group */
+        agg_store_t *pg = NULL;
+        if (!agg_store_is_pg(cfg.store)) {
+            fprintf(stderr, "fleetprof-aggregator: store '%s' is not a postgres:// or "
+                    "postgresql:// URL; leave it empty for SQLite files in store-dir\n",
+                    cfg.store);
+            rc = 2;
+            goto out;
+        }
+        if (agg_store_pg_open(cfg.store, &pg, err, sizeof err)) {
+            fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+            rc = 2;
+            goto out;
+        }
+        agg_store_close(pg);
+    }
     struct stat sb;
     if (stat(cfg.store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg.store_dir, W_OK)) {
         fprintf(stderr, "fleetprof-aggregator: store-dir '%s' is not a writable directory (%s); "
@@ -312,13 +355,15 @@ int main(int argc, char **argv) {
     agg_symbolizer_init(&scfg);
     if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
         CM_WARN("%s: names found by the server are not kept", err);
-    agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token};
+    agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token, (size_t)cfg.api_workers,
+                          (size_t)cfg.api_queue, 1, cfg.api_queue_wait / 1000000};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
+    metrics_src_t msrc = {&metrics, api};
     agg_http_route_t routes[2 + AGG_API_ROUTES + 2] = {
-        {"GET", "/metrics", h_metrics, &metrics},
+        {"GET", "/metrics", h_metrics, &msrc},
         {"GET", "/healthz", h_healthz, &metrics},
     };
     size_t nr = 2 + agg_api_routes(api, routes + 2, AGG_API_ROUTES);

@@ -6,8 +6,11 @@
  * with the offset; the write is fenced: it fails with -ESTALE when the stored offset is not the
  * one the batch started from (another instance took the partition over in between).
  *
- * Backends implement agg_store_vtab_t; SQLite (store_sqlite.c) is the default. Services and
- * versions are addressed by id = agg_intern_string_id(name) (intern.h); stacks by their id.
+ * Backends implement agg_store_vtab_t; SQLite (store_sqlite.c) is the default, PostgreSQL
+ * (store_pg.c) implements the write side only: its read members are NULL (the query API
+ * reads through query_store.h; the read half here serves tests and tools on SQLite).
+ * Services and versions are addressed by id = agg_intern_string_id(name) (intern.h); stacks
+ * by their id.
  *
  * Threading: a store handle is used by one thread at a time. Several handles (processes) may
  * open the same store; the backend serializes their writes.
@@ -61,14 +64,6 @@ typedef struct {
     uint64_t address; /* relative to the mapping's file */
     uint32_t line;
 } agg_store_frame_t;
-
-typedef struct {
-    uint8_t trace[16], span[8];
-    uint64_t service, version;
-    int64_t first_ns, last_ns;
-    int64_t weight[7]; /* indexed by cm_event_type_t */
-    int64_t rows;
-} agg_span_row_t;
 
 typedef struct {
     uint32_t type;
@@ -126,9 +121,6 @@ typedef struct agg_store_vtab {
     int (*fn_stats)(agg_store_t *st, uint64_t service, uint64_t version, uint32_t type,
                     int64_t from_s, int64_t to_s, uint64_t function,
                     int (*cb)(void *, const agg_fn_stat_row_t *), void *arg);
-    int (*spans_top)(agg_store_t *st, uint64_t service, int64_t from_ns, int64_t to_ns,
-                     uint32_t type, int limit, int (*cb)(void *, const agg_span_row_t *),
-                     void *arg);
     int (*span_profile)(agg_store_t *st, const uint8_t trace[16], const uint8_t *span,
                         int (*cb)(void *, const agg_span_stack_row_t *), void *arg);
     /* Rejected messages by reason (dead-lettered), exactly counted. */
@@ -178,7 +170,6 @@ static inline void agg_store_close(agg_store_t *st) {
 #define agg_store_profile_query(st, ...) (st)->vt->profile((st), __VA_ARGS__)
 #define agg_store_stack_frames(st, ...) (st)->vt->stack_frames((st), __VA_ARGS__)
 #define agg_store_fn_stats(st, ...) (st)->vt->fn_stats((st), __VA_ARGS__)
-#define agg_store_spans_top(st, ...) (st)->vt->spans_top((st), __VA_ARGS__)
 #define agg_store_span_profile(st, ...) (st)->vt->span_profile((st), __VA_ARGS__)
 #define agg_store_rejects(st, ...) (st)->vt->rejects((st), __VA_ARGS__)
 

@@ -1206,48 +1206,6 @@ static int sq_fn_stats(agg_store_t *base, uint64_t service, uint64_t version, ui
     return finish(st, rc);
 }
 
-static void span_row(sqlite3_stmt *st, agg_span_row_t *r) {
-    memset(r, 0, sizeof *r);
-    if (sqlite3_column_bytes(st, 0) == 16)
-        memcpy(r->trace, sqlite3_column_blob(st, 0), 16);
-    if (sqlite3_column_bytes(st, 1) == 8)
-        memcpy(r->span, sqlite3_column_blob(st, 1), 8);
-    r->service = (uint64_t)sqlite3_column_int64(st, 2);
-    r->version = (uint64_t)sqlite3_column_int64(st, 3);
-    r->first_ns = sqlite3_column_int64(st, 4);
-    r->last_ns = sqlite3_column_int64(st, 5);
-    for (int t = 1; t <= CM_EV_MAX; t++)
-        r->weight[t] = sqlite3_column_int64(st, 5 + t);
-    r->rows = sqlite3_column_int64(st, 12);
-}
-
-static int sq_spans_top(agg_store_t *base, uint64_t service, int64_t from_ns, int64_t to_ns,
-                        uint32_t type, int limit, int (*cb)(void *, const agg_span_row_t *),
-                        void *arg) {
-    static const char *const col[] = {"rows", "cpu", "wall", "alloc", "inuse", "lock", "io"};
-    sq_store_t *s = (sq_store_t *)base;
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "SELECT * FROM spans WHERE service=?1 AND last_ns>=?2 AND first_ns<?3 ORDER BY %s "
-             "DESC LIMIT ?4",
-             col[type <= CM_EV_MAX ? type : 0]);
-    sqlite3_stmt *st;
-    int rc = prep(s, sql, &st);
-    if (rc)
-        return rc;
-    B64(st, 1, service);
-    B64(st, 2, from_ns);
-    B64(st, 3, to_ns);
-    B64(st, 4, limit);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        agg_span_row_t r;
-        span_row(st, &r);
-        if (cb(arg, &r))
-            break;
-    }
-    return finish(st, rc);
-}
-
 static int sq_span_profile(agg_store_t *base, const uint8_t trace[16], const uint8_t *span,
                            int (*cb)(void *, const agg_span_stack_row_t *), void *arg) {
     sq_store_t *s = (sq_store_t *)base;
@@ -1302,7 +1260,6 @@ static const agg_store_vtab_t sq_vtab = {
     .profile = sq_profile,
     .stack_frames = sq_stack_frames,
     .fn_stats = sq_fn_stats,
-    .spans_top = sq_spans_top,
     .span_profile = sq_span_profile,
     .rejects = sq_rejects,
 };

@@ -1,0 +1,1063 @@
+/* PostgreSQL store backend, write side (see store_pg.h): connection and reconnection, the
+ * fenced batch transaction, each table as one multi-row upsert fed by arrays.
+ * Threading: a handle is used by one thread at a time. */
+#define _GNU_SOURCE
+#include "store_pg.h"
+
+#include "cm/error.h"
+#include "cm/log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    agg_store_t base;
+    PGconn *conn;
+    char *url;
+    int64_t retry_ms; /* CLOCK_MONOTONIC ms before which no reconnection is tried */
+    void **order; /* scratch: batch entries in key order */
+    size_t order_cap;
+    /* the per-stack tiers and their marks (meta, as in SQLite) */
+    int64_t tier_w[AGG_MAX_TIERS], tier_done[AGG_MAX_TIERS];
+    int n_tiers;
+} pg_store_t;
+
+int agg_store_is_pg(const char *spec) {
+    return spec && (!strncmp(spec, "postgres://", 11) || !strncmp(spec, "postgresql://", 13));
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- connection ---- */
+
+/* The connection, re-established when it was lost (a database restart, a network cut): NULL
+ * when the server cannot be reached now (the caller fails the call; the next one tries
+ * again). */
+static PGconn *conn(pg_store_t *s) {
+    if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
+        return s->conn;
+    if (s->conn) {
+        /* at most one attempt a second: the consume loop calls in a tight loop while the
+         * database is away */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        if (now_ms < s->retry_ms)
+            return NULL;
+        PQreset(s->conn);
+        if (PQstatus(s->conn) == CONNECTION_OK) {
+            CM_INFO("postgres store: reconnected");
+            return s->conn;
+        }
+        s->retry_ms = now_ms + 1000;
+        CM_WARN("postgres store: cannot reconnect: %s", PQerrorMessage(s->conn));
+        return NULL;
+    }
+    s->conn = PQconnectdb(s->url);
+    if (PQstatus(s->conn) != CONNECTION_OK) {
+        CM_WARN("postgres store: cannot connect: %s", PQerrorMessage(s->conn));
+        return NULL;
+    }
+    return s->conn;
+}
+
+/* Runs sql without parameters: 0, or CM_EIO after logging the server's message. */
+static int exec0(pg_store_t *s, const char *sql) {
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    int rc = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ? 0 : CM_EIO;
+    if (rc)
+        CM_WARN("postgres store: '%.60s': %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    return rc;
+}
+
+/* ---- arrays in the text format: '{1,2,3}', '{"a\"b",...}' ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int fail;
+} buf_t;
+
+static void put(buf_t *b, const char *s, size_t len) {
+    if (b->fail)
+        return;
+    if (b->n + len + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->n + len + 1)
+            nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->fail = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    b->p[b->n] = 0;
+}
+
+static void putf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(buf_t *b, const char *fmt, ...) {
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    put(b, tmp, (size_t)n);
+}
+
+/* One array column: "{" then elements separated by ',' then "}" (closed by cols_close). */
+#define MAX_COLS 16
+typedef struct {
+    buf_t c[MAX_COLS];
+    int ncols;
+    size_t rows;
+} cols_t;
+
+static void cols_begin(cols_t *t, int ncols) {
+    t->ncols = ncols;
+    t->rows = 0;
+    for (int i = 0; i < ncols; i++) {
+        t->c[i].n = 0;
+        t->c[i].fail = 0;
+        put(&t->c[i], "{", 1);
+    }
+}
+
+static void sep(cols_t *t, int i) {
+    if (t->rows)
+        put(&t->c[i], ",", 1);
+}
+
+static void col_i64(cols_t *t, int i, uint64_t v) {
+    sep(t, i);
+    putf(&t->c[i], "%" PRId64, (int64_t)v);
+}
+
+static void col_f64(cols_t *t, int i, double v) {
+    sep(t, i);
+    putf(&t->c[i], "%.17g", v);
+}
+
+/* bytes as hex text (decoded in SQL) */
+static void col_hex(cols_t *t, int i, const uint8_t *p, size_t len) {
+    static const char hx[] = "0123456789abcdef";
+    sep(t, i);
+    for (size_t k = 0; k < len; k++) {
+        char two[2] = {hx[p[k] >> 4], hx[p[k] & 15]};
+        put(&t->c[i], two, 2);
+    }
+    if (!len)
+        put(&t->c[i], "\"\"", 2);
+}
+
+/* text, quoted for the array literal ('"' and '\' escaped) */
+static void col_text(cols_t *t, int i, const char *s, size_t len) {
+    sep(t, i);
+    put(&t->c[i], "\"", 1);
+    for (size_t k = 0; k < len; k++) {
+        if (s[k] == '"' || s[k] == '\\')
+            put(&t->c[i], "\\", 1);
+        put(&t->c[i], s + k, 1);
+    }
+    put(&t->c[i], "\"", 1);
+}
+
+static void row_end(cols_t *t) { t->rows++; }
+
+static void cols_free(cols_t *t) {
+    for (int i = 0; i < MAX_COLS; i++)
+        free(t->c[i].p);
+}
+
+/* Runs sql with the columns as its parameters $1..$ncols (skipped when there are no rows). */
+static int cols_exec(pg_store_t *s, cols_t *t, const char *sql) {
+    if (!t->rows)
+        return 0;
+    const char *vals[MAX_COLS];
+    for (int i = 0; i < t->ncols; i++) {
+        put(&t->c[i], "}", 1);
+        if (t->c[i].fail)
+            return CM_ENOMEM;
+        vals[i] = t->c[i].p;
+    }
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    PGresult *r = PQexecParams(c, sql, t->ncols, NULL, vals, NULL, NULL, 0);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+    if (rc)
+        CM_WARN("postgres store: '%.50s' (%zu rows): %s", sql, t->rows, PQerrorMessage(c));
+    PQclear(r);
+    return rc;
+}
+
+/* ---- key order (as store_sqlite.c: signed integers, then blobs with memcmp) ---- */
+
+typedef struct {
+    size_t nblob, nint;
+} keyfmt_t;
+
+static int cmp_key(const void *a, const void *b, void *arg) {
+    const keyfmt_t *k = arg;
+    const uint8_t *x = *(const uint8_t *const *)a, *y = *(const uint8_t *const *)b;
+    if (k->nblob) {
+        int c = memcmp(x, y, k->nblob);
+        if (c)
+            return c;
+    }
+    for (size_t i = 0; i < k->nint; i++) {
+        int64_t xi, yi;
+        memcpy(&xi, x + k->nblob + 8 * i, 8);
+        memcpy(&yi, y + k->nblob + 8 * i, 8);
+        if (xi != yi)
+            return xi < yi ? -1 : 1;
+    }
+    return 0;
+}
+
+static int cmp_id(const void *a, const void *b) {
+    int64_t x, y;
+    memcpy(&x, a, 8);
+    memcpy(&y, b, 8);
+    return x < y ? -1 : x > y;
+}
+
+/* Entries of m in key order: concurrent writers (partitions sharing a service's rows, or
+ * dictionary rows) take row locks in the same order and cannot deadlock. */
+static void **ordered(pg_store_t *s, const agg_hmap_t *m, size_t nblob, size_t nint) {
+    static void *none[1];
+    if (!m->n)
+        return s->order ? s->order : none; /* nothing to order (never NULL: that is ENOMEM) */
+    if (m->n > s->order_cap) {
+        void **o = realloc(s->order, m->n * sizeof *o);
+        if (!o)
+            return NULL;
+        s->order = o;
+        s->order_cap = m->n;
+    }
+    for (size_t i = 0; i < m->n; i++)
+        s->order[i] = agg_hmap_entry(m, i);
+    keyfmt_t k = {nblob, nint};
+    qsort_r(s->order, m->n, sizeof *s->order, cmp_key, &k);
+    return s->order;
+}
+
+/* ---- SQL of the batch ---- */
+
+#define SUMS4 "weight=t.weight+excluded.weight, count=t.count+excluded.count, " \
+              "rows=t.rows+excluded.rows, chunks=t.chunks+excluded.chunks"
+#define U8(n) "unnest($" #n "::bigint[])"
+
+static const char *const sql_prof_fmt =
+    "INSERT INTO %s AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], "
+    "$10::bigint[], $11::bigint[]) ON CONFLICT (service, version, type, width, bucket, labels, "
+    "%s) DO UPDATE SET " SUMS4;
+
+static const char *const sql_str =
+    "INSERT INTO strings SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT DO NOTHING";
+static const char *const sql_map =
+    "INSERT INTO mappings SELECT i, f, decode(b, 'hex') FROM unnest($1::bigint[], $2::bigint[], "
+    "$3::text[]) AS u(i, f, b) ON CONFLICT DO NOTHING";
+static const char *const sql_fn =
+    "INSERT INTO functions SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[]) ON CONFLICT DO NOTHING";
+static const char *const sql_loc =
+    "INSERT INTO locations SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[], $5::bigint[]) ON CONFLICT DO NOTHING";
+static const char *const sql_stack =
+    "INSERT INTO stacks SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[]) ON CONFLICT DO NOTHING";
+static const char *const sql_labelset =
+    "INSERT INTO labelsets SELECT * FROM unnest($1::bigint[]) ON CONFLICT DO NOTHING";
+static const char *const sql_label =
+    "INSERT INTO labels SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) "
+    "ON CONFLICT DO NOTHING";
+static const char *const sql_labelbase =
+    "INSERT INTO labelset_base SELECT * FROM unnest($1::bigint[], $2::bigint[]) "
+    "ON CONFLICT DO NOTHING";
+static const char *const sql_tot =
+    "INSERT INTO totals AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[]) "
+    "ON CONFLICT (service, version, type, width, bucket) DO UPDATE SET " SUMS4;
+static const char *const sql_ival =
+    "INSERT INTO intervals AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], "
+    "$10::bigint[]) ON CONFLICT (service, version, width, bucket) DO UPDATE SET "
+    "chunks=t.chunks+excluded.chunks, duration_ns=t.duration_ns+excluded.duration_ns, "
+    "agent_cpu_ns=t.agent_cpu_ns+excluded.agent_cpu_ns, "
+    "process_cpu_ns=t.process_cpu_ns+excluded.process_cpu_ns, "
+    "dropped=t.dropped+excluded.dropped, work_units=t.work_units+excluded.work_units";
+static const char *const sql_drop =
+    "INSERT INTO drops AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) ON CONFLICT (service, version, "
+    "width, bucket, reason, type) DO UPDATE SET count=t.count+excluded.count";
+static const char *const sql_ver =
+    "INSERT INTO versions AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[], $5::bigint[], $6::bigint[]) ON CONFLICT (service, version) DO UPDATE SET "
+    "first_ns=least(t.first_ns, excluded.first_ns), last_ns=greatest(t.last_ns, "
+    "excluded.last_ns), chunks=t.chunks+excluded.chunks, rows=t.rows+excluded.rows";
+static const char *const sql_fnstat =
+    "INSERT INTO fn_stats AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
+    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::float8[], $9::float8[], "
+    "$10::float8[], $11::float8[]) ON CONFLICT (service, version, type, width, bucket, "
+    "function) DO UPDATE SET chunks=t.chunks+excluded.chunks, incl=t.incl+excluded.incl, "
+    "incl2=t.incl2+excluded.incl2, self=t.self+excluded.self, self2=t.self2+excluded.self2";
+static const char *const sql_span =
+    "INSERT INTO spans AS t SELECT decode(tr, 'hex'), decode(sp, 'hex'), sv, ve, f, l, c1, c2, "
+    "c3, c4, c5, c6, r FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], "
+    "$5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], "
+    "$11::bigint[], $12::bigint[], $13::bigint[]) AS u(tr, sp, sv, ve, f, l, c1, c2, c3, c4, "
+    "c5, c6, r) ON CONFLICT (trace, span) DO UPDATE SET "
+    "first_ns=least(t.first_ns, excluded.first_ns), last_ns=greatest(t.last_ns, "
+    "excluded.last_ns), cpu=t.cpu+excluded.cpu, wall=t.wall+excluded.wall, "
+    "alloc=t.alloc+excluded.alloc, inuse=t.inuse+excluded.inuse, lock=t.lock+excluded.lock, "
+    "io=t.io+excluded.io, rows=t.rows+excluded.rows";
+static const char *const sql_spanstk =
+    "INSERT INTO span_stacks AS t SELECT decode(tr, 'hex'), decode(sp, 'hex'), ty, st, w, c, r "
+    "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], "
+    "$6::bigint[], $7::bigint[]) AS u(tr, sp, ty, st, w, c, r) ON CONFLICT (trace, span, type, "
+    "stack) DO UPDATE SET weight=t.weight+excluded.weight, count=t.count+excluded.count, "
+    "rows=t.rows+excluded.rows";
+static const char *const sql_rej =
+    "INSERT INTO rejects AS t SELECT * FROM unnest($1::text[], $2::bigint[]) ON CONFLICT "
+    "(reason) DO UPDATE SET count=t.count+excluded.count";
+static const char *const sql_seen =
+    "INSERT INTO seen_chunks SELECT decode(i, 'hex'), ts FROM unnest($1::text[], $2::bigint[]) "
+    "AS u(i, ts) ON CONFLICT DO NOTHING";
+
+static int write_prof(pg_store_t *s, cols_t *t, const agg_hmap_t *m, const char *table,
+                      const char *last_key) {
+    void **ord = ordered(s, m, 0, 7);
+    if (!ord)
+        return CM_ENOMEM;
+    cols_begin(t, 11);
+    for (size_t i = 0; i < m->n; i++) {
+        const agg_prof_ent_t *e = ord[i];
+        const uint64_t v[11] = {e->k.service, e->k.version, e->k.type, e->k.width, e->k.bucket,
+                                e->k.labels, e->k.stack, (uint64_t)e->weight,
+                                (uint64_t)e->count, (uint64_t)e->rows, (uint64_t)e->chunks};
+        for (int c = 0; c < 11; c++)
+            col_i64(t, c, v[c]);
+        row_end(t);
+    }
+    char sql[1024];
+    snprintf(sql, sizeof sql, sql_prof_fmt, table, last_key);
+    return cols_exec(s, t, sql);
+}
+
+/* ---- tiers (meta), as derived_check in store_sqlite.c ---- */
+
+/* The label set a profile row's derived rows (tiers, per-leaf) are keyed by: its own without
+ * the dimensions (labelset_base), the row's own when it has none. */
+#define BASE_LABELS                                                                                \
+    "COALESCE((SELECT base FROM labelset_base WHERE labelset_base.labelset = labels), labels)"
+
+static void format_list(const int64_t *v, int n, char *buf, size_t size) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && o < size; i++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? "," : "", (long long)v[i]);
+}
+
+static int parse_list(const char *txt, int64_t *v, int max) {
+    int n = 0;
+    for (const char *p = txt; *p && n < max;) {
+        char *end;
+        v[n++] = strtoll(p, &end, 10);
+        p = *end == ',' ? end + 1 : end + strlen(end);
+    }
+    return n;
+}
+
+/* meta value of key ("" when absent) into buf; 0 or CM_EIO. */
+static int meta_get(pg_store_t *s, const char *key, char *buf, size_t size) {
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    const char *p[1] = {key};
+    PGresult *r = PQexecParams(c, "SELECT value FROM meta WHERE key=$1", 1, NULL, p, NULL, NULL,
+                               0);
+    int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : CM_EIO;
+    snprintf(buf, size, "%s", !rc && PQntuples(r) ? PQgetvalue(r, 0, 0) : "");
+    PQclear(r);
+    return rc;
+}
+
+static int meta_put(pg_store_t *s, const char *key, const char *val) {
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    const char *p[2] = {key, val};
+    PGresult *r = PQexecParams(c, "INSERT INTO meta VALUES($1,$2) ON CONFLICT (key) DO UPDATE "
+                               "SET value=excluded.value", 2, NULL, p, NULL, NULL, 0);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+    PQclear(r);
+    return rc;
+}
+
+/* The tiers and their marks, inside the batch's transaction: read from meta, or (first batch
+ * of the database, or changed widths) rebuilt from the fine rows with the marks at the start
+ * of the current tiles. Other instances wait on the meta row lock. */
+static int derived_check(pg_store_t *s, const int64_t *tiers, int n_tiers, int64_t rep) {
+    char want[128], have[128], done_txt[256], rep_txt[32], rep_want[32];
+    format_list(tiers, n_tiers, want, sizeof want);
+    snprintf(rep_want, sizeof rep_want, "%lld", (long long)rep);
+    int rc;
+    /* the tiers lock: batches share it (they read the marks), compaction, retention and a
+     * rebuild take it alone, so a batch's marks hold until it commits */
+    if ((rc = exec0(s, "INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO NOTHING;"
+                       "SELECT 1 FROM meta WHERE key='tiers_lock' FOR SHARE")) ||
+        (rc = meta_get(s, "tiers", have, sizeof have)) ||
+        (rc = meta_get(s, "replicate_width", rep_txt, sizeof rep_txt)))
+        return rc;
+    if (strcmp(want, have) || strcmp(rep_txt, rep_want)) { /* rebuild: alone, then look again */
+        if ((rc = exec0(s, "SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE")) ||
+            (rc = meta_get(s, "tiers", have, sizeof have)) ||
+            (rc = meta_get(s, "replicate_width", rep_txt, sizeof rep_txt)))
+            return rc;
+    }
+    if (!strcmp(want, have) && !strcmp(rep_txt, rep_want)) {
+        if ((rc = meta_get(s, "tiers_done", done_txt, sizeof done_txt)))
+            return rc;
+        if (parse_list(done_txt, s->tier_done, AGG_MAX_TIERS) != n_tiers)
+            return CM_EFORMAT;
+        memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
+        s->n_tiers = n_tiers;
+        return 0;
+    }
+    if (n_tiers <= 0 || n_tiers > AGG_MAX_TIERS || rep <= 0)
+        return CM_EINVAL;
+    CM_INFO("postgres store: building the per-stack tiers (%ss) and the per-leaf (%llds) "
+            "rollups from the profile table", want, (long long)rep);
+    int64_t coarse = tiers[n_tiers - 1], now_s = now_ns() / 1000000000;
+    rc = exec0(s, "DELETE FROM profile_coarse; DELETE FROM profile_leaf");
+    for (int i = 0; i < n_tiers && !rc; i++) {
+        char sql[1024];
+        long long w = (long long)tiers[i];
+        s->tier_done[i] = now_s - now_s % tiers[i];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
+                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
+                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND "
+                 "bucket < %lld) OR (%lld = %lld AND width >= %lld) GROUP BY service, version, "
+                 "type, b, lb, stack",
+                 w, w, w, (long long)s->tier_done[i], w, (long long)coarse, (long long)coarse);
+        rc = exec0(s, sql);
+    }
+    if (rc)
+        return rc;
+    char sql[2048];
+    long long r = (long long)rep;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, "
+             "greatest(p.width, %lld) AS w, CASE WHEN p.width < %lld THEN p.bucket - p.bucket "
+             "%% %lld ELSE p.bucket END AS b, COALESCE((SELECT base FROM labelset_base WHERE "
+             "labelset_base.labelset = p.labels), p.labels) AS lb, COALESCE(s.location, 0) AS l, "
+             "SUM(p.weight), SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN "
+             "stacks s ON s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, lb, l",
+             r, r, r);
+    if ((rc = exec0(s, sql)))
+        return rc;
+    memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
+    s->n_tiers = n_tiers;
+    format_list(s->tier_done, n_tiers, done_txt, sizeof done_txt);
+    char coarse_txt[32];
+    snprintf(coarse_txt, sizeof coarse_txt, "%lld", (long long)coarse);
+    if ((rc = meta_put(s, "coarse_width", coarse_txt)) || (rc = meta_put(s, "tiers", want)) ||
+        (rc = meta_put(s, "tiers_done", done_txt)) ||
+        (rc = meta_put(s, "replicate_width", rep_want)))
+        return rc;
+    return 0;
+}
+
+/* ---- vtab ---- */
+
+static int pg_offset_get(agg_store_t *base, const char *topic, int32_t partition,
+                         int64_t *next) {
+    pg_store_t *s = (pg_store_t *)base;
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    char part[16];
+    snprintf(part, sizeof part, "%d", partition);
+    const char *p[2] = {topic, part};
+    PGresult *r = PQexecParams(c, "SELECT next_offset FROM offsets WHERE topic=$1 AND part=$2",
+                               2, NULL, p, NULL, NULL, 0);
+    int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : CM_EIO;
+    if (rc)
+        CM_WARN("postgres store: reading the offset of partition %d: %s", partition,
+                PQerrorMessage(c));
+    else
+        *next = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
+    PQclear(r);
+    return rc;
+}
+
+static int pg_chunk_seen(agg_store_t *base, const uint8_t *id, int *seen) {
+    pg_store_t *s = (pg_store_t *)base;
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    const char *p[1] = {(const char *)id};
+    int len[1] = {CM_CHUNK_ID_LEN}, fmt[1] = {1};
+    PGresult *r = PQexecParams(c, "SELECT 1 FROM seen_chunks WHERE chunk_id=$1", 1, NULL, p,
+                               len, fmt, 0);
+    int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : CM_EIO;
+    if (!rc)
+        *seen = PQntuples(r) > 0;
+    PQclear(r);
+    return rc;
+}
+
+/* The fence: locks the partition's offsets row (creating it at -1 when absent, so the first
+ * batches of two instances also serialize) and compares it with the batch's base. */
+static int fence(pg_store_t *s, const char *topic, int32_t partition, int64_t base_offset) {
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    char part[16];
+    snprintf(part, sizeof part, "%d", partition);
+    const char *p[2] = {topic, part};
+    PGresult *r = PQexecParams(c, "INSERT INTO offsets VALUES($1, $2, -1, 0) ON CONFLICT DO "
+                               "NOTHING", 2, NULL, p, NULL, NULL, 0);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+    PQclear(r);
+    if (rc)
+        return rc;
+    r = PQexecParams(c, "SELECT next_offset FROM offsets WHERE topic=$1 AND part=$2 FOR UPDATE",
+                     2, NULL, p, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        PQclear(r);
+        return CM_EIO;
+    }
+    int64_t stored = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    if (stored != base_offset) {
+        CM_WARN("postgres store: partition %d offset is %lld, batch started at %lld: another "
+                "instance wrote it; dropping the batch and seeking",
+                partition, (long long)stored, (long long)base_offset);
+        return -ESTALE;
+    }
+    return 0;
+}
+
+static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partition,
+                          agg_batch_t *b) {
+    pg_store_t *s = (pg_store_t *)base;
+    cols_t t = {0};
+    void **ord;
+    int rc;
+#define SORT(vec)                                                                                  \
+    do {                                                                                           \
+        if ((vec).n)                                                                               \
+            qsort((vec).v, (vec).n, sizeof *(vec).v, cmp_id);                                      \
+    } while (0)
+    SORT(b->strs);
+    SORT(b->maps);
+    SORT(b->fns);
+    SORT(b->locs);
+    SORT(b->stacks);
+    SORT(b->labelsets);
+#undef SORT
+    if ((rc = exec0(s, "BEGIN")))
+        return rc;
+    if ((rc = fence(s, topic, partition, b->base_offset)))
+        goto out;
+#define EXEC(sql)                                                                                  \
+    do {                                                                                           \
+        if ((rc = cols_exec(s, &t, (sql))))                                                        \
+            goto out;                                                                              \
+    } while (0)
+    cols_begin(&t, 2);
+    for (size_t i = 0; i < b->strs.n; i++, row_end(&t)) {
+        col_i64(&t, 0, b->strs.v[i].id);
+        col_text(&t, 1, b->str_arena + b->strs.v[i].off, b->strs.v[i].len);
+    }
+    EXEC(sql_str);
+    cols_begin(&t, 3);
+    for (size_t i = 0; i < b->maps.n; i++, row_end(&t)) {
+        col_i64(&t, 0, b->maps.v[i].id);
+        col_i64(&t, 1, b->maps.v[i].filename);
+        col_hex(&t, 2, b->maps.v[i].build_id, b->maps.v[i].build_id_len);
+    }
+    EXEC(sql_map);
+    cols_begin(&t, 4);
+    for (size_t i = 0; i < b->fns.n; i++, row_end(&t)) {
+        const agg_new_fn_t *x = &b->fns.v[i];
+        col_i64(&t, 0, x->id);
+        col_i64(&t, 1, x->name);
+        col_i64(&t, 2, x->system_name);
+        col_i64(&t, 3, x->filename);
+    }
+    EXEC(sql_fn);
+    cols_begin(&t, 5);
+    for (size_t i = 0; i < b->locs.n; i++, row_end(&t)) {
+        const agg_new_loc_t *x = &b->locs.v[i];
+        col_i64(&t, 0, x->id);
+        col_i64(&t, 1, x->function);
+        col_i64(&t, 2, x->mapping);
+        col_i64(&t, 3, x->address);
+        col_i64(&t, 4, x->line);
+    }
+    EXEC(sql_loc);
+    cols_begin(&t, 4);
+    for (size_t i = 0; i < b->stacks.n; i++, row_end(&t)) {
+        const agg_new_stack_t *x = &b->stacks.v[i];
+        col_i64(&t, 0, x->id);
+        col_i64(&t, 1, x->parent);
+        col_i64(&t, 2, x->location);
+        col_i64(&t, 3, x->depth);
+    }
+    EXEC(sql_stack);
+    cols_begin(&t, 1);
+    for (size_t i = 0; i < b->labelsets.n; i++, row_end(&t))
+        col_i64(&t, 0, b->labelsets.v[i]);
+    EXEC(sql_labelset);
+    cols_begin(&t, 3);
+    for (size_t i = 0; i < b->labels.n; i++, row_end(&t)) {
+        col_i64(&t, 0, b->labels.v[i].key);
+        col_i64(&t, 1, b->labels.v[i].value);
+        col_i64(&t, 2, b->labels.v[i].set);
+    }
+    EXEC(sql_label);
+    cols_begin(&t, 2);
+    for (size_t i = 0; i < b->labelbase.n; i++, row_end(&t)) {
+        col_i64(&t, 0, b->labelbase.v[i].set);
+        col_i64(&t, 1, b->labelbase.v[i].value);
+    }
+    EXEC(sql_labelbase);
+    if (b->n_tiers && ((rc = derived_check(s, b->tiers, b->n_tiers, b->replicate_width)) ||
+                       (rc = agg_batch_derive(b, s->tier_done))))
+        goto out;
+    if ((rc = write_prof(s, &t, &b->prof, "profile", "stack")) ||
+        (rc = write_prof(s, &t, &b->profc, "profile_coarse", "stack")) ||
+        (rc = write_prof(s, &t, &b->leaf, "profile_leaf", "leaf")))
+        goto out;
+    if (!(ord = ordered(s, &b->tot, 0, 5))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    cols_begin(&t, 9);
+    for (size_t i = 0; i < b->tot.n; i++, row_end(&t)) {
+        const agg_tot_ent_t *e = ord[i];
+        const uint64_t v[9] = {e->k.service, e->k.version, e->k.type, e->k.width, e->k.bucket,
+                               (uint64_t)e->weight, (uint64_t)e->count, (uint64_t)e->rows,
+                               (uint64_t)e->chunks};
+        for (int c = 0; c < 9; c++)
+            col_i64(&t, c, v[c]);
+    }
+    EXEC(sql_tot);
+    if (!(ord = ordered(s, &b->ival, 0, 4))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    cols_begin(&t, 10);
+    for (size_t i = 0; i < b->ival.n; i++, row_end(&t)) {
+        const agg_ival_ent_t *e = ord[i];
+        const uint64_t v[10] = {e->k.service, e->k.version, e->k.width, e->k.bucket,
+                                (uint64_t)e->chunks, (uint64_t)e->duration_ns,
+                                (uint64_t)e->agent_cpu_ns, (uint64_t)e->process_cpu_ns,
+                                (uint64_t)e->dropped, (uint64_t)e->work_units};
+        for (int c = 0; c < 10; c++)
+            col_i64(&t, c, v[c]);
+    }
+    EXEC(sql_ival);
+    if (!(ord = ordered(s, &b->drop, 0, 6))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    cols_begin(&t, 7);
+    for (size_t i = 0; i < b->drop.n; i++, row_end(&t)) {
+        const agg_drop_ent_t *e = ord[i];
+        const uint64_t v[7] = {e->k.service, e->k.version, e->k.width, e->k.bucket,
+                               e->k.reason, e->k.type, (uint64_t)e->count};
+        for (int c = 0; c < 7; c++)
+            col_i64(&t, c, v[c]);
+    }
+    EXEC(sql_drop);
+    if (!(ord = ordered(s, &b->ver, 0, 2))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    cols_begin(&t, 6);
+    for (size_t i = 0; i < b->ver.n; i++, row_end(&t)) {
+        const agg_ver_ent_t *e = ord[i];
+        const uint64_t v[6] = {e->k.service, e->k.version, (uint64_t)e->first_ns,
+                               (uint64_t)e->last_ns, (uint64_t)e->chunks, (uint64_t)e->rows};
+        for (int c = 0; c < 6; c++)
+            col_i64(&t, c, v[c]);
+    }
+    EXEC(sql_ver);
+    if (!(ord = ordered(s, &b->fn, 0, 6))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    cols_begin(&t, 11);
+    for (size_t i = 0; i < b->fn.n; i++, row_end(&t)) {
+        const agg_fn_ent_t *e = ord[i];
+        const uint64_t v[7] = {e->k.service, e->k.version, e->k.type, e->k.width, e->k.bucket,
+                               e->k.function, (uint64_t)e->chunks};
+        for (int c = 0; c < 7; c++)
+            col_i64(&t, c, v[c]);
+        col_f64(&t, 7, e->incl);
+        col_f64(&t, 8, e->incl2);
+        col_f64(&t, 9, e->self);
+        col_f64(&t, 10, e->self2);
+    }
+    EXEC(sql_fnstat);
+    if (!(ord = ordered(s, &b->span, 24, 0))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    cols_begin(&t, 13);
+    for (size_t i = 0; i < b->span.n; i++, row_end(&t)) {
+        const agg_span_ent_t *e = ord[i];
+        col_hex(&t, 0, e->k.trace, 16);
+        col_hex(&t, 1, e->k.span, 8);
+        col_i64(&t, 2, e->service);
+        col_i64(&t, 3, e->version);
+        col_i64(&t, 4, (uint64_t)e->first_ns);
+        col_i64(&t, 5, (uint64_t)e->last_ns);
+        for (int ty = 1; ty <= CM_EV_MAX; ty++)
+            col_i64(&t, 5 + ty, (uint64_t)e->weight[ty]);
+        col_i64(&t, 12, (uint64_t)e->rows);
+    }
+    EXEC(sql_span);
+    if (!(ord = ordered(s, &b->spanstk, 24, 2))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    cols_begin(&t, 7);
+    for (size_t i = 0; i < b->spanstk.n; i++, row_end(&t)) {
+        const agg_spanstk_ent_t *e = ord[i];
+        col_hex(&t, 0, e->k.trace, 16);
+        col_hex(&t, 1, e->k.span, 8);
+        col_i64(&t, 2, e->k.type);
+        col_i64(&t, 3, e->k.stack);
+        col_i64(&t, 4, (uint64_t)e->weight);
+        col_i64(&t, 5, (uint64_t)e->count);
+        col_i64(&t, 6, (uint64_t)e->rows);
+    }
+    EXEC(sql_spanstk);
+    cols_begin(&t, 2);
+    for (size_t i = 0; i < b->rej.n; i++, row_end(&t)) {
+        const agg_rej_ent_t *e = agg_hmap_entry(&b->rej, i);
+        col_text(&t, 0, e->k.reason, strlen(e->k.reason));
+        col_i64(&t, 1, (uint64_t)e->count);
+    }
+    EXEC(sql_rej);
+    int64_t now = now_ns();
+    cols_begin(&t, 2);
+    for (size_t i = 0; i < b->seen.n; i++, row_end(&t)) {
+        const agg_seen_ent_t *e = agg_hmap_entry(&b->seen, i);
+        col_hex(&t, 0, e->k.id, CM_CHUNK_ID_LEN);
+        col_i64(&t, 1, (uint64_t)(e->ts_ns ? e->ts_ns : now));
+    }
+    EXEC(sql_seen);
+#undef EXEC
+    {
+        PGconn *c = conn(s);
+        char part[16], next[32], upd[32];
+        snprintf(part, sizeof part, "%d", partition);
+        snprintf(next, sizeof next, "%lld", (long long)b->next_offset);
+        snprintf(upd, sizeof upd, "%lld", (long long)now);
+        const char *p[4] = {topic, part, next, upd};
+        PGresult *r = c ? PQexecParams(c, "UPDATE offsets SET next_offset=$3, updated_ns=$4 "
+                                          "WHERE topic=$1 AND part=$2", 4, NULL, p, NULL, NULL, 0)
+                        : NULL;
+        rc = r && PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+        PQclear(r);
+        if (rc)
+            goto out;
+    }
+    rc = exec0(s, "COMMIT");
+    /* a COMMIT whose answer was lost may or may not have happened: the caller re-reads the
+     * stored offset, and the fence decides */
+out:
+    if (rc && s->conn && PQstatus(s->conn) == CONNECTION_OK)
+        PQclear(PQexec(s->conn, "ROLLBACK"));
+    cols_free(&t);
+    return rc;
+}
+
+static void pg_close(agg_store_t *base) {
+    pg_store_t *s = (pg_store_t *)base;
+    if (s->conn)
+        PQfinish(s->conn);
+    free(s->url);
+    free(s->order);
+    free(s);
+}
+
+/* ---- retention: compaction of the tiers, downsampling, expiry (as store_sqlite.c) ----
+ * Each runs in one transaction holding the tiers lock alone (batches wait, and no batch is
+ * half-way with old marks); a pass over the whole database: the partitions' handles of all
+ * instances each run it, and a pass finding nothing to do changes nothing. */
+
+static const struct {
+    const char *table, *keys, *sums;
+    int typed;
+} rollups[] = {
+    {"profile", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
+    {"profile_leaf", "service,version,type,labels,leaf", "weight,count,rows,chunks", 1},
+    {"profile_coarse", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
+    {"totals", "service,version,type", "weight,count,rows,chunks", 1},
+    {"fn_stats", "service,version,type,function", "chunks,incl,incl2,self,self2", 1},
+    {"intervals", "service,version",
+     "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped,work_units", 0},
+    {"drops", "service,version,reason,type", "count", 0},
+};
+
+/* Rows a statement changed (-1 on failure, logged). */
+static int64_t exec_n(pg_store_t *s, const char *sql) {
+    PGconn *c = conn(s);
+    if (!c)
+        return -1;
+    PGresult *r = PQexec(c, sql);
+    int64_t n = PQresultStatus(r) == PGRES_COMMAND_OK ? strtoll(PQcmdTuples(r), NULL, 10) : -1;
+    if (n < 0)
+        CM_WARN("postgres store: '%.80s': %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    return n;
+}
+
+static int lock_alone(pg_store_t *s) {
+    return exec0(s, "BEGIN; INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO NOTHING;"
+                    "SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE");
+}
+
+static int finish(pg_store_t *s, int rc) {
+    if (!rc)
+        rc = exec0(s, "COMMIT");
+    if (rc && s->conn && PQstatus(s->conn) == CONNECTION_OK)
+        PQclear(PQexec(s->conn, "ROLLBACK"));
+    return rc;
+}
+
+static int pg_compact(agg_store_t *base, int64_t fine_s, int64_t now_s) {
+    pg_store_t *s = (pg_store_t *)base;
+    char have[128], done_txt[256];
+    int rc = lock_alone(s);
+    if (rc)
+        return rc;
+    int64_t w[AGG_MAX_TIERS], old[AGG_MAX_TIERS], done[AGG_MAX_TIERS];
+    if ((rc = meta_get(s, "tiers", have, sizeof have)) ||
+        (rc = meta_get(s, "tiers_done", done_txt, sizeof done_txt)))
+        return finish(s, rc);
+    int n = parse_list(have, w, AGG_MAX_TIERS);
+    if (!n || parse_list(done_txt, old, AGG_MAX_TIERS) != n)
+        return finish(s, 0); /* no batch written yet: nothing to compact */
+    int moved = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int64_t t = now_s - 60;
+        done[i] = t - t % w[i];
+        if (done[i] <= old[i]) {
+            done[i] = old[i];
+            continue;
+        }
+        moved = 1;
+        char sql[1024];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO profile_coarse AS t SELECT service, version, type, %lld, "
+                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
+                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE width=%lld AND "
+                 "bucket>=%lld AND bucket<%lld GROUP BY service, version, type, b, lb, stack "
+                 "ON CONFLICT "
+                 "(service, version, type, width, bucket, labels, stack) DO UPDATE SET " SUMS4,
+                 (long long)w[i], (long long)w[i], (long long)fine_s, (long long)old[i],
+                 (long long)done[i]);
+        if (exec_n(s, sql) < 0)
+            rc = CM_EIO;
+    }
+    if (!rc && moved) {
+        format_list(done, n, done_txt, sizeof done_txt);
+        rc = meta_put(s, "tiers_done", done_txt);
+    }
+    return finish(s, rc);
+}
+
+static int pg_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_t cutoff_s,
+                         agg_retention_stats_t *stats) {
+    pg_store_t *s = (pg_store_t *)base;
+    int rc = lock_alone(s);
+    if (rc)
+        return rc;
+    char rep[32];
+    if ((rc = meta_get(s, "replicate_width", rep, sizeof rep)))
+        return finish(s, rc);
+    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0] && !rc; r++) {
+        char sql[2048], sums[512] = "", upd[512] = "", tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", rollups[r].sums);
+        for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+            size_t n1 = strlen(sums), n2 = strlen(upd);
+            snprintf(sums + n1, sizeof sums - n1, "%sSUM(%s)", n1 ? "," : "", tok);
+            snprintf(upd + n2, sizeof upd - n2, "%s%s=t.%s+excluded.%s", n2 ? "," : "", tok,
+                     tok, tok);
+        }
+        /* profile_leaf holds replicate-width rows where the others hold fine ones */
+        long long src = fine;
+        if (!strcmp(rollups[r].table, "profile_leaf") && atoll(rep) > 0)
+            src = atoll(rep);
+        int tiers = !strcmp(rollups[r].table, "profile_coarse");
+        if (!tiers) {
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO %s AS t(%s,width,bucket,%s) SELECT %s,%lld,bucket-bucket%%%lld,"
+                     "%s FROM %s WHERE width=%lld AND bucket<%lld GROUP BY %s,"
+                     "bucket-bucket%%%lld ON CONFLICT (%s,width,bucket) DO UPDATE SET %s",
+                     rollups[r].table, rollups[r].keys, rollups[r].sums, rollups[r].keys,
+                     (long long)coarse, (long long)coarse, sums, rollups[r].table, src,
+                     (long long)cutoff_s, rollups[r].keys, (long long)coarse, rollups[r].keys,
+                     upd);
+            if (exec_n(s, sql) < 0) {
+                rc = CM_EIO;
+                break;
+            }
+        }
+        /* the tiers below the coarse width go where the fine rows go (the coarse tier stays) */
+        char where[64];
+        snprintf(where, sizeof where, "%s%lld", tiers ? "width<" : "width=",
+                 tiers ? (long long)coarse : src);
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND bucket<%lld", rollups[r].table,
+                 where, (long long)cutoff_s);
+        int64_t n = exec_n(s, sql);
+        if (n < 0)
+            rc = CM_EIO;
+        else if (stats && !tiers)
+            stats->rows_moved += n;
+    }
+    return finish(s, rc);
+}
+
+static int pg_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cutoff_ns,
+                     int64_t seen_cutoff_ns, agg_retention_stats_t *stats) {
+    pg_store_t *s = (pg_store_t *)base;
+    int rc = lock_alone(s);
+    if (rc)
+        return rc;
+    char sql[512];
+    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0] && !rc; r++) {
+        /* a coarse row goes once all of it is past the cutoff */
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s<%s%lld", rollups[r].table,
+                 strcmp(rollups[r].table, "profile_coarse") ? "bucket" : "bucket+width",
+                 strcmp(rollups[r].table, "profile_coarse") ? "" : "=",
+                 (long long)data_cutoff_s);
+        int64_t n = exec_n(s, sql);
+        if (n < 0)
+            rc = CM_EIO;
+        else if (stats)
+            stats->rows_expired += n;
+    }
+    int64_t n[3] = {0, 0, 0};
+    if (!rc) {
+        snprintf(sql, sizeof sql, "DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, "
+                 "span FROM spans WHERE last_ns < %lld)", (long long)span_cutoff_ns);
+        n[0] = exec_n(s, sql);
+        snprintf(sql, sizeof sql, "DELETE FROM spans WHERE last_ns < %lld",
+                 (long long)span_cutoff_ns);
+        n[1] = n[0] < 0 ? -1 : exec_n(s, sql);
+        snprintf(sql, sizeof sql, "DELETE FROM seen_chunks WHERE ts_ns < %lld",
+                 (long long)seen_cutoff_ns);
+        n[2] = n[1] < 0 ? -1 : exec_n(s, sql);
+        if (n[0] < 0 || n[1] < 0 || n[2] < 0)
+            rc = CM_EIO;
+        else if (stats) {
+            stats->spans_expired += n[1];
+            stats->seen_expired += n[2];
+        }
+    }
+    return finish(s, rc);
+}
+
+static int64_t pg_size_bytes(agg_store_t *base) {
+    pg_store_t *s = (pg_store_t *)base;
+    PGconn *c = conn(s);
+    if (!c)
+        return -1;
+    PGresult *r = PQexec(c, "SELECT pg_database_size(current_database())");
+    int64_t n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r)
+                    ? strtoll(PQgetvalue(r, 0, 0), NULL, 10)
+                    : -1;
+    PQclear(r);
+    return n;
+}
+static int pg_derive(agg_store_t *base, const int64_t *tiers, int n_tiers, int64_t rep) {
+    pg_store_t *s = (pg_store_t *)base;
+    int rc = exec0(s, "BEGIN");
+    if (rc)
+        return rc;
+    if ((rc = derived_check(s, tiers, n_tiers, rep)) || (rc = exec0(s, "COMMIT")))
+        exec0(s, "ROLLBACK");
+    return rc;
+}
+
+static const agg_store_vtab_t pg_vtab = {
+    .name = "postgres",
+    .close = pg_close,
+    .offset_get = pg_offset_get,
+    .chunk_seen = pg_chunk_seen,
+    .batch_write = pg_batch_write,
+    .downsample = pg_downsample,
+    .expire = pg_expire,
+    .size_bytes = pg_size_bytes,
+    .derive = pg_derive,
+    .compact = pg_compact,
+};
+
+/* The URL without its password, for messages. */
+static void url_safe(const char *url, char *out, size_t size) {
+    const char *at = strchr(url, '@'), *scheme = strstr(url, "://");
+    const char *colon = scheme ? strchr(scheme + 3, ':') : NULL;
+    if (at && colon && colon < at)
+        snprintf(out, size, "%.*s:***%s", (int)(colon - url), url, at);
+    else
+        snprintf(out, size, "%s", url);
+}
+
+int agg_store_pg_open(const char *url, agg_store_t **out, char *err, size_t err_size) {
+    char safe[512];
+    url_safe(url, safe, sizeof safe);
+    pg_store_t *s = calloc(1, sizeof *s);
+    if (!s || !(s->url = strdup(url))) {
+        free(s);
+        return CM_ENOMEM;
+    }
+    s->base.vt = &pg_vtab;
+    s->conn = PQconnectdb(url);
+    if (PQstatus(s->conn) != CONNECTION_OK) {
+        snprintf(err, err_size, "cannot connect to the PostgreSQL store %s: %s", safe,
+                 PQerrorMessage(s->conn));
+        char *nl = strchr(err, '\n');
+        if (nl)
+            *nl = 0;
+        pg_close(&s->base);
+        return CM_EIO;
+    }
+    char e[512];
+    int rc = agg_pg_migrate(s->conn, e, sizeof e);
+    if (rc) {
+        snprintf(err, err_size, "PostgreSQL store %s: %s", safe, e);
+        pg_close(&s->base);
+        return rc;
+    }
+    *out = &s->base;
+    return 0;
+}

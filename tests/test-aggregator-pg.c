@@ -1,0 +1,270 @@
+/* Exactly once on PostgreSQL with a real broker (Kafka port 19882, PostgreSQL 15434): three
+ * fleetprof-aggregator instances, each with its own working directory (no shared files), one
+ * database (--store postgres://...). While the fleet produces (duplicates and malformed
+ * messages included): instances SIGKILLed and started again (rebalances as they come and go),
+ * the database SIGKILLed and restarted mid-ingest, and a database outage. Then the stored
+ * totals and profiles equal the simulator's ground truth exactly, and the rejects its
+ * malformed messages. FP_PG_CHAOS_LONG=1: the issue's full run (10 kills, a 30 s outage). */
+#define _GNU_SOURCE
+#include "aggtest.h"
+#include "intern.h"
+#include "support/kafka.h"
+#include "support/runner.h"
+
+#include "cm/chunk.h"
+#include "cm/wire.h"
+
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#define KPORT 19882
+#define PG_PORT 15434
+#define NPARTS 4
+#define NINST 3
+
+static char bootstrap[64], pgdir[64], url[256], src[1024];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* One value of a query, or -1 when the database does not answer. */
+static int64_t q1(const char *sql) {
+    PGconn *c = PQconnectdb(url);
+    int64_t v = -1;
+    if (PQstatus(c) == CONNECTION_OK) {
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+            v = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    PQfinish(c);
+    return v;
+}
+
+typedef struct {
+    fsim_t *sim;
+    rd_kafka_t *rk;
+    double rate;
+    int rc;
+} prod_t;
+
+static void *producer_main(void *arg) {
+    prod_t *p = arg;
+    p->rc = fsim_produce(p->sim, p->rk, CM_TOPIC_CHUNKS, p->rate);
+    return NULL;
+}
+
+typedef struct {
+    char dir[64], log[128];
+    pid_t pid;
+} inst_t;
+
+static void inst_start(inst_t *in, int i) {
+    const char *extra[] = {"--store", url, "--report-interval", "0", NULL};
+    in->pid = at_agg_start(bootstrap, in->dir, "pgchaos", 0, in->log, extra);
+    CHECKF(in->pid > 0, "instance %d did not start; see %s", i, in->log);
+}
+
+/* Compares the database with the simulator's truth; returns the number of differences. */
+static int check_truth(const fsim_t *sim) {
+    PGconn *c = PQconnectdb(url);
+    CHECKF(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+    int bad = 0;
+    const fsim_params_t *fp = fsim_params(sim);
+    size_t expected = 0;
+    for (uint32_t si = 0; si < fp->services; si++) {
+        const char *sn = fsim_service_name(sim, si);
+        int64_t sid = (int64_t)agg_intern_string_id(sn, strlen(sn));
+        for (uint32_t vi = 0; vi < fp->versions; vi++) {
+            const char *vn = fsim_version_name(sim, si, vi);
+            int64_t vid = (int64_t)agg_intern_string_id(vn, strlen(vn));
+            for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+                const fsim_sums_t *want = fsim_truth(sim, si, vi, t);
+                if (!want->rows)
+                    continue;
+                expected++;
+                static const char *const tabs[] = {"totals", "profile"};
+                for (int k = 0; k < 2; k++) {
+                    char sql[512];
+                    /* every fine row and, once downsampled, coarse row: the rows of one width
+                     * per bucket are the whole data; totals keep all widths apart too */
+                    snprintf(sql, sizeof sql,
+                             "SELECT coalesce(sum(weight),0), coalesce(sum(count),0), "
+                             "coalesce(sum(rows),0) FROM %s WHERE service=%lld AND "
+                             "version=%lld AND type=%u", tabs[k], (long long)sid,
+                             (long long)vid, t);
+                    PGresult *r = PQexec(c, sql);
+                    CHECKF(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+                    long long w = strtoll(PQgetvalue(r, 0, 0), NULL, 10),
+                              n = strtoll(PQgetvalue(r, 0, 1), NULL, 10),
+                              rows = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+                    PQclear(r);
+                    if (w != want->weight || n != want->count || rows != want->rows) {
+                        printf("%s %s %s %s: weight %lld want %lld, count %lld want %lld, rows "
+                               "%lld want %lld\n", tabs[k], sn, vn, cm_event_name(t), w,
+                               (long long)want->weight, n, (long long)want->count, rows,
+                               (long long)want->rows);
+                        bad++;
+                    }
+                }
+            }
+        }
+    }
+    PQfinish(c);
+    int64_t groups = q1("SELECT count(*) FROM (SELECT DISTINCT service, version, type FROM "
+                        "totals) x");
+    if (groups != (int64_t)expected) {
+        printf("the database holds %lld (service, version, type) totals, truth has %zu\n",
+               (long long)groups, expected);
+        bad++;
+    }
+    const fsim_counts_t *fc = fsim_counts(sim);
+    int64_t want_rej = 0;
+    for (int k = 0; k < FSIM_BAD_N; k++)
+        want_rej += (int64_t)fc->bad[k];
+    int64_t rej = q1("SELECT coalesce(sum(count),0) FROM rejects");
+    if (rej != want_rej) {
+        printf("rejects %lld, malformed messages produced %lld\n", (long long)rej,
+               (long long)want_rej);
+        bad++;
+    }
+    return bad;
+}
+
+static void test_chaos_exact(void) {
+    int lng = getenv("FP_PG_CHAOS_LONG") && atoi(getenv("FP_PG_CHAOS_LONG"));
+    int kills = lng ? 10 : 3, outage_s = lng ? 30 : 8;
+    fsim_params_t sp = {.seed = 17, .services = 8, .versions = 2, .processes = 4,
+                        .intervals = lng ? 24 : 8, .samples = 200, .stacks = 100,
+                        .duplicate_every = 13, .malformed_every = 29};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(sim && rk && at_topic_empty(rk, CM_TOPIC_CHUNKS, NPARTS));
+    inst_t in[NINST];
+    for (int i = 0; i < NINST; i++) {
+        at_tmpdir(in[i].dir, "pgchaos");
+        snprintf(in[i].log, sizeof in[i].log, "%.60s/agg.log", in[i].dir);
+        inst_start(&in[i], i);
+    }
+    /* the fleet produces for the whole chaos: ~kills * 3 s + the outage */
+    uint64_t msgs = (uint64_t)sp.services * sp.versions * sp.processes * sp.intervals;
+    double dur = kills * 3.0 + outage_s + 8;
+    prod_t p = {sim, rk, (double)msgs / dur, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, producer_main, &p);
+    double t0 = at_now();
+    at_sleep_ms(2000);
+    /* the database killed mid-ingest, then started again */
+    CHECK(sh("%s/deploy/postgres/stop.sh %s --kill 2>/dev/null", src, pgdir) == 0);
+    at_sleep_ms(1000);
+    CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+    printf("%.1f s: database SIGKILLed and restarted\n", at_now() - t0);
+    /* instances SIGKILLed at random moments and started again */
+    srand(23);
+    for (int k = 0; k < kills; k++) {
+        at_sleep_ms(1000 + rand() % 2000);
+        int i = k % NINST;
+        kill(in[i].pid, SIGKILL);
+        at_agg_stop(in[i].pid, SIGKILL, 10);
+        inst_start(&in[i], i);
+        printf("%.1f s: instance %d SIGKILLed and restarted\n", at_now() - t0, i);
+    }
+    /* an outage: the database stopped cleanly, down for outage_s */
+    CHECK(sh("%s/deploy/postgres/stop.sh %s 2>/dev/null", src, pgdir) == 0);
+    printf("%.1f s: database down for %d s\n", at_now() - t0, outage_s);
+    at_sleep_ms(outage_s * 1000);
+    CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+    pthread_join(th, NULL);
+    CHECK_EQ(p.rc, 0);
+    int64_t hi[NPARTS], want = 0;
+    CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
+    for (int i = 0; i < NPARTS; i++)
+        want += hi[i];
+    /* every partition's stored offset at its high watermark */
+    int64_t got = -1;
+    for (int s = 0; s < 1800 && got != want; s++) {
+        at_sleep_ms(100);
+        got = q1("SELECT coalesce(sum(next_offset),0) FROM offsets WHERE next_offset > 0");
+    }
+    CHECKF(got == want, "stored offsets sum to %lld, high watermarks to %lld; logs in %s...",
+           (long long)got, (long long)want, in[0].log);
+    int bad = check_truth(sim);
+    int64_t stale = 0, errs = 0, down = 0;
+    for (int i = 0; i < NINST; i++)
+        at_agg_stop(in[i].pid, SIGTERM, 30);
+    for (int i = 0; i < NINST; i++) { /* (each log holds every run of its instance) */
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "grep -c 'cannot reconnect\\|is not reachable' %s", in[i].log);
+        FILE *fd = popen(cmd, "r");
+        long long nd = 0;
+        if (fd && fscanf(fd, "%lld", &nd) == 1)
+            down += nd;
+        if (fd)
+            pclose(fd);
+        snprintf(cmd, sizeof cmd, "grep -c 'another instance wrote it' %s", in[i].log);
+        FILE *f = popen(cmd, "r");
+        long long n = 0;
+        if (f && fscanf(f, "%lld", &n) == 1)
+            stale += n;
+        if (f)
+            pclose(f);
+        snprintf(cmd, sizeof cmd, "grep -c 'store write failed' %s", in[i].log);
+        f = popen(cmd, "r");
+        n = 0;
+        if (f && fscanf(f, "%lld", &n) == 1)
+            errs += n;
+        if (f)
+            pclose(f);
+    }
+    const fsim_counts_t *fc = fsim_counts(sim);
+    printf("%llu messages (%llu chunks, %llu duplicates), %d instance kills, a database "
+           "SIGKILL and a %d s outage: %lld failed writes consumed again, %lld fenced "
+           "batches, %lld reconnection attempts; totals %s\n", (unsigned long long)fc->messages,
+           (unsigned long long)fc->chunks, (unsigned long long)fc->duplicates, kills, outage_s,
+           (long long)errs, (long long)stale, (long long)down,
+           bad ? "DIFFER" : "exactly equal to the truth");
+    CHECK_EQ(bad, 0);
+    CHECK(down > 0); /* the instances saw the database go away */
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+}
+
+static const tr_test_t tests[] = {
+    {"chaos_exact", test_chaos_exact},
+    {0},
+};
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *s = getenv("FLEETPROF_SRC");
+    snprintf(src, sizeof src, "%s", s ? s : ".");
+    snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgchaos-%d", (int)getpid());
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "PG_PORT=%d %s/deploy/postgres/start.sh %s", PG_PORT, src, pgdir);
+    FILE *p = popen(cmd, "r");
+    if (!p || !fgets(url, sizeof url, p) || pclose(p) != 0) {
+        printf("cannot start PostgreSQL (%s)\n1 failed\n", cmd);
+        return 1;
+    }
+    url[strcspn(url, "\n")] = 0;
+    int rc = 1;
+    if (ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap) &&
+        (ts_kafka_stop(KPORT, 0),
+         ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap))) {
+        printf("cannot start Kafka\n1 failed\n");
+    } else {
+        rc = tr_main(tests, argc, argv);
+        ts_kafka_stop(KPORT, 0);
+    }
+    sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
+    return rc;
+}

@@ -1,0 +1,523 @@
+/* The PostgreSQL store's write side (aggregator/src/store_pg.c) against a real PostgreSQL 15
+ * cluster (deploy/postgres, port 15433): the same simulated fleet fed into a SQLite store and
+ * a PostgreSQL store gives the same rows in every table; the offset fence; a database killed
+ * and restarted mid-ingest (the failed batch is consumed again from the stored offset, nothing
+ * lost or counted twice); versioned migrations applied once, a newer database refused. The
+ * cluster is started once in main; each test runs in its own child with its own database. */
+#define _GNU_SOURCE
+#include "aggtest.h"
+#include "intern.h"
+#include "rollup.h"
+#include "store.h"
+#include "store_pg.h"
+#include "support/runner.h"
+
+#include "cm/chunk.h"
+#include "cm/error.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define PG_PORT 15433
+
+static char pgdir[64], base_url[256], src[1024];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* A fresh database named name on the cluster; its URL in url. */
+static void new_db(const char *name, char *url, size_t size) {
+    CHECK(sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS %s' -c 'CREATE DATABASE %s' "
+             ">/dev/null", base_url, name, name) == 0);
+    snprintf(url, size, "postgres://fleetprof@127.0.0.1:%d/%s", PG_PORT, name);
+}
+
+/* ---- feeding a store as the consume loop does ---- */
+
+typedef struct {
+    agg_store_t *st;
+    agg_intern_t in;
+    agg_rollup_t r;
+    agg_batch_t b;
+    int64_t offset; /* stored next offset (-1: none) */
+} feeder_t;
+
+static void feeder_init(feeder_t *f, agg_store_t *st) {
+    memset(f, 0, sizeof *f);
+    f->st = st;
+    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
+    agg_rollup_init(&f->r, &rc);
+    agg_batch_init(&f->b);
+    f->offset = -1;
+}
+
+static void feeder_free(feeder_t *f) {
+    agg_store_close(f->st);
+    agg_intern_free(&f->in);
+    agg_rollup_free(&f->r);
+    agg_batch_free(&f->b);
+}
+
+/* The chunks of a simulator as decoded chunks, in order. */
+typedef struct {
+    cm_chunk_t **c;
+    size_t n;
+} chunks_t;
+
+/* (two days ago: below every tier's compaction mark in both stores, whenever each was created,
+ * so both route the rows to the tiers alike) */
+static chunks_t sim_chunks_at(uint64_t seed, uint64_t start_ns) {
+    fsim_params_t sp = {.seed = seed, .services = 3, .versions = 2, .processes = 3,
+                        .intervals = 4, .samples = 300, .stacks = 120,
+                        .start_unix_ns = start_ns};
+    fsim_t *sim = fsim_new(&sp);
+    chunks_t out = {calloc(1000, sizeof(cm_chunk_t *)), 0};
+    const uint8_t *fr;
+    size_t len;
+    const char *key;
+    while (fsim_next(sim, &fr, &len, &key) && out.n < 1000) {
+        char err[256];
+        CHECKF(cm_chunk_decode(fr, len, &out.c[out.n], err, sizeof err) == 0, "%s", err);
+        out.n++;
+    }
+    fsim_free(sim);
+    return out;
+}
+
+static chunks_t sim_chunks(uint64_t seed) {
+    return sim_chunks_at(seed, (uint64_t)(time(NULL) - 2 * 86400) * 1000000000ull);
+}
+
+static void chunks_free(chunks_t *c) {
+    for (size_t i = 0; i < c->n; i++)
+        cm_chunk_free(c->c[i]);
+    free(c->c);
+}
+
+/* Batch of chunks [from, to) at offsets from..to; returns the write's code. The batch is
+ * cleared either way; a failure forgets the interned ids (as consume.c does). */
+static int feed(feeder_t *f, const chunks_t *c, size_t from, size_t to) {
+    f->b.base_offset = f->offset;
+    for (size_t i = from; i < to; i++) {
+        agg_chunk_ids_t ids;
+        CHECK(agg_intern_chunk(&f->in, &f->b, c->c[i], &ids) == 0);
+        CHECK(agg_rollup_chunk(&f->r, &f->b, c->c[i], &ids) == 0);
+        /* the batch's seen chunk ids, as consume.c records them */
+        agg_seen_key_t k;
+        memcpy(k.id, c->c[i]->header.chunk_id, CM_CHUNK_ID_LEN);
+        int fresh;
+        agg_seen_ent_t *e = agg_hmap_upsert(&f->b.seen, &k, &fresh);
+        CHECK(e);
+        e->ts_ns = 1;
+    }
+    f->b.next_offset = (int64_t)to;
+    int rc = agg_store_batch_write(f->st, "fleetprof.chunks", 0, &f->b);
+    if (!rc)
+        f->offset = (int64_t)to;
+    else
+        agg_intern_forget(&f->in);
+    agg_batch_clear(&f->b);
+    return rc;
+}
+
+static void feed_all(feeder_t *f, const chunks_t *c, size_t per_batch) {
+    for (size_t i = 0; i < c->n; i += per_batch)
+        CHECK_EQ(feed(f, c, i, i + per_batch < c->n ? i + per_batch : c->n), 0);
+}
+
+/* ---- table dumps, compared as sorted row strings ---- */
+
+static const struct {
+    const char *table, *cols;
+} tables[] = {
+    {"strings", "*"},         {"mappings", "*"},      {"functions", "*"},
+    {"locations", "*"},       {"stacks", "*"},        {"labelsets", "*"},
+    {"labels", "*"},          {"labelset_base", "*"}, {"profile", "*"},       {"profile_coarse", "*"},
+    {"profile_leaf", "*"},    {"totals", "*"},        {"intervals", "*"},
+    {"drops", "*"},           {"versions", "*"},      {"fn_stats", "*"},
+    {"spans", "*"},           {"span_stacks", "*"},   {"rejects", "*"},
+    {"seen_chunks", "chunk_id, ts_ns"},               {"offsets", "topic, part, next_offset"},
+};
+#define NTABLES (sizeof tables / sizeof tables[0])
+
+typedef struct {
+    char **row;
+    size_t n, cap;
+} dump_t;
+
+static void dump_add(dump_t *d, const char *s) {
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 256;
+        d->row = realloc(d->row, d->cap * sizeof *d->row);
+        CHECK(d->row);
+    }
+    d->row[d->n++] = strdup(s);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void dump_free(dump_t *d) {
+    for (size_t i = 0; i < d->n; i++)
+        free(d->row[i]);
+    free(d->row);
+    memset(d, 0, sizeof *d);
+}
+
+/* cell formatting shared by both: integers and text as is, doubles %.12g, bytes lower hex */
+static void cell(char *row, size_t size, const char *txt) {
+    size_t n = strlen(row);
+    snprintf(row + n, size - n, "%s|", txt);
+}
+
+static void dump_sqlite(const char *path, size_t t, dump_t *d) {
+    sqlite3 *db;
+    CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT %s FROM %s", tables[t].cols, tables[t].table);
+    sqlite3_stmt *st;
+    CHECKF(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        char row[4096] = "", v[1024];
+        for (int i = 0; i < sqlite3_column_count(st); i++) {
+            switch (sqlite3_column_type(st, i)) {
+            case SQLITE_FLOAT:
+                snprintf(v, sizeof v, "%.12g", sqlite3_column_double(st, i));
+                break;
+            case SQLITE_BLOB: {
+                const uint8_t *p = sqlite3_column_blob(st, i);
+                int len = sqlite3_column_bytes(st, i);
+                for (int k = 0; k < len && 2 * k + 2 < (int)sizeof v; k++)
+                    sprintf(v + 2 * k, "%02x", p[k]);
+                if (!len)
+                    v[0] = 0;
+                break;
+            }
+            case SQLITE_NULL:
+                snprintf(v, sizeof v, "NULL");
+                break;
+            default:
+                snprintf(v, sizeof v, "%s", (const char *)sqlite3_column_text(st, i));
+            }
+            cell(row, sizeof row, v);
+        }
+        dump_add(d, row);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    if (d->n)
+        qsort(d->row, d->n, sizeof *d->row, cmp_str);
+}
+
+static void dump_pg(const char *url, size_t t, dump_t *d) {
+    PGconn *c = PQconnectdb(url);
+    CHECKF(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT %s FROM %s", tables[t].cols, tables[t].table);
+    PGresult *r = PQexec(c, sql);
+    CHECKF(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
+    for (int i = 0; i < PQntuples(r); i++) {
+        char row[4096] = "", v[1024];
+        for (int j = 0; j < PQnfields(r); j++) {
+            const char *x = PQgetvalue(r, i, j);
+            if (PQgetisnull(r, i, j))
+                snprintf(v, sizeof v, "NULL");
+            else if (PQftype(r, j) == 701) /* float8 */
+                snprintf(v, sizeof v, "%.12g", strtod(x, NULL));
+            else if (PQftype(r, j) == 17) /* bytea: "\x..." */
+                snprintf(v, sizeof v, "%s", x + 2);
+            else
+                snprintf(v, sizeof v, "%s", x);
+            cell(row, sizeof row, v);
+        }
+        dump_add(d, row);
+    }
+    PQclear(r);
+    PQfinish(c);
+    if (d->n)
+        qsort(d->row, d->n, sizeof *d->row, cmp_str);
+}
+
+/* Every table identical; returns the number of rows compared. */
+static size_t compare_all(const char *sqlite_path, const char *url) {
+    size_t rows = 0;
+    for (size_t t = 0; t < NTABLES; t++) {
+        dump_t a = {0}, b = {0};
+        dump_sqlite(sqlite_path, t, &a);
+        dump_pg(url, t, &b);
+        CHECKF(a.n == b.n, "%s: %zu rows in SQLite, %zu in PostgreSQL", tables[t].table, a.n,
+               b.n);
+        for (size_t i = 0; i < a.n; i++)
+            CHECKF(!strcmp(a.row[i], b.row[i]), "%s row %zu: SQLite %s, PostgreSQL %s",
+                   tables[t].table, i, a.row[i], b.row[i]);
+        rows += a.n;
+        dump_free(&a);
+        dump_free(&b);
+    }
+    return rows;
+}
+
+static int64_t pg_count(const char *url, const char *sql) {
+    PGconn *c = PQconnectdb(url);
+    CHECKF(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, sql);
+    CHECKF(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
+    int64_t n = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    PQfinish(c);
+    return n;
+}
+
+static agg_store_t *open_pg(const char *url) {
+    agg_store_t *st;
+    char err[512];
+    CHECKF(agg_store_pg_open(url, &st, err, sizeof err) == 0, "%s", err);
+    return st;
+}
+
+static agg_store_t *open_sqlite(const char *dir, char *path, size_t size) {
+    agg_store_t *st;
+    char err[512];
+    snprintf(path, size, "%s/s.db", dir);
+    CHECKF(agg_store_sqlite_open(path, &st, err, sizeof err) == 0, "%s", err);
+    return st;
+}
+
+/* ---- tests ---- */
+
+static void test_same_rows_as_sqlite(void) {
+    char url[256], dir[64], path[128];
+    new_db("same_rows", url, sizeof url);
+    at_tmpdir(dir, "pgsame");
+    chunks_t c = sim_chunks(5);
+    feeder_t fs, fp;
+    feeder_init(&fs, open_sqlite(dir, path, sizeof path));
+    feeder_init(&fp, open_pg(url));
+    double t0 = at_now();
+    feed_all(&fs, &c, 16);
+    double t1 = at_now();
+    feed_all(&fp, &c, 16);
+    double t2 = at_now();
+    feeder_free(&fs);
+    feeder_free(&fp);
+    size_t rows = compare_all(path, url);
+    CHECK(pg_count(url, "SELECT count(*) FROM profile") > 1000);
+    CHECK(pg_count(url, "SELECT count(*) FROM stacks") > 100);
+    CHECK(pg_count(url, "SELECT count(*) FROM fn_stats") > 100);
+    CHECK(pg_count(url, "SELECT count(*) FROM profile_leaf") > 100);
+    CHECK_EQ(pg_count(url, "SELECT next_offset FROM offsets"), (int64_t)c.n);
+    printf("%zu chunks, %zu rows identical in every table; write time SQLite %.2f s, "
+           "PostgreSQL %.2f s\n", c.n, rows, t1 - t0, t2 - t1);
+    chunks_free(&c);
+}
+
+static void test_fenced(void) {
+    char url[256];
+    new_db("fenced", url, sizeof url);
+    chunks_t c = sim_chunks(6);
+    feeder_t f;
+    feeder_init(&f, open_pg(url));
+    CHECK_EQ(feed(&f, &c, 0, 10), 0);
+    int64_t w = pg_count(url, "SELECT sum(weight) FROM totals");
+    CHECK(w > 0);
+    /* another instance wrote the partition meanwhile: a batch from the old base is refused
+     * and writes nothing */
+    agg_store_t *other = open_pg(url);
+    feeder_t g;
+    feeder_init(&g, other);
+    g.offset = -1; /* it believes nothing was stored */
+    CHECK_EQ(feed(&g, &c, 0, 10), -ESTALE);
+    CHECK_EQ(pg_count(url, "SELECT sum(weight) FROM totals"), w);
+    CHECK_EQ(pg_count(url, "SELECT next_offset FROM offsets"), 10);
+    int64_t off;
+    CHECK(agg_store_offset_get(other, "fleetprof.chunks", 0, &off) == 0 && off == 10);
+    int64_t off1;
+    CHECK(agg_store_offset_get(other, "fleetprof.chunks", 1, &off1) == 0 && off1 == -1);
+    int seen = 0;
+    CHECK(agg_store_chunk_seen(other, c.c[3]->header.chunk_id, &seen) == 0 && seen == 1);
+    CHECK(agg_store_chunk_seen(other, c.c[30]->header.chunk_id, &seen) == 0 && seen == 0);
+    /* from the stored offset it goes on */
+    g.offset = off;
+    CHECK_EQ(feed(&g, &c, 10, 20), 0);
+    CHECK_EQ(pg_count(url, "SELECT next_offset FROM offsets"), 20);
+    feeder_free(&f);
+    feeder_free(&g);
+    chunks_free(&c);
+}
+
+static void test_migrations(void) {
+    char url[256];
+    new_db("migr", url, sizeof url);
+    agg_store_close(open_pg(url));
+    agg_store_close(open_pg(url)); /* again: nothing to apply */
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM fleetprof_schema"), agg_pg_schema_version());
+    CHECK(sh("psql -X -q '%s' -c 'INSERT INTO fleetprof_schema(version) VALUES (99)' "
+             ">/dev/null", url) == 0);
+    agg_store_t *st;
+    char err[512];
+    CHECK_EQ(agg_store_pg_open(url, &st, err, sizeof err), CM_ECONFIG);
+    CHECKF(strstr(err, "schema is version 99") && strstr(err, "upgrade the aggregator"), "%s",
+           err);
+    /* an unreachable server: a precise error without the password */
+    CHECK(agg_store_pg_open("postgres://u:secret@127.0.0.1:1/x", &st, err, sizeof err) != 0);
+    CHECKF(strstr(err, "cannot connect") && !strstr(err, "secret") && strstr(err, "u:***@"),
+           "%s", err);
+}
+
+/* The database killed (SIGKILL) mid-ingest and started again, then stopped cleanly for a
+ * while: the batches in between fail, are consumed again from the stored offset, and the
+ * result equals an uninterrupted SQLite store exactly. */
+static void test_restart_mid_ingest(void) {
+    char url[256], dir[64], path[128];
+    new_db("restart", url, sizeof url);
+    at_tmpdir(dir, "pgrestart");
+    chunks_t c = sim_chunks(7);
+    feeder_t fs, fp;
+    feeder_init(&fs, open_sqlite(dir, path, sizeof path));
+    feed_all(&fs, &c, 8);
+    feeder_init(&fp, open_pg(url));
+    size_t next = 0, failed = 0;
+    int restarts = 0;
+    while (next < c.n) {
+        size_t to = next + 8 < c.n ? next + 8 : c.n;
+        if ((next / 8) % 4 == 1 && restarts < 2) { /* a crash, then a clean stop */
+            CHECK(sh("%s/deploy/postgres/stop.sh %s %s 2>/dev/null", src, pgdir,
+                     restarts ? "" : "--kill") == 0);
+            CHECK(feed(&fp, &c, next, to) != 0); /* the database is down: the batch fails */
+            failed++;
+            int64_t off;
+            CHECK(agg_store_offset_get(fp.st, "fleetprof.chunks", 0, &off) != 0);
+            CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+            restarts++;
+            /* as consume.c: re-read the stored offset (the handle tries to reconnect at most
+             * once a second), consume again from there */
+            int tries = 0;
+            while (agg_store_offset_get(fp.st, "fleetprof.chunks", 0, &off) != 0 && tries++ < 50)
+                at_sleep_ms(100);
+            CHECKF(tries <= 50, "offset still unreadable after %d tries", tries);
+            CHECK_EQ(off, (int64_t)next);
+            fp.offset = off;
+        }
+        CHECK_EQ(feed(&fp, &c, next, to), 0);
+        next = to;
+    }
+    feeder_free(&fs);
+    feeder_free(&fp);
+    CHECK_EQ(restarts, 2);
+    size_t rows = compare_all(path, url);
+    printf("%zu chunks; %zu batches failed with the database down; %zu rows identical to "
+           "the uninterrupted SQLite store\n", c.n, failed, rows);
+    chunks_free(&c);
+}
+
+/* Compaction, downsampling and expiry give the same rows as SQLite's: data of the current
+ * minutes (above the marks set by the first batch), compacted as an hour later, then
+ * downsampled and expired as days later. */
+static void test_retention_same_as_sqlite(void) {
+    char url[256], dir[64], path[128];
+    new_db("retention", url, sizeof url);
+    at_tmpdir(dir, "pgret");
+    int64_t now = (int64_t)time(NULL);
+    /* the first batch (old data) sets both stores' marks; then data from now on */
+    chunks_t old = sim_chunks_at(8, (uint64_t)(now - 3 * 3600) * 1000000000ull);
+    chunks_t cur = sim_chunks_at(9, (uint64_t)now * 1000000000ull);
+    feeder_t fs, fp;
+    feeder_init(&fs, open_sqlite(dir, path, sizeof path));
+    feeder_init(&fp, open_pg(url));
+    CHECK_EQ(feed(&fs, &old, 0, 8), 0);
+    CHECK_EQ(feed(&fp, &old, 0, 8), 0);
+    /* then the current minutes, in batches of 16, into both (offsets go on from 8) */
+    for (size_t i = 0; i < cur.n; i += 16) {
+        size_t to = i + 16 < cur.n ? i + 16 : cur.n;
+        for (feeder_t *f = &fs; f; f = f == &fs ? &fp : NULL) {
+            f->b.base_offset = f->offset;
+            for (size_t k = i; k < to; k++) {
+                agg_chunk_ids_t ids;
+                CHECK(agg_intern_chunk(&f->in, &f->b, cur.c[k], &ids) == 0);
+                CHECK(agg_rollup_chunk(&f->r, &f->b, cur.c[k], &ids) == 0);
+            }
+            f->b.next_offset = f->offset + (int64_t)(to - i);
+            CHECK_EQ(agg_store_batch_write(f->st, "fleetprof.chunks", 0, &f->b), 0);
+            f->offset = f->b.next_offset;
+            agg_batch_clear(&f->b);
+        }
+    }
+    size_t rows0 = compare_all(path, url);
+    int64_t tiers0 = pg_count(url, "SELECT count(*) FROM profile_coarse");
+    /* compaction as an hour later: the fine rows of the current minutes go to every tier */
+    CHECK_EQ(fs.st->vt->compact(fs.st, 10, now + 3600), 0);
+    CHECK_EQ(fp.st->vt->compact(fp.st, 10, now + 3600), 0);
+    int64_t tiers = pg_count(url, "SELECT count(*) FROM profile_coarse");
+    size_t rows1 = compare_all(path, url);
+    CHECKF(tiers > tiers0, "compaction added no tier rows (%lld)", (long long)tiers);
+    /* downsampled as two days later, then rollups older than a day expired (nothing of
+     * today), spans and chunk ids of before now + 1 s */
+    agg_retention_stats_t a = {0}, b = {0};
+    int64_t cut = now + 2 * 86400;
+    cut -= cut % 3600;
+    CHECK_EQ(agg_store_downsample(fs.st, 10, 3600, cut, &a), 0);
+    CHECK_EQ(agg_store_downsample(fp.st, 10, 3600, cut, &b), 0);
+    CHECK_EQ(a.rows_moved, b.rows_moved);
+    CHECK(a.rows_moved > 1000);
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM profile WHERE width = 10"), 0);
+    size_t rows2 = compare_all(path, url);
+    int64_t exp = now - 86400;
+    CHECK_EQ(agg_store_expire(fs.st, exp, (now + 1) * 1000000000ll, 2, &a), 0);
+    CHECK_EQ(agg_store_expire(fp.st, exp, (now + 1) * 1000000000ll, 2, &b), 0);
+    CHECK_EQ(a.rows_expired, b.rows_expired);
+    CHECK_EQ(a.seen_expired, b.seen_expired);
+    size_t rows3 = compare_all(path, url);
+    /* expire everything: nothing left of the rollups */
+    CHECK_EQ(agg_store_expire(fs.st, cut + 7200, INT64_MAX, INT64_MAX, &a), 0);
+    CHECK_EQ(agg_store_expire(fp.st, cut + 7200, INT64_MAX, INT64_MAX, &b), 0);
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM totals"), 0);
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM profile_coarse"), 0);
+    size_t rows4 = compare_all(path, url);
+    printf("identical after ingest (%zu rows), compaction (%zu, tier rows %lld -> %lld), "
+           "downsampling (%zu, %lld rows moved), expiry (%zu), expiry of all (%zu)\n", rows0,
+           rows1, (long long)tiers0, (long long)tiers, rows2, (long long)b.rows_moved, rows3,
+           rows4);
+    feeder_free(&fs);
+    feeder_free(&fp);
+    chunks_free(&old);
+    chunks_free(&cur);
+}
+
+static const tr_test_t tests[] = {
+    {"retention_same_as_sqlite", test_retention_same_as_sqlite},
+    {"same_rows_as_sqlite", test_same_rows_as_sqlite},
+    {"fenced", test_fenced},
+    {"migrations", test_migrations},
+    {"restart_mid_ingest", test_restart_mid_ingest},
+    {0},
+};
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *s = getenv("FLEETPROF_SRC");
+    snprintf(src, sizeof src, "%s", s ? s : ".");
+    snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgtest-%d", (int)getpid());
+    FILE *p;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "PG_PORT=%d %s/deploy/postgres/start.sh %s", PG_PORT, src, pgdir);
+    if (!(p = popen(cmd, "r")) || !fgets(base_url, sizeof base_url, p) || pclose(p) != 0) {
+        printf("cannot start PostgreSQL (%s)\n1 failed\n", cmd);
+        return 1;
+    }
+    base_url[strcspn(base_url, "\n")] = 0;
+    int rc = tr_main(tests, argc, argv);
+    sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
+    return rc;
+}
