@@ -35,7 +35,6 @@
 #define AG_CTL_DT_NS 250000000ull
 #define AG_SCAN_NS 500000000ull
 #define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
-#define AG_START_DELAY_NS 20000000ull /* the bg thread's first sleep (see bg_main) */
 
 static pthread_t g_thread;
 static int g_started;
@@ -623,10 +622,12 @@ static void cut_chunk(int at_exit) {
     ag_symstats_t ss;
     ag_symbols_stats(&ss);
     CM_DEBUG("symbols: %llu objects opened (%llu function symbols) in %llu ns; %llu lookups "
-             "in %llu ns in total, opening included; %llu loads deferred (descriptors)",
+             "in %llu ns in total, opening included; %llu loads deferred (descriptors); %llu "
+             "objects unnamed (no elfutils)",
              (unsigned long long)ss.objects, (unsigned long long)ss.symbols,
              (unsigned long long)ss.load_ns, (unsigned long long)ss.lookups,
-             (unsigned long long)ss.lookup_ns, (unsigned long long)ss.deferred);
+             (unsigned long long)ss.lookup_ns, (unsigned long long)ss.deferred,
+             (unsigned long long)ss.nolib);
 
     uint8_t *frame = NULL;
     size_t len = 0;

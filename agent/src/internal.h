@@ -11,6 +11,7 @@
  *   context.c    per-thread span context and labels (public API), label interning
  *   controller.c per-event-type rate controller and CPU budget
  *   symbols.c    loaded objects, ELF symbol tables, demangling (background thread only)
+ *   dwlib.c      elfutils (libdw, libelf) loaded on the first symbol lookup (background thread)
  *   builder.c    aggregation of records into a cm_chunk_t (background thread only)
  *   sender.c     collector connection, unacked-chunk queue, output files (background only)
  *   bgthread.c   the background thread loop: wall ticks, drain, control, chunks, sending
@@ -369,6 +370,7 @@ typedef struct {
     uint64_t load_ns;          /* time spent opening objects and reading their tables */
     uint64_t lookups, lookup_ns; /* ag_symbols_lookup calls and their time (loads included) */
     uint64_t deferred; /* loads put off: the process was near RLIMIT_NOFILE */
+    uint64_t nolib;    /* objects left unnamed: elfutils could not be loaded */
 } ag_symstats_t;
 AG_HIDDEN void ag_symbols_init(void);
 AG_HIDDEN void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out);
@@ -422,6 +424,8 @@ AG_HIDDEN uint64_t ag_sender_first_sequence(void);
 
 /* ---- bgthread.c / agent.c ---- */
 enum { AG_REQ_FLUSH = 1, AG_REQ_STOP = 2, AG_REQ_SIGTERM = 4, AG_REQ_CAPS = 8 };
+/* The bg thread's first sleep: what a process that is gone within it never pays for */
+#define AG_START_DELAY_NS 20000000ull
 typedef struct {
     ag_config_t cfg;
     pid_t pid;
