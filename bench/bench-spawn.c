@@ -1,7 +1,7 @@
 /* Fork/exec cost of the agent (issue 13): posix_spawn of a trivial program, waited for, with
  * and without libfleetprof.so preloaded in the child, in one run.
  *
- *   bench-spawn [--rounds R] [--batch N] [--prog PATH] [--agent PATH]
+ *   bench-spawn [--rounds R] [--batch N] [--prog PATH] [--agent PATH] [--base PATH]
  *
  * Modes (interleaved round by round, so that the machine's load hits each alike):
  *   plain     no agent
@@ -13,6 +13,8 @@
  *             ever comes back)
  *   none      agent; FLEETPROF_COLLECTOR=none (files only, FLEETPROF_OUTPUT unset)
  *   off       agent loaded with FLEETPROF_ENABLED=0: the cost of loading the library alone
+ *   base      (with --base SO) another build of the agent, collector down: before/after a
+ *             change in one run
  * Each round does one batch of N spawns per mode; a batch's figure is its mean ms per spawn
  * (posix_spawn to waitpid). Reported per mode: the median over rounds, its difference from
  * plain and the ratio. The benchmark process itself never has the agent.
@@ -37,8 +39,8 @@
 
 extern char **environ;
 
-enum { M_PLAIN, M_UP, M_DOWN, M_STOPPED, M_NONE, M_OFF, M_COUNT };
-static const char *g_names[M_COUNT] = {"plain", "up", "down", "stopped", "none", "off"};
+enum { M_PLAIN, M_UP, M_DOWN, M_STOPPED, M_NONE, M_OFF, M_BASE, M_COUNT };
+static const char *g_names[M_COUNT] = {"plain", "up", "down", "stopped", "none", "off", "base"};
 
 static double now_ms(void) {
     struct timespec ts;
@@ -184,6 +186,7 @@ int main(int argc, char **argv) {
     int rounds = 15, batch = 40;
     const char *prog = "/bin/true";
     char agent[4096];
+    const char *base = NULL;
     snprintf(agent, sizeof agent, "%s", "");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
@@ -194,8 +197,11 @@ int main(int argc, char **argv) {
             prog = argv[++i];
         else if (!strcmp(argv[i], "--agent") && i + 1 < argc)
             snprintf(agent, sizeof agent, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--base") && i + 1 < argc)
+            base = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--rounds R] [--batch N] [--prog PATH] [--agent SO]\n",
+            fprintf(stderr, "usage: %s [--rounds R] [--batch N] [--prog PATH] [--agent SO] "
+                            "[--base SO]\n",
                     argv[0]);
             return 2;
         }
@@ -229,7 +235,9 @@ int main(int argc, char **argv) {
 
     char **env[M_COUNT] = {make_env(NULL, NULL, 0),       make_env(agent, up, 0),
                            make_env(agent, down, 0),      make_env(agent, stopped, 0),
-                           make_env(agent, "none", 0),    make_env(agent, "none", 1)};
+                           make_env(agent, "none", 0),    make_env(agent, "none", 1),
+                           base ? make_env(base, down, 0) : NULL};
+    int nmodes = base ? M_COUNT : M_BASE;
     double *ms[M_COUNT], *cpums[M_COUNT];
     for (int m = 0; m < M_COUNT; m++) {
         ms[m] = calloc((size_t)rounds, sizeof(double));
@@ -237,7 +245,7 @@ int main(int argc, char **argv) {
     }
     char *av[] = {(char *)prog, NULL};
     for (int r = 0; r < rounds; r++)
-        for (int m = 0; m < M_COUNT; m++) {
+        for (int m = 0; m < nmodes; m++) {
             double t0 = now_ms(), cpu = 0;
             for (int i = 0; i < batch; i++) {
                 pid_t pid;
@@ -265,7 +273,7 @@ int main(int argc, char **argv) {
     printf("%-8s %9s %8s %8s %11s %6s | %8s %11s %6s\n", "mode", "wall_med", "min", "max",
            "minus_plain", "ratio", "cpu_med", "minus_plain", "ratio");
     double med[M_COUNT], cmed[M_COUNT];
-    for (int m = 0; m < M_COUNT; m++) {
+    for (int m = 0; m < nmodes; m++) {
         qsort(ms[m], (size_t)rounds, sizeof(double), cmp_d);
         qsort(cpums[m], (size_t)rounds, sizeof(double), cmp_d);
         med[m] = ms[m][rounds / 2];
