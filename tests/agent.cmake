@@ -45,3 +45,6 @@ target_include_directories(test-agent-mutex PRIVATE ${PROJECT_SOURCE_DIR}/agent/
   ${PROJECT_SOURCE_DIR}/agent/include)
 target_compile_definitions(test-agent-mutex PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+# fmath.h (issue 13): the agent's libm-free exp/log family against libm.
+fp_test(test-agent-fmath LABELS agent LIBS m)
+target_include_directories(test-agent-fmath PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
