@@ -106,3 +106,4 @@ fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c
 fp_hostile(cxx_exceptions SOURCES hostile/cxx_exceptions.cc)
 fp_hostile(threads_3000 SOURCES hostile/threads_3000.c TIMEOUT 60)
 fp_hostile(cgo GO hostile/cgo REPEAT 10 TIMEOUT 60)
+fp_hostile(exec_signal SOURCES hostile/exec_signal.c TIMEOUT 60 ENV FLEETPROF_WALL_HZ=1000)

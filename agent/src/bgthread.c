@@ -444,11 +444,21 @@ static void wall_tick(uint64_t now) {
             ag_drop_count(CM_EV_WALL, CM_DROP_HOST_UNSAFE, 1);
             continue;
         }
+        /* Never to a thread in exec (hook_exec.c): a signal queued while it execs stays
+         * pending in the new image, where our number's disposition is SIG_DFL again: the
+         * process would die of it. The thread sets exec_pending, then waits for wall_sending
+         * to drop (both seq_cst): a send either happens before it drains, or not at all. */
+        atomic_store(&t->wall_sending, 1);
+        if (atomic_load(&t->exec_pending)) {
+            atomic_store(&t->wall_sending, 0);
+            continue;
+        }
         atomic_store(&t->wall_pending, 1);
         if (ag_signal_wall(tid, slot, w, on_cpu) == 0)
             sent++;
         else
             atomic_store(&t->wall_pending, 0);
+        atomic_store(&t->wall_sending, 0);
     }
 }
 

@@ -11,6 +11,7 @@
  *   context.c    per-thread span context and labels (public API), label interning
  *   controller.c per-event-type rate controller and CPU budget
  *   symbols.c    loaded objects, ELF symbol tables, demangling (background thread only)
+ *   hook_exec.c  exec interposers: no signal of ours pending across an exec
  *   dwlib.c      elfutils (libdw, libelf) loaded on the first symbol lookup (background thread)
  *   builder.c    aggregation of records into a cm_chunk_t (background thread only)
  *   sender.c     collector connection, unacked-chunk queue, output files (background only)
@@ -149,6 +150,8 @@ typedef struct ag_thread {
     _Atomic uint32_t unw_depth, unw_gen;
     _Atomic int wall_pending;             /* bg sets before a wall signal, handler clears */
     _Atomic int foreign_tls;              /* handler: its TLS is another thread's (raw clone) */
+    _Atomic int exec_pending;             /* hook_exec.c: in exec; no wall signal may be sent */
+    _Atomic int wall_sending;             /* bg: between its exec_pending check and the send */
     void *altstack;                       /* our alternate signal stack (mmap), NULL: none */
 } ag_thread_t;
 
@@ -202,6 +205,7 @@ AG_HIDDEN extern int ag_sig;                     /* sampling signal number, 0 if
 AG_HIDDEN int ag_signal_init(void);
 /* bg: sends a wall sample request to thread tid. weight_ns: wall time it stands for. */
 AG_HIDDEN int ag_signal_wall(pid_t tid, uint32_t slot, uint64_t weight_ns, int on_cpu);
+AG_HIDDEN int ag_signal_is_ours(const siginfo_t *si); /* handler's classification */
 /* Installs the SIGTERM flush handler if SIGTERM is at its default disposition. */
 AG_HIDDEN void ag_signal_sigterm_install(void);
 AG_HIDDEN void ag_signal_sigterm_restore(void);

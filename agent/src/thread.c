@@ -138,6 +138,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         atomic_store(&t->walking, 0);
         atomic_store(&t->wall_pending, 0);
         atomic_store(&t->foreign_tls, 0);
+        atomic_store(&t->exec_pending, 0);
         t->wall_last_ns = ag_now_mono();
         atomic_store(&t->wall_cpu_after, 0);
         t->wall_cpu_prev = 0;
