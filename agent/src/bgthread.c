@@ -653,17 +653,21 @@ static void cut_chunk(int at_exit) {
         /* The collector would refuse it (and Kafka could not carry it): files only. Rare:
          * the early cut (AG_CHUNK_SOFT) keeps chunks well below; what it does not see is
          * added at the cut (INUSE rows of a huge live heap, aggregates). */
-        ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
         if (!B.warned_size++)
             CM_WARN("chunk %llu is %zu bytes, above the %u-byte limit: not sent to the "
                     "collector (written to FLEETPROF_OUTPUT only, if set)",
                     (unsigned long long)h.sequence, len, AG_CHUNK_MAX);
-        ag_sender_write_file(frame, len, h.sequence);
+        int filed = ag_sender_write_file(frame, len, h.sequence) == 0;
+        /* lost to the collector's pipeline (or, files only, not written): its counts go on */
+        if (ag_sender_uses_socket())
+            ag_sender_give_back(drops, nd, CM_DROP_ENCODE_FAILED);
+        else if (!filed)
+            ag_sender_give_back(drops, nd, CM_DROP_OUTPUT_FAILED);
         free(frame);
     } else if (rc == 0) {
-        ag_sender_submit(frame, len, h.sequence);
+        ag_sender_submit(frame, len, h.sequence, drops, nd);
     } else {
-        ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
+        ag_sender_give_back(drops, nd, CM_DROP_ENCODE_FAILED);
         if (!B.warned_encode++)
             CM_WARN("chunk %llu not encoded: %s: %s", (unsigned long long)h.sequence,
                     cm_errname(rc), err);

@@ -56,7 +56,7 @@
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
 #define AG_RING_SIZE (32u << 10)     /* bytes per thread ring, power of two */
-#define AG_DROP_REASONS 12           /* cm_drop_reason_t values + 1 */
+#define AG_DROP_REASONS 13           /* cm_drop_reason_t values + 1 */
 
 /* ---- config.c ---- */
 typedef struct {
@@ -410,8 +410,14 @@ AG_HIDDEN int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **fra
 AG_HIDDEN void ag_sender_init(const ag_config_t *cfg);
 /* Takes ownership of frame. Writes the output file (if configured) and queues for the
  * collector (dropping the oldest with DROP_CHUNK_QUEUE_FULL). */
-AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq);
-AG_HIDDEN void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq);
+/* drops: the counts the chunk's header carries (given back if the chunk is lost) */
+AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq, const cm_drop_t *drops,
+                                uint32_t ndrops);
+AG_HIDDEN int ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq); /* -1: not */
+/* A chunk carrying drops was lost for good: its counts go back into the agent's counters, plus
+ * one of reason for the chunk itself; the next chunk cut reports them. */
+AG_HIDDEN void ag_sender_give_back(const cm_drop_t *drops, uint32_t n, uint32_t reason);
+AG_HIDDEN int ag_sender_uses_socket(void); /* 0: FLEETPROF_COLLECTOR=none, files only */
 /* Progresses connect/write/read-acks without blocking. Returns the fd to poll (or -1) and the
  * poll events wanted; *wake_ms: when it wants to be called again at the latest. */
 AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);
