@@ -455,6 +455,8 @@ AG_HIDDEN int ag_bg_start(void);
 AG_HIDDEN void ag_bg_stop(void); /* final flush, joins */
 /* A child forked without atfork handlers (sandbox.c): stop profiling, take no lock. */
 AG_HIDDEN void ag_bg_forget_child(void);
+/* agent.c: in a child forked without our atfork handlers? Then profiling stops (1). */
+AG_HIDDEN int ag_unseen_child(void);
 /* The destructor's work: timers off, last chunk written, bg thread joined, running = 0. */
 AG_HIDDEN void ag_agent_stop(void);
 /* ---- sandbox.c: fork from a signal handler, seccomp ---- */

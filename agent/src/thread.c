@@ -250,7 +250,7 @@ static int main_stack(pid_t tid, uintptr_t *lo, uintptr_t *hi) {
 ag_thread_t *ag_thread_register_self(void) {
     if (t_self)
         return t_self;
-    if (!atomic_load(&ag.running))
+    if (!atomic_load(&ag.running) || ag_unseen_child())
         return NULL;
     pid_t tid = gettid_();
     uintptr_t lo = 0, hi = 0;
@@ -288,7 +288,8 @@ ag_thread_t *ag_thread_register_self(void) {
 /* pthread key destructor: the thread is exiting. */
 static void thread_exit(void *arg) {
     ag_thread_t *t = arg;
-    if (atomic_load(&ag_sandboxed)) { /* a seccomp filter may forbid any syscall of ours */
+    if (atomic_load(&ag_sandboxed) || /* a seccomp filter may forbid any syscall of ours */
+        ag_unseen_child()) {          /* a child without our atfork: no lock of ours */
         t_self = NULL;
         return;
     }
