@@ -51,7 +51,7 @@ target_include_directories(test-agent-fmath PRIVATE ${PROJECT_SOURCE_DIR}/agent/
 # Every lost chunk counted on a full FLEETPROF_OUTPUT (issue 13): a real tmpfs, filled, then
 # freed (unshare -m: needs root). nosan: the agent is preloaded into fp-work.
 fp_test(test-agent-output-full LABELS "agent;nosan")
-add_dependencies(test-agent-output-full fp-work fleetprof_agent)
+add_dependencies(test-agent-output-full fp-work fleetprof_agent fleetprof-collector)
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-output-full PROPERTIES DISABLED TRUE)
 endif()

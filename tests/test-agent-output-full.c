@@ -58,8 +58,104 @@ static void test_output_full(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* Output of a shell command as a number. */
+static uint64_t sh_num(const char *cmd) {
+    char out[64] = "";
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    if (!fgets(out, sizeof out, f))
+        out[0] = '\0';
+    pclose(f);
+    return strtoull(out, NULL, 10);
+}
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The collector's spool on a full tmpfs for 3.5 s (it answers "retry", the agent's queue of 16
+ * fills and drops its oldest; the collector is killed at the end: its spool is the record): the chunks in the spool segments (distinct sequence numbers: a resent
+ * chunk may be there twice) plus the drops they carry equal the chunks the agent cut. */
+static void test_spool_full(void) {
+    char tmp[] = "/tmp/fp-spoolfull-XXXXXX", cmd[16384], prog[2048], so[2048], col[2048];
+    CHECK(mkdtemp(tmp) != NULL);
+    snprintf(prog, sizeof prog, "%s/tests/fp-work", bdir());
+    snprintf(so, sizeof so, "%s/agent/libfleetprof.so", bdir());
+    snprintf(col, sizeof col, "%s/collector/fleetprof-collector", bdir());
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/spool %s/copy && unshare -m --propagation private sh -c '"
+             "mount -t tmpfs -o size=1m fp-spoolfull %s/spool || exit 9; "
+             "%s --socket %s/c.sock --spool-dir %s/spool --brokers 127.0.0.1:9 "
+             "--http-listen off --spool-fsync none >%s/col.log 2>&1 & c=$!; "
+             "for i in $(seq 50); do [ -S %s/c.sock ] && break; sleep 0.1; done; "
+             "head -c 4M /dev/zero > %s/spool/filler 2>/dev/null; "
+             "FLEETPROF_COLLECTOR=%s/c.sock FLEETPROF_INTERVAL=0.1 FLEETPROF_LOG_LEVEL=debug "
+             "LD_PRELOAD=%s %s cpuwall 6 >/dev/null 2>%s/log & a=$!; "
+             "sleep 3.5; rm -f %s/spool/filler; wait $a; rc=$?; sleep 0.5; kill -9 $c; wait $c; "
+             "cp %s/spool/*.seg %s/copy/; exit $rc'",
+             tmp, tmp, tmp, col, tmp, tmp, tmp, tmp, tmp, tmp, so, prog, tmp, tmp, tmp, tmp);
+    int st = system(cmd);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, cmd);
+    snprintf(cmd, sizeof cmd, "grep -c 'comp=fleetprof-agent chunk [0-9]*: agent cpu' %s/log", tmp);
+    uint64_t cut = sh_num(cmd);
+    /* every record of every segment: u32 magic, u32 body_len, u64 hash, u64 received,
+     * u16 key_len, u16 hdr_len, u32 frame_len | key | headers | frame */
+    static uint8_t seen[4096];
+    memset(seen, 0, sizeof seen);
+    uint64_t distinct = 0, records = 0, lost = 0;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/copy", tmp);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".seg"))
+            continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        static uint8_t buf[1 << 20];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        for (size_t off = 16; off + 32 <= n;) {
+            CHECKF(le32(buf + off) == 0x52535046u, "%s: bad record at %zu", path, off);
+            uint32_t body = le32(buf + off + 4), flen = le32(buf + off + 28);
+            size_t klen = (size_t)buf[off + 24] | (size_t)buf[off + 25] << 8;
+            size_t hlen = (size_t)buf[off + 26] | (size_t)buf[off + 27] << 8;
+            CHECK(off + 32 + body <= n && klen + hlen + flen == body);
+            cm_chunk_t *c = NULL;
+            char err[256];
+            int rc = cm_chunk_decode(buf + off + 32 + klen + hlen, flen, &c, err, sizeof err);
+            CHECKF(rc == 0, "record at %zu: %s", off, err);
+            records++;
+            uint64_t seq = c->header.sequence;
+            CHECK(seq < sizeof seen);
+            if (!seen[seq]++) {
+                distinct++;
+                for (uint32_t k = 0; k < c->header.n_drops; k++)
+                    if (c->header.drops[k].reason == CM_DROP_CHUNK_QUEUE_FULL ||
+                        c->header.drops[k].reason == CM_DROP_OUTPUT_FAILED)
+                        lost += c->header.drops[k].count;
+            }
+            cm_chunk_free(c);
+            off += 32 + body;
+        }
+    }
+    closedir(d);
+    printf("# %llu chunks cut, %llu in the spool (%llu records), %llu counted lost\n",
+           (unsigned long long)cut, (unsigned long long)distinct, (unsigned long long)records,
+           (unsigned long long)lost);
+    CHECKF(lost >= 3, "%llu lost: the spool was not full long enough", (unsigned long long)lost);
+    CHECKF(distinct + lost == cut, "%llu spooled + %llu counted != %llu cut",
+           (unsigned long long)distinct, (unsigned long long)lost, (unsigned long long)cut);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    CHECK(system(cmd) == 0);
+}
+
 static const tr_test_t tests[] = {
     {"output_full", test_output_full},
+    {"spool_full", test_spool_full},
     {NULL, NULL},
 };
 

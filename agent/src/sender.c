@@ -70,6 +70,9 @@ static struct {
     uint32_t cur;         /* entry being written */
     size_t cur_off;       /* bytes of (length prefix + frame) written */
     uint32_t msgs;        /* messages fully written on this connection */
+    int draining;         /* a retry came back: no more writes; collecting the acks of the
+                           * messages written before it, then reconnecting (see do_read) */
+    uint64_t drain_until_ns;
     uint8_t ack[CM_SOCK_ACK_SIZE];
     size_t ack_off;
     uint64_t next_try_ns;
@@ -216,6 +219,7 @@ static void disconnect(void) {
     S.ack_off = 0;
     S.hello_off = 0;
     S.msgs = 0;
+    S.draining = 0;
     S.next_try_ns = ag_now_mono() + (uint64_t)S.backoff_ms * 1000000u;
     S.backoff_ms = S.backoff_ms * 2 > 5000 ? 5000 : S.backoff_ms * 2;
 }
@@ -258,6 +262,7 @@ static int try_connect(void) {
     S.fd = fd;
     S.hello_off = 0;
     S.msgs = 0;
+    S.draining = 0;
     S.cur = 0;
     S.cur_off = 0;
     S.ack_off = 0;
@@ -296,7 +301,7 @@ static int do_write(void) {
             return errno == EAGAIN || errno == EINTR ? 0 : -errno;
         S.hello_off += (size_t)w;
     }
-    while (S.cur < S.n) {
+    while (S.cur < S.n && !S.draining) {
         entry_t *e = &S.q[S.cur];
         if (e->msg_no) {
             S.cur++;
@@ -337,9 +342,20 @@ static int do_read(void) {
                       (uint32_t)S.ack[3] << 24;
         int32_t status = (int32_t)((uint32_t)S.ack[4] | (uint32_t)S.ack[5] << 8 |
                                    (uint32_t)S.ack[6] << 16 | (uint32_t)S.ack[7] << 24);
-        if (status == CM_SOCK_RETRY)
-            return -EAGAIN; /* collector shedding load: back off, resend later */
-        for (uint32_t i = 0; i < S.n; i++) {
+        if (status == CM_SOCK_RETRY) {
+            /* The collector shed this one (load, or its spool's disk full). The messages
+             * written after it may still be accepted (a smaller one fits where this did not):
+             * their acks are collected first, or a chunk the collector has would stay queued
+             * here, be resent (a duplicate) or, the queue full, dropped and counted as lost
+             * (an over-count). Then back off and resend what is left. */
+            if (!S.draining)
+                S.drain_until_ns = ag_now_mono() + 1000000000ull;
+            S.draining = 1;
+            for (uint32_t i = 0; i < S.n; i++)
+                if (S.q[i].msg_no == no)
+                    S.q[i].msg_no = 0;
+        }
+        for (uint32_t i = 0; i < S.n && status != CM_SOCK_RETRY; i++) {
             if (S.q[i].msg_no != no)
                 continue;
             if (status != 0) { /* refused for good: lost, counted */
@@ -350,7 +366,15 @@ static int do_read(void) {
             entry_drop(i);
             break;
         }
-        S.backoff_ms = 100; /* a working connection resets the backoff */
+        if (status != CM_SOCK_RETRY)
+            S.backoff_ms = 100; /* a working connection resets the backoff */
+        if (S.draining) {
+            uint32_t out = 0;
+            for (uint32_t i = 0; i < S.n; i++)
+                out += S.q[i].msg_no != 0;
+            if (out == 0 || ag_now_mono() > S.drain_until_ns)
+                return -EAGAIN; /* every answer in: back off, resend later */
+        }
     }
 }
 
@@ -394,9 +418,16 @@ int ag_sender_step(short *events, int *wake_ms) {
         *wake_ms = (int)S.backoff_ms;
         return -1;
     }
+    if (S.draining && ag_now_mono() > S.drain_until_ns) { /* the answers do not come */
+        disconnect();
+        *wake_ms = (int)S.backoff_ms;
+        return -1;
+    }
     *events = POLLIN;
-    if (S.hello_off < CM_SOCK_HELLO_SIZE || S.cur < S.n)
+    if (!S.draining && (S.hello_off < CM_SOCK_HELLO_SIZE || S.cur < S.n))
         *events |= POLLOUT;
+    if (S.draining)
+        *wake_ms = 100; /* re-check the drain deadline */
     return S.fd;
 }
 
