@@ -2,14 +2,16 @@
 # The whole fleetprof test suite, exactly as CI runs it (.ci/run calls this):
 #   1. installs missing Debian packages (deploy/install-deps.sh) and the Kafka broker's jars
 #      (deploy/kafka/fetch.sh, cached in ~/.cache/fleetprof after the first run);
-#   2. builds with -Werror and runs every ctest test (tests start their own real Kafka brokers)
+#   2. builds with -Werror and runs every ctest test, two at a time except those that measure
+#      CPU (tests start their own real Kafka brokers)
 #      but those labelled `long` (acceptance runs of several minutes each, run by hand with
 #      `ctest -L long`; their figures are in bench/RESULTS.md);
 #   3. rebuilds with ASan+UBSan and with TSan and runs the tests again (except those labelled
 #      `slow`, which exercise the same code for longer, and `nosan`, which cannot run under a
 #      sanitizer for a reason stated where they are registered);
 #   4. builds the libFuzzer targets with clang and fuzzes each decoder for FUZZ_SECONDS (40):
-#      chunk decoder, collector socket frames, spool recovery, API parameters (~3 min in all).
+#      chunk decoder, collector socket frames, spool recovery, API parameters, two at a time
+#      (~1.5 min in all).
 # Ends with one line "tests: N passed, N failed"; exits non-zero if anything failed.
 # Options (environment): SKIP_SANITIZERS=1, SKIP_FUZZ=1, FUZZ_SECONDS=N, CTEST_ARGS="...".
 set -uo pipefail
@@ -37,7 +39,8 @@ run_ctest() { # run_ctest DIR [ctest args...]
   local dir=$1; shift
   echo "=== ctest in $dir $*"
   local log="$ROOT/$dir.ctest.log"
-  (cd "$ROOT/$dir" && ctest --output-on-failure --timeout 1200 ${CTEST_ARGS:-} "$@") | tee "$log"
+  # -j2: tests that wait overlap; those that measure CPU run alone (RUN_SERIAL, tests/CMakeLists.txt)
+  (cd "$ROOT/$dir" && ctest -j2 --output-on-failure --timeout 1200 ${CTEST_ARGS:-} "$@") | tee "$log"
   local p f
   p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log")
   f=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout)' "$log")
@@ -74,15 +77,30 @@ if [ "${SKIP_FUZZ:-0}" != 1 ]; then
     corpus="$ROOT/build-fuzz/corpus"
     mkdir -p "$corpus"
     "$ROOT/build-fuzz/tests/fuzz/fuzz-seeds" "$corpus"
-    for name in $fuzzers; do
-      target="$ROOT/build-fuzz/tests/fuzz/$name"
-      echo "=== $name for ${secs}s"
-      if (cd "$ROOT/build-fuzz" && "$target" -max_total_time="$secs" -rss_limit_mb=2048 \
-            -max_len=262144 -print_final_stats=1 "$corpus/$name" 2>&1 | tail -15); then
-        passed=$((passed + 1))
-      else
-        failed=$((failed + 1)); failures+=("$name found a crash (see build-fuzz/crash-*)")
-      fi
+    # two at a time (one core each), each printing when done
+    fuzz_one() {
+      local name=$1 target="$ROOT/build-fuzz/tests/fuzz/$1"
+      (cd "$ROOT/build-fuzz" && "$target" -max_total_time="$secs" -rss_limit_mb=2048 \
+         -max_len=262144 -print_final_stats=1 "$corpus/$name" >"$ROOT/build-fuzz/$name.log" 2>&1)
+      local rc=$?
+      echo "=== $name for ${secs}s"; tail -15 "$ROOT/build-fuzz/$name.log"
+      return $rc
+    }
+    set -- $fuzzers
+    while [ $# -gt 0 ]; do
+      pids=(); names=()
+      for name in "$1" "${2:-}"; do
+        [ -n "$name" ] || continue
+        fuzz_one "$name" & pids+=($!); names+=("$name")
+      done
+      shift $(( $# >= 2 ? 2 : 1 ))
+      for i in "${!pids[@]}"; do
+        if wait "${pids[$i]}"; then
+          passed=$((passed + 1))
+        else
+          failed=$((failed + 1)); failures+=("${names[$i]} found a crash (see build-fuzz/crash-*)")
+        fi
+      done
     done
   fi
 fi

@@ -6,6 +6,7 @@
  * All in one invocation, so the figures compare as ratios.
  * Usage: bench-symbolizer CHUNK_DIR DEBUGINFOD_URL DEAD_URL CACHE_DIR */
 #include "symbolizer.h"
+#include "symstore.h"
 
 #include "cm/chunk.h"
 
@@ -30,6 +31,8 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static int g_mode; /* 0: agg_symbolize; 1: through the symbol store; 2: the ingest hook */
+
 /* Names every unnamed location of chunk c; returns how many were named, *n how many asked. */
 static size_t name_chunk(const cm_chunk_t *c, size_t *n) {
     const cm_dict_t *d = &c->dict;
@@ -39,12 +42,16 @@ static size_t name_chunk(const cm_chunk_t *c, size_t *n) {
         uint32_t m = d->location_mapping[l];
         if (d->location_function[l] || !m || !d->mappings[m].build_id_len)
             continue;
-        char *name = NULL;
+        agg_sym_t sym = {0};
+        const uint8_t *bid = d->mappings[m].build_id;
+        size_t bl = d->mappings[m].build_id_len;
         (*n)++;
-        if (agg_symbolize(d->mappings[m].build_id, d->mappings[m].build_id_len,
-                          d->location_address[l], &name, NULL, NULL) == 1)
+        if (g_mode == 2) /* the ingest hook: a queue append */
+            agg_symstore_want(bid, bl, d->location_address[l]);
+        else if ((g_mode == 1 ? agg_symstore_get(bid, bl, d->location_address[l], 1, &sym)
+                              : agg_symbolize(bid, bl, d->location_address[l], &sym)) == 1)
             named++;
-        free(name);
+        agg_sym_free(&sym);
     }
     return named;
 }
@@ -116,6 +123,45 @@ int main(int argc, char **argv) {
     agg_symbolizer_init(&dead);
     pass("server down: all chunks", 0, nchunks);
     pass("server down, negative-cached: again", 0, nchunks);
+    agg_symbolizer_shutdown();
+
+    /* the symbol store (symstore.c): what a query pays, and the ingest hook */
+    char sdir[8192], cache3[8192], err[256], cmd[3 * 8192 + 64];
+    snprintf(sdir, sizeof sdir, "%s-store", argv[4]);
+    snprintf(cache3, sizeof cache3, "%s-store-cache", argv[4]);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' && mkdir -p '%s'", sdir, cache3, sdir);
+    if (system(cmd) != 0)
+        return 1;
+    agg_symbolizer_cfg_t scfg = {argv[2], cache3, 5, 60};
+    agg_symbolizer_init(&scfg);
+    if (agg_symstore_open(sdir, 60, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    g_mode = 1;
+    pass("store, cold: debuginfod + INSERT", 0, nchunks);
+    pass("store: stored names (lookups)", 0, nchunks);
+    agg_symstore_close();
+    agg_symbolizer_shutdown();
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache3);
+    if (system(cmd) != 0)
+        return 1;
+    agg_symbolizer_init(&dead); /* restart: server down, no download cache */
+    if (agg_symstore_open(sdir, 60, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    pass("store after restart, server down", 0, nchunks);
+    g_mode = 2;
+    pass("ingest hook (queue append)", 0, nchunks);
+    agg_symstore_drain(60);
+    agg_symstore_stats_t ss;
+    agg_symstore_stats(&ss);
+    printf("  (store: %llu hits, %llu misses, %llu names stored, %llu queued, %llu dropped)\n",
+           (unsigned long long)ss.hits, (unsigned long long)ss.misses,
+           (unsigned long long)ss.stored, (unsigned long long)ss.queued,
+           (unsigned long long)ss.dropped);
+    agg_symstore_close();
     agg_symbolizer_shutdown();
     for (size_t i = 0; i < nchunks; i++)
         cm_chunk_free(chunks[i]);

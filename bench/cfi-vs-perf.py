@@ -10,7 +10,7 @@ inclusive share beside ours, and the heaviest incomplete stacks.
   perf record -F 499 -g --call-graph dwarf,32768 -o perf.data PROGRAM
   FLEETPROF_OUTPUT=out LD_PRELOAD=.../libfleetprof.so PROGRAM
   dump-stacks out/*.fpc > ours.txt
-  cfi-vs-perf.py perf.data ours.txt LABEL
+  cfi-vs-perf.py [--drop-switch] perf.data ours.txt LABEL
 """
 import bisect, collections, os, subprocess, sys
 
@@ -81,23 +81,35 @@ def off2va(path, off):
             return off - o + v
     return off
 
-def perf_stacks(data):
-    out = subprocess.run(["perf", "script", "-i", data, "-F", "period,ip,dso", "--no-inline"],
+# perf samples whose kernel leaf is one of these are left out (--drop-switch): a cpu-clock
+# sample whose hrtimer expired while interrupts were off in a context switch fires when
+# finish_task_switch re-enables them, after the task was switched back in; its period is CPU
+# spent before the task blocked, but it lands under the blocking call (epoll_wait).
+SWITCH = {"finish_task_switch.isra.0", "finish_task_switch"}
+
+def perf_stacks(data, drop_switch=False):
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "period,ip,sym,dso", "--no-inline"],
                          capture_output=True, text=True).stdout
-    stacks, cur, w = [], [], 0
+    stacks, cur, w, kleaf, dropped = [], [], 0, None, 0
     for line in out.splitlines() + [""]:
         if not line.strip():
-            if cur: stacks.append((w, cur))
-            cur = []
+            if cur:
+                if drop_switch and kleaf in SWITCH: dropped += 1
+                else: stacks.append((w, cur))
+            cur, kleaf = [], None
             continue
         if not line.startswith("\t") and not line.startswith(" " * 8) or line.strip().isdigit():
             if line.strip().isdigit():
                 w = int(line.strip()); continue
         p = line.strip().split(None, 1)
         if len(p) < 2: continue
-        addr = int(p[0], 16); dso = p[1].strip("()")
-        if "kernel" in dso or dso.startswith("["): continue
+        addr = int(p[0], 16); rest = p[1]
+        dso = rest[rest.rfind("(") + 1:].rstrip(")") if "(" in rest else rest
+        if "kernel" in dso or dso.startswith("["):
+            if kleaf is None: kleaf = rest.split(None, 1)[0].split("+")[0]
+            continue
         cur.append((dso, off2va(dso, addr)))
+    if drop_switch: print(f"perf: {dropped} samples left out (kernel leaf finish_task_switch)")
     return stacks
 
 def our_stacks(path):
@@ -111,13 +123,16 @@ def our_stacks(path):
         stacks.append((int(w), frames, int(fl) & 3))  # truncated or incomplete
     return stacks
 
-def resolve(frames):
-    return [name(d, a if i == 0 else a - 1) for i, (d, a) in enumerate(frames)]
+def resolve(frames, ours=False):
+    # perf prints callers' return addresses: name the call (ra - 1). The agent's locations are
+    # already the call's address (builder.c: pc - 1), and an interposer frame is located at
+    # the real function's entry, which ra - 1 would put in the function before it.
+    return [name(d, a if i == 0 or ours else a - 1) for i, (d, a) in enumerate(frames)]
 
 def main():
-    perf_data, ours_file, label = sys.argv[1], sys.argv[2], sys.argv[3]
-    skip = sys.argv[4] if len(sys.argv) > 4 else None  # a comm-specific dso to ignore (agent)
-    ps = perf_stacks(perf_data)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    perf_data, ours_file, label = args[0], args[1], args[2]
+    ps = perf_stacks(perf_data, "--drop-switch" in sys.argv)
     os_ = our_stacks(ours_file)
     def incl(stacks):
         tot, inc = 0, collections.Counter()
@@ -126,7 +141,7 @@ def main():
             for n in set(names): inc[n] += w
         return tot, inc
     pres = [(w, resolve(f)) for w, f in ps if f]
-    ores = [(w, resolve(f)) for w, f, _ in os_ if f]
+    ores = [(w, resolve(f, True)) for w, f, _ in os_ if f]
     ptot, pinc = incl(pres)
     otot, oinc = incl(ores)
     def complete(names): return names and names[-1].split(":", 1)[1] in ROOTS

@@ -3,6 +3,8 @@
 # with every frame unnamed (FLEETPROF_DEBUG_DIRS points nowhere), a local debuginfod on port
 # 19833 serving their debug files (symwork.debug, libc's and python3's from libc6-dbg and
 # python3.11-dbg). Usage: bench/symbols-server.sh [BUILD_DIR]
+# BENCH_WRAP=CMD (e.g. valgrind, perf record) runs the benchmark under CMD; BENCH_BIN=PATH runs
+# another build of bench-symbolizer (a TSan build) on the same chunks.
 set -euo pipefail
 B="$(cd "${1:-build}" && pwd)"
 S="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,4 +27,4 @@ s = 0
 for i in range(1500000): s += math.sin(i) * len(str(i))
 print(len(re.findall(r"\d+", " ".join(json.dumps({"a": i}) for i in range(100000)))))' >/dev/null
 url="$("$S/deploy/debuginfod/start.sh" "$T/served" 19833)"
-"$B/bench/bench-symbolizer" "$T/chunks" "$url" http://127.0.0.1:19834 "$T/cache"
+${BENCH_WRAP:-} "${BENCH_BIN:-$B/bench/bench-symbolizer}" "$T/chunks" "$url" http://127.0.0.1:19834 "$T/cache"

@@ -24,6 +24,13 @@ endif()
 fp_test(test-cfi LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/cfi.c)
 target_include_directories(test-cfi PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
 
+# Deferred unwinding (issue 14): stack copies taken before the first tables, unwound later.
+fp_test(test-agent-defer LABELS agent LIBS Threads::Threads SOURCES
+  ${PROJECT_SOURCE_DIR}/agent/src/defer.c ${PROJECT_SOURCE_DIR}/agent/src/unwind.c
+  ${PROJECT_SOURCE_DIR}/agent/src/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/cfi_table.c)
+target_include_directories(test-agent-defer PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+target_compile_options(test-agent-defer PRIVATE -fomit-frame-pointer)
+
 # The CFI unwinder on a program without frame pointers (issue 14): a known call graph,
 # dlopen/dlclose of code on sampled stacks, code without CFI, a thread scribbling its frames.
 # Preloads the agent: sanitizer builds cannot (see fp-work-linked), so it runs in the normal one.

@@ -17,6 +17,16 @@ add_custom_command(TARGET symwork POST_BUILD
   WORKING_DIRECTORY $<TARGET_FILE_DIR:symwork>
   VERBATIM)
 
+# Source lines and inlined frames: -O2 with always_inline helpers; the server names the
+# stripped copy from symwork_inl.debug (served by debuginfod) down to the line.
+add_executable(symwork_inl programs/symwork_inl.c)
+target_compile_options(symwork_inl PRIVATE -O2 -g -fno-omit-frame-pointer)
+add_custom_command(TARGET symwork_inl POST_BUILD
+  COMMAND ${OBJCOPY} --only-keep-debug $<TARGET_FILE:symwork_inl> symwork_inl.debug
+  COMMAND ${OBJCOPY} --strip-all $<TARGET_FILE:symwork_inl> symwork_inl.stripped
+  WORKING_DIRECTORY $<TARGET_FILE_DIR:symwork_inl>
+  VERBATIM)
+
 # C++ with a demangled name longer than 1,000 bytes.
 add_executable(symwork_cxx programs/symwork_cxx.cc)
 target_compile_options(symwork_cxx PRIVATE -O2 -g -fno-omit-frame-pointer)
@@ -52,5 +62,6 @@ endif()
 # pprof. Kafka on 19820, HTTP 19821.
 if(TARGET fp_aggtest)
   fp_test(test-symbols-server LABELS "api;symbols;kafka;nosan" LIBS fp_aggtest)
-  add_dependencies(test-symbols-server symwork fleetprof-aggregator fleetprof fleetprof_agent)
+  add_dependencies(test-symbols-server symwork symwork_inl fleetprof-aggregator fleetprof
+                   fleetprof_agent)
 endif()

@@ -94,7 +94,10 @@ static void test_cpu_accuracy(void) {
     double tol = 4 * sqrt(0.1875 / (double)(a.samples + b.samples));
     CHECKF(fabs(share - 0.75) < tol, "burn_b share %.3f, tolerance %.3f", share, tol);
     CHECKF(a.samples + b.samples >= all.samples * 95 / 100, "stacks lost their burn_a/b frame");
-    CHECKF(est > 0.85 && est < 1.15, "sum of CPU weights / process CPU = %.3f", est);
+    /* Not under TSan: its runtime's thread and the agent's instrumented start-up (unwind and
+     * symbol tables: 0.4-0.5 s there against ~30 ms) are CPU no sample sees (0.845 measured). */
+    if (!tsan)
+        CHECKF(est > 0.85 && est < 1.15, "sum of CPU weights / process CPU = %.3f", est);
     /* Headers: identity, sequence, times, CPU accounting. */
     uint64_t proc_cpu = 0, agent_cpu = 0, prev_end = 0;
     for (int i = 0; i < cs->n; i++) {
@@ -114,9 +117,13 @@ static void test_cpu_accuracy(void) {
     printf("# agent cpu %.3f%% of process cpu\n", 100.0 * (double)agent_cpu / (double)proc_cpu);
     CHECKF(proc_cpu > cpu * 8 / 10 && proc_cpu <= cpu * 11 / 10, "header process_cpu %llu vs %llu",
            (unsigned long long)proc_cpu, (unsigned long long)cpu);
-    /* 250 samples/s is 2.5x the default rate: the agent's cost stays a few percent at most */
-    CHECKF(agent_cpu > 0 && agent_cpu < proc_cpu / 20, "agent cpu %llu of %llu",
-           (unsigned long long)agent_cpu, (unsigned long long)proc_cpu);
+    /* 250 samples/s is 2.5x the default rate: the agent's cost stays a few percent at most.
+     * A cost, so not judged under TSan, whose instrumentation makes the agent's start-up 10-15x
+     * dearer (13.6% of this run measured in CI); the normal and ASan builds judge it. */
+    CHECK(agent_cpu > 0);
+    if (!tsan)
+        CHECKF(agent_cpu < proc_cpu / 20, "agent cpu %llu of %llu", (unsigned long long)agent_cpu,
+               (unsigned long long)proc_cpu);
     free_chunks(cs);
     rmrf(dir);
 }
@@ -406,13 +413,18 @@ static void test_config(void) {
     {
         /* Durations: "300ms" as well as bare seconds (cm_parse_duration). */
         char *dir = mkout();
-        const char *argv1[] = {prog, "cpu", "1", NULL};
+        /* 3 s under TSan, where the agent's start-up (tables) takes 0.5-1 s before the first
+         * interval begins */
+        const char *argv1[] = {prog, "cpu", tsan ? "3" : "1", NULL};
         const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=300ms", NULL};
         CHECK(run(env, argv1, 60, out, sizeof out) == 0);
         chunks_t *cs = load(dir);
-        CHECKF(cs->n >= 3, "%d chunks for 1 s of CPU at FLEETPROF_INTERVAL=300ms", cs->n);
-        uint64_t len = cs->c[0]->header.end_unix_ns - cs->c[0]->header.start_unix_ns;
-        CHECKF(len > 250000000 && len < 700000000, "first chunk %llu ns", (unsigned long long)len);
+        CHECKF(cs->n >= 3, "%d chunks for %s s of CPU at FLEETPROF_INTERVAL=300ms", cs->n,
+               argv1[2]);
+        /* The second chunk: the first starts with the agent, so it also holds the start-up */
+        uint64_t len = cs->c[1]->header.end_unix_ns - cs->c[1]->header.start_unix_ns;
+        CHECKF(len > 250000000 && len < 700000000, "second chunk %llu ns",
+               (unsigned long long)len);
         free_chunks(cs);
         rmrf(dir);
     }

@@ -280,7 +280,9 @@ static int find_label(char *key, char *val, size_t size) {
                                "l.labelset=p.labels JOIN strings k ON k.id=l.key JOIN strings v "
                                "ON v.id=l.value JOIN strings s ON s.id=p.service JOIN strings "
                                "ver ON ver.id=p.version WHERE s.s=?1 AND ver.s=?2 AND p.type=1 "
-                               "LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+                               /* an application label, not a dimension (dims.h) */
+                               "AND k.s NOT IN ('host','node','pod','container','pid',"
+                               "'io-target','fd-kind','lock') LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
             sqlite3_bind_text(st, 1, svc0, -1, SQLITE_STATIC);
             sqlite3_bind_text(st, 2, v0, -1, SQLITE_STATIC);
             if (sqlite3_step(st) == SQLITE_ROW) {

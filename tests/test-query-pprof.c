@@ -201,7 +201,52 @@ static void test_pprof_sample_types(void) {
     agg_profile_free(p);
 }
 
+/* Frames with source lines, two of them inlined into their caller: one location with three
+ * lines (innermost first), functions with their file, read back by go tool pprof -raw; a
+ * function at two lines is one function. */
+static void test_pprof_lines_and_inlines(void) {
+    need_go();
+    agg_profile_t *p = agg_profile_new(CM_EV_CPU);
+    uint32_t f[5] = {
+        (uint32_t)agg_profile_frame_src(p, "main m.c:9", "svc", "ab", 0x1000, "main", "/s/m.c", 9, 0),
+        (uint32_t)agg_profile_frame_src(p, "outer o.c:27", "svc", "ab", 0x2040, "outer", "/s/o.c", 27, 0),
+        (uint32_t)agg_profile_frame_src(p, "round o.c:19", "svc", "ab", 0x2040, "round", "/s/o.c", 19, 1),
+        (uint32_t)agg_profile_frame_src(p, "mix i.h:12", "svc", "ab", 0x2040, "mix", "/s/i.h", 12, 1),
+        (uint32_t)agg_profile_frame_src(p, "main m.c:11", "svc", "ab", 0x1010, "main", "/s/m.c", 11, 0),
+    };
+    uint32_t s1[4] = {f[0], f[1], f[2], f[3]}, s2[2] = {f[4], f[1]};
+    agg_profile_replicate(p, "r", 1);
+    CHECK_EQ(agg_profile_add(p, (uint32_t)agg_profile_stack(p, s1, 4), 70000000, 7000, 0, 0), 0);
+    CHECK_EQ(agg_profile_add(p, (uint32_t)agg_profile_stack(p, s2, 2), 30000000, 3000, 0, 0), 0);
+    uint8_t *buf;
+    size_t len;
+    CHECK_EQ(agg_export_pprof(p, &buf, &len), 0);
+    char path[] = "/tmp/fleetprof-pprof-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, buf, len) == (ssize_t)len);
+    close(fd);
+    free(buf);
+    char *out = run("go tool pprof -raw %s 2>&1", path);
+    CHECKF(strstr(out, ": 0x2040 M=1 mix /s/i.h:12:0 s=0\n"
+                       "             round /s/o.c:19:0 s=0\n"
+                       "             outer /s/o.c:27:0 s=0\n"),
+           "one location, innermost line first:\n%s", out);
+    CHECKF(strstr(out, ": 0x1000 M=1 main /s/m.c:9:0") && strstr(out, ": 0x1010 M=1 main /s/m.c:11:0"),
+           "%s", out);
+    free(out);
+    out = run("go tool pprof -top %s 2>&1", path);
+    /* flat: mix 70 ms (the leaf of the inlined chain), outer 30 ms; main once, 100 ms cum */
+    CHECKF(strstr(out, "70ms 70.00% 70.00%       70ms 70.00%  mix") &&
+               strstr(out, "30ms 30.00%   100%      100ms   100%  outer") &&
+               strstr(out, "0     0%   100%      100ms   100%  main"),
+           "%s", out);
+    free(out);
+    unlink(path);
+    agg_profile_free(p);
+}
+
 static const tr_test_t tests[] = {
+    {"pprof_lines_and_inlines", test_pprof_lines_and_inlines},
     {"pprof_top_matches", test_pprof_top_matches},
     {"pprof_sample_types", test_pprof_sample_types},
     {0},

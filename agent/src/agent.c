@@ -88,7 +88,9 @@ static void atfork_child(void) {
     ag_context_after_fork_child();
     ag_bg_after_fork_child();
     /* ThreadSanitizer kills a multi-threaded process's child that starts a thread. */
-    if (!ag.cfg.fork_follow || dlsym(RTLD_DEFAULT, "__tsan_init") != NULL) {
+    int follow = ag.cfg.fork_follow && dlsym(RTLD_DEFAULT, "__tsan_init") == NULL;
+    ag_defer_after_fork_child(follow);
+    if (!follow) {
         atomic_store(&ag.running, 0); /* no timers survive fork; handlers now return at once */
         ag_thread_after_fork_child();
         ag_signal_sigterm_restore();
@@ -125,6 +127,9 @@ __attribute__((constructor)) static void ag_start(void) {
         return;
     }
     ag_thread_module_init();
+    if (ag_defer_init(AG_DEFER_ARENA) != 0) /* before any timer: samples until the first tables */
+        CM_INFO("no arena for early stack copies: samples before the first unwind tables "
+                "are unwound with frame pointers only");
     ag_sandbox_init();
     ag_symbols_init();
     ag_sender_init(&ag.cfg);

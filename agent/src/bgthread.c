@@ -38,6 +38,7 @@
 
 static pthread_t g_thread;
 static int g_started;
+static uint64_t g_start_real; /* when ag_bg_start ran: the first chunk's start */
 pthread_mutex_t ag_work_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t ag_flush_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t ag_flush_cv = PTHREAD_COND_INITIALIZER;
@@ -470,8 +471,13 @@ static void drain(void) {
         if (st != AG_TS_ACTIVE && st != AG_TS_EXITED)
             continue;
         pid_t tid = atomic_load(&t->tid);
-        const ag_rec_t *r;
-        while ((r = ag_ring_peek(&t->ring)) != NULL) {
+        const ag_rec_t *q;
+        static uintptr_t ubuf[AG_REC_MAX / sizeof(uintptr_t) + 1];
+        while ((q = ag_ring_peek(&t->ring)) != NULL) {
+            uint32_t qlen = q->len;
+            /* a sample taken before the first tables, or on a thread without stack bounds:
+             * unwound now from its stack copy (defer.c) */
+            const ag_rec_t *r = ag_defer_resolve(q, (ag_rec_t *)ubuf);
             uint32_t len = r->len;
             if (r->type >= CM_EV_ALLOC) /* issue 4 hooks: strip hook frames, live heap, paths */
                 ag_hooks_bg_add(B.b, t, tid, r);
@@ -481,7 +487,7 @@ static void drain(void) {
                 memcpy(t->wall_rec, r, len);
             else if (r->type == CM_EV_CPU && (t->cpu_rec || (t->cpu_rec = malloc(AG_REC_MAX))))
                 memcpy(t->cpu_rec, r, len);
-            ag_ring_release(&t->ring, len);
+            ag_ring_release(&t->ring, qlen);
         }
     }
 }
@@ -700,14 +706,28 @@ static void *bg_main(void *arg) {
         ppoll(NULL, 0, &delay, &wait_set);
     atomic_store(&g_wake_pending, 0);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
-    /* Unwind tables first: until they are published, samples have frame-pointer stacks only
-     * (flagged truncated where those end early). Not under the work lock: a fork meanwhile
-     * copies at most a half-built private table, which the child's ticks rebuild. */
+    /* Unwind tables first: until they are published, samples carry copies of their stacks
+     * (defer.c). Not under the work lock: a fork meanwhile copies at most a half-built
+     * private table, which the child's ticks rebuild. */
     /* The first chunk's agent and process CPU count from here: building the tables (and the
      * symbol tables after) is the agent's cost too (~30 ms for python3's objects; ~0.3-0.6 s
      * under ThreadSanitizer's instrumentation). */
     uint64_t agent_cpu0 = agent_cpu_now(), proc_cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    if (ag_defer_test_delay_ns) { /* FLEETPROF_TEST_CFI_DELAY_MS: a slow start, for tests */
+        struct timespec d = {(time_t)(ag_defer_test_delay_ns / 1000000000u),
+                             (long)(ag_defer_test_delay_ns % 1000000000u)};
+        while (nanosleep(&d, &d) != 0 && errno == EINTR)
+            ;
+    }
+    /* Threads the program started without our pthread_create wrapper (before the agent was
+     * loaded; under a sanitizer, all of them) are found by the /proc scan: one now, so that
+     * they are sampled (from stack copies) and their wall time counted from here rather than
+     * from after the table build (1-2 s under ThreadSanitizer). */
+    int found0;
+    ag_thread_scan(&found0);
     ag_cfi_tick();
+    /* Samples taken until now hold stack copies (defer.c), unwound as the rings are drained;
+     * from here on the handler unwinds with the published tables. */
 
     pthread_mutex_lock(&ag_work_mu);
     uint64_t now = ag_now_mono();
@@ -716,7 +736,9 @@ static void *bg_main(void *arg) {
      * short-lived process (a fork/exec'd helper, /bin/true under LD_PRELOAD) never reaches. */
     uint64_t lazy_at = now + AG_LAZY_NS;
     B.b = ag_builder_new();
-    B.chunk_start_real = ag_now_real();
+    /* The first chunk covers the samples taken since the start, before the tables too (their
+     * times would otherwise be clamped to a start hundreds of ms late on a loaded machine). */
+    B.chunk_start_real = g_start_real;
     B.chunk_start_mono = now;
     B.bud_agent = agent_cpu_now();
     B.bud_proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
@@ -768,6 +790,9 @@ static void *bg_main(void *arg) {
             ag_sandbox_caps_apply();
 
         pthread_mutex_lock(&ag_work_mu);
+        /* Objects loaded or unloaded since the last tick, before any drain: a stack copy
+         * (defer.c) taken in a library dlopen'ed meanwhile is then unwound with its table. */
+        ag_cfi_tick();
         now = ag_now_mono();
         if (lazy_at && now >= lazy_at && !(req & (AG_REQ_STOP | AG_REQ_SIGTERM))) {
             lazy_at = 0;
@@ -788,7 +813,21 @@ static void *bg_main(void *arg) {
                 next_wall = now + wall_ns;
         }
         drain();
-        ag_cfi_tick(); /* objects loaded or unloaded since the last tick */
+        if (ag_defer_reset_begin()) {
+            /* no copy in progress, none taken from here: once every copy is unwound, the
+             * arena is rewound and its pages given back */
+            drain();
+            ag_defer_reset_end();
+            CM_DEBUG("deferred unwinding: %llu samples copied (no tables or no stack bounds "
+                     "yet), %llu unwound, %llu turned away (arena full), %llu unreadable, "
+                     "%llu resets, %.1f KiB of arena at most",
+                     (unsigned long long)atomic_load(&ag_defer_stats.deferred),
+                     (unsigned long long)atomic_load(&ag_defer_stats.resolved),
+                     (unsigned long long)atomic_load(&ag_defer_stats.full),
+                     (unsigned long long)atomic_load(&ag_defer_stats.vm_failed),
+                     (unsigned long long)atomic_load(&ag_defer_stats.resets),
+                     (double)atomic_load(&ag_defer_stats.peak_bytes) / 1024.0);
+        }
         ag_hooks_bg_tick(now); /* ALLOC controller, flood-cap windows */
         if (now >= next_ctl) {
             if (ag.cfg.cpu_rate > 0)
@@ -844,6 +883,7 @@ static void *bg_main(void *arg) {
 }
 
 int ag_bg_start(void) {
+    g_start_real = ag_now_real(); /* within one CPU period of the first timer's arming */
     atomic_store(&g_bg_tid, 0);
     atomic_store(&g_wake_pending, 0);
     int rc = ag_thread_create_raw(&g_thread, bg_main, NULL);

@@ -5,8 +5,10 @@
  * a sampling signal landing in the middle of a hook sees busy and drops its own sample
  * (counted as DROP_RING_FULL) rather than interleave two writers on one ring.
  *
- * Async-signal-safe: reads the clock (vDSO), unwinds with bounds checks, copies the thread's
- * context, writes into the preallocated ring. No locks, no allocation, no stdio.
+ * Async-signal-safe: reads the clock (vDSO), unwinds with bounds checks (or, before the first
+ * unwind tables are published or while the thread's stack bounds are unknown, copies the stack
+ * into defer.c's preallocated arena for the bg thread to unwind), copies the thread's context,
+ * writes into the preallocated ring. No locks, no allocation, no stdio.
  */
 #include "internal.h"
 
@@ -73,12 +75,23 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
         ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
         return -1;
     }
-    uint32_t uw = 0;
-    uint32_t depth = pc ? ag_unwind(t, pc, sp, fp, exact, lo, hi, 0, r->pcs, AG_MAX_DEPTH, &uw)
-                        : 0;
-    if (depth == AG_MAX_DEPTH) /* the stack filled the record: cut at the depth limit */
-        uw |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
-    depth = ag_unwind_strip_agent(r->pcs, depth);
+    uint32_t uw = 0, depth = 0, deferred = 0;
+    /* Before the first unwind tables are published, or while the thread's stack bounds are
+     * unknown: a copy of the stack, unwound by the bg thread (defer.c). */
+    int no_tables = !atomic_load_explicit(&ag_cfi_snap, memory_order_relaxed);
+    if (pc && (hi ? sp >= lo && sp < hi && no_tables : 1)) {
+        int full = 0;
+        depth = ag_defer_take(pc, sp, fp, exact, hi, r->pcs, &full);
+        deferred = depth != 0;
+        if (full)
+            ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1); /* arena full: kept, partial */
+    }
+    if (!deferred) {
+        depth = pc ? ag_unwind(t, pc, sp, fp, exact, lo, hi, 0, r->pcs, AG_MAX_DEPTH, &uw) : 0;
+        if (depth == AG_MAX_DEPTH) /* the stack filled the record: cut at the depth limit */
+            uw |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
+        depth = ag_unwind_strip_agent(r->pcs, depth);
+    }
     if (depth == 0) {
         ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);
         return -1; /* nothing reserved is committed */
@@ -99,7 +112,7 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     r->flags = (uint8_t)ev->flags;
     r->depth = (uint16_t)depth;
     r->stack_flags = (truncated ? CM_STF_TRUNCATED : 0) | (incomplete ? CM_STF_INCOMPLETE : 0) |
-                     (hi ? 0 : AG_STF_NO_BOUNDS);
+                     (hi || deferred ? 0 : AG_STF_NO_BOUNDS) | (deferred ? AG_STF_DEFERRED : 0);
     r->labels = ctx.labels;
     r->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     r->weight = ev->weight;
@@ -111,6 +124,8 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     for (uint32_t k = 0; k < CM_CONTEXT_SIZE; k++) /* no memcpy: a sanitizer may intercept it */
         r->ctx[k] = ctx.ctx[k];
     ag_ring_commit(&t->ring, len);
+    if (deferred)
+        ag_defer_done(); /* committed: a reset's drain will see it */
     atomic_fetch_add_explicit(&ag_samples_taken, 1, memory_order_relaxed);
     return 0;
 }

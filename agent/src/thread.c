@@ -8,7 +8,7 @@
  *     was loaded, or were created where our pthread_create is not the one called, e.g. under
  *     sanitizers whose runtimes intercept it first): these "foreign" slots start without stack
  *     bounds; the handler reports the sp it saw and the scan looks it up in /proc/self/maps.
- *     Until then their samples carry the leaf frame only.
+ *     Until then their samples are unwound later from a copy of their stack (defer.c).
  *
  * Locking: registry changes take g_lock (app and bg contexts only). The handler never locks:
  * it reads its slot through TLS, or searches slots by tid with atomic loads. Slots are reused

@@ -11,7 +11,9 @@
  * Per frame: find the object containing pc (binary search over the snapshot), then its row
  * (binary search); pc - 1 for return addresses (a call may be a function's last instruction).
  *   RSP/RBP/DEREF/PLT rows: CFA from the row; return address at CFA - 8; rbp from CFA + fp_off
- *     when saved; sp = CFA. The CFA must lie above sp: frames move toward the stack's base.
+ *     when saved, unless that slot is below sp (a sample in an epilogue after `pop %rbp`:
+ *     compilers keep the saved-at rule until the ret, and rbp already holds the caller's
+ *     value); sp = CFA. The CFA must lie above sp: frames move toward the stack's base.
  *   SIGNAL (__restore_rt, CIE augmentation 'S'): the kernel's ucontext_t sits at sp; the
  *     interrupted rip/rsp/rbp come from it and the next pc is exact.
  *   END (return address undefined: _start, clone, clone3): the stack is complete.
@@ -141,9 +143,13 @@ NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr
         ra = RD(cfa - 8);
         if (row->fp_off) {
             uintptr_t a = cfa + (intptr_t)row->fp_off;
-            if (!IN(a, 8))
-                goto done;
-            fp = RD(a);
+            /* Below sp: an epilogue already popped it (GCC's CFI keeps the saved-at rule up to
+             * the ret), so rbp holds the caller's value again. */
+            if (a >= sp) {
+                if (!IN(a, 8))
+                    goto done;
+                fp = RD(a);
+            }
         }
         sp = cfa;
         pc = ra;

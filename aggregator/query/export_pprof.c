@@ -158,12 +158,24 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
                        PERFTOOLS__PROFILES__VALUE_TYPE__INIT};
     ValueType *vtp[2] = {&vt[0], &vt[1]};
     size_t nf = p->n_frames, nr = p->n_rows;
+    /* locations: one per run of frames at one address (a frame and the frames inlined into
+     * it), at most one per frame of a stack; lines: one per frame of a location */
+    size_t nsf = (size_t)p->stack_off[p->n_stacks] + nf + 1;
     Function *fn = calloc(nf + 1, sizeof *fn);
     Function **fnp = calloc(nf + 1, sizeof *fnp);
-    Location *loc = calloc(nf + 1, sizeof *loc);
-    Location **locp = calloc(nf + 1, sizeof *locp);
-    Line *line = calloc(nf + 1, sizeof *line);
-    Line **linep = calloc(nf + 1, sizeof *linep);
+    Location *loc = calloc(nsf, sizeof *loc);
+    Location **locp = calloc(nsf, sizeof *locp);
+    Line *line = calloc(nsf, sizeof *line);
+    Line **linep = calloc(nsf, sizeof *linep);
+    uint32_t *fnid = calloc(nf + 1, sizeof *fnid);    /* frame -> function id, 0: unnamed */
+    uint32_t *runs = malloc(nsf * sizeof *runs);       /* locations' frames, root-first */
+    size_t *runoff = malloc((nsf + 1) * sizeof *runoff); /* location i: runs[off[i]..off[i+1]) */
+    size_t lhcap = 16;
+    while (lhcap < 2 * nsf)
+        lhcap *= 2;
+    uint32_t *lhash = calloc(lhcap, sizeof *lhash); /* run -> location index + 1 */
+    uint64_t *fhkey = calloc(lhcap, sizeof *fhkey);  /* (name, file) string ids -> function */
+    uint32_t *fhval = calloc(lhcap, sizeof *fhval);
     Mapping *map = calloc(nf + 1, sizeof *map);
     Mapping **mapp = calloc(nf + 1, sizeof *mapp);
     uint32_t *frame_map = calloc(nf + 1, sizeof *frame_map); /* frame -> mapping id, 0 none */
@@ -177,11 +189,14 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
     Label *lab = calloc(2 * nr + 2, sizeof *lab);
     Label **labp = calloc(2 * nr + 2, sizeof *labp);
     uint64_t *locids = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *locids);
+    uint32_t *nlocs_of = calloc((size_t)p->n_stacks + 1, sizeof *nlocs_of); /* per stack */
     /* per context: trace id (32 hex + NUL) at 0, span id (16 hex + NUL) at HEX_SPAN */
     char (*hex)[HEX_SPAN + 17] = calloc((size_t)p->n_contexts + 1, sizeof *hex);
     uint8_t *raw = NULL;
-    if (!fn || !fnp || !loc || !locp || !line || !linep || !map || !mapp || !frame_map ||
-        !order || !smp || !smpp || !vals || !lab || !labp || !locids || !hex || !sw0 || !sc0)
+    if (!fn || !fnp || !loc || !locp || !line || !linep || !fnid || !runs || !runoff || !lhash ||
+        !fhkey || !fhval || !map || !mapp || !frame_map ||
+        !order || !smp || !smpp || !vals || !lab || !labp || !locids || !nlocs_of || !hex || !sw0 ||
+        !sc0)
         goto out;
     if (strtab_get(&st, "") != 0)
         goto out;
@@ -254,34 +269,84 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
                            : frame_map[f] == k + 1 ? 1u : frame_map[f];
         break;
     }
-    size_t nfn = 0; /* functions: named frames only */
+    /* functions: one per (function, source file) of the named frames */
+    size_t nfn = 0;
     for (size_t f = 0; f < nf; f++) {
-        Location li = PERFTOOLS__PROFILES__LOCATION__INIT;
-        loc[f] = li;
-        loc[f].id = f + 1;
-        loc[f].mapping_id = frame_map[f];
-        loc[f].address = p->frames[f].address;
-        locp[f] = &loc[f];
-        if (frame_unnamed(&p->frames[f]))
+        const agg_frame_t *fr = &p->frames[f];
+        if (frame_unnamed(fr))
             continue; /* an address with its mapping (build id): no function, no line */
-        Function fi = PERFTOOLS__PROFILES__FUNCTION__INIT;
-        Line ln = PERFTOOLS__PROFILES__LINE__INIT;
-        fn[nfn] = fi;
-        fn[nfn].id = nfn + 1;
-        fn[nfn].name = fn[nfn].system_name = S(p->frames[f].name);
-        fnp[nfn] = &fn[nfn];
-        line[f] = ln;
-        line[f].function_id = nfn + 1;
-        linep[f] = &line[f];
-        loc[f].n_line = 1;
-        loc[f].line = &linep[f];
-        nfn++;
+        int64_t ni = S(fr->function ? fr->function : fr->name), fi = S(fr->file ? fr->file : "");
+        uint64_t key = ((uint64_t)ni << 32) | (uint64_t)fi;
+        size_t j = (size_t)XXH3_64bits(&key, sizeof key) & (lhcap - 1);
+        while (fhval[j] && fhkey[j] != key)
+            j = (j + 1) & (lhcap - 1);
+        if (!fhval[j]) {
+            Function fi0 = PERFTOOLS__PROFILES__FUNCTION__INIT;
+            fn[nfn] = fi0;
+            fn[nfn].id = nfn + 1;
+            fn[nfn].name = fn[nfn].system_name = ni;
+            fn[nfn].filename = fi;
+            fnp[nfn] = &fn[nfn];
+            fhkey[j] = key;
+            fhval[j] = (uint32_t)++nfn;
+        }
+        fnid[f] = fhval[j];
     }
-    /* location ids leaf first, per stack */
+    /* locations, and the location ids of each stack, leaf first: a frame and the frames
+     * inlined into it (root-first: those after it with `inlined`) are one location whose lines
+     * list the innermost first, as pprof wants */
+    size_t nloc = 0, nline = 0;
+    runoff[0] = 0;
     for (uint32_t s = 0; s < p->n_stacks; s++) {
-        uint32_t a = p->stack_off[s], b = p->stack_off[s + 1];
-        for (uint32_t k = a; k < b; k++)
-            locids[a + (b - 1 - k)] = (uint64_t)p->stack_frames[k] + 1;
+        uint32_t a = p->stack_off[s], b = p->stack_off[s + 1], nl = 0;
+        for (uint32_t k = a; k < b;) {
+            uint32_t e = k + 1;
+            while (e < b && (p->frames[p->stack_frames[e]].inlined & AGG_FRAME_INLINED) &&
+                   fnid[p->stack_frames[e]] && fnid[p->stack_frames[k]])
+                e++;
+            const uint32_t *run = p->stack_frames + k;
+            size_t rl = e - k;
+            size_t j = (size_t)XXH3_64bits(run, rl * sizeof *run) & (lhcap - 1);
+            for (; lhash[j]; j = (j + 1) & (lhcap - 1)) {
+                size_t li = lhash[j] - 1;
+                if (runoff[li + 1] - runoff[li] == rl &&
+                    !memcmp(runs + runoff[li], run, rl * sizeof *run))
+                    break;
+            }
+            if (!lhash[j]) { /* a new location */
+                memcpy(runs + runoff[nloc], run, rl * sizeof *run);
+                runoff[nloc + 1] = runoff[nloc] + rl;
+                const agg_frame_t *inner = &p->frames[run[rl - 1]];
+                Location li = PERFTOOLS__PROFILES__LOCATION__INIT;
+                loc[nloc] = li;
+                loc[nloc].id = nloc + 1;
+                loc[nloc].mapping_id = frame_map[run[0]];
+                loc[nloc].address = inner->address;
+                locp[nloc] = &loc[nloc];
+                if (fnid[run[0]]) {
+                    loc[nloc].n_line = rl;
+                    loc[nloc].line = &linep[nline];
+                    for (size_t q = 0; q < rl; q++) {
+                        const agg_frame_t *fr = &p->frames[run[rl - 1 - q]];
+                        Line ln = PERFTOOLS__PROFILES__LINE__INIT;
+                        line[nline] = ln;
+                        line[nline].function_id = fnid[run[rl - 1 - q]];
+                        line[nline].line = fr->line;
+                        linep[nline] = &line[nline];
+                        nline++;
+                    }
+                }
+                lhash[j] = (uint32_t)++nloc;
+            }
+            locids[a + nl++] = lhash[j]; /* root-first for now */
+            k = e;
+        }
+        for (uint32_t x = 0, y = nl ? nl - 1 : 0; x < y; x++, y--) { /* leaf first */
+            uint64_t t = locids[a + x];
+            locids[a + x] = locids[a + y];
+            locids[a + y] = t;
+        }
+        nlocs_of[s] = nl;
     }
     int64_t k_trace = S("trace_id"), k_span = S("span_id");
     for (uint32_t c = 1; c < p->n_contexts; c++) {
@@ -309,7 +374,7 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
         Sample si = PERFTOOLS__PROFILES__SAMPLE__INIT;
         Sample *sm = &smp[ns];
         *sm = si;
-        sm->n_location_id = p->stack_off[s + 1] - p->stack_off[s];
+        sm->n_location_id = nlocs_of[s];
         sm->location_id = locids + p->stack_off[s];
         sm->n_value = 2;
         sm->value = vals + 2 * ns;
@@ -333,7 +398,7 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
         Sample si = PERFTOOLS__PROFILES__SAMPLE__INIT;
         Sample *sm = &smp[ns];
         *sm = si;
-        sm->n_location_id = p->stack_off[r->stack + 1] - p->stack_off[r->stack];
+        sm->n_location_id = nlocs_of[r->stack];
         sm->location_id = locids + p->stack_off[r->stack];
         sm->n_value = 2;
         sm->value = vals + 2 * ns;
@@ -358,7 +423,7 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
     prof.sample = smpp;
     prof.n_mapping = nmap;
     prof.mapping = mapp;
-    prof.n_location = nf;
+    prof.n_location = nloc;
     prof.location = locp;
     prof.n_function = nfn;
     prof.function = fnp;
@@ -389,6 +454,13 @@ out:
     free(lab);
     free(labp);
     free(locids);
+    free(nlocs_of);
+    free(fnid);
+    free(runs);
+    free(runoff);
+    free(lhash);
+    free(fhkey);
+    free(fhval);
     free(hex);
     free(sw0);
     free(sc0);

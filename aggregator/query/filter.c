@@ -92,7 +92,9 @@ int agg_profile_filter(const agg_profile_t *in, const agg_filter_t *f, agg_profi
     char label[1024];
     for (uint32_t i = 0; i < in->n_frames; i++) {
         const agg_frame_t *fr = &in->frames[i];
-        agg_frame_label(fr, label, sizeof label);
+        agg_frame_t fn = *fr; /* patterns match the function, with or without source lines */
+        fn.name = fr->function ? fr->function : fr->name;
+        agg_frame_label(&fn, label, sizeof label);
         for (size_t k = 0; k < inc.n; k++)
             if (regexec(&inc.re[k], label, 0, NULL, 0) == 0)
                 inc_mask[i] |= 1u << k;
@@ -109,7 +111,8 @@ int agg_profile_filter(const agg_profile_t *in, const agg_filter_t *f, agg_profi
                                    fr->build_id, 0);
         grouped[i] = id >= 0;
         if (id < 0)
-            id = agg_profile_frame(p, fr->name, fr->module, fr->build_id, fr->address);
+            id = agg_profile_frame_src(p, fr->name, fr->module, fr->build_id, fr->address,
+                                       fr->function, fr->file, fr->line, fr->inlined);
         if (id < 0)
             goto out;
         newf[i] = (uint32_t)id;

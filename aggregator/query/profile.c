@@ -172,28 +172,44 @@ static const char *intern(agg_profile_t *p, const char *s) {
 
 typedef struct {
     const char *name, *module; /* interned: compared by pointer */
+    uint8_t inlined;           /* AGG_FRAME_* flags */
+    uint64_t address;          /* part of the key with AGG_FRAME_BY_ADDRESS */
 } frame_key_t;
 
 static int frame_eq(const agg_profile_t *p, uint32_t id, const void *key) {
     const frame_key_t *k = key;
-    return p->frames[id].name == k->name && p->frames[id].module == k->module;
+    const agg_frame_t *f = &p->frames[id];
+    return f->name == k->name && f->module == k->module && f->inlined == k->inlined &&
+           (!(k->inlined & AGG_FRAME_BY_ADDRESS) || f->address == k->address);
 }
 
 int64_t agg_profile_frame(agg_profile_t *p, const char *name, const char *module,
                           const char *build_id, uint64_t address) {
-    frame_key_t k = {intern(p, name && *name ? name : "[unknown]"), intern(p, module ? module : "")};
+    return agg_profile_frame_src(p, name, module, build_id, address, NULL, NULL, 0, 0);
+}
+
+int64_t agg_profile_frame_src(agg_profile_t *p, const char *name, const char *module,
+                              const char *build_id, uint64_t address, const char *function,
+                              const char *file, uint32_t line, int inlined) {
+    frame_key_t k = {intern(p, name && *name ? name : "[unknown]"), intern(p, module ? module : ""),
+                     (uint8_t)(inlined & (AGG_FRAME_INLINED | AGG_FRAME_BY_ADDRESS)),
+                     inlined & AGG_FRAME_BY_ADDRESS ? address : 0};
     if (!k.name || !k.module)
         return CM_ENOMEM;
-    uint64_t pair[2] = {(uint64_t)(uintptr_t)k.name, (uint64_t)(uintptr_t)k.module};
-    uint64_t h = XXH3_64bits(pair, sizeof pair);
+    uint64_t key[4] = {(uint64_t)(uintptr_t)k.name, (uint64_t)(uintptr_t)k.module, k.inlined,
+                       k.address};
+    uint64_t h = XXH3_64bits(key, k.inlined ? sizeof key : 2 * sizeof key[0]);
     uint32_t id = idtab_find(p->tab_frames, p, h, frame_eq, &k);
     if (id != AGG_NONE)
         return id;
     const char *bid = intern(p, build_id ? build_id : "");
-    if (!bid || grow32((void **)&p->frames, sizeof *p->frames, &p->cap_frames, p->n_frames + 1) ||
+    const char *fn = function && *function ? intern(p, function) : k.name;
+    const char *fl = intern(p, file ? file : "");
+    if (!bid || !fn || !fl ||
+        grow32((void **)&p->frames, sizeof *p->frames, &p->cap_frames, p->n_frames + 1) ||
         idtab_insert(p->tab_frames, h, p->n_frames))
         return CM_ENOMEM;
-    p->frames[p->n_frames] = (agg_frame_t){k.name, k.module, bid, address};
+    p->frames[p->n_frames] = (agg_frame_t){k.name, k.module, bid, address, fn, fl, line, k.inlined};
     return p->n_frames++;
 }
 
@@ -379,7 +395,8 @@ int agg_profile_copy_tables(const agg_profile_t *in, agg_profile_t **out) {
         goto out;
     for (uint32_t i = 0; i < in->n_frames; i++) {
         const agg_frame_t *f = &in->frames[i];
-        int64_t id = agg_profile_frame(p, f->name, f->module, f->build_id, f->address);
+        int64_t id = agg_profile_frame_src(p, f->name, f->module, f->build_id, f->address,
+                                           f->function, f->file, f->line, f->inlined);
         if (id < 0)
             goto out;
     }

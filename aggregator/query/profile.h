@@ -30,11 +30,19 @@
 #define AGG_NONE UINT32_MAX
 
 typedef struct {
-    const char *name;     /* function name, never NULL */
+    const char *name;     /* function name, never NULL (with source lines: "function file:line") */
     const char *module;   /* mapping file basename, "" when unknown */
     const char *build_id; /* hex build id, "" when unknown */
     uint64_t address;     /* first address seen, 0 when unknown */
+    /* source position (a profile read with lines, agg_profile_frame_src): */
+    const char *function; /* the function alone (pprof Function.name); == name without lines */
+    const char *file;     /* source file, "" when unknown */
+    uint32_t line;        /* 0 when unknown */
+    uint8_t inlined;      /* AGG_FRAME_* flags */
 } agg_frame_t;
+
+#define AGG_FRAME_INLINED 1    /* inlined into the frame before it in every stack (same address) */
+#define AGG_FRAME_BY_ADDRESS 2 /* one frame per address (an export's locations), not per name */
 
 typedef struct {
     const char *key; /* caller's name for it ("bucket 1700000000", a chunk id, ...) */
@@ -107,6 +115,16 @@ void agg_profile_free(agg_profile_t *p);
  * Returns the frame id (>= 0) or CM_ENOMEM. */
 int64_t agg_profile_frame(agg_profile_t *p, const char *name, const char *module,
                           const char *build_id, uint64_t address);
+
+/* The same with a source position: frames are interned by (name, module, flags), so a
+ * profile with lines gives each line its own name ("function file:line"); function is the
+ * function alone (NULL: name), file/line the position (first seen). flags (AGG_FRAME_*):
+ * INLINED: the frame was inlined into the frame before it (root-first), at the same address;
+ * BY_ADDRESS: the address is part of the key (a pprof export's locations are addresses:
+ * frames of one line at two addresses stay two). */
+int64_t agg_profile_frame_src(agg_profile_t *p, const char *name, const char *module,
+                              const char *build_id, uint64_t address, const char *function,
+                              const char *file, uint32_t line, int inlined);
 
 /* Interns a root-first stack of n frame ids (n may be 0). Returns the stack id, CM_ERANGE when
  * a frame id is unknown or n > CM_MAX_STACK_DEPTH, or CM_ENOMEM. */

@@ -664,17 +664,55 @@ static void h_event_types(agg_api_t *api, const args_t *a, const char *url,
 
 /* Common: service, versions, type, time range, label, filters -> a filtered profile. Returns
  * the profile or NULL with the reply written. */
+/* Dimension filters (dims.h): host, node, pod, container, pid, io_target, fd_kind, lock; all
+ * must hold. Appends to f (at most max); returns the count. */
+static size_t parse_dims(const args_t *a, agg_qfilter_t *f, size_t n, size_t max) {
+    for (int d = 0; d < AGG_DIM_COUNT && n < max; d++) {
+        char pn[32];
+        snprintf(pn, sizeof pn, "%s", agg_dim_names[d]);
+        for (char *c = pn; *c; c++)
+            *c = *c == '-' ? '_' : *c;
+        const char *v = arg(a, pn);
+        if (v && *v)
+            f[n++] = (agg_qfilter_t){agg_dim_names[d], v};
+    }
+    return n;
+}
+
+static agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_t *r,
+                                       const char *vparam, const char *from_p, const char *to_p,
+                                       int replicates, int per_request, filt_t *ft,
+                                       json_t **meta, const agg_qfilter_t *extra,
+                                       agg_qspec_t *spec_out);
+
 static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_reply_t *r,
                                     const char *vparam, const char *from_p, const char *to_p,
                                     int replicates, int per_request, filt_t *ft,
                                     json_t **meta) {
+    return query_profile_by(api, a, r, vparam, from_p, to_p, replicates, per_request, ft, meta,
+                            NULL, NULL);
+}
+
+/* As query_profile, also restricted to extra (NULL: none); spec_out (when given) gets the
+ * query without extra and without reading the profile (its strings point into a). */
+static agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_t *r,
+                                       const char *vparam, const char *from_p, const char *to_p,
+                                       int replicates, int per_request, filt_t *ft,
+                                       json_t **meta, const agg_qfilter_t *extra,
+                                       agg_qspec_t *spec_out) {
     const char *svc;
-    const char *vers[64];
-    char lkey[256];
+    static __thread const char *vers[64]; /* spec_out points at them */
+    static __thread char lkey[256];
+    static __thread agg_qfilter_t dims[AGG_QMAX_FILTERS];
     const char *lval;
     cm_event_type_t type;
     int64_t from, to;
-    long long exact;
+    long long exact, lines = 0;
+    /* source lines and inlined frames: a profile's `lines=1`, and always in a pprof export */
+    const char *fmt = arg(a, "format");
+    int pprof = !replicates && fmt && !strcmp(fmt, "pprof");
+    if (!replicates && parse_uint(a, "lines", pprof, 1, r, &lines))
+        return NULL;
     if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
         parse_time(a, from_p, 0, r, &from) || parse_time(a, to_p, INT64_MAX / 4, r, &to) ||
         parse_label(a, r, lkey, sizeof lkey, &lval) || parse_uint(a, "exact", 0, 1, r, &exact))
@@ -702,7 +740,19 @@ static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_re
                      .label_value = lval,
                      .replicates = replicates,
                      .exact = (int)exact,
-                     .per_request = per_request};
+                     .per_request = per_request,
+                     .lines = (int)lines && pprof ? AGG_QLINES_ADDRESSES : (int)lines};
+    q.n_filters = parse_dims(a, dims, 0, AGG_QMAX_FILTERS - 1);
+    q.filters = dims;
+    if (spec_out) {
+        *spec_out = q;
+        if (meta)
+            *meta = json_pack("{s:s, s:I, s:I}", "service", svc, "from", (json_int_t)from, "to",
+                              (json_int_t)(to == INT64_MAX / 4 ? 0 : to));
+        return NULL;
+    }
+    if (extra)
+        dims[q.n_filters++] = *extra;
     agg_profile_t *p = NULL;
     int rc = agg_qstore_profile(api->qs, &q, &p);
     if (rc) {
@@ -723,8 +773,103 @@ static agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_re
     return p;
 }
 
+/* group_by=KEY: the profile's samples split by a dimension (host, node, pod, container, pid,
+ * io-target, fd-kind, lock) or label:KEY, heaviest first, at most group_limit (default 20)
+ * groups, with the top `limit` (default 5) functions of each. */
+static void h_groups(agg_api_t *api, const args_t *a, const char *by, agg_http_reply_t *r) {
+    char key[256];
+    const char *k = by;
+    if (!strncmp(by, "label:", 6) && by[6])
+        k = by + 6;
+    else if (agg_dim_by_name(by) < 0) {
+        snprintf(key, sizeof key, "%s", by);
+        for (char *c = key; *c; c++)
+            *c = *c == '_' ? '-' : *c;
+        if (agg_dim_by_name(key) < 0) {
+            reply_err(r, 400, "group_by", "group_by '%s' is not host, node, pod, container, pid, "
+                      "io-target, fd-kind, lock or label:KEY", by);
+            return;
+        }
+        k = key;
+    }
+    long long glimit, limit;
+    if (parse_uint(a, "group_limit", 20, 10000, r, &glimit) ||
+        parse_uint(a, "limit", 5, 1000, r, &limit))
+        return;
+    filt_t ft;
+    if (parse_filter(a, r, &ft))
+        return;
+    agg_qspec_t q;
+    json_t *meta = NULL;
+    if (query_profile_by(api, a, r, "version", "from", "to", 0, 0, &ft, &meta, NULL, &q) ||
+        r->body) /* the reply holds the error */
+        return;
+    agg_qgroup_t *g = NULL;
+    size_t n = 0;
+    int rc = agg_qstore_groups(api->qs, &q, k, &g, &n);
+    if (rc) {
+        json_decref(meta);
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return;
+    }
+    uint64_t total = 0, total_count = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += g[i].weight;
+        total_count += g[i].count;
+    }
+    if (!total_count) {
+        json_decref(meta);
+        agg_qgroups_free(g, n);
+        const char *t = arg(a, "type");
+        reply_err(r, 404, "from", "no %s samples of service '%s' for these versions, time range "
+                  "and filters", t && *t ? t : "cpu", arg(a, "service"));
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n && i < (size_t)glimit; i++) {
+        char shown[1024]; /* a path need not be UTF-8; JSON must be */
+        snprintf(shown, sizeof shown, "%s", g[i].value ? g[i].value : "");
+        utf8_fix(shown);
+        json_t *o = json_pack("{s:s?, s:I, s:f, s:f, s:I}", "value", g[i].value ? shown : NULL, "weight",
+                              (json_int_t)g[i].weight, "share",
+                              total ? (double)g[i].weight / (double)total : 0.0, "samples",
+                              (double)g[i].count / CM_COUNT_ONE, "rows", (json_int_t)g[i].rows);
+        if (g[i].value && limit > 0) {
+            agg_qfilter_t f = {k, g[i].value};
+            agg_http_reply_t r2 = {0};
+            agg_profile_t *p =
+                query_profile_by(api, a, &r2, "version", "from", "to", 0, 0, &ft, NULL, &f, NULL);
+            agg_top_t t;
+            if (p && agg_top_compute(p, AGG_SORT_SELF, (size_t)limit, &t) == 0) {
+                json_t *tj = agg_top_json(p, &t);
+                json_t *fns = tj ? json_object_get(tj, "functions") : NULL;
+                if (fns)
+                    json_object_set(o, "top", fns);
+                json_decref(tj);
+                agg_top_free(&t);
+            }
+            agg_profile_free(p);
+            free(r2.body);
+        }
+        json_array_append_new(arr, o);
+    }
+    json_object_update_new(meta, json_pack("{s:s, s:s, s:s, s:I, s:f, s:o, s:I}", "group_by", k,
+                                       "event_type", cm_event_name(q.type), "unit",
+                                       agg_event_unit(q.type), "total", (json_int_t)total,
+                                       "samples", (double)total_count / CM_COUNT_ONE, "groups",
+                                       arr, "truncated",
+                                       (json_int_t)(n > (size_t)glimit ? n - (size_t)glimit : 0)));
+    agg_qgroups_free(g, n);
+    reply_json(r, 200, meta);
+}
+
 static void h_profile(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
     (void)url;
+    const char *by = arg(a, "group_by");
+    if (by && *by) {
+        h_groups(api, a, by, r);
+        return;
+    }
     filt_t ft;
     if (parse_filter(a, r, &ft))
         return;
@@ -765,8 +910,10 @@ static void h_timeseries(agg_api_t *api, const args_t *a, const char *url,
                                                  "first_ns", (json_int_t)v[i].first_ns));
     agg_qversions_free(v, n);
     agg_qseries_t s;
+    agg_qfilter_t dims[AGG_QMAX_FILTERS];
+    size_t nd = parse_dims(a, dims, 0, AGG_QMAX_FILTERS);
     int rc = agg_qstore_timeseries_label(api->qs, svc, type, from, to, lval ? lkey : NULL, lval,
-                                         &s);
+                                         dims, nd, &s);
     if (rc) {
         json_decref(deploys);
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));

@@ -46,7 +46,7 @@ void agg_batch_clear(agg_batch_t *b) {
     for (int i = 0; (m = maps(b, i)); i++)
         agg_hmap_clear(m);
     b->strs.n = b->maps.n = b->fns.n = b->locs.n = b->stacks.n = b->labels.n = 0;
-    b->labelsets.n = 0;
+    b->labelsets.n = b->labelbase.n = 0;
     b->arena_len = 0;
     b->next_offset = -1;
     b->messages = b->chunks = b->duplicates = b->rejects = b->samples = 0;
@@ -64,6 +64,7 @@ void agg_batch_free(agg_batch_t *b) {
     free(b->stacks.v);
     free(b->labels.v);
     free(b->labelsets.v);
+    free(b->labelbase.v);
     free(b->str_arena);
     memset(b, 0, sizeof *b);
 }
@@ -85,6 +86,7 @@ int agg_batch_derive(agg_batch_t *b, const int64_t *done) {
     for (size_t i = 0; i < b->prof.n; i++) {
         const agg_prof_ent_t *e = agg_hmap_entry(&b->prof, i);
         agg_prof_key_t k = e->k;
+        k.labels = e->base; /* the derived rows do not keep the dimensions */
         for (int t = 0; t < b->n_tiers; t++) {
             if ((int64_t)e->k.bucket >= done[t])
                 continue;

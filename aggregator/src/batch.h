@@ -33,6 +33,8 @@ typedef struct {
     int64_t weight, count, rows, chunks; /* chunks: distinct chunks that contributed */
     uint64_t last_chunk;                 /* batch-local tag of the last contributing chunk */
     uint64_t leaf;                       /* fine rows: location id of the stack's leaf frame */
+    uint64_t base;  /* fine rows: the label set without dimensions (dims.h), which the derived
+                     * rows (tiers, per-leaf) are keyed by */
 } agg_prof_ent_t;
 
 /* totals per type: (service, version, type, width, bucket) -> sums */
@@ -168,6 +170,7 @@ typedef struct agg_batch {
     AGG_VEC(agg_new_stack_t) stacks;
     AGG_VEC(agg_new_label_t) labels;
     AGG_VEC(uint64_t) labelsets;
+    AGG_VEC(agg_new_label_t) labelbase; /* (set, key unused, value = the set without dimensions) */
     char *str_arena;
     size_t arena_len, arena_cap;
 

@@ -14,6 +14,7 @@
  */
 #include "consume.h"
 
+#include "dims.h"
 #include "intern.h"
 #include "store.h"
 
@@ -47,6 +48,7 @@ struct agg_consumer {
     part_t *parts;
     int32_t nparts;
     agg_rollup_t rollup;
+    agg_dims_t dims;
     int fatal;
     uint64_t dlq_failed; /* delivery failures reported by the DLQ producer */
     struct {
@@ -309,6 +311,32 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
 }
 
+/* The sender's identity from the collector's headers (collector/src/enrich.c). */
+static void chunk_meta(const rd_kafka_message_t *m, agg_chunk_meta_t *meta) {
+    memset(meta, 0, sizeof *meta);
+    rd_kafka_headers_t *h = NULL;
+    if (rd_kafka_message_headers(m, &h) || !h)
+        return;
+    struct {
+        const char *name;
+        char *out;
+        size_t size;
+    } want[] = {{CM_HDR_HOST, meta->host, sizeof meta->host},
+                {CM_HDR_NODE, meta->node, sizeof meta->node},
+                {CM_HDR_POD, meta->pod, sizeof meta->pod},
+                {CM_HDR_CONTAINER, meta->container, sizeof meta->container}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const void *v;
+        size_t vl;
+        if (rd_kafka_header_get_last(h, want[i].name, &v, &vl) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+            v && vl < want[i].size) {
+            memcpy(want[i].out, v, vl);
+            want[i].out[vl] = 0;
+            want[i].out[strnlen(want[i].out, vl)] = 0;
+        }
+    }
+}
+
 /* Decodes one message into its partition's batch. Returns 0 or a fatal code (ENOMEM). */
 static int handle(agg_consumer_t *c, rd_kafka_message_t *m) {
     part_t *p = m->partition < c->nparts ? &c->parts[m->partition] : NULL;
@@ -351,8 +379,11 @@ static int handle(agg_consumer_t *c, rd_kafka_message_t *m) {
         goto out;
     }
     agg_seen_ent_t *se = agg_hmap_upsert(&b->seen, &sk, NULL);
-    agg_chunk_ids_t ids;
+    agg_chunk_ids_t ids = {0};
+    agg_chunk_meta_t meta;
+    chunk_meta(m, &meta);
     if (!se || (rc = agg_intern_chunk(&p->intern, b, ch, &ids)) ||
+        (rc = agg_dims_chunk(&c->dims, &p->intern, b, ch, &meta, &ids)) ||
         (rc = agg_rollup_chunk(&c->rollup, b, ch, &ids))) {
         rc = rc ? rc : CM_ENOMEM;
         goto out;
@@ -422,6 +453,9 @@ int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_c
     c->cfg = *cfg;
     c->m = metrics;
     agg_rollup_init(&c->rollup, &cfg->rollup);
+    agg_dims_init(&c->dims, c->rollup.cfg.coarse_width_s, cfg->dim_limit, cfg->dim_target_limit);
+    if (cfg->dims_given)
+        c->dims.enabled = cfg->dim_mask;
 
     if (!(conf = base_conf(cfg, 1, err, err_size)))
         goto out;
@@ -501,6 +535,8 @@ static void update_gauges(agg_consumer_t *c) {
     }
     pthread_mutex_lock(&c->m->mu);
     c->m->store_bytes = bytes;
+    for (int d = 0; d < AGG_DIM_COUNT; d++)
+        c->m->dim_overflow[d] = c->dims.overflow[d];
     pthread_mutex_unlock(&c->m->mu);
 }
 
@@ -658,5 +694,6 @@ void agg_consumer_free(agg_consumer_t *c) {
     if (c->dlq)
         rd_kafka_destroy(c->dlq);
     agg_rollup_free(&c->rollup);
+    agg_dims_free(&c->dims);
     free(c);
 }

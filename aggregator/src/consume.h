@@ -30,6 +30,8 @@ typedef struct {
     int64_t batch_max_messages, batch_max_samples, batch_interval_ms;
     int64_t retention_interval_ms;   /* 0: never */
     agg_rollup_cfg_t rollup;
+    uint32_t dim_limit, dim_target_limit; /* dims.h bounds; 0: the defaults */
+    uint32_t dim_mask; int dims_given;    /* the dimensions stored (dims_given 0: all) */
     agg_retention_cfg_t retention;
 } agg_consume_cfg_t;
 

@@ -2,6 +2,8 @@
  * Threading: one agg_intern_t per store, used by the consume thread only. */
 #include "intern.h"
 
+#include "symstore.h"
+
 #include "cm/error.h"
 
 #include <stdlib.h>
@@ -166,6 +168,11 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
                 goto out;
             }
             *nl = (agg_new_loc_t){id, v[0], v[1], v[2], v[3]};
+            /* arrived unnamed: the symbol store's worker names it by build id, off this
+             * thread (symstore.c) */
+            const cm_mapping_t *mp = &d->mappings[d->location_mapping[l]];
+            if (!d->location_function[l] && d->location_mapping[l] && mp->build_id_len)
+                agg_symstore_want(mp->build_id, mp->build_id_len, d->location_address[l]);
         }
     }
 
@@ -188,56 +195,93 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
         in->stack[s] = parent;
     }
 
+    TRY(scratch(&in->lkv, &in->lkv_cap,
+                2 * (size_t)(d->label_off ? d->label_off[d->n_label_sets] : 0) + 2));
+    {
+        uint32_t *lo = realloc(in->loff, ((size_t)d->n_label_sets + 2) * sizeof *lo);
+        if (!lo) {
+            rc = CM_ENOMEM;
+            goto out;
+        }
+        in->loff = lo;
+    }
+    in->loff[0] = in->loff[1] = 0;
     for (uint32_t ls = 1; ls < d->n_label_sets; ls++) {
-        uint64_t kv[2 * CM_MAX_LABELS_PER_SET];
         uint32_t n = d->label_off[ls + 1] - d->label_off[ls];
         if (n > CM_MAX_LABELS_PER_SET)
             n = CM_MAX_LABELS_PER_SET;
+        uint64_t *kv = in->lkv + 2 * (size_t)in->loff[ls];
         for (uint32_t i = 0; i < n; i++) {
             const uint32_t *p = &d->label_kv[2 * (d->label_off[ls] + i)];
             TRY(str_id(in, b, d, p[0], &kv[2 * i]));
             TRY(str_id(in, b, d, p[1], &kv[2 * i + 1]));
         }
-        /* sort pairs so the same set in another order gets the same id */
-        for (uint32_t i = 1; i < n; i++)
-            for (uint32_t j = i; j > 0 && (kv[2 * j - 2] > kv[2 * j] ||
-                                           (kv[2 * j - 2] == kv[2 * j] && kv[2 * j - 1] > kv[2 * j + 1]));
-                 j--) {
-                uint64_t t0 = kv[2 * j - 2], t1 = kv[2 * j - 1];
-                kv[2 * j - 2] = kv[2 * j];
-                kv[2 * j - 1] = kv[2 * j + 1];
-                kv[2 * j] = t0;
-                kv[2 * j + 1] = t1;
-            }
-        uint64_t id = n ? hash_u64s(kv, 2 * n, SEED_LABELS) : 0;
-        in->labels[ls] = id;
-        if (!id)
-            continue;
-        TRY(mark(in, id));
-        if (rc > 0) {
-            uint64_t *nset = AGG_VEC_PUSH(b->labelsets);
-            if (!nset) {
-                rc = CM_ENOMEM;
-                goto out;
-            }
-            *nset = id;
-            for (uint32_t i = 0; i < n; i++) {
-                agg_new_label_t *nl = AGG_VEC_PUSH(b->labels);
-                if (!nl) {
-                    rc = CM_ENOMEM;
-                    goto out;
-                }
-                *nl = (agg_new_label_t){id, kv[2 * i], kv[2 * i + 1]};
-            }
-        }
+        in->loff[ls + 1] = in->loff[ls] + n;
+        uint64_t tmp[2 * CM_MAX_LABELS_PER_SET];
+        memcpy(tmp, kv, 2 * n * sizeof *tmp);
+        TRY(agg_intern_labelset(in, b, tmp, n, &in->labels[ls]));
     }
+    in->n_sets = d->n_label_sets;
     rc = 0;
     ids->fn = in->fn;
     ids->loc = in->loc;
     ids->stack = in->stack;
     ids->labels = in->labels;
+    ids->label_kv = in->lkv;
+    ids->label_off = in->loff;
+    ids->row_labels = NULL; /* agg_dims_chunk() adds the dimensions */
 out:
     return rc < 0 ? rc : 0;
+}
+
+int agg_intern_labelset(agg_intern_t *in, agg_batch_t *b, uint64_t *kv, uint32_t n,
+                        uint64_t *id_out) {
+    int rc;
+    /* sort pairs so the same set in another order gets the same id */
+    for (uint32_t i = 1; i < n; i++)
+        for (uint32_t j = i; j > 0 && (kv[2 * j - 2] > kv[2 * j] ||
+                                       (kv[2 * j - 2] == kv[2 * j] && kv[2 * j - 1] > kv[2 * j + 1]));
+             j--) {
+            uint64_t t0 = kv[2 * j - 2], t1 = kv[2 * j - 1];
+            kv[2 * j - 2] = kv[2 * j];
+            kv[2 * j - 1] = kv[2 * j + 1];
+            kv[2 * j] = t0;
+            kv[2 * j + 1] = t1;
+        }
+    uint64_t id = n ? hash_u64s(kv, 2 * n, SEED_LABELS) : 0;
+    *id_out = id;
+    if (!id)
+        return 0;
+    if ((rc = mark(in, id)) <= 0)
+        return rc;
+    uint64_t *nset = AGG_VEC_PUSH(b->labelsets);
+    if (!nset)
+        return CM_ENOMEM;
+    *nset = id;
+    for (uint32_t i = 0; i < n; i++) {
+        agg_new_label_t *nl = AGG_VEC_PUSH(b->labels);
+        if (!nl)
+            return CM_ENOMEM;
+        *nl = (agg_new_label_t){id, kv[2 * i], kv[2 * i + 1]};
+    }
+    return 0;
+}
+
+int agg_intern_str(agg_intern_t *in, agg_batch_t *b, const char *s, size_t len, uint64_t *id_out) {
+    uint64_t id = agg_intern_string_id(s, len);
+    *id_out = id;
+    if (!id)
+        return 0;
+    int r = mark(in, id);
+    if (r <= 0)
+        return r;
+    agg_new_str_t *ns = AGG_VEC_PUSH(b->strs);
+    if (!ns)
+        return CM_ENOMEM;
+    ns->id = id;
+    ns->len = (uint32_t)len;
+    ns->off = agg_batch_arena_add(b, s, (uint32_t)len);
+    return ns->off == (size_t)-1 ? CM_ENOMEM : 0;
 }
 
 void agg_intern_forget(agg_intern_t *in) { agg_idset_clear(&in->known); }
@@ -250,5 +294,7 @@ void agg_intern_free(agg_intern_t *in) {
     free(in->loc);
     free(in->stack);
     free(in->labels);
+    free(in->lkv);
+    free(in->loff);
     memset(in, 0, sizeof *in);
 }

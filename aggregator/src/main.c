@@ -3,11 +3,13 @@
  * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
 #include "api.h"
 #include "consume.h"
+#include "dims.h"
 #include "http.h"
 #include "ui.h"
 #include "metrics.h"
 #include "reports.h"
 #include "symbolizer.h"
+#include "symstore.h"
 
 #include "cm/config.h"
 #include "cm/error.h"
@@ -36,6 +38,8 @@ typedef struct {
     int64_t fine_width, coarse_width, replicate_width, downsample_after, max_age, span_max_age, dedupe_window;
     int64_t retention_interval;
     int span_index, fn_stats;
+    int64_t dim_limit, dim_target_limit;
+    char *dimensions;
 } agg_cfg_t;
 
 #define O(f) offsetof(agg_cfg_t, f)
@@ -105,6 +109,16 @@ static const cm_opt_t opts[] = {
      "index samples that carry a trace/span context"},
     {"fn-stats", CM_OPT_BOOL, "true", O(fn_stats), 0, 0,
      "keep per-function per-chunk share statistics for significance tests in diffs"},
+    {"dimensions", CM_OPT_STRING, "all", O(dimensions), 0, 0,
+     "dimensions stored with each sample row (comma-separated: host, node, pod, container, "
+     "pid, io-target, fd-kind, lock; or all, none). Each one that differs between the "
+     "processes of a service multiplies its rows (see README, Dimensions)"},
+    {"dimension-limit", CM_OPT_INT, "1000", O(dim_limit), 1, 1000000,
+     "distinct values of host, node, pod, container and pid kept per service and coarse "
+     "bucket; later ones are stored as '(other)' and counted"},
+    {"dimension-target-limit", CM_OPT_INT, "200", O(dim_target_limit), 1, 1000000,
+     "distinct I/O targets (paths, peers) and lock addresses kept per service and coarse "
+     "bucket; later ones are stored as '(other)' and counted"},
     {0},
 };
 
@@ -114,10 +128,44 @@ static void on_signal(int sig) {
     stop_flag = 1;
 }
 
+/* The symbol store's and the symbolizer's counters, appended to the /metrics text. */
+static char *symbol_metrics(char *body) {
+    agg_symstore_stats_t ss;
+    agg_symbolizer_stats_t zs;
+    agg_symstore_stats(&ss);
+    agg_symbolizer_stats(&zs);
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } c[] = {
+        {"symbols_queued_total", "unnamed locations queued at ingest for the symbol store", ss.queued},
+        {"symbols_dropped_total", "unnamed locations not queued (queue full; named at query)", ss.dropped},
+        {"symbols_store_hits_total", "lookups answered by symbols.sqlite", ss.hits},
+        {"symbols_store_misses_total", "lookups symbols.sqlite had no answer for", ss.misses},
+        {"symbols_stored_total", "names written to symbols.sqlite", ss.stored},
+        {"symbols_negative_total", "no-name answers written (no symbol, or no debug file)", ss.negatives},
+        {"debuginfod_requests_total", "debug files asked from debuginfod", zs.fetches},
+        {"debuginfod_failures_total", "debuginfod requests that failed", zs.fetch_fail},
+    };
+    size_t len = strlen(body), cap = len + 1 + 8 * 512; /* each entry < 512 bytes */
+    char *nb = realloc(body, cap);
+    if (!nb)
+        return body;
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++)
+        len += (size_t)snprintf(nb + len, cap - len,
+                                "# HELP fleetprof_aggregator_%s %s\n# TYPE fleetprof_aggregator_%s "
+                                "counter\nfleetprof_aggregator_%s %llu\n",
+                                c[i].name, c[i].help, c[i].name, c[i].name,
+                                (unsigned long long)c[i].v);
+    return nb;
+}
+
 static void h_metrics(void *arg, const char *url, const char *query, agg_http_reply_t *r) {
     (void)url;
     (void)query;
     r->body = agg_metrics_render(arg);
+    if (r->body)
+        r->body = symbol_metrics(r->body);
     r->len = r->body ? strlen(r->body) : 0;
     r->status = r->body ? 200 : 500;
     r->content_type = "text/plain; version=0.0.4";
@@ -185,6 +233,8 @@ int main(int argc, char **argv) {
         .batch_max_samples = cfg.batch_max_samples,
         .batch_interval_ms = cfg.batch_interval / 1000000,
         .retention_interval_ms = cfg.retention_interval / 1000000,
+        .dim_limit = (uint32_t)cfg.dim_limit,
+        .dim_target_limit = (uint32_t)cfg.dim_target_limit,
         .rollup = {cfg.fine_width / S, cfg.coarse_width / S, cfg.span_index, cfg.fn_stats,
                    cfg.replicate_width / S},
         .retention = {cfg.fine_width / S, cfg.coarse_width / S, cfg.downsample_after / S,
@@ -197,6 +247,12 @@ int main(int argc, char **argv) {
         rc = 2;
         goto out;
     }
+    if (agg_dims_parse(cfg.dimensions, &cc.dim_mask, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    cc.dims_given = 1;
     if (agg_retention_check(&cc.retention, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         rc = 2;
@@ -254,6 +310,8 @@ int main(int argc, char **argv) {
                                  (double)cfg.debuginfod_timeout / 1e9,
                                  (double)cfg.debuginfod_retry / 1e9};
     agg_symbolizer_init(&scfg);
+    if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
+        CM_WARN("%s: names found by the server are not kept", err);
     agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
@@ -298,6 +356,7 @@ out:
     agg_http_stop(http);
     agg_api_free(api);
     agg_ui_free(ui);
+    agg_symstore_close();
     agg_symbolizer_shutdown();
     cm_config_free(opts, &cfg, &kafka);
     agg_metrics_destroy(&metrics);

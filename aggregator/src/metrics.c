@@ -2,6 +2,8 @@
  * Threading: all access under m->mu. */
 #include "metrics.h"
 
+#include "dims.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +117,12 @@ char *agg_metrics_render(agg_metrics_t *m) {
             "fine rollup rows merged into coarse buckets", m->retention_rows_moved);
     counter(&b, "fleetprof_aggregator_retention_rows_expired_total",
             "rollup rows deleted past max age", m->retention_rows_expired);
+    sb_printf(&b, "# HELP fleetprof_aggregator_dimension_overflow_total dimension values past "
+                  "the cardinality bound, stored as (other)\n"
+                  "# TYPE fleetprof_aggregator_dimension_overflow_total counter\n");
+    for (int i = 0; i < AGG_DIM_COUNT; i++)
+        sb_printf(&b, "fleetprof_aggregator_dimension_overflow_total{dimension=\"%s\"} %llu\n",
+                  agg_dim_names[i], (unsigned long long)m->dim_overflow[i]);
     sb_printf(&b, "# HELP fleetprof_aggregator_rejects_total messages dead-lettered, by reason\n"
                   "# TYPE fleetprof_aggregator_rejects_total counter\n");
     for (int i = 0; i < AGG_METRICS_MAX_REASONS && m->reject_reasons[i].reason[0]; i++)

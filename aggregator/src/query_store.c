@@ -6,7 +6,7 @@
 
 #include "hmap.h"
 #include "intern.h"
-#include "symbolizer.h"
+#include "symstore.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -21,6 +21,9 @@
 
 typedef struct {
     char *name, *module, *build_id; /* printable frame of one store location */
+    char *file;  /* source file (the agent's function file, or the symbolizer's line), or NULL */
+    char *chain; /* inlined frames from the symbol store (agg_sym_t.chain), or NULL */
+    uint32_t line;
     uint64_t address;
     uint8_t unnamed;   /* arrived without a function name and not named by the symbolizer */
     uint64_t retry_ns; /* unnamed: ask the symbolizer again after this (CLOCK_MONOTONIC) */
@@ -60,6 +63,8 @@ static void cache_free(qdb_t *d) {
         free(d->locs[i].name);
         free(d->locs[i].module);
         free(d->locs[i].build_id);
+        free(d->locs[i].file);
+        free(d->locs[i].chain);
     }
     free(d->locs);
 }
@@ -345,37 +350,57 @@ static uint64_t mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A location that arrived unnamed: asks the symbolizer (debuginfod by build id) for its name,
- * at most every 10 s per location (the symbolizer negative-caches a failing build id itself,
- * so a retry while its server is down costs a hash lookup). Named: the cached name changes,
- * so this and every later query and export of this handle sees it. */
+/* A location that arrived unnamed: its name from the symbol store (symstore.c: what the
+ * server named at ingest or at an earlier query, kept across restarts), else from the
+ * symbolizer (debuginfod by build id; the answer is stored). At most every 10 s per location
+ * (a failing build id is negative-cached by both, so a retry costs a lookup). Named: the
+ * cached name changes, so this and every later query and export of this handle sees it. */
+/* The location's build id as bytes into bid[64]; returns its length, 0 when it has none. */
+static size_t cloc_bid(const cloc_t *c, uint8_t *bid) {
+    size_t bl = strlen(c->build_id) / 2;
+    if (bl > 64)
+        return 0;
+    for (size_t i = 0; i < bl; i++) {
+        unsigned v = 0;
+        if (sscanf(c->build_id + 2 * i, "%2x", &v) != 1)
+            return 0;
+        bid[i] = (uint8_t)v;
+    }
+    return bl;
+}
+
 static void cloc_symbolize(cloc_t *c) {
-    if (!c->unnamed || !c->build_id[0] || !agg_symbolizer_enabled())
+    if (!c->unnamed || !c->build_id[0])
         return;
     uint64_t now = mono_ns();
     if (now < c->retry_ns)
         return;
     c->retry_ns = now + 10000000000ull;
     uint8_t bid[64];
-    size_t bl = strlen(c->build_id) / 2;
-    if (bl > sizeof bid)
+    size_t bl = cloc_bid(c, bid);
+    if (!bl)
         return;
-    for (size_t i = 0; i < bl; i++) {
-        unsigned v = 0;
-        if (sscanf(c->build_id + 2 * i, "%2x", &v) != 1)
-            return;
-        bid[i] = (uint8_t)v;
-    }
-    char *name = NULL;
-    if (agg_symbolize(bid, bl, c->address, &name, NULL, NULL) == 1) {
+    agg_sym_t sym;
+    if (agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
         free(c->name);
-        c->name = name;
+        c->name = sym.name;
+        sym.name = NULL;
+        if (sym.file) {
+            free(c->file);
+            c->file = sym.file;
+            c->line = sym.line;
+            sym.file = NULL;
+        }
+        c->chain = sym.chain;
+        sym.chain = NULL;
         c->unnamed = 0;
     }
+    agg_sym_free(&sym);
 }
 
-/* The cache index of store location loc, adding it from the current row of st (columns c..c+3:
- * function name, mapping file, build id, address) when it is new. Returns it or CM_ENOMEM. */
+/* The cache index of store location loc, adding it from the current row of st (columns c..c+5:
+ * function name, mapping file, build id, address, line, function's source file) when it is
+ * new. Returns it or CM_ENOMEM. */
 static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
     int fresh = 0;
     uint64_t *li = agg_hmap_upsert(&d->locidx, &loc, &fresh);
@@ -405,13 +430,18 @@ static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
     cl->module = strdup(module);
     cl->build_id = strdup(bid);
     cl->address = addr;
+    const char *sf = (const char *)sqlite3_column_text(st, c + 5);
+    cl->file = sf && *sf ? strdup(sf) : NULL;
+    cl->line = (uint32_t)sqlite3_column_int64(st, c + 4);
+    cl->chain = NULL;
     const char *fn = (const char *)sqlite3_column_text(st, c);
     cl->unnamed = !fn || !*fn;
     cl->retry_ns = 0;
-    if (!cl->name || !cl->module || !cl->build_id) {
+    if (!cl->name || !cl->module || !cl->build_id || (sf && *sf && !cl->file)) {
         free(cl->name);
         free(cl->module);
         free(cl->build_id);
+        free(cl->file);
         goto nomem;
     }
     li[1] = d->nlocs;
@@ -453,10 +483,11 @@ static int cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
     int rc, s;
     if ((rc = fill_temp(d, "wantloc", want, n)) ||
         (rc = prep(d,
-                   "SELECT l.id, fn.s, mf.s, m.build_id, l.address FROM temp.wantloc w JOIN "
-                   "locations l ON l.id=w.id LEFT JOIN functions f ON f.id=l.function LEFT JOIN "
-                   "strings fn ON fn.id=f.name LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN "
-                   "strings mf ON mf.id=m.filename",
+                   "SELECT l.id, fn.s, mf.s, m.build_id, l.address, l.line, ff.s FROM "
+                   "temp.wantloc w JOIN locations l ON l.id=w.id LEFT JOIN functions f ON "
+                   "f.id=l.function LEFT JOIN strings fn ON fn.id=f.name LEFT JOIN strings ff ON "
+                   "ff.id=f.filename LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf "
+                   "ON mf.id=m.filename",
                    &st)))
         return rc;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
@@ -548,13 +579,97 @@ out:
     return rc;
 }
 
+/* Interns one frame of a profile with lines: named "function file:line" (file's basename)
+ * when the line is known. flags: AGG_FRAME_*. */
+static int64_t line_frame(agg_profile_t *p, const cloc_t *c, const char *fn, const char *file,
+                          uint32_t line, int flags) {
+    char name[CM_MAX_STRING_LEN + 64];
+    const char *base = file && *file ? strrchr(file, '/') : NULL;
+    base = base ? base + 1 : file && *file ? file : "?";
+    if (line && !c->unnamed)
+        snprintf(name, sizeof name, "%s %s:%u", fn, base, line);
+    else
+        snprintf(name, sizeof name, "%s", fn);
+    return agg_profile_frame_src(p, name, c->module, c->build_id, c->address,
+                                 c->unnamed ? NULL : fn, file, c->unnamed ? 0 : line, flags);
+}
+
+/* The frames of location c into out (root-first, at most max): one, or with lines the
+ * location's inlined frames (the outer function first). Returns how many, or CM_ENOMEM. */
+static int loc_frames(agg_profile_t *p, cloc_t *c, int lines, uint32_t *out, int max) {
+    int64_t fr;
+    if (lines && !c->unnamed && !c->chain && c->build_id[0] && mono_ns() >= c->retry_ns) {
+        /* named by the agent: the server's debug file (debuginfod, through the symbol store)
+         * may give its line, from the line table rather than the function's file, and its
+         * inlined frames; asked at most every 10 s per location */
+        c->retry_ns = mono_ns() + 10000000000ull;
+        uint8_t bid[64];
+        size_t bl = cloc_bid(c, bid);
+        agg_sym_t sym;
+        if (bl && agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
+            if (sym.file) {
+                free(c->file);
+                c->file = sym.file;
+                c->line = sym.line;
+                sym.file = NULL;
+            }
+            c->chain = sym.chain;
+            sym.chain = NULL;
+        }
+        if (bl)
+            agg_sym_free(&sym);
+    }
+    if (!lines) {
+        fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+        if (fr < 0)
+            return (int)fr;
+        out[0] = (uint32_t)fr;
+        return 1;
+    }
+    int by_addr = lines == AGG_QLINES_ADDRESSES ? AGG_FRAME_BY_ADDRESS : 0;
+    if (!c->chain || c->unnamed) {
+        fr = line_frame(p, c, c->name, c->file, c->line, by_addr);
+        if (fr < 0)
+            return (int)fr;
+        out[0] = (uint32_t)fr;
+        return 1;
+    }
+    /* chain: "function\tfile\tline\n" innermost first; out gets them outermost first */
+    const char *ent[64];
+    int m = 0;
+    for (const char *q = c->chain; *q && m < 64 && m < max; q = strchr(q, '\n') + 1) {
+        ent[m++] = q;
+        if (!strchr(q, '\n'))
+            break;
+    }
+    for (int k = 0; k < m; k++) {
+        const char *e = ent[m - 1 - k];
+        const char *t1 = strchr(e, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (!t2)
+            return k ? k : loc_frames(p, c, 0, out, max); /* malformed: the plain frame */
+        char fn[CM_MAX_STRING_LEN + 1], file[1024];
+        if (k == 0) /* the outer function: the name every other view gives it */
+            snprintf(fn, sizeof fn, "%s", c->name);
+        else
+            snprintf(fn, sizeof fn, "%.*s", (int)(t1 - e), e);
+        snprintf(file, sizeof file, "%.*s", (int)(t2 - t1 - 1), t1 + 1);
+        fr = line_frame(p, c, fn, file, (uint32_t)strtoul(t2 + 1, NULL, 10),
+                        by_addr | (k > 0 ? AGG_FRAME_INLINED : 0));
+        if (fr < 0)
+            return (int)fr;
+        out[k] = (uint32_t)fr;
+    }
+    return m;
+}
+
 /* Resolves every stack of `stacks` (keys: store stack ids) into profile stacks, through the
- * store's node cache (only stacks not seen before are read from the trie). */
-static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
+ * store's node cache (only stacks not seen before are read from the trie). With lines, each
+ * frame carries its source line and inlined functions become frames of their own. */
+static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int lines) {
     int rc = 0;
     uint64_t *missing = NULL;
-    uint32_t *locframe = NULL, *tmp = NULL;
-    size_t nm = 0;
+    uint32_t *locframe = NULL, *tmp = NULL, *lfv = NULL;
+    size_t nm = 0, nlfv = 0, caplfv = 0;
     if (d->nodes.n > CACHE_MAX_NODES) { /* bounded memory: start over */
         cache_free(d);
         cache_init(d);
@@ -590,16 +705,32 @@ static int resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks) {
             }
             uint32_t *lf = &locframe[nd->loc];
             if (*lf == AGG_NONE) {
+                /* a location's frames (several with lines and inlines): lfv[*lf] is their
+                 * count, the frames follow root-first */
                 cloc_t *c = &d->locs[nd->loc];
                 cloc_symbolize(c);
-                int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
-                if (fr < 0) {
-                    rc = (int)fr;
+                if (nlfv + 65 > caplfv) {
+                    size_t nc = caplfv ? 2 * caplfv : 4096;
+                    uint32_t *x = realloc(lfv, nc * sizeof *x);
+                    if (!x) {
+                        rc = CM_ENOMEM;
+                        goto out;
+                    }
+                    lfv = x;
+                    caplfv = nc;
+                }
+                int k = loc_frames(p, c, lines, lfv + nlfv + 1, 64);
+                if (k < 0) {
+                    rc = k;
                     goto out;
                 }
-                *lf = (uint32_t)fr;
+                lfv[nlfv] = (uint32_t)k;
+                *lf = (uint32_t)nlfv;
+                nlfv += 1 + (size_t)k;
             }
-            tmp[depth++] = *lf;
+            /* leaf first here (reversed below): the innermost inlined frame first */
+            for (uint32_t k = lfv[*lf]; k > 0 && depth < CM_MAX_STACK_DEPTH; k--)
+                tmp[depth++] = lfv[*lf + k];
             id = nd->parent;
         }
         if (broken)
@@ -621,6 +752,7 @@ out:
     free(missing);
     free(locframe);
     free(tmp);
+    free(lfv);
     return rc;
 }
 
@@ -708,14 +840,18 @@ static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, ag
     return rc;
 }
 
-#define QMAX_WIDTHS 64 /* distinct interval widths of a service (fine, downsampled, changed) */
+#define QMAX_WIDTHS 64
+#define QFILTER_PARAM 500 /* first SQL parameter of the label/dimension filters */ /* distinct interval widths of a service (fine, downsampled, changed) */
 
 /* The SQL pieces every profile read shares: the version list (explicit, so each statement is
  * an index range per version), the fine widths present (so a bucket range is an index range
  * too), the label filter, and their bindings. */
 typedef struct {
     char vin[2600], win[16 + 6 * (QMAX_WIDTHS + 1)];
-    const char *lab;
+    const char *lab; /* the label and dimension filters (dims.h), "" for none */
+    char labbuf[AGG_QMAX_FILTERS * 100 + 100];
+    agg_qfilter_t filt[AGG_QMAX_FILTERS + 1];
+    size_t nfilt;
     uint64_t vid[AGG_QMAX_VERSIONS];
     size_t nv;
     int64_t widths[QMAX_WIDTHS + 1]; /* + 1: the leaf query adds the replicate width */
@@ -725,10 +861,9 @@ typedef struct {
 static void bind_parts(sqlite3_stmt *st, const agg_qspec_t *q, const qparts_t *qp) {
     B64(st, 1, sid(q->service));
     B64(st, 2, q->type);
-    if (*qp->lab) {
-        B64(st, 5, sid(q->label_key));
-        B64(st, 6, sid(q->label_value));
-    }
+    (void)q;
+    if (*qp->lab)
+        agg_dims_filter_bind(st, qp->filt, qp->nfilt, QFILTER_PARAM);
     for (size_t i = 0; i < qp->nv; i++)
         B64(st, (int)(10 + i), qp->vid[i]);
     for (size_t i = 0; i < qp->nw; i++)
@@ -781,9 +916,16 @@ static int query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty)
         n += (size_t)snprintf(qp->vin + n, sizeof qp->vin - n, "%s?%zu", i ? "," : "", 10 + i);
     snprintf(qp->vin + n, sizeof qp->vin - n, ")");
     parts_widths(qp);
-    qp->lab = q->label_key && q->label_value
-                  ? " AND labels IN (SELECT labelset FROM labels WHERE key=?5 AND value=?6)"
-                  : "";
+    qp->nfilt = 0;
+    if (q->label_key && q->label_value)
+        qp->filt[qp->nfilt++] = (agg_qfilter_t){q->label_key, q->label_value};
+    for (size_t i = 0; i < q->n_filters && qp->nfilt <= AGG_QMAX_FILTERS; i++)
+        qp->filt[qp->nfilt++] = q->filters[i];
+    if (q->n_filters > AGG_QMAX_FILTERS ||
+        agg_dims_filter_sql(qp->labbuf, sizeof qp->labbuf, "labels", qp->filt, qp->nfilt,
+                            QFILTER_PARAM) < 0)
+        return CM_EINVAL;
+    qp->lab = qp->labbuf;
     return 0;
 }
 
@@ -1185,7 +1327,7 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
         if (rc || (rc = r2))
             goto out;
     }
-    if (!nrows || (rc = resolve_stacks(d, p, &stacks)))
+    if (!nrows || (rc = resolve_stacks(d, p, &stacks, q->lines)))
         goto out;
     for (size_t i = 0; i < nrows; i++) {
         stackmap_t *m = agg_hmap_find(&stacks, &rows[i].stack);
@@ -1258,7 +1400,7 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
         rc = (int)all;
         goto out;
     }
-    if ((rc = resolve_stacks(d, p, &stacks)))
+    if ((rc = resolve_stacks(d, p, &stacks, q->lines)))
         goto out;
     for (size_t i = 0; i < stacks.n; i++) {
         stackmap_t *m = agg_hmap_entry(&stacks, i);
@@ -1299,6 +1441,9 @@ int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t *
         return rc;
     agg_qspec_t qc = *qin;
     const agg_qspec_t *q = &qc;
+    /* the tiers and the per-leaf rollup do not keep the dimensions: fine rows only */
+    if (agg_dims_filtered(qin->label_key, qin->filters, qin->n_filters))
+        qc.exact = 1;
     /* one form for the whole profile: leaf replicates only when every store holding data of
      * the service has the leaf rollup */
     for (size_t i = 0; i < qs->n && qc.replicates == AGG_QREP_LEAVES; i++) {
@@ -1377,39 +1522,45 @@ static int cmp_point(const void *a, const void *b) {
 
 int agg_qstore_timeseries(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                           int64_t from_s, int64_t to_s, agg_qseries_t *out) {
-    return agg_qstore_timeseries_label(qs, service, type, from_s, to_s, NULL, NULL, out);
+    return agg_qstore_timeseries_label(qs, service, type, from_s, to_s, NULL, NULL, NULL, 0, out);
 }
 
 int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                                 int64_t from_s, int64_t to_s, const char *label_key,
-                                const char *label_value, agg_qseries_t *out) {
+                                const char *label_value, const agg_qfilter_t *filters,
+                                size_t n_filters, agg_qseries_t *out) {
     memset(out, 0, sizeof *out);
     size_t cap = 0;
     int rc = refresh(qs);
-    int lab = label_key && label_value;
+    agg_qfilter_t f[AGG_QMAX_FILTERS + 1];
+    size_t nf = 0;
+    char fsql[AGG_QMAX_FILTERS * 100 + 100], sql[sizeof fsql + 512];
+    if (label_key && label_value)
+        f[nf++] = (agg_qfilter_t){label_key, label_value};
+    for (size_t i = 0; i < n_filters && nf <= AGG_QMAX_FILTERS; i++)
+        f[nf++] = filters[i];
+    if (n_filters > AGG_QMAX_FILTERS ||
+        agg_dims_filter_sql(fsql, sizeof fsql, "t.labels", f, nf, QFILTER_PARAM) < 0)
+        return CM_EINVAL;
+    /* with a label or dimension: the per-stack rows (each sample is in exactly one profile row,
+     * fine or downsampled) of the label sets holding them, summed per bucket */
+    snprintf(sql, sizeof sql,
+             nf ? "SELECT b.s, t.bucket, t.width, SUM(t.weight), SUM(t.count) FROM profile t "
+                  "LEFT JOIN strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 AND "
+                  "t.bucket>=?3 AND t.bucket<?4%s GROUP BY t.version, t.width, t.bucket"
+                : "SELECT b.s, t.bucket, t.width, t.weight, t.count FROM totals t LEFT JOIN "
+                  "strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 AND "
+                  "t.bucket>=?3 AND t.bucket<?4%s",
+             fsql);
     for (size_t i = 0; !rc && i < qs->n; i++) {
         sqlite3_stmt *st;
-        /* with a label: the per-stack rows (each sample is in exactly one profile row, fine or
-         * downsampled) of the label sets holding key=value, summed per bucket */
-        if ((rc = prep(&qs->dbs[i],
-                       lab ? "SELECT b.s, t.bucket, t.width, SUM(t.weight), SUM(t.count) FROM "
-                             "profile t LEFT JOIN strings b ON b.id=t.version WHERE t.service=?1 "
-                             "AND t.type=?2 AND t.bucket>=?3 AND t.bucket<?4 AND t.labels IN "
-                             "(SELECT labelset FROM labels WHERE key=?5 AND value=?6) GROUP BY "
-                             "t.version, t.width, t.bucket"
-                           : "SELECT b.s, t.bucket, t.width, t.weight, t.count FROM totals t LEFT "
-                             "JOIN strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 "
-                             "AND t.bucket>=?3 AND t.bucket<?4",
-                       &st)))
+        if ((rc = prep(&qs->dbs[i], sql, &st)))
             break;
         B64(st, 1, sid(service));
         B64(st, 2, type);
         B64(st, 3, from_s);
         B64(st, 4, to_s);
-        if (lab) {
-            B64(st, 5, sid(label_key));
-            B64(st, 6, sid(label_value));
-        }
+        agg_dims_filter_bind(st, f, nf, QFILTER_PARAM);
         int s;
         while ((s = sqlite3_step(st)) == SQLITE_ROW) {
             const char *v = (const char *)sqlite3_column_text(st, 0);
@@ -1582,7 +1733,7 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
                 nr++;
             }
             if (!rc && nr)
-                rc = resolve_stacks(d, p, &stacks);
+                rc = resolve_stacks(d, p, &stacks, 0);
             for (size_t k = 0; !rc && k < nr; k++) {
                 stackmap_t *m = agg_hmap_find(&stacks, &rows[k].stack);
                 if (m && m->resolved)
@@ -1601,5 +1752,100 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
     }
     agg_profile_seal(p);
     *out = p;
+    return 0;
+}
+
+/* ---- split by a label or dimension (dims.h) ---- */
+
+void agg_qgroups_free(agg_qgroup_t *g, size_t n) {
+    for (size_t i = 0; g && i < n; i++)
+        free(g[i].value);
+    free(g);
+}
+
+static int cmp_group(const void *a, const void *b) {
+    const agg_qgroup_t *x = a, *y = b;
+    if (x->weight != y->weight)
+        return x->weight > y->weight ? -1 : 1;
+    if (!x->value || !y->value)
+        return !x->value - !y->value;
+    return strcmp(x->value, y->value);
+}
+
+/* The fine and downsampled rows of `profile` hold every sample exactly once (the tiers are
+ * derived copies), so the split sums them, joined to the label of `key` (none: NULL). */
+int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
+                      agg_qgroup_t **out, size_t *n_out) {
+    int rc = refresh(qs);
+    if (rc)
+        return rc;
+    agg_qgroup_t *g = NULL;
+    size_t n = 0, cap = 0;
+    agg_hmap_t idx; /* value string id -> index + 1 into g */
+    agg_hmap_init(&idx, sizeof(uint64_t), 2 * sizeof(uint64_t));
+    for (size_t i = 0; i < qs->n && !rc; i++) {
+        qdb_t *d = &qs->dbs[i];
+        qparts_t qp;
+        int empty, s;
+        if ((rc = query_parts(d, q, &qp, &empty)) || empty)
+            continue;
+        char sql[8192];
+        snprintf(sql, sizeof sql,
+                 "SELECT l.value, v.s, SUM(weight), SUM(count), SUM(rows) FROM profile "
+                 "LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8 LEFT JOIN "
+                 "strings v ON v.id=l.value WHERE service=?1 AND type=?2%s%s AND bucket>=?3 "
+                 "AND bucket<?4%s GROUP BY l.value",
+                 qp.vin, qp.win, qp.lab);
+        sqlite3_stmt *st = NULL;
+        if ((rc = prep(d, sql, &st)))
+            break;
+        bind_parts(st, q, &qp);
+        B64(st, 3, q->from_s);
+        B64(st, 4, q->to_s);
+        B64(st, 8, sid(key));
+        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+            uint64_t vid = (uint64_t)sqlite3_column_int64(st, 0);
+            int fresh;
+            uint64_t *e = agg_hmap_upsert(&idx, &vid, &fresh);
+            if (!e) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            if (fresh) {
+                if (n == cap) {
+                    size_t nc = cap ? 2 * cap : 64;
+                    agg_qgroup_t *ng = realloc(g, nc * sizeof *ng);
+                    if (!ng) {
+                        rc = CM_ENOMEM;
+                        break;
+                    }
+                    g = ng;
+                    cap = nc;
+                }
+                const unsigned char *v = sqlite3_column_text(st, 1);
+                g[n] = (agg_qgroup_t){vid ? strdup(v ? (const char *)v : "") : NULL, 0, 0, 0};
+                if (vid && !g[n].value) {
+                    rc = CM_ENOMEM;
+                    break;
+                }
+                e[1] = ++n;
+            }
+            agg_qgroup_t *x = &g[e[1] - 1];
+            x->weight += (uint64_t)sqlite3_column_int64(st, 2);
+            x->count += (uint64_t)sqlite3_column_int64(st, 3);
+            x->rows += (uint64_t)sqlite3_column_int64(st, 4);
+        }
+        int r2 = done(st, s);
+        rc = rc ? rc : r2;
+    }
+    agg_hmap_free(&idx);
+    if (rc) {
+        agg_qgroups_free(g, n);
+        return rc;
+    }
+    if (n)
+        qsort(g, n, sizeof *g, cmp_group);
+    *out = g;
+    *n_out = n;
     return 0;
 }

@@ -15,6 +15,7 @@
 #ifndef AGG_QUERY_STORE_H
 #define AGG_QUERY_STORE_H
 
+#include "dims.h"
 #include "profile.h"
 #include "span.h"
 
@@ -50,10 +51,19 @@ typedef struct {
     cm_event_type_t type;
     int64_t from_s, to_s;                /* bucket start in [from_s, to_s) */
     const char *label_key, *label_value; /* both set: only samples with this label */
+    const agg_qfilter_t *filters;        /* and these labels/dimensions (dims.h), all of them */
+    size_t n_filters;                    /* at most AGG_QMAX_FILTERS */
     int replicates; /* AGG_QREP_*: what the profile carries besides the per-stack totals */
     int exact;      /* 1: read the fine rows only, never the coarse rollup (tests, debugging) */
     int per_request; /* 1: a replicate's work is the units of work counted, not process-seconds */
+    int lines;       /* AGG_QLINES_*: source lines and inlined frames (not for diffs) */
 } agg_qspec_t;
+
+enum {
+    AGG_QLINES_OFF = 0,
+    AGG_QLINES_ON = 1,        /* frames carry source lines, inlined functions are frames */
+    AGG_QLINES_ADDRESSES = 2, /* and one frame per address (a pprof export's locations) */
+};
 
 #define AGG_QMAX_VERSIONS 200
 #define AGG_QMAX_TIERS 8
@@ -66,6 +76,18 @@ enum {
     /* (work: process-seconds, or the units of work counted when per_request) */
     AGG_QREP_STACKS = 2, /* every replicate's stacks: a diff after filters, or of inclusive cost */
 };
+
+/* One value of a label or dimension and the samples of q carrying it. */
+typedef struct {
+    char *value; /* NULL: the samples without that label */
+    uint64_t weight, count, rows;
+} agg_qgroup_t;
+
+/* The samples of q split by the value of label `key` (a dimension name, dims.h, or an
+ * application label), heaviest first. Returns 0 or a CM_E* code; free with agg_qgroups_free. */
+int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
+                      agg_qgroup_t **out, size_t *n);
+void agg_qgroups_free(agg_qgroup_t *g, size_t n);
 
 /* Merged profile of q into a new *out (sealed). Returns 0 or a CM_E* code. */
 int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *q, agg_profile_t **out);
@@ -85,12 +107,14 @@ typedef struct {
 
 int agg_qstore_timeseries(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                           int64_t from_s, int64_t to_s, agg_qseries_t *out);
-/* The same restricted to the samples whose label set holds label_key=label_value (NULL: all),
- * summed from the per-stack profile rows (a scan of the service's rows in the range: slower
- * than the totals the unfiltered series reads). */
+/* The same restricted to the samples whose label set holds label_key=label_value (NULL: all)
+ * and every filter (dims.h; n_filters at most AGG_QMAX_FILTERS), summed from the per-stack
+ * profile rows (a scan of the service's rows in the range: slower than the totals the
+ * unfiltered series reads). */
 int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_type_t type,
                                 int64_t from_s, int64_t to_s, const char *label_key,
-                                const char *label_value, agg_qseries_t *out);
+                                const char *label_value, const agg_qfilter_t *filters,
+                                size_t n_filters, agg_qseries_t *out);
 void agg_qseries_free(agg_qseries_t *s);
 
 /* Spans of a service seen in [from_ns, to_ns), at most limit, ranked by type (0: by rows).

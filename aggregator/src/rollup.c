@@ -176,16 +176,19 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
             uint64_t bucket = bucket_of(s->time_ns[i], r->cfg.fine_width_s);
             uint32_t st = s->stack[i];
             int64_t w = (int64_t)s->weight[i], cnt = (int64_t)cm_samples_count(s, i);
-            agg_prof_key_t pk = {ids->service, ids->version, t,          width,
-                                 bucket,       s->labels ? ids->labels[s->labels[i]] : 0,
+            uint64_t base = s->labels ? ids->labels[s->labels[i]] : 0;
+            uint64_t lab = ids->row_labels && ids->row_labels[t] ? ids->row_labels[t][i] : base;
+            agg_prof_key_t pk = {ids->service, ids->version, t, width, bucket, lab,
                                  ids->stack[st]};
             agg_prof_ent_t *pe = agg_hmap_upsert(&b->prof, &pk, NULL);
             if (!pe)
                 return CM_ENOMEM;
-            if (!pe->rows) /* new: its leaf, for the per-leaf rollup (agg_batch_derive) */
+            if (!pe->rows) { /* new: its leaf and base labels, for agg_batch_derive */
                 pe->leaf = d->stack_off[st + 1] > d->stack_off[st]
                                ? ids->loc[d->stack_frames[d->stack_off[st + 1] - 1]]
                                : 0;
+                pe->base = base;
+            }
             prof_add(pe, w, cnt, tag);
             if (bucket != te_bucket) { /* rows are mostly in time order: reuse the entry */
                 agg_tot_key_t tk = {ids->service, ids->version, t, width, bucket};

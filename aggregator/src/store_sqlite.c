@@ -49,6 +49,9 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY);"
     "CREATE TABLE IF NOT EXISTS labels(key INTEGER, value INTEGER, labelset INTEGER,"
     " PRIMARY KEY(key, value, labelset)) WITHOUT ROWID;"
+    /* a label set with dimensions (dims.h) -> the same without them: the key of the derived
+     * rows (tiers, per-leaf), which do not keep the dimensions */
+    "CREATE TABLE IF NOT EXISTS labelset_base(labelset INTEGER PRIMARY KEY, base INTEGER);"
     "CREATE TABLE IF NOT EXISTS profile(service INTEGER, version INTEGER, type INTEGER,"
     " width INTEGER, bucket INTEGER, labels INTEGER, stack INTEGER, weight INTEGER,"
     " count INTEGER, rows INTEGER, chunks INTEGER,"
@@ -101,6 +104,7 @@ enum {
     S_STACK,
     S_LABELSET,
     S_LABEL,
+    S_LABELBASE,
     S_PROF,
     S_PROFC,
     S_LEAF,
@@ -128,6 +132,7 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_STACK] = "INSERT OR IGNORE INTO stacks VALUES(?1,?2,?3,?4)",
     [S_LABELSET] = "INSERT OR IGNORE INTO labelsets VALUES(?1)",
     [S_LABEL] = "INSERT OR IGNORE INTO labels VALUES(?1,?2,?3)",
+    [S_LABELBASE] = "INSERT OR IGNORE INTO labelset_base VALUES(?1,?2)",
     [S_PROF] = "INSERT INTO profile VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT DO "
                "UPDATE SET weight=weight+excluded.weight, count=count+excluded.count, "
                "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
@@ -246,6 +251,11 @@ static void *ckpt_main(void *arg) {
     sqlite3_close(db);
     return NULL;
 }
+
+/* The label set a profile row's derived rows (tiers, per-leaf) are keyed by: its own without
+ * the dimensions (labelset_base), the row's own when it has none. */
+#define BASE_LABELS                                                                                \
+    "COALESCE((SELECT base FROM labelset_base WHERE labelset_base.labelset = labels), labels)"
 
 /* Translates a SQLite result code at the module edge. */
 static int sq_err(int rc) {
@@ -394,6 +404,9 @@ static int cmp_id(const void *a, const void *b) {
 /* Returns the entries of m ordered by key (B-tree inserts in key order touch each page once),
  * in s->order, which is reused across calls. NULL on allocation failure. */
 static void **ordered(sq_store_t *s, const agg_hmap_t *m, size_t nblob, size_t nint) {
+    static void *none; /* an empty map (a batch of chunks without samples) orders to nothing */
+    if (!m->n)
+        return &none;
     if (m->n > s->order_cap) {
         void **o = realloc(s->order, m->n * sizeof *o);
         if (!o)
@@ -521,10 +534,10 @@ static int derived_check(sq_store_t *s, const int64_t *tiers, int n_tiers, int64
         /* fine rows below the mark; for the coarse tier also the rows already downsampled */
         snprintf(sql, sizeof sql,
                  "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
-                 "bucket - bucket %% %lld AS b, labels, stack, SUM(weight), SUM(count), "
-                 "SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND bucket < %lld) OR "
-                 "(%lld = %lld AND width >= %lld) GROUP BY service, version, type, b, labels, "
-                 "stack",
+                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
+                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND "
+                 "bucket < %lld) OR (%lld = %lld AND width >= %lld) GROUP BY service, version, "
+                 "type, b, lb, stack",
                  w, w, w, (long long)s->tier_done[i], w, (long long)coarse, (long long)coarse);
         rc = exec(s, sql);
     }
@@ -538,9 +551,9 @@ static int derived_check(sq_store_t *s, const int64_t *tiers, int n_tiers, int64
     snprintf(sql, sizeof sql,
              "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, "
              "max(p.width, %lld) AS w, CASE WHEN p.width < %lld THEN p.bucket - p.bucket %% %lld "
-             "ELSE p.bucket END AS b, p.labels, COALESCE(s.location, 0) AS l, SUM(p.weight), "
-             "SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN stacks s ON "
-             "s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, p.labels, l;"
+             "ELSE p.bucket END AS b, " BASE_LABELS " AS lb, COALESCE(s.location, 0) AS l, "
+             "SUM(p.weight), SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN "
+             "stacks s ON s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, lb, l;"
              "INSERT OR REPLACE INTO meta VALUES('coarse_width', %lld);"
              "INSERT OR REPLACE INTO meta VALUES('tiers', '%s');"
              "INSERT OR REPLACE INTO meta VALUES('tiers_done', '%s');"
@@ -576,9 +589,9 @@ static int sq_compact(agg_store_t *base, int64_t fine_s, int64_t now_s) {
         snprintf(sql, sizeof sql,
                  "INSERT INTO profile_coarse(service, version, type, width, bucket, labels, "
                  "stack, weight, count, rows, chunks) SELECT service, version, type, ?4, "
-                 "bucket - bucket %% ?4, labels, stack, SUM(weight), SUM(count), SUM(rows), "
-                 "SUM(chunks) FROM profile WHERE service=?1 AND version=?2 AND type=?3 AND "
-                 "width=?5 AND bucket>=?6 AND bucket<?7 GROUP BY labels, stack, "
+                 "bucket - bucket %% ?4, " BASE_LABELS " AS lb, stack, SUM(weight), SUM(count), "
+                 "SUM(rows), SUM(chunks) FROM profile WHERE service=?1 AND version=?2 AND "
+                 "type=?3 AND width=?5 AND bucket>=?6 AND bucket<?7 GROUP BY lb, stack, "
                  "bucket - bucket %% ?4 ON CONFLICT DO UPDATE SET weight=weight+excluded.weight, "
                  "count=count+excluded.count, rows=rows+excluded.rows, "
                  "chunks=chunks+excluded.chunks");
@@ -688,6 +701,11 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(S[S_LABEL], 2, x->value);
         B64(S[S_LABEL], 3, x->set);
         RUN(S[S_LABEL]);
+    }
+    for (size_t i = 0; i < b->labelbase.n; i++) {
+        B64(S[S_LABELBASE], 1, b->labelbase.v[i].set);
+        B64(S[S_LABELBASE], 2, b->labelbase.v[i].value);
+        RUN(S[S_LABELBASE]);
     }
     if (b->n_tiers && ((rc = derived_check(s, b->tiers, b->n_tiers, b->replicate_width)) ||
                        (rc = agg_batch_derive(b, s->tier_done))))

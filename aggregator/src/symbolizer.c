@@ -24,6 +24,8 @@
 
 #include <elfutils/debuginfod.h>
 #include <errno.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
 #include <libiberty/demangle.h>
@@ -242,17 +244,130 @@ static void fetch(entry_t *e) {
     g_stats.fetch_ns += now_ns() - t0;
 }
 
-int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char **name,
-                  char **file, uint32_t *line) {
-    *name = NULL;
-    if (file)
-        *file = NULL;
-    if (line)
-        *line = 0;
+/* A DIE's function name: its linkage name demangled, else its name (both through its
+ * abstract origin, for an inlined instance). malloc'ed or NULL. */
+static char *die_fn_name(Dwarf_Die *die) {
+    Dwarf_Attribute a;
+    const char *ln = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &a));
+    if (!ln)
+        ln = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &a));
+    if (ln && ln[0] == '_' && (ln[1] == 'Z' || ln[1] == 'R')) {
+        char *dem = cplus_demangle(ln, DMGL_PARAMS | DMGL_ANSI | DMGL_AUTO);
+        if (dem)
+            return dem;
+    }
+    const char *n = dwarf_diename(die);
+    return n ? strdup(n) : ln ? strdup(ln) : NULL;
+}
+
+/* Appends "name\tfile\tline\n" to the growing string *buf. Returns 0 or -1. */
+static int chain_add(char **buf, size_t *len, const char *name, const char *file, int line) {
+    size_t add = strlen(name) + (file ? strlen(file) : 0) + 16;
+    char *nb = realloc(*buf, *len + add + 1);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *len += (size_t)snprintf(nb + *len, add + 1, "%s\t%s\t%d\n", name, file ? file : "",
+                             line > 0 ? line : 0);
+    return 0;
+}
+
+#define MAX_SCOPES 64
+
+/* The scopes containing pc below parent into path[n..] (outermost first); returns the new
+ * count. Only the DIEs that can hold code are entered (functions, inlined instances, blocks;
+ * namespaces and classes for C++ member functions), so a lookup reads the top-level DIEs of
+ * its CU and the children of the scopes on its way down, not the whole CU as dwarf_getscopes
+ * does (which cost ~2.6 ms per address on python3's debug file). */
+static int descend(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *path, int n) {
+    Dwarf_Die child;
+    if (n >= MAX_SCOPES || dwarf_child(parent, &child) != 0)
+        return n;
+    do {
+        int tag = dwarf_tag(&child);
+        if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine ||
+            tag == DW_TAG_lexical_block) {
+            if (dwarf_haspc(&child, pc) == 1) {
+                path[n] = child;
+                return descend(&path[n], pc, path, n + 1);
+            }
+        } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
+                   tag == DW_TAG_structure_type || tag == DW_TAG_module) {
+            int m = descend(&child, pc, path, n);
+            if (m > n)
+                return m;
+        }
+    } while (dwarf_siblingof(&child, &child) == 0);
+    return n;
+}
+
+/* The inlined frames at addr (see agg_sym_t.chain), from the scopes containing it (descend):
+ * each DW_TAG_inlined_subroutine from the innermost out, then the subprogram (named outer,
+ * the symbol's name); the innermost at addr's own line, each caller at the call site
+ * (DW_AT_call_file/line) of the frame inlined into it. NULL when nothing is inlined. */
+static char *inline_chain(entry_t *e, uint64_t addr, const char *file, int line,
+                          const char *outer) {
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *cu = dwfl_module_addrdie(e->mod, addr, &bias);
+    Dwarf_Die path[MAX_SCOPES], scopes[MAX_SCOPES];
+    int n = cu ? descend(cu, addr - bias, path, 0) : 0;
+    for (int i = 0; i < n; i++) /* innermost first */
+        scopes[i] = path[n - 1 - i];
+    int ninl = 0;
+    for (int i = 0; i < n; i++) {
+        int tag = dwarf_tag(&scopes[i]);
+        if (tag == DW_TAG_subprogram)
+            break;
+        ninl += tag == DW_TAG_inlined_subroutine;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    Dwarf_Files *files = NULL;
+    size_t nfiles = 0;
+    if (ninl && dwarf_getsrcfiles(cu, &files, &nfiles) != 0)
+        files = NULL;
+    for (int i = 0; ninl && i < n; i++) {
+        int tag = dwarf_tag(&scopes[i]);
+        if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram)
+            continue;
+        char *nm = tag == DW_TAG_subprogram ? NULL : die_fn_name(&scopes[i]);
+        int bad = chain_add(&buf, &len, nm ? nm : tag == DW_TAG_subprogram ? outer : "??", file,
+                            line);
+        free(nm);
+        if (bad) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        if (tag == DW_TAG_subprogram)
+            break;
+        Dwarf_Attribute a;
+        Dwarf_Word v;
+        file = NULL;
+        line = 0;
+        if (files && dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &a), &v) == 0)
+            file = dwarf_filesrc(files, v, NULL, NULL);
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &a), &v) == 0)
+            line = (int)v;
+    }
+    return buf;
+}
+
+void agg_sym_free(agg_sym_t *s) {
+    if (!s)
+        return;
+    free(s->name);
+    free(s->file);
+    free(s->chain);
+    memset(s, 0, sizeof *s);
+}
+
+int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, agg_sym_t *out) {
+    memset(out, 0, sizeof *out);
     if (!build_id || bid_len == 0 || bid_len > MAX_BID)
-        return 0;
+        return -1;
     pthread_mutex_lock(&g_mu);
-    int rc = 0;
+    int rc = -1;
     if (!g_on)
         goto out;
     g_stats.lookups++;
@@ -269,6 +384,7 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char *
         if (!e->ok)
             goto out;
     }
+    rc = 0; /* the debug file is there: from here on, "no symbol at this address" */
     size_t lo = 0, hi = e->nsyms;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -283,18 +399,21 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char *
     char *dem = NULL;
     if (sys[0] == '_' && (sys[1] == 'Z' || sys[1] == 'R'))
         dem = cplus_demangle(sys, DMGL_PARAMS | DMGL_ANSI | DMGL_AUTO);
-    *name = dem ? dem : strdup(sys);
-    if (!*name)
+    out->name = dem ? dem : strdup(sys);
+    if (!out->name) {
+        rc = -1; /* out of memory: not an answer to keep */
         goto out;
-    Dwfl_Line *l = file || line ? dwfl_module_getsrc(e->mod, addr) : NULL;
+    }
+    Dwfl_Line *l = dwfl_module_getsrc(e->mod, addr);
     if (l) {
         int ln = 0;
         const char *f = dwfl_lineinfo(l, NULL, &ln, NULL, NULL, NULL);
-        if (file && f)
-            *file = strdup(f);
-        if (line && ln > 0)
-            *line = (uint32_t)ln;
+        if (f)
+            out->file = strdup(f);
+        if (ln > 0)
+            out->line = (uint32_t)ln;
     }
+    out->chain = inline_chain(e, addr, out->file, (int)out->line, out->name);
     g_stats.named++;
     rc = 1;
 out:

@@ -25,12 +25,26 @@ int agg_symbolizer_init(const agg_symbolizer_cfg_t *cfg);
 void agg_symbolizer_shutdown(void);
 int agg_symbolizer_enabled(void);
 
-/* Names file address addr (ELF vaddr) of the binary with this build id. Returns 1 and sets
- * *name (demangled when mangled) and, when the debug file has lines, *file and *line (all
- * malloc'ed strings, caller frees); 0 when it cannot be named (symbolizer off, build id
- * unknown to every server, server down: negative-cached for retry_s). Thread-safe. */
-int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, char **name,
-                  char **file, uint32_t *line);
+/* What an address is: its function and, where the debug file has .debug_line, its source
+ * position and inlined frames. All strings malloc'ed (agg_sym_free). chain: the inlined
+ * frames at the address, innermost first, one per line as "function\tfile\tline", the last
+ * being the symbol's own function at the call site of the outermost inline; NULL when nothing
+ * is inlined there (or the debug file does not say). */
+typedef struct {
+    char *name; /* the function symbol containing the address (demangled when mangled) */
+    char *file; /* source file of the address, NULL when unknown */
+    uint32_t line;
+    char *chain;
+} agg_sym_t;
+
+void agg_sym_free(agg_sym_t *s);
+
+/* Names file address addr (ELF vaddr) of the binary with this build id. Returns 1 and fills
+ * *out (caller frees with agg_sym_free); 0 when the debug file was read but has no function
+ * symbol at addr (a final answer for this build id); -1 when there is no debug file to ask
+ * (symbolizer off, build id unknown to every server, server down: negative-cached for
+ * retry_s). Thread-safe. */
+int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, agg_sym_t *out);
 
 void agg_symbolizer_stats(agg_symbolizer_stats_t *st);
 

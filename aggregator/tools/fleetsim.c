@@ -15,7 +15,7 @@
 typedef struct {
     char *brokers, *topic, *truth;
     int64_t seed, services, versions, processes, intervals, samples, stacks, duplicate_every,
-        malformed_every, start_unix_s;
+        malformed_every, start_unix_s, hosts;
     int64_t interval;
     int64_t rate;
 } sim_cfg_t;
@@ -38,6 +38,8 @@ static const cm_opt_t opts[] = {
     {"start-unix-s", CM_OPT_INT, "0", O(start_unix_s), 0, 0, "first interval start (0: now - span)"},
     {"interval", CM_OPT_DURATION, "10s", O(interval), 1000000, 3600000000000ll, "chunk interval"},
     {"rate", CM_OPT_INT, "0", O(rate), 0, 0, "messages per second (0: as fast as possible)"},
+    {"hosts", CM_OPT_INT, "0", O(hosts), 0, 100000,
+     "spread the processes over this many hosts sim-host-N (0: all on sim-host)"},
     {0},
 };
 
@@ -64,7 +66,8 @@ int main(int argc, char **argv) {
                        .start_unix_ns = (uint64_t)c.start_unix_s * 1000000000ull,
                        .interval_ns = (uint64_t)c.interval,
                        .duplicate_every = (uint32_t)c.duplicate_every,
-                       .malformed_every = (uint32_t)c.malformed_every};
+                       .malformed_every = (uint32_t)c.malformed_every,
+                       .hosts = (uint32_t)c.hosts};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (rd_kafka_conf_set(conf, "bootstrap.servers", c.brokers, err, sizeof err) ||
         rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof err) ||

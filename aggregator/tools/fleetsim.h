@@ -31,6 +31,8 @@ typedef struct {
     uint64_t interval_ns;                   /* chunk interval (0: 10 s) */
     uint32_t duplicate_every;               /* every Nth chunk is produced twice (0: never) */
     uint32_t malformed_every;               /* a malformed message after every Nth chunk */
+    uint32_t hosts; /* >0: process i runs on host "sim-host-<i % hosts>" (header and fp-host),
+                     * with truth per host; 0: every process on "sim-host" */
 } fsim_params_t;
 
 typedef enum { FSIM_BAD_RANDOM, FSIM_BAD_TRUNCATED, FSIM_BAD_MAJOR, FSIM_BAD_CORRUPT, FSIM_BAD_N } fsim_bad_t;
@@ -61,6 +63,9 @@ const fsim_params_t *fsim_params(const fsim_t *s);
 /* Ground-truth sums of what was produced (duplicates counted once) for service index si,
  * version index vi, event type t. */
 const fsim_sums_t *fsim_truth(const fsim_t *s, uint32_t si, uint32_t vi, uint32_t t);
+/* The same for the processes of host index `host` (p.hosts > 0; zeros otherwise). */
+const fsim_sums_t *fsim_truth_host(const fsim_t *s, uint32_t si, uint32_t vi, uint32_t t,
+                                   uint32_t host);
 const char *fsim_service_name(const fsim_t *s, uint32_t si);
 const char *fsim_version_name(const fsim_t *s, uint32_t si, uint32_t vi);
 /* Sums of the agent CPU and drop counters in the chunk headers (for interval totals). */

@@ -37,6 +37,8 @@ struct fsim {
     char dup_key[48];
     int pending_bad;
     char key[48];
+    char host[32], pod[48]; /* of the current chunk (headers) */
+    fsim_sums_t *truth_host; /* services x versions x CM_EV_COUNT x hosts (p.hosts > 0) */
     cm_drop_t drops[2];
 };
 
@@ -67,6 +69,9 @@ fsim_t *fsim_new(const fsim_params_t *params) {
     s->truth = calloc((size_t)p->services * p->versions * CM_EV_COUNT, sizeof *s->truth);
     s->agent_cpu = calloc((size_t)p->services * p->versions, sizeof *s->agent_cpu);
     s->work = calloc((size_t)p->services * p->versions, sizeof *s->work);
+    if (p->hosts)
+        s->truth_host = calloc((size_t)p->services * p->versions * CM_EV_COUNT * p->hosts,
+                               sizeof *s->truth_host);
     for (uint32_t i = 0; i < p->services; i++) {
         snprintf(s->svc_names[i], 48, "svc-%03u", i);
         for (uint32_t v = 0; v < p->versions; v++)
@@ -108,6 +113,7 @@ void fsim_free(fsim_t *s) {
     free(s->svc_names);
     free(s->ver_names);
     free(s->truth);
+    free(s->truth_host);
     free(s->agent_cpu);
     free(s->work);
     free(s->frame);
@@ -130,7 +136,13 @@ static int make_chunk(fsim_t *s, uint64_t round, uint64_t proc) {
     h->service = (cm_str_t){s->svc_names[si], (uint32_t)strlen(s->svc_names[si])};
     const char *vn = s->ver_names[si * p->versions + vi];
     h->version = (cm_str_t){vn, (uint32_t)strlen(vn)};
-    h->host = (cm_str_t){"sim-host", 8};
+    /* processes are spread over p->hosts hosts (process i on host i % hosts), each its own pod */
+    if (p->hosts)
+        snprintf(s->host, sizeof s->host, "sim-host-%u", (unsigned)(proc % p->hosts));
+    else
+        snprintf(s->host, sizeof s->host, "sim-host");
+    snprintf(s->pod, sizeof s->pod, "sim/%s-%u", s->svc_names[si], (unsigned)proc);
+    h->host = (cm_str_t){s->host, (uint32_t)strlen(s->host)};
     h->pid = (uint32_t)(1000 + proc);
     h->process_start_unix_ns = p->start_unix_ns - 1000000000ull;
     h->sequence = round;
@@ -169,6 +181,13 @@ static int make_chunk(fsim_t *s, uint64_t round, uint64_t proc) {
             tr[t].weight += (int64_t)w;
             tr[t].count += (int64_t)cm_samples_count(sm, i);
             tr[t].rows++;
+            if (s->truth_host) {
+                fsim_sums_t *th = &s->truth_host[(((size_t)si * p->versions + vi) * CM_EV_COUNT +
+                                                  t) * p->hosts + proc % p->hosts];
+                th->weight += (int64_t)w;
+                th->count += (int64_t)cm_samples_count(sm, i);
+                th->rows++;
+            }
             s->counts.samples++;
         }
     }
@@ -225,11 +244,14 @@ int fsim_next(fsim_t *s, const uint8_t **frame, size_t *len, const char **key) {
         int64_t *save_cpu = s->agent_cpu, *scratch_cpu = calloc((size_t)p->services * p->versions, 8);
         int64_t *save_work = s->work, *scratch_work = calloc((size_t)p->services * p->versions, 8);
         fsim_counts_t cs = s->counts;
+        fsim_sums_t *save_host = s->truth_host;
+        s->truth_host = NULL;
         s->truth = scratch;
         s->agent_cpu = scratch_cpu;
         s->work = scratch_work;
         int rc = make_chunk(s, s->round, s->proc % s->nprocs);
         s->truth = save;
+        s->truth_host = save_host;
         s->agent_cpu = save_cpu;
         s->work = save_work;
         free(scratch);
@@ -300,7 +322,8 @@ int fsim_produce(fsim_t *s, rd_kafka_t *rk, const char *topic, double rate) {
             rd_kafka_resp_err_t e = rd_kafka_producev(
                 rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
                 RD_KAFKA_V_VALUE((void *)f, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_HEADER(CM_HDR_HOST, "sim-host", -1), RD_KAFKA_V_END);
+                RD_KAFKA_V_HEADER(CM_HDR_HOST, s->host, -1),
+                RD_KAFKA_V_HEADER(CM_HDR_POD, s->pod, -1), RD_KAFKA_V_END);
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 rd_kafka_poll(rk, 50);
                 continue;
@@ -326,6 +349,15 @@ int fsim_produce(fsim_t *s, rd_kafka_t *rk, const char *topic, double rate) {
         return -1;
     }
     return 0;
+}
+
+const fsim_sums_t *fsim_truth_host(const fsim_t *s, uint32_t si, uint32_t vi, uint32_t t,
+                                   uint32_t host) {
+    static const fsim_sums_t none;
+    if (!s->truth_host || host >= s->p.hosts)
+        return &none;
+    return &s->truth_host[(((size_t)si * s->p.versions + vi) * CM_EV_COUNT + t) * s->p.hosts +
+                          host];
 }
 
 const fsim_counts_t *fsim_counts(const fsim_t *s) { return &s->counts; }

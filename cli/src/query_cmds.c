@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "client.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,30 +32,38 @@ typedef struct {
 
 #define PROFILE_FLAGS                                                                              \
     " service version type from to label include exclude fold group limit min-share function "     \
-    "sort "
+    "sort host node pod container pid io-target fd-kind lock "
 
 static const qcmd_t qcmds[] = {
     {"services", "/api/v1/services", " ", " ", NULL, "services [--json]"},
     {"versions", "/api/v1/services/", " service ", " ", "service", "versions SERVICE [--json]"},
-    {"top", "/api/v1/profile", PROFILE_FLAGS, " by-module ", NULL,
+    {"top", "/api/v1/profile", PROFILE_FLAGS " group-by group-limit ", " by-module lines ", NULL,
      "top --service S [--version V]... [--type T] [--from T] [--to T] [--label K:V]\n"
+     "      [--host H] [--node N] [--pod NS/POD] [--container ID] [--pid P]\n"
+     "      [--io-target PATH|PEER] [--fd-kind K] [--lock 0xADDR]\n"
+     "      [--group-by host|node|pod|container|pid|io-target|fd-kind|lock|label:KEY\n"
+     "       [--group-limit N] (per group: the top --limit functions, default 5)]\n"
      "      [--include RE] [--exclude RE] [--fold RE] [--group RE->NAME] [--by-module]\n"
+     "      [--lines (source file:line, inlined functions as frames)]\n"
      "      [--limit N] [--sort self|total] [--function F (callers and callees)] [--json]"},
-    {"tree", "/api/v1/profile", PROFILE_FLAGS, " by-module ", NULL,
+    {"tree", "/api/v1/profile", PROFILE_FLAGS, " by-module lines ", NULL,
      "tree --service S [--version V]... [--min-share F] [--limit NODES] [filters as top] [--json]"},
     {"diff", "/api/v1/diff",
      " service base test type from to base-from base-to test-from test-to version label include "
-     "exclude fold group limit fail-on-regression q per ",
+     "exclude fold group limit fail-on-regression q per host node pod container pid io-target "
+     "fd-kind lock ",
      " by-module inclusive ", NULL,
      "diff --service S --base V1 --test V2 [--type T] [--fail-on-regression PCT] [filters]\n"
      "      [--base-from T --base-to T --test-from T --test-to T] [--per second|request]\n"
+     "      [--host H] [--pod NS/POD] [--pid P] [--io-target T] ... (dimension filters)\n"
      "      [--limit N] [--json]"},
     {"span", "/api/v1/span",
      " trace span type include exclude fold group limit min-share sort view function ",
      " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
     {"spans", "/api/v1/spans", " service type from to limit ", " ", NULL,
      "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
-    {"export", "/api/v1/profile", PROFILE_FLAGS " trace span output ", " by-module counts ", NULL,
+    {"export", "/api/v1/profile", PROFILE_FLAGS " trace span output ", " by-module counts lines ",
+     NULL,
      "export --service S [--version V]... --format pprof|folded|json -o FILE [filters]\n"
      "      (or --trace ID / --span ID --type T for one span)"},
     {"reports", "/api/v1/reports", " service limit ", " ", NULL, "reports [--service S] [--json]"},
@@ -101,6 +110,33 @@ static json_int_t jint(json_t *o, const char *k) {
 static const char *jstr(json_t *o, const char *k) {
     const char *s = json_string_value(json_object_get(o, k));
     return s ? s : "";
+}
+
+/* top --group-by: one line per group (value, weight, share, samples), then its top functions. */
+static void print_groups(json_t *o) {
+    json_t *arr = json_object_get(o, "groups"), *g;
+    size_t i;
+    char head[64];
+    snprintf(head, sizeof head, "%s", jstr(o, "group_by"));
+    for (char *p = head; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+    printf("%s samples of %s split by %s: total %lld %s\n", jstr(o, "event_type"),
+           jstr(o, "service"), jstr(o, "group_by"), (long long)jint(o, "total"), jstr(o, "unit"));
+    printf("%-40s %16s %7s %12s\n", head, "WEIGHT", "SHARE", "SAMPLES");
+    json_array_foreach(arr, i, g) {
+        const char *v = json_string_value(json_object_get(g, "value"));
+        printf("%-40s %16lld %6.2f%% %12.0f\n", v ? v : "(none)", (long long)jint(g, "weight"),
+               100 * json_number_value(json_object_get(g, "share")),
+               json_number_value(json_object_get(g, "samples")));
+        json_t *fns = json_object_get(g, "top"), *f;
+        size_t j;
+        json_array_foreach(fns, j, f)
+            printf("    %6.2f%% self %6.2f%% total  %s\n",
+                   100 * json_number_value(json_object_get(f, "self_share")),
+                   100 * json_number_value(json_object_get(f, "total_share")), jstr(f, "name"));
+    }
+    if (jint(o, "truncated"))
+        printf("(%lld more groups; --group-limit N shows more)\n", (long long)jint(o, "truncated"));
 }
 
 static void print_table(const qcmd_t *c, json_t *o) {
@@ -169,7 +205,7 @@ static void print_table(const qcmd_t *c, json_t *o) {
 static int query_main(const qcmd_t *c, int argc, char **argv) {
     const char *server = getenv("FLEETPROF_SERVER"), *token = getenv("FLEETPROF_TOKEN");
     const char *output = NULL, *format = NULL, *gate = NULL, *positional = NULL;
-    int json = 0;
+    int json = 0, grouped = 0;
     qbuf_t qb = {0};
     qb.f = open_memstream(&qb.q, &qb.len);
     int rc = 2;
@@ -257,7 +293,9 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
         goto out;
     } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
                !strcmp(c->name, "span")) {
-        qadd(&qb, "format", json ? "json" : "text");
+        fflush(qb.f);
+        grouped = !strcmp(c->name, "top") && qb.q && strstr(qb.q, "group_by=");
+        qadd(&qb, "format", json || grouped ? "json" : "text");
     }
     if (!strcmp(c->name, "tree"))
         qadd(&qb, "view", "tree");
@@ -328,6 +366,14 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
                         jstr(g, "why"));
             json_decref(o);
         }
+    } else if (grouped) {
+        json_t *o = json_loads(resp.body, 0, NULL);
+        if (!o) {
+            fprintf(stderr, "fleetprof %s: the server's answer is not JSON\n", c->name);
+            goto out;
+        }
+        print_groups(o);
+        json_decref(o);
     } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") ||
                !strcmp(c->name, "diff") || !strcmp(c->name, "span")) {
         fwrite(resp.body, 1, resp.len, stdout);

@@ -6,6 +6,7 @@
  * the rest of the path. Must never crash or leak; every answer has a status and a body, and
  * only 200/400/404 are expected (a 500 is a finding). */
 #include "api.h"
+#include "dims.h"
 #include "fleetsim.h"
 #include "intern.h"
 #include "rollup.h"
@@ -34,6 +35,8 @@ static void write_store(const char *dir) {
     agg_rollup_t r;
     agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
     agg_rollup_init(&r, &rc);
+    agg_dims_t dm; /* the rows carry dimensions (host, pid, I/O targets, ...) as ingest makes them */
+    agg_dims_init(&dm, 3600, 0, 0);
     agg_batch_t b;
     agg_batch_init(&b);
     fsim_params_t sp = {.seed = 5, .services = 3, .versions = 2, .processes = 2, .intervals = 3,
@@ -49,7 +52,9 @@ static void write_store(const char *dir) {
         if (cm_chunk_decode(fr, len, &c, err, sizeof err))
             abort();
         agg_chunk_ids_t ids;
-        if (agg_intern_chunk(&in, &b, c, &ids) || agg_rollup_chunk(&r, &b, c, &ids))
+        agg_chunk_meta_t meta = {"", "node-1", "ns/pod-1", ""};
+        if (agg_intern_chunk(&in, &b, c, &ids) || agg_dims_chunk(&dm, &in, &b, c, &meta, &ids) ||
+            agg_rollup_chunk(&r, &b, c, &ids))
             abort();
         b.next_offset = ++off;
         cm_chunk_free(c);
@@ -58,6 +63,7 @@ static void write_store(const char *dir) {
         abort();
     agg_batch_free(&b);
     agg_rollup_free(&r);
+    agg_dims_free(&dm);
     agg_intern_free(&in);
     fsim_free(sim);
     agg_store_close(st);

@@ -22,6 +22,13 @@
  *                            "poller" alternates poll (poll_site) and epoll_wait (epoll_site)
  *                            on idle descriptors with 50 ms timeouts, its loop woken every
  *                            20 ms by a pipe the main thread writes to; prints their EINTRs
+ *   io_work targets SECONDS PORT   slow I/O to two files and one peer, timing every call
+ *                            itself: targets_file_site pwrite()s 4 MiB to file a once and to
+ *                            file b twice per round, targets_peer_site send()s a byte to
+ *                            127.0.0.1:PORT (a server that answers 100 bytes after ~15 ms)
+ *                            and recv()s the answer; prints path_a=, path_b=, peer= and per
+ *                            target the ns spent in those calls and their number (ns_a=,
+ *                            calls_a=, ...)
  *   io_work longjmp SECONDS  thread "jumper" blocks in read() on an empty pipe
  *                            (jump_read_site); after 200 ms a SIGUSR1 handler siglongjmps out
  *                            of the hooked read, and the thread burns CPU in burn_site for
@@ -469,9 +476,72 @@ static void longjmp_mode(double secs) {
     printf("jumped=%d\n", g_jumped);
 }
 
+static uint64_t g_tns[3], g_tcalls[3]; /* per target: file a, file b, peer */
+
+static ssize_t timed(int target, ssize_t r, double t0) {
+    g_tns[target] += (uint64_t)((now_s() - t0) * 1e9);
+    g_tcalls[target]++;
+    return r;
+}
+
+__attribute__((noinline)) void targets_file_site(int fd, int target, const char *buf, size_t n) {
+    double t0 = now_s();
+    if (timed(target, pwrite(fd, buf, n, 0), t0) != (ssize_t)n)
+        exit(1);
+}
+
+__attribute__((noinline)) void targets_peer_site(int fd) {
+    char c = 'q', buf[100];
+    double t0 = now_s();
+    if (timed(2, send(fd, &c, 1, 0), t0) != 1)
+        exit(1);
+    t0 = now_s();
+    if (timed(2, recv(fd, buf, sizeof buf, MSG_WAITALL), t0) != (ssize_t)sizeof buf)
+        exit(1);
+}
+
+static void targets_mode(double secs, int port) {
+    char pa[] = "/tmp/fp-io-a-XXXXXX", pb[] = "/tmp/fp-io-b-XXXXXX";
+    int fa = mkstemp(pa), fb = mkstemp(pb);
+    size_t n = 4 << 20; /* ~1 ms per write: the hook's own cost is far below the call's */
+    char *buf = malloc(n);
+    if (fa < 0 || fb < 0 || !buf)
+        exit(1);
+    memset(buf, 'w', n);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons((uint16_t)port)};
+    double t0 = now_s();
+    if (timed(2, connect(fd, (struct sockaddr *)&a, sizeof a), t0))
+        exit(1);
+    printf("path_a=%s\npath_b=%s\npeer=127.0.0.1:%d\n", pa, pb, port);
+    double end = now_s() + secs;
+    while (now_s() < end) {
+        targets_file_site(fa, 0, buf, n);
+        targets_file_site(fb, 1, buf, n);
+        targets_file_site(fb, 1, buf, n);
+        targets_peer_site(fd);
+    }
+    close(fd);
+    close(fa);
+    close(fb);
+    unlink(pa);
+    unlink(pb);
+    free(buf);
+    printf("ns_a=%llu calls_a=%llu\nns_b=%llu calls_b=%llu\nns_peer=%llu calls_peer=%llu\n",
+           (unsigned long long)g_tns[0], (unsigned long long)g_tcalls[0],
+           (unsigned long long)g_tns[1], (unsigned long long)g_tcalls[1],
+           (unsigned long long)g_tns[2], (unsigned long long)g_tcalls[2]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
+    if (!strcmp(argv[1], "targets") && argc > 3) {
+        targets_mode(atof(argv[2]), atoi(argv[3]));
+        fflush(stdout);
+        return 0;
+    }
     double secs = argc > 2 ? atof(argv[2]) : 3;
     if (!strcmp(argv[1], "pipe")) {
         pipe_mode(secs, slow_pipe_site);

@@ -1,0 +1,107 @@
+#!/bin/sh
+# The agent's CPU stacks against `perf record --call-graph dwarf` (issue 14's ground truth) on
+# the issue's five workloads, each run twice (once under perf, once under the agent), compared
+# by bench/cfi-vs-perf.py: share of weight on complete stacks, perf's top 20 functions by
+# inclusive share beside ours. Root (perf); the servers listen on loopback ports 16379/18080.
+#
+#   bench/cfi-vs-perf.sh BUILD_DIR OUT_DIR [python|cxx|rust|redis|nginx ...]
+#
+# Needs: perf (linux-perf), Debian's python3, redis-server + redis-benchmark, nginx +
+# ab (apache2-utils), g++, cargo. SECS (default 6) sets each run's length; PERF_EVENT (default
+# perf's own: cycles, else cpu-clock in a VM) and PERF_FLAGS (e.g. --all-user) are passed on;
+# OURS_ENV adds agent settings (e.g. "FLEETPROF_ALLOC=0 FLEETPROF_LOCK=0 FLEETPROF_IO=0": the
+# sampler and unwinder without the hooks' own cost); REQS scales the servers' request counts.
+# Each comparison is printed twice: as recorded, and without perf's samples that fire in
+# finish_task_switch (see cfi-vs-perf.py --drop-switch).
+set -eu
+BUILD=$(cd "$1" && pwd)
+OUT=$2
+shift 2
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+SECS=${SECS:-6}
+AGENT=$BUILD/agent/libfleetprof.so
+PERF="perf record -q -F 499 --call-graph dwarf,32768 ${PERF_EVENT:+-e $PERF_EVENT} ${PERF_FLAGS:-}"
+OURS="FLEETPROF_COLLECTOR=none FLEETPROF_CPU_RATE=500 FLEETPROF_CPU_HZ=500 FLEETPROF_INTERVAL=2s ${OURS_ENV:-}"
+REQS=${REQS:-1}
+WORKLOADS=${*:-python cxx rust redis nginx}
+
+compare() { # name
+    "$BUILD/bench/dump-stacks" "$OUT/$1.fp"/*.fpc > "$OUT/$1.ours.txt"
+    python3 "$HERE/cfi-vs-perf.py" "$OUT/$1.perf.data" "$OUT/$1.ours.txt" "$1" | tee "$OUT/$1.txt"
+    python3 "$HERE/cfi-vs-perf.py" --drop-switch "$OUT/$1.perf.data" "$OUT/$1.ours.txt" "$1" |
+        tee "$OUT/$1.drop-switch.txt"
+}
+
+run_program() { # name cmd...
+    n=$1
+    shift
+    rm -rf "$OUT/$n.fp" && mkdir -p "$OUT/$n.fp"
+    $PERF -o "$OUT/$n.perf.data" -- "$@" > /dev/null
+    env $OURS FLEETPROF_OUTPUT="$OUT/$n.fp" LD_PRELOAD="$AGENT" "$@" > /dev/null
+    compare "$n"
+}
+
+# A server started in the background (its pid in $SPID), the load, then perf detached or the
+# server stopped with SIGTERM (the agent writes its last chunk).
+run_server() { # name start-cmd load-cmd
+    n=$1
+    rm -rf "$OUT/$n.fp" && mkdir -p "$OUT/$n.fp"
+    sh -c "exec $2" > "$OUT/$n.server.log" 2>&1 &
+    SPID=$!
+    sleep 1
+    $PERF -o "$OUT/$n.perf.data" -p $SPID &
+    PPID_=$!
+    sleep 0.5
+    sh -c "$3" > "$OUT/$n.load-perf.txt" 2>&1
+    kill -INT $PPID_
+    wait $PPID_ || true
+    kill -TERM $SPID
+    wait $SPID || true
+    sh -c "exec env $OURS FLEETPROF_OUTPUT=$OUT/$n.fp LD_PRELOAD=$AGENT $2" > "$OUT/$n.server.log" 2>&1 &
+    SPID=$!
+    sleep 1.5
+    sh -c "$3" > "$OUT/$n.load-ours.txt" 2>&1
+    kill -TERM $SPID
+    wait $SPID || true
+    compare "$n"
+}
+
+for w in $WORKLOADS; do
+    case $w in
+    python)
+        run_program python /usr/bin/python3 "$HERE/cfi-vs-perf/work.py" "$SECS" ;;
+    cxx)
+        g++ -O2 -pthread -o "$OUT/cxx_work" "$HERE/cfi-vs-perf/cxx_work.cc"
+        run_program cxx "$OUT/cxx_work" "$SECS" ;;
+    rust)
+        (cd "$HERE/cfi-vs-perf/rust_work" && CARGO_TARGET_DIR="$OUT/rust-target" cargo build -q --release)
+        run_program rust "$OUT/rust-target/release/rust_work" "$SECS" ;;
+    redis)
+        run_server redis "/usr/bin/redis-server --port 16379 --save '' --appendonly no" \
+            "redis-benchmark -p 16379 -n $((150000 * REQS)) -c 20 -q -t set,get,lpush,incr" ;;
+    nginx)
+        mkdir -p "$OUT/nginx/html"
+        head -c 4096 /dev/urandom | base64 > "$OUT/nginx/html/index.html"
+        cat > "$OUT/nginx/nginx.conf" <<EOF
+daemon off;
+master_process off;
+error_log $OUT/nginx/error.log;
+pid $OUT/nginx/nginx.pid;
+events { worker_connections 256; }
+http {
+    access_log off;
+    server {
+        listen 127.0.0.1:18080;
+        root $OUT/nginx/html;
+    }
+}
+EOF
+        run_server nginx "/usr/sbin/nginx -p $OUT/nginx -c $OUT/nginx/nginx.conf" \
+            "ab -q -n $((40000 * REQS)) -c 10 http://127.0.0.1:18080/index.html" ;;
+    *)
+        echo "unknown workload $w" >&2
+        exit 2 ;;
+    esac
+done
