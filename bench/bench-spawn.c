@@ -1,7 +1,8 @@
 /* Fork/exec cost of the agent (issue 13): posix_spawn of a trivial program, waited for, with
  * and without libfleetprof.so preloaded in the child, in one run.
  *
- *   bench-spawn [--rounds R] [--batch N] [--prog PATH] [--agent PATH]
+ *   bench-spawn [--rounds R] [--batch N] [--prog PATH] [--agent PATH] [--base PATH]...
+ *               [--env VAR=VALUE]...   (added to every mode with an agent)
  *
  * Modes (interleaved round by round, so that the machine's load hits each alike):
  *   plain     no agent
@@ -13,6 +14,8 @@
  *             ever comes back)
  *   none      agent; FLEETPROF_COLLECTOR=none (files only, FLEETPROF_OUTPUT unset)
  *   off       agent loaded with FLEETPROF_ENABLED=0: the cost of loading the library alone
+ *   base1..4  (with --base SO[@VAR=VALUE], up to 4 times) other builds of the agent (or the
+ *             same with one more variable), collector down: before/after a change in one run
  * Each round does one batch of N spawns per mode; a batch's figure is its mean ms per spawn
  * (posix_spawn to waitpid). Reported per mode: the median over rounds, its difference from
  * plain and the ratio. The benchmark process itself never has the agent.
@@ -37,8 +40,9 @@
 
 extern char **environ;
 
-enum { M_PLAIN, M_UP, M_DOWN, M_STOPPED, M_NONE, M_OFF, M_COUNT };
-static const char *g_names[M_COUNT] = {"plain", "up", "down", "stopped", "none", "off"};
+enum { M_PLAIN, M_UP, M_DOWN, M_STOPPED, M_NONE, M_OFF, M_BASE, M_COUNT = M_BASE + 4 };
+static const char *g_names[M_COUNT] = {"plain", "up",    "down",  "stopped", "none",
+                                       "off",   "base1", "base2", "base3",   "base4"};
 
 static double now_ms(void) {
     struct timespec ts;
@@ -152,11 +156,14 @@ static void *collector_stopped(void *arg) {
     return NULL;
 }
 
+static const char *g_extra[16];
+static int g_nextra;
+
 static char **make_env(const char *agent, const char *collector, int off) {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **e = calloc(n + 5, sizeof *e);
+    char **e = calloc(n + 5 + (size_t)g_nextra, sizeof *e);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "LD_PRELOAD=", 11) && strncmp(environ[i], "FLEETPROF_", 10))
@@ -170,6 +177,8 @@ static char **make_env(const char *agent, const char *collector, int off) {
         k++;
         if (off)
             e[k++] = "FLEETPROF_ENABLED=0";
+        for (int i = 0; i < g_nextra; i++)
+            e[k++] = (char *)g_extra[i];
     }
     e[k] = NULL;
     return e;
@@ -184,6 +193,8 @@ int main(int argc, char **argv) {
     int rounds = 15, batch = 40;
     const char *prog = "/bin/true";
     char agent[4096];
+    const char *base[4];
+    int nbase = 0;
     snprintf(agent, sizeof agent, "%s", "");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
@@ -194,8 +205,13 @@ int main(int argc, char **argv) {
             prog = argv[++i];
         else if (!strcmp(argv[i], "--agent") && i + 1 < argc)
             snprintf(agent, sizeof agent, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--base") && i + 1 < argc && nbase < 4)
+            base[nbase++] = argv[++i];
+        else if (!strcmp(argv[i], "--env") && i + 1 < argc && g_nextra < 16)
+            g_extra[g_nextra++] = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--rounds R] [--batch N] [--prog PATH] [--agent SO]\n",
+            fprintf(stderr, "usage: %s [--rounds R] [--batch N] [--prog PATH] [--agent SO] "
+                            "[--base SO] [--env VAR=VALUE]...\n",
                     argv[0]);
             return 2;
         }
@@ -230,6 +246,21 @@ int main(int argc, char **argv) {
     char **env[M_COUNT] = {make_env(NULL, NULL, 0),       make_env(agent, up, 0),
                            make_env(agent, down, 0),      make_env(agent, stopped, 0),
                            make_env(agent, "none", 0),    make_env(agent, "none", 1)};
+    for (int b = 0; b < nbase; b++) { /* SO[@VAR=VALUE]: that build, with that variable */
+        char *so = strdup(base[b]), *at = strchr(so, '@');
+        if (at)
+            *at++ = '\0';
+        char **e = env[M_BASE + b] = make_env(so, down, 0);
+        size_t k = 0;
+        while (e[k])
+            k++;
+        if (at) {
+            e = env[M_BASE + b] = realloc(e, (k + 2) * sizeof *e);
+            e[k++] = at;
+            e[k] = NULL;
+        }
+    }
+    int nmodes = M_BASE + nbase;
     double *ms[M_COUNT], *cpums[M_COUNT];
     for (int m = 0; m < M_COUNT; m++) {
         ms[m] = calloc((size_t)rounds, sizeof(double));
@@ -237,7 +268,7 @@ int main(int argc, char **argv) {
     }
     char *av[] = {(char *)prog, NULL};
     for (int r = 0; r < rounds; r++)
-        for (int m = 0; m < M_COUNT; m++) {
+        for (int m = 0; m < nmodes; m++) {
             double t0 = now_ms(), cpu = 0;
             for (int i = 0; i < batch; i++) {
                 pid_t pid;
@@ -265,7 +296,7 @@ int main(int argc, char **argv) {
     printf("%-8s %9s %8s %8s %11s %6s | %8s %11s %6s\n", "mode", "wall_med", "min", "max",
            "minus_plain", "ratio", "cpu_med", "minus_plain", "ratio");
     double med[M_COUNT], cmed[M_COUNT];
-    for (int m = 0; m < M_COUNT; m++) {
+    for (int m = 0; m < nmodes; m++) {
         qsort(ms[m], (size_t)rounds, sizeof(double), cmp_d);
         qsort(cpums[m], (size_t)rounds, sizeof(double), cmp_d);
         med[m] = ms[m][rounds / 2];

@@ -52,3 +52,13 @@ target_include_directories(test-agent-mutex PRIVATE ${PROJECT_SOURCE_DIR}/agent/
   ${PROJECT_SOURCE_DIR}/agent/include)
 target_compile_definitions(test-agent-mutex PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+# fmath.h (issue 13): the agent's libm-free exp/log family against libm.
+fp_test(test-agent-fmath LABELS agent LIBS m)
+target_include_directories(test-agent-fmath PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+# Every lost chunk counted on a full FLEETPROF_OUTPUT (issue 13): a real tmpfs, filled, then
+# freed (unshare -m: needs root). nosan: the agent is preloaded into fp-work.
+fp_test(test-agent-output-full LABELS "agent;nosan")
+add_dependencies(test-agent-output-full fp-work fleetprof_agent fleetprof-collector)
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  set_tests_properties(test-agent-output-full PROPERTIES DISABLED TRUE)
+endif()

@@ -106,3 +106,14 @@ fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c
 fp_hostile(cxx_exceptions SOURCES hostile/cxx_exceptions.cc)
 fp_hostile(threads_3000 SOURCES hostile/threads_3000.c TIMEOUT 60)
 fp_hostile(cgo GO hostile/cgo REPEAT 10 TIMEOUT 60)
+fp_hostile(exec_signal SOURCES hostile/exec_signal.c TIMEOUT 60 ENV FLEETPROF_WALL_HZ=1000)
+fp_hostile(raw_fork SOURCES hostile/raw_fork.c TIMEOUT 30)
+# dlclose of code on sampled stacks (issue 13 and 14): 300 cycles, 2 threads burning in it.
+add_library(hostile_dlclose_lib MODULE hostile/dlclose_lib.c)
+target_compile_options(hostile_dlclose_lib PRIVATE -O2 -fomit-frame-pointer)
+set_target_properties(hostile_dlclose_lib PROPERTIES LIBRARY_OUTPUT_DIRECTORY
+  ${CMAKE_CURRENT_BINARY_DIR}/hostile)
+fp_hostile(dlclose_cycles SOURCES hostile/dlclose_cycles.c TIMEOUT 60
+  ARGS $<TARGET_FILE:hostile_dlclose_lib> ENV FLEETPROF_CPU_HZ=1000 FLEETPROF_CPU_RATE=2000
+  FLEETPROF_WALL_HZ=1000)
+add_dependencies(test-hostile hostile_dlclose_lib)

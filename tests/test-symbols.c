@@ -364,6 +364,52 @@ static void rust_case(const char *variant, const char *want) {
 static void test_rust_legacy(void) { rust_case("legacy", "symwork_rust::rshot::Cruncher<T>::crunch"); }
 static void test_rust_v0(void) { rust_case("v0", "<symwork_rust::rshot::Cruncher<u32>>::crunch"); }
 
+/* Issue 13: elfutils is not linked but loaded on the first lookup (dwlib.c). A process that
+ * exits at once never maps it (nor libprotobuf-c, pblib.c, nor libm); one that samples does; where it cannot be loaded the frames
+ * stay addresses, one line says why and the debug log counts the objects left unnamed. */
+static void test_elfutils_lazy(void) {
+    setup("lazy");
+    char cmd[4096], prog[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "FLEETPROF_COLLECTOR=none LD_PRELOAD=%s/agent/libfleetprof.so "
+             "cat /proc/self/maps", g_build);
+    sh(cmd, out, sizeof out);
+    CHECKF(strstr(out, "libfleetprof.so") && !strstr(out, "libdw") && !strstr(out, "libelf") &&
+               !strstr(out, "libprotobuf-c") && !strstr(out, "libm."),
+           "maps of a process that exits at once:\n%s", out);
+    snprintf(prog, sizeof prog, "%s/tests/symwork", g_build);
+    for (int missing = 0; missing < 2; missing++) {
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf %s/out && mkdir -p %s/out && cd %s && %s FLEETPROF_LOG_LEVEL=debug "
+                 "SYMWORK_MAPS=%s/maps FLEETPROF_OUTPUT=%s/out FLEETPROF_COLLECTOR=none "
+                 "FLEETPROF_INTERVAL=500ms FLEETPROF_CPU_RATE=400 FLEETPROF_CPU_HZ=400 "
+                 "LD_PRELOAD=%s/agent/libfleetprof.so %s 1.2 >/dev/null 2>%s/log",
+                 g_tmp, g_tmp, g_tmp, missing ? "FLEETPROF_LIBDW=/nonexistent/libdw.so.1" : "",
+                 g_tmp, g_tmp, g_build, prog, g_tmp);
+        CHECKF(system(cmd) == 0, "%s", cmd);
+        snprintf(cmd, sizeof cmd, "grep -c 'cannot load elfutils' %s/log", g_tmp);
+        int warned = atoi(sh(cmd, out, sizeof out));
+        snprintf(cmd, sizeof cmd, "grep -o '[0-9]* objects unnamed (no elfutils)' %s/log | tail -1",
+                 g_tmp);
+        int unnamed = atoi(sh(cmd, out, sizeof out));
+        snprintf(cmd, sizeof cmd, "grep -c 'libdw\\|libprotobuf-c' %s/maps", g_tmp);
+        int mapped = atoi(sh(cmd, out, sizeof out));
+        uint64_t w, wa, total;
+        const char *f = fold();
+        leaf_weight(f, "symwork_inner_loop", &w, &total);
+        leaf_weight(f, "symwork+0x", &wa, &total);
+        if (missing)
+            CHECKF(warned == 1 && unnamed > 0 && w == 0 && wa * 2 > total,
+                   "no elfutils: %d warnings, %d objects unnamed, named %llu, addresses %llu of "
+                   "%llu", warned, unnamed, (unsigned long long)w, (unsigned long long)wa,
+                   (unsigned long long)total);
+        else
+            CHECKF(warned == 0 && unnamed == 0 && mapped > 0 && w * 2 > total,
+                   "elfutils: %d warnings, %d unnamed, libdw mapped %d, named %llu of %llu",
+                   warned, unnamed, mapped, (unsigned long long)w, (unsigned long long)total);
+    }
+    cleanup();
+}
+
 static const tr_test_t tests[] = {
     {"stripped_unnamed_without_debug_file", test_stripped_unnamed_without_debug_file},
     {"debug_file_by_build_id", test_debug_file_by_build_id},
@@ -375,6 +421,7 @@ static const tr_test_t tests[] = {
     {"cxx_long_name", test_cxx_long_name},
     {"rust_legacy", test_rust_legacy},
     {"rust_v0", test_rust_v0},
+    {"elfutils_lazy", test_elfutils_lazy},
     {NULL, NULL},
 };
 

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 ag_state_t ag;
@@ -148,8 +149,23 @@ __attribute__((constructor)) static void ag_start(void) {
             ag.cfg.version, ag_sig, (double)ag.cfg.interval_ns / 1e9);
 }
 
+/* A child made without our atfork handlers (glibc's _Fork, which the program may call itself
+ * and sandbox.c calls in a signal handler; a raw fork or clone system call): it holds our
+ * state as the fork found it (locks held by threads that do not exist here, a builder or
+ * registry half-updated) and has no background thread. Its pid is not ag.pid: it stops
+ * profiling at the first agent entry that would lock or wait (this one, the destructor,
+ * thread registration and exit, the label and flush API), touching nothing else. Then every
+ * hook and handler sees running == 0 and forwards. */
+int ag_unseen_child(void) {
+    if (!ag.pid || (pid_t)syscall(SYS_getpid) == ag.pid) /* never started, or ours */
+        return 0;
+    if (atomic_load(&ag.running))
+        ag_bg_forget_child();
+    return 1;
+}
+
 void ag_agent_stop(void) {
-    if (!atomic_load(&ag.running))
+    if (!atomic_load(&ag.running) || ag_unseen_child())
         return;
     ag_thread_stop_all();
     ag_bg_stop(); /* last chunk (if any): drained rings, file written, socket not waited on */
@@ -160,7 +176,7 @@ void ag_agent_stop(void) {
 __attribute__((destructor)) static void ag_stop(void) { ag_agent_stop(); }
 
 int fleetprof_flush(void) {
-    if (!atomic_load(&ag.running))
+    if (!atomic_load(&ag.running) || ag_unseen_child())
         return ag.cfg.enabled ? -ESRCH : 0;
     pthread_mutex_lock(&ag_flush_mu);
     uint64_t gen = atomic_load(&ag.flush_done);

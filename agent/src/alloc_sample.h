@@ -60,6 +60,7 @@
 #ifndef AG_ALLOC_SAMPLE_H
 #define AG_ALLOC_SAMPLE_H
 
+#include "fmath.h"
 #include <math.h>
 #include <stdint.h>
 
@@ -69,7 +70,7 @@
  * least 1 (an allocation of s bytes is sampled when the countdown minus s goes below 0). */
 static inline int64_t ag_as_draw(double period, uint64_t rnd) {
     double u = ((double)(rnd >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double d = -log(u) * period;
+    double d = -ag_log(u) * period;
     return d > 4e18 ? (int64_t)4e18 : (int64_t)d + 1;
 }
 
@@ -79,7 +80,7 @@ static inline double ag_as_keep(uint64_t used, uint64_t size) {
     if (!size || 4 * used <= size)
         return 1.0;
     double f = used >= size ? 1.0 : (double)used / (double)size;
-    return exp2(-4 * (f - 0.25));
+    return ag_exp2(-4 * (f - 0.25));
 }
 
 /* Weight (bytes) and count (milli-calls) of a sampled allocation of size bytes, taken with a
@@ -88,7 +89,7 @@ static inline double ag_as_keep(uint64_t used, uint64_t size) {
  * q ~ size / period and the weight ~ period + size/2). */
 static inline void ag_as_weight(uint64_t size, double period, double keep, uint64_t *weight,
                                 uint64_t *count_milli) {
-    double q = -expm1(-(double)size / period) * keep;
+    double q = -ag_expm1(-(double)size / period) * keep;
     if (!(q > 1e-15))
         q = 1e-15;
     *weight = (uint64_t)((double)size / q + 0.5);

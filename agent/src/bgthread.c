@@ -35,7 +35,6 @@
 #define AG_CTL_DT_NS 250000000ull
 #define AG_SCAN_NS 500000000ull
 #define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
-#define AG_START_DELAY_NS 20000000ull /* the bg thread's first sleep (see bg_main) */
 
 static pthread_t g_thread;
 static int g_started;
@@ -446,11 +445,21 @@ static void wall_tick(uint64_t now) {
             ag_drop_count(CM_EV_WALL, CM_DROP_HOST_UNSAFE, 1);
             continue;
         }
+        /* Never to a thread in exec (hook_exec.c): a signal queued while it execs stays
+         * pending in the new image, where our number's disposition is SIG_DFL again: the
+         * process would die of it. The thread sets exec_pending, then waits for wall_sending
+         * to drop (both seq_cst): a send either happens before it drains, or not at all. */
+        atomic_store(&t->wall_sending, 1);
+        if (atomic_load(&t->exec_pending)) {
+            atomic_store(&t->wall_sending, 0);
+            continue;
+        }
         atomic_store(&t->wall_pending, 1);
         if (ag_signal_wall(tid, slot, w, on_cpu) == 0)
             sent++;
         else
             atomic_store(&t->wall_pending, 0);
+        atomic_store(&t->wall_sending, 0);
     }
 }
 
@@ -629,10 +638,12 @@ static void cut_chunk(int at_exit) {
     ag_symstats_t ss;
     ag_symbols_stats(&ss);
     CM_DEBUG("symbols: %llu objects opened (%llu function symbols) in %llu ns; %llu lookups "
-             "in %llu ns in total, opening included; %llu loads deferred (descriptors)",
+             "in %llu ns in total, opening included; %llu loads deferred (descriptors); %llu "
+             "objects unnamed (no elfutils)",
              (unsigned long long)ss.objects, (unsigned long long)ss.symbols,
              (unsigned long long)ss.load_ns, (unsigned long long)ss.lookups,
-             (unsigned long long)ss.lookup_ns, (unsigned long long)ss.deferred);
+             (unsigned long long)ss.lookup_ns, (unsigned long long)ss.deferred,
+             (unsigned long long)ss.nolib);
 
     uint8_t *frame = NULL;
     size_t len = 0;
@@ -648,17 +659,21 @@ static void cut_chunk(int at_exit) {
         /* The collector would refuse it (and Kafka could not carry it): files only. Rare:
          * the early cut (AG_CHUNK_SOFT) keeps chunks well below; what it does not see is
          * added at the cut (INUSE rows of a huge live heap, aggregates). */
-        ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
         if (!B.warned_size++)
             CM_WARN("chunk %llu is %zu bytes, above the %u-byte limit: not sent to the "
                     "collector (written to FLEETPROF_OUTPUT only, if set)",
                     (unsigned long long)h.sequence, len, AG_CHUNK_MAX);
-        ag_sender_write_file(frame, len, h.sequence);
+        int filed = ag_sender_write_file(frame, len, h.sequence) == 0;
+        /* lost to the collector's pipeline (or, files only, not written): its counts go on */
+        if (ag_sender_uses_socket())
+            ag_sender_give_back(drops, nd, CM_DROP_ENCODE_FAILED);
+        else if (!filed)
+            ag_sender_give_back(drops, nd, CM_DROP_OUTPUT_FAILED);
         free(frame);
     } else if (rc == 0) {
-        ag_sender_submit(frame, len, h.sequence);
+        ag_sender_submit(frame, len, h.sequence, drops, nd);
     } else {
-        ag_drop_count(0, CM_DROP_ENCODE_FAILED, 1);
+        ag_sender_give_back(drops, nd, CM_DROP_ENCODE_FAILED);
         if (!B.warned_encode++)
             CM_WARN("chunk %llu not encoded: %s: %s", (unsigned long long)h.sequence,
                     cm_errname(rc), err);

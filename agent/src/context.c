@@ -184,6 +184,8 @@ static uint32_t intern_current(void) {
     uint64_t h = XXH3_64bits(flat, fl);
 
     uint32_t id = 0;
+    if (ag_unseen_child()) /* g_lock may be held by a thread that is not in this process */
+        return 0;
     pthread_mutex_lock(&g_lock);
     uint32_t nsets = atomic_load_explicit(&g_nsets, memory_order_relaxed);
     for (uint32_t i = 1; i <= nsets && !id; i++) {

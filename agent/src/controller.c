@@ -44,7 +44,7 @@
  */
 #include "internal.h"
 
-#include <math.h>
+#include "fmath.h"
 
 #define KP 0.1
 #define KI 0.6
@@ -73,12 +73,12 @@ double ag_ctl_update(ag_ctl_t *c, uint64_t samples, double dt, double budget_fac
     c->target = c->target_cfg * clampd(budget_factor, 0.001, 1.0);
     if (!c->enabled || c->target <= 0 || samples < 2)
         return c->period;
-    double e = log(rate / c->target);
-    double lo = log(c->period_min / c->base), hi = log(c->period_max / c->base);
+    double e = ag_log(rate / c->target);
+    double lo = ag_log(c->period_min / c->base), hi = ag_log(c->period_max / c->base);
     c->integral = clampd(c->integral + KI * e, lo, hi);
     double x = KP * e + c->integral + KD * (e - c->prev_err);
     c->prev_err = e;
-    c->period = clampd(c->base * exp(x), c->period_min, c->period_max);
+    c->period = clampd(c->base * ag_exp(x), c->period_min, c->period_max);
     return c->period;
 }
 
@@ -95,10 +95,10 @@ double ag_ctl_update_cpu(ag_ctl_t *c, uint64_t samples, uint64_t cpu_ns, double 
     c->load_ewma = c->load_ewma == 0 ? load : c->load_ewma + A * (load - c->load_ewma);
     double trim = c->trim;
     if (samples >= 2)
-        trim = clampd(trim + KT * log(rate / c->target), -TRIM, TRIM);
-    double p = c->load_ewma / c->target * exp(trim);
+        trim = clampd(trim + KT * ag_log(rate / c->target), -TRIM, TRIM);
+    double p = c->load_ewma / c->target * ag_exp(trim);
     if (p >= c->period_min && p <= c->period_max)
         c->trim = trim; /* anti-windup: the trim does not move while the period is clamped */
-    c->period = clampd(c->load_ewma / c->target * exp(c->trim), c->period_min, c->period_max);
+    c->period = clampd(c->load_ewma / c->target * ag_exp(c->trim), c->period_min, c->period_max);
     return c->period;
 }

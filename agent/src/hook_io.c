@@ -36,7 +36,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
+#include "fmath.h"
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -66,11 +66,11 @@ static int64_t io_draw(uint32_t n) {
     if (n <= 1)
         return 1;
     if (S.ln_n != n) {
-        S.ln_q = log1p(-1.0 / (double)n);
+        S.ln_q = ag_log1p(-1.0 / (double)n);
         S.ln_n = n;
     }
     double u = ((double)(ag_hook_rand() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double d = log(u) / S.ln_q;
+    double d = ag_log(u) / S.ln_q;
     return d > 1e9 ? 1000000000 : (int64_t)d + 1;
 }
 

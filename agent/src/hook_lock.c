@@ -89,7 +89,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <math.h>
+#include "fmath.h"
 #include <pthread.h>
 #include <string.h>
 
@@ -260,7 +260,7 @@ static inline uint64_t lk_ns(uint64_t scale, uint64_t t0) {
 /* Exp(w) draw for the countdown. */
 static int64_t lk_draw(uint64_t w) {
     double u = (double)((ag_hook_rand() >> 11) + 1) * 0x1p-53; /* (0, 1] */
-    double d = -log(u) * (double)w;
+    double d = -ag_log(u) * (double)w;
     return d < 9e18 ? (int64_t)d + 1 : INT64_MAX;
 }
 
@@ -316,7 +316,7 @@ static __attribute__((noinline)) void lock_report(const void *addr, uint64_t ns,
     uint64_t weight = ns, milli = CM_COUNT_ONE;
     uint8_t flags = 0;
     if (w) { /* sampled with q = 1 - exp(-ns / w): stands for ns / q and 1 / q waits */
-        double q = -expm1(-(double)ns / (double)w);
+        double q = -ag_expm1(-(double)ns / (double)w);
         if (q < 1e-9)
             q = 1e-9;
         weight = (uint64_t)((double)ns / q + 0.5);

@@ -14,6 +14,8 @@
  *   context.c    per-thread span context and labels (public API), label interning
  *   controller.c per-event-type rate controller and CPU budget
  *   symbols.c    loaded objects, ELF symbol tables, demangling (background thread only)
+ *   hook_exec.c  exec interposers: no signal of ours pending across an exec
+ *   dwlib.c      elfutils (libdw, libelf) loaded on the first symbol lookup (background thread)
  *   builder.c    aggregation of records into a cm_chunk_t (background thread only)
  *   sender.c     collector connection, unacked-chunk queue, output files (background only)
  *   bgthread.c   the background thread loop: wall ticks, drain, control, chunks, sending
@@ -57,7 +59,7 @@
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
 #define AG_RING_SIZE (32u << 10)     /* bytes per thread ring, power of two */
-#define AG_DROP_REASONS 12           /* cm_drop_reason_t values + 1 */
+#define AG_DROP_REASONS 13           /* cm_drop_reason_t values + 1 */
 
 /* ---- config.c ---- */
 typedef struct {
@@ -151,6 +153,8 @@ typedef struct ag_thread {
     _Atomic uint32_t unw_depth, unw_gen;
     _Atomic int wall_pending;             /* bg sets before a wall signal, handler clears */
     _Atomic int foreign_tls;              /* handler: its TLS is another thread's (raw clone) */
+    _Atomic int exec_pending;             /* hook_exec.c: in exec; no wall signal may be sent */
+    _Atomic int wall_sending;             /* bg: between its exec_pending check and the send */
     void *altstack;                       /* our alternate signal stack (mmap), NULL: none */
 } ag_thread_t;
 
@@ -204,6 +208,7 @@ AG_HIDDEN extern int ag_sig;                     /* sampling signal number, 0 if
 AG_HIDDEN int ag_signal_init(void);
 /* bg: sends a wall sample request to thread tid. weight_ns: wall time it stands for. */
 AG_HIDDEN int ag_signal_wall(pid_t tid, uint32_t slot, uint64_t weight_ns, int on_cpu);
+AG_HIDDEN int ag_signal_is_ours(const siginfo_t *si); /* handler's classification */
 /* Installs the SIGTERM flush handler if SIGTERM is at its default disposition. */
 AG_HIDDEN void ag_signal_sigterm_install(void);
 AG_HIDDEN void ag_signal_sigterm_restore(void);
@@ -403,6 +408,7 @@ typedef struct {
     uint64_t load_ns;          /* time spent opening objects and reading their tables */
     uint64_t lookups, lookup_ns; /* ag_symbols_lookup calls and their time (loads included) */
     uint64_t deferred; /* loads put off: the process was near RLIMIT_NOFILE */
+    uint64_t nolib;    /* objects left unnamed: elfutils could not be loaded */
 } ag_symstats_t;
 AG_HIDDEN void ag_symbols_init(void);
 AG_HIDDEN void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out);
@@ -438,8 +444,14 @@ AG_HIDDEN int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **fra
 AG_HIDDEN void ag_sender_init(const ag_config_t *cfg);
 /* Takes ownership of frame. Writes the output file (if configured) and queues for the
  * collector (dropping the oldest with DROP_CHUNK_QUEUE_FULL). */
-AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq);
-AG_HIDDEN void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq);
+/* drops: the counts the chunk's header carries (given back if the chunk is lost) */
+AG_HIDDEN void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq, const cm_drop_t *drops,
+                                uint32_t ndrops);
+AG_HIDDEN int ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq); /* -1: not */
+/* A chunk carrying drops was lost for good: its counts go back into the agent's counters, plus
+ * one of reason for the chunk itself; the next chunk cut reports them. */
+AG_HIDDEN void ag_sender_give_back(const cm_drop_t *drops, uint32_t n, uint32_t reason);
+AG_HIDDEN int ag_sender_uses_socket(void); /* 0: FLEETPROF_COLLECTOR=none, files only */
 /* Progresses connect/write/read-acks without blocking. Returns the fd to poll (or -1) and the
  * poll events wanted; *wake_ms: when it wants to be called again at the latest. */
 AG_HIDDEN int ag_sender_step(short *events, int *wake_ms);
@@ -456,6 +468,8 @@ AG_HIDDEN uint64_t ag_sender_first_sequence(void);
 
 /* ---- bgthread.c / agent.c ---- */
 enum { AG_REQ_FLUSH = 1, AG_REQ_STOP = 2, AG_REQ_SIGTERM = 4, AG_REQ_CAPS = 8 };
+/* The bg thread's first sleep: what a process that is gone within it never pays for */
+#define AG_START_DELAY_NS 20000000ull
 typedef struct {
     ag_config_t cfg;
     pid_t pid;
@@ -475,6 +489,8 @@ AG_HIDDEN int ag_bg_start(void);
 AG_HIDDEN void ag_bg_stop(void); /* final flush, joins */
 /* A child forked without atfork handlers (sandbox.c): stop profiling, take no lock. */
 AG_HIDDEN void ag_bg_forget_child(void);
+/* agent.c: in a child forked without our atfork handlers? Then profiling stops (1). */
+AG_HIDDEN int ag_unseen_child(void);
 /* The destructor's work: timers off, last chunk written, bg thread joined, running = 0. */
 AG_HIDDEN void ag_agent_stop(void);
 /* ---- sandbox.c: fork from a signal handler, seccomp ---- */

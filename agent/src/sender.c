@@ -20,8 +20,19 @@
  * chunk_queue_full in the next chunk's header). Only a defaulted FLEETPROF_COLLECTOR whose
  * socket does not exist, with FLEETPROF_OUTPUT set, stays quiet: the chunks go to the files.
  * A FLEETPROF_OUTPUT directory that cannot be written (e.g. after the process dropped its
- * privileges with setuid) is reported once the same way; every chunk not written is counted
- * (ag_sender_file_failures).
+ * privileges with setuid, or a full disk) is reported once the same way; every chunk not
+ * written is counted (ag_sender_file_failures).
+ *
+ * Every lost chunk counted (issue 13), even when the chunks that would carry the count are
+ * lost too: a chunk's header carries the drop counts of its interval (bgthread.c), so losing
+ * it would lose those counts. Whenever a chunk is lost for good (the oldest dropped from a
+ * full queue: DROP_CHUNK_QUEUE_FULL; refused by the collector, or, with files as the only
+ * sink, not written under FLEETPROF_OUTPUT, e.g. ENOSPC: DROP_OUTPUT_FAILED), its own drop
+ * counts are given back to the agent's counters (ag_sender_give_back) along with the one for
+ * the chunk itself, so the next chunk cut carries them, and so on until one gets through:
+ * summed over the chunks delivered, every loss is counted exactly once (chunks delivered +
+ * chunks counted dropped == chunks cut). Not covered: what is still queued when the process
+ * exits (nothing is cut after it).
  */
 #include "internal.h"
 
@@ -45,6 +56,8 @@ typedef struct {
     size_t len;
     uint64_t seq;
     uint32_t msg_no; /* number on the current connection once fully written; 0: not sent */
+    cm_drop_t *drops; /* the drop counts its header carries (given back if it is lost) */
+    uint32_t ndrops;
 } entry_t;
 
 static struct {
@@ -57,6 +70,9 @@ static struct {
     uint32_t cur;         /* entry being written */
     size_t cur_off;       /* bytes of (length prefix + frame) written */
     uint32_t msgs;        /* messages fully written on this connection */
+    int draining;         /* a retry came back: no more writes; collecting the acks of the
+                           * messages written before it, then reconnecting (see do_read) */
+    uint64_t drain_until_ns;
     uint8_t ack[CM_SOCK_ACK_SIZE];
     size_t ack_off;
     uint64_t next_try_ns;
@@ -124,9 +140,9 @@ uint64_t ag_sender_first_sequence(void) {
     return next;
 }
 
-void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq) {
+int ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq) {
     if (!S.cfg->output[0])
-        return;
+        return 0;
     char name[512], tmp[4096 + 600], final[4096 + 600];
     snprintf(name, sizeof name, "%s-%d-%08llu%s", S.cfg->service, (int)ag.pid,
              (unsigned long long)seq, CM_CHUNK_FILE_SUFFIX);
@@ -159,16 +175,31 @@ void ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq) {
         unlink(tmp);
         S.file_failures++;
         if (!S.warned_file++)
-            CM_WARN("msg=\"cannot write chunk files under FLEETPROF_OUTPUT; this process's "
-                    "profiles are not written there (reported once)\" file=%s err=\"%s\" "
-                    "uid=%d hint=\"the directory must be writable by uid %d (a process that "
-                    "changed uid after start needs a directory its new uid can write)\"",
+            CM_WARN("msg=\"cannot write chunk files under FLEETPROF_OUTPUT (reported once); "
+                    "each chunk not written is counted as output_failed in the next chunk "
+                    "that is\" file=%s err=\"%s\" uid=%d hint=\"the directory must be "
+                    "writable by uid %d (a process that changed uid after start needs a "
+                    "directory its new uid can write) and its file system must have room\"",
                     final, strerror(e), (int)geteuid(), (int)geteuid());
+        return -1;
     }
+    return 0;
 }
 
+int ag_sender_uses_socket(void) { return S.use_socket; }
+
+void ag_sender_give_back(const cm_drop_t *drops, uint32_t n, uint32_t reason) {
+    for (uint32_t i = 0; i < n; i++)
+        if (drops[i].reason < AG_DROP_REASONS && drops[i].type < CM_EV_COUNT)
+            ag_drop_count((cm_event_type_t)drops[i].type, (cm_drop_reason_t)drops[i].reason,
+                          drops[i].count);
+    ag_drop_count(0, (cm_drop_reason_t)reason, 1);
+}
+
+/* Removes queue entry i (acked; or lost: give its counts back first). */
 static void entry_drop(uint32_t i) {
     free(S.q[i].frame);
+    free(S.q[i].drops);
     memmove(&S.q[i], &S.q[i + 1], (S.n - i - 1) * sizeof S.q[0]);
     S.n--;
     if (S.cur > i)
@@ -188,24 +219,31 @@ static void disconnect(void) {
     S.ack_off = 0;
     S.hello_off = 0;
     S.msgs = 0;
+    S.draining = 0;
     S.next_try_ns = ag_now_mono() + (uint64_t)S.backoff_ms * 1000000u;
     S.backoff_ms = S.backoff_ms * 2 > 5000 ? 5000 : S.backoff_ms * 2;
 }
 
-void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq) {
-    ag_sender_write_file(frame, len, seq);
+void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq, const cm_drop_t *drops,
+                      uint32_t ndrops) {
+    int file_failed = ag_sender_write_file(frame, len, seq) != 0;
     if (!S.use_socket) {
+        if (file_failed) /* the files are the only sink: this chunk is lost */
+            ag_sender_give_back(drops, ndrops, CM_DROP_OUTPUT_FAILED);
         free(frame);
         return;
     }
+    cm_drop_t *copy = NULL;
+    if (ndrops && (copy = malloc(ndrops * sizeof *copy)) != NULL)
+        memcpy(copy, drops, ndrops * sizeof *copy);
     if (S.n == AG_QUEUE_MAX) {
         int broken = S.cur == 0 && S.cur_off > 0;
+        ag_sender_give_back(S.q[0].drops, S.q[0].ndrops, CM_DROP_CHUNK_QUEUE_FULL);
         entry_drop(0);
-        ag_drop_count(0, CM_DROP_CHUNK_QUEUE_FULL, 1);
         if (broken && S.fd >= 0)
             disconnect(); /* the partial message cannot be completed */
     }
-    S.q[S.n++] = (entry_t){frame, len, seq, 0};
+    S.q[S.n++] = (entry_t){frame, len, seq, 0, copy, copy ? ndrops : 0};
 }
 
 static int try_connect(void) {
@@ -224,6 +262,7 @@ static int try_connect(void) {
     S.fd = fd;
     S.hello_off = 0;
     S.msgs = 0;
+    S.draining = 0;
     S.cur = 0;
     S.cur_off = 0;
     S.ack_off = 0;
@@ -262,7 +301,7 @@ static int do_write(void) {
             return errno == EAGAIN || errno == EINTR ? 0 : -errno;
         S.hello_off += (size_t)w;
     }
-    while (S.cur < S.n) {
+    while (S.cur < S.n && !S.draining) {
         entry_t *e = &S.q[S.cur];
         if (e->msg_no) {
             S.cur++;
@@ -303,18 +342,39 @@ static int do_read(void) {
                       (uint32_t)S.ack[3] << 24;
         int32_t status = (int32_t)((uint32_t)S.ack[4] | (uint32_t)S.ack[5] << 8 |
                                    (uint32_t)S.ack[6] << 16 | (uint32_t)S.ack[7] << 24);
-        if (status == CM_SOCK_RETRY)
-            return -EAGAIN; /* collector shedding load: back off, resend later */
-        for (uint32_t i = 0; i < S.n; i++) {
+        if (status == CM_SOCK_RETRY) {
+            /* The collector shed this one (load, or its spool's disk full). The messages
+             * written after it may still be accepted (a smaller one fits where this did not):
+             * their acks are collected first, or a chunk the collector has would stay queued
+             * here, be resent (a duplicate) or, the queue full, dropped and counted as lost
+             * (an over-count). Then back off and resend what is left. */
+            if (!S.draining)
+                S.drain_until_ns = ag_now_mono() + 1000000000ull;
+            S.draining = 1;
+            for (uint32_t i = 0; i < S.n; i++)
+                if (S.q[i].msg_no == no)
+                    S.q[i].msg_no = 0;
+        }
+        for (uint32_t i = 0; i < S.n && status != CM_SOCK_RETRY; i++) {
             if (S.q[i].msg_no != no)
                 continue;
-            if (status != 0)
-                CM_WARN("collector rejected chunk %llu: status %d",
+            if (status != 0) { /* refused for good: lost, counted */
+                CM_WARN("collector rejected chunk %llu: status %d; counted as output_failed",
                         (unsigned long long)S.q[i].seq, (int)status);
+                ag_sender_give_back(S.q[i].drops, S.q[i].ndrops, CM_DROP_OUTPUT_FAILED);
+            }
             entry_drop(i);
             break;
         }
-        S.backoff_ms = 100; /* a working connection resets the backoff */
+        if (status != CM_SOCK_RETRY)
+            S.backoff_ms = 100; /* a working connection resets the backoff */
+        if (S.draining) {
+            uint32_t out = 0;
+            for (uint32_t i = 0; i < S.n; i++)
+                out += S.q[i].msg_no != 0;
+            if (out == 0 || ag_now_mono() > S.drain_until_ns)
+                return -EAGAIN; /* every answer in: back off, resend later */
+        }
     }
 }
 
@@ -358,9 +418,16 @@ int ag_sender_step(short *events, int *wake_ms) {
         *wake_ms = (int)S.backoff_ms;
         return -1;
     }
+    if (S.draining && ag_now_mono() > S.drain_until_ns) { /* the answers do not come */
+        disconnect();
+        *wake_ms = (int)S.backoff_ms;
+        return -1;
+    }
     *events = POLLIN;
-    if (S.hello_off < CM_SOCK_HELLO_SIZE || S.cur < S.n)
+    if (!S.draining && (S.hello_off < CM_SOCK_HELLO_SIZE || S.cur < S.n))
         *events |= POLLOUT;
+    if (S.draining)
+        *wake_ms = 100; /* re-check the drain deadline */
     return S.fd;
 }
 
@@ -401,8 +468,10 @@ void ag_sender_after_fork_child(void) {
     if (S.fd >= 0 && fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
         close(S.fd);
     S.fd = -1;
-    for (uint32_t i = 0; i < S.n; i++)
+    for (uint32_t i = 0; i < S.n; i++) {
         free(S.q[i].frame);
+        free(S.q[i].drops);
+    }
     S.n = 0;
     S.cur = 0;
     S.cur_off = 0;

@@ -224,6 +224,14 @@ int ag_signal_init(void) {
     return -EBUSY;
 }
 
+/* Is si one of ours (a CPU timer expiry or a wall request/wake), as the handler decides? */
+int ag_signal_is_ours(const siginfo_t *si) {
+    uintptr_t val = (uintptr_t)si->si_value.sival_ptr;
+    return (si->si_code == SI_TIMER && (uint32_t)val == AG_TAG_CPU32) ||
+           (si->si_code == SI_QUEUE && si->si_pid == ag.pid &&
+            ((uint64_t)val >> 48) == AG_WALL_MAGIC);
+}
+
 int ag_signal_wall(pid_t tid, uint32_t slot, uint64_t weight_ns, int on_cpu) {
     uint64_t us = weight_ns / 1000u;
     if (us >= (1ull << 37))

@@ -41,12 +41,10 @@
  * Memory: objects and their symbol (and line) tables are never freed (bounded by what the
  * process maps); names live in one string pool per object.
  */
-#include "internal.h"
+#include "dwlib.h"
 
 #include <dlfcn.h>
 #include <elf.h>
-#include <elfutils/libdwfl.h>
-#include <gelf.h>
 #include <fcntl.h>
 #include <libiberty/demangle.h>
 #include <link.h>
@@ -106,6 +104,7 @@ static int g_lines; /* FLEETPROF_LINES=1 */
 static char g_debug_dirs[1024] = "/usr/lib/debug";
 static ag_symstats_t g_stats;
 static uint64_t g_defer_until_ns; /* no load before (near RLIMIT_NOFILE) */
+static int g_dw_state;            /* elfutils: 0 not tried, 1 loaded, -1 unavailable */
 
 static int try_open(const char *path, char **out_name) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -121,7 +120,7 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
     (void)userdata, (void)modname, (void)base, (void)debuglink_crc;
     const unsigned char *bits;
     GElf_Addr vaddr;
-    int bl = dwfl_module_build_id(mod, &bits, &vaddr);
+    int bl = ag_dw.dwfl_module_build_id(mod, &bits, &vaddr);
     char path[4096], dirs[sizeof g_debug_dirs];
     snprintf(dirs, sizeof dirs, "%s", g_debug_dirs);
     for (int pass = 0; pass < 2; pass++) {
@@ -161,10 +160,8 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
 }
 
 static char *g_dwfl_debuginfo_path;
-static const Dwfl_Callbacks g_callbacks = {
-    .find_elf = dwfl_build_id_find_elf,
+static Dwfl_Callbacks g_callbacks = { /* libdwfl's own callbacks set once it is loaded */
     .find_debuginfo = find_debuginfo,
-    .section_address = dwfl_offline_section_address,
     .debuginfo_path = &g_dwfl_debuginfo_path,
 };
 
@@ -193,10 +190,10 @@ static sym_t *add_sym(ag_object_t *o, uint32_t *cap) {
 
 static Elf_Scn *find_section(Elf *elf, const char *name, GElf_Shdr *sh) {
     size_t shstrndx;
-    if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+    if (ag_dw.elf_getshdrstrndx(elf, &shstrndx) != 0)
         return NULL;
-    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn; scn = elf_nextscn(elf, scn)) {
-        const char *n = gelf_getshdr(scn, sh) ? elf_strptr(elf, shstrndx, sh->sh_name) : NULL;
+    for (Elf_Scn *scn = ag_dw.elf_nextscn(elf, NULL); scn; scn = ag_dw.elf_nextscn(elf, scn)) {
+        const char *n = ag_dw.gelf_getshdr(scn, sh) ? ag_dw.elf_strptr(elf, shstrndx, sh->sh_name) : NULL;
         if (n && !strcmp(n, name))
             return scn;
     }
@@ -212,9 +209,9 @@ static void add_plt(ag_object_t *o, uint32_t *cap, Elf *elf, GElf_Addr ebias) {
     Elf_Scn *s_plt = find_section(elf, ".plt", &plt), *s_sec = find_section(elf, ".plt.sec", &pltsec);
     Elf_Scn *s_rela = find_section(elf, ".rela.plt", &rela);
     Elf_Scn *s_got = find_section(elf, ".plt.got", &pltgot);
-    Elf_Scn *s_dyn = s_rela ? elf_getscn(elf, rela.sh_link) : NULL;
-    Elf_Data *rd = s_rela && rela.sh_type == SHT_RELA ? elf_getdata(s_rela, NULL) : NULL;
-    Elf_Data *dd = s_dyn && gelf_getshdr(s_dyn, &dsh) ? elf_getdata(s_dyn, NULL) : NULL;
+    Elf_Scn *s_dyn = s_rela ? ag_dw.elf_getscn(elf, rela.sh_link) : NULL;
+    Elf_Data *rd = s_rela && rela.sh_type == SHT_RELA ? ag_dw.elf_getdata(s_rela, NULL) : NULL;
+    Elf_Data *dd = s_dyn && ag_dw.gelf_getshdr(s_dyn, &dsh) ? ag_dw.elf_getdata(s_dyn, NULL) : NULL;
     const GElf_Shdr *stubs = s_sec ? &pltsec : s_plt ? &plt : NULL;
     if (stubs && stubs->sh_type == SHT_PROGBITS && rd && dd && rela.sh_entsize) {
         size_t n = rela.sh_size / rela.sh_entsize;
@@ -224,9 +221,9 @@ static void add_plt(ag_object_t *o, uint32_t *cap, Elf *elf, GElf_Addr ebias) {
             uint64_t a = stubs->sh_addr + 16 * (i + (s_sec ? 0 : 1));
             if (a + 16 > stubs->sh_addr + stubs->sh_size)
                 break;
-            if (!gelf_getrela(rd, (int)i, &r) || !gelf_getsym(dd, (int)GELF_R_SYM(r.r_info), &sym))
+            if (!ag_dw.gelf_getrela(rd, (int)i, &r) || !ag_dw.gelf_getsym(dd, (int)GELF_R_SYM(r.r_info), &sym))
                 continue;
-            const char *nm = elf_strptr(elf, dsh.sh_link, sym.st_name);
+            const char *nm = ag_dw.elf_strptr(elf, dsh.sh_link, sym.st_name);
             char *name = NULL;
             if (!nm || !*nm || asprintf(&name, "%s@plt", nm) < 0)
                 continue;
@@ -266,19 +263,19 @@ static void add_vdso(ag_object_t *o, uint32_t *cap) {
     if (!o->bias || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_shentsize != sizeof(Elf64_Shdr))
         return;
     size_t size = eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr);
-    Elf *elf = elf_memory((char *)o->bias, size);
+    Elf *elf = ag_dw.elf_memory((char *)o->bias, size);
     if (!elf)
         return;
-    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn; scn = elf_nextscn(elf, scn)) {
+    for (Elf_Scn *scn = ag_dw.elf_nextscn(elf, NULL); scn; scn = ag_dw.elf_nextscn(elf, scn)) {
         GElf_Shdr sh;
         Elf_Data *d;
-        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !(d = elf_getdata(scn, NULL)))
+        if (!ag_dw.gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !(d = ag_dw.elf_getdata(scn, NULL)))
             continue;
         for (size_t i = 1; sh.sh_entsize && i < sh.sh_size / sh.sh_entsize; i++) {
             GElf_Sym sym;
             const char *nm;
-            if (!gelf_getsym(d, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
-                sym.st_shndx == SHN_UNDEF || !(nm = elf_strptr(elf, sh.sh_link, sym.st_name)) ||
+            if (!ag_dw.gelf_getsym(d, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
+                sym.st_shndx == SHN_UNDEF || !(nm = ag_dw.elf_strptr(elf, sh.sh_link, sym.st_name)) ||
                 !*nm || !(nm = strdup(nm)))
                 continue;
             sym_t *sy = add_sym(o, cap);
@@ -290,7 +287,7 @@ static void add_vdso(ag_object_t *o, uint32_t *cap) {
             sy->owned = 1;
         }
     }
-    elf_end(elf);
+    ag_dw.elf_end(elf);
 }
 
 /* Open descriptors of the process: poll() flags a closed number POLLNVAL, in batches. */
@@ -349,12 +346,12 @@ static uint32_t intern_file(ag_object_t *o, uint32_t *tab, uint32_t tabsz, const
 static void load_lines(ag_object_t *o, Dwfl_Module *mod) {
     size_t total = 0, nfiles = 0;
     Dwarf_Addr bias;
-    for (Dwarf_Die *cu = NULL; (cu = dwfl_module_nextcu(mod, cu, &bias));) {
+    for (Dwarf_Die *cu = NULL; (cu = ag_dw.dwfl_module_nextcu(mod, cu, &bias));) {
         size_t n = 0, nf = 0;
         Dwarf_Files *files;
-        if (dwfl_getsrclines(cu, &n) == 0)
+        if (ag_dw.dwfl_getsrclines(cu, &n) == 0)
             total += n;
-        if (dwarf_getsrcfiles(cu, &files, &nf) == 0)
+        if (ag_dw.dwarf_getsrcfiles(cu, &files, &nf) == 0)
             nfiles += nf;
     }
     if (!total || total > UINT32_MAX / 2)
@@ -372,20 +369,20 @@ static void load_lines(ag_object_t *o, Dwfl_Module *mod) {
     }
     memset(tab, 0xff, tabsz * sizeof *tab);
     size_t k = 0;
-    for (Dwarf_Die *cu = NULL; (cu = dwfl_module_nextcu(mod, cu, &bias));) {
+    for (Dwarf_Die *cu = NULL; (cu = ag_dw.dwfl_module_nextcu(mod, cu, &bias));) {
         size_t n = 0;
-        if (dwfl_getsrclines(cu, &n) != 0)
+        if (ag_dw.dwfl_getsrclines(cu, &n) != 0)
             continue;
         for (size_t i = 0; i < n && k < total; i++) {
-            Dwfl_Line *l = dwfl_onesrcline(cu, i);
+            Dwfl_Line *l = ag_dw.dwfl_onesrcline(cu, i);
             Dwarf_Addr a, db;
             int ln = 0;
             bool end = false;
-            const char *f = l ? dwfl_lineinfo(l, &a, &ln, NULL, NULL, NULL) : NULL;
-            Dwarf_Line *dl = l ? dwfl_dwarf_line(l, &db) : NULL;
+            const char *f = l ? ag_dw.dwfl_lineinfo(l, &a, &ln, NULL, NULL, NULL) : NULL;
+            Dwarf_Line *dl = l ? ag_dw.dwfl_dwarf_line(l, &db) : NULL;
             if (!l || !dl || a < o->bias)
                 continue;
-            dwarf_lineendsequence(dl, &end);
+            ag_dw.dwarf_lineendsequence(dl, &end);
             uint32_t fi = end ? UINT32_MAX : f && o->nfiles < nfiles + 1 ? intern_file(o, tab, tabsz, f) : UINT32_MAX;
             if (!end && fi == UINT32_MAX)
                 continue;
@@ -418,37 +415,52 @@ static void load_syms(ag_object_t *o) {
     uint32_t cap = 0;
     uint64_t t0 = ag_now_mono();
     Dwfl *dwfl = NULL;
+    /* the application is near RLIMIT_NOFILE: not now, and for a second no load is tried
+     * (counting the descriptors costs up to 256 poll calls); first, as loading elfutils
+     * needs descriptors too */
+    if (o->path && o->path[0] == '/' && (t0 < g_defer_until_ns || fds_free() == 0)) {
+        if (t0 >= g_defer_until_ns)
+            g_defer_until_ns = t0 + 1000000000ull;
+        g_stats.deferred++;
+        return;
+    }
+    if (!g_dw_state) { /* elfutils: loaded by the first object to name (dwlib.c); a process
+                        * with nothing to say (a short-lived child without a sample) cuts no
+                        * chunk and never gets here */
+        g_dw_state = ag_dwlib_load() ? 1 : -1;
+        if (g_dw_state > 0) {
+            g_callbacks.find_elf = ag_dw.dwfl_build_id_find_elf;
+            g_callbacks.section_address = ag_dw.dwfl_offline_section_address;
+        }
+    }
+    if (g_dw_state < 0) { /* no elfutils (reported once by dwlib.c): addresses only */
+        o->syms_loaded = 1;
+        g_stats.nolib++;
+        return;
+    }
     if (!o->path || o->path[0] != '/') { /* no file: the vdso ("linux-vdso.so.1") */
         o->syms_loaded = 1;
         if (o->path && strstr(o->path, "vdso"))
             add_vdso(o, &cap);
         goto sort;
     }
-    /* the application is near RLIMIT_NOFILE: not now, and for a second no load is tried
-     * (counting the descriptors costs up to 256 poll calls) */
-    if (t0 < g_defer_until_ns || fds_free() == 0) {
-        if (t0 >= g_defer_until_ns)
-            g_defer_until_ns = t0 + 1000000000ull;
-        g_stats.deferred++;
-        return;
-    }
     o->syms_loaded = 1;
-    if (!(dwfl = dwfl_begin(&g_callbacks)))
+    if (!(dwfl = ag_dw.dwfl_begin(&g_callbacks)))
         goto out;
-    dwfl_report_begin(dwfl);
-    Dwfl_Module *mod = dwfl_report_elf(dwfl, o->path, o->path, -1, o->bias, false);
-    dwfl_report_end(dwfl, NULL, NULL);
+    ag_dw.dwfl_report_begin(dwfl);
+    Dwfl_Module *mod = ag_dw.dwfl_report_elf(dwfl, o->path, o->path, -1, o->bias, false);
+    ag_dw.dwfl_report_end(dwfl, NULL, NULL);
     if (!mod)
         goto out;
     GElf_Addr ebias = 0;
-    Elf *main_elf = dwfl_module_getelf(mod, &ebias);
-    int n = dwfl_module_getsymtab(mod);
+    Elf *main_elf = ag_dw.dwfl_module_getelf(mod, &ebias);
+    int n = ag_dw.dwfl_module_getsymtab(mod);
     for (int i = 1; i < n; i++) {
         GElf_Sym sym;
         GElf_Addr addr, sbias = 0;
         GElf_Word shndx = 0;
         Elf *elf = NULL;
-        const char *name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &elf, &sbias);
+        const char *name = ag_dw.dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &elf, &sbias);
         int type = GELF_ST_TYPE(sym.st_info);
         if (!name || !name[0] || (type != STT_FUNC && type != STT_GNU_IFUNC) ||
             sym.st_shndx == SHN_UNDEF || addr < o->bias || addr == 0)
@@ -462,9 +474,9 @@ static void load_syms(ag_object_t *o) {
         s->exported = GELF_ST_BIND(sym.st_info) != STB_LOCAL &&
                       GELF_ST_VISIBILITY(sym.st_other) == STV_DEFAULT;
         GElf_Shdr shdr;
-        Elf_Scn *scn = elf && shndx != SHN_UNDEF && shndx < SHN_LORESERVE ? elf_getscn(elf, shndx)
+        Elf_Scn *scn = elf && shndx != SHN_UNDEF && shndx < SHN_LORESERVE ? ag_dw.elf_getscn(elf, shndx)
                                                                           : NULL;
-        if (scn && gelf_getshdr(scn, &shdr) && shdr.sh_addr + shdr.sh_size + sbias > o->bias)
+        if (scn && ag_dw.gelf_getshdr(scn, &shdr) && shdr.sh_addr + shdr.sh_size + sbias > o->bias)
             s->sec_end = shdr.sh_addr + shdr.sh_size + sbias - o->bias;
     }
     if (main_elf)
@@ -526,7 +538,7 @@ sort:;
     }
 out:
     if (dwfl)
-        dwfl_end(dwfl); /* closes the module's descriptors and unmaps its files */
+        ag_dw.dwfl_end(dwfl); /* closes the module's descriptors and unmaps its files */
     g_stats.objects++;
     g_stats.symbols += o->nsyms;
     g_stats.load_ns += ag_now_mono() - t0;
@@ -618,7 +630,9 @@ void ag_symbols_init(void) {
         snprintf(g_debug_dirs, sizeof g_debug_dirs, "%s", v);
     v = getenv("FLEETPROF_LINES");
     g_lines = v && (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true"));
-    refresh();
+    ag_dwlib_init();
+    /* no object list yet: the first lookup misses and scans (a process that never samples
+     * never pays for it) */
 }
 
 static ag_object_t *find_object(uintptr_t pc) {

@@ -3,7 +3,8 @@
  * (tests/symbols.cmake). Usage: symwork SECONDS
  * SYMWORK_FDS=path: at the end, writes the target of every open descriptor (/proc/self/fd) to
  * path, one a line. SYMWORK_FREE_FDS=n: first opens /dev/null until EMFILE, then closes n of
- * them, so that the process runs with only n descriptors free. */
+ * them, so that the process runs with only n descriptors free. SYMWORK_MAPS=path: at the end,
+ * copies /proc/self/maps to path. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -76,5 +77,14 @@ int main(int argc, char **argv) {
     const char *fds = getenv("SYMWORK_FDS");
     if (fds)
         list_fds(fds);
+    const char *maps = getenv("SYMWORK_MAPS");
+    FILE *in = maps ? fopen("/proc/self/maps", "r") : NULL, *out = in ? fopen(maps, "w") : NULL;
+    char line[1024];
+    while (out && fgets(line, sizeof line, in))
+        fputs(line, out);
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
     return 0;
 }

@@ -1,0 +1,62 @@
+/* elfutils' libdw and libelf, loaded on first need rather than linked (issue 13: "do no harm").
+ *
+ * LD_PRELOAD is inherited: every program a profiled process execs loads the agent, and every
+ * library in the agent's NEEDED list is opened, mapped and relocated in it before main, whether
+ * or not it ever takes a sample. libdw pulls in libelf, libz, liblzma and libbz2: +0.36 ms of
+ * CPU per exec of /bin/true on the reference box (bench-spawn), most of what the agent cost a
+ * short-lived child. Only the symbolizer (symbols.c, background thread) needs them, and only
+ * once there is a sample to name; so the first ag_dwlib_load dlopens libdw.so.1 (or
+ * FLEETPROF_LIBDW), which brings libelf, with RTLD_LOCAL (nothing of theirs enters the
+ * program's global scope; a program that links its own elfutils keeps its own), and resolves
+ * every function once into ag_dw.
+ *
+ * If they cannot be loaded (not installed, a stripped-down container, a seccomp/namespace
+ * that hides them, or a symbol missing from an old version), frames stay addresses (with
+ * their object's build id and offset: the aggregator can still name them), one line says so
+ * on stderr, and symbols.c counts the lookups left unnamed (ag_symstats_t.nolib).
+ *
+ * Thread: background thread only (symbols.c), under bgthread.c's work lock. Never called from
+ * a signal handler (dlopen takes the loader's lock and allocates).
+ */
+#include "dwlib.h"
+
+#include "cm/log.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+ag_dwlib_t ag_dw;
+static int g_state; /* 0: not tried, 1: loaded, -1: unavailable */
+static char g_path[1024] = "libdw.so.1";
+
+void ag_dwlib_init(void) {
+    /* FLEETPROF_LIBDW: another libdw (e.g. a newer elfutils under /opt); the libelf it needs
+     * comes with it (its NEEDED), and dlsym on its handle searches both. Read here, in the
+     * constructor: the environment is not the bg thread's to read (setenv races getenv). */
+    const char *v = getenv("FLEETPROF_LIBDW");
+    if (v && *v)
+        snprintf(g_path, sizeof g_path, "%s", v);
+}
+
+int ag_dwlib_load(void) {
+    if (g_state)
+        return g_state > 0;
+    g_state = -1;
+    void *dw = dlopen(g_path, RTLD_NOW | RTLD_LOCAL);
+    if (!dw) {
+        const char *e = dlerror();
+        CM_WARN("cannot load elfutils (%s): frames stay addresses in this process's profile "
+                "(the aggregator can still name them by build id)", e ? e : g_path);
+        return 0;
+    }
+#define AG_DW_RESOLVE(f)                                                                    \
+    if (!(ag_dw.f = (__typeof__(f) *)dlsym(dw, #f))) {                                      \
+        CM_WARN("%s has no %s: frames stay addresses in this process's profile", g_path, #f); \
+        return 0;                                                                           \
+    }
+    AG_DW_FUNCS(AG_DW_RESOLVE)
+#undef AG_DW_RESOLVE
+    g_state = 1;
+    return 1;
+}

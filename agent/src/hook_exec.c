@@ -1,0 +1,266 @@
+/* exec from a profiled process (issue 13, "do no harm"): no signal of ours may be pending on
+ * the thread that execs.
+ *
+ * The kernel keeps a thread's pending queued signals across execve (it drops only POSIX
+ * timer expiries, SI_TIMER, with the timers), and resets every handler to SIG_DFL: a wall
+ * request (SI_QUEUE, bgthread.c) queued to the thread while it is inside execve is delivered
+ * in the new image, whose disposition of our number is SIG_DFL, terminate. A bash script
+ * under the agent died of it ("Real-time signal 27") in about one run in 30 of pyenv's shim;
+ * tests/hostile/exec_signal.c forks 300 children that exec with wall ticks at 1 kHz.
+ *
+ * So every exec entry point is interposed (glibc's execl* and execvp reach execve internally,
+ * not through the PLT, hence all of them): the calling thread's slot is marked exec_pending,
+ * which the bg thread checks between wall_sending flags before each send (so once the mark is
+ * set and wall_sending seen 0, no new request can come); then our signal is blocked for a
+ * moment, every one already pending is taken with a zero-timeout sigtimedwait (ours: dropped;
+ * another on our number, the application's: queued back to the thread, delivered as soon as
+ * the mask is restored, before the exec, as it would have been), and the real exec is called
+ * with the application's mask. If it returns (failed), the mark is cleared.
+ *
+ * A vfork or _Fork child (its pid is not ours; it shares the parent's TLS under vfork) is
+ * not touched: our requests go to the parent's threads' tids only.
+ *
+ * Contract: app context, and async-signal-safe like execve itself (a handler may exec): only
+ * system calls and atomics, no lock, no allocation (execl*'s argument arrays are on the
+ * stack). errno is what the real exec left.
+ */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+typedef int (*execveat_fn)(int, const char *, char *const[], char *const[], int);
+
+static struct {
+    _Atomic(execve_fn) execve, execvpe;
+    _Atomic(execv_fn) execv, execvp;
+    _Atomic(fexecve_fn) fexecve;
+    _Atomic(execveat_fn) execveat;
+} R;
+
+#define REAL(f) real_##f()
+#define DEFINE_REAL(f, type)                                                                   \
+    static type real_##f(void) {                                                               \
+        type r = atomic_load(&R.f);                                                            \
+        if (!r) {                                                                              \
+            r = (type)dlsym(RTLD_NEXT, #f);                                                    \
+            atomic_store(&R.f, r);                                                             \
+        }                                                                                      \
+        return r;                                                                              \
+    }
+DEFINE_REAL(execve, execve_fn)
+DEFINE_REAL(execvpe, execve_fn)
+DEFINE_REAL(execv, execv_fn)
+DEFINE_REAL(execvp, execv_fn)
+DEFINE_REAL(fexecve, fexecve_fn)
+DEFINE_REAL(execveat, execveat_fn)
+
+/* Resolved here, in a constructor, so that an exec from a signal handler needs no dlsym. */
+__attribute__((constructor(102))) static void exec_init(void) {
+    (void)REAL(execve), (void)REAL(execvpe), (void)REAL(execv), (void)REAL(execvp);
+    (void)REAL(fexecve), (void)REAL(execveat);
+}
+
+/* Before an exec: see the head comment. Returns the marked slot or NULL. */
+static ag_thread_t *exec_begin(void) {
+    if (!ag_sig || !atomic_load(&ag.running) || atomic_load(&ag_sandboxed))
+        return NULL; /* sandboxed: a seccomp filter may forbid our system calls (sandbox.c) */
+    int saved = errno;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    ag_thread_t *t = NULL;
+    if ((pid_t)syscall(SYS_getpid) == ag.pid) { /* not a vfork or _Fork child */
+        uint32_t hw = ag_thread_hw();
+        for (uint32_t i = 0; i < hw && !t; i++)
+            if (atomic_load(&ag_threads[i].tid) == tid &&
+                atomic_load(&ag_threads[i].state) == AG_TS_ACTIVE)
+                t = &ag_threads[i];
+    }
+    if (!t) {
+        errno = saved;
+        return NULL;
+    }
+    atomic_store(&t->exec_pending, 1);
+    while (atomic_load(&t->wall_sending))
+        sched_yield();
+    /* the kernel's sigset (8 bytes) inside glibc's */
+    sigset_t one, old;
+    sigemptyset(&one);
+    sigaddset(&one, ag_sig);
+    if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &one, &old, 8) == 0) {
+        siginfo_t si, back[8];
+        int nback = 0;
+        struct timespec zero = {0, 0};
+        for (int i = 0; i < 1024 && syscall(SYS_rt_sigtimedwait, &one, &si, &zero, 8) == ag_sig;
+             i++) {
+            if (ag_signal_is_ours(&si))
+                atomic_store(&t->wall_pending, 0); /* the handler would have cleared it */
+            else if (nback < 8)
+                back[nback++] = si;
+        }
+        for (int i = 0; i < nback; i++)
+            syscall(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, &back[i]);
+        syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, 8);
+    }
+    errno = saved;
+    return t;
+}
+
+/* The exec returned: it failed; the thread goes on being profiled. */
+static void exec_end(ag_thread_t *t) {
+    if (t)
+        atomic_store(&t->exec_pending, 0);
+}
+
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    execve_fn f = REAL(execve);
+    if (!f)
+        return errno = ENOSYS, -1;
+    ag_thread_t *t = exec_begin();
+    int rc = f(path, argv, envp);
+    int e = errno;
+    exec_end(t);
+    errno = e;
+    return rc;
+}
+
+EXPORT int execv(const char *path, char *const argv[]) {
+    execv_fn f = REAL(execv);
+    if (!f)
+        return errno = ENOSYS, -1;
+    ag_thread_t *t = exec_begin();
+    int rc = f(path, argv);
+    int e = errno;
+    exec_end(t);
+    errno = e;
+    return rc;
+}
+
+EXPORT int execvp(const char *file, char *const argv[]) {
+    execv_fn f = REAL(execvp);
+    if (!f)
+        return errno = ENOSYS, -1;
+    ag_thread_t *t = exec_begin();
+    int rc = f(file, argv);
+    int e = errno;
+    exec_end(t);
+    errno = e;
+    return rc;
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    execve_fn f = REAL(execvpe);
+    if (!f)
+        return errno = ENOSYS, -1;
+    ag_thread_t *t = exec_begin();
+    int rc = f(file, argv, envp);
+    int e = errno;
+    exec_end(t);
+    errno = e;
+    return rc;
+}
+
+EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
+    fexecve_fn f = REAL(fexecve);
+    if (!f)
+        return errno = ENOSYS, -1;
+    ag_thread_t *t = exec_begin();
+    int rc = f(fd, argv, envp);
+    int e = errno;
+    exec_end(t);
+    errno = e;
+    return rc;
+}
+
+EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+                    int flags) {
+    execveat_fn f = REAL(execveat);
+    if (!f)
+        return errno = ENOSYS, -1;
+    ag_thread_t *t = exec_begin();
+    int rc = f(dirfd, path, argv, envp, flags);
+    int e = errno;
+    exec_end(t);
+    errno = e;
+    return rc;
+}
+
+/* execl, execle, execlp: their argument lists copied to an array on the stack (as glibc
+ * does), then the v-form above. */
+static size_t count_args(const char *arg0, va_list ap) {
+    size_t n = 1;
+    if (arg0)
+        while (va_arg(ap, const char *) != NULL)
+            n++;
+    return n;
+}
+
+#define COLLECT(argv, n, arg0, ap)                                                             \
+    do {                                                                                       \
+        argv[0] = (char *)(arg0);                                                              \
+        for (size_t i_ = 1; i_ < (n); i_++)                                                    \
+            argv[i_] = va_arg(ap, char *);                                                     \
+        argv[(n)] = NULL;                                                                      \
+    } while (0)
+
+EXPORT int execl(const char *path, const char *arg, ...) {
+    const char *a0 = arg; /* declared nonnull, yet NULL is an empty argv to the kernel */
+    __asm__("" : "+r"(a0));
+    va_list ap;
+    va_start(ap, arg);
+    size_t n = count_args(a0, ap);
+    va_end(ap);
+    char *argv[n + 1];
+    va_start(ap, arg);
+    COLLECT(argv, n, a0, ap);
+    va_end(ap);
+    if (!a0)
+        argv[0] = NULL;
+    return execv(path, argv);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...) {
+    const char *a0 = arg; /* declared nonnull, yet NULL is an empty argv to the kernel */
+    __asm__("" : "+r"(a0));
+    va_list ap;
+    va_start(ap, arg);
+    size_t n = count_args(a0, ap);
+    va_end(ap);
+    char *argv[n + 1];
+    va_start(ap, arg);
+    COLLECT(argv, n, a0, ap);
+    va_end(ap);
+    if (!a0)
+        argv[0] = NULL;
+    return execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...) {
+    const char *a0 = arg; /* declared nonnull, yet NULL is an empty argv to the kernel */
+    __asm__("" : "+r"(a0));
+    va_list ap;
+    va_start(ap, arg);
+    size_t n = count_args(a0, ap);
+    va_end(ap);
+    char *argv[n + 1];
+    va_start(ap, arg);
+    COLLECT(argv, n, a0, ap);
+    if (a0)
+        (void)va_arg(ap, char *); /* the terminating NULL */
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    if (!a0)
+        argv[0] = NULL;
+    return execve(path, argv, envp);
+}
