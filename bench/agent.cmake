@@ -8,7 +8,8 @@ add_dependencies(bench-agent fp-work fp-work-linked fleetprof_agent)
 pkg_check_modules(LIBUNWIND IMPORTED_TARGET libunwind)
 if(LIBUNWIND_FOUND)
   add_executable(bench-agent-unwind bench-agent-unwind.c ${PROJECT_SOURCE_DIR}/agent/src/unwind.c
-    ${PROJECT_SOURCE_DIR}/agent/src/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/cfi_table.c)
+    ${PROJECT_SOURCE_DIR}/agent/src/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/cfi_table.c
+    ${PROJECT_SOURCE_DIR}/agent/src/loader_gate.c)
   target_include_directories(bench-agent-unwind PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
   target_compile_options(bench-agent-unwind PRIVATE -fno-omit-frame-pointer
     -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)

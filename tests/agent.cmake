@@ -27,7 +27,8 @@ target_include_directories(test-cfi PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
 # Deferred unwinding (issue 14): stack copies taken before the first tables, unwound later.
 fp_test(test-agent-defer LABELS agent LIBS Threads::Threads SOURCES
   ${PROJECT_SOURCE_DIR}/agent/src/defer.c ${PROJECT_SOURCE_DIR}/agent/src/unwind.c
-  ${PROJECT_SOURCE_DIR}/agent/src/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/cfi_table.c)
+  ${PROJECT_SOURCE_DIR}/agent/src/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/cfi_table.c
+  ${PROJECT_SOURCE_DIR}/agent/src/loader_gate.c)
 target_include_directories(test-agent-defer PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
 target_compile_options(test-agent-defer PRIVATE -fomit-frame-pointer)
 

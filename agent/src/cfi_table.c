@@ -31,6 +31,7 @@
  * table (counted in ag_cfi_stats.skipped, frame-pointer fallback).
  */
 #include "internal.h"
+#include "loader_gate.h"
 #include "cm/log.h"
 
 #include <elf.h>
@@ -402,7 +403,9 @@ void ag_cfi_tick(void) {
     int first = 1;
     g_changed = 0;
     g_nfound = 0;
+    ag_loader_enter();
     dl_iterate_phdr(scan_cb, &first);
+    ag_loader_leave();
     if (!g_changed)
         return;
     for (uint32_t i = 0; i < g_nent; i++)

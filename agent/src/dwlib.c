@@ -19,6 +19,7 @@
  * a signal handler (dlopen takes the loader's lock and allocates).
  */
 #include "dwlib.h"
+#include "loader_gate.h"
 
 #include "cm/log.h"
 
@@ -39,7 +40,7 @@ void ag_dwlib_init(void) {
         snprintf(g_path, sizeof g_path, "%s", v);
 }
 
-int ag_dwlib_load(void) {
+static int load(void) {
     if (g_state)
         return g_state > 0;
     g_state = -1;
@@ -59,4 +60,14 @@ int ag_dwlib_load(void) {
 #undef AG_DW_RESOLVE
     g_state = 1;
     return 1;
+}
+
+/* dlopen and dlsym take ld.so's locks: through the loader gate (loader_gate.c) */
+int ag_dwlib_load(void) {
+    if (g_state)
+        return g_state > 0;
+    ag_loader_enter();
+    int ok = load();
+    ag_loader_leave();
+    return ok;
 }

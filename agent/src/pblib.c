@@ -19,6 +19,7 @@
  * another thread is safe too. Never from a signal handler.
  */
 #include "internal.h"
+#include "loader_gate.h"
 
 #include "cm/log.h"
 
@@ -46,7 +47,20 @@ static struct {
     _Atomic(free_fn) free_unpacked;
 } P;
 
+static int pb_load_gated(void);
+
 static int pb_load(void) {
+    int st0 = atomic_load(&P.state);
+    if (st0)
+        return st0 > 0;
+    /* dlopen and dlsym take ld.so's locks: through the loader gate (loader_gate.c) */
+    ag_loader_enter();
+    int ok = pb_load_gated();
+    ag_loader_leave();
+    return ok;
+}
+
+static int pb_load_gated(void) {
     int st = atomic_load(&P.state);
     if (st)
         return st > 0;

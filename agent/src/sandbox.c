@@ -33,6 +33,7 @@
  * calling thread's own stack.
  */
 #include "internal.h"
+#include "loader_gate.h"
 
 #include "hooks.h"
 
@@ -128,10 +129,20 @@ fork(void) {
     }
     if (!g_raw_fork || !atomic_load(&ag.running) || !interrupted_in_libc())
         return g_fork();
-    pid_t p = g_raw_fork();
+    pid_t p = ag_loader_fork(g_raw_fork);
     if (p == 0) /* no lock of ours is safe to take here: this child is not profiled */
         ag_bg_forget_child();
     return p;
+}
+
+/* glibc's _Fork as the program calls it: not inside one of the agent's loader calls, whose
+ * lock the child would inherit held (loader_gate.c). */
+__attribute__((visibility("default"))) pid_t _Fork(void) {
+    if (!g_raw_fork) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return ag_loader_fork(g_raw_fork);
 }
 
 /* ---- set*id: the agent's thread takes the caller's capabilities ---- */

@@ -42,6 +42,7 @@
  * process maps); names live in one string pool per object.
  */
 #include "dwlib.h"
+#include "loader_gate.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -621,7 +622,9 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *data) {
 
 static void refresh(void) {
     g_last_refresh_ns = ag_now_mono();
+    ag_loader_enter();
     dl_iterate_phdr(add_object, NULL);
+    ag_loader_leave();
 }
 
 void ag_symbols_init(void) {

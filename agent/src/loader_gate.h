@@ -1,0 +1,19 @@
+/* The loader gate: keeps the agent's own calls that take ld.so's locks (dlopen, dlsym,
+ * dl_iterate_phdr) from overlapping a fork made with glibc's _Fork (see loader_gate.c). */
+#ifndef AG_LOADER_GATE_H
+#define AG_LOADER_GATE_H
+
+#include <sys/types.h>
+
+#include "internal.h"
+
+/* Around every dlopen/dlsym/dl_iterate_phdr the agent makes after start (background thread):
+ * enter waits while a _Fork is under way. Not in a signal handler. */
+AG_HIDDEN void ag_loader_enter(void);
+AG_HIDDEN void ag_loader_leave(void);
+
+/* Calls raw (libc's _Fork) once no agent thread is inside the loader, or after 50 ms (the
+ * thread inside may be waiting for something the caller holds). Async-signal-safe. */
+AG_HIDDEN pid_t ag_loader_fork(pid_t (*raw)(void));
+
+#endif
