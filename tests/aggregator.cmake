@@ -1,7 +1,15 @@
 # Aggregator tests: store and retention without Kafka, then end to end with a real broker
 # (test-aggregator: port 19510; test-aggregator-chaos: SIGKILLs and rebalances, port 19520;
 # labelled slow: the sanitizer passes of test.sh skip it, the normal build runs it).
-fp_test(test-aggregator LABELS "aggregator;kafka" LIBS fp_aggtest)
+# test-aggregator-rollups: its two longest store cases as their own ctest entry (their own
+# temporary directories, no broker), so that test.sh's two lanes share them (241 s in one
+# under TSan before the split).
+fp_test(test-aggregator LABELS "aggregator;kafka" LIBS fp_aggtest
+  ARGS -derived_rollups_match_fine_rows -store_size_bounded_under_steady_load)
+add_test(NAME test-aggregator-rollups
+  COMMAND test-aggregator derived_rollups_match_fine_rows store_size_bounded_under_steady_load)
+set_tests_properties(test-aggregator-rollups PROPERTIES TIMEOUT 1200 LABELS "aggregator"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
 fp_test(test-aggregator-chaos LABELS "aggregator;kafka;slow" LIBS fp_aggtest
   ARGS sigkill_ten_times_exact two_instances_rebalance_exact)
 # Issue 13's long fault runs (~6 min together on 2 cores: two SIGKILLs with the partitions

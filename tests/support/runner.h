@@ -113,14 +113,31 @@ static inline int tr_run_one(const tr_test_t *t, int timeout) {
     return ok;
 }
 
+/* Arguments: case names to run (default: all), or -NAME to run all but NAME. A name that
+ * matches no case is an error (a typo must not quietly run fewer cases). */
 static inline int tr_main(const tr_test_t *tests, int argc, char **argv) {
     int timeout = getenv("TR_TIMEOUT") ? atoi(getenv("TR_TIMEOUT")) : 300;
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, positive = 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    for (int i = 1; i < argc; i++) {
+        const char *name = argv[i] + (argv[i][0] == '-');
+        int known = 0;
+        for (const tr_test_t *t = tests; t->name; t++)
+            known |= strcmp(name, t->name) == 0;
+        if (!known) {
+            printf("FAIL no test case named '%s'\n", name);
+            return 1;
+        }
+        positive |= argv[i][0] != '-';
+    }
     for (const tr_test_t *t = tests; t->name; t++) {
-        int selected = argc < 2;
-        for (int i = 1; i < argc; i++)
-            selected |= strcmp(argv[i], t->name) == 0;
+        int selected = !positive;
+        for (int i = 1; i < argc; i++) {
+            if (argv[i][0] == '-' && strcmp(argv[i] + 1, t->name) == 0)
+                selected = 0;
+            else if (strcmp(argv[i], t->name) == 0)
+                selected = 1;
+        }
         if (!selected)
             continue;
         if (tr_run_one(t, timeout))
