@@ -123,77 +123,42 @@ static void exec_end(ag_thread_t *t) {
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* The body of every v-form wrapper: the real function between exec_begin and exec_end, the
+ * exec's errno kept. */
+#define AROUND_EXEC(name, ...)                                                                 \
+    __typeof__(real_##name()) f_ = REAL(name);                                                 \
+    if (!f_)                                                                                   \
+        return errno = ENOSYS, -1;                                                             \
+    ag_thread_t *t_ = exec_begin();                                                            \
+    int rc_ = f_(__VA_ARGS__);                                                                 \
+    int e_ = errno;                                                                            \
+    exec_end(t_);                                                                              \
+    errno = e_;                                                                                \
+    return rc_
+
 EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
-    execve_fn f = REAL(execve);
-    if (!f)
-        return errno = ENOSYS, -1;
-    ag_thread_t *t = exec_begin();
-    int rc = f(path, argv, envp);
-    int e = errno;
-    exec_end(t);
-    errno = e;
-    return rc;
+    AROUND_EXEC(execve, path, argv, envp);
 }
 
 EXPORT int execv(const char *path, char *const argv[]) {
-    execv_fn f = REAL(execv);
-    if (!f)
-        return errno = ENOSYS, -1;
-    ag_thread_t *t = exec_begin();
-    int rc = f(path, argv);
-    int e = errno;
-    exec_end(t);
-    errno = e;
-    return rc;
+    AROUND_EXEC(execv, path, argv);
 }
 
 EXPORT int execvp(const char *file, char *const argv[]) {
-    execv_fn f = REAL(execvp);
-    if (!f)
-        return errno = ENOSYS, -1;
-    ag_thread_t *t = exec_begin();
-    int rc = f(file, argv);
-    int e = errno;
-    exec_end(t);
-    errno = e;
-    return rc;
+    AROUND_EXEC(execvp, file, argv);
 }
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
-    execve_fn f = REAL(execvpe);
-    if (!f)
-        return errno = ENOSYS, -1;
-    ag_thread_t *t = exec_begin();
-    int rc = f(file, argv, envp);
-    int e = errno;
-    exec_end(t);
-    errno = e;
-    return rc;
+    AROUND_EXEC(execvpe, file, argv, envp);
 }
 
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
-    fexecve_fn f = REAL(fexecve);
-    if (!f)
-        return errno = ENOSYS, -1;
-    ag_thread_t *t = exec_begin();
-    int rc = f(fd, argv, envp);
-    int e = errno;
-    exec_end(t);
-    errno = e;
-    return rc;
+    AROUND_EXEC(fexecve, fd, argv, envp);
 }
 
 EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
                     int flags) {
-    execveat_fn f = REAL(execveat);
-    if (!f)
-        return errno = ENOSYS, -1;
-    ag_thread_t *t = exec_begin();
-    int rc = f(dirfd, path, argv, envp, flags);
-    int e = errno;
-    exec_end(t);
-    errno = e;
-    return rc;
+    AROUND_EXEC(execveat, dirfd, path, argv, envp, flags);
 }
 
 /* execl, execle, execlp: their argument lists copied to an array on the stack (as glibc
@@ -206,61 +171,41 @@ static size_t count_args(const char *arg0, va_list ap) {
     return n;
 }
 
-#define COLLECT(argv, n, arg0, ap)                                                             \
-    do {                                                                                       \
-        argv[0] = (char *)(arg0);                                                              \
-        for (size_t i_ = 1; i_ < (n); i_++)                                                    \
-            argv[i_] = va_arg(ap, char *);                                                     \
-        argv[(n)] = NULL;                                                                      \
-    } while (0)
+/* Declares char *argv[] holding arg and the variadic arguments after it up to the NULL, and
+ * leaves ap started after that NULL (execle reads envp next; the caller ends ap). arg is
+ * declared nonnull, yet NULL is an empty argv to the kernel: the asm keeps the compiler from
+ * assuming otherwise. */
+#define ARGV_FROM_VARARGS(argv, arg, ap)                                                       \
+    const char *a0_ = (arg);                                                                   \
+    __asm__("" : "+r"(a0_));                                                                   \
+    va_list ap;                                                                                \
+    va_start(ap, arg);                                                                         \
+    size_t n_ = count_args(a0_, ap);                                                           \
+    va_end(ap);                                                                                \
+    char *argv[n_ + 1];                                                                        \
+    va_start(ap, arg);                                                                         \
+    argv[0] = (char *)a0_;                                                                     \
+    for (size_t i_ = 1; i_ < n_; i_++)                                                         \
+        argv[i_] = va_arg(ap, char *);                                                         \
+    argv[n_] = NULL;                                                                           \
+    if (a0_)                                                                                   \
+        (void)va_arg(ap, char *) /* the terminating NULL */
 
 EXPORT int execl(const char *path, const char *arg, ...) {
-    const char *a0 = arg; /* declared nonnull, yet NULL is an empty argv to the kernel */
-    __asm__("" : "+r"(a0));
-    va_list ap;
-    va_start(ap, arg);
-    size_t n = count_args(a0, ap);
+    ARGV_FROM_VARARGS(argv, arg, ap);
     va_end(ap);
-    char *argv[n + 1];
-    va_start(ap, arg);
-    COLLECT(argv, n, a0, ap);
-    va_end(ap);
-    if (!a0)
-        argv[0] = NULL;
     return execv(path, argv);
 }
 
 EXPORT int execlp(const char *file, const char *arg, ...) {
-    const char *a0 = arg; /* declared nonnull, yet NULL is an empty argv to the kernel */
-    __asm__("" : "+r"(a0));
-    va_list ap;
-    va_start(ap, arg);
-    size_t n = count_args(a0, ap);
+    ARGV_FROM_VARARGS(argv, arg, ap);
     va_end(ap);
-    char *argv[n + 1];
-    va_start(ap, arg);
-    COLLECT(argv, n, a0, ap);
-    va_end(ap);
-    if (!a0)
-        argv[0] = NULL;
     return execvp(file, argv);
 }
 
 EXPORT int execle(const char *path, const char *arg, ...) {
-    const char *a0 = arg; /* declared nonnull, yet NULL is an empty argv to the kernel */
-    __asm__("" : "+r"(a0));
-    va_list ap;
-    va_start(ap, arg);
-    size_t n = count_args(a0, ap);
-    va_end(ap);
-    char *argv[n + 1];
-    va_start(ap, arg);
-    COLLECT(argv, n, a0, ap);
-    if (a0)
-        (void)va_arg(ap, char *); /* the terminating NULL */
+    ARGV_FROM_VARARGS(argv, arg, ap);
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
-    if (!a0)
-        argv[0] = NULL;
     return execve(path, argv, envp);
 }
