@@ -25,14 +25,6 @@
 
 static char bootstrap[64];
 
-/* A group id of this run only: aggregators of another run (or left over from one) sharing the
- * broker must not join our group. */
-static const char *group_id(const char *tag) {
-    static char g[96];
-    snprintf(g, sizeof g, "%s-%d-%ld", tag, (int)getpid(), (long)time(NULL));
-    return g;
-}
-
 static int64_t total_of(const int64_t *hi) {
     int64_t t = 0;
     for (int p = 0; p < NPARTS; p++)
@@ -83,7 +75,7 @@ static void test_sigkill_ten_times_exact(void) {
     /* small batches: many transactions, so kills land before, inside and after commits */
     const char *extra[] = {"--batch-max-messages", "6", "--log-level", "warn", NULL};
     char group[96];
-    snprintf(group, sizeof group, "%s", group_id("kill"));
+    snprintf(group, sizeof group, "%s", at_group_id("kill"));
     uint64_t rng = 12345;
     int64_t done = 0;
     for (int kill_no = 0; kill_no < 10; kill_no++) {
@@ -140,7 +132,7 @@ static void test_two_instances_rebalance_exact(void) {
     CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
     const char *extra[] = {"--batch-max-messages", "20", NULL};
     char group[96];
-    snprintf(group, sizeof group, "%s", group_id("rebal"));
+    snprintf(group, sizeof group, "%s", at_group_id("rebal"));
     pid_t a = at_agg_start(bootstrap, dir, group, 0, loga, extra);
     pid_t b = at_agg_start(bootstrap, dir, group, 0, logb, extra);
     int64_t s = wait_progress(dir, 0, 60);
@@ -182,21 +174,6 @@ static void test_two_instances_rebalance_exact(void) {
     rd_kafka_destroy(rk);
     fsim_free(sim);
     CHECK(ts_kafka_stop(PORT, 0) == 0);
-}
-
-
-static int http_status(int port, const char *path, char *body, size_t size) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "curl -s -m 5 -o - -w '\\n%%{http_code}' http://127.0.0.1:%d%s",
-             port, path);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(body, 1, size - 1, p);
-    body[n] = 0;
-    pclose(p);
-    char *nl = strrchr(body, '\n');
-    return nl ? atoi(nl + 1) : -1;
 }
 
 /* Seconds until every partition's stored offset passed its value at the call (the fleet keeps
@@ -241,7 +218,7 @@ static void test_sigkill_twice_resumes_fast(void) {
     CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
     const char *extra[] = {"--batch-max-messages", "20", NULL};
     char group[96];
-    snprintf(group, sizeof group, "%s", group_id("kill2"));
+    snprintf(group, sizeof group, "%s", at_group_id("kill2"));
     pid_t a = at_agg_start(bootstrap, dir, group, HA, loga, extra);
     pid_t b = at_agg_start(bootstrap, dir, group, HB, logb, extra);
     CHECK(time_to_all_progress(dir, 60) >= 0);
@@ -272,17 +249,17 @@ static void test_sigkill_twice_resumes_fast(void) {
     CHECK(kill(a, SIGSTOP) == 0);
     double t0 = at_now();
     int code = 0;
-    while (at_now() < t0 + 50 && (code = http_status(HB, "/healthz", body, sizeof body)) == 200)
+    while (at_now() < t0 + 50 && (code = at_http_get(HB, "/healthz", body, sizeof body)) == 200)
         at_sleep_ms(500);
     printf("B's /healthz %d %.1f s after A froze: %s\n", code, at_now() - t0, body);
     CHECK_EQ(code, 503);
     CHECK(strstr(body, "no progress") != NULL);
-    CHECK(http_status(HB, "/metrics", body, sizeof body) == 200 &&
+    CHECK(at_http_get(HB, "/metrics", body, sizeof body) == 200 &&
           strstr(body, "fleetprof_aggregator_group_lag_messages{partition=\"0\"}"));
     CHECK(kill(a, SIGKILL) == 0);
     waitpid(a, NULL, 0);
     t0 = at_now();
-    while (at_now() < t0 + 60 && (code = http_status(HB, "/healthz", body, sizeof body)) != 200)
+    while (at_now() < t0 + 60 && (code = at_http_get(HB, "/healthz", body, sizeof body)) != 200)
         at_sleep_ms(500);
     printf("B's /healthz %d %.1f s after A was killed\n", code, at_now() - t0);
     CHECK_EQ(code, 200);
@@ -359,7 +336,7 @@ static void test_store_unwritable_20s_exact(void) {
     CHECK(pthread_create(&th, NULL, producer_main, &pa) == 0);
     const char *extra[] = {"--batch-max-messages", "10", "--report-interval", "0", NULL};
     char group[96];
-    snprintf(group, sizeof group, "%s", group_id("full"));
+    snprintf(group, sizeof group, "%s", at_group_id("full"));
     pid_t a = at_agg_start(bootstrap, dir, group, HA, log, extra);
     CHECK(wait_progress(dir, 0, 60) > 0);
     at_sleep_ms(3000);
@@ -372,7 +349,7 @@ static void test_store_unwritable_20s_exact(void) {
     double t0 = at_now();
     while (at_now() < t0 + 18) {
         if (code != 503)
-            code = http_status(HA, "/healthz", body, sizeof body);
+            code = at_http_get(HA, "/healthz", body, sizeof body);
         at_sleep_ms(500);
     }
     int64_t during1 = at_store_offsets_sum(dir, CM_TOPIC_CHUNKS, NPARTS);
@@ -390,7 +367,7 @@ static void test_store_unwritable_20s_exact(void) {
     CHECK(at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi) == 0);
     CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120) == 0, "see %s", log);
     t0 = at_now();
-    while (at_now() < t0 + 20 && (code = http_status(HA, "/healthz", body, sizeof body)) != 200)
+    while (at_now() < t0 + 20 && (code = at_http_get(HA, "/healthz", body, sizeof body)) != 200)
         at_sleep_ms(500);
     CHECK_EQ(code, 200);
     int st = at_agg_stop(a, SIGTERM, 30);

@@ -834,28 +834,6 @@ static void test_query_many_widths(void) {
 
 static char bootstrap[64];
 
-/* A group id of this run only: aggregators of another run (or left over from one) sharing the
- * broker must not join our group. */
-static const char *group_id(const char *tag) {
-    static char g[96];
-    snprintf(g, sizeof g, "%s-%d-%ld", tag, (int)getpid(), (long)time(NULL));
-    return g;
-}
-
-static int http_get(int port, const char *path, char *out, size_t size) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "curl -s -m 5 -o - -w '\\n%%{http_code}' http://127.0.0.1:%d%s",
-             port, path);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, size - 1, p);
-    out[n] = 0;
-    pclose(p);
-    char *nl = strrchr(out, '\n');
-    return nl ? atoi(nl + 1) : -1;
-}
-
 static int rej_cb(void *arg, const char *reason, int64_t count) {
     int64_t *v = arg;
     static const char *const names[] = {"EMAGIC", "ETRUNCATED", "EVERSION", "ECHECKSUM"};
@@ -890,19 +868,19 @@ static void test_e2e_exact_totals_duplicates_dlq(void) {
     CHECK_EQ(total, n->messages);
 
     char group[96];
-    snprintf(group, sizeof group, "%s", group_id("e2e"));
+    snprintf(group, sizeof group, "%s", at_group_id("e2e"));
     pid_t pid = at_agg_start(bootstrap, dir, group, HTTP_PORT, log, NULL);
     CHECK(pid > 0);
     CHECKF(at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120) == 0, "see %s", log);
     char body[65536];
-    CHECK_EQ(http_get(HTTP_PORT, "/healthz", body, sizeof body), 200);
+    CHECK_EQ(at_http_get(HTTP_PORT, "/healthz", body, sizeof body), 200);
     /* metrics lag the store by at most one batch: poll */
     int ok = 0;
     char want[128];
     snprintf(want, sizeof want, "fleetprof_aggregator_rejects_total{reason=\"EVERSION\"} %llu",
              (unsigned long long)n->bad[FSIM_BAD_MAJOR]);
     for (double end = at_now() + 20; !ok && at_now() < end; at_sleep_ms(200))
-        ok = http_get(HTTP_PORT, "/metrics", body, sizeof body) == 200 && strstr(body, want) &&
+        ok = at_http_get(HTTP_PORT, "/metrics", body, sizeof body) == 200 && strstr(body, want) &&
              strstr(body, "fleetprof_aggregator_lag_messages{partition=\"0\"} 0");
     CHECKF(ok, "%s", body);
     CHECK(strstr(body, "fleetprof_aggregator_write_seconds_count"));

@@ -293,3 +293,23 @@ rd_kafka_t *at_producer(const char *bootstrap) {
         fprintf(stderr, "producer: %s\n", err);
     return rk;
 }
+
+const char *at_group_id(const char *tag) {
+    static char g[96];
+    snprintf(g, sizeof g, "%s-%d-%ld", tag, (int)getpid(), (long)time(NULL));
+    return g;
+}
+
+int at_http_get(int port, const char *path, char *out, size_t size) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 -o - -w '\\n%%{http_code}' http://127.0.0.1:%d%s",
+             port, path);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = 0;
+    pclose(p);
+    char *nl = strrchr(out, '\n');
+    return nl ? atoi(nl + 1) : -1;
+}

@@ -39,6 +39,12 @@ rd_kafka_t *at_producer(const char *bootstrap);
 /* Makes an empty temporary directory under /tmp; path holds >= 64 bytes. */
 void at_tmpdir(char *path, const char *tag);
 double at_now(void);
+/* A consumer group id of this run only (tag-pid-time): aggregators of another run, or left
+ * over from one, sharing the broker must not join it. Returns a static buffer. */
+const char *at_group_id(const char *tag);
+/* GET http://127.0.0.1:port/path (curl, 5 s limit): the body into out, the status returned
+ * (-1 when curl could not run or gave none). */
+int at_http_get(int port, const char *path, char *out, size_t size);
 void at_sleep_ms(int ms);
 
 #endif
