@@ -559,9 +559,7 @@ static const tr_test_t tests[] = {
 int main(int argc, char **argv) {
     char bootstrap[64], log[128];
     setvbuf(stdout, NULL, _IOLBF, 0);
-    /* a broker start on a loaded machine occasionally fails: retry once from scratch */
-    if (ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) &&
-        (ts_kafka_stop(PORT, 0), ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap))) {
+    if (ts_kafka_start_retry(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
         return 1;
     }

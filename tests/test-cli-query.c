@@ -269,9 +269,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     snprintf(cli, sizeof cli, "%s/cli/fleetprof",
              getenv("FLEETPROF_BUILD") ? getenv("FLEETPROF_BUILD") : ".");
-    /* a broker start on a loaded machine occasionally fails: retry once from scratch */
-    if (ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) &&
-        (ts_kafka_stop(PORT, 0), ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap))) {
+    if (ts_kafka_start_retry(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
         return 1;
     }

@@ -417,8 +417,7 @@ static int run_program(tc_collector_t *col) {
 int main(int argc, char **argv) {
     char bootstrap[64], log[128];
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap) &&
-        (ts_kafka_stop(PORT, 0), ts_kafka_start(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap))) {
+    if (ts_kafka_start_retry(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
         return 1;
     }

@@ -33,6 +33,14 @@ int ts_kafka_start(int port, int partitions, const char *extra_topics, char *boo
     return run(cmd);
 }
 
+int ts_kafka_start_retry(int port, int partitions, const char *extra_topics, char *bootstrap,
+                         size_t size) {
+    if (ts_kafka_start(port, partitions, extra_topics, bootstrap, size) == 0)
+        return 0;
+    ts_kafka_stop(port, 0);
+    return ts_kafka_start(port, partitions, extra_topics, bootstrap, size);
+}
+
 int ts_kafka_stop(int port, int keep_data) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "KAFKA_PORT=%d KAFKA_KEEP_DATA=%d %s/deploy/kafka/stop.sh >/dev/null",

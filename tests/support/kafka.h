@@ -12,6 +12,10 @@
  * Returns 0, or -1 after printing why. */
 int ts_kafka_start(int port, int partitions, const char *extra_topics, char *bootstrap,
                    size_t size);
+/* ts_kafka_start, and once more from scratch (the broker stopped, its data removed) if that
+ * failed: a broker start on a loaded machine occasionally fails. Returns 0 or -1. */
+int ts_kafka_start_retry(int port, int partitions, const char *extra_topics, char *bootstrap,
+                         size_t size);
 /* Stops the broker; keep_data=1 keeps its data for ts_kafka_restart(). Returns 0 or -1. */
 int ts_kafka_stop(int port, int keep_data);
 /* Restarts a broker stopped with keep_data=1, same data and port. Returns 0 or -1. */
