@@ -1,5 +1,6 @@
-/* Batch lifecycle: init, clear, free, reject counts, string arena (see batch.h).
- * Threading: a batch belongs to the consume thread. */
+/* Batch lifecycle: init, clear, free, reject counts, string arena; the key and id order both
+ * stores write a batch in (see batch.h). Threading: a batch belongs to the consume thread. */
+#define _GNU_SOURCE /* qsort_r */
 #include "batch.h"
 
 #include "cm/error.h"
@@ -134,4 +135,65 @@ size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len) {
     b->str_arena[off + len] = 0;
     b->arena_len += len + 1;
     return off;
+}
+
+typedef struct {
+    size_t nblob, nint;
+} keyfmt_t;
+
+static int cmp_key(const void *a, const void *b, void *arg) {
+    const keyfmt_t *k = arg;
+    const uint8_t *x = *(const uint8_t *const *)a, *y = *(const uint8_t *const *)b;
+    if (k->nblob) {
+        int c = memcmp(x, y, k->nblob);
+        if (c)
+            return c;
+    }
+    for (size_t i = 0; i < k->nint; i++) {
+        int64_t xi, yi;
+        memcpy(&xi, x + k->nblob + 8 * i, 8);
+        memcpy(&yi, y + k->nblob + 8 * i, 8);
+        if (xi != yi)
+            return xi < yi ? -1 : 1;
+    }
+    return 0;
+}
+
+void **agg_hmap_ordered(const agg_hmap_t *m, size_t nblob, size_t nint, void ***buf,
+                        size_t *cap) {
+    static void *none[1];
+    if (!m->n)
+        return none;
+    if (m->n > *cap) {
+        void **o = realloc(*buf, m->n * sizeof *o);
+        if (!o)
+            return NULL;
+        *buf = o;
+        *cap = m->n;
+    }
+    for (size_t i = 0; i < m->n; i++)
+        (*buf)[i] = agg_hmap_entry(m, i);
+    keyfmt_t k = {nblob, nint};
+    qsort_r(*buf, m->n, sizeof **buf, cmp_key, &k);
+    return *buf;
+}
+
+static int cmp_id(const void *a, const void *b) {
+    int64_t x, y;
+    memcpy(&x, a, 8);
+    memcpy(&y, b, 8);
+    return x < y ? -1 : x > y;
+}
+
+void agg_batch_sort_new(agg_batch_t *b) {
+#define SORT(vec)                                                                              \
+    if ((vec).n)                                                                               \
+        qsort((vec).v, (vec).n, sizeof *(vec).v, cmp_id);
+    SORT(b->strs)
+    SORT(b->maps)
+    SORT(b->fns)
+    SORT(b->locs)
+    SORT(b->stacks)
+    SORT(b->labelsets)
+#undef SORT
 }

@@ -201,4 +201,16 @@ size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len);
          : NULL)
 int agg_vec_grow(void **v, size_t *cap, size_t elem);
 
+/* The entries of m in key order as both stores write them (SQLite's order: the first nblob key
+ * bytes with memcmp, then nint signed 64-bit integers): B-tree inserts in key order touch each
+ * page once, and concurrent PostgreSQL writers take row locks in one order. Into *buf, grown
+ * as needed and reused across calls. NULL on allocation failure; an empty map gives an empty,
+ * non-NULL array. */
+void **agg_hmap_ordered(const agg_hmap_t *m, size_t nblob, size_t nint, void ***buf,
+                        size_t *cap);
+
+/* Sorts b's new dictionary rows (strings, mappings, functions, locations, stacks, label
+ * sets) by id: every new-row struct starts with its uint64 id. */
+void agg_batch_sort_new(agg_batch_t *b);
+
 #endif

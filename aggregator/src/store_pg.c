@@ -208,55 +208,10 @@ static int cols_exec(pg_store_t *s, cols_t *t, const char *sql) {
     return rc;
 }
 
-/* ---- key order (as store_sqlite.c: signed integers, then blobs with memcmp) ---- */
-
-typedef struct {
-    size_t nblob, nint;
-} keyfmt_t;
-
-static int cmp_key(const void *a, const void *b, void *arg) {
-    const keyfmt_t *k = arg;
-    const uint8_t *x = *(const uint8_t *const *)a, *y = *(const uint8_t *const *)b;
-    if (k->nblob) {
-        int c = memcmp(x, y, k->nblob);
-        if (c)
-            return c;
-    }
-    for (size_t i = 0; i < k->nint; i++) {
-        int64_t xi, yi;
-        memcpy(&xi, x + k->nblob + 8 * i, 8);
-        memcpy(&yi, y + k->nblob + 8 * i, 8);
-        if (xi != yi)
-            return xi < yi ? -1 : 1;
-    }
-    return 0;
-}
-
-static int cmp_id(const void *a, const void *b) {
-    int64_t x, y;
-    memcpy(&x, a, 8);
-    memcpy(&y, b, 8);
-    return x < y ? -1 : x > y;
-}
-
 /* Entries of m in key order: concurrent writers (partitions sharing a service's rows, or
  * dictionary rows) take row locks in the same order and cannot deadlock. */
 static void **ordered(pg_store_t *s, const agg_hmap_t *m, size_t nblob, size_t nint) {
-    static void *none[1];
-    if (!m->n)
-        return s->order ? s->order : none; /* nothing to order (never NULL: that is ENOMEM) */
-    if (m->n > s->order_cap) {
-        void **o = realloc(s->order, m->n * sizeof *o);
-        if (!o)
-            return NULL;
-        s->order = o;
-        s->order_cap = m->n;
-    }
-    for (size_t i = 0; i < m->n; i++)
-        s->order[i] = agg_hmap_entry(m, i);
-    keyfmt_t k = {nblob, nint};
-    qsort_r(s->order, m->n, sizeof *s->order, cmp_key, &k);
-    return s->order;
+    return agg_hmap_ordered(m, nblob, nint, &s->order, &s->order_cap);
 }
 
 /* ---- SQL of the batch ---- */
@@ -565,18 +520,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
     cols_t t = {0};
     void **ord;
     int rc;
-#define SORT(vec)                                                                                  \
-    do {                                                                                           \
-        if ((vec).n)                                                                               \
-            qsort((vec).v, (vec).n, sizeof *(vec).v, cmp_id);                                      \
-    } while (0)
-    SORT(b->strs);
-    SORT(b->maps);
-    SORT(b->fns);
-    SORT(b->locs);
-    SORT(b->stacks);
-    SORT(b->labelsets);
-#undef SORT
+    agg_batch_sort_new(b);
     if ((rc = exec0(s, "BEGIN")))
         return rc;
     if ((rc = fence(s, topic, partition, b->base_offset)))

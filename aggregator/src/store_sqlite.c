@@ -371,54 +371,9 @@ static int64_t now_ns(void) {
             goto out;                                                                              \
     } while (0)
 
-/* Keys compare as SQLite orders them: leading blob bytes with memcmp, then signed integers. */
-typedef struct {
-    size_t nblob, nint;
-} keyfmt_t;
-
-static int cmp_key(const void *a, const void *b, void *arg) {
-    const keyfmt_t *k = arg;
-    const uint8_t *x = *(const uint8_t *const *)a, *y = *(const uint8_t *const *)b;
-    if (k->nblob) {
-        int c = memcmp(x, y, k->nblob);
-        if (c)
-            return c;
-    }
-    for (size_t i = 0; i < k->nint; i++) {
-        int64_t xi, yi;
-        memcpy(&xi, x + k->nblob + 8 * i, 8);
-        memcpy(&yi, y + k->nblob + 8 * i, 8);
-        if (xi != yi)
-            return xi < yi ? -1 : 1;
-    }
-    return 0;
-}
-
-static int cmp_id(const void *a, const void *b) {
-    int64_t x, y; /* every new-row struct starts with its uint64 id */
-    memcpy(&x, a, 8);
-    memcpy(&y, b, 8);
-    return x < y ? -1 : x > y;
-}
-
-/* Returns the entries of m ordered by key (B-tree inserts in key order touch each page once),
- * in s->order, which is reused across calls. NULL on allocation failure. */
+/* The entries of m ordered by key, in s->order (reused across calls). NULL: no memory. */
 static void **ordered(sq_store_t *s, const agg_hmap_t *m, size_t nblob, size_t nint) {
-    static void *none; /* an empty map (a batch of chunks without samples) orders to nothing */
-    if (!m->n)
-        return &none;
-    if (m->n > s->order_cap) {
-        void **o = realloc(s->order, m->n * sizeof *o);
-        if (!o)
-            return NULL;
-        s->order = o;
-        s->order_cap = m->n;
-    }
-    for (size_t i = 0; i < m->n; i++)
-        s->order[i] = agg_hmap_entry(m, i);
-    keyfmt_t k = {nblob, nint};
-    qsort_r(s->order, m->n, sizeof *s->order, cmp_key, &k);
-    return s->order;
+    return agg_hmap_ordered(m, nblob, nint, &s->order, &s->order_cap);
 }
 
 #define ORDERED(m, nblob, nint)                                                                    \
@@ -634,12 +589,7 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
     sq_store_t *s = (sq_store_t *)base;
     sqlite3_stmt **S = s->st;
     void **ord;
-    qsort(b->strs.v, b->strs.n, sizeof *b->strs.v, cmp_id);
-    qsort(b->maps.v, b->maps.n, sizeof *b->maps.v, cmp_id);
-    qsort(b->fns.v, b->fns.n, sizeof *b->fns.v, cmp_id);
-    qsort(b->locs.v, b->locs.n, sizeof *b->locs.v, cmp_id);
-    qsort(b->stacks.v, b->stacks.n, sizeof *b->stacks.v, cmp_id);
-    qsort(b->labelsets.v, b->labelsets.n, sizeof *b->labelsets.v, cmp_id);
+    agg_batch_sort_new(b);
     int rc = exec(s, "BEGIN IMMEDIATE");
     if (rc)
         return rc;
