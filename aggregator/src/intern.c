@@ -53,21 +53,9 @@ static int str_id(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d, uint32_t
         return 0;
     }
     const cm_str_t *s = &d->strings[i];
-    uint64_t id = agg_intern_string_id(s->ptr, s->len);
-    in->str[i] = id;
-    *out = id;
-    if (!id)
-        return 0;
-    int r = mark(in, id);
-    if (r <= 0)
-        return r;
-    agg_new_str_t *ns = AGG_VEC_PUSH(b->strs);
-    if (!ns)
-        return CM_ENOMEM;
-    ns->id = id;
-    ns->len = s->len;
-    ns->off = agg_batch_arena_add(b, s->ptr, s->len);
-    return ns->off == (size_t)-1 ? CM_ENOMEM : 0;
+    int r = agg_intern_str(in, b, s->ptr, s->len, out);
+    in->str[i] = *out;
+    return r;
 }
 
 #define TRY(x)                                                                                     \
