@@ -86,18 +86,7 @@ static int64_t dir_bytes(const char *dir) {
 static char pg_url[256], pg_dir[64];
 
 /* One integer from the PostgreSQL store (-1: no answer). */
-static int64_t pg_q1(const char *sql) {
-    PGconn *c = PQconnectdb(pg_url);
-    int64_t v = -1;
-    if (PQstatus(c) == CONNECTION_OK) {
-        PGresult *r = PQexec(c, sql);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
-            v = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-        PQclear(r);
-    }
-    PQfinish(c);
-    return v;
-}
+static int64_t pg_q1(const char *sql) { return at_pg_q1(pg_url, sql); }
 
 /* CPU seconds of the cluster's postmaster and every process it runs now. */
 static double pg_cpu(void) {
@@ -295,12 +284,8 @@ int main(int argc, char **argv) {
     if (getenv("BENCH_PG") && atoi(getenv("BENCH_PG"))) {
         char cmd[1024];
         snprintf(pg_dir, sizeof pg_dir, "/tmp/fp-bench-pg-%d", (int)getpid());
-        snprintf(cmd, sizeof cmd, "PG_PORT=15435 %s/deploy/postgres/start.sh %s",
-                 getenv("FLEETPROF_SRC"), pg_dir);
-        FILE *p = popen(cmd, "r");
-        if (!p || !fgets(pg_url, sizeof pg_url, p) || pclose(p) != 0)
+        if (at_pg_start(15435, pg_dir, pg_url, sizeof pg_url))
             return 1;
-        pg_url[strcspn(pg_url, "\n")] = 0;
         throughput(intervals, 1);
         snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove",
                  getenv("FLEETPROF_SRC"), pg_dir);

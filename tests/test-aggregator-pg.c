@@ -37,18 +37,7 @@ static int sh(const char *fmt, ...) {
 }
 
 /* One value of a query, or -1 when the database does not answer. */
-static int64_t q1(const char *sql) {
-    PGconn *c = PQconnectdb(url);
-    int64_t v = -1;
-    if (PQstatus(c) == CONNECTION_OK) {
-        PGresult *r = PQexec(c, sql);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
-            v = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-        PQclear(r);
-    }
-    PQfinish(c);
-    return v;
-}
+static int64_t q1(const char *sql) { return at_pg_q1(url, sql); }
 
 typedef struct {
     fsim_t *sim;
@@ -248,18 +237,12 @@ int main(int argc, char **argv) {
     const char *s = getenv("FLEETPROF_SRC");
     snprintf(src, sizeof src, "%s", s ? s : ".");
     snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgchaos-%d", (int)getpid());
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "PG_PORT=%d %s/deploy/postgres/start.sh %s", PG_PORT, src, pgdir);
-    FILE *p = popen(cmd, "r");
-    if (!p || !fgets(url, sizeof url, p) || pclose(p) != 0) {
-        printf("cannot start PostgreSQL (%s)\n1 failed\n", cmd);
+    if (at_pg_start(PG_PORT, pgdir, url, sizeof url)) {
+        printf("1 failed\n");
         return 1;
     }
-    url[strcspn(url, "\n")] = 0;
     int rc = 1;
-    if (ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap) &&
-        (ts_kafka_stop(KPORT, 0),
-         ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap))) {
+    if (ts_kafka_start_retry(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
     } else {
         rc = tr_main(tests, argc, argv);

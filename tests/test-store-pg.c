@@ -270,13 +270,8 @@ static size_t compare_all(const char *sqlite_path, const char *url) {
 }
 
 static int64_t pg_count(const char *url, const char *sql) {
-    PGconn *c = PQconnectdb(url);
-    CHECKF(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
-    PGresult *r = PQexec(c, sql);
-    CHECKF(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
-    int64_t n = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    PQfinish(c);
+    int64_t n = at_pg_q1(url, sql);
+    CHECKF(n >= 0, "no answer to %s", sql);
     return n;
 }
 
@@ -509,14 +504,10 @@ int main(int argc, char **argv) {
     const char *s = getenv("FLEETPROF_SRC");
     snprintf(src, sizeof src, "%s", s ? s : ".");
     snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgtest-%d", (int)getpid());
-    FILE *p;
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "PG_PORT=%d %s/deploy/postgres/start.sh %s", PG_PORT, src, pgdir);
-    if (!(p = popen(cmd, "r")) || !fgets(base_url, sizeof base_url, p) || pclose(p) != 0) {
-        printf("cannot start PostgreSQL (%s)\n1 failed\n", cmd);
+    if (at_pg_start(PG_PORT, pgdir, base_url, sizeof base_url)) {
+        printf("1 failed\n");
         return 1;
     }
-    base_url[strcspn(base_url, "\n")] = 0;
     int rc = tr_main(tests, argc, argv);
     sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
     return rc;

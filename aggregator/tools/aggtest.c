@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <sys/prctl.h>
 #include <stdio.h>
@@ -312,4 +313,34 @@ int at_http_get(int port, const char *path, char *out, size_t size) {
     pclose(p);
     char *nl = strrchr(out, '\n');
     return nl ? atoi(nl + 1) : -1;
+}
+
+int at_pg_start(int port, const char *dir, char *url, size_t size) {
+    const char *src = getenv("FLEETPROF_SRC");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "PG_PORT=%d %s/deploy/postgres/start.sh %s", port, src ? src : ".",
+             dir);
+    FILE *p = popen(cmd, "r");
+    int ok = p && fgets(url, (int)size, p);
+    if (p && pclose(p) != 0)
+        ok = 0;
+    if (!ok) {
+        printf("cannot start PostgreSQL (%s)\n", cmd);
+        return -1;
+    }
+    url[strcspn(url, "\n")] = 0;
+    return 0;
+}
+
+int64_t at_pg_q1(const char *url, const char *sql) {
+    PGconn *c = PQconnectdb(url);
+    int64_t v = -1;
+    if (PQstatus(c) == CONNECTION_OK) {
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+            v = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    PQfinish(c);
+    return v;
 }

@@ -45,6 +45,11 @@ const char *at_group_id(const char *tag);
 /* GET http://127.0.0.1:port/path (curl, 5 s limit): the body into out, the status returned
  * (-1 when curl could not run or gave none). */
 int at_http_get(int port, const char *path, char *out, size_t size);
+/* Starts a throwaway PostgreSQL cluster in dir on a loopback port (deploy/postgres/start.sh
+ * from FLEETPROF_SRC), its connection URL into url. Returns 0, or -1 with a message printed. */
+int at_pg_start(int port, const char *dir, char *url, size_t size);
+/* One integer a query answers (NULL: 0), or -1 when the database gives no answer. */
+int64_t at_pg_q1(const char *url, const char *sql);
 void at_sleep_ms(int ms);
 
 #endif
