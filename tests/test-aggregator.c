@@ -106,67 +106,6 @@ static void feed_sim(feeder_t *f, fsim_t *sim) {
         feeder_commit(f);
 }
 
-typedef struct {
-    int64_t weight, count, rows;
-} sums_t;
-
-static int sum_prof(void *arg, const agg_profile_row_t *r) {
-    sums_t *s = arg;
-    s->weight += r->weight;
-    s->count += r->count;
-    s->rows += r->rows;
-    return 0;
-}
-
-static int sum_tot(void *arg, const agg_total_row_t *r) {
-    sums_t *s = arg;
-    s[r->type].weight += r->weight;
-    s[r->type].count += r->count;
-    s[r->type].rows += r->rows;
-    return 0;
-}
-
-typedef struct {
-    char names[64][128];
-    int n;
-} frames_t;
-
-static int collect_frame(void *arg, const agg_store_frame_t *f) {
-    frames_t *fr = arg;
-    if (fr->n < 64)
-        snprintf(fr->names[fr->n], 128, "%s", f->name);
-    fr->n++;
-    return 0;
-}
-
-static int sum_span(void *arg, const agg_span_stack_row_t *r) {
-    sums_t *s = arg;
-    s[r->type].weight += r->weight;
-    s[r->type].rows += r->rows;
-    return 0;
-}
-
-static int count_fn(void *arg, const agg_fn_stat_row_t *r) {
-    int *n = arg;
-    if (r->chunks == 1 && r->incl > 0 && r->incl <= 1.0 + 1e-9 && r->self <= r->incl + 1e-9)
-        (*n)++;
-    return 0;
-}
-
-typedef struct {
-    char service[64], version[64];
-    int64_t first_ns, chunks;
-} version_t;
-
-static int one_version(void *arg, const agg_version_row_t *v) {
-    version_t *out = arg; /* row strings live until the callback returns: copy them */
-    snprintf(out->service, sizeof out->service, "%s", v->service_name);
-    snprintf(out->version, sizeof out->version, "%s", v->version_name);
-    out->first_ns = v->first_ns;
-    out->chunks = v->chunks;
-    return 0;
-}
-
 static int strcmp_ptr(const char **a, const char **b) { return strcmp(*a, *b); }
 
 static void test_store_roundtrip_and_fencing(void) {
@@ -191,40 +130,67 @@ static void test_store_roundtrip_and_fencing(void) {
     CHECK(agg_store_offset_get(f.st, "t", 0, &off) == 0 && off == 10);
     CHECK(agg_store_offset_get(f.st, "t", 1, &off) == 0 && off == -1);
 
-    uint64_t svc = agg_intern_string_id("svc-a", 5), ver = agg_intern_string_id("v1", 2);
-    sums_t tot[CM_EV_COUNT] = {0};
-    CHECK(agg_store_totals(f.st, svc, 0, INT64_MAX, 0, sum_tot, tot) == 0);
-    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+    /* read back through the query store, the API's read path */
+    agg_qstore_t *qs = NULL;
+    char qerr[256];
+    CHECKF(agg_qstore_open(dir, &qs, qerr, sizeof qerr) == 0, "%s", qerr);
+    agg_qversion_t *vv = NULL;
+    size_t nvv = 0;
+    CHECK_EQ(agg_qstore_versions(qs, "svc-a", &vv, &nvv), 0);
+    CHECK_EQ(nvv, 1);
+    CHECKF(nvv == 1 && !strcmp(vv[0].service, "svc-a") && !strcmp(vv[0].version, "v1"), "%s %s",
+           nvv ? vv[0].service : "-", nvv ? vv[0].version : "-");
+    CHECK(nvv == 1 && vv[0].first_ns == (int64_t)c->header.start_unix_ns && vv[0].chunks == 1);
+    int64_t cpu_weight = 0;
+    for (uint32_t t = 1; t <= CM_EV_MAX && nvv == 1; t++) {
         const cm_samples_t *s = &c->samples[t];
-        int64_t w = 0, n = 0;
+        uint64_t w = 0, n = 0;
         for (uint32_t i = 0; i < s->n; i++) {
-            w += (int64_t)s->weight[i];
-            n += (int64_t)cm_samples_count(s, i);
+            w += s->weight[i];
+            n += cm_samples_count(s, i);
         }
-        CHECKF(tot[t].weight == w && tot[t].count == n && tot[t].rows == s->n,
-               "type %u: %lld/%lld", t, (long long)tot[t].weight, (long long)w);
-        sums_t ps = {0};
-        agg_profile_query_t q = {.service = svc, .versions = &ver, .n_versions = 1, .type = t,
-                                 .from_s = 0, .to_s = INT64_MAX};
-        CHECK(agg_store_profile_query(f.st, &q, sum_prof, &ps) == 0);
-        CHECK(ps.weight == w && ps.rows == s->n);
+        CHECKF(vv[0].weight[t] == w && vv[0].count[t] == n && vv[0].rows[t] == s->n,
+               "type %u: %llu/%llu", t, (unsigned long long)vv[0].weight[t],
+               (unsigned long long)w);
+        if (t == CM_EV_CPU)
+            cpu_weight = (int64_t)w;
+        const char *v1[1] = {"v1"};
+        agg_qspec_t q = {.service = "svc-a", .versions = v1, .n_versions = 1,
+                         .type = (cm_event_type_t)t, .from_s = 0, .to_s = INT64_MAX};
+        agg_profile_t *p = NULL;
+        uint64_t pw = 0, pc = 0;
+        double work;
+        CHECK_EQ(agg_qstore_profile(qs, &q, &p), 0);
+        agg_profile_totals(p, &pw, &pc, &work);
+        CHECKF(pw == w && pc == n, "type %u: profile %llu/%llu", t, (unsigned long long)pw,
+               (unsigned long long)w);
+        agg_profile_free(p);
     }
+    agg_qversions_free(vv, nvv);
 
     /* frames of one stack come back root first with the chunk's function names */
     const cm_samples_t *cpu = &c->samples[CM_EV_CPU];
     uint32_t s0 = cpu->stack[0];
-    agg_chunk_ids_t ids;
-    agg_intern_t in2 = {0};
-    agg_batch_t scratch;
-    agg_batch_init(&scratch);
-    CHECK(agg_intern_chunk(&in2, &scratch, c, &ids) == 0);
-    frames_t fr = {.n = 0};
-    CHECK(agg_store_stack_frames(f.st, ids.stack[s0], collect_frame, &fr) == 0);
-    CHECK_EQ(fr.n, cm_stack_depth(&c->dict, s0));
-    for (int k = 0; k < fr.n && k < 64; k++) {
-        uint32_t loc = c->dict.stack_frames[c->dict.stack_off[s0] + (uint32_t)k];
-        const cm_str_t *nm = &c->dict.strings[c->dict.function_name[c->dict.location_function[loc]]];
-        CHECKF(!strcmp(fr.names[k], nm->ptr), "frame %d: %s != %s", k, fr.names[k], nm->ptr);
+    {
+        agg_qspec_t q = {.service = "svc-a", .type = CM_EV_CPU, .from_s = 0, .to_s = INT64_MAX};
+        agg_profile_t *p = NULL;
+        CHECK_EQ(agg_qstore_profile(qs, &q, &p), 0);
+        uint32_t depth = cm_stack_depth(&c->dict, s0);
+        int found = 0;
+        for (uint32_t k = 0; p && k < p->n_stacks && !found; k++) {
+            if (p->stack_off[k + 1] - p->stack_off[k] != depth)
+                continue;
+            int same = 1;
+            for (uint32_t j = 0; j < depth && same; j++) {
+                uint32_t loc = c->dict.stack_frames[c->dict.stack_off[s0] + j];
+                const cm_str_t *nm =
+                    &c->dict.strings[c->dict.function_name[c->dict.location_function[loc]]];
+                same = !strcmp(p->frames[p->stack_frames[p->stack_off[k] + j]].name, nm->ptr);
+            }
+            found = same;
+        }
+        CHECKF(found, "no stack of depth %u with the chunk's frames of stack %u", depth, s0);
+        agg_profile_free(p);
     }
 
     /* label filter: the rows whose label set holds (key, value) of row 0's first label */
@@ -234,22 +200,28 @@ static void test_store_roundtrip_and_fencing(void) {
     CHECK(ls != 0);
     const uint32_t *kv = &c->dict.label_kv[2 * c->dict.label_off[ls]];
     const char *lk = c->dict.strings[kv[0]].ptr, *lv = c->dict.strings[kv[1]].ptr;
-    int64_t want = 0;
+    uint64_t want = 0;
     for (uint32_t i = 0; i < cpu->n; i++) {
         uint32_t set = cpu->labels[i];
         for (uint32_t j = c->dict.label_off[set]; j < c->dict.label_off[set + 1]; j++)
             if (!strcmp(c->dict.strings[c->dict.label_kv[2 * j]].ptr, lk) &&
                 !strcmp(c->dict.strings[c->dict.label_kv[2 * j + 1]].ptr, lv)) {
-                want += (int64_t)cpu->weight[i];
+                want += cpu->weight[i];
                 break;
             }
     }
-    sums_t lsum = {0};
-    agg_profile_query_t lq = {.service = svc, .type = CM_EV_CPU, .from_s = 0, .to_s = INT64_MAX,
-                              .label_key = lk, .label_value = lv};
-    CHECK(agg_store_profile_query(f.st, &lq, sum_prof, &lsum) == 0);
-    CHECKF(lsum.weight == want && want > 0 && want < tot[CM_EV_CPU].weight, "%lld vs %lld",
-           (long long)lsum.weight, (long long)want);
+    {
+        agg_qspec_t lq = {.service = "svc-a", .type = CM_EV_CPU, .from_s = 0, .to_s = INT64_MAX,
+                          .label_key = lk, .label_value = lv};
+        agg_profile_t *p = NULL;
+        uint64_t pw = 0, pc = 0;
+        double work;
+        CHECK_EQ(agg_qstore_profile(qs, &lq, &p), 0);
+        agg_profile_totals(p, &pw, &pc, &work);
+        agg_profile_free(p);
+        CHECKF(pw == want && want > 0 && (int64_t)want < cpu_weight, "%llu vs %llu",
+               (unsigned long long)pw, (unsigned long long)want);
+    }
 
     /* span drill-down: every event type of one span */
     uint32_t ctx = 0;
@@ -257,36 +229,32 @@ static void test_store_roundtrip_and_fencing(void) {
         ctx = cpu->context[i];
     CHECK(ctx != 0);
     const uint8_t *cb = c->dict.contexts + (size_t)ctx * CM_CONTEXT_SIZE;
-    sums_t sp[CM_EV_COUNT] = {0}, spw[CM_EV_COUNT] = {0};
+    int types_with_span = 0;
     for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
         const cm_samples_t *s = &c->samples[t];
+        uint64_t spw = 0, spc = 0;
         for (uint32_t i = 0; i < s->n; i++)
             if (s->context && s->context[i] &&
                 !memcmp(c->dict.contexts + (size_t)s->context[i] * CM_CONTEXT_SIZE, cb,
                         CM_CONTEXT_SIZE)) {
-                spw[t].weight += (int64_t)s->weight[i];
-                spw[t].rows++;
+                spw += s->weight[i];
+                spc += cm_samples_count(s, i);
             }
-    }
-    CHECK(agg_store_span_profile(f.st, cb, cb + 16, sum_span, sp) == 0);
-    int types_with_span = 0;
-    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
-        CHECKF(sp[t].weight == spw[t].weight && sp[t].rows == spw[t].rows, "type %u", t);
-        types_with_span += spw[t].rows > 0;
+        agg_profile_t *p = NULL;
+        int found = 0;
+        uint64_t pw = 0, pc = 0;
+        double work;
+        CHECK_EQ(agg_qstore_span_profile(qs, cb, cb + 16, (cm_event_type_t)t, &p, &found), 0);
+        CHECK_EQ(found, 1);
+        if (p)
+            agg_profile_totals(p, &pw, &pc, &work);
+        agg_profile_free(p);
+        CHECKF(pw == spw && pc == spc, "type %u: span %llu/%llu", t, (unsigned long long)pw,
+               (unsigned long long)spw);
+        types_with_span += spw > 0;
     }
     CHECK(types_with_span >= 2);
-
-    int nfn = 0;
-    uint32_t leaf_loc = c->dict.stack_frames[c->dict.stack_off[s0 + 1] - 1];
-    CHECK(agg_store_fn_stats(f.st, svc, ver, CM_EV_CPU, 0, INT64_MAX,
-                             ids.fn[c->dict.location_function[leaf_loc]], count_fn, &nfn) == 0);
-    CHECK(nfn >= 1);
-    version_t vr;
-    memset(&vr, 0, sizeof vr);
-    CHECK(agg_store_versions(f.st, svc, one_version, &vr) == 0);
-    CHECKF(!strcmp(vr.service, "svc-a") && !strcmp(vr.version, "v1"), "%s %s", vr.service,
-           vr.version);
-    CHECK(vr.first_ns == (int64_t)c->header.start_unix_ns && vr.chunks == 1);
+    agg_qstore_close(qs);
 
     /* a second handle (another instance) continues from the stored offset */
     feeder_t g;
@@ -297,19 +265,33 @@ static void test_store_roundtrip_and_fencing(void) {
     CHECK_EQ(agg_store_batch_write(g.st, "t", 0, &g.b), 0);
     CHECK(agg_store_offset_get(f.st, "t", 0, &off) == 0 && off == 20);
     feeder_free(&g);
-    agg_intern_free(&in2);
-    agg_batch_free(&scratch);
     feeder_free(&f);
     ts_gen_free(c);
 }
 
-static int max_fine_bucket(void *arg, const agg_total_row_t *r) {
-    int64_t *v = arg; /* v[0]: oldest fine bucket, v[1]: number of coarse rows */
-    if (r->width == 10 && (v[0] == 0 || r->bucket < v[0]))
-        v[0] = r->bucket;
-    if (r->width == 3600)
-        v[1]++;
-    return 0;
+/* Over the series of every service of the simulator (cpu, from the totals): the oldest bucket of
+ * width 10 in v[0], the number of points of width 3600 in v[1], the sums in s. */
+static void series_scan(const char *dir, int64_t v[2], uint64_t s[2]) {
+    char err[256];
+    agg_qstore_t *qs = NULL;
+    CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+    v[0] = v[1] = 0;
+    s[0] = s[1] = 0;
+    for (int k = 0; k < 2 && qs; k++) {
+        agg_qseries_t ser;
+        CHECK_EQ(agg_qstore_timeseries(qs, k ? "svc-001" : "svc-000", CM_EV_CPU, 0, INT64_MAX,
+                                       &ser), 0);
+        for (size_t i = 0; i < ser.n; i++) {
+            const agg_qpoint_t *r = &ser.points[i];
+            if (r->width == 10 && (v[0] == 0 || r->bucket < v[0]))
+                v[0] = r->bucket;
+            v[1] += r->width == 3600;
+            s[0] += r->weight;
+            s[1]++;
+        }
+        agg_qseries_free(&ser);
+    }
+    agg_qstore_close(qs);
 }
 
 static void test_retention_downsample_and_expire(void) {
@@ -333,7 +315,8 @@ static void test_retention_downsample_and_expire(void) {
     int64_t cutoff = now / 1000000000 - 3600;
     cutoff -= cutoff % 3600;
     int64_t v[2] = {0, 0};
-    CHECK(agg_store_totals(f.st, 0, 0, INT64_MAX, 1, max_fine_bucket, v) == 0);
+    uint64_t sums[2];
+    series_scan(dir, v, sums);
     CHECKF(v[0] >= cutoff, "fine bucket %lld older than cutoff %lld", (long long)v[0],
            (long long)cutoff);
     CHECK(v[1] > 0);
@@ -345,21 +328,37 @@ static void test_retention_downsample_and_expire(void) {
     CHECK_EQ(st2.rows_moved, 0);
     CHECK_EQ(at_check_truth(sim, dir, "t", 1), 0);
     /* expiry: max age 2 h deletes the older coarse buckets, keeps the rest */
-    sums_t before[CM_EV_COUNT] = {0}, after[CM_EV_COUNT] = {0};
-    agg_store_totals(f.st, 0, 0, INT64_MAX, 0, sum_tot, before);
+    int64_t vb[2], va[2];
+    uint64_t before[2], after[2];
+    series_scan(dir, vb, before);
     rc.max_age_s = 2 * 3600;
     agg_retention_stats_t st3 = {0};
     CHECK_EQ(agg_retention_run(f.st, &rc, now, &st3), 0);
     CHECK(st3.rows_expired > 0);
-    agg_store_totals(f.st, 0, 0, INT64_MAX, 0, sum_tot, after);
-    CHECK(after[CM_EV_CPU].rows > 0 && after[CM_EV_CPU].rows < before[CM_EV_CPU].rows);
+    series_scan(dir, va, after);
+    CHECKF(after[1] > 0 && after[1] < before[1] && after[0] < before[0],
+           "points %llu -> %llu", (unsigned long long)before[1], (unsigned long long)after[1]);
     int64_t exp = now / 1000000000 - 2 * 3600;
     exp -= exp % 3600;
-    sums_t old = {0};
-    agg_profile_query_t q = {.service = agg_intern_string_id("svc-000", 7), .type = CM_EV_CPU,
-                             .from_s = 0, .to_s = exp};
-    CHECK(agg_store_profile_query(f.st, &q, sum_prof, &old) == 0);
-    CHECK_EQ(old.rows, 0);
+    /* nothing before the cutoff is left, in the profile the API reads or in the fine rows */
+    for (int exact = 0; exact < 2; exact++) {
+        char err[256];
+        agg_qstore_t *qs = NULL;
+        CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+        agg_qspec_t q = {.service = "svc-000", .type = CM_EV_CPU, .from_s = 0, .to_s = exp,
+                         .exact = exact};
+        agg_profile_t *p = NULL;
+        CHECK_EQ(agg_qstore_profile(qs, &q, &p), 0);
+        CHECK_EQ(p ? p->n_rows : 1, 0);
+        agg_profile_free(p);
+        /* and after it, some */
+        q.from_s = exp;
+        q.to_s = INT64_MAX;
+        CHECK_EQ(agg_qstore_profile(qs, &q, &p), 0);
+        CHECK(p && p->n_rows > 0);
+        agg_profile_free(p);
+        agg_qstore_close(qs);
+    }
     feeder_free(&f);
     fsim_free(sim);
 }
@@ -834,14 +833,12 @@ static void test_query_many_widths(void) {
 
 static char bootstrap[64];
 
-static int rej_cb(void *arg, const char *reason, int64_t count) {
-    int64_t *v = arg;
+static void rej_cb(int64_t *v, const char *reason, int64_t count) {
     static const char *const names[] = {"EMAGIC", "ETRUNCATED", "EVERSION", "ECHECKSUM"};
     for (int k = 0; k < 4; k++)
         if (!strcmp(reason, names[k]))
             v[k] += count;
     v[4] += count;
-    return 0;
 }
 
 static void test_e2e_exact_totals_duplicates_dlq(void) {
@@ -891,13 +888,19 @@ static void test_e2e_exact_totals_duplicates_dlq(void) {
     CHECK_EQ(at_check_truth(sim, dir, CM_TOPIC_CHUNKS, NPARTS), 0);
     /* rejects are stored with the data: exact per reason */
     int64_t rej[5] = {0};
-    for (int p = 0; p < NPARTS; p++) {
-        char path[256], err[256];
-        agg_store_t *s;
-        agg_store_path(path, sizeof path, dir, CM_TOPIC_CHUNKS, p);
-        CHECKF(agg_store_sqlite_open(path, &s, err, sizeof err) == 0, "%s", err);
-        agg_store_rejects(s, rej_cb, rej);
-        agg_store_close(s);
+    {
+        char err[256];
+        agg_qstore_t *qs = NULL;
+        agg_qreject_t *r = NULL;
+        size_t nr = 0;
+        CHECKF(agg_qstore_open(dir, &qs, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ(agg_qstore_rejects(qs, &r, &nr), 0);
+        for (size_t i = 0; i < nr; i++)
+            rej_cb(rej, r[i].reason, (int64_t)r[i].count);
+        for (size_t i = 1; i < nr; i++) /* sorted by reason, each reason once */
+            CHECK(strcmp(r[i - 1].reason, r[i].reason) < 0);
+        agg_qrejects_free(r, nr);
+        agg_qstore_close(qs);
     }
     CHECK_EQ(rej[0], n->bad[FSIM_BAD_RANDOM]);
     CHECK_EQ(rej[1], n->bad[FSIM_BAD_TRUNCATED]);

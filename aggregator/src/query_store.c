@@ -235,7 +235,7 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
                        "b.id=v.version WHERE ?1=0 OR v.service=?1",
                        &st)) ||
             (rc = prep(d,
-                       "SELECT type, SUM(weight), SUM(count) FROM totals WHERE service=?1 AND "
+                       "SELECT type, SUM(weight), SUM(count), SUM(rows) FROM totals WHERE service=?1 AND "
                        "version=?2 GROUP BY type",
                        &tot)) ||
             (rc = prep(d,
@@ -295,6 +295,8 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
                 if (t > 0 && t < CM_EV_COUNT) {
                     e->weight[t] += (uint64_t)sqlite3_column_int64(tot, 1);
                     e->samples[t] += (uint64_t)sqlite3_column_int64(tot, 2) / CM_COUNT_ONE;
+                    e->count[t] += (uint64_t)sqlite3_column_int64(tot, 2);
+                    e->rows[t] += (uint64_t)sqlite3_column_int64(tot, 3);
                 }
             }
             sqlite3_reset(iv);
@@ -1847,5 +1849,67 @@ int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
         qsort(g, n, sizeof *g, cmp_group);
     *out = g;
     *n_out = n;
+    return 0;
+}
+
+void agg_qrejects_free(agg_qreject_t *r, size_t n) {
+    for (size_t i = 0; r && i < n; i++)
+        free(r[i].reason);
+    free(r);
+}
+
+static int cmp_reject(const void *a, const void *b) {
+    return strcmp(((const agg_qreject_t *)a)->reason, ((const agg_qreject_t *)b)->reason);
+}
+
+int agg_qstore_rejects(agg_qstore_t *qs, agg_qreject_t **out, size_t *n) {
+    agg_qreject_t *r = NULL;
+    size_t nr = 0, cap = 0;
+    int rc = refresh(qs);
+    for (size_t i = 0; !rc && i < qs->n; i++) {
+        sqlite3_stmt *st = NULL;
+        if ((rc = prep(&qs->dbs[i], "SELECT reason, count FROM rejects", &st)))
+            break;
+        int s = SQLITE_DONE;
+        while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *why = (const char *)sqlite3_column_text(st, 0);
+            why = why ? why : "";
+            agg_qreject_t *e = NULL;
+            for (size_t k = 0; k < nr && !e; k++)
+                if (!strcmp(r[k].reason, why))
+                    e = &r[k];
+            if (!e) {
+                if (nr == cap) {
+                    size_t nc = cap ? cap * 2 : 8;
+                    agg_qreject_t *x = realloc(r, nc * sizeof *x);
+                    if (!x) {
+                        rc = CM_ENOMEM;
+                        break;
+                    }
+                    r = x;
+                    cap = nc;
+                }
+                e = &r[nr];
+                if (!(e->reason = strdup(why))) {
+                    rc = CM_ENOMEM;
+                    break;
+                }
+                e->count = 0;
+                nr++;
+            }
+            e->count += (uint64_t)sqlite3_column_int64(st, 1);
+        }
+        int r2 = done(st, rc ? SQLITE_DONE : s);
+        if (!rc)
+            rc = r2;
+    }
+    if (rc) {
+        agg_qrejects_free(r, nr);
+        return rc;
+    }
+    if (nr)
+        qsort(r, nr, sizeof *r, cmp_reject);
+    *out = r;
+    *n = nr;
     return 0;
 }

@@ -34,6 +34,8 @@ typedef struct {
     int64_t first_ns, last_ns; /* first chunk start, last chunk end (deploy markers) */
     int64_t chunks;
     uint64_t samples[CM_EV_COUNT]; /* events per type */
+    uint64_t count[CM_EV_COUNT];   /* the same in milli-events (CM_COUNT_ONE = one event) */
+    uint64_t rows[CM_EV_COUNT];    /* sample rows the agents sent, per type */
     uint64_t weight[CM_EV_COUNT];
     double process_seconds;        /* work: summed chunk intervals */
     uint64_t work_units;           /* units of work the application counted (requests) */
@@ -127,5 +129,14 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
  * trace/span at all (in any type). Returns 0 or a CM_E* code. */
 int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_t *span,
                             cm_event_type_t type, agg_profile_t **out, int *found);
+
+/* Rejected messages (dead-lettered) by reason, summed over the partitions, sorted by reason.
+ * Returns 0 or a CM_E* code; free with agg_qrejects_free. */
+typedef struct {
+    char *reason;
+    uint64_t count;
+} agg_qreject_t;
+int agg_qstore_rejects(agg_qstore_t *qs, agg_qreject_t **out, size_t *n);
+void agg_qrejects_free(agg_qreject_t *r, size_t n);
 
 #endif

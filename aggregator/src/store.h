@@ -1,4 +1,5 @@
-/* Storage interface of the aggregator: what the consume loop writes and the query layer reads.
+/* Storage interface of the aggregator: what the consume loop writes (the query layer reads the
+ * same tables through query_store.h, the one read interface).
  *
  * One store holds the data of ONE Kafka partition (one file per partition under the store
  * directory, see README.md "Scale out"): its rollups, its interned dictionaries, the seen chunk
@@ -7,8 +8,8 @@
  * one the batch started from (another instance took the partition over in between).
  *
  * Backends implement agg_store_vtab_t; SQLite (store_sqlite.c) is the default, PostgreSQL
- * (store_pg.c) implements the write side only: its read members are NULL (the query API
- * reads through query_store.h; the read half here serves tests and tools on SQLite).
+ * (store_pg.c) the store of fleets. Every read (API, reports, CLI tools, tests) goes through
+ * query_store.h.
  * Services and versions are addressed by id = agg_intern_string_id(name) (intern.h); stacks
  * by their id.
  *
@@ -24,59 +25,6 @@
 #include <stdint.h>
 
 typedef struct agg_store agg_store_t;
-
-/* ---- read side: rows handed to callbacks; a callback returning non-zero stops the scan ---- */
-
-typedef struct {
-    uint64_t service, version; /* string ids */
-    const char *service_name, *version_name;
-    int64_t first_ns, last_ns; /* first chunk start, last chunk end: deploy markers */
-    int64_t chunks, rows;
-} agg_version_row_t;
-
-typedef struct {
-    uint64_t service, version;
-    uint32_t type;
-    int64_t bucket, width; /* unix seconds; 0 when summed over time */
-    int64_t weight, count, rows, chunks;
-} agg_total_row_t;
-
-typedef struct {
-    uint64_t stack;
-    int64_t weight, count, rows, chunks;
-} agg_profile_row_t;
-
-typedef struct {
-    uint64_t service;               /* required */
-    const uint64_t *versions;       /* NULL: every version */
-    size_t n_versions;
-    uint32_t type;                  /* cm_event_type_t */
-    int64_t from_s, to_s;           /* bucket start in [from_s, to_s) */
-    const char *label_key, *label_value; /* both set: only samples with this label */
-} agg_profile_query_t;
-
-typedef struct {
-    uint64_t location, function;
-    const char *name, *system_name, *file; /* function; "" when unknown */
-    const char *mapping_file;
-    const uint8_t *build_id;
-    size_t build_id_len;
-    uint64_t address; /* relative to the mapping's file */
-    uint32_t line;
-} agg_store_frame_t;
-
-typedef struct {
-    uint32_t type;
-    uint64_t stack;
-    int64_t weight, count, rows;
-} agg_span_stack_row_t;
-
-typedef struct {
-    uint64_t service, version;
-    uint32_t type;
-    int64_t bucket, width, chunks; /* chunks: chunks of (service, version, bucket) containing f */
-    double incl, incl2, self, self2;
-} agg_fn_stat_row_t;
 
 typedef struct {
     int64_t rows_moved, rows_expired, spans_expired, seen_expired;
@@ -110,22 +58,6 @@ typedef struct agg_store_vtab {
      * tiers (the retention pass runs it before downsampling). */
     int (*compact)(agg_store_t *st, int64_t fine_s, int64_t now_s);
 
-    int (*versions)(agg_store_t *st, uint64_t service, int (*cb)(void *, const agg_version_row_t *),
-                    void *arg);
-    int (*totals)(agg_store_t *st, uint64_t service, int64_t from_s, int64_t to_s, int by_bucket,
-                  int (*cb)(void *, const agg_total_row_t *), void *arg);
-    int (*profile)(agg_store_t *st, const agg_profile_query_t *q,
-                   int (*cb)(void *, const agg_profile_row_t *), void *arg);
-    int (*stack_frames)(agg_store_t *st, uint64_t stack,
-                        int (*cb)(void *, const agg_store_frame_t *), void *arg);
-    int (*fn_stats)(agg_store_t *st, uint64_t service, uint64_t version, uint32_t type,
-                    int64_t from_s, int64_t to_s, uint64_t function,
-                    int (*cb)(void *, const agg_fn_stat_row_t *), void *arg);
-    int (*span_profile)(agg_store_t *st, const uint8_t trace[16], const uint8_t *span,
-                        int (*cb)(void *, const agg_span_stack_row_t *), void *arg);
-    /* Rejected messages by reason (dead-lettered), exactly counted. */
-    int (*rejects)(agg_store_t *st, int (*cb)(void *, const char *reason, int64_t count),
-                   void *arg);
 } agg_store_vtab_t;
 
 struct agg_store {
@@ -147,7 +79,7 @@ struct agg_store {
  * reason in err. */
 int agg_store_sqlite_open(const char *path, agg_store_t **out, char *err, size_t err_size);
 
-/* Opens an existing store for the read side only (query layer, tools): no schema changes, no
+/* Opens an existing store read-only (the offset checks of the group): no schema changes, no
  * checkpointer; never blocks the writer (WAL). Write calls fail. */
 int agg_store_sqlite_open_readonly(const char *path, agg_store_t **out, char *err,
                                    size_t err_size);
@@ -165,12 +97,5 @@ static inline void agg_store_close(agg_store_t *st) {
 #define agg_store_downsample(st, ...) (st)->vt->downsample((st), __VA_ARGS__)
 #define agg_store_expire(st, ...) (st)->vt->expire((st), __VA_ARGS__)
 #define agg_store_size_bytes(st) (st)->vt->size_bytes((st))
-#define agg_store_versions(st, ...) (st)->vt->versions((st), __VA_ARGS__)
-#define agg_store_totals(st, ...) (st)->vt->totals((st), __VA_ARGS__)
-#define agg_store_profile_query(st, ...) (st)->vt->profile((st), __VA_ARGS__)
-#define agg_store_stack_frames(st, ...) (st)->vt->stack_frames((st), __VA_ARGS__)
-#define agg_store_fn_stats(st, ...) (st)->vt->fn_stats((st), __VA_ARGS__)
-#define agg_store_span_profile(st, ...) (st)->vt->span_profile((st), __VA_ARGS__)
-#define agg_store_rejects(st, ...) (st)->vt->rejects((st), __VA_ARGS__)
 
 #endif

@@ -3,6 +3,7 @@
 #include "aggtest.h"
 
 #include "intern.h"
+#include "query_store.h"
 #include "store.h"
 
 #include <errno.h>
@@ -172,113 +173,80 @@ int at_wait_caught_up(const char *dir, const char *topic, int nparts, const int6
     return -1;
 }
 
-typedef struct {
-    uint64_t service, version;
-    uint32_t type;
-    int64_t weight, count, rows;
-} sum_row_t;
-
-typedef struct {
-    sum_row_t *v;
-    size_t n, cap;
-} sums_t;
-
-static sum_row_t *sums_get(sums_t *s, uint64_t svc, uint64_t ver, uint32_t type) {
-    for (size_t i = 0; i < s->n; i++)
-        if (s->v[i].service == svc && s->v[i].version == ver && s->v[i].type == type)
-            return &s->v[i];
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 64;
-        s->v = realloc(s->v, s->cap * sizeof *s->v);
-    }
-    s->v[s->n] = (sum_row_t){svc, ver, type, 0, 0, 0};
-    return &s->v[s->n++];
-}
-
-static int add_total(void *arg, const agg_total_row_t *r) {
-    sum_row_t *x = sums_get(arg, r->service, r->version, r->type);
-    x->weight += r->weight;
-    x->count += r->count;
-    x->rows += r->rows;
-    return 0;
-}
-
-typedef struct {
-    int64_t weight, count, rows;
-} prof_sum_t;
-
-static int add_prof(void *arg, const agg_profile_row_t *r) {
-    prof_sum_t *p = arg;
-    p->weight += r->weight;
-    p->count += r->count;
-    p->rows += r->rows;
-    return 0;
-}
-
 int at_check_truth(const fsim_t *sim, const char *dir, const char *topic, int nparts) {
-    sums_t tot = {0};
+    (void)topic; /* the query store reads every partition store under dir */
+    (void)nparts;
     int bad = 0;
-    agg_store_t **st = calloc((size_t)nparts, sizeof *st);
-    for (int p = 0; p < nparts; p++) {
-        char path[1024], err[512];
-        agg_store_path(path, sizeof path, dir, topic, p);
-        if (access(path, F_OK))
-            continue;
-        if (agg_store_sqlite_open_readonly(path, &st[p], err, sizeof err)) {
-            fprintf(stderr, "%s\n", err);
-            bad++;
-            continue;
-        }
-        agg_store_totals(st[p], 0, 0, INT64_MAX, 0, add_total, &tot);
+    char err[512];
+    agg_qstore_t *qs = NULL;
+    agg_qversion_t *v = NULL;
+    size_t nv = 0;
+    if (agg_qstore_open(dir, &qs, err, sizeof err) || agg_qstore_versions(qs, NULL, &v, &nv)) {
+        fprintf(stderr, "query store %s: %s\n", dir, err);
+        agg_qstore_close(qs);
+        return 1;
     }
-    size_t expected_rows = 0;
+    size_t expected_rows = 0, got_rows = 0;
+    for (size_t i = 0; i < nv; i++)
+        for (uint32_t t = 1; t <= CM_EV_MAX; t++)
+            got_rows += v[i].rows[t] > 0;
     const fsim_params_t *fp = fsim_params(sim);
     for (uint32_t si = 0; si < fp->services; si++) {
         const char *sn = fsim_service_name(sim, si);
-        uint64_t sid = agg_intern_string_id(sn, strlen(sn));
         for (uint32_t vi = 0; vi < fp->versions; vi++) {
             const char *vn = fsim_version_name(sim, si, vi);
-            uint64_t vid = agg_intern_string_id(vn, strlen(vn));
+            const agg_qversion_t *e = NULL;
+            for (size_t i = 0; i < nv && !e; i++)
+                if (!strcmp(v[i].service, sn) && !strcmp(v[i].version, vn))
+                    e = &v[i];
             for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
                 const fsim_sums_t *want = fsim_truth(sim, si, vi, t);
                 if (!want->rows)
                     continue;
                 expected_rows++;
-                sum_row_t *got = sums_get(&tot, sid, vid, t);
-                if (got->weight != want->weight || got->count != want->count ||
-                    got->rows != want->rows) {
+                int64_t gw = e ? (int64_t)e->weight[t] : 0, gc = e ? (int64_t)e->count[t] : 0,
+                        gr = e ? (int64_t)e->rows[t] : 0;
+                if (gw != want->weight || gc != want->count || gr != want->rows) {
                     fprintf(stderr,
                             "totals %s %s %s: weight %lld want %lld, count %lld want %lld, rows "
                             "%lld want %lld\n",
-                            sn, vn, cm_event_name(t), (long long)got->weight,
-                            (long long)want->weight, (long long)got->count, (long long)want->count,
-                            (long long)got->rows, (long long)want->rows);
+                            sn, vn, cm_event_name(t), (long long)gw, (long long)want->weight,
+                            (long long)gc, (long long)want->count, (long long)gr,
+                            (long long)want->rows);
                     bad++;
                 }
-                prof_sum_t ps = {0};
-                agg_profile_query_t q = {.service = sid, .versions = &vid, .n_versions = 1,
-                                         .type = t, .from_s = 0, .to_s = INT64_MAX};
-                for (int p = 0; p < nparts; p++)
-                    if (st[p])
-                        agg_store_profile_query(st[p], &q, add_prof, &ps);
-                if (ps.weight != want->weight || ps.count != want->count || ps.rows != want->rows) {
-                    fprintf(stderr, "profile %s %s %s: weight %lld want %lld, rows %lld want %lld\n",
-                            sn, vn, cm_event_name(t), (long long)ps.weight, (long long)want->weight,
-                            (long long)ps.rows, (long long)want->rows);
-                    bad++;
+                /* the merged profile, as the API reads it (tiers) and from the fine rows */
+                for (int exact = 0; exact < 2; exact++) {
+                    const char *vs[1] = {vn};
+                    agg_qspec_t q = {.service = sn, .versions = vs, .n_versions = 1,
+                                     .type = (cm_event_type_t)t, .from_s = 0,
+                                     .to_s = INT64_MAX, .exact = exact};
+                    agg_profile_t *p = NULL;
+                    uint64_t pw = 0, pc = 0;
+                    double work;
+                    int rc = agg_qstore_profile(qs, &q, &p);
+                    if (!rc)
+                        agg_profile_totals(p, &pw, &pc, &work);
+                    agg_profile_free(p);
+                    if (rc || (int64_t)pw != want->weight || (int64_t)pc != want->count) {
+                        fprintf(stderr, "profile%s %s %s %s: rc %d, weight %llu want %lld, count "
+                                "%llu want %lld\n", exact ? " (exact)" : "", sn, vn,
+                                cm_event_name(t), rc, (unsigned long long)pw,
+                                (long long)want->weight, (unsigned long long)pc,
+                                (long long)want->count);
+                        bad++;
+                    }
                 }
             }
         }
     }
-    if (tot.n != expected_rows) {
-        fprintf(stderr, "stores hold %zu (service, version, type) totals, truth has %zu\n", tot.n,
-                expected_rows);
+    if (got_rows != expected_rows) {
+        fprintf(stderr, "stores hold %zu (service, version, type) totals, truth has %zu\n",
+                got_rows, expected_rows);
         bad++;
     }
-    for (int p = 0; p < nparts; p++)
-        agg_store_close(st[p]);
-    free(st);
-    free(tot.v);
+    agg_qversions_free(v, nv);
+    agg_qstore_close(qs);
     return bad;
 }
 

@@ -31,8 +31,9 @@ int at_topic_empty(rd_kafka_t *rk, const char *topic, int nparts);
 /* Waits until every partition's stored offset equals hi[]. Returns 0, or -1 at the deadline. */
 int at_wait_caught_up(const char *dir, const char *topic, int nparts, const int64_t *hi,
                       int timeout_s);
-/* Compares the stores' totals and merged profiles with the simulator's truth for every
- * (service, version, type). Prints every difference; returns the number of differences. */
+/* Compares the stores' totals and merged profiles, read through the query store (the API's
+ * read path, query_store.h) over every partition store under dir, with the simulator's truth
+ * for every (service, version, type). Prints every difference; returns their number. */
 int at_check_truth(const fsim_t *sim, const char *dir, const char *topic, int nparts);
 /* A producer for the simulator. */
 rd_kafka_t *at_producer(const char *bootstrap);
