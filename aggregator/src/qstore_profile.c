@@ -1,0 +1,822 @@
+/* The query store's merged profiles (query_store.h), part 2: the planner that reads a range
+ * from the per-stack tiers where whole tiles cover it and from the fine rows elsewhere, the
+ * replicates of the diff (per (version, width, bucket), from the per-stack rows or the per-leaf
+ * rollup), and the split of a profile's samples by a label or dimension.
+ * Threading: a handle is used by one thread at a time. */
+#define _GNU_SOURCE
+#include "qstore_int.h"
+
+#include "cm/error.h"
+#include "cm/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- merged profiles ---- */
+
+
+typedef struct {
+    int64_t v, w, b; /* version id, width, bucket */
+} bkey_t;
+
+typedef struct {
+    bkey_t key;
+    double work; /* process-seconds */
+} bucket_t;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Maps bucket key k to replicate id in reps. */
+static int rep_set(agg_hmap_t *reps, const bkey_t *k, int64_t id) {
+    uint32_t *e = agg_hmap_upsert(reps, k, NULL);
+    if (!e)
+        return CM_ENOMEM;
+    e[sizeof(bkey_t) / sizeof *e] = (uint32_t)id;
+    return 0;
+}
+
+static int64_t rep_new(agg_profile_t *p, const bkey_t *k, double work) {
+    char key[96];
+    snprintf(key, sizeof key, "%llx/%lld/%lld", (unsigned long long)k->v, (long long)k->w,
+             (long long)k->b);
+    return agg_profile_replicate(p, key, work);
+}
+
+/* Interns one replicate per bucket of bks (ordered by version, width, bucket), merging buckets
+ * with less than half their version's median work into the previous full bucket of the version
+ * (the leading ones into the first full one; when none is full each keeps its own). Every
+ * bucket's work is added exactly once. Fills reps: bkey_t -> replicate id. */
+static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, agg_hmap_t *reps) {
+    double *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp)
+        return CM_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc;) {
+        size_t j = i;
+        while (j < n && bks[j].key.v == bks[i].key.v)
+            j++;
+        for (size_t k = i; k < j; k++)
+            tmp[k - i] = bks[k].work;
+        qsort(tmp, j - i, sizeof *tmp, cmp_double);
+        double median = tmp[(j - i) / 2];
+        int64_t prev = -1; /* replicate of the last full bucket */
+        for (size_t k = i; k < j && !rc; k++) {
+            int64_t id;
+            if (bks[k].work < 0.5 * median) {
+                if (prev < 0)
+                    continue; /* leading small bucket: goes to the first full one below */
+                id = agg_profile_replicate(p, p->replicates[prev].key, bks[k].work);
+            } else {
+                id = rep_new(p, &bks[k].key, bks[k].work);
+                for (size_t s = i; prev < 0 && s < k && id >= 0 && !rc; s++) /* leading ones */
+                    if ((rc = rep_set(reps, &bks[s].key, id)) == 0)
+                        id = agg_profile_replicate(p, p->replicates[id].key, bks[s].work);
+                prev = id;
+            }
+            if (!rc && id < 0)
+                rc = (int)id;
+            if (!rc)
+                rc = rep_set(reps, &bks[k].key, id);
+        }
+        for (size_t k = i; prev < 0 && k < j && !rc; k++) { /* every bucket small: own ids */
+            int64_t id = rep_new(p, &bks[k].key, bks[k].work);
+            rc = id < 0 ? (int)id : rep_set(reps, &bks[k].key, id);
+        }
+        i = j;
+    }
+    free(tmp);
+    return rc;
+}
+
+
+void agg_qs_bind_parts(sqlite3_stmt *st, const agg_qspec_t *q, const qparts_t *qp) {
+    B64(st, 1, agg_qs_sid(q->service));
+    B64(st, 2, q->type);
+    (void)q;
+    if (*qp->lab)
+        agg_dims_filter_bind(st, qp->filt, qp->nfilt, QFILTER_PARAM);
+    for (size_t i = 0; i < qp->nv; i++)
+        B64(st, (int)(10 + i), qp->vid[i]);
+    for (size_t i = 0; i < qp->nw; i++)
+        B64(st, (int)(300 + i), qp->widths[i]);
+}
+
+/* Rebuilds qp->win from qp->widths. */
+static void parts_widths(qparts_t *qp) {
+    size_t n = (size_t)snprintf(qp->win, sizeof qp->win, " AND width IN (");
+    for (size_t i = 0; i < qp->nw; i++)
+        n += (size_t)snprintf(qp->win + n, sizeof qp->win - n, "%s?%zu", i ? "," : "", 300 + i);
+    snprintf(qp->win + n, sizeof qp->win - n, ")");
+}
+
+/* Fills qp; *empty = 1 when the service has no data for these versions at all. */
+int agg_qs_query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty) {
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    qp->nv = qp->nw = 0;
+    *empty = 0;
+    if (q->versions && q->n_versions) {
+        for (size_t i = 0; i < q->n_versions; i++)
+            qp->vid[qp->nv++] = agg_qs_sid(q->versions[i]);
+    } else {
+        if ((rc = agg_qs_prep(d, "SELECT version FROM versions WHERE service=?1", &st)))
+            return rc;
+        B64(st, 1, agg_qs_sid(q->service));
+        while ((s = sqlite3_step(st)) == SQLITE_ROW && qp->nv < AGG_QMAX_VERSIONS)
+            qp->vid[qp->nv++] = (uint64_t)sqlite3_column_int64(st, 0);
+        if ((rc = agg_qs_done(st, s)))
+            return rc;
+    }
+    if ((rc = agg_qs_prep(d, "SELECT DISTINCT width FROM intervals WHERE service=?1", &st)))
+        return rc;
+    B64(st, 1, agg_qs_sid(q->service));
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (qp->nw == QMAX_WIDTHS) { /* never a silently partial answer */
+            CM_WARN("query: %s: service '%s' has more than %d bucket widths", d->path,
+                    q->service, QMAX_WIDTHS);
+            agg_qs_done(st, s);
+            return CM_ETOOBIG;
+        }
+        qp->widths[qp->nw++] = sqlite3_column_int64(st, 0);
+    }
+    if ((rc = agg_qs_done(st, s)))
+        return rc;
+    *empty = !qp->nv || !qp->nw;
+    size_t n = (size_t)snprintf(qp->vin, sizeof qp->vin, " AND version IN (");
+    for (size_t i = 0; i < qp->nv; i++)
+        n += (size_t)snprintf(qp->vin + n, sizeof qp->vin - n, "%s?%zu", i ? "," : "", 10 + i);
+    snprintf(qp->vin + n, sizeof qp->vin - n, ")");
+    parts_widths(qp);
+    qp->nfilt = 0;
+    if (q->label_key && q->label_value)
+        qp->filt[qp->nfilt++] = (agg_qfilter_t){q->label_key, q->label_value};
+    for (size_t i = 0; i < q->n_filters && qp->nfilt <= AGG_QMAX_FILTERS; i++)
+        qp->filt[qp->nfilt++] = q->filters[i];
+    if (q->n_filters > AGG_QMAX_FILTERS ||
+        agg_dims_filter_sql(qp->labbuf, sizeof qp->labbuf, "labels", qp->filt, qp->nfilt,
+                            QFILTER_PARAM) < 0)
+        return CM_EINVAL;
+    qp->lab = qp->labbuf;
+    return 0;
+}
+
+/* Adds the rows of `table` (profile or profile_coarse) with bucket in [from, to) to the
+ * per-stack sums in stacks (fine rows: width among qp's widths; coarse rows: width = cw). */
+static int sum_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, const char *table,
+                      int64_t cw, int64_t from, int64_t to, agg_hmap_t *stacks, size_t *nrows) {
+    if (from >= to)
+        return 0;
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    snprintf(sql, sizeof sql,
+             "SELECT stack, weight, count FROM %s WHERE service=?1 AND type=?2%s%s AND "
+             "bucket>=?3 AND bucket<?4%s",
+             table, qp->vin, cw ? " AND width=?7" : qp->win, qp->lab);
+    if ((rc = agg_qs_prep(d, sql, &st)))
+        return rc;
+    agg_qs_bind_parts(st, q, qp);
+    B64(st, 3, from);
+    B64(st, 4, to);
+    if (cw)
+        B64(st, 7, cw);
+    /* rows stream in primary-key order without GROUP BY (SQLite would sort them) */
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        uint64_t sk = (uint64_t)sqlite3_column_int64(st, 0);
+        stackmap_t *m = agg_hmap_upsert(stacks, &sk, NULL);
+        if (!m) {
+            rc = CM_ENOMEM;
+            break;
+        }
+        m->weight += (uint64_t)sqlite3_column_int64(st, 1);
+        m->count += (uint64_t)sqlite3_column_int64(st, 2);
+        (*nrows)++;
+    }
+    int r2 = agg_qs_done(st, s);
+    return rc ? rc : r2;
+}
+
+static int cmp_bucket(const void *a, const void *b) {
+    const bkey_t *x = &((const bucket_t *)a)->key, *y = &((const bucket_t *)b)->key;
+    if (x->v != y->v)
+        return x->v < y->v ? -1 : 1;
+    if (x->w != y->w)
+        return x->w < y->w ? -1 : 1;
+    return x->b < y->b ? -1 : x->b > y->b;
+}
+
+/* Reads "a,b,c" of meta key into v (at most max); returns the count (0: absent/malformed). */
+static int meta_list(qdb_t *d, const char *key, int64_t *v, int max) {
+    sqlite3_stmt *st = NULL;
+    int n = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0)) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
+             t = strtok_r(NULL, ",", &save))
+            v[n++] = atoll(t);
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* A positive integer of the store's meta table (replicate_width: set once the derived rollups
+ * are complete), 0 when absent. */
+static int64_t meta_int(qdb_t *d, const char *key) {
+    int64_t v = 0;
+    return meta_list(d, key, &v, 1) == 1 && v > 0 ? v : 0;
+}
+
+/* The tiers of the store's per-stack rollup, widest (the coarse width) first, with the marks
+ * below which each is complete (store_sqlite.c, derived_check); 0 when it has none (then every
+ * query reads the fine rows). */
+static int read_tiers(qdb_t *d, int64_t *tiers, int64_t *done) {
+    int n = meta_list(d, "tiers", tiers, AGG_QMAX_TIERS);
+    int64_t dummy[AGG_QMAX_TIERS];
+    done = done ? done : dummy;
+    if (meta_list(d, "tiers_done", done, AGG_QMAX_TIERS) != n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (tiers[i] <= 0)
+            return 0;
+    for (int i = 0; i < n / 2; i++) { /* stored narrowest first */
+        int64_t x = tiers[i], y = done[i];
+        tiers[i] = tiers[n - 1 - i];
+        done[i] = done[n - 1 - i];
+        tiers[n - 1 - i] = x;
+        done[n - 1 - i] = y;
+    }
+    return n;
+}
+
+/* Per-stack sums of [from, to) from the tiles of tier `level` and below: the whole tiles of
+ * tiers[level] inside the range, the rest at its two ends from the narrower tiers, the fine
+ * rows last. At most two partial tiles per tier: an hour not aligned to anything reads at most
+ * ~5 ten-minute, ~18 one-minute and ~10 fine buckets. *coarse_end: where the coarse tiles (level
+ * 0) end, or from when there are none. */
+static int plan_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *fine, const int64_t *tiers,
+                       const int64_t *done, int nt, int level, int64_t from, int64_t to,
+                       agg_hmap_t *stacks, size_t *nrows, int64_t *coarse_end) {
+    if (level == 0)
+        *coarse_end = from;
+    if (from >= to)
+        return 0;
+    if (level == nt)
+        return fine->nw ? sum_stacks(d, q, fine, "profile", 0, from, to, stacks, nrows) : 0;
+    int64_t w = tiers[level];
+    int64_t a = from <= 0 ? 0 : ((from + w - 1) / w) * w, b = to - to % w;
+    int64_t ignore;
+    if (b > done[level]) /* the tier holds its tiles below its compaction mark only */
+        b = done[level];
+    if (a >= b)
+        return plan_stacks(d, q, fine, tiers, done, nt, level + 1, from, to, stacks, nrows,
+                           &ignore);
+    if (level == 0)
+        *coarse_end = b;
+    int rc = sum_stacks(d, q, fine, "profile_coarse", w, a, b, stacks, nrows);
+    if (!rc)
+        rc = plan_stacks(d, q, fine, tiers, done, nt, level + 1, from, a, stacks, nrows, &ignore);
+    if (!rc)
+        rc = plan_stacks(d, q, fine, tiers, done, nt, level + 1, b, to, stacks, nrows, &ignore);
+    return rc;
+}
+
+/* The replicates: the work of each (version, width, bucket) in [from, to), buckets narrower
+ * than rw merged into rw-wide ones (rw 0: none), then assign_replicates. Fills reps. */
+static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
+                           agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    bucket_t *bks = NULL;
+    size_t nbk = 0, ncap = 0;
+    int rc = 0, s;
+    snprintf(sql, sizeof sql,
+             "SELECT version, width, bucket, SUM(%s) FROM intervals WHERE "
+             "service=?1%s%s AND bucket>=?3 AND bucket<?4 GROUP BY version, width, bucket "
+             "ORDER BY version, width, bucket",
+             q->per_request ? agg_qs_work_units_col(d) : "duration_ns", qp->vin, qp->win);
+    if ((rc = agg_qs_prep(d, sql, &st)))
+        return rc;
+    qparts_t nolab = *qp;
+    nolab.lab = "";
+    agg_qs_bind_parts(st, q, &nolab);
+    B64(st, 3, from);
+    B64(st, 4, to);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nbk == ncap) {
+            size_t nc = ncap ? ncap * 2 : 256;
+            bucket_t *nb = realloc(bks, nc * sizeof *nb);
+            if (!nb) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            bks = nb;
+            ncap = nc;
+        }
+        bucket_t *k = &bks[nbk++];
+        k->key.v = sqlite3_column_int64(st, 0);
+        k->key.w = sqlite3_column_int64(st, 1);
+        k->key.b = sqlite3_column_int64(st, 2);
+        k->work = (double)sqlite3_column_int64(st, 3) / (q->per_request ? 1 : 1e9);
+        if (rw > 0 && k->key.w < rw) {
+            k->key.b -= k->key.b % rw;
+            k->key.w = rw;
+        }
+    }
+    int r2 = agg_qs_done(st, s);
+    if (!rc && !(rc = r2) && rw > 0 && nbk) { /* merge the buckets that became one */
+        qsort(bks, nbk, sizeof *bks, cmp_bucket);
+        size_t o = 0;
+        for (size_t i = 1; i < nbk; i++) {
+            if (!cmp_bucket(&bks[o], &bks[i]))
+                bks[o].work += bks[i].work;
+            else
+                bks[++o] = bks[i];
+        }
+        nbk = o + 1;
+    }
+    if (!rc)
+        rc = assign_replicates(p, bks, nbk, reps);
+    free(bks);
+    return rc;
+}
+
+/* Work in [from, to): process-seconds (the intervals' pro-rata chunk durations), or units of
+ * work the application counted (q->per_request). */
+static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double *work) {
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    snprintf(sql, sizeof sql,
+             "SELECT SUM(%s) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND bucket<?4",
+             q->per_request ? agg_qs_work_units_col(d) : "duration_ns", qp->vin, qp->win);
+    if ((rc = agg_qs_prep(d, sql, &st)))
+        return rc;
+    qparts_t nolab = *qp;
+    nolab.lab = "";
+    agg_qs_bind_parts(st, q, &nolab);
+    B64(st, 3, q->from_s);
+    B64(st, 4, q->to_s);
+    if ((s = sqlite3_step(st)) == SQLITE_ROW)
+        *work += (double)sqlite3_column_int64(st, 0) / (q->per_request ? 1 : 1e9);
+    return agg_qs_done(st, s);
+}
+
+/* The replicate of the current row of st, whose (version, width, bucket) are columns col..col+2
+ * (interning one when the intervals had none). Rows come in key order: the last bucket's
+ * replicate is remembered in *c (start with c->key.v = -1). Returns it or a CM_E* code. */
+typedef struct {
+    bkey_t key;
+    int64_t rep;
+} repcur_t;
+
+static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, sqlite3_stmt *st,
+                             int col) {
+    bkey_t k = {sqlite3_column_int64(st, col), sqlite3_column_int64(st, col + 1),
+                sqlite3_column_int64(st, col + 2)};
+    if (k.v == c->key.v && k.w == c->key.w && k.b == c->key.b)
+        return c->rep;
+    uint32_t *known = agg_hmap_find(reps, &k);
+    int64_t r = known ? (int64_t)known[sizeof k / sizeof *known] : rep_new(p, &k, 0);
+    if (r >= 0) {
+        c->key = k;
+        c->rep = r;
+    }
+    return r;
+}
+
+typedef struct {
+    uint64_t leaf, weight, count;
+    uint32_t replicate;
+} leafrow_t;
+
+/* Leaf-replicate form: each replicate's cost per leaf location from profile_leaf. */
+static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
+                       agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
+    char sql[4096];
+    sqlite3_stmt *st = NULL;
+    leafrow_t *rows = NULL;
+    uint64_t *missing = NULL;
+    uint32_t *frame = NULL;
+    size_t n = 0, cap = 0, nm = 0;
+    int rc = 0, s;
+    agg_hmap_t leaves; /* leaf location id -> (uint64) index into the location cache */
+    agg_hmap_init(&leaves, sizeof(uint64_t), 2 * sizeof(uint64_t));
+    /* the leaf rows: replicate-width ones, and downsampled ones (the intervals' wider widths) */
+    qparts_t lp = *qp;
+    size_t nw = 0;
+    lp.widths[nw++] = rw;
+    for (size_t i = 0; i < qp->nw && nw < sizeof lp.widths / sizeof *lp.widths; i++)
+        if (qp->widths[i] > rw)
+            lp.widths[nw++] = qp->widths[i];
+    lp.nw = nw;
+    parts_widths(&lp);
+    snprintf(sql, sizeof sql,
+             "SELECT leaf, weight, count, version, width, bucket FROM profile_leaf WHERE "
+             "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+             lp.vin, lp.win, lp.lab);
+    if ((rc = agg_qs_prep(d, sql, &st)))
+        goto out;
+    agg_qs_bind_parts(st, q, &lp);
+    B64(st, 3, from);
+    B64(st, 4, to);
+    repcur_t cur = {{-1, -1, -1}, 0};
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        uint64_t leaf = (uint64_t)sqlite3_column_int64(st, 0);
+        if (!leaf)
+            continue; /* the empty stack: no self cost to anyone */
+        int64_t rep = row_replicate(p, reps, &cur, st, 3);
+        if (rep < 0) {
+            rc = (int)rep;
+            break;
+        }
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 4096;
+            leafrow_t *nr = realloc(rows, nc * sizeof *nr);
+            if (!nr) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            rows = nr;
+            cap = nc;
+        }
+        rows[n++] = (leafrow_t){leaf, (uint64_t)sqlite3_column_int64(st, 1),
+                                (uint64_t)sqlite3_column_int64(st, 2), (uint32_t)rep};
+        int fresh = 0;
+        if (!agg_hmap_upsert(&leaves, &leaf, &fresh)) {
+            rc = CM_ENOMEM;
+            break;
+        }
+    }
+    {
+        int r2 = agg_qs_done(st, s);
+        if (rc || (rc = r2))
+            goto out;
+    }
+    missing = malloc((leaves.n ? leaves.n : 1) * sizeof *missing);
+    if (!missing) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < leaves.n; i++) {
+        uint64_t *id = agg_hmap_entry(&leaves, i);
+        if (!agg_hmap_find(&d->locidx, id))
+            missing[nm++] = *id;
+    }
+    if (nm && (rc = agg_qs_cache_fill_locs(d, missing, nm)))
+        goto out;
+    frame = malloc((leaves.n ? leaves.n : 1) * sizeof *frame);
+    if (!frame) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < leaves.n; i++) {
+        uint64_t *e = agg_hmap_entry(&leaves, i);
+        uint64_t *li = agg_hmap_find(&d->locidx, e);
+        frame[i] = AGG_NONE;
+        e[1] = i;
+        if (!li)
+            continue; /* a location missing from the store: like a broken stack, skipped */
+        cloc_t *c = &d->locs[li[1]];
+        agg_qs_cloc_symbolize(c);
+        int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+        if (fr < 0) {
+            rc = (int)fr;
+            goto out;
+        }
+        frame[i] = (uint32_t)fr;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t *e = agg_hmap_find(&leaves, &rows[i].leaf);
+        uint32_t fr = frame[e[1]];
+        if (fr != AGG_NONE &&
+            (rc = agg_profile_add_leaf(p, fr, rows[i].weight, rows[i].count, rows[i].replicate)))
+            goto out;
+    }
+out:
+    agg_hmap_free(&leaves);
+    free(rows);
+    free(missing);
+    free(frame);
+    return rc;
+}
+
+/* Per-stack replicates (filters and inclusive tests need each replicate's stacks): every fine
+ * row of [from, to) with the replicate of its bucket. */
+static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
+                            agg_hmap_t *reps) {
+    char sql[4096];
+    int rc = 0, s;
+    sqlite3_stmt *st = NULL;
+    rawrow_t *rows = NULL;
+    size_t nrows = 0, cap = 0;
+    agg_hmap_t stacks;
+    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    snprintf(sql, sizeof sql,
+             "SELECT stack, weight, count, version, width, bucket FROM profile WHERE "
+             "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+             qp->vin, qp->win, qp->lab);
+    if ((rc = agg_qs_prep(d, sql, &st)))
+        goto out;
+    agg_qs_bind_parts(st, q, qp);
+    B64(st, 3, q->from_s);
+    B64(st, 4, q->to_s);
+    repcur_t cur = {{-1, -1, -1}, 0};
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nrows == cap) {
+            size_t nc = cap ? cap * 2 : 4096;
+            rawrow_t *nr = realloc(rows, nc * sizeof *nr);
+            if (!nr) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            rows = nr;
+            cap = nc;
+        }
+        rawrow_t *r = &rows[nrows++];
+        r->stack = (uint64_t)sqlite3_column_int64(st, 0);
+        r->weight = (uint64_t)sqlite3_column_int64(st, 1);
+        r->count = (uint64_t)sqlite3_column_int64(st, 2);
+        int64_t rep = row_replicate(p, reps, &cur, st, 3);
+        if (rep < 0) {
+            rc = (int)rep;
+            break;
+        }
+        r->replicate = (uint32_t)rep;
+        if (!agg_hmap_upsert(&stacks, &r->stack, NULL)) {
+            rc = CM_ENOMEM;
+            break;
+        }
+    }
+    {
+        int r2 = agg_qs_done(st, s);
+        st = NULL;
+        if (rc || (rc = r2))
+            goto out;
+    }
+    if (!nrows || (rc = agg_qs_resolve_stacks(d, p, &stacks, q->lines)))
+        goto out;
+    for (size_t i = 0; i < nrows; i++) {
+        stackmap_t *m = agg_hmap_find(&stacks, &rows[i].stack);
+        if (!m || !m->resolved)
+            continue;
+        if ((rc = agg_profile_add(p, m->stack, rows[i].weight, rows[i].count, rows[i].replicate,
+                                  0)))
+            goto out;
+    }
+out:
+    free(rows);
+    agg_hmap_free(&stacks);
+    return rc;
+}
+
+/* One store's part of a profile. Plan:
+ *  - per-stack replicates (q->replicates == AGG_QREP_STACKS, or a store without coarse rollups):
+ *    every fine row of the range;
+ *  - otherwise the per-stack sums come from profile_coarse for the whole coarse buckets inside
+ *    [from, to) and from the fine rows only for the partial ones at the edges: an hour of 10,000
+ *    stacks is 10,000 coarse rows instead of 360 x 10,000 fine ones. The result is the same (the
+ *    coarse rows are sums of the fine ones, written in the same transaction). With
+ *    AGG_QREP_LEAVES, the replicates come from profile_leaf (one row per bucket and leaf). */
+static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
+    int rc = 0, empty;
+    size_t nrows = 0;
+    qparts_t qp;
+    agg_hmap_t stacks, reps;
+    if (q->n_versions > AGG_QMAX_VERSIONS)
+        return CM_EINVAL;
+    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    agg_hmap_init(&reps, sizeof(bkey_t), sizeof(bkey_t) + sizeof(uint64_t));
+    if ((rc = agg_qs_query_parts(d, q, &qp, &empty)) || empty)
+        goto out;
+    int64_t tiers[AGG_QMAX_TIERS], done[AGG_QMAX_TIERS];
+    int nt = q->exact ? 0 : read_tiers(d, tiers, done);
+    if (q->replicates == AGG_QREP_STACKS || (q->replicates == AGG_QREP_LEAVES && !nt)) {
+        if ((rc = read_replicates(d, q, &qp, p, &reps, q->from_s, q->to_s, 0)))
+            goto out;
+        rc = stack_replicates(d, q, &qp, p, &reps);
+        goto out;
+    }
+    if (!nt) { /* a store without the tiers: every fine row */
+        if ((rc = sum_stacks(d, q, &qp, "profile", 0, q->from_s, q->to_s, &stacks, &nrows)))
+            goto out;
+    } else {
+        /* fine rows at the tiles' edges: the widths below the coarse one; rows downsampled to
+         * the coarse width (older than --downsample-after) where no coarse tile covers them */
+        int64_t coarse = tiers[0];
+        qparts_t fine = qp, big = qp;
+        fine.nw = big.nw = 0;
+        for (size_t i = 0; i < qp.nw; i++) {
+            if (qp.widths[i] < coarse)
+                fine.widths[fine.nw++] = qp.widths[i];
+            else
+                big.widths[big.nw++] = qp.widths[i];
+        }
+        parts_widths(&fine);
+        parts_widths(&big);
+        int64_t hb;
+        if ((rc = plan_stacks(d, q, &fine, tiers, done, nt, 0, q->from_s, q->to_s, &stacks,
+                              &nrows, &hb)) ||
+            (big.nw && (rc = sum_stacks(d, q, &big, "profile", 0, hb, q->to_s, &stacks, &nrows))))
+            goto out;
+    }
+    if (!nrows)
+        goto out;
+    int64_t all = agg_profile_replicate(p, "all", 0);
+    if (all < 0) {
+        rc = (int)all;
+        goto out;
+    }
+    if ((rc = agg_qs_resolve_stacks(d, p, &stacks, q->lines)))
+        goto out;
+    for (size_t i = 0; i < stacks.n; i++) {
+        stackmap_t *m = agg_hmap_entry(&stacks, i);
+        if (m->resolved &&
+            (rc = agg_profile_add(p, m->stack, m->weight, m->count, (uint32_t)all, 0)))
+            goto out;
+    }
+    if (q->replicates == AGG_QREP_LEAVES) {
+        /* replicates: whole replicate-width buckets over the range; their leaf rows; the
+         * totals stay those of the exact range, with its work */
+        int64_t rw = meta_int(d, "replicate_width"), rfrom, rto;
+        if (rw <= 0) {
+            rc = CM_EFORMAT;
+            goto out;
+        }
+        /* the replicate-width buckets holding a fine bucket that starts in [from, to) */
+        int64_t fine = qp.widths[0];
+        for (size_t i = 1; i < qp.nw; i++)
+            fine = qp.widths[i] < fine ? qp.widths[i] : fine;
+        rfrom = q->from_s % fine ? q->from_s + (fine - q->from_s % fine) : q->from_s;
+        rfrom -= rfrom % rw;
+        rto = q->to_s % rw ? q->to_s + (rw - q->to_s % rw) : q->to_s;
+        agg_profile_use_leaf_replicates(p);
+        if ((rc = read_work(d, q, &qp, &p->work_total)) ||
+            (rc = read_replicates(d, q, &qp, p, &reps, rfrom, rto, rw)) ||
+            (rc = read_leaves(d, q, &qp, p, &reps, rfrom, rto, rw)))
+            goto out;
+    }
+out:
+    agg_hmap_free(&stacks);
+    agg_hmap_free(&reps);
+    return rc;
+}
+
+int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t **out) {
+    int rc = agg_qs_refresh(qs);
+    if (rc)
+        return rc;
+    agg_qspec_t qc = *qin;
+    const agg_qspec_t *q = &qc;
+    /* the tiers and the per-leaf rollup do not keep the dimensions: fine rows only */
+    if (agg_dims_filtered(qin->label_key, qin->filters, qin->n_filters))
+        qc.exact = 1;
+    /* one form for the whole profile: leaf replicates only when every store holding data of
+     * the service has the leaf rollup */
+    for (size_t i = 0; i < qs->n && qc.replicates == AGG_QREP_LEAVES; i++) {
+        qparts_t qp;
+        int empty;
+        if ((rc = agg_qs_query_parts(&qs->dbs[i], q, &qp, &empty)))
+            return rc;
+        int64_t tiers[AGG_QMAX_TIERS];
+        if (!empty && (qc.exact || !read_tiers(&qs->dbs[i], tiers, NULL) ||
+                       !meta_int(&qs->dbs[i], "replicate_width")))
+            qc.replicates = AGG_QREP_STACKS;
+    }
+    agg_profile_t *p = agg_profile_new(q->type);
+    if (!p)
+        return CM_ENOMEM;
+    for (size_t i = 0; i < qs->n && !rc; i++)
+        rc = profile_one(&qs->dbs[i], q, p);
+    if (!rc && qc.replicates == AGG_QREP_LEAVES) {
+        /* a short range has few replicate-width buckets: its fine buckets make more
+         * replicates, and reading its per-stack fine rows is cheap */
+        uint32_t used = 0;
+        for (uint32_t r = 0; r < p->n_replicates; r++)
+            used += p->replicates[r].work > 0;
+        if (used < AGG_QMIN_LEAF_REPLICATES) {
+            agg_profile_free(p);
+            qc.replicates = AGG_QREP_STACKS;
+            if (!(p = agg_profile_new(q->type)))
+                return CM_ENOMEM;
+            for (size_t i = 0; i < qs->n && !rc; i++)
+                rc = profile_one(&qs->dbs[i], q, p);
+        }
+    }
+    if (!rc && q->from_s > 0 && q->to_s < INT64_MAX / 1000000000) {
+        p->time_start_ns = (uint64_t)q->from_s * 1000000000ull;
+        p->time_end_ns = (uint64_t)q->to_s * 1000000000ull;
+    }
+    if (rc) {
+        agg_profile_free(p);
+        return rc;
+    }
+    agg_profile_seal(p);
+    *out = p;
+    return 0;
+}
+
+
+/* ---- split by a label or dimension (dims.h) ---- */
+
+void agg_qgroups_free(agg_qgroup_t *g, size_t n) {
+    for (size_t i = 0; g && i < n; i++)
+        free(g[i].value);
+    free(g);
+}
+
+static int cmp_group(const void *a, const void *b) {
+    const agg_qgroup_t *x = a, *y = b;
+    if (x->weight != y->weight)
+        return x->weight > y->weight ? -1 : 1;
+    if (!x->value || !y->value)
+        return !x->value - !y->value;
+    return strcmp(x->value, y->value);
+}
+
+/* The fine and downsampled rows of `profile` hold every sample exactly once (the tiers are
+ * derived copies), so the split sums them, joined to the label of `key` (none: NULL). */
+int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
+                      agg_qgroup_t **out, size_t *n_out) {
+    int rc = agg_qs_refresh(qs);
+    if (rc)
+        return rc;
+    agg_qgroup_t *g = NULL;
+    size_t n = 0, cap = 0;
+    agg_hmap_t idx; /* value string id -> index + 1 into g */
+    agg_hmap_init(&idx, sizeof(uint64_t), 2 * sizeof(uint64_t));
+    for (size_t i = 0; i < qs->n && !rc; i++) {
+        qdb_t *d = &qs->dbs[i];
+        qparts_t qp;
+        int empty, s;
+        if ((rc = agg_qs_query_parts(d, q, &qp, &empty)) || empty)
+            continue;
+        char sql[8192];
+        snprintf(sql, sizeof sql,
+                 "SELECT l.value, v.s, SUM(weight), SUM(count), SUM(rows) FROM profile "
+                 "LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8 LEFT JOIN "
+                 "strings v ON v.id=l.value WHERE service=?1 AND type=?2%s%s AND bucket>=?3 "
+                 "AND bucket<?4%s GROUP BY l.value",
+                 qp.vin, qp.win, qp.lab);
+        sqlite3_stmt *st = NULL;
+        if ((rc = agg_qs_prep(d, sql, &st)))
+            break;
+        agg_qs_bind_parts(st, q, &qp);
+        B64(st, 3, q->from_s);
+        B64(st, 4, q->to_s);
+        B64(st, 8, agg_qs_sid(key));
+        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+            uint64_t vid = (uint64_t)sqlite3_column_int64(st, 0);
+            int fresh;
+            uint64_t *e = agg_hmap_upsert(&idx, &vid, &fresh);
+            if (!e) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            if (fresh) {
+                if (n == cap) {
+                    size_t nc = cap ? 2 * cap : 64;
+                    agg_qgroup_t *ng = realloc(g, nc * sizeof *ng);
+                    if (!ng) {
+                        rc = CM_ENOMEM;
+                        break;
+                    }
+                    g = ng;
+                    cap = nc;
+                }
+                const unsigned char *v = sqlite3_column_text(st, 1);
+                g[n] = (agg_qgroup_t){vid ? strdup(v ? (const char *)v : "") : NULL, 0, 0, 0};
+                if (vid && !g[n].value) {
+                    rc = CM_ENOMEM;
+                    break;
+                }
+                e[1] = ++n;
+            }
+            agg_qgroup_t *x = &g[e[1] - 1];
+            x->weight += (uint64_t)sqlite3_column_int64(st, 2);
+            x->count += (uint64_t)sqlite3_column_int64(st, 3);
+            x->rows += (uint64_t)sqlite3_column_int64(st, 4);
+        }
+        int r2 = agg_qs_done(st, s);
+        rc = rc ? rc : r2;
+    }
+    agg_hmap_free(&idx);
+    if (rc) {
+        agg_qgroups_free(g, n);
+        return rc;
+    }
+    if (n)
+        qsort(g, n, sizeof *g, cmp_group);
+    *out = g;
+    *n_out = n;
+    return 0;
+}
+
