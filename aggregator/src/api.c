@@ -1381,7 +1381,8 @@ int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err
         agg_api_free(api);
         return CM_ENOMEM;
     }
-    int rc = agg_qpool_new(cfg->store_dir, &pc, &api->pool, err, err_size);
+    int rc = agg_qpool_new(cfg->store && *cfg->store ? cfg->store : cfg->store_dir, &pc,
+                           &api->pool, err, err_size);
     if (rc) {
         agg_api_free(api);
         return rc;

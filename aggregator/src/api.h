@@ -26,6 +26,9 @@ typedef struct {
     size_t queue;          /* requests that may wait for a worker (when queue_set) */
     int queue_set;         /* 0: AGG_API_DEFAULT_QUEUE */
     int64_t queue_wait_ms; /* longest wait for a worker (0: AGG_API_DEFAULT_WAIT_MS) */
+    const char *store;     /* NULL/"": the SQLite stores in store_dir; else the postgres:// URL
+                            * the queries read (a connection per worker); reports.db stays in
+                            * store_dir */
 } agg_api_cfg_t;
 
 typedef struct agg_api agg_api_t;

@@ -1,10 +1,10 @@
 /* Dimensions as labels, their cardinality bound, and the filter SQL (see dims.h).
  * Threading: an agg_dims_t belongs to the consume thread; the SQL helpers are pure. */
 #include "dims.h"
+#include "qexec.h"
 
 #include "cm/error.h"
 
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,11 +273,11 @@ int agg_dims_filter_sql(char *sql, size_t size, const char *col, const agg_qfilt
     return (int)len;
 }
 
-void agg_dims_filter_bind(sqlite3_stmt *st, const agg_qfilter_t *f, size_t n, int first_param) {
+void agg_dims_filter_bind(agg_qxst_t *st, const agg_qfilter_t *f, size_t n, int first_param) {
     for (size_t i = 0; i < n; i++) {
-        sqlite3_bind_int64(st, first_param + 2 * (int)i,
-                           (sqlite3_int64)agg_intern_string_id(f[i].key, strlen(f[i].key)));
-        sqlite3_bind_int64(st, first_param + 2 * (int)i + 1,
-                           (sqlite3_int64)agg_intern_string_id(f[i].value, strlen(f[i].value)));
+        agg_qx_bind_int64(st, first_param + 2 * (int)i,
+                          (int64_t)agg_intern_string_id(f[i].key, strlen(f[i].key)));
+        agg_qx_bind_int64(st, first_param + 2 * (int)i + 1,
+                          (int64_t)agg_intern_string_id(f[i].value, strlen(f[i].value)));
     }
 }

@@ -107,8 +107,8 @@ int agg_dims_filter_sql(char *sql, size_t size, const char *col, const agg_qfilt
  * derived rows are keyed by the label sets without dimensions, labelset_base). */
 int agg_dims_filtered(const char *label_key, const agg_qfilter_t *f, size_t n);
 /* Binds the parameters of agg_dims_filter_sql (the string ids of keys and values). */
-struct sqlite3_stmt;
-void agg_dims_filter_bind(struct sqlite3_stmt *st, const agg_qfilter_t *f, size_t n,
+struct agg_qxst;
+void agg_dims_filter_bind(struct agg_qxst *st, const agg_qfilter_t *f, size_t n,
                           int first_param);
 
 #endif

@@ -356,7 +356,7 @@ int main(int argc, char **argv) {
     if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
         CM_WARN("%s: names found by the server are not kept", err);
     agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token, (size_t)cfg.api_workers,
-                          (size_t)cfg.api_queue, 1, cfg.api_queue_wait / 1000000};
+                          (size_t)cfg.api_queue, 1, cfg.api_queue_wait / 1000000, cfg.store};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
@@ -382,7 +382,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     agg_reports_cfg_t rcfg = {cfg.store_dir, cfg.report_min_samples,
-                              cfg.report_interval / 1000000, cfg.report_fold};
+                              cfg.report_interval / 1000000, cfg.report_fold, cfg.store};
     if (agg_reports_start(&rcfg, &reporter, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;

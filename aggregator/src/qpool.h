@@ -1,6 +1,7 @@
 /* A bounded pool of query store handles (query_store.h) for the API's concurrent requests:
  * at most `workers` queries run at once, each on its own handle (its own read-only SQLite
- * connections and caches: WAL readers never block one another nor the writer); at most
+ * connections and caches: WAL readers never block one another nor the writer; or its own
+ * PostgreSQL connection); at most
  * `queue` more requests wait for a handle, each at most `wait_ms`; a request beyond that is
  * turned away at once (the API answers 503 with Retry-After).
  *

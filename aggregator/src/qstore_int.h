@@ -12,7 +12,7 @@
 #include "intern.h"
 #include "query_store.h"
 
-#include <sqlite3.h>
+#include "qexec.h"
 #include <string.h>
 
 typedef struct {
@@ -29,7 +29,7 @@ typedef struct {
  * ids are content hashes, so a node never changes meaning (bounded: dropped past a size). */
 typedef struct {
     char *path;
-    sqlite3 *db;
+    agg_qx_t *db; /* the executor (qexec.h): a SQLite file or the PostgreSQL database */
     agg_hmap_t nodes;  /* node id -> cnode_t */
     agg_hmap_t locidx; /* location id -> index into locs (uint32 after the key) */
     cloc_t *locs;
@@ -51,16 +51,16 @@ struct agg_qstore {
     size_t n, cap;
 };
 
-#define B64(st, i, v) sqlite3_bind_int64((st), (i), (sqlite3_int64)(v))
+#define B64(st, i, v) agg_qx_bind_int64((st), (i), (int64_t)(v))
 
 static inline uint64_t agg_qs_sid(const char *s) { return agg_intern_string_id(s, strlen(s)); }
 
 /* Opens the store files not opened yet (partitions appear as the group grows). */
 int agg_qs_refresh(agg_qstore_t *qs);
 /* Prepares sql on d (0, or a CM_E* code after a warning naming the store). */
-int agg_qs_prep(qdb_t *d, const char *sql, sqlite3_stmt **st);
+int agg_qs_prep(qdb_t *d, const char *sql, agg_qxst_t **st);
 /* Finalizes st; 0 when the last step returned rc = DONE or ROW, else the CM_E* code. */
-int agg_qs_done(sqlite3_stmt *st, int rc);
+int agg_qs_done(agg_qxst_t *st, int rc);
 /* The intervals' units-of-work column, or "0" in a store written before it existed. */
 const char *agg_qs_work_units_col(qdb_t *d);
 
@@ -78,6 +78,10 @@ typedef struct {
     uint64_t weight, count; /* sums, when the rows are merged per stack */
 } stackmap_t;
 
+/* Indices of the entries of stacks ordered by store stack id: the canonical order in which
+ * stacks are resolved and rows added, so that a profile's frames, stacks and rows come out the
+ * same whatever order a backend returned the rows in. malloc'ed; NULL when out of memory. */
+size_t *agg_qs_stack_order(const agg_hmap_t *stacks);
 /* Resolves every store stack id key of stacks (agg_hmap_t of stackmap_t) into a profile stack
  * of p (frames with source lines when lines, AGG_QLINES_*). Returns 0 or a CM_E* code. */
 int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int lines);
@@ -110,6 +114,6 @@ typedef struct {
 /* Fills qp for q on d; *empty = 1 when the service has no data for these versions at all. */
 int agg_qs_query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty);
 /* Binds qp's parameters (service, type, versions, widths, filters) to st. */
-void agg_qs_bind_parts(sqlite3_stmt *st, const agg_qspec_t *q, const qparts_t *qp);
+void agg_qs_bind_parts(agg_qxst_t *st, const agg_qspec_t *q, const qparts_t *qp);
 
 #endif

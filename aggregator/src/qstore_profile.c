@@ -93,7 +93,7 @@ static int assign_replicates(agg_profile_t *p, const bucket_t *bks, size_t n, ag
 }
 
 
-void agg_qs_bind_parts(sqlite3_stmt *st, const agg_qspec_t *q, const qparts_t *qp) {
+void agg_qs_bind_parts(agg_qxst_t *st, const agg_qspec_t *q, const qparts_t *qp) {
     B64(st, 1, agg_qs_sid(q->service));
     B64(st, 2, q->type);
     (void)q;
@@ -115,7 +115,7 @@ static void parts_widths(qparts_t *qp) {
 
 /* Fills qp; *empty = 1 when the service has no data for these versions at all. */
 int agg_qs_query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty) {
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     int rc, s;
     qp->nv = qp->nw = 0;
     *empty = 0;
@@ -126,22 +126,22 @@ int agg_qs_query_parts(qdb_t *d, const agg_qspec_t *q, qparts_t *qp, int *empty)
         if ((rc = agg_qs_prep(d, "SELECT version FROM versions WHERE service=?1", &st)))
             return rc;
         B64(st, 1, agg_qs_sid(q->service));
-        while ((s = sqlite3_step(st)) == SQLITE_ROW && qp->nv < AGG_QMAX_VERSIONS)
-            qp->vid[qp->nv++] = (uint64_t)sqlite3_column_int64(st, 0);
+        while ((s = agg_qx_step(st)) == 1 && qp->nv < AGG_QMAX_VERSIONS)
+            qp->vid[qp->nv++] = (uint64_t)agg_qx_int64(st, 0);
         if ((rc = agg_qs_done(st, s)))
             return rc;
     }
     if ((rc = agg_qs_prep(d, "SELECT DISTINCT width FROM intervals WHERE service=?1", &st)))
         return rc;
     B64(st, 1, agg_qs_sid(q->service));
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((s = agg_qx_step(st)) == 1) {
         if (qp->nw == QMAX_WIDTHS) { /* never a silently partial answer */
             CM_WARN("query: %s: service '%s' has more than %d bucket widths", d->path,
                     q->service, QMAX_WIDTHS);
             agg_qs_done(st, s);
             return CM_ETOOBIG;
         }
-        qp->widths[qp->nw++] = sqlite3_column_int64(st, 0);
+        qp->widths[qp->nw++] = agg_qx_int64(st, 0);
     }
     if ((rc = agg_qs_done(st, s)))
         return rc;
@@ -171,7 +171,7 @@ static int sum_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, const 
     if (from >= to)
         return 0;
     char sql[4096];
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     int rc, s;
     snprintf(sql, sizeof sql,
              "SELECT stack, weight, count FROM %s WHERE service=?1 AND type=?2%s%s AND "
@@ -185,15 +185,15 @@ static int sum_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, const 
     if (cw)
         B64(st, 7, cw);
     /* rows stream in primary-key order without GROUP BY (SQLite would sort them) */
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        uint64_t sk = (uint64_t)sqlite3_column_int64(st, 0);
+    while ((s = agg_qx_step(st)) == 1) {
+        uint64_t sk = (uint64_t)agg_qx_int64(st, 0);
         stackmap_t *m = agg_hmap_upsert(stacks, &sk, NULL);
         if (!m) {
             rc = CM_ENOMEM;
             break;
         }
-        m->weight += (uint64_t)sqlite3_column_int64(st, 1);
-        m->count += (uint64_t)sqlite3_column_int64(st, 2);
+        m->weight += (uint64_t)agg_qx_int64(st, 1);
+        m->count += (uint64_t)agg_qx_int64(st, 2);
         (*nrows)++;
     }
     int r2 = agg_qs_done(st, s);
@@ -211,20 +211,19 @@ static int cmp_bucket(const void *a, const void *b) {
 
 /* Reads "a,b,c" of meta key into v (at most max); returns the count (0: absent/malformed). */
 static int meta_list(qdb_t *d, const char *key, int64_t *v, int max) {
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     int n = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
-        SQLITE_OK)
+    if (agg_qx_prepare(d->db, "SELECT value FROM meta WHERE key=?1", &st))
         return 0;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0)) {
+    agg_qx_bind_text(st, 1, key);
+    if (agg_qx_step(st) == 1 && agg_qx_text(st, 0)) {
         char buf[256];
-        snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(buf, sizeof buf, "%s", agg_qx_text(st, 0));
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
              t = strtok_r(NULL, ",", &save))
             v[n++] = atoll(t);
     }
-    sqlite3_finalize(st);
+    agg_qx_finalize(st);
     return n;
 }
 
@@ -294,7 +293,7 @@ static int plan_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *fine, con
 static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
                            agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
     char sql[4096];
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     bucket_t *bks = NULL;
     size_t nbk = 0, ncap = 0;
     int rc = 0, s;
@@ -310,7 +309,7 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
     agg_qs_bind_parts(st, q, &nolab);
     B64(st, 3, from);
     B64(st, 4, to);
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((s = agg_qx_step(st)) == 1) {
         if (nbk == ncap) {
             size_t nc = ncap ? ncap * 2 : 256;
             bucket_t *nb = realloc(bks, nc * sizeof *nb);
@@ -322,10 +321,10 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
             ncap = nc;
         }
         bucket_t *k = &bks[nbk++];
-        k->key.v = sqlite3_column_int64(st, 0);
-        k->key.w = sqlite3_column_int64(st, 1);
-        k->key.b = sqlite3_column_int64(st, 2);
-        k->work = (double)sqlite3_column_int64(st, 3) / (q->per_request ? 1 : 1e9);
+        k->key.v = agg_qx_int64(st, 0);
+        k->key.w = agg_qx_int64(st, 1);
+        k->key.b = agg_qx_int64(st, 2);
+        k->work = (double)agg_qx_int64(st, 3) / (q->per_request ? 1 : 1e9);
         if (rw > 0 && k->key.w < rw) {
             k->key.b -= k->key.b % rw;
             k->key.w = rw;
@@ -353,7 +352,7 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
  * work the application counted (q->per_request). */
 static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double *work) {
     char sql[4096];
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     int rc, s;
     snprintf(sql, sizeof sql,
              "SELECT SUM(%s) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND bucket<?4",
@@ -365,8 +364,8 @@ static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double 
     agg_qs_bind_parts(st, q, &nolab);
     B64(st, 3, q->from_s);
     B64(st, 4, q->to_s);
-    if ((s = sqlite3_step(st)) == SQLITE_ROW)
-        *work += (double)sqlite3_column_int64(st, 0) / (q->per_request ? 1 : 1e9);
+    if ((s = agg_qx_step(st)) == 1)
+        *work += (double)agg_qx_int64(st, 0) / (q->per_request ? 1 : 1e9);
     return agg_qs_done(st, s);
 }
 
@@ -378,10 +377,10 @@ typedef struct {
     int64_t rep;
 } repcur_t;
 
-static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, sqlite3_stmt *st,
+static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, agg_qxst_t *st,
                              int col) {
-    bkey_t k = {sqlite3_column_int64(st, col), sqlite3_column_int64(st, col + 1),
-                sqlite3_column_int64(st, col + 2)};
+    bkey_t k = {agg_qx_int64(st, col), agg_qx_int64(st, col + 1),
+                agg_qx_int64(st, col + 2)};
     if (k.v == c->key.v && k.w == c->key.w && k.b == c->key.b)
         return c->rep;
     uint32_t *known = agg_hmap_find(reps, &k);
@@ -402,7 +401,7 @@ typedef struct {
 static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
                        agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
     char sql[4096];
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     leafrow_t *rows = NULL;
     uint64_t *missing = NULL;
     uint32_t *frame = NULL;
@@ -429,8 +428,8 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
     B64(st, 3, from);
     B64(st, 4, to);
     repcur_t cur = {{-1, -1, -1}, 0};
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        uint64_t leaf = (uint64_t)sqlite3_column_int64(st, 0);
+    while ((s = agg_qx_step(st)) == 1) {
+        uint64_t leaf = (uint64_t)agg_qx_int64(st, 0);
         if (!leaf)
             continue; /* the empty stack: no self cost to anyone */
         int64_t rep = row_replicate(p, reps, &cur, st, 3);
@@ -448,8 +447,8 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
             rows = nr;
             cap = nc;
         }
-        rows[n++] = (leafrow_t){leaf, (uint64_t)sqlite3_column_int64(st, 1),
-                                (uint64_t)sqlite3_column_int64(st, 2), (uint32_t)rep};
+        rows[n++] = (leafrow_t){leaf, (uint64_t)agg_qx_int64(st, 1),
+                                (uint64_t)agg_qx_int64(st, 2), (uint32_t)rep};
         int fresh = 0;
         if (!agg_hmap_upsert(&leaves, &leaf, &fresh)) {
             rc = CM_ENOMEM;
@@ -515,7 +514,7 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
                             agg_hmap_t *reps) {
     char sql[4096];
     int rc = 0, s;
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     rawrow_t *rows = NULL;
     size_t nrows = 0, cap = 0;
     agg_hmap_t stacks;
@@ -530,7 +529,7 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
     B64(st, 3, q->from_s);
     B64(st, 4, q->to_s);
     repcur_t cur = {{-1, -1, -1}, 0};
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((s = agg_qx_step(st)) == 1) {
         if (nrows == cap) {
             size_t nc = cap ? cap * 2 : 4096;
             rawrow_t *nr = realloc(rows, nc * sizeof *nr);
@@ -542,9 +541,9 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
             cap = nc;
         }
         rawrow_t *r = &rows[nrows++];
-        r->stack = (uint64_t)sqlite3_column_int64(st, 0);
-        r->weight = (uint64_t)sqlite3_column_int64(st, 1);
-        r->count = (uint64_t)sqlite3_column_int64(st, 2);
+        r->stack = (uint64_t)agg_qx_int64(st, 0);
+        r->weight = (uint64_t)agg_qx_int64(st, 1);
+        r->count = (uint64_t)agg_qx_int64(st, 2);
         int64_t rep = row_replicate(p, reps, &cur, st, 3);
         if (rep < 0) {
             rc = (int)rep;
@@ -637,12 +636,19 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
     }
     if ((rc = agg_qs_resolve_stacks(d, p, &stacks, q->lines)))
         goto out;
-    for (size_t i = 0; i < stacks.n; i++) {
-        stackmap_t *m = agg_hmap_entry(&stacks, i);
-        if (m->resolved &&
-            (rc = agg_profile_add(p, m->stack, m->weight, m->count, (uint32_t)all, 0)))
-            goto out;
+    size_t *order = agg_qs_stack_order(&stacks);
+    if (!order) {
+        rc = CM_ENOMEM;
+        goto out;
     }
+    for (size_t i = 0; i < stacks.n && !rc; i++) {
+        stackmap_t *m = agg_hmap_entry(&stacks, order[i]);
+        if (m->resolved)
+            rc = agg_profile_add(p, m->stack, m->weight, m->count, (uint32_t)all, 0);
+    }
+    free(order);
+    if (rc)
+        goto out;
     if (q->replicates == AGG_QREP_LEAVES) {
         /* replicates: whole replicate-width buckets over the range; their leaf rows; the
          * totals stay those of the exact range, with its work */
@@ -764,17 +770,17 @@ int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
                  "SELECT l.value, v.s, SUM(weight), SUM(count), SUM(rows) FROM profile "
                  "LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8 LEFT JOIN "
                  "strings v ON v.id=l.value WHERE service=?1 AND type=?2%s%s AND bucket>=?3 "
-                 "AND bucket<?4%s GROUP BY l.value",
+                 "AND bucket<?4%s GROUP BY l.value, v.s",
                  qp.vin, qp.win, qp.lab);
-        sqlite3_stmt *st = NULL;
+        agg_qxst_t *st = NULL;
         if ((rc = agg_qs_prep(d, sql, &st)))
             break;
         agg_qs_bind_parts(st, q, &qp);
         B64(st, 3, q->from_s);
         B64(st, 4, q->to_s);
         B64(st, 8, agg_qs_sid(key));
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            uint64_t vid = (uint64_t)sqlite3_column_int64(st, 0);
+        while ((s = agg_qx_step(st)) == 1) {
+            uint64_t vid = (uint64_t)agg_qx_int64(st, 0);
             int fresh;
             uint64_t *e = agg_hmap_upsert(&idx, &vid, &fresh);
             if (!e) {
@@ -792,7 +798,7 @@ int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
                     g = ng;
                     cap = nc;
                 }
-                const unsigned char *v = sqlite3_column_text(st, 1);
+                const char *v = agg_qx_text(st, 1);
                 g[n] = (agg_qgroup_t){vid ? strdup(v ? (const char *)v : "") : NULL, 0, 0, 0};
                 if (vid && !g[n].value) {
                     rc = CM_ENOMEM;
@@ -801,9 +807,9 @@ int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
                 e[1] = ++n;
             }
             agg_qgroup_t *x = &g[e[1] - 1];
-            x->weight += (uint64_t)sqlite3_column_int64(st, 2);
-            x->count += (uint64_t)sqlite3_column_int64(st, 3);
-            x->rows += (uint64_t)sqlite3_column_int64(st, 4);
+            x->weight += (uint64_t)agg_qx_int64(st, 2);
+            x->count += (uint64_t)agg_qx_int64(st, 3);
+            x->rows += (uint64_t)agg_qx_int64(st, 4);
         }
         int r2 = agg_qs_done(st, s);
         rc = rc ? rc : r2;

@@ -38,7 +38,7 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
     int rc = agg_qs_refresh(qs);
     for (size_t i = 0; !rc && i < qs->n; i++) {
         qdb_t *d = &qs->dbs[i];
-        sqlite3_stmt *st = NULL, *tot = NULL, *iv = NULL;
+        agg_qxst_t *st = NULL, *tot = NULL, *iv = NULL;
         if ((rc = agg_qs_prep(d,
                        "SELECT v.service, v.version, a.s, b.s, first_ns, last_ns, chunks FROM "
                        "versions v LEFT JOIN strings a ON a.id=v.service LEFT JOIN strings b ON "
@@ -55,15 +55,15 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
                            : "SELECT SUM(duration_ns), SUM(work_units) FROM intervals WHERE "
                              "service=?1 AND version=?2",
                        &iv))) {
-            sqlite3_finalize(st);
-            sqlite3_finalize(tot);
+            agg_qx_finalize(st);
+            agg_qx_finalize(tot);
             break;
         }
         B64(st, 1, service ? agg_qs_sid(service) : 0);
         int s;
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            const char *sn = (const char *)sqlite3_column_text(st, 2);
-            const char *vn = (const char *)sqlite3_column_text(st, 3);
+        while ((s = agg_qx_step(st)) == 1) {
+            const char *sn = agg_qx_text(st, 2);
+            const char *vn = agg_qx_text(st, 3);
             sn = sn ? sn : "";
             vn = vn ? vn : "";
             agg_qversion_t *e = NULL;
@@ -85,40 +85,40 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
                 memset(e, 0, sizeof *e);
                 e->service = strdup(sn);
                 e->version = strdup(vn);
-                e->first_ns = sqlite3_column_int64(st, 4);
+                e->first_ns = agg_qx_int64(st, 4);
                 if (!e->service || !e->version) {
                     rc = CM_ENOMEM;
                     break;
                 }
             }
-            int64_t f = sqlite3_column_int64(st, 4), l = sqlite3_column_int64(st, 5);
+            int64_t f = agg_qx_int64(st, 4), l = agg_qx_int64(st, 5);
             if (f < e->first_ns)
                 e->first_ns = f;
             if (l > e->last_ns)
                 e->last_ns = l;
-            e->chunks += sqlite3_column_int64(st, 6);
-            sqlite3_reset(tot);
-            B64(tot, 1, sqlite3_column_int64(st, 0));
-            B64(tot, 2, sqlite3_column_int64(st, 1));
-            while (sqlite3_step(tot) == SQLITE_ROW) {
-                int64_t t = sqlite3_column_int64(tot, 0);
+            e->chunks += agg_qx_int64(st, 6);
+            agg_qx_reset(tot);
+            B64(tot, 1, agg_qx_int64(st, 0));
+            B64(tot, 2, agg_qx_int64(st, 1));
+            while (agg_qx_step(tot) == 1) {
+                int64_t t = agg_qx_int64(tot, 0);
                 if (t > 0 && t < CM_EV_COUNT) {
-                    e->weight[t] += (uint64_t)sqlite3_column_int64(tot, 1);
-                    e->samples[t] += (uint64_t)sqlite3_column_int64(tot, 2) / CM_COUNT_ONE;
-                    e->count[t] += (uint64_t)sqlite3_column_int64(tot, 2);
-                    e->rows[t] += (uint64_t)sqlite3_column_int64(tot, 3);
+                    e->weight[t] += (uint64_t)agg_qx_int64(tot, 1);
+                    e->samples[t] += (uint64_t)agg_qx_int64(tot, 2) / CM_COUNT_ONE;
+                    e->count[t] += (uint64_t)agg_qx_int64(tot, 2);
+                    e->rows[t] += (uint64_t)agg_qx_int64(tot, 3);
                 }
             }
-            sqlite3_reset(iv);
-            B64(iv, 1, sqlite3_column_int64(st, 0));
-            B64(iv, 2, sqlite3_column_int64(st, 1));
-            if (sqlite3_step(iv) == SQLITE_ROW) {
-                e->process_seconds += (double)sqlite3_column_int64(iv, 0) / 1e9;
-                e->work_units += (uint64_t)sqlite3_column_int64(iv, 1);
+            agg_qx_reset(iv);
+            B64(iv, 1, agg_qx_int64(st, 0));
+            B64(iv, 2, agg_qx_int64(st, 1));
+            if (agg_qx_step(iv) == 1) {
+                e->process_seconds += (double)agg_qx_int64(iv, 0) / 1e9;
+                e->work_units += (uint64_t)agg_qx_int64(iv, 1);
             }
         }
-        sqlite3_finalize(tot);
-        sqlite3_finalize(iv);
+        agg_qx_finalize(tot);
+        agg_qx_finalize(iv);
         int r2 = agg_qs_done(st, s);
         if (!rc)
             rc = r2;
@@ -163,7 +163,9 @@ static int cmp_point(const void *a, const void *b) {
     int c = strcmp(x->version, y->version);
     if (c)
         return c;
-    return x->bucket < y->bucket ? -1 : x->bucket > y->bucket;
+    if (x->bucket != y->bucket)
+        return x->bucket < y->bucket ? -1 : 1;
+    return x->width < y->width ? -1 : x->width > y->width;
 }
 
 int agg_qstore_timeseries(agg_qstore_t *qs, const char *service, cm_event_type_t type,
@@ -193,13 +195,13 @@ int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_
     snprintf(sql, sizeof sql,
              nf ? "SELECT b.s, t.bucket, t.width, SUM(t.weight), SUM(t.count) FROM profile t "
                   "LEFT JOIN strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 AND "
-                  "t.bucket>=?3 AND t.bucket<?4%s GROUP BY t.version, t.width, t.bucket"
+                  "t.bucket>=?3 AND t.bucket<?4%s GROUP BY t.version, b.s, t.width, t.bucket"
                 : "SELECT b.s, t.bucket, t.width, t.weight, t.count FROM totals t LEFT JOIN "
                   "strings b ON b.id=t.version WHERE t.service=?1 AND t.type=?2 AND "
                   "t.bucket>=?3 AND t.bucket<?4%s",
              fsql);
     for (size_t i = 0; !rc && i < qs->n; i++) {
-        sqlite3_stmt *st;
+        agg_qxst_t *st;
         if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
             break;
         B64(st, 1, agg_qs_sid(service));
@@ -208,8 +210,8 @@ int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_
         B64(st, 4, to_s);
         agg_dims_filter_bind(st, f, nf, QFILTER_PARAM);
         int s;
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            const char *v = (const char *)sqlite3_column_text(st, 0);
+        while ((s = agg_qx_step(st)) == 1) {
+            const char *v = agg_qx_text(st, 0);
             if (out->n == cap) {
                 size_t nc = cap ? cap * 2 : 256;
                 agg_qpoint_t *np = realloc(out->points, nc * sizeof *np);
@@ -225,10 +227,10 @@ int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_
                 rc = CM_ENOMEM;
                 break;
             }
-            pt->bucket = sqlite3_column_int64(st, 1);
-            pt->width = sqlite3_column_int64(st, 2);
-            pt->weight = (uint64_t)sqlite3_column_int64(st, 3);
-            pt->count = (uint64_t)sqlite3_column_int64(st, 4);
+            pt->bucket = agg_qx_int64(st, 1);
+            pt->width = agg_qx_int64(st, 2);
+            pt->weight = (uint64_t)agg_qx_int64(st, 3);
+            pt->count = (uint64_t)agg_qx_int64(st, 4);
             out->n++;
         }
         int r2 = agg_qs_done(st, s);
@@ -256,10 +258,10 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
         char sql[512];
         snprintf(sql, sizeof sql,
                  "SELECT trace, span, first_ns, last_ns, cpu, wall, alloc, inuse, lock, io, rows "
-                 "FROM spans WHERE service=?1 AND last_ns>=?2 AND first_ns<?3 ORDER BY %s DESC "
-                 "LIMIT ?4",
+                 "FROM spans WHERE service=?1 AND last_ns>=?2 AND first_ns<?3 ORDER BY %s DESC, "
+                 "trace, span LIMIT ?4", /* a total order: ties cut alike by every backend */
                  col[(unsigned)type < CM_EV_COUNT ? type : 0]);
-        sqlite3_stmt *st;
+        agg_qxst_t *st;
         if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
             break;
         B64(st, 1, agg_qs_sid(service));
@@ -267,7 +269,7 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
         B64(st, 3, to_ns);
         B64(st, 4, limit ? (int64_t)limit : -1);
         int s;
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        while ((s = agg_qx_step(st)) == 1) {
             if (nv == cap) {
                 size_t nc = cap ? cap * 2 : 64;
                 agg_span_cost_t *nn = realloc(v, nc * sizeof *nn);
@@ -280,15 +282,17 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
             }
             agg_span_cost_t *c = &v[nv++];
             memset(c, 0, sizeof *c);
-            if (sqlite3_column_bytes(st, 0) == 16)
-                memcpy(c->trace_id, sqlite3_column_blob(st, 0), 16);
-            if (sqlite3_column_bytes(st, 1) == 8)
-                memcpy(c->span_id, sqlite3_column_blob(st, 1), 8);
-            c->start_ns = (uint64_t)sqlite3_column_int64(st, 2);
-            c->end_ns = (uint64_t)sqlite3_column_int64(st, 3);
+            size_t tl = 0, sl = 0;
+            const void *tb = agg_qx_blob(st, 0, &tl), *sb = agg_qx_blob(st, 1, &sl);
+            if (tb && tl == 16)
+                memcpy(c->trace_id, tb, 16);
+            if (sb && sl == 8)
+                memcpy(c->span_id, sb, 8);
+            c->start_ns = (uint64_t)agg_qx_int64(st, 2);
+            c->end_ns = (uint64_t)agg_qx_int64(st, 3);
             for (int t = 1; t <= CM_EV_MAX; t++)
-                c->value[t] = (uint64_t)sqlite3_column_int64(st, 3 + t);
-            c->count[0] = (uint64_t)sqlite3_column_int64(st, 10) * CM_COUNT_ONE;
+                c->value[t] = (uint64_t)agg_qx_int64(st, 3 + t);
+            c->count[0] = (uint64_t)agg_qx_int64(st, 10) * CM_COUNT_ONE;
         }
         int r2 = agg_qs_done(st, s);
         if (!rc)
@@ -322,7 +326,7 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
     }
     for (size_t i = 0; !rc && i < qs->n; i++) {
         qdb_t *d = &qs->dbs[i];
-        sqlite3_stmt *ids = NULL, *st = NULL;
+        agg_qxst_t *ids = NULL, *st = NULL;
         const char *q = trace && span ? "SELECT trace, span FROM spans WHERE trace=?1 AND span=?2"
                         : trace       ? "SELECT trace, span FROM spans WHERE trace=?1"
                                       : "SELECT trace, span FROM spans WHERE span=?2";
@@ -330,37 +334,39 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
             break;
         if ((rc = agg_qs_prep(d,
                        "SELECT stack, SUM(weight), SUM(count) FROM span_stacks WHERE trace=?1 AND "
-                       "span=?2 AND type=?3 GROUP BY stack",
+                       "span=?2 AND type=?3 GROUP BY stack ORDER BY stack",
                        &st))) {
-            sqlite3_finalize(ids);
+            agg_qx_finalize(ids);
             break;
         }
         if (trace)
-            sqlite3_bind_blob(ids, 1, trace, 16, SQLITE_STATIC);
+            agg_qx_bind_blob(ids, 1, trace, 16);
         if (span)
-            sqlite3_bind_blob(ids, 2, span, 8, SQLITE_STATIC);
+            agg_qx_bind_blob(ids, 2, span, 8);
         int s;
-        while (!rc && (s = sqlite3_step(ids)) == SQLITE_ROW) {
-            if (sqlite3_column_bytes(ids, 0) != 16 || sqlite3_column_bytes(ids, 1) != 8)
+        while (!rc && (s = agg_qx_step(ids)) == 1) {
+            size_t tl = 0, sl = 0;
+            const void *tb = agg_qx_blob(ids, 0, &tl), *sb = agg_qx_blob(ids, 1, &sl);
+            if (!tb || !sb || tl != 16 || sl != 8)
                 continue;
             *found = 1;
             uint8_t tr[16], sp[8];
-            memcpy(tr, sqlite3_column_blob(ids, 0), 16);
-            memcpy(sp, sqlite3_column_blob(ids, 1), 8);
+            memcpy(tr, tb, 16);
+            memcpy(sp, sb, 8);
             int64_t ctx = agg_profile_context(p, tr, sp);
             if (ctx < 0) {
                 rc = (int)ctx;
                 break;
             }
-            sqlite3_reset(st);
-            sqlite3_bind_blob(st, 1, tr, 16, SQLITE_TRANSIENT);
-            sqlite3_bind_blob(st, 2, sp, 8, SQLITE_TRANSIENT);
+            agg_qx_reset(st);
+            agg_qx_bind_blob(st, 1, tr, 16);
+            agg_qx_bind_blob(st, 2, sp, 8);
             B64(st, 3, type);
             agg_hmap_t stacks;
             agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
             rawrow_t *rows = NULL;
             size_t nr = 0, cap = 0;
-            while (sqlite3_step(st) == SQLITE_ROW) {
+            while (agg_qx_step(st) == 1) {
                 if (nr == cap) {
                     size_t nc = cap ? cap * 2 : 64;
                     rawrow_t *nn = realloc(rows, nc * sizeof *nn);
@@ -371,9 +377,9 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
                     rows = nn;
                     cap = nc;
                 }
-                rows[nr].stack = (uint64_t)sqlite3_column_int64(st, 0);
-                rows[nr].weight = (uint64_t)sqlite3_column_int64(st, 1);
-                rows[nr].count = (uint64_t)sqlite3_column_int64(st, 2);
+                rows[nr].stack = (uint64_t)agg_qx_int64(st, 0);
+                rows[nr].weight = (uint64_t)agg_qx_int64(st, 1);
+                rows[nr].count = (uint64_t)agg_qx_int64(st, 2);
                 if (!agg_hmap_upsert(&stacks, &rows[nr].stack, NULL))
                     rc = CM_ENOMEM;
                 nr++;
@@ -389,8 +395,8 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
             free(rows);
             agg_hmap_free(&stacks);
         }
-        sqlite3_finalize(st);
-        sqlite3_finalize(ids);
+        agg_qx_finalize(st);
+        agg_qx_finalize(ids);
     }
     if (rc) {
         agg_profile_free(p);
@@ -417,12 +423,12 @@ int agg_qstore_rejects(agg_qstore_t *qs, agg_qreject_t **out, size_t *n) {
     size_t nr = 0, cap = 0;
     int rc = agg_qs_refresh(qs);
     for (size_t i = 0; !rc && i < qs->n; i++) {
-        sqlite3_stmt *st = NULL;
+        agg_qxst_t *st = NULL;
         if ((rc = agg_qs_prep(&qs->dbs[i], "SELECT reason, count FROM rejects", &st)))
             break;
-        int s = SQLITE_DONE;
-        while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
-            const char *why = (const char *)sqlite3_column_text(st, 0);
+        int s = 0;
+        while (!rc && (s = agg_qx_step(st)) == 1) {
+            const char *why = agg_qx_text(st, 0);
             why = why ? why : "";
             agg_qreject_t *e = NULL;
             for (size_t k = 0; k < nr && !e; k++)
@@ -447,9 +453,9 @@ int agg_qstore_rejects(agg_qstore_t *qs, agg_qreject_t **out, size_t *n) {
                 e->count = 0;
                 nr++;
             }
-            e->count += (uint64_t)sqlite3_column_int64(st, 1);
+            e->count += (uint64_t)agg_qx_int64(st, 1);
         }
-        int r2 = agg_qs_done(st, rc ? SQLITE_DONE : s);
+        int r2 = agg_qs_done(st, rc ? 0 : s);
         if (!rc)
             rc = r2;
     }

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "qstore_int.h"
 
+#include "store_pg.h"
 #include "symstore.h"
 
 #include "cm/error.h"
@@ -41,34 +42,75 @@ static void cache_free(qdb_t *d) {
 
 
 
-static int sq_rc(int rc) {
-    switch (rc) {
-    case SQLITE_OK:
-    case SQLITE_DONE:
-    case SQLITE_ROW:
-        return 0;
-    case SQLITE_NOMEM:
-        return CM_ENOMEM;
-    default:
-        return CM_EIO;
-    }
-}
-
 /* The intervals' units-of-work column, or "0" in a store no writer has opened since the column
  * was added (the writer adds it when it opens the store). */
 const char *agg_qs_work_units_col(qdb_t *d) {
     if (!d->has_work_units) {
-        sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(d->db, "SELECT work_units FROM intervals LIMIT 0", -1, &st,
-                               NULL) == SQLITE_OK)
+        agg_qxst_t *st = NULL;
+        if (agg_qx_prepare(d->db, "SELECT work_units FROM intervals LIMIT 0", &st) == 0 &&
+            agg_qx_step(st) >= 0)
             d->has_work_units = 1;
-        sqlite3_finalize(st);
+        agg_qx_finalize(st);
     }
     return d->has_work_units ? "work_units" : "0";
 }
 
+/* Adds the store at target (a file, or a PostgreSQL URL shown as name) to qs, unless it has
+ * no schema yet (a store being created: skipped until it has). */
+static int add_store(agg_qstore_t *qs, const char *target, const char *name) {
+    char err[512];
+    agg_qx_t *db = NULL;
+    if (agg_qx_open(target, &db, err, sizeof err)) {
+        CM_WARN("query: %s", err);
+        return 0;
+    }
+    agg_qxst_t *st = NULL;
+    int ok = agg_qx_prepare(db, "SELECT 1 FROM profile LIMIT 0", &st) == 0 && agg_qx_step(st) >= 0;
+    agg_qx_finalize(st);
+    if (!ok) {
+        agg_qx_close(db);
+        return 0;
+    }
+    if (qs->n == qs->cap) {
+        size_t nc = qs->cap ? qs->cap * 2 : 8;
+        qdb_t *nd = realloc(qs->dbs, nc * sizeof *nd);
+        if (!nd) {
+            agg_qx_close(db);
+            return CM_ENOMEM;
+        }
+        qs->dbs = nd;
+        qs->cap = nc;
+    }
+    qdb_t *d = &qs->dbs[qs->n];
+    if (!(d->path = strdup(name))) {
+        agg_qx_close(db);
+        return CM_ENOMEM;
+    }
+    d->db = db;
+    d->has_work_units = 0;
+    d->trie_too_big = 0;
+    cache_init(d);
+    qs->n++;
+    return 0;
+}
+
+/* The URL without its password, for messages. */
+static void url_safe(const char *url, char *out, size_t size) {
+    const char *at = strchr(url, '@'), *scheme = strstr(url, "://");
+    const char *colon = scheme ? strchr(scheme + 3, ':') : NULL;
+    if (at && colon && colon < at)
+        snprintf(out, size, "%.*s:***%s", (int)(colon - url), url, at);
+    else
+        snprintf(out, size, "%s", url);
+}
+
 /* Opens the store files not opened yet (partitions appear as the group grows). */
 int agg_qs_refresh(agg_qstore_t *qs) {
+    if (agg_store_is_pg(qs->dir)) { /* one database holds every partition */
+        char safe[512];
+        url_safe(qs->dir, safe, sizeof safe);
+        return qs->n ? 0 : add_store(qs, qs->dir, safe);
+    }
     DIR *d = opendir(qs->dir);
     if (!d)
         return -errno;
@@ -85,37 +127,8 @@ int agg_qs_refresh(agg_qstore_t *qs) {
             known = !strcmp(qs->dbs[i].path, path);
         if (known)
             continue;
-        sqlite3 *db = NULL;
-        if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
-            SQLITE_OK) {
-            CM_WARN("query: cannot open store %s: %s", path, db ? sqlite3_errmsg(db) : "?");
-            sqlite3_close(db);
-            continue;
-        }
-        sqlite3_busy_timeout(db, 5000);
-        /* a store being created may not have its schema yet: skip it until it has */
-        sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db, "SELECT 1 FROM profile LIMIT 0", -1, &st, NULL) != SQLITE_OK) {
-            sqlite3_close(db);
-            continue;
-        }
-        sqlite3_finalize(st);
-        if (qs->n == qs->cap) {
-            size_t nc = qs->cap ? qs->cap * 2 : 8;
-            qdb_t *nd = realloc(qs->dbs, nc * sizeof *nd);
-            if (!nd) {
-                sqlite3_close(db);
-                rc = CM_ENOMEM;
-                break;
-            }
-            qs->dbs = nd;
-            qs->cap = nc;
-        }
-        qs->dbs[qs->n].path = strdup(path);
-        qs->dbs[qs->n].db = db;
-        qs->dbs[qs->n].has_work_units = 0;
-        qs->dbs[qs->n].trie_too_big = 0;
-        cache_init(&qs->dbs[qs->n++]);
+        if ((rc = add_store(qs, path, path)))
+            break;
     }
     closedir(d);
     return rc;
@@ -129,7 +142,10 @@ int agg_qstore_open(const char *dir, agg_qstore_t **out, char *err, size_t err_s
     }
     int rc = agg_qs_refresh(qs);
     if (rc) {
-        snprintf(err, err_size, "cannot read store-dir '%s': %s", dir, cm_strerror(rc));
+        if (agg_store_is_pg(dir))
+            snprintf(err, err_size, "cannot read the PostgreSQL store: %s", cm_strerror(rc));
+        else
+            snprintf(err, err_size, "cannot read store-dir '%s': %s", dir, cm_strerror(rc));
         agg_qstore_close(qs);
         return rc;
     }
@@ -141,7 +157,7 @@ void agg_qstore_close(agg_qstore_t *qs) {
     if (!qs)
         return;
     for (size_t i = 0; i < qs->n; i++) {
-        sqlite3_close(qs->dbs[i].db);
+        agg_qx_close(qs->dbs[i].db);
         free(qs->dbs[i].path);
         cache_free(&qs->dbs[i]);
     }
@@ -150,20 +166,17 @@ void agg_qstore_close(agg_qstore_t *qs) {
     free(qs);
 }
 
-int agg_qs_prep(qdb_t *d, const char *sql, sqlite3_stmt **st) {
-    int rc = sqlite3_prepare_v2(d->db, sql, -1, st, NULL);
-    if (rc != SQLITE_OK) {
-        CM_WARN("query: %s: cannot prepare '%.60s': %s", d->path, sql, sqlite3_errmsg(d->db));
-        return sq_rc(rc);
-    }
-    return 0;
+int agg_qs_prep(qdb_t *d, const char *sql, agg_qxst_t **st) {
+    int rc = agg_qx_prepare(d->db, sql, st);
+    if (rc)
+        CM_WARN("query: %s: cannot prepare '%.60s': %s", d->path, sql, agg_qx_errmsg(d->db));
+    return rc;
 }
 
-int agg_qs_done(sqlite3_stmt *st, int rc) {
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : sq_rc(rc);
+int agg_qs_done(agg_qxst_t *st, int rc) {
+    agg_qx_finalize(st);
+    return rc < 0 ? rc : 0;
 }
-
 
 /* ---- stacks: resolve store stack ids (trie nodes) into profile stacks ---- */
 
@@ -238,7 +251,7 @@ void agg_qs_cloc_symbolize(cloc_t *c) {
 /* The cache index of store location loc, adding it from the current row of st (columns c..c+5:
  * function name, mapping file, build id, address, line, function's source file) when it is
  * new. Returns it or CM_ENOMEM. */
-static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
+static int64_t cache_loc(qdb_t *d, agg_qxst_t *st, uint64_t loc, int c) {
     int fresh = 0;
     uint64_t *li = agg_hmap_upsert(&d->locidx, &loc, &fresh);
     if (!li)
@@ -255,23 +268,23 @@ static int64_t cache_loc(qdb_t *d, sqlite3_stmt *st, uint64_t loc, int c) {
     }
     char name[CM_MAX_STRING_LEN + 1], bid[129] = "";
     const char *module;
-    uint64_t addr = (uint64_t)sqlite3_column_int64(st, c + 3);
-    frame_name((const char *)sqlite3_column_text(st, c), (const char *)sqlite3_column_text(st, c + 1),
+    uint64_t addr = (uint64_t)agg_qx_int64(st, c + 3);
+    frame_name(agg_qx_text(st, c), agg_qx_text(st, c + 1),
                addr, name, sizeof name, &module);
-    int bl = sqlite3_column_bytes(st, c + 2);
-    const uint8_t *bb = sqlite3_column_blob(st, c + 2);
-    for (int k = 0; bb && k < bl && k < 64; k++)
+    size_t bl = 0;
+    const uint8_t *bb = agg_qx_blob(st, c + 2, &bl);
+    for (size_t k = 0; bb && k < bl && k < 64; k++)
         snprintf(bid + 2 * k, 3, "%02x", bb[k]);
     cloc_t *cl = &d->locs[d->nlocs];
     cl->name = strdup(name);
     cl->module = strdup(module);
     cl->build_id = strdup(bid);
     cl->address = addr;
-    const char *sf = (const char *)sqlite3_column_text(st, c + 5);
+    const char *sf = agg_qx_text(st, c + 5);
     cl->file = sf && *sf ? strdup(sf) : NULL;
-    cl->line = (uint32_t)sqlite3_column_int64(st, c + 4);
+    cl->line = (uint32_t)agg_qx_int64(st, c + 4);
     cl->chain = NULL;
-    const char *fn = (const char *)sqlite3_column_text(st, c);
+    const char *fn = agg_qx_text(st, c);
     cl->unnamed = !fn || !*fn;
     cl->retry_ns = 0;
     if (!cl->name || !cl->module || !cl->build_id || (sf && *sf && !cl->file)) {
@@ -289,46 +302,29 @@ nomem: /* the new index entry has no location: start the cache over */
     return CM_ENOMEM;
 }
 
-/* Fills temp.<table>(id) with the n ids of want (a per-connection scratch table). */
+/* Fills the temporary table <table>(id) with the n ids of want (a per-connection scratch
+ * table). */
 static int fill_temp(qdb_t *d, const char *table, const uint64_t *want, size_t n) {
-    char sql[256];
-    sqlite3_stmt *st = NULL;
-    snprintf(sql, sizeof sql,
-             "CREATE TEMP TABLE IF NOT EXISTS %s(id INTEGER PRIMARY KEY); DELETE FROM temp.%s;",
-             table, table);
-    if (sqlite3_exec(d->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
-        CM_WARN("query: %s: temp table: %s", d->path, sqlite3_errmsg(d->db));
-        return CM_EIO;
-    }
-    snprintf(sql, sizeof sql, "INSERT OR IGNORE INTO temp.%s VALUES(?1)", table);
-    int rc = agg_qs_prep(d, sql, &st);
+    int rc = agg_qx_id_table(d->db, table, want, n);
     if (rc)
-        return rc;
-    sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL);
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_reset(st);
-        B64(st, 1, want[i]);
-        sqlite3_step(st);
-    }
-    sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
-    sqlite3_finalize(st);
-    return 0;
+        CM_WARN("query: %s: temp table: %s", d->path, agg_qx_errmsg(d->db));
+    return rc;
 }
 
 int agg_qs_cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     int rc, s;
     if ((rc = fill_temp(d, "wantloc", want, n)) ||
         (rc = agg_qs_prep(d,
                    "SELECT l.id, fn.s, mf.s, m.build_id, l.address, l.line, ff.s FROM "
-                   "temp.wantloc w JOIN locations l ON l.id=w.id LEFT JOIN functions f ON "
+                   "wantloc w JOIN locations l ON l.id=w.id LEFT JOIN functions f ON "
                    "f.id=l.function LEFT JOIN strings fn ON fn.id=f.name LEFT JOIN strings ff ON "
                    "ff.id=f.filename LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf "
                    "ON mf.id=m.filename",
                    &st)))
         return rc;
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t li = cache_loc(d, st, (uint64_t)sqlite3_column_int64(st, 0), 1);
+    while ((s = agg_qx_step(st)) == 1) {
+        int64_t li = cache_loc(d, st, (uint64_t)agg_qx_int64(st, 0), 1);
         if (li < 0) {
             rc = (int)li;
             break;
@@ -341,7 +337,7 @@ int agg_qs_cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
 /* Reads the trie nodes (with all their ancestors) of the stacks in `want` into the cache. */
 static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
     int rc = 0, s;
-    sqlite3_stmt *st = NULL;
+    agg_qxst_t *st = NULL;
     uint64_t *rows = NULL, *locs = NULL; /* (id, parent, location) triples; missing locations */
     size_t nr = 0, cap = 0, nl = 0;
     /* Many stacks missing (a cold cache): one sequential scan of the whole trie is far cheaper
@@ -358,13 +354,13 @@ static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
         /* the nodes first, then their distinct locations: joining the location tables to
          * every node would repeat the same lookups for each node of a popular location */
         if ((rc = agg_qs_prep(d,
-                       "WITH RECURSIVE up(id) AS (SELECT id FROM temp.want UNION SELECT s.parent "
+                       "WITH RECURSIVE up(id) AS (SELECT id FROM want UNION SELECT s.parent "
                        "FROM stacks s JOIN up ON s.id=up.id WHERE s.parent<>0) "
                        "SELECT s.id, s.parent, s.location FROM up JOIN stacks s ON s.id=up.id",
                        &st)))
             return rc;
     }
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((s = agg_qx_step(st)) == 1) {
         if (nr == cap) {
             size_t nc = cap ? 2 * cap : 4096;
             uint64_t *x = realloc(rows, 3 * nc * sizeof *x);
@@ -376,7 +372,7 @@ static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
             cap = nc;
         }
         for (int c = 0; c < 3; c++)
-            rows[3 * nr + (size_t)c] = (uint64_t)sqlite3_column_int64(st, c);
+            rows[3 * nr + (size_t)c] = (uint64_t)agg_qx_int64(st, c);
         nr++;
     }
     {
@@ -499,11 +495,39 @@ static int loc_frames(agg_profile_t *p, cloc_t *c, int lines, uint32_t *out, int
     return m;
 }
 
+typedef struct {
+    uint64_t id;
+    size_t idx;
+} idpos_t;
+
+static int cmp_idpos(const void *a, const void *b) {
+    const idpos_t *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+size_t *agg_qs_stack_order(const agg_hmap_t *stacks) {
+    idpos_t *v = malloc((stacks->n ? stacks->n : 1) * sizeof *v);
+    size_t *out = malloc((stacks->n ? stacks->n : 1) * sizeof *out);
+    if (!v || !out) {
+        free(v);
+        free(out);
+        return NULL;
+    }
+    for (size_t i = 0; i < stacks->n; i++)
+        v[i] = (idpos_t){((const stackmap_t *)agg_hmap_entry(stacks, i))->id, i};
+    qsort(v, stacks->n, sizeof *v, cmp_idpos);
+    for (size_t i = 0; i < stacks->n; i++)
+        out[i] = v[i].idx;
+    free(v);
+    return out;
+}
+
 /* Resolves every stack of `stacks` (keys: store stack ids) into profile stacks, through the
  * store's node cache (only stacks not seen before are read from the trie). With lines, each
  * frame carries its source line and inlined functions become frames of their own. */
 int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int lines) {
     int rc = 0;
+    size_t *order = NULL;
     uint64_t *missing = NULL;
     uint32_t *locframe = NULL, *tmp = NULL, *lfv = NULL;
     size_t nm = 0, nlfv = 0, caplfv = 0;
@@ -529,8 +553,12 @@ int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int li
     }
     for (size_t i = 0; i < d->nlocs; i++)
         locframe[i] = AGG_NONE;
-    for (size_t i = 0; i < stacks->n; i++) {
-        stackmap_t *m = agg_hmap_entry(stacks, i);
+    if (!(order = agg_qs_stack_order(stacks))) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    for (size_t oi = 0; oi < stacks->n; oi++) {
+        stackmap_t *m = agg_hmap_entry(stacks, order[oi]);
         uint32_t depth = 0;
         uint64_t id = m->id;
         int broken = 0;
@@ -586,6 +614,7 @@ int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int li
         m->resolved = 1;
     }
 out:
+    free(order);
     free(missing);
     free(locframe);
     free(tmp);

@@ -1,13 +1,15 @@
-/* Read side of the query API: opens every partition store of a store directory
- * ("<dir>/<topic>-<partition>.db", see store.h) READ-ONLY with its own SQLite connections and
- * fills the analysis library's models (agg_profile_t, agg_span_cost_t) from them: versions of a
- * service, merged profiles (optionally one replicate per (version, time bucket) with the
- * process-seconds of that bucket as its work, for the diff), time series of totals, spans and
- * the profile of one trace or span.
+/* The one read interface of the stores (the API, the reports, the tools and the tests read
+ * through it): opens every partition store of a store directory ("<dir>/<topic>-<partition>.db",
+ * see store.h) READ-ONLY with its own SQLite connections, or the PostgreSQL database of a
+ * `--store postgres://...` aggregator (one connection), and fills the analysis library's
+ * models (agg_profile_t, agg_span_cost_t) from them: versions of a service, merged profiles
+ * (optionally one replicate per (version, time bucket) with the process-seconds of that bucket
+ * as its work, for the diff), time series of totals, spans and the profile of one trace or
+ * span.
  *
- * It reads the schema written by store_sqlite.c directly (SQL over the same tables) so that the
- * write path and its vtab stay untouched; strings are found by their content id
- * (agg_intern_string_id).
+ * It reads the schema written by store_sqlite.c and store_pg.c (the same tables) with SQL
+ * written once and run through the executor of qexec.h (SQLite or libpq); strings are found
+ * by their content id (agg_intern_string_id).
  *
  * Threading: a handle belongs to one thread (the HTTP thread, or the report thread); open one
  * handle per thread. SQLite's WAL lets it read while the consume loop writes.
@@ -25,7 +27,8 @@
 typedef struct agg_qstore agg_qstore_t;
 
 /* Opens the stores under dir (files are looked up again at every query, so partitions created
- * later are seen). Returns 0 or CM_EINVAL/-errno with the reason in err. */
+ * later are seen), or, when dir is a postgres:// or postgresql:// URL, that database.
+ * Returns 0 or CM_EINVAL/-errno with the reason in err. */
 int agg_qstore_open(const char *dir, agg_qstore_t **out, char *err, size_t err_size);
 void agg_qstore_close(agg_qstore_t *qs);
 

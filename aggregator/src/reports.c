@@ -147,7 +147,8 @@ int agg_reports_run_once(const agg_reports_cfg_t *cfg) {
     size_t n = 0;
     char err[512];
     int rc, made = 0;
-    if ((rc = agg_qstore_open(cfg->store_dir, &qs, err, sizeof err)) ||
+    if ((rc = agg_qstore_open(cfg->store && *cfg->store ? cfg->store : cfg->store_dir, &qs, err,
+                              sizeof err)) ||
         (rc = agg_qstore_versions(qs, NULL, &v, &n)))
         goto out;
     int64_t min = cfg->min_samples > 0 ? cfg->min_samples : 2000;

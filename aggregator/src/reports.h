@@ -23,6 +23,9 @@ typedef struct {
     int64_t interval_ms; /* how often to look; 0: never (no thread) */
     const char *fold;    /* NULL/"": none; else an ERE of frames folded into their callers
                           * before the diff (e.g. a shared helper: "burn$") */
+    const char *store;   /* NULL/"": the SQLite stores in store_dir; else the postgres:// URL
+                          * the profiles are read from (reports.db stays in store_dir); must
+                          * outlive the reporter */
 } agg_reports_cfg_t;
 
 typedef struct agg_reporter agg_reporter_t;

@@ -76,6 +76,10 @@ static const char *const migrations[] = {
     /* 2: a label set with dimensions -> the same without them: the key of the derived rows
      * (tiers, per-leaf), which do not keep the dimensions (SQLite: labelset_base) */
     "CREATE TABLE labelset_base(labelset bigint PRIMARY KEY, base bigint);",
+    /* 3: the read side (query_store.h): the split of a profile by a label joins each row's
+     * label set to its label of one key (labels' primary key starts with the key and value;
+     * every other read is a prefix of a primary key or of the span indexes) */
+    "CREATE INDEX labels_labelset ON labels(labelset, key);",
 };
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 

@@ -1,0 +1,79 @@
+/* The query store's SQL executor: one connection to one store and its statements, behind a
+ * small vtable with a SQLite (qexec_sqlite.c) and a PostgreSQL (qexec_pg.c, libpq)
+ * implementation, so that every query of the read side is written once.
+ *
+ * SQL is written in the common dialect of both: parameters are numbered `?N` (rewritten to
+ * `$N` for PostgreSQL; numbers may have gaps, an unbound parameter is NULL), every selected
+ * column that is not aggregated is in the GROUP BY, integers are 64-bit (bound as int8), blobs
+ * bytea. The one statement the dialects spell differently, a temporary table of ids for a
+ * join, is agg_qx_id_table. Integer columns read from a NULL give 0, text NULL.
+ *
+ * Threading: a connection and its statements are used by one thread at a time.
+ */
+#ifndef AGG_QEXEC_H
+#define AGG_QEXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct agg_qx agg_qx_t;
+typedef struct agg_qxst agg_qxst_t;
+
+/* Opens target read-only: a SQLite store file, or a postgres:// / postgresql:// URL.
+ * Returns 0 or a CM_E* code with the reason in err. */
+int agg_qx_open(const char *target, agg_qx_t **out, char *err, size_t err_size);
+void agg_qx_close(agg_qx_t *x);
+/* "sqlite" or "postgres" */
+const char *agg_qx_backend(const agg_qx_t *x);
+/* The last error message of the connection. */
+const char *agg_qx_errmsg(agg_qx_t *x);
+
+/* Prepares sql. Returns 0 or a CM_E* code (CM_EIO: the SQL was refused; see agg_qx_errmsg). */
+int agg_qx_prepare(agg_qx_t *x, const char *sql, agg_qxst_t **out);
+/* Fills the temporary table `table` (one column id, the primary key) with the n ids, creating
+ * it or emptying it first. Returns 0 or a CM_E* code. */
+int agg_qx_id_table(agg_qx_t *x, const char *table, const uint64_t *ids, size_t n);
+
+/* Bindings (parameter i >= 1) are kept across agg_qx_reset; values are copied. */
+void agg_qx_bind_int64(agg_qxst_t *st, int i, int64_t v);
+void agg_qx_bind_blob(agg_qxst_t *st, int i, const void *p, size_t n);
+void agg_qx_bind_text(agg_qxst_t *st, int i, const char *s);
+/* Next row: 1, 0 when there is none left, or a CM_E* code. */
+int agg_qx_step(agg_qxst_t *st);
+/* Columns of the current row (i >= 0); pointers stay valid until the next step or reset. */
+int64_t agg_qx_int64(agg_qxst_t *st, int i);
+const char *agg_qx_text(agg_qxst_t *st, int i);
+const void *agg_qx_blob(agg_qxst_t *st, int i, size_t *n);
+/* Runs the statement again from its first row on the next step, with the same bindings. */
+void agg_qx_reset(agg_qxst_t *st);
+void agg_qx_finalize(agg_qxst_t *st);
+
+/* Backend implementations (qexec_sqlite.c, qexec_pg.c). */
+typedef struct agg_qx_vtab {
+    const char *name;
+    void (*close)(agg_qx_t *x);
+    const char *(*errmsg)(agg_qx_t *x);
+    int (*prepare)(agg_qx_t *x, const char *sql, agg_qxst_t **out);
+    int (*id_table)(agg_qx_t *x, const char *table, const uint64_t *ids, size_t n);
+    void (*bind_int64)(agg_qxst_t *st, int i, int64_t v);
+    void (*bind_blob)(agg_qxst_t *st, int i, const void *p, size_t n);
+    void (*bind_text)(agg_qxst_t *st, int i, const char *s);
+    int (*step)(agg_qxst_t *st);
+    int64_t (*col_int64)(agg_qxst_t *st, int i);
+    const char *(*col_text)(agg_qxst_t *st, int i);
+    const void *(*col_blob)(agg_qxst_t *st, int i, size_t *n);
+    void (*reset)(agg_qxst_t *st);
+    void (*finalize)(agg_qxst_t *st);
+} agg_qx_vtab_t;
+
+struct agg_qx {
+    const agg_qx_vtab_t *vt;
+};
+struct agg_qxst {
+    const agg_qx_vtab_t *vt;
+};
+
+int agg_qx_sqlite_open(const char *path, agg_qx_t **out, char *err, size_t err_size);
+int agg_qx_pg_open(const char *url, agg_qx_t **out, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,322 @@
+/* PostgreSQL implementation of the query executor (qexec.h), over libpq: one connection per
+ * query store handle (so per API worker, qpool.h), re-established when it was lost. A
+ * statement keeps its SQL with `?N` rewritten to `$N`; a step after binding runs it with
+ * PQexecParams (integers sent as int8 text, blobs as binary bytea, text as text; parameters
+ * never bound are typed int8 and NULL, so numbering may have gaps) and then walks the result
+ * rows; results are read in text form (bytea decoded from its hex form).
+ * Threading: a connection and its statements are used by one thread at a time. */
+#include "qexec.h"
+
+#include "cm/error.h"
+#include "cm/log.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OID_INT8 20
+#define OID_BYTEA 17
+#define OID_TEXT 25
+#define MAX_PARAMS 1024
+#define MAX_BLOBS 8 /* decoded bytea columns kept per row */
+
+typedef struct {
+    agg_qx_t base;
+    PGconn *conn;
+    char *url;
+} pg_qx_t;
+
+typedef struct {
+    Oid type;    /* 0: unbound */
+    char num[24]; /* an int8's text */
+    char *data;   /* a blob or a text (owned) */
+    int len;
+} pg_param_t;
+
+typedef struct {
+    agg_qxst_t base;
+    pg_qx_t *x;
+    char *sql;
+    int nparams; /* highest parameter number in the SQL */
+    pg_param_t *params;
+    PGresult *res;
+    int row, nrows;
+    unsigned char *blobs[MAX_BLOBS];
+    int nblobs;
+} pg_qxst_t;
+
+static const agg_qx_vtab_t pg_vtab;
+
+static void quiet(void *arg, const char *msg) { /* NOTICEs (temp table exists): not errors */
+    (void)arg;
+    (void)msg;
+}
+
+/* The connection, reconnected when it was lost; NULL when the server cannot be reached. */
+static PGconn *conn(pg_qx_t *x) {
+    if (PQstatus(x->conn) == CONNECTION_OK)
+        return x->conn;
+    PQreset(x->conn);
+    if (PQstatus(x->conn) != CONNECTION_OK) {
+        CM_WARN("query: postgres store: cannot reconnect: %s", PQerrorMessage(x->conn));
+        return NULL;
+    }
+    return x->conn;
+}
+
+static void pg_close(agg_qx_t *base) {
+    pg_qx_t *x = (pg_qx_t *)base;
+    PQfinish(x->conn);
+    free(x->url);
+    free(x);
+}
+
+static const char *pg_errmsg(agg_qx_t *base) { return PQerrorMessage(((pg_qx_t *)base)->conn); }
+
+/* sql with ?N -> $N; the highest N in *maxp. NULL when out of memory. */
+static char *translate(const char *sql, int *maxp) {
+    size_t n = strlen(sql);
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    int max = 0;
+    for (size_t i = 0; i <= n; i++) {
+        out[i] = sql[i];
+        if (sql[i] == '?' && sql[i + 1] >= '0' && sql[i + 1] <= '9') {
+            out[i] = '$';
+            int v = atoi(sql + i + 1);
+            max = v > max ? v : max;
+        }
+    }
+    *maxp = max;
+    return out;
+}
+
+static void drop_result(pg_qxst_t *s) {
+    PQclear(s->res);
+    s->res = NULL;
+    s->row = -1;
+    s->nrows = 0;
+    for (int i = 0; i < s->nblobs; i++)
+        PQfreemem(s->blobs[i]);
+    s->nblobs = 0;
+}
+
+static int pg_prepare(agg_qx_t *base, const char *sql, agg_qxst_t **out) {
+    pg_qxst_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return CM_ENOMEM;
+    s->base.vt = &pg_vtab;
+    s->x = (pg_qx_t *)base;
+    s->row = -1;
+    if (!(s->sql = translate(sql, &s->nparams)) || s->nparams > MAX_PARAMS ||
+        !(s->params = calloc((size_t)(s->nparams ? s->nparams : 1), sizeof *s->params))) {
+        int big = s->sql && s->nparams > MAX_PARAMS;
+        free(s->sql);
+        free(s);
+        return big ? CM_EINVAL : CM_ENOMEM;
+    }
+    *out = &s->base;
+    return 0;
+}
+
+static pg_param_t *param(agg_qxst_t *st, int i) {
+    pg_qxst_t *s = (pg_qxst_t *)st;
+    if (i < 1 || i > s->nparams)
+        return NULL; /* not in the SQL: SQLite ignores it too (its bind fails) */
+    pg_param_t *p = &s->params[i - 1];
+    free(p->data);
+    p->data = NULL;
+    drop_result(s); /* a new binding: the next step runs the statement again */
+    return p;
+}
+
+static void pg_bind_int64(agg_qxst_t *st, int i, int64_t v) {
+    pg_param_t *p = param(st, i);
+    if (p) {
+        p->type = OID_INT8;
+        snprintf(p->num, sizeof p->num, "%lld", (long long)v);
+    }
+}
+
+static void pg_bind_blob(agg_qxst_t *st, int i, const void *b, size_t n) {
+    pg_param_t *p = param(st, i);
+    if (p && (p->data = malloc(n ? n : 1))) {
+        memcpy(p->data, b, n);
+        p->len = (int)n;
+        p->type = OID_BYTEA;
+    }
+}
+
+static void pg_bind_text(agg_qxst_t *st, int i, const char *t) {
+    pg_param_t *p = param(st, i);
+    if (p && (p->data = strdup(t))) {
+        p->len = (int)strlen(t);
+        p->type = OID_TEXT;
+    }
+}
+
+static int run(pg_qxst_t *s) {
+    PGconn *c = conn(s->x);
+    if (!c)
+        return CM_EIO;
+    int n = s->nparams;
+    Oid types[MAX_PARAMS];
+    const char *vals[MAX_PARAMS];
+    int lens[MAX_PARAMS], fmts[MAX_PARAMS];
+    for (int i = 0; i < n; i++) {
+        pg_param_t *p = &s->params[i];
+        types[i] = p->type ? p->type : OID_INT8;
+        vals[i] = p->type == OID_INT8 ? p->num : p->data;
+        lens[i] = p->type == OID_INT8 ? 0 : p->len;
+        fmts[i] = p->type == OID_BYTEA;
+    }
+    s->res = PQexecParams(c, s->sql, n, types, vals, lens, fmts, 0);
+    if (PQresultStatus(s->res) != PGRES_TUPLES_OK &&
+        PQresultStatus(s->res) != PGRES_COMMAND_OK) {
+        CM_WARN("query: postgres store: %.80s: %s", s->sql, PQresultErrorMessage(s->res));
+        drop_result(s);
+        return CM_EIO;
+    }
+    s->nrows = PQntuples(s->res);
+    return 0;
+}
+
+static int pg_step(agg_qxst_t *st) {
+    pg_qxst_t *s = (pg_qxst_t *)st;
+    if (!s->res) {
+        int rc = run(s);
+        if (rc)
+            return rc;
+    }
+    for (int i = 0; i < s->nblobs; i++)
+        PQfreemem(s->blobs[i]);
+    s->nblobs = 0;
+    if (s->row + 1 >= s->nrows) {
+        s->row = s->nrows;
+        return 0;
+    }
+    s->row++;
+    return 1;
+}
+
+static int valid(pg_qxst_t *s, int i) {
+    return s->res && s->row >= 0 && s->row < s->nrows && i >= 0 && i < PQnfields(s->res) &&
+           !PQgetisnull(s->res, s->row, i);
+}
+
+static int64_t pg_col_int64(agg_qxst_t *st, int i) {
+    pg_qxst_t *s = (pg_qxst_t *)st;
+    if (!valid(s, i))
+        return 0;
+    const char *v = PQgetvalue(s->res, s->row, i);
+    /* SUM() of bigint is numeric: an integer in text form all the same */
+    return (int64_t)strtoll(v, NULL, 10);
+}
+
+static const char *pg_col_text(agg_qxst_t *st, int i) {
+    pg_qxst_t *s = (pg_qxst_t *)st;
+    return valid(s, i) ? PQgetvalue(s->res, s->row, i) : NULL;
+}
+
+static const void *pg_col_blob(agg_qxst_t *st, int i, size_t *n) {
+    pg_qxst_t *s = (pg_qxst_t *)st;
+    *n = 0;
+    if (!valid(s, i) || s->nblobs == MAX_BLOBS)
+        return NULL;
+    size_t len = 0;
+    unsigned char *b = PQunescapeBytea((const unsigned char *)PQgetvalue(s->res, s->row, i),
+                                       &len);
+    if (!b)
+        return NULL;
+    s->blobs[s->nblobs++] = b;
+    *n = len;
+    return b;
+}
+
+static void pg_reset(agg_qxst_t *st) { drop_result((pg_qxst_t *)st); }
+
+static void pg_finalize(agg_qxst_t *st) {
+    pg_qxst_t *s = (pg_qxst_t *)st;
+    drop_result(s);
+    for (int i = 0; i < s->nparams; i++)
+        free(s->params[i].data);
+    free(s->params);
+    free(s->sql);
+    free(s);
+}
+
+static int exec_ok(PGconn *c, PGresult *r) {
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (!ok)
+        CM_WARN("query: postgres store: %s", PQerrorMessage(c));
+    PQclear(r);
+    return ok ? 0 : CM_EIO;
+}
+
+static int pg_id_table(agg_qx_t *base, const char *table, const uint64_t *ids, size_t n) {
+    PGconn *c = conn((pg_qx_t *)base);
+    if (!c)
+        return CM_EIO;
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP TABLE IF NOT EXISTS %s(id bigint PRIMARY KEY); TRUNCATE %s", table,
+             table);
+    int rc = exec_ok(c, PQexec(c, sql));
+    if (rc)
+        return rc;
+    /* one statement: the ids as an int8[] literal */
+    char *arr = malloc(n * 21 + 3), *w = arr;
+    if (!arr)
+        return CM_ENOMEM;
+    *w++ = '{';
+    for (size_t i = 0; i < n; i++)
+        w += sprintf(w, "%s%lld", i ? "," : "", (long long)ids[i]);
+    *w++ = '}';
+    *w = 0;
+    snprintf(sql, sizeof sql, "INSERT INTO %s SELECT DISTINCT unnest($1::bigint[])", table);
+    const char *vals[1] = {arr};
+    rc = exec_ok(c, PQexecParams(c, sql, 1, NULL, vals, NULL, NULL, 0));
+    free(arr);
+    return rc;
+}
+
+static const agg_qx_vtab_t pg_vtab = {
+    .name = "postgres",
+    .close = pg_close,
+    .errmsg = pg_errmsg,
+    .prepare = pg_prepare,
+    .id_table = pg_id_table,
+    .bind_int64 = pg_bind_int64,
+    .bind_blob = pg_bind_blob,
+    .bind_text = pg_bind_text,
+    .step = pg_step,
+    .col_int64 = pg_col_int64,
+    .col_text = pg_col_text,
+    .col_blob = pg_col_blob,
+    .reset = pg_reset,
+    .finalize = pg_finalize,
+};
+
+int agg_qx_pg_open(const char *url, agg_qx_t **out, char *err, size_t err_size) {
+    pg_qx_t *x = calloc(1, sizeof *x);
+    if (!x || !(x->url = strdup(url))) {
+        free(x);
+        return CM_ENOMEM;
+    }
+    x->base.vt = &pg_vtab;
+    x->conn = PQconnectdb(url);
+    if (PQstatus(x->conn) != CONNECTION_OK) {
+        snprintf(err, err_size, "cannot connect to the PostgreSQL store: %s",
+                 PQerrorMessage(x->conn));
+        char *nl = strchr(err, '\n');
+        if (nl)
+            *nl = 0;
+        pg_close(&x->base);
+        return CM_EIO;
+    }
+    PQsetNoticeProcessor(x->conn, quiet, NULL);
+    *out = &x->base;
+    return 0;
+}

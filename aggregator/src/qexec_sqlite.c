@@ -1,0 +1,194 @@
+/* SQLite implementation of the query executor (qexec.h): a read-only connection to one
+ * partition store (WAL: never blocks the writer), statements are sqlite3 statements.
+ * Also the dispatch of the agg_qx_* calls to a connection's vtable.
+ * Threading: a connection and its statements are used by one thread at a time. */
+#include "qexec.h"
+
+#include "store_pg.h"
+
+#include "cm/error.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    agg_qx_t base;
+    sqlite3 *db;
+} sq_qx_t;
+
+typedef struct {
+    agg_qxst_t base;
+    sqlite3_stmt *st;
+} sq_qxst_t;
+
+static int sq_rc(int rc) {
+    switch (rc) {
+    case SQLITE_OK:
+    case SQLITE_DONE:
+    case SQLITE_ROW:
+        return 0;
+    case SQLITE_NOMEM:
+        return CM_ENOMEM;
+    default:
+        return CM_EIO;
+    }
+}
+
+static const agg_qx_vtab_t sq_vtab;
+
+static void sq_close(agg_qx_t *x) {
+    sq_qx_t *s = (sq_qx_t *)x;
+    sqlite3_close(s->db);
+    free(s);
+}
+
+static const char *sq_errmsg(agg_qx_t *x) { return sqlite3_errmsg(((sq_qx_t *)x)->db); }
+
+static int sq_prepare(agg_qx_t *x, const char *sql, agg_qxst_t **out) {
+    sq_qxst_t *q = calloc(1, sizeof *q);
+    if (!q)
+        return CM_ENOMEM;
+    q->base.vt = &sq_vtab;
+    int rc = sqlite3_prepare_v2(((sq_qx_t *)x)->db, sql, -1, &q->st, NULL);
+    if (rc != SQLITE_OK) {
+        sqlite3_finalize(q->st);
+        free(q);
+        return rc == SQLITE_NOMEM ? CM_ENOMEM : CM_EIO;
+    }
+    *out = &q->base;
+    return 0;
+}
+
+static int sq_id_table(agg_qx_t *x, const char *table, const uint64_t *ids, size_t n) {
+    sqlite3 *db = ((sq_qx_t *)x)->db;
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP TABLE IF NOT EXISTS %s(id INTEGER PRIMARY KEY); DELETE FROM temp.%s;",
+             table, table);
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return sq_rc(rc);
+    snprintf(sql, sizeof sql, "INSERT OR IGNORE INTO temp.%s VALUES(?1)", table);
+    sqlite3_stmt *st;
+    if ((rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL)) != SQLITE_OK)
+        return sq_rc(rc);
+    for (size_t i = 0; i < n && (rc == SQLITE_OK || rc == SQLITE_DONE); i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)ids[i]);
+        rc = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    return sq_rc(rc);
+}
+
+static void sq_bind_int64(agg_qxst_t *st, int i, int64_t v) {
+    sqlite3_bind_int64(((sq_qxst_t *)st)->st, i, (sqlite3_int64)v);
+}
+
+static void sq_bind_blob(agg_qxst_t *st, int i, const void *p, size_t n) {
+    sqlite3_bind_blob(((sq_qxst_t *)st)->st, i, p, (int)n, SQLITE_TRANSIENT);
+}
+
+static void sq_bind_text(agg_qxst_t *st, int i, const char *s) {
+    sqlite3_bind_text(((sq_qxst_t *)st)->st, i, s, -1, SQLITE_TRANSIENT);
+}
+
+static int sq_step(agg_qxst_t *st) {
+    int rc = sqlite3_step(((sq_qxst_t *)st)->st);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : sq_rc(rc);
+}
+
+static int64_t sq_col_int64(agg_qxst_t *st, int i) {
+    return sqlite3_column_int64(((sq_qxst_t *)st)->st, i);
+}
+
+static const char *sq_col_text(agg_qxst_t *st, int i) {
+    return (const char *)sqlite3_column_text(((sq_qxst_t *)st)->st, i);
+}
+
+static const void *sq_col_blob(agg_qxst_t *st, int i, size_t *n) {
+    const void *p = sqlite3_column_blob(((sq_qxst_t *)st)->st, i);
+    *n = (size_t)sqlite3_column_bytes(((sq_qxst_t *)st)->st, i);
+    return p;
+}
+
+static void sq_reset(agg_qxst_t *st) { sqlite3_reset(((sq_qxst_t *)st)->st); }
+
+static void sq_finalize(agg_qxst_t *st) {
+    sqlite3_finalize(((sq_qxst_t *)st)->st);
+    free(st);
+}
+
+static const agg_qx_vtab_t sq_vtab = {
+    .name = "sqlite",
+    .close = sq_close,
+    .errmsg = sq_errmsg,
+    .prepare = sq_prepare,
+    .id_table = sq_id_table,
+    .bind_int64 = sq_bind_int64,
+    .bind_blob = sq_bind_blob,
+    .bind_text = sq_bind_text,
+    .step = sq_step,
+    .col_int64 = sq_col_int64,
+    .col_text = sq_col_text,
+    .col_blob = sq_col_blob,
+    .reset = sq_reset,
+    .finalize = sq_finalize,
+};
+
+int agg_qx_sqlite_open(const char *path, agg_qx_t **out, char *err, size_t err_size) {
+    sq_qx_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return CM_ENOMEM;
+    s->base.vt = &sq_vtab;
+    int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, err_size, "cannot open store %s: %s", path,
+                 s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        sq_close(&s->base);
+        return sq_rc(rc);
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    *out = &s->base;
+    return 0;
+}
+
+/* ---- dispatch ---- */
+
+int agg_qx_open(const char *target, agg_qx_t **out, char *err, size_t err_size) {
+    return agg_store_is_pg(target) ? agg_qx_pg_open(target, out, err, err_size)
+                                   : agg_qx_sqlite_open(target, out, err, err_size);
+}
+
+void agg_qx_close(agg_qx_t *x) {
+    if (x)
+        x->vt->close(x);
+}
+
+const char *agg_qx_backend(const agg_qx_t *x) { return x->vt->name; }
+const char *agg_qx_errmsg(agg_qx_t *x) { return x->vt->errmsg(x); }
+
+int agg_qx_prepare(agg_qx_t *x, const char *sql, agg_qxst_t **out) {
+    *out = NULL;
+    return x->vt->prepare(x, sql, out);
+}
+
+int agg_qx_id_table(agg_qx_t *x, const char *table, const uint64_t *ids, size_t n) {
+    return x->vt->id_table(x, table, ids, n);
+}
+
+void agg_qx_bind_int64(agg_qxst_t *st, int i, int64_t v) { st->vt->bind_int64(st, i, v); }
+void agg_qx_bind_blob(agg_qxst_t *st, int i, const void *p, size_t n) {
+    st->vt->bind_blob(st, i, p, n);
+}
+void agg_qx_bind_text(agg_qxst_t *st, int i, const char *s) { st->vt->bind_text(st, i, s); }
+int agg_qx_step(agg_qxst_t *st) { return st->vt->step(st); }
+int64_t agg_qx_int64(agg_qxst_t *st, int i) { return st->vt->col_int64(st, i); }
+const char *agg_qx_text(agg_qxst_t *st, int i) { return st->vt->col_text(st, i); }
+const void *agg_qx_blob(agg_qxst_t *st, int i, size_t *n) { return st->vt->col_blob(st, i, n); }
+void agg_qx_reset(agg_qxst_t *st) { st->vt->reset(st); }
+void agg_qx_finalize(agg_qxst_t *st) {
+    if (st)
+        st->vt->finalize(st);
+}
