@@ -10,3 +10,11 @@ fp_test(test-store-pg LABELS "postgres;aggregator" LIBS fp_aggtest)
 # totals. FP_PG_CHAOS_LONG=1 runs the issue's full acceptance (10 kills, a 30 s outage).
 fp_test(test-aggregator-pg LABELS "postgres;aggregator;kafka;slow" LIBS fp_aggtest)
 add_dependencies(test-aggregator-pg fleetprof-aggregator)
+# The query API over SQLite and over PostgreSQL (port 15436): the same fleet, every route the UI
+# and CLI use, byte-identical answers.
+fp_test(test-query-backends LABELS "postgres;query;api" LIBS fp_aggtest)
+# The query API suite on the PostgreSQL backend: the same test-api assertions with the
+# aggregator started with --store postgres://... (PostgreSQL 15437, Kafka 19940-19941).
+add_test(NAME test-api-pg COMMAND test-api)
+set_tests_properties(test-api-pg PROPERTIES TIMEOUT 1200 LABELS "postgres;api;kafka"
+  ENVIRONMENT "FP_TEST_STORE=postgres;FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")

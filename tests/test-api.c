@@ -1,8 +1,11 @@
 /* Query API tests: a real Kafka broker (port 19600), chunks from the fleet simulator, the real
  * fleetprof-aggregator (with --api-token) filling real SQLite stores; every route's success
  * shape checked against the simulator's ground truth, and every error path (400 naming the
- * parameter, 404, 401). The fixture is set up once in main; each test runs in its own child. */
+ * parameter, 404, 401). The fixture is set up once in main; each test runs in its own child.
+ * With FP_TEST_STORE=postgres (ctest: test-api-pg, label postgres) the aggregator is started
+ * with --store postgres://... on a throwaway cluster: writes and API reads go to PostgreSQL. */
 #include "aggtest.h"
+#include "qexec.h"
 #include "support/runner.h"
 #include "support/kafka.h"
 
@@ -13,12 +16,18 @@
 
 #include <glob.h>
 #include <jansson.h>
-#include <sqlite3.h>
 #include <math.h>
 #include <zlib.h>
 
-#define PORT 19600
-#define HTTP_PORT 19601
+/* FP_TEST_STORE=postgres (ctest test-api-pg): the aggregator writes and the API reads a
+ * PostgreSQL store (a throwaway cluster on 15437, Kafka on 19940): the same assertions */
+#define SQ_PORT 19600
+#define SQ_HTTP_PORT 19601
+#define PG_KAFKA_PORT 19940
+#define PG_HTTP_PORT 19941
+#define PG_PORT 15437
+static int PORT = SQ_PORT, HTTP_PORT = SQ_HTTP_PORT;
+static char store[320]; /* what the stores are read from: dir, or the PostgreSQL URL */
 #define NPARTS 2
 #define TOKEN "s3cret-token"
 
@@ -264,37 +273,44 @@ static void test_timeseries(void) {
     expect_error(path, 400, "label");
 }
 
-/* One label (key, value) of svc0's v0 CPU rows, read from the stores. */
+/* One label (key, value) of svc0's v0 CPU rows, read from the stores (through the query
+ * executor, qexec.h: the SQLite files or the PostgreSQL database alike). */
 static int find_label(char *key, char *val, size_t size) {
-    glob_t g;
+    glob_t g = {0};
     char pat[128];
     int found = 0;
+    const char *pg[1] = {store};
     snprintf(pat, sizeof pat, "%s/*.db", dir);
-    if (glob(pat, 0, NULL, &g))
+    int is_pg = !strncmp(store, "postgres", 8);
+    if (!is_pg && glob(pat, 0, NULL, &g))
         return 0;
-    for (size_t i = 0; i < g.gl_pathc && !found; i++) {
-        sqlite3 *db;
-        sqlite3_stmt *st;
-        if (sqlite3_open_v2(g.gl_pathv[i], &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(db, "SELECT k.s, v.s FROM profile p JOIN labels l ON "
+    size_t n = is_pg ? 1 : g.gl_pathc;
+    for (size_t i = 0; i < n && !found; i++) {
+        agg_qx_t *db = NULL;
+        agg_qxst_t *st = NULL;
+        char err[256];
+        if (agg_qx_open(is_pg ? pg[0] : g.gl_pathv[i], &db, err, sizeof err) == 0 &&
+            agg_qx_prepare(db, "SELECT k.s, v.s FROM profile p JOIN labels l ON "
                                "l.labelset=p.labels JOIN strings k ON k.id=l.key JOIN strings v "
                                "ON v.id=l.value JOIN strings s ON s.id=p.service JOIN strings "
                                "ver ON ver.id=p.version WHERE s.s=?1 AND ver.s=?2 AND p.type=1 "
                                /* an application label, not a dimension (dims.h) */
                                "AND k.s NOT IN ('host','node','pod','container','pid',"
-                               "'io-target','fd-kind','lock') LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
-            sqlite3_bind_text(st, 1, svc0, -1, SQLITE_STATIC);
-            sqlite3_bind_text(st, 2, v0, -1, SQLITE_STATIC);
-            if (sqlite3_step(st) == SQLITE_ROW) {
-                snprintf(key, size, "%s", (const char *)sqlite3_column_text(st, 0));
-                snprintf(val, size, "%s", (const char *)sqlite3_column_text(st, 1));
+                               "'io-target','fd-kind','lock') ORDER BY k.s, v.s LIMIT 1",
+                           &st) == 0) {
+            agg_qx_bind_text(st, 1, svc0);
+            agg_qx_bind_text(st, 2, v0);
+            if (agg_qx_step(st) == 1) {
+                snprintf(key, size, "%s", agg_qx_text(st, 0));
+                snprintf(val, size, "%s", agg_qx_text(st, 1));
                 found = 1;
             }
-            sqlite3_finalize(st);
         }
-        sqlite3_close(db);
+        agg_qx_finalize(st);
+        agg_qx_close(db);
     }
-    globfree(&g);
+    if (!is_pg)
+        globfree(&g);
     return found;
 }
 
@@ -557,14 +573,31 @@ static const tr_test_t tests[] = {
 };
 
 int main(int argc, char **argv) {
-    char bootstrap[64], log[128];
+    char bootstrap[64], log[128], pgdir[96] = "";
     setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *backend = getenv("FP_TEST_STORE");
+    int use_pg = backend && !strcmp(backend, "postgres");
+    if (use_pg) {
+        PORT = PG_KAFKA_PORT;
+        HTTP_PORT = PG_HTTP_PORT;
+    }
     if (ts_kafka_start_retry(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
         return 1;
     }
     at_tmpdir(dir, "api");
     snprintf(log, sizeof log, "%s/agg.log", dir);
+    snprintf(store, sizeof store, "%s", dir);
+    if (use_pg) {
+        char base[256];
+        snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgapi-%d", (int)getpid());
+        if (at_pg_start(PG_PORT, pgdir, base, sizeof base)) {
+            ts_kafka_stop(PORT, 0);
+            printf("1 failed\n");
+            return 1;
+        }
+        snprintf(store, sizeof store, "%s", base); /* the cluster's own database */
+    }
     fsim_params_t sp = {.seed = 21, .services = 3, .versions = 2, .processes = 3, .intervals = 8,
                         .samples = 400, .stacks = 150};
     sim = fsim_new(&sp);
@@ -581,10 +614,11 @@ int main(int argc, char **argv) {
         goto out;
     }
     const char *extra[] = {"--api-token", TOKEN, "--report-interval", "1s",
-                           "--report-min-samples", "100", NULL};
+                           "--report-min-samples", "100", use_pg ? "--store" : NULL, store,
+                           NULL};
     pid = at_agg_start(bootstrap, dir, "api", HTTP_PORT, log, extra);
     snprintf(server, sizeof server, "http://127.0.0.1:%d", HTTP_PORT);
-    if (pid < 0 || at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
+    if (pid < 0 || at_wait_caught_up(store, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
         printf("aggregator did not catch up; see %s\n", log);
         goto out;
     }
@@ -596,5 +630,13 @@ out:
         rd_kafka_destroy(rk);
     fsim_free(sim);
     ts_kafka_stop(PORT, 0);
+    if (*pgdir) {
+        char cmd[512];
+        const char *src = getenv("FLEETPROF_SRC");
+        snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove >/dev/null 2>&1",
+                 src ? src : ".", pgdir);
+        if (system(cmd) != 0)
+            printf("could not stop PostgreSQL in %s\n", pgdir);
+    }
     return rc;
 }

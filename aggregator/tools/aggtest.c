@@ -4,6 +4,7 @@
 
 #include "intern.h"
 #include "query_store.h"
+#include "store_pg.h"
 #include "store.h"
 
 #include <errno.h>
@@ -92,6 +93,13 @@ int at_agg_stop(pid_t pid, int sig, int timeout_s) {
 }
 
 int64_t at_store_offset(const char *dir, const char *topic, int32_t p) {
+    if (agg_store_is_pg(dir)) { /* a PostgreSQL store: its offsets table */
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "SELECT coalesce((SELECT next_offset FROM offsets WHERE topic='%s' AND "
+                 "part=%d), -1)", topic, (int)p);
+        return at_pg_q1(dir, sql);
+    }
     char path[1024];
     agg_store_path(path, sizeof path, dir, topic, p);
     if (access(path, F_OK))

@@ -18,8 +18,8 @@ pid_t at_agg_start(const char *bootstrap, const char *store_dir, const char *gro
                    int http_port, const char *log_path, const char *const *extra);
 /* Sends sig and waits up to timeout_s for the child. Returns its wait status or -1. */
 int at_agg_stop(pid_t pid, int sig, int timeout_s);
-/* Next offset stored for partition p under dir (-1: none yet). Read-only; safe while the
- * aggregator writes. */
+/* Next offset stored for partition p under dir, or in the PostgreSQL store when dir is a
+ * postgres:// URL (-1: none yet). Read-only; safe while the aggregator writes. */
 int64_t at_store_offset(const char *dir, const char *topic, int32_t p);
 /* Sum of stored offsets over partitions (none counts 0). */
 int64_t at_store_offsets_sum(const char *dir, const char *topic, int nparts);

@@ -1,0 +1,343 @@
+/* The query API answers the same from SQLite and from PostgreSQL: one simulated fleet (three
+ * services, two versions each, dimensions and spans) is fed, batch by batch as the consume loop
+ * does, into a SQLite store and into a PostgreSQL store (a throwaway cluster on port 15436,
+ * deploy/postgres); then every API route the UI and the CLI use (services, versions, event
+ * types, profiles in every view and export, label and dimension filters, group_by, series,
+ * diffs by version and by time range, inclusive, per request, exact, spans, one span's
+ * profile, reports) is called on an API over each store, and the answers are compared byte
+ * for byte (status, content type, body). The reports' creation times are the one thing that
+ * differs by nature (each backend's reporter ran at its own instant): they are masked.
+ * Float formatting needs no tolerance: both answers come from the same code over the same
+ * integers, summed in the same order (the executor returns rows the same way).
+ * Every answer must be a 200 with a body, so equal answers are never two equal errors. */
+#define _GNU_SOURCE
+#include "aggtest.h"
+#include "api.h"
+#include "dims.h"
+#include "fleetsim.h"
+#include "intern.h"
+#include "query_store.h"
+#include "reports.h"
+#include "rollup.h"
+#include "store.h"
+#include "store_pg.h"
+#include "support/runner.h"
+
+#include "cm/chunk.h"
+#include "cm/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define PG_PORT 15436
+
+static char pgdir[64], base_url[256], src[1024];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* Feeds the simulator's chunks into st in batches of 8, with dimensions, as consume.c does. */
+static void feed(agg_store_t *st, const fsim_params_t *sp) {
+    fsim_t *sim = fsim_new(sp);
+    agg_intern_t in;
+    memset(&in, 0, sizeof in);
+    agg_rollup_t r;
+    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
+    agg_rollup_init(&r, &rc);
+    agg_dims_t dm;
+    agg_dims_init(&dm, 3600, 0, 0);
+    agg_batch_t b;
+    agg_batch_init(&b);
+    const uint8_t *fr;
+    size_t len;
+    const char *key;
+    int64_t off = 0;
+    int n = 0;
+    b.base_offset = -1;
+    while (fsim_next(sim, &fr, &len, &key)) {
+        cm_chunk_t *c;
+        char err[256];
+        CHECKF(cm_chunk_decode(fr, len, &c, err, sizeof err) == 0, "%s", err);
+        agg_chunk_ids_t ids;
+        agg_chunk_meta_t meta;
+        memset(&meta, 0, sizeof meta);
+        snprintf(meta.node, sizeof meta.node, "%s", n % 2 ? "node-1" : "node-2");
+        snprintf(meta.pod, sizeof meta.pod, "ns/pod-1");
+        CHECK(agg_intern_chunk(&in, &b, c, &ids) == 0);
+        CHECK(agg_dims_chunk(&dm, &in, &b, c, &meta, &ids) == 0);
+        CHECK(agg_rollup_chunk(&r, &b, c, &ids) == 0);
+        b.next_offset = ++off;
+        cm_chunk_free(c);
+        if (++n % 8 == 0) {
+            CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &b), 0);
+            agg_batch_clear(&b);
+            b.base_offset = off;
+        }
+    }
+    if (b.next_offset > b.base_offset)
+        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &b), 0);
+    agg_batch_free(&b);
+    agg_rollup_free(&r);
+    agg_dims_free(&dm);
+    agg_intern_free(&in);
+    fsim_free(sim);
+}
+
+/* The reports' creation times: "created_ns":<digits> -> "created_ns":0 (in place). */
+static void mask_created(char *s, size_t *len) {
+    const char *pat = "\"created_ns\":";
+    char *p = s;
+    while ((p = strstr(p, pat))) {
+        char *d = p + strlen(pat), *e = d;
+        while (*e >= '0' && *e <= '9')
+            e++;
+        if (e > d) {
+            *d = '0';
+            memmove(d + 1, e, strlen(e) + 1);
+            *len -= (size_t)(e - d - 1);
+        }
+        p = d;
+    }
+}
+
+typedef struct {
+    int status;
+    char *body;
+    size_t len;
+    char type[64];
+} answer_t;
+
+static void call(agg_api_t *api, const char *url, const char *const *kv, size_t n,
+                 answer_t *a) {
+    const char *keys[32], *vals[32];
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = kv[2 * i];
+        vals[i] = kv[2 * i + 1];
+    }
+    agg_http_reply_t r = {.status = 200};
+    agg_api_call(api, url, keys, vals, n, &r);
+    a->status = r.status;
+    a->len = r.len;
+    a->body = malloc(r.len + 1);
+    memcpy(a->body, r.body ? r.body : "", r.len);
+    a->body[r.len] = 0;
+    snprintf(a->type, sizeof a->type, "%s", r.content_type ? r.content_type : "");
+    if (!r.body_static)
+        free(r.body);
+    free(r.headers);
+}
+
+static int compared, differed;
+static double t_sq, t_pgq; /* time spent answering, per backend */
+
+/* Calls url with the pairs kv (key, value, ..., NULL) on both APIs and compares the answers. */
+static void same(agg_api_t *sq, agg_api_t *pg, const char *url, ...) {
+    const char *kv[64];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, url);
+    for (const char *k; n < 62 && (k = va_arg(ap, const char *));) {
+        kv[n++] = k;
+        kv[n++] = va_arg(ap, const char *);
+    }
+    va_end(ap);
+    answer_t a, b;
+    double t0 = at_now();
+    call(sq, url, kv, n / 2, &a);
+    double t1 = at_now();
+    call(pg, url, kv, n / 2, &b);
+    double t2 = at_now();
+    t_sq += t1 - t0;
+    t_pgq += t2 - t1;
+    mask_created(a.body, &a.len);
+    mask_created(b.body, &b.len);
+    char what[512];
+    size_t w = (size_t)snprintf(what, sizeof what, "%s", url);
+    for (size_t i = 0; i + 1 < n && w < sizeof what; i += 2)
+        w += (size_t)snprintf(what + w, sizeof what - w, "%s%s=%s", i ? "&" : "?", kv[i],
+                              kv[i + 1]);
+    compared++;
+    CHECKF(a.status == 200 && a.len > 2, "%s: sqlite %d: %.300s", what, a.status, a.body);
+    size_t k = 0;
+    while (k < a.len && k < b.len && a.body[k] == b.body[k])
+        k++;
+    int eq = a.status == b.status && a.len == b.len && k == a.len && !strcmp(a.type, b.type);
+    if (!eq) {
+        differed++;
+        size_t from = k > 80 ? k - 80 : 0;
+        printf("DIFFER %s: status %d/%d, %zu/%zu bytes, first difference at byte %zu:\n"
+               "  sqlite:   %.200s\n  postgres: %.200s\n",
+               what, a.status, b.status, a.len, b.len, k, a.body + (from < a.len ? from : a.len),
+               b.body + (from < b.len ? from : b.len));
+    }
+    free(a.body);
+    free(b.body);
+}
+
+static void test_api_same_on_both_backends(void) {
+    char dir[64], sqdir[128], pgrep[128], db_url[320], err[512];
+    at_tmpdir(dir, "qb");
+    snprintf(sqdir, sizeof sqdir, "%s/sqlite", dir);
+    snprintf(pgrep, sizeof pgrep, "%s/pg-reports", dir);
+    CHECK(mkdir(sqdir, 0700) == 0 && mkdir(pgrep, 0700) == 0);
+    CHECK(sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS qb' -c 'CREATE DATABASE qb' "
+             ">/dev/null", base_url) == 0);
+    snprintf(db_url, sizeof db_url, "postgres://fleetprof@127.0.0.1:%d/qb", PG_PORT);
+
+    /* two days ago: both stores route every range to the tiers alike (compaction marks) */
+    fsim_params_t sp = {.seed = 29, .services = 3, .versions = 2, .processes = 3,
+                        .intervals = 8, .samples = 200, .stacks = 80, .hosts = 2,
+                        .start_unix_ns = (uint64_t)(time(NULL) - 2 * 86400) * 1000000000ull,
+                        .interval_ns = 60ull * 1000000000ull};
+    char path[256];
+    agg_store_path(path, sizeof path, sqdir, "fleetprof.chunks", 0);
+    agg_store_t *s1 = NULL, *s2 = NULL;
+    CHECKF(agg_store_sqlite_open(path, &s1, err, sizeof err) == 0, "%s", err);
+    CHECKF(agg_store_pg_open(db_url, &s2, err, sizeof err) == 0, "%s", err);
+    double t_feed = at_now();
+    feed(s1, &sp);
+    double t_pg = at_now();
+    feed(s2, &sp);
+    printf("fed SQLite in %.1f s, PostgreSQL in %.1f s\n", t_pg - t_feed, at_now() - t_pg);
+    agg_store_close(s1);
+    agg_store_close(s2);
+    /* the statistics autovacuum gathers within a minute of a bulk load (without them the
+     * planner takes the freshly filled rollups for empty tables: nested loops of seconds) */
+    CHECK(sh("psql -X -q '%s' -c 'ANALYZE' >/dev/null", db_url) == 0);
+
+    /* per-deploy reports on both (reports.db in each one's directory) */
+    agg_reports_cfg_t r1 = {sqdir, 100, 0, NULL, NULL}, r2 = {pgrep, 100, 0, NULL, db_url};
+    double t_rep = at_now();
+    int m1 = agg_reports_run_once(&r1);
+    double t_rep2 = at_now();
+    int m2 = agg_reports_run_once(&r2);
+    printf("reports: SQLite %.1f s, PostgreSQL %.1f s\n", t_rep2 - t_rep, at_now() - t_rep2);
+    CHECKF(m1 > 0 && m1 == m2, "reports %d / %d", m1, m2);
+
+    agg_api_t *a1 = NULL, *a2 = NULL;
+    agg_api_cfg_t c1 = {.store_dir = sqdir, .workers = 2};
+    agg_api_cfg_t c2 = {.store_dir = pgrep, .workers = 2, .store = db_url};
+    CHECKF(agg_api_new(&c1, &a1, err, sizeof err) == 0, "%s", err);
+    CHECKF(agg_api_new(&c2, &a2, err, sizeof err) == 0, "%s", err);
+
+    fsim_t *sim = fsim_new(&sp);
+    const char *svc = fsim_service_name(sim, 0), *v0 = fsim_version_name(sim, 0, 0),
+               *v1 = fsim_version_name(sim, 0, 1);
+    char from[32], to[32], mid[32], vurl[128];
+    int64_t t0 = (int64_t)(sp.start_unix_ns / 1000000000ull);
+    snprintf(from, sizeof from, "%lld", (long long)t0 - 3600);
+    snprintf(to, sizeof to, "%lld", (long long)t0 + 2 * 3600);
+    snprintf(mid, sizeof mid, "%lld", (long long)t0 + 6 * 60);
+    snprintf(vurl, sizeof vurl, "/api/v1/services/%s/versions", svc);
+
+    /* a span of the fleet (from the SQLite store; the PostgreSQL answer must know it too) */
+    char trace[33] = "", span[17] = "";
+    {
+        agg_qstore_t *qs = NULL;
+        agg_span_cost_t *v = NULL;
+        size_t n = 0;
+        CHECKF(agg_qstore_open(sqdir, &qs, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ(agg_qstore_spans(qs, svc, 0, INT64_MAX, CM_EV_CPU, 5, &v, &n), 0);
+        CHECK(n > 0);
+        for (int k = 0; n && k < 16; k++)
+            sprintf(trace + 2 * k, "%02x", v[0].trace_id[k]);
+        for (int k = 0; n && k < 8; k++)
+            sprintf(span + 2 * k, "%02x", v[0].span_id[k]);
+        free(v);
+        agg_qstore_close(qs);
+    }
+
+    const char *F = "from", *T = "to", *S = "service";
+    same(a1, a2, "/api/v1/services", NULL);
+    same(a1, a2, vurl, NULL);
+    same(a1, a2, "/api/v1/event-types", S, svc, NULL);
+    /* profiles: every view and export, types, filters */
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "version", v1, NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "view", "tree", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "view", "top", "sort", "total",
+         NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "format", "folded", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "format", "text", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "format", "pprof", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "lines", "1", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "type", "alloc", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "type", "wall", "view", "tree",
+         NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, mid, T, to, NULL); /* unaligned: tiers + fine */
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "host", "sim-host-1", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "node", "node-1", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "group_by", "host", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, F, from, T, to, "by_module", "1", NULL);
+    /* series */
+    same(a1, a2, "/api/v1/timeseries", S, svc, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/timeseries", S, svc, F, from, T, to, "host", "sim-host-0", NULL);
+    same(a1, a2, "/api/v1/timeseries", S, svc, F, from, T, to, "type", "alloc", NULL);
+    /* diffs */
+    same(a1, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, F, from, T, to, "inclusive",
+         "1", NULL);
+    same(a1, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, F, from, T, to, "per",
+         "request", NULL);
+    same(a1, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, F, from, T, to, "exact", "1",
+         NULL);
+    same(a1, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, F, from, T, to, "format",
+         "text", NULL);
+    same(a1, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, F, from, T, to, "host",
+         "sim-host-0", NULL);
+    same(a1, a2, "/api/v1/diff", S, svc, "base_from", from, "base_to", mid, "test_from", mid,
+         "test_to", to, NULL);
+    /* spans */
+    same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, "type", "alloc", NULL);
+    same(a1, a2, "/api/v1/span", "trace", trace, NULL);
+    same(a1, a2, "/api/v1/span", "span", span, "type", "cpu", NULL);
+    same(a1, a2, "/api/v1/span", "trace", trace, "span", span, "type", "cpu", "format",
+         "folded", NULL);
+    /* reports */
+    same(a1, a2, "/api/v1/reports", NULL);
+    same(a1, a2, "/api/v1/reports", S, svc, NULL);
+    printf("%d answers compared, %d differ; answering took %.2f s on SQLite, %.2f s on "
+           "PostgreSQL\n", compared, differed, t_sq, t_pgq);
+    CHECK_EQ(differed, 0);
+    CHECK(compared >= 30);
+
+    fsim_free(sim);
+    agg_api_free(a1);
+    agg_api_free(a2);
+}
+
+static const tr_test_t tests[] = {
+    {"api_same_on_both_backends", test_api_same_on_both_backends},
+    {0},
+};
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cm_log_set_level(CM_LOG_WARN);
+    const char *s = getenv("FLEETPROF_SRC");
+    snprintf(src, sizeof src, "%s", s ? s : ".");
+    snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgqb-%d", (int)getpid());
+    if (at_pg_start(PG_PORT, pgdir, base_url, sizeof base_url)) {
+        printf("1 failed\n");
+        return 1;
+    }
+    if (getenv("FP_QB_SLOWLOG")) /* debugging: log the slow statements, keep the cluster */
+        sh("psql -X -q '%s' -c 'ALTER SYSTEM SET log_min_duration_statement = 50' "
+           "-c 'SELECT pg_reload_conf()' >/dev/null", base_url);
+    int rc = tr_main(tests, argc, argv);
+    if (!getenv("FP_QB_SLOWLOG"))
+        sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
+    return rc;
+}
