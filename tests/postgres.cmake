@@ -14,7 +14,9 @@ add_dependencies(test-aggregator-pg fleetprof-aggregator)
 # and CLI use, byte-identical answers.
 fp_test(test-query-backends LABELS "postgres;query;api" LIBS fp_aggtest)
 # The query API suite on the PostgreSQL backend: the same test-api assertions with the
-# aggregator started with --store postgres://... (PostgreSQL 15437, Kafka 19940-19941).
+# aggregator started with --store postgres://... (PostgreSQL 15437, Kafka 19940-19941). slow:
+# not under the sanitizers (test-api covers the API code there, test-query-backends the
+# PostgreSQL reads).
 add_test(NAME test-api-pg COMMAND test-api)
-set_tests_properties(test-api-pg PROPERTIES TIMEOUT 1200 LABELS "postgres;api;kafka"
+set_tests_properties(test-api-pg PROPERTIES TIMEOUT 1200 LABELS "postgres;api;kafka;slow"
   ENVIRONMENT "FP_TEST_STORE=postgres;FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
