@@ -9,7 +9,11 @@
  * libmicrohttpd server) and requests go through libcurl, so a figure is the whole HTTP round
  * trip: parse, SQLite read, profile build, view/diff, JSON.
  *
- *   bench-api [--iterations N] [--dir DIR (reuse a generated store)]
+ * With --pg URL the same store is copied (COPY, then ANALYZE) into the PostgreSQL database at
+ * URL (a `--store postgres://...` aggregator's schema), a second API reads it (query_store.h
+ * over libpq), and every request kind is measured on both, side by side, as ratios of one run.
+ *
+ *   bench-api [--iterations N] [--dir DIR (reuse a generated store)] [--pg URL]
  * Prints p50/p99 per request kind. Results: bench/RESULTS.md.
  */
 #define _GNU_SOURCE
@@ -17,11 +21,13 @@
 #include "http.h"
 #include "intern.h"
 #include "store.h"
+#include "store_pg.h"
 
 #include "../cli/src/client.h"
 
 #include "cm/wire.h"
 
+#include <libpq-fe.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -247,6 +253,8 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static double last_p99; /* p99 of the last measure() */
+
 static double measure(const char *server, const char *label, const char *path, int iters) {
     double *t = malloc((size_t)iters * sizeof *t);
     size_t bytes = 0;
@@ -268,6 +276,7 @@ static double measure(const char *server, const char *label, const char *path, i
            "bytes)\n",
            label, t[iters / 2], t[(int)ceil(0.99 * iters) - 1], t[0], first, iters, bytes);
     double p50 = t[iters / 2];
+    last_p99 = t[(int)ceil(0.99 * iters) - 1];
     free(t);
     return p50;
 }
@@ -283,16 +292,142 @@ static void compare(const char *server, const char *label, const char *path, int
     printf("  -> the rollups answer %.1fx faster (p50)\n", slow / fast);
 }
 
+/* ---- PostgreSQL: the same store copied into a database, the same requests ---- */
+
+/* One COPY text field of column i of st into b (at most cap bytes; 0 when it does not fit). */
+static size_t copy_field(sqlite3_stmt *st, int i, char *b, size_t cap) {
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_NULL:
+        return (size_t)snprintf(b, cap, "\\N");
+    case SQLITE_INTEGER:
+        return (size_t)snprintf(b, cap, "%lld", (long long)sqlite3_column_int64(st, i));
+    case SQLITE_FLOAT:
+        return (size_t)snprintf(b, cap, "%.17g", sqlite3_column_double(st, i));
+    case SQLITE_BLOB: {
+        const unsigned char *p = sqlite3_column_blob(st, i);
+        int n = sqlite3_column_bytes(st, i);
+        size_t w = (size_t)snprintf(b, cap, "\\\\x");
+        for (int k = 0; k < n && w + 3 < cap; k++)
+            w += (size_t)snprintf(b + w, cap - w, "%02x", p[k]);
+        return w;
+    }
+    default: {
+        const char *t = (const char *)sqlite3_column_text(st, i);
+        size_t w = 0;
+        for (; t && *t && w + 3 < cap; t++) {
+            if (*t == '\\' || *t == '\t' || *t == '\n' || *t == '\r') {
+                b[w++] = '\\';
+                b[w++] = *t == '\t' ? 't' : *t == '\n' ? 'n' : *t == '\r' ? 'r' : '\\';
+            } else {
+                b[w++] = *t;
+            }
+        }
+        b[w] = 0;
+        return w;
+    }
+    }
+}
+
+/* Copies every table of the SQLite store at path (but the offsets and seen chunk ids) into
+ * the PostgreSQL store at url (schema made by agg_store_pg_open), then ANALYZE. */
+static void copy_to_pg(const char *path, const char *url) {
+    static const char *const tables[] = {
+        "meta", "strings", "mappings", "functions", "locations", "stacks", "labelsets", "labels",
+        "labelset_base", "profile", "profile_coarse", "profile_leaf", "totals", "intervals",
+        "drops", "versions", "fn_stats", "spans", "span_stacks", "rejects"};
+    char err[512];
+    agg_store_t *st;
+    if (agg_store_pg_open(url, &st, err, sizeof err)) {
+        fprintf(stderr, "bench-api: %s\n", err);
+        exit(1);
+    }
+    agg_store_close(st);
+    PGconn *c = PQconnectdb(url);
+    sqlite3 *db;
+    if (PQstatus(c) != CONNECTION_OK || sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL)) {
+        fprintf(stderr, "bench-api: cannot open %s or %s\n", path, url);
+        exit(1);
+    }
+    size_t total = 0;
+    for (size_t t = 0; t < sizeof tables / sizeof *tables; t++) {
+        char sql[1024];
+        snprintf(sql, sizeof sql, "SELECT * FROM %s", tables[t]);
+        sqlite3_stmt *q = prep(db, sql);
+        int nc = sqlite3_column_count(q);
+        size_t w = (size_t)snprintf(sql, sizeof sql, "DELETE FROM %s; COPY %s(", tables[t],
+                                    tables[t]);
+        for (int i = 0; i < nc; i++)
+            w += (size_t)snprintf(sql + w, sizeof sql - w, "%s%s", i ? "," : "",
+                                  sqlite3_column_name(q, i));
+        snprintf(sql + w, sizeof sql - w, ") FROM STDIN");
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_COPY_IN) {
+            fprintf(stderr, "bench-api: %s: %s\n", sql, PQerrorMessage(c));
+            exit(1);
+        }
+        PQclear(r);
+        char line[8192];
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            size_t n = 0;
+            for (int i = 0; i < nc; i++) {
+                if (i)
+                    line[n++] = '\t';
+                n += copy_field(q, i, line + n, sizeof line - n - 2);
+            }
+            line[n++] = '\n';
+            if (PQputCopyData(c, line, (int)n) != 1) {
+                fprintf(stderr, "bench-api: COPY %s: %s\n", tables[t], PQerrorMessage(c));
+                exit(1);
+            }
+            total++;
+        }
+        sqlite3_finalize(q);
+        if (PQputCopyEnd(c, NULL) != 1 || PQresultStatus(r = PQgetResult(c)) != PGRES_COMMAND_OK) {
+            fprintf(stderr, "bench-api: COPY %s: %s\n", tables[t], PQerrorMessage(c));
+            exit(1);
+        }
+        PQclear(r);
+        while ((r = PQgetResult(c)))
+            PQclear(r);
+    }
+    PGresult *r = PQexec(c, "ANALYZE");
+    PQclear(r);
+    PQfinish(c);
+    sqlite3_close(db);
+    printf("copied %zu rows into PostgreSQL (then ANALYZE)\n", total);
+}
+
+typedef struct {
+    const char *sqlite, *pg; /* servers; pg NULL: SQLite only */
+} servers_t;
+
+/* One request kind: on SQLite with the exact=1 baseline, and with PostgreSQL the same request
+ * there, the latencies side by side as ratios of the same run. */
+static void kind(const servers_t *sv, const char *label, const char *path, int iters) {
+    if (!sv->pg) {
+        compare(sv->sqlite, label, path, iters);
+        return;
+    }
+    char lab[96];
+    snprintf(lab, sizeof lab, "%s [sqlite]", label);
+    double s50 = measure(sv->sqlite, lab, path, iters), s99 = last_p99;
+    snprintf(lab, sizeof lab, "%s [postgres]", label);
+    double p50 = measure(sv->pg, lab, path, iters), p99 = last_p99;
+    printf("  -> postgres / sqlite: p50 %.2fx, p99 %.2fx\n", p50 / s50, p99 / s99);
+}
+
 int main(int argc, char **argv) {
     int iters = 20;
-    const char *reuse = NULL;
+    const char *reuse = NULL, *pg_url = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iterations") && i + 1 < argc)
             iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
             reuse = argv[++i];
+        else if (!strcmp(argv[i], "--pg") && i + 1 < argc)
+            pg_url = argv[++i];
         else {
-            fprintf(stderr, "usage: bench-api [--iterations N] [--dir DIR]\n");
+            fprintf(stderr, "usage: bench-api [--iterations N] [--dir DIR] [--pg URL]\n");
             return 2;
         }
     }
@@ -323,27 +458,53 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench-api: %s\n", err);
         return 1;
     }
-    char server[64];
+    char server[64], pg_server[64];
     snprintf(server, sizeof server, "http://127.0.0.1:%d", agg_http_port(http));
+    servers_t sv = {server, NULL};
+    agg_api_t *pg_api = NULL;
+    agg_http_t *pg_http = NULL;
+    agg_http_route_t pg_routes[AGG_API_ROUTES + 1] = {{0}};
+    if (pg_url) {
+        char path0[600];
+        snprintf(path0, sizeof path0, "%s/%s-0.db", dir, CM_TOPIC_CHUNKS);
+        double a = now_s();
+        copy_to_pg(path0, pg_url);
+        printf("copied in %.1f s\n", now_s() - a);
+        agg_api_cfg_t pcfg = {.store_dir = dir, .store = pg_url};
+        if (agg_api_new(&pcfg, &pg_api, err, sizeof err)) {
+            fprintf(stderr, "bench-api: %s\n", err);
+            return 1;
+        }
+        agg_api_routes(pg_api, pg_routes, AGG_API_ROUTES);
+        if (agg_http_start("127.0.0.1", 0, pg_routes, &pg_http, err, sizeof err)) {
+            fprintf(stderr, "bench-api: %s\n", err);
+            return 1;
+        }
+        snprintf(pg_server, sizeof pg_server, "http://127.0.0.1:%d", agg_http_port(pg_http));
+        sv.pg = pg_server;
+    }
     char path[512];
     snprintf(path, sizeof path, "/api/v1/profile?service=bench&version=v1&from=%lld&to=%lld",
              (long long)t0, (long long)t0 + 3600);
-    compare(server, "profile top (1 h, v1)", path, iters);
+    kind(&sv, "profile top (1 h, v1)", path, iters);
     snprintf(path, sizeof path,
              "/api/v1/profile?service=bench&version=v1&view=tree&from=%lld&to=%lld",
              (long long)t0, (long long)t0 + 3600);
-    compare(server, "profile tree (1 h, v1)", path, iters);
+    kind(&sv, "profile tree (1 h, v1)", path, iters);
     snprintf(path, sizeof path, "/api/v1/diff?service=bench&base=v1&test=v2&from=%lld&to=%lld",
              (long long)t0, (long long)t0 + 3600);
-    compare(server, "diff v1 -> v2 (1 h each)", path, iters);
+    kind(&sv, "diff v1 -> v2 (1 h each)", path, iters);
     /* an hour that is not aligned to the coarse buckets: fine rows for its two partial hours */
     snprintf(path, sizeof path, "/api/v1/profile?service=bench&version=v1&from=%lld&to=%lld",
              (long long)t0 + 900, (long long)t0 + 2700);
-    compare(server, "profile top (30 min, unaligned)", path, iters);
+    kind(&sv, "profile top (30 min, unaligned)", path, iters);
     snprintf(path, sizeof path, "/api/v1/diff?service=bench&base=v1&test=v2&from=%lld&to=%lld",
              (long long)t0 + 900, (long long)t0 + 2700);
-    compare(server, "diff (30 min, unaligned)", path, iters);
+    kind(&sv, "diff (30 min, unaligned)", path, iters);
     agg_http_stop(http);
     agg_api_free(api);
+    if (pg_http)
+        agg_http_stop(pg_http);
+    agg_api_free(pg_api);
     return 0;
 }
