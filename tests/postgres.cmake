@@ -19,4 +19,11 @@ fp_test(test-query-backends LABELS "postgres;query;api" LIBS fp_aggtest)
 # PostgreSQL reads).
 add_test(NAME test-api-pg COMMAND test-api)
 set_tests_properties(test-api-pg PROPERTIES TIMEOUT 1200 LABELS "postgres;api;kafka;slow"
+  RESOURCE_LOCK fp-pg-15437
+  ENVIRONMENT "FP_TEST_STORE=postgres;FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+# The CLI's query commands on the PostgreSQL backend (PostgreSQL 15437 too: one at a time with
+# test-api-pg; Kafka 19942-19943).
+add_test(NAME test-cli-query-pg COMMAND test-cli-query)
+set_tests_properties(test-cli-query-pg PROPERTIES TIMEOUT 1200
+  LABELS "postgres;api;cli;kafka;slow" RESOURCE_LOCK fp-pg-15437
   ENVIRONMENT "FP_TEST_STORE=postgres;FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")

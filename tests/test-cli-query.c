@@ -2,7 +2,9 @@
  * run as the real `fleetprof` binary against the real aggregator (Kafka on port 19610, fleet
  * simulator data, --api-token): tables and --json checked against the simulator's truth, and
  * the error exits (unknown service 1, no data 1, unreachable server 1, bad flag 2, wrong token
- * 1, deploy gate 3). The fixture is set up once in main; each test runs in its own child. */
+ * 1, deploy gate 3). The fixture is set up once in main; each test runs in its own child.
+ * With FP_TEST_STORE=postgres (ctest: test-cli-query-pg, label postgres) the aggregator is
+ * started with --store postgres://... on a throwaway cluster (port 15437, Kafka 19942-19943). */
 #include "aggtest.h"
 #include "support/kafka.h"
 #include "support/runner.h"
@@ -12,8 +14,9 @@
 
 #include <jansson.h>
 
-#define PORT 19610
-#define HTTP_PORT 19611
+#define PG_PORT 15437
+static int PORT = 19610, HTTP_PORT = 19611;
+static char store[320]; /* what the stores are read from: dir, or the PostgreSQL URL */
 #define NPARTS 1
 #define TOKEN "cli-token"
 
@@ -265,16 +268,31 @@ static const tr_test_t tests[] = {
 };
 
 int main(int argc, char **argv) {
-    char bootstrap[64], log[128];
+    char bootstrap[64], log[128], pgdir[96] = "";
     setvbuf(stdout, NULL, _IOLBF, 0);
     snprintf(cli, sizeof cli, "%s/cli/fleetprof",
              getenv("FLEETPROF_BUILD") ? getenv("FLEETPROF_BUILD") : ".");
+    const char *backend = getenv("FP_TEST_STORE");
+    int use_pg = backend && !strcmp(backend, "postgres");
+    if (use_pg) {
+        PORT = 19942;
+        HTTP_PORT = 19943;
+    }
     if (ts_kafka_start_retry(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
         return 1;
     }
     at_tmpdir(dir, "cliq");
     snprintf(log, sizeof log, "%s/agg.log", dir);
+    snprintf(store, sizeof store, "%s", dir);
+    if (use_pg) {
+        snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgcli-%d", (int)getpid());
+        if (at_pg_start(PG_PORT, pgdir, store, sizeof store)) {
+            ts_kafka_stop(PORT, 0);
+            printf("1 failed\n");
+            return 1;
+        }
+    }
     fsim_params_t sp = {.seed = 33, .services = 2, .versions = 2, .processes = 3, .intervals = 8,
                         .samples = 400, .stacks = 120};
     sim = fsim_new(&sp);
@@ -291,9 +309,10 @@ int main(int argc, char **argv) {
         goto out;
     }
     const char *extra[] = {"--api-token", TOKEN, "--report-interval", "1s",
-                           "--report-min-samples", "100", NULL};
+                           "--report-min-samples", "100", use_pg ? "--store" : NULL, store,
+                           NULL};
     pid = at_agg_start(bootstrap, dir, "cliq", HTTP_PORT, log, extra);
-    if (pid < 0 || at_wait_caught_up(dir, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
+    if (pid < 0 || at_wait_caught_up(store, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
         printf("aggregator did not catch up; see %s\n", log);
         goto out;
     }
@@ -305,5 +324,13 @@ out:
         rd_kafka_destroy(rk);
     fsim_free(sim);
     ts_kafka_stop(PORT, 0);
+    if (*pgdir) {
+        char cmd[512];
+        const char *src = getenv("FLEETPROF_SRC");
+        snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove >/dev/null 2>&1",
+                 src ? src : ".", pgdir);
+        if (system(cmd) != 0)
+            printf("could not stop PostgreSQL in %s\n", pgdir);
+    }
     return rc;
 }
