@@ -38,7 +38,8 @@ int agg_qx_id_table(agg_qx_t *x, const char *table, const uint64_t *ids, size_t 
 void agg_qx_bind_int64(agg_qxst_t *st, int i, int64_t v);
 void agg_qx_bind_blob(agg_qxst_t *st, int i, const void *p, size_t n);
 void agg_qx_bind_text(agg_qxst_t *st, int i, const char *s);
-/* Next row: 1, 0 when there is none left, or a CM_E* code. */
+/* Next row: 1, 0 when there is none left (and on every step after, until agg_qx_reset), or a
+ * CM_E* code. */
 int agg_qx_step(agg_qxst_t *st);
 /* Columns of the current row (i >= 0); pointers stay valid until the next step or reset. */
 int64_t agg_qx_int64(agg_qxst_t *st, int i);

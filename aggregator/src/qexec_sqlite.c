@@ -20,6 +20,8 @@ typedef struct {
 typedef struct {
     agg_qxst_t base;
     sqlite3_stmt *st;
+    int done; /* the last step found no row: so do the next ones, until a reset (SQLite
+               * would start the statement over by itself) */
 } sq_qxst_t;
 
 static int sq_rc(int rc) {
@@ -95,7 +97,11 @@ static void sq_bind_text(agg_qxst_t *st, int i, const char *s) {
 }
 
 static int sq_step(agg_qxst_t *st) {
-    int rc = sqlite3_step(((sq_qxst_t *)st)->st);
+    sq_qxst_t *q = (sq_qxst_t *)st;
+    if (q->done)
+        return 0;
+    int rc = sqlite3_step(q->st);
+    q->done = rc == SQLITE_DONE;
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : sq_rc(rc);
 }
 
@@ -113,7 +119,10 @@ static const void *sq_col_blob(agg_qxst_t *st, int i, size_t *n) {
     return p;
 }
 
-static void sq_reset(agg_qxst_t *st) { sqlite3_reset(((sq_qxst_t *)st)->st); }
+static void sq_reset(agg_qxst_t *st) {
+    ((sq_qxst_t *)st)->done = 0;
+    sqlite3_reset(((sq_qxst_t *)st)->st);
+}
 
 static void sq_finalize(agg_qxst_t *st) {
     sqlite3_finalize(((sq_qxst_t *)st)->st);
