@@ -352,6 +352,39 @@ static void test_fenced(void) {
     chunks_free(&c);
 }
 
+/* The store's size is its tables' bytes (heap, TOAST, indexes), counted here independently
+ * from their names: not the whole database (catalogs), and it grows with the data. */
+static void test_size_bytes(void) {
+    char url[256];
+    new_db("size", url, sizeof url);
+    chunks_t c = sim_chunks(10);
+    feeder_t f;
+    feeder_init(&f, open_pg(url));
+    const char *by_name =
+        "SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY['meta', 'offsets', "
+        "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', 'labelsets', "
+        "'labels', 'labelset_base', 'profile', 'profile_coarse', 'profile_leaf', 'totals', "
+        "'intervals', 'drops', 'versions', 'fn_stats', 'spans', 'span_stacks', 'rejects', "
+        "'fleetprof_schema']::regclass[]) t";
+    int64_t empty = agg_store_size_bytes(f.st);
+    CHECK_EQ(feed(&f, &c, 0, c.n), 0);
+    /* sizes only grow (autovacuum may add a map fork meanwhile): a1 <= tables <= a2 */
+    int64_t a1 = agg_store_size_bytes(f.st), tb = pg_count(url, by_name),
+            a2 = agg_store_size_bytes(f.st);
+    int64_t db = pg_count(url, "SELECT pg_database_size(current_database())");
+    CHECKF(a1 > 0 && a1 <= tb && tb <= a2, "size_bytes %lld..%lld, the tables by name %lld",
+           (long long)a1, (long long)a2, (long long)tb);
+    CHECKF(a1 > empty + 1000000, "size %lld after %zu chunks, %lld empty", (long long)a1, c.n,
+           (long long)empty);
+    CHECKF(a2 < db - 4000000, "size %lld, the database %lld (catalogs ~7 MB)", (long long)a2,
+           (long long)db);
+    printf("store size %lld bytes empty, %lld after %zu chunks (the tables by name: %lld; "
+           "pg_database_size %lld)\n", (long long)empty, (long long)a1, c.n, (long long)tb,
+           (long long)db);
+    feeder_free(&f);
+    chunks_free(&c);
+}
+
 static void test_migrations(void) {
     char url[256];
     new_db("migr", url, sizeof url);
@@ -494,6 +527,7 @@ static const tr_test_t tests[] = {
     {"retention_same_as_sqlite", test_retention_same_as_sqlite},
     {"same_rows_as_sqlite", test_same_rows_as_sqlite},
     {"fenced", test_fenced},
+    {"size_bytes", test_size_bytes},
     {"migrations", test_migrations},
     {"restart_mid_ingest", test_restart_mid_ingest},
     {0},

@@ -552,6 +552,7 @@ out:
 
 static void update_gauges(agg_consumer_t *c) {
     int64_t bytes = 0;
+    int counted = 0; /* PostgreSQL: every partition's handle reaches the same database */
     pthread_mutex_lock(&c->m->mu);
     c->m->heartbeat_ns = agg_mono_ns();
     pthread_mutex_unlock(&c->m->mu);
@@ -562,7 +563,10 @@ static void update_gauges(agg_consumer_t *c) {
         int64_t lo = 0, hi = 0;
         rd_kafka_get_watermark_offsets(c->rk, c->cfg.topic, i, &lo, &hi);
         int64_t lag = hi - (p->committed >= 0 ? p->committed : lo);
-        bytes += agg_store_size_bytes(p->store);
+        if (!use_pg(c) || !counted++) {
+            int64_t n = agg_store_size_bytes(p->store);
+            bytes += n > 0 ? n : 0;
+        }
         pthread_mutex_lock(&c->m->mu);
         if (i < AGG_METRICS_MAX_PARTITIONS)
             c->m->part[i].lag = lag < 0 ? 0 : lag;

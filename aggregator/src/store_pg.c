@@ -960,18 +960,24 @@ static int pg_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cuto
     return finish(s, rc);
 }
 
+/* The bytes of the store's own tables in the database (heap, TOAST, indexes, free space
+ * maps): every partition's handle answers the same, so the caller counts one. Not
+ * pg_database_size: it holds the catalogs and anything else the database keeps. */
 static int64_t pg_size_bytes(agg_store_t *base) {
     pg_store_t *s = (pg_store_t *)base;
     PGconn *c = conn(s);
     if (!c)
         return -1;
-    PGresult *r = PQexec(c, "SELECT pg_database_size(current_database())");
+    PGresult *r = PQexec(c, "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM "
+                            "pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+                            "AND c.relkind = 'r'");
     int64_t n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r)
                     ? strtoll(PQgetvalue(r, 0, 0), NULL, 10)
                     : -1;
     PQclear(r);
     return n;
 }
+
 static int pg_derive(agg_store_t *base, const int64_t *tiers, int n_tiers, int64_t rep) {
     pg_store_t *s = (pg_store_t *)base;
     int rc = exec0(s, "BEGIN");
