@@ -41,6 +41,15 @@ static int64_t now_ns(void) {
 
 /* ---- connection ---- */
 
+/* A connection to url, whose attempt gives up after 5 s unless the URL sets connect_timeout
+ * (a server that drops packets must not hold the consume loop, or a shutdown, for the
+ * kernel's TCP timeouts of minutes). */
+static PGconn *connect_url(const char *url) {
+    const char *const keys[] = {"connect_timeout", "dbname", NULL};
+    const char *const vals[] = {"5", url, NULL};
+    return PQconnectdbParams(keys, vals, 1); /* the URL's own parameters come later: they win */
+}
+
 /* The connection, re-established when it was lost (a database restart, a network cut): NULL
  * when the server cannot be reached now (the caller fails the call; the next one tries
  * again). */
@@ -65,7 +74,7 @@ static PGconn *conn(pg_store_t *s) {
         CM_WARN("postgres store: cannot reconnect: %s", PQerrorMessage(s->conn));
         return NULL;
     }
-    s->conn = PQconnectdb(s->url);
+    s->conn = connect_url(s->url);
     if (PQstatus(s->conn) != CONNECTION_OK) {
         CM_WARN("postgres store: cannot connect: %s", PQerrorMessage(s->conn));
         return NULL;
@@ -1020,7 +1029,7 @@ int agg_store_pg_open(const char *url, agg_store_t **out, char *err, size_t err_
         return CM_ENOMEM;
     }
     s->base.vt = &pg_vtab;
-    s->conn = PQconnectdb(url);
+    s->conn = connect_url(url);
     if (PQstatus(s->conn) != CONNECTION_OK) {
         snprintf(err, err_size, "cannot connect to the PostgreSQL store %s: %s", safe,
                  PQerrorMessage(s->conn));
