@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define PG_PORT 15433
+static int pg_port = 15433; /* FP_PG_TEST_PORT overrides (two checkouts at once) */
 
 static char pgdir[64], base_url[256], src[1024];
 
@@ -40,7 +40,7 @@ static int sh(const char *fmt, ...) {
 static void new_db(const char *name, char *url, size_t size) {
     CHECK(sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS %s' -c 'CREATE DATABASE %s' "
              ">/dev/null", base_url, name, name) == 0);
-    snprintf(url, size, "postgres://fleetprof@127.0.0.1:%d/%s", PG_PORT, name);
+    snprintf(url, size, "postgres://fleetprof@127.0.0.1:%d/%s", pg_port, name);
 }
 
 /* ---- feeding a store as the consume loop does ---- */
@@ -385,6 +385,28 @@ static void test_size_bytes(void) {
     chunks_free(&c);
 }
 
+/* A string that is not UTF-8 (or holds a NUL), which PostgreSQL's text refuses: the batch
+ * still commits (a refused batch would be consumed again forever), the string stored with
+ * U+FFFD for each bad byte under the id of its original bytes. */
+static void test_bad_utf8(void) {
+    char url[256];
+    new_db("utf8", url, sizeof url);
+    chunks_t c = sim_chunks(11);
+    feeder_t f;
+    feeder_init(&f, open_pg(url));
+    static const char bad[] = "fn\xff\xfe\0x\xc3\xa9\xed\xa0\x80"; /* + surrogate */
+    uint64_t id;
+    CHECK_EQ(agg_intern_str(&f.in, &f.b, bad, sizeof bad - 1, &id), 0);
+    CHECK_EQ(feed(&f, &c, 0, 2), 0);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strings WHERE id = %lld AND s = "
+             "E'fn\\uFFFD\\uFFFD\\uFFFDx\\u00e9\\uFFFD\\uFFFD\\uFFFD'", (long long)id);
+    CHECK_EQ(pg_count(url, sql), 1);
+    CHECK_EQ(pg_count(url, "SELECT next_offset FROM offsets"), 2);
+    feeder_free(&f);
+    chunks_free(&c);
+}
+
 static void test_migrations(void) {
     char url[256];
     new_db("migr", url, sizeof url);
@@ -528,6 +550,7 @@ static const tr_test_t tests[] = {
     {"same_rows_as_sqlite", test_same_rows_as_sqlite},
     {"fenced", test_fenced},
     {"size_bytes", test_size_bytes},
+    {"bad_utf8", test_bad_utf8},
     {"migrations", test_migrations},
     {"restart_mid_ingest", test_restart_mid_ingest},
     {0},
@@ -538,7 +561,9 @@ int main(int argc, char **argv) {
     const char *s = getenv("FLEETPROF_SRC");
     snprintf(src, sizeof src, "%s", s ? s : ".");
     snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgtest-%d", (int)getpid());
-    if (at_pg_start(PG_PORT, pgdir, base_url, sizeof base_url)) {
+    if (getenv("FP_PG_TEST_PORT"))
+        pg_port = atoi(getenv("FP_PG_TEST_PORT"));
+    if (at_pg_start(pg_port, pgdir, base_url, sizeof base_url)) {
         printf("1 failed\n");
         return 1;
     }

@@ -180,6 +180,51 @@ static void col_bytes(cols_t *t, int i, const void *p, size_t len) {
     put(&t->b, p, len);
 }
 
+/* Length of the well-formed UTF-8 sequence at p (as PostgreSQL checks it: no overlong
+ * forms, surrogates, NUL or code points past U+10FFFF), 0 when there is none. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    if (!n || !p[0])
+        return 0;
+    if (p[0] < 0x80)
+        return 1;
+    size_t k = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+               : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                              : 0;
+    if (!k || k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+        return 0;
+    return k;
+}
+
+/* text: the bytes when they are UTF-8 without NUL; else each bad byte becomes U+FFFD (the
+ * server refuses the whole COPY otherwise, and the batch would fail every time it is consumed
+ * again). The row keeps the id of the original bytes. Returns 1 when it replaced bytes. */
+static int col_text(cols_t *t, int i, const char *s, size_t len) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t out = 0, bad = 0;
+    for (size_t o = 0, k; o < len; o += k ? k : 1) {
+        k = utf8_len(p + o, len - o);
+        out += k ? k : 3;
+        bad += !k;
+    }
+    if (!bad) {
+        col_bytes(t, i, s, len);
+        return 0;
+    }
+    field(t, i, (uint32_t)out);
+    for (size_t o = 0, k; o < len; o += k ? k : 1) {
+        k = utf8_len(p + o, len - o);
+        put(&t->b, k ? (const char *)p + o : "\xef\xbf\xbd", k ? k : 3);
+    }
+    return 1;
+}
+
 static void row_end(cols_t *t) {
     if (t->col != t->ncols)
         t->b.fail = 1;
@@ -569,7 +614,9 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
     cols_begin(&t, 2);
     for (size_t i = 0; i < b->strs.n; i++, row_end(&t)) {
         col_i64(&t, 0, b->strs.v[i].id);
-        col_bytes(&t, 1, b->str_arena + b->strs.v[i].off, b->strs.v[i].len);
+        if (col_text(&t, 1, b->str_arena + b->strs.v[i].off, b->strs.v[i].len))
+            CM_WARN("postgres store: string %016llx is not UTF-8: stored with U+FFFD for its "
+                    "bad bytes", (unsigned long long)b->strs.v[i].id);
     }
     EXEC("strings", sql_str);
     cols_begin(&t, 3);
