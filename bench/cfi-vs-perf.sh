@@ -19,8 +19,9 @@
 # measured 2-4 pp heavier under the agent than under perf: a change of the workload, not of
 # the stacks). SIMUL=1 runs each workload once under perf and the agent together (perf's
 # samples of the agent's thread and handler left out: cfi-vs-perf.py --drop-agent); perf then
-# fails to unwind 13-15% of python3's samples (leaves in libc's malloc/free/memcpy), so the
-# comparison is not usable as it stands.
+# fails to unwind 13-15% of python3's samples (leaves in libc's malloc/free/memcpy: perf loses
+# glibc's multi-threaded allocator paths, as on a bare python3 with one extra thread), so the
+# comparison is not usable for single-threaded programs.
 set -eu
 BUILD=$(cd "$1" && pwd)
 OUT=$2
