@@ -7,9 +7,10 @@ add_dependencies(bench-agent-hooks fleetprof_agent)
 
 # End-to-end overhead on a mixed service-like workload (CPU + allocations + contended and
 # uncontended locks + pipe/socket I/O): agent at default settings vs none, interleaved rounds
-# (or "pair": base and agent at once, one core each). Run: build/bench/bench-agent-mixed 61 30000;
+# (or "pair": base and agent at once, one core each; "pairsame": at once on one core). Run:
+# build/bench/bench-agent-mixed 61 30000; build/bench/bench-agent-mixed pairsame 41 30000;
 # build/bench/bench-agent-mixed pair 41 30000   (results: bench/RESULTS.md)
 add_executable(bench-agent-mixed bench-agent-mixed.c)
 target_compile_options(bench-agent-mixed PRIVATE -fno-omit-frame-pointer)
-target_link_libraries(bench-agent-mixed PRIVATE Threads::Threads)
+target_link_libraries(bench-agent-mixed PRIVATE Threads::Threads m)
 add_dependencies(bench-agent-mixed fleetprof_agent)

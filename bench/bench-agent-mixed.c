@@ -33,13 +33,17 @@
  * (swapped every round), so that the co-tenants' load hits both alike; each child then
  * time-shares one core, a different but equal workload for both. "pairoff" does the same with
  * the agent preloaded but FLEETPROF_ENABLED=0 in place of "on" (what interposition alone costs).
+ * "pairsame" runs both at once on the same core (alternating between the two cores every
+ * round): the two cores' different co-tenant loads no longer enter the ratio. Every ratio is
+ * also reported as a geometric mean with its 95% confidence interval (t on the log ratios).
  *
- * Usage: bench-agent-mixed [pair|pairoff] [ROUNDS [REQUESTS]]  (default 31 rounds, 40000)
+ * Usage: bench-agent-mixed [pair|pairoff|pairsame] [ROUNDS [REQUESTS]]  (default 31, 40000)
  *        BENCH_AGENT_ENV="FLEETPROF_IO=0 ..." adds settings to the agent runs (ablation)
  *        bench-agent-mixed work REQUESTS          (one run of the workload)
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -365,18 +369,40 @@ static res_t run_child(const char *self, const char *lib, const char *enabled, c
     return finish_child(start_child(self, lib, enabled, out, requests, -1));
 }
 
+/* Two-sided 95% quantile of Student's t with df degrees of freedom (1.96 past 30). */
+static double t95(int df) {
+    static const double t[] = {12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23,
+                               2.20,  2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10, 2.09, 2.09,
+                               2.08,  2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04};
+    return df >= 1 && df <= 30 ? t[df - 1] : 1.96;
+}
+
+/* Median, quartiles, extremes, and the geometric mean of the ratios with its 95% confidence
+ * interval (t on the log ratios: the rounds are independent pairs). */
 static void report(const char *what, double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmpd);
     double q1 = v[n / 4], med = v[n / 2], q3 = v[(3 * n) / 4];
-    printf("%-22s median %+6.2f%%   quartiles %+6.2f%% .. %+6.2f%%   min %+6.2f%%  max %+6.2f%%\n",
+    double m = 0, var = 0;
+    for (int i = 0; i < n; i++)
+        m += log(v[i] > 0 ? v[i] : 1e-9) / n;
+    for (int i = 0; i < n; i++) {
+        double d = log(v[i] > 0 ? v[i] : 1e-9) - m;
+        var += d * d / (n - 1);
+    }
+    double h = t95(n - 1) * sqrt(var / n);
+    printf("%-22s median %+6.2f%%   quartiles %+6.2f%% .. %+6.2f%%   min %+6.2f%%  max %+6.2f%%"
+           "   mean %+6.2f%% (95%% CI %+.2f%% .. %+.2f%%)\n",
            what, 100 * (med - 1), 100 * (q1 - 1), 100 * (q3 - 1), 100 * (v[0] - 1),
-           100 * (v[n - 1] - 1));
+           100 * (v[n - 1] - 1), 100 * (exp(m) - 1), 100 * (exp(m - h) - 1),
+           100 * (exp(m + h) - 1));
 }
 
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "work"))
         return work(atol(argv[2]));
-    int pair = argc > 1 && (!strcmp(argv[1], "pair") || !strcmp(argv[1], "pairoff"));
+    int pair = argc > 1 && (!strcmp(argv[1], "pair") || !strcmp(argv[1], "pairoff") ||
+                            !strcmp(argv[1], "pairsame"));
+    int same = pair && !strcmp(argv[1], "pairsame");
     const char *pair_enabled = argc > 1 && !strcmp(argv[1], "pairoff") ? "0" : "1";
     if (pair) {
         argv++;
@@ -385,7 +411,8 @@ int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 31;
     long requests = argc > 2 ? atol(argv[2]) : 40000;
     if (rounds < 3 || rounds > 200) {
-        fprintf(stderr, "usage: bench-agent-mixed [pair|pairoff] [ROUNDS (3-200) [REQUESTS]]\n");
+        fprintf(stderr,
+                "usage: bench-agent-mixed [pair|pairoff|pairsame] [ROUNDS (3-200) [REQUESTS]]\n");
         return 2;
     }
     char self[4096], lib[4096], out[] = "/tmp/fp-bench-mixed-XXXXXX";
@@ -393,6 +420,7 @@ int main(int argc, char **argv) {
         return 1;
     printf("%d %s rounds of %ld requests x %d workers; lib %s\n", rounds,
            !pair                 ? "interleaved"
+           : same ? "paired (base and on at once, sharing one core, the core alternating)"
            : pair_enabled[0] == '1' ? "paired (base and on at once, one core each, swapped)"
                                     : "paired (base and OFF at once, one core each, swapped)",
            requests, WORKERS, lib);
@@ -408,7 +436,7 @@ int main(int argc, char **argv) {
         res_t res[3];
         if (pair) { /* the co-tenants' load hits both at once; no off run */
             child_t b = start_child(self, NULL, "0", out, requests, r % 2);
-            child_t o = start_child(self, lib, pair_enabled, out, requests, 1 - r % 2);
+            child_t o = start_child(self, lib, pair_enabled, out, requests, same ? r % 2 : 1 - r % 2);
             res[0] = finish_child(b);
             res[2] = finish_child(o);
             res[1] = res[0];

@@ -13,6 +13,7 @@
  *               PostgreSQL cluster (deploy/postgres, port 15435, same machine) with
  *               --store postgres://...: samples per aggregator CPU-second, and the database's
  *               own CPU (the postmaster and its backends, read before they exit).
+ *               BENCH_PG_PORT sets the cluster's port.
  *
  *   [BENCH_PG=1] bench-aggregator [intervals=2] [lag_seconds=60]
  * Needs FLEETPROF_SRC and FLEETPROF_BUILD (defaults: ../.. of this program and ..). */
@@ -284,7 +285,8 @@ int main(int argc, char **argv) {
     if (getenv("BENCH_PG") && atoi(getenv("BENCH_PG"))) {
         char cmd[1024];
         snprintf(pg_dir, sizeof pg_dir, "/tmp/fp-bench-pg-%d", (int)getpid());
-        if (at_pg_start(15435, pg_dir, pg_url, sizeof pg_url))
+        const char *port = getenv("BENCH_PG_PORT"); /* default 15435 */
+        if (at_pg_start(port ? atoi(port) : 15435, pg_dir, pg_url, sizeof pg_url))
             return 1;
         throughput(intervals, 1);
         snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove",

@@ -10,7 +10,10 @@ inclusive share beside ours, and the heaviest incomplete stacks.
   perf record -F 499 -g --call-graph dwarf,32768 -o perf.data PROGRAM
   FLEETPROF_OUTPUT=out LD_PRELOAD=.../libfleetprof.so PROGRAM
   dump-stacks out/*.fpc > ours.txt
-  cfi-vs-perf.py [--drop-switch] perf.data ours.txt LABEL
+  cfi-vs-perf.py [--drop-switch] [--drop-agent] perf.data ours.txt LABEL
+
+--drop-agent: perf recorded the same run as the agent (cfi-vs-perf.sh SIMUL=1); perf's samples of
+the agent's thread and handler are left out.
 """
 import bisect, collections, os, subprocess, sys
 
@@ -87,20 +90,33 @@ def off2va(path, off):
 # spent before the task blocked, but it lands under the blocking call (epoll_wait).
 SWITCH = {"finish_task_switch.isra.0", "finish_task_switch"}
 
-def perf_stacks(data, drop_switch=False):
-    out = subprocess.run(["perf", "script", "-i", data, "-F", "period,ip,sym,dso", "--no-inline"],
+def exports(path):
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
+    return {l.split()[-1].split("@")[0] for l in out.splitlines() if len(l.split()) >= 3}
+
+def perf_stacks(data, drop_switch=False, drop_agent=False):
+    """perf's samples as (period, user frames leaf first). drop_agent (perf and the agent on the
+    same run): leaves out the agent's background thread and every sample taken inside the
+    agent's own code (its signal handler; not its interposers, which are the application's
+    calls), whose CPU the agent's samples spread over the next sample's stack."""
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,period,ip,sym,dso", "--no-inline"],
                          capture_output=True, text=True).stdout
-    stacks, cur, w, kleaf, dropped = [], [], 0, None, 0
+    stacks, cur, w, kleaf, dropped, comm, agent_dropped, ex = [], [], 0, None, 0, "", 0, {}
     for line in out.splitlines() + [""]:
         if not line.strip():
-            if cur:
-                if drop_switch and kleaf in SWITCH: dropped += 1
-                else: stacks.append((w, cur))
-            cur, kleaf = [], None
+            if cur or comm == "fleetprof":
+                internal = drop_agent and (comm == "fleetprof" or any(
+                    "libfleetprof" in d and name(d, a) .split(":", 1)[1] not in
+                    ex.setdefault(d, exports(d)) for d, a in cur))
+                if internal: agent_dropped += 1
+                elif drop_switch and kleaf in SWITCH: dropped += 1
+                elif cur: stacks.append((w, cur))
+            cur, kleaf, comm = [], None, ""
             continue
         if not line.startswith("\t") and not line.startswith(" " * 8) or line.strip().isdigit():
-            if line.strip().isdigit():
-                w = int(line.strip()); continue
+            p = line.split()
+            if p and p[-1].isdigit():
+                w = int(p[-1]); comm = " ".join(p[:-1]); continue
         p = line.strip().split(None, 1)
         if len(p) < 2: continue
         addr = int(p[0], 16); rest = p[1]
@@ -110,6 +126,7 @@ def perf_stacks(data, drop_switch=False):
             continue
         cur.append((dso, off2va(dso, addr)))
     if drop_switch: print(f"perf: {dropped} samples left out (kernel leaf finish_task_switch)")
+    if drop_agent: print(f"perf: {agent_dropped} samples left out (the agent's thread or handler)")
     return stacks
 
 def our_stacks(path):
@@ -123,16 +140,35 @@ def our_stacks(path):
         stacks.append((int(w), frames, int(fl) & 3))  # truncated or incomplete
     return stacks
 
+_dsos, _ex, _real = set(), {}, {}
+def real_name(n):
+    """An agent interposer frame in perf's stacks (perf's run with the agent preloaded,
+    PERF_PRELOAD=1) named as the agent names its hook frames: the real function's object and
+    name (e.g. libfleetprof.so:_Znwm -> libstdc++.so.6.0.30:_Znwm)."""
+    base, fn = n.split(":", 1)
+    if "libfleetprof" not in base: return n
+    lib = next((d for d in _dsos if "libfleetprof" in d), None)
+    if lib is None or fn not in _ex.setdefault(lib, exports(lib)): return n
+    if fn not in _real:
+        _real[fn] = n
+        for d in sorted(_dsos):
+            if "libfleetprof" not in d and fn in _ex.setdefault(d, exports(d)):
+                _real[fn] = os.path.basename(os.path.realpath(d)) + ":" + fn
+                break
+    return _real[fn]
+
 def resolve(frames, ours=False):
     # perf prints callers' return addresses: name the call (ra - 1). The agent's locations are
     # already the call's address (builder.c: pc - 1), and an interposer frame is located at
     # the real function's entry, which ra - 1 would put in the function before it.
-    return [name(d, a if i == 0 or ours else a - 1) for i, (d, a) in enumerate(frames)]
+    if ours: return [name(d, a) for d, a in frames]
+    _dsos.update(d for d, _ in frames)
+    return [real_name(name(d, a if i == 0 else a - 1)) for i, (d, a) in enumerate(frames)]
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     perf_data, ours_file, label = args[0], args[1], args[2]
-    ps = perf_stacks(perf_data, "--drop-switch" in sys.argv)
+    ps = perf_stacks(perf_data, "--drop-switch" in sys.argv, "--drop-agent" in sys.argv)
     os_ = our_stacks(ours_file)
     def incl(stacks):
         tot, inc = 0, collections.Counter()
@@ -150,12 +186,24 @@ def main():
     agent = sum(w for w, n in ores if any("libfleetprof" in x for x in n)) / max(otot, 1)
     print(f"{label}: perf {len(pres)} samples, complete {100*pc:.2f}%; ours {len(ores)} samples, complete {100*oc:.2f}%, with libfleetprof frames {100*agent:.2f}%")
     top = [n for n, _ in pinc.most_common() if not n.endswith(":?")][:20]
-    worst = 0
+    # Sampling error of an inclusive share: each stack is a draw; a share's estimate is the
+    # weighted mean of the indicator "the stack holds f", whose standard error is
+    # sqrt(sum w_i^2 (x_i - p)^2) / sum w_i (perf's samples weigh the same; ours weigh the CPU
+    # time since the thread's previous sample). The difference's error is the two combined.
+    def se(stacks, tot, f, p):
+        return 100 * sum(w * w * ((f in set(n)) - p) ** 2 for w, n in stacks) ** 0.5 / tot
+    worst, within, zs = 0, 0, []
     for n in top:
         a, b = 100 * pinc[n] / ptot, 100 * oinc[n] / otot
+        sa, sb = se(pres, ptot, n, a / 100), se(ores, otot, n, b / 100)
+        sd = (sa * sa + sb * sb) ** 0.5
+        z = (b - a) / sd if sd else 0.0
+        zs.append(z)
         worst = max(worst, abs(a - b))
-        print(f"  {n:60s} perf {a:6.2f}%  ours {b:6.2f}%  diff {b - a:+6.2f} pp")
-    print(f"  max |diff| over perf's top 20: {worst:.2f} pp")
+        within += abs(a - b) <= 2
+        print(f"  {n:60s} perf {a:6.2f}% (se {sa:4.2f})  ours {b:6.2f}% (se {sb:4.2f})  diff {b - a:+6.2f} pp  z {z:+5.1f}")
+    print(f"  max |diff| over perf's top 20: {worst:.2f} pp; within 2 pp: {within} of {len(top)}; "
+          f"|z| > 3: {sum(abs(z) > 3 for z in zs)}")
     inc = collections.Counter()
     for (w, n), x in zip(ores, [x for x in os_ if x[1]]):
         if not (complete(n) and not x[2]):

@@ -577,7 +577,24 @@ static void test_sigterm_flush(void) {
         n = read(pr.out_fd, buf, sizeof buf);
     }
     CHECK(n > 0);
-    usleep(1500 * 1000); /* let it burn: samples to flush */
+    /* let it burn 1 s of CPU (not of wall time: a loaded machine may give it less) */
+    double cpu = 0;
+    while (cpu < 1.0 && now_s() < end) {
+        usleep(50 * 1000);
+        char path[64], st[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pr.pid);
+        FILE *f = fopen(path, "r");
+        size_t len = f ? fread(st, 1, sizeof st - 1, f) : 0;
+        if (f)
+            fclose(f);
+        st[len] = 0;
+        const char *p = strrchr(st, ')');
+        unsigned long long ut = 0, stt = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                        &stt) == 2)
+            cpu = (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
+    }
+    CHECKF(cpu >= 1.0, "the program burnt only %.2f s of CPU in 30 s", cpu);
     kill(pr.pid, SIGTERM);
     int st = finish(pr, 30, out, sizeof out);
     CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %d", st);

@@ -44,11 +44,12 @@ typedef struct {
     rd_kafka_t *rk;
     double rate;
     int rc;
+    const char *topic; /* NULL: fleetprof.chunks */
 } prod_t;
 
 static void *producer_main(void *arg) {
     prod_t *p = arg;
-    p->rc = fsim_produce(p->sim, p->rk, CM_TOPIC_CHUNKS, p->rate);
+    p->rc = fsim_produce(p->sim, p->rk, p->topic ? p->topic : CM_TOPIC_CHUNKS, p->rate);
     return NULL;
 }
 
@@ -63,9 +64,10 @@ static void inst_start(inst_t *in, int i) {
     CHECKF(in->pid > 0, "instance %d did not start; see %s", i, in->log);
 }
 
-/* Compares the database with the simulator's truth; returns the number of differences. */
-static int check_truth(const fsim_t *sim) {
-    PGconn *c = PQconnectdb(url);
+/* Compares the database at db_url with the simulator's truth; returns the number of
+ * differences. */
+static int check_truth_at(const char *db_url, const fsim_t *sim) {
+    PGconn *c = PQconnectdb(db_url);
     CHECKF(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
     int bad = 0;
     const fsim_params_t *fp = fsim_params(sim);
@@ -109,7 +111,7 @@ static int check_truth(const fsim_t *sim) {
         }
     }
     PQfinish(c);
-    int64_t groups = q1("SELECT count(*) FROM (SELECT DISTINCT service, version, type FROM "
+    int64_t groups = at_pg_q1(db_url, "SELECT count(*) FROM (SELECT DISTINCT service, version, type FROM "
                         "totals) x");
     if (groups != (int64_t)expected) {
         printf("the database holds %lld (service, version, type) totals, truth has %zu\n",
@@ -120,7 +122,7 @@ static int check_truth(const fsim_t *sim) {
     int64_t want_rej = 0;
     for (int k = 0; k < FSIM_BAD_N; k++)
         want_rej += (int64_t)fc->bad[k];
-    int64_t rej = q1("SELECT coalesce(sum(count),0) FROM rejects");
+    int64_t rej = at_pg_q1(db_url, "SELECT coalesce(sum(count),0) FROM rejects");
     if (rej != want_rej) {
         printf("rejects %lld, malformed messages produced %lld\n", (long long)rej,
                (long long)want_rej);
@@ -128,6 +130,8 @@ static int check_truth(const fsim_t *sim) {
     }
     return bad;
 }
+
+static int check_truth(const fsim_t *sim) { return check_truth_at(url, sim); }
 
 static void test_chaos_exact(void) {
     int lng = getenv("FP_PG_CHAOS_LONG") && atoi(getenv("FP_PG_CHAOS_LONG"));
@@ -147,7 +151,7 @@ static void test_chaos_exact(void) {
     /* the fleet produces for the whole chaos: ~kills * 3 s + the outage */
     uint64_t msgs = (uint64_t)sp.services * sp.versions * sp.processes * sp.intervals;
     double dur = kills * 3.0 + outage_s + 8;
-    prod_t p = {sim, rk, (double)msgs / dur, 0};
+    prod_t p = {sim, rk, (double)msgs / dur, 0, NULL};
     pthread_t th;
     pthread_create(&th, NULL, producer_main, &p);
     double t0 = at_now();
@@ -227,8 +231,133 @@ static void test_chaos_exact(void) {
     fsim_free(sim);
 }
 
+/* Lines of a log that contain what. */
+static long long log_count(const char *log, const char *what) {
+    char cmd[512];
+    long long n = 0;
+    snprintf(cmd, sizeof cmd, "grep -c '%s' %s 2>/dev/null", what, log);
+    FILE *f = popen(cmd, "r");
+    if (f && fscanf(f, "%lld", &n) != 1)
+        n = 0;
+    if (f)
+        pclose(f);
+    return n;
+}
+
+/* The store's tables by name, each table's heap, TOAST and indexes: an independent count of
+ * what fleetprof_aggregator_store_bytes must report once (not once per partition). */
+static int64_t tables_bytes(const char *db_url) {
+    return at_pg_q1(db_url,
+                    "SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY['meta', 'offsets', "
+                    "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', "
+                    "'labelsets', 'labels', 'labelset_base', 'profile', 'profile_coarse', "
+                    "'profile_leaf', 'totals', 'intervals', 'drops', 'versions', 'fn_stats', "
+                    "'spans', 'span_stacks', 'rejects', 'fleetprof_schema']::regclass[]) t");
+}
+
+/* SIGTERM while the database is down, the instance waiting for it in a partition assignment
+ * (the rebalance after another instance died) with a batch read: it exits within seconds,
+ * writes nothing half-way, and the next instance, once the database is back, stores exactly
+ * the fleet's truth from the stored offsets. Then the store size one instance reports is the
+ * database's tables once. Own topic (2 partitions) and database. */
+static void test_shutdown_in_outage(void) {
+    const char *topic = "fleetprof.shut";
+    char db_url[300];
+    CHECK(sh("psql -X -q '%s' -c 'CREATE DATABASE shut' >/dev/null", url) == 0);
+    snprintf(db_url, sizeof db_url, "%.*s/shut", (int)(strrchr(url, '/') - url), url);
+    fsim_params_t sp = {.seed = 29, .services = 4, .versions = 2, .processes = 3,
+                        .intervals = 8, .samples = 200, .stacks = 60, .duplicate_every = 7};
+    fsim_t *sim = fsim_new(&sp);
+    rd_kafka_t *rk = at_producer(bootstrap);
+    CHECK(sim && rk && at_topic_empty(rk, topic, 2));
+    const char *extra[] = {"--store", db_url, "--topic", topic, "--dlq-topic",
+                           "fleetprof.shut.dlq", "--report-interval", "0", NULL};
+    inst_t in[3];
+    for (int i = 0; i < 3; i++) {
+        at_tmpdir(in[i].dir, "pgshut");
+        snprintf(in[i].log, sizeof in[i].log, "%.60s/agg.log", in[i].dir);
+    }
+    for (int i = 0; i < 2; i++) {
+        in[i].pid = at_agg_start(bootstrap, in[i].dir, "pgshut", 0, in[i].log, extra);
+        CHECK(in[i].pid > 0);
+    }
+    /* ~10 s of production; the database goes away once something is stored */
+    prod_t p = {sim, rk, sp.services * sp.versions * sp.processes * sp.intervals / 10.0, 0,
+                topic};
+    pthread_t th;
+    pthread_create(&th, NULL, producer_main, &p);
+    for (int s = 0; s < 300 && at_pg_q1(db_url, "SELECT coalesce(sum(next_offset),0) FROM "
+                                                "offsets WHERE next_offset > 0") <= 0; s++)
+        at_sleep_ms(100);
+    CHECK(sh("%s/deploy/postgres/stop.sh %s 2>/dev/null", src, pgdir) == 0);
+    /* instance 1 dies: the group gives its partition to instance 0, which waits for the
+     * database in the assignment */
+    at_agg_stop(in[1].pid, SIGKILL, 10);
+    for (int s = 0; s < 300 && !log_count(in[0].log, "is not reachable"); s++)
+        at_sleep_ms(100);
+    CHECKF(log_count(in[0].log, "is not reachable"),
+           "instance 0 never waited for the database; see %s", in[0].log);
+    at_sleep_ms(1500);
+    double t0 = at_now();
+    int st = at_agg_stop(in[0].pid, SIGTERM, 20);
+    double dt = at_now() - t0;
+    CHECKF(st == 0, "exit status %d after SIGTERM (%.1f s); see %s", st, dt, in[0].log);
+    CHECKF(dt < 8.0, "the instance took %.1f s to stop during the outage; see %s", dt,
+           in[0].log);
+    CHECK(log_count(in[0].log, "stopping while the PostgreSQL store is unreachable") > 0);
+    pthread_join(th, NULL);
+    CHECK_EQ(p.rc, 0);
+    int64_t before = at_pg_q1(db_url, "SELECT 1"); /* the database is down */
+    CHECK_EQ(before, -1);
+    CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+    int64_t hi[2], want = 0;
+    CHECK(at_high_watermarks(rk, topic, 2, hi) == 0);
+    want = hi[0] + hi[1];
+    int64_t got0 = at_pg_q1(db_url, "SELECT coalesce(sum(next_offset),0) FROM offsets WHERE "
+                                    "next_offset > 0");
+    CHECKF(got0 < want, "everything was stored before the outage (%lld of %lld): the test "
+           "exercised nothing", (long long)got0, (long long)want);
+    in[2].pid = at_agg_start(bootstrap, in[2].dir, "pgshut", 19962, in[2].log, extra);
+    CHECK(in[2].pid > 0);
+    int64_t got = -1;
+    for (int s = 0; s < 1200 && got != want; s++) {
+        at_sleep_ms(100);
+        got = at_pg_q1(db_url, "SELECT coalesce(sum(next_offset),0) FROM offsets WHERE "
+                               "next_offset > 0");
+    }
+    CHECKF(got == want, "stored offsets %lld, high watermarks %lld; see %s", (long long)got,
+           (long long)want, in[2].log);
+    int bad = check_truth_at(db_url, sim);
+    CHECK_EQ(bad, 0);
+    /* the store size: the database's tables, once for both partitions this instance owns */
+    char body[65536];
+    int64_t metric = -1, tb = 0;
+    for (int s = 0; s < 50; s++) {
+        at_sleep_ms(200);
+        CHECK(at_http_get(19962, "/metrics", body, sizeof body) == 200);
+        char *m = strstr(body, "\nfleetprof_aggregator_store_bytes ");
+        CHECK(m);
+        metric = strtoll(m + strlen("\nfleetprof_aggregator_store_bytes "), NULL, 10);
+        tb = tables_bytes(db_url);
+        if (metric > 0 && llabs(metric - tb) <= tb / 20)
+            break;
+    }
+    int64_t dbsize = at_pg_q1(db_url, "SELECT pg_database_size(current_database())");
+    CHECKF(tb > 0 && llabs(metric - tb) <= tb / 20, "store_bytes %lld, the tables hold %lld",
+           (long long)metric, (long long)tb);
+    CHECK(metric < dbsize);
+    printf("SIGTERM during the outage: the instance stopped in %.1f s; then %lld of %lld "
+           "messages stored again, totals exact; store_bytes %lld, tables %lld, database "
+           "%lld\n", dt, (long long)(want - got0), (long long)want, (long long)metric,
+           (long long)tb, (long long)dbsize);
+    at_agg_stop(in[2].pid, SIGTERM, 30);
+    rd_kafka_destroy(rk);
+    fsim_free(sim);
+}
+
 static const tr_test_t tests[] = {
     {"chaos_exact", test_chaos_exact},
+    {"shutdown_in_outage", test_shutdown_in_outage},
     {0},
 };
 
@@ -242,7 +371,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    if (ts_kafka_start_retry(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
+    if (ts_kafka_start_retry(KPORT, NPARTS, "fleetprof.shut:2 fleetprof.shut.dlq:1", bootstrap,
+                             sizeof bootstrap)) {
         printf("cannot start Kafka\n1 failed\n");
     } else {
         rc = tr_main(tests, argc, argv);

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define PG_PORT 15433
+static int pg_port = 15433; /* FP_PG_TEST_PORT overrides (two checkouts at once) */
 
 static char pgdir[64], base_url[256], src[1024];
 
@@ -40,7 +40,7 @@ static int sh(const char *fmt, ...) {
 static void new_db(const char *name, char *url, size_t size) {
     CHECK(sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS %s' -c 'CREATE DATABASE %s' "
              ">/dev/null", base_url, name, name) == 0);
-    snprintf(url, size, "postgres://fleetprof@127.0.0.1:%d/%s", PG_PORT, name);
+    snprintf(url, size, "postgres://fleetprof@127.0.0.1:%d/%s", pg_port, name);
 }
 
 /* ---- feeding a store as the consume loop does ---- */
@@ -352,6 +352,61 @@ static void test_fenced(void) {
     chunks_free(&c);
 }
 
+/* The store's size is its tables' bytes (heap, TOAST, indexes), counted here independently
+ * from their names: not the whole database (catalogs), and it grows with the data. */
+static void test_size_bytes(void) {
+    char url[256];
+    new_db("size", url, sizeof url);
+    chunks_t c = sim_chunks(10);
+    feeder_t f;
+    feeder_init(&f, open_pg(url));
+    const char *by_name =
+        "SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY['meta', 'offsets', "
+        "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', 'labelsets', "
+        "'labels', 'labelset_base', 'profile', 'profile_coarse', 'profile_leaf', 'totals', "
+        "'intervals', 'drops', 'versions', 'fn_stats', 'spans', 'span_stacks', 'rejects', "
+        "'fleetprof_schema']::regclass[]) t";
+    int64_t empty = agg_store_size_bytes(f.st);
+    CHECK_EQ(feed(&f, &c, 0, c.n), 0);
+    /* sizes only grow (autovacuum may add a map fork meanwhile): a1 <= tables <= a2 */
+    int64_t a1 = agg_store_size_bytes(f.st), tb = pg_count(url, by_name),
+            a2 = agg_store_size_bytes(f.st);
+    int64_t db = pg_count(url, "SELECT pg_database_size(current_database())");
+    CHECKF(a1 > 0 && a1 <= tb && tb <= a2, "size_bytes %lld..%lld, the tables by name %lld",
+           (long long)a1, (long long)a2, (long long)tb);
+    CHECKF(a1 > empty + 1000000, "size %lld after %zu chunks, %lld empty", (long long)a1, c.n,
+           (long long)empty);
+    CHECKF(a2 < db - 4000000, "size %lld, the database %lld (catalogs ~7 MB)", (long long)a2,
+           (long long)db);
+    printf("store size %lld bytes empty, %lld after %zu chunks (the tables by name: %lld; "
+           "pg_database_size %lld)\n", (long long)empty, (long long)a1, c.n, (long long)tb,
+           (long long)db);
+    feeder_free(&f);
+    chunks_free(&c);
+}
+
+/* A string that is not UTF-8 (or holds a NUL), which PostgreSQL's text refuses: the batch
+ * still commits (a refused batch would be consumed again forever), the string stored with
+ * U+FFFD for each bad byte under the id of its original bytes. */
+static void test_bad_utf8(void) {
+    char url[256];
+    new_db("utf8", url, sizeof url);
+    chunks_t c = sim_chunks(11);
+    feeder_t f;
+    feeder_init(&f, open_pg(url));
+    static const char bad[] = "fn\xff\xfe\0x\xc3\xa9\xed\xa0\x80"; /* + surrogate */
+    uint64_t id;
+    CHECK_EQ(agg_intern_str(&f.in, &f.b, bad, sizeof bad - 1, &id), 0);
+    CHECK_EQ(feed(&f, &c, 0, 2), 0);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strings WHERE id = %lld AND s = "
+             "E'fn\\uFFFD\\uFFFD\\uFFFDx\\u00e9\\uFFFD\\uFFFD\\uFFFD'", (long long)id);
+    CHECK_EQ(pg_count(url, sql), 1);
+    CHECK_EQ(pg_count(url, "SELECT next_offset FROM offsets"), 2);
+    feeder_free(&f);
+    chunks_free(&c);
+}
+
 static void test_migrations(void) {
     char url[256];
     new_db("migr", url, sizeof url);
@@ -494,6 +549,8 @@ static const tr_test_t tests[] = {
     {"retention_same_as_sqlite", test_retention_same_as_sqlite},
     {"same_rows_as_sqlite", test_same_rows_as_sqlite},
     {"fenced", test_fenced},
+    {"size_bytes", test_size_bytes},
+    {"bad_utf8", test_bad_utf8},
     {"migrations", test_migrations},
     {"restart_mid_ingest", test_restart_mid_ingest},
     {0},
@@ -504,7 +561,9 @@ int main(int argc, char **argv) {
     const char *s = getenv("FLEETPROF_SRC");
     snprintf(src, sizeof src, "%s", s ? s : ".");
     snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgtest-%d", (int)getpid());
-    if (at_pg_start(PG_PORT, pgdir, base_url, sizeof base_url)) {
+    if (getenv("FP_PG_TEST_PORT"))
+        pg_port = atoi(getenv("FP_PG_TEST_PORT"));
+    if (at_pg_start(pg_port, pgdir, base_url, sizeof base_url)) {
         printf("1 failed\n");
         return 1;
     }

@@ -56,6 +56,7 @@ struct agg_consumer {
         int64_t offset, progress_ms;
     } group[AGG_METRICS_MAX_PARTITIONS]; /* group_check's memory */
     agg_store_t *pg_check; /* PostgreSQL: group_check's own connection (opened on first use) */
+    volatile sig_atomic_t *stop; /* agg_consumer_run's flag: ends the wait for the database */
 };
 
 /* how long a partition assignment waits for an unreachable PostgreSQL store */
@@ -252,6 +253,11 @@ static int part_open(agg_consumer_t *c, int32_t partition, int64_t *offset) {
             int64_t waited = mono_ms() - t0;
             if (rc == CM_ECONFIG || waited > AGG_PG_WAIT_MS)
                 break;
+            if (c->stop && *c->stop) { /* shutting down: nothing was read, nothing to lose */
+                CM_INFO("partition %d: stopping while the PostgreSQL store is unreachable",
+                        partition);
+                return -ECANCELED;
+            }
             if (waited >= said) {
                 CM_WARN("partition %d: the PostgreSQL store is not reachable (%s); retrying "
                         "for up to %d s", partition, err, AGG_PG_WAIT_MS / 1000);
@@ -306,7 +312,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             if (strcmp(tp->topic, c->cfg.topic))
                 continue;
             int rc = part_open(c, tp->partition, &tp->offset);
-            if (rc) {
+            if (rc == -ECANCELED) { /* stopping: the partition is never consumed here */
+                tp->offset = RD_KAFKA_OFFSET_END;
+            } else if (rc) {
                 CM_ERROR("cannot take partition %d (%s); stopping so that another instance can",
                          tp->partition, cm_strerror(rc));
                 c->fatal = rc;
@@ -552,6 +560,7 @@ out:
 
 static void update_gauges(agg_consumer_t *c) {
     int64_t bytes = 0;
+    int counted = 0; /* PostgreSQL: every partition's handle reaches the same database */
     pthread_mutex_lock(&c->m->mu);
     c->m->heartbeat_ns = agg_mono_ns();
     pthread_mutex_unlock(&c->m->mu);
@@ -562,7 +571,10 @@ static void update_gauges(agg_consumer_t *c) {
         int64_t lo = 0, hi = 0;
         rd_kafka_get_watermark_offsets(c->rk, c->cfg.topic, i, &lo, &hi);
         int64_t lag = hi - (p->committed >= 0 ? p->committed : lo);
-        bytes += agg_store_size_bytes(p->store);
+        if (!use_pg(c) || !counted++) {
+            int64_t n = agg_store_size_bytes(p->store);
+            bytes += n > 0 ? n : 0;
+        }
         pthread_mutex_lock(&c->m->mu);
         if (i < AGG_METRICS_MAX_PARTITIONS)
             c->m->part[i].lag = lag < 0 ? 0 : lag;
@@ -669,6 +681,7 @@ int agg_consumer_run(agg_consumer_t *c, volatile sig_atomic_t *stop) {
     int64_t last_gauge = 0, last_group = 0, last_retention = mono_ms();
     int rc = 0;
     int first_retention = 1;
+    c->stop = stop;
     while (!*stop && !c->fatal) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 50);
         if (m) {

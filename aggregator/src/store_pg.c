@@ -1,5 +1,6 @@
 /* PostgreSQL store backend, write side (see store_pg.h): connection and reconnection, the
- * fenced batch transaction, each table as one multi-row upsert fed by arrays.
+ * fenced batch transaction, each table's rows copied (COPY, binary) into a temporary staging
+ * table and merged with one INSERT ... SELECT ... ON CONFLICT.
  * Threading: a handle is used by one thread at a time. */
 #define _GNU_SOURCE
 #include "store_pg.h"
@@ -25,6 +26,7 @@ typedef struct {
     /* the per-stack tiers and their marks (meta, as in SQLite) */
     int64_t tier_w[AGG_MAX_TIERS], tier_done[AGG_MAX_TIERS];
     int n_tiers;
+    int stage_pid; /* the server backend that has our staging tables (0: none yet) */
 } pg_store_t;
 
 int agg_store_is_pg(const char *spec) {
@@ -38,6 +40,15 @@ static int64_t now_ns(void) {
 }
 
 /* ---- connection ---- */
+
+/* A connection to url, whose attempt gives up after 5 s unless the URL sets connect_timeout
+ * (a server that drops packets must not hold the consume loop, or a shutdown, for the
+ * kernel's TCP timeouts of minutes). */
+static PGconn *connect_url(const char *url) {
+    const char *const keys[] = {"connect_timeout", "dbname", NULL};
+    const char *const vals[] = {"5", url, NULL};
+    return PQconnectdbParams(keys, vals, 1); /* the URL's own parameters come later: they win */
+}
 
 /* The connection, re-established when it was lost (a database restart, a network cut): NULL
  * when the server cannot be reached now (the caller fails the call; the next one tries
@@ -54,6 +65,7 @@ static PGconn *conn(pg_store_t *s) {
         if (now_ms < s->retry_ms)
             return NULL;
         PQreset(s->conn);
+        s->stage_pid = 0; /* a new backend (its pid may be the old one's): no staging tables */
         if (PQstatus(s->conn) == CONNECTION_OK) {
             CM_INFO("postgres store: reconnected");
             return s->conn;
@@ -62,7 +74,7 @@ static PGconn *conn(pg_store_t *s) {
         CM_WARN("postgres store: cannot reconnect: %s", PQerrorMessage(s->conn));
         return NULL;
     }
-    s->conn = PQconnectdb(s->url);
+    s->conn = connect_url(s->url);
     if (PQstatus(s->conn) != CONNECTION_OK) {
         CM_WARN("postgres store: cannot connect: %s", PQerrorMessage(s->conn));
         return NULL;
@@ -84,7 +96,11 @@ static int exec0(pg_store_t *s, const char *sql) {
     return rc;
 }
 
-/* ---- arrays in the text format: '{1,2,3}', '{"a\"b",...}' ---- */
+/* ---- rows in COPY's binary format, into a temporary staging table per target ----
+ * A batch's rows of one table go to the server in one COPY ... FROM STDIN (FORMAT binary)
+ * into a temporary table (this backend's own buffers, no WAL, emptied at commit), then one
+ * set-based INSERT ... SELECT ... ON CONFLICT merges them into the table: no text to print or
+ * parse, no arrays to build and unnest. */
 
 typedef struct {
     char *p;
@@ -92,12 +108,12 @@ typedef struct {
     int fail;
 } buf_t;
 
-static void put(buf_t *b, const char *s, size_t len) {
+static void put(buf_t *b, const void *s, size_t len) {
     if (b->fail)
         return;
-    if (b->n + len + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + len + 1)
+    if (b->n + len > b->cap) {
+        size_t nc = b->cap ? b->cap : 65536;
+        while (nc < b->n + len)
             nc *= 2;
         char *np = realloc(b->p, nc);
         if (!np) {
@@ -109,102 +125,185 @@ static void put(buf_t *b, const char *s, size_t len) {
     }
     memcpy(b->p + b->n, s, len);
     b->n += len;
-    b->p[b->n] = 0;
 }
 
-static void putf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(buf_t *b, const char *fmt, ...) {
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    put(b, tmp, (size_t)n);
+static void put_be(buf_t *b, uint64_t v, int bytes) {
+    unsigned char x[8];
+    for (int i = 0; i < bytes; i++)
+        x[i] = (unsigned char)(v >> (8 * (bytes - 1 - i)));
+    put(b, x, (size_t)bytes);
 }
 
-/* One array column: "{" then elements separated by ',' then "}" (closed by cols_close). */
-#define MAX_COLS 16
+/* One table's rows: columns are written in order, each row's first one opening the row. */
 typedef struct {
-    buf_t c[MAX_COLS];
-    int ncols;
+    buf_t b;
+    int ncols, col;
     size_t rows;
 } cols_t;
 
 static void cols_begin(cols_t *t, int ncols) {
+    static const char sig[11] = "PGCOPY\n\377\r\n"; /* + NUL: 11 bytes */
+    t->b.n = 0;
+    t->b.fail = 0;
     t->ncols = ncols;
+    t->col = 0;
     t->rows = 0;
-    for (int i = 0; i < ncols; i++) {
-        t->c[i].n = 0;
-        t->c[i].fail = 0;
-        put(&t->c[i], "{", 1);
-    }
+    put(&t->b, sig, 11);
+    put_be(&t->b, 0, 4); /* flags */
+    put_be(&t->b, 0, 4); /* header extension length */
 }
 
-static void sep(cols_t *t, int i) {
-    if (t->rows)
-        put(&t->c[i], ",", 1);
+/* The field header of column i (length len); a column out of order fails the batch. */
+static void field(cols_t *t, int i, uint32_t len) {
+    if (t->col == 0)
+        put_be(&t->b, (uint64_t)t->ncols, 2);
+    if (i != t->col++)
+        t->b.fail = 1;
+    put_be(&t->b, len, 4);
 }
 
 static void col_i64(cols_t *t, int i, uint64_t v) {
-    sep(t, i);
-    putf(&t->c[i], "%" PRId64, (int64_t)v);
+    field(t, i, 8);
+    put_be(&t->b, v, 8);
 }
 
 static void col_f64(cols_t *t, int i, double v) {
-    sep(t, i);
-    putf(&t->c[i], "%.17g", v);
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    field(t, i, 8);
+    put_be(&t->b, u, 8);
 }
 
-/* bytes as hex text (decoded in SQL) */
-static void col_hex(cols_t *t, int i, const uint8_t *p, size_t len) {
-    static const char hx[] = "0123456789abcdef";
-    sep(t, i);
-    for (size_t k = 0; k < len; k++) {
-        char two[2] = {hx[p[k] >> 4], hx[p[k] & 15]};
-        put(&t->c[i], two, 2);
+/* bytea and text: the bytes as they are */
+static void col_bytes(cols_t *t, int i, const void *p, size_t len) {
+    field(t, i, (uint32_t)len);
+    put(&t->b, p, len);
+}
+
+/* Length of the well-formed UTF-8 sequence at p (as PostgreSQL checks it: no overlong
+ * forms, surrogates, NUL or code points past U+10FFFF), 0 when there is none. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    if (!n || !p[0])
+        return 0;
+    if (p[0] < 0x80)
+        return 1;
+    size_t k = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+               : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                              : 0;
+    if (!k || k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+        return 0;
+    return k;
+}
+
+/* text: the bytes when they are UTF-8 without NUL; else each bad byte becomes U+FFFD (the
+ * server refuses the whole COPY otherwise, and the batch would fail every time it is consumed
+ * again). The row keeps the id of the original bytes. Returns 1 when it replaced bytes. */
+static int col_text(cols_t *t, int i, const char *s, size_t len) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t out = 0, bad = 0;
+    for (size_t o = 0, k; o < len; o += k ? k : 1) {
+        k = utf8_len(p + o, len - o);
+        out += k ? k : 3;
+        bad += !k;
     }
-    if (!len)
-        put(&t->c[i], "\"\"", 2);
-}
-
-/* text, quoted for the array literal ('"' and '\' escaped) */
-static void col_text(cols_t *t, int i, const char *s, size_t len) {
-    sep(t, i);
-    put(&t->c[i], "\"", 1);
-    for (size_t k = 0; k < len; k++) {
-        if (s[k] == '"' || s[k] == '\\')
-            put(&t->c[i], "\\", 1);
-        put(&t->c[i], s + k, 1);
+    if (!bad) {
+        col_bytes(t, i, s, len);
+        return 0;
     }
-    put(&t->c[i], "\"", 1);
+    field(t, i, (uint32_t)out);
+    for (size_t o = 0, k; o < len; o += k ? k : 1) {
+        k = utf8_len(p + o, len - o);
+        put(&t->b, k ? (const char *)p + o : "\xef\xbf\xbd", k ? k : 3);
+    }
+    return 1;
 }
 
-static void row_end(cols_t *t) { t->rows++; }
-
-static void cols_free(cols_t *t) {
-    for (int i = 0; i < MAX_COLS; i++)
-        free(t->c[i].p);
+static void row_end(cols_t *t) {
+    if (t->col != t->ncols)
+        t->b.fail = 1;
+    t->col = 0;
+    t->rows++;
 }
 
-/* Runs sql with the columns as its parameters $1..$ncols (skipped when there are no rows). */
-static int cols_exec(pg_store_t *s, cols_t *t, const char *sql) {
+static void cols_free(cols_t *t) { free(t->b.p); }
+
+/* The staging tables, created once per server backend (a reconnection gets a new one). */
+static const char *const staged[] = {
+    "strings",  "mappings",  "functions", "locations", "stacks",    "labelsets",
+    "labels",   "labelset_base", "profile", "profile_coarse", "profile_leaf", "totals",
+    "intervals", "drops",    "versions",  "fn_stats",  "spans",     "span_stacks",
+    "rejects",  "seen_chunks",
+};
+
+static int stage_tables(pg_store_t *s, PGconn *c) {
+    if (s->stage_pid == PQbackendPID(c))
+        return 0;
+    /* a sequential scan of a staging table returns the rows in the order they were copied
+     * (key order, see ordered()) */
+    char sql[8192];
+    size_t o = (size_t)snprintf(sql, sizeof sql, "SET synchronize_seqscans = off; "
+                                "SET temp_buffers = '64MB'; ");
+    for (size_t i = 0; i < sizeof staged / sizeof staged[0] && o < sizeof sql; i++)
+        o += (size_t)snprintf(sql + o, sizeof sql - o,
+                              "CREATE TEMP TABLE IF NOT EXISTS stage_%s (LIKE %s) ON COMMIT "
+                              "DELETE ROWS; ", staged[i], staged[i]);
+    if (o >= sizeof sql)
+        return CM_EINVAL;
+    PGresult *r = PQexec(c, sql);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+    if (rc)
+        CM_WARN("postgres store: creating the staging tables: %s", PQerrorMessage(c));
+    PQclear(r);
+    if (!rc)
+        s->stage_pid = PQbackendPID(c);
+    return rc;
+}
+
+/* Copies the rows into stage_<table>, then runs merge (skipped when there are no rows). */
+static int cols_exec(pg_store_t *s, cols_t *t, const char *table, const char *merge) {
     if (!t->rows)
         return 0;
-    const char *vals[MAX_COLS];
-    for (int i = 0; i < t->ncols; i++) {
-        put(&t->c[i], "}", 1);
-        if (t->c[i].fail)
-            return CM_ENOMEM;
-        vals[i] = t->c[i].p;
-    }
+    put_be(&t->b, 0xffff, 2); /* trailer */
+    if (t->b.fail)
+        return t->col ? CM_EINVAL : CM_ENOMEM;
     PGconn *c = conn(s);
     if (!c)
         return CM_EIO;
-    PGresult *r = PQexecParams(c, sql, t->ncols, NULL, vals, NULL, NULL, 0);
-    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
-    if (rc)
-        CM_WARN("postgres store: '%.50s' (%zu rows): %s", sql, t->rows, PQerrorMessage(c));
+    char sql[128];
+    snprintf(sql, sizeof sql, "COPY stage_%s FROM STDIN (FORMAT binary)", table);
+    PGresult *r = PQexec(c, sql);
+    int in_copy = PQresultStatus(r) == PGRES_COPY_IN;
     PQclear(r);
+    int rc = in_copy ? 0 : CM_EIO;
+    if (in_copy) {
+        for (size_t o = 0, piece; o < t->b.n && !rc; o += piece) {
+            piece = t->b.n - o < (1u << 20) ? t->b.n - o : (1u << 20);
+            if (PQputCopyData(c, t->b.p + o, (int)piece) != 1)
+                rc = CM_EIO;
+        }
+        if (PQputCopyEnd(c, rc ? "write failed" : NULL) != 1)
+            rc = CM_EIO;
+        while ((r = PQgetResult(c))) { /* the COPY's result, then NULL */
+            if (PQresultStatus(r) != PGRES_COMMAND_OK)
+                rc = CM_EIO;
+            PQclear(r);
+        }
+    }
+    if (!rc) {
+        r = PQexec(c, merge);
+        rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+        PQclear(r);
+    }
+    if (rc)
+        CM_WARN("postgres store: writing %zu rows of %s: %s", t->rows, table,
+                PQerrorMessage(c));
     return rc;
 }
 
@@ -214,89 +313,68 @@ static void **ordered(pg_store_t *s, const agg_hmap_t *m, size_t nblob, size_t n
     return agg_hmap_ordered(m, nblob, nint, &s->order, &s->order_cap);
 }
 
-/* ---- SQL of the batch ---- */
+/* ---- SQL of the batch: each merges its staging table ---- */
 
 #define SUMS4 "weight=t.weight+excluded.weight, count=t.count+excluded.count, " \
               "rows=t.rows+excluded.rows, chunks=t.chunks+excluded.chunks"
-#define U8(n) "unnest($" #n "::bigint[])"
 
 static const char *const sql_prof_fmt =
-    "INSERT INTO %s AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], "
-    "$10::bigint[], $11::bigint[]) ON CONFLICT (service, version, type, width, bucket, labels, "
-    "%s) DO UPDATE SET " SUMS4;
+    "INSERT INTO %s AS t SELECT * FROM stage_%s ON CONFLICT (service, version, type, width, "
+    "bucket, labels, %s) DO UPDATE SET " SUMS4;
 
 static const char *const sql_str =
-    "INSERT INTO strings SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT DO NOTHING";
+    "INSERT INTO strings SELECT * FROM stage_strings ON CONFLICT DO NOTHING";
 static const char *const sql_map =
-    "INSERT INTO mappings SELECT i, f, decode(b, 'hex') FROM unnest($1::bigint[], $2::bigint[], "
-    "$3::text[]) AS u(i, f, b) ON CONFLICT DO NOTHING";
+    "INSERT INTO mappings SELECT * FROM stage_mappings ON CONFLICT DO NOTHING";
 static const char *const sql_fn =
-    "INSERT INTO functions SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[]) ON CONFLICT DO NOTHING";
+    "INSERT INTO functions SELECT * FROM stage_functions ON CONFLICT DO NOTHING";
 static const char *const sql_loc =
-    "INSERT INTO locations SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[]) ON CONFLICT DO NOTHING";
+    "INSERT INTO locations SELECT * FROM stage_locations ON CONFLICT DO NOTHING";
 static const char *const sql_stack =
-    "INSERT INTO stacks SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[]) ON CONFLICT DO NOTHING";
+    "INSERT INTO stacks SELECT * FROM stage_stacks ON CONFLICT DO NOTHING";
 static const char *const sql_labelset =
-    "INSERT INTO labelsets SELECT * FROM unnest($1::bigint[]) ON CONFLICT DO NOTHING";
+    "INSERT INTO labelsets SELECT * FROM stage_labelsets ON CONFLICT DO NOTHING";
 static const char *const sql_label =
-    "INSERT INTO labels SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) "
-    "ON CONFLICT DO NOTHING";
+    "INSERT INTO labels SELECT * FROM stage_labels ON CONFLICT DO NOTHING";
 static const char *const sql_labelbase =
-    "INSERT INTO labelset_base SELECT * FROM unnest($1::bigint[], $2::bigint[]) "
-    "ON CONFLICT DO NOTHING";
+    "INSERT INTO labelset_base SELECT * FROM stage_labelset_base ON CONFLICT DO NOTHING";
 static const char *const sql_tot =
-    "INSERT INTO totals AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[]) "
+    "INSERT INTO totals AS t SELECT * FROM stage_totals "
     "ON CONFLICT (service, version, type, width, bucket) DO UPDATE SET " SUMS4;
 static const char *const sql_ival =
-    "INSERT INTO intervals AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], "
-    "$10::bigint[]) ON CONFLICT (service, version, width, bucket) DO UPDATE SET "
+    "INSERT INTO intervals AS t SELECT * FROM stage_intervals "
+    "ON CONFLICT (service, version, width, bucket) DO UPDATE SET "
     "chunks=t.chunks+excluded.chunks, duration_ns=t.duration_ns+excluded.duration_ns, "
     "agent_cpu_ns=t.agent_cpu_ns+excluded.agent_cpu_ns, "
     "process_cpu_ns=t.process_cpu_ns+excluded.process_cpu_ns, "
     "dropped=t.dropped+excluded.dropped, work_units=t.work_units+excluded.work_units";
 static const char *const sql_drop =
-    "INSERT INTO drops AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) ON CONFLICT (service, version, "
+    "INSERT INTO drops AS t SELECT * FROM stage_drops ON CONFLICT (service, version, "
     "width, bucket, reason, type) DO UPDATE SET count=t.count+excluded.count";
 static const char *const sql_ver =
-    "INSERT INTO versions AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[], $6::bigint[]) ON CONFLICT (service, version) DO UPDATE SET "
-    "first_ns=least(t.first_ns, excluded.first_ns), last_ns=greatest(t.last_ns, "
+    "INSERT INTO versions AS t SELECT * FROM stage_versions ON CONFLICT (service, version) "
+    "DO UPDATE SET first_ns=least(t.first_ns, excluded.first_ns), last_ns=greatest(t.last_ns, "
     "excluded.last_ns), chunks=t.chunks+excluded.chunks, rows=t.rows+excluded.rows";
 static const char *const sql_fnstat =
-    "INSERT INTO fn_stats AS t SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::float8[], $9::float8[], "
-    "$10::float8[], $11::float8[]) ON CONFLICT (service, version, type, width, bucket, "
-    "function) DO UPDATE SET chunks=t.chunks+excluded.chunks, incl=t.incl+excluded.incl, "
-    "incl2=t.incl2+excluded.incl2, self=t.self+excluded.self, self2=t.self2+excluded.self2";
+    "INSERT INTO fn_stats AS t SELECT * FROM stage_fn_stats ON CONFLICT (service, version, "
+    "type, width, bucket, function) DO UPDATE SET chunks=t.chunks+excluded.chunks, "
+    "incl=t.incl+excluded.incl, incl2=t.incl2+excluded.incl2, self=t.self+excluded.self, "
+    "self2=t.self2+excluded.self2";
 static const char *const sql_span =
-    "INSERT INTO spans AS t SELECT decode(tr, 'hex'), decode(sp, 'hex'), sv, ve, f, l, c1, c2, "
-    "c3, c4, c5, c6, r FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], "
-    "$5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], "
-    "$11::bigint[], $12::bigint[], $13::bigint[]) AS u(tr, sp, sv, ve, f, l, c1, c2, c3, c4, "
-    "c5, c6, r) ON CONFLICT (trace, span) DO UPDATE SET "
+    "INSERT INTO spans AS t SELECT * FROM stage_spans ON CONFLICT (trace, span) DO UPDATE SET "
     "first_ns=least(t.first_ns, excluded.first_ns), last_ns=greatest(t.last_ns, "
     "excluded.last_ns), cpu=t.cpu+excluded.cpu, wall=t.wall+excluded.wall, "
     "alloc=t.alloc+excluded.alloc, inuse=t.inuse+excluded.inuse, lock=t.lock+excluded.lock, "
     "io=t.io+excluded.io, rows=t.rows+excluded.rows";
 static const char *const sql_spanstk =
-    "INSERT INTO span_stacks AS t SELECT decode(tr, 'hex'), decode(sp, 'hex'), ty, st, w, c, r "
-    "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], "
-    "$6::bigint[], $7::bigint[]) AS u(tr, sp, ty, st, w, c, r) ON CONFLICT (trace, span, type, "
-    "stack) DO UPDATE SET weight=t.weight+excluded.weight, count=t.count+excluded.count, "
+    "INSERT INTO span_stacks AS t SELECT * FROM stage_span_stacks ON CONFLICT (trace, span, "
+    "type, stack) DO UPDATE SET weight=t.weight+excluded.weight, count=t.count+excluded.count, "
     "rows=t.rows+excluded.rows";
 static const char *const sql_rej =
-    "INSERT INTO rejects AS t SELECT * FROM unnest($1::text[], $2::bigint[]) ON CONFLICT "
+    "INSERT INTO rejects AS t SELECT * FROM stage_rejects ON CONFLICT "
     "(reason) DO UPDATE SET count=t.count+excluded.count";
 static const char *const sql_seen =
-    "INSERT INTO seen_chunks SELECT decode(i, 'hex'), ts FROM unnest($1::text[], $2::bigint[]) "
-    "AS u(i, ts) ON CONFLICT DO NOTHING";
+    "INSERT INTO seen_chunks SELECT * FROM stage_seen_chunks ON CONFLICT DO NOTHING";
 
 static int write_prof(pg_store_t *s, cols_t *t, const agg_hmap_t *m, const char *table,
                       const char *last_key) {
@@ -314,8 +392,8 @@ static int write_prof(pg_store_t *s, cols_t *t, const agg_hmap_t *m, const char 
         row_end(t);
     }
     char sql[1024];
-    snprintf(sql, sizeof sql, sql_prof_fmt, table, last_key);
-    return cols_exec(s, t, sql);
+    snprintf(sql, sizeof sql, sql_prof_fmt, table, table, last_key);
+    return cols_exec(s, t, table, sql);
 }
 
 /* ---- tiers (meta), as derived_check in store_sqlite.c ---- */
@@ -521,28 +599,33 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
     void **ord;
     int rc;
     agg_batch_sort_new(b);
-    if ((rc = exec0(s, "BEGIN")))
+    PGconn *c0 = conn(s);
+    if (!c0)
+        return CM_EIO;
+    if ((rc = stage_tables(s, c0)) || (rc = exec0(s, "BEGIN")))
         return rc;
     if ((rc = fence(s, topic, partition, b->base_offset)))
         goto out;
-#define EXEC(sql)                                                                                  \
+#define EXEC(table, sql)                                                                           \
     do {                                                                                           \
-        if ((rc = cols_exec(s, &t, (sql))))                                                        \
+        if ((rc = cols_exec(s, &t, (table), (sql))))                                              \
             goto out;                                                                              \
     } while (0)
     cols_begin(&t, 2);
     for (size_t i = 0; i < b->strs.n; i++, row_end(&t)) {
         col_i64(&t, 0, b->strs.v[i].id);
-        col_text(&t, 1, b->str_arena + b->strs.v[i].off, b->strs.v[i].len);
+        if (col_text(&t, 1, b->str_arena + b->strs.v[i].off, b->strs.v[i].len))
+            CM_WARN("postgres store: string %016llx is not UTF-8: stored with U+FFFD for its "
+                    "bad bytes", (unsigned long long)b->strs.v[i].id);
     }
-    EXEC(sql_str);
+    EXEC("strings", sql_str);
     cols_begin(&t, 3);
     for (size_t i = 0; i < b->maps.n; i++, row_end(&t)) {
         col_i64(&t, 0, b->maps.v[i].id);
         col_i64(&t, 1, b->maps.v[i].filename);
-        col_hex(&t, 2, b->maps.v[i].build_id, b->maps.v[i].build_id_len);
+        col_bytes(&t, 2, b->maps.v[i].build_id, b->maps.v[i].build_id_len);
     }
-    EXEC(sql_map);
+    EXEC("mappings", sql_map);
     cols_begin(&t, 4);
     for (size_t i = 0; i < b->fns.n; i++, row_end(&t)) {
         const agg_new_fn_t *x = &b->fns.v[i];
@@ -551,7 +634,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         col_i64(&t, 2, x->system_name);
         col_i64(&t, 3, x->filename);
     }
-    EXEC(sql_fn);
+    EXEC("functions", sql_fn);
     cols_begin(&t, 5);
     for (size_t i = 0; i < b->locs.n; i++, row_end(&t)) {
         const agg_new_loc_t *x = &b->locs.v[i];
@@ -561,7 +644,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         col_i64(&t, 3, x->address);
         col_i64(&t, 4, x->line);
     }
-    EXEC(sql_loc);
+    EXEC("locations", sql_loc);
     cols_begin(&t, 4);
     for (size_t i = 0; i < b->stacks.n; i++, row_end(&t)) {
         const agg_new_stack_t *x = &b->stacks.v[i];
@@ -570,24 +653,24 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         col_i64(&t, 2, x->location);
         col_i64(&t, 3, x->depth);
     }
-    EXEC(sql_stack);
+    EXEC("stacks", sql_stack);
     cols_begin(&t, 1);
     for (size_t i = 0; i < b->labelsets.n; i++, row_end(&t))
         col_i64(&t, 0, b->labelsets.v[i]);
-    EXEC(sql_labelset);
+    EXEC("labelsets", sql_labelset);
     cols_begin(&t, 3);
     for (size_t i = 0; i < b->labels.n; i++, row_end(&t)) {
         col_i64(&t, 0, b->labels.v[i].key);
         col_i64(&t, 1, b->labels.v[i].value);
         col_i64(&t, 2, b->labels.v[i].set);
     }
-    EXEC(sql_label);
+    EXEC("labels", sql_label);
     cols_begin(&t, 2);
     for (size_t i = 0; i < b->labelbase.n; i++, row_end(&t)) {
         col_i64(&t, 0, b->labelbase.v[i].set);
         col_i64(&t, 1, b->labelbase.v[i].value);
     }
-    EXEC(sql_labelbase);
+    EXEC("labelset_base", sql_labelbase);
     if (b->n_tiers && ((rc = derived_check(s, b->tiers, b->n_tiers, b->replicate_width)) ||
                        (rc = agg_batch_derive(b, s->tier_done))))
         goto out;
@@ -608,7 +691,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         for (int c = 0; c < 9; c++)
             col_i64(&t, c, v[c]);
     }
-    EXEC(sql_tot);
+    EXEC("totals", sql_tot);
     if (!(ord = ordered(s, &b->ival, 0, 4))) {
         rc = CM_ENOMEM;
         goto out;
@@ -623,7 +706,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         for (int c = 0; c < 10; c++)
             col_i64(&t, c, v[c]);
     }
-    EXEC(sql_ival);
+    EXEC("intervals", sql_ival);
     if (!(ord = ordered(s, &b->drop, 0, 6))) {
         rc = CM_ENOMEM;
         goto out;
@@ -636,7 +719,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         for (int c = 0; c < 7; c++)
             col_i64(&t, c, v[c]);
     }
-    EXEC(sql_drop);
+    EXEC("drops", sql_drop);
     if (!(ord = ordered(s, &b->ver, 0, 2))) {
         rc = CM_ENOMEM;
         goto out;
@@ -649,7 +732,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         for (int c = 0; c < 6; c++)
             col_i64(&t, c, v[c]);
     }
-    EXEC(sql_ver);
+    EXEC("versions", sql_ver);
     if (!(ord = ordered(s, &b->fn, 0, 6))) {
         rc = CM_ENOMEM;
         goto out;
@@ -666,7 +749,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         col_f64(&t, 9, e->self);
         col_f64(&t, 10, e->self2);
     }
-    EXEC(sql_fnstat);
+    EXEC("fn_stats", sql_fnstat);
     if (!(ord = ordered(s, &b->span, 24, 0))) {
         rc = CM_ENOMEM;
         goto out;
@@ -674,8 +757,8 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
     cols_begin(&t, 13);
     for (size_t i = 0; i < b->span.n; i++, row_end(&t)) {
         const agg_span_ent_t *e = ord[i];
-        col_hex(&t, 0, e->k.trace, 16);
-        col_hex(&t, 1, e->k.span, 8);
+        col_bytes(&t, 0, e->k.trace, 16);
+        col_bytes(&t, 1, e->k.span, 8);
         col_i64(&t, 2, e->service);
         col_i64(&t, 3, e->version);
         col_i64(&t, 4, (uint64_t)e->first_ns);
@@ -684,7 +767,7 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
             col_i64(&t, 5 + ty, (uint64_t)e->weight[ty]);
         col_i64(&t, 12, (uint64_t)e->rows);
     }
-    EXEC(sql_span);
+    EXEC("spans", sql_span);
     if (!(ord = ordered(s, &b->spanstk, 24, 2))) {
         rc = CM_ENOMEM;
         goto out;
@@ -692,30 +775,30 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
     cols_begin(&t, 7);
     for (size_t i = 0; i < b->spanstk.n; i++, row_end(&t)) {
         const agg_spanstk_ent_t *e = ord[i];
-        col_hex(&t, 0, e->k.trace, 16);
-        col_hex(&t, 1, e->k.span, 8);
+        col_bytes(&t, 0, e->k.trace, 16);
+        col_bytes(&t, 1, e->k.span, 8);
         col_i64(&t, 2, e->k.type);
         col_i64(&t, 3, e->k.stack);
         col_i64(&t, 4, (uint64_t)e->weight);
         col_i64(&t, 5, (uint64_t)e->count);
         col_i64(&t, 6, (uint64_t)e->rows);
     }
-    EXEC(sql_spanstk);
+    EXEC("span_stacks", sql_spanstk);
     cols_begin(&t, 2);
     for (size_t i = 0; i < b->rej.n; i++, row_end(&t)) {
         const agg_rej_ent_t *e = agg_hmap_entry(&b->rej, i);
-        col_text(&t, 0, e->k.reason, strlen(e->k.reason));
+        col_bytes(&t, 0, e->k.reason, strlen(e->k.reason));
         col_i64(&t, 1, (uint64_t)e->count);
     }
-    EXEC(sql_rej);
+    EXEC("rejects", sql_rej);
     int64_t now = now_ns();
     cols_begin(&t, 2);
     for (size_t i = 0; i < b->seen.n; i++, row_end(&t)) {
         const agg_seen_ent_t *e = agg_hmap_entry(&b->seen, i);
-        col_hex(&t, 0, e->k.id, CM_CHUNK_ID_LEN);
+        col_bytes(&t, 0, e->k.id, CM_CHUNK_ID_LEN);
         col_i64(&t, 1, (uint64_t)(e->ts_ns ? e->ts_ns : now));
     }
-    EXEC(sql_seen);
+    EXEC("seen_chunks", sql_seen);
 #undef EXEC
     {
         PGconn *c = conn(s);
@@ -738,6 +821,8 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
 out:
     if (rc && s->conn && PQstatus(s->conn) == CONNECTION_OK)
         PQclear(PQexec(s->conn, "ROLLBACK"));
+    if (rc)
+        s->stage_pid = 0; /* the next batch makes sure of the staging tables again */
     cols_free(&t);
     return rc;
 }
@@ -931,18 +1016,24 @@ static int pg_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cuto
     return finish(s, rc);
 }
 
+/* The bytes of the store's own tables in the database (heap, TOAST, indexes, free space
+ * maps): every partition's handle answers the same, so the caller counts one. Not
+ * pg_database_size: it holds the catalogs and anything else the database keeps. */
 static int64_t pg_size_bytes(agg_store_t *base) {
     pg_store_t *s = (pg_store_t *)base;
     PGconn *c = conn(s);
     if (!c)
         return -1;
-    PGresult *r = PQexec(c, "SELECT pg_database_size(current_database())");
+    PGresult *r = PQexec(c, "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM "
+                            "pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+                            "AND c.relkind = 'r'");
     int64_t n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r)
                     ? strtoll(PQgetvalue(r, 0, 0), NULL, 10)
                     : -1;
     PQclear(r);
     return n;
 }
+
 static int pg_derive(agg_store_t *base, const int64_t *tiers, int n_tiers, int64_t rep) {
     pg_store_t *s = (pg_store_t *)base;
     int rc = exec0(s, "BEGIN");
@@ -985,7 +1076,7 @@ int agg_store_pg_open(const char *url, agg_store_t **out, char *err, size_t err_
         return CM_ENOMEM;
     }
     s->base.vt = &pg_vtab;
-    s->conn = PQconnectdb(url);
+    s->conn = connect_url(url);
     if (PQstatus(s->conn) != CONNECTION_OK) {
         snprintf(err, err_size, "cannot connect to the PostgreSQL store %s: %s", safe,
                  PQerrorMessage(s->conn));
