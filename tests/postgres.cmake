@@ -10,3 +10,8 @@ fp_test(test-store-pg LABELS "postgres;aggregator" LIBS fp_aggtest)
 # totals. FP_PG_CHAOS_LONG=1 runs the issue's full acceptance (10 kills, a 30 s outage).
 fp_test(test-aggregator-pg LABELS "postgres;aggregator;kafka;slow" LIBS fp_aggtest)
 add_dependencies(test-aggregator-pg fleetprof-aggregator)
+# Issue 13's "store read-only for 20 s" on PostgreSQL (Kafka 19980, HTTP 19981, PostgreSQL
+# 15442): default_transaction_read_only on for 20 s while the fleet produces; the aggregator
+# survives, /healthz 503 then 200, ingest resumes, totals exact. ~60 s.
+fp_test(test-aggregator-pg-ro LABELS "postgres;aggregator;kafka;slow" LIBS fp_aggtest)
+add_dependencies(test-aggregator-pg-ro fleetprof-aggregator)
