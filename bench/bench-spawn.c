@@ -18,7 +18,10 @@
  *             same with one more variable), collector down: before/after a change in one run
  * Each round does one batch of N spawns per mode; a batch's figure is its mean ms per spawn
  * (posix_spawn to waitpid). Reported per mode: the median over rounds, its difference from
- * plain and the ratio. The benchmark process itself never has the agent.
+ * plain and the ratio; then the paired difference (each round's batch minus the same round's
+ * plain batch, so that load which comes and goes hits both) as its median with a
+ * distribution-free 95% confidence interval (order statistics of the binomial(n, 1/2) sign
+ * test), for wall and CPU. The benchmark process itself never has the agent.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -189,6 +192,32 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Median of n paired differences and its 95% interval [d(k), d(n-1-k)] (0-based, sorted):
+ * the largest k with P(Binomial(n, 1/2) <= k) <= 0.025, so that the interval covers the
+ * median with at least 95% probability whatever the distribution. k = -1 (n < 6): none. */
+static void paired(const double *x, const double *base, int n, double *med, double *lo,
+                   double *hi) {
+    double *d = malloc((size_t)n * sizeof *d);
+    for (int i = 0; i < n; i++)
+        d[i] = x[i] - base[i];
+    qsort(d, (size_t)n, sizeof *d, cmp_d);
+    *med = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+    double p = 1, cum = 0; /* P(X = j) for j = 0.., as n choose j / 2^n */
+    for (int j = 0; j < n; j++)
+        p /= 2;
+    int k = -1;
+    for (int j = 0; j < n; j++) {
+        cum += p;
+        if (cum > 0.025)
+            break;
+        k = j;
+        p = p * (double)(n - j) / (double)(j + 1);
+    }
+    *lo = k >= 0 ? d[k] : d[0];
+    *hi = k >= 0 ? d[n - 1 - k] : d[n - 1];
+    free(d);
+}
+
 int main(int argc, char **argv) {
     int rounds = 15, batch = 40;
     const char *prog = "/bin/true";
@@ -296,6 +325,13 @@ int main(int argc, char **argv) {
     printf("%-8s %9s %8s %8s %11s %6s | %8s %11s %6s\n", "mode", "wall_med", "min", "max",
            "minus_plain", "ratio", "cpu_med", "minus_plain", "ratio");
     double med[M_COUNT], cmed[M_COUNT];
+    double *raw[M_COUNT], *craw[M_COUNT]; /* round order kept for the pairing */
+    for (int m = 0; m < nmodes; m++) {
+        raw[m] = malloc((size_t)rounds * sizeof(double));
+        craw[m] = malloc((size_t)rounds * sizeof(double));
+        memcpy(raw[m], ms[m], (size_t)rounds * sizeof(double));
+        memcpy(craw[m], cpums[m], (size_t)rounds * sizeof(double));
+    }
     for (int m = 0; m < nmodes; m++) {
         qsort(ms[m], (size_t)rounds, sizeof(double), cmp_d);
         qsort(cpums[m], (size_t)rounds, sizeof(double), cmp_d);
@@ -304,6 +340,15 @@ int main(int argc, char **argv) {
         printf("%-8s %9.3f %8.3f %8.3f %+11.3f %6.2f | %8.3f %+11.3f %6.2f\n", g_names[m],
                med[m], ms[m][0], ms[m][rounds - 1], med[m] - med[M_PLAIN], med[m] / med[M_PLAIN],
                cmed[m], cmed[m] - cmed[M_PLAIN], cmed[m] / cmed[M_PLAIN]);
+    }
+    printf("\npaired by round (mode - plain, ms per spawn): median [95%% CI]\n");
+    printf("%-8s %27s | %27s\n", "mode", "wall", "cpu");
+    for (int m = 1; m < nmodes; m++) {
+        double a, lo, hi, ca, clo, chi;
+        paired(raw[m], raw[M_PLAIN], rounds, &a, &lo, &hi);
+        paired(craw[m], craw[M_PLAIN], rounds, &ca, &clo, &chi);
+        printf("%-8s %+8.3f [%+8.3f, %+8.3f] | %+8.3f [%+8.3f, %+8.3f]\n", g_names[m], a, lo, hi,
+               ca, clo, chi);
     }
     unlink(up);
     unlink(stopped);

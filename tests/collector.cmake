@@ -21,3 +21,15 @@ endforeach()
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   target_compile_definitions(test-collector-agent PRIVATE FP_SANITIZED)
 endif()
+# Issue 13: pipeline faults counted against the agents' chunk files (broker 19985, HTTP 19986):
+# real agents -> collector -> Kafka -> aggregator; the stores' totals equal the files' sums.
+# nosan: preloads the uninstrumented agent into fp-work. The 30 s broker outage: label long.
+fp_test(test-pipeline-faults LABELS "collector;kafka;e2e;slow;nosan" LIBS ${COL_TEST_LIBS} fp_aggtest
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c ARGS collector_sigkill_store_exact)
+add_test(NAME test-pipeline-faults-long
+  COMMAND test-pipeline-faults broker_stopped_30s_store_exact)
+set_tests_properties(test-pipeline-faults-long PROPERTIES TIMEOUT 1200
+  LABELS "collector;kafka;e2e;slow;long;nosan"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+add_dependencies(test-pipeline-faults fleetprof-collector fleetprof-aggregator fleetprof
+  fleetprof_agent fp-work)

@@ -99,7 +99,7 @@ fp_hostile(raw_clone SOURCES hostile/raw_clone.c TIMEOUT 10
   ENV FLEETPROF_CONTROLLER=0 FLEETPROF_CPU_HZ=1000)
 fp_hostile(setxid SOURCES hostile/setxid.c)
 fp_hostile(setxid_drop SOURCES hostile/setxid_drop.c)
-fp_hostile(fork_in_handler SOURCES hostile/fork_in_handler.c TIMEOUT 20)
+fp_hostile(fork_in_handler SOURCES hostile/fork_in_handler.c TIMEOUT 20 REPEAT 5)
 fp_hostile(seccomp_strict SOURCES hostile/seccomp_strict.c)
 fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c
   LIBS /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ENV FLEETPROF_ALLOC_PERIOD=4096)

@@ -1,7 +1,7 @@
 # PostgreSQL backend of the aggregator's store (issue 17). Tests start throwaway clusters with
-# deploy/postgres/start.sh on loopback ports 15432-15439 (test-postgres-scripts: 15432,
+# deploy/postgres/start.sh on loopback ports 15432-15443 (test-postgres-scripts: 15432,
 # test-store-pg: 15433 or FP_PG_TEST_PORT, test-aggregator-pg: 15434, test-query-backends: 15436,
-# test-api-pg and test-cli-query-pg: 15437, one at a time).
+# test-api-pg and test-cli-query-pg: 15437, one at a time; test-aggregator-pg-ro: 15442).
 add_test(NAME test-postgres-scripts COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/postgres-scripts.sh)
 set_tests_properties(test-postgres-scripts PROPERTIES TIMEOUT 180 LABELS "postgres;nosan"
   ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR}")
@@ -29,3 +29,8 @@ add_test(NAME test-cli-query-pg COMMAND test-cli-query)
 set_tests_properties(test-cli-query-pg PROPERTIES TIMEOUT 1200
   LABELS "postgres;api;cli;kafka;slow" RESOURCE_LOCK fp-pg-15437
   ENVIRONMENT "FP_TEST_STORE=postgres;FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+# Issue 13's "store read-only for 20 s" on PostgreSQL (Kafka 19980, HTTP 19981, PostgreSQL
+# 15442): default_transaction_read_only on for 20 s while the fleet produces; the aggregator
+# survives, /healthz 503 then 200, ingest resumes, totals exact. ~60 s.
+fp_test(test-aggregator-pg-ro LABELS "postgres;aggregator;kafka;slow" LIBS fp_aggtest)
+add_dependencies(test-aggregator-pg-ro fleetprof-aggregator)

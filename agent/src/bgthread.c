@@ -803,6 +803,7 @@ static void *bg_main(void *arg) {
             }
             if (ag_hcfg.alloc_on)
                 ag_heap_populate();
+            ag_lock_calibrate();
         }
         if (wall_ns && now >= next_wall && !(req & AG_REQ_STOP)) {
             double f = B.budget_factor;

@@ -68,7 +68,9 @@
  *
  * Agent cost (ag_lock_cost_ns, which bgthread.c adds to the agent's CPU: chunk header
  * agent_cpu_ns, CPU budget): every contended wait is charged g_cost_tsc or g_cost_clock
- * (measured at start: a failed trylock, two reads of the interval clock, the countdown),
+ * (a failed trylock, two reads of the interval clock, the countdown: measured by the bg
+ * thread with its deferred start work, ag_lock_calibrate, so that a short-lived process never
+ * pays for it; typical figures until then),
  * counted per thread and flushed every 256 waits; every 8th report (event or aggregate) times
  * itself from start to end and is charged 8 x that (a preempted one, over 20 us, counts as
  * the thread's mean of the others). The flood sampling's bookkeeping is part of both. Not
@@ -102,6 +104,7 @@ typedef int (*cvc_fn)(pthread_cond_t *, pthread_mutex_t *, clockid_t, const stru
 
 static struct {
     lk_fn mutex_lock, mutex_trylock, rd, tryrd, wr, trywr, spin, tryspin;
+    lk_fn mutex_unlock_real; /* libc's (ours is not interposed): for ag_lock_calibrate */
     lkt_fn mutex_timed, rd_timed, wr_timed;
     cv_fn signal, broadcast;
     cvw_fn wait;
@@ -111,8 +114,9 @@ static struct {
 
 _Atomic uint64_t ag_lock_cost_ns, ag_lock_records;
 static _Atomic int g_on;       /* lock hooks active (set once, by lock_init) */
-static uint64_t g_cost_clock;  /* ns per contended wait outside the reports, vDSO clock timing */
-static uint64_t g_cost_tsc;    /* the same with rdtsc timing */
+/* ns per contended wait outside the reports, vDSO clock timing; the same with rdtsc timing.
+ * Typical figures (2 x ~20 ns clock, 2 x ~8 ns rdtsc, a failed trylock) until measured. */
+static _Atomic uint64_t g_cost_clock = 50, g_cost_tsc = 30;
 
 /* Flood sampling (see the head comment). Globals: written by the bg thread (period, epoch) or
  * added to by reports (rare under a flood); T: the calling thread's own state. */
@@ -204,41 +208,49 @@ __attribute__((constructor(102))) static void lock_init(void) {
     int front = lock_front();
     /* Only in front (no sanitizer runtime, whose unlock interceptor would see an unlock of a
      * mutex it never saw locked); the real unlock, since ours is not interposed anyway. */
-    ag_mutex_fn unlock = (ag_mutex_fn)dlsym(RTLD_NEXT, "pthread_mutex_unlock");
+    ag_mutex_fn unlock = (ag_mutex_fn)sym(&L.mutex_unlock_real, "pthread_mutex_unlock");
     int layout = front && L.mutex_lock &&
                  ag_mutex_layout_check(ag_libc_version(), (ag_mutex_fn)L.mutex_lock, unlock) == 0;
     atomic_store(&g_word_ok, layout);
     int on = atomic_load(&ag_hooks_state) > 0 && ag_hcfg.lock_on && L.mutex_lock &&
              L.mutex_trylock && front;
-    /* per contended wait: a failed trylock (held by us), two clock reads, the countdown (2 ns);
-     * the least of 8 rounds of 32, so that a preemption does not count. Only with the hooks
-     * on: no sanitizer runtime then, whose unlock interceptor would see an unlock of a mutex
-     * it never saw locked (our lock and trylock are the real ones). */
-    if (on) {
-        pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-        L.mutex_lock(&mu);
-        volatile uint64_t sink = 0;
-        g_cost_clock = g_cost_tsc = UINT64_MAX;
-        for (int r = 0; r < 8; r++) {
-            uint64_t a = ag_hook_clock();
-            for (int i = 0; i < 32; i++)
-                sink += (uint64_t)L.mutex_trylock(&mu) + ag_hook_clock() + ag_hook_clock();
-            uint64_t b = ag_hook_clock();
-            for (int i = 0; i < 32; i++)
-                sink += (uint64_t)L.mutex_trylock(&mu) + ag_tsc() + ag_tsc();
-            uint64_t c = ag_hook_clock();
-            g_cost_clock = (b - a) / 32 + 2 < g_cost_clock ? (b - a) / 32 + 2 : g_cost_clock;
-            g_cost_tsc = (c - b) / 32 + 2 < g_cost_tsc ? (c - b) / 32 + 2 : g_cost_tsc;
-        }
-        (void)sink;
-        pthread_mutex_unlock(&mu);
-    }
     if (on)
         atomic_store(&g_mutex_first, L.mutex_trylock);
     else if (L.mutex_lock)
         atomic_store(&g_mutex_first, L.mutex_lock);
     atomic_store(&g_on, on);
     ag_hook_guard--;
+}
+
+/* bg thread, once, with the deferred start work (bgthread.c, AG_LAZY_NS after the start; a
+ * fork child keeps its parent's figures): the cost of a contended wait's bookkeeping, a failed
+ * trylock (held by us) plus two clock reads plus the countdown (2 ns), the least of 8 rounds
+ * of 32 so that a preemption does not count. Only with the hooks on: no sanitizer runtime
+ * then, whose unlock interceptor would see an unlock of a mutex it never saw locked (our lock
+ * and trylock are the real ones). */
+void ag_lock_calibrate(void) {
+    static int done;
+    if (!atomic_load(&g_on) || done++)
+        return;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    L.mutex_lock(&mu);
+    volatile uint64_t sink = 0;
+    uint64_t cc = UINT64_MAX, ct = UINT64_MAX;
+    for (int r = 0; r < 8; r++) {
+        uint64_t a = ag_hook_clock();
+        for (int i = 0; i < 32; i++)
+            sink += (uint64_t)L.mutex_trylock(&mu) + ag_hook_clock() + ag_hook_clock();
+        uint64_t b = ag_hook_clock();
+        for (int i = 0; i < 32; i++)
+            sink += (uint64_t)L.mutex_trylock(&mu) + ag_tsc() + ag_tsc();
+        uint64_t c = ag_hook_clock();
+        cc = (b - a) / 32 + 2 < cc ? (b - a) / 32 + 2 : cc;
+        ct = (c - b) / 32 + 2 < ct ? (c - b) / 32 + 2 : ct;
+    }
+    (void)sink;
+    L.mutex_unlock_real(&mu);
+    atomic_store_explicit(&g_cost_clock, cc, memory_order_relaxed);
+    atomic_store_explicit(&g_cost_tsc, ct, memory_order_relaxed);
 }
 
 /* ---- reporting (slow path) ---- */
@@ -266,8 +278,10 @@ static int64_t lk_draw(uint64_t w) {
 
 /* Charges the thread's pending contended waits and flushes its skipped count. */
 static __attribute__((noinline)) void lk_flush(void) {
-    uint64_t c = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed) ? g_cost_tsc
-                                                                           : g_cost_clock;
+    uint64_t c = atomic_load_explicit(atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed)
+                                          ? &g_cost_tsc
+                                          : &g_cost_clock,
+                                      memory_order_relaxed);
     atomic_fetch_add_explicit(&ag_lock_cost_ns, T.waits * c, memory_order_relaxed);
     if (T.skipped)
         atomic_fetch_add_explicit(&g_skipped, T.skipped, memory_order_relaxed);

@@ -82,6 +82,7 @@ AG_HIDDEN void ag_hooks_exclude_self(void);
 AG_HIDDEN extern _Atomic uint64_t ag_lock_cost_ns, ag_lock_records;
 /* bg: every 250 ms window (dt seconds): sets the flood sampling period from the last window */
 AG_HIDDEN void ag_lock_bg_tick(double dt);
+AG_HIDDEN void ag_lock_calibrate(void); /* bg, deferred start work: a contended wait's cost */
 AG_HIDDEN void ag_lock_bg_chunk(void); /* bg: DROP_SUBSAMPLED of LOCK up to date */
 
 /* hook_alloc.c */

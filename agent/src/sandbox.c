@@ -8,11 +8,12 @@
  * fork would wait on it forever. The fork interposer looks for that case: it scans up the
  * current stack (bounded by the thread's stack or its active alternate stack) for the signal
  * frame's return address (glibc's __restore_rt, the sa_restorer the kernel reports for our
- * own handler), reads the interrupted pc from the ucontext that follows it, and if that pc is
- * in libc or in the agent it forks with _Fork() (no locks, no atfork handlers: as
+ * own handler) of every live signal frame (see live_signal_frame), reads the interrupted pc
+ * from the ucontext that follows it, and if one such pc is in libc or in the agent it forks
+ * with _Fork() (no locks, no atfork handlers: as
  * async-signal-safe as the program expects its fork to be there). The child stops profiling
  * (it could not take our locks either). Otherwise, and whenever the scan finds no frame, the
- * real fork runs. Cost: a stack scan per fork (~1 µs), nothing on any other path.
+ * real fork runs. Cost: a stack scan per fork (~1-2 µs), nothing on any other path.
  *
  * seccomp: a program that confines itself (prctl(PR_SET_SECCOMP) or the seccomp syscall
  * through syscall(), as libseccomp makes it) with a strict allow-list would be killed by the
@@ -85,11 +86,27 @@ void ag_sandbox_init(void) {
         g_restorer = (uintptr_t)cur.sa_restorer;
 }
 
-/* Did a signal handler below us on this stack interrupt libc or the agent? Reads the frames
- * above ours (and their redzones under ASan): not instrumented, and inlined into fork() (an
- * out-of-line copy missed the signal frame: the fork_in_handler case hung 8 of 8 runs; the
- * cause was not found before the deadline). */
-__attribute__((no_sanitize("address", "thread", "undefined"))) static int
+/* Is w[0] the return address of a live signal frame (the kernel's rt_sigframe: the restorer,
+ * then its struct ucontext, then the siginfo -- written only for SA_SIGINFO handlers -- and
+ * the FPU state just above)? Matching the restorer's address alone is not enough: the frames
+ * above ours hold stale words of earlier signal deliveries (one pushed deeper while malloc ran,
+ * say), restorer and ucontext included. A live frame's FPU state lies within a page above it,
+ * and more signals are blocked now than its saved mask holds (the handler runs with its signal
+ * and sa_mask added; a SA_NODEFER handler with an empty sa_mask is not recognised). */
+#define AG_KERNEL_UC_SIGMASK 296 /* flags, link, stack_t, sigcontext; then the 64-bit mask */
+__attribute__((no_sanitize("address", "thread", "undefined"), always_inline)) static inline int
+live_signal_frame(const uintptr_t *w, uint64_t blocked) {
+    const ucontext_t *uc = (const ucontext_t *)&w[1];
+    uintptr_t fp = (uintptr_t)uc->uc_mcontext.fpregs;
+    uint64_t saved = *(const uint64_t *)((const char *)uc + AG_KERNEL_UC_SIGMASK);
+    return fp > (uintptr_t)w && fp - (uintptr_t)w < 4096 && (blocked & ~saved) != 0;
+}
+
+/* Did a signal handler below us on this stack interrupt libc or the agent? Every live signal
+ * frame between us and the top of the stack counts (an outer handler may have interrupted
+ * malloc and an inner one the outer handler), not just the first word that looks like one.
+ * Reads the frames above ours (and their redzones under ASan): not instrumented. */
+__attribute__((no_sanitize("address", "thread", "undefined"), noinline)) static int
 interrupted_in_libc(void) {
     if (!g_restorer || !g_libc_hi)
         return 0;
@@ -106,14 +123,24 @@ interrupted_in_libc(void) {
         return 0;
     const uintptr_t *w = (const uintptr_t *)(sp & ~(uintptr_t)7);
     size_t n = (top - (uintptr_t)w) / sizeof *w;
-    if (n > 4096)
-        n = 4096; /* 32 KiB of frames between the handler and fork() */
-    for (size_t i = 0; i + 1 + sizeof(ucontext_t) / sizeof *w < n; i++) {
+    if (n > 8192)
+        n = 8192; /* 64 KiB of frames between the handler and fork() */
+    uint64_t blocked = 0;
+    int have_mask = 0;
+    for (size_t i = 0; i + 1 + (AG_KERNEL_UC_SIGMASK + 8) / sizeof *w < n; i++) {
         if (w[i] != g_restorer)
+            continue;
+        if (!have_mask) { /* only once a candidate is seen: a plain fork pays nothing */
+            have_mask = 1;
+            if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &blocked, sizeof blocked) != 0)
+                return 0;
+        }
+        if (!live_signal_frame(&w[i], blocked))
             continue;
         const ucontext_t *uc = (const ucontext_t *)&w[i + 1];
         uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-        return (pc >= g_libc_lo && pc < g_libc_hi) || ag_hook_is_agent_pc(pc);
+        if ((pc >= g_libc_lo && pc < g_libc_hi) || ag_hook_is_agent_pc(pc))
+            return 1;
     }
     return 0;
 }

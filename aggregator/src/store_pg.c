@@ -573,11 +573,16 @@ static int fence(pg_store_t *s, const char *topic, int32_t partition, int64_t ba
                                "NOTHING", 2, NULL, p, NULL, NULL, 0);
     int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
     PQclear(r);
-    if (rc)
+    if (rc) { /* the server's reason (read-only, disk full, ...): the caller only says EIO */
+        CM_WARN("postgres store: partition %d: the batch's fence: %s", partition,
+                PQerrorMessage(c));
         return rc;
+    }
     r = PQexecParams(c, "SELECT next_offset FROM offsets WHERE topic=$1 AND part=$2 FOR UPDATE",
                      2, NULL, p, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        CM_WARN("postgres store: partition %d: the batch's fence: %s", partition,
+                PQerrorMessage(c));
         PQclear(r);
         return CM_EIO;
     }

@@ -320,3 +320,75 @@ int64_t at_pg_q1(const char *url, const char *sql) {
     PQfinish(c);
     return v;
 }
+
+int at_pg_check_truth(const fsim_t *sim, const char *url) {
+    PGconn *c = PQconnectdb(url);
+    if (PQstatus(c) != CONNECTION_OK) {
+        printf("cannot compare with the truth: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return 1;
+    }
+    int bad = 0;
+    const fsim_params_t *fp = fsim_params(sim);
+    size_t expected = 0;
+    for (uint32_t si = 0; si < fp->services; si++) {
+        const char *sn = fsim_service_name(sim, si);
+        int64_t sid = (int64_t)agg_intern_string_id(sn, strlen(sn));
+        for (uint32_t vi = 0; vi < fp->versions; vi++) {
+            const char *vn = fsim_version_name(sim, si, vi);
+            int64_t vid = (int64_t)agg_intern_string_id(vn, strlen(vn));
+            for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+                const fsim_sums_t *want = fsim_truth(sim, si, vi, t);
+                if (!want->rows)
+                    continue;
+                expected++;
+                static const char *const tabs[] = {"totals", "profile"};
+                for (int k = 0; k < 2; k++) {
+                    char sql[512]; /* every width's rows: fine and, once downsampled, coarse */
+                    snprintf(sql, sizeof sql,
+                             "SELECT coalesce(sum(weight),0), coalesce(sum(count),0), "
+                             "coalesce(sum(rows),0) FROM %s WHERE service=%lld AND "
+                             "version=%lld AND type=%u",
+                             tabs[k], (long long)sid, (long long)vid, t);
+                    PGresult *r = PQexec(c, sql);
+                    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+                        printf("%s: %s", sql, PQerrorMessage(c));
+                        PQclear(r);
+                        bad++;
+                        continue;
+                    }
+                    long long w = strtoll(PQgetvalue(r, 0, 0), NULL, 10),
+                              n = strtoll(PQgetvalue(r, 0, 1), NULL, 10),
+                              rows = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+                    PQclear(r);
+                    if (w != want->weight || n != want->count || rows != want->rows) {
+                        printf("%s %s %s %s: weight %lld want %lld, count %lld want %lld, rows "
+                               "%lld want %lld\n",
+                               tabs[k], sn, vn, cm_event_name(t), w, (long long)want->weight, n,
+                               (long long)want->count, rows, (long long)want->rows);
+                        bad++;
+                    }
+                }
+            }
+        }
+    }
+    PQfinish(c);
+    int64_t groups = at_pg_q1(url, "SELECT count(*) FROM (SELECT DISTINCT service, version, "
+                                   "type FROM totals) x");
+    if (groups != (int64_t)expected) {
+        printf("the database holds %lld (service, version, type) totals, truth has %zu\n",
+               (long long)groups, expected);
+        bad++;
+    }
+    const fsim_counts_t *fc = fsim_counts(sim);
+    int64_t want_rej = 0;
+    for (int k = 0; k < FSIM_BAD_N; k++)
+        want_rej += (int64_t)fc->bad[k];
+    int64_t rej = at_pg_q1(url, "SELECT coalesce(sum(count),0) FROM rejects");
+    if (rej != want_rej) {
+        printf("rejects %lld, malformed messages produced %lld\n", (long long)rej,
+               (long long)want_rej);
+        bad++;
+    }
+    return bad;
+}

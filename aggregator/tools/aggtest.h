@@ -51,6 +51,10 @@ int at_http_get(int port, const char *path, char *out, size_t size);
 int at_pg_start(int port, const char *dir, char *url, size_t size);
 /* One integer a query answers (NULL: 0), or -1 when the database gives no answer. */
 int64_t at_pg_q1(const char *url, const char *sql);
+/* Compares a PostgreSQL store (url) with the simulator's truth: totals and profile sums per
+ * (service, version, type), the number of such groups, and the rejects against the malformed
+ * messages produced. Prints every difference; returns their number. */
+int at_pg_check_truth(const fsim_t *sim, const char *url);
 void at_sleep_ms(int ms);
 
 #endif
