@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "aggtest.h"
 #include "intern.h"
+#include "query_store.h"
 #include "store.h"
 
 #include "cm/chunk.h"
@@ -114,14 +115,6 @@ static sum_t *sum_get(sums_t *s, uint64_t svc, uint64_t ver, uint32_t type) {
     return &s->v[s->n++];
 }
 
-static int add_total(void *arg, const agg_total_row_t *r) {
-    sum_t *x = sum_get(arg, r->service, r->version, r->type);
-    x->weight += r->weight;
-    x->count += r->count;
-    x->rows += r->rows;
-    return 0;
-}
-
 /* Marks the chunks Kafka holds (once or more), then compares the stores under store_dir with
  * the files' sums over those chunks. Returns the number of differences; *missing: chunks in
  * files but not in Kafka. */
@@ -155,16 +148,24 @@ static int compare(files_t *f, const char *bootstrap, const char *store_dir, int
                 x->rows += f->v[j].rows[t];
             }
     }
-    for (int p = 0; p < NPARTS; p++) {
-        char path[1024], err[512];
-        agg_store_t *st;
-        agg_store_path(path, sizeof path, store_dir, CM_TOPIC_CHUNKS, p);
-        if (access(path, F_OK))
-            continue;
-        CHECKF(agg_store_sqlite_open_readonly(path, &st, err, sizeof err) == 0, "%s", err);
-        agg_store_totals(st, 0, 0, INT64_MAX, 0, add_total, &have);
-        agg_store_close(st);
-    }
+    /* the stores' totals through the API's read path (query_store.h) */
+    char err[512];
+    agg_qstore_t *qs = NULL;
+    agg_qversion_t *vs = NULL;
+    size_t nv = 0;
+    CHECKF(agg_qstore_open(store_dir, &qs, err, sizeof err) == 0, "%s", err);
+    CHECK(agg_qstore_versions(qs, NULL, &vs, &nv) == 0);
+    for (size_t i = 0; i < nv; i++)
+        for (uint32_t t = 1; t < CM_EV_COUNT; t++)
+            if (vs[i].rows[t]) {
+                sum_t *x = sum_get(&have, agg_intern_string_id(vs[i].service, strlen(vs[i].service)),
+                                   agg_intern_string_id(vs[i].version, strlen(vs[i].version)), t);
+                x->weight += (int64_t)vs[i].weight[t];
+                x->count += (int64_t)vs[i].count[t];
+                x->rows += (int64_t)vs[i].rows[t];
+            }
+    agg_qversions_free(vs, nv);
+    agg_qstore_close(qs);
     int bad = 0;
     int64_t rows = 0;
     for (int i = 0; i < want.n; i++) {
