@@ -40,6 +40,8 @@ typedef struct {
     int64_t committed; /* next offset stored in the store; -1: none */
     int dlq_pending;   /* messages of this batch were produced to the DLQ */
     int poisoned;      /* a chunk could not be checked: the batch must not commit */
+    int fails;         /* store writes failed in a row (not fenced) */
+    int64_t resume_ms; /* paused after a failed write until then (mono_ms); 0: not paused */
 } part_t;
 
 struct agg_consumer {
@@ -137,7 +139,44 @@ static void seek_to(agg_consumer_t *c, int32_t partition, int64_t offset) {
     rd_kafka_topic_partition_list_destroy(l);
 }
 
-/* Writes p's batch. On a failed or fenced write, drops it and rewinds the partition. */
+/* Pauses or resumes fetching one partition. */
+static void set_paused(agg_consumer_t *c, int32_t partition, int pause) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, c->cfg.topic, partition);
+    rd_kafka_resp_err_t e =
+        pause ? rd_kafka_pause_partitions(c->rk, l) : rd_kafka_resume_partitions(c->rk, l);
+    if (e)
+        CM_ERROR("%s of partition %d failed: %s", pause ? "pause" : "resume", partition,
+                 rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* After a failed store write the partition waits before it is consumed again: 100 ms doubling
+ * to AGG_WRITE_BACKOFF_MAX_MS while the store keeps failing (a read-only or full store, a
+ * database outage would otherwise be retried, and logged, dozens of times a second). */
+#define AGG_WRITE_BACKOFF_MAX_MS 2000
+
+static void backoff_start(agg_consumer_t *c, int32_t partition) {
+    part_t *p = &c->parts[partition];
+    int64_t ms = 100;
+    for (int i = 1; i < p->fails && ms < AGG_WRITE_BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    if (ms > AGG_WRITE_BACKOFF_MAX_MS)
+        ms = AGG_WRITE_BACKOFF_MAX_MS;
+    if (!p->resume_ms)
+        set_paused(c, partition, 1);
+    p->resume_ms = mono_ms() + ms;
+}
+
+static void backoff_end(agg_consumer_t *c, int32_t partition) {
+    part_t *p = &c->parts[partition];
+    if (p->resume_ms)
+        set_paused(c, partition, 0);
+    p->resume_ms = 0;
+}
+
+/* Writes p's batch. On a failed or fenced write, drops it and rewinds the partition; after a
+ * failed (not fenced) one, the partition backs off before it is read again. */
 static int flush_part(agg_consumer_t *c, int32_t partition, int rewind) {
     part_t *p = &c->parts[partition];
     agg_batch_t *b = &p->batch;
@@ -181,6 +220,10 @@ static int flush_part(agg_consumer_t *c, int32_t partition, int rewind) {
         agg_metrics_add_reject(c->m, e->k.reason, (uint64_t)e->count);
     }
     p->committed = b->next_offset;
+    if (p->fails)
+        CM_INFO("partition %d: the store takes writes again after %d failed ones", partition,
+                p->fails);
+    p->fails = 0;
     CM_DEBUG("partition %d: committed %llu messages, %llu chunks, %llu samples up to offset %lld "
              "in %.1f ms", partition, (unsigned long long)b->messages,
              (unsigned long long)b->chunks, (unsigned long long)b->samples,
@@ -205,20 +248,27 @@ fail:
         c->m->store_ok = 0;
     }
     pthread_mutex_unlock(&c->m->mu);
-    if (rc != -ESTALE)
-        CM_ERROR("partition %d: store write failed: %s; the batch will be consumed again",
-                 partition, cm_strerror(rc));
+    if (rc != -ESTALE) {
+        p->fails++;
+        CM_ERROR("partition %d: store write failed: %s; the batch will be consumed again "
+                 "(failure %d in a row)", partition, cm_strerror(rc), p->fails);
+    }
     int64_t stored;
     if (agg_store_offset_get(p->store, c->cfg.topic, partition, &stored) == 0)
         p->committed = stored;
-    if (rewind)
+    if (rewind) {
         seek_to(c, partition, p->committed);
+        if (rc != -ESTALE)
+            backoff_start(c, partition);
+    }
     return rc;
 }
 
 static void part_close(agg_consumer_t *c, int32_t partition) {
     part_t *p = &c->parts[partition];
     flush_part(c, partition, 0);
+    backoff_end(c, partition);
+    p->fails = 0;
     agg_store_close(p->store);
     p->store = NULL;
     agg_intern_free(&p->intern);
@@ -706,6 +756,8 @@ int agg_consumer_run(agg_consumer_t *c, volatile sig_atomic_t *stop) {
         int64_t now = mono_ms();
         for (int32_t i = 0; i < c->nparts; i++) {
             part_t *p = &c->parts[i];
+            if (p->assigned && p->resume_ms && now >= p->resume_ms)
+                backoff_end(c, i);
             if (p->assigned && p->batch.next_offset >= 0 &&
                 now - p->batch.first_msg_ms >= c->cfg.batch_interval_ms)
                 flush_part(c, i, 1);
