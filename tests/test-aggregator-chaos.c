@@ -204,7 +204,7 @@ static void test_sigkill_twice_resumes_fast(void) {
     enum { KPORT = 19752, HA = 19753, HB = 19754 };
     ts_kafka_stop(KPORT, 0);
     CHECK(ts_kafka_start(KPORT, NPARTS, NULL, bootstrap, sizeof bootstrap) == 0);
-    char dir[64], loga[128], logb[128], body[8192];
+    char dir[64], loga[128], logb[128], body[65536];
     at_tmpdir(dir, "kill2");
     snprintf(loga, sizeof loga, "%s/a.log", dir);
     snprintf(logb, sizeof logb, "%s/b.log", dir);

@@ -286,7 +286,16 @@ int at_http_get(int port, const char *path, char *out, size_t size) {
         return -1;
     size_t n = fread(out, 1, size - 1, p);
     out[n] = 0;
+    char extra[4096];
+    size_t more = 0, k;
+    while ((k = fread(extra, 1, sizeof extra, p)) > 0)
+        more += k;
     pclose(p);
+    if (more) { /* the status is at the end: a cut answer has none, and a check would misjudge */
+        printf("at_http_get %s: the answer is %zu bytes, more than the %zu-byte buffer\n", path,
+               n + more, size);
+        return -1;
+    }
     char *nl = strrchr(out, '\n');
     return nl ? atoi(nl + 1) : -1;
 }
