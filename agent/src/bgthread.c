@@ -758,10 +758,20 @@ static void *bg_main(void *arg) {
     uint64_t wall_ns = ag.cfg.wall_hz > 0 ? (uint64_t)(1e9 / ag.cfg.wall_hz) : 0;
     uint64_t next_wall = now + wall_ns, next_ctl = now + AG_CTL_DT_NS;
     uint64_t next_scan = now, next_chunk = now + ag.cfg.interval_ns, scan_soon = 0;
+    uint64_t last_scan = now;
+    int unresolved = 0;
     pthread_mutex_unlock(&ag_work_mu);
 
     for (;;) {
         now = ag_now_mono();
+        /* A thread without stack bounds is resolved from the sp its first sample records: a
+         * scan within 100 ms once one has (checked on every wakeup, no system call), not a
+         * /proc scan every 100 ms while any is unresolved -- a thread that never runs
+         * (jemalloc's background threads in redis-server) kept that up for good: 10 scans a
+         * second, 2x the thread's idle CPU with FLEETPROF_WALL_HZ=0. */
+        if (unresolved && !scan_soon && next_scan > last_scan + AG_SCAN_NS / 5 &&
+            ag_thread_resolvable())
+            next_scan = last_scan + AG_SCAN_NS / 5;
         uint64_t next = next_ctl < next_chunk ? next_ctl : next_chunk;
         if (next_scan < next)
             next = next_scan;
@@ -836,19 +846,21 @@ static void *bg_main(void *arg) {
             next_ctl = now + AG_CTL_DT_NS;
         }
         if (now >= next_scan && !(req & AG_REQ_STOP)) { /* at exit: nothing new to find */
-            int registered, unresolved = ag_thread_scan(&registered);
+            int registered;
+            unresolved = ag_thread_scan(&registered);
+            last_scan = now;
             drain();
             ag_thread_reap();
             stat_sweep(0);
             /* Threads without stack bounds (found by a scan, not registered by themselves)
              * have leaf-only samples until a scan resolves them from an sp their first sample
              * recorded: after a scan that found new threads, four more at 10, 20, 40 and 80 ms
-             * (before the next wall tick), then every 100 ms while any is unresolved (one that
-             * never runs, a sanitizer's own thread), else every 500 ms. */
+             * (before the next wall tick), then within 100 ms of an unresolved one's first
+             * sample (above), else every 500 ms. */
             scan_soon = registered ? AG_SCAN_NS / 50 : scan_soon ? scan_soon * 2 : 0;
             if (scan_soon > AG_SCAN_NS / 5 * 4 / 5)
                 scan_soon = 0;
-            next_scan = now + (scan_soon ? scan_soon : unresolved ? AG_SCAN_NS / 5 : AG_SCAN_NS);
+            next_scan = now + (scan_soon ? scan_soon : AG_SCAN_NS);
         }
         /* split a heavy interval: the estimate scaled by what the last chunk compressed to,
          * at least 1/4 (rows that compressed well may be followed by rows that do not) */

@@ -171,6 +171,8 @@ AG_HIDDEN ag_thread_t *ag_thread_current(void);
  * their rings were drained by the caller); resolves stack bounds of foreign threads. */
 /* Returns the number of threads without stack bounds; *registered: threads it registered. */
 AG_HIDDEN int ag_thread_scan(int *registered);
+/* bg: 1 if a thread without stack bounds has a recorded sp (a scan would resolve it). */
+AG_HIDDEN int ag_thread_resolvable(void);
 /* bg: reaps exited slots whose rings are empty. */
 AG_HIDDEN void ag_thread_reap(void);
 /* Arms every registered thread's CPU timer with period_ns (0 disarms). bg/app. */

@@ -400,6 +400,20 @@ int ag_thread_scan(int *registered) {
     return unresolved;
 }
 
+/* A thread without stack bounds that has had a sample since (its sp recorded): a scan can
+ * resolve it now. Lock-free reads of the slots' atomics, no system call: the bg thread asks
+ * this on every wakeup instead of rescanning /proc for threads that never run. */
+int ag_thread_resolvable(void) {
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        ag_thread_t *t = &ag_threads[i];
+        if (atomic_load(&t->state) == AG_TS_ACTIVE && !atomic_load(&t->stack_hi) &&
+            atomic_load(&t->seen_sp))
+            return 1;
+    }
+    return 0;
+}
+
 void ag_thread_reap(void) {
     pthread_mutex_lock(&g_lock);
     uint32_t hw = atomic_load(&g_hw);
