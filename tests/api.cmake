@@ -2,7 +2,7 @@
 # test-api 19600, test-cli-query 19610, test-pipeline 19620). They speak HTTP with the CLI's
 # libcurl client (cli/src/client.c).
 pkg_check_modules(API_CURL REQUIRED IMPORTED_TARGET libcurl)
-fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfig::JANSSON
+fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfig::JANSSON Threads::Threads
         SOURCES ../cli/src/client.c)
 add_dependencies(test-api fleetprof-aggregator)
 fp_test(test-cli-query LABELS "api;cli;kafka" LIBS fp_aggtest PkgConfig::JANSSON)

@@ -1,9 +1,15 @@
 /* PostgreSQL implementation of the query executor (qexec.h), over libpq: one connection per
- * query store handle (so per API worker, qpool.h), re-established when it was lost. A
- * statement keeps its SQL with `?N` rewritten to `$N`; a step after binding runs it with
- * PQexecParams (integers sent as int8 text, blobs as binary bytea, text as text; parameters
- * never bound are typed int8 and NULL, so numbering may have gaps) and then walks the result
- * rows; results are read in text form (bytea decoded from its hex form).
+ * query store handle (so per API worker, qpool.h). A statement keeps its SQL with `?N`
+ * rewritten to `$N`; a step after binding runs it (integers sent as int8 text, blobs as binary
+ * bytea, text as text; parameters never bound are typed int8 and NULL, so numbering may have
+ * gaps) and then walks the result rows; results are read in text form (bytea decoded from its
+ * hex form). Each distinct SQL text (with its parameter types) is prepared once per connection
+ * as a named server-side statement (PQprepare; at most MAX_PREPARED, later ones run unnamed),
+ * so the server parses and plans it once per session instead of on every call.
+ * Connection loss: when a statement fails because the session is gone (CONNECTION_BAD, SQLSTATE
+ * class 08, 57P01-57P03: a database restart), the connection is reset, the id tables it held
+ * are filled again, and the statement runs once more, so a restart costs the caller nothing;
+ * a second failure is returned.
  * Threading: a connection and its statements are used by one thread at a time. */
 #include "qexec.h"
 
@@ -21,10 +27,29 @@
 #define MAX_PARAMS 1024
 #define MAX_BLOBS 8 /* decoded bytea columns kept per row */
 
+#define MAX_PREPARED 256 /* named server-side statements kept per connection */
+#define MAX_TEMPS 4      /* id tables remembered per connection (refilled on a reconnect) */
+
+typedef struct {
+    char *key;  /* parameter types then the SQL */
+    char name[16];
+} pg_prep_t;
+
+typedef struct {
+    char table[64];
+    uint64_t *ids;
+    size_t n;
+} pg_temp_t;
+
 typedef struct {
     agg_qx_t base;
     PGconn *conn;
     char *url;
+    pg_prep_t prep[MAX_PREPARED]; /* statements prepared on this connection */
+    int nprep;
+    unsigned next_name;
+    pg_temp_t temps[MAX_TEMPS]; /* what each id table holds */
+    int ntemps;
 } pg_qx_t;
 
 typedef struct {
@@ -53,20 +78,54 @@ static void quiet(void *arg, const char *msg) { /* NOTICEs (temp table exists): 
     (void)msg;
 }
 
-/* The connection, reconnected when it was lost; NULL when the server cannot be reached. */
-static PGconn *conn(pg_qx_t *x) {
-    if (PQstatus(x->conn) == CONNECTION_OK)
-        return x->conn;
+static void forget_prepared(pg_qx_t *x) {
+    for (int i = 0; i < x->nprep; i++)
+        free(x->prep[i].key);
+    x->nprep = 0;
+}
+
+static int fill_ids(PGconn *c, const char *table, const uint64_t *ids, size_t n);
+
+/* A new session: the server-side statements are gone, the id tables are filled again. */
+static PGconn *reconnect(pg_qx_t *x) {
+    forget_prepared(x);
     PQreset(x->conn);
     if (PQstatus(x->conn) != CONNECTION_OK) {
         CM_WARN("query: postgres store: cannot reconnect: %s", PQerrorMessage(x->conn));
         return NULL;
     }
+    for (int i = 0; i < x->ntemps; i++)
+        if (fill_ids(x->conn, x->temps[i].table, x->temps[i].ids, x->temps[i].n))
+            return NULL;
     return x->conn;
+}
+
+/* The connection, reconnected when it was lost; NULL when the server cannot be reached. */
+static PGconn *conn(pg_qx_t *x) {
+    if (PQstatus(x->conn) == CONNECTION_OK)
+        return x->conn;
+    return reconnect(x);
+}
+
+/* Whether a failed result says the session is gone (server restart, admin shutdown, network):
+ * then the statement is worth one retry on a fresh connection. */
+static int broken(PGconn *c, const PGresult *r) {
+    if (PQstatus(c) == CONNECTION_BAD)
+        return 1;
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return st && (!strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") ||
+                  !strcmp(st, "57P03"));
+}
+
+static int result_ok(const PGresult *r) {
+    return PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK;
 }
 
 static void pg_close(agg_qx_t *base) {
     pg_qx_t *x = (pg_qx_t *)base;
+    forget_prepared(x);
+    for (int i = 0; i < x->ntemps; i++)
+        free(x->temps[i].ids);
     PQfinish(x->conn);
     free(x->url);
     free(x);
@@ -157,6 +216,41 @@ static void pg_bind_text(agg_qxst_t *st, int i, const char *t) {
     }
 }
 
+/* One execution of s on c: a named statement prepared on first use on this connection (so the
+ * server parses and plans it once per session, not per call), unnamed when the cache is full. */
+static PGresult *exec_once(pg_qxst_t *s, PGconn *c, int n, const Oid *types,
+                           const char *const *vals, const int *lens, const int *fmts) {
+    pg_qx_t *x = s->x;
+    char key_head[MAX_PARAMS * 2 + 2], *w = key_head;
+    for (int i = 0; i < n; i++)
+        *w++ = types[i] == OID_BYTEA ? 'b' : types[i] == OID_TEXT ? 't' : 'i';
+    *w++ = ':';
+    *w = 0;
+    size_t hl = (size_t)(w - key_head);
+    for (int i = 0; i < x->nprep; i++) {
+        const char *k = x->prep[i].key;
+        if (!strncmp(k, key_head, hl) && !strcmp(k + hl, s->sql))
+            return PQexecPrepared(c, x->prep[i].name, n, vals, lens, fmts, 0);
+    }
+    if (x->nprep == MAX_PREPARED)
+        return PQexecParams(c, s->sql, n, types, vals, lens, fmts, 0);
+    pg_prep_t *p = &x->prep[x->nprep];
+    size_t ql = strlen(s->sql);
+    if (!(p->key = malloc(hl + ql + 1)))
+        return PQexecParams(c, s->sql, n, types, vals, lens, fmts, 0);
+    memcpy(p->key, key_head, hl);
+    memcpy(p->key + hl, s->sql, ql + 1);
+    snprintf(p->name, sizeof p->name, "fq%u", x->next_name++);
+    PGresult *r = PQprepare(c, p->name, s->sql, n, types);
+    if (!result_ok(r)) {
+        free(p->key);
+        return r;
+    }
+    PQclear(r);
+    x->nprep++;
+    return PQexecPrepared(c, p->name, n, vals, lens, fmts, 0);
+}
+
 static int run(pg_qxst_t *s) {
     PGconn *c = conn(s->x);
     if (!c)
@@ -172,9 +266,19 @@ static int run(pg_qxst_t *s) {
         lens[i] = p->type == OID_INT8 ? 0 : p->len;
         fmts[i] = p->type == OID_BYTEA;
     }
-    s->res = PQexecParams(c, s->sql, n, types, vals, lens, fmts, 0);
-    if (PQresultStatus(s->res) != PGRES_TUPLES_OK &&
-        PQresultStatus(s->res) != PGRES_COMMAND_OK) {
+    s->res = exec_once(s, c, n, types, vals, lens, fmts);
+    if (!result_ok(s->res) && broken(c, s->res)) {
+        /* the session is gone (a database restart): once more on a fresh one, transparently */
+        const char *code = PQresultErrorField(s->res, PG_DIAG_SQLSTATE);
+        CM_INFO("query: postgres store: connection lost (%s), reconnecting",
+                code ? code : "no SQLSTATE");
+        PQclear(s->res);
+        s->res = NULL;
+        if (!(c = reconnect(s->x)))
+            return CM_EIO;
+        s->res = exec_once(s, c, n, types, vals, lens, fmts);
+    }
+    if (!result_ok(s->res)) {
         CM_WARN("query: postgres store: %.80s: %s", s->sql, PQresultErrorMessage(s->res));
         drop_result(s);
         return CM_EIO;
@@ -255,10 +359,7 @@ static int exec_ok(PGconn *c, PGresult *r) {
     return ok ? 0 : CM_EIO;
 }
 
-static int pg_id_table(agg_qx_t *base, const char *table, const uint64_t *ids, size_t n) {
-    PGconn *c = conn((pg_qx_t *)base);
-    if (!c)
-        return CM_EIO;
+static int fill_ids(PGconn *c, const char *table, const uint64_t *ids, size_t n) {
     char sql[256];
     snprintf(sql, sizeof sql,
              "CREATE TEMP TABLE IF NOT EXISTS %s(id bigint PRIMARY KEY); TRUNCATE %s", table,
@@ -279,6 +380,42 @@ static int pg_id_table(agg_qx_t *base, const char *table, const uint64_t *ids, s
     const char *vals[1] = {arr};
     rc = exec_ok(c, PQexecParams(c, sql, 1, NULL, vals, NULL, NULL, 0));
     free(arr);
+    return rc;
+}
+
+/* Remembers what table holds, so that a reconnect can fill it again before the statement that
+ * joins it is retried. */
+static int remember_ids(pg_qx_t *x, const char *table, const uint64_t *ids, size_t n) {
+    pg_temp_t *t = NULL;
+    for (int i = 0; i < x->ntemps && !t; i++)
+        if (!strcmp(x->temps[i].table, table))
+            t = &x->temps[i];
+    if (!t) {
+        if (x->ntemps == MAX_TEMPS || strlen(table) >= sizeof t->table)
+            return CM_EINVAL;
+        t = &x->temps[x->ntemps++];
+        snprintf(t->table, sizeof t->table, "%s", table);
+    }
+    uint64_t *c = realloc(t->ids, (n ? n : 1) * sizeof *c);
+    if (!c)
+        return CM_ENOMEM;
+    memcpy(c, ids, n * sizeof *c);
+    t->ids = c;
+    t->n = n;
+    return 0;
+}
+
+static int pg_id_table(agg_qx_t *base, const char *table, const uint64_t *ids, size_t n) {
+    pg_qx_t *x = (pg_qx_t *)base;
+    int rc = remember_ids(x, table, ids, n);
+    if (rc)
+        return rc;
+    PGconn *c = conn(x);
+    if (!c)
+        return CM_EIO;
+    rc = fill_ids(c, table, ids, n);
+    if (rc == CM_EIO && PQstatus(c) == CONNECTION_BAD) /* lost: reconnect() refills it */
+        rc = reconnect(x) ? 0 : CM_EIO;
     return rc;
 }
 
