@@ -25,7 +25,8 @@ endif()
 # real agents -> collector -> Kafka -> aggregator; the stores' totals equal the files' sums.
 # nosan: preloads the uninstrumented agent into fp-work. The 30 s broker outage: label long.
 fp_test(test-pipeline-faults LABELS "collector;kafka;e2e;slow;nosan" LIBS ${COL_TEST_LIBS} fp_aggtest
-  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c ARGS collector_sigkill_store_exact)
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c ARGS collector_sigkill_store_exact
+  aggregator_sigkill_twice_store_exact)
 add_test(NAME test-pipeline-faults-long
   COMMAND test-pipeline-faults broker_stopped_30s_store_exact)
 set_tests_properties(test-pipeline-faults-long PROPERTIES TIMEOUT 1200
