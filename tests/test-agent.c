@@ -99,7 +99,7 @@ static void test_cpu_accuracy(void) {
     if (!tsan)
         CHECKF(est > 0.85 && est < 1.15, "sum of CPU weights / process CPU = %.3f", est);
     /* Headers: identity, sequence, times, CPU accounting. */
-    uint64_t proc_cpu = 0, agent_cpu = 0, prev_end = 0;
+    uint64_t proc_cpu = 0, agent_cpu = 0, prev_end = 0, steady_proc = 0, steady_agent = 0;
     for (int i = 0; i < cs->n; i++) {
         const cm_header_t *h = &cs->c[i]->header;
         char expect[128];
@@ -112,18 +112,30 @@ static void test_cpu_accuracy(void) {
         prev_end = h->end_unix_ns;
         proc_cpu += h->process_cpu_ns;
         agent_cpu += h->agent_cpu_ns;
+        if (i > 0) { /* after the first interval: no start-up (tables, symbols) in it */
+            steady_proc += h->process_cpu_ns;
+            steady_agent += h->agent_cpu_ns;
+        }
         CHECK(h->n_sampling >= 1 && h->sampling[0].type == CM_EV_CPU);
     }
-    printf("# agent cpu %.3f%% of process cpu\n", 100.0 * (double)agent_cpu / (double)proc_cpu);
+    printf("# agent cpu %.3f%% of process cpu (%.1f ms), %.3f%% after the first interval\n",
+           100.0 * (double)agent_cpu / (double)proc_cpu, (double)agent_cpu / 1e6,
+           100.0 * (double)steady_agent / (double)(steady_proc ? steady_proc : 1));
     CHECKF(proc_cpu > cpu * 8 / 10 && proc_cpu <= cpu * 11 / 10, "header process_cpu %llu vs %llu",
            (unsigned long long)proc_cpu, (unsigned long long)cpu);
     /* 250 samples/s is 2.5x the default rate: the agent's cost stays a few percent at most.
      * A cost, so not judged under TSan, whose instrumentation makes the agent's start-up 10-15x
-     * dearer (13.6% of this run measured in CI); the normal and ASan builds judge it. */
-    CHECK(agent_cpu > 0);
-    if (!tsan)
+     * dearer (13.6% of this run measured in CI). The normal build judges the whole run, start-up
+     * included; ASan the intervals after the first: its instrumented start-up (~50 ms of table
+     * building and symbol loading, once 164 ms in CI-like runs, against ~10 ms normally) is a
+     * fixed cost that a 3-s run cannot amortize. */
+    CHECK(agent_cpu > 0 && cs->n >= 2);
+    if (!sanitized)
         CHECKF(agent_cpu < proc_cpu / 20, "agent cpu %llu of %llu", (unsigned long long)agent_cpu,
                (unsigned long long)proc_cpu);
+    else if (!tsan)
+        CHECKF(steady_agent < steady_proc / 20, "agent cpu after the first interval %llu of %llu",
+               (unsigned long long)steady_agent, (unsigned long long)steady_proc);
     free_chunks(cs);
     rmrf(dir);
 }
