@@ -64,74 +64,7 @@ static void inst_start(inst_t *in, int i) {
     CHECKF(in->pid > 0, "instance %d did not start; see %s", i, in->log);
 }
 
-/* Compares the database at db_url with the simulator's truth; returns the number of
- * differences. */
-static int check_truth_at(const char *db_url, const fsim_t *sim) {
-    PGconn *c = PQconnectdb(db_url);
-    CHECKF(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
-    int bad = 0;
-    const fsim_params_t *fp = fsim_params(sim);
-    size_t expected = 0;
-    for (uint32_t si = 0; si < fp->services; si++) {
-        const char *sn = fsim_service_name(sim, si);
-        int64_t sid = (int64_t)agg_intern_string_id(sn, strlen(sn));
-        for (uint32_t vi = 0; vi < fp->versions; vi++) {
-            const char *vn = fsim_version_name(sim, si, vi);
-            int64_t vid = (int64_t)agg_intern_string_id(vn, strlen(vn));
-            for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
-                const fsim_sums_t *want = fsim_truth(sim, si, vi, t);
-                if (!want->rows)
-                    continue;
-                expected++;
-                static const char *const tabs[] = {"totals", "profile"};
-                for (int k = 0; k < 2; k++) {
-                    char sql[512];
-                    /* every fine row and, once downsampled, coarse row: the rows of one width
-                     * per bucket are the whole data; totals keep all widths apart too */
-                    snprintf(sql, sizeof sql,
-                             "SELECT coalesce(sum(weight),0), coalesce(sum(count),0), "
-                             "coalesce(sum(rows),0) FROM %s WHERE service=%lld AND "
-                             "version=%lld AND type=%u", tabs[k], (long long)sid,
-                             (long long)vid, t);
-                    PGresult *r = PQexec(c, sql);
-                    CHECKF(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
-                    long long w = strtoll(PQgetvalue(r, 0, 0), NULL, 10),
-                              n = strtoll(PQgetvalue(r, 0, 1), NULL, 10),
-                              rows = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
-                    PQclear(r);
-                    if (w != want->weight || n != want->count || rows != want->rows) {
-                        printf("%s %s %s %s: weight %lld want %lld, count %lld want %lld, rows "
-                               "%lld want %lld\n", tabs[k], sn, vn, cm_event_name(t), w,
-                               (long long)want->weight, n, (long long)want->count, rows,
-                               (long long)want->rows);
-                        bad++;
-                    }
-                }
-            }
-        }
-    }
-    PQfinish(c);
-    int64_t groups = at_pg_q1(db_url, "SELECT count(*) FROM (SELECT DISTINCT service, version, type FROM "
-                        "totals) x");
-    if (groups != (int64_t)expected) {
-        printf("the database holds %lld (service, version, type) totals, truth has %zu\n",
-               (long long)groups, expected);
-        bad++;
-    }
-    const fsim_counts_t *fc = fsim_counts(sim);
-    int64_t want_rej = 0;
-    for (int k = 0; k < FSIM_BAD_N; k++)
-        want_rej += (int64_t)fc->bad[k];
-    int64_t rej = at_pg_q1(db_url, "SELECT coalesce(sum(count),0) FROM rejects");
-    if (rej != want_rej) {
-        printf("rejects %lld, malformed messages produced %lld\n", (long long)rej,
-               (long long)want_rej);
-        bad++;
-    }
-    return bad;
-}
-
-static int check_truth(const fsim_t *sim) { return check_truth_at(url, sim); }
+static int check_truth(const fsim_t *sim) { return at_pg_check_truth(sim, url); }
 
 static void test_chaos_exact(void) {
     int lng = getenv("FP_PG_CHAOS_LONG") && atoi(getenv("FP_PG_CHAOS_LONG"));
@@ -327,7 +260,7 @@ static void test_shutdown_in_outage(void) {
     }
     CHECKF(got == want, "stored offsets %lld, high watermarks %lld; see %s", (long long)got,
            (long long)want, in[2].log);
-    int bad = check_truth_at(db_url, sim);
+    int bad = at_pg_check_truth(sim, db_url);
     CHECK_EQ(bad, 0);
     /* the store size: the database's tables, once for both partitions this instance owns */
     char body[65536];
