@@ -76,6 +76,9 @@ await test('service_timeline', async () => {
   await page.mouse.down();
   await page.mouse.move(box.x + box.width * 0.7, box.y + box.height / 2, { steps: 5 });
   await page.mouse.up();
+  // the selection reaches the URL after the chart's select hook runs: wait for it (5 s at most)
+  await page.waitForFunction(() => /[?&]from=/.test(location.hash) && /[?&]to=/.test(location.hash),
+    { timeout: 5000 }).catch(() => {});
   const url = new URL(page.url());
   const q = new URLSearchParams(url.hash.split('?')[1]);
   check(+q.get('to') > +q.get('from') && +q.get('from') > 1e9, `a drag selects a range: ${url.hash}`);
