@@ -26,16 +26,6 @@
 
 static char bootstrap[64], pgdir[64], url[256], src[1024];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 /* One value of a query, or -1 when the database does not answer. */
 static int64_t q1(const char *sql) { return at_pg_q1(url, sql); }
 
@@ -90,9 +80,9 @@ static void test_chaos_exact(void) {
     double t0 = at_now();
     at_sleep_ms(2000);
     /* the database killed mid-ingest, then started again */
-    CHECK(sh("%s/deploy/postgres/stop.sh %s --kill 2>/dev/null", src, pgdir) == 0);
+    CHECK(at_sh("%s/deploy/postgres/stop.sh %s --kill 2>/dev/null", src, pgdir) == 0);
     at_sleep_ms(1000);
-    CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+    CHECK(at_sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
     printf("%.1f s: database SIGKILLed and restarted\n", at_now() - t0);
     /* instances SIGKILLed at random moments and started again */
     srand(23);
@@ -105,10 +95,10 @@ static void test_chaos_exact(void) {
         printf("%.1f s: instance %d SIGKILLed and restarted\n", at_now() - t0, i);
     }
     /* an outage: the database stopped cleanly, down for outage_s */
-    CHECK(sh("%s/deploy/postgres/stop.sh %s 2>/dev/null", src, pgdir) == 0);
+    CHECK(at_sh("%s/deploy/postgres/stop.sh %s 2>/dev/null", src, pgdir) == 0);
     printf("%.1f s: database down for %d s\n", at_now() - t0, outage_s);
     at_sleep_ms(outage_s * 1000);
-    CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+    CHECK(at_sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
     pthread_join(th, NULL);
     CHECK_EQ(p.rc, 0);
     int64_t hi[NPARTS], want = 0;
@@ -196,7 +186,7 @@ static int64_t tables_bytes(const char *db_url) {
 static void test_shutdown_in_outage(void) {
     const char *topic = "fleetprof.shut";
     char db_url[300];
-    CHECK(sh("psql -X -q '%s' -c 'CREATE DATABASE shut' >/dev/null", url) == 0);
+    CHECK(at_sh("psql -X -q '%s' -c 'CREATE DATABASE shut' >/dev/null", url) == 0);
     snprintf(db_url, sizeof db_url, "%.*s/shut", (int)(strrchr(url, '/') - url), url);
     fsim_params_t sp = {.seed = 29, .services = 4, .versions = 2, .processes = 3,
                         .intervals = 8, .samples = 200, .stacks = 60, .duplicate_every = 7};
@@ -222,7 +212,7 @@ static void test_shutdown_in_outage(void) {
     for (int s = 0; s < 300 && at_pg_q1(db_url, "SELECT coalesce(sum(next_offset),0) FROM "
                                                 "offsets WHERE next_offset > 0") <= 0; s++)
         at_sleep_ms(100);
-    CHECK(sh("%s/deploy/postgres/stop.sh %s 2>/dev/null", src, pgdir) == 0);
+    CHECK(at_sh("%s/deploy/postgres/stop.sh %s 2>/dev/null", src, pgdir) == 0);
     /* instance 1 dies: the group gives its partition to instance 0, which waits for the
      * database in the assignment */
     at_agg_stop(in[1].pid, SIGKILL, 10);
@@ -242,7 +232,7 @@ static void test_shutdown_in_outage(void) {
     CHECK_EQ(p.rc, 0);
     int64_t before = at_pg_q1(db_url, "SELECT 1"); /* the database is down */
     CHECK_EQ(before, -1);
-    CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+    CHECK(at_sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
     int64_t hi[2], want = 0;
     CHECK(at_high_watermarks(rk, topic, 2, hi) == 0);
     want = hi[0] + hi[1];
@@ -311,6 +301,6 @@ int main(int argc, char **argv) {
         rc = tr_main(tests, argc, argv);
         ts_kafka_stop(KPORT, 0);
     }
-    sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
+    at_sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
     return rc;
 }

@@ -43,16 +43,6 @@
 
 static char pgdir[64], base_url[256], src[1024];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 /* Feeds the simulator's chunks into st in batches of 8, with dimensions, as consume.c does. */
 static void feed(agg_store_t *st, const fsim_params_t *sp) {
     fsim_t *sim = fsim_new(sp);
@@ -197,7 +187,7 @@ static void test_api_same_on_both_backends(void) {
     snprintf(sqdir, sizeof sqdir, "%s/sqlite", dir);
     snprintf(pgrep, sizeof pgrep, "%s/pg-reports", dir);
     CHECK(mkdir(sqdir, 0700) == 0 && mkdir(pgrep, 0700) == 0);
-    CHECK(sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS qb' -c 'CREATE DATABASE qb' "
+    CHECK(at_sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS qb' -c 'CREATE DATABASE qb' "
              ">/dev/null", base_url) == 0);
     snprintf(db_url, sizeof db_url, "postgres://fleetprof@127.0.0.1:%d/qb", PG_PORT);
 
@@ -220,7 +210,7 @@ static void test_api_same_on_both_backends(void) {
     agg_store_close(s2);
     /* the statistics autovacuum gathers within a minute of a bulk load (without them the
      * planner takes the freshly filled rollups for empty tables: nested loops of seconds) */
-    CHECK(sh("psql -X -q '%s' -c 'ANALYZE' >/dev/null", db_url) == 0);
+    CHECK(at_sh("psql -X -q '%s' -c 'ANALYZE' >/dev/null", db_url) == 0);
 
     /* per-deploy reports on both (reports.db in each one's directory) */
     agg_reports_cfg_t r1 = {sqdir, 100, 0, NULL, NULL}, r2 = {pgrep, 100, 0, NULL, db_url};
@@ -400,10 +390,10 @@ static void test_executor_same_on_both_backends(void) {
                        "(42, x'01', 'skipped'), (7, x'07', 'seven')",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
-    CHECK(sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS qx' -c 'CREATE DATABASE qx' "
+    CHECK(at_sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS qx' -c 'CREATE DATABASE qx' "
              ">/dev/null", base_url) == 0);
     snprintf(url, sizeof url, "postgres://fleetprof@127.0.0.1:%d/qx", PG_PORT);
-    CHECK(sh("psql -X -q '%s' -c '%s' -c \"INSERT INTO t VALUES(-9223372036854775808, "
+    CHECK(at_sh("psql -X -q '%s' -c '%s' -c \"INSERT INTO t VALUES(-9223372036854775808, "
              "decode('00ff00','hex'), E'tab\\there\\nnewline'), (9223372036854775807, "
              "decode('','hex'), NULL), (-1, NULL, 'ü'), (42, decode('01','hex'), 'skipped'), "
              "(7, decode('07','hex'), 'seven')\" >/dev/null", url, ddl) == 0);
@@ -453,10 +443,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (getenv("FP_QB_SLOWLOG")) /* debugging: log the slow statements, keep the cluster */
-        sh("psql -X -q '%s' -c 'ALTER SYSTEM SET log_min_duration_statement = 50' "
+        at_sh("psql -X -q '%s' -c 'ALTER SYSTEM SET log_min_duration_statement = 50' "
            "-c 'SELECT pg_reload_conf()' >/dev/null", base_url);
     int rc = tr_main(tests, argc, argv);
     if (!getenv("FP_QB_SLOWLOG"))
-        sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
+        at_sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
     return rc;
 }

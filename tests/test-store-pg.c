@@ -26,19 +26,9 @@ static int pg_port = 15433; /* FP_PG_TEST_PORT overrides (two checkouts at once)
 
 static char pgdir[64], base_url[256], src[1024];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 /* A fresh database named name on the cluster; its URL in url. */
 static void new_db(const char *name, char *url, size_t size) {
-    CHECK(sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS %s' -c 'CREATE DATABASE %s' "
+    CHECK(at_sh("psql -X -q '%s' -c 'DROP DATABASE IF EXISTS %s' -c 'CREATE DATABASE %s' "
              ">/dev/null", base_url, name, name) == 0);
     snprintf(url, size, "postgres://fleetprof@127.0.0.1:%d/%s", pg_port, name);
 }
@@ -413,7 +403,7 @@ static void test_migrations(void) {
     agg_store_close(open_pg(url));
     agg_store_close(open_pg(url)); /* again: nothing to apply */
     CHECK_EQ(pg_count(url, "SELECT count(*) FROM fleetprof_schema"), agg_pg_schema_version());
-    CHECK(sh("psql -X -q '%s' -c 'INSERT INTO fleetprof_schema(version) VALUES (99)' "
+    CHECK(at_sh("psql -X -q '%s' -c 'INSERT INTO fleetprof_schema(version) VALUES (99)' "
              ">/dev/null", url) == 0);
     agg_store_t *st;
     char err[512];
@@ -443,13 +433,13 @@ static void test_restart_mid_ingest(void) {
     while (next < c.n) {
         size_t to = next + 8 < c.n ? next + 8 : c.n;
         if ((next / 8) % 4 == 1 && restarts < 2) { /* a crash, then a clean stop */
-            CHECK(sh("%s/deploy/postgres/stop.sh %s %s 2>/dev/null", src, pgdir,
+            CHECK(at_sh("%s/deploy/postgres/stop.sh %s %s 2>/dev/null", src, pgdir,
                      restarts ? "" : "--kill") == 0);
             CHECK(feed(&fp, &c, next, to) != 0); /* the database is down: the batch fails */
             failed++;
             int64_t off;
             CHECK(agg_store_offset_get(fp.st, "fleetprof.chunks", 0, &off) != 0);
-            CHECK(sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
+            CHECK(at_sh("%s/deploy/postgres/start.sh %s >/dev/null 2>&1", src, pgdir) == 0);
             restarts++;
             /* as consume.c: re-read the stored offset (the handle tries to reconnect at most
              * once a second), consume again from there */
@@ -568,6 +558,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rc = tr_main(tests, argc, argv);
-    sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
+    at_sh("%s/deploy/postgres/stop.sh %s --remove 2>/dev/null", src, pgdir);
     return rc;
 }

@@ -14,6 +14,7 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 #include <sys/prctl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -400,4 +401,13 @@ int at_pg_check_truth(const fsim_t *sim, const char *url) {
         bad++;
     }
     return bad;
+}
+
+int at_sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
 }

@@ -51,6 +51,8 @@ int at_http_get(int port, const char *path, char *out, size_t size);
 int at_pg_start(int port, const char *dir, char *url, size_t size);
 /* One integer a query answers (NULL: 0), or -1 when the database gives no answer. */
 int64_t at_pg_q1(const char *url, const char *sql);
+/* system() of a printf-formatted command (at most 2 KiB); its wait status. */
+int at_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Compares a PostgreSQL store (url) with the simulator's truth: totals and profile sums per
  * (service, version, type), the number of such groups, and the rejects against the malformed
  * messages produced. Prints every difference; returns their number. */
