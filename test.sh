@@ -105,6 +105,21 @@ if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   fi
 fi
 
+# The end of the log is what a reader sees first: each failed test's last lines again, per
+# build (ctest keeps every test's output in Testing/Temporary/LastTest.log).
+failed_tails() { # failed_tails DIR
+  local dir="$ROOT/$1" t
+  [ -s "$dir/Testing/Temporary/LastTestsFailed.log" ] || return 0
+  while IFS=: read -r _ t; do
+    echo "=== $1: $t, last 40 lines"
+    awk -v t="$t" '$0 ~ "^[0-9]+/[0-9]+ Testing: " t "$" {on = 1; next}
+                   on && index($0, "\"" t "\" end time:") == 1 {exit}
+                   on' "$dir/Testing/Temporary/LastTest.log" | tail -40
+  done <"$dir/Testing/Temporary/LastTestsFailed.log"
+}
+for d in build build-asan build-tsan; do
+  case " ${failures[*]} " in *" $d: "*) failed_tails "$d" ;; esac
+done
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
