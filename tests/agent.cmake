@@ -47,6 +47,11 @@ add_dependencies(test-agent-cfi cfi_work cfi_lib fleetprof_agent)
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-cfi PROPERTIES DISABLED TRUE)
 endif()
+# ag_alloc.c on its own (issue 13): the agent's private allocator and sort.
+fp_test(test-agent-privalloc LABELS agent LIBS Threads::Threads SOURCES
+  ${PROJECT_SOURCE_DIR}/agent/src/ag_alloc.c)
+target_include_directories(test-agent-privalloc PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+target_compile_definitions(test-agent-privalloc PRIVATE _GNU_SOURCE)
 # mutex_layout.c on its own (issue 13): the check before hook_lock.c reads glibc's fields.
 fp_test(test-agent-mutex LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/mutex_layout.c)
 target_include_directories(test-agent-mutex PRIVATE ${PROJECT_SOURCE_DIR}/agent/src

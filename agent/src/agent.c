@@ -15,6 +15,7 @@
  * exec: LD_PRELOAD stays in the environment, so the new image loads and starts the agent
  * again; the chunk being built at exec time is lost (exec runs no destructors).
  */
+#include "ag_alloc.h"
 #include "internal.h"
 
 #include "cm/log.h"
@@ -37,13 +38,9 @@ AG_HIDDEN void ag_bg_after_fork_child(void);
 static uint64_t process_start_ns(void) {
     /* starttime (field 22 of /proc/self/stat, clock ticks after boot) -> unix ns */
     char buf[1024];
-    FILE *f = fopen("/proc/self/stat", "r");
     uint64_t now = ag_now_real();
-    if (!f)
+    if (ag_read_file("/proc/self/stat", buf, sizeof buf) <= 0)
         return now;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
     const char *p = strrchr(buf, ')');
     unsigned long long ticks = 0;
     for (int field = 2; p && *p && field < 22; p++)
@@ -66,15 +63,19 @@ uint64_t ag_process_start_ns(void) {
     return ag.process_start_ns;
 }
 
+/* The allocator's lock is taken last, whether or not the agent runs (ag_alloc.c serves the
+ * agent's allocations on any thread). */
 static void atfork_prepare(void) {
-    if (!atomic_load(&ag.running))
-        return;
-    pthread_mutex_lock(&ag_work_mu);
-    ag_thread_lock();
-    ag_context_lock();
+    if (atomic_load(&ag.running)) {
+        pthread_mutex_lock(&ag_work_mu);
+        ag_thread_lock();
+        ag_context_lock();
+    }
+    ag_alloc_fork_prepare();
 }
 
 static void atfork_parent(void) {
+    ag_alloc_fork_parent();
     if (!atomic_load(&ag.running))
         return;
     ag_context_unlock();
@@ -83,6 +84,7 @@ static void atfork_parent(void) {
 }
 
 static void atfork_child(void) {
+    ag_alloc_fork_child();
     if (!atomic_load(&ag.running))
         return;
     ag_context_after_fork_child();

@@ -419,12 +419,8 @@ static uint32_t intern_thread(ag_builder_t *b, pid_t tid) {
         return 0;
     char path[64], name[64] = "";
     snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        if (fgets(name, sizeof name, f))
-            name[strcspn(name, "\n")] = '\0';
-        fclose(f);
-    }
+    if (ag_read_file(path, name, sizeof name) > 0)
+        name[strcspn(name, "\n")] = '\0';
     if (VEC_PUSH(b->th_tid, (uint32_t)tid) | VEC_PUSH(b->th_name, intern_str(b, name)))
         b->failed = 1;
     map_put(&b->th_map, slot, (uint64_t)tid, b->th_tid.n - 1);

@@ -83,6 +83,13 @@ typedef struct {
  * stderr line each (variable, value, default used). Never fails. app, constructor only. */
 AG_HIDDEN void ag_config_load(ag_config_t *cfg);
 AG_HIDDEN uint64_t ag_process_start_ns(void); /* agent.c; bg thread */
+/* sysfile.c: reads without stdio or opendir (their FILE and DIR come from the program's
+ * malloc). ag_read_file: at most size - 1 bytes, NUL-terminated; length or -errno.
+ * ag_read_lines / ag_dir_each: cb per line (NUL-terminated, cut at 4 KiB) / per entry name
+ * until it returns non-zero; 0 or -errno. */
+AG_HIDDEN ssize_t ag_read_file(const char *path, char *buf, size_t size);
+AG_HIDDEN int ag_read_lines(const char *path, int (*cb)(char *line, void *arg), void *arg);
+AG_HIDDEN int ag_dir_each(const char *path, int (*cb)(const char *name, void *arg), void *arg);
 /* mutex_layout.c: 0 if the libc is glibc >= 2.17 (version) and a mutex locked and unlocked
  * through lock/unlock shows the private fields hook_lock.c reads; -1 otherwise. */
 typedef int (*ag_mutex_fn)(pthread_mutex_t *);
@@ -413,6 +420,7 @@ typedef struct {
     uint64_t nolib;    /* objects left unnamed: elfutils could not be loaded */
 } ag_symstats_t;
 AG_HIDDEN void ag_symbols_init(void);
+
 AG_HIDDEN void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out);
 AG_HIDDEN void ag_symbols_stats(ag_symstats_t *st);
 AG_HIDDEN char *ag_demangle(const char *name); /* malloc'ed, NULL: not mangled */

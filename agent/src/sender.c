@@ -116,6 +116,23 @@ void ag_sender_init(const ag_config_t *cfg) {
 
 uint32_t ag_sender_queued(void) { return S.n; }
 
+typedef struct {
+    const char *prefix;
+    size_t len;
+    uint64_t next;
+} seq_scan_t;
+
+static int seq_entry(const char *name, void *arg) {
+    seq_scan_t *sc = arg;
+    if (strncmp(name, sc->prefix, sc->len) != 0)
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(name + sc->len, &end, 10);
+    if (end != name + sc->len && !strcmp(end, CM_CHUNK_FILE_SUFFIX) && v + 1 > sc->next)
+        sc->next = v + 1;
+    return 0;
+}
+
 uint64_t ag_sender_first_sequence(void) {
     /* After exec the pid is the same and the sequence restarts: continue after the files the
      * previous image wrote instead of overwriting them. */
@@ -123,21 +140,9 @@ uint64_t ag_sender_first_sequence(void) {
         return 0;
     char prefix[512];
     int pl = snprintf(prefix, sizeof prefix, "%s-%d-", S.cfg->service, (int)ag.pid);
-    DIR *d = opendir(S.cfg->output);
-    if (!d)
-        return 0;
-    uint64_t next = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, prefix, (size_t)pl) != 0)
-            continue;
-        char *end;
-        unsigned long long v = strtoull(e->d_name + pl, &end, 10);
-        if (end != e->d_name + pl && !strcmp(end, CM_CHUNK_FILE_SUFFIX) && v + 1 > next)
-            next = v + 1;
-    }
-    closedir(d);
-    return next;
+    seq_scan_t sc = {prefix, (size_t)pl, 0};
+    ag_dir_each(S.cfg->output, seq_entry, &sc);
+    return sc.next;
 }
 
 int ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq) {

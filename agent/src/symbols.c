@@ -41,6 +41,7 @@
  * Memory: objects and their symbol (and line) tables are never freed (bounded by what the
  * process maps); names live in one string pool per object.
  */
+#include "ag_alloc.h"
 #include "dwlib.h"
 #include "loader_gate.h"
 
@@ -109,8 +110,8 @@ static int g_dw_state;            /* elfutils: 0 not tried, 1 loaded, -1 unavail
 
 static int try_open(const char *path, char **out_name) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0)
-        *out_name = strdup(path);
+    if (fd >= 0) /* libdwfl frees it: from the global malloc (trusted, or libdw is not loaded) */
+        *out_name = ag_global_strdup(path);
     return fd;
 }
 
@@ -225,9 +226,12 @@ static void add_plt(ag_object_t *o, uint32_t *cap, Elf *elf, GElf_Addr ebias) {
             if (!ag_dw.gelf_getrela(rd, (int)i, &r) || !ag_dw.gelf_getsym(dd, (int)GELF_R_SYM(r.r_info), &sym))
                 continue;
             const char *nm = ag_dw.elf_strptr(elf, dsh.sh_link, sym.st_name);
-            char *name = NULL;
-            if (!nm || !*nm || asprintf(&name, "%s@plt", nm) < 0)
+            size_t nl = nm ? strlen(nm) : 0;
+            char *name = nl ? malloc(nl + sizeof "@plt") : NULL; /* ag_alloc.c's */
+            if (!name)
                 continue;
+            memcpy(name, nm, nl);
+            memcpy(name + nl, "@plt", sizeof "@plt");
             sym_t *sy = add_sym(o, cap);
             if (!sy) {
                 free(name);
@@ -439,6 +443,7 @@ static void load_syms(ag_object_t *o) {
         g_stats.nolib++;
         return;
     }
+
     if (!o->path || o->path[0] != '/') { /* no file: the vdso ("linux-vdso.so.1") */
         o->syms_loaded = 1;
         if (o->path && strstr(o->path, "vdso"))

@@ -326,40 +326,52 @@ AG_NO_TSAN ag_thread_t *ag_thread_current(void) {
     return NULL;
 }
 
-static int find_stack_mapping(uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return -1;
-    char line[512];
-    int found = -1;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long a, b;
-        if (sscanf(line, "%lx-%lx", &a, &b) == 2 && sp >= a && sp < b) {
-            *lo = a;
-            *hi = b;
-            found = 0;
-            break;
-        }
+typedef struct {
+    uintptr_t sp, lo, hi;
+    int found;
+} map_find_t;
+
+static int map_line(char *line, void *arg) {
+    map_find_t *m = arg;
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx", &a, &b) == 2 && m->sp >= a && m->sp < b) {
+        m->lo = a;
+        m->hi = b;
+        m->found = 1;
+        return 1;
     }
-    fclose(f);
-    return found;
+    return 0;
+}
+
+static int find_stack_mapping(uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
+    map_find_t m = {sp, 0, 0, 0};
+    if (ag_read_lines("/proc/self/maps", map_line, &m) != 0 || !m.found)
+        return -1;
+    *lo = m.lo;
+    *hi = m.hi;
+    return 0;
+}
+
+typedef struct {
+    pid_t *live;
+    uint32_t n;
+} task_list_t;
+
+static int task_entry(const char *name, void *arg) {
+    task_list_t *l = arg;
+    if (name[0] >= '0' && name[0] <= '9')
+        l->live[l->n++] = (pid_t)atoi(name);
+    return l->n >= AG_MAX_THREADS;
 }
 
 int ag_thread_scan(int *registered) {
-    DIR *d = opendir("/proc/self/task");
     int unresolved = 0;
     *registered = 0;
-    if (!d)
-        return 0;
     pid_t live[AG_MAX_THREADS];
-    uint32_t nlive = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && nlive < AG_MAX_THREADS) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        live[nlive++] = (pid_t)atoi(e->d_name);
-    }
-    closedir(d);
+    task_list_t tl = {live, 0};
+    if (ag_dir_each("/proc/self/task", task_entry, &tl) != 0)
+        return 0;
+    uint32_t nlive = tl.n;
     pid_t self = gettid_();
     pthread_mutex_lock(&g_lock);
     for (uint32_t i = 0; i < nlive; i++) {

@@ -1,0 +1,93 @@
+/* /proc and directory reads without stdio or opendir (issue 13): fopen and opendir take their
+ * FILE and DIR from the program's malloc, which the agent's thread may not call (a program
+ * may define malloc without locking; see ag_alloc.c). System calls and a caller's buffer only.
+ *
+ * Threads: any (the background thread mostly); not for signal handlers (open, read). */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+ssize_t ag_read_file(const char *path, char *buf, size_t size) {
+    if (!size)
+        return -EINVAL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    size_t n = 0;
+    while (n + 1 < size) {
+        ssize_t r = read(fd, buf + n, size - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    return (ssize_t)n;
+}
+
+int ag_read_lines(const char *path, int (*cb)(char *line, void *arg), void *arg) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    char buf[4096];
+    size_t have = 0;
+    int stop = 0, skip = 0; /* skip: the rest of a line longer than the buffer */
+    while (!stop) {
+        ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        int eof = r <= 0;
+        if (!eof)
+            have += (size_t)r;
+        size_t start = 0;
+        while (start < have) {
+            char *nl = memchr(buf + start, '\n', have - start);
+            /* an unfinished line: read on, unless the buffer is full (the line is cut) */
+            if (!nl && !eof && (start > 0 || have < sizeof buf - 1))
+                break;
+            size_t end = nl ? (size_t)(nl - buf) : have;
+            buf[end] = '\0';
+            if (!skip && cb(buf + start, arg)) {
+                stop = 1;
+                break;
+            }
+            skip = !nl && !eof;
+            start = nl ? end + 1 : have;
+        }
+        if (stop || eof)
+            break;
+        memmove(buf, buf + start, have - start);
+        have -= start;
+    }
+    close(fd);
+    return 0;
+}
+
+int ag_dir_each(const char *path, int (*cb)(const char *name, void *arg), void *arg) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    _Alignas(8) char buf[4096];
+    for (;;) {
+        long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (long off = 0; off < n;) {
+            struct dirent64 *e = (struct dirent64 *)(buf + off);
+            off += e->d_reclen;
+            if (cb(e->d_name, arg)) {
+                close(fd);
+                return 0;
+            }
+        }
+    }
+    close(fd);
+    return 0;
+}
