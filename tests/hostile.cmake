@@ -103,6 +103,22 @@ fp_hostile(fork_in_handler SOURCES hostile/fork_in_handler.c TIMEOUT 20 REPEAT 5
 fp_hostile(seccomp_strict SOURCES hostile/seccomp_strict.c)
 fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c
   LIBS /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ENV FLEETPROF_ALLOC_PERIOD=4096)
+# issue 13 (h13m): a malloc of the program's own that only its main thread may call; the agent
+# samples CPU, wall, allocations (inert: the program's malloc is not ours), locks and I/O
+fp_hostile(own_malloc_thread SOURCES hostile/own_malloc_thread.c TIMEOUT 30 ARGS 2
+  ENV FLEETPROF_WALL_HZ=100 FLEETPROF_LOCK_THRESHOLD=1 FLEETPROF_IO_FLOOR=0
+  FLEETPROF_IO_THRESHOLD=0.01)
+# the same malloc family in a shared library the program links (after the preloaded agent)
+add_library(hostile_own_malloc SHARED hostile/own_malloc_thread.c)
+target_compile_definitions(hostile_own_malloc PRIVATE main=own_malloc_main)
+target_compile_options(hostile_own_malloc PRIVATE -Wno-shadow)
+target_link_libraries(hostile_own_malloc PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+set_target_properties(hostile_own_malloc PROPERTIES LIBRARY_OUTPUT_DIRECTORY
+  ${CMAKE_CURRENT_BINARY_DIR}/hostile)
+fp_hostile(own_malloc_lib SOURCES hostile/own_malloc_lib.c TIMEOUT 30 ARGS 2
+  LIBS hostile_own_malloc
+  ENV FLEETPROF_WALL_HZ=100 FLEETPROF_LOCK_THRESHOLD=1 FLEETPROF_IO_FLOOR=0
+  FLEETPROF_IO_THRESHOLD=0.01)
 fp_hostile(cxx_exceptions SOURCES hostile/cxx_exceptions.cc)
 fp_hostile(threads_3000 SOURCES hostile/threads_3000.c TIMEOUT 60)
 fp_hostile(cgo GO hostile/cgo REPEAT 10 TIMEOUT 60)

@@ -16,6 +16,7 @@
  * again; the chunk being built at exec time is lost (exec runs no destructors).
  */
 #include "ag_alloc.h"
+#include "hooks.h"
 #include "internal.h"
 
 #include "cm/log.h"
@@ -136,6 +137,12 @@ __attribute__((constructor)) static void ag_start(void) {
     ag_symbols_init();
     ag_sender_init(&ag.cfg);
     ag.sequence = ag_sender_first_sequence();
+    /* Issue 13: a malloc other than glibc's (the program's own, an unknown library's) may not
+     * be one the agent's thread can call; dlopen allocates through it, so libprotobuf-c
+     * (needed for every chunk) is loaded here, on the program's thread, instead of on the
+     * first chunk. */
+    if (ag_malloc_global_foreign())
+        ag_pblib_preload();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ag_signal_sigterm_install();
     atomic_store(&ag.running, 1);

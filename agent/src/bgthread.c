@@ -14,6 +14,7 @@
  */
 #include "internal.h"
 #include "hooks.h"
+#include "loader_gate.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -639,11 +640,11 @@ static void cut_chunk(int at_exit) {
     ag_symbols_stats(&ss);
     CM_DEBUG("symbols: %llu objects opened (%llu function symbols) in %llu ns; %llu lookups "
              "in %llu ns in total, opening included; %llu loads deferred (descriptors); %llu "
-             "objects unnamed (no elfutils)",
+             "objects unnamed (no elfutils); %llu objects unnamed (foreign malloc)",
              (unsigned long long)ss.objects, (unsigned long long)ss.symbols,
              (unsigned long long)ss.load_ns, (unsigned long long)ss.lookups,
              (unsigned long long)ss.lookup_ns, (unsigned long long)ss.deferred,
-             (unsigned long long)ss.nolib);
+             (unsigned long long)ss.nolib, (unsigned long long)ss.foreign);
 
     uint8_t *frame = NULL;
     size_t len = 0;
@@ -686,6 +687,8 @@ static void cut_chunk(int at_exit) {
     B.chunk_start_mono = ag_now_mono();
 }
 
+static int g_foreign_malloc; /* the global malloc is not one this thread may call */
+
 static void *bg_main(void *arg) {
     (void)arg;
     /* Process-directed signals are the application's business: keep them off this thread. */
@@ -706,6 +709,22 @@ static void *bg_main(void *arg) {
         ppoll(NULL, 0, &delay, &wait_set);
     atomic_store(&g_wake_pending, 0);
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
+    /* Issue 13: whose malloc is this? The agent's own allocations never go there (ag_alloc.c),
+     * but elfutils and dlopen would. Once, here rather than in the constructor: a short-lived
+     * process never pays for the object walk. */
+    {
+        char why[512];
+        ag_loader_enter();
+        int trusted = ag_malloc_trusted(why, sizeof why);
+        ag_loader_leave();
+        if (!trusted) {
+            g_foreign_malloc = 1;
+            ag_symbols_disable();
+            CM_INFO("%s: no symbols are read in this process (elfutils and dlopen would call "
+                    "that malloc from the agent's thread); frames keep their build id and "
+                    "offset, for the aggregator to name", why);
+        }
+    }
     /* Unwind tables first: until they are published, samples carry copies of their stacks
      * (defer.c). Not under the work lock: a fork meanwhile copies at most a half-built
      * private table, which the child's ticks rebuild. */
@@ -892,6 +911,13 @@ static void *bg_main(void *arg) {
     ag_builder_free(B.b);
     B.b = NULL;
     pthread_mutex_unlock(&ag_work_mu);
+    /* With the program's own malloc, glibc's thread exit would call it (free(NULL) of the
+     * thread's strerror/strsignal buffers, __glibc_tls_internal_free): end with the system
+     * call instead. Nothing of glibc's exit path is needed: this thread has no TSD values,
+     * TLS destructors or cancellation handlers, and the kernel clears its tid, which
+     * pthread_join waits on (the joiner frees its stack as usual). */
+    if (g_foreign_malloc)
+        syscall(SYS_exit, 0);
     return NULL;
 }
 

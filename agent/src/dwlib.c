@@ -15,6 +15,10 @@
  * their object's build id and offset: the aggregator can still name them), one line says so
  * on stderr, and symbols.c counts the lookups left unnamed (ag_symstats_t.nolib).
  *
+ * Not loaded at all when the program's malloc is one the agent's thread may not call (issue 13:
+ * libdw, libelf and dlopen allocate through the global malloc; bgthread.c decides with
+ * ag_malloc_trusted, symbols.c then names nothing).
+ *
  * Thread: background thread only (symbols.c), under bgthread.c's work lock. Never called from
  * a signal handler (dlopen takes the loader's lock and allocates).
  */

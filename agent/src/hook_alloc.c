@@ -37,6 +37,7 @@
 #include <link.h>
 #include <math.h>
 #include <malloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -229,6 +230,82 @@ int ag_alloc_headers_init(void) {
     if (getrandom(&c, sizeof c, GRND_NONBLOCK) != (ssize_t)sizeof c)
         c = ag_hook_rand() ^ (uint64_t)(uintptr_t)&c;
     atomic_store(&R.cookie, c | 1ull << 63);
+    return 0;
+}
+
+/* ---- whose malloc the process runs on (issue 13: foreign allocators) ----
+ *
+ * The global malloc is the definition every object's calls (and ld.so's own, for dlopen and
+ * thread-local storage) reach: the address a data relocation against "malloc" resolves to.
+ * When it is ours, the allocator behind it is R.malloc, the next definition after us. */
+static void *(*const volatile g_global_malloc)(size_t) = malloc;
+extern void *ag_malloc_self(size_t)
+    __attribute__((copy(malloc), alias("malloc"), visibility("hidden")));
+extern void *__libc_malloc(size_t) __attribute__((weak)); /* glibc's malloc, exported */
+
+int ag_malloc_global_foreign(void) {
+    void *g = (void *)g_global_malloc;
+    if (g == (void *)ag_malloc_self) /* ours: what is behind it (one lookup, no allocation) */
+        g = READY() ? (void *)R.malloc : dlsym(RTLD_NEXT, "malloc");
+    return !__libc_malloc || g != (void *)__libc_malloc;
+}
+
+typedef struct {
+    uintptr_t a;
+    const char *name; /* the object holding a: "" is the main executable */
+    int found, main;
+} owner_t;
+
+static int find_owner(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    owner_t *w = arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && w->a >= lo && w->a < lo + ph->p_memsz) {
+            w->found = 1;
+            w->name = info->dlpi_name ? info->dlpi_name : "";
+            return 1;
+        }
+    }
+    w->main = 0; /* only the first object is the main executable */
+    return 0;
+}
+
+int ag_malloc_trusted(char *why, size_t why_size) {
+    void *m = (void *)g_global_malloc;
+    if (m == (void *)ag_malloc_self) {
+        if (!READY())
+            resolve();
+        m = (void *)R.malloc;
+    }
+    if (!m) {
+        snprintf(why, why_size, "no malloc found behind the agent's");
+        return 0;
+    }
+    if (__libc_malloc && m == (void *)__libc_malloc)
+        return 1; /* glibc's */
+    owner_t w = {(uintptr_t)m, NULL, 0, 1};
+    dl_iterate_phdr(find_owner, &w);
+    if (!w.found) {
+        snprintf(why, why_size, "malloc (%p) is in no loaded object", m);
+        return 0;
+    }
+    const char *base = strrchr(w.name, '/');
+    base = base ? base + 1 : w.name;
+    if (w.main || !*w.name) {
+        snprintf(why, why_size, "the program defines malloc itself");
+        return 0;
+    }
+    /* shared objects of allocators made for threads, and the sanitizers' runtimes */
+    static const char *const known[] = {"libc.so",     "libjemalloc", "libtcmalloc", "libmimalloc",
+                                        "libasan.so",  "libtsan.so",  "liblsan.so",  "libhwasan.so",
+                                        "libmsan.so"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strncmp(base, known[i], strlen(known[i])))
+            return 1;
+    snprintf(why, why_size, "malloc comes from %s, not an allocator known to be thread-safe",
+             w.name);
     return 0;
 }
 

@@ -134,6 +134,14 @@ static inline __attribute__((always_inline)) void ag_blk_end(ag_thread_t *t) {
 /* hook_alloc.c: sampled objects get headers from now on (after ag_heap_init); -1 if the
  * real allocator lacks what they need (the live heap is then off) */
 AG_HIDDEN int ag_alloc_headers_init(void);
+/* hook_alloc.c, issue 13 (foreign allocators). Is the allocator behind the global malloc
+ * (behind ours, when it is ours) another than glibc's? The constructor's test: address
+ * compares and at most one dlsym. */
+AG_HIDDEN int ag_malloc_global_foreign(void);
+/* Is the allocator behind the global malloc one a second thread may call (glibc's, a known
+ * thread-safe allocator library, a sanitizer's runtime)? If not, 0 and why. bg thread, inside
+ * the loader gate (dl_iterate_phdr). */
+AG_HIDDEN int ag_malloc_trusted(char *why, size_t why_size);
 
 /* heap.c: live-heap table */
 AG_HIDDEN int ag_heap_init(uint32_t entries);

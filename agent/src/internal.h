@@ -418,9 +418,16 @@ typedef struct {
     uint64_t lookups, lookup_ns; /* ag_symbols_lookup calls and their time (loads included) */
     uint64_t deferred; /* loads put off: the process was near RLIMIT_NOFILE */
     uint64_t nolib;    /* objects left unnamed: elfutils could not be loaded */
+    uint64_t foreign;  /* objects left unnamed: the program's malloc is not one elfutils may
+                        * call from the agent's thread (ag_symbols_disable) */
 } ag_symstats_t;
 AG_HIDDEN void ag_symbols_init(void);
-
+/* No in-process symbol loading from now on (elfutils is never loaded): locations keep their
+ * build id and file offset for the aggregator. bg thread. */
+AG_HIDDEN void ag_symbols_disable(void);
+/* pblib.c: loads libprotobuf-c now (the constructor, when the program's malloc is foreign:
+ * dlopen allocates through it, which only the program's own thread may do). */
+AG_HIDDEN void ag_pblib_preload(void);
 AG_HIDDEN void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out);
 AG_HIDDEN void ag_symbols_stats(ag_symstats_t *st);
 AG_HIDDEN char *ag_demangle(const char *name); /* malloc'ed, NULL: not mangled */

@@ -87,6 +87,8 @@ static int pb_load_gated(void) {
     return 1;
 }
 
+void ag_pblib_preload(void) { (void)pb_load(); }
+
 PB_HIDDEN size_t protobuf_c_message_get_packed_size(const ProtobufCMessage *m) {
     return pb_load() ? atomic_load(&P.size)(m) : SIZE_MAX;
 }

@@ -106,7 +106,7 @@ static int g_lines; /* FLEETPROF_LINES=1 */
 static char g_debug_dirs[1024] = "/usr/lib/debug";
 static ag_symstats_t g_stats;
 static uint64_t g_defer_until_ns; /* no load before (near RLIMIT_NOFILE) */
-static int g_dw_state;            /* elfutils: 0 not tried, 1 loaded, -1 unavailable */
+static int g_dw_state; /* elfutils: 0 not tried, 1 loaded, -1 unavailable, 2 not allowed */
 
 static int try_open(const char *path, char **out_name) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -443,7 +443,11 @@ static void load_syms(ag_object_t *o) {
         g_stats.nolib++;
         return;
     }
-
+    if (g_dw_state == 2) { /* a foreign malloc (ag_symbols_disable): addresses only */
+        o->syms_loaded = 1;
+        g_stats.foreign++;
+        return;
+    }
     if (!o->path || o->path[0] != '/') { /* no file: the vdso ("linux-vdso.so.1") */
         o->syms_loaded = 1;
         if (o->path && strstr(o->path, "vdso"))
@@ -631,6 +635,11 @@ static void refresh(void) {
     dl_iterate_phdr(add_object, NULL);
     ag_loader_leave();
 }
+
+/* Issue 13: libdw, libelf and dlopen itself allocate through the global malloc, which a
+ * program may define without locking (bgthread.c decides, ag_malloc_trusted): then no object
+ * is opened and nothing is demangled; frames keep build id and file offset. */
+void ag_symbols_disable(void) { g_dw_state = 2; }
 
 void ag_symbols_init(void) {
     const char *v = getenv("FLEETPROF_DEBUG_DIRS");
