@@ -11,9 +11,12 @@
  * class (16, 32, 48, 64, then four classes per power of two: 80, 96, 112, 128, 160, ...,
  * 32768: at most 25% rounding above 64 bytes); each slab has its own free list and a bump
  * pointer over blocks never used yet, and a class keeps a doubly linked list of its slabs with
- * room. A slab that becomes empty is unmapped unless it is the last one with room in its
- * class. Larger blocks (and alignments above 16) get a mapping of their own, 256 KiB-aligned
- * too, with the same header in front. Every slab and big block is in a registry (an
+ * room. A slab that becomes empty is unmapped, but one per class is kept (the builder frees
+ * everything at each chunk and allocates it all again: each chunk would unmap its pages and
+ * fault them back in). Larger blocks (and
+ * alignments above 16) get a mapping of their own, 256 KiB-aligned too, with the same header
+ * in front; a freed one is kept for reuse (up to 8 mappings, 32 MiB in all; a request takes
+ * the smallest that fits within twice its size). Every slab and big block is in a registry (an
  * open-addressing set of slab addresses): free() of a pointer that is not ours is recognised
  * without reading its memory, counted and passed to the real free (a libc function that
  * returned memory from the program's malloc; none is known to reach us, the count says).
@@ -52,6 +55,8 @@
 #define MAX_SMALL 32768
 #define N_CLASSES 40
 #define BIG UINT32_MAX
+#define BIG_CACHE 8                  /* freed big mappings kept ... */
+#define BIG_CACHE_BYTES (32u << 20)  /* ... up to this much in all */
 #define MAGIC 0x6167616c6c6f6321ull /* "agalloc!" */
 
 typedef struct slab {
@@ -64,6 +69,7 @@ typedef struct slab {
     char *bump, *end; /* blocks never handed out yet */
     struct slab *prev, *next; /* the class's slabs with room */
     int listed;               /* on that list */
+    int kept;                 /* empty, counted in A.empty[cls] */
 } slab_t;
 _Static_assert(sizeof(slab_t) <= HDR, "slab header fits");
 
@@ -72,6 +78,9 @@ static struct {
     int dead;          /* a fork child found the lock orphaned: nothing more */
     pid_t pid;         /* the process the lock belongs to */
     slab_t *avail[N_CLASSES];
+    uint32_t empty[N_CLASSES]; /* slabs of the class with nothing handed out, kept */
+    slab_t *big_free[BIG_CACHE]; /* freed big mappings kept for reuse */
+    size_t big_free_bytes;
     uintptr_t *reg;    /* registry: slab addresses; 0 empty, 1 deleted */
     size_t reg_cap, reg_used, reg_n;
     ag_alloc_stats_t st;
@@ -273,6 +282,40 @@ static void slab_drop(slab_t *s, size_t slot) {
     munmap(s, s->map_len);
 }
 
+/* A freed big mapping goes to the cache (the largest one there leaves if it would overflow),
+ * else back to the kernel. Under the lock. */
+static void big_keep(slab_t *s, size_t slot) {
+    int at = -1, largest = -1;
+    for (int i = 0; i < BIG_CACHE; i++) {
+        if (!A.big_free[i]) {
+            if (at < 0)
+                at = i;
+        } else if (largest < 0 || A.big_free[i]->map_len > A.big_free[largest]->map_len) {
+            largest = i;
+        }
+    }
+    while (largest >= 0 && (at < 0 || A.big_free_bytes + s->map_len > BIG_CACHE_BYTES)) {
+        slab_t *l = A.big_free[largest];
+        if (l->map_len <= s->map_len && A.big_free_bytes + s->map_len > BIG_CACHE_BYTES)
+            break; /* s is the largest: it goes itself */
+        A.big_free[largest] = NULL;
+        A.big_free_bytes -= l->map_len;
+        slab_drop(l, reg_find((uintptr_t)l));
+        at = largest;
+        largest = -1;
+        for (int i = 0; i < BIG_CACHE; i++)
+            if (A.big_free[i] &&
+                (largest < 0 || A.big_free[i]->map_len > A.big_free[largest]->map_len))
+                largest = i;
+    }
+    if (at >= 0 && A.big_free_bytes + s->map_len <= BIG_CACHE_BYTES) {
+        A.big_free[at] = s;
+        A.big_free_bytes += s->map_len;
+        return;
+    }
+    slab_drop(s, slot);
+}
+
 /* ---- the interface ---- */
 
 static void *big_alloc(size_t n, size_t align) {
@@ -282,7 +325,26 @@ static void *big_alloc(size_t n, size_t align) {
     size_t len = (off + n + SLAB - 1) & ~(SLAB - 1);
     if (lock() != 0)
         return NULL;
-    slab_t *s = slab_new(len, BIG, n);
+    /* a freed mapping of at least len and at most twice that: the smallest */
+    int best = -1;
+    for (int i = 0; i < BIG_CACHE; i++) {
+        slab_t *c = A.big_free[i];
+        if (c && c->map_len >= len && c->map_len <= 2 * len &&
+            (best < 0 || c->map_len < A.big_free[best]->map_len))
+            best = i;
+    }
+    slab_t *s;
+    if (best >= 0) {
+        s = A.big_free[best];
+        A.big_free[best] = NULL;
+        A.big_free_bytes -= s->map_len;
+        s->size = n;
+        s->used = 1;
+    } else {
+        s = slab_new(len, BIG, n);
+        if (s)
+            s->used = 1;
+    }
     if (s)
         A.st.live_blocks++;
     else
@@ -306,6 +368,10 @@ void *ag_malloc(size_t n) {
             return NULL;
         }
         list_add(s);
+    }
+    if (s->kept) { /* the class's kept empty slab is in use again */
+        s->kept = 0;
+        A.empty[c]--;
     }
     void *p;
     if (s->free) {
@@ -339,7 +405,13 @@ void ag_free(void *p) {
     slab_t *s = (slab_t *)base;
     A.st.live_blocks--;
     if (s->cls == BIG) {
-        slab_drop(s, slot);
+        if (!s->used) { /* already freed (in the cache): a double free, ignored */
+            A.st.live_blocks++;
+            unlock();
+            return;
+        }
+        s->used = 0;
+        big_keep(s, slot);
         unlock();
         return;
     }
@@ -348,9 +420,15 @@ void ag_free(void *p) {
     s->used--;
     if (!s->listed)
         list_add(s);
-    if (!s->used && (s->prev || s->next)) { /* empty, and not the class's last with room */
-        list_del(s);
-        slab_drop(s, slot);
+    if (!s->used) { /* empty: one per class is kept (the builder frees everything at
+                      * each chunk and allocates it again), the others go back */
+        if (A.empty[s->cls] >= 1 && (s->prev || s->next)) {
+            list_del(s);
+            slab_drop(s, slot);
+        } else {
+            A.empty[s->cls]++;
+            s->kept = 1;
+        }
     }
     unlock();
 }
@@ -395,8 +473,14 @@ void *ag_realloc(void *p, size_t n) {
     if (!have) { /* not ours: never expected; the real realloc keeps the program's semantics */
         return REAL_REALLOC(p, n);
     }
-    if (n <= have && (n > MAX_SMALL ? n >= have / 2 : size_class(n) == size_class(have)))
+    slab_t *s = (slab_t *)((uintptr_t)p & ~(uintptr_t)(SLAB - 1)); /* ours: p is live */
+    if (n <= have && (n > MAX_SMALL ? n >= have / 2 : size_class(n) == size_class(have))) {
+        if (s->cls == BIG)
+            s->size = n; /* only the block's owner reads it (here) */
         return p;
+    }
+    if (s->cls == BIG)
+        have = s->size; /* what was asked: the rest of the mapping was never written */
     void *q = ag_malloc(n);
     if (!q)
         return NULL; /* p untouched */
