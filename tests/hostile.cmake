@@ -108,7 +108,8 @@ fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c
 fp_hostile(own_malloc_thread SOURCES hostile/own_malloc_thread.c TIMEOUT 30 ARGS 2
   ENV FLEETPROF_WALL_HZ=100 FLEETPROF_LOCK_THRESHOLD=1 FLEETPROF_IO_FLOOR=0
   FLEETPROF_IO_THRESHOLD=0.01)
-# the same malloc family in a shared library the program links (after the preloaded agent)
+# the same malloc family in a shared library the program links (after the preloaded agent);
+# no collector there: the agent's first log line is its warning, on its own thread
 add_library(hostile_own_malloc SHARED hostile/own_malloc_thread.c)
 target_compile_definitions(hostile_own_malloc PRIVATE main=own_malloc_main)
 target_compile_options(hostile_own_malloc PRIVATE -Wno-shadow)
@@ -117,7 +118,7 @@ set_target_properties(hostile_own_malloc PROPERTIES LIBRARY_OUTPUT_DIRECTORY
   ${CMAKE_CURRENT_BINARY_DIR}/hostile)
 fp_hostile(own_malloc_lib SOURCES hostile/own_malloc_lib.c TIMEOUT 30 ARGS 2
   LIBS hostile_own_malloc
-  ENV FLEETPROF_WALL_HZ=100 FLEETPROF_LOCK_THRESHOLD=1 FLEETPROF_IO_FLOOR=0
+  ENV FLEETPROF_COLLECTOR=/nonexistent/fp-own-malloc.sock FLEETPROF_WALL_HZ=100 FLEETPROF_LOCK_THRESHOLD=1 FLEETPROF_IO_FLOOR=0
   FLEETPROF_IO_THRESHOLD=0.01)
 fp_hostile(cxx_exceptions SOURCES hostile/cxx_exceptions.cc)
 fp_hostile(threads_3000 SOURCES hostile/threads_3000.c TIMEOUT 60)

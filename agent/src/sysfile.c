@@ -1,6 +1,9 @@
-/* /proc and directory reads without stdio or opendir (issue 13): fopen and opendir take their
- * FILE and DIR from the program's malloc, which the agent's thread may not call (a program
- * may define malloc without locking; see ag_alloc.c). System calls and a caller's buffer only.
+/* libc calls the agent makes without the program's malloc (issue 13; a program may define
+ * malloc without locking, which the agent's thread may then not call; see ag_alloc.c):
+ * /proc and directory reads without stdio or opendir (fopen and opendir take their FILE and
+ * DIR from malloc): system calls and a caller's buffer only; and strerror, whose message
+ * lookup goes through gettext (which allocates and frees): the agent's link wraps it
+ * (-Wl,--wrap=strerror) to glibc's untranslated strerrordesc_np.
  *
  * Threads: any (the background thread mostly); not for signal handlers (open, read). */
 #include "internal.h"
@@ -90,4 +93,10 @@ int ag_dir_each(const char *path, int (*cb)(const char *name, void *arg), void *
     }
     close(fd);
     return 0;
+}
+
+/* strerror without gettext: the English description (the agent's log lines are English). */
+char *__wrap_strerror(int e) {
+    const char *d = strerrordesc_np(e);
+    return (char *)(d ? d : "Unknown error");
 }

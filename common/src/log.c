@@ -1,5 +1,7 @@
 /* Levelled logging: formats into a stack buffer and emits it with a single write(2), so lines
- * from concurrent threads never interleave. No allocation. */
+ * from concurrent threads never interleave. No allocation: the UTC time is computed here, not
+ * with gmtime_r, whose first call in a process loads the time zone (glibc's __tzfile_read,
+ * through malloc; the agent may not call a program's malloc from its thread, issue 13). */
 #include "cm/log.h"
 #include "cm/error.h"
 
@@ -34,17 +36,33 @@ int cm_log_parse_level(const char *s, cm_log_level_t *out) {
     return CM_EINVAL;
 }
 
+/* UTC calendar date of a day count since 1970-01-01 (H. Hinnant's days_from_civil inverse). */
+static void civil_from_days(long long z, int *y, int *m, int *d) {
+    z += 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = (int)(yoe + era * 400 + (*m <= 2));
+}
+
 void cm_log(cm_log_level_t level, const char *fmt, ...) {
     if ((int)level < g_level)
         return;
     char buf[2048];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
+    long long secs = (long long)ts.tv_sec, days = secs / 86400, rem = secs % 86400;
+    if (rem < 0)
+        rem += 86400, days--;
+    int y, mo, d;
+    civil_from_days(days, &y, &mo, &d);
     int n = snprintf(buf, sizeof buf, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s comp=%s ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], g_component);
+                     y, mo, d, (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60),
+                     ts.tv_nsec / 1000000, level_names[level], g_component);
     va_list ap;
     va_start(ap, fmt);
     int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
