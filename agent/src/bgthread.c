@@ -34,6 +34,14 @@
 
 #define AG_CTL_DT_NS 250000000ull
 #define AG_SCAN_NS 500000000ull
+/* Over budget (budget factor f < 1) the periodic work wakes this thread less often: control
+ * windows every AG_CTL_DT_NS / f (at most AG_CTL_MAX_NS), /proc scans every AG_SCAN_NS / f (at
+ * most AG_SCAN_MAX_NS), as wall ticks every 1/(WALL_HZ f). A wakeup costs ~100 us here whatever
+ * it does (the switch in and out, cold caches; bench/RESULTS.md, issue 14 session 8): at 4 Hz
+ * of control and 2 Hz of scans that alone is 0.4 ms/s, the whole 1% budget of a process using
+ * 4% of a core (redis-server under redis-benchmark), which the budget could not reduce. */
+#define AG_CTL_MAX_NS 1000000000ull
+#define AG_SCAN_MAX_NS 2000000000ull
 #define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
 
 static pthread_t g_thread;
@@ -69,6 +77,12 @@ uint64_t ag_now_mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* base / f, at most max: an interval stretched by the budget factor. */
+static uint64_t stretch(uint64_t base, double f, uint64_t max) {
+    double v = f > 0 ? (double)base / f : (double)max;
+    return v < (double)max ? (uint64_t)v : max;
 }
 
 static uint64_t clock_ns(clockid_t c) {
@@ -775,9 +789,11 @@ static void *bg_main(void *arg) {
         uint64_t next = next_ctl < next_chunk ? next_ctl : next_chunk;
         if (next_scan < next)
             next = next_scan;
-        /* With wall ticks on, the other deadlines wait for the next tick (at most one tick
-         * late): one wakeup per tick instead of separate ones, the thread's main cost. */
-        if (wall_ns && (next_wall < next || next - now < wall_ns))
+        /* With wall ticks on, the other deadlines wait for the next tick when it comes within
+         * one tick period after them: one wakeup instead of two, the thread's main cost. (Was:
+         * whenever the deadline was under a tick away; with the ticks slowed by the budget a
+         * control window then waited up to 1/(WALL_HZ f) = 2.5 s.) */
+        if (wall_ns && next_wall < next + wall_ns)
             next = next_wall;
         if (scan_soon && next_scan < next)
             next = next_scan;
@@ -843,7 +859,7 @@ static void *bg_main(void *arg) {
         if (now >= next_ctl) {
             if (ag.cfg.cpu_rate > 0)
                 control(now);
-            next_ctl = now + AG_CTL_DT_NS;
+            next_ctl = now + stretch(AG_CTL_DT_NS, B.budget_factor, AG_CTL_MAX_NS);
         }
         if (now >= next_scan && !(req & AG_REQ_STOP)) { /* at exit: nothing new to find */
             int registered;
@@ -860,7 +876,8 @@ static void *bg_main(void *arg) {
             scan_soon = registered ? AG_SCAN_NS / 50 : scan_soon ? scan_soon * 2 : 0;
             if (scan_soon > AG_SCAN_NS / 5 * 4 / 5)
                 scan_soon = 0;
-            next_scan = now + (scan_soon ? scan_soon : AG_SCAN_NS);
+            next_scan = now + (scan_soon ? scan_soon
+                                         : stretch(AG_SCAN_NS, B.budget_factor, AG_SCAN_MAX_NS));
         }
         /* split a heavy interval: the estimate scaled by what the last chunk compressed to,
          * at least 1/4 (rows that compressed well may be followed by rows that do not) */
