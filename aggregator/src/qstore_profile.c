@@ -377,10 +377,7 @@ typedef struct {
     int64_t rep;
 } repcur_t;
 
-static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, agg_qxst_t *st,
-                             int col) {
-    bkey_t k = {agg_qx_int64(st, col), agg_qx_int64(st, col + 1),
-                agg_qx_int64(st, col + 2)};
+static int64_t key_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, bkey_t k) {
     if (k.v == c->key.v && k.w == c->key.w && k.b == c->key.b)
         return c->rep;
     uint32_t *known = agg_hmap_find(reps, &k);
@@ -390,6 +387,12 @@ static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, ag
         c->rep = r;
     }
     return r;
+}
+
+static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, agg_qxst_t *st,
+                             int col) {
+    bkey_t k = {agg_qx_int64(st, col), agg_qx_int64(st, col + 1), agg_qx_int64(st, col + 2)};
+    return key_replicate(p, reps, c, k);
 }
 
 typedef struct {
@@ -418,10 +421,12 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
             lp.widths[nw++] = qp->widths[i];
     lp.nw = nw;
     parts_widths(&lp);
+    /* one version and one width (the usual diff side): they are not read back with every row */
+    int one = lp.nv == 1 && lp.nw == 1;
     snprintf(sql, sizeof sql,
-             "SELECT leaf, weight, count, version, width, bucket FROM profile_leaf WHERE "
+             "SELECT leaf, weight, count, bucket%s FROM profile_leaf WHERE "
              "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
-             lp.vin, lp.win, lp.lab);
+             one ? "" : ", version, width", lp.vin, lp.win, lp.lab);
     if ((rc = agg_qs_prep(d, sql, &st)))
         goto out;
     agg_qs_bind_parts(st, q, &lp);
@@ -432,7 +437,9 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
         uint64_t leaf = (uint64_t)agg_qx_int64(st, 0);
         if (!leaf)
             continue; /* the empty stack: no self cost to anyone */
-        int64_t rep = row_replicate(p, reps, &cur, st, 3);
+        bkey_t k = {one ? (int64_t)lp.vid[0] : agg_qx_int64(st, 4),
+                    one ? lp.widths[0] : agg_qx_int64(st, 5), agg_qx_int64(st, 3)};
+        int64_t rep = key_replicate(p, reps, &cur, k);
         if (rep < 0) {
             rc = (int)rep;
             break;
