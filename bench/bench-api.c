@@ -272,10 +272,14 @@ static double measure(const char *server, const char *label, const char *path, i
         cli_resp_free(&r);
     }
     double first = t[0]; /* the first request of a kind may fill the store's node cache */
+    /* p99 of the requests after the first (a handle's first request loads its caches) */
+    qsort(t + 1, (size_t)iters - 1, sizeof *t, cmp_d);
+    double warm99 = iters > 1 ? t[1 + (int)ceil(0.99 * (iters - 1)) - 1] : first;
     qsort(t, (size_t)iters, sizeof *t, cmp_d);
-    printf("%-28s p50 %8.1f ms  p99 %8.1f ms  min %8.1f ms  first %8.1f ms  (%d requests, %zu "
-           "bytes)\n",
-           label, t[iters / 2], t[(int)ceil(0.99 * iters) - 1], t[0], first, iters, bytes);
+    printf("%-28s p50 %8.1f ms  p99 %8.1f ms  min %8.1f ms  first %8.1f ms  p99 after first "
+           "%8.1f ms  (%d requests, %zu bytes)\n",
+           label, t[iters / 2], t[(int)ceil(0.99 * iters) - 1], t[0], first, warm99, iters,
+           bytes);
     double p50 = t[iters / 2];
     last_p99 = t[(int)ceil(0.99 * iters) - 1];
     free(t);
