@@ -1,6 +1,7 @@
 /* Internals of the query store (query_store.h), shared by its files:
  *   query_store.c    opening the partition stores, the statement helpers, and the caches of
- *                    stack trie nodes and locations that turn store stacks into profile stacks;
+ *                    stack trie nodes, locations and resolved node paths that turn store
+ *                    stacks into profile stacks;
  *   qstore_profile.c the merged-profile planner (tiers, fine rows) and its replicates, and
  *                    the split of a profile's samples by a label;
  *   qstore_series.c  versions, time series, spans, span profiles and rejects.
