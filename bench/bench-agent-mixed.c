@@ -39,6 +39,8 @@
  *
  * Usage: bench-agent-mixed [pair|pairoff|pairsame] [ROUNDS [REQUESTS]]  (default 31, 40000)
  *        BENCH_AGENT_ENV="FLEETPROF_IO=0 ..." adds settings to the agent runs (ablation)
+ *        BENCH_BASE_LIB=/path/libfleetprof.so (pair modes): "base" runs under that agent build
+ *          (enabled, same settings) instead of bare, so on/base is after/before a change
  *        bench-agent-mixed work REQUESTS          (one run of the workload)
  */
 #define _GNU_SOURCE
@@ -435,7 +437,9 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++) {
         res_t res[3];
         if (pair) { /* the co-tenants' load hits both at once; no off run */
-            child_t b = start_child(self, NULL, "0", out, requests, r % 2);
+            const char *base_lib = getenv("BENCH_BASE_LIB");
+            child_t b = start_child(self, base_lib && *base_lib ? base_lib : NULL, "1", out,
+                                    requests, r % 2);
             child_t o = start_child(self, lib, pair_enabled, out, requests, same ? r % 2 : 1 - r % 2);
             res[0] = finish_child(b);
             res[2] = finish_child(o);

@@ -19,6 +19,8 @@
 #   bench/redis-cpu.sh BUILD_DIR [PAIRS [REQUESTS]]   (default 16 pairs, 25000 requests per test)
 #   AGENT_ENV="FLEETPROF_IO=0 ..."   settings for the agent's server (ablation)
 #   CONTROL=1                        both servers bare (A/A control)
+#   B_AGENT=/path/libfleetprof.so    server B runs under this agent (e.g. a build before a change,
+#                                    same settings as A's) instead of bare: A/B is then after/before
 set -eu
 BUILD=$(cd "$1" && pwd)
 PAIRS=${2:-16}
@@ -47,7 +49,13 @@ else
         taskset -c $SERVER_CPU $REDIS --port $PA" > "$TMP/a.log" 2>&1 &
 fi
 APID=$!
-sh -c "exec taskset -c $SERVER_CPU $REDIS --port $PB" > "$TMP/b.log" 2>&1 &
+if [ -n "${B_AGENT:-}" ]; then
+    mkdir -p "$TMP/b"
+    sh -c "exec env FLEETPROF_COLLECTOR=none FLEETPROF_OUTPUT=$TMP/b ${AGENT_ENV:-} LD_PRELOAD=$B_AGENT \
+        taskset -c $SERVER_CPU $REDIS --port $PB" > "$TMP/b.log" 2>&1 &
+else
+    sh -c "exec taskset -c $SERVER_CPU $REDIS --port $PB" > "$TMP/b.log" 2>&1 &
+fi
 BPID=$!
 for p in $PA $PB; do
     i=0
@@ -72,7 +80,7 @@ burst() { taskset -c $LOAD_CPU redis-benchmark -p "$1" -n "$REQS" -c 20 -q -t se
 
 burst $PA
 burst $PB
-echo "after start and one warm-up burst: server A ($([ "${CONTROL:-0}" = 1 ] && echo bare || echo agent)) $(cpu_ns $APID) ns, B (bare) $(cpu_ns $BPID) ns"
+echo "after start and one warm-up burst: server A ($([ "${CONTROL:-0}" = 1 ] && echo bare || echo agent)) $(cpu_ns $APID) ns, B (${B_AGENT:-bare}) $(cpu_ns $BPID) ns"
 r=0
 : > "$TMP/ratios"
 while [ $r -lt "$PAIRS" ]; do
@@ -109,9 +117,9 @@ awk -v reqs="$REQS" '
 # The agent's fixed cost: both servers idle for IDLE seconds (their own timers run: redis'
 # serverCron at 10 Hz; the agent's background ticks and wall samples of the blocked thread).
 IDLE=${IDLE:-10}
-a0=$(cpu_ns $APID); b0=$(cpu_ns $BPID); g0=$(bg_ns $APID)
+a0=$(cpu_ns $APID); b0=$(cpu_ns $BPID); g0=$(bg_ns $APID); h0=$(bg_ns $BPID)
 sleep "$IDLE"
-a1=$(cpu_ns $APID); b1=$(cpu_ns $BPID); g1=$(bg_ns $APID)
-echo "$a0 $a1 $b0 $b1 $g0 $g1" | awk -v s="$IDLE" '{
-    printf "idle %d s: A %.3f ms/s (its background thread %.3f ms/s), B %.3f ms/s\n",
-           s, ($2 - $1) / s / 1e6, ($6 - $5) / s / 1e6, ($4 - $3) / s / 1e6 }'
+a1=$(cpu_ns $APID); b1=$(cpu_ns $BPID); g1=$(bg_ns $APID); h1=$(bg_ns $BPID)
+echo "$a0 $a1 $b0 $b1 $g0 $g1 $h0 $h1" | awk -v s="$IDLE" '{
+    printf "idle %d s: A %.3f ms/s (its background thread %.3f ms/s), B %.3f ms/s (%.3f)\n",
+           s, ($2 - $1) / s / 1e6, ($6 - $5) / s / 1e6, ($4 - $3) / s / 1e6, ($8 - $7) / s / 1e6 }'

@@ -178,8 +178,8 @@ static void test_lock_flood(void) {
         agent += cs->c[i]->header.agent_cpu_ns;
         proc += cs->c[i]->header.process_cpu_ns;
     }
-    /* as the agent's own budget: the process CPU floored at 5% of one core */
-    double share = (double)agent / fmax((double)proc, 0.05e9 * secs);
+    /* as the agent's own budget: the process CPU floored at 1% of one core */
+    double share = (double)agent / fmax((double)proc, 0.01e9 * secs);
     double est = (double)(ev.weight + ag.weight);
     printf("  program: %llu lock calls, %llu waits >= 1 us (%llu/s), %.4g ns in lock calls\n",
            (unsigned long long)calls, (unsigned long long)waits, (unsigned long long)rate,

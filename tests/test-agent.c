@@ -705,6 +705,8 @@ static int read_full(int fd, void *buf, size_t n, double deadline) {
 
 /* Chunks produced while no collector listens are queued and delivered, in order, once it
  * appears; every message is a valid chunk; the hello is as documented. */
+static int try_ack(int fd, uint32_t no, int32_t status);
+
 static void test_collector_late(void) {
     char sock[108], prog[4096], out[256], envbuf[200];
     snprintf(sock, sizeof sock, "/tmp/fp-agent-col-%d.sock", (int)getpid());
@@ -750,8 +752,11 @@ static void test_collector_late(void) {
         if (c->header.sequence > maxseq)
             maxseq = c->header.sequence;
         cm_chunk_free(c);
-        uint8_t ack[CM_SOCK_ACK_SIZE] = {(uint8_t)msgs, (uint8_t)(msgs >> 8), 0, 0, 0, 0, 0, 0};
-        CHECK(write(fd, ack, sizeof ack) == (ssize_t)sizeof ack);
+        /* An exiting agent does not wait for acks: the ack of its last chunk may find the
+         * connection closed (EPIPE; write() raised SIGPIPE and killed this test, seen once
+         * under TSan). What it delivered is checked below. */
+        if (try_ack(fd, msgs, 0) != 0)
+            break;
     }
     int st = finish(pr, 30, out, sizeof out);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);

@@ -156,6 +156,11 @@ static void test_pool_bounds(void) {
     CHECK_EQ(busy.timed_out, 0);
     CHECK_EQ(busy.running, 2);
     CHECK_EQ(busy.waiting, 1);
+    /* the non-blocking lease (a diff's second side): none free, -EBUSY at once, not counted as
+     * a refusal (refused_full stays 1 below) */
+    t0 = at_now();
+    CHECK_EQ(agg_qpool_try_acquire(p, &c), -EBUSY);
+    CHECK(at_now() - t0 < 0.1);
     agg_qpool_release(p, a);
     pthread_join(t, NULL);
     CHECK_EQ(w.rc, 0);
@@ -176,6 +181,12 @@ static void test_pool_bounds(void) {
     agg_qpool_release(p, b);
     agg_qpool_stats(p, &st);
     CHECK_EQ(st.running, 0);
+    /* a free handle and nobody waiting: leased at once, one of the handles already opened */
+    CHECK_EQ(agg_qpool_try_acquire(p, &c), 0);
+    CHECK(c == a || c == b);
+    agg_qpool_stats(p, &st);
+    CHECK_EQ(st.running, 1);
+    agg_qpool_release(p, c);
     agg_qpool_free(p);
     /* a directory that cannot be read fails at once, naming it */
     cfg.workers = 1;

@@ -441,6 +441,10 @@ static void test_diff(void) {
     expect_error(path, 400, "test");
     snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=nov&test=%s", svc0, v1);
     expect_error(path, 404, "base");
+    /* an error of the test side is the answer (test-api-pg: read on a second handle and
+     * thread) */
+    snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=nov", svc0, v0);
+    expect_error(path, 404, "test");
     snprintf(path, sizeof path, "/api/v1/diff?service=%s&base=%s&test=%s&fail_on_regression=x",
              svc0, v0, v1);
     expect_error(path, 400, "fail_on_regression");

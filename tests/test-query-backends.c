@@ -294,6 +294,15 @@ static void test_api_same_on_both_backends(void) {
          "sim-host-0", NULL);
     same(a1, a2, "/api/v1/diff", S, svc, "base_from", from, "base_to", mid, "test_from", mid,
          "test_to", to, NULL);
+    /* on PostgreSQL a diff reads its two sides at once on two handles (a2: workers = 2); on
+     * SQLite, and with one worker, one after the other: the same answer */
+    agg_api_t *a3 = NULL;
+    agg_api_cfg_t c3 = {.store_dir = sqdir, .workers = 1};
+    CHECKF(agg_api_new(&c3, &a3, err, sizeof err) == 0, "%s", err);
+    same(a3, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, F, from, T, to, NULL);
+    same(a3, a2, "/api/v1/diff", S, svc, "base_from", from, "base_to", mid, "test_from", mid,
+         "test_to", to, NULL);
+    agg_api_free(a3);
     /* spans */
     same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, NULL);
     same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, "type", "alloc", NULL);
@@ -366,6 +375,22 @@ static void run_qexec(agg_qx_t *x, int64_t *out, char *txt, size_t size) {
     out[k++] = agg_qx_int64(st, 0);
     out[k++] = agg_qx_int64(st, 1);
     agg_qx_finalize(st);
+    /* SUM() is numeric on PostgreSQL (read in binary form): small, negative, the two ends of
+     * int64; integers read as text */
+    CHECK_EQ(agg_qx_prepare(x, "SELECT SUM(id), SUM(-id), max(id) FROM t WHERE id>-2 AND id<100",
+                            &st), 0);
+    CHECK_EQ(agg_qx_step(st), 1);
+    out[k++] = agg_qx_int64(st, 0);
+    out[k++] = agg_qx_int64(st, 1);
+    t += (size_t)snprintf(txt + t, size - t, "<%s>", agg_qx_text(st, 2));
+    agg_qx_finalize(st);
+    CHECK_EQ(agg_qx_prepare(x, "SELECT SUM(id) FROM t WHERE id>100 OR id<-100 GROUP BY id "
+                               "ORDER BY id", &st), 0);
+    while (agg_qx_step(st) == 1) {
+        out[k++] = agg_qx_int64(st, 0);
+        t += (size_t)snprintf(txt + t, size - t, "<%s>", agg_qx_text(st, 0));
+    }
+    agg_qx_finalize(st);
     /* a statement the database refuses: an error, not a crash */
     st = NULL;
     int rc = agg_qx_prepare(x, "SELECT nosuchcolumn FROM t", &st);
@@ -412,7 +437,8 @@ static void test_executor_same_on_both_backends(void) {
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECKF(a[i] == want[i] && a[i + 12] == want[i], "value %zu: %lld", i, (long long)a[i]);
     CHECKF(!strcmp(ta, "[tab\there\nnewline][ü][seven][(null)][tab\there\nnewline][ü][seven]"
-                       "[(null)]{tab\there\nnewline}"),
+                       "[(null)]{tab\there\nnewline}<42><-9223372036854775808>"
+                       "<9223372036854775807>"),
            "%s", ta);
     CHECK_EQ(a[24], 1);         /* the blob or the text matched one row */
     CHECK_EQ(a[25], INT64_MIN); /* its id */
@@ -420,6 +446,10 @@ static void test_executor_same_on_both_backends(void) {
     CHECK_EQ(a[27], 1);         /* INT64_MIN bound and found */
     CHECK_EQ(a[28], 3);         /* id table: 4 ids, one duplicate */
     CHECK_EQ(a[29], 3);         /* UINT64_MAX (-1), 7 and 1 << 63 (INT64_MIN) are all in t */
+    CHECK_EQ(a[30], 48);        /* SUM() of -1, 42, 7 */
+    CHECK_EQ(a[31], -48);
+    CHECK_EQ(a[32], INT64_MIN); /* SUM() of one row, each end */
+    CHECK_EQ(a[33], INT64_MAX);
     for (int i = 0; a[i] != INT64_MAX || b[i] != INT64_MAX; i++)
         CHECKF(a[i] == b[i], "value %d: sqlite %lld, postgres %lld", i, (long long)a[i],
                (long long)b[i]);

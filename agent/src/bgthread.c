@@ -9,8 +9,8 @@
  *
  * Agent CPU accounting per chunk: this thread's own CPU clock, plus handler cost estimated as
  * samples x (calibrated kernel signal delivery cost + mean measured handler body). The budget
- * compares that with the process CPU (floored at 5% of one core, so an idle process still
- * allows the agent ~0.5 ms/s at a 1% budget).
+ * compares that with the process CPU (floored at 1% of one core, so an idle process still
+ * allows the agent ~0.1 ms/s at a 1% budget; AG_BUDGET_FLOOR).
  */
 #include "internal.h"
 #include "hooks.h"
@@ -35,6 +35,18 @@
 
 #define AG_CTL_DT_NS 250000000ull
 #define AG_SCAN_NS 500000000ull
+/* Over budget (budget factor f < 1) the periodic work wakes this thread less often: control
+ * windows every AG_CTL_DT_NS / f (at most AG_CTL_MAX_NS), /proc scans every AG_SCAN_NS / f (at
+ * most AG_SCAN_MAX_NS), as wall ticks every 1/(WALL_HZ f). A wakeup costs ~100 us here whatever
+ * it does (the switch in and out, cold caches; bench/RESULTS.md, issue 14 session 8): at 4 Hz
+ * of control and 2 Hz of scans that alone is 0.4 ms/s, the whole 1% budget of a process using
+ * 4% of a core (redis-server under redis-benchmark), which the budget could not reduce. */
+#define AG_CTL_MAX_NS 1000000000ull
+/* The budget's process CPU is at least this share of one core. Was 5%: a process using less
+ * (redis-server serving 4.4k requests/s uses 4%) let the agent take 0.5 ms/s, more than 1% of
+ * it. */
+#define AG_BUDGET_FLOOR 0.01
+#define AG_SCAN_MAX_NS 2000000000ull
 #define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
 
 static pthread_t g_thread;
@@ -70,6 +82,12 @@ uint64_t ag_now_mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* base / f, at most max: an interval stretched by the budget factor. */
+static uint64_t stretch(uint64_t base, double f, uint64_t max) {
+    double v = f > 0 ? (double)base / f : (double)max;
+    return v < (double)max ? (uint64_t)v : max;
 }
 
 static uint64_t clock_ns(clockid_t c) {
@@ -506,8 +524,8 @@ static void control(uint64_t now) {
         uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
         double wall = (double)(now - B.bud_mono);
         double proc = (double)(p - B.bud_proc), agent = (double)(a - B.bud_agent);
-        if (proc < 0.05 * wall)
-            proc = 0.05 * wall;
+        if (proc < AG_BUDGET_FLOOR * wall)
+            proc = AG_BUDGET_FLOOR * wall;
         double frac = agent / proc;
         if (frac > ag.cfg.cpu_budget)
             B.budget_factor *= ag.cfg.cpu_budget / frac > 0.5 ? ag.cfg.cpu_budget / frac : 0.5;
@@ -794,9 +812,11 @@ static void *bg_main(void *arg) {
         uint64_t next = next_ctl < next_chunk ? next_ctl : next_chunk;
         if (next_scan < next)
             next = next_scan;
-        /* With wall ticks on, the other deadlines wait for the next tick (at most one tick
-         * late): one wakeup per tick instead of separate ones, the thread's main cost. */
-        if (wall_ns && (next_wall < next || next - now < wall_ns))
+        /* With wall ticks on, the other deadlines wait for the next tick when it comes within
+         * one tick period after them: one wakeup instead of two, the thread's main cost. (Was:
+         * whenever the deadline was under a tick away; with the ticks slowed by the budget a
+         * control window then waited up to 1/(WALL_HZ f) = 2.5 s.) */
+        if (wall_ns && next_wall < next + wall_ns)
             next = next_wall;
         if (scan_soon && next_scan < next)
             next = next_scan;
@@ -862,7 +882,7 @@ static void *bg_main(void *arg) {
         if (now >= next_ctl) {
             if (ag.cfg.cpu_rate > 0)
                 control(now);
-            next_ctl = now + AG_CTL_DT_NS;
+            next_ctl = now + stretch(AG_CTL_DT_NS, B.budget_factor, AG_CTL_MAX_NS);
         }
         if (now >= next_scan && !(req & AG_REQ_STOP)) { /* at exit: nothing new to find */
             int registered;
@@ -879,7 +899,8 @@ static void *bg_main(void *arg) {
             scan_soon = registered ? AG_SCAN_NS / 50 : scan_soon ? scan_soon * 2 : 0;
             if (scan_soon > AG_SCAN_NS / 5 * 4 / 5)
                 scan_soon = 0;
-            next_scan = now + (scan_soon ? scan_soon : AG_SCAN_NS);
+            next_scan = now + (scan_soon ? scan_soon
+                                         : stretch(AG_SCAN_NS, B.budget_factor, AG_SCAN_MAX_NS));
         }
         /* split a heavy interval: the estimate scaled by what the last chunk compressed to,
          * at least 1/4 (rows that compressed well may be followed by rows that do not) */

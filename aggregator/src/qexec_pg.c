@@ -2,8 +2,9 @@
  * query store handle (so per API worker, qpool.h). A statement keeps its SQL with `?N`
  * rewritten to `$N`; a step after binding runs it (integers sent as int8 text, blobs as binary
  * bytea, text as text; parameters never bound are typed int8 and NULL, so numbering may have
- * gaps) and then walks the result rows; results are read in text form (bytea decoded from its
- * hex form). Each distinct SQL text (with its parameter types) is prepared once per connection
+ * gaps) and then walks the result rows. Results come back in binary form when every column of
+ * the statement is an integer, numeric, text or bytea (no integer printed by the server and
+ * parsed back here), else in text form (bytea decoded from its hex form). Each distinct SQL text (with its parameter types) is prepared once per connection
  * as a named server-side statement (PQprepare; at most MAX_PREPARED, later ones run unnamed),
  * so the server parses and plans it once per session instead of on every call.
  * Connection loss: when a statement fails because the session is gone (CONNECTION_BAD, SQLSTATE
@@ -24,6 +25,10 @@
 #define OID_INT8 20
 #define OID_BYTEA 17
 #define OID_TEXT 25
+#define OID_INT2 21
+#define OID_INT4 23
+#define OID_VARCHAR 1043
+#define OID_NUMERIC 1700
 #define MAX_PARAMS 1024
 #define MAX_BLOBS 8 /* decoded bytea columns kept per row */
 
@@ -33,6 +38,7 @@
 typedef struct {
     char *key;  /* parameter types then the SQL */
     char name[16];
+    int binary; /* every result column has a type read_int/col_* decode in binary form */
 } pg_prep_t;
 
 typedef struct {
@@ -69,6 +75,7 @@ typedef struct {
     int row, nrows;
     unsigned char *blobs[MAX_BLOBS];
     int nblobs;
+    char num[24]; /* col_text of a binary integer column */
 } pg_qxst_t;
 
 static const agg_qx_vtab_t pg_vtab;
@@ -216,6 +223,21 @@ static void pg_bind_text(agg_qxst_t *st, int i, const char *t) {
     }
 }
 
+/* Whether every result column of prepared statement `name` has a type that the column readers
+ * decode in binary form (integers, numeric, text, bytea): then its results come back binary,
+ * with no integer printed by the server and parsed back here. Anything else stays text. */
+static int binary_ok(PGconn *c, const char *name) {
+    PGresult *d = PQdescribePrepared(c, name);
+    int ok = PQresultStatus(d) == PGRES_COMMAND_OK && PQnfields(d) > 0;
+    for (int i = 0; ok && i < PQnfields(d); i++) {
+        Oid t = PQftype(d, i);
+        ok = t == OID_INT8 || t == OID_INT4 || t == OID_INT2 || t == OID_NUMERIC ||
+             t == OID_TEXT || t == OID_VARCHAR || t == OID_BYTEA;
+    }
+    PQclear(d);
+    return ok;
+}
+
 /* One execution of s on c: a named statement prepared on first use on this connection (so the
  * server parses and plans it once per session, not per call), unnamed when the cache is full. */
 static PGresult *exec_once(pg_qxst_t *s, PGconn *c, int n, const Oid *types,
@@ -230,7 +252,7 @@ static PGresult *exec_once(pg_qxst_t *s, PGconn *c, int n, const Oid *types,
     for (int i = 0; i < x->nprep; i++) {
         const char *k = x->prep[i].key;
         if (!strncmp(k, key_head, hl) && !strcmp(k + hl, s->sql))
-            return PQexecPrepared(c, x->prep[i].name, n, vals, lens, fmts, 0);
+            return PQexecPrepared(c, x->prep[i].name, n, vals, lens, fmts, x->prep[i].binary);
     }
     if (x->nprep == MAX_PREPARED)
         return PQexecParams(c, s->sql, n, types, vals, lens, fmts, 0);
@@ -247,8 +269,9 @@ static PGresult *exec_once(pg_qxst_t *s, PGconn *c, int n, const Oid *types,
         return r;
     }
     PQclear(r);
+    p->binary = binary_ok(c, p->name);
     x->nprep++;
-    return PQexecPrepared(c, p->name, n, vals, lens, fmts, 0);
+    return PQexecPrepared(c, p->name, n, vals, lens, fmts, p->binary);
 }
 
 static int run(pg_qxst_t *s) {
@@ -310,24 +333,87 @@ static int valid(pg_qxst_t *s, int i) {
            !PQgetisnull(s->res, s->row, i);
 }
 
+static uint64_t be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* A numeric in binary form (ndigits, weight, sign, dscale, then base-10,000 digits), its
+ * integer part as strtoll reads the text form: saturated to the int64 range, NaN 0. */
+static int64_t numeric_int(const unsigned char *p, int len) {
+    if (len < 8)
+        return 0;
+    int nd = (int16_t)be(p, 2), weight = (int16_t)be(p + 2, 2);
+    unsigned sign = (unsigned)be(p + 4, 2);
+    if (sign == 0xC000 || nd < 0 || len < 8 + 2 * nd)
+        return 0;
+    uint64_t v = 0;
+    int big = 0;
+    for (int i = 0; i <= weight && !big; i++) {
+        uint64_t d = i < nd ? be(p + 8 + 2 * i, 2) : 0;
+        if (v > (UINT64_MAX - d) / 10000)
+            big = 1;
+        else
+            v = v * 10000 + d;
+    }
+    if (sign == 0x4000)
+        return big || v > (uint64_t)INT64_MAX + 1 ? INT64_MIN : (int64_t)(0 - v);
+    return big || v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+/* Column i of the current row as an integer, from its text or binary form. */
+static int64_t read_int(pg_qxst_t *s, int i) {
+    const char *v = PQgetvalue(s->res, s->row, i);
+    if (!PQfformat(s->res, i)) /* SUM() of bigint is numeric: an integer in text form */
+        return (int64_t)strtoll(v, NULL, 10);
+    const unsigned char *u = (const unsigned char *)v;
+    int len = PQgetlength(s->res, s->row, i);
+    switch (PQftype(s->res, i)) {
+    case OID_INT8:
+        return len == 8 ? (int64_t)be(u, 8) : 0;
+    case OID_INT4:
+        return len == 4 ? (int32_t)be(u, 4) : 0;
+    case OID_INT2:
+        return len == 2 ? (int16_t)be(u, 2) : 0;
+    case OID_NUMERIC:
+        return numeric_int(u, len);
+    default: /* text: binary form is the characters (libpq adds the terminating NUL) */
+        return (int64_t)strtoll(v, NULL, 10);
+    }
+}
+
+static int is_int_type(Oid t) {
+    return t == OID_INT8 || t == OID_INT4 || t == OID_INT2 || t == OID_NUMERIC;
+}
+
 static int64_t pg_col_int64(agg_qxst_t *st, int i) {
     pg_qxst_t *s = (pg_qxst_t *)st;
-    if (!valid(s, i))
-        return 0;
-    const char *v = PQgetvalue(s->res, s->row, i);
-    /* SUM() of bigint is numeric: an integer in text form all the same */
-    return (int64_t)strtoll(v, NULL, 10);
+    return valid(s, i) ? read_int(s, i) : 0;
 }
 
 static const char *pg_col_text(agg_qxst_t *st, int i) {
     pg_qxst_t *s = (pg_qxst_t *)st;
-    return valid(s, i) ? PQgetvalue(s->res, s->row, i) : NULL;
+    if (!valid(s, i))
+        return NULL;
+    if (PQfformat(s->res, i) && is_int_type(PQftype(s->res, i))) { /* as its text form */
+        snprintf(s->num, sizeof s->num, "%lld", (long long)read_int(s, i));
+        return s->num;
+    }
+    return PQgetvalue(s->res, s->row, i);
 }
 
 static const void *pg_col_blob(agg_qxst_t *st, int i, size_t *n) {
     pg_qxst_t *s = (pg_qxst_t *)st;
     *n = 0;
-    if (!valid(s, i) || s->nblobs == MAX_BLOBS)
+    if (!valid(s, i))
+        return NULL;
+    if (PQfformat(s->res, i)) { /* binary bytea (or text): the bytes themselves */
+        *n = (size_t)PQgetlength(s->res, s->row, i);
+        return PQgetvalue(s->res, s->row, i);
+    }
+    if (s->nblobs == MAX_BLOBS)
         return NULL;
     size_t len = 0;
     unsigned char *b = PQunescapeBytea((const unsigned char *)PQgetvalue(s->res, s->row, i),

@@ -77,6 +77,33 @@ static double mono_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Takes a free slot (p->mu held, n_free > 0; unlocks it) and opens its handle on first use. */
+static int lease(agg_qpool_t *p, agg_qstore_t **out) {
+    size_t slot = p->free_slots[--p->n_free];
+    size_t running = p->cfg.workers - p->n_free;
+    if (running > p->peak_running)
+        p->peak_running = running;
+    p->leased++;
+    agg_qstore_t *qs = p->handles[slot];
+    pthread_mutex_unlock(&p->mu);
+    if (!qs) { /* first lease of this slot: open outside the lock (scans the directory) */
+        char err[512];
+        int rc = agg_qstore_open(p->dir, &qs, err, sizeof err);
+        pthread_mutex_lock(&p->mu);
+        if (rc) {
+            p->free_slots[p->n_free++] = slot;
+            pthread_cond_signal(&p->cv);
+            pthread_mutex_unlock(&p->mu);
+            CM_WARN("query: %s", err);
+            return rc;
+        }
+        p->handles[slot] = qs;
+        pthread_mutex_unlock(&p->mu);
+    }
+    *out = qs;
+    return 0;
+}
+
 int agg_qpool_acquire(agg_qpool_t *p, agg_qstore_t **out, agg_qpool_busy_t *busy) {
     pthread_mutex_lock(&p->mu);
     if (!p->n_free) {
@@ -108,29 +135,16 @@ int agg_qpool_acquire(agg_qpool_t *p, agg_qstore_t **out, agg_qpool_busy_t *busy
             return -EBUSY;
         }
     }
-    size_t slot = p->free_slots[--p->n_free];
-    size_t running = p->cfg.workers - p->n_free;
-    if (running > p->peak_running)
-        p->peak_running = running;
-    p->leased++;
-    agg_qstore_t *qs = p->handles[slot];
-    pthread_mutex_unlock(&p->mu);
-    if (!qs) { /* first lease of this slot: open outside the lock (scans the directory) */
-        char err[512];
-        int rc = agg_qstore_open(p->dir, &qs, err, sizeof err);
-        pthread_mutex_lock(&p->mu);
-        if (rc) {
-            p->free_slots[p->n_free++] = slot;
-            pthread_cond_signal(&p->cv);
-            pthread_mutex_unlock(&p->mu);
-            CM_WARN("query: %s", err);
-            return rc;
-        }
-        p->handles[slot] = qs;
+    return lease(p, out);
+}
+
+int agg_qpool_try_acquire(agg_qpool_t *p, agg_qstore_t **out) {
+    pthread_mutex_lock(&p->mu);
+    if (!p->n_free || p->waiting) { /* never ahead of a request that waits */
         pthread_mutex_unlock(&p->mu);
+        return -EBUSY;
     }
-    *out = qs;
-    return 0;
+    return lease(p, out);
 }
 
 void agg_qpool_release(agg_qpool_t *p, agg_qstore_t *qs) {

@@ -39,6 +39,10 @@ typedef struct {
 /* Leases a handle: *out set and 0; -EBUSY when saturated (busy filled); another CM_E* code
  * when a handle could not be opened. */
 int agg_qpool_acquire(agg_qpool_t *p, agg_qstore_t **out, agg_qpool_busy_t *busy);
+/* Leases a handle only if one is free at once and no request waits for one: 0, or -EBUSY
+ * (nothing counted as refused), or another CM_E* code. For a request that can use a second
+ * handle to run parts of itself in parallel (a diff's two sides) and does without otherwise. */
+int agg_qpool_try_acquire(agg_qpool_t *p, agg_qstore_t **out);
 void agg_qpool_release(agg_qpool_t *p, agg_qstore_t *qs);
 
 typedef struct {

@@ -1,6 +1,7 @@
 /* Internals of the query store (query_store.h), shared by its files:
  *   query_store.c    opening the partition stores, the statement helpers, and the caches of
- *                    stack trie nodes and locations that turn store stacks into profile stacks;
+ *                    stack trie nodes, locations and resolved node paths that turn store
+ *                    stacks into profile stacks;
  *   qstore_profile.c the merged-profile planner (tiers, fine rows) and its replicates, and
  *                    the split of a profile's samples by a label;
  *   qstore_series.c  versions, time series, spans, span profiles and rejects.
@@ -34,6 +35,11 @@ typedef struct {
     agg_hmap_t locidx; /* location id -> index into locs (uint32 after the key) */
     cloc_t *locs;
     size_t nlocs, cap_locs;
+    /* resolved stacks: store stack id -> (uint32 offset, uint32 length) into pathv, the
+     * indices into locs of its nodes, leaf first; a stack is walked through nodes once */
+    agg_hmap_t paths;
+    uint32_t *pathv;
+    size_t npathv, cap_pathv;
     int has_work_units; /* intervals.work_units exists (see work_units_col) */
     int trie_too_big;   /* the stacks table exceeds the cache: never load it whole */
 } qdb_t;
@@ -44,6 +50,7 @@ typedef struct {
 } cnode_t;
 
 #define CACHE_MAX_NODES 4000000
+#define CACHE_MAX_PATHV 16000000 /* location indices in the resolved stacks (64 MB) */
 
 struct agg_qstore {
     char *dir;

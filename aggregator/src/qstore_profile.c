@@ -209,51 +209,70 @@ static int cmp_bucket(const void *a, const void *b) {
     return x->b < y->b ? -1 : x->b > y->b;
 }
 
-/* Reads "a,b,c" of meta key into v (at most max); returns the count (0: absent/malformed). */
-static int meta_list(qdb_t *d, const char *key, int64_t *v, int max) {
-    agg_qxst_t *st = NULL;
+/* Parses "a,b,c" into v (at most max); returns the count (0: absent). */
+static int parse_list(const char *text, int64_t *v, int max) {
+    char buf[256];
     int n = 0;
-    if (agg_qx_prepare(d->db, "SELECT value FROM meta WHERE key=?1", &st))
-        return 0;
-    agg_qx_bind_text(st, 1, key);
-    if (agg_qx_step(st) == 1 && agg_qx_text(st, 0)) {
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", agg_qx_text(st, 0));
-        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
-             t = strtok_r(NULL, ",", &save))
-            v[n++] = atoll(t);
-    }
-    agg_qx_finalize(st);
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
+         t = strtok_r(NULL, ",", &save))
+        v[n++] = atoll(t);
     return n;
 }
 
-/* A positive integer of the store's meta table (replicate_width: set once the derived rollups
- * are complete), 0 when absent. */
-static int64_t meta_int(qdb_t *d, const char *key) {
-    int64_t v = 0;
-    return meta_list(d, key, &v, 1) == 1 && v > 0 ? v : 0;
-}
+/* What a profile read needs of one store, read once per request (agg_qstore_profile): the
+ * SQL parts, the tiers of its per-stack rollup with the marks below which each is complete
+ * (store_sqlite.c, derived_check), widest (the coarse width) first, nt 0 when it has none (then
+ * every query reads the fine rows), and the per-leaf rollup's replicate width (0: none). */
+typedef struct {
+    qparts_t qp;
+    int empty; /* the service has no data for these versions in this store */
+    int nt;
+    int64_t tiers[AGG_QMAX_TIERS], done[AGG_QMAX_TIERS];
+    int64_t rw;
+} splan_t;
 
-/* The tiers of the store's per-stack rollup, widest (the coarse width) first, with the marks
- * below which each is complete (store_sqlite.c, derived_check); 0 when it has none (then every
- * query reads the fine rows). */
-static int read_tiers(qdb_t *d, int64_t *tiers, int64_t *done) {
-    int n = meta_list(d, "tiers", tiers, AGG_QMAX_TIERS);
-    int64_t dummy[AGG_QMAX_TIERS];
-    done = done ? done : dummy;
-    if (meta_list(d, "tiers_done", done, AGG_QMAX_TIERS) != n)
-        return 0;
-    for (int i = 0; i < n; i++)
-        if (tiers[i] <= 0)
-            return 0;
-    for (int i = 0; i < n / 2; i++) { /* stored narrowest first */
-        int64_t x = tiers[i], y = done[i];
-        tiers[i] = tiers[n - 1 - i];
-        done[i] = done[n - 1 - i];
-        tiers[n - 1 - i] = x;
-        done[n - 1 - i] = y;
+/* Fills sp for q on d: the parts, then the three meta keys in one statement. */
+static int store_plan(qdb_t *d, const agg_qspec_t *q, splan_t *sp) {
+    int rc = agg_qs_query_parts(d, q, &sp->qp, &sp->empty);
+    sp->nt = 0;
+    sp->rw = 0;
+    if (rc || sp->empty)
+        return rc;
+    agg_qxst_t *st = NULL;
+    int nt = 0, nd = -1, s;
+    if ((rc = agg_qs_prep(d, "SELECT key, value FROM meta WHERE key IN (?1, ?2, ?3)", &st)))
+        return rc;
+    agg_qx_bind_text(st, 1, "tiers");
+    agg_qx_bind_text(st, 2, "tiers_done");
+    agg_qx_bind_text(st, 3, "replicate_width");
+    while ((s = agg_qx_step(st)) == 1) {
+        const char *k = agg_qx_text(st, 0), *v = agg_qx_text(st, 1);
+        if (!k || !v)
+            continue;
+        if (!strcmp(k, "tiers"))
+            nt = parse_list(v, sp->tiers, AGG_QMAX_TIERS);
+        else if (!strcmp(k, "tiers_done"))
+            nd = parse_list(v, sp->done, AGG_QMAX_TIERS);
+        else if (parse_list(v, &sp->rw, 1) != 1 || sp->rw < 0)
+            sp->rw = 0;
     }
-    return n;
+    if ((rc = agg_qs_done(st, s)))
+        return rc;
+    if (nd != nt)
+        nt = 0;
+    for (int i = 0; i < nt; i++)
+        if (sp->tiers[i] <= 0)
+            nt = 0;
+    for (int i = 0; i < nt / 2; i++) { /* stored narrowest first */
+        int64_t x = sp->tiers[i], y = sp->done[i];
+        sp->tiers[i] = sp->tiers[nt - 1 - i];
+        sp->done[i] = sp->done[nt - 1 - i];
+        sp->tiers[nt - 1 - i] = x;
+        sp->done[nt - 1 - i] = y;
+    }
+    sp->nt = q->exact ? 0 : nt;
+    return 0;
 }
 
 /* Per-stack sums of [from, to) from the tiles of tier `level` and below: the whole tiles of
@@ -377,10 +396,7 @@ typedef struct {
     int64_t rep;
 } repcur_t;
 
-static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, agg_qxst_t *st,
-                             int col) {
-    bkey_t k = {agg_qx_int64(st, col), agg_qx_int64(st, col + 1),
-                agg_qx_int64(st, col + 2)};
+static int64_t key_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, bkey_t k) {
     if (k.v == c->key.v && k.w == c->key.w && k.b == c->key.b)
         return c->rep;
     uint32_t *known = agg_hmap_find(reps, &k);
@@ -390,6 +406,12 @@ static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, ag
         c->rep = r;
     }
     return r;
+}
+
+static int64_t row_replicate(agg_profile_t *p, agg_hmap_t *reps, repcur_t *c, agg_qxst_t *st,
+                             int col) {
+    bkey_t k = {agg_qx_int64(st, col), agg_qx_int64(st, col + 1), agg_qx_int64(st, col + 2)};
+    return key_replicate(p, reps, c, k);
 }
 
 typedef struct {
@@ -418,10 +440,12 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
             lp.widths[nw++] = qp->widths[i];
     lp.nw = nw;
     parts_widths(&lp);
+    /* one version and one width (the usual diff side): they are not read back with every row */
+    int one = lp.nv == 1 && lp.nw == 1;
     snprintf(sql, sizeof sql,
-             "SELECT leaf, weight, count, version, width, bucket FROM profile_leaf WHERE "
+             "SELECT leaf, weight, count, bucket%s FROM profile_leaf WHERE "
              "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
-             lp.vin, lp.win, lp.lab);
+             one ? "" : ", version, width", lp.vin, lp.win, lp.lab);
     if ((rc = agg_qs_prep(d, sql, &st)))
         goto out;
     agg_qs_bind_parts(st, q, &lp);
@@ -432,7 +456,9 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
         uint64_t leaf = (uint64_t)agg_qx_int64(st, 0);
         if (!leaf)
             continue; /* the empty stack: no self cost to anyone */
-        int64_t rep = row_replicate(p, reps, &cur, st, 3);
+        bkey_t k = {one ? (int64_t)lp.vid[0] : agg_qx_int64(st, 4),
+                    one ? lp.widths[0] : agg_qx_int64(st, 5), agg_qx_int64(st, 3)};
+        int64_t rep = key_replicate(p, reps, &cur, k);
         if (rep < 0) {
             rc = (int)rep;
             break;
@@ -585,19 +611,17 @@ out:
  *    stacks is 10,000 coarse rows instead of 360 x 10,000 fine ones. The result is the same (the
  *    coarse rows are sums of the fine ones, written in the same transaction). With
  *    AGG_QREP_LEAVES, the replicates come from profile_leaf (one row per bucket and leaf). */
-static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
-    int rc = 0, empty;
+static int profile_one(qdb_t *d, const agg_qspec_t *q, const splan_t *sp, agg_profile_t *p) {
+    int rc = 0;
     size_t nrows = 0;
-    qparts_t qp;
     agg_hmap_t stacks, reps;
-    if (q->n_versions > AGG_QMAX_VERSIONS)
-        return CM_EINVAL;
+    if (sp->empty)
+        return 0;
+    qparts_t qp = sp->qp;
     agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
     agg_hmap_init(&reps, sizeof(bkey_t), sizeof(bkey_t) + sizeof(uint64_t));
-    if ((rc = agg_qs_query_parts(d, q, &qp, &empty)) || empty)
-        goto out;
-    int64_t tiers[AGG_QMAX_TIERS], done[AGG_QMAX_TIERS];
-    int nt = q->exact ? 0 : read_tiers(d, tiers, done);
+    const int64_t *tiers = sp->tiers, *done = sp->done;
+    int nt = sp->nt;
     if (q->replicates == AGG_QREP_STACKS || (q->replicates == AGG_QREP_LEAVES && !nt)) {
         if ((rc = read_replicates(d, q, &qp, p, &reps, q->from_s, q->to_s, 0)))
             goto out;
@@ -652,7 +676,7 @@ static int profile_one(qdb_t *d, const agg_qspec_t *q, agg_profile_t *p) {
     if (q->replicates == AGG_QREP_LEAVES) {
         /* replicates: whole replicate-width buckets over the range; their leaf rows; the
          * totals stay those of the exact range, with its work */
-        int64_t rw = meta_int(d, "replicate_width"), rfrom, rto;
+        int64_t rw = sp->rw, rfrom, rto;
         if (rw <= 0) {
             rc = CM_EFORMAT;
             goto out;
@@ -687,21 +711,23 @@ int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t *
         qc.exact = 1;
     /* one form for the whole profile: leaf replicates only when every store holding data of
      * the service has the leaf rollup */
-    for (size_t i = 0; i < qs->n && qc.replicates == AGG_QREP_LEAVES; i++) {
-        qparts_t qp;
-        int empty;
-        if ((rc = agg_qs_query_parts(&qs->dbs[i], q, &qp, &empty)))
-            return rc;
-        int64_t tiers[AGG_QMAX_TIERS];
-        if (!empty && (qc.exact || !read_tiers(&qs->dbs[i], tiers, NULL) ||
-                       !meta_int(&qs->dbs[i], "replicate_width")))
-            qc.replicates = AGG_QREP_STACKS;
-    }
-    agg_profile_t *p = agg_profile_new(q->type);
-    if (!p)
+    if (q->n_versions > AGG_QMAX_VERSIONS)
+        return CM_EINVAL;
+    splan_t *plan = malloc((qs->n ? qs->n : 1) * sizeof *plan);
+    if (!plan)
         return CM_ENOMEM;
     for (size_t i = 0; i < qs->n && !rc; i++)
-        rc = profile_one(&qs->dbs[i], q, p);
+        rc = store_plan(&qs->dbs[i], q, &plan[i]);
+    for (size_t i = 0; i < qs->n && !rc && qc.replicates == AGG_QREP_LEAVES; i++)
+        if (!plan[i].empty && (qc.exact || !plan[i].nt || !plan[i].rw))
+            qc.replicates = AGG_QREP_STACKS;
+    agg_profile_t *p = rc ? NULL : agg_profile_new(q->type);
+    if (!p) {
+        free(plan);
+        return rc ? rc : CM_ENOMEM;
+    }
+    for (size_t i = 0; i < qs->n && !rc; i++)
+        rc = profile_one(&qs->dbs[i], q, &plan[i], p);
     if (!rc && qc.replicates == AGG_QREP_LEAVES) {
         /* a short range has few replicate-width buckets: its fine buckets make more
          * replicates, and reading its per-stack fine rows is cheap */
@@ -711,12 +737,15 @@ int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t *
         if (used < AGG_QMIN_LEAF_REPLICATES) {
             agg_profile_free(p);
             qc.replicates = AGG_QREP_STACKS;
-            if (!(p = agg_profile_new(q->type)))
+            if (!(p = agg_profile_new(q->type))) {
+                free(plan);
                 return CM_ENOMEM;
+            }
             for (size_t i = 0; i < qs->n && !rc; i++)
-                rc = profile_one(&qs->dbs[i], q, p);
+                rc = profile_one(&qs->dbs[i], q, &plan[i], p);
         }
     }
+    free(plan);
     if (!rc && q->from_s > 0 && q->to_s < INT64_MAX / 1000000000) {
         p->time_start_ns = (uint64_t)q->from_s * 1000000000ull;
         p->time_end_ns = (uint64_t)q->to_s * 1000000000ull;

@@ -25,6 +25,9 @@ static void cache_init(qdb_t *d) {
     agg_hmap_init(&d->locidx, sizeof(uint64_t), sizeof(uint64_t) + sizeof(uint64_t));
     d->locs = NULL;
     d->nlocs = d->cap_locs = 0;
+    agg_hmap_init(&d->paths, sizeof(uint64_t), sizeof(uint64_t) + 2 * sizeof(uint32_t));
+    d->pathv = NULL;
+    d->npathv = d->cap_pathv = 0;
 }
 
 static void cache_free(qdb_t *d) {
@@ -38,6 +41,8 @@ static void cache_free(qdb_t *d) {
         free(d->locs[i].chain);
     }
     free(d->locs);
+    agg_hmap_free(&d->paths);
+    free(d->pathv);
 }
 
 
@@ -525,6 +530,46 @@ size_t *agg_qs_stack_order(const agg_hmap_t *stacks) {
 /* Resolves every stack of `stacks` (keys: store stack ids) into profile stacks, through the
  * store's node cache (only stacks not seen before are read from the trie). With lines, each
  * frame carries its source line and inlined functions become frames of their own. */
+/* The path of store stack id (its nodes' location indices, leaf first, at most
+ * CM_MAX_STACK_DEPTH) from d's resolved stacks, walking the node cache the first time: an entry
+ * of d->paths whose value is (offset into d->pathv, length). NULL when a node of it is missing
+ * (not remembered: it may be cached later) or on an error (*rc set). The pointer is valid until
+ * the next call. */
+static uint32_t *stack_path(qdb_t *d, uint64_t id, int *rc) {
+    uint32_t *e = agg_hmap_find(&d->paths, &id);
+    if (e)
+        return e + 2;
+    size_t start = d->npathv;
+    for (uint64_t n = id; n && d->npathv - start < CM_MAX_STACK_DEPTH;) {
+        cnode_t *nd = agg_hmap_find(&d->nodes, &n);
+        if (!nd) {
+            d->npathv = start;
+            return NULL;
+        }
+        if (d->npathv == d->cap_pathv) {
+            size_t nc = d->cap_pathv ? 2 * d->cap_pathv : 65536;
+            uint32_t *x = realloc(d->pathv, nc * sizeof *x);
+            if (!x) {
+                d->npathv = start;
+                *rc = CM_ENOMEM;
+                return NULL;
+            }
+            d->pathv = x;
+            d->cap_pathv = nc;
+        }
+        d->pathv[d->npathv++] = nd->loc;
+        n = nd->parent;
+    }
+    if (!(e = agg_hmap_upsert(&d->paths, &id, NULL))) {
+        d->npathv = start;
+        *rc = CM_ENOMEM;
+        return NULL;
+    }
+    e[2] = (uint32_t)start;
+    e[3] = (uint32_t)(d->npathv - start);
+    return e + 2;
+}
+
 int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int lines) {
     int rc = 0;
     size_t *order = NULL;
@@ -535,12 +580,17 @@ int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int li
         cache_free(d);
         cache_init(d);
     }
+    /* a cached path implies its nodes are cached (cache_free drops both) */
+    if (d->paths.n > CACHE_MAX_NODES || d->npathv > CACHE_MAX_PATHV) { /* bounded */
+        agg_hmap_free(&d->paths);
+        d->npathv = 0;
+    }
     missing = malloc((stacks->n ? stacks->n : 1) * sizeof *missing);
     if (!missing)
         return CM_ENOMEM;
     for (size_t i = 0; i < stacks->n; i++) {
         stackmap_t *m = agg_hmap_entry(stacks, i);
-        if (m->id && !agg_hmap_find(&d->nodes, &m->id))
+        if (m->id && !agg_hmap_find(&d->paths, &m->id) && !agg_hmap_find(&d->nodes, &m->id))
             missing[nm++] = m->id;
     }
     if (nm && (rc = cache_fill(d, missing, nm)))
@@ -560,19 +610,18 @@ int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int li
     for (size_t oi = 0; oi < stacks->n; oi++) {
         stackmap_t *m = agg_hmap_entry(stacks, order[oi]);
         uint32_t depth = 0;
-        uint64_t id = m->id;
-        int broken = 0;
-        while (id && depth < CM_MAX_STACK_DEPTH) {
-            cnode_t *nd = agg_hmap_find(&d->nodes, &id);
-            if (!nd) {
-                broken = 1; /* a node missing from the store (expired): skip the stack */
-                break;
-            }
-            uint32_t *lf = &locframe[nd->loc];
+        uint32_t *path = stack_path(d, m->id, &rc);
+        if (rc)
+            goto out;
+        if (!path)
+            continue; /* a node missing from the store (expired): skip the stack */
+        for (uint32_t pi = 0; pi < path[1] && depth < CM_MAX_STACK_DEPTH; pi++) {
+            uint32_t loc = d->pathv[path[0] + pi];
+            uint32_t *lf = &locframe[loc];
             if (*lf == AGG_NONE) {
                 /* a location's frames (several with lines and inlines): lfv[*lf] is their
                  * count, the frames follow root-first */
-                cloc_t *c = &d->locs[nd->loc];
+                cloc_t *c = &d->locs[loc];
                 agg_qs_cloc_symbolize(c);
                 if (nlfv + 65 > caplfv) {
                     size_t nc = caplfv ? 2 * caplfv : 4096;
@@ -596,10 +645,7 @@ int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int li
             /* leaf first here (reversed below): the innermost inlined frame first */
             for (uint32_t k = lfv[*lf]; k > 0 && depth < CM_MAX_STACK_DEPTH; k--)
                 tmp[depth++] = lfv[*lf + k];
-            id = nd->parent;
         }
-        if (broken)
-            continue;
         for (uint32_t a = 0, z = depth ? depth - 1 : 0; a < z; a++, z--) {
             uint32_t t = tmp[a];
             tmp[a] = tmp[z];
