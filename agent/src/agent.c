@@ -40,7 +40,7 @@ static uint64_t process_start_ns(void) {
     /* starttime (field 22 of /proc/self/stat, clock ticks after boot) -> unix ns */
     char buf[1024];
     uint64_t now = ag_now_real();
-    if (ag_read_file("/proc/self/stat", buf, sizeof buf) <= 0)
+    if (cm_read_file("/proc/self/stat", buf, sizeof buf) <= 0)
         return now;
     const char *p = strrchr(buf, ')');
     unsigned long long ticks = 0;

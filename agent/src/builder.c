@@ -419,7 +419,7 @@ static uint32_t intern_thread(ag_builder_t *b, pid_t tid) {
         return 0;
     char path[64], name[64] = "";
     snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
-    if (ag_read_file(path, name, sizeof name) > 0)
+    if (cm_read_file(path, name, sizeof name) > 0)
         name[strcspn(name, "\n")] = '\0';
     if (VEC_PUSH(b->th_tid, (uint32_t)tid) | VEC_PUSH(b->th_name, intern_str(b, name)))
         b->failed = 1;

@@ -36,6 +36,7 @@
 #define AG_INTERNAL_H
 
 #include "cm/chunk.h"
+#include "cm/file.h"
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -84,10 +85,9 @@ typedef struct {
 AG_HIDDEN void ag_config_load(ag_config_t *cfg);
 AG_HIDDEN uint64_t ag_process_start_ns(void); /* agent.c; bg thread */
 /* sysfile.c: reads without stdio or opendir (their FILE and DIR come from the program's
- * malloc). ag_read_file: at most size - 1 bytes, NUL-terminated; length or -errno.
+ * malloc); whole small files: cm_read_file (cm/file.h).
  * ag_read_lines / ag_dir_each: cb per line (NUL-terminated, cut at 4 KiB) / per entry name
  * until it returns non-zero; 0 or -errno. */
-AG_HIDDEN ssize_t ag_read_file(const char *path, char *buf, size_t size);
 AG_HIDDEN int ag_read_lines(const char *path, int (*cb)(char *line, void *arg), void *arg);
 AG_HIDDEN int ag_dir_each(const char *path, int (*cb)(const char *name, void *arg), void *arg);
 /* mutex_layout.c: 0 if the libc is glibc >= 2.17 (version) and a mutex locked and unlocked

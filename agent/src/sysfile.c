@@ -15,26 +15,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-ssize_t ag_read_file(const char *path, char *buf, size_t size) {
-    if (!size)
-        return -EINVAL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    size_t n = 0;
-    while (n + 1 < size) {
-        ssize_t r = read(fd, buf + n, size - 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    buf[n] = '\0';
-    return (ssize_t)n;
-}
-
 int ag_read_lines(const char *path, int (*cb)(char *line, void *arg), void *arg) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)

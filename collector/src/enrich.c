@@ -17,26 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cm/file.h"
 #include "cm/wire.h"
-
-/* Reads at most size-1 bytes of a small file; returns bytes read or -1. */
-static ssize_t read_small(const char *path, char *buf, size_t size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    size_t n = 0;
-    while (n < size - 1) {
-        ssize_t r = read(fd, buf + n, size - 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    buf[n] = 0;
-    return (ssize_t)n;
-}
 
 /* Keeps header values printable: anything outside 0x21..0x7e becomes '_'. */
 static void sanitize(char *s) {
@@ -58,7 +40,7 @@ int col_enrich_node(const col_config_t *cfg, col_node_ident_t *out, char *errbuf
         /* A random id kept next to the spool, so it survives restarts with the spool. */
         char path[4096], buf[64];
         snprintf(path, sizeof path, "%s/collector-id", cfg->spool_dir);
-        if (read_small(path, buf, sizeof buf) >= 16) {
+        if (cm_read_file(path, buf, sizeof buf) >= 16) {
             buf[strcspn(buf, "\r\n")] = 0;
             snprintf(out->collector, sizeof out->collector, "%s", buf);
         } else {
@@ -150,10 +132,10 @@ void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t 
     char buf[8192];
     snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
     char cid[80];
-    if (read_small(path, buf, sizeof buf) > 0 && col_enrich_container_id(buf, cid, sizeof cid))
+    if (cm_read_file(path, buf, sizeof buf) > 0 && col_enrich_container_id(buf, cid, sizeof cid))
         add(out, CM_HDR_CONTAINER, cid);
     snprintf(path, sizeof path, "/proc/%d/environ", pid);
-    ssize_t n = read_small(path, buf, sizeof buf);
+    ssize_t n = cm_read_file(path, buf, sizeof buf);
     if (n > 0) {
         const char *ns = env_find(buf, (size_t)n, "POD_NAMESPACE");
         const char *pod = env_find(buf, (size_t)n, "POD_NAME");
