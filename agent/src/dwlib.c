@@ -62,6 +62,18 @@ static int load(void) {
     }
     AG_DW_FUNCS(AG_DW_RESOLVE)
 #undef AG_DW_RESOLVE
+    /* libdw and libelf keep their error codes in thread-local variables. A thread's first
+     * access to a dlopened object's TLS decides its placement under ld.so's TLS lock
+     * (glibc's tls_get_addr_tail): made later, outside the gate, a _Fork landing there would
+     * leave that lock held in the child, whose pthread_create then waits for it forever. So
+     * the first access of each object is made here, inside the gate: one errno read each
+     * (both merely return and clear the thread's last error). */
+    static const char *const tls_touch[] = {"dwfl_errno", "elf_errno"};
+    for (size_t i = 0; i < sizeof tls_touch / sizeof tls_touch[0]; i++) {
+        int (*f)(void) = (int (*)(void))dlsym(dw, tls_touch[i]);
+        if (f)
+            (void)f();
+    }
     g_state = 1;
     return 1;
 }
