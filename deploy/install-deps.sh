@@ -34,6 +34,7 @@ PKGS=(
   libc6-dbg               # separate debug file of libc: libc frames named in every profile
   python3.11-dbg redis-server redis-tools  # bench/symbols-unnamed.sh: debug file of Debian's python3, a redis load
   libjemalloc2            # tests/hostile: jemalloc behind the agent (case jemalloc_sized)
+  gdb                     # tests/hostile: every thread's stack of a case that hangs, in the log
   linux-perf nginx apache2-utils  # bench/cfi-vs-perf.sh: perf's stacks as ground truth, nginx under ab
 )
 

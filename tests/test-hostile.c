@@ -50,6 +50,19 @@ typedef struct {
     char *out, *err;
 } ho_result_t;
 
+/* A case at its time limit: every thread's stack of every process in its group, on stderr
+ * (bounded), before the kill, so that a hang seen once (in CI) says where it waited. */
+static void stacks_of_group(pid_t pgid) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 sh -c 'for p in $(pgrep -g %d); do echo \"--- hung: pid $p\"; "
+             "timeout 20 gdb -p $p -batch -ex \"thread apply all bt\" 2>/dev/null | "
+             "grep -E \"^(#|Thread)\" | head -80; done' >&2",
+             (int)pgid);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(no stacks: gdb or pgrep failed)\n");
+}
+
 /* Reads whatever fd has now into buf (len in/out, bounded). Returns 0 at EOF. */
 static int drain(int fd, char *buf, size_t *len) {
     for (;;) {
@@ -136,6 +149,7 @@ static ho_result_t run_case(const char *outdir) {
         if (!exited && waitpid(pid, &r.status, WNOHANG) == pid)
             exited = 1;
         if (now_s() > end) {
+            stacks_of_group(pid);
             kill(-pid, SIGKILL);
             if (!exited)
                 waitpid(pid, &r.status, 0);
