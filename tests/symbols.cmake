@@ -59,9 +59,10 @@ if(RUSTC)
 endif()
 
 # Server side: debuginfod (deploy/debuginfod on port 19830) -> aggregator -> CLI, go tool
-# pprof. Kafka on 19820, HTTP 19821.
+# pprof. Kafka on 19820, HTTP 19821. It measures no CPU or rate (its agents' samples are only
+# named), so it may overlap other tests (label overlaps: not RUN_SERIAL).
 if(TARGET fp_aggtest)
-  fp_test(test-symbols-server LABELS "api;symbols;kafka;nosan" LIBS fp_aggtest)
+  fp_test(test-symbols-server LABELS "api;symbols;kafka;nosan;overlaps" LIBS fp_aggtest)
   add_dependencies(test-symbols-server symwork symwork_inl fleetprof-aggregator fleetprof
                    fleetprof_agent)
 endif()
