@@ -34,7 +34,7 @@ else grep -q "port 127.0.0.1:$port is already in use" <<<"$out" && ok "port in u
 
 # a directory holding something else is refused
 mkdir -p "$dir.other"; rm -rf "$dir.other"/*; touch "$dir.other/precious"
-if out="$(PG_PORT=15433 "$start" "$dir.other" 2>&1)"; then bad "started in a foreign dir"
+if out="$(PG_PORT=15441 "$start" "$dir.other" 2>&1)"; then bad "started in a foreign dir"
 else grep -q "is not empty and holds no cluster" <<<"$out" && [ -f "$dir.other/precious" ] && ok "foreign dir refused" || bad "foreign dir: $out"; fi
 
 # clean stop, start again: data kept, same port
@@ -42,7 +42,7 @@ else grep -q "is not empty and holds no cluster" <<<"$out" && [ -f "$dir.other/p
 port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null; }
 . "$src/deploy/postgres/common.sh"
 ! port_open $port && ! pg_alive "$pid" && ok "stopped (pid $pid gone, port closed)" || bad "still running after stop"
-[ "$(PG_PORT=15433 "$start" "$dir" 2>/dev/null)" = "$url" ] && ok "restart keeps port $port" || bad "restart URL"
+[ "$(PG_PORT=15441 "$start" "$dir" 2>/dev/null)" = "$url" ] && ok "restart keeps port $port" || bad "restart URL"
 [ "$(sql 'SELECT sum(x) FROM t')" = 3 ] && ok "data kept across a clean stop" || bad "data after clean stop"
 
 # crash: SIGKILL with a committed transaction, then start recovers it

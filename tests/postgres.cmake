@@ -1,5 +1,5 @@
 # PostgreSQL backend of the aggregator's store (issue 17). Tests start throwaway clusters with
-# deploy/postgres/start.sh on loopback ports 15432-15443 (test-postgres-scripts: 15432,
+# deploy/postgres/start.sh on loopback ports 15432-15443 (test-postgres-scripts: 15432 and 15441,
 # test-store-pg: 15433 or FP_PG_TEST_PORT, test-aggregator-pg: 15434, test-query-backends: 15436,
 # test-api-pg and test-cli-query-pg: 15437, one at a time; test-aggregator-pg-ro: 15442).
 add_test(NAME test-postgres-scripts COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/postgres-scripts.sh)
