@@ -240,7 +240,7 @@ int ag_alloc_headers_init(void) {
  * When it is ours, the allocator behind it is R.malloc, the next definition after us. */
 static void *(*const volatile g_global_malloc)(size_t) = malloc;
 extern void *ag_malloc_self(size_t)
-    __attribute__((copy(malloc), alias("malloc"), visibility("hidden")));
+    __attribute__((AG_COPY_ATTRS(malloc) alias("malloc"), visibility("hidden")));
 extern void *__libc_malloc(size_t) __attribute__((weak)); /* glibc's malloc, exported */
 
 int ag_malloc_global_foreign(void) {
