@@ -185,30 +185,42 @@ static inline int has_header(uintptr_t q) {
     return AG_UNLIKELY(header_candidate(q)) && ag_heap_has(q);
 }
 
-/* dl_iterate_phdr callback: which loaded object (its load base) holds each of two addresses.
+/* dl_iterate_phdr callback: which loaded object holds each of n addresses (its load base,
+ * its name, "" for the main executable, and its place in the walk: 0 is the main executable).
  * dladdr would say too, but it also scans the object's whole symbol table for the nearest
  * symbol (libc: ~3,000 entries, ~30 us of every exec'd child's start). */
 typedef struct {
-    uintptr_t a[2];
-    uintptr_t base[2];
-    int found[2];
-} two_objects_t;
+    uintptr_t a;
+    uintptr_t base;
+    const char *name;
+    int found, index;
+} owner_t;
 
-static int two_objects(struct dl_phdr_info *info, size_t size, void *arg) {
+typedef struct {
+    owner_t *o;
+    int n, seen;
+} owners_t;
+
+static int find_owners(struct dl_phdr_info *info, size_t size, void *arg) {
     (void)size;
-    two_objects_t *w = arg;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        for (int k = 0; k < 2; k++)
-            if (!w->found[k] && w->a[k] >= lo && w->a[k] < hi) {
-                w->found[k] = 1;
-                w->base[k] = info->dlpi_addr;
+    owners_t *w = arg;
+    int left = 0;
+    for (int k = 0; k < w->n; k++) {
+        owner_t *o = &w->o[k];
+        for (int i = 0; i < info->dlpi_phnum && !o->found; i++) {
+            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+            uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+            if (ph->p_type == PT_LOAD && o->a >= lo && o->a < lo + ph->p_memsz) {
+                o->found = 1;
+                o->base = info->dlpi_addr;
+                o->name = info->dlpi_name ? info->dlpi_name : "";
+                o->index = w->seen;
             }
+        }
+        left += !o->found;
     }
-    return w->found[0] && w->found[1];
+    w->seen++;
+    return left == 0;
 }
 
 int ag_alloc_headers_init(void) {
@@ -223,9 +235,10 @@ int ag_alloc_headers_init(void) {
      * it. Interposing each of those is endless, and exporting them would make the program
      * believe such an allocator is present; so the live heap (and allocation sampling) is
      * off there. */
-    two_objects_t w = {{(uintptr_t)R.malloc, (uintptr_t)gnu_get_libc_version}, {0, 0}, {0, 0}};
-    dl_iterate_phdr(two_objects, &w);
-    if (!w.found[0] || !w.found[1] || w.base[0] != w.base[1])
+    owner_t o[2] = {{.a = (uintptr_t)R.malloc}, {.a = (uintptr_t)gnu_get_libc_version}};
+    owners_t w = {o, 2, 0};
+    dl_iterate_phdr(find_owners, &w);
+    if (!o[0].found || !o[1].found || o[0].base != o[1].base)
         return -1;
     if (getrandom(&c, sizeof c, GRND_NONBLOCK) != (ssize_t)sizeof c)
         c = ag_hook_rand() ^ (uint64_t)(uintptr_t)&c;
@@ -250,28 +263,6 @@ int ag_malloc_global_foreign(void) {
     return !__libc_malloc || g != (void *)__libc_malloc;
 }
 
-typedef struct {
-    uintptr_t a;
-    const char *name; /* the object holding a: "" is the main executable */
-    int found, main;
-} owner_t;
-
-static int find_owner(struct dl_phdr_info *info, size_t size, void *arg) {
-    (void)size;
-    owner_t *w = arg;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && w->a >= lo && w->a < lo + ph->p_memsz) {
-            w->found = 1;
-            w->name = info->dlpi_name ? info->dlpi_name : "";
-            return 1;
-        }
-    }
-    w->main = 0; /* only the first object is the main executable */
-    return 0;
-}
-
 int ag_malloc_trusted(char *why, size_t why_size) {
     void *m = (void *)g_global_malloc;
     if (m == (void *)ag_malloc_self) {
@@ -285,15 +276,16 @@ int ag_malloc_trusted(char *why, size_t why_size) {
     }
     if (__libc_malloc && m == (void *)__libc_malloc)
         return 1; /* glibc's */
-    owner_t w = {(uintptr_t)m, NULL, 0, 1};
-    dl_iterate_phdr(find_owner, &w);
-    if (!w.found) {
+    owner_t o = {.a = (uintptr_t)m};
+    owners_t ow = {&o, 1, 0};
+    dl_iterate_phdr(find_owners, &ow);
+    if (!o.found) {
         snprintf(why, why_size, "malloc (%p) is in no loaded object", m);
         return 0;
     }
-    const char *base = strrchr(w.name, '/');
-    base = base ? base + 1 : w.name;
-    if (w.main || !*w.name) {
+    const char *base = strrchr(o.name, '/');
+    base = base ? base + 1 : o.name;
+    if (o.index == 0 || !*o.name) {
         snprintf(why, why_size, "the program defines malloc itself");
         return 0;
     }
@@ -305,7 +297,7 @@ int ag_malloc_trusted(char *why, size_t why_size) {
         if (!strncmp(base, known[i], strlen(known[i])))
             return 1;
     snprintf(why, why_size, "malloc comes from %s, not an allocator known to be thread-safe",
-             w.name);
+             o.name);
     return 0;
 }
 
