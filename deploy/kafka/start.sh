@@ -86,6 +86,7 @@ fail_start() {  # $1 = message; shows the broker log, stops the broker, keeps th
     tail -n 20 "$dir/logs/stdout.log" >&2
   fi
   if p="$(kafka_running_pid)"; then kill -KILL "$p" 2>/dev/null || true; fi
+  [ -z "${launched:-}" ] || kill -KILL "$launched" 2>/dev/null || true
   rm -f "$KAFKA_STATE/pid"
   die "$1 (data dir kept: $dir; stop.sh removes it)"
 }
@@ -195,14 +196,27 @@ setsid "$(kafka_java)" "${heap[@]}" -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20
   -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2-broker.properties" \
   -cp "$KAFKA_LIB/*" kafka.Kafka "$dir/server.properties" \
   </dev/null >>"$dir/logs/stdout.log" 2>&1 9>&- &
-echo $! >"$KAFKA_STATE/pid"
+launched=$!
+echo "$launched" >"$KAFKA_STATE/pid"
 date +%s >"$KAFKA_STATE/started_at"
-say "starting Kafka $KAFKA_VERSION (pid $!) on 127.0.0.1:$port, controller :$ctrl_port, data $dir"
+say "starting Kafka $KAFKA_VERSION (pid $launched) on 127.0.0.1:$port, controller :$ctrl_port, data $dir"
+
+# True while the launched child exists and has not exited (a zombie has exited). Not
+# kafka_running_pid: until the forked shell has exec'd java, its command line is this script's,
+# and on a loaded machine that window is long enough to be taken for an exit.
+launched_running() {
+  local st
+  st="$(sed -n 's/.*) \(.\) .*/\1/p' "/proc/$launched/stat" 2>/dev/null)" || return 1
+  [ -n "$st" ] && [ "$st" != Z ]
+}
 
 # Wait: process alive -> "Kafka Server started" logged by this run -> port open -> metadata.
 deadline=$((SECONDS + KAFKA_START_TIMEOUT))
 while :; do
-  kafka_running_pid >/dev/null || fail_start "broker exited during startup"
+  if ! launched_running; then
+    rc=0; wait "$launched" || rc=$?
+    fail_start "broker exited during startup (exit status $rc)"
+  fi
   if tail -c +"$((log_start + 1))" "$dir/logs/server.log" 2>/dev/null | grep -q 'Kafka Server started' \
      && port_open "$port"; then
     break
