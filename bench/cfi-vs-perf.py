@@ -10,7 +10,13 @@ inclusive share beside ours, and the heaviest incomplete stacks.
   perf record -F 499 -g --call-graph dwarf,32768 -o perf.data PROGRAM
   FLEETPROF_OUTPUT=out LD_PRELOAD=.../libfleetprof.so PROGRAM
   dump-stacks out/*.fpc > ours.txt
-  cfi-vs-perf.py [--drop-switch] [--drop-agent] perf.data ours.txt LABEL
+  cfi-vs-perf.py [--drop-switch] [--drop-agent] [--pid=PID] perf.data ours.txt LABEL
+
+--pid=PID: keep only process PID's samples (all its threads): perf recorded every task of the
+machine (cfi-vs-perf.sh PERF_SYSTEM=1: `perf record -a -C CPU`, per-CPU cpu-clock timers that
+fire at fixed intervals whatever runs). A sample is then late only by an interrupts-off window:
+~4% of redis-server's land at finish_task_switch (switch-in from epoll_wait), against ~42% with
+per-task recording (`-p PID`, whose timer stops and restarts around each context switch).
 
 --drop-agent: perf recorded the same run as the agent (cfi-vs-perf.sh SIMUL=1); perf's samples of
 the agent's thread and handler are left out.
@@ -94,14 +100,15 @@ def exports(path):
     out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
     return {l.split()[-1].split("@")[0] for l in out.splitlines() if len(l.split()) >= 3}
 
-def perf_stacks(data, drop_switch=False, drop_agent=False):
+def perf_stacks(data, drop_switch=False, drop_agent=False, pid=None):
     """perf's samples as (period, user frames leaf first). drop_agent (perf and the agent on the
     same run): leaves out the agent's background thread and every sample taken inside the
     agent's own code (its signal handler; not its interposers, which are the application's
     calls), whose CPU the agent's samples spread over the next sample's stack."""
-    out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,period,ip,sym,dso", "--no-inline"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,period,ip,sym,dso", "--no-inline"] +
+                         ([f"--pid={pid}"] if pid else []), capture_output=True, text=True).stdout
     stacks, cur, w, kleaf, dropped, comm, agent_dropped, ex = [], [], 0, None, 0, "", 0, {}
+    switch = 0
     for line in out.splitlines() + [""]:
         if not line.strip():
             if cur or comm == "fleetprof":
@@ -110,7 +117,9 @@ def perf_stacks(data, drop_switch=False, drop_agent=False):
                     ex.setdefault(d, exports(d)) for d, a in cur))
                 if internal: agent_dropped += 1
                 elif drop_switch and kleaf in SWITCH: dropped += 1
-                elif cur: stacks.append((w, cur))
+                elif cur:
+                    stacks.append((w, cur))
+                    switch += kleaf in SWITCH
             cur, kleaf, comm = [], None, ""
             continue
         if not line.startswith("\t") and not line.startswith(" " * 8) or line.strip().isdigit():
@@ -126,6 +135,7 @@ def perf_stacks(data, drop_switch=False, drop_agent=False):
             continue
         cur.append((dso, off2va(dso, addr)))
     if drop_switch: print(f"perf: {dropped} samples left out (kernel leaf finish_task_switch)")
+    else: print(f"perf: {switch} of {len(stacks)} samples with kernel leaf finish_task_switch (kept)")
     if drop_agent: print(f"perf: {agent_dropped} samples left out (the agent's thread or handler)")
     return stacks
 
@@ -168,7 +178,8 @@ def resolve(frames, ours=False):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     perf_data, ours_file, label = args[0], args[1], args[2]
-    ps = perf_stacks(perf_data, "--drop-switch" in sys.argv, "--drop-agent" in sys.argv)
+    pid = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--pid=")), None)
+    ps = perf_stacks(perf_data, "--drop-switch" in sys.argv, "--drop-agent" in sys.argv, pid)
     os_ = our_stacks(ours_file)
     def incl(stacks):
         tot, inc = 0, collections.Counter()

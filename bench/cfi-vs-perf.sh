@@ -22,6 +22,20 @@
 # fails to unwind 13-15% of python3's samples (leaves in libc's malloc/free/memcpy: perf loses
 # glibc's multi-threaded allocator paths, as on a bare python3 with one extra thread), so the
 # comparison is not usable for single-threaded programs.
+# PERF_SYSTEM=1 (servers only; recommended for redis and nginx): perf records per CPU
+# (`perf record -a -C $SERVER_CPU`: one cpu-clock hrtimer per CPU, firing at fixed intervals
+# whatever runs) instead of per task (`-p PID`, whose hrtimer is stopped and restarted around
+# every context switch, so a server that blocks often gets ~40% of its samples at switch-in,
+# kernel leaf finish_task_switch, under the call it blocked in). The server runs pinned to
+# SERVER_CPU (default 0) and the load to LOAD_CPU (default 1) in both runs, and the comparison
+# keeps only the server's process (cfi-vs-perf.py --pid). Combines with SIMUL=1 and PERF_PRELOAD=1.
+# PIN=1 pins the servers that way without PERF_SYSTEM (the per-task control). RUNS=N repeats
+# the whole set N times into OUT_DIR/run1..runN (perf.data deleted after each comparison
+# unless KEEP_DATA=1: a per-CPU recording of redis is ~1.4 GB) and ends with one line per run
+# and workload: perf's top 20 within 2 pp, as recorded and without switch samples.
+# The repeatable check of issue 14's redis/nginx item (bench/RESULTS.md, session 9):
+#   PERF_SYSTEM=1 PERF_PRELOAD=1 RUNS=3 REQS=6 \
+#       OURS_ENV="FLEETPROF_CPU_RATE=4000 FLEETPROF_CPU_HZ=1000" bench/cfi-vs-perf.sh build /tmp/cvp redis
 set -eu
 BUILD=$(cd "$1" && pwd)
 OUT=$2
@@ -44,11 +58,25 @@ WORKLOADS=${*:-python cxx rust redis nginx}
 SIMUL=${SIMUL:-0}
 DROP=
 [ "$SIMUL" = 0 ] || DROP=--drop-agent
-compare() { # name
+PERF_SYSTEM=${PERF_SYSTEM:-0}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+PIN_SERVER=
+PIN_LOAD=
+if [ "$PERF_SYSTEM" != 0 ] || [ "${PIN:-0}" != 0 ]; then
+    PIN_SERVER="taskset -c $SERVER_CPU"
+    PIN_LOAD="taskset -c $LOAD_CPU"
+fi
+compare() { # name [perf-side pid: only its samples are kept]
+    pidf=${2:+--pid=$2}
     "$BUILD/bench/dump-stacks" "$OUT/$1.fp"/*.fpc > "$OUT/$1.ours.txt"
-    python3 "$HERE/cfi-vs-perf.py" $DROP "$OUT/$1.perf.data" "$OUT/$1.ours.txt" "$1" | tee "$OUT/$1.txt"
-    python3 "$HERE/cfi-vs-perf.py" $DROP --drop-switch "$OUT/$1.perf.data" "$OUT/$1.ours.txt" "$1" |
+    python3 "$HERE/cfi-vs-perf.py" $DROP $pidf "$OUT/$1.perf.data" "$OUT/$1.ours.txt" "$1" | tee "$OUT/$1.txt"
+    python3 "$HERE/cfi-vs-perf.py" $DROP $pidf --drop-switch "$OUT/$1.perf.data" "$OUT/$1.ours.txt" "$1" |
         tee "$OUT/$1.drop-switch.txt"
+    [ "${KEEP_DATA:-1}" != 0 ] || rm -f "$OUT/$1.perf.data"
+}
+perf_attach() { # pid: perf's target (the task, or its CPU in PERF_SYSTEM mode)
+    if [ "$PERF_SYSTEM" != 0 ]; then echo "-a -C $SERVER_CPU"; else echo "-p $1"; fi
 }
 
 run_program() { # name cmd...
@@ -71,40 +99,54 @@ run_server() { # name start-cmd load-cmd
     n=$1
     rm -rf "$OUT/$n.fp" && mkdir -p "$OUT/$n.fp"
     if [ "$SIMUL" != 0 ]; then # both tools on one run
-        sh -c "exec env $OURS FLEETPROF_OUTPUT=$OUT/$n.fp LD_PRELOAD=$AGENT $2" > "$OUT/$n.server.log" 2>&1 &
+        sh -c "exec $PIN_SERVER env $OURS FLEETPROF_OUTPUT=$OUT/$n.fp LD_PRELOAD=$AGENT $2" > "$OUT/$n.server.log" 2>&1 &
         SPID=$!
         sleep 1.5
-        $PERF -o "$OUT/$n.perf.data" -p $SPID &
+        $PERF -o "$OUT/$n.perf.data" $(perf_attach $SPID) &
         PPID_=$!
         sleep 0.5
-        sh -c "$3" > "$OUT/$n.load-ours.txt" 2>&1
+        sh -c "$PIN_LOAD $3" > "$OUT/$n.load-ours.txt" 2>&1
         kill -INT $PPID_
         wait $PPID_ || true
         kill -TERM $SPID
         wait $SPID || true
-        compare "$n"
+        compare "$n" $SPID
         return
     fi
-    sh -c "exec env $PERF_ENV $2" > "$OUT/$n.server.log" 2>&1 &
+    sh -c "exec $PIN_SERVER env $PERF_ENV $2" > "$OUT/$n.server.log" 2>&1 &
     SPID=$!
+    PERF_PID=$SPID
     sleep 1
-    $PERF -o "$OUT/$n.perf.data" -p $SPID &
+    $PERF -o "$OUT/$n.perf.data" $(perf_attach $SPID) &
     PPID_=$!
     sleep 0.5
-    sh -c "$3" > "$OUT/$n.load-perf.txt" 2>&1
+    sh -c "$PIN_LOAD $3" > "$OUT/$n.load-perf.txt" 2>&1
     kill -INT $PPID_
     wait $PPID_ || true
     kill -TERM $SPID
     wait $SPID || true
-    sh -c "exec env $OURS FLEETPROF_OUTPUT=$OUT/$n.fp LD_PRELOAD=$AGENT $2" > "$OUT/$n.server.log" 2>&1 &
+    sh -c "exec $PIN_SERVER env $OURS FLEETPROF_OUTPUT=$OUT/$n.fp LD_PRELOAD=$AGENT $2" > "$OUT/$n.server.log" 2>&1 &
     SPID=$!
     sleep 1.5
-    sh -c "$3" > "$OUT/$n.load-ours.txt" 2>&1
+    sh -c "$PIN_LOAD $3" > "$OUT/$n.load-ours.txt" 2>&1
     kill -TERM $SPID
     wait $SPID || true
-    compare "$n"
+    compare "$n" $PERF_PID
 }
 
+RUNS=${RUNS:-}
+if [ -n "$RUNS" ]; then
+    i=1
+    while [ $i -le "$RUNS" ]; do
+        RUNS= KEEP_DATA=${KEEP_DATA:-0} "$0" "$BUILD" "$OUT/run$i" $WORKLOADS
+        i=$((i + 1))
+    done
+    for f in "$OUT"/run*/*.txt; do
+        case $f in *.ours.txt | *.load-*.txt) continue ;; esac
+        printf '%s: %s\n' "${f#"$OUT"/}" "$(grep 'within 2 pp' "$f" | sed 's/^ *//')"
+    done
+    exit 0
+fi
 for w in $WORKLOADS; do
     case $w in
     python)
