@@ -96,9 +96,13 @@ def off2va(path, off):
 # spent before the task blocked, but it lands under the blocking call (epoll_wait).
 SWITCH = {"finish_task_switch.isra.0", "finish_task_switch"}
 
+_exports = {}
 def exports(path):
-    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
-    return {l.split()[-1].split("@")[0] for l in out.splitlines() if len(l.split()) >= 3}
+    """Names path exports (nm -D), read once per file."""
+    if path not in _exports:
+        out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
+        _exports[path] = {l.split()[-1].split("@")[0] for l in out.splitlines() if len(l.split()) >= 3}
+    return _exports[path]
 
 def perf_stacks(data, drop_switch=False, drop_agent=False, pid=None):
     """perf's samples as (period, user frames leaf first). drop_agent (perf and the agent on the
@@ -107,14 +111,14 @@ def perf_stacks(data, drop_switch=False, drop_agent=False, pid=None):
     calls), whose CPU the agent's samples spread over the next sample's stack."""
     out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,period,ip,sym,dso", "--no-inline"] +
                          ([f"--pid={pid}"] if pid else []), capture_output=True, text=True).stdout
-    stacks, cur, w, kleaf, dropped, comm, agent_dropped, ex = [], [], 0, None, 0, "", 0, {}
+    stacks, cur, w, kleaf, dropped, comm, agent_dropped = [], [], 0, None, 0, "", 0
     switch = 0
     for line in out.splitlines() + [""]:
         if not line.strip():
             if cur or comm == "fleetprof":
                 internal = drop_agent and (comm == "fleetprof" or any(
-                    "libfleetprof" in d and name(d, a) .split(":", 1)[1] not in
-                    ex.setdefault(d, exports(d)) for d, a in cur))
+                    "libfleetprof" in d and name(d, a).split(":", 1)[1] not in exports(d)
+                    for d, a in cur))
                 if internal: agent_dropped += 1
                 elif drop_switch and kleaf in SWITCH: dropped += 1
                 elif cur:
@@ -150,7 +154,7 @@ def our_stacks(path):
         stacks.append((int(w), frames, int(fl) & 3))  # truncated or incomplete
     return stacks
 
-_dsos, _ex, _real = set(), {}, {}
+_dsos, _real = set(), {}
 def real_name(n):
     """An agent interposer frame in perf's stacks (perf's run with the agent preloaded,
     PERF_PRELOAD=1) named as the agent names its hook frames: the real function's object and
@@ -158,11 +162,11 @@ def real_name(n):
     base, fn = n.split(":", 1)
     if "libfleetprof" not in base: return n
     lib = next((d for d in _dsos if "libfleetprof" in d), None)
-    if lib is None or fn not in _ex.setdefault(lib, exports(lib)): return n
+    if lib is None or fn not in exports(lib): return n
     if fn not in _real:
         _real[fn] = n
         for d in sorted(_dsos):
-            if "libfleetprof" not in d and fn in _ex.setdefault(d, exports(d)):
+            if "libfleetprof" not in d and fn in exports(d):
                 _real[fn] = os.path.basename(os.path.realpath(d)) + ":" + fn
                 break
     return _real[fn]
