@@ -75,6 +75,8 @@ compare() { # name [perf-side pid: only its samples are kept]
         tee "$OUT/$1.drop-switch.txt"
     [ "${KEEP_DATA:-1}" != 0 ] || rm -f "$OUT/$1.perf.data"
 }
+# perf itself runs on the load's CPU in PERF_SYSTEM mode, off the server's.
+perf_pin() { if [ "$PERF_SYSTEM" != 0 ]; then echo "$PIN_LOAD"; fi; }
 perf_attach() { # pid: perf's target (the task, or its CPU in PERF_SYSTEM mode)
     if [ "$PERF_SYSTEM" != 0 ]; then echo "-a -C $SERVER_CPU"; else echo "-p $1"; fi
 }
@@ -102,7 +104,7 @@ run_server() { # name start-cmd load-cmd
         sh -c "exec $PIN_SERVER env $OURS FLEETPROF_OUTPUT=$OUT/$n.fp LD_PRELOAD=$AGENT $2" > "$OUT/$n.server.log" 2>&1 &
         SPID=$!
         sleep 1.5
-        $PERF -o "$OUT/$n.perf.data" $(perf_attach $SPID) &
+        $(perf_pin) $PERF -o "$OUT/$n.perf.data" $(perf_attach $SPID) &
         PPID_=$!
         sleep 0.5
         sh -c "$PIN_LOAD $3" > "$OUT/$n.load-ours.txt" 2>&1
@@ -117,7 +119,7 @@ run_server() { # name start-cmd load-cmd
     SPID=$!
     PERF_PID=$SPID
     sleep 1
-    $PERF -o "$OUT/$n.perf.data" $(perf_attach $SPID) &
+    $(perf_pin) $PERF -o "$OUT/$n.perf.data" $(perf_attach $SPID) &
     PPID_=$!
     sleep 0.5
     sh -c "$PIN_LOAD $3" > "$OUT/$n.load-perf.txt" 2>&1
