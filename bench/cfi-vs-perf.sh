@@ -9,6 +9,7 @@
 # Needs: perf (linux-perf), Debian's python3, redis-server + redis-benchmark, nginx +
 # ab (apache2-utils), g++, cargo. SECS (default 6) sets each run's length; PERF_EVENT (default
 # perf's own: cycles, else cpu-clock in a VM) and PERF_FLAGS (e.g. --all-user) are passed on;
+# PERF_FREQ (default 499) and PERF_STACK (dwarf stack bytes, default 32768) set perf's sampling;
 # OURS_ENV adds agent settings (e.g. "FLEETPROF_ALLOC=0 FLEETPROF_LOCK=0 FLEETPROF_IO=0": the
 # sampler and unwinder without the hooks' own cost); REQS scales the servers' request counts.
 # Each comparison is printed twice: as recorded, and without perf's samples that fire in
@@ -45,7 +46,7 @@ OUT=$(cd "$OUT" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 SECS=${SECS:-6}
 AGENT=$BUILD/agent/libfleetprof.so
-PERF="perf record -q -F 499 --call-graph dwarf,32768 ${PERF_EVENT:+-e $PERF_EVENT} ${PERF_FLAGS:-}"
+PERF="perf record -q -F ${PERF_FREQ:-499} --call-graph dwarf,${PERF_STACK:-32768} ${PERF_EVENT:+-e $PERF_EVENT} ${PERF_FLAGS:-}"
 OURS="FLEETPROF_COLLECTOR=none FLEETPROF_CPU_RATE=500 FLEETPROF_CPU_HZ=500 FLEETPROF_INTERVAL=2s ${OURS_ENV:-}"
 REQS=${REQS:-1}
 # PERF_PRELOAD=1: perf's run (program or server) also has the agent preloaded, disabled
