@@ -34,9 +34,12 @@
 # the whole set N times into OUT_DIR/run1..runN (perf.data deleted after each comparison
 # unless KEEP_DATA=1: a per-CPU recording of redis is ~1.4 GB) and ends with one line per run
 # and workload: perf's top 20 within 2 pp, as recorded and without switch samples.
-# The repeatable check of issue 14's redis/nginx item (bench/RESULTS.md, session 9):
-#   PERF_SYSTEM=1 PERF_PRELOAD=1 RUNS=3 REQS=6 \
-#       OURS_ENV="FLEETPROF_CPU_RATE=4000 FLEETPROF_CPU_HZ=1000" bench/cfi-vs-perf.sh build /tmp/cvp redis
+# The repeatable check of issue 14's redis/nginx item (bench/RESULTS.md, session 9): the same
+# execution seen by both, perf per CPU with an 8 KiB dwarf copy (32 KiB copies perturb what the
+# two samplers see: 11-14 of 20 for redis, 6 for nginx; 8 KiB: 20, 20 and 20, 18 of 20):
+#   PERF_STACK=8192 SIMUL=1 PERF_SYSTEM=1 RUNS=3 REQS=6 OURS_ENV="FLEETPROF_CPU_RATE=4000 \
+#       FLEETPROF_CPU_HZ=1000 FLEETPROF_CONTROLLER=0 FLEETPROF_CPU_BUDGET=10" \
+#       bench/cfi-vs-perf.sh build /tmp/cvp redis     # and REQS=12 ... nginx
 set -eu
 BUILD=$(cd "$1" && pwd)
 OUT=$2
