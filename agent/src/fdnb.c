@@ -40,7 +40,6 @@
  */
 #include "hooks.h"
 
-#include "fmath.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -145,14 +144,20 @@ uint32_t ag_fd_nb_learn(int fd) {
     return AG_NB_UNKNOWN; /* timed: the safe answer */
 }
 
-/* Geometric gap of mean AG_NB_CHECK: 1 + floor(ln U / ln(1 - 1/AG_NB_CHECK)), U in (0, 1]. */
+/* Geometric gap of mean AG_NB_CHECK = 16, exactly and without a logarithm: each 4-bit nibble
+ * of a random word is one trial that succeeds (is 0) with probability 1/16; the gap is the
+ * index of the first zero nibble (the lowest flag of the classic has-zero test is exact:
+ * borrows only run upwards from a zero nibble), 16 more for every word without one. */
+_Static_assert(AG_NB_CHECK == 16, "nb_draw draws nibbles: AG_NB_CHECK must be 16");
 static int32_t nb_draw(void) {
-    static double ln_q; /* a constant: racing threads store the same value */
-    if (ln_q == 0)
-        ln_q = ag_log1p(-1.0 / AG_NB_CHECK);
-    double u = ((double)(ag_hook_rand() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double d = ag_log(u) / ln_q;
-    return d > 1e9 ? 1000000000 : (int32_t)d + 1;
+    for (int32_t k = 1;; k += 16) {
+        uint64_t x = ag_hook_rand();
+        uint64_t z = (x - 0x1111111111111111ull) & ~x & 0x8888888888888888ull;
+        if (z)
+            return k + (int32_t)(__builtin_ctzll(z) >> 2);
+        if (k > 1000000000)
+            return k;
+    }
 }
 
 uint32_t ag_fd_nb_due(void) {
