@@ -224,6 +224,24 @@ static void test_threads_rate(void) {
     rmrf(dir);
 }
 
+/* A sample of a thread's start or end, before its function was entered or after it returned:
+ * a complete stack (rooted in the thread entry) with no sleep call in it. A loaded machine can
+ * leave a new or exiting thread waiting for a CPU across a wall tick (one such sample in 57 was
+ * seen with the machine's builds running). A stack broken in the sleep is not one: its root is
+ * not the thread entry, or it holds the sleep call. */
+static int thread_edge(const cm_dict_t *d, uint32_t st) {
+    uint32_t a = d->stack_off[st], b = d->stack_off[st + 1];
+    if (a == b)
+        return 0;
+    const char *root = loc_fn(d, d->stack_frames[b - 1]);
+    if (strcmp(root, "clone3") && strcmp(root, "clone") && strcmp(root, "start_thread"))
+        return 0;
+    for (uint32_t k = a; k < b; k++)
+        if (strstr(loc_fn(d, d->stack_frames[k]), "sleep"))
+            return 0;
+    return 1;
+}
+
 /* Wall clock: the sleeping thread is seen sleeping for the whole run, off CPU, and the
  * agent interrupts its sleep at most a few times (EINTR). */
 static void test_wall(void) {
@@ -236,6 +254,7 @@ static void test_wall(void) {
     chunks_t *cs = load(dir);
     tot_t sl = {0, 0}, burn = total(cs, CM_EV_WALL, "burn_for", 0);
     uint64_t sl_fn = 0; /* sleeper samples whose stack shows the sleeper function */
+    uint64_t sl_edge = 0; /* the others that are samples of its start or end (thread_edge) */
     for (int i = 0; i < cs->n; i++) { /* the sleeping thread, by its name */
         const cm_chunk_t *c = cs->c[i];
         const cm_samples_t *s = &c->samples[CM_EV_WALL];
@@ -245,16 +264,23 @@ static void test_wall(void) {
                 continue;
             sl.weight += s->weight[r];
             sl.samples++;
-            sl_fn += stack_has(&c->dict, s->stack[r], "sleeper");
+            int has = stack_has(&c->dict, s->stack[r], "sleeper");
+            sl_fn += has;
+            if (!has) {
+                stack_print("sleeper sample without sleeper()", &c->dict, s->stack[r]);
+                sl_edge += thread_edge(&c->dict, s->stack[r]);
+            }
         }
     }
     uint64_t eintr = out_u64(out, "eintr=");
     /* Under TSan the stack ends in its nanosleep interceptor, built without frame pointers. */
     /* Under sanitizers threads are registered by the agent's /proc scan, so their first
      * samples (before the stack bounds are known) hold the leaf frame only. */
-    CHECKF(tsan || (sanitized ? sl_fn + 3 >= sl.samples : sl_fn == sl.samples),
-           "%llu of %llu sleeper samples show sleeper()",
-           (unsigned long long)sl_fn, (unsigned long long)sl.samples);
+    CHECKF(tsan || (sanitized ? sl_fn + 3 >= sl.samples
+                              : sl_fn + sl_edge == sl.samples && sl_edge * 10 <= sl.samples),
+           "%llu of %llu sleeper samples show sleeper(), %llu of its start or end",
+           (unsigned long long)sl_fn, (unsigned long long)sl.samples,
+           (unsigned long long)sl_edge);
     printf("# wall: sleeper %.3f s in %llu samples, burner %.3f s, eintr=%llu\n",
            (double)sl.weight / 1e9, (unsigned long long)sl.samples, (double)burn.weight / 1e9,
            (unsigned long long)eintr);
