@@ -161,10 +161,55 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
     errno = saved;
 }
 
+/* _FORTIFY_SOURCE builds (Debian's default for packages) call these checked variants instead
+ * of read/pread/recv/recvfrom/open when the buffer size is known at compile time. */
+ssize_t __read_chk(int, void *, size_t, size_t);
+ssize_t __pread_chk(int, void *, size_t, off_t, size_t);
+ssize_t __pread64_chk(int, void *, size_t, off64_t, size_t);
+ssize_t __recv_chk(int, void *, size_t, size_t, int);
+ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+int __open_2(const char *, int);
+int __open64_2(const char *, int);
+int __openat_2(int, const char *, int);
+int __openat64_2(int, const char *, int);
+
+/* The real functions, resolved by the constructor below: an application's signal handler may
+ * call read, write, close or fcntl (async-signal-safe), and dlsym is not (it takes the
+ * loader's lock). A call before the constructor (another library's) resolves its own. */
+#define IO_FUNCS(X)                                                                                \
+    X(read) X(write) X(pread) X(pread64) X(pwrite) X(pwrite64) X(readv) X(writev) X(recv)         \
+    X(recvfrom) X(recvmsg) X(send) X(sendto) X(sendmsg) X(connect) X(accept) X(accept4) X(fsync)  \
+    X(fdatasync) X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__recv_chk) X(__recvfrom_chk)    \
+    X(open) X(open64) X(openat) X(openat64) X(__open_2) X(__open64_2) X(__openat_2)               \
+    X(__openat64_2) X(close) X(dup2) X(dup3) X(dup) X(socket) X(socketpair) X(pipe) X(pipe2)      \
+    X(eventfd) X(fcntl) X(ioctl)
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
+#define IO_FUNCS_228(X) X(fcntl64)
+#else
+#define IO_FUNCS_228(X)
+#endif
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+#define IO_FUNCS_234(X) X(close_range) X(closefrom)
+#else
+#define IO_FUNCS_234(X)
+#endif
+#define DECLARE(name) static __typeof__(name) *real_##name;
+IO_FUNCS(DECLARE)
+IO_FUNCS_228(DECLARE)
+IO_FUNCS_234(DECLARE)
+#define LOOKUP(name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+__attribute__((constructor(102))) static void io_init(void) {
+    ag_hook_guard++;
+    IO_FUNCS(LOOKUP)
+    IO_FUNCS_228(LOOKUP)
+    IO_FUNCS_234(LOOKUP)
+    ag_hook_guard--;
+}
+
 #define RESOLVE(var, name)                                                                         \
-    static __typeof__(name) *var;                                                                  \
-    if (AG_UNLIKELY(!var))                                                                         \
-        var = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+    if (AG_UNLIKELY(!real_##name))                                                                 \
+        real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);                                 \
+    __typeof__(name) *var = real_##name;
 
 /* Times call (returning ret_t) on fd: a plain forward when off or when weight (evaluated
  * only when on) is 0; TSC ticks when calibrated. A timed call is marked as blocking for the
@@ -298,17 +343,9 @@ AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
     TIMED(int, CM_IO_SYNC, fd, 1, real(fd));
 }
 
-/* _FORTIFY_SOURCE builds (Debian's default for packages) call these checked variants instead
- * of read/pread/recv/recvfrom/open when the buffer size is known at compile time. */
-ssize_t __read_chk(int, void *, size_t, size_t);
-ssize_t __pread_chk(int, void *, size_t, off_t, size_t);
-ssize_t __pread64_chk(int, void *, size_t, off64_t, size_t);
-ssize_t __recv_chk(int, void *, size_t, size_t, int);
-ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
-int __open_2(const char *, int);
-int __open64_2(const char *, int);
-int __openat_2(int, const char *, int);
-int __openat64_2(int, const char *, int);
+/* _FORTIFY_SOURCE builds (Debian's default for packages) call the checked variants (declared
+ * above) instead of read/pread/recv/recvfrom/open when the buffer size is known at compile
+ * time. */
 
 AG_EXPORT AG_NO_TSAN ssize_t __read_chk(int fd, void *buf, size_t n, size_t len) {
     RESOLVE(real, __read_chk);
