@@ -85,6 +85,7 @@ static volatile int g_stop;
 static int g_pipe[2];
 static useconds_t g_gap = 25000;
 
+static uint64_t g_writes; /* the writer's writes: I/O calls of their own, also subsampled */
 static void *writer_thread(void *arg) {
     (void)arg;
     char c = 'x';
@@ -92,6 +93,7 @@ static void *writer_thread(void *arg) {
         sleep_us(g_gap);
         if (write(g_pipe[1], &c, 1) != 1)
             break;
+        g_writes++;
     }
     close(g_pipe[1]);
     return NULL;
@@ -134,8 +136,9 @@ static void pipe_mode(double secs, ssize_t (*site)(void)) {
         n++;
     g_stop = 1;
     pthread_join(th, NULL);
-    printf("reads=%llu slow=%llu slow_ns=%llu\n", (unsigned long long)n,
-           (unsigned long long)g_slow, (unsigned long long)g_slow_ns);
+    printf("reads=%llu slow=%llu slow_ns=%llu writes=%llu\n", (unsigned long long)n,
+           (unsigned long long)g_slow, (unsigned long long)g_slow_ns,
+           (unsigned long long)g_writes);
 }
 
 __attribute__((noinline)) void file_site(int fd) {
