@@ -2,6 +2,8 @@
  *   malloc+free pairs (64 B; the sampling fast path, one TLS subtraction and a branch),
  *   uncontended pthread_mutex_lock+unlock pairs (trylock first, no clock read),
  *   1-byte reads from a pipe that has data (two vDSO clock reads around the real call),
+ *   and (in-process table only) reads from an empty O_NONBLOCK pipe, EAGAIN (not timed:
+ *   agent/src/fdnb.c),
  * measured as differences against a baseline in the same interleaved invocation: each round
  * runs this program three times as a child -- without the agent ("base"), with it preloaded
  * and FLEETPROF_ENABLED=0 ("off"), and preloaded and enabled ("on") -- in rotating order, and
@@ -13,6 +15,7 @@
  *
  * Usage: bench-agent-hooks [ROUNDS]            (driver; prints both tables)
  *        bench-agent-hooks work|ab malloc|mutex|pipe   (one measurement, prints ns/op)
+ *        bench-agent-hooks ab nbpipe
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -106,17 +109,20 @@ static double ab(const char *what) {
     static double diff[BLOCKS];
     int p[2] = {-1, -1};
     static char buf[N];
+    int nb = !strcmp(what, "nbpipe");
     if (!strcmp(what, "pipe")) {
         if (pipe(p) != 0)
             exit(1);
         fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+    } else if (nb && pipe2(p, O_NONBLOCK) != 0) {
+        exit(1);
     }
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     for (int b = 0; b < BLOCKS; b++) {
         double t[2];
         for (int k = 0; k < 2; k++) {
             int hooked = (k + b) % 2; /* alternate which side goes first */
-            if (p[0] >= 0 && write(p[1], buf, N) != N)
+            if (p[0] >= 0 && !nb && write(p[1], buf, N) != N)
                 exit(1);
             double t0 = now_ns();
             if (!strcmp(what, "malloc")) {
@@ -136,7 +142,7 @@ static double ab(const char *what) {
                 read_fn r = hooked ? hread : dread;
                 char c;
                 for (int i = 0; i < N; i++)
-                    if (r(p[0], &c, 1) != 1)
+                    if (r(p[0], &c, 1) != (nb ? -1 : 1))
                         exit(1);
             }
             t[hooked] = (now_ns() - t0) / N;
@@ -232,15 +238,18 @@ int main(int argc, char **argv) {
     printf("\nin-process A/B (hook vs libc's own function, alternating blocks of 4096 ops, median "
            "of 400 block differences; median over rounds):\n");
     printf("%-8s %12s %12s %8s\n", "op", "on +ns", "off +ns", "budget");
-    for (int w = 0; w < 3; w++) {
+    static const char *what_ab[] = {"malloc", "mutex", "pipe", "nbpipe"};
+    static const double budget_ab[] = {3, 2, 50, 5};
+    for (int w = 0; w < 4; w++) {
         double on[64], off[64];
         for (int r = 0; r < rounds && r < 64; r++) {
-            on[r] = run_child(self, "ab", what[w], lib, "1");
-            off[r] = run_child(self, "ab", what[w], lib, "0");
+            on[r] = run_child(self, "ab", what_ab[w], lib, "1");
+            off[r] = run_child(self, "ab", what_ab[w], lib, "0");
         }
         qsort(on, (size_t)rounds, sizeof *on, cmpd);
         qsort(off, (size_t)rounds, sizeof *off, cmpd);
-        printf("%-8s %12.2f %12.2f %8.0f\n", what[w], on[rounds / 2], off[rounds / 2], budget[w]);
+        printf("%-8s %12.2f %12.2f %8.0f\n", what_ab[w], on[rounds / 2], off[rounds / 2],
+               budget_ab[w]);
         fflush(stdout);
     }
     return 0;

@@ -177,6 +177,16 @@ static UNUSED int stack_has(const cm_dict_t *d, uint32_t st, const char *fn) {
     return 0;
 }
 
+/* Prints a stack's function names, leaf first (diagnostics of a failed check). */
+static UNUSED void stack_print(const char *what, const cm_dict_t *d, uint32_t st) {
+    printf("# %s:", what);
+    for (uint32_t k = d->stack_off[st]; k < d->stack_off[st + 1]; k++) {
+        const char *fn = loc_fn(d, d->stack_frames[k]);
+        printf(" %s", fn[0] ? fn : "?");
+    }
+    printf("\n");
+}
+
 typedef struct {
     uint64_t weight, samples;
 } tot_t;

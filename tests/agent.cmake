@@ -58,6 +58,10 @@ target_include_directories(test-agent-mutex PRIVATE ${PROJECT_SOURCE_DIR}/agent/
   ${PROJECT_SOURCE_DIR}/agent/include)
 target_compile_definitions(test-agent-mutex PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+# fdnb.c on its own (issue 14): the non-blocking descriptor cache the I/O hooks consult.
+fp_test(test-agent-fdnb LABELS agent LIBS Threads::Threads m SOURCES
+  ${PROJECT_SOURCE_DIR}/agent/src/fdnb.c)
+target_include_directories(test-agent-fdnb PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
 # fmath.h (issue 13): the agent's libm-free exp/log family against libm.
 fp_test(test-agent-fmath LABELS agent LIBS m)
 target_include_directories(test-agent-fmath PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)

@@ -6,7 +6,7 @@ fp_test(test-collector-kafka LABELS "collector;kafka" LIBS ${COL_TEST_LIBS}
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
 fp_test(test-collector-outage LABELS "collector;kafka;slow" LIBS ${COL_TEST_LIBS}
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
-fp_test(test-collector-agent LABELS "collector;kafka;e2e" LIBS ${COL_TEST_LIBS}
+fp_test(test-collector-agent LABELS "collector;kafka;e2e;overlaps" LIBS ${COL_TEST_LIBS}
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
 foreach(t test-collector test-collector-kafka test-collector-outage test-collector-agent)
   add_dependencies(${t} fleetprof-collector)

@@ -193,12 +193,15 @@ static void test_io_fsync(void) {
  * (hook_io.c: N = 64, the largest, for AG_IO_AGG_RATE 64/s) with weight N: the estimated count
  * is within +-20% of the reads not shipped as events (its relative sd is sqrt((N - 1) / n):
  * ~4.6% for N = 64 and ~30000 reads in 6 s, so 20% is 4.3 sd), the rows are flagged
- * SUBSAMPLED, and the reads not recorded are counted as DROP_SUBSAMPLED (most of them, fewer
- * than the reads). */
+ * SUBSAMPLED, and the calls not recorded are counted as DROP_SUBSAMPLED: fewer than the
+ * program's reads and writes together. (Not fewer than the reads alone: the writer's 1-byte
+ * writes are I/O calls too, under the 50 us floor when the machine is quiet, but a loaded one
+ * delays some past it; 26,490 drops for 26,297 reads were seen so.) */
 static void test_io_aggregates(void) {
     char *dir = mkout(), out[4096];
     io_run(dir, "fast", "6", 60, NULL, NULL, out, sizeof out);
     uint64_t reads = out_u64(out, "reads="), slow = out_u64(out, "slow=");
+    uint64_t writes = out_u64(out, "writes=");
     chunks_t *cs = load(dir);
     tot_t ag = total_flags(cs, CM_EV_IO, "fast_site", CM_SF_AGGREGATE, 0);
     tot_t ev = total_flags(cs, CM_EV_IO, "fast_site", 0, CM_SF_AGGREGATE);
@@ -217,16 +220,20 @@ static void test_io_aggregates(void) {
                 cs->c[i]->header.drops[k].reason == CM_DROP_SUBSAMPLED)
                 dropped += cs->c[i]->header.drops[k].count;
     }
-    printf("  %llu reads (%llu timed >= 10 ms by the program); aggregated %.0f (%.4g ns in %llu "
-           "rows, %llu subsampled); %llu not recorded; %llu events\n",
-           (unsigned long long)reads, (unsigned long long)slow, n / 1000.0, (double)ag.weight,
+    printf("  %llu reads (%llu timed >= 10 ms by the program), %llu writes; aggregated %.0f "
+           "(%.4g ns in %llu rows, %llu subsampled); %llu not recorded; %llu events\n",
+           (unsigned long long)reads, (unsigned long long)slow, (unsigned long long)writes,
+           n / 1000.0, (double)ag.weight,
            (unsigned long long)ag.samples, (unsigned long long)sub_rows,
            (unsigned long long)dropped, (unsigned long long)ev.samples);
     CHECK(n / 1000 >= 1000);
     CHECKF(fabs((double)(n / 1000 + ev.samples) / (double)reads - 1) <= 0.2,
            "estimated %llu reads vs %llu", (unsigned long long)(n / 1000 + ev.samples),
            (unsigned long long)reads);
-    CHECK(sub_rows > 0 && dropped > 0 && dropped < reads);
+    CHECKF(sub_rows > 0 && dropped > 0 && dropped < reads + writes,
+           "%llu subsampled rows, %llu calls not recorded of %llu reads + %llu writes",
+           (unsigned long long)sub_rows, (unsigned long long)dropped, (unsigned long long)reads,
+           (unsigned long long)writes);
     CHECK(ag.samples <= 2ull * (uint64_t)cs->n + 2);
     CHECKF(ev.samples <= slow, "%llu events for %llu reads >= 10 ms",
            (unsigned long long)ev.samples, (unsigned long long)slow);
@@ -359,11 +366,112 @@ static void test_io_off(void) {
     rmrf(dir);
 }
 
+/* Descriptors known non-blocking (agent/src/fdnb.c): a call on one is not timed, but for one
+ * in ~NB_CHECK, timed with that weight. NB_CHECK is AG_NB_CHECK of agent/src/hooks.h. */
+#define NB_CHECK 16
+
+/* IO rows of site: plain events (count one, not subsampled), events standing for NB_CHECK
+ * calls (a check on a descriptor known non-blocking), other events, aggregated calls. */
+typedef struct {
+    uint64_t plain, checked, other, agg;
+} nb_rows_t;
+static nb_rows_t nb_rows(const chunks_t *cs, const char *site) {
+    nb_rows_t n = {0, 0, 0, 0};
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_IO];
+        for (uint32_t r = 0; r < s->n; r++) {
+            if (!stack_has(&cs->c[i]->dict, s->stack[r], site))
+                continue;
+            uint32_t fl = CM_COL(s, flags, r);
+            uint64_t k = cm_samples_count(s, r);
+            if (fl & CM_SF_AGGREGATE)
+                n.agg += k;
+            else if (!(fl & CM_SF_SUBSAMPLED) && k == CM_COUNT_ONE)
+                n.plain++;
+            else if (k == NB_CHECK * CM_COUNT_ONE)
+                n.checked++;
+            else
+                n.other++;
+        }
+    }
+    return n;
+}
+
+/* Blocking waits stay visible on descriptors that were non-blocking (io_work nbflip, reads
+ * fed every 15 ms). A pipe2(O_NONBLOCK) pipe cleared with fcntl(F_SETFL, 0), which the hook
+ * sees: every read the program timed >= 10 ms is an event, from the first (as io_pipe's). A
+ * socket made with SOCK_NONBLOCK and turned blocking by a raw fcntl system call, which no hook
+ * sees: its reads are skipped until the first check that waits (geometric, mean NB_CHECK
+ * calls), then timed every time: of 240 slow reads at most the first 150 are missing (the
+ * chance that the check comes later: (15/16)^150 = 6e-5), at most one event stands for
+ * NB_CHECK calls, and none stands for any other count. */
+static void test_io_nb_flip(void) {
+    char *dir = mkout(), out[4096];
+    io_run(dir, "nbflip", "240", 90, NULL, NULL, out, sizeof out);
+    uint64_t slow1 = out_u64(out, "slow_setfl="), slow2 = out_u64(out, "slow_flip=");
+    uint64_t reads2 = out_u64(out, "reads_flip=");
+    chunks_t *cs = load(dir);
+    nb_rows_t a = nb_rows(cs, "setfl_site"), b = nb_rows(cs, "flip_site");
+    printf("  fcntl-cleared pipe: %llu slow reads, %llu events (%llu weighted, %llu other)\n"
+           "  raw-flipped socket: %llu reads, %llu slow; %llu events, %llu checks of weight %d "
+           "(%llu other): the first %lld slow reads not seen\n",
+           (unsigned long long)slow1, (unsigned long long)a.plain,
+           (unsigned long long)a.checked, (unsigned long long)a.other,
+           (unsigned long long)reads2, (unsigned long long)slow2, (unsigned long long)b.plain,
+           (unsigned long long)b.checked, NB_CHECK, (unsigned long long)b.other,
+           (long long)slow2 - (long long)b.plain);
+    CHECK(slow1 >= 80 && slow2 >= 240);
+    /* the agent's clock is inside the program's: a few reads may land in [10 ms, 10 ms +
+     * clock reads) on its side only */
+    CHECKF(a.plain <= slow1 && a.plain + slow1 / 50 + 1 >= slow1, "%llu events for %llu",
+           (unsigned long long)a.plain, (unsigned long long)slow1);
+    CHECK_EQ(a.checked + a.other, 0);
+    CHECKF(b.plain <= slow2 && b.plain + 150 >= slow2, "%llu events for %llu slow reads",
+           (unsigned long long)b.plain, (unsigned long long)slow2);
+    CHECK(b.checked <= 1 && b.other == 0);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
+/* Non-blocking EAGAIN loops are not timed (io_work nbloop: 100,000 recv()s on an empty
+ * non-blocking socket, 100,000 read()s on an empty non-blocking pipe), with the floor at 0 so
+ * that every timed call reaches the sub-threshold sampler (hook_io.c), which records 1 in N
+ * of them and counts the others as DROP_SUBSAMPLED: those drops plus the few recorded are the
+ * calls timed. Timed: 1 in NB_CHECK (12,500 +- 110 expected; 200,000 if every call were), and
+ * their weights keep the aggregate's estimate of the calls unbiased: within 30% of 200,000
+ * (about 200 recorded calls of weight NB_CHECK x 64: relative sd ~7%). */
+static void test_io_nb_loop(void) {
+    char *dir = mkout(), out[4096];
+    io_run(dir, "nbloop", "100000", 60, "FLEETPROF_IO_FLOOR=0", NULL, out, sizeof out);
+    uint64_t eagain = out_u64(out, "eagain=");
+    chunks_t *cs = load(dir);
+    nb_rows_t r = nb_rows(cs, "nbloop_site");
+    uint64_t dropped = 0;
+    for (int i = 0; i < cs->n; i++)
+        for (uint32_t k = 0; k < cs->c[i]->header.n_drops; k++)
+            if (cs->c[i]->header.drops[k].type == CM_EV_IO &&
+                cs->c[i]->header.drops[k].reason == CM_DROP_SUBSAMPLED)
+                dropped += cs->c[i]->header.drops[k].count;
+    double est = (double)r.agg / CM_COUNT_ONE;
+    printf("  %llu EAGAIN calls: %llu timed and not recorded (all calls / %d = %llu); "
+           "estimated calls %.0f (%llu events)\n",
+           (unsigned long long)eagain, (unsigned long long)dropped, NB_CHECK,
+           (unsigned long long)(eagain / NB_CHECK), est,
+           (unsigned long long)(r.plain + r.checked + r.other));
+    CHECK_EQ(eagain, 200000);
+    CHECKF(dropped >= eagain / NB_CHECK * 8 / 10 && dropped <= eagain / NB_CHECK * 12 / 10,
+           "%llu calls timed but not recorded", (unsigned long long)dropped);
+    CHECKF(fabs(est / (double)eagain - 1) <= 0.3, "estimated %.0f calls", est);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 static const tr_test_t tests[] = {
     {"io_pipe", test_io_pipe},         {"io_file", test_io_file},
     {"io_socket", test_io_socket},     {"io_fsync", test_io_fsync},
     {"io_aggregates", test_io_aggregates},
     {"io_off", test_io_off},           {"io_wall_blocked", test_io_wall_blocked},
+    {"io_nb_flip", test_io_nb_flip},   {"io_nb_loop", test_io_nb_loop},
     {"wait_hooks", test_wait_hooks},   {"io_wall_longjmp", test_io_wall_longjmp},
     {NULL, NULL},
 };

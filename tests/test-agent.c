@@ -224,6 +224,24 @@ static void test_threads_rate(void) {
     rmrf(dir);
 }
 
+/* A sample of a thread's start or end, before its function was entered or after it returned:
+ * a complete stack (rooted in the thread entry) with no sleep call in it. A loaded machine can
+ * leave a new or exiting thread waiting for a CPU across a wall tick (one such sample in 57 was
+ * seen with the machine's builds running). A stack broken in the sleep is not one: its root is
+ * not the thread entry, or it holds the sleep call. */
+static int thread_edge(const cm_dict_t *d, uint32_t st) {
+    uint32_t a = d->stack_off[st], b = d->stack_off[st + 1];
+    if (a == b)
+        return 0;
+    const char *root = loc_fn(d, d->stack_frames[b - 1]);
+    if (strcmp(root, "clone3") && strcmp(root, "clone") && strcmp(root, "start_thread"))
+        return 0;
+    for (uint32_t k = a; k < b; k++)
+        if (strstr(loc_fn(d, d->stack_frames[k]), "sleep"))
+            return 0;
+    return 1;
+}
+
 /* Wall clock: the sleeping thread is seen sleeping for the whole run, off CPU, and the
  * agent interrupts its sleep at most a few times (EINTR). */
 static void test_wall(void) {
@@ -236,6 +254,7 @@ static void test_wall(void) {
     chunks_t *cs = load(dir);
     tot_t sl = {0, 0}, burn = total(cs, CM_EV_WALL, "burn_for", 0);
     uint64_t sl_fn = 0; /* sleeper samples whose stack shows the sleeper function */
+    uint64_t sl_edge = 0; /* the others that are samples of its start or end (thread_edge) */
     for (int i = 0; i < cs->n; i++) { /* the sleeping thread, by its name */
         const cm_chunk_t *c = cs->c[i];
         const cm_samples_t *s = &c->samples[CM_EV_WALL];
@@ -245,16 +264,23 @@ static void test_wall(void) {
                 continue;
             sl.weight += s->weight[r];
             sl.samples++;
-            sl_fn += stack_has(&c->dict, s->stack[r], "sleeper");
+            int has = stack_has(&c->dict, s->stack[r], "sleeper");
+            sl_fn += has;
+            if (!has) {
+                stack_print("sleeper sample without sleeper()", &c->dict, s->stack[r]);
+                sl_edge += thread_edge(&c->dict, s->stack[r]);
+            }
         }
     }
     uint64_t eintr = out_u64(out, "eintr=");
     /* Under TSan the stack ends in its nanosleep interceptor, built without frame pointers. */
     /* Under sanitizers threads are registered by the agent's /proc scan, so their first
      * samples (before the stack bounds are known) hold the leaf frame only. */
-    CHECKF(tsan || (sanitized ? sl_fn + 3 >= sl.samples : sl_fn == sl.samples),
-           "%llu of %llu sleeper samples show sleeper()",
-           (unsigned long long)sl_fn, (unsigned long long)sl.samples);
+    CHECKF(tsan || (sanitized ? sl_fn + 3 >= sl.samples
+                              : sl_fn + sl_edge == sl.samples && sl_edge * 10 <= sl.samples),
+           "%llu of %llu sleeper samples show sleeper(), %llu of its start or end",
+           (unsigned long long)sl_fn, (unsigned long long)sl.samples,
+           (unsigned long long)sl_edge);
     printf("# wall: sleeper %.3f s in %llu samples, burner %.3f s, eintr=%llu\n",
            (double)sl.weight / 1e9, (unsigned long long)sl.samples, (double)burn.weight / 1e9,
            (unsigned long long)eintr);
@@ -1219,29 +1245,38 @@ static void test_thread_churn(void) {
 /* A program with its own SIGPROF handler and ITIMER_PROF (10 ms of process CPU): its handler
  * still runs about once per 10 ms of CPU -- no delivery lost to the agent (which never
  * touches SIGPROF) and none doubled -- and the agent still profiles it.
- * The upper bound is not 1.05: ITIMER_PROF runs on the kernel's tick-sampled utime + stime
- * (no CONFIG_VIRT_CPU_ACCOUNTING_GEN here), each tick charging a whole 4 ms to the thread it
- * finds running, while the expectation uses the exact CLOCK_PROCESS_CPUTIME_ID. Measured on
- * the loaded 2-core box: 1.04-1.05 x without the agent (plain build); with it 1.07 x once
- * under TSan and 1.24 x once under ASan, but 0.99-1.00 x with and 1.00-1.02 x without it in
- * other ASan runs at a load of 12: the excess follows the machine, not the agent. A doubled
- * delivery would give 2 x. */
+ * ITIMER_PROF runs on the kernel's tick-sampled utime + stime (no
+ * CONFIG_VIRT_CPU_ACCOUNTING_GEN here), each tick charging a whole 4 ms to the thread it
+ * finds running, while the program's cpu_ns is the exact CLOCK_PROCESS_CPUTIME_ID. On a
+ * loaded machine the two part: deliveries per 10 ms of exact CPU measured 1.12-1.28 with three
+ * busy loops beside it, and 1.55 once while builds ran, with or without the agent. So the
+ * judge is a control run of the same program at the same time with the agent off
+ * (FLEETPROF_ENABLED=0), under the same load: the agent's rate over the control's. A lost
+ * delivery would show as 0.5, a doubled one as 2. */
+static double sigprof_rate(const char *out) {
+    return (double)out_u64(out, "sigprof=") / ((double)out_u64(out, "cpu_ns=") / 10e6);
+}
+
 static void test_own_sigprof(void) {
-    char *dir = mkout(), envbuf[4200], prog[4096], out[4096];
+    char *dir = mkout(), envbuf[4200], prog[4096], out[4096], out_off[4096];
     prog_path("fp-work-linked", prog, sizeof prog);
     const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *env_off[] = {"FLEETPROF_ENABLED=0", NULL};
     const char *argv[] = {prog, "sigprof", "3", NULL};
-    int st = run(env, argv, 120, out, sizeof out);
+    proc_t on = start(env, argv), off = start(env_off, argv);
+    int st = finish(on, 120, out, sizeof out), st_off = finish(off, 120, out_off, sizeof out_off);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
-    uint64_t hits = out_u64(out, "sigprof="), cpu = out_u64(out, "cpu_ns=");
-    double expect = (double)cpu / 10e6;
+    CHECKF(WIFEXITED(st_off) && WEXITSTATUS(st_off) == 0, "control: status %d", st_off);
+    double r = sigprof_rate(out), r_off = sigprof_rate(out_off);
     chunks_t *cs = load(dir);
     tot_t b = total(cs, CM_EV_CPU, "burn_b", 0);
-    printf("# SIGPROF: %llu deliveries to the program's handler, %.0f expected (CPU/10 ms); "
-           "agent: %llu samples in burn_b\n",
-           (unsigned long long)hits, expect, (unsigned long long)b.samples);
-    CHECKF(hits >= 0.8 * expect && hits <= 1.5 * expect, "%llu SIGPROF, expected %.0f",
-           (unsigned long long)hits, expect);
+    printf("# SIGPROF per 10 ms of CPU: %.3f with the agent (%llu deliveries), %.3f without "
+           "(control at the same time), ratio %.3f; agent: %llu samples in burn_b\n",
+           r, (unsigned long long)out_u64(out, "sigprof="), r_off, r / r_off,
+           (unsigned long long)b.samples);
+    CHECKF(r_off > 0.5, "control: %.3f SIGPROF per 10 ms of CPU", r_off);
+    CHECKF(r / r_off >= 0.8 && r / r_off <= 1.25, "SIGPROF rate %.3f with the agent, %.3f without",
+           r, r_off);
     CHECKF(b.samples >= 100, "agent samples %llu", (unsigned long long)b.samples);
     free_chunks(cs);
     rmrf(dir);

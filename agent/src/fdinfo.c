@@ -4,9 +4,11 @@
  * Only I/O calls above the floor ask (slow ones for the description, aggregated ones for the
  * kind), so the system calls here are off the hot path, and both answers are cached per fd
  * (fds below AG_FD_CACHE): the kind (one byte, so that an aggregated call costs no fstat) and
- * the description's slot id; both are invalidated by the close/dup2/dup3 hooks and for the fd
- * an open/openat/accept hook returns (hook_io.c). Not seen: an fd closed inside libc (fclose)
- * and reused by a call we do not interpose (socket, pipe) keeps the old fd's cache entries.
+ * the description's slot id; both are invalidated by the close/dup2/dup3/close_range/closefrom
+ * hooks and for the fd an open/accept/socket/socketpair/pipe/pipe2/eventfd/dup/fcntl(F_DUPFD)
+ * hook returns (hook_io.c). Not seen: an fd closed inside libc (fclose) and reused by a call
+ * we do not interpose (fopen, epoll_create, an fd received over SCM_RIGHTS) keeps the old
+ * fd's cache entries.
  * Descriptions live in a fixed ring of AG_FD_TEXTS slots.
  * The bg thread copies a slot's text by id and rechecks the id afterwards (a writer zeroes
  * it first), so an overwritten slot reads as "unknown" rather than as another fd's path.

@@ -1,12 +1,17 @@
 /* Slow I/O: interposes read, write, pread(64), pwrite(64), readv, writev, recv, recvfrom,
  * recvmsg, send, sendto, sendmsg, connect, accept, accept4, fsync, fdatasync, open/openat
  * (and their 64 forms), the _FORTIFY_SOURCE variants (__read_chk, __pread(64)_chk,
- * __recv_chk, __recvfrom_chk, __open(64)_2, __openat(64)_2), and close/dup2/dup3 to
- * invalidate the fd description cache.
+ * __recv_chk, __recvfrom_chk, __open(64)_2, __openat(64)_2); and, for bookkeeping only,
+ * close/dup/dup2/dup3/close_range/closefrom/socket/socketpair/pipe/pipe2/eventfd/fcntl(64)/
+ * ioctl, which keep the fd description cache (fdinfo.c) and the non-blocking cache (fdnb.c)
+ * true.
  *
- * Every call is timed: with rdtsc once hooks.c has calibrated an invariant TSC (~10 ns a
- * read), else with CLOCK_MONOTONIC through the vDSO (~20-30 ns a read); the coarse clock
- * resolves only ~4 ms, too coarse against a 10 ms threshold (bench/RESULTS.md).
+ * Every call that can wait is timed: with rdtsc once hooks.c has calibrated an invariant TSC
+ * (~10-20 ns a read), else with CLOCK_MONOTONIC through the vDSO (~20-30 ns a read); the
+ * coarse clock resolves only ~4 ms, too coarse against a 10 ms threshold (bench/RESULTS.md).
+ * Calls on a descriptor known non-blocking, and recv/send with MSG_DONTWAIT, cannot wait:
+ * they are a plain forward, but for one call in ~AG_NB_CHECK on such a descriptor, timed with
+ * weight AG_NB_CHECK (so that a descriptor made blocking behind our back is noticed: fdnb.c).
  * Calls >= FLEETPROF_IO_THRESHOLD (default 10 ms) are one IO event each (stack, duration,
  * bytes, io kind, fd kind, path or peer looked up now -- off the hot path -- and cached per
  * fd), subject to the flood cap. Calls between FLEETPROF_IO_FLOOR (default 50 us) and the
@@ -23,13 +28,16 @@
  * second (until N reaches AG_IO_NMAX). With N > 1 every call is recorded with probability 1/N,
  * independently (a geometric countdown, redrawn when N changes: memoryless), and a recorded
  * call adds N x its ns, N x its bytes and N calls, so every stack's sums stay unbiased
- * (Horvitz-Thompson: E[N x 1{recorded}] = 1). Its row is flagged CM_SF_SUBSAMPLED and the
- * calls not recorded are counted as DROP_SUBSAMPLED of IO (flushed at the thread's next
- * recorded call). The relative error of a stack's count with n calls is sqrt((N - 1) / n):
- * 5% for n = 3000 at N = 8. A skipped call costs a TLS decrement and a branch.
+ * (Horvitz-Thompson: E[N x 1{recorded}] = 1); a check on a non-blocking descriptor adds
+ * another factor AG_NB_CHECK (its own inclusion probability), to aggregates and events
+ * alike. Its row is flagged CM_SF_SUBSAMPLED and the calls not recorded are counted as
+ * DROP_SUBSAMPLED of IO (flushed at the thread's next recorded call). The relative error of
+ * a stack's count with n calls is sqrt((N - 1) / n): 5% for n = 3000 at N = 8. A skipped
+ * call costs a TLS decrement and a branch.
  *
  * errno is preserved across the bookkeeping. Contract: no locks, no allocation; the guard
- * (agent threads, slow paths) and FLEETPROF_ENABLED=0 / FLEETPROF_IO=0 make a plain forward.
+ * (agent threads, slow paths) and FLEETPROF_ENABLED=0 / FLEETPROF_IO=0 make a plain forward
+ * (the bookkeeping-only hooks still keep the two caches true: a byte store or two).
  */
 #include "hooks.h"
 
@@ -38,6 +46,8 @@
 #include <fcntl.h>
 #include "fmath.h"
 #include <stdarg.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -100,10 +110,15 @@ static inline uint32_t io_admit(void) {
     return n;
 }
 
+/* A timed call of ns >= the floor. w: its weight, 1 or AG_NB_CHECK for a check on a
+ * descriptor known non-blocking (fdnb.c), which took too long to trust the entry: forgotten,
+ * the next call on fd asks the kernel again. */
 static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t ns,
-                                                ssize_t bytes) {
+                                                ssize_t bytes, uint32_t w) {
     int saved = errno;
     uint32_t n = 1;
+    if (w > 1)
+        ag_fd_nb_forget(fd);
     if (ns < ag_hcfg.io_threshold_ns && !(n = io_admit())) {
         errno = saved;
         return; /* not recorded */
@@ -121,9 +136,9 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
             if (fd >= 0)
                 id = ag_fd_describe(fd, &fdk);
             ag_event_t ev = {.type = CM_EV_IO,
-                             .flags = m > 1000 ? CM_SF_SUBSAMPLED : 0,
-                             .weight = ns * m / 1000,
-                             .count = m,
+                             .flags = m > 1000 || w > 1 ? CM_SF_SUBSAMPLED : 0,
+                             .weight = ns * m / 1000 * w,
+                             .count = (uint64_t)m * w,
                              .size = b,
                              .address = id, /* description id, resolved by ag_hooks_bg_add */
                              .io_kind = kind,
@@ -134,6 +149,7 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
         uint32_t fdk = fd >= 0 ? ag_fd_kind(fd) : CM_FD_OTHER;
         uintptr_t pcs[AG_MAX_DEPTH];
         uint32_t d = ag_hook_unwind(t, pcs, AG_MAX_DEPTH);
+        n *= w;
         ag_agg_add_sub(CM_EV_IO, kind, fdk, pcs, d, ns * n, b * n, (uint64_t)CM_COUNT_ONE * n,
                        n > 1);
         if (S.skipped) {
@@ -143,124 +159,6 @@ static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t 
     }
     ag_hook_leave();
     errno = saved;
-}
-
-#define RESOLVE(var, name)                                                                         \
-    static __typeof__(name) *var;                                                                  \
-    if (AG_UNLIKELY(!var))                                                                         \
-        var = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
-
-/* Times call (returning ret_t) on fd: a plain forward when off; TSC ticks when calibrated. The
- * call is marked as blocking for the wall sampler (hooks.h); real is the resolved function. */
-#define TIMED(ret_t, kind, fd, call)                                                               \
-    do {                                                                                           \
-        if (!io_on())                                                                              \
-            return call;                                                                           \
-        uint64_t sc_ = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed);                  \
-        if (AG_LIKELY(sc_)) {                                                                      \
-            ag_thread_t *bt_ = AG_BLK_BEGIN(real);                                                 \
-            uint64_t t0_ = ag_tsc();                                                               \
-            ret_t r_ = call;                                                                       \
-            uint64_t d_ = ag_tsc() - t0_;                                                          \
-            ag_blk_end(bt_);                                                                       \
-            if (AG_UNLIKELY(d_ >= atomic_load_explicit(&ag_io_floor_ticks, memory_order_relaxed))) \
-                io_report((fd), (kind), (uint64_t)((unsigned __int128)d_ * sc_ >> 32),             \
-                          (ssize_t)r_);                                                            \
-            return r_;                                                                             \
-        }                                                                                          \
-        ag_thread_t *bt_ = AG_BLK_BEGIN(real);                                                     \
-        uint64_t t0_ = ag_hook_clock();                                                            \
-        ret_t r_ = call;                                                                           \
-        uint64_t d_ = ag_hook_clock() - t0_;                                                       \
-        ag_blk_end(bt_);                                                                           \
-        if (AG_UNLIKELY(d_ >= ag_hcfg.io_floor_ns))                                                \
-            io_report((fd), (kind), d_, (ssize_t)r_);                                              \
-        return r_;                                                                                 \
-    } while (0)
-
-AG_EXPORT AG_NO_TSAN ssize_t read(int fd, void *buf, size_t n) {
-    RESOLVE(real, read);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t write(int fd, const void *buf, size_t n) {
-    RESOLVE(real, write);
-    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pread(int fd, void *buf, size_t n, off_t off) {
-    RESOLVE(real, pread);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
-    RESOLVE(real, pread64);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-    RESOLVE(real, pwrite);
-    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
-    RESOLVE(real, pwrite64);
-    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t readv(int fd, const struct iovec *iov, int n) {
-    RESOLVE(real, readv);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, iov, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t writev(int fd, const struct iovec *iov, int n) {
-    RESOLVE(real, writev);
-    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, iov, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t recv(int fd, void *buf, size_t n, int fl) {
-    RESOLVE(real, recv);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, fl));
-}
-AG_EXPORT AG_NO_TSAN ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
-                           socklen_t *al) {
-    RESOLVE(real, recvfrom);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, fl, a, al));
-}
-AG_EXPORT AG_NO_TSAN ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
-    RESOLVE(real, recvmsg);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, m, fl));
-}
-AG_EXPORT AG_NO_TSAN ssize_t send(int fd, const void *buf, size_t n, int fl) {
-    RESOLVE(real, send);
-    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, fl));
-}
-AG_EXPORT AG_NO_TSAN ssize_t sendto(int fd, const void *buf, size_t n, int fl,
-                                    const struct sockaddr *a, socklen_t al) {
-    RESOLVE(real, sendto);
-    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, buf, n, fl, a, al));
-}
-AG_EXPORT AG_NO_TSAN ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
-    RESOLVE(real, sendmsg);
-    TIMED(ssize_t, CM_IO_WRITE, fd, real(fd, m, fl));
-}
-AG_EXPORT AG_NO_TSAN int connect(int fd, const struct sockaddr *a, socklen_t al) {
-    RESOLVE(real, connect);
-    TIMED(int, CM_IO_CONNECT, fd, real(fd, a, al));
-}
-/* accept: the new fd's cache entries (a closed fd's number reused) are forgotten first. */
-static inline int accepted(int r) {
-    if (r >= 0)
-        ag_fd_forget(r);
-    return r;
-}
-AG_EXPORT AG_NO_TSAN int accept(int fd, struct sockaddr *a, socklen_t *al) {
-    RESOLVE(real, accept);
-    TIMED(int, CM_IO_ACCEPT, fd, accepted(real(fd, a, al)));
-}
-AG_EXPORT AG_NO_TSAN int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
-    RESOLVE(real, accept4);
-    TIMED(int, CM_IO_ACCEPT, fd, accepted(real(fd, a, al, fl)));
-}
-AG_EXPORT AG_NO_TSAN int fsync(int fd) {
-    RESOLVE(real, fsync);
-    TIMED(int, CM_IO_SYNC, fd, real(fd));
-}
-AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
-    RESOLVE(real, fdatasync);
-    TIMED(int, CM_IO_SYNC, fd, real(fd));
 }
 
 /* _FORTIFY_SOURCE builds (Debian's default for packages) call these checked variants instead
@@ -275,29 +173,204 @@ int __open64_2(const char *, int);
 int __openat_2(int, const char *, int);
 int __openat64_2(int, const char *, int);
 
+/* The real functions, resolved by the constructor below: an application's signal handler may
+ * call read, write, close or fcntl (async-signal-safe), and dlsym is not (it takes the
+ * loader's lock). A call before the constructor (another library's) resolves its own. */
+#define IO_FUNCS(X)                                                                                \
+    X(read) X(write) X(pread) X(pread64) X(pwrite) X(pwrite64) X(readv) X(writev) X(recv)         \
+    X(recvfrom) X(recvmsg) X(send) X(sendto) X(sendmsg) X(connect) X(accept) X(accept4) X(fsync)  \
+    X(fdatasync) X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__recv_chk) X(__recvfrom_chk)    \
+    X(open) X(open64) X(openat) X(openat64) X(__open_2) X(__open64_2) X(__openat_2)               \
+    X(__openat64_2) X(close) X(dup2) X(dup3) X(dup) X(socket) X(socketpair) X(pipe) X(pipe2)      \
+    X(eventfd) X(fcntl) X(ioctl)
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
+#define IO_FUNCS_228(X) X(fcntl64)
+#else
+#define IO_FUNCS_228(X)
+#endif
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+#define IO_FUNCS_234(X) X(close_range) X(closefrom)
+#else
+#define IO_FUNCS_234(X)
+#endif
+#define DECLARE(name) static __typeof__(name) *real_##name;
+IO_FUNCS(DECLARE)
+IO_FUNCS_228(DECLARE)
+IO_FUNCS_234(DECLARE)
+#define LOOKUP(name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+__attribute__((constructor(102))) static void io_init(void) {
+    ag_hook_guard++;
+    IO_FUNCS(LOOKUP)
+    IO_FUNCS_228(LOOKUP)
+    IO_FUNCS_234(LOOKUP)
+    ag_hook_guard--;
+}
+
+#define RESOLVE(var, name)                                                                         \
+    if (AG_UNLIKELY(!real_##name))                                                                 \
+        real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);                                 \
+    __typeof__(name) *var = real_##name;
+
+/* Times call (returning ret_t) on fd: a plain forward when off or when weight (evaluated
+ * only when on) is 0; TSC ticks when calibrated. A timed call is marked as blocking for the
+ * wall sampler (hooks.h) and what it records carries the weight; real is the resolved
+ * function. The weights: NB(fd) skips calls on a descriptor known non-blocking but for one in
+ * ~AG_NB_CHECK, timed with that weight (fdnb.c); NBFL also skips calls with MSG_DONTWAIT
+ * (they cannot wait either); fsync and fdatasync (files) are always timed (1). */
+#define NB(fd) ag_fd_nb_weight(fd)
+#define NBFL(fd, fl) ((fl) & MSG_DONTWAIT ? 0u : ag_fd_nb_weight(fd))
+#define TIMED(ret_t, kind, fd, weight, call)                                                       \
+    do {                                                                                           \
+        if (!io_on())                                                                              \
+            return call;                                                                           \
+        uint32_t w_ = (weight);                                                                    \
+        if (!w_)                                                                                   \
+            return call;                                                                           \
+        uint64_t sc_ = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed);                  \
+        if (AG_LIKELY(sc_)) {                                                                      \
+            ag_thread_t *bt_ = AG_BLK_BEGIN(real);                                                 \
+            uint64_t t0_ = ag_tsc();                                                               \
+            ret_t r_ = call;                                                                       \
+            uint64_t d_ = ag_tsc() - t0_;                                                          \
+            ag_blk_end(bt_);                                                                       \
+            if (AG_UNLIKELY(d_ >= atomic_load_explicit(&ag_io_floor_ticks, memory_order_relaxed))) \
+                io_report((fd), (kind), (uint64_t)((unsigned __int128)d_ * sc_ >> 32),             \
+                          (ssize_t)r_, w_);                                                        \
+            return r_;                                                                             \
+        }                                                                                          \
+        ag_thread_t *bt_ = AG_BLK_BEGIN(real);                                                     \
+        uint64_t t0_ = ag_hook_clock();                                                            \
+        ret_t r_ = call;                                                                           \
+        uint64_t d_ = ag_hook_clock() - t0_;                                                       \
+        ag_blk_end(bt_);                                                                           \
+        if (AG_UNLIKELY(d_ >= ag_hcfg.io_floor_ns))                                                \
+            io_report((fd), (kind), d_, (ssize_t)r_, w_);                                          \
+        return r_;                                                                                 \
+    } while (0)
+
+AG_EXPORT AG_NO_TSAN ssize_t read(int fd, void *buf, size_t n) {
+    RESOLVE(real, read);
+    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n));
+}
+AG_EXPORT AG_NO_TSAN ssize_t write(int fd, const void *buf, size_t n) {
+    RESOLVE(real, write);
+    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n));
+}
+AG_EXPORT AG_NO_TSAN ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    RESOLVE(real, pread);
+    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off));
+}
+AG_EXPORT AG_NO_TSAN ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
+    RESOLVE(real, pread64);
+    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off));
+}
+AG_EXPORT AG_NO_TSAN ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    RESOLVE(real, pwrite);
+    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n, off));
+}
+AG_EXPORT AG_NO_TSAN ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
+    RESOLVE(real, pwrite64);
+    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n, off));
+}
+AG_EXPORT AG_NO_TSAN ssize_t readv(int fd, const struct iovec *iov, int n) {
+    RESOLVE(real, readv);
+    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, iov, n));
+}
+AG_EXPORT AG_NO_TSAN ssize_t writev(int fd, const struct iovec *iov, int n) {
+    RESOLVE(real, writev);
+    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, iov, n));
+}
+AG_EXPORT AG_NO_TSAN ssize_t recv(int fd, void *buf, size_t n, int fl) {
+    RESOLVE(real, recv);
+    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, fl));
+}
+AG_EXPORT AG_NO_TSAN ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
+                           socklen_t *al) {
+    RESOLVE(real, recvfrom);
+    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, fl, a, al));
+}
+AG_EXPORT AG_NO_TSAN ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
+    RESOLVE(real, recvmsg);
+    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, m, fl));
+}
+AG_EXPORT AG_NO_TSAN ssize_t send(int fd, const void *buf, size_t n, int fl) {
+    RESOLVE(real, send);
+    TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, buf, n, fl));
+}
+AG_EXPORT AG_NO_TSAN ssize_t sendto(int fd, const void *buf, size_t n, int fl,
+                                    const struct sockaddr *a, socklen_t al) {
+    RESOLVE(real, sendto);
+    TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, buf, n, fl, a, al));
+}
+AG_EXPORT AG_NO_TSAN ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
+    RESOLVE(real, sendmsg);
+    TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, m, fl));
+}
+AG_EXPORT AG_NO_TSAN int connect(int fd, const struct sockaddr *a, socklen_t al) {
+    RESOLVE(real, connect);
+    TIMED(int, CM_IO_CONNECT, fd, NB(fd), real(fd, a, al));
+}
+/* A descriptor made by a hooked call: its description cache entries (a closed fd's number
+ * reused) are forgotten, its blocking state set (nonblocking: known from the call's flags)
+ * or, with nonblocking < 0, left to be learnt at its first I/O call (fdnb.c). */
+static inline void made(int fd, int nonblocking) {
+    ag_fd_forget(fd);
+    if (nonblocking < 0)
+        ag_fd_nb_forget(fd);
+    else
+        ag_fd_nb_set(fd, nonblocking);
+}
+/* accept's result never inherits O_NONBLOCK (Linux); accept4's has it with SOCK_NONBLOCK */
+static inline int accepted(int r, int nonblocking) {
+    if (r >= 0)
+        made(r, nonblocking);
+    return r;
+}
+AG_EXPORT AG_NO_TSAN int accept(int fd, struct sockaddr *a, socklen_t *al) {
+    RESOLVE(real, accept);
+    TIMED(int, CM_IO_ACCEPT, fd, NB(fd), accepted(real(fd, a, al), 0));
+}
+AG_EXPORT AG_NO_TSAN int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
+    RESOLVE(real, accept4);
+    TIMED(int, CM_IO_ACCEPT, fd, NB(fd), accepted(real(fd, a, al, fl), (fl & SOCK_NONBLOCK) != 0));
+}
+AG_EXPORT AG_NO_TSAN int fsync(int fd) {
+    RESOLVE(real, fsync);
+    TIMED(int, CM_IO_SYNC, fd, 1, real(fd));
+}
+AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
+    RESOLVE(real, fdatasync);
+    TIMED(int, CM_IO_SYNC, fd, 1, real(fd));
+}
+
+/* _FORTIFY_SOURCE builds (Debian's default for packages) call the checked variants (declared
+ * above) instead of read/pread/recv/recvfrom/open when the buffer size is known at compile
+ * time. */
+
 AG_EXPORT AG_NO_TSAN ssize_t __read_chk(int fd, void *buf, size_t n, size_t len) {
     RESOLVE(real, __read_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, len));
+    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, len));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t len) {
     RESOLVE(real, __pread_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off, len));
+    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off, len));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t len) {
     RESOLVE(real, __pread64_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, off, len));
+    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off, len));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __recv_chk(int fd, void *buf, size_t n, size_t len, int fl) {
     RESOLVE(real, __recv_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, len, fl));
+    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, len, fl));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t len, int fl,
                                             struct sockaddr *a, socklen_t *al) {
     RESOLVE(real, __recvfrom_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, real(fd, buf, n, len, fl, a, al));
+    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, len, fl, a, al));
 }
 
-/* open: the result is the fd; the event carries no fd (-1) and bytes 0. */
+/* open: the result is the fd (blocking unless opened O_NONBLOCK: then the file type decides,
+ * fdnb.c); the event carries no fd (-1) and bytes 0. */
 static inline mode_t open_mode(int flags, va_list ap) {
     return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
 }
@@ -309,9 +382,9 @@ static inline mode_t open_mode(int flags, va_list ap) {
         int r_ = call;                                                                             \
         uint64_t d_ = ag_hook_clock() - t0_;                                                       \
         if (r_ >= 0)                                                                               \
-            ag_fd_forget(r_);                                                                      \
+            made(r_, flags & O_NONBLOCK ? -1 : 0);                                                 \
         if (AG_UNLIKELY(d_ >= ag_hcfg.io_floor_ns))                                                \
-            io_report(r_ >= 0 ? r_ : -1, CM_IO_OPEN, d_, 0);                                       \
+            io_report(r_ >= 0 ? r_ : -1, CM_IO_OPEN, d_, 0, 1);                                    \
         return r_;                                                                                 \
     } while (0)
 
@@ -365,18 +438,146 @@ AG_EXPORT AG_NO_TSAN int __openat64_2(int dfd, const char *path, int flags) {
     OPEN_TIMED(real(dfd, path, flags));
 }
 
+/* ---- descriptor bookkeeping only (no timing): the description cache (fdinfo.c) and the
+ * blocking state (fdnb.c) of the numbers these calls make, close or change. Always done, also
+ * with the hooks off or the guard set (a byte store or two): an entry must never outlive its
+ * descriptor. errno is what the real call left. ---- */
+
 AG_EXPORT AG_NO_TSAN int close(int fd) {
     RESOLVE(real, close);
     ag_fd_forget(fd);
-    return real(fd);
+    int r = real(fd);
+    ag_fd_nb_forget(fd); /* after: a learner racing the close would keep the old state */
+    return r;
 }
 AG_EXPORT AG_NO_TSAN int dup2(int a, int b) {
     RESOLVE(real, dup2);
     ag_fd_forget(b);
-    return real(a, b);
+    int r = real(a, b);
+    if (r >= 0)
+        ag_fd_nb_forget(r);
+    return r;
 }
 AG_EXPORT AG_NO_TSAN int dup3(int a, int b, int fl) {
     RESOLVE(real, dup3);
     ag_fd_forget(b);
-    return real(a, b, fl);
+    int r = real(a, b, fl);
+    if (r >= 0)
+        ag_fd_nb_forget(r);
+    return r;
 }
+AG_EXPORT AG_NO_TSAN int dup(int a) {
+    RESOLVE(real, dup);
+    int r = real(a);
+    if (r >= 0)
+        made(r, -1);
+    return r;
+}
+AG_EXPORT AG_NO_TSAN int socket(int domain, int type, int proto) {
+    RESOLVE(real, socket);
+    int r = real(domain, type, proto);
+    if (r >= 0)
+        made(r, (type & SOCK_NONBLOCK) != 0);
+    return r;
+}
+AG_EXPORT AG_NO_TSAN int socketpair(int domain, int type, int proto, int sv[2]) {
+    RESOLVE(real, socketpair);
+    int r = real(domain, type, proto, sv);
+    if (r == 0) {
+        made(sv[0], (type & SOCK_NONBLOCK) != 0);
+        made(sv[1], (type & SOCK_NONBLOCK) != 0);
+    }
+    return r;
+}
+AG_EXPORT AG_NO_TSAN int pipe(int p[2]) {
+    RESOLVE(real, pipe);
+    int r = real(p);
+    if (r == 0) {
+        made(p[0], 0);
+        made(p[1], 0);
+    }
+    return r;
+}
+AG_EXPORT AG_NO_TSAN int pipe2(int p[2], int fl) {
+    RESOLVE(real, pipe2);
+    int r = real(p, fl);
+    if (r == 0) {
+        made(p[0], (fl & O_NONBLOCK) != 0);
+        made(p[1], (fl & O_NONBLOCK) != 0);
+    }
+    return r;
+}
+AG_EXPORT AG_NO_TSAN int eventfd(unsigned count, int fl) {
+    RESOLVE(real, eventfd);
+    int r = real(count, fl);
+    if (r >= 0)
+        made(r, (fl & EFD_NONBLOCK) != 0);
+    return r;
+}
+
+/* fcntl: F_SETFL sets or clears O_NONBLOCK on the description; F_DUPFD* make a number. The
+ * third argument is forwarded as glibc reads it (a pointer-sized va_arg, whatever cmd). */
+static int fcntl_after(int fd, int cmd, void *arg, int r) {
+    if (r < 0)
+        return r;
+    if (cmd == F_SETFL)
+        ag_fd_nb_setfl(fd, ((int)(intptr_t)arg & O_NONBLOCK) != 0);
+    else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+        made(r, -1);
+    return r;
+}
+AG_EXPORT AG_NO_TSAN int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    RESOLVE(real, fcntl);
+    return fcntl_after(fd, cmd, arg, real(fd, cmd, arg));
+}
+#ifdef __GLIBC__
+#if __GLIBC_PREREQ(2, 28)
+AG_EXPORT AG_NO_TSAN int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    RESOLVE(real, fcntl64);
+    return fcntl_after(fd, cmd, arg, real(fd, cmd, arg));
+}
+#endif
+#endif
+/* ioctl: FIONBIO sets or clears O_NONBLOCK (libuv's way) */
+AG_EXPORT AG_NO_TSAN int ioctl(int fd, unsigned long req, ...) {
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    RESOLVE(real, ioctl);
+    int r = real(fd, req, arg);
+    if (req == FIONBIO && r == 0 && arg)
+        ag_fd_nb_setfl(fd, *(const int *)arg != 0);
+    return r;
+}
+
+#ifdef __GLIBC__
+#if __GLIBC_PREREQ(2, 34)
+static void forget_from(unsigned lo, unsigned hi) {
+    for (unsigned fd = lo; fd <= hi && fd < AG_NB_FDS; fd++)
+        ag_fd_forget((int)fd);
+    ag_fd_nb_forget_range(lo, hi);
+}
+AG_EXPORT AG_NO_TSAN int close_range(unsigned lo, unsigned hi, int fl) {
+    RESOLVE(real, close_range);
+    int r = real(lo, hi, fl);
+    if (r == 0 && !(fl & CLOSE_RANGE_CLOEXEC))
+        forget_from(lo, hi);
+    return r;
+}
+AG_EXPORT AG_NO_TSAN void closefrom(int lo) {
+    RESOLVE(real, closefrom);
+    real(lo);
+    if (lo >= 0)
+        forget_from((unsigned)lo, ~0u);
+}
+#endif
+#endif

@@ -209,6 +209,37 @@ AG_HIDDEN void ag_fd_forget(int fd); /* close/dup2 */
 /* bg: the text of a description id, or NULL when it was overwritten since. */
 AG_HIDDEN const char *ag_fd_text(uint32_t id, char *buf, size_t size);
 
+/* fdnb.c: which descriptors are non-blocking (calls on them are not timed; see its head) */
+#define AG_NB_FDS 65536 /* fds below: cached; above: always timed */
+#define AG_NB_CHECK 16  /* a call on a NONBLOCK fd is still timed with probability 1/this */
+enum { AG_NB_UNKNOWN = 0, AG_NB_BLOCKING = 1, AG_NB_NONBLOCK = 2 };
+AG_HIDDEN extern _Atomic uint8_t ag_nb_map[AG_NB_FDS]; /* state | generation << 2 */
+AG_HIDDEN extern AG_TLS int32_t ag_nb_left;            /* calls to the next check */
+/* F_GETFL + fstat for an UNKNOWN fd: its state now (UNKNOWN if it could not be told). */
+AG_HIDDEN uint32_t ag_fd_nb_learn(int fd);
+/* The countdown ran out: AG_NB_CHECK (time this call, weight AG_NB_CHECK) or 0 (skip). */
+AG_HIDDEN uint32_t ag_fd_nb_due(void);
+AG_HIDDEN void ag_fd_nb_set(int fd, int nonblocking); /* a hook made fd with known flags */
+AG_HIDDEN void ag_fd_nb_forget(int fd);               /* UNKNOWN: close, dup2, a slow check */
+AG_HIDDEN void ag_fd_nb_forget_range(unsigned lo, unsigned hi); /* close_range, closefrom */
+/* fcntl(F_SETFL)/ioctl(FIONBIO) set (1) or cleared (0) O_NONBLOCK on fd's description */
+AG_HIDDEN void ag_fd_nb_setfl(int fd, int nonblocking);
+/* The I/O hooks' question: 0 = do not time this call (fd non-blocking, not drawn for a
+ * check); else the weight of the timed call (1, or AG_NB_CHECK for a check). Inline cost on a
+ * NONBLOCK fd: a byte load and a TLS decrement. */
+static inline uint32_t ag_fd_nb_weight(int fd) {
+    if (AG_UNLIKELY((unsigned)fd >= AG_NB_FDS))
+        return 1;
+    uint32_t s = atomic_load_explicit(&ag_nb_map[fd], memory_order_relaxed) & 3u;
+    if (AG_UNLIKELY(s == AG_NB_UNKNOWN))
+        s = ag_fd_nb_learn(fd);
+    if (s != AG_NB_NONBLOCK)
+        return 1;
+    if (AG_LIKELY(--ag_nb_left > 0))
+        return 0;
+    return ag_fd_nb_due();
+}
+
 /* bg side (hooks.c), called from bgthread.c under its work lock */
 AG_HIDDEN void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
                                const ag_rec_t *r);

@@ -21,7 +21,8 @@
  *   bgthread.c   the background thread loop: wall ticks, drain, control, chunks, sending
  *   issue 4 hooks (their own header hooks.h): hooks.c (config, guard, flood cap, bg side),
  *   hook_alloc.c (malloc family, C++ new/delete), heap.c (live-heap table, INUSE rows),
- *   hook_lock.c, hook_io.c, fdinfo.c (fd kind, path/peer), agg.c (sub-threshold aggregates).
+ *   hook_lock.c, hook_io.c, fdinfo.c (fd kind, path/peer), fdnb.c (which fds are
+ *   non-blocking: their calls are not timed), agg.c (sub-threshold aggregates).
  *   Their ring records pass through ag_hooks_bg_add (bgthread.c), which strips the hook's own
  *   frames and reads two producer-private fields: an ALLOC record's io_kind/fd_kind carry its
  *   live-heap record id, an IO record's address carries its fd-description id.

@@ -29,6 +29,18 @@
  *                            and recv()s the answer; prints path_a=, path_b=, peer= and per
  *                            target the ns spent in those calls and their number (ns_a=,
  *                            calls_a=, ...)
+ *   io_work nbflip N         descriptors that turn blocking (fdnb.c): a pipe made with
+ *                            pipe2(O_NONBLOCK) and cleared with fcntl(F_SETFL, 0) (the hook
+ *                            sees it), read by setfl_site until N / 3 reads took >= 10 ms;
+ *                            then a socket made with SOCK_NONBLOCK, polled 2000 times (EAGAIN),
+ *                            turned blocking by a raw fcntl system call (no hook sees it) and
+ *                            read by flip_site until N reads took >= 10 ms (each phase 20 s
+ *                            at most); a writer thread feeds each a byte every 15 ms;
+ *                            prints the reads each site timed >= 10 ms (slow_setfl=,
+ *                            slow_flip=) and their number (reads_setfl=, reads_flip=)
+ *   io_work nbloop CALLS     nbloop_site recv()s CALLS times on an empty non-blocking socket
+ *                            (EAGAIN every time), then read()s CALLS times on an empty
+ *                            non-blocking pipe; prints eagain= (the calls that failed so)
  *   io_work longjmp SECONDS  thread "jumper" blocks in read() on an empty pipe
  *                            (jump_read_site); after 200 ms a SIGUSR1 handler siglongjmps out
  *                            of the hooked read, and the thread burns CPU in burn_site for
@@ -51,6 +63,7 @@
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,6 +85,7 @@ static volatile int g_stop;
 static int g_pipe[2];
 static useconds_t g_gap = 25000;
 
+static uint64_t g_writes; /* the writer's writes: I/O calls of their own, also subsampled */
 static void *writer_thread(void *arg) {
     (void)arg;
     char c = 'x';
@@ -79,6 +93,7 @@ static void *writer_thread(void *arg) {
         sleep_us(g_gap);
         if (write(g_pipe[1], &c, 1) != 1)
             break;
+        g_writes++;
     }
     close(g_pipe[1]);
     return NULL;
@@ -121,8 +136,9 @@ static void pipe_mode(double secs, ssize_t (*site)(void)) {
         n++;
     g_stop = 1;
     pthread_join(th, NULL);
-    printf("reads=%llu slow=%llu slow_ns=%llu\n", (unsigned long long)n,
-           (unsigned long long)g_slow, (unsigned long long)g_slow_ns);
+    printf("reads=%llu slow=%llu slow_ns=%llu writes=%llu\n", (unsigned long long)n,
+           (unsigned long long)g_slow, (unsigned long long)g_slow_ns,
+           (unsigned long long)g_writes);
 }
 
 __attribute__((noinline)) void file_site(int fd) {
@@ -534,6 +550,90 @@ static void targets_mode(double secs, int port) {
            (unsigned long long)g_tns[2], (unsigned long long)g_tcalls[2]);
 }
 
+/* ---- nbflip / nbloop: descriptors known non-blocking (agent/src/fdnb.c) ---- */
+
+static int g_feed_fd;
+static volatile int g_feed_stop;
+static void *feeder(void *arg) {
+    (void)arg;
+    while (!g_feed_stop) {
+        sleep_us(15000);
+        if (write(g_feed_fd, "x", 1) != 1 && errno != EAGAIN)
+            break;
+    }
+    return NULL;
+}
+
+/* reads fd (blocking) while the feeder writes wfd, until want reads took >= 10 ms (or 20 s
+ * passed); counts the reads and the slow ones */
+static void feed_reads(int fd, int wfd, uint64_t want, ssize_t (*site)(int), uint64_t *reads,
+                       uint64_t *slow) {
+    g_feed_fd = wfd;
+    g_feed_stop = 0;
+    pthread_t th;
+    pthread_create(&th, NULL, feeder, NULL);
+    double end = now_s() + 20;
+    while (*slow < want && now_s() < end) {
+        double t0 = now_s();
+        if (site(fd) != 1)
+            exit(1);
+        *slow += now_s() - t0 >= 0.010;
+        ++*reads;
+    }
+    g_feed_stop = 1;
+    pthread_join(th, NULL);
+}
+
+__attribute__((noinline)) ssize_t setfl_site(int fd) {
+    char c;
+    return read(fd, &c, 1);
+}
+__attribute__((noinline)) ssize_t flip_site(int fd) {
+    char c;
+    return recv(fd, &c, 1, 0);
+}
+
+static void nbflip_mode(uint64_t want) {
+    int p[2], sv[2];
+    uint64_t reads = 0, slow = 0;
+    char c;
+    if (pipe2(p, O_NONBLOCK) != 0 || read(p[0], &c, 1) != -1 || errno != EAGAIN ||
+        fcntl(p[0], F_SETFL, 0) != 0)
+        exit(1);
+    feed_reads(p[0], p[1], want / 3, setfl_site, &reads, &slow);
+    printf("reads_setfl=%llu slow_setfl=%llu\n", (unsigned long long)reads,
+           (unsigned long long)slow);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0)
+        exit(1);
+    for (int i = 0; i < 2000; i++)
+        if (recv(sv[0], &c, 1, 0) != -1 || errno != EAGAIN)
+            exit(1);
+    if (syscall(SYS_fcntl, sv[0], F_SETFL, O_RDWR) != 0) /* blocking, behind the hooks' back */
+        exit(1);
+    reads = slow = 0;
+    feed_reads(sv[0], sv[1], want, flip_site, &reads, &slow);
+    printf("reads_flip=%llu slow_flip=%llu\n", (unsigned long long)reads,
+           (unsigned long long)slow);
+}
+
+__attribute__((noinline)) uint64_t nbloop_site(int sock, int pfd, long calls) {
+    char buf[16];
+    uint64_t eagain = 0;
+    for (long i = 0; i < calls; i++)
+        eagain += recv(sock, buf, sizeof buf, 0) == -1 && errno == EAGAIN;
+    for (long i = 0; i < calls; i++)
+        eagain += read(pfd, buf, sizeof buf) == -1 && errno == EAGAIN;
+    return eagain;
+}
+
+static void nbloop_mode(long calls) {
+    int sv[2], p[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0 ||
+        pipe2(p, O_NONBLOCK) != 0)
+        exit(1);
+    printf("eagain=%llu\n", (unsigned long long)nbloop_site(sv[0], p[0], calls));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -554,6 +654,10 @@ int main(int argc, char **argv) {
         socket_mode(secs);
     } else if (!strcmp(argv[1], "blocked")) {
         blocked_mode(secs);
+    } else if (!strcmp(argv[1], "nbflip")) {
+        nbflip_mode((uint64_t)secs);
+    } else if (!strcmp(argv[1], "nbloop")) {
+        nbloop_mode((long)secs);
     } else if (!strcmp(argv[1], "longjmp")) {
         longjmp_mode(secs);
     } else if (!strcmp(argv[1], "waits")) {
