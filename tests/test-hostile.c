@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
     ho.timeout = 30;
     ho.repeat = 1;
     int i = 2;
-    for (; i < argc; i++) {
+    while (i < argc) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--")) {
             i++;
@@ -265,7 +265,7 @@ int main(int argc, char **argv) {
             ho.env[ho.n_env++] = v;
         else
             usage();
-        i++;
+        i += 2; /* the option and its value */
     }
     if (!ho.prog || ho.timeout <= 0 || ho.repeat < 1)
         usage();

@@ -130,7 +130,14 @@ __attribute__((noinline)) void jit_caller(double secs) {
 
 /* Overwrites its own return address and saved rbp while it spins (frame pointer kept in this
  * one function so that the slots are known), then restores them. */
-__attribute__((noinline, optimize("no-omit-frame-pointer"))) double scribble_once(uint64_t seed) {
+/* GCC keeps rbp by the attribute; clang has no optimize attribute, and keeps a frame pointer in
+ * any function that takes __builtin_frame_address(0). */
+#if defined(__clang__)
+#define FP_KEPT
+#else
+#define FP_KEPT __attribute__((optimize("no-omit-frame-pointer")))
+#endif
+__attribute__((noinline)) FP_KEPT double scribble_once(uint64_t seed) {
     void **frame = (void **)__builtin_frame_address(0);
     void *saved_fp = frame[0], *saved_ra = frame[1];
     double s = 0;

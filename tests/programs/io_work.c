@@ -461,6 +461,7 @@ __attribute__((noinline)) void jump_read_site(int fd) {
 
 __attribute__((noinline)) void burn_site(double secs) {
     volatile uint64_t x = 0;
+    (void)x; /* read once: clang warns of a variable only ever written */
     double end = now_s() + secs;
     while (now_s() < end)
         for (int i = 0; i < 10000; i++)
