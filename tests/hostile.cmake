@@ -108,11 +108,15 @@ fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c
 fp_hostile(own_malloc_thread SOURCES hostile/own_malloc_thread.c TIMEOUT 30 ARGS 2
   ENV FLEETPROF_WALL_HZ=100 FLEETPROF_LOCK_THRESHOLD=1 FLEETPROF_IO_FLOOR=0
   FLEETPROF_IO_THRESHOLD=0.01)
+# -fno-builtin: a malloc family of the program's own must not be taken for the C library's,
+# whose calls the compiler may drop or reorder, assuming they touch no memory the program sees
+# (this one's bump pointer is a global); built by clang without it, the program alone crashed
+target_compile_options(hostile-own_malloc_thread PRIVATE -fno-builtin)
 # the same malloc family in a shared library the program links (after the preloaded agent);
 # no collector there: the agent's first log line is its warning, on its own thread
 add_library(hostile_own_malloc SHARED hostile/own_malloc_thread.c)
 target_compile_definitions(hostile_own_malloc PRIVATE main=own_malloc_main)
-target_compile_options(hostile_own_malloc PRIVATE -Wno-shadow)
+target_compile_options(hostile_own_malloc PRIVATE -Wno-shadow -fno-builtin)
 target_link_libraries(hostile_own_malloc PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 set_target_properties(hostile_own_malloc PROPERTIES LIBRARY_OUTPUT_DIRECTORY
   ${CMAKE_CURRENT_BINARY_DIR}/hostile)
