@@ -54,17 +54,20 @@ static inline uint8_t nb_byte(uint8_t old, uint8_t state) {
     return (uint8_t)(((old + 4u) & ~3u) | state);
 }
 
+/* g_hi = max(g_hi, fd): the range nb_cleared scans */
+static void nb_raise_hi(int fd) {
+    int32_t hi = atomic_load_explicit(&g_hi, memory_order_relaxed);
+    while (fd > hi && !atomic_compare_exchange_weak_explicit(&g_hi, &hi, fd, memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
+}
+
 /* Sets fd's state, bumping the generation (a learner that read the old byte loses). */
 static void nb_store(int fd, uint8_t state) {
     if ((unsigned)fd >= AG_NB_FDS)
         return;
-    if (state == AG_NB_NONBLOCK) {
-        int32_t hi = atomic_load_explicit(&g_hi, memory_order_relaxed);
-        while (fd > hi && !atomic_compare_exchange_weak_explicit(&g_hi, &hi, fd,
-                                                                 memory_order_relaxed,
-                                                                 memory_order_relaxed))
-            ;
-    }
+    if (state == AG_NB_NONBLOCK)
+        nb_raise_hi(fd);
     uint8_t old = atomic_load_explicit(&ag_nb_map[fd], memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&ag_nb_map[fd], &old, nb_byte(old, state),
                                                   memory_order_relaxed, memory_order_relaxed))
@@ -130,13 +133,8 @@ uint32_t ag_fd_nb_learn(int fd) {
         !S_ISBLK(st.st_mode) && !S_ISDIR(st.st_mode))
         state = AG_NB_NONBLOCK;
     errno = saved;
-    if (state == AG_NB_NONBLOCK) {
-        int32_t hi = atomic_load_explicit(&g_hi, memory_order_relaxed);
-        while (fd > hi && !atomic_compare_exchange_weak_explicit(&g_hi, &hi, fd,
-                                                                 memory_order_relaxed,
-                                                                 memory_order_relaxed))
-            ;
-    }
+    if (state == AG_NB_NONBLOCK)
+        nb_raise_hi(fd);
     /* same generation, state set; a forget since our read wins */
     if (atomic_compare_exchange_strong_explicit(&ag_nb_map[fd], &old, (uint8_t)(old | state),
                                                 memory_order_relaxed, memory_order_relaxed))

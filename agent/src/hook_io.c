@@ -173,9 +173,8 @@ int __open64_2(const char *, int);
 int __openat_2(int, const char *, int);
 int __openat64_2(int, const char *, int);
 
-/* The real functions, resolved by the constructor below: an application's signal handler may
- * call read, write, close or fcntl (async-signal-safe), and dlsym is not (it takes the
- * loader's lock). A call before the constructor (another library's) resolves its own. */
+/* The real functions, looked up by the constructor below (hooks.h, AG_REAL_DECLARE): an
+ * application's signal handler may call read, write, close or fcntl. */
 #define IO_FUNCS(X)                                                                                \
     X(read) X(write) X(pread) X(pread64) X(pwrite) X(pwrite64) X(readv) X(writev) X(recv)         \
     X(recvfrom) X(recvmsg) X(send) X(sendto) X(sendmsg) X(connect) X(accept) X(accept4) X(fsync)  \
@@ -193,23 +192,16 @@ int __openat64_2(int, const char *, int);
 #else
 #define IO_FUNCS_234(X)
 #endif
-#define DECLARE(name) static __typeof__(name) *real_##name;
-IO_FUNCS(DECLARE)
-IO_FUNCS_228(DECLARE)
-IO_FUNCS_234(DECLARE)
-#define LOOKUP(name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+IO_FUNCS(AG_REAL_DECLARE)
+IO_FUNCS_228(AG_REAL_DECLARE)
+IO_FUNCS_234(AG_REAL_DECLARE)
 __attribute__((constructor(102))) static void io_init(void) {
     ag_hook_guard++;
-    IO_FUNCS(LOOKUP)
-    IO_FUNCS_228(LOOKUP)
-    IO_FUNCS_234(LOOKUP)
+    IO_FUNCS(AG_REAL_LOOKUP)
+    IO_FUNCS_228(AG_REAL_LOOKUP)
+    IO_FUNCS_234(AG_REAL_LOOKUP)
     ag_hook_guard--;
 }
-
-#define RESOLVE(var, name)                                                                         \
-    if (AG_UNLIKELY(!real_##name))                                                                 \
-        real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);                                 \
-    __typeof__(name) *var = real_##name;
 
 /* Times call (returning ret_t) on fd: a plain forward when off or when weight (evaluated
  * only when on) is 0; TSC ticks when calibrated. A timed call is marked as blocking for the
@@ -249,65 +241,65 @@ __attribute__((constructor(102))) static void io_init(void) {
     } while (0)
 
 AG_EXPORT AG_NO_TSAN ssize_t read(int fd, void *buf, size_t n) {
-    RESOLVE(real, read);
+    AG_RESOLVE(real, read);
     TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n));
 }
 AG_EXPORT AG_NO_TSAN ssize_t write(int fd, const void *buf, size_t n) {
-    RESOLVE(real, write);
+    AG_RESOLVE(real, write);
     TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n));
 }
 AG_EXPORT AG_NO_TSAN ssize_t pread(int fd, void *buf, size_t n, off_t off) {
-    RESOLVE(real, pread);
+    AG_RESOLVE(real, pread);
     TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off));
 }
 AG_EXPORT AG_NO_TSAN ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
-    RESOLVE(real, pread64);
+    AG_RESOLVE(real, pread64);
     TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off));
 }
 AG_EXPORT AG_NO_TSAN ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-    RESOLVE(real, pwrite);
+    AG_RESOLVE(real, pwrite);
     TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n, off));
 }
 AG_EXPORT AG_NO_TSAN ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
-    RESOLVE(real, pwrite64);
+    AG_RESOLVE(real, pwrite64);
     TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n, off));
 }
 AG_EXPORT AG_NO_TSAN ssize_t readv(int fd, const struct iovec *iov, int n) {
-    RESOLVE(real, readv);
+    AG_RESOLVE(real, readv);
     TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, iov, n));
 }
 AG_EXPORT AG_NO_TSAN ssize_t writev(int fd, const struct iovec *iov, int n) {
-    RESOLVE(real, writev);
+    AG_RESOLVE(real, writev);
     TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, iov, n));
 }
 AG_EXPORT AG_NO_TSAN ssize_t recv(int fd, void *buf, size_t n, int fl) {
-    RESOLVE(real, recv);
+    AG_RESOLVE(real, recv);
     TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, fl));
 }
 AG_EXPORT AG_NO_TSAN ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                            socklen_t *al) {
-    RESOLVE(real, recvfrom);
+    AG_RESOLVE(real, recvfrom);
     TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, fl, a, al));
 }
 AG_EXPORT AG_NO_TSAN ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
-    RESOLVE(real, recvmsg);
+    AG_RESOLVE(real, recvmsg);
     TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, m, fl));
 }
 AG_EXPORT AG_NO_TSAN ssize_t send(int fd, const void *buf, size_t n, int fl) {
-    RESOLVE(real, send);
+    AG_RESOLVE(real, send);
     TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, buf, n, fl));
 }
 AG_EXPORT AG_NO_TSAN ssize_t sendto(int fd, const void *buf, size_t n, int fl,
                                     const struct sockaddr *a, socklen_t al) {
-    RESOLVE(real, sendto);
+    AG_RESOLVE(real, sendto);
     TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, buf, n, fl, a, al));
 }
 AG_EXPORT AG_NO_TSAN ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
-    RESOLVE(real, sendmsg);
+    AG_RESOLVE(real, sendmsg);
     TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, m, fl));
 }
 AG_EXPORT AG_NO_TSAN int connect(int fd, const struct sockaddr *a, socklen_t al) {
-    RESOLVE(real, connect);
+    AG_RESOLVE(real, connect);
     TIMED(int, CM_IO_CONNECT, fd, NB(fd), real(fd, a, al));
 }
 /* A descriptor made by a hooked call: its description cache entries (a closed fd's number
@@ -327,19 +319,19 @@ static inline int accepted(int r, int nonblocking) {
     return r;
 }
 AG_EXPORT AG_NO_TSAN int accept(int fd, struct sockaddr *a, socklen_t *al) {
-    RESOLVE(real, accept);
+    AG_RESOLVE(real, accept);
     TIMED(int, CM_IO_ACCEPT, fd, NB(fd), accepted(real(fd, a, al), 0));
 }
 AG_EXPORT AG_NO_TSAN int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
-    RESOLVE(real, accept4);
+    AG_RESOLVE(real, accept4);
     TIMED(int, CM_IO_ACCEPT, fd, NB(fd), accepted(real(fd, a, al, fl), (fl & SOCK_NONBLOCK) != 0));
 }
 AG_EXPORT AG_NO_TSAN int fsync(int fd) {
-    RESOLVE(real, fsync);
+    AG_RESOLVE(real, fsync);
     TIMED(int, CM_IO_SYNC, fd, 1, real(fd));
 }
 AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
-    RESOLVE(real, fdatasync);
+    AG_RESOLVE(real, fdatasync);
     TIMED(int, CM_IO_SYNC, fd, 1, real(fd));
 }
 
@@ -348,24 +340,24 @@ AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
  * time. */
 
 AG_EXPORT AG_NO_TSAN ssize_t __read_chk(int fd, void *buf, size_t n, size_t len) {
-    RESOLVE(real, __read_chk);
+    AG_RESOLVE(real, __read_chk);
     TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, len));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t len) {
-    RESOLVE(real, __pread_chk);
+    AG_RESOLVE(real, __pread_chk);
     TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off, len));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t len) {
-    RESOLVE(real, __pread64_chk);
+    AG_RESOLVE(real, __pread64_chk);
     TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off, len));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __recv_chk(int fd, void *buf, size_t n, size_t len, int fl) {
-    RESOLVE(real, __recv_chk);
+    AG_RESOLVE(real, __recv_chk);
     TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, len, fl));
 }
 AG_EXPORT AG_NO_TSAN ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t len, int fl,
                                             struct sockaddr *a, socklen_t *al) {
-    RESOLVE(real, __recvfrom_chk);
+    AG_RESOLVE(real, __recvfrom_chk);
     TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, len, fl, a, al));
 }
 
@@ -393,7 +385,7 @@ AG_EXPORT AG_NO_TSAN int open(const char *path, int flags, ...) {
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
     va_end(ap);
-    RESOLVE(real, open);
+    AG_RESOLVE(real, open);
     OPEN_TIMED(real(path, flags, mode));
 }
 AG_EXPORT AG_NO_TSAN int open64(const char *path, int flags, ...) {
@@ -401,7 +393,7 @@ AG_EXPORT AG_NO_TSAN int open64(const char *path, int flags, ...) {
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
     va_end(ap);
-    RESOLVE(real, open64);
+    AG_RESOLVE(real, open64);
     OPEN_TIMED(real(path, flags, mode));
 }
 AG_EXPORT AG_NO_TSAN int openat(int dfd, const char *path, int flags, ...) {
@@ -409,7 +401,7 @@ AG_EXPORT AG_NO_TSAN int openat(int dfd, const char *path, int flags, ...) {
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
     va_end(ap);
-    RESOLVE(real, openat);
+    AG_RESOLVE(real, openat);
     OPEN_TIMED(real(dfd, path, flags, mode));
 }
 AG_EXPORT AG_NO_TSAN int openat64(int dfd, const char *path, int flags, ...) {
@@ -417,24 +409,24 @@ AG_EXPORT AG_NO_TSAN int openat64(int dfd, const char *path, int flags, ...) {
     va_start(ap, flags);
     mode_t mode = open_mode(flags, ap);
     va_end(ap);
-    RESOLVE(real, openat64);
+    AG_RESOLVE(real, openat64);
     OPEN_TIMED(real(dfd, path, flags, mode));
 }
 
 AG_EXPORT AG_NO_TSAN int __open_2(const char *path, int flags) {
-    RESOLVE(real, __open_2);
+    AG_RESOLVE(real, __open_2);
     OPEN_TIMED(real(path, flags));
 }
 AG_EXPORT AG_NO_TSAN int __open64_2(const char *path, int flags) {
-    RESOLVE(real, __open64_2);
+    AG_RESOLVE(real, __open64_2);
     OPEN_TIMED(real(path, flags));
 }
 AG_EXPORT AG_NO_TSAN int __openat_2(int dfd, const char *path, int flags) {
-    RESOLVE(real, __openat_2);
+    AG_RESOLVE(real, __openat_2);
     OPEN_TIMED(real(dfd, path, flags));
 }
 AG_EXPORT AG_NO_TSAN int __openat64_2(int dfd, const char *path, int flags) {
-    RESOLVE(real, __openat64_2);
+    AG_RESOLVE(real, __openat64_2);
     OPEN_TIMED(real(dfd, path, flags));
 }
 
@@ -444,14 +436,14 @@ AG_EXPORT AG_NO_TSAN int __openat64_2(int dfd, const char *path, int flags) {
  * descriptor. errno is what the real call left. ---- */
 
 AG_EXPORT AG_NO_TSAN int close(int fd) {
-    RESOLVE(real, close);
+    AG_RESOLVE(real, close);
     ag_fd_forget(fd);
     int r = real(fd);
     ag_fd_nb_forget(fd); /* after: a learner racing the close would keep the old state */
     return r;
 }
 AG_EXPORT AG_NO_TSAN int dup2(int a, int b) {
-    RESOLVE(real, dup2);
+    AG_RESOLVE(real, dup2);
     ag_fd_forget(b);
     int r = real(a, b);
     if (r >= 0)
@@ -459,7 +451,7 @@ AG_EXPORT AG_NO_TSAN int dup2(int a, int b) {
     return r;
 }
 AG_EXPORT AG_NO_TSAN int dup3(int a, int b, int fl) {
-    RESOLVE(real, dup3);
+    AG_RESOLVE(real, dup3);
     ag_fd_forget(b);
     int r = real(a, b, fl);
     if (r >= 0)
@@ -467,21 +459,21 @@ AG_EXPORT AG_NO_TSAN int dup3(int a, int b, int fl) {
     return r;
 }
 AG_EXPORT AG_NO_TSAN int dup(int a) {
-    RESOLVE(real, dup);
+    AG_RESOLVE(real, dup);
     int r = real(a);
     if (r >= 0)
         made(r, -1);
     return r;
 }
 AG_EXPORT AG_NO_TSAN int socket(int domain, int type, int proto) {
-    RESOLVE(real, socket);
+    AG_RESOLVE(real, socket);
     int r = real(domain, type, proto);
     if (r >= 0)
         made(r, (type & SOCK_NONBLOCK) != 0);
     return r;
 }
 AG_EXPORT AG_NO_TSAN int socketpair(int domain, int type, int proto, int sv[2]) {
-    RESOLVE(real, socketpair);
+    AG_RESOLVE(real, socketpair);
     int r = real(domain, type, proto, sv);
     if (r == 0) {
         made(sv[0], (type & SOCK_NONBLOCK) != 0);
@@ -490,7 +482,7 @@ AG_EXPORT AG_NO_TSAN int socketpair(int domain, int type, int proto, int sv[2]) 
     return r;
 }
 AG_EXPORT AG_NO_TSAN int pipe(int p[2]) {
-    RESOLVE(real, pipe);
+    AG_RESOLVE(real, pipe);
     int r = real(p);
     if (r == 0) {
         made(p[0], 0);
@@ -499,7 +491,7 @@ AG_EXPORT AG_NO_TSAN int pipe(int p[2]) {
     return r;
 }
 AG_EXPORT AG_NO_TSAN int pipe2(int p[2], int fl) {
-    RESOLVE(real, pipe2);
+    AG_RESOLVE(real, pipe2);
     int r = real(p, fl);
     if (r == 0) {
         made(p[0], (fl & O_NONBLOCK) != 0);
@@ -508,7 +500,7 @@ AG_EXPORT AG_NO_TSAN int pipe2(int p[2], int fl) {
     return r;
 }
 AG_EXPORT AG_NO_TSAN int eventfd(unsigned count, int fl) {
-    RESOLVE(real, eventfd);
+    AG_RESOLVE(real, eventfd);
     int r = real(count, fl);
     if (r >= 0)
         made(r, (fl & EFD_NONBLOCK) != 0);
@@ -531,7 +523,7 @@ AG_EXPORT AG_NO_TSAN int fcntl(int fd, int cmd, ...) {
     va_start(ap, cmd);
     void *arg = va_arg(ap, void *);
     va_end(ap);
-    RESOLVE(real, fcntl);
+    AG_RESOLVE(real, fcntl);
     return fcntl_after(fd, cmd, arg, real(fd, cmd, arg));
 }
 #ifdef __GLIBC__
@@ -541,7 +533,7 @@ AG_EXPORT AG_NO_TSAN int fcntl64(int fd, int cmd, ...) {
     va_start(ap, cmd);
     void *arg = va_arg(ap, void *);
     va_end(ap);
-    RESOLVE(real, fcntl64);
+    AG_RESOLVE(real, fcntl64);
     return fcntl_after(fd, cmd, arg, real(fd, cmd, arg));
 }
 #endif
@@ -552,7 +544,7 @@ AG_EXPORT AG_NO_TSAN int ioctl(int fd, unsigned long req, ...) {
     va_start(ap, req);
     void *arg = va_arg(ap, void *);
     va_end(ap);
-    RESOLVE(real, ioctl);
+    AG_RESOLVE(real, ioctl);
     int r = real(fd, req, arg);
     if (req == FIONBIO && r == 0 && arg)
         ag_fd_nb_setfl(fd, *(const int *)arg != 0);
@@ -567,14 +559,14 @@ static void forget_from(unsigned lo, unsigned hi) {
     ag_fd_nb_forget_range(lo, hi);
 }
 AG_EXPORT AG_NO_TSAN int close_range(unsigned lo, unsigned hi, int fl) {
-    RESOLVE(real, close_range);
+    AG_RESOLVE(real, close_range);
     int r = real(lo, hi, fl);
     if (r == 0 && !(fl & CLOSE_RANGE_CLOEXEC))
         forget_from(lo, hi);
     return r;
 }
 AG_EXPORT AG_NO_TSAN void closefrom(int lo) {
-    RESOLVE(real, closefrom);
+    AG_RESOLVE(real, closefrom);
     real(lo);
     if (lo >= 0)
         forget_from((unsigned)lo, ~0u);

@@ -30,26 +30,18 @@ static inline int wait_on(void) {
            ag_hcfg.wait_on && !ag_hook_guard;
 }
 
-/* The real functions, resolved by the constructor below: an application's signal handler
- * may call nanosleep, sigsuspend or waitpid, and dlsym is not async-signal-safe. A call before
- * the constructor (another library's) resolves its own. */
+/* The real functions, looked up by the constructor below (hooks.h, AG_REAL_DECLARE): an
+ * application's signal handler may call nanosleep, sigsuspend or waitpid. */
 #define WAIT_FUNCS(X)                                                                              \
     X(poll) X(ppoll) X(select) X(pselect) X(epoll_wait) X(epoll_pwait) X(nanosleep)               \
     X(clock_nanosleep) X(sleep) X(usleep) X(pause) X(sigsuspend) X(sigwait) X(sigwaitinfo)        \
     X(sigtimedwait) X(pthread_join) X(sem_wait) X(sem_timedwait) X(wait) X(waitpid) X(waitid)
-#define DECLARE(name) static __typeof__(name) *real_##name;
-WAIT_FUNCS(DECLARE)
-#define LOOKUP(name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+WAIT_FUNCS(AG_REAL_DECLARE)
 __attribute__((constructor(102))) static void wait_init(void) {
     ag_hook_guard++;
-    WAIT_FUNCS(LOOKUP)
+    WAIT_FUNCS(AG_REAL_LOOKUP)
     ag_hook_guard--;
 }
-
-#define RESOLVE(var, name)                                                                         \
-    if (AG_UNLIKELY(!real_##name))                                                                 \
-        real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);                                 \
-    __typeof__(name) *var = real_##name;
 
 /* Forwards call (returning ret_t), marked as blocking when the hooks are on. */
 #define MARKED(ret_t, call)                                                                        \
@@ -63,91 +55,91 @@ __attribute__((constructor(102))) static void wait_init(void) {
     } while (0)
 
 AG_EXPORT AG_NO_TSAN int poll(struct pollfd *fds, nfds_t n, int timeout) {
-    RESOLVE(real, poll);
+    AG_RESOLVE(real, poll);
     MARKED(int, real(fds, n, timeout));
 }
 AG_EXPORT AG_NO_TSAN int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
                                const sigset_t *mask) {
-    RESOLVE(real, ppoll);
+    AG_RESOLVE(real, ppoll);
     MARKED(int, real(fds, n, ts, mask));
 }
 AG_EXPORT AG_NO_TSAN int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv) {
-    RESOLVE(real, select);
+    AG_RESOLVE(real, select);
     MARKED(int, real(n, r, w, e, tv));
 }
 AG_EXPORT AG_NO_TSAN int pselect(int n, fd_set *r, fd_set *w, fd_set *e,
                                  const struct timespec *ts, const sigset_t *mask) {
-    RESOLVE(real, pselect);
+    AG_RESOLVE(real, pselect);
     MARKED(int, real(n, r, w, e, ts, mask));
 }
 AG_EXPORT AG_NO_TSAN int epoll_wait(int fd, struct epoll_event *ev, int n, int timeout) {
-    RESOLVE(real, epoll_wait);
+    AG_RESOLVE(real, epoll_wait);
     MARKED(int, real(fd, ev, n, timeout));
 }
 AG_EXPORT AG_NO_TSAN int epoll_pwait(int fd, struct epoll_event *ev, int n, int timeout,
                                      const sigset_t *mask) {
-    RESOLVE(real, epoll_pwait);
+    AG_RESOLVE(real, epoll_pwait);
     MARKED(int, real(fd, ev, n, timeout, mask));
 }
 AG_EXPORT AG_NO_TSAN int nanosleep(const struct timespec *req, struct timespec *rem) {
-    RESOLVE(real, nanosleep);
+    AG_RESOLVE(real, nanosleep);
     MARKED(int, real(req, rem));
 }
 AG_EXPORT AG_NO_TSAN int clock_nanosleep(clockid_t c, int fl, const struct timespec *req,
                                          struct timespec *rem) {
-    RESOLVE(real, clock_nanosleep);
+    AG_RESOLVE(real, clock_nanosleep);
     MARKED(int, real(c, fl, req, rem));
 }
 AG_EXPORT AG_NO_TSAN unsigned sleep(unsigned s) {
-    RESOLVE(real, sleep);
+    AG_RESOLVE(real, sleep);
     MARKED(unsigned, real(s));
 }
 AG_EXPORT AG_NO_TSAN int usleep(useconds_t us) {
-    RESOLVE(real, usleep);
+    AG_RESOLVE(real, usleep);
     MARKED(int, real(us));
 }
 AG_EXPORT AG_NO_TSAN int pause(void) {
-    RESOLVE(real, pause);
+    AG_RESOLVE(real, pause);
     MARKED(int, real());
 }
 AG_EXPORT AG_NO_TSAN int sigsuspend(const sigset_t *mask) {
-    RESOLVE(real, sigsuspend);
+    AG_RESOLVE(real, sigsuspend);
     MARKED(int, real(mask));
 }
 AG_EXPORT AG_NO_TSAN int sigwait(const sigset_t *set, int *sig) {
-    RESOLVE(real, sigwait);
+    AG_RESOLVE(real, sigwait);
     MARKED(int, real(set, sig));
 }
 AG_EXPORT AG_NO_TSAN int sigwaitinfo(const sigset_t *set, siginfo_t *info) {
-    RESOLVE(real, sigwaitinfo);
+    AG_RESOLVE(real, sigwaitinfo);
     MARKED(int, real(set, info));
 }
 AG_EXPORT AG_NO_TSAN int sigtimedwait(const sigset_t *set, siginfo_t *info,
                                       const struct timespec *ts) {
-    RESOLVE(real, sigtimedwait);
+    AG_RESOLVE(real, sigtimedwait);
     MARKED(int, real(set, info, ts));
 }
 AG_EXPORT AG_NO_TSAN int pthread_join(pthread_t th, void **ret) {
-    RESOLVE(real, pthread_join);
+    AG_RESOLVE(real, pthread_join);
     MARKED(int, real(th, ret));
 }
 AG_EXPORT AG_NO_TSAN int sem_wait(sem_t *s) {
-    RESOLVE(real, sem_wait);
+    AG_RESOLVE(real, sem_wait);
     MARKED(int, real(s));
 }
 AG_EXPORT AG_NO_TSAN int sem_timedwait(sem_t *s, const struct timespec *ts) {
-    RESOLVE(real, sem_timedwait);
+    AG_RESOLVE(real, sem_timedwait);
     MARKED(int, real(s, ts));
 }
 AG_EXPORT AG_NO_TSAN pid_t wait(int *st) {
-    RESOLVE(real, wait);
+    AG_RESOLVE(real, wait);
     MARKED(pid_t, real(st));
 }
 AG_EXPORT AG_NO_TSAN pid_t waitpid(pid_t pid, int *st, int opt) {
-    RESOLVE(real, waitpid);
+    AG_RESOLVE(real, waitpid);
     MARKED(pid_t, real(pid, st, opt));
 }
 AG_EXPORT AG_NO_TSAN int waitid(idtype_t t, id_t id, siginfo_t *info, int opt) {
-    RESOLVE(real, waitid);
+    AG_RESOLVE(real, waitid);
     MARKED(int, real(t, id, info, opt));
 }

@@ -209,6 +209,18 @@ AG_HIDDEN void ag_fd_forget(int fd); /* close/dup2 */
 /* bg: the text of a description id, or NULL when it was overwritten since. */
 AG_HIDDEN const char *ag_fd_text(uint32_t id, char *buf, size_t size);
 
+/* The real function behind an interposer, real_NAME: declared (AG_REAL_DECLARE) and looked up
+ * (AG_REAL_LOOKUP) by the interposing file's constructor, since an application's signal handler
+ * may call it and dlsym is not async-signal-safe (it takes the loader's lock). AG_RESOLVE binds
+ * var to it; a call before the constructor (another library's) looks it up itself. Users
+ * include <dlfcn.h>. */
+#define AG_REAL_DECLARE(name) static __typeof__(name) *real_##name;
+#define AG_REAL_LOOKUP(name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+#define AG_RESOLVE(var, name)                                                                      \
+    if (AG_UNLIKELY(!real_##name))                                                                 \
+        AG_REAL_LOOKUP(name)                                                                       \
+    __typeof__(name) *var = real_##name;
+
 /* fdnb.c: which descriptors are non-blocking (calls on them are not timed; see its head) */
 #define AG_NB_FDS 65536 /* fds below: cached; above: always timed */
 #define AG_NB_CHECK 16  /* a call on a NONBLOCK fd is still timed with probability 1/this */
