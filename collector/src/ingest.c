@@ -489,10 +489,10 @@ static void on_sweep(uv_timer_t *t) {
     }
 }
 
-/* Removes a stale socket file; refuses if a collector still answers on it. */
 /* socket-group: the socket's group becomes GROUP (a name or a number), so socket-mode 0660
  * admits exactly its members. Without CAP_CHOWN the collector must itself be a member. */
-static int give_group(const char *path, const char *group, char *errbuf, size_t errbuf_size) {
+static int give_group(const char *path, const char *shown, const char *group, char *errbuf,
+                      size_t errbuf_size) {
     char *end;
     long n = strtol(group, &end, 10);
     gid_t gid;
@@ -512,12 +512,13 @@ static int give_group(const char *path, const char *group, char *errbuf, size_t 
         snprintf(errbuf, errbuf_size,
                  "cannot give socket '%s' to socket-group '%s' (gid %u): %s (the collector "
                  "must be a member of the group: SupplementaryGroups= in its unit)",
-                 path, group, (unsigned)gid, strerror(e));
+                 shown, group, (unsigned)gid, strerror(e));
         return -e;
     }
     return 0;
 }
 
+/* Removes a stale socket file; refuses if a collector still answers on it. */
 static int prepare_path(const char *path, char *errbuf, size_t errbuf_size) {
     struct stat st;
     if (lstat(path, &st))
@@ -542,6 +543,41 @@ static int prepare_path(const char *path, char *errbuf, size_t errbuf_size) {
     return 0;
 }
 
+/* Binds and listens on socket=, with its socket-mode and socket-group. The socket is made
+ * under a temporary name in the same directory and renamed into place, so nothing can see
+ * or connect to it half-made; a path with no room for the suffix is bound in place. */
+static int open_socket(uv_pipe_t *server, const col_config_t *cfg, char *errbuf,
+                       size_t errbuf_size) {
+    char tmp[sizeof ((struct sockaddr_un *)0)->sun_path];
+    int n = snprintf(tmp, sizeof tmp, "%s.%d.tmp", cfg->socket, (int)getpid());
+    const char *at = n > 0 && (size_t)n < sizeof tmp ? tmp : cfg->socket;
+    if (at == tmp)
+        unlink(tmp);
+    mode_t old = umask(0177); /* the socket is born 0600, then opened up to socket-mode */
+    int rc = uv_pipe_bind(server, at);
+    umask(old);
+    if (rc == 0 && chmod(at, (mode_t)cfg->socket_mode))
+        rc = -errno;
+    if (rc == 0 && cfg->socket_group && cfg->socket_group[0] &&
+        (rc = give_group(at, cfg->socket, cfg->socket_group, errbuf, errbuf_size))) {
+        if (at == tmp)
+            unlink(tmp);
+        return rc;
+    }
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)server, 1024, on_connection);
+    if (rc == 0 && at == tmp && rename(tmp, cfg->socket))
+        rc = -errno;
+    if (rc && at == tmp)
+        unlink(tmp);
+    if (rc)
+        snprintf(errbuf, errbuf_size,
+                 "cannot listen on socket='%s': %s (does the directory exist and is it "
+                 "writable?)",
+                 cfg->socket, uv_strerror(rc));
+    return rc;
+}
+
 int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_ident_t *node,
                      col_spool_t *spool, col_producer_t *producer, col_ingest_t **out,
                      char *errbuf, size_t errbuf_size) {
@@ -561,25 +597,7 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
     }
     uv_pipe_init(loop, &in->server, 0);
     in->server.data = in;
-    mode_t old = umask(0177); /* the socket is born 0600, then opened up to socket-mode */
-    rc = uv_pipe_bind(&in->server, cfg->socket);
-    umask(old);
-    if (rc == 0 && chmod(cfg->socket, (mode_t)cfg->socket_mode))
-        rc = -errno;
-    if (rc == 0 && cfg->socket_group && cfg->socket_group[0] &&
-        (rc = give_group(cfg->socket, cfg->socket_group, errbuf, errbuf_size))) {
-        uv_close((uv_handle_t *)&in->server, NULL);
-        uv_run(loop, UV_RUN_NOWAIT);
-        free(in);
-        return rc;
-    }
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&in->server, 1024, on_connection);
-    if (rc) {
-        snprintf(errbuf, errbuf_size,
-                 "cannot listen on socket='%s': %s (does the directory exist and is it "
-                 "writable?)",
-                 cfg->socket, uv_strerror(rc));
+    if ((rc = open_socket(&in->server, cfg, errbuf, errbuf_size))) {
         uv_close((uv_handle_t *)&in->server, NULL);
         uv_run(loop, UV_RUN_NOWAIT);
         free(in);
