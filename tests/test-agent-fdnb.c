@@ -6,7 +6,8 @@
  * forget (close, dup2, close_range); F_SETFL clearing O_NONBLOCK on one of two dups; the 1 in
  * AG_NB_CHECK checks (rate, weight: unbiased, and memoryless from a thread's first call); a
  * descriptor made blocking behind the cache's back with a raw fcntl system call, noticed at
- * the first check (what io_report does then: forget) and timed on every call after. */
+ * the first check (what io_report does then: re-ask the kernel) and timed on every call after;
+ * the re-asking's per-thread rate limit. */
 #define _GNU_SOURCE
 #include "hooks.h"
 #include "support/runner.h"
@@ -14,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -241,9 +243,10 @@ static void test_checks(void) {
 
 /* Behind the cache's back: a socket known non-blocking is made blocking by a raw fcntl system
  * call (no hook sees it). Calls go on being skipped until the first check; the hook times that
- * one, it waits (here: the test says so, as a slow result would), io_report forgets the entry,
- * and the next call learns BLOCKING: every call from then on is timed. Over 200 trials the
- * calls until the check are geometric, mean AG_NB_CHECK. */
+ * one, it waits (here: the test says so, as a slow result would), io_report re-asks the kernel
+ * (ag_fd_nb_recheck: forget and learn; done here by hand, the rate limit is test_recheck's)
+ * and learns BLOCKING: every call from then on is timed. Over 200 trials the calls until the
+ * check are geometric, mean AG_NB_CHECK. */
 static void test_behind_back(void) {
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0);
@@ -258,6 +261,7 @@ static void test_behind_back(void) {
             k++;
         CHECK_EQ(w, AG_NB_CHECK);
         ag_fd_nb_forget(sv[0]); /* io_report: a check that took >= the floor */
+        ag_fd_nb_learn(sv[0]);
         CHECK_EQ(call_n(sv[0], 20).plain, 20);
         CHECK_EQ(state(sv[0]), AG_NB_BLOCKING);
         total += k + 1;
@@ -268,6 +272,44 @@ static void test_behind_back(void) {
     /* mean of 200 geometric(1/16) draws: 16 +- 1.1 (sd of the mean) */
     double msd = sqrt(AG_NB_CHECK * (AG_NB_CHECK - 1.0) / 200);
     CHECKF(fabs((double)total / 200 - AG_NB_CHECK) <= 5 * msd, "mean %.1f", (double)total / 200);
+}
+
+/* ag_fd_nb_recheck, what io_report calls after a check that took at least the floor, on a
+ * fresh thread: the first re-ask keeps a descriptor still non-blocking NONBLOCK (it was slow
+ * without waiting: preempted, a big copy); a re-ask within AG_NB_RECHECK_NS (50 ms) of the
+ * thread's last is skipped, so a descriptor made blocking meanwhile stays NONBLOCK; the next
+ * one after that learns BLOCKING. errno is left alone throughout. */
+static void *recheck_thread(void *arg) {
+    int fd = *(int *)arg;
+    ag_fd_nb_set(fd, 1);
+    errno = 1234;
+    ag_fd_nb_recheck(fd);
+    CHECK_EQ(state(fd), AG_NB_NONBLOCK);
+    CHECK(syscall(SYS_fcntl, fd, F_SETFL, O_RDWR) == 0); /* blocking behind our back */
+    ag_fd_nb_recheck(fd);
+    CHECK_EQ(state(fd), AG_NB_NONBLOCK); /* rate-limited: not asked */
+    CHECK_EQ(errno, 1234);
+    poll(NULL, 0, 60);
+    errno = 1234;
+    ag_fd_nb_recheck(fd);
+    CHECK_EQ(state(fd), AG_NB_BLOCKING);
+    CHECK_EQ(errno, 1234);
+    return NULL;
+}
+
+static void test_recheck(void) {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, recheck_thread, &sv[0]) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    /* another thread has its own limit: its first re-ask is made (and learns BLOCKING) */
+    CHECK(syscall(SYS_fcntl, sv[1], F_SETFL, O_RDWR) == 0);
+    ag_fd_nb_set(sv[1], 1);
+    ag_fd_nb_recheck(sv[1]);
+    CHECK_EQ(state(sv[1]), AG_NB_BLOCKING);
+    close(sv[0]);
+    close(sv[1]);
 }
 
 /* Under a seccomp filter (sandbox.c sets ag_sandboxed before it goes in) nothing is learnt:
@@ -291,7 +333,7 @@ static void test_sandboxed(void) {
 static const tr_test_t tests[] = {
     {"learn", test_learn},   {"set_forget", test_set_forget}, {"race", test_race},
     {"setfl", test_setfl},   {"checks", test_checks},         {"behind_back", test_behind_back},
-    {"sandboxed", test_sandboxed},
+    {"recheck", test_recheck}, {"sandboxed", test_sandboxed},
     {NULL, NULL},
 };
 TR_MAIN(tests)

@@ -111,14 +111,14 @@ static inline uint32_t io_admit(void) {
 }
 
 /* A timed call of ns >= the floor. w: its weight, 1 or AG_NB_CHECK for a check on a
- * descriptor known non-blocking (fdnb.c), which took too long to trust the entry: forgotten,
- * the next call on fd asks the kernel again. */
+ * descriptor known non-blocking (fdnb.c), which took too long to trust the entry without
+ * asking the kernel again (rate-limited: ag_fd_nb_recheck). */
 static __attribute__((noinline)) void io_report(int fd, uint32_t kind, uint64_t ns,
                                                 ssize_t bytes, uint32_t w) {
     int saved = errno;
     uint32_t n = 1;
     if (w > 1)
-        ag_fd_nb_forget(fd);
+        ag_fd_nb_recheck(fd);
     if (ns < ag_hcfg.io_threshold_ns && !(n = io_admit())) {
         errno = saved;
         return; /* not recorded */

@@ -232,7 +232,10 @@ AG_HIDDEN uint32_t ag_fd_nb_learn(int fd);
 /* The countdown ran out: AG_NB_CHECK (time this call, weight AG_NB_CHECK) or 0 (skip). */
 AG_HIDDEN uint32_t ag_fd_nb_due(void);
 AG_HIDDEN void ag_fd_nb_set(int fd, int nonblocking); /* a hook made fd with known flags */
-AG_HIDDEN void ag_fd_nb_forget(int fd);               /* UNKNOWN: close, dup2, a slow check */
+AG_HIDDEN void ag_fd_nb_forget(int fd);               /* UNKNOWN: close, dup2 */
+/* A check on a NONBLOCK fd took at least the floor: ask the kernel again (rate-limited per
+ * thread; errno preserved) */
+AG_HIDDEN void ag_fd_nb_recheck(int fd);
 AG_HIDDEN void ag_fd_nb_forget_range(unsigned lo, unsigned hi); /* close_range, closefrom */
 /* fcntl(F_SETFL)/ioctl(FIONBIO) set (1) or cleared (0) O_NONBLOCK on fd's description */
 AG_HIDDEN void ag_fd_nb_setfl(int fd, int nonblocking);
