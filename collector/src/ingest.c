@@ -544,8 +544,8 @@ static int prepare_path(const char *path, char *errbuf, size_t errbuf_size) {
 }
 
 /* Binds and listens on socket=, with its socket-mode and socket-group. The socket is made
- * under a temporary name in the same directory and renamed into place, so nothing can see
- * or connect to it half-made; a path with no room for the suffix is bound in place. */
+ * under a temporary name in the same directory and linked into place, so nothing can see or
+ * connect to it half-made; a path with no room for the suffix is bound in place. */
 static int open_socket(uv_pipe_t *server, const col_config_t *cfg, char *errbuf,
                        size_t errbuf_size) {
     char tmp[sizeof ((struct sockaddr_un *)0)->sun_path];
@@ -566,9 +566,10 @@ static int open_socket(uv_pipe_t *server, const col_config_t *cfg, char *errbuf,
     }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)server, 1024, on_connection);
-    if (rc == 0 && at == tmp && rename(tmp, cfg->socket))
+    /* link, not rename: a collector that made the path meanwhile keeps it (EEXIST) */
+    if (rc == 0 && at == tmp && link(tmp, cfg->socket))
         rc = -errno;
-    if (rc && at == tmp)
+    if (at == tmp)
         unlink(tmp);
     if (rc)
         snprintf(errbuf, errbuf_size,
