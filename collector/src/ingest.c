@@ -571,7 +571,12 @@ static int open_socket(uv_pipe_t *server, const col_config_t *cfg, char *errbuf,
         rc = -errno;
     if (at == tmp)
         unlink(tmp);
-    if (rc)
+    if (rc == -EEXIST)
+        snprintf(errbuf, errbuf_size,
+                 "socket='%s' was made by another process while this collector started "
+                 "(another collector on the same path?)",
+                 cfg->socket);
+    else if (rc)
         snprintf(errbuf, errbuf_size,
                  "cannot listen on socket='%s': %s (does the directory exist and is it "
                  "writable?)",
