@@ -609,6 +609,10 @@ static void nbflip_mode(uint64_t want) {
     for (int i = 0; i < 2000; i++)
         if (recv(sv[0], &c, 1, 0) != -1 || errno != EAGAIN)
             exit(1);
+    /* A check among those EAGAIN calls that a loaded machine stretched past the floor made
+     * this thread re-ask the kernel (still non-blocking); a thread re-asks at most once per
+     * 50 ms (fdnb.c), so the flip's first slow check is only judged after that window. */
+    sleep_us(60000);
     if (syscall(SYS_fcntl, sv[0], F_SETFL, O_RDWR) != 0) /* blocking, behind the hooks' back */
         exit(1);
     reads = slow = 0;
