@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -539,6 +541,62 @@ static void test_container_id_from_cgroup(void) {
               sizeof id) == 0);
 }
 
+/* The socket's life (collector/src/ingest.c open_socket): it appears only finished, with no
+ * temporary name left beside it; a collector started on a path where another listens refuses
+ * and says why; a stopping collector removes its path only while the path is still its own
+ * socket: here a successor (this test, listening) took the path while the first one ran, and
+ * keeps it; a plain stop removes the path. */
+static int tmp_names(const char *dir) {
+    char cmd[512], out[4096];
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp$'", dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    return atoi(out);
+}
+
+static void test_socket_lifecycle(void) {
+    tc_collector_t c = {0};
+    CHECK(tc_collector_start(&c, NO_KAFKA, 19463, NULL) == 0);
+    struct stat sb;
+    CHECK(lstat(c.sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
+    CHECKF((sb.st_mode & 0777) == 0600, "mode %o (tc_collector_start: socket-mode 0600)",
+           sb.st_mode & 0777);
+    CHECK_EQ(tmp_names(c.dir), 0);
+    /* a second collector on the live path refuses */
+    char a_sock[400], a_spool[400], out[8192];
+    snprintf(a_sock, sizeof a_sock, "--socket=%s", c.sock);
+    snprintf(a_spool, sizeof a_spool, "--spool-dir=%s/spool2", c.dir);
+    const char *args[] = {a_sock, a_spool, "--brokers=" NO_KAFKA, "--http-listen=off", NULL};
+    CHECK(run_collector(args, out, sizeof out) != 0);
+    CHECKF(strstr(out, "is in use by a running collector"), "%s", out);
+    /* a successor takes the path while the first still runs */
+    CHECK(unlink(c.sock) == 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t sl = strlen(c.sock);
+    CHECK(sl < sizeof sa.sun_path);
+    memcpy(sa.sun_path, c.sock, sl + 1);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(fd, 4) == 0);
+    struct stat mine;
+    CHECK(lstat(c.sock, &mine) == 0);
+    int st = tc_collector_stop(&c, SIGTERM, 15);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    CHECKF(lstat(c.sock, &sb) == 0 && sb.st_ino == mine.st_ino,
+           "the stopping collector removed its successor's socket");
+    close(fd);
+    CHECK(unlink(c.sock) == 0);
+    /* a plain start and stop leaves nothing behind */
+    CHECK(tc_collector_start(&c, NO_KAFKA, 19463, NULL) == 0);
+    st = tc_collector_stop(&c, SIGTERM, 15);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    CHECKF(lstat(c.sock, &sb) != 0 && errno == ENOENT, "socket left after stop");
+    CHECK_EQ(tmp_names(c.dir), 0);
+    tc_cleanup(&c);
+}
+
 static const tr_test_t tests[] = {
     {"config_errors", test_config_errors},
     {"invalid_chunks_rejected", test_invalid_chunks_rejected},
@@ -549,6 +607,7 @@ static const tr_test_t tests[] = {
     {"spool_frame_len_bounded", test_spool_frame_len_bounded},
     {"acks_numbered_on_alloc_failure", test_acks_numbered_on_alloc_failure},
     {"container_id_from_cgroup", test_container_id_from_cgroup},
+    {"socket_lifecycle", test_socket_lifecycle},
     {0, 0},
 };
 TR_MAIN(tests)

@@ -26,9 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define INITIAL_BUF (16u << 10)
@@ -59,6 +61,7 @@ struct col_ingest {
     col_spool_t *spool;
     col_producer_t *producer;
     uv_pipe_t server;
+    struct stat ino; /* the socket's inode (st_dev, st_ino; 0: unknown) */
     uv_timer_t sweep;
     conn_t *conns;
     uint64_t n_conns;
@@ -543,43 +546,64 @@ static int prepare_path(const char *path, char *errbuf, size_t errbuf_size) {
     return 0;
 }
 
+/* A temporary name for the socket beside its path: random, so that collectors in other pid
+ * namespaces (each its own pid 1) sharing the directory never pick the same one. 0 if there
+ * is no room for the suffix in sun_path. */
+static int temp_name(char *tmp, size_t size, const char *path) {
+    uint32_t r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r = (uint32_t)getpid() * 2654435761u ^ (uint32_t)ts.tv_nsec;
+    }
+    int n = snprintf(tmp, size, "%s.%08x.tmp", path, (unsigned)r);
+    return n > 0 && (size_t)n < size;
+}
+
 /* Binds and listens on socket=, with its socket-mode and socket-group. The socket is made
  * under a temporary name in the same directory and linked into place, so nothing can see or
- * connect to it half-made; a path with no room for the suffix is bound in place. */
-static int open_socket(uv_pipe_t *server, const col_config_t *cfg, char *errbuf,
-                       size_t errbuf_size) {
+ * connect to it half-made; a path with no room for the suffix is bound in place. The
+ * socket's inode is kept in *ino so that stop removes the path only while it is still ours. */
+static int open_socket(uv_pipe_t *server, const col_config_t *cfg, struct stat *ino,
+                       char *errbuf, size_t errbuf_size) {
     char tmp[sizeof ((struct sockaddr_un *)0)->sun_path];
-    int n = snprintf(tmp, sizeof tmp, "%s.%d.tmp", cfg->socket, (int)getpid());
-    const char *at = n > 0 && (size_t)n < sizeof tmp ? tmp : cfg->socket;
-    if (at == tmp)
-        unlink(tmp);
+    const char *at = cfg->socket;
+    int rc = UV_EADDRINUSE;
     mode_t old = umask(0177); /* the socket is born 0600, then opened up to socket-mode */
-    int rc = uv_pipe_bind(server, at);
+    for (int i = 0; i < 4 && rc == UV_EADDRINUSE && temp_name(tmp, sizeof tmp, cfg->socket); i++)
+        rc = uv_pipe_bind(server, at = tmp);
+    if (at == cfg->socket)
+        rc = uv_pipe_bind(server, at);
     umask(old);
-    if (rc == 0 && chmod(at, (mode_t)cfg->socket_mode))
+    if (rc == 0 && chmod(at, (mode_t)cfg->socket_mode)) {
         rc = -errno;
-    if (rc == 0 && cfg->socket_group && cfg->socket_group[0] &&
-        (rc = give_group(at, cfg->socket, cfg->socket_group, errbuf, errbuf_size))) {
-        if (at == tmp)
-            unlink(tmp);
-        return rc;
+        snprintf(errbuf, errbuf_size, "cannot set socket-mode %o on socket '%s': %s",
+                 (unsigned)cfg->socket_mode, cfg->socket, strerror(-rc));
     }
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)server, 1024, on_connection);
+    if (rc == 0 && cfg->socket_group && cfg->socket_group[0])
+        rc = give_group(at, cfg->socket, cfg->socket_group, errbuf, errbuf_size);
+    if (rc == 0 && (rc = uv_listen((uv_stream_t *)server, 1024, on_connection)) != 0)
+        snprintf(errbuf, errbuf_size, "cannot listen on socket='%s': %s", cfg->socket,
+                 uv_strerror(rc));
+    if (rc == 0 && lstat(at, ino))
+        memset(ino, 0, sizeof *ino);
     /* link, not rename: a collector that made the path meanwhile keeps it (EEXIST) */
-    if (rc == 0 && at == tmp && link(tmp, cfg->socket))
+    if (rc == 0 && at == tmp && link(tmp, cfg->socket)) {
         rc = -errno;
-    if (at == tmp)
-        unlink(tmp);
-    if (rc == -EEXIST)
+        if (rc == -EEXIST)
+            snprintf(errbuf, errbuf_size,
+                     "socket='%s' was made by another process while this collector started "
+                     "(another collector on the same path?)",
+                     cfg->socket);
+        else
+            snprintf(errbuf, errbuf_size, "cannot link the socket into place at '%s': %s",
+                     cfg->socket, strerror(-rc));
+    }
+    if (at == tmp && rc != UV_EADDRINUSE)
+        unlink(tmp); /* bound by us (an EADDRINUSE from bind: another's, left alone) */
+    if (rc && !errbuf[0])
         snprintf(errbuf, errbuf_size,
-                 "socket='%s' was made by another process while this collector started "
-                 "(another collector on the same path?)",
-                 cfg->socket);
-    else if (rc)
-        snprintf(errbuf, errbuf_size,
-                 "cannot listen on socket='%s': %s (does the directory exist and is it "
-                 "writable?)",
+                 "cannot bind socket='%s': %s (does the directory exist and is it writable?)",
                  cfg->socket, uv_strerror(rc));
     return rc;
 }
@@ -603,7 +627,9 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
     }
     uv_pipe_init(loop, &in->server, 0);
     in->server.data = in;
-    if ((rc = open_socket(&in->server, cfg, errbuf, errbuf_size))) {
+    if (errbuf_size)
+        errbuf[0] = '\0';
+    if ((rc = open_socket(&in->server, cfg, &in->ino, errbuf, errbuf_size))) {
         uv_close((uv_handle_t *)&in->server, NULL);
         uv_run(loop, UV_RUN_NOWAIT);
         free(in);
@@ -626,6 +652,12 @@ void col_ingest_stop(col_ingest_t *in) {
     if (!in)
         return;
     in->draining = 1;
+    /* The path goes first, and only while it is still our socket: a collector started
+     * meanwhile (ours refusing connections while it drains) may have put its own there. */
+    struct stat st;
+    if (in->ino.st_ino && !lstat(in->cfg->socket, &st) && st.st_dev == in->ino.st_dev &&
+        st.st_ino == in->ino.st_ino)
+        unlink(in->cfg->socket);
     uv_close((uv_handle_t *)&in->server, NULL);
     uv_close((uv_handle_t *)&in->sweep, NULL);
     for (conn_t *c = in->conns; c; c = c->next)
@@ -633,6 +665,5 @@ void col_ingest_stop(col_ingest_t *in) {
     while (in->conns)
         uv_run(in->loop, UV_RUN_ONCE);
     uv_run(in->loop, UV_RUN_NOWAIT);
-    unlink(in->cfg->socket);
     free(in);
 }
