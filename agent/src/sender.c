@@ -7,8 +7,10 @@
  * resent). At exit (ag_sender_exit) nothing waits for acks: what is queued is written as far as
  * the collector takes it without blocking, bounded in time. CM_SOCK_RETRY, EOF or any error closes the connection; after a backoff (100 ms
  * doubling to 5 s) we reconnect and resend every unacked chunk (duplicates are removed by
- * chunk id downstream). The queue holds AG_QUEUE_MAX chunks; when full the oldest is discarded
- * and counted as DROP_CHUNK_QUEUE_FULL in the next chunk. FLEETPROF_COLLECTOR=none disables
+ * chunk id downstream). The queue holds AG_QUEUE_MAX chunks; when full the oldest not on the
+ * wire (not written, or written on a connection since closed) is discarded -- the new one if
+ * every queued chunk is written and awaiting its ack -- and counted as DROP_CHUNK_QUEUE_FULL
+ * in the next chunk. FLEETPROF_COLLECTOR=none disables
  * the socket.
  *
  * Files: written to ".<name>.tmp" and renamed, so a reader never sees half a chunk. Name:
@@ -242,11 +244,22 @@ void ag_sender_submit(uint8_t *frame, size_t len, uint64_t seq, const cm_drop_t 
     if (ndrops && (copy = malloc(ndrops * sizeof *copy)) != NULL)
         memcpy(copy, drops, ndrops * sizeof *copy);
     if (S.n == AG_QUEUE_MAX) {
-        int broken = S.cur == 0 && S.cur_off > 0;
-        ag_sender_give_back(S.q[0].drops, S.q[0].ndrops, CM_DROP_CHUNK_QUEUE_FULL);
-        entry_drop(0);
-        if (broken && S.fd >= 0)
-            disconnect(); /* the partial message cannot be completed */
+        /* The oldest chunk not on the wire is the one lost. One written in full and not yet
+         * acked may still be accepted (its ack is on its way): counting it lost would count a
+         * delivered chunk (test-agent-output-full spool_full saw 39 spooled + 10 counted for
+         * 48 cut); one half-written would break the stream. When every queued chunk is on the
+         * wire, the new one is lost instead. */
+        uint32_t i = 0;
+        while (i < S.n && (S.q[i].msg_no || (i == S.cur && S.cur_off > 0)))
+            i++;
+        if (i == S.n) {
+            ag_sender_give_back(drops, ndrops, CM_DROP_CHUNK_QUEUE_FULL);
+            free(copy);
+            free(frame);
+            return;
+        }
+        ag_sender_give_back(S.q[i].drops, S.q[i].ndrops, CM_DROP_CHUNK_QUEUE_FULL);
+        entry_drop(i);
     }
     S.q[S.n++] = (entry_t){frame, len, seq, 0, copy, copy ? ndrops : 0};
 }
