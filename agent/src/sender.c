@@ -5,13 +5,13 @@
  * frames; the collector acks each message in order with (message number, status). Every
  * chunk stays queued until acked with status 0 (accepted) or a negative CM_E* (rejected: never
  * resent). At exit (ag_sender_exit) nothing waits for acks: what is queued is written as far as
- * the collector takes it without blocking, bounded in time. CM_SOCK_RETRY, EOF or any error closes the connection; after a backoff (100 ms
- * doubling to 5 s) we reconnect and resend every unacked chunk (duplicates are removed by
- * chunk id downstream). The queue holds AG_QUEUE_MAX chunks; when full the oldest not on the
- * wire (not written, or written on a connection since closed) is discarded -- the new one if
- * every queued chunk is written and awaiting its ack -- and counted as DROP_CHUNK_QUEUE_FULL
- * in the next chunk. FLEETPROF_COLLECTOR=none disables
- * the socket.
+ * the collector takes it without blocking, bounded in time. CM_SOCK_RETRY, EOF or any error
+ * closes the connection; after a backoff (100 ms doubling to 5 s) we reconnect and resend
+ * every unacked chunk (duplicates are removed by chunk id downstream). The queue holds
+ * AG_QUEUE_MAX chunks; when full the oldest not on the wire (not written, or written on a
+ * connection since closed) is discarded -- the new one if every queued chunk is written and
+ * awaiting its ack -- and counted as DROP_CHUNK_QUEUE_FULL in the next chunk.
+ * FLEETPROF_COLLECTOR=none disables the socket.
  *
  * Files: written to ".<name>.tmp" and renamed, so a reader never sees half a chunk. Name:
  * <service>-<pid>-<sequence, 8 digits>.fpc.

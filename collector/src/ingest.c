@@ -61,7 +61,8 @@ struct col_ingest {
     col_spool_t *spool;
     col_producer_t *producer;
     uv_pipe_t server;
-    struct stat ino; /* the socket's inode (st_dev, st_ino; 0: unknown) */
+    dev_t dev; /* the socket's file (ino 0: unknown): stop removes the path only while */
+    ino_t ino; /* it is still this one */
     uv_timer_t sweep;
     conn_t *conns;
     uint64_t n_conns;
@@ -563,10 +564,12 @@ static int temp_name(char *tmp, size_t size, const char *path) {
 /* Binds and listens on socket=, with its socket-mode and socket-group. The socket is made
  * under a temporary name in the same directory and linked into place, so nothing can see or
  * connect to it half-made; a path with no room for the suffix is bound in place. The
- * socket's inode is kept in *ino so that stop removes the path only while it is still ours. */
-static int open_socket(uv_pipe_t *server, const col_config_t *cfg, struct stat *ino,
+ * socket file's identity goes to *dev, *ino (0: unknown). */
+static int open_socket(uv_pipe_t *server, const col_config_t *cfg, dev_t *dev, ino_t *ino,
                        char *errbuf, size_t errbuf_size) {
     char tmp[sizeof ((struct sockaddr_un *)0)->sun_path];
+    if (errbuf_size)
+        errbuf[0] = '\0';
     const char *at = cfg->socket;
     int rc = UV_EADDRINUSE;
     mode_t old = umask(0177); /* the socket is born 0600, then opened up to socket-mode */
@@ -585,8 +588,11 @@ static int open_socket(uv_pipe_t *server, const col_config_t *cfg, struct stat *
     if (rc == 0 && (rc = uv_listen((uv_stream_t *)server, 1024, on_connection)) != 0)
         snprintf(errbuf, errbuf_size, "cannot listen on socket='%s': %s", cfg->socket,
                  uv_strerror(rc));
-    if (rc == 0 && lstat(at, ino))
-        memset(ino, 0, sizeof *ino);
+    struct stat st;
+    if (rc == 0 && lstat(at, &st) == 0) {
+        *dev = st.st_dev;
+        *ino = st.st_ino;
+    }
     /* link, not rename: a collector that made the path meanwhile keeps it (EEXIST) */
     if (rc == 0 && at == tmp && link(tmp, cfg->socket)) {
         rc = -errno;
@@ -627,9 +633,7 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
     }
     uv_pipe_init(loop, &in->server, 0);
     in->server.data = in;
-    if (errbuf_size)
-        errbuf[0] = '\0';
-    if ((rc = open_socket(&in->server, cfg, &in->ino, errbuf, errbuf_size))) {
+    if ((rc = open_socket(&in->server, cfg, &in->dev, &in->ino, errbuf, errbuf_size))) {
         uv_close((uv_handle_t *)&in->server, NULL);
         uv_run(loop, UV_RUN_NOWAIT);
         free(in);
@@ -655,8 +659,7 @@ void col_ingest_stop(col_ingest_t *in) {
     /* The path goes first, and only while it is still our socket: a collector started
      * meanwhile (ours refusing connections while it drains) may have put its own there. */
     struct stat st;
-    if (in->ino.st_ino && !lstat(in->cfg->socket, &st) && st.st_dev == in->ino.st_dev &&
-        st.st_ino == in->ino.st_ino)
+    if (in->ino && !lstat(in->cfg->socket, &st) && st.st_dev == in->dev && st.st_ino == in->ino)
         unlink(in->cfg->socket);
     uv_close((uv_handle_t *)&in->server, NULL);
     uv_close((uv_handle_t *)&in->sweep, NULL);
