@@ -472,23 +472,36 @@ AG_EXPORT AG_NO_TSAN void *malloc(size_t n) {
     return ALLOC(A_MALLOC, n, 0, R.malloc(n));
 }
 
-static __attribute__((noinline)) void free_sampled(void *p) {
-    if (ag_heap_take((uintptr_t)p))
-        header_free((uintptr_t)p);
-    else
-        R.free(p); /* the cookie matched by chance (not a glibc pointer): not ours */
+/* Does q need more than the real call? A q from the bootstrap arena, a q with a header (or that
+ * may have one: page-aligned), or a call before the real functions are known. NULL passes: the
+ * real free and malloc_usable_size take it. Inline on the hot paths of free and
+ * malloc_usable_size, which are then a few loads, compares and a tail jump: no frame, no TLS
+ * (every other case is a tail call to a noinline function, so the compiler needs no prologue
+ * on the way through; redis calls malloc_usable_size twice per allocation). */
+static inline int alloc_slow(uintptr_t q) {
+    if (AG_UNLIKELY(q - (uintptr_t)g_arena < sizeof g_arena || !READY()))
+        return 1;
+    uint64_t c = atomic_load_explicit(&R.cookie, memory_order_relaxed);
+    return c && q && (AG_UNLIKELY(!(q & 4095)) || AG_UNLIKELY(word_at(q - 8) == (c ^ q)));
 }
 
-AG_EXPORT AG_NO_TSAN void free(void *p) {
+/* "free.slow": named as free in stacks (symbols.c), as GCC's "free.cold" would be */
+static void free_slow(void *p) __asm__("free.slow");
+static __attribute__((noinline)) void free_slow(void *p) {
     uintptr_t a = (uintptr_t)p;
-    if (AG_UNLIKELY(!p || in_arena(p)))
+    if (!p || in_arena(p))
         return;
     if (!READY())
         resolve();
-    if (AG_UNLIKELY(header_candidate(a))) {
-        free_sampled(p);
-        return;
-    }
+    if (header_candidate(a) && ag_heap_take(a))
+        header_free(a);
+    else
+        R.free(p); /* no header, or the cookie matched by chance (not a glibc pointer) */
+}
+
+AG_EXPORT AG_NO_TSAN void free(void *p) {
+    if (AG_UNLIKELY(alloc_slow((uintptr_t)p)))
+        return free_slow(p);
     R.free(p);
 }
 
@@ -552,7 +565,8 @@ AG_EXPORT AG_NO_TSAN void *reallocarray(void *old, size_t a, size_t b) {
     return realloc(old, n);
 }
 
-AG_EXPORT AG_NO_TSAN size_t malloc_usable_size(void *p) {
+static size_t usable_slow(void *p) __asm__("malloc_usable_size.slow");
+static __attribute__((noinline)) size_t usable_slow(void *p) {
     if (!p)
         return 0;
     if (in_arena(p))
@@ -566,6 +580,12 @@ AG_EXPORT AG_NO_TSAN size_t malloc_usable_size(void *p) {
         uintptr_t b = header_base(q);
         return R.usable((void *)b) - (q - b);
     }
+    return R.usable(p);
+}
+
+AG_EXPORT AG_NO_TSAN size_t malloc_usable_size(void *p) {
+    if (AG_UNLIKELY(!p || alloc_slow((uintptr_t)p) || !R.usable))
+        return usable_slow(p); /* NULL too: not every allocator's takes it */
     return R.usable(p);
 }
 
