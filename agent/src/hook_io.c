@@ -207,10 +207,9 @@ __attribute__((constructor(102))) static void io_init(void) {
  * only when on) is 0; TSC ticks when calibrated. A timed call is marked as blocking for the
  * wall sampler (hooks.h) and what it records carries the weight; real is the resolved
  * function. The weights: NB(fd) skips calls on a descriptor known non-blocking but for one in
- * ~AG_NB_CHECK, timed with that weight (fdnb.c); NBFL also skips calls with MSG_DONTWAIT
- * (they cannot wait either); fsync and fdatasync (files) are always timed (1). */
+ * ~AG_NB_CHECK, timed with that weight (fdnb.c); calls with MSG_DONTWAIT are skipped too
+ * (they cannot wait either: DATA_HOOK); fsync and fdatasync (files) are always timed (1). */
 #define NB(fd) ag_fd_nb_weight(fd)
-#define NBFL(fd, fl) ((fl) & MSG_DONTWAIT ? 0u : ag_fd_nb_weight(fd))
 #define TIMED(ret_t, kind, fd, weight, call)                                                       \
     do {                                                                                           \
         if (!io_on())                                                                              \
@@ -240,64 +239,47 @@ __attribute__((constructor(102))) static void io_init(void) {
         return r_;                                                                                 \
     } while (0)
 
-AG_EXPORT AG_NO_TSAN ssize_t read(int fd, void *buf, size_t n) {
-    AG_RESOLVE(real, read);
-    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t write(int fd, const void *buf, size_t n) {
-    AG_RESOLVE(real, write);
-    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pread(int fd, void *buf, size_t n, off_t off) {
-    AG_RESOLVE(real, pread);
-    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
-    AG_RESOLVE(real, pread64);
-    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-    AG_RESOLVE(real, pwrite);
-    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
-    AG_RESOLVE(real, pwrite64);
-    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, buf, n, off));
-}
-AG_EXPORT AG_NO_TSAN ssize_t readv(int fd, const struct iovec *iov, int n) {
-    AG_RESOLVE(real, readv);
-    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, iov, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t writev(int fd, const struct iovec *iov, int n) {
-    AG_RESOLVE(real, writev);
-    TIMED(ssize_t, CM_IO_WRITE, fd, NB(fd), real(fd, iov, n));
-}
-AG_EXPORT AG_NO_TSAN ssize_t recv(int fd, void *buf, size_t n, int fl) {
-    AG_RESOLVE(real, recv);
-    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, fl));
-}
-AG_EXPORT AG_NO_TSAN ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
-                           socklen_t *al) {
-    AG_RESOLVE(real, recvfrom);
-    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, fl, a, al));
-}
-AG_EXPORT AG_NO_TSAN ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
-    AG_RESOLVE(real, recvmsg);
-    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, m, fl));
-}
-AG_EXPORT AG_NO_TSAN ssize_t send(int fd, const void *buf, size_t n, int fl) {
-    AG_RESOLVE(real, send);
-    TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, buf, n, fl));
-}
-AG_EXPORT AG_NO_TSAN ssize_t sendto(int fd, const void *buf, size_t n, int fl,
-                                    const struct sockaddr *a, socklen_t al) {
-    AG_RESOLVE(real, sendto);
-    TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, buf, n, fl, a, al));
-}
-AG_EXPORT AG_NO_TSAN ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
-    AG_RESOLVE(real, sendmsg);
-    TIMED(ssize_t, CM_IO_WRITE, fd, NBFL(fd, fl), real(fd, m, fl));
-}
+/* A data call (read, write, send, recv and their kin): the exported function is the fast path
+ * only -- I/O off, or a descriptor known non-blocking between two checks: a few loads, a TLS
+ * decrement and a tail jump to the real function, with no frame (every other case is a tail
+ * call to name_slow, so the compiler needs no prologue on the way through; redis makes one
+ * read and one write per request). name_slow, reached by that tail jump, is the hook frame of
+ * a timed call (AG_BLK_BEGIN's frame returns to the application); its symbol is "name.slow",
+ * which symbols.c names as the real function, as GCC's "name.cold" parts. fl: the call's
+ * flags (MSG_DONTWAIT: never timed), 0 for calls without. */
+#define DATA_HOOK(name, kind, params, args, fl)                                                    \
+    static ssize_t name##_slow params __asm__(#name ".slow");                                      \
+    static __attribute__((noinline)) AG_NO_TSAN ssize_t name##_slow params {                       \
+        AG_RESOLVE(real, name);                                                                    \
+        TIMED(ssize_t, kind, fd, (fl) & MSG_DONTWAIT ? 0u : ag_fd_nb_weight_after(fd), real args); \
+    }                                                                                              \
+    AG_EXPORT AG_NO_TSAN ssize_t name params {                                                     \
+        __typeof__(name) *real = real_##name;                                                      \
+        if (AG_LIKELY(real) && (!io_on() || ((fl) & MSG_DONTWAIT) || ag_fd_nb_pass(fd)))           \
+            return real args;                                                                      \
+        return name##_slow args;                                                                   \
+    }
+
+DATA_HOOK(read, CM_IO_READ, (int fd, void *buf, size_t n), (fd, buf, n), 0)
+DATA_HOOK(write, CM_IO_WRITE, (int fd, const void *buf, size_t n), (fd, buf, n), 0)
+DATA_HOOK(pread, CM_IO_READ, (int fd, void *buf, size_t n, off_t off), (fd, buf, n, off), 0)
+DATA_HOOK(pread64, CM_IO_READ, (int fd, void *buf, size_t n, off64_t off), (fd, buf, n, off), 0)
+DATA_HOOK(pwrite, CM_IO_WRITE, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off), 0)
+DATA_HOOK(pwrite64, CM_IO_WRITE,
+          (int fd, const void *buf, size_t n, off64_t off),
+          (fd, buf, n, off), 0)
+DATA_HOOK(readv, CM_IO_READ, (int fd, const struct iovec *iov, int n), (fd, iov, n), 0)
+DATA_HOOK(writev, CM_IO_WRITE, (int fd, const struct iovec *iov, int n), (fd, iov, n), 0)
+DATA_HOOK(recv, CM_IO_READ, (int fd, void *buf, size_t n, int fl), (fd, buf, n, fl), fl)
+DATA_HOOK(recvfrom, CM_IO_READ,
+          (int fd, void *buf, size_t n, int fl, struct sockaddr *a, socklen_t *al),
+          (fd, buf, n, fl, a, al), fl)
+DATA_HOOK(recvmsg, CM_IO_READ, (int fd, struct msghdr *m, int fl), (fd, m, fl), fl)
+DATA_HOOK(send, CM_IO_WRITE, (int fd, const void *buf, size_t n, int fl), (fd, buf, n, fl), fl)
+DATA_HOOK(sendto, CM_IO_WRITE,
+          (int fd, const void *buf, size_t n, int fl, const struct sockaddr *a, socklen_t al),
+          (fd, buf, n, fl, a, al), fl)
+DATA_HOOK(sendmsg, CM_IO_WRITE, (int fd, const struct msghdr *m, int fl), (fd, m, fl), fl)
 AG_EXPORT AG_NO_TSAN int connect(int fd, const struct sockaddr *a, socklen_t al) {
     AG_RESOLVE(real, connect);
     TIMED(int, CM_IO_CONNECT, fd, NB(fd), real(fd, a, al));
@@ -339,27 +321,19 @@ AG_EXPORT AG_NO_TSAN int fdatasync(int fd) {
  * above) instead of read/pread/recv/recvfrom/open when the buffer size is known at compile
  * time. */
 
-AG_EXPORT AG_NO_TSAN ssize_t __read_chk(int fd, void *buf, size_t n, size_t len) {
-    AG_RESOLVE(real, __read_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, len));
-}
-AG_EXPORT AG_NO_TSAN ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t len) {
-    AG_RESOLVE(real, __pread_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off, len));
-}
-AG_EXPORT AG_NO_TSAN ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t len) {
-    AG_RESOLVE(real, __pread64_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, NB(fd), real(fd, buf, n, off, len));
-}
-AG_EXPORT AG_NO_TSAN ssize_t __recv_chk(int fd, void *buf, size_t n, size_t len, int fl) {
-    AG_RESOLVE(real, __recv_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, len, fl));
-}
-AG_EXPORT AG_NO_TSAN ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t len, int fl,
-                                            struct sockaddr *a, socklen_t *al) {
-    AG_RESOLVE(real, __recvfrom_chk);
-    TIMED(ssize_t, CM_IO_READ, fd, NBFL(fd, fl), real(fd, buf, n, len, fl, a, al));
-}
+DATA_HOOK(__read_chk, CM_IO_READ, (int fd, void *buf, size_t n, size_t len), (fd, buf, n, len), 0)
+DATA_HOOK(__pread_chk, CM_IO_READ,
+          (int fd, void *buf, size_t n, off_t off, size_t len),
+          (fd, buf, n, off, len), 0)
+DATA_HOOK(__pread64_chk, CM_IO_READ,
+          (int fd, void *buf, size_t n, off64_t off, size_t len),
+          (fd, buf, n, off, len), 0)
+DATA_HOOK(__recv_chk, CM_IO_READ,
+          (int fd, void *buf, size_t n, size_t len, int fl),
+          (fd, buf, n, len, fl), fl)
+DATA_HOOK(__recvfrom_chk, CM_IO_READ,
+          (int fd, void *buf, size_t n, size_t len, int fl, struct sockaddr *a, socklen_t *al),
+          (fd, buf, n, len, fl, a, al), fl)
 
 /* open: the result is the fd (blocking unless opened O_NONBLOCK: then the file type decides,
  * fdnb.c); the event carries no fd (-1) and bytes 0. */

@@ -254,6 +254,17 @@ static inline uint32_t ag_fd_nb_weight(int fd) {
         return 0;
     return ag_fd_nb_due();
 }
+/* The same question in two halves, for hooks whose fast path must call nothing (hook_io.c's
+ * data calls: with no call on the way through, the compiler gives them no frame). Pass: 1 if
+ * the call is not timed (fd NONBLOCK, countdown not run out; the countdown moves as in
+ * ag_fd_nb_weight). Else ag_fd_nb_weight_after(fd) says its weight, or 0 after all (fd
+ * unknown and learnt non-blocking, or made non-blocking meanwhile, and not drawn). */
+static inline int ag_fd_nb_pass(int fd) {
+    return AG_LIKELY((unsigned)fd < AG_NB_FDS) &&
+           (atomic_load_explicit(&ag_nb_map[fd], memory_order_relaxed) & 3u) == AG_NB_NONBLOCK &&
+           AG_LIKELY(--ag_nb_left > 0);
+}
+AG_HIDDEN uint32_t ag_fd_nb_weight_after(int fd);
 
 /* bg side (hooks.c), called from bgthread.c under its work lock */
 AG_HIDDEN void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,

@@ -721,7 +721,8 @@ void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out) {
         if (ag_self_hi && pc - ag_self_lo < ag_self_hi - ag_self_lo) {
             if (!s->fwd_done) {
                 s->fwd_done = 1;
-                /* an exported interposer, or its cold part split off by GCC ("malloc.cold") */
+                /* an exported interposer, or a part of one: split off by GCC ("malloc.cold")
+                 * or a hook's slow half (hook_io.c, hook_alloc.c: "read.slow") */
                 char base[128];
                 const char *dot = strchr(out->sysname, '.');
                 size_t len = dot ? (size_t)(dot - out->sysname) : strlen(out->sysname);
