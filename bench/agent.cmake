@@ -16,6 +16,11 @@ if(LIBUNWIND_FOUND)
   target_link_libraries(bench-agent-unwind PRIVATE fp_common PkgConfig::LIBUNWIND Threads::Threads)
 endif()
 
+# Issue 14: the CFI row lookup on a cold cache, plain binary search vs the bucket index, and
+# the index's memory and cache lines per bucket size. Run: build/bench/bench-cfi-index
+add_executable(bench-cfi-index bench-cfi-index.c ${PROJECT_SOURCE_DIR}/agent/src/cfi.c)
+target_include_directories(bench-cfi-index PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+
 # Handler cost per sample, in-process (delivery measured separately with a null handler).
 add_executable(bench-agent-handler bench-agent-handler.c)
 target_compile_options(bench-agent-handler PRIVATE -fno-omit-frame-pointer -fno-optimize-sibling-calls)

@@ -1,6 +1,8 @@
 /* Unwinder cost: the agent's unwinder (agent/src/unwind.c, compiled in) with its compiled CFI
  * tables (cfi.c, cfi_table.c: built for this process's objects at start, memory and build
- * time printed), the same unwinder with no tables (its frame-pointer walk), and libunwind's
+ * time printed), the same tables without their bucket indexes (the plain binary search per
+ * row, as before issue 14 session 11; warm caches here: bench-cfi-index measures the cold
+ * lookup), the same unwinder with no tables (its frame-pointer walk), and libunwind's
  * unw_backtrace (DWARF CFI, cached), at several stack depths. Not a test.
  *
  *   bench-agent-unwind [ITERS]
@@ -12,6 +14,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <ucontext.h>
 
@@ -24,7 +27,7 @@ uint64_t ag_now_mono(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
-static ag_cfi_snap_t *g_snap;
+static ag_cfi_snap_t *g_snap, *g_snap_plain; /* with and without the bucket indexes */
 
 static uintptr_t g_lo, g_hi;
 static long g_iters = 200000;
@@ -46,7 +49,12 @@ __attribute__((noinline)) static void measure(int depth) {
     uintptr_t fp = (uintptr_t)uc.uc_mcontext.gregs[REG_RBP];
     uintptr_t sp = (uintptr_t)uc.uc_mcontext.gregs[REG_RSP];
     uint32_t trunc;
-    uint32_t n = 0, nc = 0;
+    uint32_t n = 0, nc = 0, np = 0;
+    atomic_store(&ag_cfi_snap, g_snap_plain);
+    double p0 = now_ns();
+    for (long i = 0; i < g_iters; i++)
+        np = ag_unwind(&ag_threads[0], pc, sp, fp, 1, g_lo, g_hi, 0, pcs, AG_MAX_DEPTH, &trunc);
+    double p1 = now_ns();
     atomic_store(&ag_cfi_snap, NULL);
     double t0 = now_ns();
     for (long i = 0; i < g_iters; i++)
@@ -57,8 +65,9 @@ __attribute__((noinline)) static void measure(int depth) {
     for (long i = 0; i < g_iters; i++)
         nc = ag_unwind(&ag_threads[0], pc, sp, fp, 1, g_lo, g_hi, 0, pcs, AG_MAX_DEPTH, &trunc);
     double c1 = now_ns();
-    printf("%6d  %6u  %10.1f  %6u  %10.1f  ", depth, nc, (c1 - c0) / (double)g_iters, n,
-           (t1 - t0) / (double)g_iters);
+    printf("%6d  %6u  %10.1f  %6u  %10.1f  %10.2f  %6u  %10.1f  ", depth, nc,
+           (c1 - c0) / (double)g_iters, np, (p1 - p0) / (double)g_iters, (p1 - p0) / (c1 - c0),
+           n, (t1 - t0) / (double)g_iters);
     int m = 0;
     for (long i = 0; i < g_iters / 10; i++)
         m = unw_backtrace(ups, AG_MAX_DEPTH);
@@ -91,11 +100,21 @@ int main(int argc, char **argv) {
     uint64_t b0 = ag_now_mono();
     ag_cfi_tick();
     g_snap = atomic_load(&ag_cfi_snap);
-    printf("CFI tables: %llu objects, %llu rows, %.2f MiB, built in %.1f ms (%.1f ms total)\n",
+    size_t ssz = sizeof *g_snap + (g_snap->n ? g_snap->n : 1) * sizeof g_snap->o[0];
+    g_snap_plain = malloc(ssz);
+    if (!g_snap_plain)
+        return 1;
+    memcpy(g_snap_plain, g_snap, ssz);
+    for (uint32_t i = 0; i < g_snap_plain->n; i++)
+        g_snap_plain->o[i].idx = NULL;
+    printf("CFI tables: %llu objects, %llu rows, %.2f MiB (of which bucket indexes %.2f MiB), "
+           "built in %.1f ms (%.1f ms total)\n",
            (unsigned long long)ag_cfi_stats.objects, (unsigned long long)ag_cfi_stats.rows,
-           (double)ag_cfi_stats.bytes / 1048576.0, (double)ag_cfi_stats.build_ns / 1e6,
+           (double)ag_cfi_stats.bytes / 1048576.0,
+           (double)ag_cfi_stats.index_bytes / 1048576.0, (double)ag_cfi_stats.build_ns / 1e6,
            (double)(ag_now_mono() - b0) / 1e6);
-    printf(" depth  cfi_n  cfi_ns/walk    fp_n  fp_ns/walk   unw_n  unw_ns/walk  unw/fp\n");
+    printf(" depth  cfi_n  cfi_ns/walk  plain_n  plain_ns/walk  plain/cfi  fp_n  fp_ns/walk   "
+           "unw_n  unw_ns/walk  unw/fp\n");
     g_iters /= 10;
     recurse(0, 20); /* warm-up: libunwind fills its caches, pages are touched */
     g_iters *= 10;

@@ -276,7 +276,7 @@ static void test_epilogue(void) {
     static struct {
         uint32_t n;
         ag_cfi_obj_t o[1];
-    } snap = {1, {{0x10000, 0x20000, rows, 3}}};
+    } snap = {1, {{0x10000, 0x20000, rows, 3, 0, NULL, 0}}}; /* no index: the plain search */
     uintptr_t stack[4] = {0x10201, 0, 0, 0}, pcs[8];
     uintptr_t lo = (uintptr_t)stack, hi = (uintptr_t)(stack + 4);
     ag_cfi_snap_t *old = atomic_exchange(&ag_cfi_snap, (ag_cfi_snap_t *)&snap);

@@ -1,6 +1,10 @@
 /* The CFI compiler (agent/src/cfi.c), compiled in: synthetic CIE/FDE byte sequences with known
  * rows, malformed input, and real libraries compared row by row with
- * `readelf --debug-dump=frames-interp` (binutils) as ground truth. */
+ * `readelf --debug-dump=frames-interp` (binutils) as ground truth. The bucket index over rows
+ * (ag_cfi_index_build, ag_cfi_find_idx): every entry against a count of the rows, and the
+ * indexed lookup against the plain binary search for every byte of libc's and this program's
+ * text (and random pcs far beyond), for synthetic edge cases, and a deliberately broken index
+ * must be caught. */
 #define _GNU_SOURCE
 #include "cfi.h"
 #include "support/runner.h"
@@ -397,10 +401,239 @@ static void test_readelf(void) {
     compare_readelf(self);
 }
 
+/* ---- the bucket index ---- */
+
+/* Checks idx against its definition (idx[k] = rows with pc <= k << shift) and the indexed
+ * lookup against the plain one for every pc in [0, end) and nrand random pcs (some far beyond
+ * the text, some at the top of the range). Returns the pcs where they differ. */
+static uint64_t idx_mismatches(const ag_cfi_row_t *r, uint32_t n, const uint32_t *idx,
+                               uint32_t nb, unsigned shift, uint64_t end, uint32_t nrand) {
+    uint64_t bad = 0;
+    for (uint64_t pc = 0; pc < end; pc++)
+        bad += ag_cfi_find_idx(r, n, idx, nb, shift, pc) != ag_cfi_find(r, n, pc);
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ n;
+    for (uint32_t i = 0; i < nrand; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint64_t pc = i % 4 == 0 ? x : i % 4 == 1 ? x % (end + 1) : i % 4 == 2
+                                                     ? x % ((uint64_t)(nb + 2) << shift)
+                                                     : UINT64_MAX - (x & 0xffff);
+        bad += ag_cfi_find_idx(r, n, idx, nb, shift, pc) != ag_cfi_find(r, n, pc);
+    }
+    return bad;
+}
+
+/* The index's entries, each against a count of the rows. */
+static void check_entries(const ag_cfi_row_t *r, uint32_t n, const uint32_t *idx, uint32_t nb,
+                          unsigned shift) {
+    uint64_t wrong = 0;
+    uint32_t j = 0;
+    for (uint64_t k = 0; k <= nb; k++) {
+        uint32_t c = 0;
+        if (k < 64 || k + 64 > nb || k % 97 == 0) { /* by definition: count them */
+            for (uint32_t i = 0; i < n; i++)
+                c += r[i].pc <= k << shift;
+        } else { /* rows are sorted: the same count, incrementally */
+            while (j < n && r[j].pc <= k << shift)
+                j++;
+            c = j;
+        }
+        if (k < 64 || k + 64 > nb || k % 97 == 0)
+            while (j < n && r[j].pc <= k << shift)
+                j++;
+        wrong += idx[k] != c;
+    }
+    CHECKF(wrong == 0, "%lu of %u index entries differ from the row counts", (unsigned long)wrong,
+           nb + 1);
+}
+
+/* len bytes of src copied next to an inaccessible page: right before it (at_end) or right after
+ * it, so that a lookup reading one element out of bounds faults (ASan cannot see into the
+ * handler-side lookups: they are built without instrumentation). */
+typedef struct {
+    uint8_t *map;
+    size_t len;
+} guard_t;
+static void *guarded(const void *src, size_t len, int at_end, guard_t *g) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    g->len = (len + pg - 1) / pg * pg + 2 * pg;
+    g->map = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(g->map != MAP_FAILED);
+    CHECK(mprotect(g->map, pg, PROT_NONE) == 0);
+    CHECK(mprotect(g->map + g->len - pg, pg, PROT_NONE) == 0);
+    uint8_t *dst = at_end ? g->map + g->len - pg - len : g->map + pg;
+    memcpy(dst, src, len);
+    return dst;
+}
+
+/* Builds the index of rows[0..n) over text_len bytes (min_shift) and checks it whole. */
+static void check_index(const char *what, const ag_cfi_row_t *r, uint32_t n, uint64_t text_len,
+                        unsigned min_shift, uint64_t end, uint32_t nrand) {
+    uint32_t nb;
+    uint8_t shift;
+    uint32_t *idx = ag_cfi_index_build(r, n, text_len, min_shift, &nb, &shift);
+    CHECKF(idx != NULL, "%s: no index", what);
+    CHECK(shift >= min_shift);
+    CHECKF((uint64_t)nb << shift >= text_len, "%s: %u buckets of 2^%u do not cover %lu bytes",
+           what, nb, shift, (unsigned long)text_len);
+    CHECK(nb == 0 || (uint64_t)(nb - 1) << shift < text_len);
+    /* never larger than its rows */
+    CHECKF((nb + 1) * sizeof *idx <= n * sizeof *r, "%s: index %zu bytes, rows %zu", what,
+           (nb + 1) * sizeof *idx, n * sizeof *r);
+    check_entries(r, n, idx, nb, shift);
+    /* rows and index against guard pages: after them, then before them */
+    uint64_t bad = 0;
+    for (int at_end = 1; at_end >= 0; at_end--) {
+        guard_t gr, gi;
+        const ag_cfi_row_t *rg = guarded(r, n * sizeof *r, at_end, &gr);
+        const uint32_t *ig = guarded(idx, (nb + 1) * sizeof *idx, at_end, &gi);
+        uint64_t e = at_end ? end : end < 65536 ? end : 65536;
+        uint64_t d = idx_mismatches(rg, n, ig, nb, shift, e, nrand);
+        /* (a copy: compare positions, not addresses) */
+        for (uint64_t pc = 0; pc < e; pc += 1 + pc / 64) {
+            const ag_cfi_row_t *x = ag_cfi_find_idx(rg, n, ig, nb, shift, pc),
+                               *y = ag_cfi_find(r, n, pc);
+            d += (x ? x - rg : -1) != (y ? y - r : -1);
+        }
+        bad += d;
+        munmap(gr.map, gr.len);
+        munmap(gi.map, gi.len);
+    }
+    uint64_t searched = 0, worst = 0;
+    for (uint32_t k = 0; k < nb; k++) {
+        searched += idx[k + 1] - idx[k];
+        if (idx[k + 1] - idx[k] > worst)
+            worst = idx[k + 1] - idx[k];
+    }
+    printf("  %s: %u rows, text %lu bytes, shift %u (asked %u): %u buckets, %zu index bytes, "
+           "%.2f rows a bucket (worst %lu), %lu pcs compared, %lu differ\n",
+           what, n, (unsigned long)text_len, shift, min_shift, nb, (nb + 1) * sizeof *idx,
+           nb ? (double)searched / nb : 0.0, (unsigned long)worst,
+           (unsigned long)(end + nrand), (unsigned long)bad);
+    CHECKF(bad == 0, "%s: the indexed lookup differs from the plain one on %lu pcs", what,
+           (unsigned long)bad);
+    free(idx);
+}
+
+static void test_index_real(void) {
+    char self[4096];
+    ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(l > 0);
+    self[l] = 0;
+    const char *paths[] = {"/lib/x86_64-linux-gnu/libc.so.6", self};
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        elf_t e;
+        CHECKF(elf_open(paths[p], &e) == 0, "%s: not found or no .eh_frame", paths[p]);
+        ag_cfi_build_t *bd = ag_cfi_build_new();
+        CHECK(ag_cfi_build_add(bd, e.map + e.eh->sh_offset, e.eh->sh_size, e.eh->sh_addr, 0) ==
+              0);
+        ag_cfi_row_t *r;
+        uint32_t n;
+        ag_cfi_stats_t st;
+        CHECK(ag_cfi_build_finish(bd, e.text_lo, e.text_hi, &r, &n, &st) == 0);
+        CHECK(n > 50);
+        uint64_t len = e.text_hi - e.text_lo;
+        /* every byte of the text and a few buckets past it, at the agent's bucket size; the
+         * neighbouring sizes on the first 256 KiB */
+        check_index(paths[p], r, n, len, AG_CFI_IDX_SHIFT, len + 4096, 200000);
+        check_index(paths[p], r, n, len, AG_CFI_IDX_SHIFT - 2, len < 262144 ? len : 262144,
+                    50000);
+        check_index(paths[p], r, n, len, AG_CFI_IDX_SHIFT + 3, len < 262144 ? len : 262144,
+                    50000);
+        free(r);
+        munmap((void *)e.map, e.size);
+    }
+}
+
+static void test_index_edges(void) {
+    /* one row at 0; one row after the start (pcs before it: no row) */
+    ag_cfi_row_t one[] = {{0, 8, 0, AG_CFI_RSP, 0}};
+    check_index("one row at 0", one, 1, 1, 0, 64, 1000);
+    ag_cfi_row_t late[] = {{100, 8, 0, AG_CFI_RSP, 0}};
+    check_index("one row at 100", late, 1, 200, 0, 400, 1000);
+    CHECK(ag_cfi_find_idx(late, 1, NULL, 0, 0, 99) == NULL);
+    /* rows exactly on bucket boundaries, one byte either side, a dense run inside one bucket */
+    const unsigned s = AG_CFI_IDX_SHIFT;
+    const uint32_t b = 1u << s;
+    ag_cfi_row_t edge[] = {
+        {b - 1, 8, 0, AG_CFI_RSP, 0},      {b, 16, 0, AG_CFI_RSP, 0},
+        {b + 1, 24, 0, AG_CFI_RSP, 0},     {2 * b, 8, 0, AG_CFI_NONE, 0},
+        {3 * b - 1, 8, 0, AG_CFI_RSP, 0},  {3 * b, 8, 0, AG_CFI_RBP, 0},
+        {3 * b + 2, 8, 0, AG_CFI_RSP, 0},  {3 * b + 3, 16, 0, AG_CFI_RSP, 0},
+        {3 * b + 4, 24, 0, AG_CFI_RSP, 0}, {3 * b + 5, 32, 0, AG_CFI_RSP, 0},
+        {3 * b + 6, 40, 0, AG_CFI_RSP, 0}, {3 * b + 7, 48, 0, AG_CFI_RSP, 0},
+        {4 * b, 8, 0, AG_CFI_NONE, 0},     {6 * b, 8, 0, AG_CFI_RSP, 0},
+        {6 * b + 1, 8, 0, AG_CFI_NONE, 0}, {8 * b, 8, 0, AG_CFI_END, 0},
+    };
+    uint32_t ne = sizeof edge / sizeof edge[0];
+    /* text ending on a boundary, inside a bucket, and before the last rows (pcs past the
+     * buckets: the rows from idx[nb] on) */
+    check_index("boundaries, text 8 buckets", edge, ne, 8 * b, s, 12 * b, 20000);
+    check_index("boundaries, text 7.5 buckets", edge, ne, 7 * b + b / 2, s, 12 * b, 20000);
+    check_index("boundaries, text 2 buckets", edge, ne, 2 * b, s, 12 * b, 20000);
+    check_index("boundaries, text 0", edge, ne, 0, s, 12 * b, 20000);
+    /* huge gaps: the shift grows until the index is no larger than the rows */
+    ag_cfi_row_t gap[] = {
+        {0, 8, 0, AG_CFI_RSP, 0},          {10, 16, 0, AG_CFI_RSP, 0},
+        {1u << 20, 8, 0, AG_CFI_RSP, 0},   {(1u << 20) + 1, 8, 0, AG_CFI_NONE, 0},
+        {1u << 30, 8, 0, AG_CFI_RSP, 0},   {(1u << 30) + 64, 8, 0, AG_CFI_NONE, 0},
+        {UINT32_MAX - 1, 8, 0, AG_CFI_RSP, 0},
+    };
+    uint32_t ng = sizeof gap / sizeof gap[0];
+    check_index("huge gaps", gap, ng, (uint64_t)UINT32_MAX + 1, s, 1u << 21, 200000);
+    /* no rows: no index, and no row for any pc */
+    uint32_t nb = 7;
+    uint8_t sh = 7;
+    CHECK(ag_cfi_index_build(edge, 0, 4096, s, &nb, &sh) == NULL);
+    CHECK_EQ(nb, 0);
+    CHECK(ag_cfi_find_idx(edge, 0, NULL, 0, 0, 0) == NULL);
+    CHECK(ag_cfi_find_idx(edge, 0, NULL, 0, 0, 12345) == NULL);
+
+    /* the comparison catches an index off by one: each entry one too high, and each bucket's
+     * end one too low where that row starts inside the bucket; the entries are checked
+     * against their definition */
+    uint32_t *idx = ag_cfi_index_build(edge, ne, 8 * b, s, &nb, &sh);
+    CHECK(idx != NULL && sh == s);
+    uint32_t caught = 0, tried = 0;
+    for (uint32_t k = 0; k < nb; k++) {
+        uint32_t keep = idx[k];
+        if (idx[k] < ne) {
+            idx[k]++;
+            tried++;
+            caught += idx_mismatches(edge, ne, idx, nb, sh, 12 * b, 0) > 0;
+            idx[k] = keep;
+        }
+        keep = idx[k + 1];
+        /* (a row on the next bucket's first byte may go either side: no result changes, but
+         * check_entries catches it) */
+        if (keep > idx[k] && edge[keep - 1].pc > (uint64_t)k << s &&
+            edge[keep - 1].pc < (uint64_t)(k + 1) << s) {
+            idx[k + 1]--;
+            tried++;
+            caught += idx_mismatches(edge, ne, idx, nb, sh, 12 * b, 0) > 0;
+            idx[k + 1] = keep;
+        }
+    }
+    printf("  broken indexes: %u of %u caught\n", caught, tried);
+    CHECK(tried >= 8);
+    CHECK_EQ(caught, tried);
+    CHECK_EQ(idx_mismatches(edge, ne, idx, nb, sh, 12 * b, 0), 0); /* restored */
+    check_entries(edge, ne, idx, nb, sh);
+    /* and a lookup one bucket off (pc >> shift + 1) */
+    uint64_t off = 0;
+    for (uint64_t pc = 0; pc + b < 8 * b; pc++)
+        off += ag_cfi_find_idx(edge, ne, idx, nb, sh, pc + b) != ag_cfi_find(edge, ne, pc);
+    CHECK(off > 0);
+    free(idx);
+}
+
 static const tr_test_t tests[] = {
     {"synthetic", test_synthetic},
     {"debug_frame", test_debug_frame},
     {"readelf", test_readelf},
+    {"index_real", test_index_real},
+    {"index_edges", test_index_edges},
     {0},
 };
 TR_MAIN(tests)

@@ -1,7 +1,8 @@
 /* Compiles DWARF call-frame information (.eh_frame, .debug_frame) into unwind rows (cfi.h).
  *
  * Thread contract: background thread (or a test) only; allocates; never called from a
- * handler except ag_cfi_find, which is a plain binary search over an immutable array.
+ * handler except ag_cfi_find and ag_cfi_find_idx, searches over immutable arrays. The bucket
+ * index over a table (ag_cfi_index_build) is built here too, by the same thread.
  *
  * Every CIE/FDE is run through a small CFA-program interpreter that tracks only what an x86-64
  * stack walk needs: the CFA rule, the rule of rbp (DWARF register 6) and of the return address
@@ -661,4 +662,60 @@ ag_cfi_find(const ag_cfi_row_t *rows, uint32_t n, uint64_t pc) {
             h = mid;
     }
     return &rows[l - 1];
+}
+
+uint32_t *ag_cfi_index_build(const ag_cfi_row_t *rows, uint32_t n, uint64_t text_len,
+                             unsigned min_shift, uint32_t *nb, uint8_t *shift) {
+    *nb = 0;
+    *shift = 0;
+    if (n == 0)
+        return NULL;
+    /* rows past the text (an FDE's end marker at text_len) are found from idx[nb] on */
+    unsigned s = min_shift ? min_shift : 1;
+    uint64_t k_max;
+    for (;; s++) {
+        k_max = (text_len + ((uint64_t)1 << s) - 1) >> s;
+        if (s >= 32 || (k_max + 1) * sizeof(uint32_t) <= (uint64_t)n * sizeof(ag_cfi_row_t))
+            break;
+    }
+    if (k_max >= UINT32_MAX)
+        return NULL;
+    uint32_t *idx = malloc((size_t)(k_max + 1) * sizeof *idx);
+    if (!idx)
+        return NULL;
+    uint32_t j = 0;
+    for (uint64_t k = 0; k <= k_max; k++) {
+        uint64_t start = k << s;
+        while (j < n && rows[j].pc <= start)
+            j++;
+        idx[k] = j;
+    }
+    *nb = (uint32_t)k_max;
+    *shift = (uint8_t)s;
+    return idx;
+}
+
+__attribute__((no_sanitize("address", "thread", "undefined"))) const ag_cfi_row_t *
+ag_cfi_find_idx(const ag_cfi_row_t *rows, uint32_t n, const uint32_t *idx, uint32_t nb,
+                unsigned shift, uint64_t pc) {
+    uint32_t l = 0, h = n;
+    if (idx) {
+        /* rows[0 .. idx[k]) start at or before the bucket's first byte <= pc; rows from
+         * idx[k + 1] on start after its last byte >= pc: the answer's successor is between */
+        uint64_t k = pc >> shift;
+        if (k < nb) {
+            l = idx[k];
+            h = idx[k + 1];
+        } else {
+            l = idx[nb];
+        }
+    }
+    while (l < h) { /* first row with pc > target */
+        uint32_t mid = l + (h - l) / 2;
+        if (rows[mid].pc <= pc)
+            l = mid + 1;
+        else
+            h = mid;
+    }
+    return l > 0 ? &rows[l - 1] : NULL;
 }

@@ -9,6 +9,14 @@
  * (a CFA in another register, a DWARF expression other than the PLT and realigned-stack ones)
  * becomes an AG_CFI_FALLBACK row, counted, where the unwinder tries a frame-pointer step.
  * Rows are 12 bytes and sorted by pc; pcs are offsets from the object's first executable byte.
+ *
+ * The bucket index (ag_cfi_index_build, ag_cfi_find_idx): a binary search over a cold table of
+ * 20k-60k rows misses the cache on most of its ~15 probes (~1 us a lookup in redis-server).
+ * Like the OpenTelemetry eBPF profiler's and async-profiler's lookups, the text is cut into
+ * buckets of 2^shift bytes and idx[k] counts the rows whose pc <= k << shift (so idx[k] - 1 is
+ * the row covering the bucket's first byte); a pc in bucket k is then searched only among
+ * rows[idx[k] .. idx[k + 1]]: one index cache line and one or two row lines. Built by the
+ * background thread next to its rows, immutable, published and retired with them.
  */
 #ifndef AG_CFI_H
 #define AG_CFI_H
@@ -58,5 +66,30 @@ void ag_cfi_build_free(ag_cfi_build_t *b);
 
 /* The row covering pc (an offset from the text base), or NULL. Handler-safe. */
 const ag_cfi_row_t *ag_cfi_find(const ag_cfi_row_t *rows, uint32_t n, uint64_t pc);
+
+/* Default bucket: 2^6 = 64 bytes of text. Measured (bench-cfi-index density, Debian's objects on
+ * this machine): libc, python3 and redis-server hold one row per 49, 44 and 29 bytes of text.
+ * A lookup then reads 2.28, 2.30 and 2.38 cache lines on average (index + rows; the floor is 2:
+ * one index line, one row line) where the plain search reads 13.5-14.6; the index costs 4 bytes
+ * per 64 of text, 26%, 23% and 15% of the rows' memory. 128-byte buckets halve that memory
+ * for +0.10-0.17 lines a lookup (each line missed on a cold cache is ~100 ns, more with a TLB
+ * miss); 32-byte buckets double it for -0.05-0.09 lines. The handler's cost is what issue 14
+ * is short of, memory is not (python3's tables are ~3 MiB of a 16 MiB target). */
+#define AG_CFI_IDX_SHIFT 6
+
+/* Bucket index over rows[0..n) for a text of text_len bytes (pcs are offsets into it), with the
+ * smallest shift >= min_shift (the agent: AG_CFI_IDX_SHIFT) whose index is no larger than the
+ * rows (a sparse table, e.g. a big text with few FDEs, gets bigger buckets: the index stays
+ * bounded by the rows, which the memory cap already bounds). Returns the
+ * malloc'ed array of *nb + 1 entries (idx[k] = rows with pc <= k << *shift, k = 0..*nb), or
+ * NULL (no rows, or no memory: the plain search then serves). Background thread only. */
+uint32_t *ag_cfi_index_build(const ag_cfi_row_t *rows, uint32_t n, uint64_t text_len,
+                             unsigned min_shift, uint32_t *nb, uint8_t *shift);
+
+/* The same row as ag_cfi_find(rows, n, pc) for every pc, searching only the pc's bucket when
+ * idx is not NULL (nb buckets of 2^shift bytes; a pc past the last bucket searches the rows
+ * from idx[nb] on). Handler-safe: no calls, no stores. */
+const ag_cfi_row_t *ag_cfi_find_idx(const ag_cfi_row_t *rows, uint32_t n, const uint32_t *idx,
+                                    uint32_t nb, unsigned shift, uint64_t pc);
 
 #endif

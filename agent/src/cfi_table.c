@@ -18,17 +18,20 @@
  * its range and falls back to frame pointers there.
  *
  * Publication: a snapshot is an immutable array of objects sorted by address, each pointing at
- * an immutable row array; the bg thread builds a new one and swaps one atomic pointer, so a
+ * an immutable row array and the bucket index over it (cfi.h, built here right after the rows,
+ * never changed after); the bg thread builds a new one and swaps one atomic pointer, so a
  * handler sees the old or the new one, complete. Freeing: each thread counts its unwinds in
  * progress (unw_depth, a locked increment before it loads the pointer) and completed outermost
  * ones (unw_gen). After a swap, the old snapshot and the tables of removed objects wait until
  * every thread that was inside an unwind at the swap has left it (depth 0 or gen moved); they
+ * (rows and index alike)
  * are checked each tick and freed then. An unloaded object's rows may thus be used for a few
  * microseconds after dlclose: they only steer bounded stack reads; the handler never reads the
  * object's memory.
  *
- * Memory: total rows are capped at AG_CFI_MAX_BYTES; an object that would exceed it gets no
- * table (counted in ag_cfi_stats.skipped, frame-pointer fallback).
+ * Memory: total rows and indexes are capped at AG_CFI_MAX_BYTES; an object that would exceed
+ * it gets no table (counted in ag_cfi_stats.skipped, frame-pointer fallback). Its index, when
+ * there is no memory for it alone, is left out (the plain search serves that object).
  */
 #include "internal.h"
 #include "loader_gate.h"
@@ -56,6 +59,10 @@ typedef struct {
     uint64_t text_vaddr;    /* ELF vaddr of lo */
     ag_cfi_row_t *rows;
     uint32_t nrows;
+    uint32_t *idx;
+    uint32_t nbuckets;
+    uint8_t shift;
+    size_t bytes; /* rows + idx */
     int seen, vdso;
 } entry_t;
 
@@ -63,7 +70,7 @@ static entry_t *g_ent;
 static uint32_t g_nent, g_capent;
 static unsigned long long g_adds, g_subs;
 static int g_have_counts;
-static size_t g_bytes;
+static size_t g_bytes, g_idx_bytes;
 
 /* retirement: at most one batch pending */
 static struct {
@@ -291,16 +298,27 @@ static void build(entry_t *e, const found_t *f) {
     if (ag_cfi_build_finish(b, f->text_vaddr, f->text_vaddr + (f->hi - f->lo), &rows, &n, &st) !=
         0)
         return;
-    size_t bytes = (size_t)n * sizeof *rows;
+    uint32_t nb = 0;
+    uint8_t shift = 0;
+    uint32_t *idx = ag_cfi_index_build(rows, n, f->hi - f->lo, AG_CFI_IDX_SHIFT, &nb, &shift);
+    size_t ibytes = idx ? ((size_t)nb + 1) * sizeof *idx : 0;
+    size_t bytes = (size_t)n * sizeof *rows + ibytes;
     if (g_bytes + bytes > AG_CFI_MAX_BYTES) {
         free(rows);
+        free(idx);
         atomic_fetch_add_explicit(&ag_cfi_stats.skipped, 1, memory_order_relaxed);
         return;
     }
     g_bytes += bytes;
+    g_idx_bytes += ibytes;
     e->rows = rows;
     e->nrows = n;
+    e->idx = idx;
+    e->nbuckets = nb;
+    e->shift = shift;
+    e->bytes = bytes;
     atomic_store_explicit(&ag_cfi_stats.bytes, g_bytes, memory_order_relaxed);
+    atomic_store_explicit(&ag_cfi_stats.index_bytes, g_idx_bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&ag_cfi_stats.rows, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&ag_cfi_stats.fallback_rows, st.fallback_rows,
                               memory_order_relaxed);
@@ -366,6 +384,9 @@ static void publish(void **old, uint32_t nold) {
         s->o[i].hi = g_ent[i].hi;
         s->o[i].rows = g_ent[i].rows;
         s->o[i].nrows = g_ent[i].nrows;
+        s->o[i].idx = g_ent[i].idx;
+        s->o[i].nbuckets = g_ent[i].nbuckets;
+        s->o[i].shift = g_ent[i].shift;
     }
     qsort(s->o, s->n, sizeof s->o[0], cmp_obj);
     retire_flush();
@@ -445,31 +466,37 @@ void ag_cfi_tick(void) {
         build(e, f);
         added++;
     }
-    /* removed objects: their rows retire with the old snapshot */
-    void **old = malloc((g_nent ? g_nent : 1) * sizeof *old);
+    /* removed objects: their rows and indexes retire with the old snapshot */
+    void **old = malloc((g_nent ? 2 * g_nent : 1) * sizeof *old);
     uint32_t nold = 0, m = 0;
     for (uint32_t i = 0; i < g_nent; i++) {
         if (g_ent[i].seen) {
             g_ent[m++] = g_ent[i];
             continue;
         }
-        g_bytes -= (size_t)g_ent[i].nrows * sizeof(ag_cfi_row_t);
+        g_bytes -= g_ent[i].bytes;
+        if (g_ent[i].idx)
+            g_idx_bytes -= ((size_t)g_ent[i].nbuckets + 1) * sizeof(uint32_t);
         free(g_ent[i].path);
-        if (old)
+        if (old) {
             old[nold++] = g_ent[i].rows;
-        else if (g_ent[i].rows) /* no memory to retire it: leak */
+            old[nold++] = g_ent[i].idx;
+        } else if (g_ent[i].rows) { /* no memory to retire them: leak */
             atomic_fetch_add_explicit(&ag_cfi_stats.leaked, 1, memory_order_relaxed);
+        }
     }
     uint32_t removed = g_nent - m;
     g_nent = m;
     atomic_store_explicit(&ag_cfi_stats.bytes, g_bytes, memory_order_relaxed);
+    atomic_store_explicit(&ag_cfi_stats.index_bytes, g_idx_bytes, memory_order_relaxed);
     atomic_store_explicit(&ag_cfi_stats.objects, g_nent, memory_order_relaxed);
     if (added || removed || !atomic_load(&ag_cfi_snap)) {
         publish(old, nold);
-        CM_DEBUG("unwind tables: %u objects (+%u -%u), %llu rows, %.2f MiB, %.1f ms compiling "
-                 "in all, %llu without CFI, %llu over the cap, %llu fallback rows",
+        CM_DEBUG("unwind tables: %u objects (+%u -%u), %llu rows, %.2f MiB (index %.2f MiB), "
+                 "%.1f ms compiling in all, %llu without CFI, %llu over the cap, %llu fallback "
+                 "rows",
                  g_nent, added, removed, (unsigned long long)atomic_load(&ag_cfi_stats.rows),
-                 (double)g_bytes / 1048576.0,
+                 (double)g_bytes / 1048576.0, (double)g_idx_bytes / 1048576.0,
                  (double)atomic_load(&ag_cfi_stats.build_ns) / 1e6,
                  (unsigned long long)atomic_load(&ag_cfi_stats.no_cfi),
                  (unsigned long long)atomic_load(&ag_cfi_stats.skipped),

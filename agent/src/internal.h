@@ -233,6 +233,9 @@ typedef struct {
     uintptr_t lo, hi;          /* runtime text range [lo, hi) */
     const ag_cfi_row_t *rows;  /* NULL: no CFI (frame-pointer fallback) */
     uint32_t nrows;
+    uint32_t nbuckets;         /* the bucket index over rows (cfi.h): idx[0..nbuckets] */
+    const uint32_t *idx;       /* NULL: no index, plain binary search */
+    uint8_t shift;             /* buckets of 2^shift bytes of text */
 } ag_cfi_obj_t;
 typedef struct {
     uint32_t n;
@@ -240,7 +243,8 @@ typedef struct {
 } ag_cfi_snap_t;
 AG_HIDDEN extern _Atomic(ag_cfi_snap_t *) ag_cfi_snap;
 typedef struct {
-    _Atomic uint64_t objects, rows, bytes;  /* tables in use */
+    _Atomic uint64_t objects, rows, bytes;  /* tables in use; bytes: rows and indexes */
+    _Atomic uint64_t index_bytes;           /* of bytes, the bucket indexes' */
     _Atomic uint64_t fallback_rows, bad;    /* rules not compiled; malformed entries */
     _Atomic uint64_t no_cfi, skipped;       /* objects without CFI; over the memory cap */
     _Atomic uint64_t stale_files, leaked;   /* file replaced on disk; batches never freed */

@@ -2,14 +2,17 @@
  * the code. Used by the signal handler, the hooks and the background thread's walks of
  * blocked threads alike.
  *
- * Async-signal-safe: no calls, no locks, no allocation. The only memory read is (a) the
+ * Async-signal-safe: no locks, no allocation, no calls but to ag_cfi_find_idx (cfi.c), a leaf
+ * that only loads from the immutable rows and index. The only memory read is (a) the
  * published CFI snapshot, immutable and kept alive while this thread's unwind epoch says it
  * is reading (cfi_table.c), and (b) stack words, each checked against [lo, hi): the thread's
  * stack bounds captured at registration. No code bytes are ever read, so an object unloaded
  * meanwhile (dlclose) cannot fault the walk.
  *
  * Per frame: find the object containing pc (binary search over the snapshot), then its row
- * (binary search); pc - 1 for return addresses (a call may be a function's last instruction).
+ * (the object's bucket index, then a binary search among the few rows of the pc's bucket:
+ * one or two cache lines where the plain search over a cold table missed on ~14, cfi.h);
+ * pc - 1 for return addresses (a call may be a function's last instruction).
  *   RSP/RBP/DEREF/PLT rows: CFA from the row; return address at CFA - 8; rbp from CFA + fp_off
  *     when saved, unless that slot is below sp (a sample in an epilogue after `pop %rbp`:
  *     compilers keep the saved-at rule until the ret, and rbp already holds the caller's
@@ -87,8 +90,10 @@ NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr
         pcs[n++] = pc;
         uintptr_t look = exact ? pc : pc - 1;
         const ag_cfi_obj_t *o = snap ? find_obj(snap, look) : NULL;
-        const ag_cfi_row_t *row = o && o->rows ? ag_cfi_find(o->rows, o->nrows, look - o->lo)
-                                               : NULL;
+        const ag_cfi_row_t *row =
+            o && o->rows ? ag_cfi_find_idx(o->rows, o->nrows, o->idx, o->nbuckets, o->shift,
+                                           look - o->lo)
+                         : NULL;
         uint8_t kind = row ? row->kind : AG_CFI_NONE;
         uintptr_t cfa, ra;
         switch (kind) {
