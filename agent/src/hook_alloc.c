@@ -463,7 +463,7 @@ static __attribute__((noinline)) void *sampled(int kind, size_t size, size_t al)
 
 /* ---- the C interface ---- */
 
-AG_EXPORT AG_NO_TSAN void *malloc(size_t n) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *malloc(size_t n) {
     if (!READY()) {
         resolve();
         if (!R.malloc)
@@ -499,13 +499,13 @@ static __attribute__((noinline)) void free_slow(void *p) {
         R.free(p); /* no header, or the cookie matched by chance (not a glibc pointer) */
 }
 
-AG_EXPORT AG_NO_TSAN void free(void *p) {
+AG_EXPORT AG_HOT AG_NO_TSAN void free(void *p) {
     if (AG_UNLIKELY(alloc_slow((uintptr_t)p)))
         return free_slow(p);
     R.free(p);
 }
 
-AG_EXPORT AG_NO_TSAN void *calloc(size_t a, size_t b) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *calloc(size_t a, size_t b) {
     size_t n;
     if (__builtin_mul_overflow(a, b, &n)) {
         if (!READY())
@@ -537,7 +537,7 @@ static __attribute__((noinline)) void *realloc_slow(void *old, size_t n, int hdr
     return p;
 }
 
-AG_EXPORT AG_NO_TSAN void *realloc(void *old, size_t n) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *realloc(void *old, size_t n) {
     if (!READY())
         resolve();
     if (AG_UNLIKELY(old && in_arena(old))) {
@@ -556,7 +556,7 @@ AG_EXPORT AG_NO_TSAN void *realloc(void *old, size_t n) {
     return R.realloc(old, n);
 }
 
-AG_EXPORT AG_NO_TSAN void *reallocarray(void *old, size_t a, size_t b) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *reallocarray(void *old, size_t a, size_t b) {
     size_t n;
     if (__builtin_mul_overflow(a, b, &n)) {
         errno = ENOMEM;
@@ -583,7 +583,7 @@ static __attribute__((noinline)) size_t usable_slow(void *p) {
     return R.usable(p);
 }
 
-AG_EXPORT AG_NO_TSAN size_t malloc_usable_size(void *p) {
+AG_EXPORT AG_HOT AG_NO_TSAN size_t malloc_usable_size(void *p) {
     if (AG_UNLIKELY(!p || alloc_slow((uintptr_t)p) || !R.usable))
         return usable_slow(p); /* NULL too: not every allocator's takes it */
     return R.usable(p);
@@ -591,7 +591,7 @@ AG_EXPORT AG_NO_TSAN size_t malloc_usable_size(void *p) {
 
 static int pow2_align(size_t al) { return al >= sizeof(void *) && !(al & (al - 1)); }
 
-AG_EXPORT AG_NO_TSAN int posix_memalign(void **out, size_t al, size_t n) {
+AG_EXPORT AG_HOT AG_NO_TSAN int posix_memalign(void **out, size_t al, size_t n) {
     if (!READY()) {
         resolve();
         if (!R.posix_memalign) {
@@ -613,13 +613,13 @@ AG_EXPORT AG_NO_TSAN int posix_memalign(void **out, size_t al, size_t n) {
     return R.posix_memalign(out, al, n);
 }
 
-AG_EXPORT AG_NO_TSAN void *aligned_alloc(size_t al, size_t n) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *aligned_alloc(size_t al, size_t n) {
     if (!READY())
         resolve();
     return ALLOC(A_ALIGNED, n, al, R.aligned_alloc(al, n));
 }
 
-AG_EXPORT AG_NO_TSAN void *memalign(size_t al, size_t n) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *memalign(size_t al, size_t n) {
     if (!READY()) {
         resolve();
         if (!R.memalign)
@@ -628,13 +628,13 @@ AG_EXPORT AG_NO_TSAN void *memalign(size_t al, size_t n) {
     return ALLOC(A_MEMALIGN, n, al, R.memalign(al, n));
 }
 
-AG_EXPORT AG_NO_TSAN void *valloc(size_t n) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *valloc(size_t n) {
     if (!READY())
         resolve();
     return ALLOC(A_VALLOC, n, 0, R.valloc(n));
 }
 
-AG_EXPORT AG_NO_TSAN void *pvalloc(size_t n) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *pvalloc(size_t n) {
     if (!READY())
         resolve();
     return ALLOC(A_PVALLOC, n, 0, R.pvalloc(n));
@@ -691,48 +691,48 @@ static inline void *cxx_new_al(size_t n, size_t al, const void *tag, int array) 
     return p;
 }
 
-AG_EXPORT AG_NO_TSAN void *_Znwm(size_t n) { return cxx_new(n, 0); }
-AG_EXPORT AG_NO_TSAN void *_Znam(size_t n) { return cxx_new(n, 1); }
-AG_EXPORT AG_NO_TSAN void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_Znwm(size_t n) { return cxx_new(n, 0); }
+AG_EXPORT AG_HOT AG_NO_TSAN void *_Znam(size_t n) { return cxx_new(n, 1); }
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) {
     return cxx_new_nt(n, t, 0);
 }
-AG_EXPORT AG_NO_TSAN void *_ZnamRKSt9nothrow_t(size_t n, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnamRKSt9nothrow_t(size_t n, const void *t) {
     return cxx_new_nt(n, t, 1);
 }
-AG_EXPORT AG_NO_TSAN void *_ZnwmSt11align_val_t(size_t n, size_t al) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnwmSt11align_val_t(size_t n, size_t al) {
     return cxx_new_al(n, al, NULL, 0);
 }
-AG_EXPORT AG_NO_TSAN void *_ZnamSt11align_val_t(size_t n, size_t al) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnamSt11align_val_t(size_t n, size_t al) {
     return cxx_new_al(n, al, NULL, 1);
 }
-AG_EXPORT AG_NO_TSAN void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
     return cxx_new_al(n, al, t, 0);
 }
-AG_EXPORT AG_NO_TSAN void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
     return cxx_new_al(n, al, t, 1);
 }
 
-AG_EXPORT AG_NO_TSAN void _ZdlPv(void *p) { free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdaPv(void *p) { free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdlPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdaPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdlPvSt11align_val_t(void *p, size_t al) { (void)al; free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdaPvSt11align_val_t(void *p, size_t al) { (void)al; free(p); }
-AG_EXPORT AG_NO_TSAN void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPv(void *p) { free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPv(void *p) { free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPvSt11align_val_t(void *p, size_t al) { (void)al; free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvSt11align_val_t(void *p, size_t al) { (void)al; free(p); }
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
     (void)n, (void)al;
     free(p);
 }
-AG_EXPORT AG_NO_TSAN void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
     (void)n, (void)al;
     free(p);
 }
-AG_EXPORT AG_NO_TSAN void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *t) {
     (void)al, (void)t;
     free(p);
 }
-AG_EXPORT AG_NO_TSAN void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *t) {
     (void)al, (void)t;
     free(p);
 }

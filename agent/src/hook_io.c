@@ -253,7 +253,7 @@ __attribute__((constructor(102))) static void io_init(void) {
         AG_RESOLVE(real, name);                                                                    \
         TIMED(ssize_t, kind, fd, (fl) & MSG_DONTWAIT ? 0u : ag_fd_nb_weight_after(fd), real args); \
     }                                                                                              \
-    AG_EXPORT AG_NO_TSAN ssize_t name params {                                                     \
+    AG_EXPORT AG_HOT AG_NO_TSAN ssize_t name params {                                              \
         __typeof__(name) *real = real_##name;                                                      \
         if (AG_LIKELY(real) && (!io_on() || ((fl) & MSG_DONTWAIT) || ag_fd_nb_pass(fd)))           \
             return real args;                                                                      \

@@ -484,7 +484,7 @@ static __attribute__((noinline, cold)) int mutex_held(pthread_mutex_t *m) {
  * pthread_mutex_trylock cost 2.4x what pthread_mutex_lock costs without the agent on the
  * mixed benchmark's two contended mutexes). Reading the lock word first costs a load of the
  * line the trylock reads anyway. */
-AG_EXPORT AG_NO_TSAN int pthread_mutex_lock(pthread_mutex_t *m) {
+AG_EXPORT AG_HOT AG_NO_TSAN int pthread_mutex_lock(pthread_mutex_t *m) {
     if (AG_UNLIKELY(atomic_load_explicit(&g_word_ok, memory_order_relaxed) && mutex_word(m) != 0))
         return AG_NO_TAIL(mutex_held(m));
     int rc = atomic_load_explicit(&g_mutex_first, memory_order_relaxed)(m);
@@ -509,7 +509,7 @@ AG_EXPORT AG_NO_TSAN int pthread_mutex_timedlock(pthread_mutex_t *m, const struc
     CONTENDED(L.mutex_timed, (m, ts), m);
 }
 
-AG_EXPORT AG_NO_TSAN int pthread_rwlock_rdlock(pthread_rwlock_t *l) {
+AG_EXPORT AG_HOT AG_NO_TSAN int pthread_rwlock_rdlock(pthread_rwlock_t *l) {
     if (!lock_active())
         return REAL(rd, "pthread_rwlock_rdlock")(l);
     int rc = L.tryrd(l);
@@ -518,7 +518,7 @@ AG_EXPORT AG_NO_TSAN int pthread_rwlock_rdlock(pthread_rwlock_t *l) {
     CONTENDED(L.rd, (l), l);
 }
 
-AG_EXPORT AG_NO_TSAN int pthread_rwlock_wrlock(pthread_rwlock_t *l) {
+AG_EXPORT AG_HOT AG_NO_TSAN int pthread_rwlock_wrlock(pthread_rwlock_t *l) {
     if (!lock_active())
         return REAL(wr, "pthread_rwlock_wrlock")(l);
     int rc = L.trywr(l);
@@ -547,7 +547,7 @@ AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedwrlock(pthread_rwlock_t *l,
     CONTENDED(L.wr_timed, (l, ts), l);
 }
 
-AG_EXPORT AG_NO_TSAN int pthread_spin_lock(pthread_spinlock_t *l) {
+AG_EXPORT AG_HOT AG_NO_TSAN int pthread_spin_lock(pthread_spinlock_t *l) {
     if (!lock_active())
         return REAL(spin, "pthread_spin_lock")((void *)l);
     int rc = L.tryspin((void *)l);
@@ -587,12 +587,12 @@ static inline void cv_stamp(const void *c) {
         ;
 }
 
-AG_EXPORT AG_NO_TSAN int pthread_cond_signal(pthread_cond_t *c) {
+AG_EXPORT AG_HOT AG_NO_TSAN int pthread_cond_signal(pthread_cond_t *c) {
     cv_stamp(c);
     return REALV(signal, "pthread_cond_signal")(c);
 }
 
-AG_EXPORT AG_NO_TSAN int pthread_cond_broadcast(pthread_cond_t *c) {
+AG_EXPORT AG_HOT AG_NO_TSAN int pthread_cond_broadcast(pthread_cond_t *c) {
     cv_stamp(c);
     return REALV(broadcast, "pthread_cond_broadcast")(c);
 }

@@ -54,7 +54,7 @@ __attribute__((constructor(102))) static void wait_init(void) {
         return r_;                                                                                 \
     } while (0)
 
-AG_EXPORT AG_NO_TSAN int poll(struct pollfd *fds, nfds_t n, int timeout) {
+AG_EXPORT AG_HOT AG_NO_TSAN int poll(struct pollfd *fds, nfds_t n, int timeout) {
     AG_RESOLVE(real, poll);
     MARKED(int, real(fds, n, timeout));
 }
@@ -72,7 +72,7 @@ AG_EXPORT AG_NO_TSAN int pselect(int n, fd_set *r, fd_set *w, fd_set *e,
     AG_RESOLVE(real, pselect);
     MARKED(int, real(n, r, w, e, ts, mask));
 }
-AG_EXPORT AG_NO_TSAN int epoll_wait(int fd, struct epoll_event *ev, int n, int timeout) {
+AG_EXPORT AG_HOT AG_NO_TSAN int epoll_wait(int fd, struct epoll_event *ev, int n, int timeout) {
     AG_RESOLVE(real, epoll_wait);
     MARKED(int, real(fd, ev, n, timeout));
 }

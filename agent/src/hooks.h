@@ -17,6 +17,12 @@
 
 #define AG_TLS __thread __attribute__((tls_model("initial-exec")))
 #define AG_EXPORT __attribute__((visibility("default")))
+/* The fast paths of the hooks a program calls most (the allocator, the data I/O calls, mutex
+ * locks, the event-loop waits), side by side in one section: the linker puts .text.hot.* first
+ * and together, so that a program whose hot loop goes through several of them (redis-server:
+ * ~20 interposed calls per request, between system calls that leave the caches cold) touches a
+ * few adjacent cache lines on one page, not a line on each of several pages of ours. */
+#define AG_HOT __attribute__((section(".text.hot.fleetprof")))
 #define AG_LIKELY(x) __builtin_expect(!!(x), 1)
 #define AG_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* A slow-path call an interposer must not tail-call: the interposer's own frame stays on the
