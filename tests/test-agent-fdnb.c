@@ -7,9 +7,9 @@
  * AG_NB_CHECK checks (rate, weight: unbiased, and memoryless from a thread's first call); a
  * descriptor made blocking behind the cache's back with a raw fcntl system call, noticed at
  * the first check (what io_report does then: re-ask the kernel) and timed on every call after;
- * the re-asking's per-thread rate limit. The learning and check cases run twice: through
- * ag_fd_nb_weight, and through the split the data hooks' fast paths use (ag_fd_nb_pass, then
- * ag_fd_nb_weight_after when it does not pass), which must behave the same. */
+ * the re-asking's per-thread rate limit. ag_fd_nb_weight is the two halves the data hooks'
+ * fast paths ask apart (ag_fd_nb_pass, then ag_fd_nb_weight_after when it does not pass):
+ * every case here goes through both. */
 #define _GNU_SOURCE
 #include "hooks.h"
 #include "support/runner.h"
@@ -41,11 +41,7 @@ _Atomic int ag_sandboxed; /* sandbox.c's: a seccomp filter forbids the agent's s
 static uint32_t state(int fd) { return atomic_load(&ag_nb_map[fd]) & 3u; }
 static uint32_t gen(int fd) { return atomic_load(&ag_nb_map[fd]) >> 2; }
 
-/* The split form of ag_fd_nb_weight, as hook_io.c's DATA_HOOK asks it */
-static uint32_t split_weight(int fd) { return ag_fd_nb_pass(fd) ? 0 : ag_fd_nb_weight_after(fd); }
-static uint32_t (*g_weight)(int) = ag_fd_nb_weight;
-
-/* g_weight n times: how many checks (weight AG_NB_CHECK), how many plain timed (1),
+/* ag_fd_nb_weight n times: how many checks (weight AG_NB_CHECK), how many plain timed (1),
  * the sum of the weights */
 typedef struct {
     uint64_t checks, plain, sum;
@@ -53,7 +49,7 @@ typedef struct {
 static calls_t call_n(int fd, uint64_t n) {
     calls_t c = {0, 0, 0};
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t w = g_weight(fd);
+        uint32_t w = ag_fd_nb_weight(fd);
         c.checks += w == AG_NB_CHECK;
         c.plain += w == 1;
         c.sum += w;
@@ -97,11 +93,11 @@ static void test_learn(void) {
     int closed = dup(q[1]);
     close(closed);
     errno = 77;
-    CHECK_EQ(g_weight(closed), 1);
+    CHECK_EQ(ag_fd_nb_weight(closed), 1);
     CHECK_EQ(errno, 77);
     CHECK_EQ(state(closed), AG_NB_UNKNOWN);
-    CHECK_EQ(g_weight(AG_NB_FDS), 1); /* beyond the cache: always timed */
-    CHECK_EQ(g_weight(-1), 1);
+    CHECK_EQ(ag_fd_nb_weight(AG_NB_FDS), 1); /* beyond the cache: always timed */
+    CHECK_EQ(ag_fd_nb_weight(-1), 1);
 }
 
 /* What the hooks tell it: set (socket, pipe2, accept4 flags), forget (close, dup2), both
@@ -217,7 +213,7 @@ static void test_checks(void) {
     const double sd = sqrt((double)n * pr * (1 - pr));
     uint64_t checks = 0, sum = 0, gaps = 0, gap1 = 0, since = 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t w = g_weight(p[0]);
+        uint32_t w = ag_fd_nb_weight(p[0]);
         sum += w;
         since++;
         if (w) {
@@ -241,7 +237,7 @@ static void test_checks(void) {
     uint64_t first = 0;
     for (int i = 0; i < 16000; i++) {
         ag_nb_left = 0;
-        first += g_weight(p[0]) != 0;
+        first += ag_fd_nb_weight(p[0]) != 0;
     }
     double fsd = sqrt(16000 * pr * (1 - pr));
     CHECKF(fabs((double)first - 16000 * pr) <= 5 * fsd, "first calls checked %llu of 16000",
@@ -356,19 +352,10 @@ static void test_sandboxed(void) {
     CHECK_EQ(state(p[0]), AG_NB_NONBLOCK);
 }
 
-static void test_learn_split(void) {
-    g_weight = split_weight;
-    test_learn();
-}
-static void test_checks_split(void) {
-    g_weight = split_weight;
-    test_checks();
-}
-
 static const tr_test_t tests[] = {
     {"learn", test_learn},   {"set_forget", test_set_forget}, {"race", test_race},
     {"setfl", test_setfl},   {"checks", test_checks},         {"behind_back", test_behind_back},
-    {"recheck", test_recheck}, {"sandboxed", test_sandboxed}, {"learn_split", test_learn_split},
-    {"checks_split", test_checks_split}, {NULL, NULL},
+    {"recheck", test_recheck}, {"sandboxed", test_sandboxed},
+    {NULL, NULL},
 };
 TR_MAIN(tests)

@@ -183,11 +183,14 @@ uint32_t ag_fd_nb_weight_after(int fd) {
     if ((unsigned)fd >= AG_NB_FDS)
         return 1;
     uint32_t s = atomic_load_explicit(&ag_nb_map[fd], memory_order_relaxed) & 3u;
-    if (s == AG_NB_UNKNOWN) /* the pass did not count this call down */
-        return ag_fd_nb_weight(fd);
+    if (s == AG_NB_UNKNOWN) { /* the pass did not count this call down */
+        s = ag_fd_nb_learn(fd);
+        if (s == AG_NB_NONBLOCK && --ag_nb_left > 0)
+            return 0;
+    }
     if (s != AG_NB_NONBLOCK)
         return 1;
-    /* NONBLOCK: the pass counted down to 0 (or another thread made fd NONBLOCK meanwhile,
+    /* NONBLOCK: counted down to 0 (or another thread made fd NONBLOCK after the pass looked,
      * with the countdown still running) */
     return ag_nb_left > 0 ? 0 : ag_fd_nb_due();
 }

@@ -245,32 +245,22 @@ AG_HIDDEN void ag_fd_nb_recheck(int fd);
 AG_HIDDEN void ag_fd_nb_forget_range(unsigned lo, unsigned hi); /* close_range, closefrom */
 /* fcntl(F_SETFL)/ioctl(FIONBIO) set (1) or cleared (0) O_NONBLOCK on fd's description */
 AG_HIDDEN void ag_fd_nb_setfl(int fd, int nonblocking);
-/* The I/O hooks' question: 0 = do not time this call (fd non-blocking, not drawn for a
- * check); else the weight of the timed call (1, or AG_NB_CHECK for a check). Inline cost on a
- * NONBLOCK fd: a byte load and a TLS decrement. */
-static inline uint32_t ag_fd_nb_weight(int fd) {
-    if (AG_UNLIKELY((unsigned)fd >= AG_NB_FDS))
-        return 1;
-    uint32_t s = atomic_load_explicit(&ag_nb_map[fd], memory_order_relaxed) & 3u;
-    if (AG_UNLIKELY(s == AG_NB_UNKNOWN))
-        s = ag_fd_nb_learn(fd);
-    if (s != AG_NB_NONBLOCK)
-        return 1;
-    if (AG_LIKELY(--ag_nb_left > 0))
-        return 0;
-    return ag_fd_nb_due();
-}
-/* The same question in two halves, for hooks whose fast path must call nothing (hook_io.c's
- * data calls: with no call on the way through, the compiler gives them no frame). Pass: 1 if
- * the call is not timed (fd NONBLOCK, countdown not run out; the countdown moves as in
- * ag_fd_nb_weight). Else ag_fd_nb_weight_after(fd) says its weight, or 0 after all (fd
- * unknown and learnt non-blocking, or made non-blocking meanwhile, and not drawn). */
+/* The I/O hooks' question (ag_fd_nb_weight): 0 = do not time this call (fd non-blocking, not
+ * drawn for a check); else the weight of the timed call (1, or AG_NB_CHECK for a check).
+ * In two halves, so that hooks whose fast path must call nothing (hook_io.c's data calls:
+ * with no call on the way through, the compiler gives them no frame) can ask the first alone.
+ * Pass: 1 if the call is not timed (fd NONBLOCK and the countdown not run out: a byte load and
+ * a TLS decrement). Else ag_fd_nb_weight_after(fd) says its weight, or 0 after all (fd unknown
+ * and learnt non-blocking, or made non-blocking meanwhile, and not drawn). */
 static inline int ag_fd_nb_pass(int fd) {
     return AG_LIKELY((unsigned)fd < AG_NB_FDS) &&
            (atomic_load_explicit(&ag_nb_map[fd], memory_order_relaxed) & 3u) == AG_NB_NONBLOCK &&
            AG_LIKELY(--ag_nb_left > 0);
 }
 AG_HIDDEN uint32_t ag_fd_nb_weight_after(int fd);
+static inline uint32_t ag_fd_nb_weight(int fd) {
+    return ag_fd_nb_pass(fd) ? 0 : ag_fd_nb_weight_after(fd);
+}
 
 /* bg side (hooks.c), called from bgthread.c under its work lock */
 AG_HIDDEN void ag_hooks_bg_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
