@@ -1,7 +1,8 @@
 /* Compiles DWARF call-frame information (.eh_frame, .debug_frame) into unwind rows (cfi.h).
  *
  * Thread contract: background thread (or a test) only; allocates; never called from a
- * handler except ag_cfi_find and ag_cfi_find_idx, searches over immutable arrays. The bucket
+ * handler except ag_cfi_find_idx (and ag_cfi_find, the same without an index), searches over
+ * immutable arrays. The bucket
  * index over a table (ag_cfi_index_build) is built here too, by the same thread.
  *
  * Every CIE/FDE is run through a small CFA-program interpreter that tracks only what an x86-64
@@ -647,21 +648,6 @@ int ag_cfi_build_finish(ag_cfi_build_t *b, uint64_t text_lo, uint64_t text_hi,
     *rows = shrunk ? shrunk : out;
     *nrows = m;
     return 0;
-}
-
-__attribute__((no_sanitize("address", "thread", "undefined"))) const ag_cfi_row_t *
-ag_cfi_find(const ag_cfi_row_t *rows, uint32_t n, uint64_t pc) {
-    if (n == 0 || pc < rows[0].pc)
-        return NULL;
-    uint32_t l = 0, h = n;
-    while (l < h) { /* first row with pc > target */
-        uint32_t mid = (l + h) / 2;
-        if (rows[mid].pc <= pc)
-            l = mid + 1;
-        else
-            h = mid;
-    }
-    return &rows[l - 1];
 }
 
 uint32_t *ag_cfi_index_build(const ag_cfi_row_t *rows, uint32_t n, uint64_t text_len,

@@ -64,8 +64,6 @@ int ag_cfi_build_finish(ag_cfi_build_t *b, uint64_t text_lo, uint64_t text_hi,
                         ag_cfi_row_t **rows, uint32_t *nrows, ag_cfi_stats_t *st);
 void ag_cfi_build_free(ag_cfi_build_t *b);
 
-/* The row covering pc (an offset from the text base), or NULL. Handler-safe. */
-const ag_cfi_row_t *ag_cfi_find(const ag_cfi_row_t *rows, uint32_t n, uint64_t pc);
 
 /* Default bucket: 2^6 = 64 bytes of text. Measured (bench-cfi-index density, Debian's objects on
  * this machine): libc, python3 and redis-server hold one row per 49, 44 and 29 bytes of text.
@@ -86,10 +84,17 @@ const ag_cfi_row_t *ag_cfi_find(const ag_cfi_row_t *rows, uint32_t n, uint64_t p
 uint32_t *ag_cfi_index_build(const ag_cfi_row_t *rows, uint32_t n, uint64_t text_len,
                              unsigned min_shift, uint32_t *nb, uint8_t *shift);
 
-/* The same row as ag_cfi_find(rows, n, pc) for every pc, searching only the pc's bucket when
- * idx is not NULL (nb buckets of 2^shift bytes; a pc past the last bucket searches the rows
+/* The row covering pc (an offset from the text base), or NULL, searching only the pc's bucket
+ * when idx is not NULL (nb buckets of 2^shift bytes; a pc past the last bucket searches the rows
  * from idx[nb] on). Handler-safe: no calls, no stores. */
 const ag_cfi_row_t *ag_cfi_find_idx(const ag_cfi_row_t *rows, uint32_t n, const uint32_t *idx,
                                     uint32_t nb, unsigned shift, uint64_t pc);
+
+/* The row covering pc (an offset from the text base), or NULL: the plain binary search over
+ * all the rows (no index). Handler-safe. */
+static inline const ag_cfi_row_t *ag_cfi_find(const ag_cfi_row_t *rows, uint32_t n,
+                                              uint64_t pc) {
+    return ag_cfi_find_idx(rows, n, NULL, 0, 0, pc);
+}
 
 #endif

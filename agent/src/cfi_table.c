@@ -24,8 +24,7 @@
  * progress (unw_depth, a locked increment before it loads the pointer) and completed outermost
  * ones (unw_gen). After a swap, the old snapshot and the tables of removed objects wait until
  * every thread that was inside an unwind at the swap has left it (depth 0 or gen moved); they
- * (rows and index alike)
- * are checked each tick and freed then. An unloaded object's rows may thus be used for a few
+ * (rows and index alike) are checked each tick and freed then. An unloaded object's rows may thus be used for a few
  * microseconds after dlclose: they only steer bounded stack reads; the handler never reads the
  * object's memory.
  *
@@ -62,9 +61,13 @@ typedef struct {
     uint32_t *idx;
     uint32_t nbuckets;
     uint8_t shift;
-    size_t bytes; /* rows + idx */
     int seen, vdso;
 } entry_t;
+
+/* memory of a bucket index of nb buckets (NULL: none) */
+static size_t idx_bytes(const uint32_t *idx, uint32_t nb) {
+    return idx ? ((size_t)nb + 1) * sizeof *idx : 0;
+}
 
 static entry_t *g_ent;
 static uint32_t g_nent, g_capent;
@@ -301,7 +304,7 @@ static void build(entry_t *e, const found_t *f) {
     uint32_t nb = 0;
     uint8_t shift = 0;
     uint32_t *idx = ag_cfi_index_build(rows, n, f->hi - f->lo, AG_CFI_IDX_SHIFT, &nb, &shift);
-    size_t ibytes = idx ? ((size_t)nb + 1) * sizeof *idx : 0;
+    size_t ibytes = idx_bytes(idx, nb);
     size_t bytes = (size_t)n * sizeof *rows + ibytes;
     if (g_bytes + bytes > AG_CFI_MAX_BYTES) {
         free(rows);
@@ -316,7 +319,6 @@ static void build(entry_t *e, const found_t *f) {
     e->idx = idx;
     e->nbuckets = nb;
     e->shift = shift;
-    e->bytes = bytes;
     atomic_store_explicit(&ag_cfi_stats.bytes, g_bytes, memory_order_relaxed);
     atomic_store_explicit(&ag_cfi_stats.index_bytes, g_idx_bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&ag_cfi_stats.rows, n, memory_order_relaxed);
@@ -474,9 +476,9 @@ void ag_cfi_tick(void) {
             g_ent[m++] = g_ent[i];
             continue;
         }
-        g_bytes -= g_ent[i].bytes;
-        if (g_ent[i].idx)
-            g_idx_bytes -= ((size_t)g_ent[i].nbuckets + 1) * sizeof(uint32_t);
+        size_t ibytes = idx_bytes(g_ent[i].idx, g_ent[i].nbuckets);
+        g_bytes -= (size_t)g_ent[i].nrows * sizeof(ag_cfi_row_t) + ibytes;
+        g_idx_bytes -= ibytes;
         free(g_ent[i].path);
         if (old) {
             old[nold++] = g_ent[i].rows;
