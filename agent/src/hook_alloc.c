@@ -705,10 +705,12 @@ AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnwmSt11align_val_t(size_t n, size_t al) {
 AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnamSt11align_val_t(size_t n, size_t al) {
     return cxx_new_al(n, al, NULL, 1);
 }
-AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al,
+                                                                     const void *t) {
     return cxx_new_al(n, al, t, 0);
 }
-AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al,
+                                                                     const void *t) {
     return cxx_new_al(n, al, t, 1);
 }
 
@@ -728,11 +730,13 @@ AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvmSt11align_val_t(void *p, size_t n, size_
     (void)n, (void)al;
     free(p);
 }
-AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al,
+                                                                     const void *t) {
     (void)al, (void)t;
     free(p);
 }
-AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *t) {
+AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al,
+                                                                     const void *t) {
     (void)al, (void)t;
     free(p);
 }
