@@ -875,6 +875,25 @@ static void test_off_switch(void) {
     rmrf(dir);
 }
 
+/* Allocation sampling off (FLEETPROF_ALLOC=0, or FLEETPROF_ENABLED=0): the program's slots
+ * for the allocator go to libc directly, not through the hooks (bypass.c), and every entry
+ * point still behaves as glibc's (the headers checks); on (default), they stay the hooks'. */
+static void test_alloc_off_bypass(void) {
+    const char *cases[] = {"FLEETPROF_ALLOC=0", "FLEETPROF_ENABLED=0", "FLEETPROF_ALLOC=1"};
+    for (int c = 0; c < 3; c++) {
+        char *dir = mkout(), prog[4096], out[4096];
+        prog_path("alloc_work", prog, sizeof prog);
+        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), cases[c], NULL};
+        const char *argv[] = {prog, "bypass", NULL};
+        int st = run(env, argv, 60, out, sizeof out);
+        CHECK_EXIT0(st, 60, out);
+        CHECKF(strstr(out, "headers ok") != NULL, "%s", out);
+        const char *want = c < 2 ? "direct=1 hooked=0" : "direct=0 hooked=1";
+        CHECKF(strstr(out, want) != NULL, "%s: want %s: %s", cases[c], want, out);
+        rmrf(dir);
+    }
+}
+
 /* Sampled objects carry a header (hook_alloc.c). With a 64-byte period nearly every
  * allocation is sampled: every entry point, realloc to and from sampled blocks, page-aligned
  * blocks and malloc_usable_size must behave as glibc's own (the program checks, and glibc
@@ -919,6 +938,7 @@ static void test_alloc_headers(void) {
 
 static const tr_test_t tests[] = {
     {"alloc_headers", test_alloc_headers},
+    {"alloc_off_bypass", test_alloc_off_bypass},
     {"alloc_sites", test_alloc_sites},
     {"alloc_tiny_period", test_alloc_tiny_period},
     {"alloc_sites_ctl", test_alloc_sites_ctl},

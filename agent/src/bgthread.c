@@ -13,6 +13,7 @@
  * allows the agent ~0.1 ms/s at a 1% budget; AG_BUDGET_FLOOR).
  */
 #include "internal.h"
+#include "bypass.h"
 #include "hooks.h"
 #include "loader_gate.h"
 
@@ -743,6 +744,11 @@ static void *bg_main(void *arg) {
                     "offset, for the aggregator to name", why);
         }
     }
+    if (ag_alloc_bypass_stats.slots || ag_alloc_bypass_stats.failed)
+        CM_DEBUG("allocation sampling off: %u calls of %u objects go to the allocator directly "
+                 "(%u left to the hooks: read-only page; %u bound elsewhere)",
+                 ag_alloc_bypass_stats.slots, ag_alloc_bypass_stats.objects,
+                 ag_alloc_bypass_stats.failed, ag_alloc_bypass_stats.foreign);
     /* Unwind tables first: until they are published, samples carry copies of their stacks
      * (defer.c). Not under the work lock: a fork meanwhile copies at most a half-built
      * private table, which the child's ticks rebuild. */

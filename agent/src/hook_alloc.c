@@ -29,6 +29,7 @@
  * Never locks, never allocates for its own bookkeeping.
  */
 #include "alloc_sample.h"
+#include "bypass.h"
 #include "hooks.h"
 
 #include <dlfcn.h>
@@ -739,4 +740,56 @@ AG_EXPORT AG_HOT AG_NO_TSAN void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, si
                                                                      const void *t) {
     (void)al, (void)t;
     free(p);
+}
+
+/* ---- allocation sampling off: the hooks out of the way (bypass.c) ----
+ *
+ * With sampling off no object has a header, and every hook of the family is a plain forward to
+ * R: the program's slots for them are rewritten to R's functions. The C++ operators new go to
+ * the real ones (theirs call malloc, as ours do), the deletes to free (what ours do; the size and
+ * alignment arguments are ignored by both). A name whose real function is unknown is left to
+ * its hook. Constructor only (hooks.c), after the family was found off. */
+struct ag_bypass_stats ag_alloc_bypass_stats;
+
+void ag_alloc_bypass(void) {
+    if (!READY())
+        resolve();
+    resolve_cxx();
+    if (!R.malloc || !R.free)
+        return;
+    static const char *const deletes[] = {
+        "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvRKSt9nothrow_t", "_ZdaPvRKSt9nothrow_t",
+        "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t", "_ZdlPvmSt11align_val_t",
+        "_ZdaPvmSt11align_val_t", "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+        "_ZdaPvSt11align_val_tRKSt9nothrow_t"};
+    const ag_bypass_t named[] = {
+        {"malloc", (uintptr_t)R.malloc},
+        {"free", (uintptr_t)R.free},
+        {"calloc", (uintptr_t)R.calloc},
+        {"realloc", (uintptr_t)R.realloc},
+        {"reallocarray", (uintptr_t)R.reallocarray},
+        {"malloc_usable_size", (uintptr_t)R.usable},
+        {"posix_memalign", (uintptr_t)R.posix_memalign},
+        {"aligned_alloc", (uintptr_t)R.aligned_alloc},
+        {"memalign", (uintptr_t)R.memalign},
+        {"valloc", (uintptr_t)R.valloc},
+        {"pvalloc", (uintptr_t)R.pvalloc},
+        {"_Znwm", (uintptr_t)R.znwm},
+        {"_Znam", (uintptr_t)R.znam},
+        {"_ZnwmRKSt9nothrow_t", (uintptr_t)R.znwm_nt},
+        {"_ZnamRKSt9nothrow_t", (uintptr_t)R.znam_nt},
+        {"_ZnwmSt11align_val_t", (uintptr_t)R.znwm_al},
+        {"_ZnamSt11align_val_t", (uintptr_t)R.znam_al},
+        {"_ZnwmSt11align_val_tRKSt9nothrow_t", (uintptr_t)R.znwm_al_nt},
+        {"_ZnamSt11align_val_tRKSt9nothrow_t", (uintptr_t)R.znam_al_nt},
+    };
+    enum { NN = sizeof named / sizeof named[0], ND = sizeof deletes / sizeof deletes[0] };
+    ag_bypass_t list[NN + ND];
+    size_t n = 0;
+    for (size_t i = 0; i < NN; i++)
+        if (named[i].real)
+            list[n++] = named[i];
+    for (size_t i = 0; i < ND; i++)
+        list[n++] = (ag_bypass_t){deletes[i], (uintptr_t)R.free};
+    ag_bypass_apply(list, n, (const void *)ag_alloc_bypass, &ag_alloc_bypass_stats);
 }

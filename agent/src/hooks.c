@@ -98,6 +98,8 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     if (ag_hcfg.alloc_on &&
         (ag_heap_init(ag_hcfg.heap_entries) != 0 || ag_alloc_headers_init() != 0))
         ag_hcfg.alloc_on = 0; /* no table: no sampling at all rather than half of it */
+    if (!ag_hcfg.alloc_on)
+        ag_alloc_bypass(); /* nothing to do there: out of the program's way */
     /* The aggregates also take the allocation samples a full ring cannot (hook_alloc.c); without
      * them those are dropped and counted. */
     g_agg_ok = (ag_hcfg.lock_on || ag_hcfg.io_on || ag_hcfg.alloc_on) && ag_agg_init() == 0;

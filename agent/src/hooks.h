@@ -140,6 +140,10 @@ static inline __attribute__((always_inline)) void ag_blk_end(ag_thread_t *t) {
 /* hook_alloc.c: sampled objects get headers from now on (after ag_heap_init); -1 if the
  * real allocator lacks what they need (the live heap is then off) */
 AG_HIDDEN int ag_alloc_headers_init(void);
+/* Allocation sampling off: the program's calls to the family go to the allocator directly
+ * (bypass.c); the constructor's, once. What it rewrote: */
+AG_HIDDEN void ag_alloc_bypass(void);
+AG_HIDDEN extern struct ag_bypass_stats ag_alloc_bypass_stats;
 /* hook_alloc.c, issue 13 (foreign allocators). Is the allocator behind the global malloc
  * (behind ours, when it is ours) another than glibc's? The constructor's test: address
  * compares and at most one dlsym. */

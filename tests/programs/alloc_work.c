@@ -25,6 +25,9 @@
  *                                 flushes a chunk every second
  *   alloc_work signal SECONDS     an application SIGALRM handler that mallocs and frees
  *   alloc_work fork               allocates in a child after fork (both must exit 0)
+ *   alloc_work bypass             whether this program's malloc, free and malloc_usable_size
+ *                                 (addresses through its GOT) are libc's own or the agent's
+ *                                 hooks; then the headers checks with 20 rounds
  *   alloc_work mtfork N           4 threads allocate, lock and write a pipe without pause while
  *                                 the main thread forks N children (each allocates from 2 new
  *                                 threads, then exits 0; a child stuck for 20 s dies of SIGALRM)
@@ -550,6 +553,20 @@ static void headers(int rounds) {
     printf("headers ok objects=%llu live=100\n", (unsigned long long)objects);
 }
 
+/* The program's view of three allocator entry points: libc's own (direct=1), or the global
+ * definition the loader bound (the agent's hook when preloaded: hooked=1). */
+static void bypass(void) {
+    void *libc = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
+    void *(*volatile m)(size_t) = malloc;
+    void (*volatile f)(void *) = free;
+    size_t (*volatile u)(void *) = malloc_usable_size;
+    int direct = libc && (void *)m == dlsym(libc, "malloc") && (void *)f == dlsym(libc, "free") &&
+                 (void *)u == dlsym(libc, "malloc_usable_size");
+    int hooked = (void *)m == dlsym(RTLD_DEFAULT, "malloc") && (void *)m != dlsym(libc, "malloc");
+    printf("direct=%d hooked=%d\n", direct, hooked);
+    headers(20);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -576,6 +593,8 @@ int main(int argc, char **argv) {
         full(secs);
     else if (!strcmp(argv[1], "headers"))
         headers(argc > 2 ? atoi(argv[2]) : 100);
+    else if (!strcmp(argv[1], "bypass"))
+        bypass();
     else
         return 2;
     fflush(stdout);

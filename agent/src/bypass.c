@@ -1,0 +1,223 @@
+/* Hooks with nothing to do, taken out of the program's way: the loaded objects' GOT slots that
+ * resolve to one of our hooks are rewritten to the function the hook forwards to.
+ *
+ * Why: an interposer that only forwards still costs its call. With allocation sampling off
+ * (another allocator behind us, e.g. Debian's redis-server on libjemalloc; FLEETPROF_ALLOC=0;
+ * FLEETPROF_ENABLED=0) the malloc family's hooks are plain forwards, yet redis-server calls
+ * them ~18 times per request (malloc_usable_size 9.4, malloc and free 4.5 each): ~0.7% of its
+ * CPU, most of what the agent then adds to it (bench/RESULTS.md, issue 14 session 12). After
+ * the rewrite those calls go from the program's PLT or GOT straight to the allocator, as
+ * without the agent.
+ *
+ * What is rewritten: in each object, the R_X86_64_JUMP_SLOT (PLT calls) and R_X86_64_GLOB_DAT
+ * (GOT loads: calls through .plt.got, -fno-plt calls, the function's address) relocations
+ * against an undefined symbol whose name is in the caller's list, and whose slot holds an
+ * address in the agent (bound to our hook of that name: BIND_NOW, or called once) or a PLT stub
+ * of the object itself (lazy binding, not called yet: what the resolver would bind is the
+ * hook). A slot holding anything
+ * else (an object bound to another definition: a program defining malloc itself, a second
+ * interposer) is left alone. A GLOB_DAT slot is also the object's view of the function's
+ * address, which then differs from other objects' (still the hook's): fine for the allocator
+ * entry points, whose addresses programs pass around (hiredis' and Lua's allocator tables) but
+ * do not compare across objects.
+ *
+ * Not rewritten: ld.so and libc (the hooks' bootstrap arena serves the allocations dlsym makes
+ * while the hooks resolve the real functions; ld.so and libc free those, through the hooks),
+ * the agent itself, and the vDSO.
+ *
+ * RELRO: ld.so makes the relocated GOT of a BIND_NOW object read-only (PT_GNU_RELRO, from its
+ * start rounded down to its end rounded down, as _dl_protect_relro does). A slot there is
+ * written between mprotect(read-write) and mprotect(read-only) of its page; a slot elsewhere
+ * is in a writable segment. Each slot is one aligned 8-byte store: a thread calling through
+ * it meanwhile reaches the hook or the real function, both correct.
+ *
+ * Thread contract: called where every loaded object is fully relocated and no dlopen is under
+ * way: hooks.c's constructor, before the program's main (a later dlopen'ed object keeps
+ * calling the hooks: correct, only slower). Never from a signal handler. x86-64 only (elsewhere
+ * nothing is rewritten).
+ */
+#include "bypass.h"
+
+#include <elf.h>
+#include <link.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct {
+    const ag_bypass_t *b;
+    size_t n;
+    uintptr_t self; /* an address inside the agent */
+    const struct dl_phdr_info *agent; /* the agent's object (a copy: first walk) */
+    ElfW(Phdr) agent_ph[16];
+    struct dl_phdr_info agent_info;
+    ag_bypass_stats_t *st;
+} walk_t;
+
+static int name_has(const char *path, const char *part) {
+    const char *base = strrchr(path, '/');
+    return strstr(base ? base + 1 : path, part) != NULL;
+}
+
+/* Is a in one of the object's loaded segments? */
+static int in_object(const struct dl_phdr_info *info, uintptr_t a) {
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && a >= lo && a - lo < ph->p_memsz)
+            return 1;
+    }
+    return 0;
+}
+
+#if defined(__x86_64__)
+typedef struct {
+    const ElfW(Sym) *sym;
+    const char *str;
+    size_t strsz;
+    uintptr_t ro_lo, ro_hi; /* the pages ld.so made read-only */
+} object_t;
+
+/* The object's dynamic tables (d_ptr values are relocated in place by glibc's loader; a value
+ * below the load address is not yet: add it). 0 when it has no symbol table. */
+static int object_tables(const struct dl_phdr_info *info, object_t *o, const ElfW(Rela) * rel[2],
+                         size_t nrel[2]) {
+    const ElfW(Dyn) *dyn = NULL;
+    uintptr_t base = info->dlpi_addr;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
+        else if (ph->p_type == PT_GNU_RELRO) {
+            o->ro_lo = (base + ph->p_vaddr) & ~(uintptr_t)(page - 1);
+            o->ro_hi = (base + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
+        }
+    }
+    if (!dyn)
+        return 0;
+    uintptr_t symtab = 0, strtab = 0, jmprel = 0, rela = 0;
+    size_t pltsz = 0, relasz = 0, relaent = sizeof(ElfW(Rela));
+    long pltrel = DT_RELA;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        uintptr_t p = dyn->d_un.d_ptr;
+        switch (dyn->d_tag) {
+        case DT_SYMTAB: symtab = p; break;
+        case DT_STRTAB: strtab = p; break;
+        case DT_STRSZ: o->strsz = dyn->d_un.d_val; break;
+        case DT_JMPREL: jmprel = p; break;
+        case DT_PLTRELSZ: pltsz = dyn->d_un.d_val; break;
+        case DT_PLTREL: pltrel = (long)dyn->d_un.d_val; break;
+        case DT_RELA: rela = p; break;
+        case DT_RELASZ: relasz = dyn->d_un.d_val; break;
+        case DT_RELAENT: relaent = dyn->d_un.d_val; break;
+        default: break;
+        }
+    }
+    if (!symtab || !strtab || !o->strsz || relaent != sizeof(ElfW(Rela)) || pltrel != DT_RELA)
+        return 0;
+#define AG_FIX(p) ((p) && (p) < base ? (p) + base : (p))
+    o->sym = (const ElfW(Sym) *)AG_FIX(symtab);
+    o->str = (const char *)AG_FIX(strtab);
+    rel[0] = (const ElfW(Rela) *)AG_FIX(jmprel);
+    rel[1] = (const ElfW(Rela) *)AG_FIX(rela);
+#undef AG_FIX
+    nrel[0] = rel[0] ? pltsz / sizeof(ElfW(Rela)) : 0;
+    nrel[1] = rel[1] ? relasz / sizeof(ElfW(Rela)) : 0;
+    return 1;
+}
+
+/* The entry of list b whose name the relocation's symbol has, or NULL. */
+static const ag_bypass_t *wanted(const walk_t *w, const object_t *o, const ElfW(Rela) * r) {
+    uint32_t type = (uint32_t)ELF64_R_TYPE(r->r_info);
+    if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
+        return NULL;
+    const ElfW(Sym) *s = &o->sym[ELF64_R_SYM(r->r_info)];
+    if (s->st_shndx != SHN_UNDEF || s->st_name >= o->strsz)
+        return NULL;
+    const char *name = o->str + s->st_name;
+    for (size_t i = 0; i < w->n; i++)
+        if (name[0] == w->b[i].name[0] && !strcmp(name, w->b[i].name))
+            return &w->b[i];
+    return NULL;
+}
+
+/* One aligned store; a slot on a page ld.so made read-only is opened for it, then closed. */
+static int store(const object_t *o, uintptr_t slot, uintptr_t v) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t pg = slot & ~(uintptr_t)(page - 1);
+    int ro = pg >= o->ro_lo && pg < o->ro_hi;
+    if (ro && mprotect((void *)pg, page, PROT_READ | PROT_WRITE) != 0)
+        return -1;
+    __atomic_store_n((uintptr_t *)slot, v, __ATOMIC_RELAXED);
+    if (ro)
+        mprotect((void *)pg, page, PROT_READ);
+    return 0;
+}
+
+/* First walk: the agent's own object, whose segments tell a slot bound to a hook. */
+static int agent_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    walk_t *w = arg;
+    if (!in_object(info, w->self))
+        return 0;
+    int n = info->dlpi_phnum < 16 ? info->dlpi_phnum : 16;
+    memcpy(w->agent_ph, info->dlpi_phdr, (size_t)n * sizeof w->agent_ph[0]);
+    w->agent_info = *info;
+    w->agent_info.dlpi_phdr = w->agent_ph;
+    w->agent_info.dlpi_phnum = (ElfW(Half))n;
+    w->agent = &w->agent_info;
+    return 1;
+}
+
+static int object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    walk_t *w = arg;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    if (in_object(info, w->self) || name_has(name, "ld-linux") || name_has(name, "libc.so") ||
+        name_has(name, "linux-vdso") || name_has(name, "linux-gate"))
+        return 0;
+    object_t o;
+    const ElfW(Rela) *rel[2];
+    size_t nrel[2];
+    if (!object_tables(info, &o, rel, nrel))
+        return 0;
+    uint32_t done = 0;
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < nrel[t]; i++) {
+            const ag_bypass_t *b = wanted(w, &o, &rel[t][i]);
+            if (!b)
+                continue;
+            uintptr_t slot = info->dlpi_addr + rel[t][i].r_offset;
+            uintptr_t v = *(const uintptr_t *)slot;
+            if (v == b->real)
+                continue;
+            if (!in_object(w->agent, v) && !(t == 0 && in_object(info, v))) {
+                w->st->foreign++;
+                continue;
+            }
+            if (store(&o, slot, b->real) == 0)
+                done++;
+            else
+                w->st->failed++;
+        }
+    w->st->slots += done;
+    w->st->objects += done > 0;
+    return 0;
+}
+#endif
+
+void ag_bypass_apply(const ag_bypass_t *b, size_t n, const void *self, ag_bypass_stats_t *st) {
+    memset(st, 0, sizeof *st);
+#if defined(__x86_64__)
+    walk_t w = {.b = b, .n = n, .self = (uintptr_t)self, .st = st};
+    dl_iterate_phdr(agent_cb, &w);
+    if (w.agent)
+        dl_iterate_phdr(object_cb, &w);
+#else
+    (void)b;
+    (void)n;
+    (void)self;
+#endif
+}

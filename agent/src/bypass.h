@@ -1,0 +1,30 @@
+/* Hooks with nothing to do, out of the program's call path (bypass.c). */
+#ifndef AG_BYPASS_H
+#define AG_BYPASS_H
+
+#include "internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The name of a hook (an exported interposer of ours) and the function it forwards to. */
+typedef struct {
+    const char *name;
+    uintptr_t real;
+} ag_bypass_t;
+
+typedef struct ag_bypass_stats {
+    uint32_t objects; /* objects with a slot rewritten */
+    uint32_t slots;   /* slots rewritten */
+    uint32_t foreign; /* slots of a listed name bound elsewhere: left alone */
+    uint32_t failed;  /* slots whose read-only page could not be opened (mprotect) */
+} ag_bypass_stats_t;
+
+/* Rewrites, in every loaded object but ld.so, libc, the vDSO and the agent (the object holding
+ * self), the GOT slots of the n listed names that resolve into the agent (to our hook of that
+ * name) to the real function. Only where every
+ * loaded object is relocated and no dlopen is under way (see bypass.c). */
+AG_HIDDEN void ag_bypass_apply(const ag_bypass_t *b, size_t n, const void *self,
+                               ag_bypass_stats_t *st);
+
+#endif
