@@ -21,8 +21,9 @@
  * entry points, whose addresses programs pass around (hiredis' and Lua's allocator tables) but
  * do not compare across objects.
  *
- * Not rewritten: ld.so and libc (the hooks' bootstrap arena serves the allocations dlsym makes
- * while the hooks resolve the real functions; ld.so and libc free those, through the hooks),
+ * Not rewritten: ld.so and libc, and before glibc 2.34 libdl and libpthread (the hooks'
+ * bootstrap arena serves the allocations dlsym makes while the hooks resolve the real
+ * functions; those objects free them, through the hooks: the real free would abort on them),
  * the agent itself, and the vDSO.
  *
  * RELRO: ld.so makes the relocated GOT of a BIND_NOW object read-only (PT_GNU_RELRO, from its
@@ -176,6 +177,7 @@ static int object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
     walk_t *w = arg;
     const char *name = info->dlpi_name ? info->dlpi_name : "";
     if (in_object(info, w->self) || name_has(name, "ld-linux") || name_has(name, "libc.so") ||
+        name_has(name, "libdl.so") || name_has(name, "libpthread.so") ||
         name_has(name, "linux-vdso") || name_has(name, "linux-gate"))
         return 0;
     object_t o;
