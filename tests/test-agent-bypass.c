@@ -12,6 +12,7 @@
 #include "bypass.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,6 +43,29 @@ static void perms_of(const char *part, char *out, size_t size) {
         fclose(f);
 }
 
+/* The image (lowest to highest loaded byte) of the object holding r->lo: what hooks.c finds
+ * for the agent (ag_self_lo, ag_self_hi). */
+typedef struct {
+    uintptr_t lo, hi;
+} range_t;
+
+static int image_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    range_t *r = arg;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_LOAD) {
+            uintptr_t a = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+            lo = a < lo ? a : lo;
+            hi = a + info->dlpi_phdr[i].p_memsz > hi ? a + info->dlpi_phdr[i].p_memsz : hi;
+        }
+    if (r->lo < lo || r->lo >= hi)
+        return 0;
+    r->lo = lo;
+    r->hi = hi;
+    return 1;
+}
+
 static void test_rewrite(void) {
     /* bound: the BIND_NOW copy; the lazy copy is not called before the pass */
     CHECK_EQ(now_call(), 1);
@@ -58,8 +82,9 @@ static void test_rewrite(void) {
         {"bp_other", (uintptr_t)bp_other_real},
     };
     ag_bypass_stats_t st;
-    const void *self = dlsym(RTLD_DEFAULT, "bp_fn");
-    ag_bypass_apply(list, 3, self, &st);
+    range_t agent = {(uintptr_t)dlsym(RTLD_DEFAULT, "bp_fn"), 0};
+    CHECK(dl_iterate_phdr(image_cb, &agent) == 1);
+    ag_bypass_apply(list, 3, agent.lo, agent.hi, &st);
     /* now: call, call2, addr's GLOB_DAT (bp_fn2's PLT slot and its GOT slot may be one) */
     CHECK_EQ(now_call(), 2);
     CHECK_EQ(now_call2(), 2);
@@ -84,7 +109,7 @@ static void test_rewrite(void) {
     CHECKF(!strcmp(before, after), "mappings %s -> %s", before, after);
 
     ag_bypass_stats_t again;
-    ag_bypass_apply(list, 3, self, &again);
+    ag_bypass_apply(list, 3, agent.lo, agent.hi, &again);
     CHECKF(again.slots == 0 && again.failed == 0, "second pass: %u slots", again.slots);
 }
 

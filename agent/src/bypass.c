@@ -48,10 +48,8 @@
 typedef struct {
     const ag_bypass_t *b;
     size_t n;
-    uintptr_t self; /* an address inside the agent */
-    const struct dl_phdr_info *agent; /* the agent's object (a copy: first walk) */
-    ElfW(Phdr) agent_ph[16];
-    struct dl_phdr_info agent_info;
+    uintptr_t self_lo, self_hi; /* the agent's image */
+    uintptr_t page;
     ag_bypass_stats_t *st;
 } walk_t;
 
@@ -77,16 +75,17 @@ typedef struct {
     const char *str;
     size_t strsz;
     uintptr_t ro_lo, ro_hi; /* the pages ld.so made read-only */
+    uintptr_t page;
 } object_t;
 
 /* The object's dynamic tables (d_ptr values are relocated in place by glibc's loader; a value
  * below the load address is not yet: add it). 0 when it has no symbol table. */
-static int object_tables(const struct dl_phdr_info *info, object_t *o, const ElfW(Rela) * rel[2],
-                         size_t nrel[2]) {
+static int object_tables(const struct dl_phdr_info *info, uintptr_t page, object_t *o,
+                         const ElfW(Rela) * rel[2], size_t nrel[2]) {
     const ElfW(Dyn) *dyn = NULL;
     uintptr_t base = info->dlpi_addr;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     memset(o, 0, sizeof *o);
+    o->page = page;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type == PT_DYNAMIC)
@@ -146,44 +145,28 @@ static const ag_bypass_t *wanted(const walk_t *w, const object_t *o, const ElfW(
 
 /* One aligned store; a slot on a page ld.so made read-only is opened for it, then closed. */
 static int store(const object_t *o, uintptr_t slot, uintptr_t v) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t pg = slot & ~(uintptr_t)(page - 1);
+    uintptr_t pg = slot & ~(o->page - 1);
     int ro = pg >= o->ro_lo && pg < o->ro_hi;
-    if (ro && mprotect((void *)pg, page, PROT_READ | PROT_WRITE) != 0)
+    if (ro && mprotect((void *)pg, o->page, PROT_READ | PROT_WRITE) != 0)
         return -1;
     __atomic_store_n((uintptr_t *)slot, v, __ATOMIC_RELAXED);
     if (ro)
-        mprotect((void *)pg, page, PROT_READ);
+        mprotect((void *)pg, o->page, PROT_READ);
     return 0;
-}
-
-/* First walk: the agent's own object, whose segments tell a slot bound to a hook. */
-static int agent_cb(struct dl_phdr_info *info, size_t size, void *arg) {
-    (void)size;
-    walk_t *w = arg;
-    if (!in_object(info, w->self))
-        return 0;
-    int n = info->dlpi_phnum < 16 ? info->dlpi_phnum : 16;
-    memcpy(w->agent_ph, info->dlpi_phdr, (size_t)n * sizeof w->agent_ph[0]);
-    w->agent_info = *info;
-    w->agent_info.dlpi_phdr = w->agent_ph;
-    w->agent_info.dlpi_phnum = (ElfW(Half))n;
-    w->agent = &w->agent_info;
-    return 1;
 }
 
 static int object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
     (void)size;
     walk_t *w = arg;
     const char *name = info->dlpi_name ? info->dlpi_name : "";
-    if (in_object(info, w->self) || name_has(name, "ld-linux") || name_has(name, "libc.so") ||
+    if (in_object(info, w->self_lo) || name_has(name, "ld-linux") || name_has(name, "libc.so") ||
         name_has(name, "libdl.so") || name_has(name, "libpthread.so") ||
         name_has(name, "linux-vdso") || name_has(name, "linux-gate"))
         return 0;
     object_t o;
     const ElfW(Rela) *rel[2];
     size_t nrel[2];
-    if (!object_tables(info, &o, rel, nrel))
+    if (!object_tables(info, w->page, &o, rel, nrel))
         return 0;
     uint32_t done = 0;
     for (int t = 0; t < 2; t++)
@@ -195,7 +178,7 @@ static int object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
             uintptr_t v = *(const uintptr_t *)slot;
             if (v == b->real)
                 continue;
-            if (!in_object(w->agent, v) && !(t == 0 && in_object(info, v))) {
+            if (v - w->self_lo >= w->self_hi - w->self_lo && !(t == 0 && in_object(info, v))) {
                 w->st->foreign++;
                 continue;
             }
@@ -210,16 +193,17 @@ static int object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 #endif
 
-void ag_bypass_apply(const ag_bypass_t *b, size_t n, const void *self, ag_bypass_stats_t *st) {
+void ag_bypass_apply(const ag_bypass_t *b, size_t n, uintptr_t self_lo, uintptr_t self_hi,
+                     ag_bypass_stats_t *st) {
     memset(st, 0, sizeof *st);
 #if defined(__x86_64__)
-    walk_t w = {.b = b, .n = n, .self = (uintptr_t)self, .st = st};
-    dl_iterate_phdr(agent_cb, &w);
-    if (w.agent)
+    walk_t w = {b, n, self_lo, self_hi, (uintptr_t)sysconf(_SC_PAGESIZE), st};
+    if (self_lo < self_hi)
         dl_iterate_phdr(object_cb, &w);
 #else
     (void)b;
     (void)n;
-    (void)self;
+    (void)self_lo;
+    (void)self_hi;
 #endif
 }

@@ -20,11 +20,11 @@ typedef struct ag_bypass_stats {
     uint32_t failed;  /* slots whose read-only page could not be opened (mprotect) */
 } ag_bypass_stats_t;
 
-/* Rewrites, in every loaded object but ld.so, libc, the vDSO and the agent (the object holding
- * self), the GOT slots of the n listed names that resolve into the agent (to our hook of that
- * name) to the real function. Only where every
+/* Rewrites, in every loaded object but ld.so, libc, the vDSO and the agent (its image: [self_lo,
+ * self_hi), ag_self_lo/ag_self_hi in the agent), the GOT slots of the n listed names that
+ * resolve into the agent (to our hook of that name) to the real function. Only where every
  * loaded object is relocated and no dlopen is under way (see bypass.c). */
-AG_HIDDEN void ag_bypass_apply(const ag_bypass_t *b, size_t n, const void *self,
-                               ag_bypass_stats_t *st);
+AG_HIDDEN void ag_bypass_apply(const ag_bypass_t *b, size_t n, uintptr_t self_lo,
+                               uintptr_t self_hi, ag_bypass_stats_t *st);
 
 #endif

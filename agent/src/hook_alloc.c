@@ -791,5 +791,5 @@ void ag_alloc_bypass(void) {
             list[n++] = named[i];
     for (size_t i = 0; i < ND; i++)
         list[n++] = (ag_bypass_t){deletes[i], (uintptr_t)R.free};
-    ag_bypass_apply(list, n, (const void *)ag_alloc_bypass, &ag_alloc_bypass_stats);
+    ag_bypass_apply(list, n, ag_self_lo, ag_self_hi, &ag_alloc_bypass_stats);
 }
