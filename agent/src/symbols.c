@@ -316,6 +316,25 @@ static int fds_free(void) {
     return open_n + reserve >= lim ? 0 : (int)(lim - open_n > INT32_MAX ? INT32_MAX : lim - open_n);
 }
 
+/* fds_free() != 0, its answer kept for 200 ms when it found plenty (four times the reserve
+ * and 256 more): the objects named in one chunk are loaded one after another, each using a
+ * few descriptors for a moment, and a process with a raised limit (redis-server: 10,032)
+ * paid 40 poll calls per object. */
+static int fds_enough(uint64_t now) {
+    static uint64_t plenty_until;
+    if (now < plenty_until)
+        return 1;
+    int f = fds_free();
+    struct rlimit rl;
+    uint64_t reserve = AG_SYM_FD_RESERVE;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 64 > reserve)
+        reserve = rl.rlim_cur / 64;
+    if ((uint64_t)f >= 4 * reserve + 256)
+        plenty_until = now + 200000000ull;
+    return f != 0;
+}
+
 static int cmp_line(const void *a, const void *b) {
     const line_t *x = a, *y = b;
     if (x->addr != y->addr)
@@ -423,7 +442,7 @@ static void load_syms(ag_object_t *o) {
     /* the application is near RLIMIT_NOFILE: not now, and for a second no load is tried
      * (counting the descriptors costs up to 256 poll calls); first, as loading elfutils
      * needs descriptors too */
-    if (o->path && o->path[0] == '/' && (t0 < g_defer_until_ns || fds_free() == 0)) {
+    if (o->path && o->path[0] == '/' && (t0 < g_defer_until_ns || !fds_enough(t0))) {
         if (t0 >= g_defer_until_ns)
             g_defer_until_ns = t0 + 1000000000ull;
         g_stats.deferred++;
