@@ -21,6 +21,7 @@
 #   CONTROL=1                        both servers bare (A/A control)
 #   B_AGENT=/path/libfleetprof.so    server B runs under this agent (e.g. a build before a change,
 #                                    same settings as A's) instead of bare: A/B is then after/before
+#   B_AGENT_ENV="..."                with B_AGENT: B's settings instead of A's (A/B of two settings)
 set -eu
 BUILD=$(cd "$1" && pwd)
 PAIRS=${2:-16}
@@ -51,7 +52,7 @@ fi
 APID=$!
 if [ -n "${B_AGENT:-}" ]; then
     mkdir -p "$TMP/b"
-    sh -c "exec env FLEETPROF_COLLECTOR=none FLEETPROF_OUTPUT=$TMP/b ${AGENT_ENV:-} LD_PRELOAD=$B_AGENT \
+    sh -c "exec env FLEETPROF_COLLECTOR=none FLEETPROF_OUTPUT=$TMP/b ${B_AGENT_ENV-${AGENT_ENV:-}} LD_PRELOAD=$B_AGENT \
         taskset -c $SERVER_CPU $REDIS --port $PB" > "$TMP/b.log" 2>&1 &
 else
     sh -c "exec taskset -c $SERVER_CPU $REDIS --port $PB" > "$TMP/b.log" 2>&1 &
