@@ -322,17 +322,37 @@ static int stack_eq(void *ctx, uint32_t val, const void *probe) {
            !memcmp(b->st_frames.v + off, p->locs, n * sizeof *p->locs);
 }
 
-/* Frames of libfleetprof's own that intern_stack leaves out (the thread-start wrapper at the
- * root of every thread the program made after we loaded, the handler chaining to the
- * program's): a direct-mapped cache, so that each costs a symbol lookup once, not on every
- * sample (the lookup was ~3% of the bg thread's CPU under redis-benchmark: its four
- * background threads' wall samples). The agent's image and its symbols never change, so an
- * entry stays true for the process's life. bg thread only. */
+/* Is `at`, a frame in libfleetprof's own image (record.c kept the outermost of each run), to
+ * be kept? Only when it is one of our interposers, which symbols.c names as the real
+ * function; else it is left out (the thread-start wrapper at the root of every thread the
+ * program made after we loaded, the signal handler chaining to the program's). An interposer
+ * frame already interned this chunk is known to be kept, and a left-out frame is remembered
+ * in a direct-mapped cache (the agent's image and symbols never change: an entry stays true
+ * for the process's life), so neither costs a symbol lookup per sample (the lookups were ~7%
+ * and ~3% of the bg thread's CPU under redis-benchmark). bg thread only. */
 static uintptr_t g_self_left_out[64];
 
-static int self_left_out(uintptr_t at) { return g_self_left_out[(at ^ at >> 6) & 63] == at; }
-
-static void self_leave_out(uintptr_t at) { g_self_left_out[(at ^ at >> 6) & 63] = at; }
+static int self_frame_kept(ag_builder_t *b, uintptr_t at) {
+    uintptr_t *left_out = &g_self_left_out[(at ^ at >> 6) & 63];
+    uint32_t known_slot;
+    if (*left_out == at)
+        return 0;
+    if (map_find(&b->loc_map_idx, at, NULL, NULL, NULL, &known_slot) != UINT32_MAX)
+        return 1;
+    ag_sym_t sym;
+    uint64_t lo, hi, off;
+    const uint8_t *bid;
+    uint32_t bl;
+    ag_symbols_lookup(at, &sym);
+    if (!sym.obj)
+        return 0;
+    ag_object_mapping(sym.obj, &lo, &hi, &off, &bid, &bl);
+    if (at >= lo && at < hi) { /* named in our own image: not forwarded to a real function */
+        *left_out = at;
+        return 0;
+    }
+    return 1;
+}
 
 static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
     uint32_t locs[AG_MAX_DEPTH];
@@ -340,30 +360,8 @@ static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
     for (uint32_t i = 0; i < n; i++) {
         /* root first; return addresses point after the call: symbolise pc - 1 */
         uintptr_t pc = r->pcs[n - 1 - i], at = (n - 1 - i) == 0 ? pc : pc - 1;
-        uint32_t known_slot;
-        if (at - ag_self_lo < ag_self_hi - ag_self_lo && self_left_out(at))
+        if (at - ag_self_lo < ag_self_hi - ag_self_lo && !self_frame_kept(b, at))
             continue;
-        if (at - ag_self_lo < ag_self_hi - ag_self_lo &&
-            map_find(&b->loc_map_idx, at, NULL, NULL, NULL, &known_slot) == UINT32_MAX) {
-            /* libfleetprof's own frame (record.c kept the outermost of each run): shown only
-             * as the real function when it is one of our interposers (symbols.c), else left
-             * out (the thread-start wrapper, the signal handler chaining to the program's).
-             * An interposer frame already interned this chunk is known to be kept: no lookup
-             * (every hooked call's stack has one; the lookup was ~7% of the bg thread's CPU
-             * under redis-benchmark). */
-            ag_sym_t sym;
-            uint64_t lo, hi, off;
-            const uint8_t *bid;
-            uint32_t bl;
-            ag_symbols_lookup(at, &sym);
-            if (!sym.obj)
-                continue;
-            ag_object_mapping(sym.obj, &lo, &hi, &off, &bid, &bl);
-            if (at >= lo && at < hi) {
-                self_leave_out(at);
-                continue;
-            }
-        }
         locs[k++] = intern_location(b, at);
     }
     n = k;

@@ -295,11 +295,17 @@ static void add_vdso(ag_object_t *o, uint32_t *cap) {
     ag_dw.elf_end(elf);
 }
 
-/* Open descriptors of the process: poll() flags a closed number POLLNVAL, in batches. */
-static int fds_free(void) {
+/* Has the process more than max(AG_SYM_FD_RESERVE, RLIMIT_NOFILE/64) descriptors free? Its
+ * open ones are counted with poll(), which flags a closed number POLLNVAL, in batches. A count
+ * that found plenty (four times the reserve and 256 more) is trusted for 200 ms: the objects
+ * named in one chunk are loaded one after another, each using a few descriptors for a moment,
+ * and a process with a raised limit (redis-server: 10,032) paid 40 poll calls per object. */
+static int fds_enough(uint64_t now) {
+    static uint64_t plenty_until;
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-        return INT32_MAX;
+    if (now < plenty_until || getrlimit(RLIMIT_NOFILE, &rl) != 0 ||
+        rl.rlim_cur == RLIM_INFINITY)
+        return 1;
     uint64_t lim = rl.rlim_cur, scan = lim < AG_SYM_FD_SCAN ? lim : AG_SYM_FD_SCAN;
     struct pollfd p[256];
     uint64_t open_n = 0;
@@ -308,31 +314,14 @@ static int fds_free(void) {
         for (int i = 0; i < n; i++)
             p[i] = (struct pollfd){.fd = (int)(base + (uint64_t)i), .events = 0};
         if (poll(p, (nfds_t)n, 0) < 0)
-            return INT32_MAX;
+            return 1;
         for (int i = 0; i < n; i++)
             open_n += !(p[i].revents & POLLNVAL);
     }
     uint64_t reserve = lim / 64 > AG_SYM_FD_RESERVE ? lim / 64 : AG_SYM_FD_RESERVE;
-    return open_n + reserve >= lim ? 0 : (int)(lim - open_n > INT32_MAX ? INT32_MAX : lim - open_n);
-}
-
-/* fds_free() != 0, its answer kept for 200 ms when it found plenty (four times the reserve
- * and 256 more): the objects named in one chunk are loaded one after another, each using a
- * few descriptors for a moment, and a process with a raised limit (redis-server: 10,032)
- * paid 40 poll calls per object. */
-static int fds_enough(uint64_t now) {
-    static uint64_t plenty_until;
-    if (now < plenty_until)
-        return 1;
-    int f = fds_free();
-    struct rlimit rl;
-    uint64_t reserve = AG_SYM_FD_RESERVE;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur / 64 > reserve)
-        reserve = rl.rlim_cur / 64;
-    if ((uint64_t)f >= 4 * reserve + 256)
+    if (open_n + 4 * reserve + 256 <= lim)
         plenty_until = now + 200000000ull;
-    return f != 0;
+    return open_n + reserve < lim;
 }
 
 static int cmp_line(const void *a, const void *b) {
