@@ -62,6 +62,12 @@ target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads
 fp_test(test-agent-fdnb LABELS agent LIBS Threads::Threads m SOURCES
   ${PROJECT_SOURCE_DIR}/agent/src/fdnb.c)
 target_include_directories(test-agent-fdnb PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+# controller.c on its own: the CPU budget's factors and the CPU controller's period.
+fp_test(test-agent-controller LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/controller.c)
+target_include_directories(test-agent-controller PRIVATE ${PROJECT_SOURCE_DIR}/agent/src
+  ${PROJECT_SOURCE_DIR}/agent/include)
+target_compile_definitions(test-agent-controller PRIVATE _GNU_SOURCE)
+target_link_libraries(test-agent-controller PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 # fmath.h (issue 13): the agent's libm-free exp/log family against libm.
 fp_test(test-agent-fmath LABELS agent LIBS m)
 target_include_directories(test-agent-fmath PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)

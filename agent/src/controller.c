@@ -23,16 +23,22 @@
  * feed-forward and keeps only a slow integral to remove what the model misses:
  *
  *     L^_k = L^_{k-1} + A (L_k - L^_{k-1})            A = 0.5 (load EWMA, ~0.4 s at 0.25 s)
- *     J_k  = clamp(J_{k-1} + Kt e_k, -ln 4, ln 4)     Kt = 0.1, e_k = ln(r_k / T)
+ *     J_k  = clamp(J_{k-1} + Kt (m_k - J_{k-1}), -ln 4, ln 4)
+ *                                                      Kt = 0.1, m_k = ln(r_k P_{k-1} / L_k)
  *     P_k  = clamp(L^_k / T * exp(J_k), Pmin, Pmax)   (J_k is not moved while P is clamped)
  *
  * A load step is followed within one or two 0.25 s updates (L^ reaches 94% of a step in 4
  * updates), instead of the ~1.5-3 s of the pure integral law whose every update also feeds
  * the sample-count noise (sd of ln r ~ 0.2 per window) into the period. The trim J absorbs the
  * systematic part of r != L/P (samples folded by timer overruns when P is under the kernel
- * tick, threads the registry does not know yet); its gain is small, so it adds little noise
- * (sd ~ sqrt(Kt/2) x 0.2 ~ 0.05 in ln P). Measured on the 1 -> 8 -> 1 thread step (test
- * controller_step_1_8_1, bench/RESULTS.md): back within +-10% in about 1 s.
+ * tick, threads the registry does not know yet): m_k is that part as one window measures it
+ * (its samples, its load and the period in force during it), and J its average over ~10
+ * windows, so it adds little noise (sd ~ sqrt(Kt/2) x 0.2 ~ 0.05 in ln P). It was the
+ * integral of ln(r_k / T), which also summed the transient after every load step (the
+ * window in which the load quadruples has 4x the samples at the old period): +0.18 in ln P
+ * after a 1 -> 4 core step, 12% too few samples for 3 s (test-agent-controller). Measured on
+ * the 1 -> 8 -> 1 thread step (test controller_step_1_8_1, bench/RESULTS.md): back within
+ * +-10% in about 1 s.
  *
  * Unbiased estimates: every CPU sample's weight is the thread's CPU time since its previous
  * sample (signal.c), whatever the period did meanwhile; every allocation sample's weight comes
@@ -94,11 +100,12 @@ double ag_ctl_update_cpu(ag_ctl_t *c, uint64_t samples, uint64_t cpu_ns, double 
         return c->period;
     c->load_ewma = c->load_ewma == 0 ? load : c->load_ewma + A * (load - c->load_ewma);
     double trim = c->trim;
-    if (samples >= 2)
-        trim = clampd(trim + KT * ag_log(rate / c->target), -TRIM, TRIM);
+    if (samples >= 2 && load > 0) /* the model's error in this window, at the period in force */
+        trim = clampd(trim + KT * (ag_log(rate * c->period / load) - trim), -TRIM, TRIM);
     double p = c->load_ewma / c->target * ag_exp(trim);
     if (p >= c->period_min && p <= c->period_max)
         c->trim = trim; /* anti-windup: the trim does not move while the period is clamped */
     c->period = clampd(c->load_ewma / c->target * ag_exp(c->trim), c->period_min, c->period_max);
     return c->period;
 }
+
