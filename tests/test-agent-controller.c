@@ -1,11 +1,77 @@
-/* controller.c on its own: the CPU controller's period (ag_ctl_update_cpu), fed the windows
- * bgthread.c would measure. */
+/* controller.c on its own: the CPU budget's two factors (ag_budget_step) and the CPU
+ * controller's period (ag_ctl_update_cpu), fed the windows bgthread.c would measure. */
 #include "support/runner.h"
 
 #include "internal.h"
 
 #define MS 1e6
 #define S 1e9
+
+/* The model the budget acts on: the periodic work costs 3 ms/s at full pace (bg = 1), in
+ * proportion to its pace; the CPU samples cost 1 ms per second of work at the set point. */
+static double agent_ns(const ag_budget_t *b, double work_s) {
+    return 3 * MS * b->bg + 1 * MS * b->cpu * work_s;
+}
+
+/* An idle process: its agent's periodic work at full pace is over a 1% share of its floored
+ * CPU (1% of a core: 0.1 ms/s allowed). It slows down until it fits (to ~1/30 of its pace);
+ * the CPU set point, which costs nothing while nothing runs, is left alone. */
+static void test_idle_slows_periodic_work_only(void) {
+    ag_budget_t b = {1, 1};
+    for (int i = 0; i < 12; i++)
+        ag_budget_step(&b, 0.01, agent_ns(&b, 0), 0, 0.001 * S, S);
+    CHECKF(b.bg > 0.025 && b.bg < 0.045, "periodic work factor %.3f after 12 idle windows", b.bg);
+    CHECKF(agent_ns(&b, 0) < 0.1 * MS * 1.3, "idle cost %.3f ms/s", agent_ns(&b, 0) / MS);
+    CHECKF(b.cpu == 1, "CPU factor %.3f after idle windows", b.cpu);
+}
+
+/* Work resumes (a core's worth): the room is 100x what it was, and the periodic work is back
+ * at full pace within three windows (the first covers 0.2 s of work), not the 16 of x1.25
+ * steps it took before; the CPU set point never moved. */
+static void test_resume_recovers_fast(void) {
+    ag_budget_t b = {0.033, 1};
+    ag_budget_step(&b, 0.01, agent_ns(&b, 0.2), 1 * MS * 0.2, 0.2 * S, S);
+    CHECKF(b.bg > 0.15, "one window after work resumed: %.3f", b.bg);
+    for (int i = 0; i < 2; i++)
+        ag_budget_step(&b, 0.01, agent_ns(&b, 1), 1 * MS, S, S);
+    CHECKF(b.bg == 1, "three windows after work resumed: %.3f", b.bg);
+    CHECK(b.cpu == 1);
+}
+
+/* Over budget under load, the CPU samples most of the cost: both factors come down by the
+ * overshoot (1.5% against 1%: to two thirds), a window at the budget moves them up by at most
+ * x1.25, and a window far over budget at most halves them. */
+static void test_over_budget_under_load(void) {
+    ag_budget_t b = {1, 1};
+    ag_budget_step(&b, 0.01, 15 * MS, 12 * MS, S, S);
+    CHECKF(b.cpu > 0.66 && b.cpu < 0.67, "cpu factor %.4f at 1.5x the budget", b.cpu);
+    CHECKF(b.bg > 0.66 && b.bg < 0.67, "periodic factor %.4f at 1.5x the budget", b.bg);
+    double c = b.cpu;
+    ag_budget_step(&b, 0.01, 10 * MS, 8 * MS, S, S);
+    CHECKF(b.cpu <= c * 1.25 + 1e-12 && b.cpu >= c, "at the budget: %.4f from %.4f", b.cpu, c);
+    c = b.cpu;
+    ag_budget_step(&b, 0.01, 500 * MS, 400 * MS, S, S);
+    CHECKF(b.cpu > c * 0.499 && b.cpu < c * 0.501, "50x over: %.4f from %.4f", b.cpu, c);
+}
+
+/* Over budget where the CPU samples are a small part of the cost (hooks, wall ticks): only
+ * the periodic work slows down. */
+static void test_over_budget_not_from_cpu_samples(void) {
+    ag_budget_t b = {1, 1};
+    ag_budget_step(&b, 0.01, 20 * MS, 4 * MS, S, S);
+    CHECKF(b.bg > 0.49 && b.bg < 0.51, "periodic factor %.3f", b.bg);
+    CHECKF(b.cpu == 1, "cpu factor %.3f", b.cpu);
+}
+
+/* Just under budget: a cautious x1.25, never above 1. */
+static void test_under_budget_steps(void) {
+    ag_budget_t b = {0.4, 0.4};
+    ag_budget_step(&b, 0.01, 9 * MS, 8 * MS, S, S);
+    CHECKF(b.cpu > 0.4 * 1.25 - 1e-9 && b.cpu < 0.4 * 1.25 + 1e-9, "cpu %.4f", b.cpu);
+    for (int i = 0; i < 10; i++)
+        ag_budget_step(&b, 0.01, 0, 0, S, S);
+    CHECK(b.cpu == 1 && b.bg == 1);
+}
 
 static void ctl(ag_ctl_t *c) { ag_ctl_init(c, CM_EV_CPU, 100, 10 * MS, 1 * MS, 1000 * MS, 1); }
 
@@ -49,6 +115,11 @@ static void test_ctl_budget_factor(void) {
 }
 
 static const tr_test_t tests[] = {
+    {"idle_slows_periodic_work_only", test_idle_slows_periodic_work_only},
+    {"resume_recovers_fast", test_resume_recovers_fast},
+    {"over_budget_under_load", test_over_budget_under_load},
+    {"over_budget_not_from_cpu_samples", test_over_budget_not_from_cpu_samples},
+    {"under_budget_steps", test_under_budget_steps},
     {"ctl_follows_load", test_ctl_follows_load},
     {"ctl_budget_factor", test_ctl_budget_factor},
     {0, 0},

@@ -1053,6 +1053,44 @@ static void test_budget(void) {
 }
 
 
+/* Budget after idle: an idle service's wall ticks cost more than 1% of its (floored) CPU, so
+ * the budget slows its periodic work; the CPU samples, which cost nothing while it is idle,
+ * must not pay for that when work resumes. 8 s idle (the budget's factor would fall to its
+ * floor of 0.02 in 6 s), then 3 s of CPU at the default rate (100/s): the first two seconds
+ * of work have at least 60% of the rate the process's CPU allows (the set point unless the
+ * machine starves it) and at most 150/s (a period set from the window in which the work began
+ * overshot to the tick's 250/s), and the wall ticks are back to at least 10/s (of 20) by
+ * then. */
+static void test_budget_after_idle(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "idlecpu", "8", "3", NULL};
+    CHECK(run(env, argv, 90, out, sizeof out) == 0);
+    uint64_t t0 = out_u64(out, "load=");
+    CHECK(t0 > 0);
+    chunks_t *cs = load(dir);
+    uint64_t cpu = 0, wall = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++)
+            cpu += s->time_ns[r] >= t0 && s->time_ns[r] < t0 + 2000000000ull;
+        const cm_samples_t *w = &cs->c[i]->samples[CM_EV_WALL];
+        for (uint32_t r = 0; r < w->n; r++) /* main's ticks in the second second of work */
+            wall += w->time_ns[r] >= t0 + 1000000000ull && w->time_ns[r] < t0 + 2000000000ull;
+    }
+    double want = reachable(100, cpu_share(cs, t0, t0 + 2000000000ull));
+    printf("# after 8 s idle: %.1f CPU samples/s in the first 2 s of work (reachable %.0f), "
+           "%llu wall samples in the second, %llu over-budget drops\n",
+           cpu / 2.0, want, (unsigned long long)wall,
+           (unsigned long long)drops(cs, CM_DROP_OVER_BUDGET));
+    CHECKF(cpu / 2.0 >= 0.6 * want && cpu / 2.0 <= 150,
+           "%.1f CPU samples/s after idle, reachable %.0f", cpu / 2.0, want);
+    CHECKF(wall >= 10, "%llu wall samples in the second second of work", (unsigned long long)wall);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* ---- issue acceptance: accuracy on 4 threads, blocked read, thread churn, SIGPROF, steps ---- */
 
 /* Is row r of samples s on a thread named name? */
@@ -1540,6 +1578,7 @@ static const tr_test_t tests[] = {
     {"own_sigprof", test_own_sigprof},
     {"disabled", test_disabled},
     {"bursty_accuracy", test_bursty_accuracy},
+    {"budget_after_idle", test_budget_after_idle},
     {"controller_step_1_8_1", test_controller_step_1_8_1},
     {"span_two_threads", test_span_two_threads},
     {0, 0},

@@ -10,7 +10,8 @@
  * Agent CPU accounting per chunk: this thread's own CPU clock, plus handler cost estimated as
  * samples x (calibrated kernel signal delivery cost + mean measured handler body). The budget
  * compares that with the process CPU (floored at 1% of one core, so an idle process still
- * allows the agent ~0.1 ms/s at a 1% budget; AG_BUDGET_FLOOR).
+ * allows the agent ~0.1 ms/s at a 1% budget; AG_BUDGET_FLOOR) and slows the periodic work
+ * and the CPU set point apart (controller.c: ag_budget_step).
  */
 #include "internal.h"
 #include "bypass.h"
@@ -43,10 +44,6 @@
  * of control and 2 Hz of scans that alone is 0.4 ms/s, the whole 1% budget of a process using
  * 4% of a core (redis-server under redis-benchmark), which the budget could not reduce. */
 #define AG_CTL_MAX_NS 1000000000ull
-/* The budget's process CPU is at least this share of one core. Was 5%: a process using less
- * (redis-server serving 4.4k requests/s uses 4%) let the agent take 0.5 ms/s, more than 1% of
- * it. */
-#define AG_BUDGET_FLOOR 0.01
 #define AG_SCAN_MAX_NS 2000000000ull
 #define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
 
@@ -65,8 +62,10 @@ static struct {
     uint64_t drops0[CM_EV_COUNT][AG_DROP_REASONS];    /* drops at chunk start */
     uint64_t ctl_seen, ctl_mono;                      /* controller window start */
     uint64_t ctl_proc, ctl_bg;                        /* process / this thread's CPU then */
-    uint64_t bud_agent, bud_proc, bud_mono;           /* budget window start */
-    double budget_factor;
+    uint64_t bud_agent, bud_proc, bud_mono, bud_cpu; /* budget window start */
+    ag_budget_t bud;
+    int bud_soon; /* step the budget at the next control window, however short */
+    int ctl_idle; /* the last control window's load was under AG_BUDGET_FLOOR */
     uint32_t wall_cursor;
     uint64_t over_budget_frac;                        /* fractional DROP_OVER_BUDGET carry */
     int warned_encode, warned_size;
@@ -140,9 +139,16 @@ static _Atomic uint64_t g_wall_reused; /* wall samples re-recorded without a sig
  * ag_lock_cost_ns, so they are charged neither a signal delivery nor a handler body; a wall
  * sample re-recorded by this thread (wall_reuse) had no signal either. (ALLOC and IO records
  * have no measured cost of their own yet: each is charged as one signal.) */
-static uint64_t agent_cpu_now(void) {
+static uint64_t handler_body_ns(void) {
     uint64_t n = atomic_load(&ag_handler_ns_n);
-    uint64_t body = n ? atomic_load(&ag_handler_ns_sum) / n : 0;
+    return n ? atomic_load(&ag_handler_ns_sum) / n : 0;
+}
+
+/* What a CPU sample costs the agent's estimate: a signal and a handler body. */
+static uint64_t cpu_sample_cost_ns(void) { return handler_body_ns() + ag.signal_cost_ns; }
+
+static uint64_t agent_cpu_now(void) {
+    uint64_t body = handler_body_ns();
     uint64_t lock_recs = atomic_load(&ag_lock_records);
     uint64_t samples = atomic_load(&ag_samples_taken);
     samples = samples > lock_recs ? samples - lock_recs : 0;
@@ -512,56 +518,62 @@ static void drain(void) {
     }
 }
 
-static void control(uint64_t now) {
+/* A control window stretched by the budget (an idle process's) in which work resumed: its
+ * average load understates the load now (the work began somewhere inside it), and a period
+ * set from it would sample the new work at up to the tick's 250/s for a window; its budget
+ * share, averaged over the idle part too, keeps the wall ticks slow for another second. So
+ * the controller keeps its period, and the next window (both controls) is AG_RESUME_NS. */
+#define AG_RESUME_NS (AG_CTL_DT_NS / 5)
+
+/* One control window; returns 1 when work resumed after an idle stretch (see above). */
+static int control(uint64_t now) {
     double dt = (double)(now - B.ctl_mono) / 1e9;
     uint64_t seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
     uint64_t n = seen - B.ctl_seen;
     B.ctl_seen = seen;
     B.ctl_mono = now;
-
-    /* Budget over the last >= 1 s (only acted on with the controller on: with fixed periods
-     * the user asked for exactly that rate). */
-    if (ag.ctl[CM_EV_CPU].enabled && now - B.bud_mono >= 1000000000ull) {
-        uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-        double wall = (double)(now - B.bud_mono);
-        double proc = (double)(p - B.bud_proc), agent = (double)(a - B.bud_agent);
-        if (proc < AG_BUDGET_FLOOR * wall)
-            proc = AG_BUDGET_FLOOR * wall;
-        double frac = agent / proc;
-        if (frac > ag.cfg.cpu_budget)
-            B.budget_factor *= ag.cfg.cpu_budget / frac > 0.5 ? ag.cfg.cpu_budget / frac : 0.5;
-        else
-            B.budget_factor *= 1.25;
-        if (B.budget_factor > 1)
-            B.budget_factor = 1;
-        if (B.budget_factor < 0.02)
-            B.budget_factor = 0.02;
-        B.bud_agent = a;
-        B.bud_proc = p;
-        B.bud_mono = now;
-    }
-    if (B.budget_factor < 1 && n) { /* samples the set point would have taken without it */
-        B.over_budget_frac += (uint64_t)((double)n * (1 / B.budget_factor - 1) * 1000);
-        ag_drop_count(CM_EV_CPU, CM_DROP_OVER_BUDGET, B.over_budget_frac / 1000);
-        B.over_budget_frac %= 1000;
-    }
     /* The CPU the sampled threads used over the window: the process's minus this thread's. */
     uint64_t proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID), bg = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     uint64_t sampled = proc - B.ctl_proc > bg - B.ctl_bg ? (proc - B.ctl_proc) - (bg - B.ctl_bg) : 0;
     B.ctl_proc = proc;
     B.ctl_bg = bg;
+    double load = dt > 0 ? (double)sampled / 1e9 / dt : 0;
+    int resumed = B.ctl_idle && dt * 1e9 > 2.0 * AG_CTL_DT_NS && load >= 0.05;
+    B.ctl_idle = load < AG_BUDGET_FLOOR;
+
+    /* Budget over the last >= 1 s, or right after work resumed (only acted on with the
+     * controller on: with fixed periods the user asked for exactly that rate). */
+    if (ag.ctl[CM_EV_CPU].enabled && (now - B.bud_mono >= 1000000000ull || B.bud_soon)) {
+        uint64_t a = agent_cpu_now(), p = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+        uint64_t cpu_seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
+        ag_budget_step(&B.bud, ag.cfg.cpu_budget, (double)(a - B.bud_agent),
+                       (double)(cpu_seen - B.bud_cpu) * (double)cpu_sample_cost_ns(),
+                       (double)(p - B.bud_proc), (double)(now - B.bud_mono));
+        B.bud_agent = a;
+        B.bud_proc = p;
+        B.bud_cpu = cpu_seen;
+        B.bud_mono = now;
+        B.bud_soon = 0;
+    }
+    B.bud_soon = resumed;
+    if (B.bud.cpu < 1 && n) { /* samples the set point would have taken without it */
+        B.over_budget_frac += (uint64_t)((double)n * (1 / B.bud.cpu - 1) * 1000);
+        ag_drop_count(CM_EV_CPU, CM_DROP_OVER_BUDGET, B.over_budget_frac / 1000);
+        B.over_budget_frac %= 1000;
+    }
     ag_ctl_t *c = &ag.ctl[CM_EV_CPU];
     double old = c->period;
-    double p = ag_ctl_update_cpu(c, n, sampled, dt, B.budget_factor);
-    CM_DEBUG("cpu control: %llu samples, %.3f cores sampled over %.3f s, budget factor %.3f, "
-             "period %.3f ms -> %.3f ms", (unsigned long long)n, (double)sampled / 1e9 / dt, dt,
-             B.budget_factor, old / 1e6, p / 1e6);
+    double p = resumed ? old : ag_ctl_update_cpu(c, n, sampled, dt, B.bud.cpu);
+    CM_DEBUG("cpu control: %llu samples, %.3f cores sampled over %.3f s%s, budget factors %.3f "
+             "(cpu) %.3f (periodic work), period %.3f ms -> %.3f ms", (unsigned long long)n,
+             load, dt, resumed ? " (work resumed)" : "", B.bud.cpu, B.bud.bg, old / 1e6, p / 1e6);
     if (p != old && (p > old * 1.02 || p < old * 0.98)) {
         atomic_store(&ag.cpu_period_ns, (uint64_t)p);
         ag_thread_set_cpu_period((uint64_t)p);
     } else {
         c->period = old; /* small changes are not applied: keep the model and the timers equal */
     }
+    return resumed;
 }
 
 /* at_exit: the process is exiting. Its last chunk is sent only if it has something to say
@@ -796,12 +808,13 @@ static void *bg_main(void *arg) {
      * meanwhile, its records wait in the rings and go into the first chunk, and a burst of
      * allocation samples before the first drain (issue 19: 1,280 x 1 MiB as the program's
      * first work, 0.2 ms) filled the ring with none of its drops reported. */
-    B.budget_factor = 1;
+    B.bud.bg = B.bud.cpu = 1;
+    B.bud_cpu = B.ctl_seen;
     B.enc_ratio = 1;
     uint64_t wall_ns = ag.cfg.wall_hz > 0 ? (uint64_t)(1e9 / ag.cfg.wall_hz) : 0;
     uint64_t next_wall = now + wall_ns, next_ctl = now + AG_CTL_DT_NS;
     uint64_t next_scan = now, next_chunk = now + ag.cfg.interval_ns, scan_soon = 0;
-    uint64_t last_scan = now;
+    uint64_t last_scan = now, last_wall = now;
     int unresolved = 0;
     pthread_mutex_unlock(&ag_work_mu);
 
@@ -861,10 +874,10 @@ static void *bg_main(void *arg) {
             ag_lock_calibrate();
         }
         if (wall_ns && now >= next_wall && !(req & AG_REQ_STOP)) {
-            double f = B.budget_factor;
             drain(); /* so that wall_reuse sees each thread's latest wall record */
             wall_tick(now);
-            next_wall += (uint64_t)((double)wall_ns / f);
+            last_wall = now;
+            next_wall += (uint64_t)((double)wall_ns / B.bud.bg);
             if (next_wall < now)
                 next_wall = now + wall_ns;
         }
@@ -886,9 +899,18 @@ static void *bg_main(void *arg) {
         }
         ag_hooks_bg_tick(now); /* ALLOC controller, flood-cap windows */
         if (now >= next_ctl) {
-            if (ag.cfg.cpu_rate > 0)
-                control(now);
-            next_ctl = now + stretch(AG_CTL_DT_NS, B.budget_factor, AG_CTL_MAX_NS);
+            double bg = B.bud.bg;
+            int resumed = ag.cfg.cpu_rate > 0 && control(now);
+            next_ctl = now + (resumed ? AG_RESUME_NS
+                                      : stretch(AG_CTL_DT_NS, B.bud.bg, AG_CTL_MAX_NS));
+            if (B.bud.bg > bg) { /* back from a stretch: the next tick and scan at the new pace */
+                uint64_t w = last_wall + (uint64_t)((double)wall_ns / B.bud.bg);
+                uint64_t sc = last_scan + stretch(AG_SCAN_NS, B.bud.bg, AG_SCAN_MAX_NS);
+                if (wall_ns && w < next_wall)
+                    next_wall = w > now ? w : now;
+                if (!scan_soon && sc < next_scan)
+                    next_scan = sc > now ? sc : now;
+            }
         }
         if (now >= next_scan && !(req & AG_REQ_STOP)) { /* at exit: nothing new to find */
             int registered;
@@ -906,7 +928,7 @@ static void *bg_main(void *arg) {
             if (scan_soon > AG_SCAN_NS / 5 * 4 / 5)
                 scan_soon = 0;
             next_scan = now + (scan_soon ? scan_soon
-                                         : stretch(AG_SCAN_NS, B.budget_factor, AG_SCAN_MAX_NS));
+                                         : stretch(AG_SCAN_NS, B.bud.bg, AG_SCAN_MAX_NS));
         }
         /* split a heavy interval: the estimate scaled by what the last chunk compressed to,
          * at least 1/4 (rows that compressed well may be followed by rows that do not) */

@@ -45,8 +45,8 @@
  * from the period its thread's countdown was drawn with, not the one in force when it ends
  * (alloc_sample.h: the maths, and a test that catches the other choice).
  *
- * Budget: bgthread.c passes budget_factor = (agent CPU budget / measured agent share),
- * smoothed and capped at 1; the set point used is target_cfg * factor.
+ * Budget: bgthread.c passes the budget's CPU factor (ag_budget_step, below); the set point
+ * used is target_cfg * factor.
  */
 #include "internal.h"
 
@@ -109,3 +109,30 @@ double ag_ctl_update_cpu(ag_ctl_t *c, uint64_t samples, uint64_t cpu_ns, double 
     return c->period;
 }
 
+/* The CPU budget (bgthread.c measures, once per window of >= 1 s, the agent's estimated CPU,
+ * the part of it the CPU samples cost, and the process's CPU). Two factors, each in
+ * [AG_BUDGET_MIN, 1]: periodic work (wall ticks, control windows, /proc scans: stretched by
+ * 1/bg) and the CPU set point (scaled by cpu). Over budget, a factor moves down by the
+ * overshoot (budget / share, at most halving); under it, up by the room left (x0.8 margin),
+ * between x1.25 and x64: a process that goes from idle to busy has 100x the CPU to share from
+ * one window to the next, and its profile should not wait 15 s of x1.25 steps for it. The CPU
+ * factor moves down only in windows where the CPU samples are at least a quarter of the
+ * agent's cost: an idle process (whose wall ticks outgrow a 1% share of its floored CPU) takes
+ * no CPU samples, and slowing them would only starve the profile of its next burst of work.
+ * The process's CPU counts as at least AG_BUDGET_FLOOR of one core (a 1% budget then allows
+ * an idle process's agent ~0.1 ms/s). */
+static double budget_move(double f, double budget, double share) {
+    double room = share > 0 ? budget / share : 64;
+    f *= share > budget ? (room > 0.5 ? room : 0.5) : clampd(0.8 * room, 1.25, 64);
+    return clampd(f, AG_BUDGET_MIN, 1);
+}
+
+void ag_budget_step(ag_budget_t *b, double budget, double agent_ns, double cpu_samples_ns,
+                    double proc_ns, double wall_ns) {
+    if (proc_ns < AG_BUDGET_FLOOR * wall_ns)
+        proc_ns = AG_BUDGET_FLOOR * wall_ns;
+    double share = proc_ns > 0 ? agent_ns / proc_ns : 0;
+    b->bg = budget_move(b->bg, budget, share);
+    if (share <= budget || 4 * cpu_samples_ns >= agent_ns)
+        b->cpu = budget_move(b->cpu, budget, share);
+}

@@ -406,6 +406,20 @@ AG_HIDDEN double ag_ctl_update(ag_ctl_t *c, uint64_t samples, double dt, double 
 AG_HIDDEN double ag_ctl_update_cpu(ag_ctl_t *c, uint64_t samples, uint64_t cpu_ns, double dt,
                                    double budget_factor);
 
+/* bg: the agent's CPU budget (controller.c: ag_budget_step). */
+/* The process's CPU counts as at least this share of a core. Was 5%: a process using less
+ * (redis-server serving 4.4k requests/s uses 4%) let the agent take 0.5 ms/s, over 1% of it. */
+#define AG_BUDGET_FLOOR 0.01
+#define AG_BUDGET_MIN 0.02   /* the lowest factor: 1/50 of the configured work */
+typedef struct {
+    double bg;  /* periodic work (wall ticks, control windows, /proc scans) runs at bg x its rate */
+    double cpu; /* the CPU sample set point is cpu x the configured rate */
+} ag_budget_t;
+/* One window: agent_ns of estimated agent CPU, of which cpu_samples_ns for the CPU samples,
+ * proc_ns of process CPU over wall_ns; budget a share (0.01 = 1%). */
+AG_HIDDEN void ag_budget_step(ag_budget_t *b, double budget, double agent_ns,
+                              double cpu_samples_ns, double proc_ns, double wall_ns);
+
 /* ---- symbols.c (bg only) ---- */
 typedef struct ag_object ag_object_t;
 typedef struct {

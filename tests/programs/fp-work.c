@@ -36,6 +36,8 @@
  *                               (in block_in_read) while main burns SECS of wall time
  *   fp-work churn N WAVE        N short-lived threads (churn_thread, ~2 ms CPU each), WAVE at
  *                               a time, each wave joined before the next
+ *   fp-work idlecpu IDLE SECS   sleeps IDLE s (an idle service), prints load=<CLOCK_REALTIME ns>,
+ *                               then burns SECS of CPU as "cpu" does
  *   fp-work sigprof SECS        its own SIGPROF handler + setitimer(ITIMER_PROF, 10 ms); burns
  *                               SECS of CPU; prints sigprof=<deliveries>
  *   fp-work step3 S N           1 burning thread for S s, N for S s, 1 for S s (wall time);
@@ -578,6 +580,11 @@ int main(int argc, char **argv) {
         run_threads(n, secs);
         printf("step2=%llu\n", (unsigned long long)real_ns());
         run_threads(1, secs);
+    } else if (!strcmp(mode, "idlecpu") && argc > 3) {
+        sleep_here(secs);
+        printf("load=%llu\n", (unsigned long long)real_ns());
+        fflush(stdout);
+        burn_for_cpu(atof(argv[3]));
     } else if (!strcmp(mode, "bursty")) {
         pthread_t th[2];
         g_cpu_end = cpu_ns() + (uint64_t)(secs * 1e9);
