@@ -181,7 +181,7 @@ static int bench_overhead(int rounds) {
         fflush(stdout);
     }
     printf("\nmedian over %d rounds:\n", rounds);
-    printf("  overhead, default settings (100 samples/s, wall 20 Hz): %+.2f%% process CPU\n",
+    printf("  overhead, default settings (100 samples/s, wall 10 Hz): %+.2f%% process CPU\n",
            (median(r_agent, rounds) - 1) * 100);
     printf("  agent's own estimate in chunk headers (agent_cpu/process_cpu): %.2f%%\n",
            median(agent_share, rounds) * 100);
