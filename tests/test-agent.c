@@ -55,10 +55,13 @@ static double cpu_share(const chunks_t *cs, uint64_t from, uint64_t to) {
 }
 
 /* The sample rate a controller can reach: the set point, unless the process gets so little
- * CPU that even one sample per kernel tick (HZ=250 here: CPU-time timers fire on ticks) of
- * each running thread falls short of it. A loaded shared machine can starve a test. */
-static double reachable(double target, double cores) {
-    return cores * 250 < target ? cores * 250 : target;
+ * CPU that hz samples per second of each running thread's CPU (FLEETPROF_CPU_HZ, the
+ * controller's shortest period: 100 by default) fall short of it; at most one per kernel tick
+ * (HZ=250 here: a burning thread's CPU-time timer fires on ticks). A loaded shared machine can
+ * starve a test. */
+static double reachable(double target, double cores, double hz) {
+    double most = cores * (hz < 250 ? hz : 250);
+    return most < target ? most : target;
 }
 
 
@@ -216,7 +219,7 @@ static void test_threads_rate(void) {
     double rate = (double)n / ((double)ns / 1e9);
     CHECK(cs->n >= 5);
     double reach = reachable(100, cpu_share(cs, cs->c[cs->n - 4]->header.start_unix_ns,
-                                            cs->c[cs->n - 2]->header.end_unix_ns));
+                                            cs->c[cs->n - 2]->header.end_unix_ns), 1000);
     printf("# 4 threads: %llu samples, settled rate %.1f/s (target 100, reachable %.0f)\n",
            (unsigned long long)all.samples, rate, reach);
     CHECKF(rate > 0.7 * reach && rate < 140, "settled rate %.1f/s, reachable %.0f", rate, reach);
@@ -1011,8 +1014,8 @@ static void test_controller_step(void) {
                 before++;
         }
     }
-    double rb = reachable(100, cpu_share(cs, tstep - 3000000000ull, tstep));
-    double ra = reachable(100, cpu_share(cs, tstep + 5000000000ull, tstep + 8000000000ull));
+    double rb = reachable(100, cpu_share(cs, tstep - 3000000000ull, tstep), 100);
+    double ra = reachable(100, cpu_share(cs, tstep + 5000000000ull, tstep + 8000000000ull), 100);
     printf("# step: rate before %.1f/s (reachable %.0f), 5-8 s after the step %.1f/s "
            "(reachable %.0f), target 100\n",
            before / 3.0, rb, after / 3.0, ra);
@@ -1079,7 +1082,7 @@ static void test_budget_after_idle(void) {
         for (uint32_t r = 0; r < w->n; r++) /* main's ticks in the second second of work */
             wall += w->time_ns[r] >= t0 + 1000000000ull && w->time_ns[r] < t0 + 2000000000ull;
     }
-    double want = reachable(100, cpu_share(cs, t0, t0 + 2000000000ull));
+    double want = reachable(100, cpu_share(cs, t0, t0 + 2000000000ull), 100);
     printf("# after 8 s idle: %.1f CPU samples/s in the first 2 s of work (reachable %.0f), "
            "%llu wall samples in the second, %llu over-budget drops\n",
            cpu / 2.0, want, (unsigned long long)wall,
@@ -1456,7 +1459,7 @@ static int step_run(int attempt) {
              * machine's doing (seen: 0.07 cores for 5 s on the shared box) */
             if (disturbed || cores[w] < 0.5)
                 continue;
-            double target = reachable(100, cores[w]);
+            double target = reachable(100, cores[w], 100);
             sum += rate[w];
             sum_target += target;
             in_band += fabs(rate[w] - target) <= 0.1 * target;

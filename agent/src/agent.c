@@ -120,9 +120,15 @@ __attribute__((constructor)) static void ag_start(void) {
     ag.process_start_ns = 0; /* read from /proc by the bg thread (ag_process_start_ns) */
     if (gethostname(ag.host, sizeof ag.host - 1) != 0)
         snprintf(ag.host, sizeof ag.host, "unknown");
+    /* The controller's shortest period is the initial one, 1/FLEETPROF_CPU_HZ (10 ms): a thread
+     * is sampled at most 100 times per second of its CPU (async-profiler's and ddprof's
+     * default density), so a process using under a core gets fewer than the set point. With
+     * the set point at any load, each sample's cost weighed on less and less of the program's
+     * CPU: redis-server at 0.55 cores took 180 samples per CPU-second (bench/RESULTS.md, issue
+     * 14 session 14). Between that floor and 10 s the rate holds whatever the load. */
     double p0 = (double)ag.cfg.cpu_period_ns;
-    ag_ctl_init(&ag.ctl[CM_EV_CPU], CM_EV_CPU, ag.cfg.cpu_rate, p0, 1e6 /* 1 kHz per thread */,
-                1e10 /* 0.1 Hz */, ag.cfg.controller);
+    ag_ctl_init(&ag.ctl[CM_EV_CPU], CM_EV_CPU, ag.cfg.cpu_rate, p0, p0, 1e10 /* 0.1 Hz */,
+                ag.cfg.controller);
     atomic_store(&ag.cpu_period_ns, ag.cfg.cpu_period_ns);
     int rc = ag_signal_init();
     if (rc != 0) {
