@@ -82,21 +82,25 @@ static double window(ag_ctl_t *c, double cores, double dt, double factor) {
     return ag_ctl_update_cpu(c, n, (uint64_t)(cores * dt * S), dt, factor);
 }
 
+/* n such windows in a row; the last period. */
+static double windows(ag_ctl_t *c, int n, double cores, double factor) {
+    double p = c->period;
+    for (int i = 0; i < n; i++)
+        p = window(c, cores, 0.25, factor);
+    return p;
+}
+
 /* The CPU controller sets the period from the sampled threads' load: one core at 100/s is a
  * 10 ms period, four cores 40 ms, within +-15% four 0.25 s windows after a step
  * (feed-forward) and +-5% after eight; an idle window holds the period. */
 static void test_ctl_follows_load(void) {
     ag_ctl_t c;
     ctl(&c);
-    double p = 0;
-    for (int i = 0; i < 4; i++)
-        p = window(&c, 1, 0.25, 1);
+    double p = windows(&c, 4, 1, 1);
     CHECKF(p > 9.5 * MS && p < 10.5 * MS, "one core: period %.2f ms", p / MS);
-    for (int i = 0; i < 4; i++)
-        p = window(&c, 4, 0.25, 1);
+    p = windows(&c, 4, 4, 1);
     CHECKF(p > 34 * MS && p < 46 * MS, "four cores after 4 windows: period %.2f ms", p / MS);
-    for (int i = 0; i < 4; i++)
-        p = window(&c, 4, 0.25, 1);
+    p = windows(&c, 4, 4, 1);
     CHECKF(p > 38 * MS && p < 42 * MS, "four cores after 8 windows: period %.2f ms", p / MS);
     double held = p;
     p = ag_ctl_update_cpu(&c, 0, 0, 0.25, 1);
@@ -107,9 +111,7 @@ static void test_ctl_follows_load(void) {
 static void test_ctl_budget_factor(void) {
     ag_ctl_t c;
     ctl(&c);
-    double p = 0;
-    for (int i = 0; i < 8; i++)
-        p = window(&c, 1, 0.25, 0.5);
+    double p = windows(&c, 8, 1, 0.5);
     CHECKF(p > 19 * MS && p < 21 * MS, "one core at half the set point: %.2f ms", p / MS);
     CHECKF(c.target == 50, "target %.1f", c.target);
 }
