@@ -353,6 +353,7 @@ static pid_t start_demo(const char *sock, const char *label, const char *code, i
         int fd = open("/dev/null", O_WRONLY);
         dup2(fd, 1);
         setenv("FLEETPROF_CPU_RATE", "400", 1);
+        setenv("FLEETPROF_CPU_HZ", "1000", 1); /* up to 1 kHz of CPU time (default 100) */
         setenv("FLEETPROF_CPU_BUDGET", "5", 1);
         char secs[16], sd[16];
         snprintf(secs, sizeof secs, "%d", PHASE_S);
