@@ -9,7 +9,10 @@
 # Environment: FLEETPROF_BUILD (./build), FLEETPROF_COLLECTOR and FLEETPROF_SERVER (from
 # pipeline.sh start), COLLECTOR_METRICS (127.0.0.1:9465), SECONDS_PER_VERSION (40), PROCS (2),
 # INTERVAL (chunk interval, 5 s), RATE (requests/s per process, the demo's default),
-# PARALLEL (0). A version is "v1" or "v2" (the demo's code), optionally as LABEL=CODE.
+# PARALLEL (0), CPU_HZ (FLEETPROF_CPU_HZ for the demo, 1000: a process at ~0.2 cores then
+# takes the agent's 100 samples/s, so a 40-s version holds the ~2,000 samples a deploy report
+# waits for; at the agent's default of 100 samples per CPU-second it would take ~20/s). A
+# version is "v1" or "v2" (the demo's code), optionally as LABEL=CODE.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${FLEETPROF_BUILD:-$ROOT/build}"
@@ -23,7 +26,7 @@ pids=()
 start_version() { # LABEL CODE
   echo "feed: demo-service $1 ($2): $PROCS processes for ${SECS}s under the agent" >&2
   for i in $(seq 1 "$PROCS"); do
-    "$FP" run --service demo --version "$1" --collector "$FLEETPROF_COLLECTOR" --interval "${INTERVAL:-5}" -- \
+    FLEETPROF_CPU_HZ="${CPU_HZ:-1000}" "$FP" run --service demo --version "$1" --collector "$FLEETPROF_COLLECTOR" --interval "${INTERVAL:-5}" -- \
       "$BUILD/deploy/demo/demo-service" --version "$2" --seconds "$SECS" --seed "$i$((${#pids[@]} + 1))" \
       ${RATE:+--rate "$RATE"} --quiet >/dev/null &
     pids+=($!)
