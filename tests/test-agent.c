@@ -1089,7 +1089,12 @@ static void test_budget_after_idle(void) {
            (unsigned long long)drops(cs, CM_DROP_OVER_BUDGET));
     CHECKF(cpu / 2.0 >= 0.6 * want && cpu / 2.0 <= 150,
            "%.1f CPU samples/s after idle, reachable %.0f", cpu / 2.0, want);
-    CHECKF(wall >= 5, "%llu wall samples in the second second of work", (unsigned long long)wall);
+    /* Under a sanitizer the agent's own work costs ~3x: at one core it is over the 1% budget,
+     * which spaces the ticks for that (3 in the second second were seen under ASan); before
+     * the fix they stayed at ~0.4/s for ~15 s, 0-1 in that second. */
+    uint64_t want_wall = sanitized ? 2 : 5;
+    CHECKF(wall >= want_wall, "%llu wall samples in the second second of work (want %llu)",
+           (unsigned long long)wall, (unsigned long long)want_wall);
     free_chunks(cs);
     rmrf(dir);
 }
