@@ -55,12 +55,15 @@ static void test_over_budget_under_load(void) {
 }
 
 /* Over budget where the CPU samples are a small part of the cost (hooks, wall ticks): only
- * the periodic work slows down. */
+ * the periodic work slows down, unless the samples alone are over the budget. */
 static void test_over_budget_not_from_cpu_samples(void) {
     ag_budget_t b = {1, 1};
     ag_budget_step(&b, 0.01, 20 * MS, 4 * MS, S, S);
     CHECKF(b.bg > 0.49 && b.bg < 0.51, "periodic factor %.3f", b.bg);
     CHECKF(b.cpu == 1, "cpu factor %.3f", b.cpu);
+    /* ... unless they alone are over it (a budget of 0.01%: 0.1 ms/s at a core) */
+    ag_budget_step(&b, 0.0001, 20 * MS, 4 * MS, S, S);
+    CHECKF(b.cpu > 0.49 && b.cpu < 0.51, "cpu factor %.3f, its samples alone over budget", b.cpu);
 }
 
 /* Just under budget: a cautious x1.25, never above 1. */

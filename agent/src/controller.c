@@ -117,7 +117,7 @@ double ag_ctl_update_cpu(ag_ctl_t *c, uint64_t samples, uint64_t cpu_ns, double 
  * between x1.25 and x64: a process that goes from idle to busy has 100x the CPU to share from
  * one window to the next, and its profile should not wait 15 s of x1.25 steps for it. The CPU
  * factor moves down only in windows where the CPU samples are at least a quarter of the
- * agent's cost: an idle process (whose wall ticks outgrow a 1% share of its floored CPU) takes
+ * agent's cost, or alone over the budget: an idle process (whose wall ticks outgrow a 1% share of its floored CPU) takes
  * no CPU samples, and slowing them would only starve the profile of its next burst of work.
  * The process's CPU counts as at least AG_BUDGET_FLOOR of one core (a 1% budget then allows
  * an idle process's agent ~0.1 ms/s). */
@@ -133,6 +133,7 @@ void ag_budget_step(ag_budget_t *b, double budget, double agent_ns, double cpu_s
         proc_ns = AG_BUDGET_FLOOR * wall_ns;
     double share = proc_ns > 0 ? agent_ns / proc_ns : 0;
     b->bg = budget_move(b->bg, budget, share);
-    if (share <= budget || 4 * cpu_samples_ns >= agent_ns)
+    if (share <= budget || 4 * cpu_samples_ns >= agent_ns ||
+        cpu_samples_ns > budget * proc_ns)
         b->cpu = budget_move(b->cpu, budget, share);
 }
