@@ -553,7 +553,6 @@ static int control(uint64_t now) {
         B.bud_proc = p;
         B.bud_cpu = cpu_seen;
         B.bud_mono = now;
-        B.bud_soon = 0;
     }
     B.bud_soon = resumed;
     if (B.bud.cpu < 1 && n) { /* samples the set point would have taken without it */

@@ -178,7 +178,7 @@ void ag_config_load(ag_config_t *cfg) {
     /* 100 ms: 20 Hz (async-profiler's 50 ms, where wall time is the profile asked for) cost
      * redis-server 0.20-0.24% of its CPU per request on top of CPU sampling, the background
      * thread's wakeups most of it (bench/RESULTS.md, issue 14 session 14) */
-    cfg->wall_hz = 10;
+    cfg->wall_hz = AG_WALL_HZ;
     cfg->wall_threads = 8;
     cfg->cpu_budget = 0.01;
     cfg->controller = 1;
@@ -224,7 +224,7 @@ void ag_config_load(ag_config_t *cfg) {
         cfg->cpu_rate = d;
     if (env_double("FLEETPROF_CPU_HZ", 1, 1000, "100 (Hz per thread)", &d))
         cfg->cpu_period_ns = (uint64_t)(1e9 / d);
-    if (env_double("FLEETPROF_WALL_HZ", 0, 1000, "10 (ticks/s)", &d))
+    if (env_double("FLEETPROF_WALL_HZ", 0, 1000, AG_WALL_HZ_HELP, &d))
         cfg->wall_hz = d;
     if (env_double("FLEETPROF_WALL_THREADS", 1, 1024, "8 (threads per tick)", &d))
         cfg->wall_threads = (uint32_t)d;

@@ -72,8 +72,8 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     ag_hcfg.alloc_on = on && ag_env_bool("FLEETPROF_ALLOC", 1);
     ag_hcfg.lock_on = on && ag_env_bool("FLEETPROF_LOCK", 1);
     ag_hcfg.io_on = on && ag_env_bool("FLEETPROF_IO", 1);
-    /* same range and default as config.c (which reads it again; reported once) */
-    ag_hcfg.wait_on = on && env_num("FLEETPROF_WALL_HZ", 0, 1000, 10, "10 (ticks/s)") > 0;
+    /* same range and default (AG_WALL_HZ) as config.c, which reads it again; reported once */
+    ag_hcfg.wait_on = on && env_num("FLEETPROF_WALL_HZ", 0, 1000, AG_WALL_HZ, AG_WALL_HZ_HELP) > 0;
     /* Below 64 bytes nearly every allocation is a sample (a ring record with its stack): the
      * profile is no better and the program much slower. */
     double period;

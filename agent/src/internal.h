@@ -64,6 +64,11 @@
 #define AG_DROP_REASONS 13           /* cm_drop_reason_t values + 1 */
 
 /* ---- config.c ---- */
+/* FLEETPROF_WALL_HZ's default, read by config.c and by hooks.c (the wait hooks are on while
+ * wall sampling is). 100 ms: see config.c. */
+#define AG_WALL_HZ 10
+#define AG_WALL_HZ_HELP "10 (ticks/s)"
+
 typedef struct {
     int enabled;
     char service[CM_MAX_SERVICE_LEN + 1];
@@ -73,7 +78,7 @@ typedef struct {
     uint64_t interval_ns;      /* chunk interval */
     double cpu_rate;           /* target CPU samples per second, whole process; 0 = off */
     uint64_t cpu_period_ns;    /* initial/fixed CPU period per thread */
-    double wall_hz;            /* wall ticker frequency; 0 = off */
+    double wall_hz;            /* wall ticker frequency; 0 = off (AG_WALL_HZ) */
     uint32_t wall_threads;     /* max threads signalled per wall tick */
     double cpu_budget;         /* fraction of process CPU the agent may use (0.01 = 1%) */
     int controller;            /* 0: fixed periods */
