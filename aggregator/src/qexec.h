@@ -49,6 +49,24 @@ const void *agg_qx_blob(agg_qxst_t *st, int i, size_t *n);
 void agg_qx_reset(agg_qxst_t *st);
 void agg_qx_finalize(agg_qxst_t *st);
 
+/* The write side (store/tiers.c and the batch write) runs on a store's own connection, wrapped
+ * by agg_qx_sqlite_wrap / agg_qx_pg_wrap: no reconnection and no retry there (a failed
+ * statement fails the transaction; the store reconnects before the next one).
+ * begin: SQLite BEGIN IMMEDIATE (the writer's lock), PostgreSQL BEGIN. exec: sql without
+ * parameters, several statements allowed. All return 0 or a CM_E* code (logged). */
+int agg_qx_begin(agg_qx_t *x);
+int agg_qx_commit(agg_qx_t *x);
+void agg_qx_rollback(agg_qx_t *x);
+int agg_qx_exec(agg_qx_t *x, const char *sql);
+/* The tiers lock, inside a transaction: AGG_QX_SHARED for a batch (it reads the tier marks),
+ * AGG_QX_ALONE for what moves them (compaction, retention, a rebuild). SQLite: BEGIN
+ * IMMEDIATE holds it already; PostgreSQL: a row lock on meta's 'tiers_lock' row. */
+enum { AGG_QX_SHARED, AGG_QX_ALONE };
+int agg_qx_lock_tiers(agg_qx_t *x, int alone);
+/* Rows the statement's last run inserted, updated or deleted. */
+int64_t agg_qx_changes(agg_qxst_t *st);
+void agg_qx_bind_double(agg_qxst_t *st, int i, double v);
+
 /* Backend implementations (qexec_sqlite.c, qexec_pg.c). */
 typedef struct agg_qx_vtab {
     const char *name;
@@ -65,6 +83,12 @@ typedef struct agg_qx_vtab {
     const void *(*col_blob)(agg_qxst_t *st, int i, size_t *n);
     void (*reset)(agg_qxst_t *st);
     void (*finalize)(agg_qxst_t *st);
+    const char *begin; /* the statement that opens a write transaction */
+    int (*exec)(agg_qx_t *x, const char *sql);
+    void (*rollback)(agg_qx_t *x); /* quiet when no transaction is open */
+    int (*lock_tiers)(agg_qx_t *x, int alone);
+    int64_t (*changes)(agg_qxst_t *st);
+    void (*bind_double)(agg_qxst_t *st, int i, double v);
 } agg_qx_vtab_t;
 
 struct agg_qx {
@@ -76,5 +100,11 @@ struct agg_qxst {
 
 int agg_qx_sqlite_open(const char *path, agg_qx_t **out, char *err, size_t err_size);
 int agg_qx_pg_open(const char *url, agg_qx_t **out, char *err, size_t err_size);
+/* An executor over a store's open connection, which stays the caller's (closing the executor
+ * leaves it open). CM_ENOMEM or 0. */
+struct sqlite3;
+struct pg_conn;
+int agg_qx_sqlite_wrap(struct sqlite3 *db, agg_qx_t **out);
+int agg_qx_pg_wrap(struct pg_conn *conn, agg_qx_t **out);
 
 #endif

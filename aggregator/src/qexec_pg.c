@@ -29,6 +29,7 @@
 #define OID_INT4 23
 #define OID_VARCHAR 1043
 #define OID_NUMERIC 1700
+#define OID_FLOAT8 701
 #define MAX_PARAMS 1024
 #define MAX_BLOBS 8 /* decoded bytea columns kept per row */
 
@@ -56,6 +57,8 @@ typedef struct {
     unsigned next_name;
     pg_temp_t temps[MAX_TEMPS]; /* what each id table holds */
     int ntemps;
+    int wrapped; /* a store's connection (agg_qx_pg_wrap): not ours to close or reset */
+    int pid;     /* the server backend the prepared statements are on */
 } pg_qx_t;
 
 typedef struct {
@@ -107,11 +110,17 @@ static PGconn *reconnect(pg_qx_t *x) {
     return x->conn;
 }
 
-/* The connection, reconnected when it was lost; NULL when the server cannot be reached. */
+/* The connection, reconnected when it was lost; NULL when the server cannot be reached (a
+ * store's connection is reconnected by the store, between transactions). */
 static PGconn *conn(pg_qx_t *x) {
-    if (PQstatus(x->conn) == CONNECTION_OK)
+    if (PQstatus(x->conn) == CONNECTION_OK) {
+        if (x->pid != PQbackendPID(x->conn)) { /* reset by its owner: a new session */
+            forget_prepared(x);
+            x->pid = PQbackendPID(x->conn);
+        }
         return x->conn;
-    return reconnect(x);
+    }
+    return x->wrapped ? NULL : reconnect(x);
 }
 
 /* Whether a failed result says the session is gone (server restart, admin shutdown, network):
@@ -133,7 +142,8 @@ static void pg_close(agg_qx_t *base) {
     forget_prepared(x);
     for (int i = 0; i < x->ntemps; i++)
         free(x->temps[i].ids);
-    PQfinish(x->conn);
+    if (!x->wrapped)
+        PQfinish(x->conn);
     free(x->url);
     free(x);
 }
@@ -206,6 +216,14 @@ static void pg_bind_int64(agg_qxst_t *st, int i, int64_t v) {
     }
 }
 
+static void pg_bind_double(agg_qxst_t *st, int i, double v) {
+    pg_param_t *p = param(st, i);
+    if (p) {
+        p->type = OID_FLOAT8;
+        snprintf(p->num, sizeof p->num, "%.17g", v);
+    }
+}
+
 static void pg_bind_blob(agg_qxst_t *st, int i, const void *b, size_t n) {
     pg_param_t *p = param(st, i);
     if (p && (p->data = malloc(n ? n : 1))) {
@@ -245,7 +263,10 @@ static PGresult *exec_once(pg_qxst_t *s, PGconn *c, int n, const Oid *types,
     pg_qx_t *x = s->x;
     char key_head[MAX_PARAMS * 2 + 2], *w = key_head;
     for (int i = 0; i < n; i++)
-        *w++ = types[i] == OID_BYTEA ? 'b' : types[i] == OID_TEXT ? 't' : 'i';
+        *w++ = types[i] == OID_BYTEA    ? 'b'
+               : types[i] == OID_TEXT   ? 't'
+               : types[i] == OID_FLOAT8 ? 'f'
+                                        : 'i';
     *w++ = ':';
     *w = 0;
     size_t hl = (size_t)(w - key_head);
@@ -284,13 +305,14 @@ static int run(pg_qxst_t *s) {
     int lens[MAX_PARAMS], fmts[MAX_PARAMS];
     for (int i = 0; i < n; i++) {
         pg_param_t *p = &s->params[i];
+        int num = p->type == OID_INT8 || p->type == OID_FLOAT8;
         types[i] = p->type ? p->type : OID_INT8;
-        vals[i] = p->type == OID_INT8 ? p->num : p->data;
-        lens[i] = p->type == OID_INT8 ? 0 : p->len;
+        vals[i] = num ? p->num : p->data;
+        lens[i] = num ? 0 : p->len;
         fmts[i] = p->type == OID_BYTEA;
     }
     s->res = exec_once(s, c, n, types, vals, lens, fmts);
-    if (!result_ok(s->res) && broken(c, s->res)) {
+    if (!result_ok(s->res) && broken(c, s->res) && !s->x->wrapped) {
         /* the session is gone (a database restart): once more on a fresh one, transparently */
         const char *code = PQresultErrorField(s->res, PG_DIAG_SQLSTATE);
         CM_INFO("query: postgres store: connection lost (%s), reconnecting",
@@ -505,6 +527,37 @@ static int pg_id_table(agg_qx_t *base, const char *table, const uint64_t *ids, s
     return rc;
 }
 
+static int64_t pg_changes(agg_qxst_t *st) {
+    pg_qxst_t *s = (pg_qxst_t *)st;
+    return s->res ? strtoll(PQcmdTuples(s->res), NULL, 10) : 0;
+}
+
+static int pg_exec(agg_qx_t *base, const char *sql) {
+    PGconn *c = conn((pg_qx_t *)base);
+    if (!c)
+        return CM_EIO;
+    PGresult *r = PQexec(c, sql);
+    int rc = result_ok(r) ? 0 : CM_EIO;
+    if (rc)
+        CM_WARN("postgres store: '%.60s': %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    return rc;
+}
+
+static void pg_rollback(agg_qx_t *base) {
+    pg_qx_t *x = (pg_qx_t *)base;
+    if (PQstatus(x->conn) == CONNECTION_OK)
+        PQclear(PQexec(x->conn, "ROLLBACK"));
+}
+
+/* The tiers lock: meta's 'tiers_lock' row, FOR SHARE or FOR UPDATE (created on first use). */
+static int pg_lock_tiers(agg_qx_t *base, int alone) {
+    return pg_exec(base, alone ? "INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO "
+                                 "NOTHING; SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE"
+                               : "INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO "
+                                 "NOTHING; SELECT 1 FROM meta WHERE key='tiers_lock' FOR SHARE");
+}
+
 static const agg_qx_vtab_t pg_vtab = {
     .name = "postgres",
     .close = pg_close,
@@ -520,7 +573,24 @@ static const agg_qx_vtab_t pg_vtab = {
     .col_blob = pg_col_blob,
     .reset = pg_reset,
     .finalize = pg_finalize,
+    .begin = "BEGIN",
+    .exec = pg_exec,
+    .rollback = pg_rollback,
+    .lock_tiers = pg_lock_tiers,
+    .changes = pg_changes,
+    .bind_double = pg_bind_double,
 };
+
+int agg_qx_pg_wrap(PGconn *conn, agg_qx_t **out) {
+    pg_qx_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return CM_ENOMEM;
+    x->base.vt = &pg_vtab;
+    x->conn = conn;
+    x->wrapped = 1;
+    *out = &x->base;
+    return 0;
+}
 
 int agg_qx_pg_open(const char *url, agg_qx_t **out, char *err, size_t err_size) {
     pg_qx_t *x = calloc(1, sizeof *x);

@@ -1,12 +1,10 @@
 /* SQLite implementation of the query executor (qexec.h): a read-only connection to one
  * partition store (WAL: never blocks the writer), statements are sqlite3 statements.
- * Also the dispatch of the agg_qx_* calls to a connection's vtable.
  * Threading: a connection and its statements are used by one thread at a time. */
 #include "qexec.h"
 
-#include "store_pg.h"
-
 #include "cm/error.h"
+#include "cm/log.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -15,6 +13,7 @@
 typedef struct {
     agg_qx_t base;
     sqlite3 *db;
+    int wrapped; /* a store's connection (agg_qx_sqlite_wrap): not ours to close */
 } sq_qx_t;
 
 typedef struct {
@@ -41,7 +40,8 @@ static const agg_qx_vtab_t sq_vtab;
 
 static void sq_close(agg_qx_t *x) {
     sq_qx_t *s = (sq_qx_t *)x;
-    sqlite3_close(s->db);
+    if (!s->wrapped)
+        sqlite3_close(s->db);
     free(s);
 }
 
@@ -129,6 +129,29 @@ static void sq_finalize(agg_qxst_t *st) {
     free(st);
 }
 
+static void sq_bind_double(agg_qxst_t *st, int i, double v) {
+    sqlite3_bind_double(((sq_qxst_t *)st)->st, i, v);
+}
+
+static int64_t sq_changes(agg_qxst_t *st) {
+    return sqlite3_changes(sqlite3_db_handle(((sq_qxst_t *)st)->st));
+}
+
+static int sq_exec(agg_qx_t *x, const char *sql) {
+    sqlite3 *db = ((sq_qx_t *)x)->db;
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK)
+        CM_ERROR("store %s: '%.60s' failed: %s", sqlite3_db_filename(db, "main"), sql,
+                 msg ? msg : sqlite3_errstr(rc));
+    sqlite3_free(msg);
+    return sq_rc(rc);
+}
+
+static void sq_rollback(agg_qx_t *x) {
+    sqlite3_exec(((sq_qx_t *)x)->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
 static const agg_qx_vtab_t sq_vtab = {
     .name = "sqlite",
     .close = sq_close,
@@ -144,7 +167,23 @@ static const agg_qx_vtab_t sq_vtab = {
     .col_blob = sq_col_blob,
     .reset = sq_reset,
     .finalize = sq_finalize,
+    .begin = "BEGIN IMMEDIATE",
+    .exec = sq_exec,
+    .rollback = sq_rollback,
+    .changes = sq_changes,
+    .bind_double = sq_bind_double,
 };
+
+int agg_qx_sqlite_wrap(sqlite3 *db, agg_qx_t **out) {
+    sq_qx_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return CM_ENOMEM;
+    s->base.vt = &sq_vtab;
+    s->db = db;
+    s->wrapped = 1;
+    *out = &s->base;
+    return 0;
+}
 
 int agg_qx_sqlite_open(const char *path, agg_qx_t **out, char *err, size_t err_size) {
     sq_qx_t *s = calloc(1, sizeof *s);
@@ -161,43 +200,4 @@ int agg_qx_sqlite_open(const char *path, agg_qx_t **out, char *err, size_t err_s
     sqlite3_busy_timeout(s->db, 5000);
     *out = &s->base;
     return 0;
-}
-
-/* ---- dispatch ---- */
-
-int agg_qx_open(const char *target, agg_qx_t **out, char *err, size_t err_size) {
-    return agg_store_is_pg(target) ? agg_qx_pg_open(target, out, err, err_size)
-                                   : agg_qx_sqlite_open(target, out, err, err_size);
-}
-
-void agg_qx_close(agg_qx_t *x) {
-    if (x)
-        x->vt->close(x);
-}
-
-const char *agg_qx_backend(const agg_qx_t *x) { return x->vt->name; }
-const char *agg_qx_errmsg(agg_qx_t *x) { return x->vt->errmsg(x); }
-
-int agg_qx_prepare(agg_qx_t *x, const char *sql, agg_qxst_t **out) {
-    *out = NULL;
-    return x->vt->prepare(x, sql, out);
-}
-
-int agg_qx_id_table(agg_qx_t *x, const char *table, const uint64_t *ids, size_t n) {
-    return x->vt->id_table(x, table, ids, n);
-}
-
-void agg_qx_bind_int64(agg_qxst_t *st, int i, int64_t v) { st->vt->bind_int64(st, i, v); }
-void agg_qx_bind_blob(agg_qxst_t *st, int i, const void *p, size_t n) {
-    st->vt->bind_blob(st, i, p, n);
-}
-void agg_qx_bind_text(agg_qxst_t *st, int i, const char *s) { st->vt->bind_text(st, i, s); }
-int agg_qx_step(agg_qxst_t *st) { return st->vt->step(st); }
-int64_t agg_qx_int64(agg_qxst_t *st, int i) { return st->vt->col_int64(st, i); }
-const char *agg_qx_text(agg_qxst_t *st, int i) { return st->vt->col_text(st, i); }
-const void *agg_qx_blob(agg_qxst_t *st, int i, size_t *n) { return st->vt->col_blob(st, i, n); }
-void agg_qx_reset(agg_qxst_t *st) { st->vt->reset(st); }
-void agg_qx_finalize(agg_qxst_t *st) {
-    if (st)
-        st->vt->finalize(st);
 }

@@ -8,7 +8,10 @@
  * one the batch started from (another instance took the partition over in between).
  *
  * Backends implement agg_store_vtab_t; SQLite (store_sqlite.c) is the default, PostgreSQL
- * (store_pg.c) the store of fleets. Every read (API, reports, CLI tools, tests) goes through
+ * (store_pg.c) the store of fleets. A backend holds only its connection, the fence and the
+ * bulk load of rows; the upkeep of the derived rollups and retention are written once
+ * (store/tiers.c) over the backend's connection as a query executor (qexec.h), as is the
+ * schema (store/schema.c). Every read (API, reports, CLI tools, tests) goes through
  * query_store.h.
  * Services and versions are addressed by id = agg_intern_string_id(name) (intern.h); stacks
  * by their id.
@@ -20,6 +23,7 @@
 #define AGG_STORE_H
 
 #include "batch.h"
+#include "qexec.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -57,8 +61,21 @@ typedef struct agg_store_vtab {
     /* Merges the fine rows (width fine_s) of the tiles completed by now_s into the per-stack
      * tiers (the retention pass runs it before downsampling). */
     int (*compact)(agg_store_t *st, int64_t fine_s, int64_t now_s);
-
+    /* The store's connection as a query executor (qexec.h), reconnected first when it was
+     * lost; NULL when the database cannot be reached now. */
+    agg_qx_t *(*qx)(agg_store_t *st);
 } agg_store_vtab_t;
+
+/* store/tiers.c: the vtab's downsample, expire, derive and compact of both backends. */
+int agg_tiers_downsample(agg_store_t *st, int64_t fine, int64_t coarse, int64_t cutoff_s,
+                         agg_retention_stats_t *stats);
+int agg_tiers_expire(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff_ns,
+                     int64_t seen_cutoff_ns, agg_retention_stats_t *stats);
+int agg_tiers_derive(agg_store_t *st, const int64_t *tiers, int n_tiers, int64_t replicate_s);
+int agg_tiers_compact(agg_store_t *st, int64_t fine_s, int64_t now_s);
+/* Inside a batch's transaction: takes the tiers lock shared, (re)builds the tiers when the
+ * store has none at these widths, and gives each tier's mark in done[0..n_tiers). */
+int agg_tiers_marks(agg_qx_t *x, const int64_t *tiers, int n_tiers, int64_t rep, int64_t *done);
 
 struct agg_store {
     const agg_store_vtab_t *vt;

@@ -23,9 +23,7 @@ typedef struct {
     int64_t retry_ms; /* CLOCK_MONOTONIC ms before which no reconnection is tried */
     void **order; /* scratch: batch entries in key order */
     size_t order_cap;
-    /* the per-stack tiers and their marks (meta, as in SQLite) */
-    int64_t tier_w[AGG_MAX_TIERS], tier_done[AGG_MAX_TIERS];
-    int n_tiers;
+    agg_qx_t *qx; /* conn as the query executor of store/tiers.c */
     int stage_pid; /* the server backend that has our staging tables (0: none yet) */
 } pg_store_t;
 
@@ -396,131 +394,6 @@ static int write_prof(pg_store_t *s, cols_t *t, const agg_hmap_t *m, const char 
     return cols_exec(s, t, table, sql);
 }
 
-/* ---- tiers (meta), as derived_check in store_sqlite.c ---- */
-
-/* The label set a profile row's derived rows (tiers, per-leaf) are keyed by: its own without
- * the dimensions (labelset_base), the row's own when it has none. */
-#define BASE_LABELS                                                                                \
-    "COALESCE((SELECT base FROM labelset_base WHERE labelset_base.labelset = labels), labels)"
-
-static void format_list(const int64_t *v, int n, char *buf, size_t size) {
-    size_t o = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && o < size; i++)
-        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? "," : "", (long long)v[i]);
-}
-
-static int parse_list(const char *txt, int64_t *v, int max) {
-    int n = 0;
-    for (const char *p = txt; *p && n < max;) {
-        char *end;
-        v[n++] = strtoll(p, &end, 10);
-        p = *end == ',' ? end + 1 : end + strlen(end);
-    }
-    return n;
-}
-
-/* meta value of key ("" when absent) into buf; 0 or CM_EIO. */
-static int meta_get(pg_store_t *s, const char *key, char *buf, size_t size) {
-    PGconn *c = conn(s);
-    if (!c)
-        return CM_EIO;
-    const char *p[1] = {key};
-    PGresult *r = PQexecParams(c, "SELECT value FROM meta WHERE key=$1", 1, NULL, p, NULL, NULL,
-                               0);
-    int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : CM_EIO;
-    snprintf(buf, size, "%s", !rc && PQntuples(r) ? PQgetvalue(r, 0, 0) : "");
-    PQclear(r);
-    return rc;
-}
-
-static int meta_put(pg_store_t *s, const char *key, const char *val) {
-    PGconn *c = conn(s);
-    if (!c)
-        return CM_EIO;
-    const char *p[2] = {key, val};
-    PGresult *r = PQexecParams(c, "INSERT INTO meta VALUES($1,$2) ON CONFLICT (key) DO UPDATE "
-                               "SET value=excluded.value", 2, NULL, p, NULL, NULL, 0);
-    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
-    PQclear(r);
-    return rc;
-}
-
-/* The tiers and their marks, inside the batch's transaction: read from meta, or (first batch
- * of the database, or changed widths) rebuilt from the fine rows with the marks at the start
- * of the current tiles. Other instances wait on the meta row lock. */
-static int derived_check(pg_store_t *s, const int64_t *tiers, int n_tiers, int64_t rep) {
-    char want[128], have[128], done_txt[256], rep_txt[32], rep_want[32];
-    format_list(tiers, n_tiers, want, sizeof want);
-    snprintf(rep_want, sizeof rep_want, "%lld", (long long)rep);
-    int rc;
-    /* the tiers lock: batches share it (they read the marks), compaction, retention and a
-     * rebuild take it alone, so a batch's marks hold until it commits */
-    if ((rc = exec0(s, "INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO NOTHING;"
-                       "SELECT 1 FROM meta WHERE key='tiers_lock' FOR SHARE")) ||
-        (rc = meta_get(s, "tiers", have, sizeof have)) ||
-        (rc = meta_get(s, "replicate_width", rep_txt, sizeof rep_txt)))
-        return rc;
-    if (strcmp(want, have) || strcmp(rep_txt, rep_want)) { /* rebuild: alone, then look again */
-        if ((rc = exec0(s, "SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE")) ||
-            (rc = meta_get(s, "tiers", have, sizeof have)) ||
-            (rc = meta_get(s, "replicate_width", rep_txt, sizeof rep_txt)))
-            return rc;
-    }
-    if (!strcmp(want, have) && !strcmp(rep_txt, rep_want)) {
-        if ((rc = meta_get(s, "tiers_done", done_txt, sizeof done_txt)))
-            return rc;
-        if (parse_list(done_txt, s->tier_done, AGG_MAX_TIERS) != n_tiers)
-            return CM_EFORMAT;
-        memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
-        s->n_tiers = n_tiers;
-        return 0;
-    }
-    if (n_tiers <= 0 || n_tiers > AGG_MAX_TIERS || rep <= 0)
-        return CM_EINVAL;
-    CM_INFO("postgres store: building the per-stack tiers (%ss) and the per-leaf (%llds) "
-            "rollups from the profile table", want, (long long)rep);
-    int64_t coarse = tiers[n_tiers - 1], now_s = now_ns() / 1000000000;
-    rc = exec0(s, "DELETE FROM profile_coarse; DELETE FROM profile_leaf");
-    for (int i = 0; i < n_tiers && !rc; i++) {
-        char sql[1024];
-        long long w = (long long)tiers[i];
-        s->tier_done[i] = now_s - now_s % tiers[i];
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
-                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
-                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND "
-                 "bucket < %lld) OR (%lld = %lld AND width >= %lld) GROUP BY service, version, "
-                 "type, b, lb, stack",
-                 w, w, w, (long long)s->tier_done[i], w, (long long)coarse, (long long)coarse);
-        rc = exec0(s, sql);
-    }
-    if (rc)
-        return rc;
-    char sql[2048];
-    long long r = (long long)rep;
-    snprintf(sql, sizeof sql,
-             "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, "
-             "greatest(p.width, %lld) AS w, CASE WHEN p.width < %lld THEN p.bucket - p.bucket "
-             "%% %lld ELSE p.bucket END AS b, COALESCE((SELECT base FROM labelset_base WHERE "
-             "labelset_base.labelset = p.labels), p.labels) AS lb, COALESCE(s.location, 0) AS l, "
-             "SUM(p.weight), SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN "
-             "stacks s ON s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, lb, l",
-             r, r, r);
-    if ((rc = exec0(s, sql)))
-        return rc;
-    memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
-    s->n_tiers = n_tiers;
-    format_list(s->tier_done, n_tiers, done_txt, sizeof done_txt);
-    char coarse_txt[32];
-    snprintf(coarse_txt, sizeof coarse_txt, "%lld", (long long)coarse);
-    if ((rc = meta_put(s, "coarse_width", coarse_txt)) || (rc = meta_put(s, "tiers", want)) ||
-        (rc = meta_put(s, "tiers_done", done_txt)) ||
-        (rc = meta_put(s, "replicate_width", rep_want)))
-        return rc;
-    return 0;
-}
-
 /* ---- vtab ---- */
 
 static int pg_offset_get(agg_store_t *base, const char *topic, int32_t partition,
@@ -676,8 +549,10 @@ static int pg_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         col_i64(&t, 1, b->labelbase.v[i].value);
     }
     EXEC("labelset_base", sql_labelbase);
-    if (b->n_tiers && ((rc = derived_check(s, b->tiers, b->n_tiers, b->replicate_width)) ||
-                       (rc = agg_batch_derive(b, s->tier_done))))
+    int64_t done[AGG_MAX_TIERS];
+    if (b->n_tiers && ((rc = agg_tiers_marks(s->qx, b->tiers, b->n_tiers, b->replicate_width,
+                                             done)) ||
+                       (rc = agg_batch_derive(b, done))))
         goto out;
     if ((rc = write_prof(s, &t, &b->prof, "profile", "stack")) ||
         (rc = write_prof(s, &t, &b->profc, "profile_coarse", "stack")) ||
@@ -834,191 +709,12 @@ out:
 
 static void pg_close(agg_store_t *base) {
     pg_store_t *s = (pg_store_t *)base;
+    agg_qx_close(s->qx);
     if (s->conn)
         PQfinish(s->conn);
     free(s->url);
     free(s->order);
     free(s);
-}
-
-/* ---- retention: compaction of the tiers, downsampling, expiry (as store_sqlite.c) ----
- * Each runs in one transaction holding the tiers lock alone (batches wait, and no batch is
- * half-way with old marks); a pass over the whole database: the partitions' handles of all
- * instances each run it, and a pass finding nothing to do changes nothing. */
-
-static const struct {
-    const char *table, *keys, *sums;
-    int typed;
-} rollups[] = {
-    {"profile", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
-    {"profile_leaf", "service,version,type,labels,leaf", "weight,count,rows,chunks", 1},
-    {"profile_coarse", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
-    {"totals", "service,version,type", "weight,count,rows,chunks", 1},
-    {"fn_stats", "service,version,type,function", "chunks,incl,incl2,self,self2", 1},
-    {"intervals", "service,version",
-     "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped,work_units", 0},
-    {"drops", "service,version,reason,type", "count", 0},
-};
-
-/* Rows a statement changed (-1 on failure, logged). */
-static int64_t exec_n(pg_store_t *s, const char *sql) {
-    PGconn *c = conn(s);
-    if (!c)
-        return -1;
-    PGresult *r = PQexec(c, sql);
-    int64_t n = PQresultStatus(r) == PGRES_COMMAND_OK ? strtoll(PQcmdTuples(r), NULL, 10) : -1;
-    if (n < 0)
-        CM_WARN("postgres store: '%.80s': %s", sql, PQerrorMessage(c));
-    PQclear(r);
-    return n;
-}
-
-static int lock_alone(pg_store_t *s) {
-    return exec0(s, "BEGIN; INSERT INTO meta VALUES('tiers_lock','') ON CONFLICT DO NOTHING;"
-                    "SELECT 1 FROM meta WHERE key='tiers_lock' FOR UPDATE");
-}
-
-static int finish(pg_store_t *s, int rc) {
-    if (!rc)
-        rc = exec0(s, "COMMIT");
-    if (rc && s->conn && PQstatus(s->conn) == CONNECTION_OK)
-        PQclear(PQexec(s->conn, "ROLLBACK"));
-    return rc;
-}
-
-static int pg_compact(agg_store_t *base, int64_t fine_s, int64_t now_s) {
-    pg_store_t *s = (pg_store_t *)base;
-    char have[128], done_txt[256];
-    int rc = lock_alone(s);
-    if (rc)
-        return rc;
-    int64_t w[AGG_MAX_TIERS], old[AGG_MAX_TIERS], done[AGG_MAX_TIERS];
-    if ((rc = meta_get(s, "tiers", have, sizeof have)) ||
-        (rc = meta_get(s, "tiers_done", done_txt, sizeof done_txt)))
-        return finish(s, rc);
-    int n = parse_list(have, w, AGG_MAX_TIERS);
-    if (!n || parse_list(done_txt, old, AGG_MAX_TIERS) != n)
-        return finish(s, 0); /* no batch written yet: nothing to compact */
-    int moved = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        int64_t t = now_s - 60;
-        done[i] = t - t % w[i];
-        if (done[i] <= old[i]) {
-            done[i] = old[i];
-            continue;
-        }
-        moved = 1;
-        char sql[1024];
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO profile_coarse AS t SELECT service, version, type, %lld, "
-                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
-                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE width=%lld AND "
-                 "bucket>=%lld AND bucket<%lld GROUP BY service, version, type, b, lb, stack "
-                 "ON CONFLICT "
-                 "(service, version, type, width, bucket, labels, stack) DO UPDATE SET " SUMS4,
-                 (long long)w[i], (long long)w[i], (long long)fine_s, (long long)old[i],
-                 (long long)done[i]);
-        if (exec_n(s, sql) < 0)
-            rc = CM_EIO;
-    }
-    if (!rc && moved) {
-        format_list(done, n, done_txt, sizeof done_txt);
-        rc = meta_put(s, "tiers_done", done_txt);
-    }
-    return finish(s, rc);
-}
-
-static int pg_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_t cutoff_s,
-                         agg_retention_stats_t *stats) {
-    pg_store_t *s = (pg_store_t *)base;
-    int rc = lock_alone(s);
-    if (rc)
-        return rc;
-    char rep[32];
-    if ((rc = meta_get(s, "replicate_width", rep, sizeof rep)))
-        return finish(s, rc);
-    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0] && !rc; r++) {
-        char sql[2048], sums[512] = "", upd[512] = "", tmp[512];
-        snprintf(tmp, sizeof tmp, "%s", rollups[r].sums);
-        for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok;
-             tok = strtok_r(NULL, ",", &save)) {
-            size_t n1 = strlen(sums), n2 = strlen(upd);
-            snprintf(sums + n1, sizeof sums - n1, "%sSUM(%s)", n1 ? "," : "", tok);
-            snprintf(upd + n2, sizeof upd - n2, "%s%s=t.%s+excluded.%s", n2 ? "," : "", tok,
-                     tok, tok);
-        }
-        /* profile_leaf holds replicate-width rows where the others hold fine ones */
-        long long src = fine;
-        if (!strcmp(rollups[r].table, "profile_leaf") && atoll(rep) > 0)
-            src = atoll(rep);
-        int tiers = !strcmp(rollups[r].table, "profile_coarse");
-        if (!tiers) {
-            snprintf(sql, sizeof sql,
-                     "INSERT INTO %s AS t(%s,width,bucket,%s) SELECT %s,%lld,bucket-bucket%%%lld,"
-                     "%s FROM %s WHERE width=%lld AND bucket<%lld GROUP BY %s,"
-                     "bucket-bucket%%%lld ON CONFLICT (%s,width,bucket) DO UPDATE SET %s",
-                     rollups[r].table, rollups[r].keys, rollups[r].sums, rollups[r].keys,
-                     (long long)coarse, (long long)coarse, sums, rollups[r].table, src,
-                     (long long)cutoff_s, rollups[r].keys, (long long)coarse, rollups[r].keys,
-                     upd);
-            if (exec_n(s, sql) < 0) {
-                rc = CM_EIO;
-                break;
-            }
-        }
-        /* the tiers below the coarse width go where the fine rows go (the coarse tier stays) */
-        char where[64];
-        snprintf(where, sizeof where, "%s%lld", tiers ? "width<" : "width=",
-                 tiers ? (long long)coarse : src);
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND bucket<%lld", rollups[r].table,
-                 where, (long long)cutoff_s);
-        int64_t n = exec_n(s, sql);
-        if (n < 0)
-            rc = CM_EIO;
-        else if (stats && !tiers)
-            stats->rows_moved += n;
-    }
-    return finish(s, rc);
-}
-
-static int pg_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cutoff_ns,
-                     int64_t seen_cutoff_ns, agg_retention_stats_t *stats) {
-    pg_store_t *s = (pg_store_t *)base;
-    int rc = lock_alone(s);
-    if (rc)
-        return rc;
-    char sql[512];
-    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0] && !rc; r++) {
-        /* a coarse row goes once all of it is past the cutoff */
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s<%s%lld", rollups[r].table,
-                 strcmp(rollups[r].table, "profile_coarse") ? "bucket" : "bucket+width",
-                 strcmp(rollups[r].table, "profile_coarse") ? "" : "=",
-                 (long long)data_cutoff_s);
-        int64_t n = exec_n(s, sql);
-        if (n < 0)
-            rc = CM_EIO;
-        else if (stats)
-            stats->rows_expired += n;
-    }
-    int64_t n[3] = {0, 0, 0};
-    if (!rc) {
-        snprintf(sql, sizeof sql, "DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, "
-                 "span FROM spans WHERE last_ns < %lld)", (long long)span_cutoff_ns);
-        n[0] = exec_n(s, sql);
-        snprintf(sql, sizeof sql, "DELETE FROM spans WHERE last_ns < %lld",
-                 (long long)span_cutoff_ns);
-        n[1] = n[0] < 0 ? -1 : exec_n(s, sql);
-        snprintf(sql, sizeof sql, "DELETE FROM seen_chunks WHERE ts_ns < %lld",
-                 (long long)seen_cutoff_ns);
-        n[2] = n[1] < 0 ? -1 : exec_n(s, sql);
-        if (n[0] < 0 || n[1] < 0 || n[2] < 0)
-            rc = CM_EIO;
-        else if (stats) {
-            stats->spans_expired += n[1];
-            stats->seen_expired += n[2];
-        }
-    }
-    return finish(s, rc);
 }
 
 /* The bytes of the store's own tables in the database (heap, TOAST, indexes, free space
@@ -1039,14 +735,9 @@ static int64_t pg_size_bytes(agg_store_t *base) {
     return n;
 }
 
-static int pg_derive(agg_store_t *base, const int64_t *tiers, int n_tiers, int64_t rep) {
+static agg_qx_t *pg_qx(agg_store_t *base) {
     pg_store_t *s = (pg_store_t *)base;
-    int rc = exec0(s, "BEGIN");
-    if (rc)
-        return rc;
-    if ((rc = derived_check(s, tiers, n_tiers, rep)) || (rc = exec0(s, "COMMIT")))
-        exec0(s, "ROLLBACK");
-    return rc;
+    return conn(s) ? s->qx : NULL;
 }
 
 static const agg_store_vtab_t pg_vtab = {
@@ -1055,11 +746,12 @@ static const agg_store_vtab_t pg_vtab = {
     .offset_get = pg_offset_get,
     .chunk_seen = pg_chunk_seen,
     .batch_write = pg_batch_write,
-    .downsample = pg_downsample,
-    .expire = pg_expire,
+    .downsample = agg_tiers_downsample,
+    .expire = agg_tiers_expire,
     .size_bytes = pg_size_bytes,
-    .derive = pg_derive,
-    .compact = pg_compact,
+    .derive = agg_tiers_derive,
+    .compact = agg_tiers_compact,
+    .qx = pg_qx,
 };
 
 /* The URL without its password, for messages. */
@@ -1093,6 +785,8 @@ int agg_store_pg_open(const char *url, agg_store_t **out, char *err, size_t err_
     }
     char e[512];
     int rc = agg_pg_migrate(s->conn, e, sizeof e);
+    if (!rc && (rc = agg_qx_pg_wrap(s->conn, &s->qx)))
+        snprintf(e, sizeof e, "out of memory");
     if (rc) {
         snprintf(err, err_size, "PostgreSQL store %s: %s", safe, e);
         pg_close(&s->base);

@@ -16,6 +16,7 @@
 #include "store.h"
 
 #include "intern.h"
+#include "store/schema.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -30,67 +31,6 @@
 #include <time.h>
 
 #define SCHEMA_VERSION 1
-
-static const char *const schema =
-    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS offsets(topic TEXT, part INTEGER, next_offset INTEGER,"
-    " updated_ns INTEGER, PRIMARY KEY(topic, part)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS seen_chunks(chunk_id BLOB PRIMARY KEY, ts_ns INTEGER) WITHOUT ROWID;"
-    "CREATE INDEX IF NOT EXISTS seen_chunks_ts ON seen_chunks(ts_ns);"
-    "CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, s TEXT NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS mappings(id INTEGER PRIMARY KEY, filename INTEGER, build_id BLOB);"
-    "CREATE TABLE IF NOT EXISTS functions(id INTEGER PRIMARY KEY, name INTEGER,"
-    " system_name INTEGER, filename INTEGER);"
-    "CREATE INDEX IF NOT EXISTS functions_name ON functions(name);"
-    "CREATE TABLE IF NOT EXISTS locations(id INTEGER PRIMARY KEY, function INTEGER,"
-    " mapping INTEGER, address INTEGER, line INTEGER);"
-    "CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, parent INTEGER, location INTEGER,"
-    " depth INTEGER);"
-    "CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY);"
-    "CREATE TABLE IF NOT EXISTS labels(key INTEGER, value INTEGER, labelset INTEGER,"
-    " PRIMARY KEY(key, value, labelset)) WITHOUT ROWID;"
-    /* a label set with dimensions (dims.h) -> the same without them: the key of the derived
-     * rows (tiers, per-leaf), which do not keep the dimensions */
-    "CREATE TABLE IF NOT EXISTS labelset_base(labelset INTEGER PRIMARY KEY, base INTEGER);"
-    "CREATE TABLE IF NOT EXISTS profile(service INTEGER, version INTEGER, type INTEGER,"
-    " width INTEGER, bucket INTEGER, labels INTEGER, stack INTEGER, weight INTEGER,"
-    " count INTEGER, rows INTEGER, chunks INTEGER,"
-    " PRIMARY KEY(service, version, type, width, bucket, labels, stack)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS profile_coarse(service INTEGER, version INTEGER, type INTEGER,"
-    " width INTEGER, bucket INTEGER, labels INTEGER, stack INTEGER, weight INTEGER,"
-    " count INTEGER, rows INTEGER, chunks INTEGER,"
-    " PRIMARY KEY(service, version, type, width, bucket, labels, stack)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS profile_leaf(service INTEGER, version INTEGER, type INTEGER,"
-    " width INTEGER, bucket INTEGER, labels INTEGER, leaf INTEGER, weight INTEGER,"
-    " count INTEGER, rows INTEGER, chunks INTEGER,"
-    " PRIMARY KEY(service, version, type, width, bucket, labels, leaf)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS totals(service INTEGER, version INTEGER, type INTEGER,"
-    " width INTEGER, bucket INTEGER, weight INTEGER, count INTEGER, rows INTEGER,"
-    " chunks INTEGER, PRIMARY KEY(service, version, type, width, bucket)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS intervals(service INTEGER, version INTEGER, width INTEGER,"
-    " bucket INTEGER, chunks INTEGER, duration_ns INTEGER, agent_cpu_ns INTEGER,"
-    " process_cpu_ns INTEGER, dropped INTEGER, work_units INTEGER NOT NULL DEFAULT 0,"
-    " PRIMARY KEY(service, version, width, bucket)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS drops(service INTEGER, version INTEGER, width INTEGER,"
-    " bucket INTEGER, reason INTEGER, type INTEGER, count INTEGER,"
-    " PRIMARY KEY(service, version, width, bucket, reason, type)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS versions(service INTEGER, version INTEGER, first_ns INTEGER,"
-    " last_ns INTEGER, chunks INTEGER, rows INTEGER, PRIMARY KEY(service, version)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS fn_stats(service INTEGER, version INTEGER, type INTEGER,"
-    " width INTEGER, bucket INTEGER, function INTEGER, chunks INTEGER, incl REAL, incl2 REAL,"
-    " self REAL, self2 REAL,"
-    " PRIMARY KEY(service, version, type, width, bucket, function)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS spans(trace BLOB, span BLOB, service INTEGER, version INTEGER,"
-    " first_ns INTEGER, last_ns INTEGER, cpu INTEGER, wall INTEGER, alloc INTEGER,"
-    " inuse INTEGER, lock INTEGER, io INTEGER, rows INTEGER,"
-    " PRIMARY KEY(trace, span)) WITHOUT ROWID;"
-    "CREATE INDEX IF NOT EXISTS spans_service ON spans(service, last_ns);"
-    "CREATE INDEX IF NOT EXISTS spans_span ON spans(span);"
-    "CREATE TABLE IF NOT EXISTS span_stacks(trace BLOB, span BLOB, type INTEGER, stack INTEGER,"
-    " weight INTEGER, count INTEGER, rows INTEGER,"
-    " PRIMARY KEY(trace, span, type, stack)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS rejects(reason TEXT PRIMARY KEY, count INTEGER) WITHOUT ROWID;"
-    "INSERT OR IGNORE INTO meta VALUES('schema_version', 1);";
 
 enum {
     S_OFFSET_GET,
@@ -186,9 +126,7 @@ typedef struct {
     pthread_mutex_t ckpt_mu;
     pthread_cond_t ckpt_cv;
     char path[4096];
-    /* the per-stack tiers (narrowest first) and their compaction marks (derived_check) */
-    int64_t tier_w[AGG_MAX_TIERS], tier_done[AGG_MAX_TIERS];
-    int n_tiers;
+    agg_qx_t *qx; /* db as the query executor of store/tiers.c */
 } sq_store_t;
 
 /* Bytes of the WAL file next to path (0 when absent). */
@@ -251,11 +189,6 @@ static void *ckpt_main(void *arg) {
     sqlite3_close(db);
     return NULL;
 }
-
-/* The label set a profile row's derived rows (tiers, per-leaf) are keyed by: its own without
- * the dimensions (labelset_base), the row's own when it has none. */
-#define BASE_LABELS                                                                                \
-    "COALESCE((SELECT base FROM labelset_base WHERE labelset_base.labelset = labels), labels)"
 
 /* Translates a SQLite result code at the module edge. */
 static int sq_err(int rc) {
@@ -333,6 +266,7 @@ static void sq_close(agg_store_t *base) {
         sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(s->st[i]);
+    agg_qx_close(s->qx);
     sqlite3_close(s->db);
     free(s->order);
     free(s);
@@ -409,181 +343,6 @@ static int write_prof(sq_store_t *s, const agg_hmap_t *m, sqlite3_stmt *st) {
     return 0;
 }
 
-/* meta value of key as text into buf ("" when absent). */
-static void meta_text(sq_store_t *s, const char *key, char *buf, size_t size) {
-    sqlite3_stmt *st = NULL;
-    buf[0] = 0;
-    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key=?1", -1, &st, NULL) !=
-        SQLITE_OK)
-        return;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
-        snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-}
-
-/* meta value of key as an integer, 0 when absent. */
-static int64_t meta_int(sq_store_t *s, const char *key) {
-    char buf[32];
-    meta_text(s, key, buf, sizeof buf);
-    return atoll(buf);
-}
-
-static int for_each_sv(sq_store_t *s, sqlite3_stmt *st, int typed, int64_t *changes);
-
-/* Parses "a,b,c" into v (at most max); returns the count. */
-static int parse_list(const char *txt, int64_t *v, int max) {
-    char buf[256];
-    int n = 0;
-    snprintf(buf, sizeof buf, "%s", txt);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
-         t = strtok_r(NULL, ",", &save))
-        v[n++] = atoll(t);
-    return n;
-}
-
-static void format_list(const int64_t *v, int n, char *buf, size_t size) {
-    size_t o = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && o < size; i++)
-        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? "," : "", (long long)v[i]);
-}
-
-/* The per-stack tiers and the per-leaf rollup are derived from `profile`.
- *  - Tiers (widths narrowest first, the last one the coarse width) are built by compaction:
- *    tier t holds the fine rows with bucket < done[t] (meta.tiers_done), merged; the retention
- *    pass advances done[t] over completed tiles (sq_compact), and a batch adds its rows with
- *    bucket < done[t] (late data) to the tier directly (agg_batch_derive), so a tier is always
- *    exactly the sum of the fine rows below its mark. Readers use a tier only below its mark.
- *    Tiers narrower than the coarse one are pruned where fine rows are downsampled.
- *  - The per-leaf rollup gets every row at ingest.
- * When the store has none for these widths (written by an older version, or changed widths)
- * both are rebuilt from `profile` here, inside the caller's transaction, with done[t] = the
- * start of the current tile; meta.tiers / tiers_done / replicate_width then tell readers. The
- * leaf of a stack is its trie node's location; fine rows go to replicate-width buckets,
- * downsampled rows keep theirs. */
-static int derived_check(sq_store_t *s, const int64_t *tiers, int n_tiers, int64_t rep) {
-    char want[128], have[128], done_txt[256];
-    format_list(tiers, n_tiers, want, sizeof want);
-    meta_text(s, "tiers", have, sizeof have);
-    if (!strcmp(want, have) && meta_int(s, "replicate_width") == rep) {
-        if (!s->n_tiers) { /* first use of this handle: load the marks */
-            meta_text(s, "tiers_done", done_txt, sizeof done_txt);
-            if (parse_list(done_txt, s->tier_done, AGG_MAX_TIERS) != n_tiers)
-                return CM_EFORMAT;
-            memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
-            s->n_tiers = n_tiers;
-        }
-        return 0;
-    }
-    if (n_tiers <= 0 || n_tiers > AGG_MAX_TIERS || rep <= 0)
-        return CM_EINVAL;
-    CM_INFO("store %s: building the per-stack tiers (%ss) and the per-leaf (%llds) rollups from "
-            "the profile table", s->path, want, (long long)rep);
-    int64_t coarse = tiers[n_tiers - 1], now_s = now_ns() / 1000000000;
-    int rc = exec(s, "DELETE FROM profile_coarse; DELETE FROM profile_leaf;");
-    for (int i = 0; i < n_tiers && !rc; i++) {
-        char sql[1024];
-        long long w = (long long)tiers[i];
-        s->tier_done[i] = now_s - now_s % tiers[i];
-        /* fine rows below the mark; for the coarse tier also the rows already downsampled */
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO profile_coarse SELECT service, version, type, %lld, "
-                 "bucket - bucket %% %lld AS b, " BASE_LABELS " AS lb, stack, SUM(weight), "
-                 "SUM(count), SUM(rows), SUM(chunks) FROM profile WHERE (width < %lld AND "
-                 "bucket < %lld) OR (%lld = %lld AND width >= %lld) GROUP BY service, version, "
-                 "type, b, lb, stack",
-                 w, w, w, (long long)s->tier_done[i], w, (long long)coarse, (long long)coarse);
-        rc = exec(s, sql);
-    }
-    if (rc)
-        return rc;
-    memcpy(s->tier_w, tiers, (size_t)n_tiers * sizeof *tiers);
-    s->n_tiers = n_tiers;
-    format_list(s->tier_done, n_tiers, done_txt, sizeof done_txt);
-    char sql[2048];
-    long long r = (long long)rep;
-    snprintf(sql, sizeof sql,
-             "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, "
-             "max(p.width, %lld) AS w, CASE WHEN p.width < %lld THEN p.bucket - p.bucket %% %lld "
-             "ELSE p.bucket END AS b, " BASE_LABELS " AS lb, COALESCE(s.location, 0) AS l, "
-             "SUM(p.weight), SUM(p.count), SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN "
-             "stacks s ON s.id = p.stack GROUP BY p.service, p.version, p.type, w, b, lb, l;"
-             "INSERT OR REPLACE INTO meta VALUES('coarse_width', %lld);"
-             "INSERT OR REPLACE INTO meta VALUES('tiers', '%s');"
-             "INSERT OR REPLACE INTO meta VALUES('tiers_done', '%s');"
-             "INSERT OR REPLACE INTO meta VALUES('replicate_width', %lld);",
-             r, r, r, (long long)coarse, want, done_txt, r);
-    return exec(s, sql);
-}
-
-/* Advances each tier's mark to the start of the tile that holds now_s - 60 s (data of a tile
- * arrives within seconds of its end; a later chunk is added at ingest as late data), merging
- * the fine rows in between: each fine row is read once per tier. One transaction. */
-static int sq_compact(agg_store_t *base, int64_t fine_s, int64_t now_s) {
-    sq_store_t *s = (sq_store_t *)base;
-    if (!s->n_tiers)
-        return 0; /* no batch written yet: nothing to compact */
-    int64_t done[AGG_MAX_TIERS];
-    int n = s->n_tiers, moved = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t t = now_s - 60;
-        done[i] = t - t % s->tier_w[i];
-        moved |= done[i] > s->tier_done[i];
-    }
-    if (!moved)
-        return 0;
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    if (rc)
-        return rc;
-    sqlite3_stmt *ins = NULL;
-    for (int i = 0; i < n && !rc; i++) {
-        if (done[i] <= s->tier_done[i])
-            continue;
-        char sql[1024];
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO profile_coarse(service, version, type, width, bucket, labels, "
-                 "stack, weight, count, rows, chunks) SELECT service, version, type, ?4, "
-                 "bucket - bucket %% ?4, " BASE_LABELS " AS lb, stack, SUM(weight), SUM(count), "
-                 "SUM(rows), SUM(chunks) FROM profile WHERE service=?1 AND version=?2 AND "
-                 "type=?3 AND width=?5 AND bucket>=?6 AND bucket<?7 GROUP BY lb, stack, "
-                 "bucket - bucket %% ?4 ON CONFLICT DO UPDATE SET weight=weight+excluded.weight, "
-                 "count=count+excluded.count, rows=rows+excluded.rows, "
-                 "chunks=chunks+excluded.chunks");
-        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &ins, NULL))))
-            break;
-        sqlite3_bind_int64(ins, 4, s->tier_w[i]);
-        sqlite3_bind_int64(ins, 5, fine_s);
-        sqlite3_bind_int64(ins, 6, s->tier_done[i]);
-        sqlite3_bind_int64(ins, 7, done[i]);
-        int64_t junk = 0;
-        rc = for_each_sv(s, ins, 1, &junk);
-        sqlite3_finalize(ins);
-        ins = NULL;
-    }
-    char txt[256], sql[512];
-    format_list(done, n, txt, sizeof txt);
-    snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO meta VALUES('tiers_done', '%s')", txt);
-    if (rc || (rc = exec(s, sql)) || (rc = exec(s, "COMMIT"))) {
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        return rc;
-    }
-    for (int i = 0; i < n; i++)
-        if (done[i] > s->tier_done[i])
-            s->tier_done[i] = done[i];
-    return 0;
-}
-
-static int sq_derive(agg_store_t *base, const int64_t *tiers, int n_tiers, int64_t replicate_s) {
-    sq_store_t *s = (sq_store_t *)base;
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    if (rc)
-        return rc;
-    if ((rc = derived_check(s, tiers, n_tiers, replicate_s)) || (rc = exec(s, "COMMIT")))
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return rc;
-}
-
 static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partition,
                           agg_batch_t *b) {
     sq_store_t *s = (sq_store_t *)base;
@@ -657,8 +416,10 @@ static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partitio
         B64(S[S_LABELBASE], 2, b->labelbase.v[i].value);
         RUN(S[S_LABELBASE]);
     }
-    if (b->n_tiers && ((rc = derived_check(s, b->tiers, b->n_tiers, b->replicate_width)) ||
-                       (rc = agg_batch_derive(b, s->tier_done))))
+    int64_t done[AGG_MAX_TIERS];
+    if (b->n_tiers && ((rc = agg_tiers_marks(s->qx, b->tiers, b->n_tiers, b->replicate_width,
+                                             done)) ||
+                       (rc = agg_batch_derive(b, done))))
         goto out;
     if ((rc = write_prof(s, &b->prof, S[S_PROF])) || (rc = write_prof(s, &b->profc, S[S_PROFC])) ||
         (rc = write_prof(s, &b->leaf, S[S_LEAF])))
@@ -786,164 +547,6 @@ out:
     return rc;
 }
 
-/* The tables that carry (service, version, [type,] width, bucket) rollups, with their sums. */
-static const struct {
-    const char *table, *keys, *sums;
-    int typed;
-} rollups[] = {
-    {"profile", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
-    {"profile_leaf", "service,version,type,labels,leaf", "weight,count,rows,chunks", 1},
-    {"profile_coarse", "service,version,type,labels,stack", "weight,count,rows,chunks", 1},
-    {"totals", "service,version,type", "weight,count,rows,chunks", 1},
-    {"fn_stats", "service,version,type,function", "chunks,incl,incl2,self,self2", 1},
-    {"intervals", "service,version",
-     "chunks,duration_ns,agent_cpu_ns,process_cpu_ns,dropped,work_units", 0},
-    {"drops", "service,version,reason,type", "count", 0},
-};
-
-/* Runs fn(sql-with-?1..?3 service/version/type) for every (service, version[, type]) so each
- * statement is an index range scan instead of a table scan. */
-static int for_each_sv(sq_store_t *s, sqlite3_stmt *st, int typed, int64_t *changes) {
-    sqlite3_stmt *sv = NULL;
-    int rc = sq_err(sqlite3_prepare_v2(s->db, "SELECT service, version FROM versions", -1, &sv,
-                                       NULL));
-    if (rc)
-        goto out;
-    while (sqlite3_step(sv) == SQLITE_ROW) {
-        for (int t = typed ? 1 : 0; t <= (typed ? CM_EV_MAX : 0); t++) {
-            sqlite3_bind_int64(st, 1, sqlite3_column_int64(sv, 0));
-            sqlite3_bind_int64(st, 2, sqlite3_column_int64(sv, 1));
-            if (typed)
-                sqlite3_bind_int64(st, 3, t);
-            if ((rc = step(s, st)))
-                goto out;
-            *changes += sqlite3_changes(s->db);
-        }
-    }
-out:
-    sqlite3_finalize(sv);
-    return rc;
-}
-
-static int sq_downsample(agg_store_t *base, int64_t fine, int64_t coarse, int64_t cutoff_s,
-                         agg_retention_stats_t *stats) {
-    sq_store_t *s = (sq_store_t *)base;
-    sqlite3_stmt *ins = NULL, *del = NULL;
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    if (rc)
-        return rc;
-    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0]; r++) {
-        char sql[2048], sums[512] = "", upd[512] = "", cols[512];
-        char tmp[512];
-        snprintf(tmp, sizeof tmp, "%s", rollups[r].sums);
-        for (char *tok = strtok(tmp, ","); tok; tok = strtok(NULL, ",")) {
-            size_t n1 = strlen(sums), n2 = strlen(upd);
-            snprintf(sums + n1, sizeof sums - n1, "%sSUM(%s)", n1 ? "," : "", tok);
-            snprintf(upd + n2, sizeof upd - n2, "%s%s=%s+excluded.%s", n2 ? "," : "", tok, tok,
-                     tok);
-        }
-        const char *where = rollups[r].typed ? "service=?1 AND version=?2 AND type=?3"
-                                             : "service=?1 AND version=?2";
-        snprintf(cols, sizeof cols, "%s,width,bucket,%s", rollups[r].keys, rollups[r].sums);
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO %s(%s) SELECT %s,?5,bucket-bucket%%?5,%s FROM %s WHERE %s AND "
-                 "width=?4 AND bucket<?6 GROUP BY %s,bucket-bucket%%?5 ON CONFLICT DO UPDATE "
-                 "SET %s",
-                 rollups[r].table, cols, rollups[r].keys, sums, rollups[r].table, where,
-                 rollups[r].keys, upd);
-        /* the tiers below the coarse width go where the fine rows go (the coarse tier stays) */
-        int tiers = !strcmp(rollups[r].table, "profile_coarse");
-        if (tiers) /* nothing to merge: a no-op insert */
-            snprintf(sql, sizeof sql, "SELECT ?1,?2,?3,?4,?5,?6 WHERE 0");
-        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &ins, NULL)))) {
-            CM_ERROR("store %s: %s: %s", s->path, sql, sqlite3_errmsg(s->db));
-            goto out;
-        }
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND %s AND bucket<?6",
-                 rollups[r].table, where, tiers ? "width<?5" : "width=?4");
-        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &del, NULL))))
-            goto out;
-        /* profile_leaf holds replicate-width rows where the others hold fine ones */
-        int64_t src = fine;
-        if (!strcmp(rollups[r].table, "profile_leaf") && (src = meta_int(s, "replicate_width")) <= 0)
-            src = fine;
-        for (sqlite3_stmt *st = ins; st; st = st == ins ? del : NULL) {
-            sqlite3_bind_int64(st, 4, src);
-            sqlite3_bind_int64(st, 5, coarse);
-            sqlite3_bind_int64(st, 6, cutoff_s);
-        }
-        int64_t moved = 0, junk = 0;
-        if ((rc = for_each_sv(s, ins, rollups[r].typed, &junk)) ||
-            (rc = for_each_sv(s, del, rollups[r].typed, &moved)))
-            goto out;
-        if (stats && !tiers)
-            stats->rows_moved += moved;
-        sqlite3_finalize(ins);
-        sqlite3_finalize(del);
-        ins = del = NULL;
-    }
-    rc = exec(s, "COMMIT");
-out:
-    sqlite3_finalize(ins);
-    sqlite3_finalize(del);
-    if (rc)
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return rc;
-}
-
-static int sq_expire(agg_store_t *base, int64_t data_cutoff_s, int64_t span_cutoff_ns,
-                     int64_t seen_cutoff_ns, agg_retention_stats_t *stats) {
-    sq_store_t *s = (sq_store_t *)base;
-    sqlite3_stmt *del = NULL;
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    if (rc)
-        return rc;
-    for (size_t r = 0; r < sizeof rollups / sizeof rollups[0]; r++) {
-        char sql[512];
-        /* a coarse row goes once all of it is past the cutoff: until then it is what a query
-         * over its whole bucket reads, while the fine rows of its later part still exist */
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s AND %s", rollups[r].table,
-                 rollups[r].typed ? "service=?1 AND version=?2 AND type=?3"
-                                  : "service=?1 AND version=?2",
-                 strcmp(rollups[r].table, "profile_coarse") ? "bucket<?4" : "bucket+width<=?4");
-        if ((rc = sq_err(sqlite3_prepare_v2(s->db, sql, -1, &del, NULL))))
-            goto out;
-        sqlite3_bind_int64(del, 4, data_cutoff_s);
-        int64_t n = 0;
-        if ((rc = for_each_sv(s, del, rollups[r].typed, &n)))
-            goto out;
-        if (stats)
-            stats->rows_expired += n;
-        sqlite3_finalize(del);
-        del = NULL;
-    }
-    static const char *const span_sql[] = {
-        ("DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, span FROM spans WHERE "
-         "last_ns < ?1)"),
-        "DELETE FROM spans WHERE last_ns < ?1",
-        "DELETE FROM seen_chunks WHERE ts_ns < ?1",
-    };
-    for (int i = 0; i < 3; i++) {
-        if ((rc = sq_err(sqlite3_prepare_v2(s->db, span_sql[i], -1, &del, NULL))))
-            goto out;
-        sqlite3_bind_int64(del, 1, i < 2 ? span_cutoff_ns : seen_cutoff_ns);
-        if ((rc = step(s, del)))
-            goto out;
-        if (stats && i == 1)
-            stats->spans_expired += sqlite3_changes(s->db);
-        if (stats && i == 2)
-            stats->seen_expired += sqlite3_changes(s->db);
-        sqlite3_finalize(del);
-        del = NULL;
-    }
-    rc = exec(s, "COMMIT");
-out:
-    sqlite3_finalize(del);
-    if (rc)
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return rc;
-}
-
 static int64_t sq_size_bytes(agg_store_t *base) {
     sq_store_t *s = (sq_store_t *)base;
     struct stat a;
@@ -957,17 +560,20 @@ static int64_t sq_size_bytes(agg_store_t *base) {
     return total;
 }
 
+static agg_qx_t *sq_qx(agg_store_t *base) { return ((sq_store_t *)base)->qx; }
+
 static const agg_store_vtab_t sq_vtab = {
     .name = "sqlite",
     .close = sq_close,
     .offset_get = sq_offset_get,
     .chunk_seen = sq_chunk_seen,
     .batch_write = sq_batch_write,
-    .downsample = sq_downsample,
-    .expire = sq_expire,
-    .derive = sq_derive,
-    .compact = sq_compact,
+    .downsample = agg_tiers_downsample,
+    .expire = agg_tiers_expire,
+    .derive = agg_tiers_derive,
+    .compact = agg_tiers_compact,
     .size_bytes = sq_size_bytes,
+    .qx = sq_qx,
 };
 
 void agg_store_path(char *out, size_t size, const char *dir, const char *topic,
@@ -1004,13 +610,16 @@ static int open_store(const char *path, int readonly, agg_store_t **out, char *e
                       "PRAGMA journal_size_limit=" AGG_STR(AGG_WAL_LIMIT_BYTES) ";")) ||
         (rc = exec(s, "BEGIN IMMEDIATE")))
         goto fail;
-    if ((rc = exec(s, schema))) {
+    char ddl[8192];
+    if ((rc = agg_schema_ddl(0, 0, ddl, sizeof ddl)) || (rc = exec(s, ddl)) ||
+        (rc = agg_schema_late_columns(ddl, sizeof ddl))) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         goto fail;
     }
-    /* columns added since schema version 1 (a store created before them gets them here) */
-    sqlite3_exec(s->db, "ALTER TABLE intervals ADD COLUMN work_units INTEGER NOT NULL DEFAULT 0",
-                 NULL, NULL, NULL); /* fails with "duplicate column" when present: fine */
+    /* columns added since schema version 1 (a store created before them gets them here); each
+     * fails with "duplicate column" when present: fine */
+    for (char *save = NULL, *a = strtok_r(ddl, ";", &save); a; a = strtok_r(NULL, ";", &save))
+        sqlite3_exec(s->db, a, NULL, NULL, NULL);
     if ((rc = exec(s, "COMMIT")))
         goto fail;
 prepare:
@@ -1034,6 +643,10 @@ prepare:
             rc = CM_EFORMAT;
             goto out;
         }
+    }
+    if ((rc = agg_qx_sqlite_wrap(s->db, &s->qx))) {
+        snprintf(err, err_size, "store '%s': out of memory", path);
+        goto out;
     }
     /* the writer no longer checkpoints itself; the checkpointer thread does */
     if (!readonly && pthread_create(&s->ckpt, NULL, ckpt_main, s) == 0) {

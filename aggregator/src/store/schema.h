@@ -1,0 +1,32 @@
+/* The store's schema, described once (store/schema.c): the DDL of both databases and the
+ * batch's merge rules are written from it.
+ * Threading: the description is constant; the functions are reentrant. */
+#ifndef AGG_STORE_SCHEMA_H
+#define AGG_STORE_SCHEMA_H
+
+#include <stddef.h>
+
+/* A table: cols "a,b,c"; types one letter per column (i bigint, n integer, f double, b bytes,
+ * t text, T text not null, a any, z bigint not null default 0 added after version 1); the
+ * first nkey columns are the primary key; merge one letter per other column for a batch's row
+ * meeting a stored one (+ sum, < min, > max, = keep), NULL for a dictionary (the stored row
+ * stays); since: the PostgreSQL migration that creates it. */
+typedef struct {
+    const char *name, *cols, *types;
+    int nkey;
+    const char *merge;
+    int since;
+} agg_schema_table_t;
+
+extern const agg_schema_table_t agg_schema_tables[]; /* ends with a NULL name */
+const agg_schema_table_t *agg_schema_table(const char *name);
+
+/* The DDL (CREATE ... IF NOT EXISTS) of the objects of PostgreSQL migration `since` (0: all),
+ * for PostgreSQL (pg) or SQLite (every object, then its schema_version row). 0 or CM_EINVAL
+ * when it does not fit. */
+int agg_schema_ddl(int pg, int since, char *buf, size_t size);
+/* SQLite: the ALTER TABLE ... ADD COLUMN of the late columns, one statement each ("duplicate
+ * column" for a file that has it). */
+int agg_schema_late_columns(char *buf, size_t size);
+
+#endif
