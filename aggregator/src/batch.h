@@ -17,6 +17,7 @@
 #include "cm/chunk.h"
 
 #include <stdint.h>
+#include <string.h>
 
 /* profile: (service, version, type, width, bucket, labels, stack) -> sums. The same key and
  * sums serve the tiered per-stack rollup (widths: 1 min, 10 min and the coarse width, written
@@ -212,5 +213,53 @@ void **agg_hmap_ordered(const agg_hmap_t *m, size_t nblob, size_t nint, void ***
 /* Sorts b's new dictionary rows (strings, mappings, functions, locations, stacks, label
  * sets) by id: every new-row struct starts with its uint64 id. */
 void agg_batch_sort_new(agg_batch_t *b);
+
+/* The batch as rows of tables (batch_tables.c): each of its maps and vectors is a table of the
+ * store (store/schema.c), each column a field of the map's entry or the vector's element, in
+ * the table's column order. The store writes them in this order (store/write.c); a new column
+ * is a field here and a column there. */
+enum {
+    AGG_BC_I64,   /* 8 bytes at off (int64 or uint64) */
+    AGG_BC_F64,   /* a double at off */
+    AGG_BC_BYTES, /* aux bytes at off */
+    AGG_BC_VAR,   /* bytes at off, their count the uint32 at aux */
+    AGG_BC_ARENA, /* text in the batch's arena: its size_t offset at off, uint32 length at aux */
+    AGG_BC_CSTR,  /* a NUL-terminated text at off */
+    AGG_BC_NOW,   /* an int64 at off, the write's time when 0 */
+};
+typedef struct {
+    uint8_t kind;
+    uint16_t off, aux;
+} agg_bcol_t;
+#define AGG_BT_MAXCOLS 16
+typedef struct {
+    const char *table;
+    size_t src;            /* offsetof(agg_batch_t, the map or vector) */
+    uint16_t elem;         /* a vector's element size; 0: a map */
+    uint8_t nblob, nint;   /* a map written in key order (agg_hmap_ordered); both 0: as it is */
+    uint8_t after_derive;  /* the store derives the tiers (agg_batch_derive) before this one */
+    uint8_t ncols;
+    agg_bcol_t cols[AGG_BT_MAXCOLS];
+} agg_btable_t;
+extern const agg_btable_t agg_batch_tables[];
+extern const int agg_batch_ntables;
+
+/* The n rows of table d in b, in write order, as pointers into b (into *buf, grown as needed).
+ * NULL when out of memory. */
+void **agg_batch_rows(const agg_batch_t *b, const agg_btable_t *d, size_t *n, void ***buf,
+                      size_t *cap);
+static inline int64_t agg_bcol_i64(const agg_bcol_t *c, const void *row, int64_t now) {
+    int64_t v;
+    memcpy(&v, (const char *)row + c->off, 8);
+    return c->kind == AGG_BC_NOW && !v ? now : v;
+}
+static inline double agg_bcol_f64(const agg_bcol_t *c, const void *row) {
+    double v;
+    memcpy(&v, (const char *)row + c->off, 8);
+    return v;
+}
+/* The bytes of a BYTES, VAR, ARENA or CSTR column, their count in *len. */
+const void *agg_bcol_bytes(const agg_batch_t *b, const agg_bcol_t *c, const void *row,
+                           size_t *len);
 
 #endif

@@ -24,6 +24,7 @@
 
 #include "batch.h"
 #include "qexec.h"
+#include "store/schema.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +35,17 @@ typedef struct {
     int64_t rows_moved, rows_expired, spans_expired, seen_expired;
 } agg_retention_stats_t;
 
+/* One table's rows of a batch, for a backend's bulk load (store/write.c). */
+typedef struct {
+    int index; /* of the table in agg_batch_tables[] */
+    const agg_schema_table_t *t;
+    const agg_btable_t *d;
+    void *const *rows; /* n entries of the batch's map or vector, in write order */
+    size_t n;
+    const agg_batch_t *b;
+    int64_t now_ns; /* the write's time (AGG_BC_NOW columns) */
+} agg_load_t;
+
 typedef struct agg_store_vtab {
     const char *name;
     void (*close)(agg_store_t *st);
@@ -42,9 +54,15 @@ typedef struct agg_store_vtab {
     /* 1 in *seen if the chunk id is in the dedup window. */
     int (*chunk_seen)(agg_store_t *st, const uint8_t *id, int *seen);
     /* Writes b and b->next_offset for (topic, partition) in one transaction, if the stored
-     * offset still equals b->base_offset (-1: none stored). -ESTALE otherwise. The backend may
-     * reorder b's new-row vectors (to insert in key order); the caller clears b afterwards. */
+     * offset still equals b->base_offset (-1: none stored). -ESTALE otherwise. The store may
+     * reorder b's new-row vectors (to insert in key order); the caller clears b afterwards.
+     * Both backends: agg_store_write (store/write.c), over fence and load. */
     int (*batch_write)(agg_store_t *st, const char *topic, int32_t partition, agg_batch_t *b);
+    /* Inside the batch's transaction: holds off other writers of the partition until it ends
+     * and checks that the stored offset is base_offset: 0, -ESTALE or an error. */
+    int (*fence)(agg_store_t *st, const char *topic, int32_t partition, int64_t base_offset);
+    /* Inside the batch's transaction: merges the rows into their table (agg_schema_upsert). */
+    int (*load)(agg_store_t *st, const agg_load_t *l);
     /* Merges rows of width fine with bucket < cutoff_s into rows of width coarse. */
     int (*downsample)(agg_store_t *st, int64_t fine, int64_t coarse, int64_t cutoff_s,
                       agg_retention_stats_t *stats);
@@ -66,6 +84,14 @@ typedef struct agg_store_vtab {
     agg_qx_t *(*qx)(agg_store_t *st);
 } agg_store_vtab_t;
 
+/* store/write.c: the batch write, the offset and the dedup window of both backends (their
+ * vtab's batch_write, offset_get and chunk_seen); agg_store_forget finalizes the statements
+ * (a backend's close calls it before closing its executor). */
+int agg_store_write(agg_store_t *st, const char *topic, int32_t partition, agg_batch_t *b);
+int agg_store_offset_read(agg_store_t *st, const char *topic, int32_t partition, int64_t *next);
+int agg_store_seen(agg_store_t *st, const uint8_t *id, int *seen);
+void agg_store_forget(agg_store_t *st);
+
 /* store/tiers.c: the vtab's downsample, expire, derive and compact of both backends. */
 int agg_tiers_downsample(agg_store_t *st, int64_t fine, int64_t coarse, int64_t cutoff_s,
                          agg_retention_stats_t *stats);
@@ -79,6 +105,7 @@ int agg_tiers_marks(agg_qx_t *x, const int64_t *tiers, int n_tiers, int64_t rep,
 
 struct agg_store {
     const agg_store_vtab_t *vt;
+    agg_qxst_t *offset_st, *seen_st; /* store/write.c's statements, prepared on first use */
 };
 
 /* The WAL bound of a SQLite store: a checkpointer thread per writable store backfills the WAL

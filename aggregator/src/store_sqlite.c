@@ -32,93 +32,12 @@
 
 #define SCHEMA_VERSION 1
 
-enum {
-    S_OFFSET_GET,
-    S_OFFSET_PUT,
-    S_SEEN_GET,
-    S_SEEN_PUT,
-    S_STR,
-    S_MAP,
-    S_FN,
-    S_LOC,
-    S_STACK,
-    S_LABELSET,
-    S_LABEL,
-    S_LABELBASE,
-    S_PROF,
-    S_PROFC,
-    S_LEAF,
-    S_TOT,
-    S_IVAL,
-    S_DROP,
-    S_VER,
-    S_FNSTAT,
-    S_SPAN,
-    S_SPANSTK,
-    S_REJ,
-    S_COUNT
-};
-
-static const char *const stmt_sql[S_COUNT] = {
-    [S_OFFSET_GET] = "SELECT next_offset FROM offsets WHERE topic=?1 AND part=?2",
-    [S_OFFSET_PUT] = "INSERT INTO offsets VALUES(?1,?2,?3,?4) ON CONFLICT DO UPDATE SET "
-                     "next_offset=excluded.next_offset, updated_ns=excluded.updated_ns",
-    [S_SEEN_GET] = "SELECT 1 FROM seen_chunks WHERE chunk_id=?1",
-    [S_SEEN_PUT] = "INSERT OR IGNORE INTO seen_chunks VALUES(?1,?2)",
-    [S_STR] = "INSERT OR IGNORE INTO strings VALUES(?1,?2)",
-    [S_MAP] = "INSERT OR IGNORE INTO mappings VALUES(?1,?2,?3)",
-    [S_FN] = "INSERT OR IGNORE INTO functions VALUES(?1,?2,?3,?4)",
-    [S_LOC] = "INSERT OR IGNORE INTO locations VALUES(?1,?2,?3,?4,?5)",
-    [S_STACK] = "INSERT OR IGNORE INTO stacks VALUES(?1,?2,?3,?4)",
-    [S_LABELSET] = "INSERT OR IGNORE INTO labelsets VALUES(?1)",
-    [S_LABEL] = "INSERT OR IGNORE INTO labels VALUES(?1,?2,?3)",
-    [S_LABELBASE] = "INSERT OR IGNORE INTO labelset_base VALUES(?1,?2)",
-    [S_PROF] = "INSERT INTO profile VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT DO "
-               "UPDATE SET weight=weight+excluded.weight, count=count+excluded.count, "
-               "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
-    [S_PROFC] = "INSERT INTO profile_coarse VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON "
-                "CONFLICT DO UPDATE SET weight=weight+excluded.weight, "
-                "count=count+excluded.count, rows=rows+excluded.rows, "
-                "chunks=chunks+excluded.chunks",
-    [S_LEAF] = "INSERT INTO profile_leaf VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT "
-               "DO UPDATE SET weight=weight+excluded.weight, count=count+excluded.count, "
-               "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
-    [S_TOT] = "INSERT INTO totals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT DO UPDATE SET "
-              "weight=weight+excluded.weight, count=count+excluded.count, "
-              "rows=rows+excluded.rows, chunks=chunks+excluded.chunks",
-    [S_IVAL] = "INSERT INTO intervals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10) ON CONFLICT DO "
-               "UPDATE SET chunks=chunks+excluded.chunks, "
-               "duration_ns=duration_ns+excluded.duration_ns, "
-               "agent_cpu_ns=agent_cpu_ns+excluded.agent_cpu_ns, "
-               "process_cpu_ns=process_cpu_ns+excluded.process_cpu_ns, "
-               "dropped=dropped+excluded.dropped, work_units=work_units+excluded.work_units",
-    [S_DROP] = "INSERT INTO drops VALUES(?1,?2,?3,?4,?5,?6,?7) ON CONFLICT DO UPDATE SET "
-               "count=count+excluded.count",
-    [S_VER] = "INSERT INTO versions VALUES(?1,?2,?3,?4,?5,?6) ON CONFLICT DO UPDATE SET "
-              "first_ns=min(first_ns,excluded.first_ns), last_ns=max(last_ns,excluded.last_ns), "
-              "chunks=chunks+excluded.chunks, rows=rows+excluded.rows",
-    [S_FNSTAT] = "INSERT INTO fn_stats VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) ON CONFLICT DO "
-                 "UPDATE SET chunks=chunks+excluded.chunks, incl=incl+excluded.incl, "
-                 "incl2=incl2+excluded.incl2, self=self+excluded.self, "
-                 "self2=self2+excluded.self2",
-    [S_SPAN] = "INSERT INTO spans VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13) ON CONFLICT "
-               "DO UPDATE SET first_ns=min(first_ns,excluded.first_ns), "
-               "last_ns=max(last_ns,excluded.last_ns), cpu=cpu+excluded.cpu, "
-               "wall=wall+excluded.wall, alloc=alloc+excluded.alloc, inuse=inuse+excluded.inuse, "
-               "lock=lock+excluded.lock, io=io+excluded.io, rows=rows+excluded.rows",
-    [S_SPANSTK] = "INSERT INTO span_stacks VALUES(?1,?2,?3,?4,?5,?6,?7) ON CONFLICT DO UPDATE SET "
-                  "weight=weight+excluded.weight, count=count+excluded.count, "
-                  "rows=rows+excluded.rows",
-    [S_REJ] = "INSERT INTO rejects VALUES(?1,?2) ON CONFLICT DO UPDATE SET "
-              "count=count+excluded.count",
-};
+#define MAX_LOADS 32 /* tables of a batch (agg_batch_tables) */
 
 typedef struct {
     agg_store_t base;
     sqlite3 *db;
-    sqlite3_stmt *st[S_COUNT];
-    void **order; /* scratch: batch entries in key order */
-    size_t order_cap;
+    sqlite3_stmt *load[MAX_LOADS]; /* each batch table's upsert, prepared on first use */
     /* checkpointer: copies the WAL into the database on its own thread and connection, so the
      * consume thread never waits for the fsyncs of a checkpoint */
     pthread_t ckpt;
@@ -239,7 +158,6 @@ static int step(sq_store_t *s, sqlite3_stmt *st) {
     return 0;
 }
 
-#define B64(st, i, v) sqlite3_bind_int64((st), (i), (sqlite3_int64)(v))
 
 /* After each commit: when the checkpointer has not kept up (the writer commits back to back),
  * checkpoint here so the WAL stays bounded whatever the load. */
@@ -264,78 +182,53 @@ static void sq_close(agg_store_t *base) {
     pthread_cond_destroy(&s->ckpt_cv);
     if (s->db && s->ckpt_running)
         sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-    for (int i = 0; i < S_COUNT; i++)
-        sqlite3_finalize(s->st[i]);
+    agg_store_forget(&s->base);
+    for (int i = 0; i < MAX_LOADS; i++)
+        sqlite3_finalize(s->load[i]);
     agg_qx_close(s->qx);
     sqlite3_close(s->db);
-    free(s->order);
     free(s);
 }
 
-static int sq_offset_get(agg_store_t *base, const char *topic, int32_t partition, int64_t *next) {
+/* The rows into their table: one prepared upsert, bound and stepped per row. */
+static int sq_load(agg_store_t *base, const agg_load_t *l) {
     sq_store_t *s = (sq_store_t *)base;
-    sqlite3_stmt *st = s->st[S_OFFSET_GET];
-    sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
-    B64(st, 2, partition);
-    int rc = sqlite3_step(st);
-    *next = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(rc);
-}
-
-static int sq_chunk_seen(agg_store_t *base, const uint8_t *id, int *seen) {
-    sq_store_t *s = (sq_store_t *)base;
-    sqlite3_stmt *st = s->st[S_SEEN_GET];
-    sqlite3_bind_blob(st, 1, id, CM_CHUNK_ID_LEN, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    *seen = rc == SQLITE_ROW;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(rc);
-}
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-#define RUN(stmt)                                                                                  \
-    do {                                                                                           \
-        if ((rc = step(s, (stmt))))                                                                \
-            goto out;                                                                              \
-    } while (0)
-
-/* The entries of m ordered by key, in s->order (reused across calls). NULL: no memory. */
-static void **ordered(sq_store_t *s, const agg_hmap_t *m, size_t nblob, size_t nint) {
-    return agg_hmap_ordered(m, nblob, nint, &s->order, &s->order_cap);
-}
-
-#define ORDERED(m, nblob, nint)                                                                    \
-    do {                                                                                           \
-        if (!(ord = ordered(s, (m), (nblob), (nint)))) {                                           \
-            rc = CM_ENOMEM;                                                                        \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-/* Upserts the profile-shaped rows of m (profile, profile_coarse, profile_leaf) in key order. */
-static int write_prof(sq_store_t *s, const agg_hmap_t *m, sqlite3_stmt *st) {
-    void **ord = ordered(s, m, 0, 7);
-    if (!ord)
-        return CM_ENOMEM;
-    for (size_t i = 0; i < m->n; i++) {
-        const agg_prof_ent_t *e = ord[i];
-        B64(st, 1, e->k.service);
-        B64(st, 2, e->k.version);
-        B64(st, 3, e->k.type);
-        B64(st, 4, e->k.width);
-        B64(st, 5, e->k.bucket);
-        B64(st, 6, e->k.labels);
-        B64(st, 7, e->k.stack);
-        B64(st, 8, e->weight);
-        B64(st, 9, e->count);
-        B64(st, 10, e->rows);
-        B64(st, 11, e->chunks);
+    sqlite3_stmt *st = l->index < MAX_LOADS ? s->load[l->index] : NULL;
+    if (!st) {
+        char vals[256] = "VALUES(", sql[2048];
+        for (int c = 0; c < l->d->ncols; c++)
+            snprintf(vals + strlen(vals), sizeof vals - strlen(vals), "%s?%d", c ? "," : "", c + 1);
+        strcat(vals, ")");
+        if (l->index >= MAX_LOADS || agg_schema_upsert(l->t, vals, sql, sizeof sql) ||
+            sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+            CM_ERROR("store %s: cannot prepare the load of %s: %s", s->path, l->t->name,
+                     sqlite3_errmsg(s->db));
+            return CM_EIO;
+        }
+        s->load[l->index] = st;
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        for (int c = 0; c < l->d->ncols; c++) {
+            const agg_bcol_t *col = &l->d->cols[c];
+            size_t len;
+            const void *p;
+            switch (l->t->types[c]) {
+            case 'f':
+                sqlite3_bind_double(st, c + 1, agg_bcol_f64(col, l->rows[i]));
+                break;
+            case 'b':
+                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
+                sqlite3_bind_blob(st, c + 1, p, (int)len, SQLITE_STATIC);
+                break;
+            case 't':
+            case 'T':
+                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
+                sqlite3_bind_text(st, c + 1, p, (int)len, SQLITE_STATIC);
+                break;
+            default:
+                sqlite3_bind_int64(st, c + 1, agg_bcol_i64(col, l->rows[i], l->now_ns));
+            }
+        }
         int rc = step(s, st);
         if (rc)
             return rc;
@@ -343,207 +236,17 @@ static int write_prof(sq_store_t *s, const agg_hmap_t *m, sqlite3_stmt *st) {
     return 0;
 }
 
-static int sq_batch_write(agg_store_t *base, const char *topic, int32_t partition,
-                          agg_batch_t *b) {
+/* The fence: inside the write transaction (BEGIN IMMEDIATE: no other writer until it ends). */
+static int sq_fence(agg_store_t *base, const char *topic, int32_t partition, int64_t base_off) {
     sq_store_t *s = (sq_store_t *)base;
-    sqlite3_stmt **S = s->st;
-    void **ord;
-    agg_batch_sort_new(b);
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    if (rc)
-        return rc;
     int64_t stored;
-    if ((rc = sq_offset_get(base, topic, partition, &stored)))
-        goto out;
-    if (stored != b->base_offset) {
+    int rc = agg_store_offset_read(base, topic, partition, &stored);
+    if (!rc && stored != base_off) {
         CM_WARN("store %s: partition %d offset is %lld, batch started at %lld: another instance "
                 "wrote it; dropping the batch and seeking",
-                s->path, partition, (long long)stored, (long long)b->base_offset);
+                s->path, partition, (long long)stored, (long long)base_off);
         rc = -ESTALE;
-        goto out;
     }
-    for (size_t i = 0; i < b->strs.n; i++) {
-        const agg_new_str_t *x = &b->strs.v[i];
-        B64(S[S_STR], 1, x->id);
-        sqlite3_bind_text(S[S_STR], 2, b->str_arena + x->off, (int)x->len, SQLITE_STATIC);
-        RUN(S[S_STR]);
-    }
-    for (size_t i = 0; i < b->maps.n; i++) {
-        const agg_new_map_t *x = &b->maps.v[i];
-        B64(S[S_MAP], 1, x->id);
-        B64(S[S_MAP], 2, x->filename);
-        sqlite3_bind_blob(S[S_MAP], 3, x->build_id, (int)x->build_id_len, SQLITE_STATIC);
-        RUN(S[S_MAP]);
-    }
-    for (size_t i = 0; i < b->fns.n; i++) {
-        const agg_new_fn_t *x = &b->fns.v[i];
-        B64(S[S_FN], 1, x->id);
-        B64(S[S_FN], 2, x->name);
-        B64(S[S_FN], 3, x->system_name);
-        B64(S[S_FN], 4, x->filename);
-        RUN(S[S_FN]);
-    }
-    for (size_t i = 0; i < b->locs.n; i++) {
-        const agg_new_loc_t *x = &b->locs.v[i];
-        B64(S[S_LOC], 1, x->id);
-        B64(S[S_LOC], 2, x->function);
-        B64(S[S_LOC], 3, x->mapping);
-        B64(S[S_LOC], 4, x->address);
-        B64(S[S_LOC], 5, x->line);
-        RUN(S[S_LOC]);
-    }
-    for (size_t i = 0; i < b->stacks.n; i++) {
-        const agg_new_stack_t *x = &b->stacks.v[i];
-        B64(S[S_STACK], 1, x->id);
-        B64(S[S_STACK], 2, x->parent);
-        B64(S[S_STACK], 3, x->location);
-        B64(S[S_STACK], 4, x->depth);
-        RUN(S[S_STACK]);
-    }
-    for (size_t i = 0; i < b->labelsets.n; i++) {
-        B64(S[S_LABELSET], 1, b->labelsets.v[i]);
-        RUN(S[S_LABELSET]);
-    }
-    for (size_t i = 0; i < b->labels.n; i++) {
-        const agg_new_label_t *x = &b->labels.v[i];
-        B64(S[S_LABEL], 1, x->key);
-        B64(S[S_LABEL], 2, x->value);
-        B64(S[S_LABEL], 3, x->set);
-        RUN(S[S_LABEL]);
-    }
-    for (size_t i = 0; i < b->labelbase.n; i++) {
-        B64(S[S_LABELBASE], 1, b->labelbase.v[i].set);
-        B64(S[S_LABELBASE], 2, b->labelbase.v[i].value);
-        RUN(S[S_LABELBASE]);
-    }
-    int64_t done[AGG_MAX_TIERS];
-    if (b->n_tiers && ((rc = agg_tiers_marks(s->qx, b->tiers, b->n_tiers, b->replicate_width,
-                                             done)) ||
-                       (rc = agg_batch_derive(b, done))))
-        goto out;
-    if ((rc = write_prof(s, &b->prof, S[S_PROF])) || (rc = write_prof(s, &b->profc, S[S_PROFC])) ||
-        (rc = write_prof(s, &b->leaf, S[S_LEAF])))
-        goto out;
-    ORDERED(&b->tot, 0, 5);
-    for (size_t i = 0; i < b->tot.n; i++) {
-        const agg_tot_ent_t *e = ord[i];
-        sqlite3_stmt *st = S[S_TOT];
-        B64(st, 1, e->k.service);
-        B64(st, 2, e->k.version);
-        B64(st, 3, e->k.type);
-        B64(st, 4, e->k.width);
-        B64(st, 5, e->k.bucket);
-        B64(st, 6, e->weight);
-        B64(st, 7, e->count);
-        B64(st, 8, e->rows);
-        B64(st, 9, e->chunks);
-        RUN(st);
-    }
-    for (size_t i = 0; i < b->ival.n; i++) {
-        const agg_ival_ent_t *e = agg_hmap_entry(&b->ival, i);
-        sqlite3_stmt *st = S[S_IVAL];
-        B64(st, 1, e->k.service);
-        B64(st, 2, e->k.version);
-        B64(st, 3, e->k.width);
-        B64(st, 4, e->k.bucket);
-        B64(st, 5, e->chunks);
-        B64(st, 6, e->duration_ns);
-        B64(st, 7, e->agent_cpu_ns);
-        B64(st, 8, e->process_cpu_ns);
-        B64(st, 9, e->dropped);
-        B64(st, 10, e->work_units);
-        RUN(st);
-    }
-    for (size_t i = 0; i < b->drop.n; i++) {
-        const agg_drop_ent_t *e = agg_hmap_entry(&b->drop, i);
-        sqlite3_stmt *st = S[S_DROP];
-        B64(st, 1, e->k.service);
-        B64(st, 2, e->k.version);
-        B64(st, 3, e->k.width);
-        B64(st, 4, e->k.bucket);
-        B64(st, 5, e->k.reason);
-        B64(st, 6, e->k.type);
-        B64(st, 7, e->count);
-        RUN(st);
-    }
-    for (size_t i = 0; i < b->ver.n; i++) {
-        const agg_ver_ent_t *e = agg_hmap_entry(&b->ver, i);
-        sqlite3_stmt *st = S[S_VER];
-        B64(st, 1, e->k.service);
-        B64(st, 2, e->k.version);
-        B64(st, 3, e->first_ns);
-        B64(st, 4, e->last_ns);
-        B64(st, 5, e->chunks);
-        B64(st, 6, e->rows);
-        RUN(st);
-    }
-    ORDERED(&b->fn, 0, 6);
-    for (size_t i = 0; i < b->fn.n; i++) {
-        const agg_fn_ent_t *e = ord[i];
-        sqlite3_stmt *st = S[S_FNSTAT];
-        B64(st, 1, e->k.service);
-        B64(st, 2, e->k.version);
-        B64(st, 3, e->k.type);
-        B64(st, 4, e->k.width);
-        B64(st, 5, e->k.bucket);
-        B64(st, 6, e->k.function);
-        B64(st, 7, e->chunks);
-        sqlite3_bind_double(st, 8, e->incl);
-        sqlite3_bind_double(st, 9, e->incl2);
-        sqlite3_bind_double(st, 10, e->self);
-        sqlite3_bind_double(st, 11, e->self2);
-        RUN(st);
-    }
-    ORDERED(&b->span, 24, 0);
-    for (size_t i = 0; i < b->span.n; i++) {
-        const agg_span_ent_t *e = ord[i];
-        sqlite3_stmt *st = S[S_SPAN];
-        sqlite3_bind_blob(st, 1, e->k.trace, 16, SQLITE_STATIC);
-        sqlite3_bind_blob(st, 2, e->k.span, 8, SQLITE_STATIC);
-        B64(st, 3, e->service);
-        B64(st, 4, e->version);
-        B64(st, 5, e->first_ns);
-        B64(st, 6, e->last_ns);
-        for (int t = 1; t <= CM_EV_MAX; t++)
-            B64(st, 6 + t, e->weight[t]);
-        B64(st, 13, e->rows);
-        RUN(st);
-    }
-    ORDERED(&b->spanstk, 24, 2);
-    for (size_t i = 0; i < b->spanstk.n; i++) {
-        const agg_spanstk_ent_t *e = ord[i];
-        sqlite3_stmt *st = S[S_SPANSTK];
-        sqlite3_bind_blob(st, 1, e->k.trace, 16, SQLITE_STATIC);
-        sqlite3_bind_blob(st, 2, e->k.span, 8, SQLITE_STATIC);
-        B64(st, 3, e->k.type);
-        B64(st, 4, e->k.stack);
-        B64(st, 5, e->weight);
-        B64(st, 6, e->count);
-        B64(st, 7, e->rows);
-        RUN(st);
-    }
-    for (size_t i = 0; i < b->rej.n; i++) {
-        const agg_rej_ent_t *e = agg_hmap_entry(&b->rej, i);
-        sqlite3_bind_text(S[S_REJ], 1, e->k.reason, -1, SQLITE_STATIC);
-        B64(S[S_REJ], 2, e->count);
-        RUN(S[S_REJ]);
-    }
-    int64_t now = now_ns();
-    for (size_t i = 0; i < b->seen.n; i++) {
-        const agg_seen_ent_t *e = agg_hmap_entry(&b->seen, i);
-        sqlite3_bind_blob(S[S_SEEN_PUT], 1, e->k.id, CM_CHUNK_ID_LEN, SQLITE_STATIC);
-        B64(S[S_SEEN_PUT], 2, e->ts_ns ? e->ts_ns : now);
-        RUN(S[S_SEEN_PUT]);
-    }
-    sqlite3_bind_text(S[S_OFFSET_PUT], 1, topic, -1, SQLITE_STATIC);
-    B64(S[S_OFFSET_PUT], 2, partition);
-    B64(S[S_OFFSET_PUT], 3, b->next_offset);
-    B64(S[S_OFFSET_PUT], 4, now);
-    RUN(S[S_OFFSET_PUT]);
-    rc = exec(s, "COMMIT");
-out:
-    if (rc)
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
 }
 
@@ -565,9 +268,11 @@ static agg_qx_t *sq_qx(agg_store_t *base) { return ((sq_store_t *)base)->qx; }
 static const agg_store_vtab_t sq_vtab = {
     .name = "sqlite",
     .close = sq_close,
-    .offset_get = sq_offset_get,
-    .chunk_seen = sq_chunk_seen,
-    .batch_write = sq_batch_write,
+    .offset_get = agg_store_offset_read,
+    .chunk_seen = agg_store_seen,
+    .batch_write = agg_store_write,
+    .fence = sq_fence,
+    .load = sq_load,
     .downsample = agg_tiers_downsample,
     .expire = agg_tiers_expire,
     .derive = agg_tiers_derive,
@@ -623,14 +328,14 @@ static int open_store(const char *path, int readonly, agg_store_t **out, char *e
     if ((rc = exec(s, "COMMIT")))
         goto fail;
 prepare:
-    for (int i = 0; i < S_COUNT; i++) {
-        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
-                               NULL) != SQLITE_OK) {
-            snprintf(err, err_size, "store '%s': cannot prepare statement %d: %s", path, i,
-                     sqlite3_errmsg(s->db));
-            rc = CM_EIO;
-            goto out;
-        }
+    if ((rc = agg_qx_sqlite_wrap(s->db, &s->qx))) {
+        snprintf(err, err_size, "store '%s': out of memory", path);
+        goto out;
+    }
+    int64_t off;
+    if ((rc = agg_store_offset_read(&s->base, "", 0, &off))) {
+        snprintf(err, err_size, "store '%s' cannot be read: %s", path, sqlite3_errmsg(s->db));
+        goto out;
     }
     sqlite3_stmt *v;
     if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key='schema_version'", -1, &v,
@@ -643,10 +348,6 @@ prepare:
             rc = CM_EFORMAT;
             goto out;
         }
-    }
-    if ((rc = agg_qx_sqlite_wrap(s->db, &s->qx))) {
-        snprintf(err, err_size, "store '%s': out of memory", path);
-        goto out;
     }
     /* the writer no longer checkpoints itself; the checkpointer thread does */
     if (!readonly && pthread_create(&s->ckpt, NULL, ckpt_main, s) == 0) {

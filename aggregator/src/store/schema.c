@@ -167,6 +167,31 @@ int agg_schema_late_columns(char *buf, size_t size) {
     return o < size ? 0 : CM_EINVAL;
 }
 
+int agg_schema_upsert(const agg_schema_table_t *t, const char *src, char *buf, size_t size) {
+    size_t o = 0;
+    char cols[512];
+    snprintf(cols, sizeof cols, "%s", t->cols);
+    APPEND("INSERT INTO %s %s ON CONFLICT ", t->name, src);
+    if (!t->merge) {
+        APPEND("DO NOTHING");
+        return o < size ? 0 : CM_EINVAL;
+    }
+    int i = 0, nset = 0;
+    for (char *save = NULL, *c = strtok_r(cols, ",", &save); c;
+         c = strtok_r(NULL, ",", &save), i++) {
+        char m = i < t->nkey ? 'k' : t->merge[i - t->nkey];
+        const char *n = t->name;
+        if (m == 'k')
+            APPEND("%s%s%s", i ? ", " : "(", c, i == t->nkey - 1 ? ") DO UPDATE SET " : "");
+        else if (m == '+')
+            APPEND("%s%s=%s.%s+excluded.%s", nset++ ? ", " : "", c, n, c, c);
+        else if (m == '<' || m == '>') /* min / max: one spelling for both databases */
+            APPEND("%s%s=CASE WHEN excluded.%s %c %s.%s THEN excluded.%s ELSE %s.%s END",
+                   nset++ ? ", " : "", c, c, m, n, c, c, n, c);
+    }
+    return o < size ? 0 : CM_EINVAL;
+}
+
 int agg_pg_schema_version(void) {
     int v = 0;
     for (const agg_schema_table_t *t = agg_schema_tables; t->name; t++)

@@ -29,4 +29,9 @@ int agg_schema_ddl(int pg, int since, char *buf, size_t size);
  * column" for a file that has it). */
 int agg_schema_late_columns(char *buf, size_t size);
 
+/* The statement that merges rows from src ("VALUES(?1, ...)" or "SELECT * FROM stage") into
+ * table t by its merge rules: an upsert on the primary key, or, for a dictionary, an insert of
+ * the rows not stored yet. Both dialects. 0 or CM_EINVAL when it does not fit. */
+int agg_schema_upsert(const agg_schema_table_t *t, const char *src, char *buf, size_t size);
+
 #endif
