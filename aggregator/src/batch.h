@@ -157,7 +157,7 @@ typedef struct {
 
 typedef struct agg_batch {
     agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen;
-    /* derived from prof by agg_batch_derive() (the store calls it): the per-stack rollup at
+    /* derived from prof by agg_batch_derive() (store/write.c, once): the per-stack rollup at
      * each tier width, narrowest first (the last one is the coarse width), and the per-leaf
      * rollup */
     agg_hmap_t profc, leaf;

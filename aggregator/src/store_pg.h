@@ -1,12 +1,11 @@
 /* The PostgreSQL backend of the store (store.h), chosen with `--store postgres://...`: one
  * database for every partition of the topic, so any number of aggregator instances on any
- * hosts form one consumer group over it. Write side: a batch's dictionary rows, rollups, chunk
- * ids and the partition's next offset in ONE transaction, fenced on the stored offset (the
- * offsets row is locked FOR UPDATE and must still hold the batch's base offset, else
- * -ESTALE); each table is written with one multi-row statement (INSERT ... SELECT FROM
- * unnest(arrays) ON CONFLICT DO UPDATE, keys sorted so concurrent writers lock rows in one
- * order). A lost connection fails the batch (the consume loop re-reads the stored offset and
- * consumes the batch again) and is re-established on the next call.
+ * hosts form one consumer group over it. The batch write (store/write.c) runs here fenced on
+ * the stored offset (the offsets row is locked FOR UPDATE and must still hold the batch's base
+ * offset, else -ESTALE); each table's rows are copied (COPY, binary) into a temporary staging
+ * table and merged with one INSERT ... SELECT ... ON CONFLICT, keys sorted so concurrent
+ * writers lock rows in one order. A lost connection fails the batch (the consume loop re-reads
+ * the stored offset and consumes the batch again) and is re-established on the next call.
  *
  * Threading: a handle (one connection) is used by one thread at a time.
  */
@@ -25,7 +24,7 @@ int agg_store_is_pg(const char *spec);
  * Returns 0 or a negative code with the reason in err (the password is never echoed). */
 int agg_store_pg_open(const char *url, agg_store_t **out, char *err, size_t err_size);
 
-/* store_pg_schema.c: applies the migrations not applied yet (serialized across instances by
+/* store/schema.c: applies the migrations not applied yet (serialized across instances by
  * an advisory lock). Returns 0, CM_EIO, or CM_ECONFIG when the database is newer than this
  * code; the reason in err. */
 int agg_pg_migrate(PGconn *c, char *err, size_t err_size);

@@ -2,10 +2,10 @@
  *
  * WAL journal, synchronous=NORMAL: a committed transaction survives a process crash; after a
  * power loss the last transactions may roll back, data and offset together, and are consumed
- * again, so exactly-once holds either way. Writes take the lock with BEGIN IMMEDIATE, then
- * check the stored offset (fencing), then insert dictionaries (INSERT OR IGNORE), upsert the
- * rollups (ON CONFLICT DO UPDATE SET x = x + excluded.x), record chunk ids and the offset.
- * SQLite result codes are translated to CM_E* / -errno here and nowhere else.
+ * again, so exactly-once holds either way. The batch write (store/write.c) takes the lock with
+ * BEGIN IMMEDIATE, then checks the stored offset here (fencing), then loads each table here
+ * with one prepared statement (dictionaries: ON CONFLICT DO NOTHING; rollups: ON CONFLICT DO
+ * UPDATE SET x = x + excluded.x), then records the offset.
  *
  * Threading: one handle per thread; processes sharing a file are serialized by SQLite's locks
  * (busy timeout 30 s). Each handle runs a checkpointer thread with its own connection (PASSIVE
