@@ -13,7 +13,9 @@
  *               PostgreSQL cluster (deploy/postgres, port 15435, same machine) with
  *               --store postgres://...: samples per aggregator CPU-second, and the database's
  *               own CPU (the postmaster and its backends, read before they exit).
- *               BENCH_PG_PORT sets the cluster's port.
+ *               BENCH_PG_PORT sets the cluster's port. BENCH_PG_STATS=1 (with PG_EXTRA_CONF=
+ *               "shared_preload_libraries = 'pg_stat_statements'") prints the statements
+ *               that took the server's time, summed over the partitions' connections.
  *
  *   [BENCH_PG=1] bench-aggregator [intervals=2] [lag_seconds=60]
  * Needs FLEETPROF_SRC and FLEETPROF_BUILD (defaults: ../.. of this program and ..). */
@@ -267,6 +269,22 @@ static void lag(int seconds) {
     fsim_free(sim);
 }
 
+/* BENCH_PG_STATS: before the run, pg_stat_statements; after it, its top statements (each
+ * partition's connection has its own staging tables, so its own entries: summed by text). */
+static void pg_statements(int after) {
+    char cmd[1024];
+    if (!getenv("BENCH_PG_STATS"))
+        return;
+    if (!after)
+        snprintf(cmd, sizeof cmd, "psql -q '%s' -c 'CREATE EXTENSION pg_stat_statements'", pg_url);
+    else
+        snprintf(cmd, sizeof cmd, "psql '%s' -c \"SELECT round(sum(total_exec_time)) ms, "
+                 "sum(calls) calls, sum(rows) rows, left(regexp_replace(query, '\\s+', ' ', 'g'), "
+                 "80) q FROM pg_stat_statements GROUP BY q ORDER BY 1 DESC LIMIT 15\"", pg_url);
+    if (system(cmd))
+        fprintf(stderr, "pg_stat_statements: '%s' failed\n", cmd);
+}
+
 int main(int argc, char **argv) {
     uint32_t intervals = argc > 1 ? (uint32_t)atoi(argv[1]) : 2;
     int seconds = argc > 2 ? atoi(argv[2]) : 60;
@@ -288,7 +306,9 @@ int main(int argc, char **argv) {
         const char *port = getenv("BENCH_PG_PORT"); /* default 15435 */
         if (at_pg_start(port ? atoi(port) : 15435, pg_dir, pg_url, sizeof pg_url))
             return 1;
+        pg_statements(0);
         throughput(intervals, 1);
+        pg_statements(1);
         snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove",
                  getenv("FLEETPROF_SRC"), pg_dir);
         if (system(cmd))

@@ -46,6 +46,16 @@ typedef struct {
     int64_t now_ns; /* the write's time (AGG_BC_NOW columns) */
 } agg_load_t;
 
+/* What a bulk load does with each value of the rows (agg_load_rows): the columns of a row in
+ * order, then row_end (nonzero stops the load and is returned). */
+typedef struct {
+    void (*i64)(void *ctx, int col, int64_t v);
+    void (*f64)(void *ctx, int col, double v);
+    void (*bytes)(void *ctx, int col, const void *p, size_t len, int text);
+    int (*row_end)(void *ctx, const agg_load_t *l, size_t row);
+} agg_load_sink_t;
+int agg_load_rows(const agg_load_t *l, const agg_load_sink_t *k, void *ctx);
+
 typedef struct agg_store_vtab {
     const char *name;
     void (*close)(agg_store_t *st);

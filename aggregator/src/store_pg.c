@@ -27,6 +27,7 @@ typedef struct {
     buf_t b;
     int ncols, col;
     size_t rows;
+    int bad_text; /* the row being written has a text that was not UTF-8 */
 } cols_t;
 
 typedef struct {
@@ -279,36 +280,38 @@ static int cols_exec(pg_store_t *s, cols_t *t, const char *table, const char *me
     return rc;
 }
 
+/* A bulk load's values, in COPY's binary format (bad UTF-8 in a text: noted for row_end). */
+static void pg_i64(void *ctx, int c, int64_t v) { col_i64(ctx, c, (uint64_t)v); }
+static void pg_f64(void *ctx, int c, double v) { col_f64(ctx, c, v); }
+
+static void pg_bytes(void *ctx, int c, const void *p, size_t len, int text) {
+    cols_t *t = ctx;
+    if (!text)
+        col_bytes(t, c, p, len);
+    else if (col_text(t, c, p, len))
+        t->bad_text = 1;
+}
+
+static int pg_row_end(void *ctx, const agg_load_t *l, size_t row) {
+    cols_t *t = ctx;
+    row_end(t);
+    if (t->bad_text)
+        CM_WARN("postgres store: a text of %s (row key %016llx) is not UTF-8: stored with U+FFFD "
+                "for its bad bytes", l->t->name,
+                (unsigned long long)agg_bcol_i64(&l->d->cols[0], l->rows[row], 0));
+    t->bad_text = 0;
+    return 0;
+}
+
 /* The rows into their table: copied into its staging table, then merged by one statement. */
 static int pg_load(agg_store_t *base, const agg_load_t *l) {
     pg_store_t *s = (pg_store_t *)base;
     cols_t *t = &s->copy;
     cols_begin(t, l->d->ncols);
-    for (size_t i = 0; i < l->n; i++, row_end(t))
-        for (int c = 0; c < l->d->ncols; c++) {
-            const agg_bcol_t *col = &l->d->cols[c];
-            size_t len;
-            const void *p;
-            switch (l->t->types[c]) {
-            case 'f':
-                col_f64(t, c, agg_bcol_f64(col, l->rows[i]));
-                break;
-            case 'b':
-                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
-                col_bytes(t, c, p, len);
-                break;
-            case 't':
-            case 'T':
-                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
-                if (col_text(t, c, p, len))
-                    CM_WARN("postgres store: a text of %s (row key %016llx) is not UTF-8: stored "
-                            "with U+FFFD for its bad bytes", l->t->name,
-                            (unsigned long long)agg_bcol_i64(&l->d->cols[0], l->rows[i], 0));
-                break;
-            default:
-                col_i64(t, c, (uint64_t)agg_bcol_i64(col, l->rows[i], l->now_ns));
-            }
-        }
+    static const agg_load_sink_t sink = {pg_i64, pg_f64, pg_bytes, pg_row_end};
+    int rc = agg_load_rows(l, &sink, t);
+    if (rc)
+        return rc;
     char src[96], sql[2048];
     snprintf(src, sizeof src, "SELECT * FROM stage_%s", l->t->name);
     if (agg_schema_upsert(l->t, src, sql, sizeof sql))

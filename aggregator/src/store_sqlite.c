@@ -190,6 +190,34 @@ static void sq_close(agg_store_t *base) {
     free(s);
 }
 
+/* A bulk load's values, bound to the table's upsert; a row's end steps it. */
+typedef struct {
+    sq_store_t *s;
+    sqlite3_stmt *st;
+} sq_sink_t;
+
+static void sq_i64(void *ctx, int c, int64_t v) {
+    sqlite3_bind_int64(((sq_sink_t *)ctx)->st, c + 1, v);
+}
+
+static void sq_f64(void *ctx, int c, double v) {
+    sqlite3_bind_double(((sq_sink_t *)ctx)->st, c + 1, v);
+}
+
+static void sq_bytes(void *ctx, int c, const void *p, size_t len, int text) {
+    sqlite3_stmt *st = ((sq_sink_t *)ctx)->st;
+    if (text)
+        sqlite3_bind_text(st, c + 1, p, (int)len, SQLITE_STATIC);
+    else
+        sqlite3_bind_blob(st, c + 1, p, (int)len, SQLITE_STATIC);
+}
+
+static int sq_row_end(void *ctx, const agg_load_t *l, size_t row) {
+    (void)l;
+    (void)row;
+    return step(((sq_sink_t *)ctx)->s, ((sq_sink_t *)ctx)->st);
+}
+
 /* The rows into their table: one prepared upsert, bound and stepped per row. */
 static int sq_load(agg_store_t *base, const agg_load_t *l) {
     sq_store_t *s = (sq_store_t *)base;
@@ -207,33 +235,9 @@ static int sq_load(agg_store_t *base, const agg_load_t *l) {
         }
         s->load[l->index] = st;
     }
-    for (size_t i = 0; i < l->n; i++) {
-        for (int c = 0; c < l->d->ncols; c++) {
-            const agg_bcol_t *col = &l->d->cols[c];
-            size_t len;
-            const void *p;
-            switch (l->t->types[c]) {
-            case 'f':
-                sqlite3_bind_double(st, c + 1, agg_bcol_f64(col, l->rows[i]));
-                break;
-            case 'b':
-                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
-                sqlite3_bind_blob(st, c + 1, p, (int)len, SQLITE_STATIC);
-                break;
-            case 't':
-            case 'T':
-                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
-                sqlite3_bind_text(st, c + 1, p, (int)len, SQLITE_STATIC);
-                break;
-            default:
-                sqlite3_bind_int64(st, c + 1, agg_bcol_i64(col, l->rows[i], l->now_ns));
-            }
-        }
-        int rc = step(s, st);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    static const agg_load_sink_t sink = {sq_i64, sq_f64, sq_bytes, sq_row_end};
+    sq_sink_t k = {s, st};
+    return agg_load_rows(l, &sink, &k);
 }
 
 /* The fence: inside the write transaction (BEGIN IMMEDIATE: no other writer until it ends). */

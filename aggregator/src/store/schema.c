@@ -89,24 +89,22 @@ const agg_schema_table_t *agg_schema_table(const char *name) {
  * T text not null, a any (SQLite untyped, PostgreSQL text), z bigint not null default 0 (a
  * late column: SQLite files of version 1 get it with ALTER TABLE). */
 static const char *col_type(char c, int pg) {
-    switch (c) {
-    case 'n':
-        return pg ? "integer" : "INTEGER";
-    case 'f':
-        return pg ? "double precision" : "REAL";
-    case 'b':
-        return pg ? "bytea" : "BLOB";
-    case 't':
-        return pg ? "text" : "TEXT";
-    case 'T':
-        return pg ? "text NOT NULL" : "TEXT NOT NULL";
-    case 'a':
-        return pg ? "text" : "";
-    case 'z':
-        return pg ? "bigint NOT NULL DEFAULT 0" : "INTEGER NOT NULL DEFAULT 0";
-    default:
-        return pg ? "bigint" : "INTEGER";
-    }
+    static const struct {
+        char c;
+        const char *pg, *sqlite;
+    } types[] = {
+        {'n', "integer", "INTEGER"},
+        {'f', "double precision", "REAL"},
+        {'b', "bytea", "BLOB"},
+        {'t', "text", "TEXT"},
+        {'T', "text NOT NULL", "TEXT NOT NULL"},
+        {'a', "text", ""},
+        {'z', "bigint NOT NULL DEFAULT 0", "INTEGER NOT NULL DEFAULT 0"},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (types[i].c == c)
+            return pg ? types[i].pg : types[i].sqlite;
+    return pg ? "bigint" : "INTEGER";
 }
 
 #define APPEND(...)                                                                                \

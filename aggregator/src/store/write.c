@@ -72,6 +72,28 @@ static int offset_put(agg_qx_t *x, const char *topic, int32_t partition, int64_t
     return rc < 0 ? rc : 0;
 }
 
+int agg_load_rows(const agg_load_t *l, const agg_load_sink_t *k, void *ctx) {
+    for (size_t i = 0; i < l->n; i++) {
+        for (int c = 0; c < l->d->ncols; c++) {
+            const agg_bcol_t *col = &l->d->cols[c];
+            char ty = l->t->types[c];
+            size_t len;
+            const void *p;
+            if (ty == 'f')
+                k->f64(ctx, c, agg_bcol_f64(col, l->rows[i]));
+            else if (ty == 'b' || ty == 't' || ty == 'T') {
+                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
+                k->bytes(ctx, c, p, len, ty != 'b');
+            } else
+                k->i64(ctx, c, agg_bcol_i64(col, l->rows[i], l->now_ns));
+        }
+        int rc = k->row_end(ctx, l, i);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* Loads table i of the batch (deriving the tiers first when it is the first derived one). */
 static int load_table(agg_store_t *st, agg_qx_t *x, int i, agg_batch_t *b, agg_load_t *l,
                       void ***buf, size_t *cap) {
