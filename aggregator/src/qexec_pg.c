@@ -326,6 +326,10 @@ static int run(pg_qxst_t *s) {
     if (!result_ok(s->res)) {
         CM_WARN("query: postgres store: %.80s: %s", s->sql, PQresultErrorMessage(s->res));
         drop_result(s);
+        /* a store's connection may have been reset to a new session with the old backend pid
+         * (conn() could not tell): its statements are prepared again from the next call */
+        if (s->x->wrapped)
+            forget_prepared(s->x);
         return CM_EIO;
     }
     s->nrows = PQntuples(s->res);
