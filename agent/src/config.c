@@ -6,6 +6,15 @@
  * The readers here (ag_env_value, ag_env_double, ag_env_bool, ag_env_invalid) are the only
  * ones: hooks.c's constructor reads its knobs with them too, so every knob is parsed the same
  * way (blanks around a value ignored) and a bad value is reported once even when both read it.
+ *
+ * Secure-execution mode (issue 28): in a setuid/setgid program, one with file capabilities,
+ * or one an LSM marks (the kernel's AT_SECURE), the environment belongs to a less privileged
+ * caller. Every variable is then read with secure_getenv's semantics (as unset): no
+ * FLEETPROF_LIBDW (dlopened with the program's privileges), no FLEETPROF_OUTPUT (files
+ * written with them), no FLEETPROF_DEBUG_DIRS, the default collector socket only, and every
+ * other knob at its default. One stderr line says so when any such variable was set (a
+ * setuid program started without them, the common case under /etc/ld.so.preload, stays
+ * silent).
  */
 #include "internal.h"
 
@@ -18,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -44,11 +54,61 @@ void ag_env_invalid(const char *var, const char *val, const char *why, const cha
 }
 #define invalid ag_env_invalid
 
+extern char **environ;
+
+/* Whether a variable is one of ours (the agent's knobs and the OpenTelemetry names it reads). */
+static int our_var(const char *e) {
+    return !strncmp(e, "FLEETPROF_", 10) || !strncmp(e, "OTEL_SERVICE_NAME=", 18) ||
+           !strncmp(e, "OTEL_RESOURCE_ATTRIBUTES=", 25);
+}
+
+/* 1 in secure-execution mode (AT_SECURE). The first call (a constructor: single-threaded)
+ * decides and prints the one line naming the variables ignored, if any. */
+int ag_env_secure(void) {
+    static int secure = -1;
+    if (secure >= 0)
+        return secure;
+    secure = getauxval(AT_SECURE) != 0;
+    if (!secure)
+        return 0;
+    char names[256] = "";
+    size_t len = 0;
+    int n = 0;
+    for (char **e = environ; e && *e; e++) {
+        if (!our_var(*e))
+            continue;
+        size_t nl = strcspn(*e, "=");
+        if (n++ < 8 && len + nl + 2 < sizeof names) {
+            memcpy(names + len, *e, nl);
+            len += nl;
+            names[len++] = ' ';
+            names[len] = '\0';
+        }
+    }
+    if (!n)
+        return 1;
+    if (len)
+        names[len - 1] = '\0';
+    char buf[512];
+    int w = snprintf(buf, sizeof buf,
+                     "fleetprof: secure-execution mode (setuid, setgid or file capabilities): "
+                     "%d variable(s) ignored (%s%s); no FLEETPROF_LIBDW, FLEETPROF_OUTPUT or "
+                     "FLEETPROF_DEBUG_DIRS, chunks go to the default collector socket %s only\n",
+                     n, names, n > 8 ? " ..." : "", CM_DEFAULT_SOCKET);
+    if (w > 0) {
+        ssize_t r = write(STDERR_FILENO, buf, (size_t)w < sizeof buf ? (size_t)w : sizeof buf - 1);
+        (void)r;
+    }
+    return 1;
+}
+
+const char *ag_getenv(const char *var) { return ag_env_secure() ? NULL : getenv(var); }
+
 /* The one way every agent knob is read: leading and trailing blanks (space, tab, newline)
  * are ignored, for numbers, durations, switches and words alike. Returns 1 with the trimmed
  * value in buf, 0 when unset or blank (or longer than buf: reported, default kept). */
 int ag_env_value(const char *var, char *buf, size_t size) {
-    const char *v = getenv(var);
+    const char *v = ag_getenv(var);
     if (!v)
         return 0;
     while (*v == ' ' || *v == '\t' || *v == '\n')
@@ -197,7 +257,7 @@ void ag_config_load(ag_config_t *cfg) {
     cfg->enabled = ag_env_bool("FLEETPROF_ENABLED", 1);
 
     /* Service and version: FLEETPROF_*, then OpenTelemetry's variables, then the program. */
-    const char *otel = getenv("OTEL_RESOURCE_ATTRIBUTES");
+    const char *otel = ag_getenv("OTEL_RESOURCE_ATTRIBUTES");
     env_string("OTEL_SERVICE_NAME", cfg->service, sizeof cfg->service);
     if (!cfg->service[0] && otel)
         otel_attr(otel, "service.name", cfg->service, sizeof cfg->service);

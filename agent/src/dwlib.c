@@ -39,7 +39,7 @@ void ag_dwlib_init(void) {
     /* FLEETPROF_LIBDW: another libdw (e.g. a newer elfutils under /opt); the libelf it needs
      * comes with it (its NEEDED), and dlsym on its handle searches both. Read here, in the
      * constructor: the environment is not the bg thread's to read (setenv races getenv). */
-    const char *v = getenv("FLEETPROF_LIBDW");
+    const char *v = ag_getenv("FLEETPROF_LIBDW"); /* NULL under AT_SECURE */
     if (v && *v)
         snprintf(g_path, sizeof g_path, "%s", v);
 }

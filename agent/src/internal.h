@@ -106,6 +106,10 @@ AG_HIDDEN int ag_env_value(const char *var, char *buf, size_t size);
 AG_HIDDEN int ag_env_double(const char *var, double lo, double hi, const char *dflt, double *out);
 AG_HIDDEN int ag_env_bool(const char *var, int dflt);
 AG_HIDDEN void ag_env_invalid(const char *var, const char *val, const char *why, const char *dflt);
+/* Secure-execution mode (AT_SECURE; the first call prints the one line): 1 or 0. ag_getenv is
+ * getenv with secure_getenv's semantics, the only way the agent reads a variable. */
+AG_HIDDEN int ag_env_secure(void);
+AG_HIDDEN const char *ag_getenv(const char *var);
 
 /* ---- ring.c: SPSC byte ring of 8-byte aligned records; the owning thread (or its signal
  * handler, never both at once, see ag_thread_t.busy) produces, the bg thread consumes. ---- */

@@ -109,7 +109,7 @@ static int fd_id(int fd, dev_t *dev, ino_t *ino) {
 
 void ag_sender_init(const ag_config_t *cfg) {
     S.cfg = cfg;
-    S.collector_explicit = getenv("FLEETPROF_COLLECTOR") != NULL;
+    S.collector_explicit = ag_getenv("FLEETPROF_COLLECTOR") != NULL;
     S.use_socket = cfg->collector[0] && strcmp(cfg->collector, "none") != 0;
     S.fd = -1;
     S.backoff_ms = 100;

@@ -650,10 +650,10 @@ static void refresh(void) {
 void ag_symbols_disable(void) { g_dw_state = 2; }
 
 void ag_symbols_init(void) {
-    const char *v = getenv("FLEETPROF_DEBUG_DIRS");
+    const char *v = ag_getenv("FLEETPROF_DEBUG_DIRS");
     if (v && *v)
         snprintf(g_debug_dirs, sizeof g_debug_dirs, "%s", v);
-    v = getenv("FLEETPROF_LINES");
+    v = ag_getenv("FLEETPROF_LINES");
     g_lines = v && (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true"));
     ag_dwlib_init();
     /* no object list yet: the first lookup misses and scans (a process that never samples
