@@ -5,6 +5,10 @@
  *                   and FLEETPROF_OUTPUT=<a directory nobody cannot write>: the library is never
  *                   loaded, nothing is written there, and stderr has exactly one line saying
  *                   that the environment was ignored (secure-execution mode)
+ *   output_symlink  FLEETPROF_OUTPUT a world-writable directory where the temporary names the
+ *                   agent will use are symlinks to a root-owned file: the file is untouched,
+ *                   the chunks are written anyway (as files of their own, mode 0600), and
+ *                   FLEETPROF_OUTPUT_MODE=0640 gives 0640
  *
  * Needs root (a setuid-root program, setpriv to nobody): otherwise each test fails saying so.
  * nosan: a sanitized agent cannot run setuid (the sanitizer runtimes refuse AT_SECURE tricks)
@@ -133,6 +137,116 @@ static void test_setuid(void) {
     free(d);
 }
 
+/* Runs fp-work cpu SECS with FLEETPROF_OUTPUT=dir (service "sym"), after planting a symlink to
+ * victim at every temporary name of its first 32 chunks (the pid is known before it execs). */
+static int run_planted(const char *dir, const char *victim, const char *mode_env) {
+    char prog[4096], pre[4300], e_out[4200];
+    prog_path("fp-work", prog, sizeof prog);
+    snprintf(e_out, sizeof e_out, "FLEETPROF_OUTPUT=%s", dir);
+    int go[2];
+    CHECK(pipe(go) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(go[1]);
+        char c;
+        if (read(go[0], &c, 1) != 1)
+            _exit(126);
+        unsetenv("FLEETPROF_OUTPUT_MODE");
+        setenv("FLEETPROF_COLLECTOR", "none", 1);
+        putenv(e_out);
+        putenv((char *)preload(pre, sizeof pre));
+        putenv("FLEETPROF_SERVICE=sym");
+        putenv("FLEETPROF_INTERVAL=0.2");
+        if (mode_env)
+            putenv((char *)mode_env);
+        execl(prog, prog, "cpu", "0.8", (char *)NULL);
+        _exit(127);
+    }
+    close(go[0]);
+    for (int seq = 0; seq < 32; seq++) {
+        char link[4400];
+        snprintf(link, sizeof link, "%s/.sym-%d-%08d%s.tmp", dir, (int)pid, seq,
+                 CM_CHUNK_FILE_SUFFIX);
+        CHECK(symlink(victim, link) == 0);
+    }
+    CHECK(write(go[1], "g", 1) == 1);
+    close(go[1]);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    return st;
+}
+
+/* Chunk files in dir (their mode into *mode, all equal), after removing the symlinks left. */
+static int chunk_files(const char *dir, unsigned *mode) {
+    char names[64][256];
+    int n = dir_entries(dir, names, 64), files = 0;
+    *mode = 0;
+    for (int i = 0; i < n && i < 64; i++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%.255s", dir, names[i]);
+        struct stat st;
+        CHECK(lstat(path, &st) == 0);
+        if (S_ISLNK(st.st_mode)) {
+            CHECK(unlink(path) == 0);
+            continue;
+        }
+        CHECKF(S_ISREG(st.st_mode) && strstr(names[i], CM_CHUNK_FILE_SUFFIX) &&
+                   names[i][0] != '.',
+               "unexpected entry %s", names[i]);
+        CHECKF(!*mode || *mode == (st.st_mode & 07777), "%s: mode %o, others %o", names[i],
+               st.st_mode & 07777, *mode);
+        *mode = st.st_mode & 07777;
+        files++;
+    }
+    return files;
+}
+
+static void test_output_symlink(void) {
+    need_root();
+    char *d = mkout();
+    CHECK(chmod(d, 0755) == 0);
+    char shared[4200], victim[4200];
+    snprintf(shared, sizeof shared, "%s/shared", d);
+    CHECK(mkdir(shared, 0777) == 0 && chmod(shared, 01777) == 0);
+    snprintf(victim, sizeof victim, "%s/victim", d);
+    static const char content[] = "root's file: must stay as it is\n";
+    int fd = open(victim, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    CHECK(fd >= 0 && write(fd, content, sizeof content - 1) == (ssize_t)sizeof content - 1);
+    close(fd);
+
+    int st = run_planted(shared, victim, NULL);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fp-work failed (status %d)", st);
+    char buf[256] = "";
+    fd = open(victim, O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[r > 0 ? r : 0] = '\0';
+    struct stat vs;
+    CHECK(stat(victim, &vs) == 0);
+    unsigned mode;
+    int files = chunk_files(shared, &mode);
+    printf("output_symlink: victim %s (%lld bytes); %d chunk files, mode %o\n",
+           strcmp(buf, content) ? "OVERWRITTEN" : "untouched", (long long)vs.st_size, files,
+           mode);
+    CHECKF(!strcmp(buf, content), "the file behind a planted symlink was written: '%.60s'", buf);
+    CHECKF(files >= 3, "only %d chunk files written", files);
+    CHECKF(mode == 0600, "chunk files have mode %o, expected 0600", mode);
+
+    char other[4200];
+    snprintf(other, sizeof other, "%s/mode", d);
+    CHECK(mkdir(other, 0777) == 0 && chmod(other, 01777) == 0);
+    st = run_planted(other, victim, "FLEETPROF_OUTPUT_MODE=0640");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    files = chunk_files(other, &mode);
+    printf("output_symlink: FLEETPROF_OUTPUT_MODE=0640: %d chunk files, mode %o\n", files, mode);
+    CHECK(files >= 3 && mode == 0640);
+    rmrf(d);
+    free(d);
+}
+
 static const tr_test_t tests[] = {{"setuid", test_setuid},
+                                  {"output_symlink", test_output_symlink},
                                   {0}};
 TR_MAIN(tests)

@@ -276,6 +276,17 @@ void ag_config_load(ag_config_t *cfg) {
 
     env_string("FLEETPROF_COLLECTOR", cfg->collector, sizeof cfg->collector);
     env_string("FLEETPROF_OUTPUT", cfg->output, sizeof cfg->output);
+    /* Chunk files hold stacks, paths and peers: readable by their owner only unless asked. */
+    cfg->output_mode = 0600;
+    if (ag_env_value("FLEETPROF_OUTPUT_MODE", v, sizeof v)) {
+        char *end;
+        unsigned long m = strtoul(v, &end, 8);
+        if (*end || end == v || m > 0666 || !(m & 0600))
+            invalid("FLEETPROF_OUTPUT_MODE", v,
+                    "not octal permission bits between 0600 and 0666 (e.g. 0640)", "0600");
+        else
+            cfg->output_mode = (unsigned)m;
+    }
 
     double d;
     env_duration("FLEETPROF_INTERVAL", 100000000ull, 3600000000000ull, "10s",

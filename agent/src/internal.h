@@ -75,6 +75,7 @@ typedef struct {
     char version[128];
     char collector[108];       /* sun_path size */
     char output[4096];         /* "" = no files */
+    unsigned output_mode;      /* permission bits of chunk files (0600) */
     uint64_t interval_ns;      /* chunk interval */
     double cpu_rate;           /* target CPU samples per second, whole process; 0 = off */
     uint64_t cpu_period_ns;    /* initial/fixed CPU period per thread */

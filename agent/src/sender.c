@@ -155,7 +155,21 @@ int ag_sender_write_file(const uint8_t *frame, size_t len, uint64_t seq) {
              (unsigned long long)seq, CM_CHUNK_FILE_SUFFIX);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", S.cfg->output, name);
     snprintf(final, sizeof final, "%s/%s", S.cfg->output, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A fresh file of our own, never one somebody planted: FLEETPROF_OUTPUT may be shared
+     * (a symlink there named like our temporary file would make us write through it, with our
+     * privileges). A leftover temporary (a crashed process of the same pid) is removed once;
+     * rename replaces a symlink at the final name itself, never its target. */
+    int fd = -1;
+    for (int i = 0; i < 2 && fd < 0; i++) {
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  (mode_t)S.cfg->output_mode);
+        if (fd < 0 && (errno != EEXIST || unlink(tmp) != 0))
+            break;
+    }
+    if (fd >= 0 && fchmod(fd, (mode_t)S.cfg->output_mode) != 0) { /* past the umask */
+        close(fd);
+        fd = -1;
+    }
     dev_t dev = 0;
     ino_t ino = 0;
     int ok = fd >= 0 && fd_id(fd, &dev, &ino) == 0;
