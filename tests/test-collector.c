@@ -198,8 +198,10 @@ static void test_hostile_clients(void) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
     tc_collector_t c = {0};
+    /* every client here is one uid (root): per-connection fairness, not the per-uid limits
+     * (test-collector-limits), so uid-max-bytes-rate is off */
     const char *extra[] = {"--frame-timeout=1s", "--max-clients=1500", "--max-write-queue=64KiB",
-                           "--drain-timeout=1s", NULL};
+                           "--drain-timeout=1s", "--uid-max-bytes-rate=0", NULL};
     CHECK(tc_collector_start(&c, NO_KAFKA, 19461, extra) == 0);
     int good = tc_connect(c.sock, 1);
     CHECK(good >= 0);
@@ -337,7 +339,7 @@ static void append_n(col_spool_t *s, int from, int n, size_t size) {
     for (int i = from; i < from + n; i++) {
         memset(buf, i & 0xff, size);
         memcpy(buf, &i, sizeof i);
-        CHECK_EQ(col_spool_append(s, "svc", &h, 1000 + (uint64_t)i, buf, size), 0);
+        CHECK_EQ(col_spool_append(s, 0, "svc", &h, 1000 + (uint64_t)i, buf, size), 0);
     }
     free(buf);
 }

@@ -18,7 +18,8 @@ static const cm_opt_t col_opts[] = {
      "unix socket the agents connect to (FLEETPROF_COLLECTOR on their side)"},
     {"socket-mode", CM_OPT_INT, "438", OFF(socket_mode), 0, 0777,
      "permission bits of the socket, decimal (438 = 0666: every local uid may send, identity "
-     "comes from peer credentials; 432 = 0660 with socket-group restricts to a group)"},
+     "comes from peer credentials and the uid-* limits bound each uid; 432 = 0660 with "
+     "socket-group restricts to a group)"},
     {"socket-group", CM_OPT_STRING, "", OFF(socket_group), 0, 0,
      "group (name or number) given the socket; with socket-mode=432 only its members (and "
      "the collector's user) can connect. The collector must be a member of it"},
@@ -53,6 +54,19 @@ static const cm_opt_t col_opts[] = {
      "chunks/s accepted per connection (0 = unlimited); beyond it the agent is told to retry"},
     {"frame-timeout", CM_OPT_DURATION, "10s", OFF(frame_timeout), 100000000, 3600000000000LL,
      "a client that leaves a hello or frame half-sent this long is disconnected"},
+    {"idle-timeout", CM_OPT_DURATION, "2m", OFF(idle_timeout), 0, 86400000000000LL,
+     "a client that sends no message this long after its hello is disconnected (an agent "
+     "reconnects when it next sends); 0 = never"},
+    {"uid-max-clients", CM_OPT_INT, "1024", OFF(uid_max_clients), 0, 1000000,
+     "connections per peer uid (SO_PEERCRED); beyond it a new one is closed at once, so one "
+     "local user cannot take every max-clients slot (0 = unlimited)"},
+    {"uid-max-bytes-rate", CM_OPT_SIZE, "16MiB", OFF(uid_max_bytes_rate), 0, 1LL << 40,
+     "chunk bytes per second accepted per peer uid (0 = unlimited); beyond it that uid's "
+     "agents are told to retry"},
+    {"uid-spool-share", CM_OPT_INT, "100", OFF(uid_spool_share), 1, 100,
+     "percent of spool-max the chunks of one peer uid may hold (100: no cap of its own). "
+     "Always, a uid past an even share (spool-max / the uids holding chunks) is told to retry, "
+     "so one uid's flood cannot push out the others' chunks"},
     {"max-write-queue", CM_OPT_SIZE, "1MiB", OFF(max_write_queue), 4096, 1LL << 30,
      "unread acks queued to a client before it is disconnected"},
     {"max-inflight", CM_OPT_INT, "10000", OFF(max_inflight), 1, 1000000,

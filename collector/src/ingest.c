@@ -11,6 +11,13 @@
  * buffer, discarded and answered with retry. libuv serves ready connections round-robin, one
  * read (at most 256 KiB) per connection per turn, so a flooding client cannot starve others.
  *
+ * Per peer uid (issue 28: the socket is 0666 by default, so any local user can connect): at
+ * most uid-max-clients connections (one user cannot take every max-clients slot), chunk bytes
+ * at most uid-max-bytes-rate per second, and a share of the spool (an even share among the
+ * uids holding chunks, and at most uid-spool-share: a flood is told to retry instead of
+ * pushing out other services' chunks). A connection that sends nothing for idle-timeout after
+ * its hello is closed (the agent reconnects when it next sends).
+ *
  * Threading: loop thread only. Peer pid/uid come from SO_PEERCRED at accept. */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -37,11 +44,21 @@
 #define READ_CHUNK (256u << 10)
 #define SCRATCH (64u << 10)
 
+/* What one peer uid holds: its connections and its bytes/s bucket. */
+typedef struct {
+    int uid;
+    uint32_t conns;
+    double tokens; /* bytes; may go negative by one frame */
+    uint64_t tokens_ms;
+} uid_state_t;
+
 typedef struct conn {
     uv_pipe_t pipe; /* first: the handle pointer is the conn pointer */
     col_ingest_t *in;
     struct conn *prev, *next;
     int pid, uid;
+    int uid_counted;          /* counted in its uid_state_t's conns */
+    uint64_t active_ms;       /* loop clock of the hello or the last whole message */
     col_hdrs_t hdrs;
     uint8_t *buf;
     size_t len, cap;
@@ -67,6 +84,8 @@ struct col_ingest {
     conn_t *conns;
     uint64_t n_conns;
     uint64_t mem_used; /* sum of connection buffer capacities */
+    uid_state_t *uids; /* one per peer uid that has connected (a node's service users) */
+    size_t n_uids, cap_uids;
     double tokens;     /* max-rate bucket */
     uint64_t tokens_ms;
     uint8_t scratch[SCRATCH];
@@ -119,9 +138,67 @@ static int log_allowed(col_ingest_t *in) {
     return 1;
 }
 
+/* The state of uid, created on first use; NULL only on ENOMEM. */
+static uid_state_t *uid_state(col_ingest_t *in, int uid) {
+    for (size_t i = 0; i < in->n_uids; i++)
+        if (in->uids[i].uid == uid)
+            return &in->uids[i];
+    if (in->n_uids == in->cap_uids) {
+        size_t nc = in->cap_uids ? in->cap_uids * 2 : 16;
+        uid_state_t *nu = realloc(in->uids, nc * sizeof *nu);
+        if (!nu)
+            return NULL;
+        in->uids = nu;
+        in->cap_uids = nc;
+    }
+    in->uids[in->n_uids] = (uid_state_t){.uid = uid};
+    return &in->uids[in->n_uids++];
+}
+
+/* uid-max-bytes-rate: a frame of n bytes passes while the uid's bucket is positive (so a frame
+ * larger than a second's worth still passes, then that uid waits); burst: one second. */
+static int uid_bytes_take(col_ingest_t *in, int uid, size_t n, uint64_t now_ms) {
+    int64_t rate = in->cfg->uid_max_bytes_rate;
+    if (rate <= 0)
+        return 1;
+    uid_state_t *u = uid_state(in, uid);
+    if (!u)
+        return 1;
+    if (u->tokens_ms == 0)
+        u->tokens = (double)rate;
+    else
+        u->tokens += (double)(now_ms - u->tokens_ms) * (double)rate / 1000.0;
+    if (u->tokens > (double)rate)
+        u->tokens = (double)rate;
+    u->tokens_ms = now_ms;
+    if (u->tokens <= 0)
+        return 0;
+    u->tokens -= (double)n;
+    return 1;
+}
+
+/* 1 when a record of need bytes from uid may be spooled: the uid then holds at most an even
+ * share of spool-max among the uids holding chunks (all of it when alone: a full spool then
+ * pushes out its own oldest chunks, as before), and at most uid-spool-share percent. So one
+ * uid's flood stops at its share and the room left is the others'. */
+static int uid_spool_ok(col_ingest_t *in, int uid, uint64_t need) {
+    uint64_t uids, held = col_spool_uid_bytes(in->spool, uid, &uids);
+    uint64_t max = (uint64_t)in->cfg->spool_max;
+    uint64_t others = held ? uids - 1 : uids; /* uids holding chunks besides this one */
+    uint64_t cap = max / (others + 1);
+    if (in->cfg->uid_spool_share < 100 && cap > max / 100 * (uint64_t)in->cfg->uid_spool_share)
+        cap = max / 100 * (uint64_t)in->cfg->uid_spool_share;
+    return held + need <= cap;
+}
+
 static void on_closed(uv_handle_t *h) {
     conn_t *c = (conn_t *)h;
     col_ingest_t *in = c->in;
+    if (c->uid_counted) {
+        uid_state_t *u = uid_state(in, c->uid);
+        if (u && u->conns)
+            u->conns--;
+    }
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -141,13 +218,17 @@ static void conn_close(conn_t *c, col_disc_t why) {
         return;
     c->closing = 1;
     col_count(&col_metrics.disconnects[why], 1);
-    if (why != COL_DISC_EOF && why != COL_DISC_SHUTDOWN)
+    if (why == COL_DISC_IDLE) /* routine for agents with long intervals: debug only */
+        CM_DEBUG("msg=\"disconnecting idle agent\" pid=%d uid=%d messages=%u", c->pid, c->uid,
+                 c->msg_no);
+    else if (why != COL_DISC_EOF && why != COL_DISC_SHUTDOWN)
         CM_INFO("msg=\"disconnecting agent\" reason=%s pid=%d uid=%d messages=%u",
                 why == COL_DISC_BAD_HELLO   ? "bad_hello"
                 : why == COL_DISC_OVERSIZED ? "oversized_frame"
                 : why == COL_DISC_SLOW      ? "frame_timeout"
                 : why == COL_DISC_NOT_READING ? "acks_not_read"
                 : why == COL_DISC_TOO_MANY  ? "too_many_clients"
+                : why == COL_DISC_UID_TOO_MANY ? "uid_too_many_clients"
                                             : "socket_error",
                 c->pid, c->uid, c->msg_no);
     uv_read_stop((uv_stream_t *)&c->pipe);
@@ -270,6 +351,10 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
         col_count(&col_metrics.shed[COL_SHED_RATE], 1);
         return CM_SOCK_RETRY;
     }
+    if (!uid_bytes_take(in, c->uid, n, now_ms ? now_ms : 1)) {
+        col_count(&col_metrics.shed[COL_SHED_UID_RATE], 1);
+        return CM_SOCK_RETRY;
+    }
     char err[256];
     cm_chunk_t *chunk = NULL;
     int rc = cm_chunk_decode(frame, n, &chunk, err, sizeof err);
@@ -305,7 +390,17 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
         }
         return CM_ETOOBIG;
     }
-    rc = col_spool_append(in->spool, key, &c->hdrs, col_now_ns(), frame, n);
+    if (!uid_spool_ok(in, c->uid, col_spool_record_size(key, &c->hdrs, n))) {
+        col_count(&col_metrics.shed[COL_SHED_UID_SPOOL], 1);
+        if (log_allowed(in)) {
+            CM_WARN("msg=\"a uid holds its share of the spool: its agents are told to retry\" "
+                    "uid=%d pid=%d service=\"%s\" suppressed_lines=%" PRIu64,
+                    c->uid, c->pid, key, in->log_suppressed);
+            in->log_suppressed = 0;
+        }
+        return CM_SOCK_RETRY;
+    }
+    rc = col_spool_append(in->spool, c->uid, key, &c->hdrs, col_now_ns(), frame, n);
     if (rc) {
         col_count(&col_metrics.shed[COL_SHED_SPOOL], 1);
         if (log_allowed(in))
@@ -341,6 +436,7 @@ static void conn_process(conn_t *c) {
             c->hello_done = 1;
             pos += CM_SOCK_HELLO_SIZE;
             progress = 1;
+            c->active_ms = uv_now(in->loop);
             continue;
         }
         if (avail < 4)
@@ -379,6 +475,7 @@ static void conn_process(conn_t *c) {
         ack_add(c, frame_handle(c, p + 4, n));
         pos += 4 + (size_t)n;
         progress = 1;
+        c->active_ms = uv_now(in->loop);
     }
     if (c->closing)
         return;
@@ -432,6 +529,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         if (c->discard == 0) {
             acks_flush(c);
             c->partial_since = 0;
+            c->active_ms = uv_now(in->loop);
         }
         return;
     }
@@ -478,6 +576,21 @@ static void on_connection(uv_stream_t *server, int status) {
         c->pid = cred.pid;
         c->uid = (int)cred.uid;
     }
+    uid_state_t *u = uid_state(in, c->uid);
+    if (u && in->cfg->uid_max_clients > 0 && u->conns >= (uint64_t)in->cfg->uid_max_clients) {
+        if (log_allowed(in)) {
+            CM_WARN("msg=\"uid-max-clients reached: closing a new connection of this uid\" "
+                    "uid=%d pid=%d uid_max_clients=%lld suppressed_lines=%" PRIu64,
+                    c->uid, c->pid, (long long)in->cfg->uid_max_clients, in->log_suppressed);
+            in->log_suppressed = 0;
+        }
+        conn_close(c, COL_DISC_UID_TOO_MANY);
+        return;
+    }
+    if (u) {
+        u->conns++;
+        c->uid_counted = 1;
+    }
     col_enrich_peer(in->node, c->pid, c->uid, &c->hdrs);
     c->partial_since = uv_now(in->loop) ? uv_now(in->loop) : 1; /* the hello is due */
     uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
@@ -486,10 +599,14 @@ static void on_connection(uv_stream_t *server, int status) {
 static void on_sweep(uv_timer_t *t) {
     col_ingest_t *in = t->data;
     uint64_t now = uv_now(in->loop), limit = (uint64_t)(in->cfg->frame_timeout / 1000000);
+    uint64_t idle = (uint64_t)(in->cfg->idle_timeout / 1000000);
     for (conn_t *c = in->conns, *next; c; c = next) {
         next = c->next;
         if (!c->closing && c->partial_since && now - c->partial_since > limit)
             conn_close(c, COL_DISC_SLOW);
+        else if (!c->closing && idle && c->hello_done && !c->partial_since &&
+                 now - c->active_ms > idle)
+            conn_close(c, COL_DISC_IDLE);
     }
 }
 
@@ -641,7 +758,10 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
     }
     uv_timer_init(loop, &in->sweep);
     in->sweep.data = in;
-    uint64_t every = (uint64_t)(cfg->frame_timeout / 4000000);
+    int64_t shortest = cfg->idle_timeout > 0 && cfg->idle_timeout < cfg->frame_timeout
+                           ? cfg->idle_timeout
+                           : cfg->frame_timeout;
+    uint64_t every = (uint64_t)(shortest / 4000000);
     uv_timer_start(&in->sweep, on_sweep, every ? every : 1, every ? every : 1);
     *out = in;
     return 0;
@@ -668,5 +788,6 @@ void col_ingest_stop(col_ingest_t *in) {
     while (in->conns)
         uv_run(in->loop, UV_RUN_ONCE);
     uv_run(in->loop, UV_RUN_NOWAIT);
+    free(in->uids);
     free(in);
 }

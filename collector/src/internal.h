@@ -42,6 +42,10 @@ typedef struct {
     int64_t max_rate;      /* chunks/s accepted, 0 = unlimited; beyond: CM_SOCK_RETRY */
     int64_t client_max_rate; /* chunks/s per connection, 0 = unlimited */
     int64_t frame_timeout; /* ns: a partial hello/frame older than this: disconnect */
+    int64_t idle_timeout;  /* ns: no message this long after the hello: disconnect; 0 never */
+    int64_t uid_max_clients;    /* connections per peer uid, 0 = unlimited */
+    int64_t uid_max_bytes_rate; /* chunk bytes/s accepted per peer uid, 0 = unlimited */
+    int64_t uid_spool_share;    /* percent of spool-max one peer uid may hold (100 = off) */
     int64_t max_write_queue; /* bytes of unread acks before a client is disconnected */
     int64_t max_inflight;  /* messages handed to librdkafka and not yet reported */
     int64_t max_inflight_bytes;
@@ -74,6 +78,8 @@ typedef enum {
     COL_SHED_MEMORY,      /* ingest memory budget exhausted */
     COL_SHED_SPOOL,       /* spool write failed (disk full, I/O error) */
     COL_SHED_DRAINING,    /* collector is shutting down */
+    COL_SHED_UID_RATE,    /* over uid-max-bytes-rate */
+    COL_SHED_UID_SPOOL,   /* the uid holds its share of the spool (uid-spool-share, fair share) */
     COL_SHED_MAX
 } col_shed_t;
 typedef enum {
@@ -85,6 +91,8 @@ typedef enum {
     COL_DISC_TOO_MANY,    /* over max-clients */
     COL_DISC_ERROR,       /* socket error */
     COL_DISC_SHUTDOWN,
+    COL_DISC_UID_TOO_MANY, /* over uid-max-clients */
+    COL_DISC_IDLE,         /* no message for idle-timeout after the hello */
     COL_DISC_MAX
 } col_disc_t;
 typedef enum {
@@ -188,11 +196,19 @@ typedef struct {
  * replayed first) and opens a fresh segment for writing. */
 int col_spool_open(uv_loop_t *loop, const col_config_t *cfg, col_spool_t **out, char *errbuf,
                    size_t errbuf_size);
-/* Appends one record (key, headers, frame). When the total would exceed spool-max, the oldest
- * segments are deleted first and their unread records counted as dropped. Returns 0 once the
- * record is written (and synced if fsync=always), or a negative errno. */
-int col_spool_append(col_spool_t *s, const char *key, const col_hdrs_t *hdrs,
+/* Appends one record (key, headers, frame) sent by peer uid (-1: unknown). When the total
+ * would exceed spool-max, the oldest segments are deleted first and their unread records
+ * counted as dropped. Returns 0 once the record is written (and synced if fsync=always), or a
+ * negative errno. */
+int col_spool_append(col_spool_t *s, int uid, const char *key, const col_hdrs_t *hdrs,
                      uint64_t received_ns, const uint8_t *frame, size_t frame_len);
+/* Bytes of the records of peer uid in the spool's segments (delivered or not, until their
+ * segment is deleted), and in *uids how many uids hold any. Records replayed at start count
+ * for the uid in their fp-peer-uid header. */
+uint64_t col_spool_uid_bytes(const col_spool_t *s, int uid, uint64_t *uids);
+/* Bytes of a record of frame_len bytes with these key and headers; and the spool's total. */
+uint64_t col_spool_record_size(const char *key, const col_hdrs_t *hdrs, size_t frame_len);
+uint64_t col_spool_total(const col_spool_t *s);
 /* Reads the record at the read cursor and advances it. Returns 1 with *rec filled, 0 when
  * there is nothing more to read, or a negative error. Corrupt records are skipped and counted. */
 int col_spool_read(col_spool_t *s, col_record_t *rec);

@@ -21,10 +21,11 @@ static const uint64_t lat_bounds_us[COL_LAT_BUCKETS] = {
     1000,   2500,   5000,    10000,   25000,   50000,    100000,
     250000, 500000, 1000000, 2500000, 5000000, 10000000, 60000000};
 
-static const char *shed_names[COL_SHED_MAX] = {"rate", "client_rate", "memory", "spool",
-                                               "draining"};
-static const char *disc_names[COL_DISC_MAX] = {"eof",  "bad_hello", "oversized", "slow",
-                                               "not_reading", "too_many", "error", "shutdown"};
+static const char *shed_names[COL_SHED_MAX] = {"rate",     "client_rate", "memory", "spool",
+                                               "draining", "uid_rate",    "uid_spool"};
+static const char *disc_names[COL_DISC_MAX] = {
+    "eof",   "bad_hello", "oversized",    "slow", "not_reading", "too_many",
+    "error", "shutdown",  "uid_too_many", "idle"};
 static const char *drop_names[COL_DROP_MAX] = {"spool_full", "kafka_rejected", "spool_corrupt"};
 
 uint64_t col_now_ns(void) {

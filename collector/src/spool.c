@@ -16,6 +16,10 @@
  * position (written at most once per fsync-interval tick and at close) so a restart replays
  * only what was not delivered, give or take the last second.
  *
+ * Per peer uid (issue 28), the bytes each uid's records take in the segments: kept per segment
+ * and in all, released with the segment, rebuilt from the fp-peer-uid headers at start. The
+ * ingest side reads them to keep one local user from pushing out everyone else's chunks.
+ *
  * Threading: loop thread only. fdatasync with spool-fsync=interval runs on libuv's thread
  * pool on a dup'ed descriptor, so the loop never waits for the disk. */
 #include "internal.h"
@@ -42,9 +46,21 @@
 #define REC_HDR 32u
 #define MAX_HDR_BLOB (COL_MAX_HDRS * (2 + 255 + 160))
 
+/* Bytes held per peer uid (a short list: the uids that sent to this node). */
+typedef struct {
+    int uid;
+    uint64_t bytes;
+} uid_bytes_t;
+
+typedef struct {
+    uid_bytes_t *v;
+    size_t n, cap;
+} uid_list_t;
+
 typedef struct {
     uint64_t id;
     int fd;           /* read descriptor */
+    uid_list_t uids;  /* bytes of its records per peer uid */
     uint64_t size;    /* bytes of whole records (plus header) */
     uint32_t records;
     int sealed;
@@ -58,6 +74,7 @@ struct col_spool {
     size_t n, cap;
     int wfd;     /* write descriptor of segs[n - 1] */
     uint64_t total;
+    uid_list_t uids;    /* bytes per peer uid, all segments */
     col_spool_pos_t rd; /* read cursor */
     uint64_t unread;    /* records after the read cursor */
     col_spool_pos_t committed;
@@ -85,6 +102,44 @@ static uint64_t get64(const uint8_t *p) {
         v = v << 8 | p[i];
     return v;
 }
+
+/* Adds delta (may be negative) to uid's entry; an entry reaching 0 is removed. Returns -1
+ * when a list cannot grow (ENOMEM: the bytes are not counted for the uid), else 0. */
+static int uid_add(uid_list_t *l, int uid, int64_t delta) {
+    size_t i = 0;
+    while (i < l->n && l->v[i].uid != uid)
+        i++;
+    if (i == l->n) {
+        if (delta <= 0)
+            return 0;
+        if (l->n == l->cap) {
+            size_t nc = l->cap ? l->cap * 2 : 4;
+            uid_bytes_t *nv = realloc(l->v, nc * sizeof *nv);
+            if (!nv)
+                return -1;
+            l->v = nv;
+            l->cap = nc;
+        }
+        l->v[l->n++] = (uid_bytes_t){uid, 0};
+    }
+    if (delta < 0 && (uint64_t)-delta >= l->v[i].bytes)
+        l->v[i] = l->v[--l->n];
+    else
+        l->v[i].bytes += (uint64_t)delta;
+    return 0;
+}
+
+uint64_t col_spool_uid_bytes(const col_spool_t *s, int uid, uint64_t *uids) {
+    uint64_t b = 0;
+    for (size_t i = 0; i < s->uids.n; i++)
+        if (s->uids.v[i].uid == uid)
+            b = s->uids.v[i].bytes;
+    if (uids)
+        *uids = s->uids.n;
+    return b;
+}
+
+uint64_t col_spool_total(const col_spool_t *s) { return s->total; }
 
 static void update_gauges(col_spool_t *s) {
     col_gauge_set(&col_metrics.spool_bytes, s->total);
@@ -117,6 +172,9 @@ static void seg_delete(col_spool_t *s, size_t i) {
         CM_WARN("msg=\"cannot delete spool segment\" path=%s err=\"%s\"", path, strerror(errno));
     close(s->segs[i].fd);
     s->total -= s->segs[i].size;
+    for (size_t k = 0; k < s->segs[i].uids.n; k++)
+        uid_add(&s->uids, s->segs[i].uids.v[k].uid, -(int64_t)s->segs[i].uids.v[k].bytes);
+    free(s->segs[i].uids.v);
     memmove(&s->segs[i], &s->segs[i + 1], (s->n - i - 1) * sizeof *s->segs);
     s->n--;
     update_gauges(s);
@@ -173,18 +231,53 @@ static int seg_roll(col_spool_t *s) {
     return 0;
 }
 
-/* Scans a segment's record headers: counts whole records and finds where they end. */
+/* The fp-peer-uid header in a record's header blob, or -1. */
+static int blob_uid(const uint8_t *h, size_t len) {
+    static const char name[] = "fp-peer-uid";
+    const uint8_t *end = h + len;
+    while (h < end) {
+        uint8_t nl = *h++;
+        if (h + nl + 1 > end)
+            return -1;
+        int match = nl == sizeof name - 1 && !memcmp(h, name, nl);
+        h += nl;
+        uint8_t vl = *h++;
+        if (h + vl > end)
+            return -1;
+        if (match) {
+            char v[16];
+            if (vl == 0 || vl >= sizeof v)
+                return -1;
+            memcpy(v, h, vl);
+            v[vl] = 0;
+            char *e;
+            long u = strtol(v, &e, 10);
+            return *e || u < 0 || u > INT32_MAX ? -1 : (int)u;
+        }
+        h += vl;
+    }
+    return -1;
+}
+
+/* Scans a segment's record headers: counts whole records and finds where they end, and the
+ * bytes per peer uid. */
 static void seg_scan(int fd, uint64_t file_size, seg_t *seg, uint64_t max_body) {
     uint64_t off = SEG_HDR;
     uint32_t n = 0;
-    uint8_t h[REC_HDR];
+    uint8_t h[REC_HDR], blob[255 + MAX_HDR_BLOB];
     while (off + REC_HDR <= file_size) {
         if (pread(fd, h, REC_HDR, (off_t)off) != REC_HDR || get32(h) != REC_MAGIC)
             break;
         uint64_t body = get32(h + 4);
-        if (body > max_body || body != (uint64_t)get16(h + 24) + get16(h + 26) + get32(h + 28) ||
-            off + REC_HDR + body > file_size)
+        uint32_t key_len = get16(h + 24), hdr_len = get16(h + 26);
+        if (body > max_body || body != (uint64_t)key_len + hdr_len + get32(h + 28) ||
+            off + REC_HDR + body > file_size || key_len > 255 || hdr_len > MAX_HDR_BLOB)
             break;
+        int uid = -1;
+        if (pread(fd, blob, key_len + hdr_len, (off_t)(off + REC_HDR)) ==
+            (ssize_t)(key_len + hdr_len))
+            uid = blob_uid(blob + key_len, hdr_len);
+        (void)uid_add(&seg->uids, uid, (int64_t)(REC_HDR + body)); /* ENOMEM: not counted */
         off += REC_HDR + body;
         n++;
     }
@@ -281,8 +374,11 @@ static int recover(col_spool_t *s, char *errbuf, size_t errbuf_size) {
         seg_scan(fd, (uint64_t)st.st_size, &seg, max_body);
         if ((rc = seg_push(s, seg))) {
             close(fd);
+            free(seg.uids.v);
             goto out;
         }
+        for (size_t k = 0; k < seg.uids.n; k++)
+            uid_add(&s->uids, seg.uids.v[k].uid, (int64_t)seg.uids.v[k].bytes);
     }
     /* Read cursor: the commit position if it is valid, else the oldest record. */
     if (s->n) {
@@ -390,8 +486,11 @@ int col_spool_open(uv_loop_t *loop, const col_config_t *cfg, col_spool_t **out, 
     uv_unref((uv_handle_t *)&s->timer);
 out:
     if (rc) {
-        for (size_t i = 0; i < s->n; i++)
+        for (size_t i = 0; i < s->n; i++) {
             close(s->segs[i].fd);
+            free(s->segs[i].uids.v);
+        }
+        free(s->uids.v);
         if (s->dirfd >= 0)
             close(s->dirfd);
         if (s->wfd >= 0)
@@ -422,7 +521,14 @@ static void drop_oldest(col_spool_t *s) {
     seg_delete(s, 0);
 }
 
-int col_spool_append(col_spool_t *s, const char *key, const col_hdrs_t *hdrs,
+uint64_t col_spool_record_size(const char *key, const col_hdrs_t *hdrs, size_t frame_len) {
+    uint64_t n = REC_HDR + strnlen(key, 255) + frame_len;
+    for (int i = 0; i < hdrs->n; i++)
+        n += 2 + strnlen(hdrs->name[i], 255) + strnlen(hdrs->value[i], 159);
+    return n;
+}
+
+int col_spool_append(col_spool_t *s, int uid, const char *key, const col_hdrs_t *hdrs,
                      uint64_t received_ns, const uint8_t *frame, size_t frame_len) {
     uint8_t head[REC_HDR + 255 + MAX_HDR_BLOB];
     size_t key_len = strnlen(key, 255);
@@ -489,6 +595,8 @@ int col_spool_append(col_spool_t *s, const char *key, const col_hdrs_t *hdrs,
         CM_WARN("msg=\"spool fdatasync failed\" err=\"%s\"", strerror(errno));
     w->size += need;
     w->records++;
+    if (uid_add(&w->uids, uid, (int64_t)need) == 0)
+        uid_add(&s->uids, uid, (int64_t)need);
     s->total += need;
     s->unread++;
     s->sync_dirty = 1;
@@ -647,8 +755,11 @@ void col_spool_close(col_spool_t *s) {
     while (s->sync_busy)
         uv_run(s->loop, UV_RUN_ONCE);
     uv_run(s->loop, UV_RUN_NOWAIT);
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; i < s->n; i++) {
         close(s->segs[i].fd);
+        free(s->segs[i].uids.v);
+    }
+    free(s->uids.v);
     if (s->wfd >= 0)
         close(s->wfd);
     close(s->dirfd);

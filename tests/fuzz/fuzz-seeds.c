@@ -138,7 +138,7 @@ static void spool_seeds(void) {
     uint8_t frame[300];
     for (int i = 0; i < 6; i++) {
         memset(frame, i, sizeof frame);
-        col_spool_append(s, i % 2 ? "svc-a" : "svc-b", &h, 1000 + (uint64_t)i, frame,
+        col_spool_append(s, 0, i % 2 ? "svc-a" : "svc-b", &h, 1000 + (uint64_t)i, frame,
                          50 * (size_t)(i + 1));
     }
     col_spool_close(s);

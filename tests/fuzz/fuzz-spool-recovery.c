@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the spool goes on working after whatever it found */
     col_hdrs_t h = {0};
     uint8_t frame[64] = {1, 2, 3};
-    if (col_spool_append(s, "svc", &h, 1, frame, sizeof frame) == 0) {
+    if (col_spool_append(s, 0, "svc", &h, 1, frame, sizeof frame) == 0) {
         int found = 0;
         while ((rc = col_spool_read(s, &r)) == 1) {
             found += r.frame_len == sizeof frame && !memcmp(r.frame, frame, sizeof frame);

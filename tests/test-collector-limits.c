@@ -1,0 +1,304 @@
+/* The collector against other local users (issue 28): its socket is 0666 by default, so any
+ * uid can connect; the per-uid limits keep one from harming the others. No broker (the spool
+ * takes everything: accepted = spooled and acked). HTTP ports 19480-19483.
+ *
+ *   uid_connections  uid 65534 opens 4,200 connections (more than every max-clients slot):
+ *                    only uid-max-clients (1,024) stay, the rest are closed as uid_too_many,
+ *                    and an agent of another uid (root) still connects and delivers (before
+ *                    issue 28: nobody held all 4,096 slots and root's agent was closed)
+ *   idle_after_hello an agent that says hello and then nothing is closed after idle-timeout
+ *                    (1 s here; not before), one that keeps sending stays connected
+ *   spool_flood      service "keep" (root) spools 40 chunks; uid 65534 then floods 3x the
+ *                    spool's size: none of keep's chunks is pushed out (no spool_full drop,
+ *                    all 40 read back from the spool), the flood is told to retry
+ *                    (uid_spool), and keep can still spool more
+ *
+ * Needs root (to run the hostile client as nobody): otherwise each test fails saying so. */
+#define _GNU_SOURCE
+#include "cm/error.h"
+#include "cm/wire.h"
+#include "internal.h"
+#include "support/runner.h"
+#include "test-collector-client.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NO_KAFKA "127.0.0.1:1"
+#define NOBODY 65534
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void need_root(void) {
+    CHECKF(geteuid() == 0, "these tests run a client as uid %d: run as root", NOBODY);
+}
+
+/* Starts the collector with a socket every uid may use (the default mode, in a directory
+ * anyone may enter). */
+static void start(tc_collector_t *c, int port, const char *const *more) {
+    const char *extra[16] = {"--socket-mode=438", "--drain-timeout=1s"};
+    int n = 2;
+    for (int i = 0; more && more[i] && n < 15; i++)
+        extra[n++] = more[i];
+    extra[n] = NULL;
+    CHECK(tc_collector_start(c, NO_KAFKA, port, extra) == 0);
+    CHECK(chmod(c->dir, 0755) == 0);
+}
+
+static void become_nobody(void) {
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+        _exit(90);
+}
+
+static int32_t send_one(int fd, const uint8_t *f, size_t len, uint32_t *no) {
+    if (tc_send(fd, f, len))
+        return 99999;
+    uint32_t got;
+    int32_t st;
+    if (tc_ack_read(fd, &got, &st, 10000) != 1)
+        return 99998;
+    CHECK_EQ(got, ++*no);
+    return st;
+}
+
+/* 1 if the peer closed the connection within timeout_s (reads and ignores acks). */
+static int closed_within(int fd, double timeout_s) {
+    double deadline = now_s() + timeout_s;
+    char buf[4096];
+    while (now_s() < deadline) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 50) > 0) {
+            ssize_t r = read(fd, buf, sizeof buf);
+            if (r == 0 || (r < 0 && errno == ECONNRESET))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static void stop(tc_collector_t *c) {
+    int st = tc_collector_stop(c, SIGTERM, 20);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "collector status %d", st);
+}
+
+static void test_uid_connections(void) {
+    need_root();
+    tc_collector_t c = {0};
+    start(&c, 19480, NULL); /* max-clients 4096, uid-max-clients 1024: the defaults */
+    enum { HOLD = 4200 };
+    int ready[2], done[2];
+    CHECK(pipe(ready) == 0 && pipe(done) == 0);
+    pid_t hog = fork();
+    CHECK(hog >= 0);
+    if (hog == 0) {
+        become_nobody();
+        static int fds[HOLD];
+        int n = 0;
+        for (int i = 0; i < HOLD; i++)
+            if ((fds[i] = tc_connect(c.sock, 1)) >= 0)
+                n++;
+        if (write(ready[1], &n, sizeof n) != (ssize_t)sizeof n)
+            _exit(91);
+        char b;
+        if (read(done[0], &b, 1) < 0) /* hold them until the test is done */
+            _exit(92);
+        _exit(0);
+    }
+    int opened = 0;
+    CHECK(read(ready[0], &opened, sizeof opened) == (ssize_t)sizeof opened);
+    printf("uid_connections: uid %d opened %d connections\n", NOBODY, opened);
+    CHECK_EQ(opened, HOLD);
+    double connected = tc_metric_wait_eq(19480, "fleetprof_collector_connected_agents", 1024, 20);
+    /* (a connection closed but not yet freed still counts for max-clients: a few of the hog's
+     * may be closed as too_many instead) */
+    double refused = 0, too_many = 0, t0 = now_s();
+    do {
+        refused =
+            tc_metric(19480, "fleetprof_collector_disconnects_total{reason=\"uid_too_many\"}");
+        too_many = tc_metric(19480, "fleetprof_collector_disconnects_total{reason=\"too_many\"}");
+    } while (refused + too_many < HOLD - 1024 && now_s() - t0 < 20 && usleep(50000) == 0);
+    printf("uid_connections: connected %.0f, closed as uid_too_many %.0f, as too_many %.0f\n",
+           connected, refused, too_many);
+
+    /* Another uid's agent, while nobody holds everything it may. */
+    int fd = tc_connect(c.sock, 1);
+    CHECK(fd >= 0);
+    uint8_t *f;
+    size_t len;
+    CHECK(tc_frame_make("other-service", 0, 500, &f, &len) == 0);
+    uint32_t no = 0;
+    int32_t st = send_one(fd, f, len, &no);
+    printf("uid_connections: root's agent got ack %d\n", (int)st);
+    CHECKF(st == 0, "an agent of another uid could not deliver (ack %d)", (int)st);
+    CHECK_EQ(connected, 1024);
+    CHECK_EQ(refused + too_many, HOLD - 1024);
+    CHECK_EQ(tc_metric(19480, "fleetprof_collector_chunks_accepted_total"), 1);
+    CHECK(write(done[1], "x", 1) == 1);
+    int hs;
+    CHECK(waitpid(hog, &hs, 0) == hog && WIFEXITED(hs) && WEXITSTATUS(hs) == 0);
+    close(fd);
+    free(f);
+    stop(&c);
+    tc_cleanup(&c);
+}
+
+static void test_idle_after_hello(void) {
+    tc_collector_t c = {0};
+    const char *more[] = {"--idle-timeout=1s", NULL};
+    start(&c, 19481, more);
+    uint8_t *f;
+    size_t len;
+    CHECK(tc_frame_make("svc", 0, 100, &f, &len) == 0);
+    int idle = tc_connect(c.sock, 1), busy = tc_connect(c.sock, 1);
+    CHECK(idle >= 0 && busy >= 0);
+    uint32_t no_idle = 0, no_busy = 0;
+    CHECK_EQ(send_one(idle, f, len, &no_idle), 0);
+    double t0 = now_s();
+    /* busy sends every 0.4 s for 3 s: never idle for 1 s */
+    int closed = 0;
+    double closed_at = 0;
+    while (now_s() - t0 < 3.0) {
+        CHECK_EQ(send_one(busy, f, len, &no_busy), 0);
+        if (!closed && closed_within(idle, 0.4)) {
+            closed = 1;
+            closed_at = now_s() - t0;
+        }
+        if (closed)
+            usleep(400000);
+    }
+    printf("idle_after_hello: idle connection closed: %s after %.2f s; busy one sent %u chunks\n",
+           closed ? "yes" : "no", closed_at, no_busy);
+    CHECKF(closed, "an idle connection was still open after %.1f s", now_s() - t0);
+    CHECKF(closed_at > 0.9, "closed after %.2f s, before idle-timeout", closed_at);
+    CHECK_EQ(tc_metric(19481, "fleetprof_collector_disconnects_total{reason=\"idle\"}"), 1);
+    CHECK_EQ(send_one(busy, f, len, &no_busy), 0); /* still connected */
+    close(idle);
+    close(busy);
+    free(f);
+    stop(&c);
+    tc_cleanup(&c);
+}
+
+/* Chunks of service key in the spool directory (read with the spool module). */
+static int spooled(const char *dir, const char *key, int *others) {
+    col_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.spool_dir = (char *)dir;
+    cfg.spool_max = 1LL << 30;
+    cfg.segment_size = 16 << 20;
+    cfg.fsync_mode = COL_FSYNC_NONE;
+    cfg.fsync_interval = 1000000000;
+    cfg.max_msg = CM_SOCK_MAX_MSG;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char err[256];
+    col_spool_t *s;
+    CHECKF(col_spool_open(&loop, &cfg, &s, err, sizeof err) == 0, "%s", err);
+    col_record_t r;
+    int n = 0;
+    *others = 0;
+    while (col_spool_read(s, &r) == 1) {
+        !strcmp(r.key, key) ? n++ : (*others)++;
+        free(r.frame);
+    }
+    col_spool_close(s);
+    uv_loop_close(&loop);
+    return n;
+}
+
+static void test_spool_flood(void) {
+    need_root();
+    tc_collector_t c = {0};
+    const char *more[] = {"--spool-max=2MiB", "--segment-size=64KiB", NULL};
+    start(&c, 19482, more);
+    int keep = tc_connect(c.sock, 1);
+    CHECK(keep >= 0);
+    uint32_t no = 0;
+    enum { KEEP = 40 };
+    size_t keep_bytes = 0;
+    for (int i = 0; i < KEEP; i++) {
+        uint8_t *f;
+        size_t len;
+        CHECK(tc_frame_make("keep", (uint64_t)i, 200, &f, &len) == 0);
+        CHECK_EQ(send_one(keep, f, len, &no), 0);
+        keep_bytes += len;
+        free(f);
+    }
+    int res[2];
+    CHECK(pipe(res) == 0);
+    pid_t flood = fork();
+    CHECK(flood >= 0);
+    if (flood == 0) {
+        become_nobody();
+        int fd = tc_connect(c.sock, 1);
+        uint32_t fno = 0;
+        int counts[2] = {0, 0}; /* accepted, told to retry */
+        size_t sent = 0;
+        for (uint64_t seq = 0; fd >= 0 && sent < 6u << 20; seq++) {
+            uint8_t *f;
+            size_t len;
+            if (tc_frame_make("flood", seq, 2000, &f, &len))
+                _exit(93);
+            int32_t st = send_one(fd, f, len, &fno);
+            if (st != 0 && st != CM_SOCK_RETRY)
+                _exit(94);
+            counts[st != 0]++;
+            sent += len;
+            free(f);
+        }
+        if (write(res[1], counts, sizeof counts) != (ssize_t)sizeof counts)
+            _exit(95);
+        _exit(0);
+    }
+    int counts[2] = {0, 0};
+    CHECK(read(res[0], counts, sizeof counts) == (ssize_t)sizeof counts);
+    int fs;
+    CHECK(waitpid(flood, &fs, 0) == flood);
+    CHECKF(WIFEXITED(fs) && WEXITSTATUS(fs) == 0, "flood client status %d", fs);
+    double dropped =
+        tc_metric(19482, "fleetprof_collector_chunks_dropped_total{reason=\"spool_full\"}");
+    double shed = tc_metric(19482, "fleetprof_collector_chunks_shed_total{reason=\"uid_spool\"}");
+    printf("spool_flood: keep spooled %d chunks (%zu bytes); flood: %d accepted, %d told to "
+           "retry; spool_full drops %.0f, uid_spool sheds %.0f\n",
+           KEEP, keep_bytes, counts[0], counts[1], dropped, shed);
+    /* keep can still spool: it holds less than an even share */
+    uint8_t *f;
+    size_t len;
+    CHECK(tc_frame_make("keep", KEEP, 200, &f, &len) == 0);
+    CHECK_EQ(send_one(keep, f, len, &no), 0);
+    free(f);
+    close(keep);
+    stop(&c);
+    int others;
+    int kept = spooled(c.spool, "keep", &others);
+    printf("spool_flood: in the spool after the flood: keep %d, flood %d\n", kept, others);
+    CHECKF(dropped == 0, "%.0f chunks pushed out of the spool by one uid's flood", dropped);
+    CHECKF(kept == KEEP + 1, "%d of keep's %d chunks left in the spool", kept, KEEP + 1);
+    CHECK(counts[1] > 0 && shed == counts[1]);
+    CHECK(others == counts[0]);
+    tc_cleanup(&c);
+}
+
+static const tr_test_t tests[] = {{"uid_connections", test_uid_connections},
+                                  {"idle_after_hello", test_idle_after_hello},
+                                  {"spool_flood", test_spool_flood},
+                                  {0}};
+TR_MAIN(tests)
