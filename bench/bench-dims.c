@@ -87,7 +87,7 @@ static int run(const fsim_params_t *sp, const char *dir, const char *list) {
         agg_chunk_ids_t ids;
         if (b.next_offset < 0)
             b.base_offset = offset;
-        agg_chunk_meta_t m = {"", "", "", ""};
+        agg_chunk_meta_t m = {"", "", "", "", 0, 0, 0, 0};
         snprintf(m.host, sizeof m.host, "%s", c->header.host.ptr);
         snprintf(m.pod, sizeof m.pod, "sim/%s-%u", key, c->header.pid - 1000);
         if (agg_intern_chunk(&in, &b, c, &ids) ||

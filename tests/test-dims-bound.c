@@ -20,7 +20,12 @@
  *                      that value's own samples
  *   pods_10000         10,000 pods of one service within an hour with limit 1000: 1000 pod
  *                      groups plus "(other)", sums exact, 9,000 overflows counted; a new hour
- *                      admits new pods again */
+ *                      admits new pods again
+ *   peer_pid_checked   (issue 28) the pid stored is the one the collector checked (fp-peer-pid),
+ *                      with the uid it checked: a chunk claiming pid 4242 from peer 777 is
+ *                      stored as pid 777, its claim as pid-claimed=4242 and counted; a chunk
+ *                      from a container whose agent says 12 (= its NSpid) is not marked; one
+ *                      without collector headers keeps its own pid */
 #include "dims.h"
 #include "intern.h"
 #include "query_store.h"
@@ -195,7 +200,7 @@ static void test_chunk_dims_stored(void) {
     feed_t f;
     feed_init(&f, 0, 0);
     cm_chunk_t *c[2] = {gen(1, 400, 1800000000), gen(2, 300, 1800000010)};
-    agg_chunk_meta_t m[2] = {{"host-a", "node-1", "prod/web-0", ""}, {"", "", "", ""}};
+    agg_chunk_meta_t m[2] = {{"host-a", "node-1", "prod/web-0", "", 0, 0, 0, 0}, {"", "", "", "", 0, 0, 0, 0}};
     c[0]->header.pid = 41;
     c[1]->header.pid = 42;
     c[1]->header.host = (cm_str_t){"host-b", 6}; /* no collector header: the chunk's own */
@@ -332,7 +337,7 @@ static void test_pods_10000(void) {
     for (uint32_t i = 0; i < c->samples[CM_EV_CPU].n; i++)
         per_chunk += c->samples[CM_EV_CPU].weight[i];
     for (uint32_t k = 0; k < 10000; k++) {
-        agg_chunk_meta_t m = {"host-x", "", "", ""};
+        agg_chunk_meta_t m = {"host-x", "", "", "", 0, 0, 0, 0};
         snprintf(m.pod, sizeof m.pod, "prod/pod-%05u", k);
         c->header.pid = 1; /* every pod's process is pid 1 in its namespace */
         for (unsigned j = 0; j < CM_CHUNK_ID_LEN; j++)
@@ -366,7 +371,7 @@ static void test_pods_10000(void) {
     agg_qstore_close(qs);
     /* an hour later a new pod is admitted again */
     cm_chunk_t *c2 = gen(5, 2, 1800000000 + 3600);
-    agg_chunk_meta_t m = {"host-x", "", "prod/pod-new", ""};
+    agg_chunk_meta_t m = {"host-x", "", "prod/pod-new", "", 0, 0, 0, 0};
     uint64_t before = f.d.overflow[AGG_DIM_POD];
     feed_add(&f, c2, &m);
     feed_commit(&f);
@@ -391,7 +396,7 @@ static void test_dims_option(void) {
     feed_init(&f, 0, 0);
     f.d.enabled = 1u << AGG_DIM_HOST;
     cm_chunk_t *c = gen(6, 100, 1800000000);
-    agg_chunk_meta_t meta = {"host-a", "", "prod/web-1", ""};
+    agg_chunk_meta_t meta = {"host-a", "", "prod/web-1", "", 0, 0, 0, 0};
     feed_add(&f, c, &meta);
     feed_commit(&f);
     uint64_t w = 0;
@@ -479,7 +484,7 @@ static void test_derived_no_dims(void) {
     uint64_t host_a[CM_EV_COUNT] = {0};
     /* in the past: below the tiers' marks, derived by the batch itself */
     cm_chunk_t *c[2] = {gen(7, 300, 1700000000), gen(8, 300, 1700000000)};
-    agg_chunk_meta_t m[2] = {{"host-a", "", "", ""}, {"host-b", "", "", ""}};
+    agg_chunk_meta_t m[2] = {{"host-a", "", "", "", 0, 0, 0, 0}, {"host-b", "", "", "", 0, 0, 0, 0}};
     for (int k = 0; k < 2; k++) {
         c[k]->header.pid = 50 + (uint32_t)k;
         feed_add(&f, c[k], &m[k]);
@@ -512,6 +517,46 @@ static void test_derived_no_dims(void) {
     feed_free(&f);
 }
 
+static void test_peer_pid_checked(void) {
+    feed_t f;
+    feed_init(&f, 0, 0);
+    cm_chunk_t *c[3] = {gen(11, 300, 1800000000), gen(12, 200, 1800000010),
+                        gen(13, 100, 1800000020)};
+    agg_chunk_meta_t m[3] = {{"host-a", "", "", "", 0, 0, 0, 0},
+                             {"host-a", "", "", "", 0, 0, 0, 0},
+                             {"host-a", "", "", "", 0, 0, 0, 0}};
+    c[0]->header.pid = 4242; /* claims another process's pid */
+    m[0].peer_pid = 777;
+    m[0].peer_uid = 65534;
+    m[0].has_peer_uid = 1;
+    c[1]->header.pid = 12; /* in a container: its own namespace's pid */
+    m[1].peer_pid = 5012;
+    m[1].peer_nspid = 12;
+    m[1].peer_uid = 0;
+    m[1].has_peer_uid = 1;
+    c[2]->header.pid = 99; /* no collector said who sent it: its own word */
+    for (int k = 0; k < 3; k++)
+        feed_add(&f, c[k], &m[k]);
+    feed_commit(&f);
+    printf("peer_pid_checked: pid_mismatch=%llu\n", (unsigned long long)f.d.pid_mismatch);
+    CHECK_EQ(f.d.pid_mismatch, 1);
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        uint64_t w[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++)
+            for (uint32_t i = 0; i < c[k]->samples[t].n; i++)
+                w[k] += c[k]->samples[t].weight[i];
+        exp_t pid[3] = {{"777", w[0]}, {"5012", w[1]}, {"99", w[2]}};
+        check_groups(&f, t, "pid", NULL, 0, pid, 3);
+        exp_t uid[3] = {{"65534", w[0]}, {"0", w[1]}, {"", w[2]}};
+        check_groups(&f, t, "uid", NULL, 0, uid, 3);
+        exp_t claimed[2] = {{"4242", w[0]}, {"", w[1] + w[2]}};
+        check_groups(&f, t, "pid-claimed", NULL, 0, claimed, 2);
+    }
+    for (int k = 0; k < 3; k++)
+        ts_gen_free(c[k]);
+    feed_free(&f);
+}
+
 static const tr_test_t tests[] = {
     {"admit_bound", test_admit_bound},
     {"chunk_dims_stored", test_chunk_dims_stored},
@@ -519,6 +564,7 @@ static const tr_test_t tests[] = {
     {"dims_option", test_dims_option},
     {"derived_no_dims", test_derived_no_dims},
     {"pods_10000", test_pods_10000},
+    {"peer_pid_checked", test_peer_pid_checked},
     {NULL, NULL},
 };
 

@@ -428,6 +428,31 @@ static void chunk_meta(const rd_kafka_message_t *m, agg_chunk_meta_t *meta) {
             want[i].out[strnlen(want[i].out, vl)] = 0;
         }
     }
+    /* what the collector checked (SO_PEERCRED; the pid as the process sees it, NSpid) */
+    struct {
+        const char *name;
+        uint32_t *out;
+        int *set;
+    } num[] = {{CM_HDR_PEER_PID, &meta->peer_pid, NULL},
+               {CM_HDR_PEER_NSPID, &meta->peer_nspid, NULL},
+               {CM_HDR_PEER_UID, &meta->peer_uid, &meta->has_peer_uid}};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+        const void *v;
+        size_t vl;
+        char buf[16];
+        if (rd_kafka_header_get_last(h, num[i].name, &v, &vl) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+            !v || vl == 0 || vl >= sizeof buf)
+            continue;
+        memcpy(buf, v, vl);
+        buf[vl] = 0;
+        char *end;
+        unsigned long n = strtoul(buf, &end, 10);
+        if (*end || buf[0] == '-' || n > UINT32_MAX)
+            continue;
+        *num[i].out = (uint32_t)n;
+        if (num[i].set)
+            *num[i].set = 1;
+    }
 }
 
 /* Decodes one message into its partition's batch. Returns 0 or a fatal code (ENOMEM). */
@@ -634,6 +659,7 @@ static void update_gauges(agg_consumer_t *c) {
     c->m->store_bytes = bytes;
     for (int d = 0; d < AGG_DIM_COUNT; d++)
         c->m->dim_overflow[d] = c->dims.overflow[d];
+    c->m->pid_mismatch = c->dims.pid_mismatch;
     pthread_mutex_unlock(&c->m->mu);
 }
 

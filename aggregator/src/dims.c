@@ -11,7 +11,8 @@
 
 const char *const agg_dim_names[AGG_DIM_COUNT] = {
     [AGG_DIM_HOST] = "host",           [AGG_DIM_NODE] = "node",         [AGG_DIM_POD] = "pod",
-    [AGG_DIM_CONTAINER] = "container", [AGG_DIM_PID] = "pid",           [AGG_DIM_IO_TARGET] = "io-target",
+    [AGG_DIM_CONTAINER] = "container", [AGG_DIM_PID] = "pid",           [AGG_DIM_UID] = "uid",
+    [AGG_DIM_PID_CLAIMED] = "pid-claimed", [AGG_DIM_IO_TARGET] = "io-target",
     [AGG_DIM_FD_KIND] = "fd-kind",     [AGG_DIM_LOCK] = "lock"};
 
 int agg_dim_by_name(const char *name) {
@@ -57,7 +58,7 @@ int agg_dims_parse(const char *list, uint32_t *mask, char *err, size_t err_size)
         int d = agg_dim_by_name(t);
         if (d < 0) {
             snprintf(err, err_size, "dimensions: '%s' is not one of host, node, pod, container, "
-                     "pid, io-target, fd-kind, lock (or all, none)", t);
+                     "pid, uid, pid-claimed, io-target, fd-kind, lock (or all, none)", t);
             return CM_ECONFIG;
         }
         *mask |= 1u << d;
@@ -148,15 +149,31 @@ int agg_dims_chunk(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chu
     uint64_t pkv[2 * AGG_DIM_COUNT], dimkey[AGG_DIM_COUNT];
     uint32_t np = 0;
     int rc;
-    char pid[16];
+    char pid[16], uid[16] = "", claimed[16] = "";
     const char *host = meta && meta->host[0] ? meta->host : h->host.ptr ? h->host.ptr : "";
-    snprintf(pid, sizeof pid, "%u", h->pid);
-    const char *pv[AGG_DIM_PID + 1] = {[AGG_DIM_HOST] = host,
-                                       [AGG_DIM_NODE] = meta ? meta->node : "",
-                                       [AGG_DIM_POD] = meta ? meta->pod : "",
-                                       [AGG_DIM_CONTAINER] = meta ? meta->container : "",
-                                       [AGG_DIM_PID] = h->pid ? pid : ""};
-    for (int k = 0; k <= AGG_DIM_PID; k++)
+    /* The pid is the one the collector checked (SO_PEERCRED) when there is one; a chunk that
+     * claims another (the agent's own pid is its namespace's: NSpid when the collector knew
+     * it) keeps its claim in pid-claimed and is counted. */
+    uint32_t p = h->pid;
+    if (meta && meta->peer_pid) {
+        uint32_t own = meta->peer_nspid ? meta->peer_nspid : meta->peer_pid;
+        if (h->pid != own) {
+            snprintf(claimed, sizeof claimed, "%u", h->pid);
+            d->pid_mismatch++;
+        }
+        p = meta->peer_pid;
+    }
+    snprintf(pid, sizeof pid, "%u", p);
+    if (meta && meta->has_peer_uid)
+        snprintf(uid, sizeof uid, "%u", meta->peer_uid);
+    const char *pv[AGG_DIM_PID_CLAIMED + 1] = {[AGG_DIM_HOST] = host,
+                                               [AGG_DIM_NODE] = meta ? meta->node : "",
+                                               [AGG_DIM_POD] = meta ? meta->pod : "",
+                                               [AGG_DIM_CONTAINER] = meta ? meta->container : "",
+                                               [AGG_DIM_PID] = p ? pid : "",
+                                               [AGG_DIM_UID] = uid,
+                                               [AGG_DIM_PID_CLAIMED] = claimed};
+    for (int k = 0; k <= AGG_DIM_PID_CLAIMED; k++)
         if ((rc = add_dim(d, in, b, ids->service, h->start_unix_ns, (agg_dim_t)k, pv[k],
                           strlen(pv[k]), pkv, &np)))
             return rc;

@@ -35,17 +35,20 @@ typedef enum {
     AGG_DIM_POD,
     AGG_DIM_CONTAINER,
     AGG_DIM_PID,
+    AGG_DIM_UID,         /* the peer uid the collector checked */
+    AGG_DIM_PID_CLAIMED, /* set only when the chunk's pid is not the one the collector checked */
     AGG_DIM_IO_TARGET,
     AGG_DIM_FD_KIND,
     AGG_DIM_LOCK,
     AGG_DIM_COUNT
 } agg_dim_t;
 
-/* label keys: "host", "node", "pod", "container", "pid", "io-target", "fd-kind", "lock" */
+/* label keys: "host", "node", "pod", "container", "pid", "uid", "pid-claimed", "io-target",
+ * "fd-kind", "lock" */
 extern const char *const agg_dim_names[AGG_DIM_COUNT];
 #define AGG_DIM_OTHER "(other)"
 /* distinct values per (service, dimension) and window; fd-kind has 4 values by nature */
-#define AGG_DIM_LIMIT_PROCESS 1000 /* host, node, pod, container, pid */
+#define AGG_DIM_LIMIT_PROCESS 1000 /* host, node, pod, container, pid, uid, pid-claimed */
 #define AGG_DIM_LIMIT_TARGET 200   /* io-target, lock */
 #define AGG_DIM_MAX_ENTRIES (1u << 20) /* values tracked in all (~48 MB) */
 
@@ -57,15 +60,20 @@ int agg_dim_by_name(const char *name);
  * into a mask of (1 << agg_dim_t). Returns 0, or CM_ECONFIG with the reason in err. */
 int agg_dims_parse(const char *list, uint32_t *mask, char *err, size_t err_size);
 
-/* What the transport says about the sender (Kafka headers set by the collector); "" if absent. */
+/* What the transport says about the sender (Kafka headers set by the collector); "" or 0 if
+ * absent. peer_pid/peer_uid: SO_PEERCRED at the collector; peer_nspid: that process's pid in
+ * its own pid namespace (what the agent calls its pid; 0: unknown, then peer_pid is). */
 typedef struct {
     char host[256], node[256], pod[256], container[80];
+    uint32_t peer_pid, peer_nspid, peer_uid;
+    int has_peer_uid;
 } agg_chunk_meta_t;
 
 typedef struct {
     uint32_t enabled; /* mask of the dimensions stored (AGG_DIM_ALL after init) */
     uint32_t limit[AGG_DIM_COUNT];
     uint64_t overflow[AGG_DIM_COUNT]; /* values stored as (other), cumulative */
+    uint64_t pid_mismatch; /* chunks whose claimed pid is not the checked one, cumulative */
     uint32_t max_entries;
     uint64_t window; /* coarse bucket the bound counts in */
     int64_t window_s;

@@ -123,10 +123,10 @@ static const cm_opt_t opts[] = {
      "keep per-function per-chunk share statistics for significance tests in diffs"},
     {"dimensions", CM_OPT_STRING, "all", O(dimensions), 0, 0,
      "dimensions stored with each sample row (comma-separated: host, node, pod, container, "
-     "pid, io-target, fd-kind, lock; or all, none). Each one that differs between the "
+     "pid, uid, pid-claimed, io-target, fd-kind, lock; or all, none). Each one that differs between the "
      "processes of a service multiplies its rows (see README, Dimensions)"},
     {"dimension-limit", CM_OPT_INT, "1000", O(dim_limit), 1, 1000000,
-     "distinct values of host, node, pod, container and pid kept per service and coarse "
+     "distinct values of host, node, pod, container, pid, uid and pid-claimed kept per service and coarse "
      "bucket; later ones are stored as '(other)' and counted"},
     {"dimension-target-limit", CM_OPT_INT, "200", O(dim_target_limit), 1, 1000000,
      "distinct I/O targets (paths, peers) and lock addresses kept per service and coarse "

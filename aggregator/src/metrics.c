@@ -120,9 +120,15 @@ char *agg_metrics_render(agg_metrics_t *m) {
     sb_printf(&b, "# HELP fleetprof_aggregator_dimension_overflow_total dimension values past "
                   "the cardinality bound, stored as (other)\n"
                   "# TYPE fleetprof_aggregator_dimension_overflow_total counter\n");
+    _Static_assert(AGG_DIM_COUNT <= sizeof m->dim_overflow / sizeof m->dim_overflow[0],
+                   "agg_metrics_t.dim_overflow is too short for agg_dim_t");
     for (int i = 0; i < AGG_DIM_COUNT; i++)
         sb_printf(&b, "fleetprof_aggregator_dimension_overflow_total{dimension=\"%s\"} %llu\n",
                   agg_dim_names[i], (unsigned long long)m->dim_overflow[i]);
+    counter(&b, "fleetprof_aggregator_chunks_pid_mismatch_total",
+            "chunks whose claimed pid is not the pid the collector checked (SO_PEERCRED); "
+            "stored under the checked pid, the claim in the pid-claimed dimension",
+            m->pid_mismatch);
     sb_printf(&b, "# HELP fleetprof_aggregator_rejects_total messages dead-lettered, by reason\n"
                   "# TYPE fleetprof_aggregator_rejects_total counter\n");
     for (int i = 0; i < AGG_METRICS_MAX_REASONS && m->reject_reasons[i].reason[0]; i++)

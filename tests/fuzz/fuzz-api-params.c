@@ -52,7 +52,7 @@ static void write_store(const char *dir) {
         if (cm_chunk_decode(fr, len, &c, err, sizeof err))
             abort();
         agg_chunk_ids_t ids;
-        agg_chunk_meta_t meta = {"", "node-1", "ns/pod-1", ""};
+        agg_chunk_meta_t meta = {"", "node-1", "ns/pod-1", "", 0, 0, 0, 0};
         if (agg_intern_chunk(&in, &b, c, &ids) || agg_dims_chunk(&dm, &in, &b, c, &meta, &ids) ||
             agg_rollup_chunk(&r, &b, c, &ids))
             abort();

@@ -45,6 +45,7 @@
 #define CM_HDR_CONTAINER "fp-container"   /* container id from the peer's cgroup, if known */
 #define CM_HDR_PEER_PID "fp-peer-pid"     /* from SO_PEERCRED */
 #define CM_HDR_PEER_UID "fp-peer-uid"
+#define CM_HDR_PEER_NSPID "fp-peer-nspid" /* the peer's pid in its own pid namespace (NSpid) */
 #define CM_HDR_RECEIVED "fp-received-ns"  /* unix ns when the collector accepted the chunk */
 /* Header set by the aggregator on dead-lettered messages. */
 #define CM_HDR_DLQ_REASON "fp-dlq-reason" /* "EFORMAT: samples[cpu].stack[3]=13 out of range" */
