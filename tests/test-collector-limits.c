@@ -12,6 +12,12 @@
  *                    spool's size: none of keep's chunks is pushed out (no spool_full drop,
  *                    all 40 read back from the spool), the flood is told to retry
  *                    (uid_spool), and keep can still spool more
+ *   peer_identity    the headers of a peer come from the collector's view only: a process
+ *                    whose environment says POD_NAMESPACE=evil POD_NAME=spoofed gets no such
+ *                    pod (before issue 28 it did); a sidecar collector's own pod is used; pod
+ *                    uids parsed from cgroupfs and systemd cgroup paths and named through a
+ *                    kubelet-style pods dir; a process in its own pid namespace gets
+ *                    fp-peer-nspid=1 (what its agent calls its pid)
  *
  * Needs root (to run the hostile client as nobody): otherwise each test fails saying so. */
 #define _GNU_SOURCE
@@ -28,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -297,8 +304,120 @@ static void test_spool_flood(void) {
     tc_cleanup(&c);
 }
 
+/* The value of header name in h, or NULL. */
+static const char *hdr(const col_hdrs_t *h, const char *name) {
+    for (int i = 0; i < h->n; i++)
+        if (!strcmp(h->name[i], name))
+            return h->value[i];
+    return NULL;
+}
+
+/* A child that waits for a byte on fd (its environment: env), in a new pid namespace if
+ * newns (the pid returned is then the grandchild's, pid 1 in its namespace). */
+static pid_t waiter(int fd, char *const *env, int newns) {
+    int pp[2];
+    CHECK(pipe(pp) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (newns) {
+            if (unshare(CLONE_NEWPID))
+                _exit(80);
+            pid_t g = fork();
+            if (g < 0)
+                _exit(81);
+            if (g > 0) {
+                if (write(pp[1], &g, sizeof g) != (ssize_t)sizeof g)
+                    _exit(82);
+                waitpid(g, NULL, 0);
+                _exit(0);
+            }
+        } else {
+            pid_t me = getpid();
+            if (write(pp[1], &me, sizeof me) != (ssize_t)sizeof me)
+                _exit(82);
+        }
+        /* exec something that waits, so that /proc/<pid>/environ is env */
+        char arg[32];
+        snprintf(arg, sizeof arg, "read -r _ <&%d", fd);
+        char *const argv[] = {"/bin/sh", "-c", arg, NULL};
+        execve("/bin/sh", argv, env);
+        _exit(83);
+    }
+    pid_t got;
+    CHECK(read(pp[0], &got, sizeof got) == (ssize_t)sizeof got);
+    close(pp[0]);
+    close(pp[1]);
+    return got;
+}
+
+static void test_peer_identity(void) {
+    need_root();
+    char uid[37] = "";
+    CHECK(col_enrich_pod_uid("0::/kubepods/burstable/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/"
+                             "1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef\n",
+                             uid, sizeof uid) == 1);
+    CHECK(!strcmp(uid, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"));
+    CHECK(col_enrich_pod_uid("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-"
+                             "pod0f1e2d3c_4b5a_6978_8a9b_0c1d2e3f4a5c.slice/cri-containerd-ab.scope",
+                             uid, sizeof uid) == 1);
+    CHECK(!strcmp(uid, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5c"));
+    CHECK(col_enrich_pod_uid("0::/user.slice/pod-not-a-uid\n", uid, sizeof uid) == 0);
+    CHECK(col_enrich_pod_uid("0::/kubepods/podXf1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/", uid,
+                             sizeof uid) == 0);
+
+    char dir[] = "/tmp/fp-col-pods-XXXXXX", path[256], name[160];
+    CHECK(mkdtemp(dir) != NULL);
+    const char *entries[] = {"other_web-1_11111111-2222-3333-4444-555555555555",
+                             "prod_web-0_0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b", NULL};
+    for (int i = 0; entries[i]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, entries[i]);
+        CHECK(mkdir(path, 0755) == 0);
+    }
+    CHECK(col_enrich_pod_name(dir, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b", name, sizeof name));
+    CHECK(!strcmp(name, "prod/web-0"));
+    CHECK(!col_enrich_pod_name(dir, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5c", name, sizeof name));
+
+    /* a peer that says who it is in its environment */
+    int go[2];
+    CHECK(pipe(go) == 0);
+    char *const spoof_env[] = {"POD_NAMESPACE=evil", "POD_NAME=spoofed", "PATH=/bin", NULL};
+    pid_t spoof = waiter(go[0], spoof_env, 0);
+    pid_t inner = waiter(go[0], spoof_env, 1);
+    usleep(200000); /* both exec'd */
+    col_node_ident_t node;
+    memset(&node, 0, sizeof node);
+    snprintf(node.host, sizeof node.host, "h");
+    node.pods_dir = dir;
+    col_hdrs_t h;
+    col_enrich_peer(&node, spoof, 0, &h);
+    const char *pod = hdr(&h, CM_HDR_POD), *nspid = hdr(&h, CM_HDR_PEER_NSPID);
+    printf("peer_identity: peer with POD_NAME=spoofed in its environment: fp-pod=%s "
+           "fp-peer-nspid=%s\n", pod ? pod : "(none)", nspid ? nspid : "(none)");
+    CHECKF(!pod, "the pod came from the peer's environment: %s", pod);
+    CHECK(!nspid); /* same namespace as the collector */
+    snprintf(node.pod, sizeof node.pod, "sidecar-ns/app-7");
+    col_enrich_peer(&node, spoof, 0, &h);
+    pod = hdr(&h, CM_HDR_POD);
+    CHECK(pod && !strcmp(pod, "sidecar-ns/app-7"));
+    col_enrich_peer(&node, inner, 0, &h);
+    nspid = hdr(&h, CM_HDR_PEER_NSPID);
+    printf("peer_identity: peer in its own pid namespace (pid %d here): fp-peer-nspid=%s\n",
+           (int)inner, nspid ? nspid : "(none)");
+    CHECK(nspid && !strcmp(nspid, "1"));
+    CHECK(write(go[1], "x\nx\n", 4) == 4);
+    close(go[1]);
+    waitpid(spoof, NULL, 0);
+    while (waitpid(-1, NULL, 0) > 0)
+        ;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 static const tr_test_t tests[] = {{"uid_connections", test_uid_connections},
                                   {"idle_after_hello", test_idle_after_hello},
                                   {"spool_flood", test_spool_flood},
+                                  {"peer_identity", test_peer_identity},
                                   {0}};
 TR_MAIN(tests)

@@ -78,6 +78,9 @@ static const cm_opt_t col_opts[] = {
     {"drain-timeout", CM_OPT_DURATION, "10s", OFF(drain_timeout), 0, 600000000000LL,
      "on SIGTERM, how long to wait for in-flight deliveries (the rest stays in the spool)"},
     {"log-level", CM_OPT_STRING, "info", OFF(log_level), 0, 0, "debug, info, warn, error"},
+    {"pods-dir", CM_OPT_STRING, "/var/log/pods", OFF(pods_dir), 0, 0,
+     "kubelet's pod log directory (<namespace>_<name>_<uid>), read to name the pod a peer's "
+     "cgroup belongs to (mount it read-only into the DaemonSet); empty: pods are pod-<uid>"},
     {0},
 };
 

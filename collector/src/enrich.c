@@ -1,13 +1,16 @@
 /* Enrichment: who sent a chunk and where. Node identity once at start (host name, collector
  * id, Kubernetes node from NODE_NAME as set by the DaemonSet's downward API) and per
- * connection the peer's identity (pid/uid from SO_PEERCRED; container id from
- * /proc/<pid>/cgroup; namespace/pod from POD_NAMESPACE/POD_NAME in /proc/<pid>/environ when
- * readable). The values travel as Kafka headers; the chunk bytes are never re-encoded.
+ * connection the peer's identity, from the collector's own view only (issue 28: never from
+ * the peer's environment, which any local user sets as they like): pid/uid from SO_PEERCRED,
+ * the pid in the peer's own namespace (NSpid), container id and pod uid from
+ * /proc/<pid>/cgroup, the pod's namespace/name from kubelet's /var/log/pods/<ns>_<name>_<uid>.
+ * The values travel as Kafka headers; the chunk bytes are never re-encoded.
  *
  * Threading: loop thread only (reads small /proc files synchronously once per connection). */
 #include "internal.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,9 +34,13 @@ int col_enrich_node(const col_config_t *cfg, col_node_ident_t *out, char *errbuf
                     size_t errbuf_size) {
     memset(out, 0, sizeof *out);
     snprintf(out->host, sizeof out->host, "%s", cfg->host);
+    out->pods_dir = cfg->pods_dir ? cfg->pods_dir : "";
     const char *node = getenv("NODE_NAME");
     if (node)
         snprintf(out->node, sizeof out->node, "%s", node);
+    const char *pns = getenv("POD_NAMESPACE"), *pname = getenv("POD_NAME");
+    if (pname && *pname)
+        snprintf(out->pod, sizeof out->pod, "%.60s/%.90s", pns ? pns : "", pname);
     if (cfg->id[0]) {
         snprintf(out->collector, sizeof out->collector, "%s", cfg->id);
     } else {
@@ -66,6 +73,7 @@ int col_enrich_node(const col_config_t *cfg, col_node_ident_t *out, char *errbuf
     }
     sanitize(out->host);
     sanitize(out->node);
+    sanitize(out->pod);
     sanitize(out->collector);
     return 0;
 }
@@ -91,17 +99,49 @@ int col_enrich_container_id(const char *text, char *out, size_t out_size) {
     return 1;
 }
 
-/* Finds NAME=value in a NUL-separated environ block. */
-static const char *env_find(const char *env, size_t len, const char *name) {
-    size_t nl = strlen(name);
-    for (size_t i = 0; i < len;) {
-        const char *e = env + i;
-        size_t el = strnlen(e, len - i);
-        if (el > nl && !strncmp(e, name, nl) && e[nl] == '=')
-            return e + nl + 1;
-        i += el + 1;
+int col_enrich_pod_uid(const char *text, char *out, size_t out_size) {
+    /* kubepods/burstable/pod0f1e...-.../<cid>, kubepods-besteffort-pod0f1e..._....slice */
+    for (const char *p = strstr(text, "pod"); p; p = strstr(p + 3, "pod")) {
+        const char *u = p + 3;
+        int ok = 1;
+        for (int i = 0; i < 36 && ok; i++) {
+            int dash = i == 8 || i == 13 || i == 18 || i == 23;
+            ok = dash ? u[i] == '-' || u[i] == '_'
+                      : isxdigit((unsigned char)u[i]) && !isupper((unsigned char)u[i]);
+        }
+        if (!ok || isxdigit((unsigned char)u[36]) || out_size < 37)
+            continue;
+        for (int i = 0; i < 36; i++)
+            out[i] = u[i] == '_' ? '-' : u[i];
+        out[36] = 0;
+        return 1;
     }
-    return NULL;
+    return 0;
+}
+
+int col_enrich_pod_name(const char *pods_dir, const char *uid, char *out, size_t out_size) {
+    if (!pods_dir || !pods_dir[0])
+        return 0;
+    DIR *d = opendir(pods_dir);
+    if (!d)
+        return 0;
+    size_t ul = strlen(uid);
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        /* <namespace>_<name>_<uid>: neither a namespace nor a pod name has a '_' */
+        size_t n = strlen(e->d_name);
+        const char *us = strchr(e->d_name, '_');
+        const char *ue = us ? strchr(us + 1, '_') : NULL;
+        if (!ue || n != (size_t)(ue + 1 - e->d_name) + ul || strcmp(ue + 1, uid) ||
+            strchr(ue + 1, '_'))
+            continue;
+        int w = snprintf(out, out_size, "%.*s/%.*s", (int)(us - e->d_name), e->d_name,
+                         (int)(ue - us - 1), us + 1);
+        found = w > 0 && (size_t)w < out_size;
+    }
+    closedir(d);
+    return found;
 }
 
 static void add(col_hdrs_t *h, const char *name, const char *value) {
@@ -113,6 +153,30 @@ static void add(col_hdrs_t *h, const char *name, const char *value) {
     h->n++;
 }
 
+/* The pid of process pid in its own (innermost) pid namespace: the last NSpid field of
+ * /proc/<pid>/status (Linux 4.1+). 0 if unknown. */
+static int own_ns_pid(int pid) {
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    if (cm_read_file(path, buf, sizeof buf) <= 0)
+        return 0;
+    const char *p = strstr(buf, "\nNSpid:");
+    if (!p)
+        return 0;
+    p += 7;
+    long last = 0;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p < '0' || *p > '9')
+            break;
+        char *end;
+        last = strtol(p, &end, 10);
+        p = end;
+    }
+    return last > 0 && last <= INT32_MAX ? (int)last : 0;
+}
+
 void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t *out) {
     memset(out, 0, sizeof *out);
     char num[32], path[64];
@@ -122,6 +186,13 @@ void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t 
     if (pid > 0) {
         snprintf(num, sizeof num, "%d", pid);
         add(out, CM_HDR_PEER_PID, num);
+        /* in a container the agent knows itself by its namespace's pid: the aggregator
+         * compares the chunk's pid with this one (absent: the same as fp-peer-pid) */
+        int ns = own_ns_pid(pid);
+        if (ns > 0 && ns != pid) {
+            snprintf(num, sizeof num, "%d", ns);
+            add(out, CM_HDR_PEER_NSPID, num);
+        }
     }
     if (uid >= 0) {
         snprintf(num, sizeof num, "%d", uid);
@@ -131,18 +202,14 @@ void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t 
         return;
     char buf[8192];
     snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
-    char cid[80];
-    if (cm_read_file(path, buf, sizeof buf) > 0 && col_enrich_container_id(buf, cid, sizeof cid))
-        add(out, CM_HDR_CONTAINER, cid);
-    snprintf(path, sizeof path, "/proc/%d/environ", pid);
-    ssize_t n = cm_read_file(path, buf, sizeof buf);
-    if (n > 0) {
-        const char *ns = env_find(buf, (size_t)n, "POD_NAMESPACE");
-        const char *pod = env_find(buf, (size_t)n, "POD_NAME");
-        if (pod) {
-            char v[160];
-            snprintf(v, sizeof v, "%.60s/%.90s", ns ? ns : "", pod);
-            add(out, CM_HDR_POD, v);
-        }
+    char cid[80], puid[40], pod[160];
+    snprintf(pod, sizeof pod, "%s", node->pod);
+    if (cm_read_file(path, buf, sizeof buf) > 0) {
+        if (col_enrich_container_id(buf, cid, sizeof cid))
+            add(out, CM_HDR_CONTAINER, cid);
+        if (col_enrich_pod_uid(buf, puid, sizeof puid) &&
+            !col_enrich_pod_name(node->pods_dir, puid, pod, sizeof pod))
+            snprintf(pod, sizeof pod, "pod-%s", puid);
     }
+    add(out, CM_HDR_POD, pod);
 }

@@ -52,6 +52,7 @@ typedef struct {
     int64_t retry_backoff; /* ns: pause before replaying after a failed delivery */
     int64_t drain_timeout; /* ns: on SIGTERM, wait this long for in-flight deliveries */
     char *log_level;
+    char *pods_dir;        /* kubelet's per-pod log directories: pod uid -> namespace/name */
     /* derived */
     int fsync_mode;        /* COL_FSYNC_* */
     char host[256];
@@ -153,6 +154,8 @@ void col_http_stop(col_http_t *h);
 #define COL_MAX_HDRS 8
 typedef struct {
     char host[256], collector[128], node[256];
+    char pod[160]; /* the collector's own POD_NAMESPACE/POD_NAME (a sidecar: its peers' pod) */
+    const char *pods_dir; /* cfg->pods_dir ("" : pod uids are not resolved to names) */
 } col_node_ident_t;
 
 typedef struct {
@@ -162,14 +165,24 @@ typedef struct {
 } col_hdrs_t;
 
 /* Node identity: host name, collector id (cfg->id, else a random id persisted in the spool
- * directory), node name from NODE_NAME. Returns 0 or a negative errno with errbuf set. */
+ * directory), node name from NODE_NAME, the collector's own pod from POD_NAMESPACE/POD_NAME
+ * (downward API; set them only on a sidecar collector, whose peers all share its pod). Returns 0 or a negative errno with errbuf set. */
 int col_enrich_node(const col_config_t *cfg, col_node_ident_t *out, char *errbuf,
                     size_t errbuf_size);
-/* Headers for a peer: node identity, pid/uid, container id from /proc/<pid>/cgroup and
- * namespace/pod from /proc/<pid>/environ when readable. Never fails: unknowns are omitted. */
+/* Headers for a peer, all from the collector's own view (never from what the peer says or
+ * its environment): node identity, pid/uid (SO_PEERCRED), its pid in its own namespace
+ * (NSpid) when that differs, container id and pod (namespace/name through node->pods_dir,
+ * else pod-<uid>) from /proc/<pid>/cgroup; without a pod there, node->pod (a sidecar's).
+ * Never fails: unknowns are omitted. */
 void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t *out);
 /* Extracts a 64-hex container id from cgroup file text; returns 1 if found. Exposed for tests. */
 int col_enrich_container_id(const char *cgroup_text, char *out, size_t out_size);
+/* Extracts a Kubernetes pod uid (36 chars, dashes) from cgroup file text: "pod<uid>" in
+ * cgroupfs paths, "pod<uid with _>.slice" in systemd ones. Returns 1 if found. */
+int col_enrich_pod_uid(const char *cgroup_text, char *out, size_t out_size);
+/* "namespace/name" of pod uid from the directory names <namespace>_<name>_<uid> under
+ * pods_dir (kubelet's /var/log/pods). Returns 1 if found. */
+int col_enrich_pod_name(const char *pods_dir, const char *uid, char *out, size_t out_size);
 
 /* ---------------------------------------------------------------- spool.c */
 

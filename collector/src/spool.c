@@ -691,8 +691,9 @@ int col_spool_read(col_spool_t *s, col_record_t *rec) {
             if (h + nl + 1 > end)
                 break;
             /* Header names are the constants of cm/wire.h; keep a pointer to a static copy. */
-            static const char *known[] = {"fp-host", "fp-collector", "fp-node", "fp-pod",
-                                          "fp-container", "fp-peer-pid", "fp-peer-uid"};
+            static const char *known[] = {"fp-host",     "fp-collector", "fp-node",
+                                          "fp-pod",      "fp-container", "fp-peer-pid",
+                                          "fp-peer-uid", "fp-peer-nspid"};
             const char *name = NULL;
             for (size_t k = 0; k < sizeof known / sizeof *known; k++)
                 if (strlen(known[k]) == nl && !memcmp(known[k], h, nl))
