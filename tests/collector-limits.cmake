@@ -2,4 +2,4 @@
 # limits, idle timeout). No broker. Needs root (a hostile client runs as nobody).
 fp_test(test-collector-limits LABELS collector LIBS fp_collector PkgConfig::RDKAFKA
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
-add_dependencies(test-collector-limits fleetprof-collector)
+add_dependencies(test-collector-limits fleetprof-collector fp-work-linked)

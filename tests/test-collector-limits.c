@@ -12,6 +12,9 @@
  *                    spool's size: none of keep's chunks is pushed out (no spool_full drop,
  *                    all 40 read back from the spool), the flood is told to retry
  *                    (uid_spool), and keep can still spool more
+ *   idle_agent       the real agent (fp-work-linked) with a 2.5 s interval against
+ *                    idle-timeout=1s: closed between its chunks, it reconnects, and every chunk
+ *                    it wrote to FLEETPROF_OUTPUT is accepted, the last one at exit too
  *   peer_identity    the headers of a peer come from the collector's view only: a process
  *                    whose environment says POD_NAMESPACE=evil POD_NAME=spoofed gets no such
  *                    pod (before issue 28 it did); a sidecar collector's own pod is used; pod
@@ -27,7 +30,9 @@
 #include "support/runner.h"
 #include "test-collector-client.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -304,6 +309,49 @@ static void test_spool_flood(void) {
     tc_cleanup(&c);
 }
 
+static void test_idle_agent(void) {
+    tc_collector_t c = {0};
+    const char *more[] = {"--idle-timeout=1s", NULL};
+    start(&c, 19483, more);
+    char out[300], prog[512], e_col[400], e_out[400];
+    snprintf(out, sizeof out, "%s/out", c.dir);
+    CHECK(mkdir(out, 0755) == 0);
+    snprintf(prog, sizeof prog, "%s/tests/fp-work-linked", getenv("FLEETPROF_BUILD"));
+    snprintf(e_col, sizeof e_col, "FLEETPROF_COLLECTOR=%s", c.sock);
+    snprintf(e_out, sizeof e_out, "FLEETPROF_OUTPUT=%s", out);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char *const env[] = {e_col, e_out, "FLEETPROF_INTERVAL=2.5", "FLEETPROF_SERVICE=idle",
+                             NULL};
+        char *const argv[] = {prog, "cpuwall", "6.5", NULL};
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execve(prog, argv, env);
+        _exit(127);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fp-work-linked status %d", st);
+    int files = 0;
+    DIR *d = opendir(out);
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        files += strstr(e->d_name, CM_CHUNK_FILE_SUFFIX) != NULL && e->d_name[0] != '.';
+    closedir(d);
+    double accepted =
+        tc_metric_wait(19483, "fleetprof_collector_chunks_accepted_total", files, 10);
+    double idle = tc_metric(19483, "fleetprof_collector_disconnects_total{reason=\"idle\"}");
+    printf("idle_agent: %d chunk files, %.0f accepted, %.0f idle disconnects\n", files, accepted,
+           idle);
+    CHECK(files >= 3);
+    CHECK(idle >= 1);
+    CHECKF(accepted == files, "%.0f of %d chunks reached the collector", accepted, files);
+    stop(&c);
+    tc_cleanup(&c);
+}
+
 /* The value of header name in h, or NULL. */
 static const char *hdr(const col_hdrs_t *h, const char *name) {
     for (int i = 0; i < h->n; i++)
@@ -418,6 +466,7 @@ static void test_peer_identity(void) {
 static const tr_test_t tests[] = {{"uid_connections", test_uid_connections},
                                   {"idle_after_hello", test_idle_after_hello},
                                   {"spool_flood", test_spool_flood},
+                                  {"idle_agent", test_idle_agent},
                                   {"peer_identity", test_peer_identity},
                                   {0}};
 TR_MAIN(tests)
