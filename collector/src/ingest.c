@@ -578,13 +578,7 @@ static void on_connection(uv_stream_t *server, int status) {
     }
     uid_state_t *u = uid_state(in, c->uid);
     if (u && in->cfg->uid_max_clients > 0 && u->conns >= (uint64_t)in->cfg->uid_max_clients) {
-        if (log_allowed(in)) {
-            CM_WARN("msg=\"uid-max-clients reached: closing a new connection of this uid\" "
-                    "uid=%d pid=%d uid_max_clients=%lld suppressed_lines=%" PRIu64,
-                    c->uid, c->pid, (long long)in->cfg->uid_max_clients, in->log_suppressed);
-            in->log_suppressed = 0;
-        }
-        conn_close(c, COL_DISC_UID_TOO_MANY);
+        conn_close(c, COL_DISC_UID_TOO_MANY); /* logged there with pid and uid */
         return;
     }
     if (u) {
