@@ -1,6 +1,6 @@
 /* The collector against other local users (issue 28): its socket is 0666 by default, so any
  * uid can connect; the per-uid limits keep one from harming the others. No broker (the spool
- * takes everything: accepted = spooled and acked). HTTP ports 19480-19483.
+ * takes everything: accepted = spooled and acked). HTTP ports 19480-19484.
  *
  *   uid_connections  uid 65534 opens 4,200 connections (more than every max-clients slot):
  *                    only uid-max-clients (1,024) stay, the rest are closed as uid_too_many,
@@ -12,6 +12,8 @@
  *                    spool's size: none of keep's chunks is pushed out (no spool_full drop,
  *                    all 40 read back from the spool), the flood is told to retry
  *                    (uid_spool), and keep can still spool more
+ *   spool_alone      one uid alone fills the spool 3x over: every chunk accepted, the oldest
+ *                    pushed out and counted (the behaviour before the per-uid shares)
  *   idle_agent       the real agent (fp-work-linked) with a 2.5 s interval against
  *                    idle-timeout=1s: closed between its chunks, it reconnects, and every chunk
  *                    it wrote to FLEETPROF_OUTPUT is accepted, the last one at exit too
@@ -309,6 +311,35 @@ static void test_spool_flood(void) {
     tc_cleanup(&c);
 }
 
+static void test_spool_alone(void) {
+    tc_collector_t c = {0};
+    /* one record in librdkafka at a time: the rest wait in the spool, drops are counted */
+    const char *more[] = {"--spool-max=1MiB", "--segment-size=64KiB", "--max-inflight=1", NULL};
+    start(&c, 19484, more);
+    int fd = tc_connect(c.sock, 1);
+    CHECK(fd >= 0);
+    uint32_t no = 0;
+    int ok = 0;
+    size_t sent = 0;
+    for (uint64_t seq = 0; sent < 3u << 20; seq++) {
+        uint8_t *f;
+        size_t len;
+        CHECK(tc_frame_make("alone", seq, 2000, &f, &len) == 0);
+        ok += send_one(fd, f, len, &no) == 0;
+        sent += len;
+        free(f);
+    }
+    double dropped =
+        tc_metric(19484, "fleetprof_collector_chunks_dropped_total{reason=\"spool_full\"}");
+    printf("spool_alone: %u chunks sent, %d accepted, %.0f pushed out of the spool\n", no, ok,
+           dropped);
+    CHECK_EQ((uint32_t)ok, no);
+    CHECK(dropped > 0);
+    close(fd);
+    stop(&c);
+    tc_cleanup(&c);
+}
+
 static void test_idle_agent(void) {
     tc_collector_t c = {0};
     const char *more[] = {"--idle-timeout=1s", NULL};
@@ -466,6 +497,7 @@ static void test_peer_identity(void) {
 static const tr_test_t tests[] = {{"uid_connections", test_uid_connections},
                                   {"idle_after_hello", test_idle_after_hello},
                                   {"spool_flood", test_spool_flood},
+                                  {"spool_alone", test_spool_alone},
                                   {"idle_agent", test_idle_agent},
                                   {"peer_identity", test_peer_identity},
                                   {0}};

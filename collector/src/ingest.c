@@ -185,7 +185,7 @@ static int uid_spool_ok(col_ingest_t *in, int uid, uint64_t need) {
     uint64_t uids, held = col_spool_uid_bytes(in->spool, uid, &uids);
     uint64_t max = (uint64_t)in->cfg->spool_max;
     uint64_t others = held ? uids - 1 : uids; /* uids holding chunks besides this one */
-    uint64_t cap = max / (others + 1);
+    uint64_t cap = others ? max / (others + 1) : UINT64_MAX; /* alone: may push out its own */
     if (in->cfg->uid_spool_share < 100 && cap > max / 100 * (uint64_t)in->cfg->uid_spool_share)
         cap = max / 100 * (uint64_t)in->cfg->uid_spool_share;
     return held + need <= cap;
