@@ -1,11 +1,13 @@
 /* The collector against other local users (issue 28): its socket is 0666 by default, so any
  * uid can connect; the per-uid limits keep one from harming the others. No broker (the spool
- * takes everything: accepted = spooled and acked). HTTP ports 19480-19484.
+ * takes everything: accepted = spooled and acked). HTTP ports 19480-19485.
  *
  *   uid_connections  uid 65534 opens 4,200 connections (more than every max-clients slot):
  *                    only uid-max-clients (1,024) stay, the rest are closed as uid_too_many,
  *                    and an agent of another uid (root) still connects and delivers (before
  *                    issue 28: nobody held all 4,096 slots and root's agent was closed)
+ *   uid_rate         with uid-max-bytes-rate=256KiB, root's flood is told to retry (uid_rate)
+ *                    while nobody's chunk, sent meanwhile, is accepted: the buckets are per uid
  *   idle_after_hello an agent that says hello and then nothing is closed after idle-timeout
  *                    (1 s here; not before), one that keeps sending stays connected
  *   spool_flood      service "keep" (root) spools 40 chunks; uid 65534 then floods 3x the
@@ -168,6 +170,52 @@ static void test_uid_connections(void) {
     CHECK(write(done[1], "x", 1) == 1);
     int hs;
     CHECK(waitpid(hog, &hs, 0) == hog && WIFEXITED(hs) && WEXITSTATUS(hs) == 0);
+    close(fd);
+    free(f);
+    stop(&c);
+    tc_cleanup(&c);
+}
+
+static void test_uid_rate(void) {
+    need_root();
+    tc_collector_t c = {0};
+    const char *more[] = {"--uid-max-bytes-rate=256KiB", NULL};
+    start(&c, 19485, more);
+    uint8_t *f;
+    size_t len;
+    CHECK(tc_frame_make("fast", 0, 2000, &f, &len) == 0);
+    int fd = tc_connect(c.sock, 1);
+    CHECK(fd >= 0);
+    uint32_t no = 0;
+    int ok = 0, retry = 0;
+    double t0 = now_s();
+    while (retry == 0 && no < 1000) {
+        int32_t st = send_one(fd, f, len, &no);
+        CHECK(st == 0 || st == CM_SOCK_RETRY);
+        st == 0 ? ok++ : retry++;
+    }
+    double took = now_s() - t0;
+    /* root's bucket is empty now; nobody's is full */
+    pid_t other = fork();
+    CHECK(other >= 0);
+    if (other == 0) {
+        become_nobody();
+        int ofd = tc_connect(c.sock, 1);
+        uint32_t ono = 0;
+        _exit(ofd >= 0 && send_one(ofd, f, len, &ono) == 0 ? 0 : 1);
+    }
+    int st;
+    CHECK(waitpid(other, &st, 0) == other);
+    printf("uid_rate: %zu-byte chunks: root %d accepted before its first retry; nobody's chunk "
+           "meanwhile: %s\n",
+           len, ok, WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "accepted" : "refused");
+    /* what passed: the 256 KiB burst plus the refill while sending, give or take a frame */
+    double allowed = (256 << 10) * (1 + took);
+    printf("uid_rate: %.0f bytes accepted in %.3f s, the bucket allowed %.0f\n",
+           (double)(ok * len), took, allowed);
+    CHECK(retry == 1 && ok * len >= 256u << 10 && (double)(ok * len) < allowed + (double)len);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "another uid's chunk was refused (%d)", st);
+    CHECK_EQ(tc_metric(19485, "fleetprof_collector_chunks_shed_total{reason=\"uid_rate\"}"), 1);
     close(fd);
     free(f);
     stop(&c);
@@ -495,6 +543,7 @@ static void test_peer_identity(void) {
 }
 
 static const tr_test_t tests[] = {{"uid_connections", test_uid_connections},
+                                  {"uid_rate", test_uid_rate},
                                   {"idle_after_hello", test_idle_after_hello},
                                   {"spool_flood", test_spool_flood},
                                   {"spool_alone", test_spool_alone},
