@@ -16,6 +16,7 @@ PKGS=(
   libjansson-dev          # JSON for the HTTP API and CLI
   libinih-dev             # config files of the daemons (INI: key = value)
   libmicrohttpd-dev       # HTTP serving (/metrics, /healthz, query API)
+  libre2-dev              # aggregator: include/exclude/fold/group patterns in linear time (RE2)
   libcurl4-openssl-dev    # HTTP client of the CLI query commands (fleetprof top, diff, ...)
   libunwind-dev           # fallback unwinder for code without frame pointers
   zlib1g-dev              # gzip for pprof export

@@ -1,5 +1,6 @@
 /* Tests of the query layer's profile model, views, filters, exports and statistics on
  * hand-made profiles with exact expected outputs. */
+#include "pattern.h"
 #include "query.h"
 #include "support/chunkgen.h"
 #include "support/runner.h"
@@ -7,6 +8,8 @@
 #include "cm/error.h"
 
 #include <math.h>
+#include <sys/resource.h>
+#include <time.h>
 
 /* The hand-made profile (weights in ns, one event = one sample per weight unit of 1):
  *   main;a;malloc          10
@@ -426,6 +429,52 @@ static void test_filters(void) {
     agg_profile_free(x.p);
 }
 
+/* Patterns that take glibc's regcomp over a second and a gigabyte (the 27-byte nested counted
+ * repetition) are refused within 100 ms and 64 MiB; what ERE allows still works, bounded. */
+static void test_patterns_bounded(void) {
+    fixture_t x = fixture();
+    char big[AGG_PATTERN_MAX_LEN + 2];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    const char *pats[] = {"((a{1,100}){1,100}){1,100}", "(a{1,1000}){1,1000}", big};
+    for (size_t i = 0; i < 3; i++) {
+        struct rusage r0, r1;
+        struct timespec t0, t1;
+        getrusage(RUSAGE_SELF, &r0);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        agg_filter_t f = {0};
+        f.include = &pats[i];
+        f.n_include = 1;
+        agg_profile_t *p = NULL;
+        char err[256] = "";
+        int rc = agg_profile_filter(x.p, &f, &p, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        getrusage(RUSAGE_SELF, &r1);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        long grown_kib = r1.ru_maxrss - r0.ru_maxrss;
+        CHECKF(secs < 0.1 && grown_kib <= 64 * 1024, "pattern %zu: %.3f s, +%ld KiB", i, secs,
+               grown_kib);
+        CHECKF(rc == CM_EINVAL && p == NULL && strstr(err, "include pattern '"), "%d %s", rc, err);
+    }
+    /* ERE as before: classes, alternation, anchors at the label's ends, \. and \w */
+    const char *ok[][2] = {{"!ma[[:alpha:]]n$", "75"},   {"!(memcpy|rec)$", "30"},
+                           {"^libc\\.so\\.6!m", "63"}, {"^app!\\w$", "68"},
+                           {"^main", "0"},               {"a{1,3}l{2}", "43"}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        agg_filter_t f = {0};
+        f.include = &ok[i][0];
+        f.n_include = 1;
+        agg_profile_t *p = filtered(x.p, &f);
+        int64_t total = 0;
+        for (size_t k = 0; k < p->n_rows; k++)
+            total += (int64_t)p->rows[k].weight;
+        CHECKF(total == atoll(ok[i][1]), "%s: %lld, want %s", ok[i][0], (long long)total,
+               ok[i][1]);
+        agg_profile_free(p);
+    }
+    agg_profile_free(x.p);
+}
+
 static void test_json_views(void) {
     fixture_t x = fixture();
     agg_top_t t;
@@ -576,6 +625,7 @@ static const tr_test_t tests[] = {
     {"select_context_and_spans", test_select_context_and_spans},
     {"folded", test_folded},
     {"filters", test_filters},
+    {"patterns_bounded", test_patterns_bounded},
     {"json_views", test_json_views},
     {"t_cdf", test_t_cdf},
     {"welch_bh", test_welch_bh},

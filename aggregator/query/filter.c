@@ -1,31 +1,31 @@
-/* Include/exclude, group and fold filters (see filter.h for the semantics).
+/* Include/exclude, group and fold filters (see filter.h for the semantics; the patterns and
+ * their bounds in pattern.h).
  * Each pattern is evaluated once per frame of the input (not per sample): a frame's matches
  * are bit sets computed up front, then stacks are rewritten once each and rows copied.
  * Threading: reads the input only. */
 #include "filter.h"
+#include "pattern.h"
 
 #include "cm/error.h"
 
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct {
-    regex_t *re;
-    size_t n, ok;
+    agg_pattern_t **re;
+    size_t n;
 } pats_t;
 
 static void pats_free(pats_t *p) {
-    for (size_t i = 0; i < p->ok; i++)
-        regfree(&p->re[i]);
+    for (size_t i = 0; p->re && i < p->n; i++)
+        agg_pattern_free(p->re[i]);
     free(p->re);
 }
 
 static int pats_compile(pats_t *p, const char *what, const char *const *src, size_t n,
                         size_t stride_bytes, char *errstr, size_t errstr_size) {
     p->n = n;
-    p->ok = 0;
     p->re = calloc(n + 1, sizeof *p->re);
     if (!p->re)
         return CM_ENOMEM;
@@ -35,14 +35,13 @@ static int pats_compile(pats_t *p, const char *what, const char *const *src, siz
             snprintf(errstr, errstr_size, "%s pattern %zu is missing", what, i);
             return CM_EINVAL;
         }
-        int rc = regcomp(&p->re[i], pat, REG_EXTENDED | REG_NOSUB);
-        if (rc) {
-            char msg[256];
-            regerror(rc, &p->re[i], msg, sizeof msg);
-            snprintf(errstr, errstr_size, "%s pattern '%s': %s", what, pat, msg);
-            return CM_EINVAL;
-        }
-        p->ok++;
+        char msg[256];
+        int rc = agg_pattern_compile(pat, &p->re[i], msg, sizeof msg);
+        if (rc == CM_EINVAL)
+            snprintf(errstr, errstr_size, "%s pattern '%.*s': %s", what, AGG_PATTERN_MAX_LEN, pat,
+                     msg);
+        if (rc)
+            return rc;
     }
     return 0;
 }
@@ -96,15 +95,15 @@ int agg_profile_filter(const agg_profile_t *in, const agg_filter_t *f, agg_profi
         fn.name = fr->function ? fr->function : fr->name;
         agg_frame_label(&fn, label, sizeof label);
         for (size_t k = 0; k < inc.n; k++)
-            if (regexec(&inc.re[k], label, 0, NULL, 0) == 0)
+            if (agg_pattern_match(inc.re[k], label))
                 inc_mask[i] |= 1u << k;
         for (size_t k = 0; k < exc.n && !excl[i]; k++)
-            excl[i] = regexec(&exc.re[k], label, 0, NULL, 0) == 0;
+            excl[i] = agg_pattern_match(exc.re[k], label);
         for (size_t k = 0; k < fld.n && !fold[i]; k++)
-            fold[i] = regexec(&fld.re[k], label, 0, NULL, 0) == 0;
+            fold[i] = agg_pattern_match(fld.re[k], label);
         int64_t id = -1;
         for (size_t k = 0; k < grp.n && id < 0; k++)
-            if (regexec(&grp.re[k], label, 0, NULL, 0) == 0)
+            if (agg_pattern_match(grp.re[k], label))
                 id = agg_profile_frame(p, f->group[k].name, NULL, NULL, 0);
         if (id < 0 && f->group_by_module)
             id = agg_profile_frame(p, fr->module[0] ? fr->module : "[unknown module]", fr->module,

@@ -1,8 +1,9 @@
 /* Stack filters and views applied before aggregation, after PerfView's stack viewer.
  *
- * Every pattern is a POSIX extended regular expression, unanchored, matched against a frame's
- * label "module!function" (just "function" when the module is unknown), e.g. "^libc\.so" for
- * every frame of libc, "!malloc$" for malloc. The steps run in this order:
+ * Every pattern is a POSIX extended regular expression (bounded and matched in linear time,
+ * see pattern.h), unanchored, matched against a frame's label "module!function" (just
+ * "function" when the module is unknown), e.g. "^libc\.so" for every frame of libc,
+ * "!malloc$" for malloc. The steps run in this order:
  *  1. include (PerfView IncPats): a sample is kept only if, for EVERY include pattern, some
  *     frame of its stack matches it;
  *  2. exclude (ExcPats): a sample is dropped if ANY frame matches ANY exclude pattern;

@@ -11,7 +11,7 @@ RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       build-essential cmake ninja-build pkg-config librdkafka-dev libprotobuf-c-dev \
       protobuf-c-compiler libuv1-dev liblz4-dev libxxhash-dev libsqlite3-dev libjansson-dev \
-      libinih-dev libmicrohttpd-dev libcurl4-openssl-dev libunwind-dev zlib1g-dev \
+      libinih-dev libmicrohttpd-dev libre2-dev libcurl4-openssl-dev libunwind-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -24,7 +24,7 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INST
 FROM ${BASE}
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      librdkafka1 liblz4-1 libxxhash0 libprotobuf-c1 libmicrohttpd12 libinih1 libsqlite3-0 libjansson4 zlib1g \
+      librdkafka1 liblz4-1 libxxhash0 libprotobuf-c1 libmicrohttpd12 libre2-9 libinih1 libsqlite3-0 libjansson4 zlib1g \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 fleetprof \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/fleetprof --no-create-home \

@@ -11,7 +11,7 @@ RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       build-essential cmake ninja-build pkg-config librdkafka-dev libprotobuf-c-dev \
       protobuf-c-compiler libuv1-dev liblz4-dev libxxhash-dev libsqlite3-dev libjansson-dev \
-      libinih-dev libmicrohttpd-dev libcurl4-openssl-dev libunwind-dev zlib1g-dev \
+      libinih-dev libmicrohttpd-dev libre2-dev libcurl4-openssl-dev libunwind-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
