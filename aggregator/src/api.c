@@ -15,6 +15,7 @@
 #include "reports.h"
 #include "store_pg.h"
 
+#include "pattern.h"
 #include "query.h"
 
 #include "cm/error.h"
@@ -343,6 +344,40 @@ typedef struct {
     int any;
 } filt_t;
 
+/* Compiles every pattern once before any store read (pattern.h bounds them): 0, or -1 with a
+ * 400 naming the parameter of the first bad one. */
+static int check_patterns(const filt_t *ft, agg_http_reply_t *r) {
+    const struct {
+        const char *param;
+        const char *const *pats;
+        size_t n, stride;
+    } kinds[] = {
+        {"include", ft->inc, ft->f.n_include, sizeof(char *)},
+        {"exclude", ft->exc, ft->f.n_exclude, sizeof(char *)},
+        {"fold", ft->fold, ft->f.n_fold, sizeof(char *)},
+        {"group", &ft->rules[0].pattern, ft->f.n_group, sizeof(agg_group_rule_t)},
+    };
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (size_t i = 0; i < kinds[k].n; i++) {
+            const char *pat =
+                *(const char *const *)((const char *)kinds[k].pats + i * kinds[k].stride);
+            agg_pattern_t *p = NULL;
+            char why[256];
+            int rc = agg_pattern_compile(pat, &p, why, sizeof why);
+            agg_pattern_free(p);
+            if (rc == CM_EINVAL) {
+                reply_err(r, 400, kinds[k].param, "%s pattern '%.*s' is refused: %s",
+                          kinds[k].param, AGG_PATTERN_MAX_LEN, pat, why);
+                return -1;
+            }
+            if (rc) {
+                reply_err(r, 500, NULL, "cannot compile a pattern: %s", cm_strerror(rc));
+                return -1;
+            }
+        }
+    return 0;
+}
+
 static int parse_filter(const args_t *a, agg_http_reply_t *r, filt_t *ft) {
     memset(ft, 0, sizeof *ft);
     ft->f.include = ft->inc;
@@ -374,7 +409,7 @@ static int parse_filter(const args_t *a, agg_http_reply_t *r, filt_t *ft) {
     }
     ft->f.group_by_module = bm && (!strcmp(bm, "1") || !strcmp(bm, "true"));
     ft->any = ft->f.n_include || ft->f.n_exclude || ft->f.n_fold || ng || ft->f.group_by_module;
-    return 0;
+    return check_patterns(ft, r);
 }
 
 /* Applies the filter in place (*p replaced). Returns 0 or -1 with a 400 written. */
@@ -803,6 +838,12 @@ static void h_groups(agg_api_t *api, const args_t *a, const char *by, agg_http_r
     if (parse_uint(a, "group_limit", 20, 10000, r, &glimit) ||
         parse_uint(a, "limit", 5, 1000, r, &limit))
         return;
+    if (limit > 0 && glimit > AGG_API_MAX_GROUP_TOPS) { /* each group's top reruns the query */
+        reply_err(r, 400, "group_limit", "group_limit %lld with limit %lld: the top functions of "
+                  "at most %d groups are computed (one query each); lower group_limit or set "
+                  "limit=0", glimit, limit, AGG_API_MAX_GROUP_TOPS);
+        return;
+    }
     filt_t ft;
     if (parse_filter(a, r, &ft))
         return;
