@@ -466,6 +466,14 @@ static void test_spans(void) {
     json_int_t c0 = jint(json_object_get(json_array_get(arr, 0), "cost"), "cpu");
     json_int_t c2 = jint(json_object_get(json_array_get(arr, 2), "cost"), "cpu");
     CHECK(c0 >= c2 && c0 > 0);
+    /* from 8.6e11 s ago: the same spans as with no from. Before, from * 1e9 wrapped around to
+     * a time in the 22nd century and the answer was empty. */
+    snprintf(path, sizeof path, "/api/v1/spans?service=%s&type=cpu&limit=3&from=-9999999d", svc0);
+    json_t *o2 = get_json(path, 200);
+    CHECK_EQ(json_array_size(json_object_get(o2, "spans")), 3);
+    CHECK_EQ(jint(json_object_get(json_array_get(json_object_get(o2, "spans"), 0), "cost"), "cpu"),
+             c0);
+    json_decref(o2);
     char span[17], trace[33];
     snprintf(span, sizeof span, "%s", json_string_value(json_object_get(json_array_get(arr, 0),
                                                                         "span_id")));

@@ -226,6 +226,13 @@ static int parse_time(const args_t *a, const char *name, int64_t dflt, agg_http_
     return -1;
 }
 
+/* Seconds to nanoseconds, saturating at the int64 range: from=-9999999d is 8.6e11 s before
+ * now, which times 1e9 would wrap around to a time in the next century. */
+static int64_t s_to_ns(int64_t s) {
+    const int64_t g = 1000000000;
+    return s >= INT64_MAX / g ? INT64_MAX : s <= INT64_MIN / g ? INT64_MIN : s * g;
+}
+
 static int parse_uint(const args_t *a, const char *name, long long dflt, long long max,
                       agg_http_reply_t *r, long long *out) {
     const char *v = arg(a, name);
@@ -1196,8 +1203,7 @@ static void h_spans(agg_api_t *api, const args_t *a, const char *url, agg_http_r
     agg_qversions_free(v, n);
     agg_span_cost_t *s = NULL;
     size_t ns = 0;
-    int64_t tons = to >= INT64_MAX / 4 / 1000000000 ? INT64_MAX : to * 1000000000;
-    int rc = agg_qstore_spans(api->qs, svc, from * 1000000000, tons, type,
+    int rc = agg_qstore_spans(api->qs, svc, s_to_ns(from), s_to_ns(to), type,
                               limit ? (size_t)limit : 10000, &s, &ns);
     if (rc) {
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
