@@ -482,7 +482,8 @@ int main(int argc, char **argv) {
     agg_http_route_t routes[AGG_API_ROUTES + 1] = {{0}};
     agg_api_routes(api, routes, AGG_API_ROUTES);
     agg_http_t *http;
-    if (agg_http_start("127.0.0.1", 0, routes, &http, err, sizeof err)) {
+    const agg_http_cfg_t hcfg = {.addr = "127.0.0.1"};
+    if (agg_http_start(&hcfg, routes, &http, err, sizeof err)) {
         fprintf(stderr, "bench-api: %s\n", err);
         return 1;
     }
@@ -506,7 +507,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         agg_api_routes(pg_api, pg_routes, AGG_API_ROUTES);
-        if (agg_http_start("127.0.0.1", 0, pg_routes, &pg_http, err, sizeof err)) {
+        if (agg_http_start(&hcfg, pg_routes, &pg_http, err, sizeof err)) {
             fprintf(stderr, "bench-api: %s\n", err);
             return 1;
         }

@@ -19,6 +19,10 @@ if(TARGET fp_collector)
     endif()
   endforeach()
 endif()
+# The HTTP server's guards (Host allow-list, idle-connection admission, header deadline,
+# bounded patterns, --api-token-file): in-process servers and the binary without Kafka.
+fp_test(test-http LABELS "api" LIBS fp_aggtest PkgConfig::API_CURL)
+add_dependencies(test-http fleetprof-aggregator)
 # The web UI served by the aggregator (static assets, gzip, ETag, token and cookie).
 fp_test(test-ui LABELS "api;ui" LIBS fp_aggtest PkgConfig::API_CURL)
 # The web UI in headless chromium against a real pipeline fed by the demo service (about 90 s;

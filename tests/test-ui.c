@@ -2,7 +2,8 @@
  * their content types, gzip that inflates to the exact embedded bytes, ETag revalidation (304),
  * 404 for unknown paths, every asset index.html references present; with an API token: the
  * login page (401) for the UI, the token accepted as Bearer header or as the UI's cookie (also
- * by the query API, URL-encoded), a wrong one refused by both.
+ * by the query API, URL-encoded), a wrong one refused by both; the cookie set by the server
+ * (GET /login) with HttpOnly and SameSite=Strict.
  * Two servers (with and without token) run in main; each test runs in its own child. */
 #include "api.h"
 #include "aggtest.h"
@@ -189,7 +190,8 @@ static void test_token(void) {
     resp_t r = get(tok_url, "/", NULL);
     char v[128];
     CHECK_EQ(r.status, 401);
-    CHECK(strstr(r.body, "<form") && strstr(r.body, "fleetprof_token=") && !strstr(r.body, "app.js"));
+    CHECK(strstr(r.body, "<form") && strstr(r.body, "'/login'") && !strstr(r.body, "app.js"));
+    CHECK(!strstr(r.body, "document.cookie")); /* the server sets the cookie, HttpOnly */
     resp_free(&r);
     r = get(tok_url, "/app.js", NULL);
     CHECK(r.status == 401 && !strstr(r.body, "uPlot"));
@@ -226,11 +228,51 @@ static void test_token(void) {
     }
 }
 
+/* GET /login with the token in the header: the server sets the cookie HttpOnly (no script of
+ * the page can read it), SameSite=Strict, Secure behind an https proxy; a wrong token gets no
+ * cookie. Before, the login page's JavaScript set it (none of those attributes). */
+static void test_login_cookie(void) {
+    char v[256];
+    const char *bearer[] = {"Authorization: Bearer " TOKEN, NULL};
+    resp_t r = get(tok_url, "/login", bearer);
+    CHECK_EQ(r.status, 204);
+    header(&r, "Set-Cookie", v, sizeof v);
+    CHECKF(!strncmp(v, "fleetprof_token=" TOKEN_URLENC ";", strlen("fleetprof_token=" TOKEN_URLENC ";")),
+           "%s", v);
+    CHECKF(strstr(v, "; HttpOnly") && strstr(v, "; SameSite=Strict") && strstr(v, "; Path=/") &&
+               !strstr(v, "Secure"),
+           "%s", v);
+    CHECK(!strcmp(header(&r, "Cache-Control", v, sizeof v), "no-store"));
+    resp_free(&r);
+    const char *https[] = {"Authorization: Bearer " TOKEN, "X-Forwarded-Proto: https", NULL};
+    r = get(tok_url, "/login", https);
+    CHECK_EQ(r.status, 204);
+    CHECKF(strstr(header(&r, "Set-Cookie", v, sizeof v), "; Secure") != NULL, "%s", v);
+    resp_free(&r);
+    /* the cookie it set opens the UI and the API */
+    const char *ck[] = {"Cookie: fleetprof_token=" TOKEN_URLENC, NULL};
+    r = get(tok_url, "/api/v1/services", ck);
+    CHECK_EQ(r.status, 200);
+    resp_free(&r);
+    /* wrong, missing: 401 and no cookie; no token configured: nothing to log in to */
+    const char *wrong[] = {"Authorization: Bearer t0k en;%", NULL};
+    r = get(tok_url, "/login", wrong);
+    CHECK(r.status == 401 && !header(&r, "Set-Cookie", v, sizeof v)[0]);
+    resp_free(&r);
+    r = get(tok_url, "/login", NULL);
+    CHECK(r.status == 401 && !header(&r, "Set-Cookie", v, sizeof v)[0]);
+    resp_free(&r);
+    r = get(open_url, "/login", bearer);
+    CHECK(r.status == 404 && !header(&r, "Set-Cookie", v, sizeof v)[0]);
+    resp_free(&r);
+}
+
 static const tr_test_t tests[] = {
     {"index_and_assets", test_index_and_assets},
     {"gzip_and_etag", test_gzip_and_etag},
     {"not_found", test_not_found},
     {"token", test_token},
+    {"login_cookie", test_login_cookie},
     {0},
 };
 
@@ -244,7 +286,8 @@ static agg_http_t *serve(const char *dir, const char *token, char *url, agg_api_
     size_t n = agg_api_routes(*api, routes, AGG_API_ROUTES);
     routes[n] = agg_ui_route(*ui);
     agg_http_t *h = NULL;
-    CHECKF(agg_http_start("127.0.0.1", 0, routes, &h, err, sizeof err) == 0, "%s", err);
+    const agg_http_cfg_t hcfg = {.addr = "127.0.0.1"};
+    CHECKF(agg_http_start(&hcfg, routes, &h, err, sizeof err) == 0, "%s", err);
     snprintf(url, 64, "http://127.0.0.1:%d", agg_http_port(h));
     return h;
 }

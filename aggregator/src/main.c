@@ -2,12 +2,14 @@
  * (/metrics, /healthz) and runs the consume loop until SIGTERM or SIGINT.
  * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
 #include "api.h"
+#include "auth.h"
 #include "store_pg.h"
 #include "consume.h"
 #include "dims.h"
 #include "http.h"
 #include "ui.h"
 #include "metrics.h"
+#include "pattern.h"
 #include "reports.h"
 #include "symbolizer.h"
 #include "symstore.h"
@@ -23,18 +25,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <regex.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct {
     char *brokers, *group, *topic, *dlq_topic, *store_dir, *store, *client_id, *strategy;
-    char *http_addr, *log_level, *api_token, *report_fold;
+    char *http_addr, *http_hosts, *log_level, *api_token, *api_token_file, *report_fold;
     int api_no_token;
     char *debuginfod_urls, *debuginfod_cache;
     int64_t debuginfod_timeout, debuginfod_retry;
     int64_t report_min_samples, report_interval;
-    int64_t http_port;
+    int64_t http_port, http_header_timeout, http_per_address;
     int64_t api_workers, api_queue, api_queue_wait;
     int64_t batch_max_messages, batch_max_samples, batch_interval;
     int64_t fine_width, coarse_width, replicate_width, downsample_after, max_age, span_max_age, dedupe_window;
@@ -65,9 +66,22 @@ static const cm_opt_t opts[] = {
     {"http-addr", CM_OPT_STRING, "127.0.0.1", O(http_addr), 0, 0,
      "HTTP listen address (IPv4); any other than loopback needs api-token or api-no-token"},
     {"http-port", CM_OPT_INT, "9402", O(http_port), 0, 65535, "HTTP port (0: any free port)"},
+    {"http-allowed-hosts", CM_OPT_STRING, "", O(http_hosts), 0, 0,
+     "Host names the HTTP server answers to besides IP addresses, localhost and *.localhost "
+     "(comma-separated; '.example.com': it and its subdomains; '*': any); others get 403, "
+     "a guard against DNS rebinding"},
+    {"http-header-timeout", CM_OPT_DURATION, "10s", O(http_header_timeout), 100000000ll,
+     600000000000ll, "longest a connection may take to send a request's whole header, from its "
+     "accept or its previous answer (not reset by each byte); then it is closed"},
+    {"http-max-per-address", CM_OPT_INT, "128", O(http_per_address), 1,
+     AGG_HTTP_MAX_CONNECTIONS, "connections one client address may hold; at the cap its "
+     "longest-idle one is closed to admit a new one"},
     {"api-token", CM_OPT_STRING, "", O(api_token), 0, 0,
      "token the query API and the web UI at / require ('Authorization: Bearer TOKEN' or the "
-     "UI's login cookie; empty: no token)"},
+     "UI's login cookie; empty: no token); on the command line it shows in ps: prefer "
+     "api-token-file or FLEETPROF_AGGREGATOR_API_TOKEN"},
+    {"api-token-file", CM_OPT_STRING, "", O(api_token_file), 0, 0,
+     "file holding the API token (its first line); instead of api-token"},
     {"api-no-token", CM_OPT_BOOL, "false", O(api_no_token), 0, 0,
      "serve the query API without a token on a non-loopback http-addr (refused otherwise)"},
     {"api-workers", CM_OPT_INT, "8", O(api_workers), 1, 256,
@@ -143,6 +157,7 @@ static void on_signal(int sig) {
 typedef struct {
     agg_metrics_t *metrics;
     agg_api_t *api;
+    agg_http_t **http;
 } metrics_src_t;
 
 /* The symbol store's and the symbolizer's counters, appended to the /metrics text. */
@@ -181,16 +196,21 @@ static void h_metrics(void *arg, const char *url, const char *query, agg_http_re
     (void)url;
     (void)query;
     metrics_src_t *src = arg;
-    char *m = agg_metrics_render(src->metrics), *a = src->api ? agg_api_metrics(src->api) : NULL;
-    if (m && a) {
-        size_t lm = strlen(m), la = strlen(a);
-        char *both = realloc(m, lm + la + 1);
-        if (both) {
-            memcpy(both + lm, a, la + 1);
-            m = both;
+    char *m = agg_metrics_render(src->metrics);
+    char *more[] = {src->api ? agg_api_metrics(src->api) : NULL,
+                    *src->http ? agg_http_metrics(*src->http) : NULL};
+    for (size_t i = 0; i < 2; i++) {
+        char *a = more[i];
+        if (m && a) {
+            size_t lm = strlen(m), la = strlen(a);
+            char *both = realloc(m, lm + la + 1);
+            if (both) {
+                memcpy(both + lm, a, la + 1);
+                m = both;
+            }
         }
+        free(a);
     }
-    free(a);
     r->body = m ? symbol_metrics(m) : NULL;
     r->len = r->body ? strlen(r->body) : 0;
     r->status = r->body ? 200 : 500;
@@ -299,17 +319,15 @@ int main(int argc, char **argv) {
         cc.rollup.replicate_width_s = r;
     }
     if (cfg.report_fold && *cfg.report_fold) {
-        regex_t re;
-        int e = regcomp(&re, cfg.report_fold, REG_EXTENDED | REG_NOSUB);
-        if (e) {
-            char why[256];
-            regerror(e, &re, why, sizeof why);
+        agg_pattern_t *re = NULL;
+        char why[256];
+        if (agg_pattern_compile(cfg.report_fold, &re, why, sizeof why)) {
             fprintf(stderr, "fleetprof-aggregator: report-fold '%s' is not an extended regular "
-                    "expression: %s\n", cfg.report_fold, why);
+                    "expression (or too large for one): %s\n", cfg.report_fold, why);
             rc = 2;
             goto out;
         }
-        regfree(&re);
+        agg_pattern_free(re);
     }
     if (cfg.store[0]) { /* PostgreSQL: reachable, schema migrated, before joining the group */
         agg_store_t *pg = NULL;
@@ -335,6 +353,20 @@ int main(int argc, char **argv) {
         goto out;
     }
 
+    if (cfg.api_token_file[0]) {
+        if (cfg.api_token[0]) {
+            fprintf(stderr, "fleetprof-aggregator: api-token and api-token-file are both set; "
+                    "keep one\n");
+            rc = 2;
+            goto out;
+        }
+        free(cfg.api_token);
+        if (agg_auth_token_load(cfg.api_token_file, &cfg.api_token, err, sizeof err)) {
+            fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+            rc = 2;
+            goto out;
+        }
+    }
     /* No open API on the network by accident: a non-loopback address needs a token, or the
      * operator saying so (api-no-token). /metrics and /healthz never need the token. */
     if (!cfg.api_token[0] && !cfg.api_no_token && strncmp(cfg.http_addr, "127.", 4) != 0) {
@@ -361,7 +393,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
-    metrics_src_t msrc = {&metrics, api};
+    metrics_src_t msrc = {&metrics, api, &http};
     agg_http_route_t routes[2 + AGG_API_ROUTES + 2] = {
         {"GET", "/metrics", h_metrics, &msrc},
         {"GET", "/healthz", h_healthz, &metrics},
@@ -372,7 +404,9 @@ int main(int argc, char **argv) {
         goto out;
     }
     routes[nr] = agg_ui_route(ui); /* last: it matches every other path */
-    if (agg_http_start(cfg.http_addr, (int)cfg.http_port, routes, &http, err, sizeof err)) {
+    agg_http_cfg_t hcfg = {cfg.http_addr, (int)cfg.http_port, cfg.http_hosts,
+                           (int)(cfg.http_header_timeout / 1000000), (int)cfg.http_per_address};
+    if (agg_http_start(&hcfg, routes, &http, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }

@@ -1,5 +1,6 @@
 /* Static serving of the embedded web UI (see ui.h): /, /index.html and the built assets, an
- * ETag per asset, gzip once per asset, the login page when a token is required.
+ * ETag per asset, gzip once per asset, the login page when a token is required and GET /login
+ * that sets the token's cookie (auth.h).
  * Threading: handler on any HTTP thread; the gzip cache is built once (pthread_once). */
 #define _GNU_SOURCE
 #include "ui.h"
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <xxhash.h>
 #include <zlib.h>
 
@@ -75,8 +77,9 @@ void agg_ui_free(agg_ui_t *ui) {
     free(ui);
 }
 
-/* Served instead of the UI when the token is missing or wrong: stores the token typed in the
- * cookie the API and the UI accept (auth.h), then reloads. No external asset. */
+/* Served instead of the UI when the token is missing or wrong: sends the token typed to
+ * GET /login in the Authorization header; the server answers with the cookie (HttpOnly: no
+ * script of the page can read it back), then the page reloads. No external asset. */
 static const char login_page[] =
     "<!doctype html><html><head><meta charset=utf-8><title>fleetprof: token</title>"
     "<style>body{font:15px system-ui,sans-serif;margin:4em auto;max-width:28em}"
@@ -85,10 +88,26 @@ static const char login_page[] =
     "</p><form id=f><label>Token <input id=t type=password autocomplete=current-password "
     "autofocus></label><button>Open</button></form><p id=e></p><script>"
     "document.getElementById('f').onsubmit=function(ev){ev.preventDefault();"
-    "document.cookie='" AGG_AUTH_COOKIE "='+encodeURIComponent(document.getElementById('t')"
-    ".value)+'; path=/; SameSite=Strict';location.reload();};"
-    "if(document.cookie.indexOf('" AGG_AUTH_COOKIE "=')>=0)document.getElementById('e')"
-    ".textContent='The stored token is wrong.';</script></body></html>";
+    "fetch('/login',{headers:{Authorization:'Bearer '+document.getElementById('t').value}})"
+    ".then(function(r){if(r.ok)location.reload();else document.getElementById('e')"
+    ".textContent='That token is wrong.';});};</script></body></html>";
+
+/* GET /login with the token in the Authorization header: 204 and the cookie (auth.h). */
+static void login(agg_ui_t *ui, agg_http_reply_t *r) {
+    const char *h = agg_http_request_header("Authorization");
+    if (!ui->token) {
+        agg_http_reply_text(r, 404, "this aggregator has no API token: nothing to log in to\n");
+    } else if (!h || strncasecmp(h, "Bearer ", 7) || !agg_auth_equal(ui->token, h + 7)) {
+        agg_http_reply_text(r, 401, "the token is wrong: send the aggregator's api-token as "
+                            "'Authorization: Bearer TOKEN'\n");
+    } else {
+        r->status = 204;
+        r->body_static = 1; /* no body */
+        r->headers = agg_auth_set_cookie(ui->token);
+        if (!r->headers)
+            agg_http_reply_text(r, 500, "out of memory\n");
+    }
+}
 
 static int header_has(const char *name, const char *needle) {
     const char *h = agg_http_request_header(name);
@@ -98,6 +117,10 @@ static int header_has(const char *name, const char *needle) {
 static void handler(void *arg, const char *url, const char *query, agg_http_reply_t *r) {
     (void)query;
     agg_ui_t *ui = arg;
+    if (!strcmp(url, "/login")) {
+        login(ui, r);
+        return;
+    }
     if (!agg_auth_ok(ui->token, NULL)) {
         r->status = 401;
         r->content_type = "text/html; charset=utf-8";
@@ -105,7 +128,8 @@ static void handler(void *arg, const char *url, const char *query, agg_http_repl
         r->len = sizeof login_page - 1;
         r->body_static = 1;
         r->headers = strdup("Cache-Control: no-store\nContent-Security-Policy: default-src "
-                            "'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'\n");
+                            "'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'\n");
         return;
     }
     const char *path = !strcmp(url, "/") ? "/index.html" : url;
