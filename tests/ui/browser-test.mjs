@@ -265,16 +265,19 @@ await test('token_login', async () => {
   check(resp.status() === 401 && (await p2.$('form#f input#t')), `the login page (${resp.status()})`);
   check((await (await fetch(ts + '/api/v1/services')).status) === 401, 'the API needs the token');
   await p2.screenshot({ path: `${shots}/login.png` });
-  // a wrong token: the login page again, saying so
+  // a wrong token: the server sets no cookie and the page says so
   await p2.type('#t', 'wrong');
-  await Promise.all([p2.waitForNavigation({ waitUntil: 'domcontentloaded' }), p2.keyboard.press('Enter')]);
-  check((await p2.$eval('#e', (e) => e.textContent)).includes('wrong'), 'a wrong token is said to be wrong');
-  // the right one: the view of the link opens, its API calls authorized by the cookie
+  await p2.keyboard.press('Enter');
+  await p2.waitForFunction(() => document.getElementById('e').textContent.includes('wrong'), { timeout: 10000 });
+  // the right one: the view of the link opens, its API calls authorized by the cookie, which the
+  // server set HttpOnly: no script of the page can read it
+  await p2.$eval('#t', (e) => { e.value = ''; });
   await p2.type('#t', token);
   await Promise.all([p2.waitForNavigation({ waitUntil: 'domcontentloaded' }), p2.keyboard.press('Enter')]);
   await p2.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
   const names = await p2.evaluate(() => window.fpFlame && window.fpFlame.frames().map((f) => f.name));
   check(names && names.includes('price_cart'), 'the flame graph of the link, through the token');
+  check(!(await p2.evaluate(() => document.cookie)).includes('fleetprof_token'), 'the token cookie is HttpOnly');
   await ctx.close();
 });
 

@@ -1,5 +1,6 @@
 // The UI's only data source: the aggregator's query API (/api/v1/...), same origin. With an API
-// token, the browser's fleetprof_token cookie (set by the login page) authorizes these calls.
+// token, the browser's fleetprof_token cookie (set HttpOnly by the server at login) authorizes
+// these calls.
 
 export class ApiError extends Error {
   constructor(status, body) {

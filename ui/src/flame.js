@@ -10,6 +10,8 @@
 // diverging red (slower) / blue (faster), ColorBrewer RdBu (colour-blind safe); saturated only
 // for functions the diff found significant, a pale tint otherwise.
 
+import { compile } from './search.js';
+
 const ROW = 18;
 const FONT = '11px ui-monospace, "DejaVu Sans Mono", monospace';
 
@@ -169,16 +171,19 @@ export class FlameGraph {
     this.search = null;
     this.match = null;
     if (!s) return null;
-    let re;
+    let re; // never the browser's RegExp: a crafted link must not freeze the tab (search.js)
     try {
-      re = s.length > 2 && s.startsWith('/') && s.endsWith('/') ? new RegExp(s.slice(1, -1), 'i')
-        : new RegExp(s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i');
+      const low = s.toLowerCase();
+      re = s.length > 2 && s.startsWith('/') && s.endsWith('/') ? compile(s.slice(1, -1))
+        : { test: (name) => name.toLowerCase().includes(low) };
     } catch (e) { return null; }
     this.search = s;
     this.match = new Uint8Array(this.n);
     let frames = 0, value = 0;
     for (let k = 0; k < this.n; k++) {
-      if (!re.test(this.name[k])) continue;
+      let hit;
+      try { hit = re.test(this.name[k]); } catch (e) { this.search = this.match = null; return null; }
+      if (!hit) continue;
       this.match[k] = 1;
       frames++;
       // count a match once: not when an ancestor already matched
