@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     pass("off (no debuginfod)", 0, nchunks);
-    agg_symbolizer_cfg_t cfg = {argv[2], argv[4], 5, 60};
+    agg_symbolizer_cfg_t cfg = {argv[2], argv[4], 5, 60, 0, 0};
     agg_symbolizer_init(&cfg);
     pass("cold: empty cache, all chunks", 0, nchunks);
     pass("in memory: all chunks again", 0, nchunks);
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     printf("  (%llu debuginfod requests, %llu failed, %.1f ms in them)\n",
            (unsigned long long)st.fetches, (unsigned long long)st.fetch_fail, st.fetch_ns / 1e6);
     agg_symbolizer_shutdown();
-    agg_symbolizer_cfg_t dead = {argv[3], argv[4], 5, 60};
+    agg_symbolizer_cfg_t dead = {argv[3], argv[4], 5, 60, 0, 0};
     char cache2[8192];
     snprintf(cache2, sizeof cache2, "%s-dead", argv[4]);
     dead.cache_dir = cache2;
@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' && mkdir -p '%s'", sdir, cache3, sdir);
     if (system(cmd) != 0)
         return 1;
-    agg_symbolizer_cfg_t scfg = {argv[2], cache3, 5, 60};
+    agg_symbolizer_cfg_t scfg = {argv[2], cache3, 5, 60, 0, 0};
     agg_symbolizer_init(&scfg);
     if (agg_symstore_open(sdir, 60, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);

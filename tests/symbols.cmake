@@ -58,6 +58,12 @@ if(RUSTC)
   add_dependencies(test-symbols symwork_rust)
 endif()
 
+# The symbolizer against a stub debuginfod of its own (oversized files, 300,000 nested DIEs,
+# a slow download, the cache bound): no Kafka, no real debuginfod, about 5 s.
+if(TARGET fp_aggtest)
+  fp_test(test-symbolizer LABELS "symbols" LIBS fp_aggtest)
+endif()
+
 # Server side: debuginfod (deploy/debuginfod on port 19830) -> aggregator -> CLI, go tool
 # pprof. Kafka on 19820, HTTP 19821. It measures no CPU or rate (its agents' samples are only
 # named), so it may overlap other tests (label overlaps: not RUN_SERIAL).

@@ -185,7 +185,7 @@ static void test_symstore_mechanism(void) {
     agg_symstore_stats_t ss;
     agg_symbolizer_stats_t zs;
 
-    agg_symbolizer_cfg_t live = {g_url, cache, 5, 60};
+    agg_symbolizer_cfg_t live = {g_url, cache, 5, 60, 0, 0};
     CHECK(agg_symbolizer_init(&live) == 0);
     CHECK(agg_symstore_open(dir, 60, err, sizeof err) == 0);
     CHECK(agg_symstore_get(bid, bl, fn + 4, 0, &s) == 0); /* not stored, not fetched */
@@ -203,7 +203,7 @@ static void test_symstore_mechanism(void) {
     /* server down, empty download cache: the stored answers only */
     snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
     CHECK(system(cmd) == 0);
-    agg_symbolizer_cfg_t down = {g_dead, cache, 5, 60};
+    agg_symbolizer_cfg_t down = {g_dead, cache, 5, 60, 0, 0};
     CHECK(agg_symbolizer_init(&down) == 0);
     CHECK(agg_symstore_open(dir, 1, err, sizeof err) == 0);
     CHECK(agg_symstore_get(bid, bl, fn + 4, 1, &s) == 1);

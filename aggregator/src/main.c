@@ -33,7 +33,7 @@ typedef struct {
     char *http_addr, *http_hosts, *log_level, *api_token, *api_token_file, *report_fold;
     int api_no_token;
     char *debuginfod_urls, *debuginfod_cache;
-    int64_t debuginfod_timeout, debuginfod_retry;
+    int64_t debuginfod_timeout, debuginfod_retry, debuginfod_max_size, debuginfod_cache_size;
     int64_t report_min_samples, report_interval;
     int64_t http_port, http_header_timeout, http_per_address;
     int64_t api_workers, api_queue, api_queue_wait;
@@ -106,6 +106,11 @@ static const cm_opt_t opts[] = {
      "directory of downloaded debug files (empty: <store-dir>/debuginfod-cache)"},
     {"debuginfod-timeout", CM_OPT_DURATION, "5s", O(debuginfod_timeout), 100000000ll,
      600000000000ll, "longest one debug-file download may take, connecting included"},
+    {"debuginfod-max-size", CM_OPT_SIZE, "512MiB", O(debuginfod_max_size), 1024, 1ll << 40,
+     "largest debug file fetched (DEBUGINFOD_MAXSIZE); larger ones are refused"},
+    {"debuginfod-cache-size", CM_OPT_SIZE, "2GiB", O(debuginfod_cache_size), 1ll << 20, 1ll << 44,
+     "debug files kept open (an fd and a mapping each) and in debuginfod-cache; past it the "
+     "least recently used are closed and deleted"},
     {"debuginfod-retry", CM_OPT_DURATION, "1m", O(debuginfod_retry), 1000000000ll,
      86400000000000ll, "a build id no server could give is not asked again for this long"},
     {"batch-max-messages", CM_OPT_INT, "500", O(batch_max_messages), 1, 1000000,
@@ -178,12 +183,16 @@ static char *symbol_metrics(char *body) {
         {"symbols_negative_total", "no-name answers written (no symbol, or no debug file)", ss.negatives},
         {"debuginfod_requests_total", "debug files asked from debuginfod", zs.fetches},
         {"debuginfod_failures_total", "debuginfod requests that failed", zs.fetch_fail},
+        {"debuginfod_too_big_total", "debug files refused: over debuginfod-max-size", zs.too_big},
+        {"debuginfod_evicted_total", "debug files closed and deleted for debuginfod-cache-size",
+         zs.evicted},
     };
-    size_t len = strlen(body), cap = len + 1 + 8 * 512; /* each entry < 512 bytes */
+    size_t n = sizeof c / sizeof *c;
+    size_t len = strlen(body), cap = len + 1 + n * 512; /* each entry < 512 bytes */
     char *nb = realloc(body, cap);
     if (!nb)
         return body;
-    for (size_t i = 0; i < sizeof c / sizeof *c; i++)
+    for (size_t i = 0; i < n; i++)
         len += (size_t)snprintf(nb + len, cap - len,
                                 "# HELP fleetprof_aggregator_%s %s\n# TYPE fleetprof_aggregator_%s "
                                 "counter\nfleetprof_aggregator_%s %llu\n",
@@ -383,7 +392,9 @@ int main(int argc, char **argv) {
     agg_symbolizer_cfg_t scfg = {cfg.debuginfod_urls,
                                  cfg.debuginfod_cache[0] ? cfg.debuginfod_cache : symcache,
                                  (double)cfg.debuginfod_timeout / 1e9,
-                                 (double)cfg.debuginfod_retry / 1e9};
+                                 (double)cfg.debuginfod_retry / 1e9,
+                                 (uint64_t)cfg.debuginfod_max_size,
+                                 (uint64_t)cfg.debuginfod_cache_size};
     agg_symbolizer_init(&scfg);
     if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
         CM_WARN("%s: names found by the server are not kept", err);

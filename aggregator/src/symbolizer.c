@@ -12,9 +12,18 @@
  * unreachable, too slow) stops every request for retry_s, so a query waits at most one
  * timeout per retry period however many unnamed binaries it shows.
  *
- * Threading: one mutex around everything (lookups in memory take well under a microsecond; a
- * download holds it for at most timeout_s). Memory: one entry per build id asked (bounded by
- * the binaries of the fleet), the debug files mmapped read-only.
+ * Hostile input (issue 28): build ids come from chunk senders and files from servers that may
+ * be reached over plain http. A debug file larger than max_size is refused (DEBUGINFOD_MAXSIZE
+ * for the server, the progress callback for one that does not say its size, the file's size
+ * for one already cached); the files kept open (fd and mmap each) total at most cache_bytes,
+ * and at most MAX_ENTRIES build ids are remembered: past either bound the least recently used
+ * are closed and their downloads deleted; DIE walks are bounded in depth (descend).
+ *
+ * Threading: one mutex around the table; never held during a download. A download runs on the
+ * asking thread with a client of its own; the entry is marked fetching, and other askers of
+ * that build id wait for it (g_cv), while every other lookup goes on. Lookups in memory take
+ * well under a microsecond. Entries are allocated one by one (pointers stay valid) and pinned
+ * (users) while a thread waits on or reads them.
  */
 #define _GNU_SOURCE
 #include "symbolizer.h"
@@ -30,13 +39,16 @@
 #include <gelf.h>
 #include <libiberty/demangle.h>
 #include <pthread.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_BID 64
+#define MAX_ENTRIES 4096 /* build ids remembered (named or negative) */
 
 typedef struct {
     uint64_t addr, end;
@@ -47,7 +59,12 @@ typedef struct {
     uint8_t bid[MAX_BID];
     size_t bid_len;
     int ok;            /* 1: symbols loaded */
+    int fetching;      /* a thread is downloading it (without g_mu) */
+    int users;         /* threads waiting on or reading it: not evicted */
     uint64_t retry_ns; /* !ok: do not ask before this time */
+    uint64_t used_ns;  /* last lookup (least recently used goes first) */
+    uint64_t bytes;    /* ok: size of the debug file kept open */
+    char *path;        /* ok: the download in debuginfod's cache */
     Dwfl *dwfl;
     Dwfl_Module *mod;
     ssym_t *syms;
@@ -55,14 +72,14 @@ typedef struct {
 } entry_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER; /* a fetch ended */
 static int g_on;
-static debuginfod_client *g_client;
 static agg_symbolizer_cfg_t g_cfg;
 static char *g_urls, *g_cache;
-static entry_t *g_ents;
+static entry_t **g_ents;
 static size_t g_n, g_cap;
+static uint64_t g_open_bytes; /* sum of bytes of the ok entries */
 static agg_symbolizer_stats_t g_stats;
-static uint64_t g_deadline_ns;
 static uint64_t g_down_until_ns; /* the servers failed (not "no such file"): ask none until */
 
 static uint64_t now_ns(void) {
@@ -71,9 +88,19 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+typedef struct {
+    uint64_t deadline_ns;
+    int too_big;
+} fetch_ctx_t;
+
+/* libdebuginfod's progress callback: a bytes received so far, b the size when the server said
+ * it. Nonzero aborts the transfer: past the deadline, or past max_size (a server that does not
+ * announce the size is not checked by DEBUGINFOD_MAXSIZE). */
 static int progress(debuginfod_client *c, long a, long b) {
-    (void)c, (void)a, (void)b;
-    return now_ns() > g_deadline_ns; /* nonzero aborts the transfer */
+    fetch_ctx_t *x = debuginfod_get_user_data(c);
+    if ((a > 0 && (uint64_t)a > g_cfg.max_size) || (b > 0 && (uint64_t)b > g_cfg.max_size))
+        x->too_big = 1; /* b is -1 or 0 when the size is unknown */
+    return x->too_big || now_ns() > x->deadline_ns;
 }
 
 int agg_symbolizer_init(const agg_symbolizer_cfg_t *cfg) {
@@ -84,6 +111,10 @@ int agg_symbolizer_init(const agg_symbolizer_cfg_t *cfg) {
         g_cfg.timeout_s = 5;
     if (g_cfg.retry_s <= 0)
         g_cfg.retry_s = 60;
+    if (!g_cfg.max_size)
+        g_cfg.max_size = AGG_SYMBOLIZER_MAX_SIZE;
+    if (!g_cfg.cache_bytes)
+        g_cfg.cache_bytes = AGG_SYMBOLIZER_CACHE_BYTES;
     const char *urls = cfg->urls && *cfg->urls ? cfg->urls : getenv("DEBUGINFOD_URLS");
     if (!urls || !*urls)
         goto out;
@@ -97,33 +128,51 @@ int agg_symbolizer_init(const agg_symbolizer_cfg_t *cfg) {
     char t[32];
     snprintf(t, sizeof t, "%d", (int)(g_cfg.timeout_s + 0.999));
     setenv("DEBUGINFOD_TIMEOUT", t, 1);
-    if (!(g_client = debuginfod_begin())) {
+    snprintf(t, sizeof t, "%llu", (unsigned long long)g_cfg.max_size);
+    setenv(DEBUGINFOD_MAXSIZE_ENV_VAR, t, 1); /* the server refuses, or says the size first */
+    debuginfod_client *probe = debuginfod_begin();
+    if (!probe) {
         CM_WARN("symbolizer: debuginfod_begin failed: server-side symbolization off");
         rc = CM_ENOMEM;
         goto out;
     }
-    debuginfod_set_progressfn(g_client, progress);
+    debuginfod_end(probe);
     g_on = 1;
-    CM_INFO("symbolizer: debuginfod %s (timeout %.1fs, retry after %.0fs)", urls,
-            g_cfg.timeout_s, g_cfg.retry_s);
+    CM_INFO("symbolizer: debuginfod %s (timeout %.1fs, retry after %.0fs, files up to %llu "
+            "bytes, %llu bytes kept open)", urls, g_cfg.timeout_s, g_cfg.retry_s,
+            (unsigned long long)g_cfg.max_size, (unsigned long long)g_cfg.cache_bytes);
 out:
     pthread_mutex_unlock(&g_mu);
     return rc;
 }
 
+/* Closes e's debug file and forgets its symbols (g_mu held; e not in use). */
+static void entry_close(entry_t *e) {
+    free(e->syms);
+    if (e->dwfl)
+        dwfl_end(e->dwfl);
+    free(e->path);
+    if (e->ok)
+        g_open_bytes -= e->bytes;
+    e->syms = NULL;
+    e->dwfl = NULL;
+    e->mod = NULL;
+    e->path = NULL;
+    e->nsyms = 0;
+    e->bytes = 0;
+    e->ok = 0;
+}
+
 void agg_symbolizer_shutdown(void) {
     pthread_mutex_lock(&g_mu);
     for (size_t i = 0; i < g_n; i++) {
-        free(g_ents[i].syms);
-        if (g_ents[i].dwfl)
-            dwfl_end(g_ents[i].dwfl);
+        entry_close(g_ents[i]);
+        free(g_ents[i]);
     }
     free(g_ents);
     g_ents = NULL;
     g_n = g_cap = 0;
-    if (g_client)
-        debuginfod_end(g_client);
-    g_client = NULL;
+    g_open_bytes = 0;
     free(g_urls);
     free(g_cache);
     g_urls = g_cache = NULL;
@@ -190,58 +239,155 @@ static int load(entry_t *e, int fd, const char *path) {
     return 0;
 }
 
+/* The least recently used entry other than keep that no thread uses (ok ones only when
+ * open_only), or NULL. */
+static entry_t *lru(const entry_t *keep, int open_only) {
+    entry_t *best = NULL;
+    for (size_t i = 0; i < g_n; i++) {
+        entry_t *e = g_ents[i];
+        if (e == keep || e->users || e->fetching || (open_only && !e->ok))
+            continue;
+        if (!best || e->used_ns < best->used_ns)
+            best = e;
+    }
+    return best;
+}
+
+/* Closes e and deletes its download (g_mu held): asked again, it is fetched again. */
+static void evict_files(entry_t *e) {
+    if (e->path && g_cache && !strncmp(e->path, g_cache, strlen(g_cache))) {
+        unlink(e->path);
+        char *dir = strdup(e->path);
+        if (dir)
+            rmdir(dirname(dir)); /* <cache>/<build id>/, when empty */
+        free(dir);
+    }
+    entry_close(e);
+    g_stats.evicted++;
+}
+
+/* Removes entry e from the table and frees it (g_mu held, e not in use). */
+static void entry_drop(entry_t *e) {
+    for (size_t i = 0; i < g_n; i++)
+        if (g_ents[i] == e) {
+            g_ents[i] = g_ents[--g_n];
+            break;
+        }
+    if (e->ok)
+        evict_files(e);
+    else
+        entry_close(e);
+    free(e);
+}
+
+/* The entry of a build id, added when new (past MAX_ENTRIES the least recently used goes).
+ * A linear scan: at most MAX_ENTRIES build ids of 20 bytes, a few microseconds at worst. */
 static entry_t *get_entry(const uint8_t *bid, size_t bl) {
     for (size_t i = 0; i < g_n; i++)
-        if (g_ents[i].bid_len == bl && !memcmp(g_ents[i].bid, bid, bl))
-            return &g_ents[i];
+        if (g_ents[i]->bid_len == bl && !memcmp(g_ents[i]->bid, bid, bl))
+            return g_ents[i];
+    entry_t *old = g_n >= MAX_ENTRIES ? lru(NULL, 0) : NULL;
+    if (old)
+        entry_drop(old);
     if (g_n == g_cap) {
         size_t nc = g_cap ? 2 * g_cap : 64;
-        entry_t *ne = realloc(g_ents, nc * sizeof *ne);
+        entry_t **ne = realloc(g_ents, nc * sizeof *ne);
         if (!ne)
             return NULL;
         g_ents = ne;
         g_cap = nc;
     }
-    entry_t *e = &g_ents[g_n++];
-    memset(e, 0, sizeof *e);
+    entry_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
     memcpy(e->bid, bid, bl);
     e->bid_len = bl;
+    g_ents[g_n++] = e;
     return e;
 }
 
-static void fetch(entry_t *e) {
-    uint64_t t0 = now_ns();
+/* Downloads and loads the debug file of e's build id into f (g_mu NOT held: e is marked
+ * fetching, no other thread touches it). Returns 0, -ENOENT (no server has it), -EFBIG (larger
+ * than max_size), or another negative errno (down, unreachable, too slow). */
+static int fetch(const entry_t *e, entry_t *f) {
+    debuginfod_client *c = debuginfod_begin();
+    if (!c)
+        return -ENOMEM;
+    fetch_ctx_t ctx = {now_ns() + (uint64_t)(g_cfg.timeout_s * 1e9), 0};
+    debuginfod_set_user_data(c, &ctx);
+    debuginfod_set_progressfn(c, progress);
     char *path = NULL;
-    g_stats.fetches++;
-    g_deadline_ns = t0 + (uint64_t)(g_cfg.timeout_s * 1e9);
-    int fd = debuginfod_find_debuginfo(g_client, e->bid, (int)e->bid_len, &path);
-    if (fd >= 0 && load(e, fd, path) == 0) {
-        e->ok = 1;
-    } else {
-        char hex[2 * MAX_BID + 1];
-        for (size_t i = 0; i < e->bid_len; i++)
-            snprintf(hex + 2 * i, 3, "%02x", e->bid[i]);
-        CM_WARN("symbolizer: no debug file for build id %s: %s (next try in %.0fs)", hex,
-                fd < 0 ? strerror(-fd) : "unreadable", g_cfg.retry_s);
-        if (e->dwfl)
-            dwfl_end(e->dwfl);
-        else if (fd >= 0)
+    int fd = debuginfod_find_debuginfo(c, e->bid, (int)e->bid_len, &path);
+    debuginfod_end(c);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size > g_cfg.max_size)
+        ctx.too_big = 1; /* cached before the bound was lowered, or a server ignoring it */
+    if (ctx.too_big || fd == -EFBIG) {
+        if (fd >= 0)
             close(fd);
-        free(e->syms);
-        e->dwfl = NULL;
-        e->mod = NULL;
-        e->syms = NULL;
-        e->nsyms = 0;
-        g_stats.fetch_fail++;
-        e->retry_ns = now_ns() + (uint64_t)(g_cfg.retry_s * 1e9);
-        /* down, unreachable or too slow (anything but "the servers have no such file"): no
-         * other build id asks them before retry_s either, so one query waits at most one
-         * timeout however many binaries it shows */
-        if (fd < 0 && (fd != -ENOENT || now_ns() - t0 >= (uint64_t)(0.8 * g_cfg.timeout_s * 1e9)))
-            g_down_until_ns = e->retry_ns; /* (a transfer cut at the deadline says ENOENT) */
+        if (path && g_cache && !strncmp(path, g_cache, strlen(g_cache)))
+            unlink(path);
+        free(path);
+        return -EFBIG;
     }
-    free(path);
+    if (fd < 0) {
+        free(path);
+        return fd;
+    }
+    f->path = path;
+    f->bytes = (uint64_t)st.st_size;
+    if (load(f, fd, path) != 0) {
+        if (!f->dwfl)
+            close(fd);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Asks the servers for e (g_mu held on entry and on return; released during the download),
+ * then keeps the open files within cache_bytes. */
+static void fetch_entry(entry_t *e) {
+    uint64_t t0 = now_ns();
+    g_stats.fetches++;
+    e->fetching = 1;
+    pthread_mutex_unlock(&g_mu);
+    entry_t f = {0};
+    int rc = fetch(e, &f);
+    pthread_mutex_lock(&g_mu);
+    e->fetching = 0;
+    pthread_cond_broadcast(&g_cv);
     g_stats.fetch_ns += now_ns() - t0;
+    if (rc == 0) {
+        e->dwfl = f.dwfl;
+        e->mod = f.mod;
+        e->syms = f.syms;
+        e->nsyms = f.nsyms;
+        e->path = f.path;
+        e->bytes = f.bytes;
+        e->ok = 1;
+        g_open_bytes += e->bytes;
+        for (entry_t *v; g_open_bytes > g_cfg.cache_bytes && (v = lru(e, 1));)
+            evict_files(v);
+        return;
+    }
+    f.ok = 0;
+    entry_close(&f);
+    char hex[2 * MAX_BID + 1];
+    for (size_t i = 0; i < e->bid_len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", e->bid[i]);
+    CM_WARN("symbolizer: no debug file for build id %s: %s (next try in %.0fs)", hex,
+            rc == -EFBIG ? "larger than debuginfod-max-size" : rc == -EINVAL ? "unreadable"
+                                                                 : strerror(-rc),
+            g_cfg.retry_s);
+    g_stats.fetch_fail++;
+    g_stats.too_big += rc == -EFBIG;
+    e->retry_ns = now_ns() + (uint64_t)(g_cfg.retry_s * 1e9);
+    /* down, unreachable or too slow (anything but "the servers have no such file" or "too
+     * large"): no other build id asks them before retry_s either, so one query waits at most
+     * one timeout however many binaries it shows (a transfer cut at the deadline says ENOENT) */
+    if (rc != -EFBIG && rc != -EINVAL &&
+        (rc != -ENOENT || now_ns() - t0 >= (uint64_t)(0.8 * g_cfg.timeout_s * 1e9)))
+        g_down_until_ns = e->retry_ns;
 }
 
 /* A DIE's function name: its linkage name demangled, else its name (both through its
@@ -273,13 +419,16 @@ static int chain_add(char **buf, size_t *len, const char *name, const char *file
 }
 
 #define MAX_SCOPES 64
+#define MAX_NEST 64 /* namespaces and classes nested in one another that descend enters */
 
 /* The scopes containing pc below parent into path[n..] (outermost first); returns the new
  * count. Only the DIEs that can hold code are entered (functions, inlined instances, blocks;
  * namespaces and classes for C++ member functions), so a lookup reads the top-level DIEs of
  * its CU and the children of the scopes on its way down, not the whole CU as dwarf_getscopes
- * does (which cost ~2.6 ms per address on python3's debug file). */
-static int descend(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *path, int n) {
+ * does (which cost ~2.6 ms per address on python3's debug file). The recursion is bounded:
+ * MAX_SCOPES scopes, and at most MAX_NEST namespaces/classes (nest) around each, so a debug
+ * file with a million nested namespaces cannot exhaust the stack. */
+static int descend(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *path, int n, int nest) {
     Dwarf_Die child;
     if (n >= MAX_SCOPES || dwarf_child(parent, &child) != 0)
         return n;
@@ -289,11 +438,12 @@ static int descend(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *path, int n) {
             tag == DW_TAG_lexical_block) {
             if (dwarf_haspc(&child, pc) == 1) {
                 path[n] = child;
-                return descend(&path[n], pc, path, n + 1);
+                return descend(&path[n], pc, path, n + 1, 0);
             }
-        } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
-                   tag == DW_TAG_structure_type || tag == DW_TAG_module) {
-            int m = descend(&child, pc, path, n);
+        } else if ((tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
+                    tag == DW_TAG_structure_type || tag == DW_TAG_module) &&
+                   nest < MAX_NEST) {
+            int m = descend(&child, pc, path, n, nest + 1);
             if (m > n)
                 return m;
         }
@@ -310,7 +460,7 @@ static char *inline_chain(entry_t *e, uint64_t addr, const char *file, int line,
     Dwarf_Addr bias = 0;
     Dwarf_Die *cu = dwfl_module_addrdie(e->mod, addr, &bias);
     Dwarf_Die path[MAX_SCOPES], scopes[MAX_SCOPES];
-    int n = cu ? descend(cu, addr - bias, path, 0) : 0;
+    int n = cu ? descend(cu, addr - bias, path, 0, 0) : 0;
     for (int i = 0; i < n; i++) /* innermost first */
         scopes[i] = path[n - 1 - i];
     int ninl = 0;
@@ -368,19 +518,23 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, agg_sy
         return -1;
     pthread_mutex_lock(&g_mu);
     int rc = -1;
+    entry_t *e = NULL;
     if (!g_on)
         goto out;
     g_stats.lookups++;
-    entry_t *e = get_entry(build_id, bid_len);
-    if (!e)
+    if (!(e = get_entry(build_id, bid_len)))
         goto out;
+    e->users++;
+    while (e->fetching) /* another thread downloads it: wait for that, not for others */
+        pthread_cond_wait(&g_cv, &g_mu);
+    e->used_ns = now_ns();
     if (!e->ok) {
         uint64_t now = now_ns();
         if ((e->retry_ns && now < e->retry_ns) || now < g_down_until_ns) {
             g_stats.neg_hits++;
             goto out;
         }
-        fetch(e);
+        fetch_entry(e);
         if (!e->ok)
             goto out;
     }
@@ -417,6 +571,8 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, agg_sy
     g_stats.named++;
     rc = 1;
 out:
+    if (e)
+        e->users--;
     pthread_mutex_unlock(&g_mu);
     return rc;
 }

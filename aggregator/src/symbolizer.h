@@ -5,11 +5,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define AGG_SYMBOLIZER_MAX_SIZE (512ull << 20)   /* default: largest debug file fetched */
+#define AGG_SYMBOLIZER_CACHE_BYTES (2ull << 30) /* default: debug files kept open and cached */
+
 typedef struct {
     const char *urls;      /* debuginfod servers (space-separated); NULL/"": DEBUGINFOD_URLS */
     const char *cache_dir; /* debuginfod's download cache; NULL: DEBUGINFOD_CACHE_PATH or its default */
     double timeout_s;      /* longest one download may take, connect included (> 0) */
     double retry_s;        /* a build id that failed is not asked again for this long */
+    uint64_t max_size;     /* larger debug files are refused (DEBUGINFOD_MAXSIZE); 0: default */
+    uint64_t cache_bytes;  /* debug files kept open, past it the least recently used are closed
+                            * and their downloads deleted; 0: default */
 } agg_symbolizer_cfg_t;
 
 typedef struct {
@@ -17,6 +23,8 @@ typedef struct {
     uint64_t fetches, fetch_fail;  /* debuginfod requests made, and failed (negative cached) */
     uint64_t neg_hits;             /* lookups answered by the negative cache */
     uint64_t fetch_ns;             /* time spent in debuginfod requests and reading the files */
+    uint64_t too_big;              /* fetches refused: file larger than max_size */
+    uint64_t evicted;              /* debug files closed and deleted for cache_bytes */
 } agg_symbolizer_stats_t;
 
 /* Starts the process-wide symbolizer. Without servers (cfg->urls and DEBUGINFOD_URLS both
