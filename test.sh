@@ -72,7 +72,7 @@ fi
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   secs=${FUZZ_SECONDS:-40}
   fuzzers="fuzz-chunk-decode fuzz-collector-frames fuzz-spool-recovery fuzz-api-params"
-  if CC=clang TARGETS="$fuzzers fuzz-seeds" step "build-fuzz" build build-fuzz \
+  if CC=clang CXX=clang++ TARGETS="$fuzzers fuzz-seeds" step "build-fuzz" build build-fuzz \
        -DFLEETPROF_FUZZ=ON; then
     corpus="$ROOT/build-fuzz/corpus"
     mkdir -p "$corpus"
