@@ -36,6 +36,7 @@ PKGS=(
   python3.11-dbg redis-server redis-tools  # bench/symbols-unnamed.sh: debug file of Debian's python3, a redis load
   libjemalloc2            # tests/hostile: jemalloc behind the agent (case jemalloc_sized)
   gdb                     # tests/hostile: every thread's stack of a case that hangs, in the log
+  util-linux libcap2-bin gosu libcap-dev  # tests/hostile: real privilege drops under the agent (setpriv, capsh, gosu, a libcap program)
   linux-perf nginx apache2-utils  # bench/cfi-vs-perf.sh: perf's stacks as ground truth, nginx under ab
 )
 

@@ -4,13 +4,14 @@
 # give identical stdout and exit status, no crash, no hang, and the agent's chunks
 # (see the head comment of test-hostile.c and tests/hostile/README.md).
 #
-#   fp_hostile(<case> SOURCES <files> | GO <module dir>
+#   fp_hostile(<case> SOURCES <files> | GO <module dir> | PROG <installed program>
 #              [TIMEOUT <s>] [REPEAT <n>] [ARGS ...] [ENV VAR=val ...] [LIBS ...]
 #              [LABELS ...] [EXPECT_NO_CHUNKS "<counted reason>"])
 #
 # builds the program hostile-<case> (C or C++ sources; or `go build` of a Go module directory,
 # done by the test fixture hostile.<case>.build with its caches in the build tree, GOFLAGS
-# -mod=mod, no network) and adds the ctest test hostile.<case>. TIMEOUT bounds each run
+# -mod=mod, no network), or takes a program installed by deploy/install-deps.sh (PROG, an
+# absolute path: missing, the test fails), and adds the ctest test hostile.<case>. TIMEOUT bounds each run
 # (default 30 s); REPEAT runs both N times.
 #
 # Labelled `hostile;nosan` and DISABLED in sanitizer builds: a sanitized libfleetprof.so cannot
@@ -21,7 +22,7 @@ target_link_libraries(test-hostile PRIVATE fp_testsupport)
 find_program(FP_GO go PATHS /usr/local/go/bin /usr/lib/go/bin)
 
 function(fp_hostile name)
-  cmake_parse_arguments(H "" "TIMEOUT;REPEAT;EXPECT_NO_CHUNKS;GO" "SOURCES;ARGS;ENV;LIBS;LABELS"
+  cmake_parse_arguments(H "" "TIMEOUT;REPEAT;EXPECT_NO_CHUNKS;GO;PROG" "SOURCES;ARGS;ENV;LIBS;LABELS"
                         ${ARGN})
   set(exe hostile-${name})
   set(test hostile.${name})
@@ -34,6 +35,8 @@ function(fp_hostile name)
               ${FP_GO} build -o ${prog} .)
     set_tests_properties(${test}.build PROPERTIES FIXTURES_SETUP ${test}.fx TIMEOUT 600
       LABELS "hostile;nosan")
+  elseif(H_PROG)
+    set(prog ${H_PROG})
   else()
     add_executable(${exe} ${H_SOURCES})
     set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
@@ -99,6 +102,23 @@ fp_hostile(raw_clone SOURCES hostile/raw_clone.c TIMEOUT 10
   ENV FLEETPROF_CONTROLLER=0 FLEETPROF_CPU_HZ=1000)
 fp_hostile(setxid SOURCES hostile/setxid.c)
 fp_hostile(setxid_drop SOURCES hostile/setxid_drop.c)
+# issue 27: real privilege drops; our thread takes the credentials of the thread that changes
+# its own (KEEPCAPS, capset, securebits, bounding and ambient sets): setpriv and the libcap
+# program aborted in glibc's setxid_error before. 20 runs each.
+set(fp_exec_only "the program execs a short-lived command as nobody: nothing to say before")
+fp_hostile(setpriv_clear_groups PROG /usr/bin/setpriv REPEAT 20 TIMEOUT 10
+  ARGS --reuid=65534 --regid=65534 --clear-groups /bin/echo hi EXPECT_NO_CHUNKS ${fp_exec_only})
+fp_hostile(setpriv_init_groups PROG /usr/bin/setpriv REPEAT 20 TIMEOUT 10
+  ARGS --reuid=65534 --regid=65534 --init-groups --inh-caps=-all --bounding-set=-all /bin/id
+  EXPECT_NO_CHUNKS ${fp_exec_only})
+fp_hostile(capsh_user PROG /usr/sbin/capsh REPEAT 20 TIMEOUT 10 ARGS --user=nobody -- -c id
+  EXPECT_NO_CHUNKS ${fp_exec_only})
+fp_hostile(capsh_keep PROG /usr/sbin/capsh REPEAT 20 TIMEOUT 10
+  ARGS --keep=1 --user=nobody --caps=cap_net_bind_service+eip -- -c id
+  EXPECT_NO_CHUNKS ${fp_exec_only})
+fp_hostile(gosu PROG /usr/sbin/gosu REPEAT 20 TIMEOUT 10 ARGS nobody id
+  EXPECT_NO_CHUNKS ${fp_exec_only})
+fp_hostile(setxid_libcap SOURCES hostile/setxid_libcap.c LIBS cap REPEAT 20 TIMEOUT 20)
 fp_hostile(fork_in_handler SOURCES hostile/fork_in_handler.c TIMEOUT 20 REPEAT 5)
 fp_hostile(seccomp_strict SOURCES hostile/seccomp_strict.c)
 fp_hostile(jemalloc_sized SOURCES hostile/jemalloc_sized.c

@@ -738,6 +738,7 @@ static void *bg_main(void *arg) {
     if (!atomic_load(&ag.requests) && !atomic_exchange(&g_wake_early, 0))
         ppoll(NULL, 0, &delay, &wait_set);
     atomic_store(&g_wake_pending, 0);
+    ag_creds_serve(); /* a credential change waits for this thread (creds.c): at every step */
     pthread_setname_np(pthread_self(), "fleetprof"); /* visible in top -H, perf, gdb */
     /* Issue 13: whose malloc is this? The agent's own allocations never go there (ag_alloc.c),
      * but elfutils and dlopen would. Once, here rather than in the constructor: a short-lived
@@ -747,6 +748,7 @@ static void *bg_main(void *arg) {
         ag_loader_enter();
         int trusted = ag_malloc_trusted(why, sizeof why);
         ag_loader_leave();
+        ag_creds_serve();
         if (!trusted) {
             g_foreign_malloc = 1;
             ag_symbols_disable();
@@ -779,7 +781,9 @@ static void *bg_main(void *arg) {
      * from after the table build (1-2 s under ThreadSanitizer). */
     int found0;
     ag_thread_scan(&found0);
+    ag_creds_serve();
     ag_cfi_tick();
+    ag_creds_serve();
     /* Samples taken until now hold stack copies (defer.c), unwound as the rings are drained;
      * from here on the handler unwinds with the published tables. */
 
@@ -853,8 +857,7 @@ static void *bg_main(void *arg) {
         ppoll(&pfd, sfd >= 0 ? 1 : 0, &ts, &wait_set); /* EINTR: a wake */
         atomic_store(&g_wake_pending, 0);
         int req = atomic_exchange(&ag.requests, 0);
-        if (req & AG_REQ_CAPS) /* a set*id call waits for this thread to match its caps */
-            ag_sandbox_caps_apply();
+        ag_creds_serve(); /* a credential change waits for this thread to take its own */
 
         pthread_mutex_lock(&ag_work_mu);
         /* Objects loaded or unloaded since the last tick, before any drain: a stack copy
@@ -984,6 +987,12 @@ int ag_bg_start(void) {
     return 0;
 }
 
+static int g_must_join; /* creds.c: the thread must be gone, not only idle */
+
+void ag_bg_force_join(void) { g_must_join = 1; }
+
+int ag_bg_alive(void) { return g_started; }
+
 void ag_bg_stop(void) {
     if (!g_started)
         return;
@@ -991,7 +1000,7 @@ void ag_bg_stop(void) {
     /* A process with nothing to say (exiting before its first sample: a short-lived helper)
      * does not wait for the background thread, which may not even have run yet: the work lock
      * is taken and kept, so that the thread stays out of its work until exit ends it. */
-    if (pthread_mutex_trylock(&ag_work_mu) == 0) {
+    if (!g_must_join && pthread_mutex_trylock(&ag_work_mu) == 0) {
         if (nothing_to_say())
             return; /* ag_work_mu stays held on purpose */
         pthread_mutex_unlock(&ag_work_mu);

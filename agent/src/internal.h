@@ -541,8 +541,14 @@ AG_HIDDEN int ag_unseen_child(void);
 AG_HIDDEN void ag_agent_stop(void);
 /* ---- sandbox.c: fork from a signal handler, seccomp ---- */
 AG_HIDDEN void ag_sandbox_init(void); /* constructor, after ag_signal_init */
-/* bg: take the capability sets a set*id caller posted (sandbox.c) */
-AG_HIDDEN void ag_sandbox_caps_apply(void);
+/* ---- creds.c: our thread takes the credentials of a thread that changes its own ---- */
+AG_HIDDEN void ag_creds_serve(void); /* bg thread: take the posted credentials, if any */
+AG_HIDDEN int ag_creds_prctl_op(long op, long a2); /* a prctl that changes credentials? */
+AG_HIDDEN int ag_creds_syscall_nr(long nr, long a0, long a1); /* such a raw syscall? */
+AG_HIDDEN void ag_creds_changed(void); /* app thread, after such a call: wait for ours */
+AG_HIDDEN extern _Atomic uint64_t ag_creds_mirrors, ag_creds_failures;
+AG_HIDDEN void ag_bg_force_join(void); /* the next ag_bg_stop joins the thread, always */
+AG_HIDDEN int ag_bg_alive(void);       /* started and not stopped */
 AG_HIDDEN extern _Atomic int ag_sandboxed; /* a seccomp filter: no syscall of ours any more */
 AG_HIDDEN void ag_bg_wake(int req); /* async-signal-safe */
 AG_HIDDEN uint64_t ag_now_real(void);

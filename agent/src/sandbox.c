@@ -22,13 +22,8 @@
  * written (it counts one DROP_HOST_UNSAFE: profiling stopped early), the bg thread joined, the
  * hooks forwarding only and exiting threads making no syscall of ours. Then the call proceeds.
  *
- * set*id: glibc broadcasts setuid/setgid/setgroups/... to every thread (SIGSETXID) and aborts
- * the process (setxid_error) when the call succeeds on one thread and fails on another.
- * Capabilities are per thread: a program that dropped CAP_SETUID on its own threads gets
- * EPERM on each of them, while the agent's thread, which kept them, would succeed. Before
- * each such call the agent's thread takes the calling thread's capability sets (intersected
- * with its own: sets can only shrink) and the call then fails or succeeds on every thread
- * alike. The caller waits for that (at most 1 s; the bg thread acts at its next wake-up).
+ * set*id, capset and the credential prctls: creds.c (the prctl and syscall interposers below
+ * tell it of the calls that change credentials).
  *
  * Thread contract: the interposers run on application threads; the fork scan reads only the
  * calling thread's own stack.
@@ -172,65 +167,6 @@ __attribute__((visibility("default"))) pid_t _Fork(void) {
     return ag_loader_fork(g_raw_fork);
 }
 
-/* ---- set*id: the agent's thread takes the caller's capabilities ---- */
-
-#include <grp.h>
-#include <linux/capability.h>
-
-static struct __user_cap_data_struct g_caps[2]; /* the caller's, for the bg thread */
-static _Atomic uint64_t g_caps_req, g_caps_done;
-
-void ag_sandbox_caps_apply(void) {
-    uint64_t want = atomic_load(&g_caps_req);
-    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct mine[2];
-    if (syscall(SYS_capget, &h, mine) == 0) {
-        for (int i = 0; i < 2; i++) {
-            mine[i].effective &= g_caps[i].effective;
-            mine[i].permitted &= g_caps[i].permitted;
-            mine[i].inheritable &= g_caps[i].inheritable;
-        }
-        syscall(SYS_capset, &h, mine);
-    }
-    atomic_store(&g_caps_done, want);
-}
-
-static void caps_match(void) {
-    if (!atomic_load(&ag.running))
-        return;
-    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-    if (syscall(SYS_capget, &h, g_caps) != 0)
-        return;
-    uint64_t gen = atomic_fetch_add(&g_caps_req, 1) + 1;
-    ag_bg_wake(AG_REQ_CAPS);
-    for (int i = 0; i < 1000 && atomic_load(&g_caps_done) < gen && atomic_load(&ag.running); i++) {
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
-}
-
-#define SETID(ret, name, params, args)                                                            \
-    AG_NO_TSAN __attribute__((visibility("default"))) ret name params {                            \
-        static ret(*real) params;                                                                  \
-        if (!real)                                                                                 \
-            real = (ret(*) params)dlsym(RTLD_NEXT, #name);                                         \
-        if (!real) {                                                                               \
-            errno = ENOSYS;                                                                        \
-            return -1;                                                                             \
-        }                                                                                          \
-        caps_match();                                                                              \
-        return real args;                                                                          \
-    }
-SETID(int, setuid, (uid_t u), (u))
-SETID(int, setgid, (gid_t g), (g))
-SETID(int, seteuid, (uid_t u), (u))
-SETID(int, setegid, (gid_t g), (g))
-SETID(int, setreuid, (uid_t r, uid_t e), (r, e))
-SETID(int, setregid, (gid_t r, gid_t e), (r, e))
-SETID(int, setresuid, (uid_t r, uid_t e, uid_t s), (r, e, s))
-SETID(int, setresgid, (gid_t r, gid_t e, gid_t s), (r, e, s))
-SETID(int, setgroups, (size_t n, const gid_t *l), (n, l))
-
 /* ---- seccomp ---- */
 
 static void quiesce(void) {
@@ -254,7 +190,10 @@ AG_NO_TSAN __attribute__((visibility("default"))) int prctl(int op, unsigned lon
         errno = ENOSYS;
         return -1;
     }
-    return real(op, a2, a3, a4, a5);
+    int rc = real(op, a2, a3, a4, a5);
+    if (rc == 0 && ag_creds_prctl_op(op, (long)a2))
+        ag_creds_changed();
+    return rc;
 }
 
 /* syscall(3) itself, without libc's: the agent calls syscall() too (gettid in handlers), and
@@ -281,5 +220,7 @@ AG_NO_TSAN __attribute__((visibility("default"))) long syscall(long nr, ...) {
         errno = (int)-ret;
         return -1;
     }
+    if (AG_UNLIKELY(ag_creds_syscall_nr(nr, a[0], a[1])) && ret == 0)
+        ag_creds_changed(); /* one thread's credentials (creds.c) */
     return ret;
 }
