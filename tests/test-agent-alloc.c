@@ -12,6 +12,7 @@
  *     dlopen/dlclose                                            alloc_dlopen
  *     allocation in an application signal handler              alloc_in_signal
  *     a program with its own allocator                          own_allocator
+ *     a non-PIE program taking malloc's address: not its own      nonpie_malloc_address
  * Every program runs under a time limit: a hang is killed and fails the test as "hung".
  *
  * Statistics: with a mean period P, a site allocating B bytes in objects much smaller than P
@@ -860,6 +861,29 @@ static void test_own_allocator(void) {
     }
 }
 
+/* A non-PIE program that takes malloc's address (issue 27; Debian's python3.11): its
+ * undefined malloc with a non-zero value (the canonical PLT entry every address-of-malloc
+ * resolves to) is not a definition, and the process keeps its in-process symbols: before, the
+ * agent logged "the program defines malloc itself" and named no frame at all. */
+static void test_nonpie_malloc_address(void) {
+    char *dir = mkout(), prog[4096], out[8192];
+    prog_path("alloc_nonpie", prog, sizeof prog);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_LOG_LEVEL=info",
+                         "FLEETPROF_CPU_HZ=200", NULL};
+    const char *argv[] = {prog, NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECK_EXIT0(st, 60, out);
+    CHECKF(strstr(out, "canonical_plt=1") != NULL, "not the case under test: %s", out);
+    CHECKF(strstr(out, "malloc itself") == NULL && strstr(out, "no symbols are read") == NULL,
+           "%s", out);
+    chunks_t *cs = load(dir);
+    tot_t b = total(cs, CM_EV_CPU, "nonpie_burn", 0);
+    printf("  nonpie_burn: %llu CPU samples\n", (unsigned long long)b.samples);
+    CHECK(b.samples >= 10);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* FLEETPROF_ENABLED=0: hooks forward, nothing is written, the program's results are exact. */
 static void test_off_switch(void) {
     char *dir = mkout(), prog[4096], out[4096];
@@ -957,6 +981,7 @@ static const tr_test_t tests[] = {
     {"alloc_mtfork", test_alloc_mtfork},
     {"alloc_dlopen", test_alloc_dlopen},
     {"own_allocator", test_own_allocator},
+    {"nonpie_malloc_address", test_nonpie_malloc_address},
     {"off_switch", test_off_switch},
     {NULL, NULL},
 };

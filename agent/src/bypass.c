@@ -207,3 +207,122 @@ void ag_bypass_apply(const ag_bypass_t *b, size_t n, uintptr_t self_lo, uintptr_
     (void)self_hi;
 #endif
 }
+
+/* ---- where a function is defined (issue 27) ----
+ *
+ * The object whose definition of a function the program's calls reach: the first object, in
+ * load order (the global scope's order for the objects loaded at start), whose dynamic symbol
+ * table DEFINES it (a section index, not SHN_UNDEF), other than the one holding `self`. The
+ * address a data relocation resolves to is not that: a non-PIE executable that takes
+ * malloc's address (Debian's python3.11) has an undefined `malloc` with a non-zero value, its
+ * canonical PLT entry, which every address-of-malloc (ours included) resolves to, while its
+ * calls go on to libc's. */
+typedef struct {
+    const char *name;
+    uintptr_t self, addr;
+} def_walk_t;
+
+static uint32_t hash_gnu(const char *s) {
+    uint32_t h = 5381;
+    for (; *s; s++)
+        h = h * 33 + (unsigned char)*s;
+    return h;
+}
+
+static uint32_t hash_sysv(const char *s) {
+    uint32_t h = 0;
+    for (; *s; s++) {
+        h = (h << 4) + (unsigned char)*s;
+        uint32_t g = h & 0xf0000000u;
+        h ^= g >> 24;
+        h &= ~g;
+    }
+    return h;
+}
+
+typedef struct {
+    const ElfW(Sym) *sym;
+    const char *str;
+    size_t strsz;
+    const uint32_t *gnu, *sysv;
+} dynsym_t;
+
+static int dynsym_of(const struct dl_phdr_info *info, dynsym_t *d) {
+    const ElfW(Dyn) *dyn = NULL;
+    uintptr_t base = info->dlpi_addr, symtab = 0, strtab = 0, gnu = 0, sysv = 0;
+    memset(d, 0, sizeof *d);
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
+    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
+        uintptr_t p = dyn->d_un.d_ptr;
+        switch (dyn->d_tag) {
+        case DT_SYMTAB: symtab = p; break;
+        case DT_STRTAB: strtab = p; break;
+        case DT_STRSZ: d->strsz = dyn->d_un.d_val; break;
+        case DT_GNU_HASH: gnu = p; break;
+        case DT_HASH: sysv = p; break;
+        default: break;
+        }
+    }
+#define AG_FIX(p) ((p) && (p) < base ? (p) + base : (p))
+    d->sym = (const ElfW(Sym) *)AG_FIX(symtab);
+    d->str = (const char *)AG_FIX(strtab);
+    d->gnu = (const uint32_t *)AG_FIX(gnu);
+    d->sysv = (const uint32_t *)AG_FIX(sysv);
+#undef AG_FIX
+    return d->sym && d->str && d->strsz && (d->gnu || d->sysv);
+}
+
+static int sym_is(const dynsym_t *d, uint32_t i, const char *name) {
+    return d->sym[i].st_name < d->strsz && !strcmp(d->str + d->sym[i].st_name, name);
+}
+
+/* The object's dynamic symbol of that name (defined or not), or NULL. */
+static const ElfW(Sym) *dynsym_find(const dynsym_t *d, const char *name) {
+    if (d->gnu) {
+        uint32_t nb = d->gnu[0], off = d->gnu[1], bloom = d->gnu[2];
+        const uint32_t *bucket = d->gnu + 4 + bloom * (sizeof(ElfW(Addr)) / 4);
+        const uint32_t *chain = bucket + nb;
+        uint32_t h = hash_gnu(name);
+        uint32_t i = nb ? bucket[h % nb] : 0;
+        if (i < off)
+            return NULL;
+        for (;; i++) {
+            uint32_t c = chain[i - off];
+            if ((c | 1) == (h | 1) && sym_is(d, i, name))
+                return &d->sym[i];
+            if (c & 1)
+                return NULL;
+        }
+    }
+    uint32_t nb = d->sysv[0], nchain = d->sysv[1];
+    const uint32_t *bucket = d->sysv + 2, *chain = bucket + nb;
+    for (uint32_t i = nb ? bucket[hash_sysv(name) % nb] : 0, n = 0; i && i < nchain && n < nchain;
+         i = chain[i], n++)
+        if (sym_is(d, i, name))
+            return &d->sym[i];
+    return NULL;
+}
+
+static int def_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    def_walk_t *w = arg;
+    dynsym_t d;
+    if (in_object(info, w->self) || !dynsym_of(info, &d))
+        return 0;
+    const ElfW(Sym) *s = dynsym_find(&d, w->name);
+    if (!s || s->st_shndx == SHN_UNDEF || s->st_value == 0) /* UND: a canonical PLT entry */
+        return 0;
+    int type = ELF64_ST_TYPE(s->st_info), bind = ELF64_ST_BIND(s->st_info);
+    if ((type != STT_FUNC && type != STT_GNU_IFUNC) || (bind != STB_GLOBAL && bind != STB_WEAK))
+        return 0;
+    w->addr = info->dlpi_addr + s->st_value;
+    return 1;
+}
+
+uintptr_t ag_definition_of(const char *name, uintptr_t self) {
+    def_walk_t w = {name, self, 0};
+    dl_iterate_phdr(def_cb, &w);
+    return w.addr;
+}

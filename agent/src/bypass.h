@@ -27,4 +27,9 @@ typedef struct ag_bypass_stats {
 AG_HIDDEN void ag_bypass_apply(const ag_bypass_t *b, size_t n, uintptr_t self_lo,
                                uintptr_t self_hi, ag_bypass_stats_t *st);
 
+/* The address of the first definition of function `name` (a defined dynamic symbol, not a
+ * canonical PLT entry) in load order, skipping the object that holds address `self`; 0 if
+ * none (bypass.c). */
+AG_HIDDEN uintptr_t ag_definition_of(const char *name, uintptr_t self);
+
 #endif

@@ -249,28 +249,39 @@ int ag_alloc_headers_init(void) {
 
 /* ---- whose malloc the process runs on (issue 13: foreign allocators) ----
  *
- * The global malloc is the definition every object's calls (and ld.so's own, for dlopen and
- * thread-local storage) reach: the address a data relocation against "malloc" resolves to.
- * When it is ours, the allocator behind it is R.malloc, the next definition after us. */
+ * The malloc every object's calls (and ld.so's own, for dlopen and thread-local storage) reach
+ * is the first DEFINITION of it in the global scope: decided from the symbol tables
+ * (ag_definition_of), not from the address a data relocation against "malloc" resolves to. A
+ * non-PIE executable that takes malloc's address (Debian's python3.11) has an undefined malloc
+ * with a non-zero value, its canonical PLT entry: every address-of-malloc, ours included,
+ * resolves into the executable, whose own calls go on to libc's (issue 27: the whole process
+ * was left unnamed, "the program defines malloc itself"). When the first definition is ours,
+ * the allocator behind it is R.malloc, the next one. The address is the fallback when no
+ * definition is found (no dynamic symbol table). */
 static void *(*const volatile g_global_malloc)(size_t) = malloc;
 extern void *ag_malloc_self(size_t)
     __attribute__((AG_COPY_ATTRS(malloc) alias("malloc"), visibility("hidden")));
 extern void *__libc_malloc(size_t) __attribute__((weak)); /* glibc's malloc, exported */
 
-int ag_malloc_global_foreign(void) {
-    void *g = (void *)g_global_malloc;
-    if (g == (void *)ag_malloc_self) /* ours: what is behind it (one lookup, no allocation) */
+/* The malloc behind the global one, ours skipped; NULL if unknown yet. */
+static void *global_malloc(int may_resolve) {
+    void *g = (void *)ag_definition_of("malloc", (uintptr_t)ag_malloc_self);
+    if (!g)
+        g = (void *)g_global_malloc;
+    if (g == (void *)ag_malloc_self) { /* the fallback: our own address */
+        if (!READY() && may_resolve)
+            resolve();
         g = READY() ? (void *)R.malloc : dlsym(RTLD_NEXT, "malloc");
-    return !__libc_malloc || g != (void *)__libc_malloc;
+    }
+    return g;
+}
+
+int ag_malloc_global_foreign(void) {
+    return !__libc_malloc || global_malloc(0) != (void *)__libc_malloc;
 }
 
 int ag_malloc_trusted(char *why, size_t why_size) {
-    void *m = (void *)g_global_malloc;
-    if (m == (void *)ag_malloc_self) {
-        if (!READY())
-            resolve();
-        m = (void *)R.malloc;
-    }
+    void *m = global_malloc(1);
     if (!m) {
         snprintf(why, why_size, "no malloc found behind the agent's");
         return 0;
