@@ -98,6 +98,11 @@ fp_hostile(rtsig_default SOURCES hostile/rtsig_default.c)
 fp_hostile(sigterm_chain SOURCES hostile/sigterm_chain.c)
 fp_hostile(sigterm_default SOURCES hostile/sigterm_default.c)
 fp_hostile(sigpending_limit SOURCES hostile/sigpending_limit.c)
+# issue 27: RLIMIT_SIGPENDING 1 and 4 as nobody: the program's own timer and sigqueue as
+# without the agent; 300 with every signal blocked: at most 2 signals pending
+fp_hostile(sigq_nobody_1 SOURCES hostile/sigq_nobody.c ARGS 1 own)
+fp_hostile(sigq_nobody_4 SOURCES hostile/sigq_nobody.c ARGS 4 own)
+fp_hostile(sigq_nobody_300 SOURCES hostile/sigq_nobody.c ARGS 300 blockall)
 fp_hostile(raw_clone SOURCES hostile/raw_clone.c TIMEOUT 10
   ENV FLEETPROF_CONTROLLER=0 FLEETPROF_CPU_HZ=1000)
 fp_hostile(setxid SOURCES hostile/setxid.c)

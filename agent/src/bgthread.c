@@ -117,6 +117,8 @@ void ag_bg_wake(int req) {
         atomic_store(&g_wake_early, 1);
         return;
     }
+    if (ag_sigroom_off)
+        return; /* no slot of RLIMIT_SIGPENDING is ours: the bg thread polls (sigroom.c) */
     if (atomic_exchange(&g_wake_pending, 1))
         return; /* one signal queued already */
     siginfo_t si;
@@ -424,7 +426,10 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
 }
 
 static void wall_tick(uint64_t now) {
-    uint32_t sent = 0, scanned = 0, hw = ag_thread_hw();
+    uint32_t sent = 0, scanned = 0, hw = ag_thread_hw(), in_flight = 0;
+    if (ag_sigroom_walls_limited()) /* RLIMIT_SIGPENDING: requests not taken yet (sigroom.c) */
+        for (uint32_t i = 0; i < hw; i++)
+            in_flight += atomic_load(&ag_threads[i].wall_pending) != 0;
     while (sent < ag.cfg.wall_threads && scanned < hw) {
         if (B.wall_cursor >= hw)
             B.wall_cursor = 0;
@@ -471,6 +476,10 @@ static void wall_tick(uint64_t now) {
             ag_drop_count(CM_EV_WALL, CM_DROP_HOST_UNSAFE, 1);
             continue;
         }
+        if (atomic_load(&t->sig_blocked)) /* blocks ours now (signal.c): it would stay queued */
+            continue;
+        if (ag_sigroom_walls_limited() && !ag_sigroom_wall_ok(in_flight))
+            continue;
         /* Never to a thread in exec (hook_exec.c): a signal queued while it execs stays
          * pending in the new image, where our number's disposition is SIG_DFL again: the
          * process would die of it. The thread sets exec_pending, then waits for wall_sending
@@ -481,9 +490,10 @@ static void wall_tick(uint64_t now) {
             continue;
         }
         atomic_store(&t->wall_pending, 1);
-        if (ag_signal_wall(tid, slot, w, on_cpu) == 0)
+        if (ag_signal_wall(tid, slot, w, on_cpu) == 0) {
             sent++;
-        else
+            in_flight++;
+        } else
             atomic_store(&t->wall_pending, 0);
         atomic_store(&t->wall_sending, 0);
     }
@@ -850,6 +860,8 @@ static void *bg_main(void *arg) {
         pthread_mutex_unlock(&ag_work_mu);
         if (swake >= 0 && swake < timeout)
             timeout = swake;
+        if (ag_sigroom_off && timeout > AG_SIGROOM_POLL_MS)
+            timeout = AG_SIGROOM_POLL_MS; /* no wake signal: requests are seen at least so */
         if (atomic_load(&ag.requests))
             timeout = 0;
         struct pollfd pfd = {sfd, sev, 0};
@@ -866,7 +878,7 @@ static void *bg_main(void *arg) {
         now = ag_now_mono();
         if (lazy_at && now >= lazy_at && !(req & (AG_REQ_STOP | AG_REQ_SIGTERM))) {
             lazy_at = 0;
-            if (!ag.signal_cost_ns) { /* a fork child keeps its parent's */
+            if (!ag.signal_cost_ns && !ag_sigroom_off) { /* a fork child keeps its parent's */
                 pthread_sigmask(SIG_UNBLOCK, &self_set, NULL); /* it signals this thread */
                 ag.signal_cost_ns = ag_signal_calibrate();
                 pthread_sigmask(SIG_BLOCK, &self_set, NULL);

@@ -65,6 +65,7 @@ typedef struct {
 static ag_cred_t g_posted;                  /* the caller's, for the bg thread */
 static _Atomic uint64_t g_req, g_done;      /* generations: posted, mirrored */
 static _Atomic int g_result;                /* of the last mirror: 0 equal, else a step */
+static _Atomic uint64_t g_hold;             /* the bg thread waits while it equals g_done */
 static _Atomic pid_t g_lock_owner;          /* serialises the interposers (see cred_lock) */
 _Atomic uint64_t ag_creds_mirrors, ag_creds_failures;
 
@@ -174,6 +175,15 @@ static int cred_mirror(const ag_cred_t *s) {
     return cred_equal(&a, s) ? 0 : 3;
 }
 
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    raw(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&ts, 0, 0, 0);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Before a broadcast call the bg thread also stays here until the call has returned: glibc's
+ * SIGSETXID then finds it between two steps of its work, not between a chunk file's creation
+ * and its rename (as another user it could not rename it: a stray temporary file). */
 void ag_creds_serve(void) {
     uint64_t want = atomic_load(&g_req);
     if (want == atomic_load(&g_done))
@@ -182,13 +192,13 @@ void ag_creds_serve(void) {
     atomic_fetch_add(&ag_creds_mirrors, 1);
     atomic_store(&g_result, rc);
     atomic_store(&g_done, want);
+    uint64_t end = mono_ns() + AG_CRED_WAIT_NS;
+    while (atomic_load(&g_hold) == want && mono_ns() < end) {
+        struct timespec t = {0, 100000};
+        raw(SYS_nanosleep, (long)&t, 0, 0, 0, 0);
+    }
 }
 
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    raw(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&ts, 0, 0, 0);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* One credential change at a time (the posted copy is shared). A handler interrupting a thread
  * that holds it, and calling set*id itself, goes through: it is the same thread. */
@@ -205,6 +215,7 @@ static int cred_lock(void) {
 }
 
 static void cred_unlock(int took) {
+    atomic_store(&g_hold, 0); /* the bg thread goes on */
     if (took)
         atomic_store(&g_lock_owner, 0);
 }
@@ -220,18 +231,22 @@ static void cred_give_up(int why) {
                 why == -1 ? "no answer within 5 s" : why == 1 ? "over 1024 groups"
                 : why == 2 ? "capget failed" : "our thread cannot match them");
     ag_drop_count(0, CM_DROP_HOST_UNSAFE, 1);
+    atomic_store(&g_hold, 0);
     ag_bg_force_join();
     ag_agent_stop();
 }
 
-/* The calling thread's credentials to the bg thread; waits until it has taken them. */
-static void cred_sync(void) {
+/* The calling thread's credentials to the bg thread; waits until it has taken them. hold:
+ * it then waits for cred_release (a broadcast call in between). */
+static void cred_sync(int hold) {
     if (!atomic_load(&ag.running) || (pid_t)raw(SYS_getpid, 0, 0, 0, 0, 0) != ag.pid ||
         !ag_bg_alive())
         return; /* no agent thread (yet: one created later starts with our credentials) */
     if (cred_capture(&g_posted) != 0)
         return;
     uint64_t gen = atomic_fetch_add(&g_req, 1) + 1;
+    if (hold)
+        atomic_store(&g_hold, gen);
     ag_bg_wake(AG_REQ_CAPS);
     uint64_t end = mono_ns() + AG_CRED_WAIT_NS;
     for (int i = 0; atomic_load(&g_done) < gen; i++) {
@@ -261,7 +276,7 @@ static void cred_sync(void) {
             return -1;                                                                             \
         }                                                                                          \
         int took = cred_lock();                                                                    \
-        cred_sync();                                                                               \
+        cred_sync(1);                                                                              \
         ret rv_ = real args;                                                                       \
         cred_unlock(took);                                                                         \
         return rv_;                                                                                \
@@ -303,7 +318,7 @@ int ag_creds_syscall_nr(long nr, long a0, long a1) {
 
 void ag_creds_changed(void) {
     int took = cred_lock();
-    cred_sync();
+    cred_sync(0);
     cred_unlock(took);
 }
 

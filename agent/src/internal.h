@@ -61,7 +61,7 @@
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
 #define AG_RING_SIZE (32u << 10)     /* bytes per thread ring, power of two */
-#define AG_DROP_REASONS 13           /* cm_drop_reason_t values + 1 */
+#define AG_DROP_REASONS 14           /* cm_drop_reason_t values + 1 */
 
 /* ---- config.c ---- */
 /* FLEETPROF_WALL_HZ's default, read by config.c and by hooks.c (the wait hooks are on while
@@ -171,6 +171,8 @@ typedef struct ag_thread {
     _Atomic uint32_t unw_depth, unw_gen;
     _Atomic int wall_pending;             /* bg sets before a wall signal, handler clears */
     _Atomic int foreign_tls;              /* handler: its TLS is another thread's (raw clone) */
+    _Atomic int sig_blocked;              /* it blocks our signal: no timer, no request */
+    _Atomic int arming;                   /* bg: arming its timer (seq_cst pair, signal.c) */
     _Atomic int exec_pending;             /* hook_exec.c: in exec; no wall signal may be sent */
     _Atomic int wall_sending;             /* bg: between its exec_pending check and the send */
     void *altstack;                       /* our alternate signal stack (mmap), NULL: none */
@@ -541,6 +543,20 @@ AG_HIDDEN int ag_unseen_child(void);
 AG_HIDDEN void ag_agent_stop(void);
 /* ---- sandbox.c: fork from a signal handler, seccomp ---- */
 AG_HIDDEN void ag_sandbox_init(void); /* constructor, after ag_signal_init */
+/* ---- sigroom.c: RLIMIT_SIGPENDING slots the agent may take (issue 27) ---- */
+AG_HIDDEN extern int ag_sigroom_off;  /* no timer, wall request or wake signal at all */
+#define AG_SIGROOM_POLL_MS 50         /* then the bg thread's longest sleep */
+AG_HIDDEN void ag_sigroom_init(void); /* constructor, before any timer */
+AG_HIDDEN int ag_sigroom_take_timer(void); /* 0: none (counted signal_limit) */
+AG_HIDDEN void ag_sigroom_give_timer(void);
+AG_HIDDEN void ag_sigroom_fork_child(void);
+AG_HIDDEN int ag_sigroom_wall_ok(uint32_t in_flight); /* 0: not sent (counted) */
+AG_HIDDEN int ag_sigroom_walls_limited(void);
+/* signal.c: does the calling thread block our signal? (one system call) */
+AG_HIDDEN int ag_signal_blocked_here(void);
+AG_HIDDEN void ag_signal_masks_init(void); /* constructor: the real mask functions */
+/* thread.c: the calling thread (t) blocked or unblocked our signal: its timer stops/starts */
+AG_HIDDEN void ag_thread_sig_blocked(ag_thread_t *t, int blocked);
 /* ---- creds.c: our thread takes the credentials of a thread that changes its own ---- */
 AG_HIDDEN void ag_creds_serve(void); /* bg thread: take the posted credentials, if any */
 AG_HIDDEN int ag_creds_prctl_op(long op, long a2); /* a prctl that changes credentials? */

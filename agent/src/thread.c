@@ -74,9 +74,23 @@ uint64_t ag_thread_cpu_ns(pid_t tid) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void arm_now(ag_thread_t *t, uint64_t period_ns);
+
 static void arm(ag_thread_t *t, uint64_t period_ns) {
     if (!t->has_timer)
         return;
+    /* Not a thread that blocks our signal (signal.c): it sets sig_blocked, then waits for
+     * arming to drop (both seq_cst) before it disarms: an arm either ends before, or sees it. */
+    atomic_store(&t->arming, 1);
+    if (atomic_load(&t->sig_blocked)) {
+        atomic_store(&t->arming, 0);
+        return;
+    }
+    arm_now(t, period_ns);
+    atomic_store(&t->arming, 0);
+}
+
+static void arm_now(ag_thread_t *t, uint64_t period_ns) {
     uint64_t old = atomic_load(&t->cpu_period_ns), value = period_ns;
     struct itimerspec cur;
     if (old && period_ns && timer_gettime(t->timer, &cur) == 0) {
@@ -91,6 +105,36 @@ static void arm(ag_thread_t *t, uint64_t period_ns) {
     its.it_value.tv_nsec = (long)(value % 1000000000u);
     atomic_store(&t->cpu_period_ns, period_ns);
     timer_settime(t->timer, 0, &its, NULL);
+}
+
+/* The calling thread has just blocked (1) or unblocked (0) our signal (signal.c's mask
+ * interposers): its timer is stopped, or started again at the period in force. Only system
+ * calls and atomics: async-signal-safe. */
+void ag_thread_sig_blocked(ag_thread_t *t, int blocked) {
+    if (blocked) {
+        atomic_store(&t->sig_blocked, 1);
+        while (atomic_load(&t->arming))
+            sched_yield();
+        struct itimerspec off;
+        memset(&off, 0, sizeof off);
+        if (t->has_timer)
+            timer_settime(t->timer, 0, &off, NULL);
+        return;
+    }
+    atomic_store(&t->sig_blocked, 0);
+    uint64_t p = atomic_load_explicit(&ag.cpu_period_ns, memory_order_relaxed);
+    if (t->has_timer && p && ag.cfg.cpu_rate > 0) {
+        atomic_store(&t->cpu_period_ns, 0); /* a fresh period: what it ran blocked is not ours */
+        arm_now(t, p);
+    }
+}
+
+static void timer_drop(ag_thread_t *t) {
+    if (t->has_timer) {
+        timer_delete(t->timer);
+        ag_sigroom_give_timer();
+    }
+    t->has_timer = 0;
 }
 
 /* Whether the bg thread's first /proc scan is done: threads it finds later were created while
@@ -109,7 +153,11 @@ static void timer_setup(ag_thread_t *t, pid_t tid, int from_thread_start) {
     sev.sigev_value.sival_ptr = AG_CPU_VALUE(t - ag_threads);
     /* Start of the CPU the first sample's weight covers (see the handler in signal.c). */
     atomic_store(&t->cpu_last_ns, from_thread_start ? 1 : ag_thread_cpu_ns(tid));
-    if (timer_create(tid_cpu_clock(tid), &sev, &t->timer) == 0) {
+    if (!ag_sigroom_take_timer())
+        return; /* RLIMIT_SIGPENDING: the room is the program's (sigroom.c) */
+    if (timer_create(tid_cpu_clock(tid), &sev, &t->timer) != 0)
+        ag_sigroom_give_timer();
+    else {
         t->has_timer = 1;
         uint64_t p = atomic_load_explicit(&ag.cpu_period_ns, memory_order_relaxed);
         if (p && ag.cfg.cpu_rate > 0)
@@ -138,6 +186,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         atomic_store(&t->walking, 0);
         atomic_store(&t->wall_pending, 0);
         atomic_store(&t->foreign_tls, 0);
+        atomic_store(&t->sig_blocked, 0);
         atomic_store(&t->exec_pending, 0);
         t->wall_last_ns = ag_now_mono();
         atomic_store(&t->wall_cpu_after, 0);
@@ -268,8 +317,10 @@ ag_thread_t *ag_thread_register_self(void) {
     }
     pthread_mutex_lock(&g_lock);
     ag_thread_t *t = slot_find(tid); /* maybe registered by the scan already */
-    if (!t && (t = slot_claim(tid)) != NULL)
+    if (!t && (t = slot_claim(tid)) != NULL) {
+        atomic_store(&t->sig_blocked, ag_signal_blocked_here()); /* an inherited mask */
         timer_setup(t, tid, 0);
+    }
     if (t) {
         atomic_store(&t->stack_lo, lo);
         atomic_store(&t->stack_hi, hi);
@@ -297,9 +348,7 @@ static void thread_exit(void *arg) {
     t_self = NULL;
     pthread_mutex_lock(&g_lock);
     if (atomic_load(&t->tid) == gettid_() && atomic_load(&t->state) == AG_TS_ACTIVE) {
-        if (t->has_timer)
-            timer_delete(t->timer);
-        t->has_timer = 0;
+        timer_drop(t);
         atomic_store(&t->state, AG_TS_EXITED);
     }
     pthread_mutex_unlock(&g_lock);
@@ -395,9 +444,7 @@ int ag_thread_scan(int *registered) {
         for (uint32_t k = 0; k < nlive && !alive; k++)
             alive = live[k] == tid;
         if (!alive) {
-            if (t->has_timer)
-                timer_delete(t->timer);
-            t->has_timer = 0;
+            timer_drop(t);
             atomic_store(&t->state, AG_TS_EXITED);
             continue;
         }
@@ -464,9 +511,7 @@ void ag_thread_set_cpu_period(uint64_t period_ns) {
 
 void ag_thread_disarm(ag_thread_t *t) {
     pthread_mutex_lock(&g_lock);
-    if (t->has_timer)
-        timer_delete(t->timer);
-    t->has_timer = 0;
+    timer_drop(t);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -475,15 +520,14 @@ void ag_thread_stop_all(void) {
     uint32_t hw = atomic_load(&g_hw);
     for (uint32_t i = 0; i < hw; i++) {
         ag_thread_t *t = &ag_threads[i];
-        if (t->has_timer)
-            timer_delete(t->timer);
-        t->has_timer = 0;
+        timer_drop(t);
     }
     pthread_mutex_unlock(&g_lock);
 }
 
 void ag_thread_after_fork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
+    ag_sigroom_fork_child();
     /* Timers are not inherited; the parent's other threads do not exist here; undrained
      * records belong to the parent's profile (the parent ships them). */
     pid_t tid = gettid_();

@@ -80,6 +80,7 @@ typedef enum {
     CM_DROP_ENCODE_FAILED = 10,
     CM_DROP_HOST_UNSAFE = 11, /* not taken: it could have harmed the host (see agent README) */
     CM_DROP_OUTPUT_FAILED = 12, /* chunk not written: FLEETPROF_OUTPUT full or unwritable */
+    CM_DROP_SIGNAL_LIMIT = 13,  /* not taken: RLIMIT_SIGPENDING room left to the program */
 } cm_drop_reason_t;
 
 typedef enum { CM_IO_READ = 1, CM_IO_WRITE, CM_IO_CONNECT, CM_IO_ACCEPT, CM_IO_SYNC, CM_IO_OPEN } cm_io_kind_t;
