@@ -1032,6 +1032,7 @@ void ag_bg_forget_child(void) {
 
 void ag_bg_after_fork_child(void) {
     g_started = 0;
+    ag_creds_after_fork_child();
     ag_cfi_after_fork_child();
     atomic_store(&g_bg_tid, 0); /* the parent's thread: not in this process */
     atomic_store(&g_wake_pending, 0);

@@ -220,6 +220,18 @@ static void cred_unlock(int took) {
         atomic_store(&g_lock_owner, 0);
 }
 
+/* Is there an agent thread in this process whose credentials must follow? Not in a vfork or
+ * _Fork child (another pid), nor once the agent stopped. */
+static int cred_active(void) {
+    return atomic_load(&ag.running) && (pid_t)raw(SYS_getpid, 0, 0, 0, 0, 0) == ag.pid;
+}
+
+void ag_creds_after_fork_child(void) {
+    atomic_store(&g_lock_owner, 0); /* a thread that held it is not in this process */
+    atomic_store(&g_hold, 0);
+    atomic_store(&g_done, atomic_load(&g_req));
+}
+
 /* Profiling stops: our thread must not meet the broadcast with credentials of its own. */
 static void cred_give_up(int why) {
     static _Atomic int logged;
@@ -275,6 +287,8 @@ static void cred_sync(int hold) {
             errno = ENOSYS;                                                                        \
             return -1;                                                                             \
         }                                                                                          \
+        if (!cred_active())                                                                        \
+            return real args;                                                                      \
         int took = cred_lock();                                                                    \
         cred_sync(1);                                                                              \
         ret rv_ = real args;                                                                       \
@@ -317,6 +331,8 @@ int ag_creds_syscall_nr(long nr, long a0, long a1) {
 }
 
 void ag_creds_changed(void) {
+    if (!cred_active())
+        return;
     int took = cred_lock();
     cred_sync(0);
     cred_unlock(took);

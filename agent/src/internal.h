@@ -562,6 +562,7 @@ AG_HIDDEN void ag_creds_serve(void); /* bg thread: take the posted credentials, 
 AG_HIDDEN int ag_creds_prctl_op(long op, long a2); /* a prctl that changes credentials? */
 AG_HIDDEN int ag_creds_syscall_nr(long nr, long a0, long a1); /* such a raw syscall? */
 AG_HIDDEN void ag_creds_changed(void); /* app thread, after such a call: wait for ours */
+AG_HIDDEN void ag_creds_after_fork_child(void);
 AG_HIDDEN extern _Atomic uint64_t ag_creds_mirrors, ag_creds_failures;
 AG_HIDDEN void ag_bg_force_join(void); /* the next ag_bg_stop joins the thread, always */
 AG_HIDDEN int ag_bg_alive(void);       /* started and not stopped */
