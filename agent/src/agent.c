@@ -137,7 +137,6 @@ __attribute__((constructor)) static void ag_start(void) {
     }
     ag_thread_module_init();
     ag_sigroom_init(); /* before the first timer */
-    ag_signal_masks_init();
     if (ag_defer_init(AG_DEFER_ARENA) != 0) /* before any timer: samples until the first tables */
         CM_INFO("no arena for early stack copies: samples before the first unwind tables "
                 "are unwound with frame pointers only");

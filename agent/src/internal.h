@@ -554,7 +554,6 @@ AG_HIDDEN int ag_sigroom_wall_ok(uint32_t in_flight); /* 0: not sent (counted) *
 AG_HIDDEN int ag_sigroom_walls_limited(void);
 /* signal.c: does the calling thread block our signal? (one system call) */
 AG_HIDDEN int ag_signal_blocked_here(void);
-AG_HIDDEN void ag_signal_masks_init(void); /* constructor: the real mask functions */
 /* thread.c: the calling thread (t) blocked or unblocked our signal: its timer stops/starts */
 AG_HIDDEN void ag_thread_sig_blocked(ag_thread_t *t, int blocked);
 /* ---- creds.c: our thread takes the credentials of a thread that changes its own ---- */

@@ -482,7 +482,9 @@ AG_NO_TSAN static sigmask_fn real_mask(_Atomic(sigmask_fn) *slot, const char *na
     return r;
 }
 
-void ag_signal_masks_init(void) {
+/* Resolved in a constructor (as hook_exec.c's), so that a call from a signal handler needs no
+ * dlsym, whether or not the agent is enabled. */
+__attribute__((constructor(102))) static void masks_init(void) {
     (void)real_mask(&g_real_pthread_sigmask, "pthread_sigmask");
     (void)real_mask(&g_real_sigprocmask, "sigprocmask");
 }
