@@ -69,17 +69,7 @@ static _Atomic uint64_t g_hold;             /* the bg thread waits while it equa
 static _Atomic pid_t g_lock_owner;          /* serialises the interposers (see cred_lock) */
 _Atomic uint64_t ag_creds_mirrors, ag_creds_failures;
 
-/* A system call without errno and without our syscall() interposer: -errno on failure. */
-static long raw(long nr, long a, long b, long c, long d, long e) {
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    long ret;
-    __asm__ volatile("syscall"
-                     : "=a"(ret)
-                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-                     : "rcx", "r11", "memory");
-    return ret;
-}
+#define raw ag_rawsys
 
 static int caps_get(struct __user_cap_data_struct d[2]) {
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};

@@ -173,6 +173,7 @@ typedef struct ag_thread {
     _Atomic int foreign_tls;              /* handler: its TLS is another thread's (raw clone) */
     _Atomic int sig_blocked;              /* it blocks our signal: no timer, no request */
     _Atomic int arming;                   /* bg: arming its timer (seq_cst pair, signal.c) */
+    uint64_t blocked_left_ns;             /* its timer's time left when it blocked ours */
     _Atomic int exec_pending;             /* hook_exec.c: in exec; no wall signal may be sent */
     _Atomic int wall_sending;             /* bg: between its exec_pending check and the send */
     void *altstack;                       /* our alternate signal stack (mmap), NULL: none */
@@ -543,6 +544,19 @@ AG_HIDDEN int ag_unseen_child(void);
 AG_HIDDEN void ag_agent_stop(void);
 /* ---- sandbox.c: fork from a signal handler, seccomp ---- */
 AG_HIDDEN void ag_sandbox_init(void); /* constructor, after ag_signal_init */
+/* A system call without errno and without our syscall() interposer (whose variadic reads of
+ * six arguments a shorter call would have ASan report): -errno on failure. x86-64. */
+static inline long ag_rawsys(long nr, long a, long b, long c, long d, long e) {
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    long ret;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
 /* ---- sigroom.c: RLIMIT_SIGPENDING slots the agent may take (issue 27) ---- */
 AG_HIDDEN extern int ag_sigroom_off;  /* no timer, wall request or wake signal at all */
 #define AG_SIGROOM_POLL_MS 50         /* then the bg thread's longest sleep */

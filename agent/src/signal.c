@@ -427,7 +427,7 @@ static _Atomic(sigmask_fn) g_real_pthread_sigmask, g_real_sigprocmask;
 
 int ag_signal_blocked_here(void) {
     sigset_t cur;
-    return ag_sig && syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &cur, 8) == 0 &&
+    return ag_sig && ag_rawsys(SYS_rt_sigprocmask, SIG_BLOCK, 0, (long)&cur, 8, 0) == 0 &&
            sigismember(&cur, ag_sig) == 1;
 }
 
@@ -440,14 +440,16 @@ AG_NO_TSAN static void take_back_ours(ag_thread_t *t, pid_t tid) {
     siginfo_t si, back[8];
     int nback = 0;
     struct timespec zero = {0, 0};
-    for (int i = 0; i < 64 && syscall(SYS_rt_sigtimedwait, &one, &si, &zero, 8) == ag_sig; i++) {
+    for (int i = 0;
+         i < 64 && ag_rawsys(SYS_rt_sigtimedwait, (long)&one, (long)&si, (long)&zero, 8, 0) == ag_sig;
+         i++) {
         if (!ag_signal_is_ours(&si))
             back[nback < 8 ? nback++ : 7] = si;
         else if (si.si_code == SI_QUEUE)
             atomic_store(&t->wall_pending, 0); /* the handler would have cleared it */
     }
     for (int i = 0; i < nback; i++)
-        syscall(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, &back[i]);
+        ag_rawsys(SYS_rt_tgsigqueueinfo, ag.pid, tid, ag_sig, (long)&back[i], 0);
 }
 
 AG_NO_TSAN static void mask_changed(int how, const sigset_t *set) {
@@ -464,7 +466,7 @@ AG_NO_TSAN static void mask_changed(int how, const sigset_t *set) {
     if (blocked == atomic_load(&t->sig_blocked))
         return;
     int saved = errno;
-    pid_t tid = (pid_t)syscall(SYS_gettid);
+    pid_t tid = (pid_t)ag_rawsys(SYS_gettid, 0, 0, 0, 0, 0);
     if (atomic_load(&t->tid) == tid && atomic_load(&t->state) == AG_TS_ACTIVE) {
         ag_thread_sig_blocked(t, blocked); /* not a raw clone on its parent's TLS */
         if (blocked)

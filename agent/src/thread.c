@@ -115,17 +115,29 @@ void ag_thread_sig_blocked(ag_thread_t *t, int blocked) {
         atomic_store(&t->sig_blocked, 1);
         while (atomic_load(&t->arming))
             sched_yield();
-        struct itimerspec off;
+        struct itimerspec off, left;
         memset(&off, 0, sizeof off);
-        if (t->has_timer)
-            timer_settime(t->timer, 0, &off, NULL);
+        if (t->has_timer && timer_settime(t->timer, 0, &off, &left) == 0)
+            t->blocked_left_ns = (uint64_t)left.it_value.tv_sec * 1000000000u +
+                                 (uint64_t)left.it_value.tv_nsec;
         return;
     }
     atomic_store(&t->sig_blocked, 0);
-    uint64_t p = atomic_load_explicit(&ag.cpu_period_ns, memory_order_relaxed);
+    uint64_t p = atomic_load(&t->cpu_period_ns);
+    if (!p) { /* never armed: it was born blocking ours */
+        p = atomic_load_explicit(&ag.cpu_period_ns, memory_order_relaxed);
+        atomic_store(&t->cpu_period_ns, p);
+    }
     if (t->has_timer && p && ag.cfg.cpu_rate > 0) {
-        atomic_store(&t->cpu_period_ns, 0); /* a fresh period: what it ran blocked is not ours */
-        arm_now(t, p);
+        /* where it stopped: a program (or a sanitizer runtime, around each signal it
+         * delivers) that blocks every signal for a moment, often, loses no sample */
+        uint64_t v = t->blocked_left_ns && t->blocked_left_ns <= p ? t->blocked_left_ns : p;
+        struct itimerspec its;
+        its.it_interval.tv_sec = (time_t)(p / 1000000000u);
+        its.it_interval.tv_nsec = (long)(p % 1000000000u);
+        its.it_value.tv_sec = (time_t)(v / 1000000000u);
+        its.it_value.tv_nsec = (long)(v % 1000000000u);
+        timer_settime(t->timer, 0, &its, NULL);
     }
 }
 
@@ -187,6 +199,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         atomic_store(&t->wall_pending, 0);
         atomic_store(&t->foreign_tls, 0);
         atomic_store(&t->sig_blocked, 0);
+        t->blocked_left_ns = 0;
         atomic_store(&t->exec_pending, 0);
         t->wall_last_ns = ag_now_mono();
         atomic_store(&t->wall_cpu_after, 0);
