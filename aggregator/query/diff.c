@@ -25,11 +25,13 @@
  *    (PerfView), and opts.test_inclusive tests inclusive cost instead.
  * Threading: reads the profiles; no global state besides qsort's thread-local context. */
 #include "diff.h"
+#include "diff_int.h"
 #include "stats.h"
 
 #include "cm/error.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +45,7 @@ void agg_diff_opts_default(agg_diff_opts_t *o) {
                            .warn_samples = 1000,
                            .warn_replicates = 5,
                            .test_inclusive = 0,
-                           .method = AGG_DIFF_WELCH,
+                           .method = AGG_DIFF_COUNT,
                            .work_unit = "process-second"};
 }
 
@@ -61,22 +63,6 @@ const char *agg_diff_class_name(agg_diff_class_t c) {
     return "unknown";
 }
 
-typedef struct {
-    double *sum_incl, *sum_self; /* weights */
-    uint64_t *cnt_incl, *cnt_self;
-    double *sx, *sxx; /* over replicates with work > 0: sum of normalised rates and squares */
-    uint32_t n_reps;  /* replicates with work > 0 */
-    /* per replicate with work > 0: the non-zero rates (value / work) of the tested cost */
-    uint32_t *pair_off; /* n_reps + 1 */
-    uint32_t *pair_f;
-    double *pair_v;
-    size_t n_pairs, cap_pairs;
-    uint32_t *present; /* per function: replicates where it is non-zero */
-    double *scale;     /* per replicate: size factor (1 = none) */
-    double work;
-    uint64_t total_w, total_c;
-} side_t;
-
 static void side_free(side_t *s) {
     free(s->sum_incl);
     free(s->sum_self);
@@ -87,11 +73,13 @@ static void side_free(side_t *s) {
     free(s->pair_off);
     free(s->pair_f);
     free(s->pair_v);
+    free(s->pair_c);
+    free(s->rep_c);
     free(s->present);
     free(s->scale);
 }
 
-static int pair_push(side_t *s, uint32_t f, double v) {
+static int pair_push(side_t *s, uint32_t f, double v, double c) {
     if (s->n_pairs == s->cap_pairs) {
         size_t ncap = s->cap_pairs ? 2 * s->cap_pairs : 4096;
         uint32_t *nf = realloc(s->pair_f, ncap * sizeof *nf);
@@ -102,9 +90,14 @@ static int pair_push(side_t *s, uint32_t f, double v) {
         if (!nv)
             return CM_ENOMEM;
         s->pair_v = nv;
+        double *nc = realloc(s->pair_c, ncap * sizeof *nc);
+        if (!nc)
+            return CM_ENOMEM;
+        s->pair_c = nc;
         s->cap_pairs = ncap;
     }
     s->pair_f[s->n_pairs] = f;
+    s->pair_c[s->n_pairs] = c;
     s->pair_v[s->n_pairs++] = v;
     return 0;
 }
@@ -116,9 +109,10 @@ static int leaf_pass(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, 
     size_t *rstart = calloc((size_t)p->n_replicates + 2, sizeof *rstart);
     size_t *order = malloc((p->n_leaf_rows + 1) * sizeof *order);
     double *v = calloc((size_t)nk + 1, sizeof *v);
+    double *vc = calloc((size_t)nk + 1, sizeof *vc);
     uint32_t *touched = malloc(((size_t)nk + 1) * sizeof *touched);
     uint32_t *stamp = calloc((size_t)nk + 1, sizeof *stamp);
-    if (!rstart || !order || !v || !touched || !stamp)
+    if (!rstart || !order || !v || !vc || !touched || !stamp)
         goto out;
     for (size_t i = 0; i < p->n_leaf_rows; i++) /* counting sort by replicate */
         rstart[p->leaf_rows[i].replicate + 2]++;
@@ -132,6 +126,7 @@ static int leaf_pass(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, 
         s->work += work;
         if (!(work > 0))
             continue;
+        double rc_ = 0;
         for (size_t k = rstart[r]; k < rstart[r + 1]; k++) {
             const agg_leaf_row_t *row = &p->leaf_rows[order[k]];
             uint32_t f = fmap[row->frame];
@@ -140,16 +135,19 @@ static int leaf_pass(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, 
                 touched[nt++] = f;
             }
             v[f] += (double)row->weight;
+            vc[f] += (double)row->count / CM_COUNT_ONE;
+            rc_ += (double)row->count / CM_COUNT_ONE;
         }
         for (uint32_t t = 0; t < nt; t++) {
             uint32_t f = touched[t];
             if (v[f] != 0) {
-                if (pair_push(s, f, v[f] / work))
+                if (pair_push(s, f, v[f] / work, vc[f]))
                     goto out;
                 s->present[f]++;
             }
-            v[f] = 0;
+            v[f] = vc[f] = 0;
         }
+        s->rep_c[s->n_reps] = rc_;
         s->scale[s->n_reps] = 1.0;
         s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
     }
@@ -160,6 +158,7 @@ out:
     free(rstart);
     free(order);
     free(v);
+    free(vc);
     free(touched);
     free(stamp);
     return rc;
@@ -178,7 +177,9 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     uint64_t *sw = calloc((size_t)p->n_stacks + 1, sizeof *sw); /* per stack sums */
     uint64_t *sc = calloc((size_t)p->n_stacks + 1, sizeof *sc);
     double *v = calloc((size_t)nk + 1, sizeof *v);
+    double *vc = calloc((size_t)nk + 1, sizeof *vc);
     uint32_t *touched = malloc(((size_t)nk + 1) * sizeof *touched);
+    s->rep_c = calloc((size_t)p->n_replicates + 1, sizeof(double));
     s->sum_incl = calloc((size_t)nk + 1, sizeof(double));
     s->sum_self = calloc((size_t)nk + 1, sizeof(double));
     s->cnt_incl = calloc((size_t)nk + 1, sizeof(uint64_t));
@@ -188,7 +189,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     s->present = calloc((size_t)nk + 1, sizeof(uint32_t));
     s->pair_off = calloc((size_t)p->n_replicates + 2, sizeof(uint32_t));
     s->scale = malloc(((size_t)p->n_replicates + 1) * sizeof(double));
-    if (!s->present || !s->pair_off || !s->scale ||
+    if (!s->present || !s->pair_off || !s->scale || !vc || !s->rep_c ||
         !uoff || !uniq || !stamp || !rstart || !leafk || !sw || !sc || !v || !touched || !s->sum_incl ||
         !s->sum_self || !s->cnt_incl || !s->cnt_self || !s->sx || !s->sxx)
         goto out;
@@ -247,16 +248,17 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     /* per replicate: the tested cost of each function (one update per row for self cost,
      * one per distinct function of the stack for inclusive cost) */
     for (uint32_t r = 0; r < p->n_replicates; r++) {
-        double work = p->replicates[r].work;
+        double work = p->replicates[r].work, rc_ = 0;
         uint32_t nt = 0;
         s->work += work;
         for (size_t k = rstart[r]; k < rstart[r + 1]; k++) {
             const agg_row_t *row = &p->rows[order ? order[k] : k];
-            double w = (double)row->weight;
+            double w = (double)row->weight, c = (double)row->count / CM_COUNT_ONE;
             sw[row->stack] += row->weight;
             sc[row->stack] += row->count;
             if (!(work > 0))
                 continue;
+            rc_ += c;
             if (incl_test) {
                 for (uint32_t u = uoff[row->stack]; u < uoff[row->stack + 1]; u++) {
                     uint32_t f = uniq[u];
@@ -265,6 +267,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
                         touched[nt++] = f;
                     }
                     v[f] += w;
+                    vc[f] += c;
                 }
             } else if (leafk[row->stack] != AGG_NONE) {
                 uint32_t leaf = leafk[row->stack];
@@ -273,18 +276,20 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
                     touched[nt++] = leaf;
                 }
                 v[leaf] += w;
+                vc[leaf] += c;
             }
         }
         for (uint32_t t = 0; t < nt; t++) {
             uint32_t f = touched[t];
             if (work > 0 && v[f] != 0) {
-                if (pair_push(s, f, v[f] / work))
+                if (pair_push(s, f, v[f] / work, vc[f]))
                     goto out;
                 s->present[f]++;
             }
-            v[f] = 0;
+            v[f] = vc[f] = 0;
         }
         if (work > 0) {
+            s->rep_c[s->n_reps] = rc_;
             s->scale[s->n_reps] = 1.0;
             s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
         }
@@ -315,6 +320,7 @@ out:
     free(rstart);
     free(order);
     free(v);
+    free(vc);
     free(touched);
     return rc;
 }
@@ -464,132 +470,145 @@ static double var_of(double sx, double sxx, double n) {
     return v > 0 ? v : 0;
 }
 
-int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
-                     const agg_diff_opts_t *opts, agg_diff_t *out) {
-    memset(out, 0, sizeof *out);
-    if (base->type != test->type)
-        return CM_EINVAL;
-    if (opts)
-        out->opts = *opts;
-    else
-        agg_diff_opts_default(&out->opts);
-    const agg_diff_opts_t *o = &out->opts;
-    out->type = base->type;
-    int rc = CM_ENOMEM;
-    side_t sb = {0}, stt = {0};
-    uint32_t *mb = malloc(((size_t)base->n_frames + 1) * sizeof *mb);
-    uint32_t *mt = malloc(((size_t)test->n_frames + 1) * sizeof *mt);
-    double *pv = NULL, *qv = NULL;
-    size_t *tested = NULL;
-    /* the function table: a profile used as an interning table, owned by the result */
-    agg_profile_t *keys = agg_profile_new(base->type);
-    if (!mb || !mt || !keys)
-        goto out;
-    for (uint32_t f = 0; f < base->n_frames; f++) {
-        int64_t id = agg_profile_frame(keys, base->frames[f].name, base->frames[f].module, NULL, 0);
-        if (id < 0)
-            goto out;
-        mb[f] = (uint32_t)id;
+const double agg_diff_mde_shares[AGG_DIFF_MDE_SHARES] = {0.05, 0.2, 0.5};
+
+const char *agg_diff_test_name(const agg_diff_t *d) {
+    switch (d->opts.method) {
+    case AGG_DIFF_POISSON:
+        return "poisson (naive)";
+    case AGG_DIFF_WELCH:
+        return "welch t over replicates";
+    case AGG_DIFF_COUNT:
+        break;
     }
-    for (uint32_t f = 0; f < test->n_frames; f++) {
-        int64_t id = agg_profile_frame(keys, test->frames[f].name, test->frames[f].module, NULL, 0);
-        if (id < 0)
-            goto out;
-        mt[f] = (uint32_t)id;
-    }
-    uint32_t nk = keys->n_frames;
-    if ((rc = side_compute(base, mb, nk, o->test_inclusive, &sb)) ||
-        (rc = side_compute(test, mt, nk, o->test_inclusive, &stt)))
-        goto out;
-    /* normalisation of the common factor between replicates, then the moments */
-    out->n_reference = size_factors(&sb, &stt, o->test_inclusive ? sb.cnt_incl : sb.cnt_self,
-                                    o->test_inclusive ? stt.cnt_incl : stt.cnt_self, nk);
-    out->common_ratio = out->n_reference ? exp(mean_log_scale(&stt) - mean_log_scale(&sb)) : NAN;
-    side_moments(&sb);
-    side_moments(&stt);
-    rc = CM_ENOMEM;
-    out->entries = calloc((size_t)nk + 1, sizeof *out->entries);
-    pv = malloc(((size_t)nk + 1) * sizeof *pv);
-    qv = malloc(((size_t)nk + 1) * sizeof *qv);
-    tested = malloc(((size_t)nk + 1) * sizeof *tested);
-    if (!out->entries || !pv || !qv || !tested)
-        goto out;
-    /* normalisation: per unit of work (1 when a side has none, with a warning) */
-    double wb = sb.work > 0 ? sb.work : 1, wt = stt.work > 0 ? stt.work : 1;
-    out->base_work = sb.work;
-    out->test_work = stt.work;
-    out->base_total = (double)sb.total_w / wb;
-    out->test_total = (double)stt.total_w / wt;
-    out->base_samples = sb.total_c / CM_COUNT_ONE;
-    out->test_samples = stt.total_c / CM_COUNT_ONE;
-    out->base_replicates = sb.n_reps;
-    out->test_replicates = stt.n_reps;
-    double dT = out->test_total - out->base_total;
-    double r = out->base_total > 0 ? dT / out->base_total : NAN;
-    size_t n = 0, nt = 0;
-    for (uint32_t k = 0; k < nk; k++) {
-        if (!sb.cnt_incl[k] && !stt.cnt_incl[k] && !sb.sum_incl[k] && !stt.sum_incl[k])
-            continue;
-        agg_diff_entry_t *e = &out->entries[n];
-        e->name = keys->frames[k].name;
-        e->module = keys->frames[k].module;
-        e->base_total = sb.sum_incl[k] / wb;
-        e->test_total = stt.sum_incl[k] / wt;
-        e->base_self = sb.sum_self[k] / wb;
-        e->test_self = stt.sum_self[k] / wt;
-        e->delta_total = e->test_total - e->base_total;
-        e->delta_self = e->test_self - e->base_self;
-        /* PerfView: expected(s) = base(s) * r; overweight = delta / expected;
-         * responsibility = delta / (T_test - T_base) */
-        double expected = e->base_total * r;
-        e->overweight = expected != 0 && isfinite(expected) ? e->delta_total / expected : NAN;
-        e->responsibility = dT != 0 ? e->delta_total / dT : NAN;
-        e->self_responsibility = dT != 0 ? e->delta_self / dT : NAN;
-        e->interesting = isfinite(e->responsibility) && fabs(e->responsibility) >= o->min_responsibility;
-        e->base_samples = sb.cnt_incl[k] / CM_COUNT_ONE;
-        e->test_samples = stt.cnt_incl[k] / CM_COUNT_ONE;
-        e->p = e->q = 1;
-        e->cls = AGG_DIFF_UNTESTED;
-        uint64_t cb = o->test_inclusive ? sb.cnt_incl[k] : sb.cnt_self[k];
-        uint64_t ct = o->test_inclusive ? stt.cnt_incl[k] : stt.cnt_self[k];
-        if ((cb + ct) / CM_COUNT_ONE >= o->min_samples) {
-            if (o->method == AGG_DIFF_POISSON) {
-                /* Naive: counts are Poisson with rates proportional to work, so given
-                 * n = c_b + c_t, c_t ~ Binomial(n, pi) with pi = W_t / (W_b + W_t); normal
-                 * approximation z = (c_t - n pi) / sqrt(n pi (1 - pi)). */
-                double cbf = (double)cb / CM_COUNT_ONE, ctf = (double)ct / CM_COUNT_ONE;
-                double nn = cbf + ctf, pi = wt / (wb + wt);
-                e->p = agg_stats_normal_p2((ctf - nn * pi) / sqrt(nn * pi * (1 - pi)));
-                e->cls = AGG_DIFF_NOISE;
-            } else if (sb.n_reps >= 2 && stt.n_reps >= 2) {
-                double nb = sb.n_reps, ntt = stt.n_reps;
-                agg_welch_t w;
-                e->norm_base = sb.sx[k] / nb;
-                e->norm_test = stt.sx[k] / ntt;
-                if (agg_stats_welch(sb.sx[k] / nb, var_of(sb.sx[k], sb.sxx[k], nb), nb,
-                                    stt.sx[k] / ntt, var_of(stt.sx[k], stt.sxx[k], ntt), ntt,
-                                    &w) == 0) {
-                    e->p = w.p;
-                    e->cls = AGG_DIFF_NOISE;
-                }
-            }
-            if (e->cls == AGG_DIFF_NOISE) {
-                pv[nt] = e->p;
-                tested[nt++] = n;
-            }
+    return "over-dispersed count test over process x bucket replicates";
+}
+
+/* The values of function k (keys' frame k) in entry e: per unit of work, PerfView's overweight
+ * and responsibility (inclusive; r = relative change of the total, dT its absolute change). */
+static void entry_values(agg_diff_entry_t *e, const agg_profile_t *keys, uint32_t k,
+                         const side_t *sb, const side_t *st, double wb, double wt, double r,
+                         double dT, const agg_diff_opts_t *o) {
+    e->name = keys->frames[k].name;
+    e->module = keys->frames[k].module;
+    e->base_total = sb->sum_incl[k] / wb;
+    e->test_total = st->sum_incl[k] / wt;
+    e->base_self = sb->sum_self[k] / wb;
+    e->test_self = st->sum_self[k] / wt;
+    e->delta_total = e->test_total - e->base_total;
+    e->delta_self = e->test_self - e->base_self;
+    /* PerfView: expected(s) = base(s) * r; overweight = delta / expected;
+     * responsibility = delta / (T_test - T_base) */
+    /* both divide by the total's change: when it barely moved (|r| < min_rel_change) they are
+     * noise over noise (9454 % was seen) and are left undefined */
+    double expected = e->base_total * r;
+    int moved = isfinite(r) && fabs(r) >= o->min_rel_change;
+    e->overweight = moved && expected != 0 ? e->delta_total / expected : NAN;
+    e->responsibility = moved ? e->delta_total / dT : NAN;
+    e->self_responsibility = moved ? e->delta_self / dT : NAN;
+    e->interesting = isfinite(e->responsibility) && fabs(e->responsibility) >= o->min_responsibility;
+    e->base_samples = sb->cnt_incl[k] / CM_COUNT_ONE;
+    e->test_samples = st->cnt_incl[k] / CM_COUNT_ONE;
+    e->p = e->q = 1;
+    e->cls = AGG_DIFF_UNTESTED;
+}
+
+/* The p-value of function k by the chosen method; sets e->cls to NOISE when tested. */
+static void entry_test(agg_diff_entry_t *e, uint32_t k, const side_t *sb, const side_t *st,
+                       const count_fit_t *cf, double base_total, const agg_diff_opts_t *o,
+                       double *p_min) {
+    uint64_t cb = o->test_inclusive ? sb->cnt_incl[k] : sb->cnt_self[k];
+    uint64_t ct = o->test_inclusive ? st->cnt_incl[k] : st->cnt_self[k];
+    double wb = sb->work > 0 ? sb->work : 1, wt = st->work > 0 ? st->work : 1;
+    *p_min = 0;
+    if ((cb + ct) / CM_COUNT_ONE < o->min_samples)
+        return;
+    if (o->method == AGG_DIFF_POISSON) {
+        /* Naive: counts are Poisson with rates proportional to work, so given n = c_b + c_t,
+         * c_t ~ Binomial(n, pi) with pi = W_t / (W_b + W_t); normal approximation. */
+        double cbf = (double)cb / CM_COUNT_ONE, ctf = (double)ct / CM_COUNT_ONE;
+        double nn = cbf + ctf, pi = wt / (wb + wt);
+        e->p = agg_stats_normal_p2((ctf - nn * pi) / sqrt(nn * pi * (1 - pi)));
+        e->cls = AGG_DIFF_NOISE;
+    } else if (o->method == AGG_DIFF_COUNT) {
+        if (!(cf->c[0] > 0) || !(cf->c[1] > 0) || sb->n_reps < 2 || st->n_reps < 2)
+            return; /* one replicate shows no over-dispersion: untested */
+        /* the tested means: shares of the samples (the test's over rho) times the base total */
+        e->norm_base = cf->y[0][k] / cf->c[0] * base_total;
+        e->norm_test = cf->y[1][k] / (exp(cf->log_rho) * cf->c[1]) * base_total;
+        e->p = count_p(cf, k, p_min);
+        e->cls = AGG_DIFF_NOISE;
+    } else if (sb->n_reps >= 2 && st->n_reps >= 2) {
+        double nb = sb->n_reps, ntt = st->n_reps;
+        agg_welch_t w;
+        e->norm_base = sb->sx[k] / nb;
+        e->norm_test = st->sx[k] / ntt;
+        if (agg_stats_welch(sb->sx[k] / nb, var_of(sb->sx[k], sb->sxx[k], nb), nb,
+                            st->sx[k] / ntt, var_of(st->sx[k], st->sxx[k], ntt), ntt, &w) == 0) {
+            e->p = w.p;
+            e->cls = AGG_DIFF_NOISE;
         }
-        n++;
     }
-    out->n = n;
+}
+
+static _Thread_local const double *tl_pmin;
+
+static int cmp_pmin(const void *a, const void *b) {
+    double x = tl_pmin[*(const size_t *)a], y = tl_pmin[*(const size_t *)b];
+    return x < y ? -1 : x > y;
+}
+
+/* Tarone's filter for discrete tests (Gilbert 2005 for FDR): a test whose smallest possible p
+ * exceeds q / K cannot be significant among K tests, so it need not count. K = the smallest
+ * number with #{tests with p_min <= q / K} <= K. Compacts idx/pv/pmin to the kept tests in
+ * place and returns how many; the others keep q = 1. */
+static size_t tarone(size_t *idx, double *pv, double *pmin, size_t n, double q) {
+    size_t *ord = malloc((n + 1) * sizeof *ord);
+    if (!ord)
+        return n; /* no filter: plain BH, still valid */
+    for (size_t i = 0; i < n; i++)
+        ord[i] = i;
+    tl_pmin = pmin;
+    qsort(ord, n, sizeof *ord, cmp_pmin);
+    size_t K = 1;
+    for (; K < n; K++) { /* m(K) = tests with p_min <= q / K, non-increasing in K */
+        size_t m = 0;
+        while (m < n && pmin[ord[m]] <= q / (double)K)
+            m++;
+        if (m <= K)
+            break;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (pmin[i] <= q / (double)K) {
+            idx[kept] = idx[i];
+            pv[kept] = pv[i];
+            pmin[kept++] = pmin[i];
+        }
+    free(ord);
+    return kept;
+}
+
+/* BH over the tested entries, then the classes: significant at q and a change that matters. */
+static int classify(agg_diff_t *out, size_t *tested, double *pv, double *pmin, size_t nt) {
+    const agg_diff_opts_t *o = &out->opts;
+    double *qv = malloc((nt + 1) * sizeof *qv);
+    if (!qv)
+        return CM_ENOMEM;
     out->n_tested = nt;
-    if ((rc = agg_stats_bh(pv, nt, qv)))
-        goto out;
+    if (o->method == AGG_DIFF_COUNT)
+        nt = tarone(tested, pv, pmin, nt, o->q);
+    out->n_bh = nt;
+    if (agg_stats_bh(pv, nt, qv)) {
+        free(qv);
+        return CM_ENOMEM;
+    }
     for (size_t i = 0; i < nt; i++) {
         agg_diff_entry_t *e = &out->entries[tested[i]];
         e->q = qv[i];
         double b = o->test_inclusive ? e->base_total : e->base_self;
         double d = o->test_inclusive ? e->delta_total : e->delta_self;
-        if (o->method == AGG_DIFF_WELCH) { /* the change the test saw: normalised means */
+        if (o->method != AGG_DIFF_POISSON) { /* the change the test saw: normalised means */
             b = e->norm_base;
             d = e->norm_test - e->norm_base;
         }
@@ -602,45 +621,230 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
                 out->n_improvements++;
         }
     }
-    tl_incl = o->test_inclusive;
-    qsort(out->entries, n, sizeof *out->entries, cmp_entry);
-    /* warnings */
-    char *wp = out->warning_text;
-    size_t left = sizeof out->warning_text;
-#define WARN(flag, ...)                                                                            \
-    do {                                                                                           \
-        out->warnings |= flag;                                                                     \
-        int len_ = snprintf(wp, left, "%s", wp == out->warning_text ? "" : "; ");                  \
-        if (len_ > 0 && (size_t)len_ < left) {                                                     \
-            wp += len_;                                                                            \
-            left -= (size_t)len_;                                                                  \
-        }                                                                                          \
-        len_ = snprintf(wp, left, __VA_ARGS__);                                                    \
-        if (len_ > 0 && (size_t)len_ < left) {                                                     \
-            wp += len_;                                                                            \
-            left -= (size_t)len_;                                                                  \
-        }                                                                                          \
-    } while (0)
+    free(qv);
+    return 0;
+}
+
+/* The minimum detectable effects at the level a single finding needs among the BH tests. */
+static void mde(agg_diff_t *out, const count_fit_t *cf) {
+    double level = out->opts.q / (double)(out->n_bh + 1);
+    out->mde_new = count_mde_new(cf, level, AGG_DIFF_MDE_POWER);
+    for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
+        out->mde_change[i] = count_mde_change(cf, agg_diff_mde_shares[i], level, AGG_DIFF_MDE_POWER);
+    out->dispersion = cf->alpha;
+}
+
+double agg_diff_samples_needed(double share, double q, size_t n_tested) {
+    if (!(share > 0) || !(share < 1) || !(q > 0))
+        return NAN;
+    double y0 = 0, y1 = 0, phi = 1, df = 0;
+    count_fit_t cf = {.y = {&y0, &y1}, .phi = &phi, .df = &df, .c = {1e9, 1e9}};
+    double mde = count_mde_new(&cf, q / (double)(n_tested + 1), AGG_DIFF_MDE_POWER);
+    return isfinite(mde) ? mde * 1e9 / share : NAN; /* the mde scales as 1 / samples */
+}
+
+/* When the self-cost test found nothing: callers whose inclusive cost changed significantly
+ * (BH at q over the callers, the change >= min_rel_change). Cost that moved between the
+ * callers of one shared function changes no function's self cost; the hint names them and
+ * how to test them (inclusive cost). */
+static int inclusive_hint(agg_diff_t *out, double *hp, const size_t *hidx, const double *hrel,
+                          size_t nh) {
+    if (agg_stats_bh(hp, nh, hp))
+        return CM_ENOMEM;
+    size_t len = 0, shown = 0;
+    for (size_t i = 0; i < nh && shown < 3; i++) {
+        const agg_diff_entry_t *e = &out->entries[hidx[i]];
+        double rel = hrel[i];
+        if (hp[i] > out->opts.q || fabs(rel) < out->opts.min_rel_change ||
+            fabs(e->delta_total) < out->opts.min_abs_share * out->base_total)
+            continue;
+        int w = snprintf(out->hint + len, sizeof out->hint - len, "%s%s %+.1f%%",
+                         shown ? ", " : "", e->name, 100 * rel);
+        if (w < 0 || (size_t)w >= sizeof out->hint - len)
+            break;
+        len += (size_t)w;
+        shown++;
+    }
+    if (!shown)
+        return 0;
+    snprintf(out->hint + len, sizeof out->hint - len, " in inclusive cost (q <= %g) with no "
+             "self-cost change: cost moved between callers of a shared function; test "
+             "inclusive cost to see it (fleetprof diff --inclusive, API inclusive=1)", out->opts.q);
+    return 0;
+}
+
+/* Fills out->entries from the two sides and tests them. */
+static int fill_entries(agg_diff_t *out, const agg_profile_t *keys, const side_t *sb,
+                        const side_t *st, const count_fit_t *cf) {
+    const agg_diff_opts_t *o = &out->opts;
+    uint32_t nk = keys->n_frames;
+    out->entries = calloc((size_t)nk + 1, sizeof *out->entries);
+    double *pv = malloc(((size_t)nk + 1) * sizeof *pv);
+    double *pmin = malloc(((size_t)nk + 1) * sizeof *pmin);
+    size_t *tested = malloc(((size_t)nk + 1) * sizeof *tested);
+    double *hp = malloc(((size_t)nk + 1) * sizeof *hp);
+    double *hrel = malloc(((size_t)nk + 1) * sizeof *hrel);
+    size_t *hidx = malloc(((size_t)nk + 1) * sizeof *hidx);
+    int rc = CM_ENOMEM;
+    if (!out->entries || !pv || !pmin || !tested || !hp || !hrel || !hidx)
+        goto out;
+    /* normalisation: per unit of work (1 when a side has none, with a warning) */
+    double wb = sb->work > 0 ? sb->work : 1, wt = st->work > 0 ? st->work : 1;
+    double dT = out->test_total - out->base_total;
+    double r = out->base_total > 0 ? dT / out->base_total : NAN;
+    size_t n = 0, nt = 0, nh = 0;
+    for (uint32_t k = 0; k < nk; k++) {
+        if (!sb->cnt_incl[k] && !st->cnt_incl[k] && !sb->sum_incl[k] && !st->sum_incl[k])
+            continue;
+        agg_diff_entry_t *e = &out->entries[n];
+        entry_values(e, keys, k, sb, st, wb, wt, r, dT, o);
+        entry_test(e, k, sb, st, cf, out->base_total, o, &pmin[nt]);
+        if (e->cls == AGG_DIFF_NOISE) {
+            pv[nt] = e->p;
+            tested[nt++] = n;
+        }
+        if (o->method == AGG_DIFF_COUNT && !o->test_inclusive && sb->n_reps >= 2 &&
+            st->n_reps >= 2 && sb->cnt_incl[k] + st->cnt_incl[k] >
+                                   sb->cnt_self[k] + st->cnt_self[k] + 10 * CM_COUNT_ONE) {
+            /* a caller: its inclusive samples, for the hint (the common dispersion) */
+            double yb = (double)sb->cnt_incl[k] / CM_COUNT_ONE;
+            double yt = (double)st->cnt_incl[k] / CM_COUNT_ONE;
+            hp[nh] = count_p_totals(cf, yb, yt, count_phi_prior(cf, yb + yt, sb->n_reps + st->n_reps),
+                                    sb->n_reps + st->n_reps - 2.0, NULL);
+            /* the change of its share, the common factor removed */
+            hrel[nh] = yb > 0 ? yt / (exp(cf->log_rho) * cf->c[1]) / (yb / cf->c[0]) - 1 : INFINITY;
+            hidx[nh++] = n;
+        }
+        n++;
+    }
+    out->n = n;
+    rc = classify(out, tested, pv, pmin, nt);
+    if (!rc && !out->n_regressions && !out->n_improvements && nh)
+        rc = inclusive_hint(out, hp, hidx, hrel, nh);
+out:
+    free(hp);
+    free(hrel);
+    free(hidx);
+    free(pv);
+    free(pmin);
+    free(tested);
+    return rc;
+}
+
+static void add_warning(agg_diff_t *out, unsigned flag, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void add_warning(agg_diff_t *out, unsigned flag, const char *fmt, ...) {
+    size_t len = strlen(out->warning_text), left = sizeof out->warning_text - len;
+    out->warnings |= flag;
+    if (len && left > 2) {
+        memcpy(out->warning_text + len, "; ", 3);
+        len += 2;
+        left -= 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out->warning_text + len, left, fmt, ap);
+    va_end(ap);
+}
+
+static void warnings(agg_diff_t *out, const side_t *sb, const side_t *st) {
+    const agg_diff_opts_t *o = &out->opts;
     if (out->base_samples < o->warn_samples)
-        WARN(AGG_DIFF_WARN_BASE_SAMPLES, "base has only %llu samples (< %llu): small changes are "
-             "within sampling noise", (unsigned long long)out->base_samples,
-             (unsigned long long)o->warn_samples);
+        add_warning(out, AGG_DIFF_WARN_BASE_SAMPLES, "base has only %llu samples (< %llu): small "
+                    "changes are within sampling noise", (unsigned long long)out->base_samples,
+                    (unsigned long long)o->warn_samples);
     if (out->test_samples < o->warn_samples)
-        WARN(AGG_DIFF_WARN_TEST_SAMPLES, "test has only %llu samples (< %llu): small changes are "
-             "within sampling noise", (unsigned long long)out->test_samples,
-             (unsigned long long)o->warn_samples);
-    if (sb.n_reps < o->warn_replicates)
-        WARN(AGG_DIFF_WARN_BASE_REPLICATES, "base has only %u replicates (< %u): significance "
-             "is unreliable", sb.n_reps, o->warn_replicates);
-    if (stt.n_reps < o->warn_replicates)
-        WARN(AGG_DIFF_WARN_TEST_REPLICATES, "test has only %u replicates (< %u): significance "
-             "is unreliable", stt.n_reps, o->warn_replicates);
-    if (!out->n_reference && sb.n_reps >= 2 && stt.n_reps >= 2 && o->method == AGG_DIFF_WELCH)
-        WARN(AGG_DIFF_WARN_NO_REFERENCE, "%s", "fewer than 5 functions are present in every "
-             "replicate: a busier period cannot be told from a change");
-    if (sb.work <= 0 || stt.work <= 0)
-        WARN(AGG_DIFF_WARN_NO_WORK, "%s", "a side has no recorded work: values are raw totals");
-#undef WARN
+        add_warning(out, AGG_DIFF_WARN_TEST_SAMPLES, "test has only %llu samples (< %llu): small "
+                    "changes are within sampling noise", (unsigned long long)out->test_samples,
+                    (unsigned long long)o->warn_samples);
+    if (sb->n_reps < o->warn_replicates)
+        add_warning(out, AGG_DIFF_WARN_BASE_REPLICATES, "base has only %u replicates (< %u): "
+                    "significance is unreliable", sb->n_reps, o->warn_replicates);
+    if (st->n_reps < o->warn_replicates)
+        add_warning(out, AGG_DIFF_WARN_TEST_REPLICATES, "test has only %u replicates (< %u): "
+                    "significance is unreliable", st->n_reps, o->warn_replicates);
+    if (!out->n_reference && sb->n_reps >= 2 && st->n_reps >= 2 && o->method != AGG_DIFF_POISSON)
+        add_warning(out, AGG_DIFF_WARN_NO_REFERENCE, "%s", o->method == AGG_DIFF_COUNT
+                    ? "fewer than 3 functions have 5 samples on each side: a uniform change "
+                      "cannot be told from a change of the largest functions"
+                    : "fewer than 5 functions are present in every replicate: a busier period "
+                      "cannot be told from a change");
+    if (sb->work <= 0 || st->work <= 0)
+        add_warning(out, AGG_DIFF_WARN_NO_WORK, "%s", "a side has no recorded work: values are "
+                    "raw totals");
+}
+
+/* Interns base's and test's frames as functions (name, module) of keys: mb/mt map them. */
+static int map_functions(agg_profile_t *keys, const agg_profile_t *p, uint32_t *map) {
+    for (uint32_t f = 0; f < p->n_frames; f++) {
+        int64_t id = agg_profile_frame(keys, p->frames[f].name, p->frames[f].module, NULL, 0);
+        if (id < 0)
+            return (int)id;
+        map[f] = (uint32_t)id;
+    }
+    return 0;
+}
+
+int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
+                     const agg_diff_opts_t *opts, agg_diff_t *out) {
+    memset(out, 0, sizeof *out);
+    if (base->type != test->type)
+        return CM_EINVAL;
+    if (opts)
+        out->opts = *opts;
+    else
+        agg_diff_opts_default(&out->opts);
+    const agg_diff_opts_t *o = &out->opts;
+    out->type = base->type;
+    out->mde_new = out->dispersion = NAN;
+    for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
+        out->mde_change[i] = NAN;
+    int rc = CM_ENOMEM;
+    side_t sb = {0}, stt = {0};
+    count_fit_t cf = {0};
+    uint32_t *mb = malloc(((size_t)base->n_frames + 1) * sizeof *mb);
+    uint32_t *mt = malloc(((size_t)test->n_frames + 1) * sizeof *mt);
+    /* the function table: a profile used as an interning table, owned by the result */
+    agg_profile_t *keys = agg_profile_new(base->type);
+    if (!mb || !mt || !keys || map_functions(keys, base, mb) || map_functions(keys, test, mt))
+        goto out;
+    uint32_t nk = keys->n_frames;
+    if ((rc = side_compute(base, mb, nk, o->test_inclusive, &sb)) ||
+        (rc = side_compute(test, mt, nk, o->test_inclusive, &stt)))
+        goto out;
+    double wb = sb.work > 0 ? sb.work : 1, wt = stt.work > 0 ? stt.work : 1;
+    out->base_work = sb.work;
+    out->test_work = stt.work;
+    out->base_total = (double)sb.total_w / wb;
+    out->test_total = (double)stt.total_w / wt;
+    out->base_samples = sb.total_c / CM_COUNT_ONE;
+    out->test_samples = stt.total_c / CM_COUNT_ONE;
+    out->base_replicates = sb.n_reps;
+    out->test_replicates = stt.n_reps;
+    if (o->method == AGG_DIFF_COUNT) {
+        if ((rc = count_fit(&sb, &stt, nk, &cf)))
+            goto out;
+        out->n_reference = cf.n_tmm;
+        out->common_ratio = cf.n_tmm && out->base_total > 0
+                                ? exp(cf.log_rho) * out->test_total / out->base_total
+                                : NAN;
+    } else {
+        /* normalisation of the common factor between replicates, then the moments */
+        out->n_reference = size_factors(&sb, &stt, o->test_inclusive ? sb.cnt_incl : sb.cnt_self,
+                                        o->test_inclusive ? stt.cnt_incl : stt.cnt_self, nk);
+        out->common_ratio =
+            out->n_reference ? exp(mean_log_scale(&stt) - mean_log_scale(&sb)) : NAN;
+        side_moments(&sb);
+        side_moments(&stt);
+    }
+    if ((rc = fill_entries(out, keys, &sb, &stt, &cf)))
+        goto out;
+    if (o->method == AGG_DIFF_COUNT)
+        mde(out, &cf);
+    tl_incl = o->test_inclusive;
+    qsort(out->entries, out->n, sizeof *out->entries, cmp_entry);
+    warnings(out, &sb, &stt);
     out->owner_ = keys;
     keys = NULL;
     rc = 0;
@@ -649,14 +853,12 @@ out:
         free(out->entries);
         out->entries = NULL;
     }
+    count_fit_free(&cf);
     agg_profile_free(keys);
     side_free(&sb);
     side_free(&stt);
     free(mb);
     free(mt);
-    free(pv);
-    free(qv);
-    free(tested);
     return rc;
 }
 

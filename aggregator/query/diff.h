@@ -15,9 +15,15 @@
 #include <jansson.h>
 
 typedef enum {
-    AGG_DIFF_WELCH = 0,   /* per-replicate rates, Welch's t-test (default) */
+    AGG_DIFF_WELCH = 0,   /* per-replicate rates, Welch's t-test (the test before the count
+                           * test; for comparison) */
     AGG_DIFF_POISSON = 1, /* naive: every sample independent (for comparison only; do not use) */
+    AGG_DIFF_COUNT = 2,   /* per-replicate sample counts, over-dispersed binomial (default) */
 } agg_diff_method_t;
+
+#define AGG_DIFF_MDE_POWER 0.9 /* the minimum detectable effects are at this power */
+#define AGG_DIFF_MDE_SHARES 3  /* shares the minimum detectable change is given for */
+extern const double agg_diff_mde_shares[AGG_DIFF_MDE_SHARES]; /* 0.05, 0.2, 0.5 */
 
 typedef struct {
     double q;                  /* false discovery rate (BH), default 0.01 */
@@ -74,9 +80,19 @@ typedef struct {
     uint64_t base_samples, test_samples;
     uint32_t base_replicates, test_replicates; /* with work > 0 */
     size_t n_tested, n_regressions, n_improvements;
+    size_t n_bh; /* tests BH counted (count test: those that could reach q, Tarone) */
     size_t n_reference;  /* functions the common factor rests on (0: not estimated) */
     double common_ratio; /* test/base geometric mean of the common factor: the shift that
                           * moved every function alike (load or a uniform change); NAN if none */
+    /* minimum detectable effects (count test; NAN when not computable): a new function
+     * taking >= mde_new of the samples, or a function of share agg_diff_mde_shares[i] changed
+     * by >= mde_change[i] (relative), is found with probability AGG_DIFF_MDE_POWER */
+    double mde_new;
+    double mde_change[AGG_DIFF_MDE_SHARES];
+    double dispersion; /* count test: common negative-binomial dispersion per replicate */
+    /* count test of self cost with no finding: callers whose inclusive cost changed, and how
+     * to test them ("" when none) */
+    char hint[512];
     unsigned warnings;   /* AGG_DIFF_WARN_* */
     char warning_text[512];
     void *owner_;        /* private: the strings */
@@ -90,6 +106,13 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
 void agg_diff_free(agg_diff_t *d);
 
 const char *agg_diff_class_name(agg_diff_class_t c);
+/* The test's name for outputs ("over-dispersed count test ...", "welch t ...", "poisson"). */
+const char *agg_diff_test_name(const agg_diff_t *d);
+
+/* Samples per side a diff needs so that a new function taking `share` of the samples is found
+ * with probability AGG_DIFF_MDE_POWER, when n_tested functions are tested at FDR q (equal
+ * sides, no dispersion: a new function's samples are Poisson). For waiting on a deploy. */
+double agg_diff_samples_needed(double share, double q, size_t n_tested);
 
 /* JSON: {event_type, unit, unit_of_work, totals, samples, replicates, warnings[], q,
  * regressions, improvements, entries: [...]}; limit 0 = all entries. */

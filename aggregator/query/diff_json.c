@@ -59,9 +59,20 @@ json_t *agg_diff_json(const agg_diff_t *d, size_t limit) {
     json_object_set_new(o, "test_samples", json_integer((json_int_t)d->test_samples));
     json_object_set_new(o, "base_replicates", json_integer(d->base_replicates));
     json_object_set_new(o, "test_replicates", json_integer(d->test_replicates));
-    json_object_set_new(o, "test", json_string(d->opts.method == AGG_DIFF_POISSON
-                                                   ? "poisson (naive)"
-                                                   : "welch t over replicates, BH FDR"));
+    json_object_set_new(o, "test", json_string(agg_diff_test_name(d)));
+    json_t *mde = json_object(), *ch = json_array();
+    json_object_set_new(mde, "power", json_real(AGG_DIFF_MDE_POWER));
+    json_object_set_new(mde, "new_function_share", num(d->mde_new));
+    for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++) {
+        json_t *x = json_object();
+        json_object_set_new(x, "share", json_real(agg_diff_mde_shares[i]));
+        json_object_set_new(x, "change", num(d->mde_change[i]));
+        json_array_append_new(ch, x);
+    }
+    json_object_set_new(mde, "changed_function", ch);
+    json_object_set_new(o, "min_detectable_effect", mde);
+    json_object_set_new(o, "dispersion", num(d->dispersion));
+    json_object_set_new(o, "hint", d->hint[0] ? json_string(d->hint) : json_null());
     json_object_set_new(o, "tested_cost", json_string(d->opts.test_inclusive ? "total" : "self"));
     json_object_set_new(o, "reference_functions", json_integer((json_int_t)d->n_reference));
     json_object_set_new(o, "common_ratio", num(d->common_ratio));

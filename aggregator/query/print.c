@@ -91,12 +91,24 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
     if (isfinite(d->common_ratio))
         fprintf(f, "common factor (load or a uniform change, not attributed to functions): "
                    "%+.2f%%\n", 100 * (d->common_ratio - 1));
-    fprintf(f, "%zu functions tested (%s cost, Welch t over replicates, BH q <= %.3g): "
+    fprintf(f, "%zu functions tested (%s cost, %s, BH q <= %.3g): "
                "%zu regressions, %zu improvements\n",
-            d->n_tested, d->opts.test_inclusive ? "total" : "self", d->opts.q, d->n_regressions,
-            d->n_improvements);
+            d->n_tested, d->opts.test_inclusive ? "total" : "self", agg_diff_test_name(d),
+            d->opts.q, d->n_regressions, d->n_improvements);
+    if (isfinite(d->mde_new)) {
+        fprintf(f, "minimum detectable effect (found with %.0f%% probability with these samples): "
+                   "a new function taking >= %.2g%% of the samples",
+                100 * AGG_DIFF_MDE_POWER, 100 * d->mde_new);
+        for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
+            if (isfinite(d->mde_change[i]))
+                fprintf(f, "; a %.0f%% function changed by >= %.2g%%", 100 * agg_diff_mde_shares[i],
+                        100 * d->mde_change[i]);
+        fprintf(f, "\n");
+    }
     if (d->warning_text[0])
         fprintf(f, "warning: %s\n", d->warning_text);
+    if (d->hint[0])
+        fprintf(f, "hint: %s\n", d->hint);
     fprintf(f, "%-11s %10s %10s %8s %10s %8s %9s  %s\n", "class", "base", "test", "change",
             "overweight", "respons.", "q", "function (self cost)");
     /* Rows too small to test say nothing a reader can act on: the text view counts them in one
@@ -131,6 +143,11 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
         fprintf(f, "(not shown: %zu more tested functions past the limit, %zu with too few samples "
                    "to test; --json lists every function)\n",
                 cut, untested);
+    fprintf(f, "change: of the tested cost per %s; overweight: the function's total-cost change "
+               "over what it would be had it grown like the whole profile (100%% = grew like the "
+               "total); respons.: its share of the whole profile's change; both '-' when the "
+               "total moved by less than %.3g%%\n",
+            d->opts.work_unit ? d->opts.work_unit : "process-second", 100 * d->opts.min_rel_change);
 }
 
 int agg_diff_gate(const agg_diff_t *d, double pct_limit, char *why, size_t why_size) {

@@ -1,0 +1,287 @@
+/* The diff's count test (AGG_DIFF_COUNT, the default): sample counts per function and
+ * replicate, exposure = the replicate's samples, over-dispersion estimated from the replicates,
+ * the common factor as a trimmed mean of log share ratios (TMM), and an exact binomial test on
+ * dispersion-scaled counts. The maths, the assumptions and the simulation that chose it are in
+ * README.md ("The diff") and bench/RESULTS.md (bench-diff-power).
+ *
+ * Model. Within one side (one build), replicate r (a process in a time bucket) has C_r samples
+ * and function f y_rf of them; E[y_rf] = p_f C_r (p_f: f's share of the samples; the exposure
+ * C_r absorbs the replicate's work and load), Var[y_rf] = mu + alpha mu^2 (negative binomial:
+ * request mix and co-tenants vary between replicates beyond Poisson sampling). Across sides,
+ * an unchanged function has p_test = rho p_base: rho is what moves every function's share at
+ * once (a new function takes its share from all others), estimated as edgeR's TMM does.
+ * Given Y_b + Y_t, Y_t is binomial(n, pi) with pi = rho C_t / (C_b + rho C_t) under the null;
+ * with dispersion phi_f (the variance of a side's total over its mean), the counts divided by
+ * phi_f are tested exactly (the incomplete beta gives binomial tails at real-valued counts).
+ * A function absent on one side has Y_b = 0 and is tested like any other: 0 vs 31 samples
+ * gives p = 2 pi^31 / phi-scaled, ~1e-9 at phi = 1.
+ * Threading: pure functions of their inputs. */
+#include "diff_int.h"
+#include "stats.h"
+
+#include "cm/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PRIOR_DF 10.0  /* weight of the common dispersion against a function's own, in df */
+#define TMM_TRIM 0.3   /* fraction of log ratios trimmed at each end */
+#define TMM_MIN 5.0    /* samples a function needs on each side to enter the common factor */
+#define ALPHA_MIN 5.0  /* mean samples per replicate a function needs to enter alpha */
+
+void count_fit_free(count_fit_t *q) {
+    free(q->y[0]);
+    free(q->y[1]);
+    free(q->phi);
+    free(q->df);
+    memset(q, 0, sizeof *q);
+}
+
+/* Per function of side s: its samples y, Pearson's X^2 of its replicate counts around
+ * p = y / C (computed as sum over present replicates of (y_r - mu_r)^2 / mu_r - mu_r, plus y,
+ * the sum over every replicate of mu_r), and sum of mu_r^2 (mu2). */
+static void side_pearson(const side_t *s, uint32_t nk, double *y, double *x2, double *mu2,
+                         double *c) {
+    double c2 = 0;
+    *c = 0;
+    for (uint32_t r = 0; r < s->n_reps; r++) {
+        *c += s->rep_c[r];
+        c2 += s->rep_c[r] * s->rep_c[r];
+    }
+    for (size_t i = 0; i < s->n_pairs; i++)
+        y[s->pair_f[i]] += s->pair_c[i];
+    for (uint32_t f = 0; f < nk; f++) {
+        double p = *c > 0 ? y[f] / *c : 0;
+        x2[f] = y[f];
+        mu2[f] = p * p * c2;
+    }
+    for (uint32_t r = 0; r < s->n_reps; r++)
+        for (uint32_t i = s->pair_off[r]; i < s->pair_off[r + 1]; i++) {
+            uint32_t f = s->pair_f[i];
+            double mu = y[f] / *c * s->rep_c[r];
+            if (mu > 0)
+                x2[f] += (s->pair_c[i] - mu) * (s->pair_c[i] - mu) / mu - mu;
+        }
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts v); 0 when n = 0. */
+static double median(double *v, size_t n) {
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Dispersion: phi_f = max(1, (PRIOR_DF (1 + alpha mbar_f) + df phihat_f) / (PRIOR_DF + df)),
+ * phihat_f = X^2 / df its own (df = replicates - 1 per side where it is present),
+ * alpha = median over well-sampled functions of (phihat_f - 1) / mbar_f, the common
+ * negative-binomial dispersion, mbar_f = sum mu^2 / sum mu (the mean count a replicate
+ * contributes, weighted as in the variance of the total). */
+static int fit_dispersion(const side_t *s[2], uint32_t nk, double *x2[2], double *mu2[2],
+                          count_fit_t *q) {
+    double *a = malloc(((size_t)nk + 1) * sizeof *a);
+    if (!a)
+        return CM_ENOMEM;
+    size_t na = 0;
+    for (uint32_t f = 0; f < nk; f++) {
+        double df = 0, x = 0, y = q->y[0][f] + q->y[1][f];
+        for (int k = 0; k < 2; k++)
+            if (q->y[k][f] > 0 && s[k]->n_reps > 1) {
+                df += s[k]->n_reps - 1;
+                x += x2[k][f];
+            }
+        double mbar = y > 0 ? (mu2[0][f] + mu2[1][f]) / y : 0;
+        q->phi[f] = df > 0 ? x / df : 1; /* phihat for now */
+        if (df > 0 && y >= ALPHA_MIN * (s[0]->n_reps + s[1]->n_reps) && mbar > 0)
+            a[na++] = (q->phi[f] - 1) / mbar;
+    }
+    q->alpha = fmax(0, median(a, na));
+    free(a);
+    for (uint32_t f = 0; f < nk; f++) {
+        double df = 0, y = q->y[0][f] + q->y[1][f];
+        for (int k = 0; k < 2; k++)
+            if (q->y[k][f] > 0 && s[k]->n_reps > 1)
+                df += s[k]->n_reps - 1;
+        double prior = 1 + q->alpha * (y > 0 ? (mu2[0][f] + mu2[1][f]) / y : 0);
+        q->phi[f] = fmax(1, (PRIOR_DF * prior + df * q->phi[f]) / (PRIOR_DF + df));
+        q->df[f] = df;
+    }
+    return 0;
+}
+
+typedef struct {
+    double m, w;
+} mw_t;
+
+static int cmp_mw(const void *a, const void *b) {
+    double x = ((const mw_t *)a)->m, y = ((const mw_t *)b)->m;
+    return x < y ? -1 : x > y;
+}
+
+/* TMM (Robinson & Oshlack 2010): log share ratios M_f = log((Y_t/C_t) / (Y_b/C_b)) of the
+ * functions with >= TMM_MIN samples on both sides, the TMM_TRIM most extreme at each end
+ * dropped, the rest averaged with weights 1 / (phi_f (1/Y_b + 1/Y_t)) (inverse variances).
+ * A change confined to under 30 % of the functions does not move it. */
+static int fit_common(uint32_t nk, count_fit_t *q) {
+    mw_t *v = malloc(((size_t)nk + 1) * sizeof *v);
+    if (!v)
+        return CM_ENOMEM;
+    size_t n = 0;
+    for (uint32_t f = 0; f < nk; f++) {
+        double yb = q->y[0][f], yt = q->y[1][f];
+        if (yb >= TMM_MIN && yt >= TMM_MIN)
+            v[n++] = (mw_t){log(yt / q->c[1]) - log(yb / q->c[0]),
+                            1 / (q->phi[f] * (1 / yb + 1 / yt))};
+    }
+    q->log_rho = 0;
+    q->n_tmm = 0;
+    if (n >= 3) {
+        qsort(v, n, sizeof *v, cmp_mw);
+        size_t lo = (size_t)floor(TMM_TRIM * (double)n), hi = n - lo;
+        double sw = 0, sm = 0;
+        for (size_t i = lo; i < hi; i++) {
+            sw += v[i].w;
+            sm += v[i].w * v[i].m;
+        }
+        q->log_rho = sw > 0 ? sm / sw : 0;
+        q->n_tmm = hi - lo;
+    }
+    free(v);
+    return 0;
+}
+
+int count_fit(const side_t *b, const side_t *t, uint32_t nk, count_fit_t *q) {
+    memset(q, 0, sizeof *q);
+    const side_t *s[2] = {b, t};
+    double *x2[2], *mu2[2];
+    int rc = CM_ENOMEM;
+    q->phi = malloc(((size_t)nk + 1) * sizeof *q->phi);
+    q->df = malloc(((size_t)nk + 1) * sizeof *q->df);
+    for (int k = 0; k < 2; k++) {
+        q->y[k] = calloc((size_t)nk + 1, sizeof(double));
+        x2[k] = malloc(((size_t)nk + 1) * sizeof(double));
+        mu2[k] = malloc(((size_t)nk + 1) * sizeof(double));
+    }
+    if (!q->phi || !q->df || !q->y[0] || !q->y[1] || !x2[0] || !x2[1] || !mu2[0] || !mu2[1])
+        goto out;
+    for (int k = 0; k < 2; k++)
+        side_pearson(s[k], nk, q->y[k], x2[k], mu2[k], &q->c[k]);
+    uint32_t nr = b->n_reps + t->n_reps;
+    q->mean_rep = nr ? (q->c[0] + q->c[1]) / nr : 0;
+    if ((rc = fit_dispersion(s, nk, x2, mu2, q)) || (rc = fit_common(nk, q)))
+        goto out;
+    rc = 0;
+out:
+    for (int k = 0; k < 2; k++) {
+        free(x2[k]);
+        free(mu2[k]);
+    }
+    if (rc)
+        count_fit_free(q);
+    return rc;
+}
+
+/* P(X >= k) and P(X <= k) of X ~ binomial(n, pi) at real-valued k, n (0 <= k <= n). */
+static double binom_upper(double k, double n, double pi) {
+    return k <= 0 ? 1.0 : agg_stats_betai(k, n - k + 1, pi);
+}
+static double binom_lower(double k, double n, double pi) {
+    return k >= n ? 1.0 : agg_stats_betai(n - k, k + 1, 1 - pi);
+}
+
+static double null_pi(const count_fit_t *q) {
+    double rc = exp(q->log_rho) * q->c[1];
+    return rc / (q->c[0] + rc);
+}
+
+double count_p_totals(const count_fit_t *q, double yb, double yt, double phi, double df,
+                      double *p_min) {
+    double pi = null_pi(q);
+    double n = (yb + yt) / phi, k = yt / phi;
+    if (p_min)
+        *p_min = fmin(1, 2 * fmin(pow(pi, n), pow(1 - pi, n)));
+    if (!(n > 0) || !(pi > 0) || !(pi < 1))
+        return 1;
+    double p = 2 * fmin(binom_upper(k, n, pi), binom_lower(k, n, pi));
+    /* phi's excess over Poisson (phi - 1) is estimated with df + PRIOR_DF degrees of
+     * freedom; Poisson's part is exact. Satterthwaite: the variance phi has df_eff =
+     * df (phi / (phi - 1))^2, and the normal statistic against Student's t with df_eff carries
+     * the uncertainty the exact tail alone ignores (large counts, phi >> 1). */
+    if (phi > 1) {
+        double z = (k - n * pi) / sqrt(n * pi * (1 - pi));
+        double dfe = (df + PRIOR_DF) * (phi / (phi - 1)) * (phi / (phi - 1));
+        p = fmax(p, agg_stats_t_p2(z, fmin(dfe, 1e6)));
+    }
+    return p < 1 ? p : 1;
+}
+
+double count_p(const count_fit_t *q, uint32_t f, double *p_min) {
+    return count_p_totals(q, q->y[0][f], q->y[1][f], q->phi[f], q->df[f], p_min);
+}
+
+double count_phi_prior(const count_fit_t *q, double y, uint32_t n_reps) {
+    return n_reps ? 1 + q->alpha * y / n_reps : 1;
+}
+
+/* Upper normal quantile: z with P(|Z| >= z) = p2 (bisection on erfc). */
+static double z_of_p2(double p2) {
+    double lo = 0, hi = 40;
+    for (int i = 0; i < 100; i++) {
+        double mid = (lo + hi) / 2;
+        if (agg_stats_normal_p2(mid) > p2)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (lo + hi) / 2;
+}
+
+/* P(Poisson(lambda) >= k), k integer >= 0. */
+static double poisson_upper(unsigned k, double lambda) {
+    double term = exp(-lambda), cdf = 0;
+    for (unsigned i = 0; i < k; i++) {
+        cdf += term;
+        term *= lambda / (i + 1);
+    }
+    return cdf < 1 ? 1 - cdf : 0;
+}
+
+/* A new function: found when its test samples k reach the smallest count whose p (all k on
+ * the test side, phi = 1) is <= level; its share is then the Poisson mean that reaches k with
+ * the given power, over the test side's samples. */
+double count_mde_new(const count_fit_t *q, double level, double power) {
+    double pi = null_pi(q);
+    if (!(q->c[1] > 0) || !(pi > 0) || !(pi < 1))
+        return NAN;
+    unsigned k = (unsigned)ceil(log(level / 2) / log(pi));
+    if (k > 100000)
+        return NAN;
+    double lo = 0, hi = 10.0 * k + 50;
+    for (int i = 0; i < 100; i++) {
+        double mid = (lo + hi) / 2;
+        if (poisson_upper(k, mid) < power)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    double share = hi / q->c[1];
+    return share < 1 ? share : NAN;
+}
+
+/* A function of the given share changed by x (relative): found with the given power when
+ * |log(1 + x)| >= (z_level + z_power) sd, sd^2 = phi (1/(share C_b) + 1/(share C_t)),
+ * phi = 1 + alpha * share * (samples per replicate). */
+double count_mde_change(const count_fit_t *q, double share, double level, double power) {
+    if (!(q->c[0] > 0) || !(q->c[1] > 0) || !(share > 0))
+        return NAN;
+    double phi = 1 + q->alpha * share * q->mean_rep;
+    double sd = sqrt(phi * (1 / (share * q->c[0]) + 1 / (share * q->c[1])));
+    double z = z_of_p2(level) + z_of_p2(2 * (1 - power));
+    return exp(z * sd) - 1;
+}
