@@ -104,6 +104,8 @@ static agg_profile_t *side(const svc_t *s, rng_t *r, double samples, double mult
         for (int b = 0; b < s->buckets; b++) {
             snprintf(name, sizeof name, "p%d-b%d", pr, b);
             uint32_t rep = (uint32_t)agg_profile_replicate(p, name, 5.0);
+            if (!getenv("NOGROUP"))
+                agg_profile_replicate_group(p, rep, (uint32_t)pr);
             double l = load * rlognorm(r, 0.2);
             for (int f = 0; f <= F; f++) {
                 double mu = per_rep * l * s->share[f] * mult[f] / (f == F ? tot : 1) *

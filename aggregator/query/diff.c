@@ -75,6 +75,7 @@ static void side_free(side_t *s) {
     free(s->pair_v);
     free(s->pair_c);
     free(s->rep_c);
+    free(s->rep_g);
     free(s->present);
     free(s->scale);
 }
@@ -148,6 +149,7 @@ static int leaf_pass(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, 
             v[f] = vc[f] = 0;
         }
         s->rep_c[s->n_reps] = rc_;
+        s->rep_g[s->n_reps] = p->replicates[r].group;
         s->scale[s->n_reps] = 1.0;
         s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
     }
@@ -180,6 +182,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     double *vc = calloc((size_t)nk + 1, sizeof *vc);
     uint32_t *touched = malloc(((size_t)nk + 1) * sizeof *touched);
     s->rep_c = calloc((size_t)p->n_replicates + 1, sizeof(double));
+    s->rep_g = calloc((size_t)p->n_replicates + 1, sizeof(uint32_t));
     s->sum_incl = calloc((size_t)nk + 1, sizeof(double));
     s->sum_self = calloc((size_t)nk + 1, sizeof(double));
     s->cnt_incl = calloc((size_t)nk + 1, sizeof(uint64_t));
@@ -189,7 +192,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
     s->present = calloc((size_t)nk + 1, sizeof(uint32_t));
     s->pair_off = calloc((size_t)p->n_replicates + 2, sizeof(uint32_t));
     s->scale = malloc(((size_t)p->n_replicates + 1) * sizeof(double));
-    if (!s->present || !s->pair_off || !s->scale || !vc || !s->rep_c ||
+    if (!s->present || !s->pair_off || !s->scale || !vc || !s->rep_c || !s->rep_g ||
         !uoff || !uniq || !stamp || !rstart || !leafk || !sw || !sc || !v || !touched || !s->sum_incl ||
         !s->sum_self || !s->cnt_incl || !s->cnt_self || !s->sx || !s->sxx)
         goto out;
@@ -290,6 +293,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         }
         if (work > 0) {
             s->rep_c[s->n_reps] = rc_;
+            s->rep_g[s->n_reps] = p->replicates[r].group;
             s->scale[s->n_reps] = 1.0;
             s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
         }

@@ -65,6 +65,13 @@ static void side_pearson(const side_t *s, uint32_t nk, double *y, double *x2, do
         }
 }
 
+/* Median of chi-square with df degrees of freedom (Wilson-Hilferty): a median of X^2 / df
+ * over functions is biased low by this over df (0.69 at df 2); the estimates divide by it. */
+static double chi2_median(double df) {
+    double c = 1 - 2 / (9 * df);
+    return df * c * c * c;
+}
+
 static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -99,7 +106,7 @@ static int fit_dispersion(const side_t *s[2], uint32_t nk, double *x2[2], double
         double mbar = y > 0 ? (mu2[0][f] + mu2[1][f]) / y : 0;
         q->phi[f] = df > 0 ? x / df : 1; /* phihat for now */
         if (df > 0 && y >= ALPHA_MIN * (s[0]->n_reps + s[1]->n_reps) && mbar > 0)
-            a[na++] = (q->phi[f] - 1) / mbar;
+            a[na++] = (x / chi2_median(df) - 1) / mbar;
     }
     q->alpha = fmax(0, median(a, na));
     free(a);
@@ -156,6 +163,89 @@ static int fit_common(uint32_t nk, count_fit_t *q) {
     return 0;
 }
 
+#define GROUPS_MAX 64 /* groups per side the between-process dispersion is estimated for */
+
+/* Dense group ids of s's replicates into g[] (0..n-1); returns n, or 0 when the replicates
+ * have no groups, a group per replicate, or more than GROUPS_MAX groups. */
+static uint32_t dense_groups(const side_t *s, uint32_t *g) {
+    uint32_t key[GROUPS_MAX], n = 0;
+    for (uint32_t r = 0; r < s->n_reps; r++) {
+        if (s->rep_g[r] == AGG_NONE)
+            return 0;
+        uint32_t i = 0;
+        while (i < n && key[i] != s->rep_g[r])
+            i++;
+        if (i == n) {
+            if (n == GROUPS_MAX)
+                return 0;
+            key[n++] = s->rep_g[r];
+        }
+        g[r] = i;
+    }
+    return n < s->n_reps ? n : 0;
+}
+
+/* Between groups (processes): the same negative-binomial moment as between replicates, on
+ * each group's totals. Replicates of one process share its request mix, so their totals vary
+ * more than independent replicates would: phi_f is raised to 1 + alpha_g mbar_g(f) when that
+ * is larger. Only when both sides have 2..GROUPS_MAX groups. */
+static int fit_groups(const side_t *s[2], uint32_t nk, count_fit_t *q) {
+    uint32_t *g[2] = {malloc(((size_t)s[0]->n_reps + 1) * sizeof(uint32_t)),
+                      malloc(((size_t)s[1]->n_reps + 1) * sizeof(uint32_t))};
+    uint32_t ng[2] = {0, 0};
+    double *yg[2] = {NULL, NULL}, cg[2][GROUPS_MAX];
+    double *x2 = calloc((size_t)nk + 1, sizeof *x2), *mu2 = calloc((size_t)nk + 1, sizeof *mu2);
+    double *a = malloc(((size_t)nk + 1) * sizeof *a);
+    int rc = CM_ENOMEM;
+    if (!g[0] || !g[1] || !x2 || !mu2 || !a)
+        goto out;
+    rc = 0;
+    for (int k = 0; k < 2; k++)
+        if ((ng[k] = dense_groups(s[k], g[k])) < 2)
+            goto out;
+    rc = CM_ENOMEM;
+    for (int k = 0; k < 2; k++) {
+        if (!(yg[k] = calloc((size_t)ng[k] * nk + 1, sizeof(double))))
+            goto out;
+        memset(cg[k], 0, sizeof cg[k]);
+        for (uint32_t r = 0; r < s[k]->n_reps; r++) {
+            cg[k][g[k][r]] += s[k]->rep_c[r];
+            for (uint32_t i = s[k]->pair_off[r]; i < s[k]->pair_off[r + 1]; i++)
+                yg[k][(size_t)g[k][r] * nk + s[k]->pair_f[i]] += s[k]->pair_c[i];
+        }
+        for (uint32_t f = 0; f < nk; f++)
+            for (uint32_t j = 0; j < ng[k] && q->y[k][f] > 0; j++) {
+                double mu = q->y[k][f] / q->c[k] * cg[k][j], y = yg[k][(size_t)j * nk + f];
+                if (mu > 0) {
+                    x2[f] += (y - mu) * (y - mu) / mu;
+                    mu2[f] += mu * mu;
+                }
+            }
+    }
+    size_t na = 0;
+    for (uint32_t f = 0; f < nk; f++) {
+        double y = q->y[0][f] + q->y[1][f], df = 0;
+        for (int k = 0; k < 2; k++)
+            df += q->y[k][f] > 0 ? ng[k] - 1 : 0;
+        if (df > 0 && y >= ALPHA_MIN * (ng[0] + ng[1]) * 4 && mu2[f] > 0)
+            a[na++] = (x2[f] / chi2_median(df) - 1) / (mu2[f] / y);
+        mu2[f] = y > 0 ? mu2[f] / y : 0; /* now mbar_g */
+    }
+    q->alpha_g = fmax(0, median(a, na));
+    for (uint32_t f = 0; f < nk; f++)
+        q->phi[f] = fmax(q->phi[f], 1 + q->alpha_g * mu2[f]);
+    rc = 0;
+out:
+    for (int k = 0; k < 2; k++) {
+        free(g[k]);
+        free(yg[k]);
+    }
+    free(x2);
+    free(mu2);
+    free(a);
+    return rc;
+}
+
 int count_fit(const side_t *b, const side_t *t, uint32_t nk, count_fit_t *q) {
     memset(q, 0, sizeof *q);
     const side_t *s[2] = {b, t};
@@ -174,7 +264,8 @@ int count_fit(const side_t *b, const side_t *t, uint32_t nk, count_fit_t *q) {
         side_pearson(s[k], nk, q->y[k], x2[k], mu2[k], &q->c[k]);
     uint32_t nr = b->n_reps + t->n_reps;
     q->mean_rep = nr ? (q->c[0] + q->c[1]) / nr : 0;
-    if ((rc = fit_dispersion(s, nk, x2, mu2, q)) || (rc = fit_common(nk, q)))
+    if ((rc = fit_dispersion(s, nk, x2, mu2, q)) || (rc = fit_groups(s, nk, q)) ||
+        (rc = fit_common(nk, q)))
         goto out;
     rc = 0;
 out:

@@ -19,6 +19,7 @@ typedef struct {
     double *pair_c;
     size_t n_pairs, cap_pairs;
     double *rep_c;     /* per replicate with work > 0: its samples (all functions) */
+    uint32_t *rep_g;   /* ... and its group (process), AGG_NONE for none */
     uint32_t *present; /* per function: replicates where it is non-zero */
     double *scale;     /* per replicate: size factor (1 = none) */
     double work;
@@ -34,6 +35,7 @@ typedef struct {
     double c[2];     /* samples per side */
     double log_rho;  /* trimmed mean of log share ratios (test/base): the common factor */
     double alpha;    /* common negative-binomial dispersion per replicate */
+    double alpha_g;  /* the same between groups (processes); 0 when not estimated */
     double mean_rep; /* samples per replicate, both sides */
     size_t n_tmm;    /* functions the common factor rests on */
 } count_fit_t;

@@ -268,8 +268,15 @@ int64_t agg_profile_replicate(agg_profile_t *p, const char *key, double work) {
                p->n_replicates + 1) ||
         idtab_insert(p->tab_replicates, h, p->n_replicates))
         return CM_ENOMEM;
-    p->replicates[p->n_replicates] = (agg_replicate_t){k, work};
+    p->replicates[p->n_replicates] = (agg_replicate_t){k, work, AGG_NONE};
     return p->n_replicates++;
+}
+
+int agg_profile_replicate_group(agg_profile_t *p, uint32_t rep, uint32_t group) {
+    if (rep >= p->n_replicates)
+        return CM_ERANGE;
+    p->replicates[rep].group = group;
+    return 0;
 }
 
 static int ctx_eq(const agg_profile_t *p, uint32_t id, const void *key) {
@@ -405,7 +412,8 @@ int agg_profile_copy_tables(const agg_profile_t *in, agg_profile_t **out) {
                               in->stack_off[i + 1] - in->stack_off[i]) < 0)
             goto out;
     for (uint32_t i = 0; i < in->n_replicates; i++)
-        if (agg_profile_replicate(p, in->replicates[i].key, in->replicates[i].work) < 0)
+        if (agg_profile_replicate(p, in->replicates[i].key, in->replicates[i].work) < 0 ||
+            agg_profile_replicate_group(p, i, in->replicates[i].group))
             goto out;
     for (uint32_t i = 1; i < in->n_contexts; i++)
         if (agg_profile_context(p, in->contexts[i].trace_id, in->contexts[i].span_id) < 0)

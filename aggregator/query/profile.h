@@ -47,6 +47,8 @@ typedef struct {
 typedef struct {
     const char *key; /* caller's name for it ("bucket 1700000000", a chunk id, ...) */
     double work;     /* process-seconds of wall time, or requests; > 0 to be used by the diff */
+    uint32_t group;  /* replicates of one process share a group (the diff estimates the
+                      * variation between processes from them); AGG_NONE: its own */
 } agg_replicate_t;
 
 typedef struct {
@@ -136,6 +138,10 @@ int64_t agg_profile_replicate(agg_profile_t *p, const char *key, double work);
 
 /* Interns a (trace id, span id) context; all-zero is context 0. Returns the id or CM_ENOMEM. */
 int64_t agg_profile_context(agg_profile_t *p, const uint8_t trace_id[16], const uint8_t span_id[8]);
+
+/* Puts replicate rep in group `group` (e.g. one id per process, when a replicate is a process
+ * in a time bucket). Returns 0 or CM_ERANGE for an unknown replicate. */
+int agg_profile_replicate_group(agg_profile_t *p, uint32_t rep, uint32_t group);
 
 /* Appends a row. Returns 0, CM_ERANGE for an unknown stack/replicate/context id, or CM_ENOMEM. */
 int agg_profile_add(agg_profile_t *p, uint32_t stack, uint64_t weight, uint64_t count,

@@ -90,9 +90,10 @@ static const cm_opt_t opts[] = {
      "requests that may wait for a busy query worker; more are answered 503 at once"},
     {"api-queue-wait", CM_OPT_DURATION, "10s", O(api_queue_wait), 1000000ll, 600000000000ll,
      "longest a request waits for a query worker before it is answered 503"},
-    {"report-min-samples", CM_OPT_INT, "2000", O(report_min_samples), 1, 1000000000,
+    {"report-min-samples", CM_OPT_INT, "0", O(report_min_samples), 0, 1000000000,
      "CPU samples the newest version of a service (and the previous one) need before the "
-     "per-deploy regression report is computed"},
+     "per-deploy regression report is computed; 0: what a new function taking 2 % of the CPU "
+     "needs to be found with 90 % probability (about 900)"},
     {"report-fold", CM_OPT_STRING, "", O(report_fold), 0, 0,
      "extended regex of frames folded into their callers before a report's diff (a shared "
      "helper such as 'burn$' whose cost belongs to each caller); empty: none"},

@@ -12,10 +12,12 @@
 #include "cm/log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -151,7 +153,11 @@ int agg_reports_run_once(const agg_reports_cfg_t *cfg) {
                               sizeof err)) ||
         (rc = agg_qstore_versions(qs, NULL, &v, &n)))
         goto out;
-    int64_t min = cfg->min_samples > 0 ? cfg->min_samples : 2000;
+    /* default: the samples per side a 2 % new function needs (90 % power, ~50 functions
+     * tested at q 0.01): agg_diff_samples_needed, ~900 */
+    int64_t min = cfg->min_samples > 0
+                      ? cfg->min_samples
+                      : (int64_t)ceil(agg_diff_samples_needed(AGG_REPORT_TARGET_SHARE, 0.01, 50));
     for (size_t i = 0; i < n;) {
         size_t j = i;
         while (j < n && !strcmp(v[j].service, v[i].service))
@@ -174,6 +180,14 @@ int agg_reports_run_once(const agg_reports_cfg_t *cfg) {
                     else
                         made++;
                 }
+            } else {
+                CM_INFO("report: %s %s -> %s: waiting for %lld CPU samples per side (have "
+                        "%llu / %llu): the samples a new function taking %.0f%% of the CPU "
+                        "needs to be found with 90%% probability", test->service,
+                        base->version, test->version, (long long)min,
+                        (unsigned long long)base->samples[CM_EV_CPU],
+                        (unsigned long long)test->samples[CM_EV_CPU],
+                        100 * AGG_REPORT_TARGET_SHARE);
             }
         }
         i = j;

@@ -17,9 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define AGG_REPORT_TARGET_SHARE 0.02 /* default target: a new function taking 2 % of the CPU */
+
 typedef struct {
     const char *store_dir;
-    int64_t min_samples; /* per side, CPU samples; default 2000 */
+    int64_t min_samples; /* per side, CPU samples; 0: what AGG_REPORT_TARGET_SHARE needs */
     int64_t interval_ms; /* how often to look; 0: never (no thread) */
     const char *fold;    /* NULL/"": none; else an ERE of frames folded into their callers
                           * before the diff (e.g. a shared helper: "burn$") */
