@@ -171,10 +171,22 @@ static void trial(kind_t kind, double share, double change, double samples, int 
             int path = strcmp(e->name, "main") == 0 || strncmp(e->name, "handler_", 8) == 0;
             if (m == 0 && sig && !is_t && !path && kind != NULL_SAME && kind != NULL_LOAD)
                 out->other++;
-            if (m == 0 && sig && (kind == NULL_SAME || kind == NULL_LOAD))
+            if (m == 0 && sig && (kind == NULL_SAME || kind == NULL_LOAD)) {
                 out->other++;
+                if (getenv("DEBUG"))
+                    printf("  false %s: %llu vs %llu samples (of %llu / %llu), p %.3g q %.3g\n",
+                           e->name, (unsigned long long)e->base_samples,
+                           (unsigned long long)e->test_samples,
+                           (unsigned long long)d.base_samples, (unsigned long long)d.test_samples,
+                           e->p, e->q);
+            }
             if (is_t && e->cls == AGG_DIFF_REGRESSION)
                 *(m ? &out->welch : &out->found) += 1;
+            if (is_t && m == 0 && getenv("DEBUG"))
+                printf("  target %s: %llu vs %llu samples, p %.3g q %.3g, %zu tested, %zu in BH, "
+                       "%s\n", e->name, (unsigned long long)e->base_samples,
+                       (unsigned long long)e->test_samples, e->p, e->q, d.n_tested, d.n_bh,
+                       agg_diff_class_name(e->cls));
         }
         if (m == 0) {
             out->mde_new += d.mde_new;
@@ -228,6 +240,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 6; j++)
                 cell(NEW_FN, news[i], 0, nsamp[j], trials, procs, buckets);
+    if (!*only || !strcmp(only, "n90")) /* the 90 % point of ours and the oracle, 2 % new */
+        for (double n = 450; n <= 1050; n += 50)
+            cell(NEW_FN, 0.02, 0, n, trials, procs, buckets);
     static const double shares[] = {0.05, 0.2, 0.5}, changes[] = {0.02, 0.05, 0.10};
     static const double ssamp[] = {1500, 5000, 10000, 20000, 30000, 60000};
     if (!*only || !strcmp(only, "slower"))

@@ -415,6 +415,14 @@ static void test_new_function_few_samples(void) {
         const agg_diff_entry_t *e = entry(&d, "new_fn");
         found += e->cls == AGG_DIFF_REGRESSION;
         other += (int)(d.n_regressions + d.n_improvements) - (e->cls == AGG_DIFF_REGRESSION);
+        for (size_t i = 0; i < d.n; i++)
+            if (d.entries[i].cls != AGG_DIFF_NOISE && d.entries[i].cls != AGG_DIFF_UNTESTED &&
+                strcmp(d.entries[i].name, "new_fn"))
+                printf("  seed %llu: %s %s %llu -> %llu samples, p %.3g q %.3g\n",
+                       (unsigned long long)seed, agg_diff_class_name(d.entries[i].cls),
+                       d.entries[i].name, (unsigned long long)d.entries[i].base_samples,
+                       (unsigned long long)d.entries[i].test_samples, d.entries[i].p,
+                       d.entries[i].q);
         CHECKF(d.mde_new > 0.005 && d.mde_new < 0.025, "mde %g", d.mde_new);
         CHECK(d.mde_change[1] > 0.1 && d.mde_change[1] < 1.0);
         agg_diff_free(&d);

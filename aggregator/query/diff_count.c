@@ -29,6 +29,10 @@
 #define TMM_TRIM 0.3   /* fraction of log ratios trimmed at each end */
 #define TMM_MIN 5.0    /* samples a function needs on each side to enter the common factor */
 #define ALPHA_MIN 5.0  /* mean samples per replicate a function needs to enter alpha */
+#define ALPHA_G_PRIOR 0.0025 /* processes of one build differ by ~5 % in a function's share */
+#define PRIOR_G_DF 20.0       /* its weight, in df, against the processes' own estimate */
+#define ALPHA_SD 0.01  /* least spread of the functions' alphas around the common one (a
+                        * request mix varying by 10 % between replicates) */
 
 void count_fit_free(count_fit_t *q) {
     free(q->y[0]);
@@ -115,8 +119,18 @@ static int fit_dispersion(const side_t *s[2], uint32_t nk, double *x2[2], double
         for (int k = 0; k < 2; k++)
             if (q->y[k][f] > 0 && s[k]->n_reps > 1)
                 df += s[k]->n_reps - 1;
-        double prior = 1 + q->alpha * (y > 0 ? (mu2[0][f] + mu2[1][f]) / y : 0);
-        q->phi[f] = fmax(1, (PRIOR_DF * prior + df * q->phi[f]) / (PRIOR_DF + df));
+        double mbar = y > 0 ? (mu2[0][f] + mu2[1][f]) / y : 0;
+        /* shrink the excess over Poisson e = phi - 1 = alpha_f mbar: prior e0 = alpha mbar
+         * with sd tau = max(alpha, ALPHA_SD) mbar (functions' alphas differ by about their
+         * size), own estimate phihat - 1 with variance 2 phi0^2 / df (chi-square). A function
+         * with few samples per replicate says little about its alpha: e stays near e0. */
+        double e0 = q->alpha * mbar, tau = fmax(q->alpha, ALPHA_SD) * mbar;
+        double e = e0;
+        if (df > 0 && tau > 0) {
+            double v = 2 * (1 + e0) * (1 + e0) / df, t2 = tau * tau;
+            e = (e0 / t2 + (q->phi[f] - 1) / v) / (1 / t2 + 1 / v);
+        }
+        q->phi[f] = fmax(1, 1 + e);
         q->df[f] = df;
     }
     return 0;
@@ -129,6 +143,23 @@ typedef struct {
 static int cmp_mw(const void *a, const void *b) {
     double x = ((const mw_t *)a)->m, y = ((const mw_t *)b)->m;
     return x < y ? -1 : x > y;
+}
+
+/* Pooled moment estimate of the between-group alpha: with per function the excess
+ * X^2_f - df_f (m = ratio to w = df_f mbar_f), alpha = sum excess / sum w over the functions,
+ * the 10 % with the largest ratios left out (a function that changed between the sides is not
+ * dispersion). Far less noisy than a median of df-2 ratios. Sorts v. */
+static double pooled_alpha(mw_t *v, size_t n) {
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_mw);
+    size_t keep = n;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < keep; i++) {
+        num += v[i].m * v[i].w;
+        den += v[i].w;
+    }
+    return den > 0 ? num / den : 0;
 }
 
 /* TMM (Robinson & Oshlack 2010): log share ratios M_f = log((Y_t/C_t) / (Y_b/C_b)) of the
@@ -157,6 +188,7 @@ static int fit_common(uint32_t nk, count_fit_t *q) {
             sm += v[i].w * v[i].m;
         }
         q->log_rho = sw > 0 ? sm / sw : 0;
+        q->var_log_rho = sw > 0 ? 1 / sw : 0;
         q->n_tmm = hi - lo;
     }
     free(v);
@@ -195,7 +227,7 @@ static int fit_groups(const side_t *s[2], uint32_t nk, count_fit_t *q) {
     uint32_t ng[2] = {0, 0};
     double *yg[2] = {NULL, NULL}, cg[2][GROUPS_MAX];
     double *x2 = calloc((size_t)nk + 1, sizeof *x2), *mu2 = calloc((size_t)nk + 1, sizeof *mu2);
-    double *a = malloc(((size_t)nk + 1) * sizeof *a);
+    mw_t *a = malloc(((size_t)nk + 1) * sizeof *a);
     int rc = CM_ENOMEM;
     if (!g[0] || !g[1] || !x2 || !mu2 || !a)
         goto out;
@@ -227,13 +259,25 @@ static int fit_groups(const side_t *s[2], uint32_t nk, count_fit_t *q) {
         double y = q->y[0][f] + q->y[1][f], df = 0;
         for (int k = 0; k < 2; k++)
             df += q->y[k][f] > 0 ? ng[k] - 1 : 0;
-        if (df > 0 && y >= ALPHA_MIN * (ng[0] + ng[1]) * 4 && mu2[f] > 0)
-            a[na++] = (x2[f] / chi2_median(df) - 1) / (mu2[f] / y);
         mu2[f] = y > 0 ? mu2[f] / y : 0; /* now mbar_g */
+        if (df > 0 && y >= ALPHA_MIN * (ng[0] + ng[1]) * 4 && mu2[f] > 0)
+            a[na++] = (mw_t){(x2[f] - df) / (df * mu2[f]), df * mu2[f]};
     }
-    q->alpha_g = fmax(0, median(a, na));
-    for (uint32_t f = 0; f < nk; f++)
-        q->phi[f] = fmax(q->phi[f], 1 + q->alpha_g * mu2[f]);
+    /* few processes say little about how much they differ: the estimate (pooled over
+     * functions, df_pool = sum of their df) is shrunk towards ALPHA_G_PRIOR with PRIOR_G_DF */
+    double dfp = 0;
+    for (size_t i = 0; i < na; i++)
+        dfp += a[i].w > 0 ? 1 : 0;
+    dfp *= (ng[0] - 1) + (ng[1] - 1);
+    double ag = fmax(0, pooled_alpha(a, na));
+    q->alpha_g = (PRIOR_G_DF * ALPHA_G_PRIOR + dfp * ag) / (PRIOR_G_DF + dfp);
+    for (uint32_t f = 0; f < nk; f++) {
+        double phig = 1 + q->alpha_g * mu2[f];
+        if (phig > q->phi[f]) {
+            q->phi[f] = phig;
+            q->df[f] = fmin(q->df[f], dfp + PRIOR_G_DF - PRIOR_DF);
+        }
+    }
     rc = 0;
 out:
     for (int k = 0; k < 2; k++) {
@@ -280,10 +324,20 @@ out:
 
 /* P(X >= k) and P(X <= k) of X ~ binomial(n, pi) at real-valued k, n (0 <= k <= n). */
 static double binom_upper(double k, double n, double pi) {
-    return k <= 0 ? 1.0 : agg_stats_betai(k, n - k + 1, pi);
+    return k <= 0 ? 1.0 : k > n ? 0.0 : agg_stats_betai(k, n - k + 1, pi);
 }
 static double binom_lower(double k, double n, double pi) {
-    return k >= n ? 1.0 : agg_stats_betai(n - k, k + 1, 1 - pi);
+    return k >= n ? 1.0 : k < 0 ? 0.0 : agg_stats_betai(n - k, k + 1, 1 - pi);
+}
+
+/* Mid-p tails (Lancaster): P(X > k) + P(X = k) / 2, as the mean of P(X >= k) and
+ * P(X >= k + 1): the exact test's tail without its conservatism (a discrete test at level a
+ * rejects with probability well under a); the mean over the null stays close to a. */
+static double midp_upper(double k, double n, double pi) {
+    return (binom_upper(k, n, pi) + binom_upper(k + 1, n, pi)) / 2;
+}
+static double midp_lower(double k, double n, double pi) {
+    return (binom_lower(k, n, pi) + binom_lower(k - 1, n, pi)) / 2;
 }
 
 static double null_pi(const count_fit_t *q) {
@@ -296,24 +350,32 @@ double count_p_totals(const count_fit_t *q, double yb, double yt, double phi, do
     double pi = null_pi(q);
     double n = (yb + yt) / phi, k = yt / phi;
     if (p_min)
-        *p_min = fmin(1, 2 * fmin(pow(pi, n), pow(1 - pi, n)));
+        *p_min = fmin(1, fmin(pow(pi, n), pow(1 - pi, n)));
     if (!(n > 0) || !(pi > 0) || !(pi < 1))
         return 1;
-    double p = 2 * fmin(binom_upper(k, n, pi), binom_lower(k, n, pi));
+    double p = 2 * fmin(midp_upper(k, n, pi), midp_lower(k, n, pi));
     /* phi's excess over Poisson (phi - 1) is estimated with df + PRIOR_DF degrees of
      * freedom; Poisson's part is exact. Satterthwaite: the variance phi has df_eff =
-     * df (phi / (phi - 1))^2, and the normal statistic against Student's t with df_eff carries
-     * the uncertainty the exact tail alone ignores (large counts, phi >> 1). */
+     * df (phi / (phi - 1))^2. The exact p is inflated by how much fatter Student's t with
+     * df_eff is than the normal at the same statistic (large counts, phi >> 1: the t test;
+     * phi ~ 1: the exact test unchanged). */
     if (phi > 1) {
         double z = (k - n * pi) / sqrt(n * pi * (1 - pi));
         double dfe = (df + PRIOR_DF) * (phi / (phi - 1)) * (phi / (phi - 1));
-        p = fmax(p, agg_stats_t_p2(z, fmin(dfe, 1e6)));
+        double pn = agg_stats_normal_p2(z);
+        if (pn > 0 && dfe < 1e6)
+            p *= agg_stats_t_p2(z, dfe) / pn;
     }
     return p < 1 ? p : 1;
 }
 
+/* rho is estimated too: its variance (1 / the kept weights) adds to the log ratio's,
+ * phi (1/Y_b + 1/Y_t); it matters for the largest functions only. */
 double count_p(const count_fit_t *q, uint32_t f, double *p_min) {
-    return count_p_totals(q, q->y[0][f], q->y[1][f], q->phi[f], q->df[f], p_min);
+    double yb = q->y[0][f], yt = q->y[1][f], phi = q->phi[f];
+    if (yb > 0 && yt > 0)
+        phi += q->var_log_rho / (1 / yb + 1 / yt);
+    return count_p_totals(q, yb, yt, phi, q->df[f], p_min);
 }
 
 double count_phi_prior(const count_fit_t *q, double y, uint32_t n_reps) {
@@ -350,7 +412,7 @@ double count_mde_new(const count_fit_t *q, double level, double power) {
     double pi = null_pi(q);
     if (!(q->c[1] > 0) || !(pi > 0) || !(pi < 1))
         return NAN;
-    unsigned k = (unsigned)ceil(log(level / 2) / log(pi));
+    unsigned k = (unsigned)ceil(log(level) / log(pi)); /* mid-p of k of k: pi^k */
     if (k > 100000)
         return NAN;
     double lo = 0, hi = 10.0 * k + 50;

@@ -34,6 +34,7 @@ typedef struct {
     double *df;      /* per function: degrees of freedom of its own dispersion estimate */
     double c[2];     /* samples per side */
     double log_rho;  /* trimmed mean of log share ratios (test/base): the common factor */
+    double var_log_rho; /* its variance */
     double alpha;    /* common negative-binomial dispersion per replicate */
     double alpha_g;  /* the same between groups (processes); 0 when not estimated */
     double mean_rep; /* samples per replicate, both sides */
