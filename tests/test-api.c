@@ -425,6 +425,12 @@ static void test_diff(void) {
         } else {
             const fsim_params_t *fp = fsim_params(sim); /* process-seconds of the version */
             CHECK(fabs(bw - fp->processes * fp->intervals * (fp->interval_ns / 1e9)) < 1e-6);
+            /* replicates: each process in each bucket (the pid dimension), work split exactly */
+            CHECKF(jint(o, "base_replicates") == (int64_t)fp->processes * fp->intervals,
+                   "%lld replicates", (long long)jint(o, "base_replicates"));
+            json_t *mde = json_object_get(o, "min_detectable_effect");
+            CHECK(json_number_value(json_object_get(mde, "new_function_share")) > 0);
+            CHECK(json_array_size(json_object_get(mde, "changed_function")) == 3);
         }
         double want = (double)fsim_truth(sim, 0, 0, CM_EV_CPU)->weight / bw;
         CHECKF(fabs(bt - want) <= 1e-9 * want, "base total %f, want %f", bt, want);

@@ -788,6 +788,7 @@ static agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http
                      .label_key = lval ? lkey : NULL,
                      .label_value = lval,
                      .replicates = replicates,
+                     .by_process = replicates != AGG_QREP_NONE, /* the diff's */
                      .exact = (int)exact,
                      .per_request = per_request,
                      .lines = (int)lines && pprof ? AGG_QLINES_ADDRESSES : (int)lines};

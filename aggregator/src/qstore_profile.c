@@ -4,6 +4,7 @@
  * rollup), and the split of a profile's samples by a label or dimension.
  * Threading: a handle is used by one thread at a time. */
 #define _GNU_SOURCE
+#include "dims.h"
 #include "qstore_int.h"
 
 #include "cm/error.h"
@@ -534,6 +535,77 @@ out:
     return rc;
 }
 
+/* The diff's replicates are processes x buckets (q->by_process): each bucket replicate whose
+ * rows all carry a pid becomes one replicate per pid, in the group of that pid (one group id
+ * per pid, agg_profile_replicate_group), with the bucket's work split by the pids' samples (the
+ * intervals keep no per-process work; the diff's test uses samples as exposure, the work only
+ * scales values). A bucket with rows without a pid (dimensions off) stays whole. Rewrites the
+ * rows' replicates. Returns 0 or a CM_E* code. */
+static int split_by_process(agg_profile_t *p, rawrow_t *rows, const int64_t *pid, size_t n) {
+    typedef struct {
+        uint32_t rep;
+        uint32_t pad;
+        int64_t pid;
+        double count;
+        int64_t id; /* the new replicate */
+    } rp_t;
+    int rc = CM_ENOMEM;
+    uint32_t nrep = p->n_replicates;
+    double *tot = calloc((size_t)nrep + 1, sizeof *tot);
+    uint8_t *whole = calloc((size_t)nrep + 1, 1); /* a row without a pid: keep it whole */
+    agg_hmap_t m, groups;
+    agg_hmap_init(&m, 16, sizeof(rp_t));
+    agg_hmap_init(&groups, sizeof(int64_t), sizeof(int64_t) + sizeof(uint64_t));
+    if (!tot || !whole)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = rows[i].replicate;
+        tot[r] += (double)rows[i].count;
+        if (pid[i] < 0) {
+            whole[r] = 1;
+            continue;
+        }
+        rp_t key = {r, 0, pid[i], 0, 0}, *e = agg_hmap_upsert(&m, &key, NULL);
+        if (!e)
+            goto out;
+        e->count += (double)rows[i].count;
+    }
+    char name[160];
+    for (size_t i = 0; i < m.n; i++) {
+        rp_t *e = agg_hmap_entry(&m, i);
+        if (whole[e->rep] || !(tot[e->rep] > 0))
+            continue;
+        int fresh;
+        int64_t *g = agg_hmap_upsert(&groups, &e->pid, &fresh);
+        if (!g)
+            goto out;
+        if (fresh)
+            g[1] = (int64_t)groups.n - 1;
+        snprintf(name, sizeof name, "%s|pid%lld", p->replicates[e->rep].key, (long long)e->pid);
+        e->id = agg_profile_replicate(p, name, p->replicates[e->rep].work * e->count / tot[e->rep]);
+        if (e->id < 0 || agg_profile_replicate_group(p, (uint32_t)e->id, (uint32_t)g[1])) {
+            rc = e->id < 0 ? (int)e->id : CM_ERANGE;
+            goto out;
+        }
+    }
+    for (uint32_t r = 0; r < nrep; r++)
+        if (!whole[r] && tot[r] > 0)
+            p->replicates[r].work = 0; /* its work went to its processes */
+    for (size_t i = 0; i < n; i++) {
+        if (pid[i] < 0 || whole[rows[i].replicate])
+            continue;
+        rp_t key = {rows[i].replicate, 0, pid[i], 0, 0}, *e = agg_hmap_find(&m, &key);
+        rows[i].replicate = (uint32_t)e->id;
+    }
+    rc = 0;
+out:
+    free(tot);
+    free(whole);
+    agg_hmap_free(&m);
+    agg_hmap_free(&groups);
+    return rc;
+}
+
 /* Per-stack replicates (filters and inclusive tests need each replicate's stacks): every fine
  * row of [from, to) with the replicate of its bucket. */
 static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
@@ -545,27 +617,44 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
     size_t nrows = 0, cap = 0;
     agg_hmap_t stacks;
     agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
-    snprintf(sql, sizeof sql,
-             "SELECT stack, weight, count, version, width, bucket FROM profile WHERE "
-             "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
-             qp->vin, qp->win, qp->lab);
+    int64_t *pid = NULL; /* per row with q->by_process: the pid label's string id, -1 none */
+    if (q->by_process)
+        snprintf(sql, sizeof sql,
+                 "SELECT stack, weight, count, version, width, bucket, COALESCE(l.value, 0), "
+                 "CASE WHEN l.value IS NULL THEN 1 ELSE 0 END FROM profile "
+                 "LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8 WHERE "
+                 "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+                 qp->vin, qp->win, qp->lab);
+    else
+        snprintf(sql, sizeof sql,
+                 "SELECT stack, weight, count, version, width, bucket FROM profile WHERE "
+                 "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+                 qp->vin, qp->win, qp->lab);
     if ((rc = agg_qs_prep(d, sql, &st)))
         goto out;
     agg_qs_bind_parts(st, q, qp);
     B64(st, 3, q->from_s);
     B64(st, 4, q->to_s);
+    if (q->by_process)
+        B64(st, 8, agg_qs_sid(agg_dim_names[AGG_DIM_PID]));
     repcur_t cur = {{-1, -1, -1}, 0};
     while ((s = agg_qx_step(st)) == 1) {
         if (nrows == cap) {
             size_t nc = cap ? cap * 2 : 4096;
             rawrow_t *nr = realloc(rows, nc * sizeof *nr);
-            if (!nr) {
+            int64_t *np = q->by_process ? realloc(pid, nc * sizeof *np) : NULL;
+            if (nr)
+                rows = nr;
+            if (np)
+                pid = np;
+            if (!nr || (q->by_process && !np)) {
                 rc = CM_ENOMEM;
                 break;
             }
-            rows = nr;
             cap = nc;
         }
+        if (q->by_process)
+            pid[nrows] = agg_qx_int64(st, 7) ? -1 : agg_qx_int64(st, 6) & INT64_MAX;
         rawrow_t *r = &rows[nrows++];
         r->stack = (uint64_t)agg_qx_int64(st, 0);
         r->weight = (uint64_t)agg_qx_int64(st, 1);
@@ -589,6 +678,8 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
     }
     if (!nrows || (rc = agg_qs_resolve_stacks(d, p, &stacks, q->lines)))
         goto out;
+    if (q->by_process && (rc = split_by_process(p, rows, pid, nrows)))
+        goto out;
     for (size_t i = 0; i < nrows; i++) {
         stackmap_t *m = agg_hmap_find(&stacks, &rows[i].stack);
         if (!m || !m->resolved)
@@ -599,6 +690,7 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
     }
 out:
     free(rows);
+    free(pid);
     agg_hmap_free(&stacks);
     return rc;
 }

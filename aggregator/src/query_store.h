@@ -62,6 +62,8 @@ typedef struct {
     int exact;      /* 1: read the fine rows only, never the coarse rollup (tests, debugging) */
     int per_request; /* 1: a replicate's work is the units of work counted, not process-seconds */
     int lines;       /* AGG_QLINES_*: source lines and inlined frames (not for diffs) */
+    int by_process;  /* 1: with per-stack replicates, one replicate per process (pid dimension)
+                      * and bucket, grouped by process: the diff's replicates */
 } agg_qspec_t;
 
 enum {

@@ -86,7 +86,8 @@ static int report_one(agg_qstore_t *qs, sqlite3 *db, const char *fold, const cha
                       .type = CM_EV_CPU,
                       .from_s = 0,
                       .to_s = INT64_MAX / 4,
-                      .replicates = fold && *fold ? AGG_QREP_STACKS : AGG_QREP_LEAVES};
+                      .replicates = fold && *fold ? AGG_QREP_STACKS : AGG_QREP_LEAVES,
+                      .by_process = 1};
     agg_qspec_t qt = qb;
     qt.versions = vt;
     int rc;
