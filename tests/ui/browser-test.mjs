@@ -203,6 +203,11 @@ await test('diff_planted_regression', async () => {
   check(regs.length === 1 && regs[0][8] === 'apply_discount_rules', `regressions: ${JSON.stringify(regs)}`);
   const d = await api('diff?service=demo&base=v1&test=v2&limit=100');
   check(rows.length === d.entries.filter((e) => e.class !== 'untested').length, 'one row per tested function');
+  // what the diff could have seen, and what its columns mean (issues 30 and 35)
+  const mde = await page.$eval('.summary .mde', (e) => e.textContent).catch(() => '');
+  check(/minimum detectable effect .* a new function taking ≥ [\d.]+% of the samples/.test(mde), `MDE line: ${mde}`);
+  const cols = await page.$eval('p.legend.columns', (e) => e.textContent).catch(() => '');
+  check(cols.includes('overweight: ') && cols.includes('respons.: '), `column legend: ${cols}`);
   await shot('diff');
   // per request
   await page.evaluate(() => { document.body.dataset.ready = '0'; });

@@ -398,6 +398,16 @@ function mergeTrees(bt, tt, sb, st) {
   return out(root);
 }
 
+// "what could have been seen": the diff's minimum detectable effect (issue 30)
+function mdeLine(d) {
+  const m = d.min_detectable_effect;
+  if (!m || m.new_function_share == null) return null;
+  const pct = (x) => `${(x * 100).toPrecision(2)}%`;
+  const ch = (m.changed_function || []).filter((c) => c.change != null).map((c) => `a ${pct(c.share)} function changed by ≥ ${pct(c.change)}`);
+  return h('p.mde', {}, `minimum detectable effect (found with ${pct(m.power)} probability with these samples): a new function taking ≥ ${pct(m.new_function_share)} of the samples`,
+    ch.length ? '; ' + ch.join('; ') : '');
+}
+
 function findingsTable(d, unit) {
   const incl = d.tested_cost === 'total';
   const rows = d.entries.filter((e) => e.class !== 'untested').map((e) => {
@@ -407,8 +417,14 @@ function findingsTable(d, unit) {
       h('td.num', {}, fmtPct(e.overweight)), h('td.num', {}, fmtPct(e.responsibility)),
       h('td.num', {}, e.q == null ? '-' : e.q.toPrecision(2)), h('td.num', {}, `${fmtCount(e.base_samples)} / ${fmtCount(e.test_samples)}`), h('td.fnname', {}, e.name));
   });
-  return h('table.grid.findings', {}, h('thead', {}, h('tr', {}, ['class', 'base', 'test', 'change', 'overweight', 'respons.', 'q', 'samples b/t', `function (${incl ? 'total' : 'self'} cost)`].map((x, i) => h(i && i < 8 ? 'th.num' : 'th', {}, x)))),
-    h('tbody', {}, rows));
+  // what each column means, on hover and in the note under the table (issue 35)
+  const tips = { change: 'change of the tested cost per unit of work',
+    overweight: "the function's total-cost change over what it would be had it grown like the whole profile (100% = grew like the total); '-' when the total moved by less than 1%",
+    'respons.': "the function's share of the whole profile's change; '-' when the total moved by less than 1%",
+    q: 'Benjamini-Hochberg q-value of the count test (significant at q <= ' + d.q_level + ')' };
+  return h('div', {}, h('table.grid.findings', {}, h('thead', {}, h('tr', {}, ['class', 'base', 'test', 'change', 'overweight', 'respons.', 'q', 'samples b/t', `function (${incl ? 'total' : 'self'} cost)`].map((x, i) => h(i && i < 8 ? 'th.num' : 'th', tips[x] ? { title: tips[x] } : {}, x)))),
+    h('tbody', {}, rows)),
+  h('p.legend.columns', {}, 'overweight: ', tips.overweight, '. respons.: ', tips['respons.'], '.'));
 }
 
 VIEWS.diff = async (p) => {
@@ -444,9 +460,11 @@ VIEWS.diff = async (p) => {
     h('p', {}, `${d.event_type} ${perLabel}: base ${fmtValue(d.base_total, unit)}, test ${fmtValue(d.test_total, unit)} (${change >= 0 ? '+' : ''}${(change * 100).toFixed(2)}%)`),
     h('p', {}, `samples: base ${fmtCount(d.base_samples)} in ${d.base_replicates} replicates, test ${fmtCount(d.test_samples)} in ${d.test_replicates} replicates`),
     d.common_ratio != null ? h('p', {}, `common factor (load or a uniform change, not attributed to functions): ${((d.common_ratio - 1) * 100).toFixed(2)}%`) : null,
-    h('p', {}, `${d.tested} functions tested (${d.tested_cost} cost, Welch t over replicates, BH q ≤ ${d.q_level}): `,
+    h('p', {}, `${d.tested} functions tested (${d.tested_cost} cost, ${d.test}, BH q ≤ ${d.q_level}): `,
       h('b.reg', {}, `${d.regressions} regressions`), ', ', h('b.imp', {}, `${d.improvements} improvements`)),
-    ...d.warnings.map((w) => h('p.warn', {}, 'warning: ' + w)));
+    mdeLine(d),
+    ...d.warnings.map((w) => h('p.warn', {}, 'warning: ' + w)),
+    d.hint ? h('p.hint', {}, 'hint: ' + d.hint + ' ', h('a', { href: href('diff', { ...p, inclusive: '1', focus: undefined }) }, 'test inclusive cost')) : null);
   const legend = h('p.legend', {}, h('span.sw.sw-red', {}), ' slower (significant) ', h('span.sw.sw-pale-red', {}), ' slower, not significant ',
     h('span.sw.sw-blue', {}), ' faster (significant) ', h('span.sw.sw-pale-blue', {}), ' faster, not significant · width: mean of base and test');
   const sec = h('section', {}, h('h1', {}, `Diff: ${p.service} ${sides}`), h('div.controls', {}, perBtn, ' ',
