@@ -636,6 +636,9 @@ static void mde(agg_diff_t *out, const count_fit_t *cf) {
     for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
         out->mde_change[i] = count_mde_change(cf, agg_diff_mde_shares[i], level, AGG_DIFF_MDE_POWER);
     out->dispersion = cf->alpha;
+    out->dispersion_g = cf->alpha_g;
+    out->dispersion_g_data = cf->alpha_g_data;
+    out->dispersion_g_df = cf->df_g;
 }
 
 double agg_diff_samples_needed(double share, double q, size_t n_tested) {
@@ -801,7 +804,7 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
         agg_diff_opts_default(&out->opts);
     const agg_diff_opts_t *o = &out->opts;
     out->type = base->type;
-    out->mde_new = out->dispersion = NAN;
+    out->mde_new = out->dispersion = out->dispersion_g = NAN;
     for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
         out->mde_change[i] = NAN;
     int rc = CM_ENOMEM;

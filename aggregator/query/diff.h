@@ -89,7 +89,9 @@ typedef struct {
      * by >= mde_change[i] (relative), is found with probability AGG_DIFF_MDE_POWER */
     double mde_new;
     double mde_change[AGG_DIFF_MDE_SHARES];
-    double dispersion; /* count test: common negative-binomial dispersion per replicate */
+    double dispersion;   /* count test: common negative-binomial dispersion per replicate */
+    double dispersion_g; /* ... between processes (0 when the replicates have no groups) */
+    double dispersion_g_data, dispersion_g_df; /* the processes' own estimate, its df */
     /* count test of self cost with no finding: callers whose inclusive cost changed, and how
      * to test them ("" when none) */
     char hint[512];

@@ -271,6 +271,8 @@ static int fit_groups(const side_t *s[2], uint32_t nk, count_fit_t *q) {
     dfp *= (ng[0] - 1) + (ng[1] - 1);
     double ag = fmax(0, pooled_alpha(a, na));
     q->alpha_g = (PRIOR_G_DF * ALPHA_G_PRIOR + dfp * ag) / (PRIOR_G_DF + dfp);
+    q->alpha_g_data = ag;
+    q->df_g = dfp;
     for (uint32_t f = 0; f < nk; f++) {
         double phig = 1 + q->alpha_g * mu2[f];
         if (phig > q->phi[f]) {

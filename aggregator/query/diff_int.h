@@ -37,6 +37,7 @@ typedef struct {
     double var_log_rho; /* its variance */
     double alpha;    /* common negative-binomial dispersion per replicate */
     double alpha_g;  /* the same between groups (processes); 0 when not estimated */
+    double alpha_g_data, df_g; /* the processes' own estimate of it and its df */
     double mean_rep; /* samples per replicate, both sides */
     size_t n_tmm;    /* functions the common factor rests on */
 } count_fit_t;

@@ -72,6 +72,9 @@ json_t *agg_diff_json(const agg_diff_t *d, size_t limit) {
     json_object_set_new(mde, "changed_function", ch);
     json_object_set_new(o, "min_detectable_effect", mde);
     json_object_set_new(o, "dispersion", num(d->dispersion));
+    json_object_set_new(o, "dispersion_between_processes", num(d->dispersion_g));
+    json_object_set_new(o, "dispersion_between_processes_data", num(d->dispersion_g_data));
+    json_object_set_new(o, "dispersion_between_processes_df", num(d->dispersion_g_df));
     json_object_set_new(o, "hint", d->hint[0] ? json_string(d->hint) : json_null());
     json_object_set_new(o, "tested_cost", json_string(d->opts.test_inclusive ? "total" : "self"));
     json_object_set_new(o, "reference_functions", json_integer((json_int_t)d->n_reference));
