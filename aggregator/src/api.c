@@ -41,6 +41,8 @@ typedef struct {
 
 struct agg_api {
     char *store_dir, *token;
+    int64_t report_min; /* CPU samples per side a per-deploy report waits for */
+    int report_min_set; /* ... set by --report-min-samples, not the 2 % default */
     agg_qstore_t *qs; /* NULL in the shared API; the leased handle in a request's copy */
     agg_qpool_t *pool;
     int split_diff; /* read a diff's two sides at once (PostgreSQL store: see h_diff) */
@@ -1325,23 +1327,41 @@ static void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_re
 static void h_reports(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
     (void)url;
     const char *svc = arg(a, "service");
+    json_t *waiting = NULL; /* the service's newest deploy, while its report waits */
     if (svc && *svc) {
         agg_qversion_t *v;
         size_t n;
         if (load_service(api, svc, r, &v, &n))
             return;
+        /* versions by first seen: the newest against the one before, as the reporter does */
+        if (n >= 2 && ((int64_t)v[n - 1].samples[CM_EV_CPU] < api->report_min ||
+                       (int64_t)v[n - 2].samples[CM_EV_CPU] < api->report_min))
+            waiting = json_pack("{s:s, s:s, s:I, s:I}", "base", v[n - 2].version, "test",
+                                v[n - 1].version, "base_samples",
+                                (json_int_t)v[n - 2].samples[CM_EV_CPU], "test_samples",
+                                (json_int_t)v[n - 1].samples[CM_EV_CPU]);
         agg_qversions_free(v, n);
     }
     long long limit;
-    if (parse_uint(a, "limit", 20, 1000, r, &limit))
+    if (parse_uint(a, "limit", 20, 1000, r, &limit)) {
+        json_decref(waiting);
         return;
+    }
     json_t *arr = NULL;
     int rc = agg_reports_list(api->store_dir, svc && *svc ? svc : NULL, (size_t)limit, &arr);
     if (rc) {
+        json_decref(waiting);
         reply_err(r, 500, NULL, "reading reports failed: %s", cm_strerror(rc));
         return;
     }
-    reply_json(r, 200, json_pack("{s:o}", "reports", arr));
+    /* what a report waits for, and (one service) the deploy that waits */
+    reply_json(r, 200, json_pack("{s:o, s:I, s:s, s:o*}", "reports", arr, "min_samples",
+                                 (json_int_t)api->report_min, "min_samples_reason",
+                                 api->report_min_set
+                                     ? "CPU samples per side, set by --report-min-samples"
+                                     : "CPU samples per side a new function taking 2% of the "
+                                       "CPU needs to be found with 90% probability",
+                                 "waiting", waiting));
 }
 
 static void h_unknown(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
@@ -1480,6 +1500,8 @@ int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err
     if (!api)
         return CM_ENOMEM;
     api->store_dir = strdup(cfg->store_dir);
+    api->report_min = agg_reports_min_samples(cfg->report_min_samples);
+    api->report_min_set = cfg->report_min_samples > 0;
     api->token = cfg->token && *cfg->token ? strdup(cfg->token) : NULL;
     agg_qpool_cfg_t pc = {cfg->workers ? cfg->workers : AGG_API_DEFAULT_WORKERS,
                           cfg->queue_set ? cfg->queue : AGG_API_DEFAULT_QUEUE,

@@ -29,6 +29,7 @@ typedef struct {
     const char *store;     /* NULL/"": the SQLite stores in store_dir; else the postgres:// URL
                             * the queries read (a connection per worker); reports.db stays in
                             * store_dir */
+    int64_t report_min_samples; /* the reporter's --report-min-samples (0: its default) */
 } agg_api_cfg_t;
 
 typedef struct agg_api agg_api_t;

@@ -400,7 +400,8 @@ int main(int argc, char **argv) {
     if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
         CM_WARN("%s: names found by the server are not kept", err);
     agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token, (size_t)cfg.api_workers,
-                          (size_t)cfg.api_queue, 1, cfg.api_queue_wait / 1000000, cfg.store};
+                          (size_t)cfg.api_queue, 1, cfg.api_queue_wait / 1000000, cfg.store,
+                          cfg.report_min_samples};
     if (agg_api_new(&acfg, &api, err, sizeof err)) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;

@@ -154,11 +154,7 @@ int agg_reports_run_once(const agg_reports_cfg_t *cfg) {
                               sizeof err)) ||
         (rc = agg_qstore_versions(qs, NULL, &v, &n)))
         goto out;
-    /* default: the samples per side a 2 % new function needs (90 % power, ~50 functions
-     * tested at q 0.01): agg_diff_samples_needed, ~900 */
-    int64_t min = cfg->min_samples > 0
-                      ? cfg->min_samples
-                      : (int64_t)ceil(agg_diff_samples_needed(AGG_REPORT_TARGET_SHARE, 0.01, 50));
+    int64_t min = agg_reports_min_samples(cfg->min_samples);
     for (size_t i = 0; i < n;) {
         size_t j = i;
         while (j < n && !strcmp(v[j].service, v[i].service))
@@ -266,6 +262,13 @@ void agg_reports_stop(agg_reporter_t *r) {
     free(r->dir);
     free(r->fold);
     free(r);
+}
+
+/* default: the samples per side a 2 % new function needs (90 % power, ~50 functions tested at
+ * q 0.01): agg_diff_samples_needed */
+int64_t agg_reports_min_samples(int64_t configured) {
+    return configured > 0 ? configured
+                          : (int64_t)ceil(agg_diff_samples_needed(AGG_REPORT_TARGET_SHARE, 0.01, 50));
 }
 
 int agg_reports_list(const char *store_dir, const char *service, size_t limit, json_t **out) {

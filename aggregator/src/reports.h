@@ -37,6 +37,10 @@ int agg_reports_start(const agg_reports_cfg_t *cfg, agg_reporter_t **out, char *
                       size_t err_size);
 void agg_reports_stop(agg_reporter_t *r);
 
+/* The CPU samples per side a report waits for: configured (> 0), or what a new function
+ * taking AGG_REPORT_TARGET_SHARE of the CPU needs to be found with 90 % probability. */
+int64_t agg_reports_min_samples(int64_t configured);
+
 /* One pass now (used by the thread, and by tests): computes the missing reports. Returns the
  * number of reports written, or a negative code. */
 int agg_reports_run_once(const agg_reports_cfg_t *cfg);
