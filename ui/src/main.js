@@ -476,8 +476,10 @@ VIEWS.diff = async (p) => {
 
 VIEWS.reports = async (p) => {
   nav(p.service);
-  const { reports } = await get('reports', { service: p.service, limit: 100 });
-  return h('section', {}, h('h1', {}, 'Regression reports', p.service ? ` · ${p.service}` : ''),
+  const { reports, min_samples: minS, min_samples_reason: why, waiting } = await get('reports', { service: p.service, limit: 100 });
+  // a deploy whose report waits for its samples says so (issue 30)
+  const wait = waiting ? h('p.waiting', {}, `${waiting.base} → ${waiting.test}: waiting for ${fmtCount(minS)} CPU samples per side (have ${fmtCount(waiting.base_samples)} / ${fmtCount(waiting.test_samples)}): ${why}.`) : null;
+  return h('section', {}, h('h1', {}, 'Regression reports', p.service ? ` · ${p.service}` : ''), wait,
     reports.length ? h('table.grid.reports', {}, h('thead', {}, h('tr', {}, ['created', 'service', 'deploy', 'type', 'regressions', 'improvements', 'samples b/t', 'top finding', ''].map((x) => h('th', {}, x)))),
       h('tbody', {}, reports.map((r) => {
         const e0 = r.diff && r.diff.entries && r.diff.entries.find((e) => e.class === 'regression' || e.class === 'improvement');
@@ -485,7 +487,7 @@ VIEWS.reports = async (p) => {
           h('td.num', {}, r.regressions), h('td.num', {}, r.improvements), h('td.num', {}, `${fmtCount(r.base_samples)} / ${fmtCount(r.test_samples)}`),
           h('td', {}, e0 ? `${e0.class}: ${e0.name}` : '-'),
           h('td', {}, h('a.open-diff', { href: href('diff', { service: r.service, base: r.base, test: r.test, type: r.event_type }) }, 'open diff')));
-      }))) : h('p', {}, 'No reports yet: a report is written when a new version of a service has enough samples.'));
+      }))) : h('p', {}, `No reports yet: a report is written when a new version of a service and the one before it have ${minS ? fmtCount(minS) : 'enough'} CPU samples${why ? ` (${why})` : ''}.`));
 };
 
 VIEWS.spans = async (p) => {
