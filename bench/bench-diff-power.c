@@ -11,7 +11,9 @@
  * re-scaled to `share` of the base, its cost x (1 + change) in the test. Null: same build two
  * deploys, and the same with +10 % load on the test side.
  *
- * usage: bench-diff-power [trials=500] [procs=2] [buckets=8]
+ * usage: bench-diff-power [trials=500] [procs=2] [buckets=8] [null|new|slower|n90]
+ * Environment: PMIX, BMIX (the over-dispersion's log-sds, 0.05 and 0.1), DEBUG (each diff's
+ * planted and false findings).
  * Output: one line per cell: kind, share, change, samples per side, detection rate of ours,
  * Welch, oracle, and the fraction of diffs with a finding on another function. */
 #include "query.h"
@@ -52,6 +54,13 @@ static uint64_t rpoisson(rng_t *r, double lambda) {
     }
     double x = floor(lambda + sqrt(lambda) * rnorm(r) + 0.5);
     return x < 0 ? 0 : (uint64_t)x;
+}
+
+/* Over-dispersion knobs: PMIX (between processes, default 0.05), BMIX (between a process's
+ * buckets, default 0.1): log-sd of a function's rate. */
+static double env_sigma(const char *name, double dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atof(v) : dflt;
 }
 
 typedef struct {
@@ -100,18 +109,18 @@ static agg_profile_t *side(const svc_t *s, rng_t *r, double samples, double mult
     *cnt_target = 0;
     for (int pr = 0; pr < s->procs; pr++) {
         for (int f = 0; f <= F; f++)
-            pmix[f] = rlognorm(r, getenv("PMIX") ? atof(getenv("PMIX")) : 0.05);
+            pmix[f] = rlognorm(r, env_sigma("PMIX", 0.05));
         for (int b = 0; b < s->buckets; b++) {
             snprintf(name, sizeof name, "p%d-b%d", pr, b);
             uint32_t rep = (uint32_t)agg_profile_replicate(p, name, 5.0);
             if (!getenv("NOGROUP"))
                 agg_profile_replicate_group(p, rep, (uint32_t)pr);
-            double l = load * rlognorm(r, 0.2);
+            double l = load * rlognorm(r, 0.2), bmix = env_sigma("BMIX", 0.1);
             for (int f = 0; f <= F; f++) {
                 double mu = per_rep * l * s->share[f] * mult[f] / (f == F ? tot : 1) *
-                            pmix[f] * rlognorm(r, 0.1);
+                            pmix[f] * rlognorm(r, bmix);
                 if (f == F) /* a new function's share is of the test's samples */
-                    mu = per_rep * l * s->share[F] * pmix[f] * rlognorm(r, 0.1);
+                    mu = per_rep * l * s->share[F] * pmix[f] * rlognorm(r, bmix);
                 uint64_t c = mu > 0 ? rpoisson(r, mu) : 0;
                 if (f == target)
                     *cnt_target += c;

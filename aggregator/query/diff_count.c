@@ -29,8 +29,8 @@
 #define TMM_TRIM 0.3   /* fraction of log ratios trimmed at each end */
 #define TMM_MIN 5.0    /* samples a function needs on each side to enter the common factor */
 #define ALPHA_MIN 5.0  /* mean samples per replicate a function needs to enter alpha */
-#define ALPHA_G_PRIOR 0.0025 /* processes of one build differ by ~5 % in a function's share */
-#define PRIOR_G_DF 20.0       /* its weight, in df, against the processes' own estimate */
+#define ALPHA_G_PRIOR 0.0005 /* processes of one build differ by ~2 % in a function's share */
+#define PRIOR_G_DF 10.0       /* its weight, in df, against the processes' own estimate */
 #define ALPHA_SD 0.01  /* least spread of the functions' alphas around the common one (a
                         * request mix varying by 10 % between replicates) */
 
@@ -273,6 +273,7 @@ static int fit_groups(const side_t *s[2], uint32_t nk, count_fit_t *q) {
     q->alpha_g = (PRIOR_G_DF * ALPHA_G_PRIOR + dfp * ag) / (PRIOR_G_DF + dfp);
     q->alpha_g_data = ag;
     q->df_g = dfp;
+    q->mean_group = (q->c[0] + q->c[1]) / (ng[0] + ng[1]);
     for (uint32_t f = 0; f < nk; f++) {
         double phig = 1 + q->alpha_g * mu2[f];
         if (phig > q->phi[f]) {
@@ -435,11 +436,11 @@ double count_mde_new(const count_fit_t *q, double level, double power) {
 
 /* A function of the given share changed by x (relative): found with the given power when
  * |log(1 + x)| >= (z_level + z_power) sd, sd^2 = phi (1/(share C_b) + 1/(share C_t)),
- * phi = 1 + alpha * share * (samples per replicate). */
+ * phi = 1 + alpha * share * (samples per replicate), or the same between processes if larger. */
 double count_mde_change(const count_fit_t *q, double share, double level, double power) {
     if (!(q->c[0] > 0) || !(q->c[1] > 0) || !(share > 0))
         return NAN;
-    double phi = 1 + q->alpha * share * q->mean_rep;
+    double phi = fmax(1 + q->alpha * share * q->mean_rep, 1 + q->alpha_g * share * q->mean_group);
     double sd = sqrt(phi * (1 / (share * q->c[0]) + 1 / (share * q->c[1])));
     double z = z_of_p2(level) + z_of_p2(2 * (1 - power));
     return exp(z * sd) - 1;

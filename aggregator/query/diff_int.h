@@ -39,6 +39,7 @@ typedef struct {
     double alpha_g;  /* the same between groups (processes); 0 when not estimated */
     double alpha_g_data, df_g; /* the processes' own estimate of it and its df */
     double mean_rep; /* samples per replicate, both sides */
+    double mean_group; /* samples per group (process), both sides; 0 without groups */
     size_t n_tmm;    /* functions the common factor rests on */
 } count_fit_t;
 
