@@ -12,8 +12,9 @@
  * deploys, and the same with +10 % load on the test side.
  *
  * usage: bench-diff-power [trials=500] [procs=2] [buckets=8] [null|new|slower|n90]
- * Environment: PMIX, BMIX (the over-dispersion's log-sds, 0.05 and 0.1), DEBUG (each diff's
- * planted and false findings).
+ * Environment: PMIX, BMIX (the over-dispersion's log-sds, 0.05 and 0.1), SHARES (fixed shares
+ * of a few functions instead of 60 lognormal ones, e.g. bench/diff-service's
+ * "0.3,0.2,0.25,0.15,0.1"), DEBUG (each diff's planted and false findings).
  * Output: one line per cell: kind, share, change, samples per side, detection rate of ours,
  * Welch, oracle, and the fraction of diffs with a finding on another function. */
 #include "query.h"
@@ -77,6 +78,15 @@ static void svc_make(svc_t *s, rng_t *r, kind_t kind, double share) {
         sum += s->share[f] = exp(1.5 * rnorm(r));
     for (int f = 0; f < F; f++)
         s->share[f] /= sum;
+    const char *fixed = getenv("SHARES"); /* "0.3,0.2,...": these functions only */
+    if (fixed && *fixed) {
+        char *end;
+        int k = 0;
+        for (const char *c = fixed; k < F && *c; c = *end ? end + 1 : end, k++)
+            s->share[k] = strtod(c, &end);
+        for (int f = k; f < F; f++)
+            s->share[f] = 0;
+    }
     if (kind == SLOWER) {
         double rest = 1 - s->share[1];
         for (int f = 0; f < F; f++)
