@@ -519,7 +519,7 @@ static void entry_values(agg_diff_entry_t *e, const agg_profile_t *keys, uint32_
 
 /* The p-value of function k by the chosen method; sets e->cls to NOISE when tested. */
 static void entry_test(agg_diff_entry_t *e, uint32_t k, const side_t *sb, const side_t *st,
-                       const count_fit_t *cf, double base_total, const agg_diff_opts_t *o,
+                       const agg_dcount_t *cf, double base_total, const agg_diff_opts_t *o,
                        double *p_min) {
     uint64_t cb = o->test_inclusive ? sb->cnt_incl[k] : sb->cnt_self[k];
     uint64_t ct = o->test_inclusive ? st->cnt_incl[k] : st->cnt_self[k];
@@ -540,7 +540,7 @@ static void entry_test(agg_diff_entry_t *e, uint32_t k, const side_t *sb, const 
         /* the tested means: shares of the samples (the test's over rho) times the base total */
         e->norm_base = cf->y[0][k] / cf->c[0] * base_total;
         e->norm_test = cf->y[1][k] / (exp(cf->log_rho) * cf->c[1]) * base_total;
-        e->p = count_p(cf, k, p_min);
+        e->p = agg_dcount_p(cf, k, p_min);
         e->cls = AGG_DIFF_NOISE;
     } else if (sb->n_reps >= 2 && st->n_reps >= 2) {
         double nb = sb->n_reps, ntt = st->n_reps;
@@ -630,11 +630,11 @@ static int classify(agg_diff_t *out, size_t *tested, double *pv, double *pmin, s
 }
 
 /* The minimum detectable effects at the level a single finding needs among the BH tests. */
-static void mde(agg_diff_t *out, const count_fit_t *cf) {
+static void mde(agg_diff_t *out, const agg_dcount_t *cf) {
     double level = out->opts.q / (double)(out->n_bh + 1);
-    out->mde_new = count_mde_new(cf, level, AGG_DIFF_MDE_POWER);
+    out->mde_new = agg_dcount_mde_new(cf, level, AGG_DIFF_MDE_POWER);
     for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
-        out->mde_change[i] = count_mde_change(cf, agg_diff_mde_shares[i], level, AGG_DIFF_MDE_POWER);
+        out->mde_change[i] = agg_dcount_mde_change(cf, agg_diff_mde_shares[i], level, AGG_DIFF_MDE_POWER);
     out->dispersion = cf->alpha;
     out->dispersion_g = cf->alpha_g;
     out->dispersion_g_data = cf->alpha_g_data;
@@ -645,8 +645,8 @@ double agg_diff_samples_needed(double share, double q, size_t n_tested) {
     if (!(share > 0) || !(share < 1) || !(q > 0))
         return NAN;
     double y0 = 0, y1 = 0, phi = 1, df = 0;
-    count_fit_t cf = {.y = {&y0, &y1}, .phi = &phi, .df = &df, .c = {1e9, 1e9}};
-    double mde = count_mde_new(&cf, q / (double)(n_tested + 1), AGG_DIFF_MDE_POWER);
+    agg_dcount_t cf = {.y = {&y0, &y1}, .phi = &phi, .df = &df, .c = {1e9, 1e9}};
+    double mde = agg_dcount_mde_new(&cf, q / (double)(n_tested + 1), AGG_DIFF_MDE_POWER);
     return isfinite(mde) ? mde * 1e9 / share : NAN; /* the mde scales as 1 / samples */
 }
 
@@ -682,7 +682,7 @@ static int inclusive_hint(agg_diff_t *out, double *hp, const size_t *hidx, const
 
 /* Fills out->entries from the two sides and tests them. */
 static int fill_entries(agg_diff_t *out, const agg_profile_t *keys, const side_t *sb,
-                        const side_t *st, const count_fit_t *cf) {
+                        const side_t *st, const agg_dcount_t *cf) {
     const agg_diff_opts_t *o = &out->opts;
     uint32_t nk = keys->n_frames;
     out->entries = calloc((size_t)nk + 1, sizeof *out->entries);
@@ -716,7 +716,7 @@ static int fill_entries(agg_diff_t *out, const agg_profile_t *keys, const side_t
             /* a caller: its inclusive samples, for the hint (the common dispersion) */
             double yb = (double)sb->cnt_incl[k] / CM_COUNT_ONE;
             double yt = (double)st->cnt_incl[k] / CM_COUNT_ONE;
-            hp[nh] = count_p_totals(cf, yb, yt, count_phi_prior(cf, yb + yt, sb->n_reps + st->n_reps),
+            hp[nh] = agg_dcount_p_totals(cf, yb, yt, agg_dcount_phi_prior(cf, yb + yt, sb->n_reps + st->n_reps),
                                     sb->n_reps + st->n_reps - 2.0, NULL);
             /* the change of its share, the common factor removed */
             hrel[nh] = yb > 0 ? yt / (exp(cf->log_rho) * cf->c[1]) / (yb / cf->c[0]) - 1 : INFINITY;
@@ -809,7 +809,7 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
         out->mde_change[i] = NAN;
     int rc = CM_ENOMEM;
     side_t sb = {0}, stt = {0};
-    count_fit_t cf = {0};
+    agg_dcount_t cf = {0};
     uint32_t *mb = malloc(((size_t)base->n_frames + 1) * sizeof *mb);
     uint32_t *mt = malloc(((size_t)test->n_frames + 1) * sizeof *mt);
     /* the function table: a profile used as an interning table, owned by the result */
@@ -830,7 +830,7 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
     out->base_replicates = sb.n_reps;
     out->test_replicates = stt.n_reps;
     if (o->method == AGG_DIFF_COUNT) {
-        if ((rc = count_fit(&sb, &stt, nk, &cf)))
+        if ((rc = agg_dcount_fit(&sb, &stt, nk, &cf)))
             goto out;
         out->n_reference = cf.n_tmm;
         out->common_ratio = cf.n_tmm && out->base_total > 0
@@ -860,7 +860,7 @@ out:
         free(out->entries);
         out->entries = NULL;
     }
-    count_fit_free(&cf);
+    agg_dcount_fit_free(&cf);
     agg_profile_free(keys);
     side_free(&sb);
     side_free(&stt);

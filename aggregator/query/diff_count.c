@@ -34,7 +34,7 @@
 #define ALPHA_SD 0.01  /* least spread of the functions' alphas around the common one (a
                         * request mix varying by 10 % between replicates) */
 
-void count_fit_free(count_fit_t *q) {
+void agg_dcount_fit_free(agg_dcount_t *q) {
     free(q->y[0]);
     free(q->y[1]);
     free(q->phi);
@@ -95,7 +95,7 @@ static double median(double *v, size_t n) {
  * negative-binomial dispersion, mbar_f = sum mu^2 / sum mu (the mean count a replicate
  * contributes, weighted as in the variance of the total). */
 static int fit_dispersion(const side_t *s[2], uint32_t nk, double *x2[2], double *mu2[2],
-                          count_fit_t *q) {
+                          agg_dcount_t *q) {
     double *a = malloc(((size_t)nk + 1) * sizeof *a);
     if (!a)
         return CM_ENOMEM;
@@ -166,7 +166,7 @@ static double pooled_alpha(mw_t *v, size_t n) {
  * functions with >= TMM_MIN samples on both sides, the TMM_TRIM most extreme at each end
  * dropped, the rest averaged with weights 1 / (phi_f (1/Y_b + 1/Y_t)) (inverse variances).
  * A change confined to under 30 % of the functions does not move it. */
-static int fit_common(uint32_t nk, count_fit_t *q) {
+static int fit_common(uint32_t nk, agg_dcount_t *q) {
     mw_t *v = malloc(((size_t)nk + 1) * sizeof *v);
     if (!v)
         return CM_ENOMEM;
@@ -221,7 +221,7 @@ static uint32_t dense_groups(const side_t *s, uint32_t *g) {
  * each group's totals. Replicates of one process share its request mix, so their totals vary
  * more than independent replicates would: phi_f is raised to 1 + alpha_g mbar_g(f) when that
  * is larger. Only when both sides have 2..GROUPS_MAX groups. */
-static int fit_groups(const side_t *s[2], uint32_t nk, count_fit_t *q) {
+static int fit_groups(const side_t *s[2], uint32_t nk, agg_dcount_t *q) {
     uint32_t *g[2] = {malloc(((size_t)s[0]->n_reps + 1) * sizeof(uint32_t)),
                       malloc(((size_t)s[1]->n_reps + 1) * sizeof(uint32_t))};
     uint32_t ng[2] = {0, 0};
@@ -293,7 +293,7 @@ out:
     return rc;
 }
 
-int count_fit(const side_t *b, const side_t *t, uint32_t nk, count_fit_t *q) {
+int agg_dcount_fit(const side_t *b, const side_t *t, uint32_t nk, agg_dcount_t *q) {
     memset(q, 0, sizeof *q);
     const side_t *s[2] = {b, t};
     double *x2[2], *mu2[2];
@@ -321,7 +321,7 @@ out:
         free(mu2[k]);
     }
     if (rc)
-        count_fit_free(q);
+        agg_dcount_fit_free(q);
     return rc;
 }
 
@@ -343,12 +343,12 @@ static double midp_lower(double k, double n, double pi) {
     return (binom_lower(k, n, pi) + binom_lower(k - 1, n, pi)) / 2;
 }
 
-static double null_pi(const count_fit_t *q) {
+static double null_pi(const agg_dcount_t *q) {
     double rc = exp(q->log_rho) * q->c[1];
     return rc / (q->c[0] + rc);
 }
 
-double count_p_totals(const count_fit_t *q, double yb, double yt, double phi, double df,
+double agg_dcount_p_totals(const agg_dcount_t *q, double yb, double yt, double phi, double df,
                       double *p_min) {
     double pi = null_pi(q);
     double n = (yb + yt) / phi, k = yt / phi;
@@ -378,14 +378,14 @@ double count_p_totals(const count_fit_t *q, double yb, double yt, double phi, do
 
 /* rho is estimated too: its variance (1 / the kept weights) adds to the log ratio's,
  * phi (1/Y_b + 1/Y_t); it matters for the largest functions only. */
-double count_p(const count_fit_t *q, uint32_t f, double *p_min) {
+double agg_dcount_p(const agg_dcount_t *q, uint32_t f, double *p_min) {
     double yb = q->y[0][f], yt = q->y[1][f], phi = q->phi[f];
     if (yb > 0 && yt > 0)
         phi += q->var_log_rho / (1 / yb + 1 / yt);
-    return count_p_totals(q, yb, yt, phi, q->df[f], p_min);
+    return agg_dcount_p_totals(q, yb, yt, phi, q->df[f], p_min);
 }
 
-double count_phi_prior(const count_fit_t *q, double y, uint32_t n_reps) {
+double agg_dcount_phi_prior(const agg_dcount_t *q, double y, uint32_t n_reps) {
     return n_reps ? 1 + q->alpha * y / n_reps : 1;
 }
 
@@ -415,7 +415,7 @@ static double poisson_upper(unsigned k, double lambda) {
 /* A new function: found when its test samples k reach the smallest count whose p (all k on
  * the test side, phi = 1) is <= level; its share is then the Poisson mean that reaches k with
  * the given power, over the test side's samples. */
-double count_mde_new(const count_fit_t *q, double level, double power) {
+double agg_dcount_mde_new(const agg_dcount_t *q, double level, double power) {
     double pi = null_pi(q);
     if (!(q->c[1] > 0) || !(pi > 0) || !(pi < 1))
         return NAN;
@@ -437,7 +437,7 @@ double count_mde_new(const count_fit_t *q, double level, double power) {
 /* A function of the given share changed by x (relative): found with the given power when
  * |log(1 + x)| >= (z_level + z_power) sd, sd^2 = phi (1/(share C_b) + 1/(share C_t)),
  * phi = 1 + alpha * share * (samples per replicate), or the same between processes if larger. */
-double count_mde_change(const count_fit_t *q, double share, double level, double power) {
+double agg_dcount_mde_change(const agg_dcount_t *q, double share, double level, double power) {
     if (!(q->c[0] > 0) || !(q->c[1] > 0) || !(share > 0))
         return NAN;
     double phi = fmax(1 + q->alpha * share * q->mean_rep, 1 + q->alpha_g * share * q->mean_group);

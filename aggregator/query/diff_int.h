@@ -41,20 +41,20 @@ typedef struct {
     double mean_rep; /* samples per replicate, both sides */
     double mean_group; /* samples per group (process), both sides; 0 without groups */
     size_t n_tmm;    /* functions the common factor rests on */
-} count_fit_t;
+} agg_dcount_t;
 
-int count_fit(const side_t *b, const side_t *t, uint32_t nk, count_fit_t *q);
-void count_fit_free(count_fit_t *q);
+int agg_dcount_fit(const side_t *b, const side_t *t, uint32_t nk, agg_dcount_t *q);
+void agg_dcount_fit_free(agg_dcount_t *q);
 /* Two-sided p of function f (quasi-binomial exact test on dispersion-scaled counts), and the
  * smallest p its total could give (for Tarone's filter). */
-double count_p(const count_fit_t *q, uint32_t f, double *p_min);
+double agg_dcount_p(const agg_dcount_t *q, uint32_t f, double *p_min);
 /* The same test on given side totals with dispersion phi (estimated with df degrees of
  * freedom), and the common dispersion's phi for y samples spread over n_reps replicates. */
-double count_p_totals(const count_fit_t *q, double yb, double yt, double phi, double df,
+double agg_dcount_p_totals(const agg_dcount_t *q, double yb, double yt, double phi, double df,
                       double *p_min);
-double count_phi_prior(const count_fit_t *q, double y, uint32_t n_reps);
+double agg_dcount_phi_prior(const agg_dcount_t *q, double y, uint32_t n_reps);
 /* Minimum detectable effects at the given power and per-test level. */
-double count_mde_new(const count_fit_t *q, double level, double power);
-double count_mde_change(const count_fit_t *q, double share, double level, double power);
+double agg_dcount_mde_new(const agg_dcount_t *q, double level, double power);
+double agg_dcount_mde_change(const agg_dcount_t *q, double share, double level, double power);
 
 #endif
