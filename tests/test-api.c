@@ -543,7 +543,8 @@ static void test_reports(void) {
     CHECK(jint(r, "base_samples") > 100);
     /* what a report waits for: the configured samples; nothing waits once it is written */
     CHECK_EQ(jint(o, "min_samples"), 100);
-    CHECK(strstr(json_string_value(json_object_get(o, "min_samples_reason")), "--report-min-samples"));
+    CHECK(strstr(json_string_value(json_object_get(o, "min_samples_reason")),
+                 "--report-min-samples"));
     CHECK(json_object_get(o, "waiting") == NULL);
     /* the report's diff states its minimum detectable effect */
     CHECK(json_object_get(json_object_get(r, "diff"), "min_detectable_effect") != NULL);

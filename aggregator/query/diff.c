@@ -510,7 +510,8 @@ static void entry_values(agg_diff_entry_t *e, const agg_profile_t *keys, uint32_
     e->overweight = moved && expected != 0 ? e->delta_total / expected : NAN;
     e->responsibility = moved ? e->delta_total / dT : NAN;
     e->self_responsibility = moved ? e->delta_self / dT : NAN;
-    e->interesting = isfinite(e->responsibility) && fabs(e->responsibility) >= o->min_responsibility;
+    e->interesting =
+        isfinite(e->responsibility) && fabs(e->responsibility) >= o->min_responsibility;
     e->base_samples = sb->cnt_incl[k] / CM_COUNT_ONE;
     e->test_samples = st->cnt_incl[k] / CM_COUNT_ONE;
     e->p = e->q = 1;
@@ -634,7 +635,8 @@ static void mde(agg_diff_t *out, const agg_dcount_t *cf) {
     double level = out->opts.q / (double)(out->n_bh + 1);
     out->mde_new = agg_dcount_mde_new(cf, level, AGG_DIFF_MDE_POWER);
     for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
-        out->mde_change[i] = agg_dcount_mde_change(cf, agg_diff_mde_shares[i], level, AGG_DIFF_MDE_POWER);
+        out->mde_change[i] =
+            agg_dcount_mde_change(cf, agg_diff_mde_shares[i], level, AGG_DIFF_MDE_POWER);
     out->dispersion = cf->alpha;
     out->dispersion_g = cf->alpha_g;
     out->dispersion_g_data = cf->alpha_g_data;
@@ -716,8 +718,9 @@ static int fill_entries(agg_diff_t *out, const agg_profile_t *keys, const side_t
             /* a caller: its inclusive samples, for the hint (the common dispersion) */
             double yb = (double)sb->cnt_incl[k] / CM_COUNT_ONE;
             double yt = (double)st->cnt_incl[k] / CM_COUNT_ONE;
-            hp[nh] = agg_dcount_p_totals(cf, yb, yt, agg_dcount_phi_prior(cf, yb + yt, sb->n_reps + st->n_reps),
-                                    sb->n_reps + st->n_reps - 2.0, NULL);
+            uint32_t nr = sb->n_reps + st->n_reps;
+            hp[nh] = agg_dcount_p_totals(cf, yb, yt, agg_dcount_phi_prior(cf, yb + yt, nr),
+                                         nr - 2.0, NULL);
             /* the change of its share, the common factor removed */
             hrel[nh] = yb > 0 ? yt / (exp(cf->log_rho) * cf->c[1]) / (yb / cf->c[0]) - 1 : INFINITY;
             hidx[nh++] = n;

@@ -267,8 +267,9 @@ void agg_reports_stop(agg_reporter_t *r) {
 /* default: the samples per side a 2 % new function needs (90 % power, ~50 functions tested at
  * q 0.01): agg_diff_samples_needed */
 int64_t agg_reports_min_samples(int64_t configured) {
-    return configured > 0 ? configured
-                          : (int64_t)ceil(agg_diff_samples_needed(AGG_REPORT_TARGET_SHARE, 0.01, 50));
+    if (configured > 0)
+        return configured;
+    return (int64_t)ceil(agg_diff_samples_needed(AGG_REPORT_TARGET_SHARE, 0.01, 50));
 }
 
 int agg_reports_list(const char *store_dir, const char *service, size_t limit, json_t **out) {
