@@ -159,6 +159,10 @@ static void test_diff(void) {
     run_t r = run("%s", args);
     CHECKF(r.status == 0, "%s", r.err);
     CHECK(strlen(r.out) > 100);
+    /* what the diff could have seen, and what its columns mean (issues 30, 35) */
+    CHECKF(strstr(r.out, "minimum detectable effect") && strstr(r.out, "overweight: ") &&
+               strstr(r.out, "respons.: "),
+           "%s", r.out);
     /* the gate: never at 1000 %; at 0 % exactly when there is a significant regression */
     expect_exit(0, NULL, "diff --service svc-000 --base 1.0.0 --test 1.1.0 --fail-on-regression 1000");
     r = run("%s --fail-on-regression 0", args);
