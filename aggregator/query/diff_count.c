@@ -140,9 +140,13 @@ typedef struct {
     double m, w;
 } mw_t;
 
+/* By m, then w: the sorted sequence (and so every sum over it) does not depend on the order
+ * of the functions' ids, which differs between store backends. */
 static int cmp_mw(const void *a, const void *b) {
-    double x = ((const mw_t *)a)->m, y = ((const mw_t *)b)->m;
-    return x < y ? -1 : x > y;
+    const mw_t *x = a, *y = b;
+    if (x->m != y->m)
+        return x->m < y->m ? -1 : 1;
+    return (x->w > y->w) - (x->w < y->w);
 }
 
 /* Pooled moment estimate of the between-group alpha: with per function the excess

@@ -541,21 +541,64 @@ out:
  * intervals keep no per-process work; the diff's test uses samples as exposure, the work only
  * scales values). A bucket with rows without a pid (dimensions off) stays whole. Rewrites the
  * rows' replicates. Returns 0 or a CM_E* code. */
+typedef struct {
+    uint32_t rep, pad; /* the key: (bucket replicate, pid) */
+    int64_t pid;
+    double count;   /* the pid's samples in the bucket */
+    int64_t id;     /* the new replicate */
+    uint32_t group; /* the pid's group */
+} rp_t;
+
+static int cmp_rp_pid(const void *a, const void *b) {
+    const rp_t *x = *(rp_t *const *)a, *y = *(rp_t *const *)b;
+    return x->pid != y->pid ? (x->pid < y->pid ? -1 : 1) : (x->rep > y->rep) - (x->rep < y->rep);
+}
+
+static int cmp_rp_rep(const void *a, const void *b) {
+    const rp_t *x = *(rp_t *const *)a, *y = *(rp_t *const *)b;
+    return x->rep != y->rep ? (x->rep < y->rep ? -1 : 1) : (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* Creates the per-process replicates of m's entries (bucket, pid) in a fixed order whatever
+ * the rows' order (the backends return rows in different orders; the diff's sums over
+ * replicates must not differ): groups numbered by pid (a string id, the same on every
+ * backend), replicates by (bucket, pid). */
+static int make_process_replicates(agg_profile_t *p, agg_hmap_t *m, const double *tot,
+                                   const uint8_t *whole) {
+    rp_t **ord = malloc((m->n + 1) * sizeof *ord);
+    if (!ord)
+        return CM_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        rp_t *e = agg_hmap_entry(m, i);
+        if (!whole[e->rep] && tot[e->rep] > 0)
+            ord[k++] = e;
+    }
+    qsort(ord, k, sizeof *ord, cmp_rp_pid);
+    for (size_t i = 0, g = 0; i < k; i++) {
+        g += i > 0 && ord[i]->pid != ord[i - 1]->pid;
+        ord[i]->group = (uint32_t)g;
+    }
+    qsort(ord, k, sizeof *ord, cmp_rp_rep);
+    int rc = 0;
+    char name[160];
+    for (size_t i = 0; i < k && !rc; i++) {
+        rp_t *e = ord[i];
+        snprintf(name, sizeof name, "%s|pid%lld", p->replicates[e->rep].key, (long long)e->pid);
+        e->id = agg_profile_replicate(p, name, p->replicates[e->rep].work * e->count / tot[e->rep]);
+        rc = e->id < 0 ? (int)e->id : agg_profile_replicate_group(p, (uint32_t)e->id, e->group);
+    }
+    free(ord);
+    return rc;
+}
+
 static int split_by_process(agg_profile_t *p, rawrow_t *rows, const int64_t *pid, size_t n) {
-    typedef struct {
-        uint32_t rep;
-        uint32_t pad;
-        int64_t pid;
-        double count;
-        int64_t id; /* the new replicate */
-    } rp_t;
     int rc = CM_ENOMEM;
     uint32_t nrep = p->n_replicates;
     double *tot = calloc((size_t)nrep + 1, sizeof *tot);
     uint8_t *whole = calloc((size_t)nrep + 1, 1); /* a row without a pid: keep it whole */
-    agg_hmap_t m, groups;
+    agg_hmap_t m;
     agg_hmap_init(&m, 16, sizeof(rp_t));
-    agg_hmap_init(&groups, sizeof(int64_t), sizeof(int64_t) + sizeof(uint64_t));
     if (!tot || !whole)
         goto out;
     for (size_t i = 0; i < n; i++) {
@@ -565,36 +608,20 @@ static int split_by_process(agg_profile_t *p, rawrow_t *rows, const int64_t *pid
             whole[r] = 1;
             continue;
         }
-        rp_t key = {r, 0, pid[i], 0, 0}, *e = agg_hmap_upsert(&m, &key, NULL);
+        rp_t key = {r, 0, pid[i], 0, 0, 0}, *e = agg_hmap_upsert(&m, &key, NULL);
         if (!e)
             goto out;
         e->count += (double)rows[i].count;
     }
-    char name[160];
-    for (size_t i = 0; i < m.n; i++) {
-        rp_t *e = agg_hmap_entry(&m, i);
-        if (whole[e->rep] || !(tot[e->rep] > 0))
-            continue;
-        int fresh;
-        int64_t *g = agg_hmap_upsert(&groups, &e->pid, &fresh);
-        if (!g)
-            goto out;
-        if (fresh)
-            g[1] = (int64_t)groups.n - 1;
-        snprintf(name, sizeof name, "%s|pid%lld", p->replicates[e->rep].key, (long long)e->pid);
-        e->id = agg_profile_replicate(p, name, p->replicates[e->rep].work * e->count / tot[e->rep]);
-        if (e->id < 0 || agg_profile_replicate_group(p, (uint32_t)e->id, (uint32_t)g[1])) {
-            rc = e->id < 0 ? (int)e->id : CM_ERANGE;
-            goto out;
-        }
-    }
+    if ((rc = make_process_replicates(p, &m, tot, whole)))
+        goto out;
     for (uint32_t r = 0; r < nrep; r++)
         if (!whole[r] && tot[r] > 0)
             p->replicates[r].work = 0; /* its work went to its processes */
     for (size_t i = 0; i < n; i++) {
         if (pid[i] < 0 || whole[rows[i].replicate])
             continue;
-        rp_t key = {rows[i].replicate, 0, pid[i], 0, 0}, *e = agg_hmap_find(&m, &key);
+        rp_t key = {rows[i].replicate, 0, pid[i], 0, 0, 0}, *e = agg_hmap_find(&m, &key);
         rows[i].replicate = (uint32_t)e->id;
     }
     rc = 0;
@@ -602,7 +629,6 @@ out:
     free(tot);
     free(whole);
     agg_hmap_free(&m);
-    agg_hmap_free(&groups);
     return rc;
 }
 
