@@ -10,6 +10,7 @@
 #include "cm/error.h"
 #include "cm/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -564,7 +565,7 @@ static int cmp_rp_rep(const void *a, const void *b) {
  * replicates must not differ): groups numbered by pid (a string id, the same on every
  * backend), replicates by (bucket, pid). */
 static int make_process_replicates(agg_profile_t *p, agg_hmap_t *m, const double *tot,
-                                   const uint8_t *whole) {
+                                   const uint8_t *whole, int whole_units) {
     rp_t **ord = malloc((m->n + 1) * sizeof *ord);
     if (!ord)
         return CM_ENOMEM;
@@ -582,17 +583,25 @@ static int make_process_replicates(agg_profile_t *p, agg_hmap_t *m, const double
     qsort(ord, k, sizeof *ord, cmp_rp_rep);
     int rc = 0;
     char name[160];
+    double given = 0; /* of the current bucket's work */
     for (size_t i = 0; i < k && !rc; i++) {
         rp_t *e = ord[i];
+        double w = p->replicates[e->rep].work, share = w * e->count / tot[e->rep];
+        if (whole_units) /* requests: whole units, so the sums stay exact */
+            share = floor(share);
+        if (i + 1 == k || ord[i + 1]->rep != e->rep) /* the bucket's last: the rest, exactly */
+            share = w - given;
+        given = i + 1 == k || ord[i + 1]->rep != e->rep ? 0 : given + share;
         snprintf(name, sizeof name, "%s|pid%lld", p->replicates[e->rep].key, (long long)e->pid);
-        e->id = agg_profile_replicate(p, name, p->replicates[e->rep].work * e->count / tot[e->rep]);
+        e->id = agg_profile_replicate(p, name, share);
         rc = e->id < 0 ? (int)e->id : agg_profile_replicate_group(p, (uint32_t)e->id, e->group);
     }
     free(ord);
     return rc;
 }
 
-static int split_by_process(agg_profile_t *p, rawrow_t *rows, const int64_t *pid, size_t n) {
+static int split_by_process(agg_profile_t *p, rawrow_t *rows, const int64_t *pid, size_t n,
+                            int per_request) {
     int rc = CM_ENOMEM;
     uint32_t nrep = p->n_replicates;
     double *tot = calloc((size_t)nrep + 1, sizeof *tot);
@@ -613,7 +622,7 @@ static int split_by_process(agg_profile_t *p, rawrow_t *rows, const int64_t *pid
             goto out;
         e->count += (double)rows[i].count;
     }
-    if ((rc = make_process_replicates(p, &m, tot, whole)))
+    if ((rc = make_process_replicates(p, &m, tot, whole, per_request)))
         goto out;
     for (uint32_t r = 0; r < nrep; r++)
         if (!whole[r] && tot[r] > 0)
@@ -704,7 +713,7 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
     }
     if (!nrows || (rc = agg_qs_resolve_stacks(d, p, &stacks, q->lines)))
         goto out;
-    if (q->by_process && (rc = split_by_process(p, rows, pid, nrows)))
+    if (q->by_process && (rc = split_by_process(p, rows, pid, nrows, q->per_request)))
         goto out;
     for (size_t i = 0; i < nrows; i++) {
         stackmap_t *m = agg_hmap_find(&stacks, &rows[i].stack);
