@@ -563,7 +563,9 @@ static int cmp_rp_rep(const void *a, const void *b) {
 /* Creates the per-process replicates of m's entries (bucket, pid) in a fixed order whatever
  * the rows' order (the backends return rows in different orders; the diff's sums over
  * replicates must not differ): groups numbered by pid (a string id, the same on every
- * backend), replicates by (bucket, pid). */
+ * backend), replicates by (bucket, pid). A bucket's work is shared by its pids' samples, the
+ * last pid taking the rest so that the bucket's work is kept; units of work (whole_units:
+ * requests) are shared in whole units, so that sums of them stay exact. */
 static int make_process_replicates(agg_profile_t *p, agg_hmap_t *m, const double *tot,
                                    const uint8_t *whole, int whole_units) {
     rp_t **ord = malloc((m->n + 1) * sizeof *ord);
