@@ -512,7 +512,42 @@ static void test_overweight_flat_total(void) {
     agg_profile_free(t);
 }
 
+/* A bursty function (its samples in one replicate: a log flush, a process's exit) is not a
+ * change when the burst falls on one side: its own dispersion counts, not the common one
+ * (test-pipeline saw _IO_default_xsputn 19 -> 1 samples flagged). */
+static void test_bursty_function(void) {
+    static const char *const names[] = {"parse", "route", "render", "compress", "hash", "flush"};
+    static const double w[] = {30, 20, 25, 15, 10, 0};
+    int flagged = 0;
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        rng_t r = {seed * 31};
+        agg_profile_t *b = small_side(&r, names, w, 6, NULL, 600);
+        agg_profile_t *t = small_side(&r, names, w, 6, NULL, 600);
+        /* the base's burst: 25 samples of flush in one replicate; the test: 1 */
+        uint32_t m = (uint32_t)agg_profile_frame(b, "main", "svc", NULL, 0);
+        uint32_t fl = (uint32_t)agg_profile_frame(b, "flush", "svc", NULL, 0), fr[2] = {m, fl};
+        uint32_t st = (uint32_t)agg_profile_stack(b, fr, 2);
+        CHECK_EQ(agg_profile_add(b, st, 25 * PERIOD_NS, 25 * CM_COUNT_ONE, 3, 0), 0);
+        m = (uint32_t)agg_profile_frame(t, "main", "svc", NULL, 0);
+        fl = (uint32_t)agg_profile_frame(t, "flush", "svc", NULL, 0);
+        uint32_t fr2[2] = {m, fl};
+        st = (uint32_t)agg_profile_stack(t, fr2, 2);
+        CHECK_EQ(agg_profile_add(t, st, PERIOD_NS, CM_COUNT_ONE, 5, 0), 0);
+        agg_diff_t d;
+        CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+        const agg_diff_entry_t *e = entry(&d, "flush");
+        CHECK(e->cls != AGG_DIFF_UNTESTED);
+        flagged += e->cls == AGG_DIFF_IMPROVEMENT || e->cls == AGG_DIFF_REGRESSION;
+        agg_diff_free(&d);
+        agg_profile_free(b);
+        agg_profile_free(t);
+    }
+    printf("bursty function 25 -> 1 samples: flagged in %d of 10 seeds\n", flagged);
+    CHECK_EQ(flagged, 0);
+}
+
 static const tr_test_t tests[] = {
+    {"bursty_function", test_bursty_function},
     {"new_function_few_samples", test_new_function_few_samples},
     {"shared_helper", test_shared_helper},
     {"overweight_flat_total", test_overweight_flat_total},

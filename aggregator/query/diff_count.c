@@ -123,12 +123,18 @@ static int fit_dispersion(const side_t *s[2], uint32_t nk, double *x2[2], double
         /* shrink the excess over Poisson e = phi - 1 = alpha_f mbar: prior e0 = alpha mbar
          * with sd tau = max(alpha, ALPHA_SD) mbar (functions' alphas differ by about their
          * size), own estimate phihat - 1 with variance 2 phi0^2 / df (chi-square). A function
-         * with few samples per replicate says little about its alpha: e stays near e0. */
+         * with few samples per replicate says little about its alpha: e stays near e0.
+         * Unless its own estimate is far above the prior (> 3 sd): a bursty function (its
+         * samples in one process or one bucket: a log flush, a process's exit) keeps its own
+         * dispersion, or a burst on one side would be a "change" (seen in test-pipeline). */
         double e0 = q->alpha * mbar, tau = fmax(q->alpha, ALPHA_SD) * mbar;
         double e = e0;
-        if (df > 0 && tau > 0) {
-            double v = 2 * (1 + e0) * (1 + e0) / df, t2 = tau * tau;
-            e = (e0 / t2 + (q->phi[f] - 1) / v) / (1 / t2 + 1 / v);
+        if (df > 0) {
+            double v = 2 * (1 + e0) * (1 + e0) / df, t2 = tau * tau, own = q->phi[f] - 1;
+            if (own > e0 + 3 * sqrt(v))
+                e = own;
+            else if (tau > 0)
+                e = (e0 / t2 + own / v) / (1 / t2 + 1 / v);
         }
         q->phi[f] = fmax(1, 1 + e);
         q->df[f] = df;

@@ -78,6 +78,13 @@ static void pct(double v, char *buf, size_t size) {
         snprintf(buf, size, "-");
 }
 
+/* A fraction as a percentage for the MDE line: two significant digits under 10 % (0.0027,
+ * 1.1), whole percents above (52, 140). */
+static const char *mde_pct(double v, char *buf, size_t size) {
+    snprintf(buf, size, 100 * v < 10 ? "%.2g" : "%.0f", 100 * v);
+    return buf;
+}
+
 void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
     char b[32], t[32];
     agg_format_value(d->type, d->base_total, b, sizeof b);
@@ -97,12 +104,12 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
             d->opts.q, d->n_regressions, d->n_improvements);
     if (isfinite(d->mde_new)) {
         fprintf(f, "minimum detectable effect (found with %.0f%% probability with these samples): "
-                   "a new function taking >= %.2g%% of the samples",
-                100 * AGG_DIFF_MDE_POWER, 100 * d->mde_new);
+                   "a new function taking >= %s%% of the samples",
+                100 * AGG_DIFF_MDE_POWER, mde_pct(d->mde_new, b, sizeof b));
         for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
             if (isfinite(d->mde_change[i]))
-                fprintf(f, "; a %.0f%% function changed by >= %.2g%%", 100 * agg_diff_mde_shares[i],
-                        100 * d->mde_change[i]);
+                fprintf(f, "; a %.0f%% function changed by >= %s%%", 100 * agg_diff_mde_shares[i],
+                        mde_pct(d->mde_change[i], b, sizeof b));
         fprintf(f, "\n");
     }
     if (d->warning_text[0])
