@@ -3,6 +3,7 @@
 #include "cm/chunk.h"
 #include "support/chunkgen.h"
 #include "support/runner.h"
+#include "cm/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,7 +165,51 @@ static void test_fold_usage_errors(void) {
     CHECKF(strstr(out, want), "%s", out);
 }
 
+/* Counts the lines of s. */
+static int nlines(const char *s) {
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Issue 35: a program shorter than one interval under `fleetprof run` with no collector lost
+ * its profile without a word. Its only chunk is cut at exit: the agent must say, in one
+ * stderr line, that the collector cannot be reached and the profile is lost. */
+static void test_run_unreachable_short(void) {
+    char cmd[4096], out[8192];
+    const char *b = getenv("FLEETPROF_BUILD");
+    snprintf(cmd, sizeof cmd,
+             "env -u FLEETPROF_OUTPUT FLEETPROF_COLLECTOR=/tmp/fp-nope-%d.sock %s run --service "
+             "shortsvc -- %s/tests/fp-work cpuwall 0.5 2>&1 >/dev/null",
+             (int)getpid(), bin(), b);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    printf("explicit socket: %s", out);
+    CHECKF(nlines(out) == 1, "want exactly one stderr line, got:\n%s", out);
+    CHECKF(strstr(out, "cannot reach the collector") && strstr(out, "is lost") &&
+               strstr(out, "/tmp/fp-nope-") && strstr(out, "No such file"),
+           "the line must say what is lost, where and why:\n%s", out);
+    /* the default socket, absent on this machine: the same line */
+    if (access(CM_DEFAULT_SOCKET, F_OK) == 0)
+        return;
+    snprintf(cmd, sizeof cmd,
+             "env -u FLEETPROF_OUTPUT -u FLEETPROF_COLLECTOR %s run --service shortsvc -- "
+             "%s/tests/fp-work cpuwall 0.5 2>&1 >/dev/null", bin(), b);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    CHECKF(nlines(out) == 1 && strstr(out, "cannot reach the collector") &&
+               strstr(out, CM_DEFAULT_SOCKET),
+           "default socket: %s", out);
+    /* with files requested and no collector on the machine, nothing is lost: silent */
+    setup();
+    snprintf(cmd, sizeof cmd,
+             "env -u FLEETPROF_COLLECTOR %s run --service shortsvc --output %s/out -- "
+             "%s/tests/fp-work cpuwall 0.5 2>&1 >/dev/null", bin(), tmpdir, b);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    CHECKF(out[0] == 0, "the agent complained with files requested:\n%s", out);
+}
+
 static const tr_test_t tests[] = {
+    {"run_unreachable_short", test_run_unreachable_short},
     {"fold_sums_by_stack", test_fold_sums_by_stack},
     {"fold_corrupt_file", test_fold_corrupt_file},
     {"fold_usage_errors", test_fold_usage_errors},

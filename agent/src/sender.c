@@ -19,7 +19,8 @@
  * No silent loss: the first time the collector cannot be reached (no socket, refused by its
  * permissions, nobody listening) the agent says so on stderr, once per process, with the
  * reason and what happens to the chunks (queued, the oldest dropped and counted as
- * chunk_queue_full in the next chunk's header). Only a defaulted FLEETPROF_COLLECTOR whose
+ * chunk_queue_full in the next chunk's header) -- or, when that first attempt is the one at
+ * exit (a program shorter than an interval), that its profile is lost. Only a defaulted FLEETPROF_COLLECTOR whose
  * socket does not exist, with FLEETPROF_OUTPUT set, stays quiet: the chunks go to the files.
  * A FLEETPROF_OUTPUT directory that cannot be written (e.g. after the process dropped its
  * privileges with setuid, or a full disk) is reported once the same way; every chunk not
@@ -303,8 +304,10 @@ static int try_connect(void) {
 
 uint64_t ag_sender_file_failures(void) { return S.file_failures; }
 
-/* The one stderr line of a process whose collector is out of reach (see the top comment). */
-static void report_unreachable(int e) {
+/* The one stderr line of a process whose collector is out of reach (see the top comment).
+ * lost_at_exit > 0: the process is exiting with that many chunks queued, which are lost (a
+ * program that ends before its first interval has no other chance to say so). */
+static void report_unreachable(int e, uint32_t lost_at_exit) {
     if (S.warned_connect)
         return;
     if (e == ENOENT && !S.collector_explicit && S.cfg->output[0])
@@ -318,10 +321,17 @@ static void report_unreachable(int e) {
                               "and is FLEETPROF_COLLECTOR its socket path?"
         : e == ECONNREFUSED ? "nothing listens on the socket: the collector has stopped"
                             : "cannot connect";
-    CM_WARN("msg=\"cannot reach the collector; chunks wait in a queue of %d, the oldest are "
-            "dropped and counted (chunk_queue_full); retrying with backoff, reported once\" "
-            "collector=%s err=\"%s\" uid=%d hint=\"%s\"",
-            AG_QUEUE_MAX, S.cfg->collector, strerror(e), (int)geteuid(), hint);
+    if (lost_at_exit)
+        CM_WARN("msg=\"cannot reach the collector; the process exits and its profile (%u "
+                "chunk%s) is lost%s\" collector=%s err=\"%s\" uid=%d hint=\"%s\"",
+                (unsigned)lost_at_exit, lost_at_exit == 1 ? "" : "s",
+                S.cfg->output[0] ? " to the collector (FLEETPROF_OUTPUT has it)" : "",
+                S.cfg->collector, strerror(e), (int)geteuid(), hint);
+    else
+        CM_WARN("msg=\"cannot reach the collector; chunks wait in a queue of %d, the oldest are "
+                "dropped and counted (chunk_queue_full); retrying with backoff, reported once\" "
+                "collector=%s err=\"%s\" uid=%d hint=\"%s\"",
+                AG_QUEUE_MAX, S.cfg->collector, strerror(e), (int)geteuid(), hint);
 }
 
 static int do_write(void) {
@@ -435,7 +445,7 @@ int ag_sender_step(short *events, int *wake_ms) {
         }
         int e = try_connect();
         if (e != 0) {
-            report_unreachable(-e);
+            report_unreachable(-e, 0);
             S.fd = -1;
             disconnect();
             *wake_ms = (int)S.backoff_ms;
@@ -475,7 +485,9 @@ void ag_sender_exit(int timeout_ms) {
         return;
     if (S.fd >= 0 && !fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
         S.fd = -1; /* closed by the program: not ours any more, not touched */
-    if (S.fd < 0 && try_connect() != 0) {
+    int e;
+    if (S.fd < 0 && (e = try_connect()) != 0) {
+        report_unreachable(-e, S.n); /* silent if reported already, or the files have it */
         S.fd = -1;
         return;
     }
