@@ -9,7 +9,8 @@
 #
 # Options (environment): DEMO_SECONDS (per version, default 40), DEMO_PROCS (processes per
 # version, default 2), KEEP=1 (leave the pipeline running, and with it the web UI whose address
-# is printed at the end; stop it with deploy/pipeline.sh stop).
+# is printed at the end, with the FLEETPROF_COLLECTOR export that sends your own program's
+# profile to it; stop it with deploy/pipeline.sh stop, which finds it in its state directory).
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
@@ -42,7 +43,11 @@ echo "== the web UI: $FLEETPROF_SERVER/"
 echo "   what changed with this deploy: $FLEETPROF_SERVER/#/diff?service=demo&base=v1&test=v2"
 echo "   why was this request slow:     $FLEETPROF_SERVER/#/spans?service=demo"
 if [ "${KEEP:-0}" = 1 ]; then
-  echo "   the pipeline keeps running (KEEP=1); stop it with: FLEETPROF_STATE=$FLEETPROF_STATE KAFKA_PORT=${KAFKA_PORT:-19092} deploy/pipeline.sh stop"
+  echo "   the pipeline keeps running (KEEP=1). To profile your own program with it (README.md,"
+  echo "   \"Profile your own program\"), set in your shell:"
+  echo "     export FLEETPROF_COLLECTOR=$FLEETPROF_COLLECTOR FLEETPROF_SERVER=$FLEETPROF_SERVER"
+  echo "     export PATH=\"$ROOT/build/cli:\$PATH\""
+  echo "   then: fleetprof run --service NAME -- PROGRAM ARGS; stop it with: deploy/pipeline.sh stop"
 else
   echo "   (the pipeline stops now; run KEEP=1 ./quickstart.sh to keep it and the UI up)"
 fi
