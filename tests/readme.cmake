@@ -1,0 +1,6 @@
+# The READMEs as a newcomer reads them (issue 35). test-readme runs the README's "Profile your
+# own program" commands as written, then pipeline.sh stop on quickstart's state layout (real
+# Kafka, fixed ports 19710-19715).
+add_test(NAME test-readme
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/readme/test-readme.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+set_tests_properties(test-readme PROPERTIES LABELS "kafka;pipeline;nosan" TIMEOUT 300)
