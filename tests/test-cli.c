@@ -163,6 +163,16 @@ static void test_fold_usage_errors(void) {
     char want[64]; /* the codec's own version, which a reader of the output must know */
     snprintf(want, sizeof want, "chunk format %d.%d", CM_FORMAT_MAJOR, CM_FORMAT_MINOR);
     CHECKF(strstr(out, want), "%s", out);
+    /* the daemons too (issue 35: they rejected --version as an unknown option) */
+    static const char *const daemons[] = {"collector/fleetprof-collector",
+                                          "aggregator/fleetprof-aggregator"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s/%s --version 2>&1", getenv("FLEETPROF_BUILD"), daemons[i]);
+        CHECKF(run(cmd, out, sizeof out) == 0, "%s: %s", daemons[i], out);
+        CHECKF(strstr(out, strrchr(daemons[i], '/') + 1) && strstr(out, FLEETPROF_VERSION_STRING) &&
+                   strstr(out, want),
+               "%s --version: %s", daemons[i], out);
+    }
 }
 
 /* Counts the lines of s. */

@@ -14,6 +14,7 @@
 #include "symbolizer.h"
 #include "symstore.h"
 
+#include "cm/chunk.h"
 #include "cm/config.h"
 #include "cm/error.h"
 #include "cm/log.h"
@@ -251,13 +252,19 @@ int main(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     agg_metrics_init(&metrics);
     cm_log_init("aggregator", CM_LOG_INFO);
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("fleetprof-aggregator %s (chunk format %d.%d)\n", FLEETPROF_VERSION_STRING,
+               CM_FORMAT_MAJOR, CM_FORMAT_MINOR);
+        return 0;
+    }
 
     int lr = cm_config_load(opts, &cfg, "FLEETPROF_AGGREGATOR_", "kafka.", &kafka, argc, argv, err,
                             sizeof err);
     if (lr == 1) {
         cm_config_help(opts, "FLEETPROF_AGGREGATOR_", "kafka.",
                        "fleetprof-aggregator [--config FILE] [--OPTION VALUE]... "
-                       "[--kafka.PROPERTY=VALUE]...",
+                       "[--kafka.PROPERTY=VALUE]...\n       fleetprof-aggregator --help | "
+                       "--version",
                        stdout);
         rc = 0;
         goto out;

@@ -87,6 +87,7 @@ static const cm_opt_t col_opts[] = {
 #define ENV_PREFIX "FLEETPROF_COLLECTOR_"
 #define USAGE                                                                                      \
     "fleetprof-collector [--config FILE] [--OPTION=VALUE ...] [--kafka.PROP=VALUE ...]\n"   \
+    "       fleetprof-collector --help | --version\n"                                             \
     "Per-node daemon: takes chunks from agents on a unix socket, spools them, ships them to "      \
     "Kafka."
 

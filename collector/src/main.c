@@ -3,15 +3,23 @@
  * fatal Kafka producer error (restart; the spool replays). */
 #include "internal.h"
 
+#include "cm/chunk.h"
 #include "cm/log.h"
+#include "cm/wire.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int main(int argc, char **argv) {
     col_config_t cfg;
     cm_kvlist_t kafka = {0};
     char err[1024];
     cm_log_init("collector", CM_LOG_INFO);
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("fleetprof-collector %s (chunk format %d.%d, socket protocol %d)\n",
+               FLEETPROF_VERSION_STRING, CM_FORMAT_MAJOR, CM_FORMAT_MINOR, CM_SOCK_VERSION);
+        return 0;
+    }
     int rc = col_config_load(&cfg, &kafka, argc, argv, err, sizeof err);
     if (rc == 1) {
         col_config_free(&cfg, &kafka);
