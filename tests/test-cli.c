@@ -218,7 +218,45 @@ static void test_run_unreachable_short(void) {
     CHECKF(out[0] == 0, "the agent complained with files requested:\n%s", out);
 }
 
+/* Issue 35: the agent names a function without its symbol version. libc's debug file (.symtab)
+ * says __libc_start_main@@GLIBC_2.34 where its .dynsym says __libc_start_main; the chunk must
+ * carry the plain name, or one function is two in every view. Checked on the chunk itself
+ * (the codec), not through fold, which drops versions of older chunks too. */
+static void test_agent_names_unversioned(void) {
+    setup();
+    char cmd[4096], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s run --service vers --collector none --output %s -- %s/tests/fp-work cpuwall 0.3 "
+             "2>&1 >/dev/null", bin(), tmpdir, getenv("FLEETPROF_BUILD"));
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "ls %s/*.fpc", tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    int libc_main = 0, files = 0;
+    for (char *path = strtok(out, "\n"); path; path = strtok(NULL, "\n")) {
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        static uint8_t buf[1 << 24];
+        size_t len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        cm_chunk_t *c = NULL;
+        char err[256];
+        CHECKF(cm_chunk_decode(buf, len, &c, err, sizeof err) == 0, "%s: %s", path, err);
+        files++;
+        for (uint32_t i = 1; i < c->dict.n_functions; i++) {
+            const char *name = c->dict.strings[c->dict.function_name[i]].ptr;
+            CHECKF(!strstr(name, "@GLIBC") && !strstr(name, "@@"), "versioned name '%s'", name);
+            libc_main |= !strcmp(name, "__libc_start_main");
+        }
+        cm_chunk_free(c);
+    }
+    printf("agent_names_unversioned: %d chunk files, __libc_start_main named: %d\n", files,
+           libc_main);
+    CHECK(files > 0);
+    CHECKF(libc_main, "no frame named __libc_start_main (every stack starts there)");
+}
+
 static const tr_test_t tests[] = {
+    {"agent_names_unversioned", test_agent_names_unversioned},
     {"run_unreachable_short", test_run_unreachable_short},
     {"fold_sums_by_stack", test_fold_sums_by_stack},
     {"fold_corrupt_file", test_fold_corrupt_file},

@@ -614,7 +614,53 @@ static void test_seal_and_print(void) {
     agg_profile_free(x.p);
 }
 
+/* Issue 35: a symbol version is not part of a function's identity. libc's .symtab names
+ * clock_gettime@@GLIBC_2.17 what .dynsym names clock_gettime: one function, one frame, one
+ * row in every view (top, tree, diff, exports all read the interned frames). A PLT stub
+ * (memcpy@plt) stays itself. And a top cut by its limit says how many it left out. */
+static void test_symbol_versions_and_limit(void) {
+    char buf[128];
+    CHECK_EQ(cm_name_unversioned("clock_gettime@@GLIBC_2.17", buf, sizeof buf), 13);
+    CHECK(!strcmp(buf, "clock_gettime"));
+    cm_name_unversioned("memcpy@GLIBC_2.2.5 memcpy.S:12", buf, sizeof buf);
+    CHECKF(!strcmp(buf, "memcpy memcpy.S:12"), "%s", buf);
+    cm_name_unversioned("memcpy@plt", buf, sizeof buf);
+    CHECK(!strcmp(buf, "memcpy@plt"));
+    cm_name_unversioned("@@GLIBC_2.17", buf, sizeof buf); /* nothing before it: not a version */
+    CHECK(!strcmp(buf, "@@GLIBC_2.17"));
+    agg_profile_t *p = agg_profile_new(CM_EV_CPU);
+    int64_t m = agg_profile_frame(p, "__libc_start_main@@GLIBC_2.34", "libc.so.6", "ef", 0x10);
+    int64_t c1 = agg_profile_frame(p, "clock_gettime@@GLIBC_2.17", "libc.so.6", "ef", 0x20);
+    int64_t c2 = agg_profile_frame(p, "clock_gettime", "libc.so.6", "ef", 0x20);
+    int64_t plt = agg_profile_frame(p, "clock_gettime@plt", "app", "ab", 0x30);
+    CHECK(m >= 0 && c1 >= 0 && plt >= 0);
+    CHECK_EQ(c1, c2);
+    CHECK(plt != c1);
+    CHECK(!strcmp(p->frames[m].name, "__libc_start_main"));
+    CHECK_EQ(agg_profile_replicate(p, "r0", 1.0), 0);
+    uint32_t s1[] = {(uint32_t)m, (uint32_t)c1}, s2[] = {(uint32_t)m, (uint32_t)c2},
+             s3[] = {(uint32_t)m, (uint32_t)plt};
+    CHECK_EQ(agg_profile_add(p, stk(p, s1, 2), 30, 30000, 0, 0), 0);
+    CHECK_EQ(agg_profile_add(p, stk(p, s2, 2), 20, 20000, 0, 0), 0);
+    CHECK_EQ(agg_profile_add(p, stk(p, s3, 2), 5, 5000, 0, 0), 0);
+    agg_top_t t;
+    CHECK_EQ(agg_top_compute(p, AGG_SORT_SELF, 1, &t), 0);
+    CHECK_EQ(t.n_functions, 3);
+    CHECK(!strcmp(p->frames[t.entries[0].frame].name, "clock_gettime"));
+    CHECK_EQ(t.entries[0].self, 50); /* both spellings in one row */
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    agg_top_print(f, p, &t);
+    fclose(f);
+    CHECKF(!strchr(out, '@'), "%s", out);
+    free(out);
+    agg_top_free(&t);
+    agg_profile_free(p);
+}
+
 static const tr_test_t tests[] = {
+    {"symbol_versions_and_limit", test_symbol_versions_and_limit},
     {"seal_and_print", test_seal_and_print},
     {"builder_errors", test_builder_errors},
     {"top", test_top},

@@ -536,8 +536,9 @@ sort:;
     for (uint32_t i = 0; i < m; i++) {
         sym_t *s = &o->syms[i];
         if (p) {
-            size_t l = strlen(s->name) + 1;
-            memcpy(p, s->name, l);
+            /* without its symbol version: libc's .symtab says clock_gettime@@GLIBC_2.17 where
+             * .dynsym says clock_gettime, and one function must have one name */
+            size_t l = cm_name_unversioned(s->name, p, strlen(s->name) + 1) + 1;
             if (s->owned)
                 free((char *)s->name);
             s->name = p;

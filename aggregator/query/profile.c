@@ -191,6 +191,18 @@ int64_t agg_profile_frame(agg_profile_t *p, const char *name, const char *module
 int64_t agg_profile_frame_src(agg_profile_t *p, const char *name, const char *module,
                               const char *build_id, uint64_t address, const char *function,
                               const char *file, uint32_t line, int inlined) {
+    /* one function, one frame: stored names may carry a symbol version (libc's .symtab says
+     * clock_gettime@@GLIBC_2.17 where .dynsym says clock_gettime; agents before issue 35 and
+     * debug files named by the aggregator's symbolizer) */
+    char uname[1024], ufn[1024];
+    if (name && strchr(name, '@') && strlen(name) < sizeof uname) {
+        cm_name_unversioned(name, uname, sizeof uname);
+        name = uname;
+    }
+    if (function && strchr(function, '@') && strlen(function) < sizeof ufn) {
+        cm_name_unversioned(function, ufn, sizeof ufn);
+        function = ufn;
+    }
     frame_key_t k = {intern(p, name && *name ? name : "[unknown]"), intern(p, module ? module : ""),
                      (uint8_t)(inlined & (AGG_FRAME_INLINED | AGG_FRAME_BY_ADDRESS)),
                      inlined & AGG_FRAME_BY_ADDRESS ? address : 0};

@@ -7,8 +7,8 @@
 
 const char *cli_location_name(const cm_dict_t *d, uint32_t loc, char *buf, size_t size) {
     uint32_t f = d->location_function[loc];
-    if (f && d->function_name[f]) {
-        snprintf(buf, size, "%s", d->strings[d->function_name[f]].ptr);
+    if (f && d->function_name[f]) { /* without a symbol version, as the aggregator shows it */
+        cm_name_unversioned(d->strings[d->function_name[f]].ptr, buf, size);
         return buf;
     }
     uint32_t m = d->location_mapping[loc];

@@ -25,6 +25,38 @@ int cm_event_parse(const char *name, cm_event_type_t *out) {
     return CM_EINVAL;
 }
 
+/* The length of a version token "@VER" / "@@VER" at s (s[0] == '@') that ends at a space or
+ * the end of the name, or 0 when s does not start one. A version has an upper-case letter or a
+ * digit (GLIBC_2.17, GCC_3.0, OPENSSL_3.0.0): "memcpy@plt", a PLT stub's name, keeps its
+ * suffix. */
+static size_t version_token(const char *s) {
+    size_t i = s[1] == '@' ? 2 : 1, start = i;
+    int tagged = 0;
+    for (;; i++) {
+        char c = s[i];
+        if ((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+            tagged = 1;
+        else if (!((c >= 'a' && c <= 'z') || c == '_' || c == '.'))
+            break;
+    }
+    return i > start && tagged && (s[i] == '\0' || s[i] == ' ') ? i : 0;
+}
+
+size_t cm_name_unversioned(const char *name, char *out, size_t size) {
+    size_t o = 0;
+    for (size_t i = 0; name[i] && o + 1 < size;) {
+        size_t v = name[i] == '@' && i > 0 && name[i - 1] != ' ' && name[i - 1] != '@'
+                       ? version_token(name + i)
+                       : 0;
+        if (v)
+            i += v;
+        else
+            out[o++] = name[i++];
+    }
+    out[o] = '\0';
+    return o;
+}
+
 const char *cm_drop_reason_name(uint32_t reason) {
     static const char *const names[] = {
         "unspecified", "ring_full",    "chunk_queue_full", "heap_table_full",

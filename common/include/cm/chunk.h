@@ -194,6 +194,13 @@ static inline uint32_t cm_stack_depth(const cm_dict_t *d, uint32_t stack) {
 const char *cm_event_name(uint32_t type);
 /* Parses an event type name. Returns 0 or CM_EINVAL. */
 int cm_event_parse(const char *name, cm_event_type_t *out);
+/* Copies a function name into out (size > 0) without ELF symbol versions: a token "@VER" or
+ * "@@VER" (VER of letters, digits, '_' and '.') that ends the name or a word of it:
+ * "clock_gettime@@GLIBC_2.17" -> "clock_gettime", "memcpy@GLIBC_2.2.5 memcpy.S:12" ->
+ * "memcpy memcpy.S:12" ("memcpy@plt", a PLT stub, stays: a version has an upper-case letter
+ * or a digit). One function, one name, whichever symbol table named it. Returns
+ * the length written (the name cut at size - 1 if longer). */
+size_t cm_name_unversioned(const char *name, char *out, size_t size);
 const char *cm_drop_reason_name(uint32_t reason);
 
 /* Checks every cross-reference, count and time of a chunk against the limits above.
