@@ -146,7 +146,7 @@ static void test_tree(void) {
     run_t r = run("%s", args);
     CHECKF(r.status == 0, "%s", r.err);
     CHECK(strstr(r.out, "(all)") != NULL);
-    expect_exit(1, "min_share", "tree --service svc-000 --min-share 7");
+    expect_exit(1, "--min-share '7'", "tree --service svc-000 --min-share 7");
 }
 
 static void test_diff(void) {
@@ -257,6 +257,66 @@ static void test_reports(void) {
     expect_exit(1, "unknown service", "reports --service ghost");
 }
 
+/* Issue 35: one grammar (--service everywhere, global flags before the command), errors in the
+ * CLI's words (commands and flags, not API routes), and the help saying what a newcomer
+ * needs (-o -, where --lines come from). */
+static void test_grammar(void) {
+    run_t r = run("versions --service %s", svc0);
+    CHECKF(r.status == 0 && strstr(r.out, v0) && strstr(r.out, v1), "%s%s", r.out, r.err);
+    free(r.out);
+    free(r.err);
+    r = run("--server http://127.0.0.1:%d services", HTTP_PORT);
+    CHECKF(r.status == 0 && strstr(r.out, svc0), "%s%s", r.out, r.err);
+    free(r.out);
+    free(r.err);
+    /* the flag before the command wins over the environment, as after it */
+    expect_exit(1, "cannot reach the aggregator at http://127.0.0.1:1",
+                "--server http://127.0.0.1:1 services");
+    expect_exit(1, "cannot reach the aggregator at http://127.0.0.1:1",
+                "--server=http://127.0.0.1:1 versions --service x");
+    expect_exit(2, "unknown flag '--colour' before the command", "--colour services");
+    const char *need[] = {"top", "tree", "diff --base a --test b", "spans", "export --format json -o -"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        r = run("%s", need[i]);
+        CHECKF(r.status == 2 && strstr(r.err, "--service S is required") &&
+                   strstr(r.err, "`fleetprof services`") && !strstr(r.err, "/api/"),
+               "fleetprof %s: exit %d: %s", need[i], r.status, r.err);
+        free(r.out);
+        free(r.err);
+    }
+    /* server errors name commands and flags, not routes and parameters */
+    const char *bad[] = {"spans --service nosuch", "top --service nosuch", "versions nosuch"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = run("%s", bad[i]);
+        CHECKF(r.status == 1 && strstr(r.err, "unknown service 'nosuch'") &&
+                   strstr(r.err, "`fleetprof services`") && !strstr(r.err, "/api/") &&
+                   !strstr(r.err, "HTTP"),
+               "fleetprof %s: %s", bad[i], r.err);
+        free(r.out);
+        free(r.err);
+    }
+    r = run("top --service %s --version v9", svc0);
+    CHECKF(r.status == 1 && strstr(r.err, "`fleetprof versions --service svc-000`") &&
+               !strstr(r.err, "/api/"), "%s", r.err);
+    free(r.out);
+    free(r.err);
+    r = run("export --help");
+    CHECKF(r.status == 0 && strstr(r.out, "-o FILE|-") && strstr(r.out, "stdout"), "%s", r.out);
+    free(r.out);
+    free(r.err);
+    r = run("top --help");
+    CHECKF(strstr(r.out, "FLEETPROF_LINES=1"), "top --help does not say where lines come from");
+    free(r.out);
+    free(r.err);
+    /* the simulator's agents recorded lines: shown, and no note (test-query lines_note: the
+     * note when a profile has none) */
+    r = run("top --service %s --lines --limit 3", svc0);
+    CHECKF(r.status == 0 && !strstr(r.out, "no source lines recorded"),
+           "%s%s", r.out, r.err);
+    free(r.out);
+    free(r.err);
+}
+
 static void test_errors(void) {
     expect_exit(1, "cannot reach the aggregator at http://127.0.0.1:1",
                 "services --server http://127.0.0.1:1");
@@ -268,6 +328,7 @@ static const tr_test_t tests[] = {
     {"services", test_services}, {"versions", test_versions}, {"top", test_top},
     {"tree", test_tree},         {"diff", test_diff},         {"spans_span", test_spans_and_span},
     {"export", test_export},     {"reports", test_reports},   {"errors", test_errors},
+    {"grammar", test_grammar},
     {0},
 };
 

@@ -155,6 +155,22 @@ static void test_fold_usage_errors(void) {
     snprintf(cmd, sizeof cmd, "%s fold /nonexistent/x.fpc 2>&1", bin());
     CHECK_EQ(run(cmd, out, sizeof out), 1);
     CHECK(strstr(out, "/nonexistent/x.fpc") && strstr(out, "No such file"));
+    /* issue 35: nothing to fold is an error that says why, not an empty success */
+    setup();
+    snprintf(cmd, sizeof cmd, "%s fold %s 2>&1", bin(), tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 1);
+    CHECKF(strstr(out, "no chunk files (*.fpc)") && strstr(out, tmpdir), "%s", out);
+    ts_gen_params_t p = ts_gen_realistic();
+    p.samples = 50;
+    p.types_mask = 1u << CM_EV_CPU;
+    cm_chunk_t *a = ts_gen_chunk(&p, 3);
+    write_chunk("cpu.fpc", a);
+    ts_gen_free(a);
+    snprintf(cmd, sizeof cmd, "%s fold --type lock %s 2>&1", bin(), tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 1);
+    CHECKF(strstr(out, "no lock samples"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s fold %s/cpu.fpc >/dev/null", bin(), tmpdir);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "%s frobnicate 2>&1", bin());
     CHECK_EQ(run(cmd, out, sizeof out), 2);
     CHECK(strstr(out, "unknown command 'frobnicate'"));

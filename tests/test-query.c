@@ -659,7 +659,29 @@ static void test_symbol_versions_and_limit(void) {
     agg_profile_free(p);
 }
 
+/* Issue 35: `top --lines` on a profile whose agent recorded no lines said nothing; the note
+ * says why and what to do, and stays away when any frame has a line. */
+static void test_lines_note(void) {
+    agg_profile_t *p = agg_profile_new(CM_EV_CPU);
+    CHECK(agg_profile_frame(p, "main", "app", "ab", 0x10) >= 0);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    agg_lines_note_print(f, p);
+    fclose(f);
+    CHECKF(strstr(out, "no source lines recorded") && strstr(out, "FLEETPROF_LINES=1"), "%s", out);
+    free(out);
+    CHECK(agg_profile_frame_src(p, "work x.c:12", "app", "ab", 0x20, "work", "x.c", 12, 0) >= 0);
+    f = open_memstream(&out, &len);
+    agg_lines_note_print(f, p);
+    fclose(f);
+    CHECK_EQ(len, 0);
+    free(out);
+    agg_profile_free(p);
+}
+
 static const tr_test_t tests[] = {
+    {"lines_note", test_lines_note},
     {"symbol_versions_and_limit", test_symbol_versions_and_limit},
     {"seal_and_print", test_seal_and_print},
     {"builder_errors", test_builder_errors},

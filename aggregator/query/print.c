@@ -52,6 +52,14 @@ void agg_top_print(FILE *f, const agg_profile_t *p, const agg_top_t *t) {
     }
 }
 
+void agg_lines_note_print(FILE *f, const agg_profile_t *p) {
+    for (uint32_t i = 0; i < p->n_frames; i++)
+        if (p->frames[i].line)
+            return;
+    fprintf(f, "(no source lines recorded: run the program with FLEETPROF_LINES=1 in its "
+               "environment, or give the aggregator its debug files with --debuginfod-urls)\n");
+}
+
 static void tree_rec(FILE *f, const agg_profile_t *p, const agg_tree_t *t, uint32_t i, int depth,
                      double root) {
     const agg_tree_node_t *n = &t->nodes[i];

@@ -473,15 +473,29 @@ static char *memstream_text(void (*fn)(FILE *, void *), void *ctx, size_t *len) 
     return buf;
 }
 
+static int arg_is_one(const args_t *a, const char *k) {
+    const char *v = arg(a, k);
+    return v && !strcmp(v, "1");
+}
+
 /* Renders one profile as the requested view and format. */
 typedef struct {
     const agg_profile_t *p;
     agg_top_t *top;
     agg_tree_t *tree;
+    int lines; /* read with lines=1 */
 } pr_ctx_t;
-static void print_top(FILE *f, void *c) { agg_top_print(f, ((pr_ctx_t *)c)->p, ((pr_ctx_t *)c)->top); }
+static void print_top(FILE *f, void *c) {
+    pr_ctx_t *x = c;
+    agg_top_print(f, x->p, x->top);
+    if (x->lines)
+        agg_lines_note_print(f, x->p);
+}
 static void print_tree(FILE *f, void *c) {
-    agg_tree_print(f, ((pr_ctx_t *)c)->p, ((pr_ctx_t *)c)->tree);
+    pr_ctx_t *x = c;
+    agg_tree_print(f, x->p, x->tree);
+    if (x->lines)
+        agg_lines_note_print(f, x->p);
 }
 
 static void render_profile(const args_t *a, const agg_profile_t *p, json_t *meta,
@@ -538,7 +552,7 @@ static void render_profile(const args_t *a, const agg_profile_t *p, json_t *meta
             goto out;
         }
         if (text) {
-            pr_ctx_t c = {p, &t, NULL};
+            pr_ctx_t c = {p, &t, NULL, arg_is_one(a, "lines")};
             size_t len;
             char *buf = memstream_text(print_top, &c, &len);
             reply_buf(r, "text/plain; charset=utf-8", buf, len);
@@ -562,7 +576,7 @@ static void render_profile(const args_t *a, const agg_profile_t *p, json_t *meta
             goto out;
         }
         if (text) {
-            pr_ctx_t c = {p, NULL, &t};
+            pr_ctx_t c = {p, NULL, &t, arg_is_one(a, "lines")};
             size_t len;
             char *buf = memstream_text(print_tree, &c, &len);
             reply_buf(r, "text/plain; charset=utf-8", buf, len);

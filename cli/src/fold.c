@@ -206,7 +206,7 @@ static int fold_path(const char *path, cm_event_type_t type, int counts, group_b
     if (!S_ISDIR(st.st_mode))
         return fold_file(path, type, counts, group, t);
     struct dirent **ents;
-    int n = scandir(path, &ents, NULL, alphasort), bad = 0;
+    int n = scandir(path, &ents, NULL, alphasort), bad = 0, found = 0;
     if (n < 0) {
         fprintf(stderr, "fleetprof fold: %s: %s\n", path, strerror(errno));
         return 1;
@@ -217,10 +217,16 @@ static int fold_path(const char *path, cm_event_type_t type, int counts, group_b
             char full[4096];
             snprintf(full, sizeof full, "%s/%s", path, ents[i]->d_name);
             bad |= fold_file(full, type, counts, group, t);
+            found++;
         }
         free(ents[i]);
     }
     free(ents);
+    if (!found) {
+        fprintf(stderr, "fleetprof fold: %s: no chunk files (*%s) in this directory\n", path,
+                CM_CHUNK_FILE_SUFFIX);
+        return 1;
+    }
     return bad;
 }
 
@@ -300,6 +306,12 @@ int cli_fold(int argc, char **argv) {
     int bad = 0;
     for (int i = optind; i < argc; i++)
         bad |= fold_path(argv[i], type, counts, group, &t);
+    if (!bad && t.n == 0) { /* every file read, and nothing to print: say why */
+        fprintf(stderr, "fleetprof fold: no %s samples in the chunk files given (--type names "
+                        "another event type: cpu, wall, alloc, inuse, lock, io)\n",
+                cm_event_name(type));
+        bad = 1;
+    }
     entry_t *all = malloc((t.n + 1) * sizeof *all);
     size_t k = 0;
     for (size_t i = 0; i < t.cap; i++)

@@ -36,7 +36,8 @@ typedef struct {
 
 static const qcmd_t qcmds[] = {
     {"services", "/api/v1/services", " ", " ", NULL, "services [--json]"},
-    {"versions", "/api/v1/services/", " service ", " ", "service", "versions SERVICE [--json]"},
+    {"versions", "/api/v1/services/", " service ", " ", "service",
+     "versions --service S [--json]   (or: versions S)"},
     {"top", "/api/v1/profile", PROFILE_FLAGS " group-by group-limit ", " by-module lines ", NULL,
      "top --service S [--version V]... [--type T] [--from T] [--to T] [--label K:V]\n"
      "      [--host H] [--node N] [--pod NS/POD] [--container ID] [--pid P]\n"
@@ -44,7 +45,8 @@ static const qcmd_t qcmds[] = {
      "      [--group-by host|node|pod|container|pid|io-target|fd-kind|lock|label:KEY\n"
      "       [--group-limit N] (per group: the top --limit functions, default 5)]\n"
      "      [--include RE] [--exclude RE] [--fold RE] [--group RE->NAME] [--by-module]\n"
-     "      [--lines (source file:line, inlined functions as frames)]\n"
+     "      [--lines (source file:line, inlined functions as frames: recorded when the program\n"
+     "       ran with FLEETPROF_LINES=1, or from its debug file via --debuginfod-urls)]\n"
      "      [--limit N] [--sort self|total] [--function F (callers and callees)] [--json]"},
     {"tree", "/api/v1/profile", PROFILE_FLAGS, " by-module lines ", NULL,
      "tree --service S [--version V]... [--min-share F] [--limit NODES] [filters as top] [--json]"},
@@ -64,15 +66,67 @@ static const qcmd_t qcmds[] = {
      "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
     {"export", "/api/v1/profile", PROFILE_FLAGS " trace span output ", " by-module counts lines ",
      NULL,
-     "export --service S [--version V]... --format pprof|folded|json -o FILE [filters]\n"
+     "export --service S [--version V]... --format pprof|folded|json -o FILE|- [filters]\n"
+     "      (-o - writes to stdout)\n"
      "      (or --trace ID / --span ID --type T for one span)"},
     {"reports", "/api/v1/reports", " service limit ", " ", NULL, "reports [--service S] [--json]"},
 };
 
 static void usage_of(const qcmd_t *c, FILE *f) {
-    fprintf(f, "usage: fleetprof %s\n  common: [--server URL (env FLEETPROF_SERVER, default %s)] "
-               "[--token T (env FLEETPROF_TOKEN)]\n  times: unix seconds, 'now' or -DURATION "
-               "(-1h, -30m)\n", c->usage, DEFAULT_SERVER);
+    fprintf(f, "usage: fleetprof [--server URL] [--token T] %s\n  common (before or after the "
+               "command): [--server URL (env FLEETPROF_SERVER, default %s)]\n    [--token T (env "
+               "FLEETPROF_TOKEN)] [--json (exact values; tables show them in s/ms/MB...)]\n"
+               "  times: unix seconds, 'now' or -DURATION (-1h, -30m)\n",
+            c->usage, DEFAULT_SERVER);
+}
+
+/* Whether the command reads one service's data (and so needs --service). */
+static int needs_service(const qcmd_t *c) {
+    return !strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
+           !strcmp(c->name, "spans") || !strcmp(c->name, "export");
+}
+
+/* The server's error message in the CLI's terms: API routes and parameters become the
+ * commands and flags a user types ("see /api/v1/services" -> "see `fleetprof services`",
+ * "parameter 'min_share'" -> "--min-share", and param, the parameter the error is about, at
+ * the start of the message: "min_share '7' is not..." -> "--min-share '7' is not..."). */
+static void humanize(const char *msg, const char *param, char *out, size_t size) {
+    static const char routes[] = "/api/v1/services/", list[] = "/api/v1/services";
+    size_t o = 0;
+    const char *p = msg;
+    size_t pl = param ? strlen(param) : 0;
+    if (pl && !strncmp(msg, param, pl) && msg[pl] == ' ') {
+        o += (size_t)snprintf(out, size, "--");
+        for (; *p && p < msg + pl && o + 1 < size; p++)
+            out[o++] = *p == '_' ? '-' : *p;
+    }
+    while (*p && o + 1 < size) {
+        const char *end;
+        if (!strncmp(p, "GET ", 4) && !strncmp(p + 4, "/api/", 5)) {
+            p += 4; /* "with GET /api/..." reads "with `fleetprof ...`" */
+            continue;
+        }
+        if (!strncmp(p, routes, sizeof routes - 1) && (end = strstr(p, "/versions")) &&
+            !memchr(p + sizeof routes - 1, ' ', (size_t)(end - p) - (sizeof routes - 1))) {
+            const char *svc = p + sizeof routes - 1;
+            o += (size_t)snprintf(out + o, size - o, "`fleetprof versions --service %.*s`",
+                                  (int)(end - svc), svc);
+            p = end + strlen("/versions");
+        } else if (!strncmp(p, list, sizeof list - 1)) {
+            o += (size_t)snprintf(out + o, size - o, "`fleetprof services`");
+            p += sizeof list - 1;
+        } else if (!strncmp(p, "parameter '", 11) && (end = strchr(p + 11, '\''))) {
+            o += (size_t)snprintf(out + o, size - o, "--");
+            for (const char *q = p + 11; q < end && o + 1 < size; q++)
+                out[o++] = *q == '_' ? '-' : *q;
+            p = end + 1;
+        } else {
+            out[o++] = *p++;
+        }
+        if (o >= size)
+            o = size - 1;
+    }
+    out[o] = '\0';
 }
 
 static int has_word(const char *list, const char *w) {
@@ -205,7 +259,7 @@ static void print_table(const qcmd_t *c, json_t *o) {
 static int query_main(const qcmd_t *c, int argc, char **argv) {
     const char *server = getenv("FLEETPROF_SERVER"), *token = getenv("FLEETPROF_TOKEN");
     const char *output = NULL, *format = NULL, *gate = NULL, *positional = NULL;
-    int json = 0, grouped = 0;
+    int json = 0, grouped = 0, have_service = 0, span_args = 0;
     qbuf_t qb = {0};
     qb.f = open_memstream(&qb.q, &qb.len);
     int rc = 2;
@@ -235,6 +289,17 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
         const char *val = NULL;
         const char *eq = strchr(name, '=');
         snprintf(key, sizeof key, "%.*s", (int)(eq ? (size_t)(eq - name) : strlen(name)), name);
+        if (c->positional && !strcmp(key, c->positional)) { /* versions --service S */
+            if (eq)
+                positional = eq + 1;
+            else if (i + 1 < argc)
+                positional = argv[++i];
+            else {
+                fprintf(stderr, "fleetprof %s: --%s needs a value\n", c->name, key);
+                goto out;
+            }
+            continue;
+        }
         if (has_word(c->bools, key) && !eq) {
             val = "1";
         } else if (!strcmp(key, "server") || !strcmp(key, "token") || !strcmp(key, "format") ||
@@ -263,6 +328,10 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
         else {
             if (!strcmp(key, "fail-on-regression"))
                 gate = val;
+            if (!strcmp(key, "service") && *val)
+                have_service = 1;
+            if (!strcmp(key, "trace") || !strcmp(key, "span"))
+                span_args = 1;
             char pk[64];
             snprintf(pk, sizeof pk, "%s", key);
             for (char *p = pk; *p; p++)
@@ -272,8 +341,13 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
         }
     }
     if (c->positional && !positional) {
-        fprintf(stderr, "fleetprof %s: missing %s\n", c->name, c->positional);
-        usage_of(c, stderr);
+        fprintf(stderr, "fleetprof %s: missing service: --service S (`fleetprof services` lists "
+                        "them)\n", c->name);
+        goto out;
+    }
+    if (needs_service(c) && !have_service && !span_args) {
+        fprintf(stderr, "fleetprof %s: --service S is required (`fleetprof services` lists "
+                        "them)\n", c->name);
         goto out;
     }
     if (!strcmp(c->name, "export")) {
@@ -331,8 +405,20 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
     if (resp.status != 200) {
         json_t *e = json_loads(resp.body, 0, NULL);
         const char *msg = json_string_value(json_object_get(e, "error"));
-        fprintf(stderr, "fleetprof %s: %s (HTTP %ld)\n", c->name,
-                msg ? msg : resp.body[0] ? resp.body : "server error", resp.status);
+        char human[1024];
+        if (msg)
+            humanize(msg, json_string_value(json_object_get(e, "parameter")), human,
+                     sizeof human);
+        if (msg && resp.status >= 400 && resp.status < 500 && resp.status != 401 &&
+            resp.status != 403)
+            fprintf(stderr, "fleetprof %s: %s\n", c->name, human);
+        else /* the server's own failure, or authentication: the status says which */
+            fprintf(stderr, "fleetprof %s: %s (HTTP %ld from %s)\n", c->name,
+                    msg ? human : resp.status == 401 || resp.status == 403
+                                      ? "the aggregator refused the token (--token T, env "
+                                        "FLEETPROF_TOKEN)"
+                                      : "server error",
+                    resp.status, server);
         json_decref(e);
         goto out;
     }
