@@ -200,7 +200,7 @@ static void test_spans_and_span(void) {
     json_decref(o);
     run_t r = run("%s", args);
     CHECKF(r.status == 0, "%s", r.err);
-    CHECK(strstr(r.out, span) && strstr(r.out, "(2 spans, ranked by cpu)"));
+    CHECK(strstr(r.out, span) && strstr(r.out, "(2 spans, ranked by cpu"));
     snprintf(args, sizeof args, "span --span %s", span);
     o = run_json(args);
     CHECK_EQ(jint(json_object_get(json_object_get(o, "types"), "cpu"), "total"), cpu);
@@ -317,6 +317,50 @@ static void test_grammar(void) {
     free(r.err);
 }
 
+/* Issue 35: tables in a reader's units (s, ms, MB), --json exact; a limit that cuts says so. */
+static void test_units_and_limits(void) {
+    char want[32];
+    json_t *o = run_json("spans --service svc-000 --limit 2");
+    json_t *s0 = json_array_get(json_object_get(o, "spans"), 0);
+    cm_format_weight(CM_EV_CPU, (double)jint(json_object_get(s0, "cost"), "cpu"), want,
+                     sizeof want);
+    int more = json_is_true(json_object_get(o, "more"));
+    json_decref(o);
+    o = run_json("spans --service svc-000 --limit 1000");
+    size_t all = json_array_size(json_object_get(o, "spans"));
+    CHECKF(more == (all > 2), "more=%d with %zu spans in all", more, all);
+    CHECKF(json_is_true(json_object_get(o, "more")) == (all == 1000), "%zu spans", all);
+    json_decref(o);
+    run_t r = run("spans --service svc-000 --limit 2");
+    CHECKF(r.status == 0 && strstr(r.out, want) && !strstr(r.out, "(ns)") &&
+               (!more || strstr(r.out, "more not shown")),
+           "no '%s' in:\n%s", want, r.out);
+    free(r.out);
+    free(r.err);
+    o = run_json("top --service svc-000 --group-by pid");
+    cm_format_weight(CM_EV_CPU, (double)jint(o, "total"), want, sizeof want);
+    json_decref(o);
+    r = run("top --service svc-000 --group-by pid");
+    CHECKF(r.status == 0 && strstr(r.out, want) && !strstr(r.out, "nanoseconds"), "no '%s' in:\n%s",
+           want, r.out);
+    free(r.out);
+    free(r.err);
+    o = run_json("top --service svc-000 --limit 3");
+    long long cut = (long long)jint(o, "truncated");
+    json_decref(o);
+    CHECK(cut > 0);
+    char line[96];
+    snprintf(line, sizeof line, "(%lld more functions not shown; --limit N shows more)", cut);
+    r = run("top --service svc-000 --limit 3");
+    CHECKF(r.status == 0 && strstr(r.out, line), "no '%s' in:\n%s", line, r.out);
+    free(r.out);
+    free(r.err);
+    r = run("tree --service svc-000 --min-share 0.2");
+    CHECKF(r.status == 0 && strstr(r.out, "more call paths not shown"), "%s", r.out);
+    free(r.out);
+    free(r.err);
+}
+
 static void test_errors(void) {
     expect_exit(1, "cannot reach the aggregator at http://127.0.0.1:1",
                 "services --server http://127.0.0.1:1");
@@ -328,7 +372,7 @@ static const tr_test_t tests[] = {
     {"services", test_services}, {"versions", test_versions}, {"top", test_top},
     {"tree", test_tree},         {"diff", test_diff},         {"spans_span", test_spans_and_span},
     {"export", test_export},     {"reports", test_reports},   {"errors", test_errors},
-    {"grammar", test_grammar},
+    {"grammar", test_grammar},   {"units_and_limits", test_units_and_limits},
     {0},
 };
 

@@ -5,26 +5,7 @@
 #include <string.h>
 
 void agg_format_value(cm_event_type_t type, double v, char *buf, size_t size) {
-    double a = fabs(v);
-    if (type == CM_EV_ALLOC || type == CM_EV_INUSE) {
-        if (a >= 1073741824.0)
-            snprintf(buf, size, "%.2fGB", v / 1073741824.0);
-        else if (a >= 1048576.0)
-            snprintf(buf, size, "%.2fMB", v / 1048576.0);
-        else if (a >= 1024.0)
-            snprintf(buf, size, "%.1fKB", v / 1024.0);
-        else
-            snprintf(buf, size, "%.0fB", v);
-        return;
-    }
-    if (a >= 1e9)
-        snprintf(buf, size, "%.2fs", v / 1e9);
-    else if (a >= 1e6)
-        snprintf(buf, size, "%.1fms", v / 1e6);
-    else if (a >= 1e3)
-        snprintf(buf, size, "%.1fus", v / 1e3);
-    else
-        snprintf(buf, size, "%.0fns", v);
+    cm_format_weight(type, v, buf, size);
 }
 
 static const char *frame_name(const agg_profile_t *p, uint32_t f) {
@@ -50,6 +31,9 @@ void agg_top_print(FILE *f, const agg_profile_t *p, const agg_top_t *t) {
             fprintf(f, "  [%s]", fr->module);
         fputc('\n', f);
     }
+    if (t->n_functions > t->n)
+        fprintf(f, "(%zu more functions not shown; --limit N shows more)\n",
+                t->n_functions - t->n);
 }
 
 void agg_lines_note_print(FILE *f, const agg_profile_t *p) {
@@ -77,6 +61,10 @@ void agg_tree_print(FILE *f, const agg_profile_t *p, const agg_tree_t *t) {
         return;
     fprintf(f, "%10s %7s %10s  %s\n", "total", "share", "self", "call tree");
     tree_rec(f, p, t, 0, 0, (double)t->nodes[0].total);
+    if (t->n_truncated)
+        fprintf(f, "(%zu more call paths not shown, summed in the (other) nodes; --min-share F "
+                   "and --limit N show more)\n",
+                t->n_truncated);
 }
 
 static void pct(double v, char *buf, size_t size) {

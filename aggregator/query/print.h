@@ -13,13 +13,16 @@
  * "512ns", "3.00MB", "12.5KB", "100B". */
 void agg_format_value(cm_event_type_t type, double v, char *buf, size_t size);
 
+/* Header (total, samples, functions), the entries, and a line counting the functions the
+ * limit left out. */
 void agg_top_print(FILE *f, const agg_profile_t *p, const agg_top_t *t);
 
 /* For a profile read with lines (top/tree --lines): when no frame has a source line, a line
  * saying why (the agent ran without FLEETPROF_LINES=1, no debug file found) and what to do. */
 void agg_lines_note_print(FILE *f, const agg_profile_t *p);
 
-/* Indented tree, one node per line: total, share of the root, self, name. */
+/* Indented tree, one node per line: total, share of the root, self, name; then a line
+ * counting the call paths folded into "(other)" nodes, if any. */
 void agg_tree_print(FILE *f, const agg_profile_t *p, const agg_tree_t *t);
 
 /* Summary (totals per unit of work, samples, replicates, common ratio, warnings) then the

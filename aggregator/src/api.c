@@ -1220,16 +1220,18 @@ static void h_spans(agg_api_t *api, const args_t *a, const char *url, agg_http_r
     agg_qversions_free(v, n);
     agg_span_cost_t *s = NULL;
     size_t ns = 0;
-    int rc = agg_qstore_spans(api->qs, svc, s_to_ns(from), s_to_ns(to), type,
-                              limit ? (size_t)limit : 10000, &s, &ns);
+    /* one more than the limit: whether the limit cut the list ("more": a reader is told) */
+    size_t want = limit ? (size_t)limit : 10000;
+    int rc = agg_qstore_spans(api->qs, svc, s_to_ns(from), s_to_ns(to), type, want + 1, &s, &ns);
     if (rc) {
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
         return;
     }
-    json_t *arr = agg_span_json(s, ns, type);
+    int more = ns > want;
+    json_t *arr = agg_span_json(s, more ? want : ns, type);
     free(s);
-    reply_json(r, 200, json_pack("{s:s, s:s, s:o}", "service", svc, "ranked_by",
-                                 cm_event_name(type), "spans", arr));
+    reply_json(r, 200, json_pack("{s:s, s:s, s:o, s:b}", "service", svc, "ranked_by",
+                                 cm_event_name(type), "spans", arr, "more", more));
 }
 
 static void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {

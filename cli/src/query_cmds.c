@@ -174,12 +174,17 @@ static void print_groups(json_t *o) {
     snprintf(head, sizeof head, "%s", jstr(o, "group_by"));
     for (char *p = head; *p; p++)
         *p = (char)toupper((unsigned char)*p);
-    printf("%s samples of %s split by %s: total %lld %s\n", jstr(o, "event_type"),
-           jstr(o, "service"), jstr(o, "group_by"), (long long)jint(o, "total"), jstr(o, "unit"));
-    printf("%-40s %16s %7s %12s\n", head, "WEIGHT", "SHARE", "SAMPLES");
+    cm_event_type_t type = CM_EV_CPU;
+    cm_event_parse(jstr(o, "event_type"), &type);
+    char w[32];
+    cm_format_weight(type, (double)jint(o, "total"), w, sizeof w);
+    printf("%s samples of %s split by %s: total %s\n", jstr(o, "event_type"), jstr(o, "service"),
+           jstr(o, "group_by"), w);
+    printf("%-40s %10s %7s %12s\n", head, "WEIGHT", "SHARE", "SAMPLES");
     json_array_foreach(arr, i, g) {
         const char *v = json_string_value(json_object_get(g, "value"));
-        printf("%-40s %16lld %6.2f%% %12.0f\n", v ? v : "(none)", (long long)jint(g, "weight"),
+        cm_format_weight(type, (double)jint(g, "weight"), w, sizeof w);
+        printf("%-40s %10s %6.2f%% %12.0f\n", v ? v : "(none)", w,
                100 * json_number_value(json_object_get(g, "share")),
                json_number_value(json_object_get(g, "samples")));
         json_t *fns = json_object_get(g, "top"), *f;
@@ -190,7 +195,8 @@ static void print_groups(json_t *o) {
                    100 * json_number_value(json_object_get(f, "total_share")), jstr(f, "name"));
     }
     if (jint(o, "truncated"))
-        printf("(%lld more groups; --group-limit N shows more)\n", (long long)jint(o, "truncated"));
+        printf("(%lld more groups not shown; --group-limit N shows more)\n",
+               (long long)jint(o, "truncated"));
 }
 
 static void print_table(const qcmd_t *c, json_t *o) {
@@ -226,15 +232,25 @@ static void print_table(const qcmd_t *c, json_t *o) {
         json_t *arr = json_object_get(o, "spans"), *s;
         size_t i;
         const char *by = jstr(o, "ranked_by");
-        printf("%-32s %-16s %14s %14s %14s\n", "TRACE", "SPAN", "CPU(ns)", "WALL(ns)",
-               "ALLOC(bytes)");
+        printf("%-32s %-16s %10s %10s %10s\n", "TRACE", "SPAN", "CPU", "WALL", "ALLOC");
         json_array_foreach(arr, i, s) {
             json_t *cost = json_object_get(s, "cost");
-            printf("%-32s %-16s %14lld %14lld %14lld\n", jstr(s, "trace_id"), jstr(s, "span_id"),
-                   (long long)jint(cost, "cpu"), (long long)jint(cost, "wall"),
-                   (long long)jint(cost, "alloc"));
+            char cpu[32], wall[32], alloc[32];
+            cm_format_weight(CM_EV_CPU, (double)jint(cost, "cpu"), cpu, sizeof cpu);
+            cm_format_weight(CM_EV_WALL, (double)jint(cost, "wall"), wall, sizeof wall);
+            cm_format_weight(CM_EV_ALLOC, (double)jint(cost, "alloc"), alloc, sizeof alloc);
+            printf("%-32s %-16s %10s %10s %10s\n", jstr(s, "trace_id"), jstr(s, "span_id"), cpu,
+                   wall, alloc);
         }
-        printf("(%zu spans, ranked by %s)\n", json_array_size(arr), by);
+        if (json_is_true(json_object_get(o, "more")))
+            printf("(%zu spans, ranked by %s; more not shown: --limit N shows more)\n",
+                   json_array_size(arr), by);
+        else
+            printf("(%zu spans, ranked by %s)\n", json_array_size(arr), by);
+        if (!json_array_size(arr))
+            printf("(no spans: a span's samples are those taken while a thread had a span set "
+                   "with fleetprof_span_set() from the traceparent of the request it serves; see "
+                   "agent/README.md)\n");
     } else if (!strcmp(c->name, "reports")) {
         json_t *arr = json_object_get(o, "reports"), *s;
         size_t i;

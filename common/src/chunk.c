@@ -57,6 +57,29 @@ size_t cm_name_unversioned(const char *name, char *out, size_t size) {
     return o;
 }
 
+void cm_format_weight(cm_event_type_t type, double v, char *buf, size_t size) {
+    double a = v < 0 ? -v : v;
+    if (type == CM_EV_ALLOC || type == CM_EV_INUSE) {
+        if (a >= 1073741824.0)
+            snprintf(buf, size, "%.2fGB", v / 1073741824.0);
+        else if (a >= 1048576.0)
+            snprintf(buf, size, "%.2fMB", v / 1048576.0);
+        else if (a >= 1024.0)
+            snprintf(buf, size, "%.1fKB", v / 1024.0);
+        else
+            snprintf(buf, size, "%.0fB", v);
+        return;
+    }
+    if (a >= 1e9)
+        snprintf(buf, size, "%.2fs", v / 1e9);
+    else if (a >= 1e6)
+        snprintf(buf, size, "%.1fms", v / 1e6);
+    else if (a >= 1e3)
+        snprintf(buf, size, "%.1fus", v / 1e3);
+    else
+        snprintf(buf, size, "%.0fns", v);
+}
+
 const char *cm_drop_reason_name(uint32_t reason) {
     static const char *const names[] = {
         "unspecified", "ring_full",    "chunk_queue_full", "heap_table_full",

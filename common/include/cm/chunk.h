@@ -201,6 +201,11 @@ int cm_event_parse(const char *name, cm_event_type_t *out);
  * or a digit). One function, one name, whichever symbol table named it. Returns
  * the length written (the name cut at size - 1 if longer). */
 size_t cm_name_unversioned(const char *name, char *out, size_t size);
+
+/* Formats a weight of an event type in its unit, scaled for a reader: "1.25s", "830.0ms",
+ * "12.0us", "512ns" (cpu, wall, lock, io: nanoseconds), "3.00MB", "12.5KB", "100B" (alloc,
+ * inuse: bytes). The CLI's tables and the query library's text views use this one. */
+void cm_format_weight(cm_event_type_t type, double v, char *buf, size_t size);
 const char *cm_drop_reason_name(uint32_t reason);
 
 /* Checks every cross-reference, count and time of a chunk against the limits above.
