@@ -4,3 +4,7 @@
 add_test(NAME test-readme
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/readme/test-readme.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 set_tests_properties(test-readme PROPERTIES LABELS "kafka;pipeline;nosan" TIMEOUT 300)
+# Every path a README names exists (tests/readme/check-paths.py: code spans, links, *.md names).
+add_test(NAME test-readme-paths
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/readme/check-paths.py ${PROJECT_SOURCE_DIR})
+set_tests_properties(test-readme-paths PROPERTIES LABELS "docs;nosan" TIMEOUT 60)
