@@ -68,6 +68,15 @@ execute_process(COMMAND sh -c "printf 'fleetprof (${PROJECT_VERSION}) unstable; 
 install(FILES ${FP_PKG}/copyright ${PROJECT_BINARY_DIR}/debian-doc/changelog.gz
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
+# Manual pages of the three programs (deploy/package/man/*.in: the version filled in), gzipped
+# as Debian wants them (lintian's no-manual-page and manual-page-not-compressed).
+foreach(page fleetprof.1 fleetprof-collector.8 fleetprof-aggregator.8)
+  configure_file(${FP_PKG}/man/${page}.in ${PROJECT_BINARY_DIR}/man/${page} @ONLY)
+  execute_process(COMMAND sh -c "gzip -9n < '${PROJECT_BINARY_DIR}/man/${page}' > '${PROJECT_BINARY_DIR}/man/${page}.gz'")
+  string(REGEX MATCH "[0-9]$" section ${page})
+  install(FILES ${PROJECT_BINARY_DIR}/man/${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section})
+endforeach()
+
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME fleetprof)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})

@@ -2,7 +2,8 @@
 # test-package: the install and the Debian package, as an operator meets them.
 #   1. cmake --install into a temporary prefix: every file where GNUInstallDirs puts it, the
 #      pkg-config file usable (a program compiled and linked against the installed agent only).
-#   2. cpack -G DEB: lintian reports no error; dpkg-deb -c lists the expected paths; the
+#   2. cpack -G DEB: lintian reports no error, and no missing or malformed manual page;
+#      dpkg-deb -c lists the expected paths (the three manual pages among them); the
 #      maintainer scripts parse; the sysusers/tmpfiles snippets create the fleetprof user and
 #      the socket directory in a scratch root (systemd-sysusers/tmpfiles --root).
 #   3. The units from the package pass `systemd-analyze verify` against the package's file
@@ -54,6 +55,9 @@ echo "package: $(basename "$deb")"
 lintian --no-cfg --fail-on error "$deb" >"$tmp/lintian.log" 2>&1 || true
 cat "$tmp/lintian.log"
 check "lintian: no errors" sh -c "! grep -q '^E:' '$tmp/lintian.log'"
+check "lintian: every program has a manual page" sh -c "! grep -q 'no-manual-page' '$tmp/lintian.log'"
+check "lintian: the manual pages have no groff or format warnings" \
+    sh -c "! grep -qE 'groff-message|manual-page-not-compressed|bad-whatis-entry|manpage-has' '$tmp/lintian.log'"
 dpkg-deb -c "$deb" | awk '{print $6}' >"$tmp/contents"
 for f in ./usr/bin/fleetprof ./usr/bin/fleetprof-collector ./usr/bin/fleetprof-aggregator \
          ./usr/lib/libfleetprof.so ./usr/include/fleetprof.h ./usr/lib/pkgconfig/fleetprof.pc \
@@ -61,7 +65,9 @@ for f in ./usr/bin/fleetprof ./usr/bin/fleetprof-collector ./usr/bin/fleetprof-a
          ./usr/lib/systemd/system/fleetprof-aggregator.service \
          ./usr/lib/sysusers.d/fleetprof.conf ./usr/lib/tmpfiles.d/fleetprof.conf \
          ./etc/fleetprof/collector.conf ./etc/fleetprof/aggregator.conf \
-         ./usr/share/doc/fleetprof/copyright ./usr/share/doc/fleetprof/changelog.gz; do
+         ./usr/share/doc/fleetprof/copyright ./usr/share/doc/fleetprof/changelog.gz \
+         ./usr/share/man/man1/fleetprof.1.gz ./usr/share/man/man8/fleetprof-collector.8.gz \
+         ./usr/share/man/man8/fleetprof-aggregator.8.gz; do
     check "deb contains $f" grep -qxF "$f" "$tmp/contents"
 done
 check "deb has nothing outside /etc and /usr" sh -c "! grep -vE '^\./(etc|usr)(/|$)|^\./$' '$tmp/contents'"
