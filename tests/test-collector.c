@@ -601,7 +601,56 @@ static void test_socket_lifecycle(void) {
     tc_cleanup(&c);
 }
 
+/* Issue 35: an agent that exits sends its last chunk and closes without reading the ack (the
+ * kernel then resets the connection): a normal end, counted as eof and not logged as
+ * reason=socket_error; a connection reset in the middle of a frame still is an error. */
+static void test_agent_exit_is_normal(void) {
+    tc_collector_t c = {0};
+    CHECK(tc_collector_start(&c, NO_KAFKA, 19464, NULL) == 0);
+    /* the start's own probe of the socket closed too */
+    double eof0 = tc_metric(19464, "fleetprof_collector_disconnects_total{reason=\"eof\"}");
+    CHECK(eof0 >= 0);
+    int fd = tc_connect(c.sock, 1);
+    CHECK(fd >= 0);
+    uint8_t *f;
+    size_t len;
+    CHECK(tc_frame_make("exiting", 1, 500, &f, &len) == 0);
+    CHECK_EQ(tc_send(fd, f, len), 0);
+    struct pollfd p = {fd, POLLIN, 0};
+    CHECK(poll(&p, 1, 5000) == 1); /* the ack is there, unread */
+    close(fd);
+    CHECK_EQ(tc_metric_wait(19464, "fleetprof_collector_disconnects_total{reason=\"eof\"}",
+                            eof0 + 1, 5),
+             eof0 + 1);
+    /* half a frame, then a reset (an ack left unread): an error */
+    fd = tc_connect(c.sock, 1);
+    CHECK_EQ(tc_send(fd, f, len), 0);
+    p.fd = fd;
+    CHECK(poll(&p, 1, 5000) == 1);
+    CHECK(write(fd, "\x10\x27\x00\x00part", 8) == 8);
+    usleep(200000);
+    close(fd);
+    CHECK_EQ(tc_metric_wait(19464, "fleetprof_collector_disconnects_total{reason=\"error\"}", 1,
+                            5),
+             1);
+    CHECK_EQ(tc_metric(19464, "fleetprof_collector_disconnects_total{reason=\"eof\"}"), eof0 + 1);
+    free(f);
+    int st = tc_collector_stop(&c, SIGTERM, 20);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    FILE *lf = fopen(c.log, "r");
+    CHECK(lf != NULL);
+    char line[4096];
+    int errors = 0;
+    while (fgets(line, sizeof line, lf))
+        errors += strstr(line, "reason=socket_error") != NULL;
+    fclose(lf);
+    CHECKF(errors == 1, "want one socket_error line (the mid-frame reset), got %d (log %s)",
+           errors, c.log);
+    tc_cleanup(&c);
+}
+
 static const tr_test_t tests[] = {
+    {"agent_exit_is_normal", test_agent_exit_is_normal},
     {"config_errors", test_config_errors},
     {"invalid_chunks_rejected", test_invalid_chunks_rejected},
     {"hostile_clients", test_hostile_clients},

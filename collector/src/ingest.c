@@ -519,7 +519,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_t *c = (conn_t *)s;
     col_ingest_t *in = c->in;
     if (nread < 0) {
-        conn_close(c, nread == UV_EOF ? COL_DISC_EOF : COL_DISC_ERROR);
+        /* An exiting agent writes its last chunks and closes without reading their acks
+         * (agent sender.c, ag_sender_exit): the unread acks make the kernel reset the
+         * connection. A reset between frames is that normal end, as EOF is; one in the middle
+         * of a frame is not. */
+        int between = c->len == 0 && c->discard == 0 && c->hello_done;
+        int normal = nread == UV_EOF || ((nread == UV_ECONNRESET || nread == UV_EPIPE) && between);
+        conn_close(c, normal ? COL_DISC_EOF : COL_DISC_ERROR);
         return;
     }
     if (nread == 0)
