@@ -145,10 +145,34 @@ await test('flame_tooltip_and_mode', async () => {
   const root = async () => { const fs = await frames(); return [fs.find((x) => x.name === '(all)').y, Math.max(...fs.map((x) => x.y))]; };
   const [before] = await root();
   check(before === 0, `icicle: the root on top (y ${before})`);
-  await page.click('.flame-panel .controls button');
+  // the layout switch shows what is drawn (issue 35: it was labelled with what a click does)
+  const pressed = () => page.$$eval('.flame-panel .seg button[aria-pressed="true"]', (b) => b.map((x) => x.textContent));
+  let on = await pressed();
+  check(on.length === 1 && /^Icicle/.test(on[0]), `icicle drawn, the switch says: ${on}`);
+  await page.click('.flame-panel .seg button[data-mode="flame"]');
   const [after, lowest] = await root();
   check(after > 0 && after === lowest, `flame mode draws the root at the bottom (y ${after}, lowest frame ${lowest})`);
   check(page.url().includes('mode=flame'), 'the mode is in the URL');
+  on = await pressed();
+  check(on.length === 1 && /^Flame/.test(on[0]), `flame drawn, the switch says: ${on}`);
+});
+
+// issue 35: at 1400 px the top-functions table beside the flame graph overflowed its panel
+await test('flame_side_table_fits', async () => {
+  await nav(page, '#/flame?service=demo');
+  const m = await page.evaluate(() => {
+    const side = document.querySelector('.flame-panel .side'), t = side.querySelector('table.top');
+    const sr = side.getBoundingClientRect(), tr = t.getBoundingClientRect();
+    return { side: side.clientWidth, table: t.scrollWidth, sideScroll: side.scrollWidth, tRight: tr.right, sRight: sr.right,
+      doc: document.documentElement.scrollWidth, vw: window.innerWidth, rows: t.rows.length,
+      // a value wider than its cell spills over its neighbour
+      spill: [...t.querySelectorAll('td.num, th.num')].filter((c) => c.scrollWidth > c.clientWidth + 1).map((c) => c.textContent) };
+  });
+  check(m.spill.length === 0, `values wider than their column: ${m.spill.slice(0, 5)}`);
+  check(m.rows > 3, `the table has rows (${m.rows})`);
+  check(m.table <= m.side && m.sideScroll <= m.side + 1 && m.tRight <= m.sRight + 1,
+    `the table fits its panel: table ${m.table} px, panel ${m.side} px (content ${m.sideScroll}), right edges ${m.tRight}/${m.sRight}`);
+  check(m.doc <= m.vw, `no horizontal page scroll: ${m.doc} px in a ${m.vw} px window`);
 });
 
 await test('shared_link_reproduces_view', async () => {
@@ -258,6 +282,14 @@ await test('spans_and_span_flame', async () => {
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
   check(page.url().includes('trace=' + traceId) && (await frames()).length > 2, 'the trace box opens the trace');
+});
+
+// issue 35: an empty spans page says how spans get there
+await test('spans_empty_state', async () => {
+  await nav(page, '#/spans?service=demo&from=1&to=2');
+  const text = await page.$eval('section', (e) => e.innerText);
+  check(/No spans in this range/.test(text) && /fleetprof_span_set\(\)/.test(text) && /traceparent/.test(text),
+    `the empty page explains: ${text.slice(0, 300)}`);
 });
 
 await test('token_login', async () => {

@@ -311,8 +311,13 @@ function flamePanel(p, view, tree, top, unit, extra) {
   };
   const search = h('input.search', { type: 'search', placeholder: 'search functions (text or /regex/)', value: p.search || '',
     oninput: (e) => { p.search = e.target.value; history.replaceState(null, '', href(view, { ...p })); doSearch(e.target.value); } });
-  const modeBtn = h('button', { onclick: () => { p.mode = fg.mode === 'icicle' ? 'flame' : 'icicle'; fg.setMode(p.mode); fg.render(); modeBtn.textContent = p.mode === 'icicle' ? 'Flame (root at bottom)' : 'Icicle (root on top)'; history.replaceState(null, '', href(view, { ...p })); } },
-    p.mode === 'flame' ? 'Icicle (root on top)' : 'Flame (root at bottom)');
+  // the layout shown, as a two-way switch whose pressed side is what is drawn (a single button
+  // labelled with what a click would do read as the current state)
+  const modeBtns = [['icicle', 'Icicle (root on top)'], ['flame', 'Flame (root at bottom)']].map(([m, label]) =>
+    h('button', { 'data-mode': m, onclick: () => { p.mode = m; fg.setMode(m); fg.render(); showMode(); history.replaceState(null, '', href(view, { ...p })); } }, label));
+  const showMode = () => modeBtns.forEach((b) => { const on = b.dataset.mode === (p.mode === 'flame' ? 'flame' : 'icicle'); b.classList.toggle('on', on); b.setAttribute('aria-pressed', String(on)); });
+  showMode();
+  const modeBtn = h('span.seg', { role: 'group', 'aria-label': 'layout' }, 'Layout: ', ...modeBtns);
   const resetBtn = h('button', { onclick: () => { fg.zoomTo(0); fg.render(); p.focus = undefined; history.replaceState(null, '', href(view, { ...p })); drawCrumbs(); } }, 'Reset zoom');
   const el = h('div.flame-panel', {}, h('div.controls', {}, modeBtn, ' ', resetBtn, ' ', search, ' ', found), crumbs,
     h('div.flame-row', {}, holder, side));
@@ -504,7 +509,11 @@ VIEWS.spans = async (p) => {
         h('td', {}, h('a.span', { href: href('span', { span: s.span_id, trace: s.trace_id, service: p.service, type }) }, s.span_id)),
         h('td', {}, fmtTime(s.start_ns)), h('td.num', {}, fmtValue(s.end_ns - s.start_ns, 'nanoseconds')),
         ...EVENT_TYPES.map((t) => h('td.num', {}, s.cost[t] != null ? fmtValue(s.cost[t], t === 'alloc' || t === 'inuse' ? 'bytes' : 'nanoseconds') : ''))))))
-      : h('p', {}, 'No spans in this range.'));
+      : h('div.empty', {}, h('p', {}, 'No spans in this range.'),
+        h('p', {}, 'A span is a request the program tagged: its threads call fleetprof_span_set() with the request\'s W3C traceparent ',
+          '(agent/include/fleetprof.h), and the samples taken meanwhile are the span\'s cost. A program that tags no requests has no spans; ',
+          'its whole profile is in the flame graph.'),
+        h('p', {}, h('a', { href: href('flame', { service: p.service }) }, 'Flame graph of ' + p.service))));
 };
 
 // One trace's or span's profile: a flame graph per event type (tabs).
