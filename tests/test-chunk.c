@@ -290,6 +290,12 @@ static void mut_function_oob(Fleetprof__V1__Chunk *m) { m->dict->location_functi
 static void mut_string_oob(Fleetprof__V1__Chunk *m) { m->dict->function_name[1] = 1000000; }
 static void mut_thread_oob(Fleetprof__V1__Chunk *m) { col(m, CM_EV_WALL)->thread[0] = 500; }
 static void mut_context_oob(Fleetprof__V1__Chunk *m) { col(m, CM_EV_LOCK)->context[1] = 9999; }
+static void mut_span_ctx_zero(Fleetprof__V1__Chunk *m) { m->spans->context[1] = 0; }
+static void mut_span_name_oob(Fleetprof__V1__Chunk *m) { m->spans->name[0] = 99999; }
+static void mut_span_outside(Fleetprof__V1__Chunk *m) {
+    m->spans->start_unix_ns[0] = m->header->end_unix_ns + 1;
+}
+static void mut_span_short(Fleetprof__V1__Chunk *m) { m->spans->n_duration_ns--; }
 static void mut_target_oob(Fleetprof__V1__Chunk *m) { col(m, CM_EV_IO)->target[0] = 9999; }
 static void mut_base_forward(Fleetprof__V1__Chunk *m) {
     m->dict->stack_base[2] = 5;
@@ -340,6 +346,10 @@ static void test_out_of_range_and_malformed(void) {
         {"sample thread", mut_thread_oob, CM_ERANGE, "thread"},
         {"sample context", mut_context_oob, CM_ERANGE, "context"},
         {"io target", mut_target_oob, CM_ERANGE, "target"},
+        {"span context 0", mut_span_ctx_zero, CM_ERANGE, "spans.context"},
+        {"span name", mut_span_name_oob, CM_ERANGE, "name"},
+        {"span after the interval", mut_span_outside, CM_ERANGE, "interval"},
+        {"span column short", mut_span_short, CM_EFORMAT, "span columns"},
         {"front coding forward base", mut_base_forward, CM_EFORMAT, "stack 2"},
         {"front coding shared too long", mut_shared_too_long, CM_EFORMAT, "stack 3"},
         {"time after end", mut_time_outside, CM_ERANGE, "interval"},
@@ -405,6 +415,8 @@ static void test_newer_minor_skips_unknown_column(void) {
     CHECK_EQ(d->skipped_columns, 1);
     CHECK_EQ(d->samples[CM_EV_CPU].n, 0);
     CHECK_EQ(d->samples[CM_EV_WALL].n, 40);
+    CHECKF(d->spans.n > 0 && d->spans.n == c->spans.n, "spans: %u of %u", d->spans.n,
+           c->spans.n); /* minor 2's spans survive a newer minor's unknown field */
     cm_chunk_free(d);
     free(f2);
     free(raw2);

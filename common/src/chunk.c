@@ -85,7 +85,7 @@ const char *cm_drop_reason_name(uint32_t reason) {
         "unspecified", "ring_full",    "chunk_queue_full", "heap_table_full",
         "subsampled",  "unwind_failed", "stack_truncated", "dict_full",
         "over_budget", "thread_limit", "encode_failed", "host_unsafe",
-        "output_failed", "signal_limit"};
+        "output_failed", "signal_limit", "span_limit"};
     return reason < sizeof names / sizeof names[0] ? names[reason] : "unknown";
 }
 
@@ -267,6 +267,34 @@ static int validate_samples(const cm_chunk_t *c, const cm_samples_t *s, char *er
     return 0;
 }
 
+/* Spans: every reference in range, a context of 0 never, an ended span inside the interval
+ * (it ended after the chunk began, at or before its end), an active one begun by the end. */
+static int validate_spans(const cm_chunk_t *c, char *errbuf, size_t errbuf_size) {
+    const cm_spans_t *s = &c->spans;
+    const cm_dict_t *d = &c->dict;
+    if (s->n > CM_MAX_SPANS)
+        FAIL(CM_ETOOBIG, "spans has %u rows (limit %u)", s->n, CM_MAX_SPANS);
+    if (s->n && (!s->context || !s->name || !s->start_unix_ns || !s->duration_ns || !s->thread))
+        FAIL(CM_EFORMAT, "spans lacks a required column (context, name, start, duration, thread)");
+    uint64_t lo = c->header.start_unix_ns, hi = c->header.end_unix_ns;
+    for (uint32_t i = 0; i < s->n; i++) {
+        if (s->context[i] == 0 || s->context[i] >= d->n_contexts)
+            FAIL(CM_ERANGE, "spans.context[%u]=%u out of range (1..%u)", i, s->context[i],
+                 d->n_contexts - 1);
+        if (s->name[i] >= d->n_strings || s->thread[i] >= d->n_threads)
+            FAIL(CM_ERANGE, "spans[%u]: name %u or thread %u out of range (%u strings, %u "
+                            "threads)",
+                 i, s->name[i], s->thread[i], d->n_strings, d->n_threads);
+        uint64_t st = s->start_unix_ns[i], du = s->duration_ns[i];
+        if (st > hi || du > hi - st || st + du < lo)
+            FAIL(CM_ERANGE, "spans[%u] (start %llu, duration %llu ns) is not in the chunk "
+                            "interval [%llu, %llu]",
+                 i, (unsigned long long)st, (unsigned long long)du, (unsigned long long)lo,
+                 (unsigned long long)hi);
+    }
+    return 0;
+}
+
 int cm_chunk_validate(const cm_chunk_t *c, char *errbuf, size_t errbuf_size) {
     int rc;
     if ((rc = validate_header(&c->header, errbuf, errbuf_size)) ||
@@ -281,5 +309,5 @@ int cm_chunk_validate(const cm_chunk_t *c, char *errbuf, size_t errbuf_size) {
         if ((rc = validate_samples(c, s, errbuf, errbuf_size)))
             return rc;
     }
-    return 0;
+    return validate_spans(c, errbuf, errbuf_size);
 }

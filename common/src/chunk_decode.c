@@ -366,6 +366,20 @@ int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errb
         OPT(target);
 #undef OPT
     }
+    const Fleetprof__V1__Spans *psp = m->spans; /* minor 2; columns point into the message */
+    if (psp && psp->n_context) {
+        uint32_t n = (uint32_t)psp->n_context;
+        if (psp->n_context > CM_MAX_SPANS)
+            FAIL(CM_ETOOBIG, "%zu spans exceed the limit of %u", psp->n_context, CM_MAX_SPANS);
+        if (psp->n_name != n || psp->n_start_unix_ns != n || psp->n_duration_ns != n ||
+            psp->n_thread != n || !OPT_OK(psp, flags, n))
+            FAIL(CM_EFORMAT, "span columns differ in length (%u contexts, %zu names, %zu starts, "
+                             "%zu durations, %zu threads, %zu flags)",
+                 n, psp->n_name, psp->n_start_unix_ns, psp->n_duration_ns, psp->n_thread,
+                 psp->n_flags);
+        c->spans = (cm_spans_t){n, psp->context, psp->name, psp->start_unix_ns, psp->duration_ns,
+                                psp->thread, psp->n_flags ? psp->flags : NULL};
+    }
     if ((rc = cm_chunk_validate(c, errbuf, errbuf_size)))
         goto out;
     *out = c;

@@ -307,6 +307,19 @@ int cm_chunk_encode(const cm_chunk_t *c, uint8_t **out, size_t *out_len, char *e
     }
     msg.n_samples = ncols;
     msg.samples = cols_p;
+    Fleetprof__V1__Spans spans = FLEETPROF__V1__SPANS__INIT;
+    const cm_spans_t *sp = &c->spans;
+    if (sp->n) {
+        spans.n_context = spans.n_name = spans.n_start_unix_ns = spans.n_duration_ns = sp->n;
+        spans.n_thread = sp->n;
+        spans.context = sp->context;
+        spans.name = sp->name;
+        spans.start_unix_ns = sp->start_unix_ns;
+        spans.duration_ns = sp->duration_ns;
+        spans.thread = sp->thread;
+        SET_COL32(&spans, flags, sp->flags, sp->n);
+        msg.spans = &spans;
+    }
 
     size_t raw_len = fleetprof__v1__chunk__get_packed_size(&msg);
     if (raw_len > CM_MAX_RAW_SIZE) {

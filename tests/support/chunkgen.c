@@ -134,6 +134,35 @@ static uint32_t *prune_dict(gen_owner_t *o, cm_dict_t *d) {
     return smap;
 }
 
+/* Minor 2: one span per context (up to 2000), named after one of 4 endpoints (the IO targets'
+ * strings serve as names), ended inside the interval or active at its end (every 5th). */
+static void gen_spans(cm_chunk_t *c, gen_owner_t *o, uint64_t *r, uint32_t name0) {
+    cm_spans_t *sp = &c->spans;
+    const cm_header_t *h = &c->header;
+    uint32_t n = c->dict.n_contexts > 1 ? c->dict.n_contexts - 1 : 0;
+    if (n > 2000)
+        n = 2000;
+    if (n == 0 || name0 + 4 > c->dict.n_strings)
+        return;
+    sp->n = n;
+    sp->context = galloc(o, 4 * n);
+    sp->name = galloc(o, 4 * n);
+    sp->start_unix_ns = galloc(o, 8 * n);
+    sp->duration_ns = galloc(o, 8 * n);
+    sp->thread = galloc(o, 4 * n);
+    sp->flags = galloc(o, 4 * n);
+    uint64_t len = h->end_unix_ns - h->start_unix_ns;
+    for (uint32_t i = 0; i < n; i++) {
+        sp->context[i] = 1 + i;
+        sp->name[i] = name0 + (uint32_t)ts_randn(r, 4);
+        sp->thread[i] = (uint32_t)ts_randn(r, c->dict.n_threads);
+        sp->flags[i] = i % 5 == 4 ? CM_SPF_ACTIVE : 0;
+        uint64_t end = sp->flags[i] ? h->end_unix_ns : h->start_unix_ns + ts_randn(r, len + 1);
+        sp->start_unix_ns[i] = end - ts_randn(r, 60000000000ull);
+        sp->duration_ns[i] = end - sp->start_unix_ns[i];
+    }
+}
+
 cm_chunk_t *ts_gen_chunk(const ts_gen_params_t *p, uint64_t seed) {
     uint64_t r = seed * 0x2545F4914F6CDD1Dull + 1;
     gen_owner_t *o = calloc(1, sizeof *o);
@@ -376,6 +405,7 @@ cm_chunk_t *ts_gen_chunk(const ts_gen_params_t *p, uint64_t seed) {
             }
         }
     }
+    gen_spans(c, o, &r, tgt0);
     return c;
 }
 
@@ -491,5 +521,13 @@ int ts_chunk_equal(const cm_chunk_t *a, const cm_chunk_t *b, char *why, size_t w
                  "samples[%s] row %u differs", cm_event_name(t), i);
         }
     }
+    const cm_spans_t *sa = &a->spans, *sb = &b->spans;
+    DIFF(sa->n != sb->n, "spans: %u vs %u rows", sa->n, sb->n);
+    for (uint32_t i = 0; i < sa->n; i++)
+        DIFF(sa->context[i] != sb->context[i] || sa->name[i] != sb->name[i] ||
+                 sa->start_unix_ns[i] != sb->start_unix_ns[i] ||
+                 sa->duration_ns[i] != sb->duration_ns[i] || sa->thread[i] != sb->thread[i] ||
+                 OPT32(sa, flags, i) != OPT32(sb, flags, i),
+             "spans row %u differs", i);
     return 1;
 }

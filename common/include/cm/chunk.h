@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define CM_FORMAT_MAJOR 1
-#define CM_FORMAT_MINOR 1
+#define CM_FORMAT_MINOR 2
 #define CM_FRAME_MAGIC "FPRF"
 #define CM_FRAME_HEADER_SIZE 24
 #define CM_FRAME_FLAG_LZ4 0x1u
@@ -39,6 +39,7 @@
 #define CM_MAX_LABELS_PER_SET 16u
 #define CM_MAX_THREADS (1u << 20)
 #define CM_MAX_SAMPLES (1u << 22)         /* per event type */
+#define CM_MAX_SPANS (1u << 20)
 #define CM_MAX_INTERVAL_NS (3600ull * 1000000000ull)
 #define CM_MAX_BUILD_ID 64u
 #define CM_CHUNK_ID_LEN 16u
@@ -81,6 +82,7 @@ typedef enum {
     CM_DROP_HOST_UNSAFE = 11, /* not taken: it could have harmed the host (see agent README) */
     CM_DROP_OUTPUT_FAILED = 12, /* chunk not written: FLEETPROF_OUTPUT full or unwritable */
     CM_DROP_SIGNAL_LIMIT = 13,  /* not taken: RLIMIT_SIGPENDING room left to the program */
+    CM_DROP_SPAN_LIMIT = 14,    /* span not recorded: a per-chunk or per-thread bound */
 } cm_drop_reason_t;
 
 typedef enum { CM_IO_READ = 1, CM_IO_WRITE, CM_IO_CONNECT, CM_IO_ACCEPT, CM_IO_SYNC, CM_IO_OPEN } cm_io_kind_t;
@@ -173,10 +175,26 @@ typedef struct {
     uint32_t *io_kind, *fd_kind, *target;
 } cm_samples_t;
 
+/* Span flags */
+#define CM_SPF_ACTIVE 0x1u /* still active at the chunk's end: duration is end - start so far */
+
+/* Minor 2: the spans the application marked (fleetprof_span_begin/_end), one row each; all
+ * columns have n rows except flags, NULL when every row is 0. */
+typedef struct {
+    uint32_t n;
+    uint32_t *context;       /* context index, never 0 */
+    uint32_t *name;          /* string index: the span's name */
+    uint64_t *start_unix_ns; /* may precede the chunk's start */
+    uint64_t *duration_ns;   /* ended: end - start; active: header.end_unix_ns - start */
+    uint32_t *thread;        /* thread index */
+    uint32_t *flags;         /* CM_SPF_*, may be NULL */
+} cm_spans_t;
+
 typedef struct cm_chunk {
     cm_header_t header;
     cm_dict_t dict;
     cm_samples_t samples[CM_EV_COUNT]; /* indexed by type; n == 0 when absent */
+    cm_spans_t spans;                  /* minor 2; n == 0 when absent */
     uint32_t skipped_columns;          /* decoded: sample columns of unknown (newer) types */
     void *owner_;                      /* decoded: private storage */
 } cm_chunk_t;
