@@ -667,6 +667,86 @@ static void test_flush_api(void) {
     rmrf(dir);
 }
 
+/* Named spans (fleetprof_span_begin/_end): every request is one span row with its name, its
+ * trace id and a duration that matches the one the program measured around the calls; the
+ * nested span restores its parent's context; the span still open at the flush is reported
+ * active in the first chunk and ended in the second; CPU samples carry the slow spans'
+ * contexts. */
+typedef struct {
+    uint64_t n[3], ns[3], db, db_ctx_ok, active0, ended1, slow_samples, wrong;
+} span_tot_t;
+
+static void span_rows(const cm_chunk_t *c, int chunk, span_tot_t *t) {
+    const cm_spans_t *sp = &c->spans;
+    const cm_dict_t *d = &c->dict;
+    static const char *const names[] = {"GET /fast", "GET /slow", "GET /stuck"};
+    for (uint32_t i = 0; i < sp->n; i++) {
+        const char *nm = d->strings[sp->name[i]].ptr;
+        const uint8_t *id = d->contexts + (size_t)sp->context[i] * CM_CONTEXT_SIZE;
+        int active = CM_COL(sp, flags, i) & CM_SPF_ACTIVE;
+        if (!strcmp(nm, "GET /stuck")) {
+            t->active0 += chunk == 0 && active && id[0] == 0x57 && id[23] == 0x57 &&
+                          sp->start_unix_ns[i] + sp->duration_ns[i] == c->header.end_unix_ns;
+            t->ended1 += chunk == 1 && !active && sp->duration_ns[i] > 0;
+            continue;
+        }
+        if (!strcmp(nm, "db query")) {
+            t->db++;
+            t->db_ctx_ok += id[23] == 2 && id[14] == 0xef;
+            continue;
+        }
+        int k = !strcmp(nm, names[0]) ? 0 : !strcmp(nm, names[1]) ? 1 : -1;
+        if (k < 0 || active || id[14] != 0xef || id[23] != 1 || (id[15] & 1) != k) {
+            t->wrong++;
+            continue;
+        }
+        t->n[k]++;
+        t->ns[k] += sp->duration_ns[i];
+    }
+    const cm_samples_t *s = &c->samples[CM_EV_CPU];
+    for (uint32_t r = 0; r < s->n; r++) {
+        const uint8_t *id = d->contexts + (size_t)CM_COL(s, context, r) * CM_CONTEXT_SIZE;
+        if (stack_has(d, s->stack[r], "span_b"))
+            t->slow_samples += id[14] == 0xef && (id[15] & 1) && id[23] == 1;
+    }
+}
+
+static void test_named_spans(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[512];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600", NULL};
+    const char *argv[] = {prog, "requests", "200", NULL};
+    CHECK(run(env, argv, 60, out, sizeof out) == 0);
+    CHECKF(out_u64(out, "api_errors=") == 0, "%s", out);
+    chunks_t *cs = load(dir);
+    CHECKF(cs->n == 2, "%d chunks (flush + exit)", cs->n);
+    span_tot_t t = {0};
+    for (int i = 0; i < cs->n; i++)
+        span_rows(cs->c[i], i, &t);
+    uint64_t want_ns[2] = {out_u64(out, "fast_ns="), out_u64(out, "slow_ns=")};
+    printf("# spans: fast %llu (%llu ns, program %llu), slow %llu (%llu ns, program %llu), "
+           "db %llu, slow samples %llu\n",
+           (unsigned long long)t.n[0], (unsigned long long)t.ns[0],
+           (unsigned long long)want_ns[0], (unsigned long long)t.n[1],
+           (unsigned long long)t.ns[1], (unsigned long long)want_ns[1],
+           (unsigned long long)t.db, (unsigned long long)t.slow_samples);
+    CHECKF(t.wrong == 0, "%llu span rows with a wrong name, context or flag",
+           (unsigned long long)t.wrong);
+    CHECK(t.n[0] == out_u64(out, "fast_n=") && t.n[1] == out_u64(out, "slow_n=") &&
+          t.n[0] == 100 && t.n[1] == 100);
+    CHECK(t.db == 100 && t.db_ctx_ok == 100);
+    for (int k = 0; k < 2; k++) /* the agent's clock reads sit inside the program's */
+        CHECKF(t.ns[k] <= want_ns[k] && t.ns[k] >= want_ns[k] * 0.98,
+               "%s: %llu ns recorded, %llu measured", k ? "slow" : "fast",
+               (unsigned long long)t.ns[k], (unsigned long long)want_ns[k]);
+    CHECKF(t.active0 == 1 && t.ended1 == 1, "stuck span: active in chunk 0 %llu, ended in 1 %llu",
+           (unsigned long long)t.active0, (unsigned long long)t.ended1);
+    CHECKF(t.slow_samples >= 10, "%llu CPU samples in span_b under a slow request's context",
+           (unsigned long long)t.slow_samples);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* A program that takes over every candidate real-time signal after start still gets its own
  * handlers called, once per signal, and is still profiled. */
 static void test_signal_chain(void) {
@@ -1571,6 +1651,7 @@ static const tr_test_t tests[] = {
     {"exec", test_exec},
     {"sigterm_flush", test_sigterm_flush},
     {"flush_api", test_flush_api},
+    {"named_spans", test_named_spans},
     {"signal_chain", test_signal_chain},
     {"deep_stack", test_deep_stack},
     {"collector_late", test_collector_late},

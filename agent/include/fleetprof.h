@@ -39,6 +39,22 @@ FLEETPROF_EXTERN void fleetprof_span_clear(void);
  * Returns 0, or -EINVAL (context unchanged) for a malformed value or all-zero ids. */
 FLEETPROF_EXTERN int fleetprof_span_set_traceparent(const char *traceparent);
 
+/* Named spans with their real duration (requests, operations): fleetprof_span_begin sets the
+ * calling thread's span context like fleetprof_span_set_traceparent, names the span (the
+ * endpoint or operation, e.g. "GET /checkout"; NULL or "": unnamed; cut at 128 bytes) and
+ * records its start; fleetprof_span_end records its end and restores the context the thread
+ * had before the begin (spans nest, up to 8 deep per thread). Each chunk carries the spans
+ * that ended in its interval and the outermost span of each thread still active at its end.
+ * Cost: two clock reads and a few stores, no lock once a name was seen (the first begin with
+ * a new name interns it under a lock; at most 1024 names). Spans beyond the bounds (16384
+ * ended per chunk, 1024 threads in a span, 8 deep) are counted span_limit in the chunk.
+ * begin returns 0, or -EINVAL (nothing changed) for a malformed traceparent or all-zero ids;
+ * end returns 0, or -ENOENT when the thread has no span begun. */
+FLEETPROF_EXTERN int fleetprof_span_begin(const char *traceparent, const char *name);
+FLEETPROF_EXTERN int fleetprof_span_begin_ids(const uint8_t trace_id[16], const uint8_t span_id[8],
+                                              const char *name);
+FLEETPROF_EXTERN int fleetprof_span_end(void);
+
 /* Sets label key=value on the calling thread (replaces the key's previous value).
  * Returns 0, -EINVAL for a NULL/empty key or a key/value over the limits above, or -ENOSPC
  * when the thread already holds FLEETPROF_LABELS_MAX other keys. */

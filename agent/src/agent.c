@@ -89,6 +89,7 @@ static void atfork_child(void) {
     if (!atomic_load(&ag.running))
         return;
     ag_context_after_fork_child();
+    ag_spans_after_fork_child();
     ag_bg_after_fork_child();
     /* ThreadSanitizer kills a multi-threaded process's child that starts a thread. */
     int follow = ag.cfg.fork_follow && dlsym(RTLD_DEFAULT, "__tsan_init") == NULL;

@@ -605,6 +605,7 @@ static int nothing_to_say(void) {
 static void cut_chunk(int at_exit) {
     if (at_exit && nothing_to_say())
         return;
+    ag_spans_flip(); /* before the cut's time: the spans it closes all ended by then */
     uint64_t end = ag_now_real();
     if (end <= B.chunk_start_real)
         end = B.chunk_start_real + 1;
@@ -627,6 +628,7 @@ static void cut_chunk(int at_exit) {
     h.format_minor = CM_FORMAT_MINOR;
 
     ag_hooks_bg_chunk(B.b, end); /* INUSE rows and sub-threshold aggregates */
+    ag_spans_emit(B.b, B.chunk_start_real, end);
     cm_sampling_t samp[5];
     uint32_t ns = 0;
     uint64_t seen[CM_EV_COUNT];

@@ -130,6 +130,8 @@ struct ag_builder {
     VEC(uint32_t) th_tid, th_name;
     map_t th_map;
     rows_t rows[CM_EV_COUNT];
+    VEC(uint32_t) sp_ctx, sp_name, sp_thread, sp_flags; /* spans (spans.c) */
+    VEC(uint64_t) sp_start, sp_dur;
     size_t str_bytes; /* for ag_builder_bytes */
     int failed; /* an allocation failed: the chunk is dropped (DROP_ENCODE_FAILED) */
 };
@@ -187,6 +189,8 @@ static void reset(ag_builder_t *b) {
         r->io_kind.n = r->fd_kind.n = r->time.n = r->weight.n = r->count.n = 0;
         r->size.n = r->address.n = r->target.n = 0;
     }
+    b->sp_ctx.n = b->sp_name.n = b->sp_thread.n = b->sp_flags.n = 0;
+    b->sp_start.n = b->sp_dur.n = 0;
     b->failed = 0;
     b->str_bytes = 0;
     /* zero entries */
@@ -250,6 +254,12 @@ void ag_builder_free(ag_builder_t *b) {
         VEC_FREE(r->address);
         VEC_FREE(r->target);
     }
+    VEC_FREE(b->sp_ctx);
+    VEC_FREE(b->sp_name);
+    VEC_FREE(b->sp_thread);
+    VEC_FREE(b->sp_flags);
+    VEC_FREE(b->sp_start);
+    VEC_FREE(b->sp_dur);
     map_free(&b->str_map);
     free(b);
 }
@@ -478,6 +488,23 @@ void ag_builder_add_target(ag_builder_t *b, const ag_thread_t *t, pid_t tid, con
         b->failed = 1;
 }
 
+void ag_builder_add_span(ag_builder_t *b, const uint8_t *ctx, const char *name,
+                         uint64_t start_ns, uint64_t duration_ns, pid_t tid, uint32_t flags) {
+    uint32_t c = intern_ctx(b, ctx);
+    if (c == 0 || b->sp_ctx.n >= CM_MAX_SPANS) { /* no context: the dictionary is full */
+        ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
+        return;
+    }
+    int bad = VEC_PUSH(b->sp_ctx, c);
+    bad |= VEC_PUSH(b->sp_name, intern_str(b, name));
+    bad |= VEC_PUSH(b->sp_thread, tid ? intern_thread(b, tid) : 0u);
+    bad |= VEC_PUSH(b->sp_flags, flags);
+    bad |= VEC_PUSH(b->sp_start, start_ns);
+    bad |= VEC_PUSH(b->sp_dur, duration_ns);
+    if (bad)
+        b->failed = 1;
+}
+
 /* An estimate of the encoded chunk's size before compression: what each entry costs in the
  * protobuf message with typical varints (a row's 13 columns ~40 bytes, a frame 4, a location
  * 16, a function 8, a mapping with its build id ~96). bgthread.c cuts a chunk early when it
@@ -489,7 +516,7 @@ size_t ag_builder_bytes(const ag_builder_t *b) {
                4u * (b->lab_kv.n + b->lab_off.n) + 8u * b->th_tid.n;
     for (int t = 1; t < CM_EV_COUNT; t++)
         n += 40u * b->rows[t].stack.n;
-    return n;
+    return n + 24u * b->sp_ctx.n;
 }
 
 uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type) {
@@ -596,6 +623,11 @@ int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t
         PERMUTE(uint32_t, r->fd_kind.v, perm[t], n, 0u, s->fd_kind, bad);
         PERMUTE(uint32_t, r->target.v, perm[t], n, 0u, s->target, bad);
     }
+    uint32_t nsp = b->sp_ctx.n, any_flag = 0;
+    for (uint32_t i = 0; i < nsp; i++)
+        any_flag |= b->sp_flags.v[i];
+    c.spans = (cm_spans_t){nsp, b->sp_ctx.v, b->sp_name.v, b->sp_start.v, b->sp_dur.v,
+                           b->sp_thread.v, any_flag ? b->sp_flags.v : NULL};
     if (bad) {
         snprintf(err, err_size, "out of memory while building the chunk");
         rc = CM_ENOMEM;

@@ -137,12 +137,12 @@ static int parse_hex(const char *s, uint8_t *out, size_t n) {
     return 0;
 }
 
-int fleetprof_span_set_traceparent(const char *tp) {
+int ag_parse_traceparent(const char *tp, uint8_t trace[16], uint8_t span[8]) {
     /* 00-<32 hex>-<16 hex>-<2 hex>: 55 characters. Version ff is invalid; future versions
      * may append fields after the flags, separated by '-'. */
-    uint8_t ver, trace[16], span[8], flags;
+    uint8_t ver, flags;
     static const uint8_t zero[16];
-    if (!tp || strlen(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
+    if (!tp || strnlen(tp, 56) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
         (tp[55] != '\0' && tp[55] != '-'))
         return -EINVAL;
     if (parse_hex(tp, &ver, 1) || ver == 0xff || (ver == 0 && tp[55] != '\0') ||
@@ -150,6 +150,13 @@ int fleetprof_span_set_traceparent(const char *tp) {
         parse_hex(tp + 53, &flags, 1))
         return -EINVAL;
     if (!memcmp(trace, zero, 16) || !memcmp(span, zero, 8))
+        return -EINVAL;
+    return 0;
+}
+
+int fleetprof_span_set_traceparent(const char *tp) {
+    uint8_t trace[16], span[8];
+    if (ag_parse_traceparent(tp, trace, span) != 0)
         return -EINVAL;
     fleetprof_span_set(trace, span);
     return 0;

@@ -61,7 +61,7 @@
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
 #define AG_RING_SIZE (32u << 10)     /* bytes per thread ring, power of two */
-#define AG_DROP_REASONS 14           /* cm_drop_reason_t values + 1 */
+#define AG_DROP_REASONS 15           /* cm_drop_reason_t values + 1 */
 
 /* ---- config.c ---- */
 /* FLEETPROF_WALL_HZ's default, read by config.c and by hooks.c (the wait hooks are on while
@@ -391,6 +391,16 @@ AG_HIDDEN void ag_context_after_fork_child(void);
 AG_HIDDEN uint64_t ag_work_take(void);
 AG_HIDDEN void ag_context_lock(void);
 AG_HIDDEN void ag_context_unlock(void);
+/* Parses a W3C traceparent into its ids. Returns 0 or -EINVAL (malformed, all-zero ids). */
+AG_HIDDEN int ag_parse_traceparent(const char *tp, uint8_t trace[16], uint8_t span[8]);
+
+/* ---- spans.c (named spans: fleetprof_span_begin / _end) ---- */
+typedef struct ag_builder ag_builder_t;
+/* bg, at a cut: closes the current half of ended spans (waits, bounded, for rows being
+ * written), then adds them and the active spans to the chunk being built. */
+AG_HIDDEN void ag_spans_flip(void);
+AG_HIDDEN void ag_spans_emit(ag_builder_t *b, uint64_t start_ns, uint64_t end_ns);
+AG_HIDDEN void ag_spans_after_fork_child(void);
 
 /* ---- controller.c ---- */
 typedef struct {
@@ -485,6 +495,11 @@ AG_HIDDEN size_t ag_builder_bytes(const ag_builder_t *b); /* estimated, before L
 /* Encodes everything added since the last call as one chunk covering [start_ns, end_ns] and
  * resets. hdr supplies the header fields (service, sampling, drops, cpu...). Returns 0 and a
  * malloc'ed frame, or a CM_E* code. */
+/* Adds one span row (spans.c): its context (trace + span id), name (NULL: none), start, duration,
+ * thread and CM_SPF_* flags. */
+AG_HIDDEN void ag_builder_add_span(ag_builder_t *b, const uint8_t *ctx, const char *name,
+                                   uint64_t start_ns, uint64_t duration_ns, pid_t tid,
+                                   uint32_t flags);
 AG_HIDDEN int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame,
                                 size_t *frame_len, char *err, size_t err_size);
 

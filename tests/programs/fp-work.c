@@ -47,6 +47,14 @@
  *   fp-work span2 SECS          threads "span0" and "span1" each alternate span_a (trace
  *                               0xa0+i, span 0x1a+i) and span_b (0xb0+i, 0x2b+i) until the
  *                               process has used SECS of CPU
+ *   fp-work requests N          N requests on main, alternately "GET /fast" (span_a, 0.2 ms
+ *                               of wall time) and "GET /slow" (span_b, 5 ms, with a nested
+ *                               "db query" span in child_work), each begun from a traceparent
+ *                               with trace id byte 15 = request number % 256 and span id byte
+ *                               7 = 1 (the db query: 2); meanwhile thread "stuck" holds "GET
+ *                               /stuck" (trace 0x57..) open; after N/2 requests it flushes, then
+ *                               the stuck span ends. Prints api_errors=, fast_n=, fast_ns=,
+ *                               slow_n=, slow_ns= (durations measured around begin/end)
  *   fp-work status              prints sigcgt=<SigCgt hex> and agent_threads=<threads named
  *                               "fleetprof"> (FLEETPROF_ENABLED=0 check)
  *
@@ -378,6 +386,74 @@ NOINLINE static void *span2_thread(void *arg) {
 static volatile int g_chain_hits[128];
 static void chain_handler(int sig) { g_chain_hits[sig]++; }
 
+typedef int (*begin_fn)(const char *, const char *);
+static begin_fn g_begin;
+static int (*g_end)(void);
+static atomic_int g_stuck_go, g_stuck_end;
+
+static void *stuck_thread(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "stuck");
+    g_begin("00-57575757575757575757575757575757-5757575757575757-01", "GET /stuck");
+    atomic_store(&g_stuck_go, 1);
+    while (!atomic_load(&g_stuck_end)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    g_end();
+    return NULL;
+}
+
+/* Burns in fn until us microseconds of wall time have passed. */
+static void burn_wall_us(void (*fn)(uint64_t), uint64_t us) {
+    uint64_t end = real_ns() + us * 1000;
+    while (real_ns() < end)
+        fn(2000);
+}
+
+static int requests_mode(int n) {
+    g_begin = (begin_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_begin");
+    g_end = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_span_end");
+    int (*flush)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_flush");
+    if (!g_begin || !g_end || !flush)
+        return 9;
+    int errors = g_begin("00-zz", "bad") != -EINVAL;
+    errors += g_begin("00-00000000000000000000000000000000-0000000000000001-01", "x") != -EINVAL;
+    errors += g_end() != -ENOENT;
+    pthread_t th;
+    pthread_create(&th, NULL, stuck_thread, NULL);
+    while (!atomic_load(&g_stuck_go))
+        sched_yield();
+    uint64_t ns[2] = {0, 0};
+    int cnt[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        char tp[64];
+        int slow = i % 2;
+        snprintf(tp, sizeof tp, "00-%030x%02x-00000000000000%02x-01", 0xabcdef, i % 256, 1);
+        uint64_t t0 = real_ns();
+        errors += g_begin(tp, slow ? "GET /slow" : "GET /fast") != 0;
+        if (slow) {
+            burn_wall_us(span_b, 4000);
+            tp[51] = '2';
+            errors += g_begin(tp, "db query") != 0;
+            burn_wall_us(child_work, 1000);
+            errors += g_end() != 0;
+        } else {
+            burn_wall_us(span_a, 200);
+        }
+        errors += g_end() != 0;
+        ns[slow] += real_ns() - t0;
+        cnt[slow]++;
+        if (i == n / 2)
+            errors += flush() != 0;
+    }
+    atomic_store(&g_stuck_end, 1);
+    pthread_join(th, NULL);
+    printf("api_errors=%d\nfast_n=%d\nfast_ns=%llu\nslow_n=%d\nslow_ns=%llu\n", errors, cnt[0],
+           (unsigned long long)ns[0], cnt[1], (unsigned long long)ns[1]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -510,6 +586,9 @@ int main(int argc, char **argv) {
         uint64_t end = cpu_ns() + (uint64_t)(secs * 1e9);
         while (cpu_ns() < end)
             span_a(300000);
+    } else if (!strcmp(mode, "requests")) {
+        if (requests_mode(atoi(argv[2])))
+            return 9;
     } else if (!strcmp(mode, "flush")) {
         void (*work_done)(uint64_t) =
             (void (*)(uint64_t))dlsym(RTLD_DEFAULT, "fleetprof_work_done");

@@ -1,0 +1,352 @@
+/* Named spans with their real start and end: fleetprof_span_begin / fleetprof_span_end.
+ *
+ * A span is one request or operation on one thread. fleetprof_span_begin sets the thread's
+ * span context (context.c, what samples carry) and records the name and the start; its end
+ * records the end and restores the enclosing span's context. Every chunk carries the spans
+ * that ended in its interval and the outermost span of every thread still active at its cut
+ * (flag CM_SPF_ACTIVE, with its duration so far): a stuck request shows in every chunk until
+ * it ends.
+ *
+ * Hot path (app code, no lock, no allocation once a name was seen):
+ *   - names are interned once per process into g_names (bounded, never freed); a thread keeps
+ *     a small cache hash -> id and checks the interned string, so a known name costs a hash
+ *     and a compare. A new name takes the context lock once (ag_context_lock: fork-safe).
+ *   - the outermost active span of a thread sits in the thread's slot of g_active, claimed
+ *     once per thread by a compare-and-swap and written under a per-slot sequence count (the
+ *     bg thread retries a torn read; the owner never waits).
+ *   - an ended span is appended to the current half of g_done: one fetch-add claims a row,
+ *     the row is written, then published by storing the half's epoch in it. The bg thread
+ *     flips the half at each cut and waits (bounded) for the rows claimed before the flip.
+ * Bounds: AG_SPANS_PER_CHUNK ended spans per chunk, AG_SPAN_DEPTH nested spans per thread,
+ * AG_SPAN_THREADS threads with an active span, AG_SPAN_NAMES names: beyond them a span is not
+ * recorded and DROP_SPAN_LIMIT is counted (its samples keep its context). Nothing here runs in
+ * a signal handler.
+ */
+#include "internal.h"
+
+#include "fleetprof.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define AG_SPANS_PER_CHUNK 16384
+#define AG_SPAN_DEPTH 8
+#define AG_SPAN_THREADS 1024
+#define AG_SPAN_NAMES 1024
+#define AG_SPAN_NAME_MAX 128 /* bytes kept of a name */
+#define NAME_CACHE 16
+
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+
+typedef struct {
+    uint8_t ctx[CM_CONTEXT_SIZE];
+    uint32_t name;
+    pid_t tid;
+    uint64_t start_ns, end_ns;
+    _Atomic uint32_t epoch; /* published: the epoch of the half it was written in */
+} done_t;
+
+typedef struct {
+    _Atomic int32_t owner;  /* tid of the owning thread, 0: free */
+    _Atomic uint32_t seq;   /* odd while the owner writes */
+    uint32_t active;
+    uint32_t name;
+    uint64_t start_ns;
+    uint8_t ctx[CM_CONTEXT_SIZE];
+} active_t;
+
+typedef struct {
+    uint64_t hash;
+    char *s;
+} name_t;
+
+static done_t g_done[2][AG_SPANS_PER_CHUNK];
+/* epoch << 32 | rows claimed in the epoch's half; epochs start at 1 (a row's 0: never written) */
+static _Atomic uint64_t g_done_state = (uint64_t)1 << 32;
+static active_t g_active[AG_SPAN_THREADS];
+static name_t g_names[AG_SPAN_NAMES + 1]; /* id 0: unnamed */
+static _Atomic uint32_t g_nnames;
+
+typedef struct {
+    uint8_t ctx[CM_CONTEXT_SIZE]; /* the enclosing context, restored at the end */
+    uint32_t name;
+    uint64_t start_ns;
+} frame_t;
+
+typedef struct {
+    pid_t tid;    /* cached: gettid is a system call */
+    int32_t slot; /* index in g_active + 1, 0: none yet */
+    uint32_t depth, over; /* spans begun and not ended; over: those beyond AG_SPAN_DEPTH */
+    frame_t stack[AG_SPAN_DEPTH];
+    uint32_t cache[NAME_CACHE];
+} tls_span_t;
+
+static TLS tls_span_t t_span;
+static pthread_key_t g_exit_key;
+static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
+
+static uint64_t now_real(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static pid_t my_tid(void) {
+    if (!t_span.tid)
+        t_span.tid = (pid_t)syscall(SYS_gettid);
+    return t_span.tid;
+}
+
+static void slot_exit(void *arg) {
+    (void)arg;
+    if (t_span.slot) {
+        active_t *a = &g_active[t_span.slot - 1];
+        atomic_fetch_add_explicit(&a->seq, 1, memory_order_acq_rel);
+        a->active = 0;
+        atomic_fetch_add_explicit(&a->seq, 1, memory_order_release);
+        atomic_store_explicit(&a->owner, 0, memory_order_release);
+        t_span.slot = 0;
+    }
+}
+
+static void exit_key_init(void) { pthread_key_create(&g_exit_key, slot_exit); }
+
+/* The calling thread's slot in g_active, claimed on first use. NULL when all are taken. */
+static active_t *my_slot(void) {
+    if (t_span.slot)
+        return &g_active[t_span.slot - 1];
+    int32_t tid = (int32_t)my_tid();
+    for (int32_t i = 0; i < AG_SPAN_THREADS; i++) {
+        int32_t free_ = 0;
+        if (atomic_load_explicit(&g_active[i].owner, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong(&g_active[i].owner, &free_, tid)) {
+            t_span.slot = i + 1;
+            pthread_once(&g_exit_once, exit_key_init);
+            pthread_setspecific(g_exit_key, (void *)1); /* non-NULL: run slot_exit at exit */
+            return &g_active[i];
+        }
+    }
+    return NULL;
+}
+
+static int name_is(uint32_t id, uint64_t h, const char *s, size_t len) {
+    const name_t *n = &g_names[id];
+    return n->hash == h && !strncmp(n->s, s, len) && n->s[len] == '\0';
+}
+
+/* Interns a name (cut at AG_SPAN_NAME_MAX bytes). Returns its id, 0 for none or when full. */
+static uint32_t intern_name(const char *s) {
+    if (!s || !*s)
+        return 0;
+    size_t len = strnlen(s, AG_SPAN_NAME_MAX);
+    uint64_t h = XXH3_64bits(s, len);
+    uint32_t *c = &t_span.cache[h % NAME_CACHE];
+    if (*c && name_is(*c, h, s, len))
+        return *c;
+    uint32_t n = atomic_load_explicit(&g_nnames, memory_order_acquire), id = 0;
+    for (uint32_t i = 1; i <= n && !id; i++)
+        if (name_is(i, h, s, len))
+            id = i;
+    if (!id && !ag_unseen_child()) { /* the lock may be held by a thread not in this process */
+        ag_context_lock();
+        n = atomic_load_explicit(&g_nnames, memory_order_relaxed);
+        for (uint32_t i = 1; i <= n && !id; i++)
+            if (name_is(i, h, s, len))
+                id = i;
+        if (!id && n < AG_SPAN_NAMES && (g_names[n + 1].s = strndup(s, len))) {
+            g_names[n + 1].hash = h;
+            atomic_store_explicit(&g_nnames, n + 1, memory_order_release);
+            id = n + 1;
+        }
+        ag_context_unlock();
+    }
+    if (!id)
+        ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1); /* the span is kept, without a name */
+    return *c = id;
+}
+
+/* The outermost span of the thread: published to the bg thread (seq odd while writing). */
+static void publish_active(active_t *a, uint32_t active, const frame_t *f, const uint8_t *ctx) {
+    atomic_fetch_add_explicit(&a->seq, 1, memory_order_acq_rel);
+    atomic_thread_fence(memory_order_release);
+    a->active = active;
+    if (active) {
+        a->name = f->name;
+        a->start_ns = f->start_ns;
+        memcpy(a->ctx, ctx, CM_CONTEXT_SIZE);
+    }
+    atomic_fetch_add_explicit(&a->seq, 1, memory_order_release);
+}
+
+static int begin(const uint8_t trace[16], const uint8_t span[8], const char *name) {
+    static const uint8_t zero[16];
+    if (!trace || !span || !memcmp(trace, zero, 16) || !memcmp(span, zero, 8))
+        return -EINVAL;
+    if (!atomic_load_explicit(&ag.running, memory_order_relaxed))
+        return 0;
+    if (t_span.depth >= AG_SPAN_DEPTH || t_span.over) {
+        t_span.over++;
+        ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
+        fleetprof_span_set(trace, span);
+        return 0;
+    }
+    frame_t *f = &t_span.stack[t_span.depth];
+    ag_ctx_slot_t cur;
+    ag_context_read(&cur);
+    memcpy(f->ctx, cur.ctx, CM_CONTEXT_SIZE);
+    f->name = intern_name(name);
+    f->start_ns = now_real();
+    fleetprof_span_set(trace, span);
+    if (t_span.depth++ == 0) {
+        active_t *a = my_slot();
+        uint8_t ctx[CM_CONTEXT_SIZE];
+        memcpy(ctx, trace, 16);
+        memcpy(ctx + 16, span, 8);
+        if (a)
+            publish_active(a, 1, f, ctx);
+        else
+            ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1); /* ends are still recorded */
+    }
+    return 0;
+}
+
+int fleetprof_span_begin_ids(const uint8_t trace_id[16], const uint8_t span_id[8],
+                             const char *name) {
+    return begin(trace_id, span_id, name);
+}
+
+int fleetprof_span_begin(const char *traceparent, const char *name) {
+    uint8_t trace[16], span[8];
+    if (ag_parse_traceparent(traceparent, trace, span) != 0)
+        return -EINVAL;
+    return begin(trace, span, name);
+}
+
+int fleetprof_span_end(void) {
+    if (!atomic_load_explicit(&ag.running, memory_order_relaxed) && t_span.depth == 0)
+        return 0;
+    if (t_span.over) { /* a span beyond the depth: its context stays until its parent ends */
+        t_span.over--;
+        return 0;
+    }
+    if (t_span.depth == 0)
+        return -ENOENT;
+    uint64_t st = atomic_fetch_add_explicit(&g_done_state, 1, memory_order_acq_rel);
+    uint64_t end = now_real();
+    frame_t *f = &t_span.stack[--t_span.depth];
+    ag_ctx_slot_t cur;
+    ag_context_read(&cur);
+    uint32_t idx = (uint32_t)st, epoch = (uint32_t)(st >> 32);
+    if (idx < AG_SPANS_PER_CHUNK) {
+        done_t *d = &g_done[epoch & 1][idx];
+        memcpy(d->ctx, cur.ctx, CM_CONTEXT_SIZE);
+        d->name = f->name;
+        d->tid = (pid_t)my_tid();
+        d->start_ns = f->start_ns;
+        d->end_ns = end;
+        atomic_store_explicit(&d->epoch, epoch, memory_order_release);
+    } else {
+        ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
+    }
+    if (t_span.depth == 0 && t_span.slot)
+        publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
+    static const uint8_t zero[16];
+    if (!memcmp(f->ctx, zero, 16))
+        fleetprof_span_clear();
+    else
+        fleetprof_span_set(f->ctx, f->ctx + 16);
+    return 0;
+}
+
+/* bg: the current half is closed; returns its epoch and the rows claimed in it. Rows claimed
+ * before the flip are waited for up to 10 ms in all (a writer between its claim and its
+ * publish); a row not published by then is skipped (counted span_limit). */
+static uint32_t g_closed_epoch, g_closed_n;
+
+void ag_spans_flip(void) {
+    uint64_t st = atomic_load_explicit(&g_done_state, memory_order_relaxed), next;
+    do
+        next = ((st >> 32) + 1) << 32;
+    while (!atomic_compare_exchange_weak(&g_done_state, &st, next));
+    g_closed_epoch = (uint32_t)(st >> 32);
+    g_closed_n = (uint32_t)st < AG_SPANS_PER_CHUNK ? (uint32_t)st : AG_SPANS_PER_CHUNK;
+    uint64_t deadline = ag_now_mono() + 10000000u;
+    for (uint32_t i = 0; i < g_closed_n; i++) {
+        const done_t *d = &g_done[g_closed_epoch & 1][i];
+        while (atomic_load_explicit(&d->epoch, memory_order_acquire) != g_closed_epoch &&
+               ag_now_mono() < deadline)
+            sched_yield();
+    }
+}
+
+/* bg: adds the closed half's spans and every thread's active outermost span to the builder.
+ * An ended span's times are kept inside [start, end] of the chunk (a span that ended while the
+ * cut was being made may straddle it by microseconds). */
+void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
+    uint32_t n = atomic_load_explicit(&g_nnames, memory_order_acquire);
+    for (uint32_t i = 0; i < g_closed_n; i++) {
+        const done_t *d = &g_done[g_closed_epoch & 1][i];
+        if (atomic_load_explicit(&d->epoch, memory_order_acquire) != g_closed_epoch) {
+            ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
+            continue;
+        }
+        uint64_t e = d->end_ns < start ? start : d->end_ns > end ? end : d->end_ns;
+        uint64_t s = d->start_ns > e ? e : d->start_ns;
+        ag_builder_add_span(b, d->ctx, d->name && d->name <= n ? g_names[d->name].s : NULL,
+                            s, e - s, d->tid, 0);
+    }
+    g_closed_n = 0;
+    for (uint32_t i = 0; i < AG_SPAN_THREADS; i++) {
+        active_t *a = &g_active[i];
+        int32_t tid = atomic_load_explicit(&a->owner, memory_order_acquire);
+        if (!tid)
+            continue;
+        uint32_t s0, act = 0, name = 0;
+        uint64_t st = 0;
+        uint8_t ctx[CM_CONTEXT_SIZE];
+        for (int tries = 0; tries < 100; tries++) {
+            s0 = atomic_load_explicit(&a->seq, memory_order_acquire);
+            if (s0 & 1) {
+                sched_yield();
+                continue;
+            }
+            act = a->active;
+            name = a->name;
+            st = a->start_ns;
+            memcpy(ctx, a->ctx, CM_CONTEXT_SIZE);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&a->seq, memory_order_relaxed) == s0)
+                break;
+            act = 0;
+        }
+        if (act && st <= end)
+            ag_builder_add_span(b, ctx, name && name <= n ? g_names[name].s : NULL, st,
+                                end - st, (pid_t)tid, CM_SPF_ACTIVE);
+    }
+}
+
+/* Fork child: only the forking thread survives; the others' active spans are not ours. */
+void ag_spans_after_fork_child(void) {
+    int32_t mine = t_span.slot;
+    t_span.tid = 0;
+    for (int32_t i = 0; i < AG_SPAN_THREADS; i++)
+        if (i + 1 != mine) {
+            atomic_store(&g_active[i].owner, 0);
+            g_active[i].active = 0;
+        } else {
+            atomic_store(&g_active[i].owner, (int32_t)my_tid());
+        }
+    atomic_store(&g_done_state, (uint64_t)1 << 32);
+    g_closed_n = 0;
+    for (uint32_t h = 0; h < 2; h++)
+        for (uint32_t i = 0; i < AG_SPANS_PER_CHUNK; i++)
+            if (atomic_load_explicit(&g_done[h][i].epoch, memory_order_relaxed))
+                atomic_store_explicit(&g_done[h][i].epoch, 0, memory_order_relaxed);
+}
