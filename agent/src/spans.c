@@ -185,7 +185,9 @@ static void publish_active(active_t *a, uint32_t active, const frame_t *f, const
     atomic_fetch_add_explicit(&a->seq, 1, memory_order_release);
 }
 
-static int begin(const uint8_t trace[16], const uint8_t span[8], const char *name) {
+/* start: the time of the call (read first: the span's duration includes our own work). */
+static int begin(const uint8_t trace[16], const uint8_t span[8], const char *name,
+                 uint64_t start) {
     static const uint8_t zero[16];
     if (!trace || !span || !memcmp(trace, zero, 16) || !memcmp(span, zero, 8))
         return -EINVAL;
@@ -202,7 +204,7 @@ static int begin(const uint8_t trace[16], const uint8_t span[8], const char *nam
     ag_context_read(&cur);
     memcpy(f->ctx, cur.ctx, CM_CONTEXT_SIZE);
     f->name = intern_name(name);
-    f->start_ns = now_real();
+    f->start_ns = start;
     fleetprof_span_set(trace, span);
     if (t_span.depth++ == 0) {
         active_t *a = my_slot();
@@ -219,17 +221,19 @@ static int begin(const uint8_t trace[16], const uint8_t span[8], const char *nam
 
 int fleetprof_span_begin_ids(const uint8_t trace_id[16], const uint8_t span_id[8],
                              const char *name) {
-    return begin(trace_id, span_id, name);
+    return begin(trace_id, span_id, name, now_real());
 }
 
 int fleetprof_span_begin(const char *traceparent, const char *name) {
+    uint64_t start = now_real();
     uint8_t trace[16], span[8];
     if (ag_parse_traceparent(traceparent, trace, span) != 0)
         return -EINVAL;
-    return begin(trace, span, name);
+    return begin(trace, span, name, start);
 }
 
 int fleetprof_span_end(void) {
+    uint64_t end = now_real(); /* first: the end is the call's time */
     if (!atomic_load_explicit(&ag.running, memory_order_relaxed) && t_span.depth == 0)
         return 0;
     if (t_span.over) { /* a span beyond the depth: its context stays until its parent ends */
@@ -239,7 +243,6 @@ int fleetprof_span_end(void) {
     if (t_span.depth == 0)
         return -ENOENT;
     uint64_t st = atomic_fetch_add_explicit(&g_done_state, 1, memory_order_acq_rel);
-    uint64_t end = now_real();
     frame_t *f = &t_span.stack[--t_span.depth];
     ag_ctx_slot_t cur;
     ag_context_read(&cur);
