@@ -29,6 +29,7 @@ void agg_batch_init(agg_batch_t *b) {
     agg_hmap_init(&b->span, sizeof(agg_span_key_t), sizeof(agg_span_ent_t));
     agg_hmap_init(&b->spanstk, sizeof(agg_spanstk_key_t), sizeof(agg_spanstk_ent_t));
     agg_hmap_init(&b->rej, sizeof(agg_rej_key_t), sizeof(agg_rej_ent_t));
+    agg_hmap_init(&b->req, sizeof(agg_span_key_t), sizeof(agg_req_ent_t));
     agg_hmap_init(&b->seen, sizeof(agg_seen_key_t), sizeof(agg_seen_ent_t));
     agg_hmap_init(&b->profc, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
     agg_hmap_init(&b->leaf, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
@@ -38,7 +39,7 @@ void agg_batch_init(agg_batch_t *b) {
 static agg_hmap_t *maps(agg_batch_t *b, int i) {
     agg_hmap_t *m[] = {&b->prof, &b->tot,     &b->ival, &b->drop, &b->ver,
                        &b->fn,   &b->span,    &b->spanstk, &b->rej, &b->seen,
-                       &b->profc, &b->leaf};
+                       &b->profc, &b->leaf, &b->req};
     return i < (int)(sizeof m / sizeof m[0]) ? m[i] : NULL;
 }
 

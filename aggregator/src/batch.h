@@ -107,6 +107,14 @@ typedef struct {
     int64_t weight, count, rows;
 } agg_spanstk_ent_t;
 
+/* requests (chunk spans, minor 2): one row per (trace, span) */
+typedef struct {
+    agg_span_key_t k;
+    uint64_t service, version, name; /* name: string id of the span's name, 0: unnamed */
+    int64_t start_ns, end_ns;        /* end: the end, or the last cut it was active at */
+    int64_t ended, tid;              /* ended: 1 once a record of its end arrived */
+} agg_req_ent_t;
+
 /* rejected messages by reason name ("EFORMAT", "EVERSION", ...) */
 typedef struct {
     char reason[24];
@@ -156,7 +164,7 @@ typedef struct {
     }
 
 typedef struct agg_batch {
-    agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen;
+    agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen, req;
     /* derived from prof by agg_batch_derive() (store/write.c, once): the per-stack rollup at
      * each tier width, narrowest first (the last one is the coarse width), and the per-leaf
      * rollup */

@@ -210,7 +210,12 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
         TRY(agg_intern_labelset(in, b, tmp, n, &in->labels[ls]));
     }
     in->n_sets = d->n_label_sets;
+    for (uint32_t i = 0; i < c->spans.n; i++) { /* the spans' names (minor 2) */
+        uint64_t nid;
+        TRY(str_id(in, b, d, c->spans.name[i], &nid));
+    }
     rc = 0;
+    ids->str = in->str;
     ids->fn = in->fn;
     ids->loc = in->loc;
     ids->stack = in->stack;

@@ -30,6 +30,7 @@ typedef struct {
 
 /* Store ids of one chunk's dictionary entries, valid until the next agg_intern_chunk(). */
 typedef struct {
+    const uint64_t *str;    /* per string index, for the strings interned (span names) */
     const uint64_t *fn;     /* per function index */
     const uint64_t *loc;    /* per location index */
     const uint64_t *stack;  /* per stack index (0 for the empty stack) */

@@ -222,6 +222,8 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
             return rc;
     }
 
+    if (r->cfg.span_index && (rc = agg_spanindex_requests(b, c, ids)))
+        return rc;
     agg_ival_key_t ik = {ids->service, ids->version, width, cbucket};
     agg_ival_ent_t *ie = agg_hmap_upsert(&b->ival, &ik, NULL);
     if (!ie)

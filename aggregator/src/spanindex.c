@@ -41,3 +41,28 @@ int agg_spanindex_row(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_ids_t
     se->rows++;
     return 0;
 }
+
+int agg_spanindex_requests(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_ids_t *ids) {
+    const cm_spans_t *sp = &c->spans;
+    const cm_dict_t *d = &c->dict;
+    for (uint32_t i = 0; i < sp->n; i++) {
+        const uint8_t *ctx = d->contexts + (size_t)sp->context[i] * CM_CONTEXT_SIZE;
+        agg_span_key_t k;
+        memcpy(k.trace, ctx, 16);
+        memcpy(k.span, ctx + 16, 8);
+        uint64_t name = sp->name[i] ? ids->str[sp->name[i]] : 0;
+        agg_req_ent_t *e = agg_hmap_upsert(&b->req, &k, NULL);
+        if (!e)
+            return CM_ENOMEM;
+        int64_t st = (int64_t)sp->start_unix_ns[i], end = st + (int64_t)sp->duration_ns[i];
+        int ended = !(CM_COL(sp, flags, i) & CM_SPF_ACTIVE);
+        e->service = ids->service;
+        e->version = ids->version;
+        e->name = name > e->name ? name : e->name;
+        e->start_ns = st > e->start_ns ? st : e->start_ns;
+        e->end_ns = end > e->end_ns ? end : e->end_ns;
+        e->ended |= ended;
+        e->tid = d->thread_tid[sp->thread[i]];
+    }
+    return 0;
+}

@@ -158,6 +158,8 @@ static int make_chunk(fsim_t *s, uint64_t round, uint64_t proc) {
     s->drops[1] = (cm_drop_t){CM_DROP_SUBSAMPLED, CM_EV_ALLOC, ts_randn(&s->rng, 50)};
     h->drops = s->drops;
     h->n_drops = 2;
+    for (uint32_t i = 0; i < c->spans.n; i++) /* the spans (minor 2) move with the interval */
+        c->spans.start_unix_ns[i] = (uint64_t)((int64_t)c->spans.start_unix_ns[i] + shift);
     /* fresh span contexts for this chunk */
     uint8_t *ctx = (uint8_t *)c->dict.contexts;
     for (size_t i = CM_CONTEXT_SIZE; i < (size_t)c->dict.n_contexts * CM_CONTEXT_SIZE; i++)

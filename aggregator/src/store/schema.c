@@ -60,6 +60,11 @@ const agg_schema_table_t agg_schema_tables[] = {
     {"spans", "trace,span,service,version,first_ns,last_ns,cpu,wall,alloc,inuse,lock,io,rows",
      "bbiiiiiiiiiii", 2, "==<>+++++++", 1},
     {"span_stacks", "trace,span,type,stack,weight,count,rows", "bbiiiii", 4, "+++", 1},
+    /* minor 2: requests (spans the application named, with their real start and end); the
+     * records of one span (ended, or active at successive cuts) merge by max: its end grows
+     * while it runs, `ended` turns 1 when it ends */
+    {"requests", "trace,span,service,version,name,start_ns,end_ns,ended,tid",
+     "bbiiiiiii", 2, "==>>>>>", 4},
     {"rejects", "reason,count", "ti", 1, "+", 1},
     {NULL, NULL, NULL, 0, NULL, 0},
 };
@@ -76,6 +81,8 @@ static const struct {
     /* the read side: the split of a profile by a label joins each row's label set to its label
      * of one key (labels' primary key starts with the key and value) */
     {"labels_labelset", "labels(labelset, key)", 3, 0},
+    /* endpoints and slow requests of a service in a window; stuck ones (not ended) */
+    {"requests_service", "requests(service, end_ns)", 4, 1},
 };
 
 const agg_schema_table_t *agg_schema_table(const char *name) {

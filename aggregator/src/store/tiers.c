@@ -364,6 +364,8 @@ int agg_tiers_expire(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff
     if (!rc)
         rc = run(x, "DELETE FROM spans WHERE last_ns < ?1", &span_cutoff_ns, 1, &n[1]);
     if (!rc)
+        rc = run(x, "DELETE FROM requests WHERE end_ns < ?1", &span_cutoff_ns, 1, &n[0]);
+    if (!rc)
         rc = run(x, "DELETE FROM seen_chunks WHERE ts_ns < ?1", &seen_cutoff_ns, 1, &n[2]);
     if (!rc && stats) {
         stats->spans_expired += n[1];
