@@ -1234,6 +1234,140 @@ static void h_spans(agg_api_t *api, const args_t *a, const char *url, agg_http_r
                                  cm_event_name(type), "spans", arr, "more", more));
 }
 
+/* ---- requests (named spans with real durations) ---- */
+
+static json_t *request_json(const agg_request_t *q) {
+    char tr[33], sp[17];
+    cm_hex(q->trace_id, 16, tr);
+    cm_hex(q->span_id, 8, sp);
+    int64_t dur = q->end_ns - q->start_ns;
+    int64_t on = (int64_t)q->cost[CM_EV_CPU] < dur ? (int64_t)q->cost[CM_EV_CPU] : dur;
+    json_t *cost = json_object();
+    for (int t = 1; t <= CM_EV_MAX; t++)
+        json_object_set_new(cost, cm_event_name((uint32_t)t), json_integer((json_int_t)q->cost[t]));
+    /* on CPU: the CPU samples' time (at most the duration); off CPU: the rest of it */
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:o}", "trace_id", tr,
+                     "span_id", sp, "name", q->name, "start_ns", (json_int_t)q->start_ns,
+                     "end_ns", (json_int_t)q->end_ns, "duration_ns", (json_int_t)dur, "ended",
+                     q->ended, "tid", (json_int_t)q->tid, "on_cpu_ns", (json_int_t)on,
+                     "off_cpu_ns", (json_int_t)(dur - on), "cost", cost);
+}
+
+/* Parses a duration like "10s", "500ms", "2m" or nanoseconds into *ns. */
+static int parse_dur(const args_t *a, const char *name, int64_t dflt, agg_http_reply_t *r,
+                     int64_t *ns) {
+    const char *v = arg(a, name);
+    *ns = dflt;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    double d = strtod(v, &end);
+    double mul = !*end ? 1 : !strcmp(end, "ns") ? 1 : !strcmp(end, "us") ? 1e3
+                 : !strcmp(end, "ms") ? 1e6 : !strcmp(end, "s") ? 1e9 : !strcmp(end, "m") ? 60e9
+                 : !strcmp(end, "h") ? 3600e9 : 0;
+    if (end == v || mul == 0 || d < 0 || d * mul > 1e18) {
+        reply_err(r, 400, name, "%s '%s' is not a duration (e.g. 10s, 250ms, 2m)", name, v);
+        return -1;
+    }
+    *ns = (int64_t)(d * mul);
+    return 0;
+}
+
+static void h_endpoints(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *svc;
+    int64_t from, to;
+    if (need_service(a, r, &svc) || parse_time(a, "from", 0, r, &from) ||
+        parse_time(a, "to", INT64_MAX / 4, r, &to))
+        return;
+    agg_endpoint_t *e = NULL;
+    size_t n = 0;
+    int rc = agg_qstore_endpoints(api->qs, svc, s_to_ns(from), s_to_ns(to), &e, &n);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(
+            arr, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "name",
+                           e[i].name, "calls", (json_int_t)e[i].calls, "p50_ns",
+                           (json_int_t)e[i].p50_ns, "p90_ns", (json_int_t)e[i].p90_ns, "p99_ns",
+                           (json_int_t)e[i].p99_ns, "max_ns", (json_int_t)e[i].max_ns,
+                           "cpu_per_call_ns", e[i].cost_per_call[CM_EV_CPU],
+                           "wall_per_call_ns", e[i].cost_per_call[CM_EV_WALL],
+                           "alloc_per_call_bytes", e[i].cost_per_call[CM_EV_ALLOC], "cpu_share",
+                           e[i].cpu_share));
+    free(e);
+    reply_json(r, 200, json_pack("{s:s, s:o}", "service", svc, "endpoints", arr));
+}
+
+static void h_endpoint(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *svc, *name = arg(a, "endpoint");
+    cm_event_type_t type;
+    int64_t from, to;
+    filt_t ft;
+    if (need_service(a, r, &svc) || parse_type(a, "type", r, &type) ||
+        parse_time(a, "from", 0, r, &from) || parse_time(a, "to", INT64_MAX / 4, r, &to) ||
+        parse_filter(a, r, &ft))
+        return;
+    if (!name || !*name) {
+ reply_err(r, 400, "endpoint", "give the endpoint's name: parameter 'endpoint' (see "
+                  "/api/v1/endpoints)");
+        return;
+    }
+    agg_profile_t *p = NULL;
+    int found = 0;
+    int rc = agg_qstore_endpoint_profile(api->qs, svc, name, s_to_ns(from), s_to_ns(to), type,
+                                         &p, &found);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return;
+    }
+    if (!found)
+        reply_err(r, 404, "endpoint", "no request of endpoint '%s' of '%s' ended in the range", name,
+                  svc);
+    else if (!apply_filter(&ft, &p, r))
+        render_profile(a, p, json_pack("{s:s, s:s}", "service", svc, "endpoint", name), r);
+    agg_profile_free(p);
+}
+
+static void h_requests(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *svc, *name = arg(a, "endpoint"), *stuck = arg(a, "stuck");
+    int64_t from, to, min_ns, seen_ns;
+    long long limit;
+    if (need_service(a, r, &svc) || parse_time(a, "from", 0, r, &from) ||
+        parse_time(a, "to", INT64_MAX / 4, r, &to) || parse_uint(a, "limit", 20, 10000, r, &limit) ||
+        parse_dur(a, "min", 10000000000ll, r, &min_ns) ||
+        parse_dur(a, "seen", 30000000000ll, r, &seen_ns))
+        return;
+    agg_reqq_t q = {.service = svc, .name = name && *name ? name : NULL,
+                    .from_ns = s_to_ns(from), .to_ns = s_to_ns(to)};
+    if (stuck && !strcmp(stuck, "1")) { /* active at a cut in the last `seen`, for `min` */
+        q.stuck = 1;
+        q.min_ns = min_ns;
+        q.from_ns = now_s() * 1000000000ll - seen_ns;
+    }
+    size_t want = limit ? (size_t)limit : 10000;
+    q.limit = want + 1;
+    agg_request_t *v = NULL;
+    size_t n = 0;
+    int rc = agg_qstore_requests(api->qs, &q, &v, &n);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return;
+    }
+    int more = n > want;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n && i < want; i++)
+        json_array_append_new(arr, request_json(&v[i]));
+    free(v);
+    reply_json(r, 200, json_pack("{s:s, s:b, s:o, s:b}", "service", svc, "stuck", q.stuck,
+                                 "requests", arr, "more", more));
+}
+
 static void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
     (void)url;
     const char *tr = arg(a, "trace"), *sp = arg(a, "span");
@@ -1384,7 +1518,8 @@ static void h_unknown(agg_api_t *api, const args_t *a, const char *url, agg_http
     (void)api;
     (void)a;
     reply_err(r, 404, NULL, "no route %s; see /api/v1/ routes: services, services/SERVICE/"
-              "versions, event-types, profile, timeseries, diff, reports, spans, span", url);
+              "versions, event-types, profile, timeseries, diff, reports, spans, span, endpoints, "
+              "endpoint, requests", url);
 }
 
 /* ---- dispatch ---- */
@@ -1468,7 +1603,9 @@ size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max) {
         {"/api/v1/event-types", h_event_types}, {"/api/v1/profile", h_profile},
         {"/api/v1/timeseries", h_timeseries}, {"/api/v1/diff", h_diff},
         {"/api/v1/reports", h_reports},       {"/api/v1/spans", h_spans},
-        {"/api/v1/span", h_span},             {"/api/v1/", h_unknown},
+        {"/api/v1/span", h_span},             {"/api/v1/endpoints", h_endpoints},
+        {"/api/v1/endpoint", h_endpoint},     {"/api/v1/requests", h_requests},
+        {"/api/v1/", h_unknown},
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof tab / sizeof tab[0] && n < max && n < AGG_API_ROUTES; i++) {

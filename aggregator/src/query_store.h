@@ -135,6 +135,51 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
 int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_t *span,
                             cm_event_type_t type, agg_profile_t **out, int *found);
 
+/* ---- requests: the spans the application named (fleetprof_span_begin/_end) ---- */
+#define AGG_REQ_NAME_MAX 128
+typedef struct {
+    uint8_t trace_id[16], span_id[8];
+    char name[AGG_REQ_NAME_MAX + 1]; /* the endpoint; "" unnamed */
+    int64_t start_ns, end_ns; /* end: the end, or the last cut at which it was still active */
+    int ended;
+    int64_t tid;
+    uint64_t cost[CM_EV_COUNT]; /* sampled cost per event type (ns or bytes): cpu = on CPU */
+} agg_request_t;
+
+typedef struct {
+    const char *service;
+    const char *name;        /* NULL: every endpoint */
+    int64_t from_ns, to_ns;  /* ended requests: those that ended in [from, to) */
+    int stuck;               /* 1: instead, those not ended, seen active at or after from_ns
+                              * (the last chunk cut), running for at least min_ns by then */
+    int64_t min_ns;
+    size_t limit;            /* 0: all (at most AGG_REQ_MAX) */
+} agg_reqq_t;
+#define AGG_REQ_MAX 1000000
+
+/* Requests of q, slowest first (then trace, span: a total order). *out is malloc'ed. Returns
+ * 0 or a CM_E* code. */
+int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **out, size_t *n);
+
+/* One endpoint of a service over a window: the requests that ended in it. */
+typedef struct {
+    char name[AGG_REQ_NAME_MAX + 1];
+    uint64_t calls;
+    int64_t p50_ns, p90_ns, p99_ns, max_ns; /* nearest-rank percentiles of the durations */
+    double cost_per_call[CM_EV_COUNT];      /* sampled cost per call (ns, bytes) */
+    double cpu_share;                        /* its CPU / the CPU of every endpoint */
+} agg_endpoint_t;
+
+/* Endpoints of service over [from_ns, to_ns), ranked by p99 (then name). Returns 0 or a CM_E*
+ * code; *out malloc'ed. */
+int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
+                         agg_endpoint_t **out, size_t *n);
+/* Profile of event type `type` of every request of endpoint `name` of service that ended in
+ * [from_ns, to_ns) (their spans merged). *found: the endpoint has a request there. */
+int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *name,
+                                int64_t from_ns, int64_t to_ns, cm_event_type_t type,
+                                agg_profile_t **out, int *found);
+
 /* Rejected messages (dead-lettered) by reason, summed over the partitions, sorted by reason.
  * Returns 0 or a CM_E* code; free with agg_qrejects_free. */
 typedef struct {

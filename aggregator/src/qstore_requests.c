@@ -1,0 +1,254 @@
+/* The query store's requests (query_store.h): the spans the application named, with their
+ * real durations (table `requests`, one row per span), their sampled costs (table `spans`)
+ * and their stacks (table `span_stacks`); endpoints are requests grouped by name.
+ * Threading: the query store's (one caller at a time). */
+#include "qstore_int.h"
+
+#include "cm/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REQ_COLS                                                                                   \
+    "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid, "            \
+    "COALESCE(c.cpu, 0), COALESCE(c.wall, 0), COALESCE(c.alloc, 0), COALESCE(c.inuse, 0), "       \
+    "COALESCE(c.lock, 0), COALESCE(c.io, 0) FROM requests r LEFT JOIN strings n ON n.id = r.name " \
+    "LEFT JOIN spans c ON c.trace = r.trace AND c.span = r.span WHERE r.service = ?1 "
+
+static int cmp_req(const void *a, const void *b) {
+    const agg_request_t *x = a, *y = b;
+    int64_t dx = x->end_ns - x->start_ns, dy = y->end_ns - y->start_ns;
+    if (dx != dy)
+        return dx > dy ? -1 : 1;
+    int c = memcmp(x->trace_id, y->trace_id, 16);
+    return c ? c : memcmp(x->span_id, y->span_id, 8);
+}
+
+static void read_req(agg_qxst_t *st, agg_request_t *r) {
+    memset(r, 0, sizeof *r);
+    size_t tl = 0, sl = 0;
+    const void *tb = agg_qx_blob(st, 0, &tl), *sb = agg_qx_blob(st, 1, &sl);
+    if (tb && tl == 16)
+        memcpy(r->trace_id, tb, 16);
+    if (sb && sl == 8)
+        memcpy(r->span_id, sb, 8);
+    const char *nm = agg_qx_text(st, 2);
+    snprintf(r->name, sizeof r->name, "%s", nm ? nm : "");
+    r->start_ns = agg_qx_int64(st, 3);
+    r->end_ns = agg_qx_int64(st, 4);
+    r->ended = agg_qx_int64(st, 5) != 0;
+    r->tid = agg_qx_int64(st, 6);
+    for (int t = 1; t <= CM_EV_MAX; t++)
+        r->cost[t] = (uint64_t)agg_qx_int64(st, 6 + t);
+}
+
+int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **out, size_t *n) {
+    agg_request_t *v = NULL;
+    size_t nv = 0, cap = 0;
+    *out = NULL;
+    *n = 0;
+    int rc = agg_qs_refresh(qs);
+    char sql[1024];
+    /* stuck: not ended, seen active at a cut since from_ns, running min_ns by that cut */
+    snprintf(sql, sizeof sql, "%s%s%s", REQ_COLS,
+             q->stuck ? "AND r.ended = 0 AND r.end_ns >= ?2 AND r.end_ns - r.start_ns >= ?3"
+                      : "AND r.ended = 1 AND r.end_ns >= ?2 AND r.end_ns < ?3",
+             q->name ? " AND n.s = ?4" : "");
+    for (size_t i = 0; !rc && i < qs->n; i++) {
+        agg_qxst_t *st;
+        if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
+            break;
+        B64(st, 1, agg_qs_sid(q->service));
+        B64(st, 2, q->from_ns);
+        B64(st, 3, q->stuck ? q->min_ns : q->to_ns);
+        if (q->name)
+            agg_qx_bind_text(st, 4, q->name);
+        int s;
+        while ((s = agg_qx_step(st)) == 1 && nv < AGG_REQ_MAX) {
+            if (nv == cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                agg_request_t *nn = realloc(v, nc * sizeof *nn);
+                if (!nn) {
+                    rc = CM_ENOMEM;
+                    break;
+                }
+                v = nn;
+                cap = nc;
+            }
+            read_req(st, &v[nv++]);
+        }
+        int r2 = agg_qs_done(st, s == 1 ? 0 : s);
+        if (!rc)
+            rc = r2;
+    }
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    if (nv)
+        qsort(v, nv, sizeof *v, cmp_req);
+    *out = v;
+    *n = q->limit && q->limit < nv ? q->limit : nv;
+    return 0;
+}
+
+static int cmp_name_dur(const void *a, const void *b) {
+    const agg_request_t *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c)
+        return c;
+    int64_t dx = x->end_ns - x->start_ns, dy = y->end_ns - y->start_ns;
+    return dx < dy ? -1 : dx > dy;
+}
+
+static int cmp_endpoint(const void *a, const void *b) {
+    const agg_endpoint_t *x = a, *y = b;
+    if (x->p99_ns != y->p99_ns)
+        return x->p99_ns > y->p99_ns ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Nearest rank: the smallest duration with at least q of the calls at or below it. */
+static int64_t rank_q(const agg_request_t *r, size_t n, double q) {
+    size_t k = (size_t)(q * (double)n + 0.999999);
+    k = k ? k - 1 : 0;
+    return r[k < n ? k : n - 1].end_ns - r[k < n ? k : n - 1].start_ns;
+}
+
+int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
+                         agg_endpoint_t **out, size_t *n) {
+    agg_reqq_t q = {.service = service, .from_ns = from_ns, .to_ns = to_ns};
+    agg_request_t *r;
+    size_t nr;
+    *out = NULL;
+    *n = 0;
+    int rc = agg_qstore_requests(qs, &q, &r, &nr);
+    if (rc)
+        return rc;
+    qsort(r, nr, sizeof *r, cmp_name_dur);
+    agg_endpoint_t *e = calloc(nr ? nr : 1, sizeof *e);
+    if (!e) {
+        free(r);
+        return CM_ENOMEM;
+    }
+    size_t ne = 0;
+    double cpu_all = 0;
+    for (size_t i = 0, j; i < nr; i = j) {
+        for (j = i; j < nr && !strcmp(r[j].name, r[i].name); j++)
+            ;
+        agg_endpoint_t *x = &e[ne++];
+        snprintf(x->name, sizeof x->name, "%s", r[i].name);
+        x->calls = j - i;
+        x->p50_ns = rank_q(r + i, j - i, 0.50);
+        x->p90_ns = rank_q(r + i, j - i, 0.90);
+        x->p99_ns = rank_q(r + i, j - i, 0.99);
+        x->max_ns = r[j - 1].end_ns - r[j - 1].start_ns;
+        for (size_t k = i; k < j; k++)
+            for (int t = 1; t <= CM_EV_MAX; t++)
+                x->cost_per_call[t] += (double)r[k].cost[t];
+        cpu_all += x->cost_per_call[CM_EV_CPU];
+    }
+    for (size_t k = 0; k < ne; k++) {
+        e[k].cpu_share = cpu_all > 0 ? e[k].cost_per_call[CM_EV_CPU] / cpu_all : 0;
+        for (int t = 1; t <= CM_EV_MAX; t++)
+            e[k].cost_per_call[t] /= (double)e[k].calls;
+    }
+    free(r);
+    if (ne)
+        qsort(e, ne, sizeof *e, cmp_endpoint);
+    *out = e;
+    *n = ne;
+    return 0;
+}
+
+/* Adds the merged stack rows of statement st (stack, weight, count) read from d to p. */
+static int add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep) {
+    agg_hmap_t stacks;
+    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    rawrow_t *rows = NULL;
+    size_t nr = 0, cap = 0;
+    int rc = 0, s;
+    while (!rc && (s = agg_qx_step(st)) == 1) {
+        if (nr == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            rawrow_t *nn = realloc(rows, nc * sizeof *nn);
+            if (!nn) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            rows = nn;
+            cap = nc;
+        }
+        rows[nr].stack = (uint64_t)agg_qx_int64(st, 0);
+        rows[nr].weight = (uint64_t)agg_qx_int64(st, 1);
+        rows[nr].count = (uint64_t)agg_qx_int64(st, 2);
+        if (!agg_hmap_upsert(&stacks, &rows[nr].stack, NULL))
+            rc = CM_ENOMEM;
+        nr++;
+    }
+    if (!rc && nr)
+        rc = agg_qs_resolve_stacks(d, p, &stacks, 0);
+    for (size_t k = 0; !rc && k < nr; k++) {
+        stackmap_t *m = agg_hmap_find(&stacks, &rows[k].stack);
+        if (m && m->resolved)
+            rc = agg_profile_add(p, m->stack, rows[k].weight, rows[k].count, rep, 0);
+    }
+    free(rows);
+    agg_hmap_free(&stacks);
+    return rc;
+}
+
+int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *name,
+                                int64_t from_ns, int64_t to_ns, cm_event_type_t type,
+                                agg_profile_t **out, int *found) {
+    *found = 0;
+    int rc = agg_qs_refresh(qs);
+    if (rc)
+        return rc;
+    agg_profile_t *p = agg_profile_new(type);
+    if (!p)
+        return CM_ENOMEM;
+    int64_t rep = agg_profile_replicate(p, "endpoint", 0);
+    if (rep < 0) {
+        agg_profile_free(p);
+        return (int)rep;
+    }
+    static const char *const where =
+        "FROM requests r JOIN strings n ON n.id = r.name WHERE r.service = ?1 AND n.s = ?2 AND "
+        "r.ended = 1 AND r.end_ns >= ?3 AND r.end_ns < ?4";
+    char sql_n[512], sql[1024];
+    snprintf(sql_n, sizeof sql_n, "SELECT COUNT(*) %s", where);
+    snprintf(sql, sizeof sql,
+             "SELECT ss.stack, SUM(ss.weight), SUM(ss.count) FROM span_stacks ss JOIN (SELECT "
+             "r.trace, r.span %s) q ON ss.trace = q.trace AND ss.span = q.span WHERE ss.type = ?5 "
+             "GROUP BY ss.stack ORDER BY ss.stack",
+             where);
+    for (size_t i = 0; !rc && i < qs->n; i++) {
+        for (int k = 0; !rc && k < 2; k++) {
+            agg_qxst_t *st;
+            if ((rc = agg_qs_prep(&qs->dbs[i], k ? sql : sql_n, &st)))
+                break;
+            B64(st, 1, agg_qs_sid(service));
+            agg_qx_bind_text(st, 2, name);
+            B64(st, 3, from_ns);
+            B64(st, 4, to_ns);
+            if (k == 0) {
+                int s = agg_qx_step(st);
+                *found |= s == 1 && agg_qx_int64(st, 0) > 0;
+                rc = agg_qs_done(st, s == 1 ? 0 : s);
+            } else {
+                B64(st, 5, type);
+                rc = add_stack_rows(&qs->dbs[i], p, st, (uint32_t)rep);
+                agg_qx_finalize(st);
+            }
+        }
+    }
+    if (rc) {
+        agg_profile_free(p);
+        return rc;
+    }
+    agg_profile_seal(p);
+    *out = p;
+    return 0;
+}
