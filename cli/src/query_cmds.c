@@ -64,6 +64,19 @@ static const qcmd_t qcmds[] = {
      " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
     {"spans", "/api/v1/spans", " service type from to limit ", " ", NULL,
      "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
+    {"endpoints", "/api/v1/endpoints", " service from to ", " ", NULL,
+     "endpoints --service S [--from T] [--to T] [--json]  (named spans: calls, latency, cost)"},
+    {"endpoint", "/api/v1/endpoint",
+     " service endpoint type from to include exclude fold group limit min-share sort view "
+     "function ",
+     " by-module ", NULL,
+     "endpoint --service S --endpoint NAME [--type T] [--from T] [--to T] [--json]\n"
+     "      (the profile of every request of the endpoint, merged)"},
+    {"requests", "/api/v1/requests", " service endpoint from to limit min seen ", " stuck ",
+     NULL,
+     "requests --service S [--endpoint NAME] [--from T] [--to T] [--limit N] [--json]\n"
+     "      (slowest first)  or  requests --service S --stuck [--min 10s] [--seen 30s]\n"
+     "      (not ended, running at least --min, seen active in the last --seen)"},
     {"export", "/api/v1/profile", PROFILE_FLAGS " trace span output ", " by-module counts lines ",
      NULL,
      "export --service S [--version V]... --format pprof|folded|json -o FILE|- [filters]\n"
@@ -83,7 +96,9 @@ static void usage_of(const qcmd_t *c, FILE *f) {
 /* Whether the command reads one service's data (and so needs --service). */
 static int needs_service(const qcmd_t *c) {
     return !strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
-           !strcmp(c->name, "spans") || !strcmp(c->name, "export");
+           !strcmp(c->name, "spans") || !strcmp(c->name, "export") ||
+           !strcmp(c->name, "endpoints") || !strcmp(c->name, "endpoint") ||
+           !strcmp(c->name, "requests");
 }
 
 /* The server's error message in the CLI's terms: API routes and parameters become the
@@ -199,6 +214,54 @@ static void print_groups(json_t *o) {
                (long long)jint(o, "truncated"));
 }
 
+static void print_endpoints(json_t *o) {
+    json_t *arr = json_object_get(o, "endpoints"), *e;
+    size_t i;
+    printf("%-32s %8s %10s %10s %10s %10s %10s %10s %6s\n", "ENDPOINT", "CALLS", "P50", "P90",
+           "P99", "CPU/CALL", "WALL/CALL", "ALLOC/CALL", "CPU%");
+    json_array_foreach(arr, i, e) {
+        char q[3][32], c[3][32];
+        static const char *const qs[] = {"p50_ns", "p90_ns", "p99_ns"};
+        for (int k = 0; k < 3; k++)
+            cm_format_weight(CM_EV_WALL, (double)jint(e, qs[k]), q[k], sizeof q[k]);
+        cm_format_weight(CM_EV_CPU, json_number_value(json_object_get(e, "cpu_per_call_ns")),
+                         c[0], sizeof c[0]);
+        cm_format_weight(CM_EV_WALL, json_number_value(json_object_get(e, "wall_per_call_ns")),
+                         c[1], sizeof c[1]);
+        cm_format_weight(CM_EV_ALLOC,
+                         json_number_value(json_object_get(e, "alloc_per_call_bytes")), c[2],
+                         sizeof c[2]);
+        const char *n = jstr(e, "name");
+        printf("%-32s %8lld %10s %10s %10s %10s %10s %10s %5.1f%%\n", *n ? n : "(unnamed)",
+               (long long)jint(e, "calls"), q[0], q[1], q[2], c[0], c[1], c[2],
+               100 * json_number_value(json_object_get(e, "cpu_share")));
+    }
+    if (!json_array_size(arr))
+        printf("(no endpoints: an endpoint is the name given to fleetprof_span_begin(); see "
+               "agent/README.md)\n");
+}
+
+static void print_requests(json_t *o) {
+    json_t *arr = json_object_get(o, "requests"), *s;
+    size_t i;
+    printf("%-32s %-16s %-24s %10s %10s %10s %-7s\n", "TRACE", "SPAN", "ENDPOINT", "DURATION",
+           "ON-CPU", "OFF-CPU", "STATE");
+    json_array_foreach(arr, i, s) {
+        char d[32], on[32], off[32];
+        cm_format_weight(CM_EV_WALL, (double)jint(s, "duration_ns"), d, sizeof d);
+        cm_format_weight(CM_EV_CPU, (double)jint(s, "on_cpu_ns"), on, sizeof on);
+        cm_format_weight(CM_EV_WALL, (double)jint(s, "off_cpu_ns"), off, sizeof off);
+        printf("%-32s %-16s %-24s %10s %10s %10s %-7s\n", jstr(s, "trace_id"),
+               jstr(s, "span_id"), jstr(s, "name"), d, on, off,
+               json_is_true(json_object_get(s, "ended")) ? "ended" : "running");
+    }
+    int stuck = json_is_true(json_object_get(o, "stuck"));
+    if (json_is_true(json_object_get(o, "more")))
+        printf("(%zu requests; more not shown: --limit N shows more)\n", json_array_size(arr));
+    else
+        printf("(%zu %srequests)\n", json_array_size(arr), stuck ? "stuck " : "");
+}
+
 static void print_table(const qcmd_t *c, json_t *o) {
     char a[32], b[32];
     if (!strcmp(c->name, "services")) {
@@ -251,6 +314,10 @@ static void print_table(const qcmd_t *c, json_t *o) {
             printf("(no spans: a span's samples are those taken while a thread had a span set "
                    "with fleetprof_span_set() from the traceparent of the request it serves; see "
                    "agent/README.md)\n");
+    } else if (!strcmp(c->name, "endpoints")) {
+        print_endpoints(o);
+    } else if (!strcmp(c->name, "requests")) {
+        print_requests(o);
     } else if (!strcmp(c->name, "reports")) {
         json_t *arr = json_object_get(o, "reports"), *s;
         size_t i;
@@ -382,7 +449,7 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
         fprintf(stderr, "fleetprof %s: --format is for export; use --json for JSON\n", c->name);
         goto out;
     } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
-               !strcmp(c->name, "span")) {
+               !strcmp(c->name, "span") || !strcmp(c->name, "endpoint")) {
         fflush(qb.f);
         grouped = !strcmp(c->name, "top") && qb.q && strstr(qb.q, "group_by=");
         qadd(&qb, "format", json || grouped ? "json" : "text");
@@ -477,7 +544,8 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
         print_groups(o);
         json_decref(o);
     } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") ||
-               !strcmp(c->name, "diff") || !strcmp(c->name, "span")) {
+               !strcmp(c->name, "diff") || !strcmp(c->name, "span") ||
+               !strcmp(c->name, "endpoint")) {
         fwrite(resp.body, 1, resp.len, stdout);
         const char *g = strstr(resp.body, "GATE FAILED: ");
         if (gate && g) {
