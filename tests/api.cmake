@@ -39,3 +39,8 @@ set_tests_properties(test-ui-search PROPERTIES TIMEOUT 120 LABELS "ui;nosan")
 # missing). nosan: JavaScript only, nothing for a sanitizer to see.
 add_test(NAME test-ui-dist COMMAND ${PROJECT_SOURCE_DIR}/ui/build.sh --check)
 set_tests_properties(test-ui-dist PROPERTIES TIMEOUT 300 LABELS "ui;nosan")
+
+# Endpoints and requests end to end without Kafka: the demo under the agent, its chunk files
+# loaded into a SQLite store, the query store's endpoints / stuck requests (issue 31).
+fp_test(test-endpoints LABELS "api;query;nosan" LIBS fp_aggtest m)
+add_dependencies(test-endpoints fleetprof_agent demo-service)

@@ -7,13 +7,23 @@
  *   checkout: parse_request (allocations) -> price_cart (CPU) -> [v2 only: apply_discount_rules,
  *             about 10% more CPU] -> reserve_stock (a contended mutex) -> write_receipt (I/O)
  *   search:   parse_request -> scan_index (CPU) -> rank_results (CPU)
+ * and with --slow-report, one request in 50 is a third kind, "GET /report", that spins 50 ms
+ * in build_report (a planted slow endpoint). --stuck adds a thread whose one request, "GET
+ * /export", never ends (stuck in wait_for_export: the process exits with it open).
+ *
+ * Requests arrive as a real client sends them: a W3C trace context header ("traceparent:
+ * 00-<trace id>-<parent id>-01"), which the service parses and hands to the agent with the
+ * endpoint's name (fleetprof_span_begin), ending the span when the request is done
+ * (fleetprof_span_end). The service measures each request's latency itself (from the parsed
+ * request to the handler's end, as a server's middleware timer does) and prints, per endpoint, the calls and their p50/p99 (nearest rank) at exit:
+ *   endpoint "POST /checkout" calls=N p50_ns=X p99_ns=Y
  *
  * Load is open-loop, as for a real service: each thread serves --rate requests per second on
  * average (randomly spaced arrivals) and idles in between (falling behind is reported), so
  * extra work in v2 costs CPU, not throughput.
  *
  * usage: demo-service [--version v1|v2] [--seconds N] [--threads N] [--rate R] [--seed N]
- *                     [--quiet]
+ *                     [--slow-report] [--stuck] [--quiet]
  * Prints the number of requests served per kind at exit. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,10 +34,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef int (*span_set_fn)(const uint8_t *trace_id, const uint8_t *span_id);
+typedef int (*span_begin_fn)(const char *traceparent, const char *name);
+typedef int (*span_end_fn)(void);
+static span_begin_fn span_begin;
+static span_end_fn span_end;
+static int slow_report, stuck_export;
 typedef void (*span_clear_fn)(void);
 typedef int (*label_set_fn)(const char *key, const char *value);
 typedef void (*work_done_fn)(uint64_t units);
@@ -88,22 +104,125 @@ __attribute__((noinline)) static void write_receipt(int n) {
         perror("write_receipt");
 }
 
+/* The request's header block as a client sends it (W3C trace context). */
+static void client_headers(uint64_t *r, char *buf, size_t size) {
+    static const char hex[] = "0123456789abcdef";
+    char tp[56];
+    memcpy(tp, "00-", 3);
+    for (int i = 0; i < 48; i++)
+        tp[3 + i + (i >= 32)] = hex[rng(r) % 16];
+    tp[35] = '-';
+    memcpy(tp + 52, "-01", 4);
+    snprintf(buf, size, "Host: demo\r\nTraceparent: %s\r\nAccept: */*\r\n\r\n", tp);
+}
+
+/* The value of header `name` (case-insensitive) in a header block, copied into out. */
+static int header_value(const char *hdrs, const char *name, char *out, size_t size) {
+    size_t nl = strlen(name);
+    for (const char *l = hdrs; *l; l = strstr(l, "\r\n") ? strstr(l, "\r\n") + 2 : "") {
+        if (!strncasecmp(l, name, nl) && l[nl] == ':') {
+            const char *v = l + nl + 1;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            size_t n = strcspn(v, "\r\n");
+            if (n >= size)
+                return -1;
+            memcpy(out, v, n);
+            out[n] = '\0';
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The headers of the request being served (set by the worker as the client's request
+ * arrives). */
+static __thread char t_hdrs[256];
+static __thread uint64_t t_start;
+static uint64_t real_ns(void);
+
 static void begin_span(uint64_t *r, const char *endpoint) {
-    uint8_t trace[16], span[8];
-    for (int i = 0; i < 16; i++)
-        trace[i] = (uint8_t)rng(r);
-    for (int i = 0; i < 8; i++)
-        span[i] = (uint8_t)rng(r);
-    if (span_set)
-        span_set(trace, span);
+    char tp[128];
+    const char *hdrs = t_hdrs;
+    (void)r;
+    int ok = header_value(hdrs, "traceparent", tp, sizeof tp) == 0;
+    t_start = real_ns(); /* the handler's latency starts once the request is parsed */
+    if (ok && span_begin)
+        span_begin(tp, endpoint);
     if (label_set)
-        label_set("endpoint", endpoint);
+        label_set("endpoint", endpoint + strcspn(endpoint, "/"));
     if (work_done)
         work_done(1);
 }
 
+static __thread uint64_t t_end;
+
+static void end_span(void) {
+    t_end = real_ns(); /* the handler is done: the latency stops here */
+    if (span_end)
+        span_end();
+    else if (span_clear)
+        span_clear();
+}
+
+/* per endpoint, per thread: the latencies the service measured (ns) */
+enum { EP_CHECKOUT, EP_SEARCH, EP_REPORT, EP_N };
+static const char *const ep_names[EP_N] = {"POST /checkout", "GET /search", "GET /report"};
+typedef struct {
+    uint64_t *v;
+    size_t n, cap;
+} lat_t;
+static lat_t lat[64][EP_N];
+
+static void lat_add(long id, int ep, uint64_t ns) {
+    lat_t *l = &lat[id][ep];
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? 2 * l->cap : 1024;
+        uint64_t *nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv)
+            return;
+        l->v = nv;
+        l->cap = nc;
+    }
+    l->v[l->n++] = ns;
+}
+
+static uint64_t real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((noinline)) static uint64_t build_report(uint64_t x) {
+    uint64_t end = real_ns() + 50000000ull; /* the planted slowness: 50 ms on CPU */
+    while (real_ns() < end)
+        x = burn(20, x);
+    return x;
+}
+
+__attribute__((noinline)) static void handle_report(uint64_t *r) {
+    begin_span(r, "GET /report");
+    sink += build_report(rng(r));
+    end_span();
+}
+
+__attribute__((noinline)) static void wait_for_export(void) {
+    for (;;) {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *stuck_thread(void *arg) {
+    uint64_t r = (uint64_t)(uintptr_t)arg;
+    client_headers(&r, t_hdrs, sizeof t_hdrs);
+    begin_span(&r, "GET /export");
+    wait_for_export();
+    return NULL;
+}
+
 __attribute__((noinline)) static void handle_checkout(uint64_t *r) {
-    begin_span(r, "/checkout");
+    begin_span(r, "POST /checkout");
     int n;
     char **items = parse_request(r, &n);
     uint64_t x = price_cart(rng(r));
@@ -115,20 +234,18 @@ __attribute__((noinline)) static void handle_checkout(uint64_t *r) {
     for (int i = 0; i < n; i++)
         free(items[i]);
     free(items);
-    if (span_clear)
-        span_clear();
+    end_span();
 }
 
 __attribute__((noinline)) static void handle_search(uint64_t *r) {
-    begin_span(r, "/search");
+    begin_span(r, "GET /search");
     int n;
     char **items = parse_request(r, &n);
     sink += rank_results(scan_index(rng(r)));
     for (int i = 0; i < n; i++)
         free(items[i]);
     free(items);
-    if (span_clear)
-        span_clear();
+    end_span();
 }
 
 static long served[64][2];
@@ -161,15 +278,57 @@ static void *worker(void *arg) {
             behind[id]++; /* more than 100 ms late: skip ahead instead of bursting */
             next = now;
         }
-        if (rng(&r) % 3) {
+        uint64_t kind = rng(&r);
+        client_headers(&r, t_hdrs, sizeof t_hdrs); /* the request arrives */
+        int ep;
+        if (slow_report && kind % 50 == 7) {
+            handle_report(&r);
+            ep = EP_REPORT;
+        } else if (kind % 3) {
             handle_checkout(&r);
             served[id][0]++;
+            ep = EP_CHECKOUT;
         } else {
             handle_search(&r);
             served[id][1]++;
+            ep = EP_SEARCH;
         }
+        lat_add(id, ep, t_end - t_start);
     }
     return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest rank, as the aggregator computes it: the smallest value with q of them at or below. */
+static uint64_t rank_q(const uint64_t *v, size_t n, double q) {
+    size_t k = (size_t)(q * (double)n + 0.999999);
+    return v[(k ? k - 1 : 0) < n ? (k ? k - 1 : 0) : n - 1];
+}
+
+static void print_latencies(int n) {
+    for (int e = 0; e < EP_N; e++) {
+        size_t tot = 0;
+        for (int i = 0; i < n; i++)
+            tot += lat[i][e].n;
+        uint64_t *all = malloc((tot + 1) * sizeof *all);
+        if (!all || tot == 0) {
+            free(all);
+            continue;
+        }
+        size_t k = 0;
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < lat[i][e].n; j++)
+                all[k++] = lat[i][e].v[j];
+        qsort(all, tot, sizeof *all, cmp_u64);
+        printf("endpoint \"%s\" calls=%zu p50_ns=%llu p99_ns=%llu\n", ep_names[e], tot,
+               (unsigned long long)rank_q(all, tot, 0.50),
+               (unsigned long long)rank_q(all, tot, 0.99));
+        free(all);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -192,9 +351,13 @@ int main(int argc, char **argv) {
             seed = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--quiet")) {
             quiet = 1;
+        } else if (!strcmp(argv[i], "--slow-report")) {
+            slow_report = 1;
+        } else if (!strcmp(argv[i], "--stuck")) {
+            stuck_export = 1;
         } else {
             fprintf(stderr, "usage: demo-service [--version v1|v2] [--seconds N] [--threads N] "
-                            "[--rate R] [--seed N] [--quiet]\n");
+                            "[--rate R] [--seed N] [--slow-report] [--stuck] [--quiet]\n");
             return 2;
         }
     }
@@ -204,15 +367,19 @@ int main(int argc, char **argv) {
     }
     span_set = (span_set_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_set");
     span_clear = (span_clear_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_clear");
+    span_begin = (span_begin_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_begin");
+    span_end = (span_end_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_end");
     label_set = (label_set_fn)dlsym(RTLD_DEFAULT, "fleetprof_label_set");
     work_done = (work_done_fn)dlsym(RTLD_DEFAULT, "fleetprof_work_done");
     char path[] = "/tmp/demo-service-receipts-XXXXXX";
     receipt_fd = mkstemp(path);
     if (receipt_fd >= 0)
         unlink(path);
-    pthread_t th[64];
+    pthread_t th[64], stuck_th;
     for (long i = 0; i < nthreads; i++)
         pthread_create(&th[i], NULL, worker, (void *)i);
+    if (stuck_export)
+        pthread_create(&stuck_th, NULL, stuck_thread, (void *)(uintptr_t)(seed + 99));
     struct timespec end;
     clock_gettime(CLOCK_MONOTONIC, &end);
     end.tv_sec += seconds;
@@ -226,9 +393,11 @@ int main(int argc, char **argv) {
         total[1] += served[i][1];
         late += behind[i];
     }
+    (void)stuck_th; /* never joined: its request is stuck for good */
     if (!quiet)
         printf("demo-service %s: %ld checkout, %ld search requests in %d s on %d threads%s%s\n",
                v2 ? "v2" : "v1", total[0], total[1], seconds, nthreads,
                span_set ? " (spans tagged)" : "", late ? " (fell behind the rate)" : "");
+    print_latencies(nthreads);
     return 0;
 }
