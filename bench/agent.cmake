@@ -35,3 +35,10 @@ target_link_libraries(dump-stacks PRIVATE fp_common)
 add_executable(bench-spawn bench-spawn.c)
 target_link_libraries(bench-spawn PRIVATE Threads::Threads)
 add_dependencies(bench-spawn fleetprof_agent)
+
+# Issue 31: begin/end of a request's span on the hot path (ns per pair, vs set/clear and two
+# clock reads). Run: FLEETPROF_OUTPUT=/tmp/x build/bench/bench-agent-spans
+add_executable(bench-agent-spans bench-agent-spans.c)
+target_include_directories(bench-agent-spans PRIVATE ${PROJECT_SOURCE_DIR}/agent/include)
+target_link_libraries(bench-agent-spans PRIVATE fleetprof_agent)
+set_target_properties(bench-agent-spans PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
