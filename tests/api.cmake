@@ -42,5 +42,10 @@ set_tests_properties(test-ui-dist PROPERTIES TIMEOUT 300 LABELS "ui;nosan")
 
 # Endpoints and requests end to end without Kafka: the demo under the agent, its chunk files
 # loaded into a SQLite store, the query store's endpoints / stuck requests (issue 31).
-fp_test(test-endpoints LABELS "api;query;nosan" LIBS fp_aggtest m)
+fp_test(test-endpoints LABELS "api;query;nosan" LIBS fp_aggtest m ARGS demo_endpoints)
 add_dependencies(test-endpoints fleetprof_agent demo-service)
+# A real tracer in the loop: the OpenTelemetry SDK (PyPI, venv under ~/.cache/fleetprof made
+# by deploy/otel-venv.sh; the first run downloads it) exports the ids fleetprof records.
+add_test(NAME test-endpoints-otel COMMAND test-endpoints otel_ids)
+set_tests_properties(test-endpoints-otel PROPERTIES TIMEOUT 300 LABELS "otel;nosan"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")

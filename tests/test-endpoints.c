@@ -8,7 +8,12 @@
  *   (same run)       the stuck request ("GET /export", never ended) is listed as stuck by the
  *                    first chunk cut after it has run for the threshold (2 s here: one chunk
  *                    interval is 1 s), and never among the ended requests.
- * Labels: api, query (no services). */
+ *   otel_ids         a Python program under the real OpenTelemetry SDK (PyPI opentelemetry-sdk,
+ *                    venv made by deploy/otel-venv.sh under ~/.cache/fleetprof) passes each span
+ *                    it starts to the agent (ctypes, fleetprof_span_begin_ids/_end): the (trace
+ *                    id, span id, name) fleetprof recorded are exactly those the SDK exported.
+ * Labels: api, query (no services); otel_ids runs as test-endpoints-otel (label otel: the
+ * first run downloads the SDK from PyPI). */
 #include "dims.h"
 #include "intern.h"
 #include "query_store.h"
@@ -210,8 +215,87 @@ static void test_demo_endpoints(void) {
     CHECK(system(cmd) == 0);
 }
 
+static int cmp_line(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_otel_ids(void) {
+    const char *b = getenv("FLEETPROF_BUILD"), *src = getenv("FLEETPROF_SRC"),
+               *home = getenv("HOME"), *cache = getenv("FLEETPROF_CACHE");
+    CHECKF(b && src, "FLEETPROF_BUILD/SRC not set (run through ctest)");
+    char venv[512], cmd[4096], dir[] = "/tmp/fp-otel-XXXXXX";
+    snprintf(venv, sizeof venv, "%s/otelvenv", cache ? cache : "");
+    if (!cache)
+        snprintf(venv, sizeof venv, "%s/.cache/fleetprof/otelvenv", home ? home : "/tmp");
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\" && '%s/deploy/otel-venv.sh' '%s'",
+             venv, src, venv);
+    CHECKF(system(cmd) == 0, "%s", cmd);
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(cmd, sizeof cmd,
+             "FLEETPROF_OUTPUT=%s FLEETPROF_SERVICE=otel LD_PRELOAD=%s/agent/libfleetprof.so "
+             "'%s/bin/python' '%s/tests/otel/otel-spans.py' %s/agent/libfleetprof.so "
+             "%s/exported.txt 60",
+             dir, b, venv, src, b, dir);
+    CHECKF(system(cmd) == 0, "%s", cmd);
+    /* what the SDK exported */
+    char path[600], *want[512], *got[512];
+    size_t nw = 0, ng = 0;
+    snprintf(path, sizeof path, "%s/exported.txt", dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    char line[256];
+    while (nw < 512 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        want[nw++] = strdup(line);
+    }
+    fclose(f);
+    /* what fleetprof recorded: the ended spans of every chunk */
+    DIR *dd = opendir(dir);
+    CHECK(dd != NULL);
+    for (struct dirent *e; (e = readdir(dd));) {
+        if (!strstr(e->d_name, ".fpc"))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *cf = fopen(path, "rb");
+        CHECK(cf != NULL);
+        uint8_t *buf = malloc(4 << 20);
+        size_t len = fread(buf, 1, 4 << 20, cf);
+        fclose(cf);
+        cm_chunk_t *c;
+        char err[256];
+        CHECKF(cm_chunk_decode(buf, len, &c, err, sizeof err) == 0, "%s", err);
+        free(buf);
+        for (uint32_t i = 0; i < c->spans.n && ng < 512; i++) {
+            if (CM_COL(&c->spans, flags, i) & CM_SPF_ACTIVE)
+                continue;
+            const uint8_t *id = c->dict.contexts + (size_t)c->spans.context[i] * CM_CONTEXT_SIZE;
+            char tr[33], sp[17];
+            cm_hex(id, 16, tr);
+            cm_hex(id + 16, 8, sp);
+            snprintf(line, sizeof line, "%s %s %s", tr, sp, c->dict.strings[c->spans.name[i]].ptr);
+            got[ng++] = strdup(line);
+        }
+        cm_chunk_free(c);
+    }
+    closedir(dd);
+    printf("# the SDK exported %zu spans, fleetprof recorded %zu\n", nw, ng);
+    CHECKF(nw == 120, "%zu spans exported (60 requests with a child each)", nw);
+    CHECKF(ng == nw, "fleetprof recorded %zu spans, the SDK exported %zu", ng, nw);
+    qsort(want, nw, sizeof *want, cmp_line);
+    qsort(got, ng, sizeof *got, cmp_line);
+    for (size_t i = 0; i < nw && i < ng; i++)
+        CHECKF(!strcmp(want[i], got[i]), "exported '%s', recorded '%s'", want[i], got[i]);
+    for (size_t i = 0; i < nw; i++)
+        free(want[i]);
+    for (size_t i = 0; i < ng; i++)
+        free(got[i]);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 static const tr_test_t tests[] = {
     {"demo_endpoints", test_demo_endpoints},
+    {"otel_ids", test_otel_ids},
     {0, 0},
 };
 TR_MAIN(tests)
