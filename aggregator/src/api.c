@@ -1469,8 +1469,13 @@ static void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_re
         reply_buf(r, "text/plain; charset=utf-8", tbuf, tlen);
     } else {
         free(tbuf);
-        reply_json(r, 200, json_pack("{s:s?, s:s?, s:o}", "trace_id", tp ? tr : NULL, "span_id",
-                                     spp ? sp : NULL, "types", types));
+        json_t *o = json_pack("{s:s?, s:s?, s:o}", "trace_id", tp ? tr : NULL, "span_id",
+                              spp ? sp : NULL, "types", types);
+        agg_request_t rq;
+        int known = 0; /* a named span (fleetprof_span_begin): its real duration beside */
+        if (tp && spp && !agg_qstore_request(api->qs, tp, spp, &rq, &known) && known)
+            json_object_set_new(o, "request", request_json(&rq));
+        reply_json(r, 200, o);
     }
 }
 
