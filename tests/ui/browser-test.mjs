@@ -284,6 +284,35 @@ await test('spans_and_span_flame', async () => {
   check(page.url().includes('trace=' + traceId) && (await frames()).length > 2, 'the trace box opens the trace');
 });
 
+// issue 31: the endpoints view (the demo names its requests), an endpoint's flame graph and
+// slowest requests, and a request's page with its real duration beside on/off-CPU time
+await test('endpoints_endpoint_request', async () => {
+  await nav(page, '#/endpoints?service=demo');
+  const rows = await page.$$eval('.endpoints tbody tr a.endpoint', (t) => t.map((a) => a.textContent));
+  check(rows.includes('POST /checkout') && rows.includes('GET /search'), `endpoints listed: ${rows}`);
+  const api31 = await api('endpoints?service=demo');
+  const shown = await page.$$eval('.endpoints tbody tr', (t) => t.map((r) => r.children[1].textContent));
+  check(shown.length === api31.endpoints.length, `a row per endpoint (${shown.length} / ${api31.endpoints.length})`);
+  await shot('endpoints');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.click('.endpoints tbody tr a.endpoint');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const ep = decodeURIComponent(new URLSearchParams(page.url().split('?')[1]).get('endpoint'));
+  const names = new Set((await frames()).map((f) => f.name));
+  const want = ep === 'POST /checkout' ? 'handle_checkout' : ep === 'GET /search' ? 'handle_search' : null;
+  check(want === null || names.has(want), `endpoint ${ep}: its flame graph holds ${want}`);
+  const nreq = await page.$$eval('.requests tbody tr', (t) => t.length);
+  check(nreq >= 1, `slowest requests listed (${nreq})`);
+  await shot('endpoint');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.click('.requests tbody tr a.request');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const summary = await page.$eval('.request-summary', (e) => e.textContent);
+  check(/duration .+ on CPU .+ off CPU/.test(summary), `the request's page: ${summary}`);
+  check((await page.$eval('h1', (e) => e.textContent)).includes(ep), 'the request page names its endpoint');
+  await shot('request');
+});
+
 // issue 35: an empty spans page says how spans get there
 await test('spans_empty_state', async () => {
   await nav(page, '#/spans?service=demo&from=1&to=2');

@@ -91,6 +91,7 @@ function nav(svc) {
       h('a', { href: href('service', { service: svc }) }, 'Timeline'),
       h('a', { href: href('flame', { service: svc }) }, 'Flame graph'),
       h('a', { href: href('spans', { service: svc }) }, 'Spans'),
+      h('a', { href: href('endpoints', { service: svc }) }, 'Endpoints'),
       h('a', { href: href('reports', { service: svc }) }, 'Reports'));
 }
 
@@ -516,6 +517,55 @@ VIEWS.spans = async (p) => {
         h('p', {}, h('a', { href: href('flame', { service: p.service }) }, 'Flame graph of ' + p.service))));
 };
 
+// ---- endpoints (named spans with their real durations) ----
+const ns = (v) => fmtValue(v, 'nanoseconds');
+
+function requestsTable(reqs, p) {
+  return h('table.grid.requests', {}, h('thead', {}, h('tr', {}, ['request', 'endpoint', 'started', 'duration', 'on CPU', 'off CPU', 'state'].map((x) => h('th', {}, x)))),
+    h('tbody', {}, reqs.map((r) => h('tr', {},
+      h('td', {}, h('a.request', { href: href('span', { trace: r.trace_id, span: r.span_id, service: p.service }) }, r.span_id)),
+      h('td', {}, r.name || '(unnamed)'), h('td', {}, fmtTime(r.start_ns)), h('td.num', {}, ns(r.duration_ns)),
+      h('td.num', {}, ns(r.on_cpu_ns)), h('td.num', {}, ns(r.off_cpu_ns)), h('td', {}, r.ended ? 'ended' : 'running')))));
+}
+
+VIEWS.endpoints = async (p) => {
+  nav(p.service);
+  const [{ endpoints }, stuck] = await Promise.all([
+    get('endpoints', { service: p.service, from: p.from, to: p.to }),
+    get('requests', { service: p.service, stuck: 1, min: p.min || '10s', limit: 20 })]);
+  return h('section', {}, h('h1', {}, `Endpoints · ${p.service}`),
+    endpoints.length ? h('table.grid.endpoints', {}, h('thead', {}, h('tr', {}, ['endpoint', 'calls', 'p50', 'p90', 'p99 ▼', 'CPU / call', 'wall / call', 'alloc / call', 'CPU share'].map((x) => h('th', {}, x)))),
+      h('tbody', {}, endpoints.map((e) => h('tr', {},
+        h('td', {}, h('a.endpoint', { href: href('endpoint', { service: p.service, endpoint: e.name, from: p.from, to: p.to }) }, e.name || '(unnamed)')),
+        h('td.num', {}, fmtCount(e.calls)), h('td.num', {}, ns(e.p50_ns)), h('td.num', {}, ns(e.p90_ns)), h('td.num', {}, ns(e.p99_ns)),
+        h('td.num', {}, ns(e.cpu_per_call_ns)), h('td.num', {}, ns(e.wall_per_call_ns)), h('td.num', {}, fmtValue(e.alloc_per_call_bytes, 'bytes')),
+        h('td.num', {}, fmtPct(e.cpu_share))))))
+      : h('div.empty', {}, h('p', {}, 'No endpoints in this range.'),
+        h('p', {}, 'An endpoint is the name a program gives its requests: fleetprof_span_begin(traceparent, "GET /checkout") when a request starts and ',
+          'fleetprof_span_end() when it is done (agent/include/fleetprof.h). Each request\'s real duration is recorded beside its samples.')),
+    h('h2', {}, `Stuck now (running for at least ${p.min || '10s'})`),
+    stuck.requests.length ? requestsTable(stuck.requests, p) : h('p.stuck-none', {}, 'No request is stuck.'));
+};
+
+VIEWS.endpoint = async (p) => {
+  nav(p.service);
+  const type = p.type || 'cpu';
+  const q = { service: p.service, endpoint: p.endpoint, type, from: p.from, to: p.to };
+  const [tree, top, slow] = await Promise.all([
+    get('endpoint', { ...q, view: 'tree', limit: 10000, min_share: 0.0001 }),
+    get('endpoint', { ...q, view: 'top', limit: 30 }),
+    get('requests', { service: p.service, endpoint: p.endpoint, from: p.from, to: p.to, limit: 10 })]);
+  const typeSel = h('select', { onchange: (e) => go('endpoint', { ...p, type: e.target.value, focus: undefined }) },
+    EVENT_TYPES.map((t) => h('option', { value: t, selected: t === type }, t)));
+  const { el } = flamePanel({ ...p, type }, 'endpoint', tree.tree.root, top, tree.unit, null);
+  const sec = h('section', {}, h('h1', {}, `Endpoint ${p.endpoint}`),
+    h('p.sub', {}, `${p.service} · every request of the endpoint merged · total ${fmtValue(tree.tree.total, tree.unit)}, ${fmtCount(tree.tree.samples)} samples`),
+    h('div.controls', {}, 'type ', typeSel), el,
+    h('h2', {}, 'Slowest requests'), requestsTable(slow.requests, p));
+  sec.onMounted = el.onMounted;
+  return sec;
+};
+
 // One trace's or span's profile: a flame graph per event type (tabs).
 VIEWS.span = async (p) => {
   nav(p.service);
@@ -527,8 +577,12 @@ VIEWS.span = async (p) => {
   const tabs = h('div.tabs', {}, types.map((t) => h('a' + (t === type ? '.active' : ''), { href: href('span', { ...p, type: t, focus: undefined }) },
     `${t} (${fmtValue(all.types[t].total, all.types[t].unit)})`)));
   const { el } = flamePanel({ ...p, type }, 'span', tree.tree.root, all.types[type], tree.unit, null);
-  const sec = h('section', {}, h('h1', {}, p.span ? `Span ${p.span}` : `Trace ${p.trace}`),
-    p.span && p.trace ? h('p.sub', {}, 'trace ', h('a', { href: href('span', { trace: p.trace, service: p.service }) }, p.trace)) : null, tabs, el);
+  const rq = all.request; // a named span (a request): its real duration beside its samples
+  const sec = h('section', {}, h('h1', {}, rq ? `Request ${rq.name || p.span}` : p.span ? `Span ${p.span}` : `Trace ${p.trace}`),
+    p.span && p.trace ? h('p.sub', {}, 'trace ', h('a', { href: href('span', { trace: p.trace, service: p.service }) }, p.trace)) : null,
+    rq ? h('p.request-summary', {}, `duration ${ns(rq.duration_ns)} (${rq.ended ? 'ended' : 'still running'}) · on CPU ${ns(rq.on_cpu_ns)} · off CPU ${ns(rq.off_cpu_ns)} · started ${fmtTime(rq.start_ns)}`,
+      p.service ? [' · ', h('a', { href: href('endpoint', { service: p.service, endpoint: rq.name }) }, 'endpoint ' + rq.name)] : null) : null,
+    tabs, el);
   sec.onMounted = el.onMounted;
   return sec;
 };
