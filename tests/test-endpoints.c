@@ -167,7 +167,7 @@ static void test_demo_endpoints(void) {
 
     agg_endpoint_t *e;
     size_t ne;
-    CHECK_EQ(agg_qstore_endpoints(qs, "demo", 0, INT64_MAX / 4, &e, &ne), 0);
+    CHECK_EQ(agg_qstore_endpoints(qs, "demo", NULL, 0, INT64_MAX / 4, &e, &ne), 0);
     static const char *const eps[] = {"POST /checkout", "GET /search", "GET /report"};
     for (size_t k = 0; k < ne; k++) {
         printf("# %-16s calls %6llu p50 %10lld p99 %10lld cpu/call %.0f ns share %.2f\n",
@@ -199,7 +199,7 @@ static void test_demo_endpoints(void) {
     free(e);
     agg_profile_t *p = NULL;
     int found = 0;
-    CHECK_EQ(agg_qstore_endpoint_profile(qs, "demo", "GET /report", 0, INT64_MAX / 4,
+    CHECK_EQ(agg_qstore_endpoint_profile(qs, "demo", NULL, "GET /report", 0, INT64_MAX / 4,
                                          CM_EV_CPU, &p, &found),
              0);
     CHECK(found && p->n_rows > 0);

@@ -318,7 +318,7 @@ static void test_api_same_on_both_backends(void) {
         agg_endpoint_t *e = NULL;
         size_t n = 0;
         CHECKF(agg_qstore_open(sqdir, &qs, err, sizeof err) == 0, "%s", err);
-        CHECK_EQ(agg_qstore_endpoints(qs, svc, 0, INT64_MAX / 4, &e, &n), 0);
+        CHECK_EQ(agg_qstore_endpoints(qs, svc, NULL, 0, INT64_MAX / 4, &e, &n), 0);
         CHECKF(n >= 2, "%zu endpoints", n);
         snprintf(ep, sizeof ep, "%s", n ? e[0].name : "");
         free(e);
@@ -329,6 +329,11 @@ static void test_api_same_on_both_backends(void) {
     same(a1, a2, "/api/v1/endpoint", S, svc, "endpoint", ep, F, from, T, to, "type", "wall", "view",
          "top", NULL);
     same(a1, a2, "/api/v1/requests", S, svc, F, from, T, to, "limit", "50", NULL);
+    same(a1, a2, "/api/v1/endpoints", S, svc, F, from, T, to, "version", v1, NULL);
+    same(a1, a2, "/api/v1/endpoint", S, svc, "endpoint", ep, "version", v0, F, from, T, to,
+         NULL);
+    same(a1, a2, "/api/v1/requests", S, svc, "endpoint", ep, "version", v1, F, from, T, to,
+         NULL);
     same(a1, a2, "/api/v1/requests", S, svc, "endpoint", ep, F, from, T, to, NULL);
     same(a1, a2, "/api/v1/requests", S, svc, "stuck", "1", "seen", "72h", "min", "1s", NULL);
     /* reports */

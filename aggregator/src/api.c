@@ -1282,7 +1282,9 @@ static void h_endpoints(agg_api_t *api, const args_t *a, const char *url, agg_ht
         return;
     agg_endpoint_t *e = NULL;
     size_t n = 0;
-    int rc = agg_qstore_endpoints(api->qs, svc, s_to_ns(from), s_to_ns(to), &e, &n);
+    const char *ver = arg(a, "version");
+    ver = ver && *ver ? ver : NULL;
+    int rc = agg_qstore_endpoints(api->qs, svc, ver, s_to_ns(from), s_to_ns(to), &e, &n);
     if (rc) {
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
         return;
@@ -1299,7 +1301,8 @@ static void h_endpoints(agg_api_t *api, const args_t *a, const char *url, agg_ht
                            "alloc_per_call_bytes", e[i].cost_per_call[CM_EV_ALLOC], "cpu_share",
                            e[i].cpu_share));
     free(e);
-    reply_json(r, 200, json_pack("{s:s, s:o}", "service", svc, "endpoints", arr));
+    reply_json(r, 200, json_pack("{s:s, s:s?, s:o}", "service", svc, "version", ver, "endpoints",
+                                 arr));
 }
 
 static void h_endpoint(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
@@ -1319,8 +1322,9 @@ static void h_endpoint(agg_api_t *api, const args_t *a, const char *url, agg_htt
     }
     agg_profile_t *p = NULL;
     int found = 0;
-    int rc = agg_qstore_endpoint_profile(api->qs, svc, name, s_to_ns(from), s_to_ns(to), type,
-                                         &p, &found);
+    const char *ver = arg(a, "version");
+    int rc = agg_qstore_endpoint_profile(api->qs, svc, ver && *ver ? ver : NULL, name,
+                                         s_to_ns(from), s_to_ns(to), type, &p, &found);
     if (rc) {
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
         return;
@@ -1343,8 +1347,10 @@ static void h_requests(agg_api_t *api, const args_t *a, const char *url, agg_htt
         parse_dur(a, "min", 10000000000ll, r, &min_ns) ||
         parse_dur(a, "seen", 30000000000ll, r, &seen_ns))
         return;
+    const char *ver = arg(a, "version");
     agg_reqq_t q = {.service = svc, .name = name && *name ? name : NULL,
-                    .from_ns = s_to_ns(from), .to_ns = s_to_ns(to)};
+                    .version = ver && *ver ? ver : NULL, .from_ns = s_to_ns(from),
+                    .to_ns = s_to_ns(to)};
     if (stuck && !strcmp(stuck, "1")) { /* active at a cut in the last `seen`, for `min` */
         q.stuck = 1;
         q.min_ns = min_ns;

@@ -51,10 +51,15 @@ int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **o
     int rc = agg_qs_refresh(qs);
     char sql[1024];
     /* stuck: not ended, seen active at a cut since from_ns, running min_ns by that cut */
-    snprintf(sql, sizeof sql, "%s%s%s", REQ_COLS,
+    /* parameters numbered without gaps (PostgreSQL types each one from its use) */
+    int pv = q->name ? 5 : 4;
+    char vcond[32] = "";
+    if (q->version)
+        snprintf(vcond, sizeof vcond, " AND r.version = ?%d", pv);
+    snprintf(sql, sizeof sql, "%s%s%s%s", REQ_COLS,
              q->stuck ? "AND r.ended = 0 AND r.end_ns >= ?2 AND r.end_ns - r.start_ns >= ?3"
                       : "AND r.ended = 1 AND r.end_ns >= ?2 AND r.end_ns < ?3",
-             q->name ? " AND n.s = ?4" : "");
+             q->name ? " AND n.s = ?4" : "", vcond);
     for (size_t i = 0; !rc && i < qs->n; i++) {
         agg_qxst_t *st;
         if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
@@ -64,6 +69,8 @@ int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **o
         B64(st, 3, q->stuck ? q->min_ns : q->to_ns);
         if (q->name)
             agg_qx_bind_text(st, 4, q->name);
+        if (q->version)
+            B64(st, pv, agg_qs_sid(q->version));
         int s;
         while ((s = agg_qx_step(st)) == 1 && nv < AGG_REQ_MAX) {
             if (nv == cap) {
@@ -143,9 +150,9 @@ static int64_t rank_q(const agg_request_t *r, size_t n, double q) {
     return r[k < n ? k : n - 1].end_ns - r[k < n ? k : n - 1].start_ns;
 }
 
-int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
-                         agg_endpoint_t **out, size_t *n) {
-    agg_reqq_t q = {.service = service, .from_ns = from_ns, .to_ns = to_ns};
+int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *version,
+                         int64_t from_ns, int64_t to_ns, agg_endpoint_t **out, size_t *n) {
+    agg_reqq_t q = {.service = service, .version = version, .from_ns = from_ns, .to_ns = to_ns};
     agg_request_t *r;
     size_t nr;
     *out = NULL;
@@ -226,9 +233,9 @@ static int add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t r
     return rc;
 }
 
-int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *name,
-                                int64_t from_ns, int64_t to_ns, cm_event_type_t type,
-                                agg_profile_t **out, int *found) {
+int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
+                                const char *name, int64_t from_ns, int64_t to_ns,
+                                cm_event_type_t type, agg_profile_t **out, int *found) {
     *found = 0;
     int rc = agg_qs_refresh(qs);
     if (rc)
@@ -241,16 +248,20 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
         agg_profile_free(p);
         return (int)rep;
     }
-    static const char *const where =
-        "FROM requests r JOIN strings n ON n.id = r.name WHERE r.service = ?1 AND n.s = ?2 AND "
-        "r.ended = 1 AND r.end_ns >= ?3 AND r.end_ns < ?4";
-    char sql_n[512], sql[1024];
-    snprintf(sql_n, sizeof sql_n, "SELECT COUNT(*) %s", where);
+    char where_n[340], where_p[340], sql_n[512], sql[1024];
+    /* the version is ?5 in the count, ?6 in the profile statement (?5: type) */
+    const char *vc_n = version ? " AND r.version = ?5" : "",
+               *vc_p = version ? " AND r.version = ?6" : "";
+    static const char w[] = "FROM requests r JOIN strings n ON n.id = r.name WHERE r.service = ?1 "
+                            "AND n.s = ?2 AND r.ended = 1 AND r.end_ns >= ?3 AND r.end_ns < ?4";
+    snprintf(where_n, sizeof where_n, "%s%s", w, vc_n);
+    snprintf(where_p, sizeof where_p, "%s%s", w, vc_p);
+    snprintf(sql_n, sizeof sql_n, "SELECT COUNT(*) %s", where_n);
     snprintf(sql, sizeof sql,
              "SELECT ss.stack, SUM(ss.weight), SUM(ss.count) FROM span_stacks ss JOIN (SELECT "
              "r.trace, r.span %s) q ON ss.trace = q.trace AND ss.span = q.span WHERE ss.type = ?5 "
              "GROUP BY ss.stack ORDER BY ss.stack",
-             where);
+             where_p);
     for (size_t i = 0; !rc && i < qs->n; i++) {
         for (int k = 0; !rc && k < 2; k++) {
             agg_qxst_t *st;
@@ -260,6 +271,8 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
             agg_qx_bind_text(st, 2, name);
             B64(st, 3, from_ns);
             B64(st, 4, to_ns);
+            if (version)
+                B64(st, k ? 6 : 5, agg_qs_sid(version));
             if (k == 0) {
                 int s = agg_qx_step(st);
                 *found |= s == 1 && agg_qx_int64(st, 0) > 0;

@@ -149,6 +149,7 @@ typedef struct {
 typedef struct {
     const char *service;
     const char *name;        /* NULL: every endpoint */
+    const char *version;     /* NULL: every version */
     int64_t from_ns, to_ns;  /* ended requests: those that ended in [from, to) */
     int stuck;               /* 1: instead, those not ended, seen active at or after from_ns
                               * (the last chunk cut), running for at least min_ns by then */
@@ -174,15 +175,17 @@ typedef struct {
     double cpu_share;                        /* its CPU / the CPU of every endpoint */
 } agg_endpoint_t;
 
-/* Endpoints of service over [from_ns, to_ns), ranked by p99 (then name). Returns 0 or a CM_E*
- * code; *out malloc'ed. */
-int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
-                         agg_endpoint_t **out, size_t *n);
-/* Profile of event type `type` of every request of endpoint `name` of service that ended in
- * [from_ns, to_ns) (their spans merged). *found: the endpoint has a request there. */
-int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *name,
-                                int64_t from_ns, int64_t to_ns, cm_event_type_t type,
-                                agg_profile_t **out, int *found);
+/* Endpoints of service (of one version; NULL: all) over [from_ns, to_ns), ranked by p99 (then
+ * name): two versions' cost per call side by side compare an endpoint across a deploy.
+ * Returns 0 or a CM_E* code; *out malloc'ed. */
+int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *version,
+                         int64_t from_ns, int64_t to_ns, agg_endpoint_t **out, size_t *n);
+/* Profile of event type `type` of every request of endpoint `name` of service (of one version;
+ * NULL: all) that ended in [from_ns, to_ns) (their spans merged). *found: the endpoint has a
+ * request there. */
+int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
+                                const char *name, int64_t from_ns, int64_t to_ns,
+                                cm_event_type_t type, agg_profile_t **out, int *found);
 
 /* Rejected messages (dead-lettered) by reason, summed over the partitions, sorted by reason.
  * Returns 0 or a CM_E* code; free with agg_qrejects_free. */

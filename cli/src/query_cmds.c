@@ -64,15 +64,16 @@ static const qcmd_t qcmds[] = {
      " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
     {"spans", "/api/v1/spans", " service type from to limit ", " ", NULL,
      "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
-    {"endpoints", "/api/v1/endpoints", " service from to ", " ", NULL,
-     "endpoints --service S [--from T] [--to T] [--json]  (named spans: calls, latency, cost)"},
+    {"endpoints", "/api/v1/endpoints", " service version from to ", " ", NULL,
+     "endpoints --service S [--version V] [--from T] [--to T] [--json]\n"
+     "      (named spans: calls, latency, cost per call; --version: one version's, to compare)"},
     {"endpoint", "/api/v1/endpoint",
-     " service endpoint type from to include exclude fold group limit min-share sort view "
-     "function ",
+     " service version endpoint type from to include exclude fold group limit min-share sort "
+     "view function ",
      " by-module ", NULL,
      "endpoint --service S --endpoint NAME [--type T] [--from T] [--to T] [--json]\n"
      "      (the profile of every request of the endpoint, merged)"},
-    {"requests", "/api/v1/requests", " service endpoint from to limit min seen ", " stuck ",
+    {"requests", "/api/v1/requests", " service version endpoint from to limit min seen ", " stuck ",
      NULL,
      "requests --service S [--endpoint NAME] [--from T] [--to T] [--limit N] [--json]\n"
      "      (slowest first)  or  requests --service S --stuck [--min 10s] [--seen 30s]\n"
