@@ -172,8 +172,9 @@ static uint32_t intern_name(const char *s) {
     return *c = id;
 }
 
-/* The outermost span of the thread: published to the bg thread (seq odd while writing). */
-static void publish_active(active_t *a, uint32_t active, const frame_t *f, const uint8_t *ctx) {
+/* The outermost span of the thread: published to the bg thread (seq odd while writing). A
+ * sequence lock races by design (the reader retries a torn copy): not for ThreadSanitizer. */
+AG_NO_TSAN static void publish_active(active_t *a, uint32_t active, const frame_t *f, const uint8_t *ctx) {
     atomic_fetch_add_explicit(&a->seq, 1, memory_order_acq_rel);
     atomic_thread_fence(memory_order_release);
     a->active = active;
@@ -289,6 +290,28 @@ void ag_spans_flip(void) {
     }
 }
 
+/* bg: a consistent copy of a thread's slot (retried while its owner writes; *act = 0 when no
+ * consistent copy was had in 100 tries). */
+AG_NO_TSAN static void read_active(active_t *a, uint32_t *act, uint32_t *name, uint64_t *st,
+                                   uint8_t *ctx) {
+    *act = 0;
+    for (int tries = 0; tries < 100; tries++) {
+        uint32_t s0 = atomic_load_explicit(&a->seq, memory_order_acquire);
+        if (s0 & 1) {
+            sched_yield();
+            continue;
+        }
+        *act = a->active;
+        *name = a->name;
+        *st = a->start_ns;
+        memcpy(ctx, a->ctx, CM_CONTEXT_SIZE);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&a->seq, memory_order_relaxed) == s0)
+            return;
+        *act = 0;
+    }
+}
+
 /* bg: adds the closed half's spans and every thread's active outermost span to the builder.
  * An ended span's times are kept inside [start, end] of the chunk (a span that ended while the
  * cut was being made may straddle it by microseconds). */
@@ -311,24 +334,10 @@ void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
         int32_t tid = atomic_load_explicit(&a->owner, memory_order_acquire);
         if (!tid)
             continue;
-        uint32_t s0, act = 0, name = 0;
-        uint64_t st = 0;
+        uint32_t act, name;
+        uint64_t st;
         uint8_t ctx[CM_CONTEXT_SIZE];
-        for (int tries = 0; tries < 100; tries++) {
-            s0 = atomic_load_explicit(&a->seq, memory_order_acquire);
-            if (s0 & 1) {
-                sched_yield();
-                continue;
-            }
-            act = a->active;
-            name = a->name;
-            st = a->start_ns;
-            memcpy(ctx, a->ctx, CM_CONTEXT_SIZE);
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load_explicit(&a->seq, memory_order_relaxed) == s0)
-                break;
-            act = 0;
-        }
+        read_active(a, &act, &name, &st, ctx);
         if (act && st <= end)
             ag_builder_add_span(b, ctx, name && name <= n ? g_names[name].s : NULL, st,
                                 end - st, (pid_t)tid, CM_SPF_ACTIVE);
