@@ -14,7 +14,7 @@
  * usage: bench-diff-power [trials=500] [procs=2] [buckets=8] [null|new|slower|n90]
  * Environment: PMIX, BMIX (the over-dispersion's log-sds, 0.05 and 0.1), SHARES (fixed shares
  * of a few functions instead of 60 lognormal ones, e.g. bench/diff-service's
- * "0.3,0.2,0.25,0.15,0.1"), DEBUG (each diff's planted and false findings).
+ * "0.3,0.2,0.25,0.15,0.1"), NMAX (the null cells' largest samples per side, 30000), DEBUG (each diff's planted and false findings).
  * Output: one line per cell: kind, share, change, samples per side, detection rate of ours,
  * Welch, oracle, and the fraction of diffs with a finding on another function. */
 #include "query.h"
@@ -247,10 +247,11 @@ int main(int argc, char **argv) {
     const char *only = argc > 4 ? argv[4] : "";
     printf("# %d trials per cell, %d processes x %d buckets per side, %d functions\n", trials,
            procs, buckets, F);
+    double nmax = env_sigma("NMAX", 30000); /* the null cells' largest sample count */
     if (!*only || !strcmp(only, "null")) {
-        for (double n = 1500; n <= 30000; n *= 4.47)
+        for (double n = 1500; n <= nmax; n *= 4.47)
             cell(NULL_SAME, 0, 0, n, trials, procs, buckets);
-        for (double n = 1500; n <= 30000; n *= 4.47)
+        for (double n = 1500; n <= nmax; n *= 4.47)
             cell(NULL_LOAD, 0, 0, n, trials, procs, buckets);
     }
     static const double news[] = {0.005, 0.01, 0.02, 0.05};

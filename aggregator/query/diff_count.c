@@ -205,51 +205,71 @@ static int fit_common(uint32_t nk, agg_dcount_t *q) {
     return 0;
 }
 
-#define GROUPS_MAX 64 /* groups per side the between-process dispersion is estimated for */
+typedef struct {
+    uint32_t key, r;
+} kr_t;
 
-/* Dense group ids of s's replicates into g[] (0..n-1); returns n, or 0 when the replicates
- * have no groups, a group per replicate, or more than GROUPS_MAX groups. */
-static uint32_t dense_groups(const side_t *s, uint32_t *g) {
-    uint32_t key[GROUPS_MAX], n = 0;
+static int cmp_kr(const void *a, const void *b) {
+    const kr_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->r > y->r) - (x->r < y->r);
+}
+
+/* Dense group ids of s's replicates into g[] (0..n-1, any number of groups); returns n, or 0
+ * when the replicates have no groups or a group per replicate; -1 when out of memory. */
+static int64_t dense_groups(const side_t *s, uint32_t *g) {
+    kr_t *v = malloc(((size_t)s->n_reps + 1) * sizeof *v);
+    if (!v)
+        return -1;
     for (uint32_t r = 0; r < s->n_reps; r++) {
-        if (s->rep_g[r] == AGG_NONE)
+        if (s->rep_g[r] == AGG_NONE) {
+            free(v);
             return 0;
-        uint32_t i = 0;
-        while (i < n && key[i] != s->rep_g[r])
-            i++;
-        if (i == n) {
-            if (n == GROUPS_MAX)
-                return 0;
-            key[n++] = s->rep_g[r];
         }
-        g[r] = i;
+        v[r] = (kr_t){s->rep_g[r], r};
     }
+    qsort(v, s->n_reps, sizeof *v, cmp_kr);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_reps; i++) {
+        if (i > 0 && v[i].key != v[i - 1].key)
+            n++;
+        g[v[i].r] = n;
+    }
+    n += s->n_reps > 0;
+    free(v);
     return n < s->n_reps ? n : 0;
 }
 
 /* Between groups (processes): the same negative-binomial moment as between replicates, on
  * each group's totals. Replicates of one process share its request mix, so their totals vary
  * more than independent replicates would: phi_f is raised to 1 + alpha_g mbar_g(f) when that
- * is larger. Only when both sides have 2..GROUPS_MAX groups. */
+ * is larger. Only when both sides have 2 or more groups (any number: past a fixed cap the
+ * replicates would be taken as independent, and the p values too small). */
 static int fit_groups(const side_t *s[2], uint32_t nk, agg_dcount_t *q) {
     uint32_t *g[2] = {malloc(((size_t)s[0]->n_reps + 1) * sizeof(uint32_t)),
                       malloc(((size_t)s[1]->n_reps + 1) * sizeof(uint32_t))};
     uint32_t ng[2] = {0, 0};
-    double *yg[2] = {NULL, NULL}, cg[2][GROUPS_MAX];
+    double *yg[2] = {NULL, NULL}, *cg[2] = {NULL, NULL};
     double *x2 = calloc((size_t)nk + 1, sizeof *x2), *mu2 = calloc((size_t)nk + 1, sizeof *mu2);
     mw_t *a = malloc(((size_t)nk + 1) * sizeof *a);
     int rc = CM_ENOMEM;
     if (!g[0] || !g[1] || !x2 || !mu2 || !a)
         goto out;
-    rc = 0;
-    for (int k = 0; k < 2; k++)
-        if ((ng[k] = dense_groups(s[k], g[k])) < 2)
-            goto out;
-    rc = CM_ENOMEM;
     for (int k = 0; k < 2; k++) {
-        if (!(yg[k] = calloc((size_t)ng[k] * nk + 1, sizeof(double))))
+        int64_t n = dense_groups(s[k], g[k]);
+        if (n < 0)
             goto out;
-        memset(cg[k], 0, sizeof cg[k]);
+        if (n < 2) {
+            rc = 0;
+            goto out;
+        }
+        ng[k] = (uint32_t)n;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!(yg[k] = calloc((size_t)ng[k] * nk + 1, sizeof(double))) ||
+            !(cg[k] = calloc((size_t)ng[k] + 1, sizeof(double))))
+            goto out;
         for (uint32_t r = 0; r < s[k]->n_reps; r++) {
             cg[k][g[k][r]] += s[k]->rep_c[r];
             for (uint32_t i = s[k]->pair_off[r]; i < s[k]->pair_off[r + 1]; i++)
@@ -296,6 +316,7 @@ out:
     for (int k = 0; k < 2; k++) {
         free(g[k]);
         free(yg[k]);
+        free(cg[k]);
     }
     free(x2);
     free(mu2);
