@@ -11,10 +11,11 @@
  * re-scaled to `share` of the base, its cost x (1 + change) in the test. Null: same build two
  * deploys, and the same with +10 % load on the test side.
  *
- * usage: bench-diff-power [trials=500] [procs=2] [buckets=8] [null|new|slower|n90]
+ * usage: bench-diff-power [trials=500] [procs=2] [buckets=8] [null|new|slower|n90|curve]
  * Environment: PMIX, BMIX (the over-dispersion's log-sds, 0.05 and 0.1), SHARES (fixed shares
  * of a few functions instead of 60 lognormal ones, e.g. bench/diff-service's
- * "0.3,0.2,0.25,0.15,0.1"), NMAX (the null cells' largest samples per side, 30000), DEBUG (each diff's planted and false findings).
+ * "0.3,0.2,0.25,0.15,0.1"), NMAX (the null cells' largest samples per side, 30000), PMIX0 (fn_00's own
+ * PMIX: one function with a larger process spread), DEBUG (each diff's planted and false findings).
  * Output: one line per cell: kind, share, change, samples per side, detection rate of ours,
  * Welch, oracle, and the fraction of diffs with a finding on another function. */
 #include "query.h"
@@ -119,7 +120,7 @@ static agg_profile_t *side(const svc_t *s, rng_t *r, double samples, double mult
     *cnt_target = 0;
     for (int pr = 0; pr < s->procs; pr++) {
         for (int f = 0; f <= F; f++)
-            pmix[f] = rlognorm(r, env_sigma("PMIX", 0.05));
+            pmix[f] = rlognorm(r, env_sigma(f == 0 && getenv("PMIX0") ? "PMIX0" : "PMIX", 0.05));
         for (int b = 0; b < s->buckets; b++) {
             snprintf(name, sizeof name, "p%d-b%d", pr, b);
             uint32_t rep = (uint32_t)agg_profile_replicate(p, name, 5.0);
@@ -270,5 +271,9 @@ int main(int argc, char **argv) {
             for (int c = 0; c < 3; c++)
                 for (int j = 0; j < 6; j++)
                     cell(SLOWER, shares[i], changes[c], ssamp[j], trials, procs, buckets);
+    if (!strcmp(only, "curve")) /* issue 30's existing-function item: 20 % function +10 % */
+        for (int j = 0; j < 4; j++)
+            cell(SLOWER, 0.2, 0.10, (double[]){6700, 15000, 30000, 60000}[j], trials, procs,
+                 buckets);
     return 0;
 }

@@ -31,6 +31,8 @@
 #define ALPHA_MIN 5.0  /* mean samples per replicate a function needs to enter alpha */
 #define ALPHA_G_PRIOR 0.0005 /* processes of one build differ by ~2 % in a function's share */
 #define PRIOR_G_DF 10.0       /* its weight, in df, against the processes' own estimate */
+#define OWN_G_DF 6.0          /* df a function needs to keep its own process spread */
+#define ALPHA_G_SD 0.0005     /* least spread of the functions' between-process alphas */
 #define ALPHA_SD 0.01  /* least spread of the functions' alphas around the common one (a
                         * request mix varying by 10 % between replicates) */
 
@@ -40,6 +42,18 @@ void agg_dcount_fit_free(agg_dcount_t *q) {
     free(q->phi);
     free(q->df);
     memset(q, 0, sizeof *q);
+}
+
+/* A function's expected count in a replicate (or group) with c_r samples of which y_r its own,
+ * when the side has c samples, y of them its own: in proportion to the rest's samples
+ * (c_r - y_r), not to c_r. The test compares a function against the others (TMM's common
+ * factor is theirs), and a large function's own spread moves c_r with it: its spread measured
+ * against c_r understated the spread of its ratio to the rest by (1 - p)^2 (a 30 % function:
+ * 2x in variance; bench-diff-power with PMIX0). Sums to y over the replicates, as y / c * c_r
+ * does. Its Pearson residuals carry the rest's Poisson noise too, p / (1 - p) per df, which
+ * the callers subtract (the rest's noise is the common factor's, counted in var_log_rho). */
+static double rest_mu(double y, double c, double c_r, double y_r) {
+    return c > y ? y / (c - y) * (c_r - y_r) : y / c * c_r;
 }
 
 /* Per function of side s: its samples y, Pearson's X^2 of its replicate counts around
@@ -57,13 +71,14 @@ static void side_pearson(const side_t *s, uint32_t nk, double *y, double *x2, do
         y[s->pair_f[i]] += s->pair_c[i];
     for (uint32_t f = 0; f < nk; f++) {
         double p = *c > 0 ? y[f] / *c : 0;
-        x2[f] = y[f];
+        /* less the rest's Poisson part of rest_mu's residuals: p / (1 - p) per df */
+        x2[f] = y[f] - (y[f] > 0 && p < 1 ? (s->n_reps - 1.0) * p / (1 - p) : 0);
         mu2[f] = p * p * c2;
     }
     for (uint32_t r = 0; r < s->n_reps; r++)
         for (uint32_t i = s->pair_off[r]; i < s->pair_off[r + 1]; i++) {
             uint32_t f = s->pair_f[i];
-            double mu = y[f] / *c * s->rep_c[r];
+            double mu = rest_mu(y[f], *c, s->rep_c[r], s->pair_c[i]);
             if (mu > 0)
                 x2[f] += (s->pair_c[i] - mu) * (s->pair_c[i] - mu) / mu - mu;
         }
@@ -156,16 +171,17 @@ static int cmp_mw(const void *a, const void *b) {
 }
 
 /* Pooled moment estimate of the between-group alpha: with per function the excess
- * X^2_f - df_f (m = ratio to w = df_f mbar_f), alpha = sum excess / sum w over the functions,
- * the 10 % with the largest ratios left out (a function that changed between the sides is not
- * dispersion). Far less noisy than a median of df-2 ratios. Sorts v. */
+ * X^2_f - df_f (m = ratio to w = df_f mbar_f), alpha = sum excess / sum w over the functions.
+ * Far less noisy than a median of df-2 ratios. Nothing is trimmed: the ratios are chi-square
+ * with a few df, so leaving out the largest 10 % biased alpha low by ~25 % (null diffs with a
+ * finding 1.4 -> 3.2 % in bench-diff-power); a function with its own larger process spread
+ * keeps its own estimate instead (group_excess). Sorts v (the sum's order). */
 static double pooled_alpha(mw_t *v, size_t n) {
     if (!n)
         return 0;
     qsort(v, n, sizeof *v, cmp_mw);
-    size_t keep = n;
     double num = 0, den = 0;
-    for (size_t i = 0; i < keep; i++) {
+    for (size_t i = 0; i < n; i++) {
         num += v[i].m * v[i].w;
         den += v[i].w;
     }
@@ -241,6 +257,27 @@ static int64_t dense_groups(const side_t *s, uint32_t *g) {
     return n < s->n_reps ? n : 0;
 }
 
+/* A function's between-process excess over Poisson, e = alpha_g,f mbar_g. With fewer than
+ * OWN_G_DF df of its own (2 processes per side: 2 df) the pooled e0 = alpha_g mbar_g (*df_eff
+ * 0: the pool's df); a chi-square with a few df says too little, and mixing it in made null
+ * diffs flag 3.3 % instead of 1.4 % (bench-diff-power 1000 2 8 null). Otherwise its own
+ * estimate own = X^2 / df - 1 shrunk towards e0 as in fit_dispersion (prior sd
+ * tau = max(alpha_g, ALPHA_G_SD) mbar_g, own variance 2 (1 + e0)^2 / df; *df_eff = df +
+ * PRIOR_G_DF), or, far above it (> 3 sd: a per-process cache, a leader process), kept as is
+ * (*df_eff = df): its process spread is not a "change". */
+static double group_excess(double alpha_g, double mbar, double own, double df, double *df_eff) {
+    double e0 = alpha_g * mbar, tau = fmax(alpha_g, ALPHA_G_SD) * mbar;
+    *df_eff = 0;
+    if (!(df >= OWN_G_DF))
+        return e0;
+    double v = 2 * (1 + e0) * (1 + e0) / df, t2 = tau * tau;
+    *df_eff = df;
+    if (own > e0 + 3 * sqrt(v))
+        return own;
+    *df_eff = df + PRIOR_G_DF;
+    return t2 > 0 ? (e0 / t2 + own / v) / (1 / t2 + 1 / v) : e0;
+}
+
 /* Between groups (processes): the same negative-binomial moment as between replicates, on
  * each group's totals. Replicates of one process share its request mix, so their totals vary
  * more than independent replicates would: phi_f is raised to 1 + alpha_g mbar_g(f) when that
@@ -275,14 +312,18 @@ static int fit_groups(const side_t *s[2], uint32_t nk, agg_dcount_t *q) {
             for (uint32_t i = s[k]->pair_off[r]; i < s[k]->pair_off[r + 1]; i++)
                 yg[k][(size_t)g[k][r] * nk + s[k]->pair_f[i]] += s[k]->pair_c[i];
         }
-        for (uint32_t f = 0; f < nk; f++)
+        for (uint32_t f = 0; f < nk; f++) {
+            double p = q->y[k][f] / q->c[k];
+            if (q->y[k][f] > 0 && p < 1) /* the rest's Poisson part, as in side_pearson */
+                x2[f] -= (ng[k] - 1.0) * p / (1 - p);
             for (uint32_t j = 0; j < ng[k] && q->y[k][f] > 0; j++) {
-                double mu = q->y[k][f] / q->c[k] * cg[k][j], y = yg[k][(size_t)j * nk + f];
+                double y = yg[k][(size_t)j * nk + f], mu = rest_mu(q->y[k][f], q->c[k], cg[k][j], y);
                 if (mu > 0) {
                     x2[f] += (y - mu) * (y - mu) / mu;
                     mu2[f] += mu * mu;
                 }
             }
+        }
     }
     size_t na = 0;
     for (uint32_t f = 0; f < nk; f++) {
@@ -305,10 +346,15 @@ static int fit_groups(const side_t *s[2], uint32_t nk, agg_dcount_t *q) {
     q->df_g = dfp;
     q->mean_group = (q->c[0] + q->c[1]) / (ng[0] + ng[1]);
     for (uint32_t f = 0; f < nk; f++) {
-        double phig = 1 + q->alpha_g * mu2[f];
-        if (phig > q->phi[f]) {
-            q->phi[f] = phig;
-            q->df[f] = fmin(q->df[f], dfp + PRIOR_G_DF - PRIOR_DF);
+        double df = 0;
+        for (int k = 0; k < 2; k++)
+            df += q->y[k][f] > 0 ? ng[k] - 1 : 0;
+        double dfe;
+        double e = group_excess(q->alpha_g, mu2[f], df > 0 ? x2[f] / df - 1 : 0, df, &dfe);
+        if (1 + e > q->phi[f]) {
+            q->phi[f] = 1 + e;
+            /* the t guard's df (agg_dcount_p_totals adds PRIOR_DF back) */
+            q->df[f] = fmin(q->df[f], (dfe > 0 ? dfe : dfp + PRIOR_G_DF) - PRIOR_DF);
         }
     }
     rc = 0;
