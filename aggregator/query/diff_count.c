@@ -317,7 +317,8 @@ static int fit_groups(const side_t *s[2], uint32_t nk, agg_dcount_t *q) {
             if (q->y[k][f] > 0 && p < 1) /* the rest's Poisson part, as in side_pearson */
                 x2[f] -= (ng[k] - 1.0) * p / (1 - p);
             for (uint32_t j = 0; j < ng[k] && q->y[k][f] > 0; j++) {
-                double y = yg[k][(size_t)j * nk + f], mu = rest_mu(q->y[k][f], q->c[k], cg[k][j], y);
+                double y = yg[k][(size_t)j * nk + f];
+                double mu = rest_mu(q->y[k][f], q->c[k], cg[k][j], y);
                 if (mu > 0) {
                     x2[f] += (y - mu) * (y - mu) / mu;
                     mu2[f] += mu * mu;
