@@ -94,3 +94,12 @@ target_include_directories(test-agent-bypass PRIVATE ${PROJECT_SOURCE_DIR}/agent
 target_compile_definitions(test-agent-bypass PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-bypass PRIVATE bypass_now bypass_lazy bypass_agent bypass_other
   ${CMAKE_DL_LIBS})
+
+# CPython frames (issue 34): Debian's python3 under the agent (tests/python/*.py), its 3.11
+# offsets against python3.11-dbg's DWARF, and py-spy's profile of the same run (py-spy from
+# PyPI into a venv under ~/.cache/fleetprof). Preloads the agent: plain builds only.
+fp_test(test-agent-python LABELS "agent;nosan" LIBS m)
+add_dependencies(test-agent-python fleetprof_agent)
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  set_tests_properties(test-agent-python PROPERTIES DISABLED TRUE)
+endif()

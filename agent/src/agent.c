@@ -18,6 +18,7 @@
 #include "ag_alloc.h"
 #include "hooks.h"
 #include "internal.h"
+#include "pyframes.h"
 
 #include "cm/log.h"
 #include "fleetprof.h"
@@ -142,6 +143,7 @@ __attribute__((constructor)) static void ag_start(void) {
         CM_INFO("no arena for early stack copies: samples before the first unwind tables "
                 "are unwound with frame pointers only");
     ag_sandbox_init();
+    ag_py_init();
     ag_symbols_init();
     ag_sender_init(&ag.cfg);
     ag.sequence = ag_sender_first_sequence();

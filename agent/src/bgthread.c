@@ -14,6 +14,7 @@
  * and the CPU set point apart (controller.c: ag_budget_step).
  */
 #include "internal.h"
+#include "pyframes.h"
 #include "bypass.h"
 #include "hooks.h"
 #include "loader_gate.h"
@@ -395,6 +396,10 @@ static int wall_from_blocked(ag_thread_t *t, pid_t tid, uint64_t weight, uint64_
         if (v - ag_self_lo >= ag_self_hi - ag_self_lo)
             r->pcs[n++] = v;
     }
+    /* its Python frames: it waits in a hooked call, so its frame chain stands still (a
+     * thread that returns meanwhile may change it: the reads are fault-safe, the merge checks
+     * the result, and the blk_seq check below drops the sample) */
+    n = ag_py_merge(t, r->pcs, n, AG_MAX_DEPTH);
     int truncated = (uw & AG_UW_DEPTH) != 0, incomplete = !truncated && (uw & AG_UW_INCOMPLETE);
     (void)hook;
     int same = atomic_load_explicit(&t->blk_seq, memory_order_acquire) == seq;
@@ -877,6 +882,7 @@ static void *bg_main(void *arg) {
         /* Objects loaded or unloaded since the last tick, before any drain: a stack copy
          * (defer.c) taken in a library dlopen'ed meanwhile is then unwound with its table. */
         ag_cfi_tick();
+        ag_py_tick(); /* a CPython interpreter to read frames of (pyframes.c) */
         now = ag_now_mono();
         if (lazy_at && now >= lazy_at && !(req & (AG_REQ_STOP | AG_REQ_SIGTERM))) {
             lazy_at = 0;

@@ -10,6 +10,7 @@
  * beyond CM_MAX_SAMPLES per type are dropped (DROP_DICT_FULL).
  */
 #include "internal.h"
+#include "pyframes.h"
 #include "hooks.h"
 
 #include "cm/error.h"
@@ -319,6 +320,43 @@ static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
     return b->loc_map.n - 1;
 }
 
+/* A Python frame (pyframes.c): function = co_qualname, system name "python:" + co_qualname
+ * (the frame's kind for every consumer), file = co_filename; the location's line is the
+ * instruction's, its address the instruction's byte offset, no mapping. */
+static uint32_t intern_pyloc(ag_builder_t *b, uintptr_t word) {
+    uint32_t slot, v = map_find(&b->loc_map_idx, word, NULL, NULL, NULL, &slot);
+    if (v != UINT32_MAX)
+        return v;
+    if (slot == UINT32_MAX || b->loc_map.n >= CM_MAX_LOCATIONS) {
+        ag_drop_count(0, CM_DROP_DICT_FULL, 1);
+        return 0;
+    }
+    static ag_py_frame_t pf;
+    static char sys[sizeof pf.name + 8];
+    ag_py_name(word, &pf);
+    snprintf(sys, sizeof sys, "python:%s", pf.name);
+    uint64_t key = XXH3_64bits(sys, strlen(sys)) ^ XXH3_64bits_withSeed(pf.file, strlen(pf.file), 1);
+    uint32_t fslot, f = map_find(&b->fn_map, key, NULL, NULL, NULL, &fslot);
+    if (f == UINT32_MAX && fslot != UINT32_MAX) {
+        uint32_t file = pf.file[0] ? intern_str(b, pf.file) : 0;
+        b->any_file |= file != 0;
+        if (VEC_PUSH(b->fn_name, intern_str(b, pf.name)) | VEC_PUSH(b->fn_sys, intern_str(b, sys)) |
+            VEC_PUSH(b->fn_file, file))
+            b->failed = 1;
+        f = b->fn_name.n - 1;
+        map_put(&b->fn_map, fslot, key, f);
+    }
+    b->any_line |= pf.line != 0;
+    if (VEC_PUSH(b->loc_map, 0u) | VEC_PUSH(b->loc_fn, f == UINT32_MAX ? 0 : f) |
+        VEC_PUSH(b->loc_addr, (uint64_t)((word >> 44) & ((1u << 19) - 1)) * 2) |
+        VEC_PUSH(b->loc_line, pf.line)) {
+        b->failed = 1;
+        return 0;
+    }
+    map_put(&b->loc_map_idx, slot, word, b->loc_map.n - 1);
+    return b->loc_map.n - 1;
+}
+
 typedef struct {
     const uint32_t *locs;
     uint32_t n, flags;
@@ -370,6 +408,10 @@ static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
     for (uint32_t i = 0; i < n; i++) {
         /* root first; return addresses point after the call: symbolise pc - 1 */
         uintptr_t pc = r->pcs[n - 1 - i], at = (n - 1 - i) == 0 ? pc : pc - 1;
+        if (AG_PY_IS(pc)) {
+            locs[k++] = intern_pyloc(b, pc);
+            continue;
+        }
         if (at - ag_self_lo < ag_self_hi - ag_self_lo && !self_frame_kept(b, at))
             continue;
         locs[k++] = intern_location(b, at);

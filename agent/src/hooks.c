@@ -9,6 +9,7 @@
  * constructor. No function here locks or allocates on an application thread.
  */
 #include "hooks.h"
+#include "pyframes.h"
 
 #include <sys/syscall.h>
 
@@ -183,7 +184,8 @@ __attribute__((noinline)) uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs
     uint32_t uw;
     uint32_t n = ag_unwind(t, frame[1], (uintptr_t)(frame + 2), frame[0], 0, lo, hi, 0, pcs, max,
                            &uw);
-    return ag_unwind_strip_agent(pcs, n);
+    n = ag_unwind_strip_agent(pcs, n);
+    return ag_py_merge(t, pcs, n, max); /* CPython frames (pyframes.c) */
 }
 
 /* ---- TSC calibration ----

@@ -11,6 +11,7 @@
  * writes into the preallocated ring. No locks, no allocation, no stdio.
  */
 #include "internal.h"
+#include "pyframes.h"
 
 #include <string.h>
 #include <ucontext.h>
@@ -91,6 +92,7 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
         if (depth == AG_MAX_DEPTH) /* the stack filled the record: cut at the depth limit */
             uw |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
         depth = ag_unwind_strip_agent(r->pcs, depth);
+        depth = ag_py_merge(t, r->pcs, depth, AG_MAX_DEPTH); /* CPython frames (pyframes.c) */
     }
     if (depth == 0) {
         ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);
