@@ -103,3 +103,5 @@ add_dependencies(test-agent-python fleetprof_agent)
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-python PROPERTIES DISABLED TRUE)
 endif()
+# The 3.11 line-table decoder against CPython's co_lines() (issue 34); sanitizer builds too.
+fp_test(test-agent-pyline LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/pyline.c)

@@ -6,10 +6,16 @@
  *                       thread's spinner; a sleeping thread's wall samples (it never holds the
  *                       GIL when sampled) with time.sleep's native frames under its Python
  *                       frame; >= 99 % of samples that ran the interpreter carry a Python frame
- *   pyspy_compare       tests/python/mixed.py (loops, json, re, hashlib; two threads) under the
- *                       agent and py-spy at once (`py-spy record --format raw --nonblocking`,
- *                       installed by tests/python/py-spy-venv.sh): each of the top-20 Python
- *                       functions' self share (innermost Python frame) within 3 points.
+ *   pyspy_compare       tests/python/mixed.py (loops, json, re, hashlib) under the agent and
+ *                       py-spy at once (`py-spy record --format raw --nonblocking`, installed
+ *                       by tests/python/py-spy-venv.sh), 15 s: each of the top-20 Python
+ *                       functions' self share (innermost Python frame) within 3 points of
+ *                       py-spy's, in the agent's wall samples (1 kHz) and in its CPU samples
+ *                       (>= 2000); >= 99 % of interpreter samples with a Python frame.
+ *                       Single-threaded: with threads py-spy counts a thread waiting for a
+ *                       core as active, the CPU samples do not. No deep recursion on the main
+ *                       thread: py-spy --nonblocking gave fib(18) 2-4 points less than its
+ *                       thread CPU time (bench/RESULTS.md), the agent within 1.
  * Preloads the agent into python3: plain builds only (label nosan).
  */
 #include "agent-common.h"
@@ -302,9 +308,10 @@ static void read_pyspy(const char *path, prof_t *p) {
     fclose(f);
 }
 
-static void read_agent(const chunks_t *cs, prof_t *p, uint64_t *py, uint64_t *interp_only) {
+static void read_agent(const chunks_t *cs, cm_event_type_t type, prof_t *p, uint64_t *py,
+                       uint64_t *interp_only) {
     for (int c = 0; c < cs->n; c++) {
-        const cm_samples_t *s = &cs->c[c]->samples[CM_EV_CPU];
+        const cm_samples_t *s = &cs->c[c]->samples[type];
         const cm_dict_t *d = &cs->c[c]->dict;
         for (uint32_t i = 0; i < s->n; i++) {
             uint32_t st = s->stack[i], a = d->stack_off[st], b = d->stack_off[st + 1];
@@ -327,6 +334,36 @@ static void read_agent(const chunks_t *cs, prof_t *p, uint64_t *py, uint64_t *in
     }
 }
 
+/* Our self shares (type's samples) against py-spy's; returns the largest difference over both
+ * top-20s. Checks >= min_samples Python samples and >= 99 % of the interpreter's samples with
+ * a Python frame. */
+static double compare(const chunks_t *cs, cm_event_type_t type, const prof_t *theirs,
+                      uint64_t min_samples) {
+    prof_t *ours = calloc(1, sizeof *ours);
+    uint64_t py = 0, interp_only = 0;
+    read_agent(cs, type, ours, &py, &interp_only);
+    const char *tn = type == CM_EV_CPU ? "cpu" : "wall";
+    printf("# agent %s: %" PRIu64 " Python samples (%" PRIu64 " in the interpreter without a "
+           "Python frame); py-spy: %.0f samples\n", tn, py, interp_only, theirs->total);
+    qsort(ours->f, (size_t)ours->n, sizeof ours->f[0], cmp_fw);
+    double worst = 0;
+    for (int side = 0; side < 2; side++) {
+        const prof_t *top = side ? ours : theirs;
+        for (int i = 0; i < top->n && i < 20; i++) {
+            const char *key = top->f[i].key;
+            double a = share(ours, key), b = share(theirs, key), diff = fabs(a - b);
+            if (side == 0 && (a >= 0.05 || b >= 0.05))
+                printf("#   %-40s %s %5.1f %%  py-spy %5.1f %%\n", key, tn, a, b);
+            worst = diff > worst ? diff : worst;
+        }
+    }
+    CHECKF(py >= min_samples && theirs->total >= 5000, "too few samples: %" PRIu64 " / %.0f", py,
+           theirs->total);
+    CHECKF(py * 100 >= (py + interp_only) * 99, "%" PRIu64 " of %" PRIu64, py, py + interp_only);
+    free(ours);
+    return worst;
+}
+
 static void pyspy_compare(void) {
     char venv_sh[4096], script[4096], raw[4200], out[8192];
     src_path("tests/python/py-spy-venv.sh", venv_sh, sizeof venv_sh);
@@ -337,54 +374,40 @@ static void pyspy_compare(void) {
     char pyspy[8192];
     snprintf(pyspy, sizeof pyspy, "%s", out);
     pyspy[strcspn(pyspy, "\n")] = 0;
-    char *dir = mkout();
-    snprintf(raw, sizeof raw, "%s/py-spy.txt", dir);
-    /* the agent and py-spy sample the same run: the same split of the GIL between threads */
+    char *dir = mkout(), *rdir = mkout();
+    snprintf(raw, sizeof raw, "%s/py-spy.txt", rdir);
+    /* the agent and py-spy sample the same run of a single-threaded workload (with threads,
+     * py-spy counts a thread waiting for a core as active and the agent's CPU samples do not) */
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
-                         "FLEETPROF_CPU_RATE=4000", "FLEETPROF_CPU_BUDGET=20",
+                         "FLEETPROF_WALL_HZ=1000", "FLEETPROF_CONTROLLER=0",
+                         "FLEETPROF_CPU_BUDGET=20",
                          "FLEETPROF_LOG_LEVEL=info", NULL};
     const char *argv[] = {pyspy, "record", "--format", "raw", "--nonblocking", "-r", "1000",
-                          "-o", raw, "--", PY, script, "8", NULL};
+                          "-o", raw, "--", PY, script, "15", "0", NULL};
     st = run(env, argv, 120, out, sizeof out);
     CHECKF(st == 0, "py-spy record failed (%d): %s", st, out);
-    prof_t *ours = calloc(1, sizeof *ours), *theirs = calloc(1, sizeof *theirs);
+    prof_t *theirs = calloc(1, sizeof *theirs);
     read_pyspy(raw, theirs);
-    chunks_t *cs = load(dir);
-    uint64_t py = 0, interp_only = 0;
-    read_agent(cs, ours, &py, &interp_only);
-    printf("# agent: %" PRIu64 " Python samples (%" PRIu64 " in the interpreter without a "
-           "Python frame); py-spy: %.0f samples\n", py, interp_only, theirs->total);
-    CHECKF(py >= 2000 && theirs->total >= 2000, "too few samples: %" PRIu64 " / %.0f", py,
-           theirs->total);
-    qsort(ours->f, (size_t)ours->n, sizeof ours->f[0], cmp_fw);
     qsort(theirs->f, (size_t)theirs->n, sizeof theirs->f[0], cmp_fw);
-    double worst = 0;
-    int bad = 0;
-    for (int side = 0; side < 2; side++) {
-        const prof_t *top = side ? ours : theirs;
-        for (int i = 0; i < top->n && i < 20; i++) {
-            const char *key = top->f[i].key;
-            double a = share(ours, key), b = share(theirs, key), diff = fabs(a - b);
-            if (side == 0)
-                printf("#   %-44s agent %5.1f %%  py-spy %5.1f %%\n", key, a, b);
-            worst = diff > worst ? diff : worst;
-            if (diff > 3.0) {
-                printf("# over 3 points: %s agent %.2f py-spy %.2f\n", key, a, b);
-                bad++;
-            }
-        }
-    }
-    printf("# largest difference over both top-20s: %.2f points\n", worst);
-    CHECK(bad == 0);
-    CHECKF(py * 100 >= (py + interp_only) * 99, "%" PRIu64 " of %" PRIu64, py, py + interp_only);
-    free(ours);
+    chunks_t *cs = load(dir);
+    /* wall samples: a wall sampler like py-spy, at its rate (the CPU timer fires at most HZ
+     * times per CPU-second: 250 here, too few samples on a loaded machine for 3 points) */
+    double worst_wall = compare(cs, CM_EV_WALL, theirs, 5000);
+    double worst_cpu = compare(cs, CM_EV_CPU, theirs, 2000);
+    printf("# largest difference over both top-20s: wall %.2f, cpu %.2f points\n", worst_wall,
+           worst_cpu);
+    CHECK(worst_wall <= 3.0);
+    CHECK(worst_cpu <= 3.0);
     free(theirs);
     free_chunks(cs);
     rmrf(dir);
+    rmrf(rdir);
     free(dir);
+    free(rdir);
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     static const struct {
         const char *name;
         void (*fn)(void);

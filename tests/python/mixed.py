@@ -1,5 +1,6 @@
-"""Mixed CPU workload for the Python frame test (issue 34): pure-Python loops, json, re,
-hashlib, on the main thread and one worker thread. Runs for argv[1] seconds (default 5)."""
+"""Mixed CPU workload for the Python frame test (issue 34): pure-Python loops (collatz,
+pure_loop), json, re, hashlib, on the main thread and argv[2] worker threads (default 1) spinning in fib. Runs for
+argv[1] seconds (default 5)."""
 import hashlib
 import json
 import re
@@ -10,6 +11,15 @@ import time
 
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def collatz(limit):
+    steps = 0
+    for n in range(1, limit):
+        while n != 1:
+            n = n // 2 if n % 2 == 0 else 3 * n + 1
+            steps += 1
+    return steps
 
 
 def pure_loop():
@@ -47,7 +57,7 @@ def main_work(deadline):
     text = " ".join("user%d@host%d.com filler words here" % (i, i) for i in range(300))
     data = b"x" * 65536
     while time.time() < deadline:
-        fib(18)
+        collatz(300)
         pure_loop()
         doc.decode(doc.encode(rows))
         regex_scan(text)
@@ -62,7 +72,10 @@ def worker(deadline):
 if __name__ == "__main__":
     secs = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
     end = time.time() + secs
-    t = threading.Thread(target=worker, args=(end,))
-    t.start()
+    workers = [threading.Thread(target=worker, args=(end,))
+               for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 1)]
+    for t in workers:
+        t.start()
     main_work(end)
-    t.join()
+    for t in workers:
+        t.join()
