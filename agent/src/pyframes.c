@@ -64,6 +64,7 @@ static _Atomic int g_on;               /* handler reads Python frames */
 static int g_state;                    /* bg: 0 looking, 1 on, 2 given up */
 static int g_enabled = 1;              /* FLEETPROF_PYTHON */
 static uint64_t g_publishes;           /* bg: ag_cfi_stats.publishes at the last look */
+static int g_syms;                     /* bg: Py_Version and _PyRuntime found */
 static uintptr_t g_runtime, g_eval_lo, g_eval_hi;
 static uintptr_t g_code_type, g_str_type, g_bytes_type;
 static _Atomic uintptr_t g_ts_cache[AG_MAX_THREADS]; /* slot -> its PyThreadState */
@@ -206,12 +207,39 @@ static void give_up(const char *why) {
     CM_INFO("python frames off: %s (native frames only)", why);
 }
 
+static int has_libpython(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    (void)arg;
+    return info->dlpi_name && strstr(info->dlpi_name, "libpython") != NULL;
+}
+
+/* A python executable or a libpython loaded: only then dlsym (a failed dlsym leaves the
+ * thread a dlerror buffer, and a program that is not Python has no reason to pay a lookup). */
+static int maybe_python(void) {
+    static int exe = -1;
+    if (exe < 0) {
+        char path[256];
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        path[n > 0 ? n : 0] = 0;
+        const char *base = strrchr(path, '/');
+        exe = !strncmp(base ? base + 1 : path, "python", 6);
+    }
+    return exe || dl_iterate_phdr(has_libpython, NULL);
+}
+
 /* One look for a supported interpreter; on when it is found and verified. */
 static void look(void) {
+    if (!maybe_python())
+        return;
     const unsigned long *ver = dlsym(RTLD_DEFAULT, "Py_Version");
     void *rt = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    if (!ver && rt) {
+        give_up("CPython older than 3.11 (no Py_Version)");
+        return;
+    }
     if (!ver || !rt)
         return; /* not (yet) a Python process */
+    g_syms = 1;
     unsigned long v = *ver;
     if ((v >> 16) != 0x030b) {
         char why[96];
@@ -254,10 +282,10 @@ static void look(void) {
 void ag_py_tick(void) {
     if (!g_enabled || g_state != 0)
         return;
-    /* dlsym again only when objects were loaded (a libpython dlopen'ed), or while waiting for
-     * the runtime to initialise (the first look found the symbols) */
+    /* look again only when objects were loaded (a libpython dlopen'ed), or, once the symbols
+     * are found, on every tick until the runtime is initialised */
     uint64_t p = atomic_load_explicit(&ag_cfi_stats.publishes, memory_order_relaxed);
-    if (p == g_publishes && !g_runtime && g_publishes)
+    if (p == g_publishes && !g_syms && g_publishes)
         return;
     g_publishes = p;
     look();
