@@ -800,6 +800,7 @@ static void *bg_main(void *arg) {
     ag_thread_scan(&found0);
     ag_creds_serve();
     ag_cfi_tick();
+    ag_py_tick(); /* Python frames from the first tables on, if the runtime is up */
     ag_creds_serve();
     /* Samples taken until now hold stack copies (defer.c), unwound as the rings are drained;
      * from here on the handler unwinds with the published tables. */
