@@ -6,6 +6,7 @@
  *   thread.c     thread registry: slots, stack bounds, pthread_create wrapper, /proc scan
  *   signal.c     choice of the sampling signal, handler, sigaction/signal interposition
  *   unwind.c     the unwinder: compiled CFI, frame pointers as fallback (async-signal-safe)
+ *   pyframes.c   CPython 3.11 frames merged into native stacks (pyframes.h; pyline.c lines)
  *   cfi.c, cfi_table.c  CFI compiler; per-object tables published for the handler (bg)
  *   defer.c      stack copies of samples taken before the first tables or on threads without
  *                stack bounds, unwound later by the bg thread
