@@ -185,7 +185,7 @@ __attribute__((noinline)) uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs
     uint32_t n = ag_unwind(t, frame[1], (uintptr_t)(frame + 2), frame[0], 0, lo, hi, 0, pcs, max,
                            &uw);
     n = ag_unwind_strip_agent(pcs, n);
-    return ag_py_merge(t, pcs, n, max); /* CPython frames (pyframes.c) */
+    return ag_py_merge_hook(t, pcs, n, max); /* CPython frames, if asked (pyframes.c) */
 }
 
 /* ---- TSC calibration ----

@@ -32,7 +32,8 @@
  * UTF-8/UCS), and its line table (3.11 location table) for the line of the instruction.
  * Frames that cannot be named are counted (ag_py_stats.unnamed) and named "[python?]".
  *
- * Knob: FLEETPROF_PYTHON=0 turns it off (default on).
+ * Knobs: FLEETPROF_PYTHON=0 turns it off (default on); FLEETPROF_PYTHON_HOOKS=1 also merges
+ * Python frames into hook records (default off: their cost, see ag_py_merge_hook).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -63,13 +64,25 @@ ag_py_stats_t ag_py_stats;
 static _Atomic int g_on;               /* handler reads Python frames */
 static int g_state;                    /* bg: 0 looking, 1 on, 2 given up */
 static int g_enabled = 1;              /* FLEETPROF_PYTHON */
+static int g_hooks;                    /* FLEETPROF_PYTHON_HOOKS: also in hook records */
 static uint64_t g_publishes;           /* bg: ag_cfi_stats.publishes at the last look */
 static int g_syms;                     /* bg: Py_Version and _PyRuntime found */
 static uintptr_t g_runtime, g_eval_lo, g_eval_hi;
 static uintptr_t g_code_type, g_str_type, g_bytes_type;
 static _Atomic uintptr_t g_ts_cache[AG_MAX_THREADS]; /* slot -> its PyThreadState */
 
-void ag_py_init(void) { g_enabled = ag_env_bool("FLEETPROF_PYTHON", 1); }
+void ag_py_init(void) {
+    g_enabled = ag_env_bool("FLEETPROF_PYTHON", 1);
+    g_hooks = ag_env_bool("FLEETPROF_PYTHON_HOOKS", 0);
+}
+
+/* Hook records (allocations, lock and I/O waits) read the frame chain only when asked: a
+ * blocking call is recorded on every keep-alive request of a Python server, and each read of a
+ * ~15-frame chain is 15 process_vm_readv calls (+6 % CPU per request on bench/python's HTTP
+ * server). Their native frames still show the interpreter. */
+uint32_t ag_py_merge_hook(ag_thread_t *t, uintptr_t *pcs, uint32_t n, uint32_t max) {
+    return g_hooks ? ag_py_merge(t, pcs, n, max) : n;
+}
 
 /* Fault-safe read of our own memory: 0 or -1 (unmapped, or the syscall refused). */
 NO_SAN static int rd(pid_t pid, uintptr_t a, void *buf, size_t n) {

@@ -72,6 +72,9 @@ __attribute__((visibility("hidden"))) int ag_py_on(void);
  * by the Python frames each activation runs; returns the new count (<= max). */
 __attribute__((visibility("hidden"))) uint32_t ag_py_merge(struct ag_thread *t, uintptr_t *pcs,
                                                            uint32_t n, uint32_t max);
+/* ag_py_merge for a hook record: only with FLEETPROF_PYTHON_HOOKS=1 (pyframes.c). */
+__attribute__((visibility("hidden"))) uint32_t ag_py_merge_hook(struct ag_thread *t, uintptr_t *pcs,
+                                                           uint32_t n, uint32_t max);
 /* bg: names a Python frame word. 0, or -1 (out named "[python?]", counted unnamed). */
 __attribute__((visibility("hidden"))) int ag_py_name(uintptr_t word, ag_py_frame_t *out);
 /* The line of instruction lasti (code units) from a 3.11 location table; -1: none. */
