@@ -18,14 +18,23 @@
 # FLEETPROF_STATE (quickstart.sh's /tmp/fleetprof-quickstart) when FLEETPROF_STATE is not set
 # and exactly one pipeline runs. `stop` checks that every process it stopped is gone and fails,
 # naming them, when one is not.
+#
+# Trust: the state directory and the registry are used only when they are ours (owned by this
+# uid, not a symlink, not group- or world-writable): /tmp names are predictable, and another
+# user could create them first. pipeline.env is never run as shell: its three KEY=value lines
+# are read and checked (ports, host:port). The registry lives in $XDG_RUNTIME_DIR, else
+# ~/.cache/fleetprof, never in /tmp.
 set -euo pipefail
+umask 022  # the state and registry must not be group- or world-writable: ours() refuses them
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${FLEETPROF_BUILD:-$ROOT/build}"
 STATE="${FLEETPROF_STATE:-/tmp/fleetprof-local}"
 export KAFKA_PORT="${KAFKA_PORT:-19092}"
 AGG_PORT="${AGG_PORT:-9402}"
 COLLECTOR_METRICS="${COLLECTOR_METRICS:-127.0.0.1:9465}"
-REGISTRY="${TMPDIR:-/tmp}/fleetprof-pipelines-$(id -u)"   # state dirs of started pipelines
+# state dirs of started pipelines (FLEETPROF_REGISTRY_DIR: tests' own)
+REGDIR="${FLEETPROF_REGISTRY_DIR:-${XDG_RUNTIME_DIR:-${HOME:-/nonexistent}/.cache}/fleetprof}"
+REGISTRY="$REGDIR/pipelines"
 
 die() { echo "pipeline: error: $*" >&2; exit 1; }
 say() { echo "pipeline: $*" >&2; }
@@ -38,11 +47,49 @@ alive() {
     grep -q "fleetprof-$1\$"
 }
 
-# The pipelines recorded by start whose state directory still exists, one per line.
+# ours PATH: PATH is owned by this uid, is not a symlink and is not group- or world-writable.
+ours() {
+  [ -e "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] || return 1
+  local mode
+  mode=$(stat -c %a "$1") || return 1
+  (( (8#$mode & 8#022) == 0 ))
+}
+
+# ours_or_die PATH WHAT: refuse to use a PATH someone else could have planted or can change.
+ours_or_die() {
+  [ -e "$1" ] || [ -L "$1" ] || return 0
+  ours "$1" || die "refusing $2 $1: not a directory/file of uid $(id -u) that only it can write" \
+    "($(stat -c '%U %A' "$1" 2>/dev/null)); remove it or choose another path"
+}
+
+# load_env: reads STATE/pipeline.env (written by start) as data: KAFKA_PORT, AGG_PORT (ports),
+# COLLECTOR_METRICS (host:port); any other line or value is an error, nothing is executed.
+load_env() {
+  local f="$STATE/pipeline.env" k v
+  [ -f "$f" ] || return 0
+  ours_or_die "$STATE" "state directory"
+  ours_or_die "$f" "state file"
+  while IFS='=' read -r k v; do
+    case "$k" in
+      KAFKA_PORT|AGG_PORT) [[ "$v" =~ ^[0-9]{1,5}$ ]] || die "$f: $k=$v is not a port" ;;
+      COLLECTOR_METRICS) [[ "$v" =~ ^[0-9A-Za-z.:-]+:[0-9]{1,5}$ ]] || die "$f: $k=$v is not host:port" ;;
+      *) die "$f: unexpected line '$k=$v' (want KAFKA_PORT, AGG_PORT, COLLECTOR_METRICS)" ;;
+    esac
+    printf -v "$k" '%s' "$v"
+  done <"$f"
+  export KAFKA_PORT
+}
+
+# The pipelines recorded by start whose state directory still exists and is ours, one per line.
 recorded() {
   [ -f "$REGISTRY" ] || return 0
+  ours_or_die "$REGDIR" "registry directory"
+  ours_or_die "$REGISTRY" "registry"
   local d
-  while IFS= read -r d; do [ -f "$d/pipeline.env" ] && echo "$d"; done <"$REGISTRY" | sort -u
+  while IFS= read -r d; do
+    [ -e "$d/pipeline.env" ] || continue
+    if [[ "$d" == /* ]] && ours "$d"; then echo "$d"; else say "ignoring $d (in $REGISTRY): not ours"; fi
+  done <"$REGISTRY" | sort -u
 }
 
 # Without FLEETPROF_STATE, and nothing started in the default directory: the one recorded
@@ -58,10 +105,8 @@ find_state() {
       die "several pipelines are running; choose one with FLEETPROF_STATE=DIR: $(echo $found)"
     fi
   fi
-  if [ -f "$STATE/pipeline.env" ]; then
-    # shellcheck disable=SC1091
-    . "$STATE/pipeline.env"
-  fi
+  ours_or_die "$STATE" "state directory"
+  load_env
 }
 
 env_line() {
@@ -80,9 +125,20 @@ start() {
   for b in collector/fleetprof-collector aggregator/fleetprof-aggregator cli/fleetprof; do
     [ -x "$BUILD/$b" ] || die "$BUILD/$b is missing: build first (cmake -S . -B build -G Ninja && ninja -C build)"
   done
+  [[ "$KAFKA_PORT" =~ ^[0-9]{1,5}$ && "$AGG_PORT" =~ ^[0-9]{1,5}$ ]] ||
+    die "KAFKA_PORT=$KAFKA_PORT and AGG_PORT=$AGG_PORT must be port numbers"
+  [[ "$COLLECTOR_METRICS" =~ ^[0-9A-Za-z.:-]+:[0-9]{1,5}$ ]] ||
+    die "COLLECTOR_METRICS=$COLLECTOR_METRICS is not host:port"
+  mkdir -p "$(dirname "$STATE")"
+  mkdir -m 755 "$STATE" 2>/dev/null || true  # exists already: checked to be ours below
+  ours_or_die "$STATE" "state directory"
+  [ -d "$STATE" ] || die "cannot create the state directory $STATE"
   mkdir -p "$STATE/spool" "$STATE/store"
-  printf 'KAFKA_PORT=%q\nAGG_PORT=%q\nCOLLECTOR_METRICS=%q\n' "$KAFKA_PORT" "$AGG_PORT" \
+  printf 'KAFKA_PORT=%s\nAGG_PORT=%s\nCOLLECTOR_METRICS=%s\n' "$KAFKA_PORT" "$AGG_PORT" \
     "$COLLECTOR_METRICS" >"$STATE/pipeline.env"
+  mkdir -p -m 700 "$REGDIR"
+  ours_or_die "$REGDIR" "registry directory"
+  ours_or_die "$REGISTRY" "registry"
   { grep -vxF "$STATE" "$REGISTRY" 2>/dev/null || true; echo "$STATE"; } >"$REGISTRY.new" &&
     mv "$REGISTRY.new" "$REGISTRY"
   local bootstrap
@@ -130,7 +186,7 @@ stop() {
   [ -z "$left" ] || die "could not stop:$left (state kept in $STATE)"
   say "Kafka on port $KAFKA_PORT stopped"
   rm -rf "$STATE"
-  if [ -f "$REGISTRY" ]; then
+  if [ -f "$REGISTRY" ] && ours "$REGISTRY"; then
     { grep -vxF "$STATE" "$REGISTRY" || true; } >"$REGISTRY.new" && mv "$REGISTRY.new" "$REGISTRY"
   fi
   say "stopped"

@@ -11,7 +11,7 @@ SRC=$1 BUILD=$2
 fail() { echo "FAIL: $*"; exit 1; }
 
 tmp=$(mktemp -d /tmp/fp-readme-XXXXXX)
-export TMPDIR=$tmp  # pipeline.sh's registry of started pipelines: this test's own
+export FLEETPROF_REGISTRY_DIR=$tmp/registry  # pipeline.sh's registry of started pipelines: this test's own
 # runs PID: the process exists and is not a zombie (an orphan's exit may wait to be reaped)
 runs() { local st; st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) && [ -n "$st" ] && [ "$st" != Z ]; }
 pids_of() { cat "$1"/{collector,aggregator}.pid 2>/dev/null; cat "/tmp/fleetprof-kafka-$2/pid" 2>/dev/null; }
