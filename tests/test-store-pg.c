@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "aggtest.h"
 #include "intern.h"
+#include "qexec.h"
 #include "rollup.h"
 #include "store.h"
 #include "store_pg.h"
@@ -342,6 +343,32 @@ static void test_fenced(void) {
     chunks_free(&c);
 }
 
+/* Review finding 10: a connection lost inside the batch's transaction is not re-established
+ * for the statements after it (they would run in autocommit on a new session, outside the
+ * fence's lock): the fence fails with CM_EIO; after the rollback the next call reconnects. */
+static void test_no_reset_in_transaction(void) {
+    char url[256];
+    new_db("notxreset", url, sizeof url);
+    agg_store_t *st = open_pg(url);
+    agg_qx_t *x = st->vt->qx(st);
+    CHECK(x != NULL);
+    CHECK_EQ(agg_qx_begin(x), 0);
+    agg_qxst_t *q;
+    CHECK_EQ(agg_qx_prepare(x, "SELECT pg_backend_pid()", &q), 0);
+    CHECK_EQ(agg_qx_step(q), 1);
+    int64_t pid = agg_qx_int64(q, 0);
+    agg_qx_finalize(q);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)::int", (long long)pid);
+    CHECK_EQ(pg_count(url, sql), 1);
+    CHECK(agg_qx_exec(x, "SELECT 1") != 0); /* libpq sees the session gone */
+    CHECK_EQ(st->vt->fence(st, "fleetprof.chunks", 0, -1), CM_EIO);
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM offsets"), 0); /* nothing ran in autocommit */
+    agg_qx_rollback(x);
+    CHECK_EQ(st->vt->fence(st, "fleetprof.chunks", 0, -1), 0); /* reconnected, outside a tx */
+    agg_store_close(st);
+}
+
 /* The store's size is its tables' bytes (heap, TOAST, indexes), counted here independently
  * from their names: not the whole database (catalogs), and it grows with the data. */
 static void test_size_bytes(void) {
@@ -539,6 +566,7 @@ static const tr_test_t tests[] = {
     {"retention_same_as_sqlite", test_retention_same_as_sqlite},
     {"same_rows_as_sqlite", test_same_rows_as_sqlite},
     {"fenced", test_fenced},
+    {"no_reset_in_transaction", test_no_reset_in_transaction},
     {"size_bytes", test_size_bytes},
     {"bad_utf8", test_bad_utf8},
     {"migrations", test_migrations},

@@ -106,5 +106,8 @@ struct sqlite3;
 struct pg_conn;
 int agg_qx_sqlite_wrap(struct sqlite3 *db, agg_qx_t **out);
 int agg_qx_pg_wrap(struct pg_conn *conn, agg_qx_t **out);
+/* Whether a transaction begun on x (agg_qx_begin) is still open: not ended by agg_qx_commit or
+ * agg_qx_rollback. A wrapped connection's owner must not reset it then (store_pg.c). */
+int agg_qx_pg_in_tx(const agg_qx_t *x);
 
 #endif

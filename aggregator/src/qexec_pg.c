@@ -59,6 +59,7 @@ typedef struct {
     int ntemps;
     int wrapped; /* a store's connection (agg_qx_pg_wrap): not ours to close or reset */
     int pid;     /* the server backend the prepared statements are on */
+    int in_tx;   /* a BEGIN succeeded and no COMMIT or rollback ended it yet */
 } pg_qx_t;
 
 typedef struct {
@@ -545,11 +546,19 @@ static int pg_exec(agg_qx_t *base, const char *sql) {
     if (rc)
         CM_WARN("postgres store: '%.60s': %s", sql, PQerrorMessage(c));
     PQclear(r);
+    pg_qx_t *x = (pg_qx_t *)base;
+    if (!strcmp(sql, "BEGIN"))
+        x->in_tx = !rc;
+    else if (!strcmp(sql, "COMMIT")) /* committed, or lost: over either way */
+        x->in_tx = 0;
     return rc;
 }
 
+int agg_qx_pg_in_tx(const agg_qx_t *base) { return ((const pg_qx_t *)base)->in_tx; }
+
 static void pg_rollback(agg_qx_t *base) {
     pg_qx_t *x = (pg_qx_t *)base;
+    x->in_tx = 0;
     if (PQstatus(x->conn) == CONNECTION_OK)
         PQclear(PQexec(x->conn, "ROLLBACK"));
 }

@@ -57,10 +57,17 @@ static PGconn *connect_url(const char *url) {
 
 /* The connection, re-established when it was lost (a database restart, a network cut): NULL
  * when the server cannot be reached now (the caller fails the call; the next one tries
- * again). */
+ * again). Never re-established inside a transaction of s->qx (a batch, a compaction): the
+ * statements after it would run in autocommit on the new session, outside the fence's lock;
+ * the caller fails with CM_EIO, rolls back, and its retry re-reads the stored offset. */
 static PGconn *conn(pg_store_t *s) {
     if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
         return s->conn;
+    if (s->conn && s->qx && agg_qx_pg_in_tx(s->qx)) {
+        CM_WARN("postgres store: connection lost inside a transaction: failing it (not "
+                "reconnecting until it is rolled back)");
+        return NULL;
+    }
     if (s->conn) {
         /* at most one attempt a second: the consume loop calls in a tight loop while the
          * database is away */
