@@ -14,9 +14,10 @@ struct agg_pattern {
     re2::RE2 *re;
 };
 
-extern "C" int agg_pattern_compile(const char *src, agg_pattern_t **out, char *err,
-                                   size_t err_size) {
-    *out = nullptr;
+// No C++ exception may leave these functions: one crossing the extern "C" boundary ends the
+// aggregator in std::terminate. RE2 allocates with plain new inside (its nothrow new covers
+// only the object itself), so std::bad_alloc is caught here and becomes CM_ENOMEM.
+static int compile(const char *src, agg_pattern_t **out, char *err, size_t err_size) {
     size_t n = strlen(src);
     if (n > AGG_PATTERN_MAX_LEN) {
         snprintf(err, err_size, "is %zu bytes long; at most %d", n, AGG_PATTERN_MAX_LEN);
@@ -33,7 +34,12 @@ extern "C" int agg_pattern_compile(const char *src, agg_pattern_t **out, char *e
     agg_pattern_t *p = new (std::nothrow) agg_pattern_t;
     if (!p)
         return CM_ENOMEM;
-    p->re = new (std::nothrow) re2::RE2(re2::StringPiece(src, n), o);
+    try {
+        p->re = new (std::nothrow) re2::RE2(re2::StringPiece(src, n), o);
+    } catch (...) { // thrown by RE2's parser or compiler: p must not leak
+        delete p;
+        throw;
+    }
     if (!p->re) {
         delete p;
         return CM_ENOMEM;
@@ -52,8 +58,27 @@ extern "C" int agg_pattern_compile(const char *src, agg_pattern_t **out, char *e
     return 0;
 }
 
+extern "C" int agg_pattern_compile(const char *src, agg_pattern_t **out, char *err,
+                                   size_t err_size) {
+    *out = nullptr;
+    try {
+        return compile(src, out, err, err_size);
+    } catch (const std::bad_alloc &) {
+        snprintf(err, err_size, "out of memory compiling it");
+    } catch (...) {
+        snprintf(err, err_size, "the regular expression library failed on it");
+    }
+    agg_pattern_free(*out); // compile sets *out only on success, as its last step
+    *out = nullptr;
+    return CM_ENOMEM;
+}
+
 extern "C" int agg_pattern_match(const agg_pattern_t *p, const char *s) {
-    return re2::RE2::PartialMatch(s, *p->re) ? 1 : 0;
+    try {
+        return re2::RE2::PartialMatch(s, *p->re) ? 1 : 0;
+    } catch (...) { // out of memory in the matcher: counted as no match, never a crash
+        return 0;
+    }
 }
 
 extern "C" void agg_pattern_free(agg_pattern_t *p) {

@@ -26,10 +26,12 @@ extern "C" {
 typedef struct agg_pattern agg_pattern_t;
 
 /* Compiles src into *out. Returns 0, CM_EINVAL with err saying what is wrong with it (too
- * long, bad syntax, too large once compiled), or CM_ENOMEM. */
+ * long, bad syntax, too large once compiled), or CM_ENOMEM (err says so: RE2's std::bad_alloc
+ * is caught, never thrown across this C API). */
 int agg_pattern_compile(const char *src, agg_pattern_t **out, char *err, size_t err_size);
 
-/* 1 when the pattern matches somewhere in s (NUL-terminated), else 0. */
+/* 1 when the pattern matches somewhere in s (NUL-terminated), else 0 (also when RE2 runs out
+ * of memory: no C++ exception leaves these functions). */
 int agg_pattern_match(const agg_pattern_t *p, const char *s);
 
 void agg_pattern_free(agg_pattern_t *p);
