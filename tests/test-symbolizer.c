@@ -41,6 +41,7 @@ typedef struct {
 
 static stub_bid_t stub[8];
 static int stub_fd;
+static char stub_maxsize[64]; /* the last request's X-DEBUGINFOD-MAXSIZE value ("" if none) */
 static pthread_mutex_t stub_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void hex(const uint8_t *b, char *out) {
@@ -74,6 +75,9 @@ static void stub_answer(int c) {
         fprintf(stderr, "stub: %.*s -> mode %d\n", (int)strcspn(req, "\r"), req, mode);
     if (b)
         b->requests++;
+    const char *mx = strstr(req, "\r\nX-DEBUGINFOD-MAXSIZE: ");
+    snprintf(stub_maxsize, sizeof stub_maxsize, "%.*s", mx ? (int)strcspn(mx + 24, "\r") : 0,
+             mx ? mx + 24 : "");
     pthread_mutex_unlock(&stub_mu);
     if (mode == MISSING) {
         dprintf(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -221,6 +225,11 @@ static void test_too_big(void) {
     agg_symbolizer_stats(&st);
     CHECK_EQ(st.too_big, 2);
     CHECK(!cached(sized) && !cached(unsized));
+    /* the bound reached the server per client, not through a setenv at run time */
+    pthread_mutex_lock(&stub_mu);
+    CHECKF(!strcmp(stub_maxsize, "65536"), "X-DEBUGINFOD-MAXSIZE: '%s'", stub_maxsize);
+    pthread_mutex_unlock(&stub_mu);
+    CHECK(getenv("DEBUGINFOD_MAXSIZE") == NULL);
     agg_symbolizer_shutdown();
     init(0, 0); /* the default, 512 MiB */
     CHECK_EQ(ask(unsized, &s), 1);

@@ -109,7 +109,7 @@ static const cm_opt_t opts[] = {
     {"debuginfod-timeout", CM_OPT_DURATION, "5s", O(debuginfod_timeout), 100000000ll,
      600000000000ll, "longest one debug-file download may take, connecting included"},
     {"debuginfod-max-size", CM_OPT_SIZE, "512MiB", O(debuginfod_max_size), 1024, 1ll << 40,
-     "largest debug file fetched (DEBUGINFOD_MAXSIZE); larger ones are refused"},
+     "largest debug file fetched (X-DEBUGINFOD-MAXSIZE header); larger ones are refused"},
     {"debuginfod-cache-size", CM_OPT_SIZE, "2GiB", O(debuginfod_cache_size), 1ll << 20, 1ll << 44,
      "debug files kept open (an fd and a mapping each) and in debuginfod-cache; past it the "
      "least recently used are closed and deleted"},

@@ -13,9 +13,11 @@
  * timeout per retry period however many unnamed binaries it shows.
  *
  * Hostile input (issue 28): build ids come from chunk senders and files from servers that may
- * be reached over plain http. A debug file larger than max_size is refused (DEBUGINFOD_MAXSIZE
- * for the server, the progress callback for one that does not say its size, the file's size
- * for one already cached); the files kept open (fd and mmap each) total at most cache_bytes,
+ * be reached over plain http. A debug file larger than max_size is refused (the
+ * X-DEBUGINFOD-MAXSIZE header, as DEBUGINFOD_MAXSIZE would send it, set per client: no setenv
+ * at run time, which races getenv in librdkafka's and libdebuginfod's threads) for the
+ * server, the progress callback for one that does not say its size, the file's size for one
+ * already cached); the files kept open (fd and mmap each) total at most cache_bytes,
  * and at most MAX_ENTRIES build ids are remembered: past either bound the least recently used
  * are closed and their downloads deleted; DIE walks are bounded in depth (descend).
  *
@@ -128,8 +130,8 @@ int agg_symbolizer_init(const agg_symbolizer_cfg_t *cfg) {
     char t[32];
     snprintf(t, sizeof t, "%d", (int)(g_cfg.timeout_s + 0.999));
     setenv("DEBUGINFOD_TIMEOUT", t, 1);
-    snprintf(t, sizeof t, "%llu", (unsigned long long)g_cfg.max_size);
-    setenv(DEBUGINFOD_MAXSIZE_ENV_VAR, t, 1); /* the server refuses, or says the size first */
+    /* the size bound goes per client, as the header DEBUGINFOD_MAXSIZE would make (fetch):
+     * nothing here may change after threads that call getenv run */
     debuginfod_client *probe = debuginfod_begin();
     if (!probe) {
         CM_WARN("symbolizer: debuginfod_begin failed: server-side symbolization off");
@@ -316,6 +318,10 @@ static int fetch(const entry_t *e, entry_t *f) {
     fetch_ctx_t ctx = {now_ns() + (uint64_t)(g_cfg.timeout_s * 1e9), 0};
     debuginfod_set_user_data(c, &ctx);
     debuginfod_set_progressfn(c, progress);
+    char maxsize[64]; /* the server refuses a larger file, or says its size first */
+    snprintf(maxsize, sizeof maxsize, "X-DEBUGINFOD-MAXSIZE: %llu",
+             (unsigned long long)g_cfg.max_size);
+    debuginfod_add_http_header(c, maxsize);
     char *path = NULL;
     int fd = debuginfod_find_debuginfo(c, e->bid, (int)e->bid_len, &path);
     debuginfod_end(c);

@@ -28,7 +28,10 @@ typedef struct {
 } agg_symbolizer_stats_t;
 
 /* Starts the process-wide symbolizer. Without servers (cfg->urls and DEBUGINFOD_URLS both
- * empty) it stays off and every lookup answers 0 at once. Returns 0 or a CM_E* code. */
+ * empty) it stays off and every lookup answers 0 at once. Returns 0 or a CM_E* code.
+ * It sets DEBUGINFOD_URLS, DEBUGINFOD_CACHE_PATH and DEBUGINFOD_TIMEOUT in the environment
+ * (libdebuginfod has no other way in): call it before any thread starts (main.c does, before
+ * the consumer, the HTTP server and the reporter); glibc's setenv races getenv elsewhere. */
 int agg_symbolizer_init(const agg_symbolizer_cfg_t *cfg);
 void agg_symbolizer_shutdown(void);
 int agg_symbolizer_enabled(void);
