@@ -228,6 +228,16 @@ static void test_token(void) {
     }
 }
 
+/* The servers' agg_ui_login_failures() (they run in main's process, each test in a child),
+ * through the route /test/login-failures that serve() adds. */
+static uint64_t login_failures(void) {
+    resp_t r = get(tok_url, "/test/login-failures", NULL);
+    CHECK_EQ(r.status, 200);
+    uint64_t n = strtoull(r.body, NULL, 10);
+    resp_free(&r);
+    return n;
+}
+
 /* GET /login with the token in the header: the server sets the cookie HttpOnly (no script of
  * the page can read it), SameSite=Strict, Secure behind an https proxy; a wrong token gets no
  * cookie. Before, the login page's JavaScript set it (none of those attributes). */
@@ -256,12 +266,19 @@ static void test_login_cookie(void) {
     resp_free(&r);
     /* wrong, missing: 401 and no cookie; no token configured: nothing to log in to */
     const char *wrong[] = {"Authorization: Bearer t0k en;%", NULL};
+    uint64_t failed0 = login_failures();
+    double t0 = at_now();
     r = get(tok_url, "/login", wrong);
     CHECK(r.status == 401 && !header(&r, "Set-Cookie", v, sizeof v)[0]);
     resp_free(&r);
     r = get(tok_url, "/login", NULL);
     CHECK(r.status == 401 && !header(&r, "Set-Cookie", v, sizeof v)[0]);
     resp_free(&r);
+    /* each failure counted (the metric fleetprof_aggregator_ui_login_failed_total) and answered
+     * no sooner than the delay: a guesser gets a few tries a second per connection */
+    double took = at_now() - t0;
+    CHECK_EQ(login_failures() - failed0, 2);
+    CHECKF(took >= 2 * AGG_UI_LOGIN_FAIL_DELAY_MS / 1000.0, "two failures in %.3f s", took);
     r = get(open_url, "/login", bearer);
     CHECK(r.status == 404 && !header(&r, "Set-Cookie", v, sizeof v)[0]);
     resp_free(&r);
@@ -276,14 +293,23 @@ static const tr_test_t tests[] = {
     {0},
 };
 
+static void h_login_failures(void *arg, const char *url, const char *query,
+                             agg_http_reply_t *r) {
+    (void)arg, (void)url, (void)query;
+    char n[32];
+    snprintf(n, sizeof n, "%llu\n", (unsigned long long)agg_ui_login_failures());
+    agg_http_reply_text(r, 200, n);
+}
+
 static agg_http_t *serve(const char *dir, const char *token, char *url, agg_api_t **api,
                          agg_ui_t **ui) {
     char err[512];
     agg_api_cfg_t cfg = {.store_dir = dir, .token = token};
     CHECKF(agg_api_new(&cfg, api, err, sizeof err) == 0, "%s", err);
     CHECK((*ui = agg_ui_new(token)) != NULL);
-    agg_http_route_t routes[AGG_API_ROUTES + 2] = {{0}};
+    agg_http_route_t routes[AGG_API_ROUTES + 3] = {{0}};
     size_t n = agg_api_routes(*api, routes, AGG_API_ROUTES);
+    routes[n++] = (agg_http_route_t){"GET", "/test/login-failures", h_login_failures, NULL};
     routes[n] = agg_ui_route(*ui);
     agg_http_t *h = NULL;
     const agg_http_cfg_t hcfg = {.addr = "127.0.0.1"};

@@ -167,7 +167,7 @@ typedef struct {
     agg_http_t **http;
 } metrics_src_t;
 
-/* The symbol store's and the symbolizer's counters, appended to the /metrics text. */
+/* The symbol store's, the symbolizer's and the UI login's counters, appended to /metrics. */
 static char *symbol_metrics(char *body) {
     agg_symstore_stats_t ss;
     agg_symbolizer_stats_t zs;
@@ -188,6 +188,8 @@ static char *symbol_metrics(char *body) {
         {"debuginfod_too_big_total", "debug files refused: over debuginfod-max-size", zs.too_big},
         {"debuginfod_evicted_total", "debug files closed and deleted for debuginfod-cache-size",
          zs.evicted},
+        {"ui_login_failed_total", "GET /login with a wrong or missing token (each answered "
+         "after 250 ms)", agg_ui_login_failures()},
     };
     size_t n = sizeof c / sizeof *c;
     size_t len = strlen(body), cap = len + 1 + n * 512; /* each entry < 512 bytes */

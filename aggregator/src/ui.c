@@ -7,11 +7,13 @@
 
 #include "auth.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <xxhash.h>
 #include <zlib.h>
 
@@ -92,12 +94,23 @@ static const char login_page[] =
     ".then(function(r){if(r.ok)location.reload();else document.getElementById('e')"
     ".textContent='That token is wrong.';});};</script></body></html>";
 
-/* GET /login with the token in the Authorization header: 204 and the cookie (auth.h). */
+static _Atomic uint64_t login_failed; /* GET /login answered 401 (agg_ui_login_failures) */
+
+uint64_t agg_ui_login_failures(void) { return login_failed; }
+
+/* GET /login with the token in the Authorization header: 204 and the cookie (auth.h). A wrong
+ * or missing token is counted and answered after AGG_UI_LOGIN_FAIL_DELAY_MS, so one connection
+ * tries at most a few tokens a second (this connection's own thread waits; the others do not:
+ * a shared queue of failures would let a guesser hold every thread). */
 static void login(agg_ui_t *ui, agg_http_reply_t *r) {
     const char *h = agg_http_request_header("Authorization");
     if (!ui->token) {
         agg_http_reply_text(r, 404, "this aggregator has no API token: nothing to log in to\n");
     } else if (!h || strncasecmp(h, "Bearer ", 7) || !agg_auth_equal(ui->token, h + 7)) {
+        login_failed++;
+        struct timespec d = {0, AGG_UI_LOGIN_FAIL_DELAY_MS * 1000000L};
+        while (nanosleep(&d, &d) && errno == EINTR) {
+        }
         agg_http_reply_text(r, 401, "the token is wrong: send the aggregator's api-token as "
                             "'Authorization: Bearer TOKEN'\n");
     } else {

@@ -16,6 +16,7 @@
 #include "http.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     const char *path; /* "/index.html", "/app.js", ...; NULL ends the table */
@@ -32,6 +33,11 @@ typedef struct agg_ui agg_ui_t;
 /* token: NULL or "" for no authentication (copied). NULL when out of memory. */
 agg_ui_t *agg_ui_new(const char *token);
 void agg_ui_free(agg_ui_t *ui);
+
+#define AGG_UI_LOGIN_FAIL_DELAY_MS 250 /* a wrong token's answer from GET /login waits this */
+
+/* GET /login requests answered 401 (wrong or missing token) since the process started. */
+uint64_t agg_ui_login_failures(void);
 
 /* The UI's route: a prefix route for "/" (put it last in the table: it matches any path). */
 agg_http_route_t agg_ui_route(agg_ui_t *ui);
