@@ -492,6 +492,22 @@ static void test_peer_identity(void) {
     CHECK(col_enrich_pod_uid("0::/user.slice/pod-not-a-uid\n", uid, sizeof uid) == 0);
     CHECK(col_enrich_pod_uid("0::/kubepods/podXf1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/", uid,
                              sizeof uid) == 0);
+    /* review finding 8: only the pod level under the kubepods root names a pod. A systemd user
+     * manager's delegated subtree, or a cgroup made deeper inside a pod, names none */
+    CHECK(col_enrich_pod_uid("0::/user.slice/user-1000.slice/user@1000.service/app.slice/"
+                             "pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b.scope\n", uid,
+                             sizeof uid) == 0);
+    CHECK(col_enrich_pod_uid("0::/system.slice/kubepods/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/\n",
+                             uid, sizeof uid) == 0);
+    CHECK(col_enrich_pod_uid("0::/kubepods/besteffort/x/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/\n",
+                             uid, sizeof uid) == 0);
+    CHECK(col_enrich_pod_uid("0::/kubepods/burstable/pod11111111-2222-3333-4444-555555555555/"
+                             "c/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b\n", uid, sizeof uid) == 1);
+    CHECK(!strcmp(uid, "11111111-2222-3333-4444-555555555555"));
+    CHECK(col_enrich_pod_uid("1:name=systemd:/user.slice/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b\n"
+                             "0::/kubepods.slice/kubepods-pod11111111_2222_3333_4444_555555555555"
+                             ".slice/cri-containerd-ab.scope\n", uid, sizeof uid) == 1);
+    CHECK(!strcmp(uid, "11111111-2222-3333-4444-555555555555"));
 
     char dir[] = "/tmp/fp-col-pods-XXXXXX", path[256], name[160];
     CHECK(mkdtemp(dir) != NULL);
@@ -504,6 +520,41 @@ static void test_peer_identity(void) {
     CHECK(col_enrich_pod_name(dir, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b", name, sizeof name));
     CHECK(!strcmp(name, "prod/web-0"));
     CHECK(!col_enrich_pod_name(dir, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5c", name, sizeof name));
+    /* the cached lookup: one scan for known pods; a new pod found after at most a second */
+    uint64_t scans0 = col_enrich_pod_scans();
+    CHECK(col_enrich_pod_lookup(dir, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b", name, sizeof name));
+    CHECK(!strcmp(name, "prod/web-0"));
+    for (int i = 0; i < 100; i++)
+        CHECK(col_enrich_pod_lookup(dir, "11111111-2222-3333-4444-555555555555", name,
+                                    sizeof name));
+    CHECK(!strcmp(name, "other/web-1"));
+    CHECK_EQ(col_enrich_pod_scans() - scans0, 1);
+    snprintf(path, sizeof path, "%s/new_api-2_0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5c", dir);
+    CHECK(mkdir(path, 0755) == 0);
+    for (int i = 0; i < 100; i++) /* misses within the second: no rescan */
+        CHECK(!col_enrich_pod_lookup(dir, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5c", name,
+                                     sizeof name));
+    CHECK_EQ(col_enrich_pod_scans() - scans0, 1);
+    usleep(1050000);
+    CHECK(col_enrich_pod_lookup(dir, "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5c", name, sizeof name));
+    CHECK(!strcmp(name, "new/api-2"));
+    CHECK_EQ(col_enrich_pod_scans() - scans0, 2);
+    /* the collector's own POD_NAME labels its peers only when configured as a sidecar */
+    col_config_t ncfg;
+    memset(&ncfg, 0, sizeof ncfg);
+    char nid[] = "cid";
+    ncfg.id = nid;
+    setenv("POD_NAMESPACE", "fleetprof", 1);
+    setenv("POD_NAME", "collector-x1", 1);
+    col_node_ident_t own;
+    char nerr[256];
+    CHECK(col_enrich_node(&ncfg, &own, nerr, sizeof nerr) == 0);
+    CHECKF(own.pod[0] == 0, "a DaemonSet labels its peers with its own pod: %s", own.pod);
+    ncfg.sidecar = 1;
+    CHECK(col_enrich_node(&ncfg, &own, nerr, sizeof nerr) == 0);
+    CHECK(!strcmp(own.pod, "fleetprof/collector-x1"));
+    unsetenv("POD_NAMESPACE");
+    unsetenv("POD_NAME");
 
     /* a peer that says who it is in its environment */
     int go[2];

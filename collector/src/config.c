@@ -81,6 +81,9 @@ static const cm_opt_t col_opts[] = {
     {"pods-dir", CM_OPT_STRING, "/var/log/pods", OFF(pods_dir), 0, 0,
      "kubelet's pod log directory (<namespace>_<name>_<uid>), read to name the pod a peer's "
      "cgroup belongs to (mount it read-only into the DaemonSet); empty: pods are pod-<uid>"},
+    {"sidecar", CM_OPT_BOOL, "false", OFF(sidecar), 0, 0,
+     "the collector runs in its peers' pod: a peer without a pod cgroup is labelled with the "
+     "collector's own POD_NAMESPACE/POD_NAME (a DaemonSet leaves this off)"},
     {0},
 };
 

@@ -6,7 +6,8 @@
  * /proc/<pid>/cgroup, the pod's namespace/name from kubelet's /var/log/pods/<ns>_<name>_<uid>.
  * The values travel as Kafka headers; the chunk bytes are never re-encoded.
  *
- * Threading: loop thread only (reads small /proc files synchronously once per connection). */
+ * Threading: loop thread only (reads small /proc files synchronously once per connection; the
+ * pod names from a cache rescanned at most once a second). */
 #include "internal.h"
 
 #include <ctype.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cm/file.h"
@@ -39,7 +41,7 @@ int col_enrich_node(const col_config_t *cfg, col_node_ident_t *out, char *errbuf
     if (node)
         snprintf(out->node, sizeof out->node, "%s", node);
     const char *pns = getenv("POD_NAMESPACE"), *pname = getenv("POD_NAME");
-    if (pname && *pname)
+    if (cfg->sidecar && pname && *pname) /* a DaemonSet's own pod names none of its peers */
         snprintf(out->pod, sizeof out->pod, "%.60s/%.90s", pns ? pns : "", pname);
     if (cfg->id[0]) {
         snprintf(out->collector, sizeof out->collector, "%s", cfg->id);
@@ -99,22 +101,60 @@ int col_enrich_container_id(const char *text, char *out, size_t out_size) {
     return 1;
 }
 
-int col_enrich_pod_uid(const char *text, char *out, size_t out_size) {
-    /* kubepods/burstable/pod0f1e...-.../<cid>, kubepods-besteffort-pod0f1e..._....slice */
-    for (const char *p = strstr(text, "pod"); p; p = strstr(p + 3, "pod")) {
-        const char *u = p + 3;
-        int ok = 1;
+/* The pod uid in one cgroup path: "pod<uid>" as the first component after the kubepods root
+ * (cgroupfs /kubepods[/<qos>]/pod<uid>/, systemd /kubepods.slice/[kubepods-<qos>.slice/]
+ * kubepods[-<qos>]-pod<uid with _>.slice, kind's /kubelet.slice/kubelet-kubepods.slice/...).
+ * Only components right under that root count: a pod<uid> cgroup a process created deeper (in
+ * a delegated subtree) or under another root (a systemd user manager's) names nothing. */
+static int path_pod_uid(const char *path, const char *end, char *out) {
+    static const char *const roots[] = {"/kubepods/", "/kubepods.slice/",
+                                        "/kubelet.slice/kubelet-kubepods.slice/", NULL};
+    const char *p = NULL;
+    for (int i = 0; roots[i] && !p; i++)
+        if ((size_t)(end - path) > strlen(roots[i]) && !strncmp(path, roots[i], strlen(roots[i])))
+            p = path + strlen(roots[i]);
+    /* at most two components: the QoS class, then the pod */
+    for (int depth = 0; p && p < end && depth < 2; depth++) {
+        const char *ce = memchr(p, '/', (size_t)(end - p));
+        if (!ce)
+            ce = end;
+        /* the component is "pod<uid>", or a slice "kubepods[-<qos>]-pod<uid>.slice" */
+        const char *u = NULL;
+        if ((size_t)(ce - p) >= 39 && !strncmp(p, "pod", 3))
+            u = p + 3;
+        else if ((size_t)(ce - p) > 45 && !strncmp(p, "kubepods-", 9) &&
+                 !strncmp(ce - 6, ".slice", 6) && !strncmp(ce - 46, "-pod", 4))
+            u = ce - 42;
+        int ok = u != NULL && (u + 36 == ce || (u[36] == '.' && u + 42 == ce));
         for (int i = 0; i < 36 && ok; i++) {
             int dash = i == 8 || i == 13 || i == 18 || i == 23;
             ok = dash ? u[i] == '-' || u[i] == '_'
                       : isxdigit((unsigned char)u[i]) && !isupper((unsigned char)u[i]);
         }
-        if (!ok || isxdigit((unsigned char)u[36]) || out_size < 37)
-            continue;
-        for (int i = 0; i < 36; i++)
-            out[i] = u[i] == '_' ? '-' : u[i];
-        out[36] = 0;
-        return 1;
+        if (ok) {
+            for (int i = 0; i < 36; i++)
+                out[i] = u[i] == '_' ? '-' : u[i];
+            out[36] = 0;
+            return 1;
+        }
+        p = ce + 1;
+    }
+    return 0;
+}
+
+int col_enrich_pod_uid(const char *text, char *out, size_t out_size) {
+    if (out_size < 37)
+        return 0;
+    for (const char *line = text; *line;) {
+        const char *eol = strchr(line, '\n');
+        if (!eol)
+            eol = line + strlen(line);
+        /* hierarchy-id:controllers:path */
+        const char *c1 = memchr(line, ':', (size_t)(eol - line));
+        const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(eol - c1 - 1)) : NULL;
+        if (c2 && path_pod_uid(c2 + 1, eol, out))
+            return 1;
+        line = *eol ? eol + 1 : eol;
     }
     return 0;
 }
@@ -143,6 +183,74 @@ int col_enrich_pod_name(const char *pods_dir, const char *uid, char *out, size_t
     closedir(d);
     return found;
 }
+
+/* ---- pod uid -> namespace/name, cached (loop thread only) ----
+ * A directory scan of pods_dir per connection cost ~100 readdir entries on the loop thread, for
+ * every reconnect. The table below is rebuilt from one scan on a miss, at most once a second
+ * (a pod started this second is named on its next connection, pod-<uid> until then). */
+#define POD_CACHE_MAX 1024 /* pods one node runs: kubelet's default max-pods is 110 */
+static struct {
+    char dir[256]; /* the pods_dir the table holds */
+    int64_t scanned_ns; /* CLOCK_MONOTONIC of the last scan; 0: never */
+    int n;
+    struct {
+        char uid[37], name[160];
+    } e[POD_CACHE_MAX];
+    uint64_t scans; /* directory scans done (col_enrich_pod_scans) */
+} pods;
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void pods_scan(const char *pods_dir) {
+    snprintf(pods.dir, sizeof pods.dir, "%s", pods_dir);
+    pods.n = 0;
+    pods.scanned_ns = mono_ns();
+    pods.scans++;
+    DIR *d = opendir(pods_dir);
+    struct dirent *e;
+    while (d && pods.n < POD_CACHE_MAX && (e = readdir(d))) {
+        /* <namespace>_<name>_<uid>: neither a namespace nor a pod name has a '_' */
+        const char *us = strchr(e->d_name, '_');
+        const char *ue = us ? strchr(us + 1, '_') : NULL;
+        if (!ue || strlen(ue + 1) != 36 || strchr(ue + 1, '_'))
+            continue;
+        int w = snprintf(pods.e[pods.n].name, sizeof pods.e[pods.n].name, "%.*s/%.*s",
+                         (int)(us - e->d_name), e->d_name, (int)(ue - us - 1), us + 1);
+        if (w <= 0 || (size_t)w >= sizeof pods.e[pods.n].name)
+            continue;
+        memcpy(pods.e[pods.n].uid, ue + 1, 37);
+        pods.n++;
+    }
+    if (d)
+        closedir(d);
+}
+
+static int pods_find(const char *uid, char *out, size_t out_size) {
+    for (int i = 0; i < pods.n; i++)
+        if (!strcmp(pods.e[i].uid, uid)) {
+            int w = snprintf(out, out_size, "%s", pods.e[i].name);
+            return w > 0 && (size_t)w < out_size;
+        }
+    return 0;
+}
+
+int col_enrich_pod_lookup(const char *pods_dir, const char *uid, char *out, size_t out_size) {
+    if (!pods_dir || !pods_dir[0])
+        return 0;
+    int same_dir = !strcmp(pods.dir, pods_dir) && pods.scanned_ns;
+    if (same_dir && pods_find(uid, out, out_size))
+        return 1;
+    if (same_dir && mono_ns() - pods.scanned_ns < 1000000000)
+        return 0;
+    pods_scan(pods_dir);
+    return pods_find(uid, out, out_size);
+}
+
+uint64_t col_enrich_pod_scans(void) { return pods.scans; }
 
 static void add(col_hdrs_t *h, const char *name, const char *value) {
     if (h->n >= COL_MAX_HDRS || !value || !value[0])
@@ -208,7 +316,7 @@ void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t 
         if (col_enrich_container_id(buf, cid, sizeof cid))
             add(out, CM_HDR_CONTAINER, cid);
         if (col_enrich_pod_uid(buf, puid, sizeof puid) &&
-            !col_enrich_pod_name(node->pods_dir, puid, pod, sizeof pod))
+            !col_enrich_pod_lookup(node->pods_dir, puid, pod, sizeof pod))
             snprintf(pod, sizeof pod, "pod-%s", puid);
     }
     add(out, CM_HDR_POD, pod);

@@ -53,6 +53,7 @@ typedef struct {
     int64_t drain_timeout; /* ns: on SIGTERM, wait this long for in-flight deliveries */
     char *log_level;
     char *pods_dir;        /* kubelet's per-pod log directories: pod uid -> namespace/name */
+    int sidecar;           /* peers without a pod cgroup are in our own POD_NAME's pod */
     /* derived */
     int fsync_mode;        /* COL_FSYNC_* */
     char host[256];
@@ -154,7 +155,7 @@ void col_http_stop(col_http_t *h);
 #define COL_MAX_HDRS 8
 typedef struct {
     char host[256], collector[128], node[256];
-    char pod[160]; /* the collector's own POD_NAMESPACE/POD_NAME (a sidecar: its peers' pod) */
+    char pod[160]; /* sidecar only: its own POD_NAMESPACE/POD_NAME, its peers' pod */
     const char *pods_dir; /* cfg->pods_dir ("" : pod uids are not resolved to names) */
 } col_node_ident_t;
 
@@ -165,8 +166,9 @@ typedef struct {
 } col_hdrs_t;
 
 /* Node identity: host name, collector id (cfg->id, else a random id persisted in the spool
- * directory), node name from NODE_NAME, the collector's own pod from POD_NAMESPACE/POD_NAME
- * (downward API; set them only on a sidecar collector, whose peers all share its pod). Returns 0 or a negative errno with errbuf set. */
+ * directory), node name from NODE_NAME, and with cfg->sidecar the collector's own pod from
+ * POD_NAMESPACE/POD_NAME (downward API: a sidecar's peers all share its pod; a DaemonSet's do
+ * not). Returns 0 or a negative errno with errbuf set. */
 int col_enrich_node(const col_config_t *cfg, col_node_ident_t *out, char *errbuf,
                     size_t errbuf_size);
 /* Headers for a peer, all from the collector's own view (never from what the peer says or
@@ -178,11 +180,17 @@ void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t 
 /* Extracts a 64-hex container id from cgroup file text; returns 1 if found. Exposed for tests. */
 int col_enrich_container_id(const char *cgroup_text, char *out, size_t out_size);
 /* Extracts a Kubernetes pod uid (36 chars, dashes) from cgroup file text: "pod<uid>" in
- * cgroupfs paths, "pod<uid with _>.slice" in systemd ones. Returns 1 if found. */
+ * cgroupfs paths, "pod<uid with _>.slice" in systemd ones, only as the pod level right under the
+ * kubepods root (a pod<uid> cgroup elsewhere, as a delegated subtree can create, is ignored).
+ * Returns 1 if found. */
 int col_enrich_pod_uid(const char *cgroup_text, char *out, size_t out_size);
 /* "namespace/name" of pod uid from the directory names <namespace>_<name>_<uid> under
- * pods_dir (kubelet's /var/log/pods). Returns 1 if found. */
+ * pods_dir (kubelet's /var/log/pods). Returns 1 if found. One directory scan per call. */
 int col_enrich_pod_name(const char *pods_dir, const char *uid, char *out, size_t out_size);
+/* The same from a cache of pods_dir (loop thread only): a miss rescans the directory, at most
+ * once a second. Returns 1 if found. col_enrich_pod_scans counts the scans (for tests). */
+int col_enrich_pod_lookup(const char *pods_dir, const char *uid, char *out, size_t out_size);
+uint64_t col_enrich_pod_scans(void);
 
 /* ---------------------------------------------------------------- spool.c */
 
