@@ -1,6 +1,6 @@
 /* The collector against other local users (issue 28): its socket is 0666 by default, so any
  * uid can connect; the per-uid limits keep one from harming the others. No broker (the spool
- * takes everything: accepted = spooled and acked). HTTP ports 19480-19485.
+ * takes everything: accepted = spooled and acked). HTTP ports 19480-19486.
  *
  *   uid_connections  uid 65534 opens 4,200 connections (more than every max-clients slot):
  *                    only uid-max-clients (1,024) stay, the rest are closed as uid_too_many,
@@ -593,6 +593,79 @@ static void test_peer_identity(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* Review finding 6: the limits are per (uid, container), not per uid: in a DaemonSet most pods
+ * run as root, and one budget for all of root locked the others' agents out. Two root clients
+ * in two containers (fresh cgroups in the v1 pids hierarchy named by a 64-hex id, as a
+ * runtime names them) with uid-max-clients 4: the first opens 10 (4 admitted), the second's 4
+ * are all admitted and deliver. Before, the second's were all refused. */
+static void container_client(const char *cg, const char *sock, int n, int rd, int wr,
+                             const char *svc) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/cgroup.procs", cg);
+    FILE *f = fopen(path, "w");
+    if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f))
+        _exit(93);
+    int fds[16], open = 0;
+    for (int i = 0; i < n && i < 16; i++)
+        if ((fds[i] = tc_connect(sock, 1)) >= 0)
+            open++;
+    /* the last connection sends a chunk: 0 when admitted (the first 4 only for the flood) */
+    uint8_t *fr;
+    size_t len;
+    uint32_t no = 0;
+    int32_t st = tc_frame_make(svc, 0, 500, &fr, &len) ? 99997 : send_one(fds[3], fr, len, &no);
+    if (write(wr, &st, sizeof st) != (ssize_t)sizeof st)
+        _exit(91);
+    char b;
+    if (read(rd, &b, 1) < 0)
+        _exit(92);
+    _exit(open == n ? 0 : 94);
+}
+
+static void test_root_containers(void) {
+    need_root();
+    char cg[2][160];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cg[i], sizeof cg[i], "/sys/fs/cgroup/pids/fptest-%d-%064x", (int)getpid(), i + 1);
+        CHECKF(mkdir(cg[i], 0755) == 0, "cannot make the cgroup %s: %s (needs a writable v1 "
+               "pids hierarchy)", cg[i], strerror(errno));
+    }
+    tc_collector_t c = {0};
+    const char *more[] = {"--uid-max-clients=4", NULL};
+    start(&c, 19486, more);
+    int done[2], res[2];
+    CHECK(pipe(done) == 0 && pipe(res) == 0);
+    pid_t a = fork();
+    if (a == 0)
+        container_client(cg[0], c.sock, 10, done[0], res[1], "svc-a");
+    int32_t st_a = -1, st_b = -1;
+    CHECK(read(res[0], &st_a, sizeof st_a) == (ssize_t)sizeof st_a);
+    CHECK(tc_metric_wait_eq(19486, "fleetprof_collector_disconnects_total{reason=\"uid_too_many\"}",
+                            6, 10) == 6);
+    pid_t b = fork();
+    if (b == 0)
+        container_client(cg[1], c.sock, 4, done[0], res[1], "svc-b");
+    CHECK(read(res[0], &st_b, sizeof st_b) == (ssize_t)sizeof st_b);
+    double connected = tc_metric_wait_eq(19486, "fleetprof_collector_connected_agents", 8, 10);
+    double refused =
+        tc_metric(19486, "fleetprof_collector_disconnects_total{reason=\"uid_too_many\"}");
+    double budgets = tc_metric(19486, "fleetprof_collector_uid_budgets");
+    printf("root_containers: container A's 4th connection ack %d, B's %d; connected %.0f, "
+           "refused %.0f, budgets %.0f\n", (int)st_a, (int)st_b, connected, refused, budgets);
+    CHECK(write(done[1], "xx", 2) == 2);
+    int sa, sb;
+    CHECK(waitpid(a, &sa, 0) == a && waitpid(b, &sb, 0) == b);
+    for (int i = 0; i < 2; i++)
+        rmdir(cg[i]);
+    CHECKF(st_a == 0 && st_b == 0, "a root agent in its own container could not deliver");
+    CHECK_EQ(connected, 8);
+    CHECK_EQ(refused, 6);
+    CHECK(budgets >= 2);
+    CHECK(WIFEXITED(sa) && WEXITSTATUS(sa) == 0 && WIFEXITED(sb) && WEXITSTATUS(sb) == 0);
+    stop(&c);
+    tc_cleanup(&c);
+}
+
 static const tr_test_t tests[] = {{"uid_connections", test_uid_connections},
                                   {"uid_rate", test_uid_rate},
                                   {"idle_after_hello", test_idle_after_hello},
@@ -600,5 +673,6 @@ static const tr_test_t tests[] = {{"uid_connections", test_uid_connections},
                                   {"spool_alone", test_spool_alone},
                                   {"idle_agent", test_idle_agent},
                                   {"peer_identity", test_peer_identity},
+                                  {"root_containers", test_root_containers},
                                   {0}};
 TR_MAIN(tests)

@@ -252,6 +252,24 @@ int col_enrich_pod_lookup(const char *pods_dir, const char *uid, char *out, size
 
 uint64_t col_enrich_pod_scans(void) { return pods.scans; }
 
+const char *col_hdrs_get(const col_hdrs_t *h, const char *name) {
+    for (int i = 0; i < h->n; i++)
+        if (!strcmp(h->name[i], name))
+            return h->value[i];
+    return NULL;
+}
+
+uint64_t col_budget_key(int uid, const char *container) {
+    uint64_t k = 0xcbf29ce484222325ull; /* FNV-1a 64 over the uid's digits, ':' and the id */
+    char num[16];
+    snprintf(num, sizeof num, "%d:", uid);
+    for (const char *p = num; *p; p++)
+        k = (k ^ (uint8_t)*p) * 0x100000001b3ull;
+    for (const char *p = container ? container : ""; *p; p++)
+        k = (k ^ (uint8_t)*p) * 0x100000001b3ull;
+    return k == COL_BUDGET_SHARED ? k - 1 : k;
+}
+
 static void add(col_hdrs_t *h, const char *name, const char *value) {
     if (h->n >= COL_MAX_HDRS || !value || !value[0])
         return;

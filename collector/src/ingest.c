@@ -11,11 +11,12 @@
  * buffer, discarded and answered with retry. libuv serves ready connections round-robin, one
  * read (at most 256 KiB) per connection per turn, so a flooding client cannot starve others.
  *
- * Per peer uid (issue 28: the socket is 0666 by default, so any local user can connect): at
- * most uid-max-clients connections (one user cannot take every max-clients slot), chunk bytes
- * at most uid-max-bytes-rate per second, and a share of the spool (an even share among the
- * uids holding chunks, and at most uid-spool-share: a flood is told to retry instead of
- * pushing out other services' chunks). A connection that sends nothing for idle-timeout after
+ * Per peer uid and container (issue 28: the socket is 0666 by default, so any local user can
+ * connect; review finding 6: keyed by uid alone, every root pod of a node shared one budget):
+ * at most uid-max-clients connections (one user cannot take every max-clients slot), chunk
+ * bytes at most uid-max-bytes-rate per second, and a share of the spool (an even share among
+ * the budgets holding chunks, and at most uid-spool-share: a flood is told to retry instead of
+ * pushing out other services' chunks). A budget is a (uid, container id) pair (budget_t). A connection that sends nothing for idle-timeout after
  * its hello is closed (the agent reconnects when it next sends).
  *
  * Threading: loop thread only. Peer pid/uid come from SO_PEERCRED at accept. */
@@ -44,20 +45,28 @@
 #define READ_CHUNK (256u << 10)
 #define SCRATCH (64u << 10)
 
-/* What one peer uid holds: its connections and its bytes/s bucket. */
-typedef struct {
-    int uid;
+/* One budget of the per-uid limits: what a (peer uid, container) holds, its connections and
+ * its bytes/s bucket. Keyed by col_budget_key: the uid alone would put every root pod of a
+ * DaemonSet node under one budget. Entries are chained in budget_heads; at most BUDGETS_MAX,
+ * past it new keys share in->shared; the sweep frees those with no connection, no spooled
+ * bytes and a full bucket. */
+#define BUDGETS_MAX 4096
+#define BUDGET_HEADS 1024 /* power of two */
+typedef struct budget {
+    uint64_t key; /* col_budget_key(uid, container), or COL_BUDGET_SHARED */
+    int uid;      /* for logs (the shared one: the uid that first overflowed) */
     uint32_t conns;
     double tokens; /* bytes; may go negative by one frame */
     uint64_t tokens_ms;
-} uid_state_t;
+    struct budget *next;
+} budget_t;
 
 typedef struct conn {
     uv_pipe_t pipe; /* first: the handle pointer is the conn pointer */
     col_ingest_t *in;
     struct conn *prev, *next;
     int pid, uid;
-    int uid_counted;          /* counted in its uid_state_t's conns */
+    budget_t *budget;         /* its (uid, container) budget, conns counted; NULL: none */
     uint64_t active_ms;       /* loop clock of the hello or the last whole message */
     col_hdrs_t hdrs;
     uint8_t *buf;
@@ -84,8 +93,9 @@ struct col_ingest {
     conn_t *conns;
     uint64_t n_conns;
     uint64_t mem_used; /* sum of connection buffer capacities */
-    uid_state_t *uids; /* one per peer uid that has connected (a node's service users) */
-    size_t n_uids, cap_uids;
+    budget_t *budget_heads[BUDGET_HEADS]; /* the budgets by key (hash chains) */
+    size_t n_budgets;                     /* entries in budget_heads (not counting shared) */
+    budget_t shared;                      /* every key past BUDGETS_MAX */
     double tokens;     /* max-rate bucket */
     uint64_t tokens_ms;
     uint8_t scratch[SCRATCH];
@@ -138,31 +148,51 @@ static int log_allowed(col_ingest_t *in) {
     return 1;
 }
 
-/* The state of uid, created on first use; NULL only on ENOMEM. */
-static uid_state_t *uid_state(col_ingest_t *in, int uid) {
-    for (size_t i = 0; i < in->n_uids; i++)
-        if (in->uids[i].uid == uid)
-            return &in->uids[i];
-    if (in->n_uids == in->cap_uids) {
-        size_t nc = in->cap_uids ? in->cap_uids * 2 : 16;
-        uid_state_t *nu = realloc(in->uids, nc * sizeof *nu);
-        if (!nu)
-            return NULL;
-        in->uids = nu;
-        in->cap_uids = nc;
+/* The budget of key (uid's, with its container), created on first use; past BUDGETS_MAX
+ * entries (or on ENOMEM) the shared one. */
+static budget_t *budget_get(col_ingest_t *in, uint64_t key, int uid) {
+    budget_t **head = &in->budget_heads[(key ^ key >> 29) & (BUDGET_HEADS - 1)];
+    for (budget_t *b = *head; b; b = b->next)
+        if (b->key == key)
+            return b;
+    budget_t *b = in->n_budgets < BUDGETS_MAX ? calloc(1, sizeof *b) : NULL;
+    if (!b) {
+        col_count(&col_metrics.budget_shared_total, 1);
+        if (in->shared.uid < 0)
+            in->shared.uid = uid;
+        return &in->shared;
     }
-    in->uids[in->n_uids] = (uid_state_t){.uid = uid};
-    return &in->uids[in->n_uids++];
+    b->key = key;
+    b->uid = uid;
+    b->next = *head;
+    *head = b;
+    in->n_budgets++;
+    col_gauge_set(&col_metrics.budgets, in->n_budgets);
+    return b;
+}
+
+/* Frees the budgets that hold nothing: no connection, no bytes in the spool, and a bucket
+ * full again (so closing every connection and reconnecting gains no bytes). */
+static void budget_sweep(col_ingest_t *in, uint64_t now_ms) {
+    for (size_t i = 0; i < BUDGET_HEADS; i++)
+        for (budget_t **pb = &in->budget_heads[i], *b; (b = *pb);) {
+            if (b->conns || col_spool_uid_bytes(in->spool, b->key, NULL) ||
+                (b->tokens_ms && now_ms - b->tokens_ms < 1000)) {
+                pb = &b->next;
+                continue;
+            }
+            *pb = b->next;
+            free(b);
+            in->n_budgets--;
+        }
+    col_gauge_set(&col_metrics.budgets, in->n_budgets);
 }
 
 /* uid-max-bytes-rate: a frame of n bytes passes while the uid's bucket is positive (so a frame
  * larger than a second's worth still passes, then that uid waits); burst: one second. */
-static int uid_bytes_take(col_ingest_t *in, int uid, size_t n, uint64_t now_ms) {
+static int uid_bytes_take(col_ingest_t *in, budget_t *u, size_t n, uint64_t now_ms) {
     int64_t rate = in->cfg->uid_max_bytes_rate;
-    if (rate <= 0)
-        return 1;
-    uid_state_t *u = uid_state(in, uid);
-    if (!u)
+    if (rate <= 0 || !u)
         return 1;
     if (u->tokens_ms == 0)
         u->tokens = (double)rate;
@@ -181,8 +211,10 @@ static int uid_bytes_take(col_ingest_t *in, int uid, size_t n, uint64_t now_ms) 
  * share of spool-max among the uids holding chunks (all of it when alone: a full spool then
  * pushes out its own oldest chunks, as before), and at most uid-spool-share percent. So one
  * uid's flood stops at its share and the room left is the others'. */
-static int uid_spool_ok(col_ingest_t *in, int uid, uint64_t need) {
-    uint64_t uids, held = col_spool_uid_bytes(in->spool, uid, &uids);
+static int uid_spool_ok(col_ingest_t *in, const budget_t *u, uint64_t need) {
+    if (!u)
+        return 1;
+    uint64_t uids, held = col_spool_uid_bytes(in->spool, u->key, &uids);
     uint64_t max = (uint64_t)in->cfg->spool_max;
     uint64_t others = held ? uids - 1 : uids; /* uids holding chunks besides this one */
     uint64_t cap = others ? max / (others + 1) : UINT64_MAX; /* alone: may push out its own */
@@ -194,11 +226,8 @@ static int uid_spool_ok(col_ingest_t *in, int uid, uint64_t need) {
 static void on_closed(uv_handle_t *h) {
     conn_t *c = (conn_t *)h;
     col_ingest_t *in = c->in;
-    if (c->uid_counted) {
-        uid_state_t *u = uid_state(in, c->uid);
-        if (u && u->conns)
-            u->conns--;
-    }
+    if (c->budget && c->budget->conns)
+        c->budget->conns--;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -351,7 +380,7 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
         col_count(&col_metrics.shed[COL_SHED_RATE], 1);
         return CM_SOCK_RETRY;
     }
-    if (!uid_bytes_take(in, c->uid, n, now_ms ? now_ms : 1)) {
+    if (!uid_bytes_take(in, c->budget, n, now_ms ? now_ms : 1)) {
         col_count(&col_metrics.shed[COL_SHED_UID_RATE], 1);
         return CM_SOCK_RETRY;
     }
@@ -390,7 +419,7 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
         }
         return CM_ETOOBIG;
     }
-    if (!uid_spool_ok(in, c->uid, col_spool_record_size(key, &c->hdrs, n))) {
+    if (!uid_spool_ok(in, c->budget, col_spool_record_size(key, &c->hdrs, n))) {
         col_count(&col_metrics.shed[COL_SHED_UID_SPOOL], 1);
         if (log_allowed(in)) {
             CM_WARN("msg=\"a uid holds its share of the spool: its agents are told to retry\" "
@@ -400,7 +429,8 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
         }
         return CM_SOCK_RETRY;
     }
-    rc = col_spool_append(in->spool, c->uid, key, &c->hdrs, col_now_ns(), frame, n);
+    rc = col_spool_append(in->spool, c->budget ? c->budget->key : col_budget_key(c->uid, NULL),
+                          key, &c->hdrs, col_now_ns(), frame, n);
     if (rc) {
         col_count(&col_metrics.shed[COL_SHED_SPOOL], 1);
         if (log_allowed(in))
@@ -582,16 +612,15 @@ static void on_connection(uv_stream_t *server, int status) {
         c->pid = cred.pid;
         c->uid = (int)cred.uid;
     }
-    uid_state_t *u = uid_state(in, c->uid);
-    if (u && in->cfg->uid_max_clients > 0 && u->conns >= (uint64_t)in->cfg->uid_max_clients) {
+    col_enrich_peer(in->node, c->pid, c->uid, &c->hdrs);
+    budget_t *u = budget_get(in, col_budget_key(c->uid, col_hdrs_get(&c->hdrs, CM_HDR_CONTAINER)),
+                             c->uid);
+    if (in->cfg->uid_max_clients > 0 && u->conns >= (uint64_t)in->cfg->uid_max_clients) {
         conn_close(c, COL_DISC_UID_TOO_MANY); /* logged there with pid and uid */
         return;
     }
-    if (u) {
-        u->conns++;
-        c->uid_counted = 1;
-    }
-    col_enrich_peer(in->node, c->pid, c->uid, &c->hdrs);
+    u->conns++;
+    c->budget = u;
     c->partial_since = uv_now(in->loop) ? uv_now(in->loop) : 1; /* the hello is due */
     uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
 }
@@ -608,6 +637,7 @@ static void on_sweep(uv_timer_t *t) {
                  now - c->active_ms > idle)
             conn_close(c, COL_DISC_IDLE);
     }
+    budget_sweep(in, now);
 }
 
 /* socket-group: the socket's group becomes GROUP (a name or a number), so socket-mode 0660
@@ -743,6 +773,8 @@ int col_ingest_start(uv_loop_t *loop, const col_config_t *cfg, const col_node_id
     in->cfg = cfg;
     in->node = node;
     in->spool = spool;
+    in->shared.key = COL_BUDGET_SHARED;
+    in->shared.uid = -1;
     in->producer = producer;
     if ((rc = prepare_path(cfg->socket, errbuf, errbuf_size))) {
         free(in);
@@ -788,6 +820,10 @@ void col_ingest_stop(col_ingest_t *in) {
     while (in->conns)
         uv_run(in->loop, UV_RUN_ONCE);
     uv_run(in->loop, UV_RUN_NOWAIT);
-    free(in->uids);
+    for (size_t i = 0; i < BUDGET_HEADS; i++)
+        for (budget_t *b = in->budget_heads[i], *next; b; b = next) {
+            next = b->next;
+            free(b);
+        }
     free(in);
 }

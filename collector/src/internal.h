@@ -116,6 +116,8 @@ typedef struct {
     atomic_uint_fast64_t dropped[COL_DROP_MAX];
     atomic_uint_fast64_t connections_total;
     atomic_uint_fast64_t connected;             /* gauge */
+    atomic_uint_fast64_t budgets;               /* gauge: (uid, container) budgets in use */
+    atomic_uint_fast64_t budget_shared_total;   /* connections put in the shared budget */
     atomic_uint_fast64_t spool_bytes, spool_segments, spool_pending; /* gauges */
     atomic_uint_fast64_t spool_replayed;        /* records found undelivered at start */
     atomic_uint_fast64_t kafka_delivery_errors, kafka_errors, kafka_rewinds;
@@ -177,6 +179,14 @@ int col_enrich_node(const col_config_t *cfg, col_node_ident_t *out, char *errbuf
  * else pod-<uid>) from /proc/<pid>/cgroup; without a pod there, node->pod (a sidecar's).
  * Never fails: unknowns are omitted. */
 void col_enrich_peer(const col_node_ident_t *node, int pid, int uid, col_hdrs_t *out);
+/* The value of header name in h, or NULL. */
+const char *col_hdrs_get(const col_hdrs_t *h, const char *name);
+/* The key of the per-uid limits' budget of a peer (ingest.c, spool.c): its uid with its
+ * container id (fp-container; NULL or "" for a process in no container). Root pods of one
+ * node, or one uid in several containers, get one budget each, and the spool finds the same
+ * key again from a record's fp-peer-uid and fp-container headers. Never COL_BUDGET_SHARED. */
+#define COL_BUDGET_SHARED UINT64_MAX
+uint64_t col_budget_key(int uid, const char *container);
 /* Extracts a 64-hex container id from cgroup file text; returns 1 if found. Exposed for tests. */
 int col_enrich_container_id(const char *cgroup_text, char *out, size_t out_size);
 /* Extracts a Kubernetes pod uid (36 chars, dashes) from cgroup file text: "pod<uid>" in
@@ -221,12 +231,12 @@ int col_spool_open(uv_loop_t *loop, const col_config_t *cfg, col_spool_t **out, 
  * would exceed spool-max, the oldest segments are deleted first and their unread records
  * counted as dropped. Returns 0 once the record is written (and synced if fsync=always), or a
  * negative errno. */
-int col_spool_append(col_spool_t *s, int uid, const char *key, const col_hdrs_t *hdrs,
+int col_spool_append(col_spool_t *s, uint64_t owner, const char *key, const col_hdrs_t *hdrs,
                      uint64_t received_ns, const uint8_t *frame, size_t frame_len);
-/* Bytes of the records of peer uid in the spool's segments (delivered or not, until their
- * segment is deleted), and in *uids how many uids hold any. Records replayed at start count
- * for the uid in their fp-peer-uid header. */
-uint64_t col_spool_uid_bytes(const col_spool_t *s, int uid, uint64_t *uids);
+/* Bytes of the records of owner (a col_budget_key) in the spool's segments (delivered or not,
+ * until their segment is deleted), and in *uids how many owners hold any. Records replayed at
+ * start count for col_budget_key of their fp-peer-uid and fp-container headers. */
+uint64_t col_spool_uid_bytes(const col_spool_t *s, uint64_t owner, uint64_t *uids);
 /* Bytes of a record of frame_len bytes with these key and headers; and the spool's total. */
 uint64_t col_spool_record_size(const char *key, const col_hdrs_t *hdrs, size_t frame_len);
 uint64_t col_spool_total(const col_spool_t *s);

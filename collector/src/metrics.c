@@ -134,6 +134,10 @@ int col_metrics_render(char **res, size_t *res_len) {
              disc_names, m->disconnects, COL_DISC_MAX);
     counter(&b, "connections_total", "Agent connections accepted.", &m->connections_total);
     gauge(&b, "connected_agents", "Agent connections open now.", &m->connected);
+    gauge(&b, "uid_budgets", "Per-uid limit budgets in use: one per (peer uid, container).",
+          &m->budgets);
+    counter(&b, "uid_budget_shared_total", "Connections put in the one shared budget: more "
+            "distinct (uid, container) pairs than 4096 at once.", &m->budget_shared_total);
     gauge(&b, "spool_bytes", "Bytes in spool segments.", &m->spool_bytes);
     gauge(&b, "spool_segments", "Spool segment files.", &m->spool_segments);
     gauge(&b, "spool_pending_records", "Spooled records not yet delivered.", &m->spool_pending);

@@ -46,9 +46,10 @@
 #define REC_HDR 32u
 #define MAX_HDR_BLOB (COL_MAX_HDRS * (2 + 255 + 160))
 
-/* Bytes held per peer uid (a short list: the uids that sent to this node). */
+/* Bytes held per owner, a col_budget_key of (peer uid, container): a list as long as the
+ * budgets ingest keeps (at most 4096 and the shared one). */
 typedef struct {
-    int uid;
+    uint64_t uid; /* the owner key */
     uint64_t bytes;
 } uid_bytes_t;
 
@@ -105,7 +106,7 @@ static uint64_t get64(const uint8_t *p) {
 
 /* Adds delta (may be negative) to uid's entry; an entry reaching 0 is removed. Returns -1
  * when a list cannot grow (ENOMEM: the bytes are not counted for the uid), else 0. */
-static int uid_add(uid_list_t *l, int uid, int64_t delta) {
+static int uid_add(uid_list_t *l, uint64_t uid, int64_t delta) {
     size_t i = 0;
     while (i < l->n && l->v[i].uid != uid)
         i++;
@@ -129,7 +130,7 @@ static int uid_add(uid_list_t *l, int uid, int64_t delta) {
     return 0;
 }
 
-uint64_t col_spool_uid_bytes(const col_spool_t *s, int uid, uint64_t *uids) {
+uint64_t col_spool_uid_bytes(const col_spool_t *s, uint64_t uid, uint64_t *uids) {
     uint64_t b = 0;
     for (size_t i = 0; i < s->uids.n; i++)
         if (s->uids.v[i].uid == uid)
@@ -231,32 +232,36 @@ static int seg_roll(col_spool_t *s) {
     return 0;
 }
 
-/* The fp-peer-uid header in a record's header blob, or -1. */
-static int blob_uid(const uint8_t *h, size_t len) {
-    static const char name[] = "fp-peer-uid";
+/* The owner of a record from its header blob: col_budget_key of its fp-peer-uid (-1 when
+ * absent or bad) and fp-container headers, as ingest keyed it. */
+static uint64_t blob_owner(const uint8_t *h, size_t len) {
+    static const char uid_name[] = "fp-peer-uid", cid_name[] = "fp-container";
     const uint8_t *end = h + len;
+    int uid = -1;
+    char cid[161] = "";
     while (h < end) {
         uint8_t nl = *h++;
         if (h + nl + 1 > end)
-            return -1;
-        int match = nl == sizeof name - 1 && !memcmp(h, name, nl);
+            break;
+        int is_uid = nl == sizeof uid_name - 1 && !memcmp(h, uid_name, nl);
+        int is_cid = nl == sizeof cid_name - 1 && !memcmp(h, cid_name, nl);
         h += nl;
         uint8_t vl = *h++;
         if (h + vl > end)
-            return -1;
-        if (match) {
-            char v[16];
-            if (vl == 0 || vl >= sizeof v)
-                return -1;
+            break;
+        if (is_uid && vl > 0 && vl < 16) {
+            char v[16], *e;
             memcpy(v, h, vl);
             v[vl] = 0;
-            char *e;
             long u = strtol(v, &e, 10);
-            return *e || u < 0 || u > INT32_MAX ? -1 : (int)u;
+            uid = *e || u < 0 || u > INT32_MAX ? -1 : (int)u;
+        } else if (is_cid && vl < sizeof cid) {
+            memcpy(cid, h, vl);
+            cid[vl] = 0;
         }
         h += vl;
     }
-    return -1;
+    return col_budget_key(uid, cid);
 }
 
 /* Scans a segment's record headers: counts whole records and finds where they end, and the
@@ -273,10 +278,10 @@ static void seg_scan(int fd, uint64_t file_size, seg_t *seg, uint64_t max_body) 
         if (body > max_body || body != (uint64_t)key_len + hdr_len + get32(h + 28) ||
             off + REC_HDR + body > file_size || key_len > 255 || hdr_len > MAX_HDR_BLOB)
             break;
-        int uid = -1;
+        uint64_t uid = col_budget_key(-1, NULL);
         if (pread(fd, blob, key_len + hdr_len, (off_t)(off + REC_HDR)) ==
             (ssize_t)(key_len + hdr_len))
-            uid = blob_uid(blob + key_len, hdr_len);
+            uid = blob_owner(blob + key_len, hdr_len);
         (void)uid_add(&seg->uids, uid, (int64_t)(REC_HDR + body)); /* ENOMEM: not counted */
         off += REC_HDR + body;
         n++;
@@ -528,7 +533,7 @@ uint64_t col_spool_record_size(const char *key, const col_hdrs_t *hdrs, size_t f
     return n;
 }
 
-int col_spool_append(col_spool_t *s, int uid, const char *key, const col_hdrs_t *hdrs,
+int col_spool_append(col_spool_t *s, uint64_t uid, const char *key, const col_hdrs_t *hdrs,
                      uint64_t received_ns, const uint8_t *frame, size_t frame_len) {
     uint8_t head[REC_HDR + 255 + MAX_HDR_BLOB];
     size_t key_len = strnlen(key, 255);
