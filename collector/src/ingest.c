@@ -176,8 +176,8 @@ static budget_t *budget_get(col_ingest_t *in, uint64_t key, int uid) {
 static void budget_sweep(col_ingest_t *in, uint64_t now_ms) {
     for (size_t i = 0; i < BUDGET_HEADS; i++)
         for (budget_t **pb = &in->budget_heads[i], *b; (b = *pb);) {
-            if (b->conns || col_spool_uid_bytes(in->spool, b->key, NULL) ||
-                (b->tokens_ms && now_ms - b->tokens_ms < 1000)) {
+            if (b->conns || (b->tokens_ms && now_ms - b->tokens_ms < 1000) ||
+                col_spool_uid_bytes(in->spool, b->key, NULL)) {
                 pb = &b->next;
                 continue;
             }
