@@ -440,11 +440,14 @@ AG_NO_TSAN static void take_back_ours(ag_thread_t *t, pid_t tid) {
     siginfo_t si, back[8];
     int nback = 0;
     struct timespec zero = {0, 0};
-    for (int i = 0;
-         i < 64 && ag_rawsys(SYS_rt_sigtimedwait, (long)&one, (long)&si, (long)&zero, 8, 0) == ag_sig;
+    /* Not one more once back[] is full: the program's signals past that stay pending (the
+     * ones taken back are queued again behind them; a program this busy with our number
+     * clashes with us anyway, but none of its signals is lost). */
+    for (int i = 0; i < 64 && nback < 8 &&
+                    ag_rawsys(SYS_rt_sigtimedwait, (long)&one, (long)&si, (long)&zero, 8, 0) == ag_sig;
          i++) {
         if (!ag_signal_is_ours(&si))
-            back[nback < 8 ? nback++ : 7] = si;
+            back[nback++] = si;
         else if (si.si_code == SI_QUEUE)
             atomic_store(&t->wall_pending, 0); /* the handler would have cleared it */
     }
