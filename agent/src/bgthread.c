@@ -787,10 +787,16 @@ static void *bg_main(void *arg) {
      * under ThreadSanitizer's instrumentation). */
     uint64_t agent_cpu0 = agent_cpu_now(), proc_cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     if (ag_defer_test_delay_ns) { /* FLEETPROF_TEST_CFI_DELAY_MS: a slow start, for tests */
-        struct timespec d = {(time_t)(ag_defer_test_delay_ns / 1000000000u),
-                             (long)(ag_defer_test_delay_ns % 1000000000u)};
-        while (nanosleep(&d, &d) != 0 && errno == EINTR)
-            ;
+        /* A step that serves no credential request (tests/hostile/setxid_slow.c): only a
+         * give-up ends it early, as ag_creds_serve would. */
+        for (uint64_t left = ag_defer_test_delay_ns; left;) {
+            uint64_t ns = left < 10000000u ? left : 10000000u;
+            struct timespec d = {0, (long)ns};
+            while (nanosleep(&d, &d) != 0 && errno == EINTR)
+                ;
+            left -= ns;
+            ag_creds_quit_point();
+        }
     }
     /* Threads the program started without our pthread_create wrapper (before the agent was
      * loaded; under a sanitizer, all of them) are found by the /proc scan: one now, so that
@@ -1013,6 +1019,21 @@ static int g_must_join; /* creds.c: the thread must be gone, not only idle */
 void ag_bg_force_join(void) { g_must_join = 1; }
 
 int ag_bg_alive(void) { return g_started; }
+
+pid_t ag_bg_tid(void) { return atomic_load(&g_bg_tid); }
+
+/* Credentials give-up (creds.c): the caller waits for this thread's tid to be gone, with system
+ * calls only. Called where this thread holds no lock of ours; its timers go if the registry's
+ * lock is free (else the handlers forward, ag.running being 0). The system call exit, as with
+ * a foreign malloc (bg_main's end): glibc's exit path is not needed, and the kernel clears the
+ * tid, which glibc's broadcast and pthread_join look at. What this thread built and its
+ * socket are left (the process goes on unprofiled). */
+void ag_bg_quit(void) {
+    atomic_store(&ag.running, 0);
+    ag_thread_stop_all_try();
+    for (;;)
+        syscall(SYS_exit, 0);
+}
 
 void ag_bg_stop(void) {
     if (!g_started)

@@ -467,6 +467,7 @@ void ag_cfi_tick(void) {
         e->seen = 1;
         build(e, f);
         added++;
+        ag_creds_serve_quick(); /* a set*id caller waits for us: not for the whole tick */
     }
     /* removed objects: their rows and indexes retire with the old snapshot */
     void **old = malloc((g_nent ? 2 * g_nent : 1) * sizeof *old);

@@ -50,7 +50,9 @@
 #include <unistd.h>
 
 #define AG_CRED_MAX_GROUPS 1024            /* more: profiling stops before a broadcast */
-#define AG_CRED_WAIT_NS 5000000000ull      /* the caller's wait for the bg thread */
+#define AG_CRED_WAIT_NS 1000000000ull      /* the caller's wait for the bg thread's mirror */
+#define AG_CRED_EXIT_NS 1000000000ull      /* and for its exit, when profiling stops */
+#define AG_CRED_LOCK_NS (2 * AG_CRED_WAIT_NS + AG_CRED_EXIT_NS) /* a holder's longest stay */
 
 typedef struct {
     uid_t uid[3];
@@ -67,7 +69,8 @@ static _Atomic uint64_t g_req, g_done;      /* generations: posted, mirrored */
 static _Atomic int g_result;                /* of the last mirror: 0 equal, else a step */
 static _Atomic uint64_t g_hold;             /* the bg thread waits while it equals g_done */
 static _Atomic pid_t g_lock_owner;          /* serialises the interposers (see cred_lock) */
-_Atomic uint64_t ag_creds_mirrors, ag_creds_failures;
+static _Atomic int g_quit;                  /* profiling stops: the bg thread exits (give-up) */
+_Atomic uint64_t ag_creds_mirrors, ag_creds_failures, ag_creds_stuck;
 
 #define raw ag_rawsys
 
@@ -171,42 +174,83 @@ static uint64_t mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Mirrors the newest posted credentials; a request posted meanwhile (a signal handler on the
+ * caller's thread, or a later caller, rewrote g_posted under our feet) is served again before
+ * g_done says so, so a torn copy is never the one reported. */
+static uint64_t serve_newest(void) {
+    uint64_t want = atomic_load(&g_req);
+    for (int i = 0; i < 8 && want != atomic_load(&g_done); i++) {
+        int rc = cred_mirror(&g_posted);
+        atomic_fetch_add(&ag_creds_mirrors, 1);
+        uint64_t now = atomic_load(&g_req);
+        if (now != want && i < 7) {
+            want = now;
+            continue;
+        }
+        atomic_store(&g_result, rc);
+        atomic_store(&g_done, want);
+        return want;
+    }
+    return 0;
+}
+
 /* Before a broadcast call the bg thread also stays here until the call has returned: glibc's
  * SIGSETXID then finds it between two steps of its work, not between a chunk file's creation
- * and its rename (as another user it could not rename it: a stray temporary file). */
+ * and its rename (as another user it could not rename it: a stray temporary file). It leaves
+ * when a newer request is posted (a handler on the caller's thread changing credentials within
+ * the call: that one waits for us). Called where this thread holds no lock: a give-up request
+ * (g_quit) ends the thread here. */
 void ag_creds_serve(void) {
-    uint64_t want = atomic_load(&g_req);
-    if (want == atomic_load(&g_done))
-        return;
-    int rc = cred_mirror(&g_posted);
-    atomic_fetch_add(&ag_creds_mirrors, 1);
-    atomic_store(&g_result, rc);
-    atomic_store(&g_done, want);
+    uint64_t want = serve_newest();
     uint64_t end = mono_ns() + AG_CRED_WAIT_NS;
-    while (atomic_load(&g_hold) == want && mono_ns() < end) {
+    while (want && atomic_load(&g_hold) == want && atomic_load(&g_req) == want &&
+           !atomic_load(&g_quit) && mono_ns() < end) {
         struct timespec t = {0, 100000};
         raw(SYS_nanosleep, (long)&t, 0, 0, 0, 0);
     }
+    if (atomic_load(&g_quit))
+        ag_bg_quit();
+    if (atomic_load(&g_req) != atomic_load(&g_done))
+        serve_newest();
 }
 
+/* The same inside a long step that may hold a lock (ag_cfi_tick's per-object loop): mirror
+ * only, no hold, no exit (that waits for the next ag_creds_serve). */
+void ag_creds_serve_quick(void) {
+    if (atomic_load(&g_req) != atomic_load(&g_done) && !atomic_load(&g_quit))
+        serve_newest();
+}
 
 /* One credential change at a time (the posted copy is shared). A handler interrupting a thread
- * that holds it, and calling set*id itself, goes through: it is the same thread. */
+ * that holds it, and calling set*id itself, goes through: it is the same thread. Bounded: a
+ * holder whose thread is gone is replaced; one that is still there after AG_CRED_LOCK_NS (a
+ * handler siglongjmp'ed out of its frame, or it is stuck) makes profiling stop (returns -1,
+ * lock not taken: after a give-up nothing is posted any more). */
 static int cred_lock(void) {
-    pid_t self = (pid_t)raw(SYS_gettid, 0, 0, 0, 0, 0), free_ = 0;
+    pid_t self = (pid_t)raw(SYS_gettid, 0, 0, 0, 0, 0), owner = 0;
     if (atomic_load(&g_lock_owner) == self)
         return 0;
-    while (!atomic_compare_exchange_weak(&g_lock_owner, &free_, self)) {
-        free_ = 0;
-        struct timespec t = {0, 100000};
+    uint64_t end = 0;
+    for (int i = 0; !atomic_compare_exchange_weak(&g_lock_owner, &owner, self); i++) {
+        if (owner && raw(SYS_tgkill, ag.pid, owner, 0, 0, 0) == -ESRCH) {
+            if (atomic_compare_exchange_strong(&g_lock_owner, &owner, self))
+                return 1; /* its thread exited holding it (a raw exit from a handler) */
+            continue;
+        }
+        owner = 0;
+        uint64_t now = mono_ns();
+        if (!end)
+            end = now + AG_CRED_LOCK_NS;
+        else if (now > end)
+            return -1;
+        struct timespec t = {0, i < 20 ? 50000 : 1000000};
         raw(SYS_nanosleep, (long)&t, 0, 0, 0, 0);
     }
     return 1;
 }
 
 static void cred_unlock(int took) {
-    atomic_store(&g_hold, 0); /* the bg thread goes on */
-    if (took)
+    if (took > 0)
         atomic_store(&g_lock_owner, 0);
 }
 
@@ -216,36 +260,70 @@ static int cred_active(void) {
     return atomic_load(&ag.running) && (pid_t)raw(SYS_getpid, 0, 0, 0, 0, 0) == ag.pid;
 }
 
+/* bg thread, inside a step that serves nothing else (the test delay): a give-up ends it. */
+void ag_creds_quit_point(void) {
+    if (atomic_load(&g_quit))
+        ag_bg_quit();
+}
+
 void ag_creds_after_fork_child(void) {
     atomic_store(&g_lock_owner, 0); /* a thread that held it is not in this process */
     atomic_store(&g_hold, 0);
     atomic_store(&g_done, atomic_load(&g_req));
 }
 
-/* Profiling stops: our thread must not meet the broadcast with credentials of its own. */
+/* Profiling stops: our thread must not meet the broadcast with credentials of its own. The
+ * caller may be in a signal handler or a vfork child's parent's stead: it neither locks, nor
+ * joins, nor formats. It posts g_quit and wakes the bg thread, which exits at its next
+ * ag_creds_serve (system call exit, holding no lock: bgthread.c ag_bg_quit), and waits, with
+ * system calls only and at most AG_CRED_EXIT_NS, until the kernel no longer knows the thread's
+ * tid: glibc's broadcast then cannot signal it (tgkill fails, glibc skips it). If the thread
+ * is still there after that (stuck in a long step, see agent/README.md), the call goes ahead:
+ * it fails only if our thread's result differs. */
 static void cred_give_up(int why) {
-    static _Atomic int logged;
-    atomic_fetch_add(&ag_creds_failures, 1);
-    if (!atomic_exchange(&logged, 1))
-        CM_WARN("profiling stopped in this process: the agent's thread could not take the "
-                "credentials of a thread that changes its own (%s); glibc would abort the "
-                "process when a set*id call succeeds on one thread and fails on another",
-                why == -1 ? "no answer within 5 s" : why == 1 ? "over 1024 groups"
-                : why == 2 ? "capget failed" : "our thread cannot match them");
-    ag_drop_count(0, CM_DROP_HOST_UNSAFE, 1);
-    atomic_store(&g_hold, 0);
-    ag_bg_force_join();
-    ag_agent_stop();
+    static const char *const msg[] = {
+        "fleetprof: profiling stopped in this process: the agent's thread could not take the "
+        "credentials of a thread that changes its own (no answer in time); glibc would abort "
+        "the process when a set*id call succeeds on one thread and fails on another",
+        "fleetprof: profiling stopped in this process: the agent's thread could not take the "
+        "credentials of a thread that changes its own (over 1024 groups)",
+        "fleetprof: profiling stopped in this process: the agent's thread could not take the "
+        "credentials of a thread that changes its own (capget failed)",
+        "fleetprof: profiling stopped in this process: the agent's thread could not take the "
+        "credentials of a thread that changes its own (our thread cannot match them)",
+    };
+    if (!atomic_exchange(&g_quit, 1)) {
+        atomic_fetch_add(&ag_creds_failures, 1);
+        ag_drop_count(0, CM_DROP_HOST_UNSAFE, 1);
+        cm_log_from_handler(msg[why >= 1 && why <= 3 ? why : 0]);
+    }
+    atomic_store(&ag.running, 0); /* hooks and handlers forward from here on */
+    ag_bg_wake(AG_REQ_CAPS);
+    uint64_t end = mono_ns() + AG_CRED_EXIT_NS;
+    for (int i = 0; mono_ns() < end; i++) {
+        pid_t tid = ag_bg_tid();
+        if (tid && raw(SYS_tgkill, ag.pid, tid, 0, 0, 0) == -ESRCH)
+            return;
+        if (!tid && !ag_bg_alive())
+            return;
+        struct timespec t = {0, i < 20 ? 50000 : 1000000};
+        raw(SYS_nanosleep, (long)&t, 0, 0, 0, 0);
+    }
+    atomic_fetch_add(&ag_creds_stuck, 1);
+    cm_log_from_handler("fleetprof: the agent's thread did not exit within 1 s; the set*id "
+                        "call goes ahead");
 }
 
 /* The calling thread's credentials to the bg thread; waits until it has taken them. hold:
- * it then waits for cred_release (a broadcast call in between). */
+ * the bg thread then waits for the caller to clear g_hold (a broadcast call in between). */
 static void cred_sync(int hold) {
     if (!atomic_load(&ag.running) || (pid_t)raw(SYS_getpid, 0, 0, 0, 0, 0) != ag.pid ||
         !ag_bg_alive())
         return; /* no agent thread (yet: one created later starts with our credentials) */
-    if (cred_capture(&g_posted) != 0)
+    if (cred_capture(&g_posted) != 0) {
+        cred_give_up(2); /* our thread must not meet the broadcast with unknown credentials */
         return;
+    }
     uint64_t gen = atomic_fetch_add(&g_req, 1) + 1;
     if (hold)
         atomic_store(&g_hold, gen);
@@ -266,13 +344,35 @@ static void cred_sync(int hold) {
         cred_give_up(rc);
 }
 
+/* Resolved in a constructor (as signal.c's masks_init), so that a set*id from a signal handler
+ * or a vfork child needs no dlsym (the loader's lock, malloc). Before it ran (another object's
+ * constructor): looked up then, no thread of ours exists yet. */
+enum { R_SETUID, R_SETGID, R_SETEUID, R_SETEGID, R_SETREUID, R_SETREGID, R_SETRESUID,
+       R_SETRESGID, R_SETGROUPS, R_N };
+static const char *const g_real_names[R_N] = {"setuid",    "setgid",    "seteuid",
+                                              "setegid",   "setreuid",  "setregid",
+                                              "setresuid", "setresgid", "setgroups"};
+static void *_Atomic g_real[R_N];
+
+static void *real_fn(int i) {
+    void *r = atomic_load(&g_real[i]);
+    if (!r) {
+        r = dlsym(RTLD_NEXT, g_real_names[i]);
+        atomic_store(&g_real[i], r);
+    }
+    return r;
+}
+
+__attribute__((constructor(102))) static void creds_init(void) {
+    for (int i = 0; i < R_N; i++)
+        (void)real_fn(i);
+}
+
 /* ---- glibc's broadcast calls: our thread takes the caller's credentials first ---- */
 
 #define SETID(ret, name, params, args)                                                            \
     AG_NO_TSAN __attribute__((visibility("default"))) ret name params {                            \
-        static ret(*real) params;                                                                  \
-        if (!real)                                                                                 \
-            real = (ret(*) params)dlsym(RTLD_NEXT, #name);                                         \
+        ret(*real) params = (ret(*) params)real_fn(R_##name);                                      \
         if (!real) {                                                                               \
             errno = ENOSYS;                                                                        \
             return -1;                                                                             \
@@ -280,11 +380,25 @@ static void cred_sync(int hold) {
         if (!cred_active())                                                                        \
             return real args;                                                                      \
         int took = cred_lock();                                                                    \
-        cred_sync(1);                                                                              \
+        if (took < 0)                                                                              \
+            cred_give_up(-1);                                                                      \
+        else                                                                                       \
+            cred_sync(1);                                                                          \
         ret rv_ = real args;                                                                       \
+        if (took > 0)                                                                              \
+            atomic_store(&g_hold, 0); /* the bg thread goes on */                                  \
         cred_unlock(took);                                                                         \
         return rv_;                                                                                \
     }
+#define R_setuid R_SETUID
+#define R_setgid R_SETGID
+#define R_seteuid R_SETEUID
+#define R_setegid R_SETEGID
+#define R_setreuid R_SETREUID
+#define R_setregid R_SETREGID
+#define R_setresuid R_SETRESUID
+#define R_setresgid R_SETRESGID
+#define R_setgroups R_SETGROUPS
 SETID(int, setuid, (uid_t u), (u))
 SETID(int, setgid, (gid_t g), (g))
 SETID(int, seteuid, (uid_t u), (u))
@@ -324,7 +438,10 @@ void ag_creds_changed(void) {
     if (!cred_active())
         return;
     int took = cred_lock();
-    cred_sync(0);
+    if (took < 0)
+        cred_give_up(-1);
+    else
+        cred_sync(0);
     cred_unlock(took);
 }
 

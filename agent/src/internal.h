@@ -203,6 +203,7 @@ AG_HIDDEN void ag_thread_set_cpu_period(uint64_t period_ns);
 AG_HIDDEN void ag_thread_disarm(ag_thread_t *t);
 /* Stops every timer (exit). */
 AG_HIDDEN void ag_thread_stop_all(void);
+AG_HIDDEN void ag_thread_stop_all_try(void); /* the same if the registry's lock is free */
 /* fork child: forget every slot except the calling thread's; re-arm its timer. */
 AG_HIDDEN void ag_thread_after_fork_child(void);
 AG_HIDDEN void ag_thread_lock(void);
@@ -592,9 +593,13 @@ AG_HIDDEN int ag_creds_prctl_op(long op, long a2); /* a prctl that changes crede
 AG_HIDDEN int ag_creds_syscall_nr(long nr, long a0, long a1); /* such a raw syscall? */
 AG_HIDDEN void ag_creds_changed(void); /* app thread, after such a call: wait for ours */
 AG_HIDDEN void ag_creds_after_fork_child(void);
-AG_HIDDEN extern _Atomic uint64_t ag_creds_mirrors, ag_creds_failures;
+AG_HIDDEN extern _Atomic uint64_t ag_creds_mirrors, ag_creds_failures, ag_creds_stuck;
+AG_HIDDEN void ag_creds_serve_quick(void); /* the same inside a step that may hold a lock */
+AG_HIDDEN void ag_creds_quit_point(void);  /* bg thread, no lock held: exits on a give-up */
 AG_HIDDEN void ag_bg_force_join(void); /* the next ag_bg_stop joins the thread, always */
 AG_HIDDEN int ag_bg_alive(void);       /* started and not stopped */
+AG_HIDDEN pid_t ag_bg_tid(void);       /* its tid once it ran, else 0 (async-signal-safe) */
+AG_HIDDEN __attribute__((noreturn)) void ag_bg_quit(void); /* bg thread, no lock held: ends it */
 AG_HIDDEN extern _Atomic int ag_sandboxed; /* a seccomp filter: no syscall of ours any more */
 AG_HIDDEN void ag_bg_wake(int req); /* async-signal-safe */
 AG_HIDDEN uint64_t ag_now_real(void);

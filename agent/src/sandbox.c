@@ -178,12 +178,22 @@ static void quiesce(void) {
 
 typedef int (*prctl_fn)(int, unsigned long, unsigned long, unsigned long, unsigned long);
 
+static _Atomic(prctl_fn) g_real_prctl;
+
+/* Resolved in a constructor (as signal.c's masks_init): a prctl from a signal handler or a
+ * vfork child needs no dlsym. Before it ran (another object's constructor): looked up then. */
+__attribute__((constructor(102))) static void prctl_init(void) {
+    atomic_store(&g_real_prctl, (prctl_fn)dlsym(RTLD_NEXT, "prctl"));
+}
+
 AG_NO_TSAN __attribute__((visibility("default"))) int prctl(int op, unsigned long a2,
                                                             unsigned long a3, unsigned long a4,
                                                             unsigned long a5) {
-    static prctl_fn real;
-    if (!real)
+    prctl_fn real = atomic_load(&g_real_prctl);
+    if (!real) {
         real = (prctl_fn)dlsym(RTLD_NEXT, "prctl");
+        atomic_store(&g_real_prctl, real);
+    }
     if (op == PR_SET_SECCOMP)
         quiesce();
     if (!real) {

@@ -538,6 +538,15 @@ void ag_thread_stop_all(void) {
     pthread_mutex_unlock(&g_lock);
 }
 
+void ag_thread_stop_all_try(void) {
+    if (pthread_mutex_trylock(&g_lock) != 0)
+        return; /* a give-up from a handler on its holder: the handlers forward (not running) */
+    uint32_t hw = atomic_load(&g_hw);
+    for (uint32_t i = 0; i < hw; i++)
+        timer_drop(&ag_threads[i]);
+    pthread_mutex_unlock(&g_lock);
+}
+
 void ag_thread_after_fork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
     ag_sigroom_fork_child();
