@@ -1031,6 +1031,7 @@ pid_t ag_bg_tid(void) { return atomic_load(&g_bg_tid); }
 void ag_bg_quit(void) {
     atomic_store(&ag.running, 0);
     ag_thread_stop_all_try();
+    ag_signal_sigterm_restore();
     for (;;)
         syscall(SYS_exit, 0);
 }
