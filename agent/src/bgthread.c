@@ -748,6 +748,7 @@ static void *bg_main(void *arg) {
     sigaddset(&self_set, ag_sig);
     g_uid = getuid();
     atomic_store(&g_bg_tid, (pid_t)syscall(SYS_gettid));
+    ag_cfi_between_objects = ag_creds_serve_quick; /* set*id callers wait for this thread */
     /* Nothing to do yet (the rings fill, timers run): a process that is gone within
      * AG_START_DELAY_NS never pays for the setup below, unless a request (exit with samples to
      * send, flush, SIGTERM) comes first. */

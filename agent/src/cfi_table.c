@@ -420,6 +420,8 @@ static void publish(void **old, uint32_t nold) {
     }
 }
 
+void (*ag_cfi_between_objects)(void);
+
 void ag_cfi_tick(void) {
     if (g_ret.ptrs && retire_quiet())
         retire_free();
@@ -467,7 +469,8 @@ void ag_cfi_tick(void) {
         e->seen = 1;
         build(e, f);
         added++;
-        ag_creds_serve_quick(); /* a set*id caller waits for us: not for the whole tick */
+        if (ag_cfi_between_objects) /* a set*id caller waits: not for the whole tick */
+            ag_cfi_between_objects();
     }
     /* removed objects: their rows and indexes retire with the old snapshot */
     void **old = malloc((g_nent ? 2 * g_nent : 1) * sizeof *old);

@@ -595,6 +595,7 @@ AG_HIDDEN void ag_creds_changed(void); /* app thread, after such a call: wait fo
 AG_HIDDEN void ag_creds_after_fork_child(void);
 AG_HIDDEN extern _Atomic uint64_t ag_creds_mirrors, ag_creds_failures, ag_creds_stuck;
 AG_HIDDEN void ag_creds_serve_quick(void); /* the same inside a step that may hold a lock */
+AG_HIDDEN extern void (*ag_cfi_between_objects)(void); /* ag_cfi_tick, after each build */
 AG_HIDDEN void ag_creds_quit_point(void);  /* bg thread, no lock held: exits on a give-up */
 AG_HIDDEN void ag_bg_force_join(void); /* the next ag_bg_stop joins the thread, always */
 AG_HIDDEN int ag_bg_alive(void);       /* started and not stopped */
