@@ -92,6 +92,10 @@ size_t *agg_qs_stack_order(const agg_hmap_t *stacks);
 /* Resolves every store stack id key of stacks (agg_hmap_t of stackmap_t) into a profile stack
  * of p (frames with source lines when lines, AGG_QLINES_*). Returns 0 or a CM_E* code. */
 int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int lines);
+/* Reads the rows of statement st (columns: store stack id, weight, count) to its end, resolves
+ * their stacks from d and adds them to p as replicate rep in context ctx (0: none). Returns 0
+ * or a CM_E* code. */
+int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx);
 
 /* One profile row as read, before its stack is resolved. */
 typedef struct {

@@ -196,43 +196,6 @@ int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *vers
     return 0;
 }
 
-/* Adds the merged stack rows of statement st (stack, weight, count) read from d to p. */
-static int add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep) {
-    agg_hmap_t stacks;
-    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
-    rawrow_t *rows = NULL;
-    size_t nr = 0, cap = 0;
-    int rc = 0, s;
-    while (!rc && (s = agg_qx_step(st)) == 1) {
-        if (nr == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            rawrow_t *nn = realloc(rows, nc * sizeof *nn);
-            if (!nn) {
-                rc = CM_ENOMEM;
-                break;
-            }
-            rows = nn;
-            cap = nc;
-        }
-        rows[nr].stack = (uint64_t)agg_qx_int64(st, 0);
-        rows[nr].weight = (uint64_t)agg_qx_int64(st, 1);
-        rows[nr].count = (uint64_t)agg_qx_int64(st, 2);
-        if (!agg_hmap_upsert(&stacks, &rows[nr].stack, NULL))
-            rc = CM_ENOMEM;
-        nr++;
-    }
-    if (!rc && nr)
-        rc = agg_qs_resolve_stacks(d, p, &stacks, 0);
-    for (size_t k = 0; !rc && k < nr; k++) {
-        stackmap_t *m = agg_hmap_find(&stacks, &rows[k].stack);
-        if (m && m->resolved)
-            rc = agg_profile_add(p, m->stack, rows[k].weight, rows[k].count, rep, 0);
-    }
-    free(rows);
-    agg_hmap_free(&stacks);
-    return rc;
-}
-
 int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
                                 const char *name, int64_t from_ns, int64_t to_ns,
                                 cm_event_type_t type, agg_profile_t **out, int *found) {
@@ -279,7 +242,7 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
                 rc = agg_qs_done(st, s == 1 ? 0 : s);
             } else {
                 B64(st, 5, type);
-                rc = add_stack_rows(&qs->dbs[i], p, st, (uint32_t)rep);
+                rc = agg_qs_add_stack_rows(&qs->dbs[i], p, st, (uint32_t)rep, 0);
                 agg_qx_finalize(st);
             }
         }

@@ -668,3 +668,39 @@ out:
     return rc;
 }
 
+int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx) {
+    agg_hmap_t stacks;
+    agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
+    rawrow_t *rows = NULL;
+    size_t nr = 0, cap = 0;
+    int rc = 0, s;
+    while (!rc && (s = agg_qx_step(st)) == 1) {
+        if (nr == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            rawrow_t *nn = realloc(rows, nc * sizeof *nn);
+            if (!nn) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            rows = nn;
+            cap = nc;
+        }
+        rows[nr].stack = (uint64_t)agg_qx_int64(st, 0);
+        rows[nr].weight = (uint64_t)agg_qx_int64(st, 1);
+        rows[nr].count = (uint64_t)agg_qx_int64(st, 2);
+        if (!agg_hmap_upsert(&stacks, &rows[nr].stack, NULL))
+            rc = CM_ENOMEM;
+        nr++;
+    }
+    if (!rc && nr)
+        rc = agg_qs_resolve_stacks(d, p, &stacks, 0);
+    for (size_t k = 0; !rc && k < nr; k++) {
+        stackmap_t *m = agg_hmap_find(&stacks, &rows[k].stack);
+        if (m && m->resolved)
+            rc = agg_profile_add(p, m->stack, rows[k].weight, rows[k].count, rep, ctx);
+    }
+    free(rows);
+    agg_hmap_free(&stacks);
+    return rc;
+}
+
