@@ -79,8 +79,9 @@ static const struct {
     {"spans_service", "spans(service, last_ns)", 1, 1},
     {"spans_span", "spans(span)", 1, 1},
     /* the read side: the split of a profile by a label joins each row's label set to its label
-     * of one key (labels' primary key starts with the key and value) */
-    {"labels_labelset", "labels(labelset, key)", 3, 0},
+     * of one key (labels' primary key starts with the key and value); the diff's replicates
+     * per process do on both databases (without it SQLite scans every pid label per row) */
+    {"labels_labelset", "labels(labelset, key)", 3, 1},
     /* endpoints and slow requests of a service in a window; stuck ones (not ended) */
     {"requests_service", "requests(service, end_ns)", 4, 1},
 };
