@@ -98,7 +98,7 @@ static uint64_t clock_ns(clockid_t c) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Waking the bg thread without a descriptor (issue 13): a program may close every descriptor
+/* Waking the bg thread without a descriptor: a program may close every descriptor
  * it did not open and reuse the numbers, and an eventfd cannot be told from the program's own
  * by fstat (every eventfd shares one anonymous inode), so a write could land in the program's
  * pipe or socket. Instead a request is a bit in ag.requests plus, at most one at a time
@@ -834,7 +834,7 @@ static void *bg_main(void *arg) {
     /* Every counter counts from the agent's start (zero) or from the fork (the baselines
      * ag_bg_after_fork_child took), not from this thread's start: the application runs
      * meanwhile, its records wait in the rings and go into the first chunk, and a burst of
-     * allocation samples before the first drain (issue 19: 1,280 x 1 MiB as the program's
+     * allocation samples before the first drain (1,280 x 1 MiB as the program's
      * first work, 0.2 ms) filled the ring with none of its drops reported. */
     B.bud.bg = B.bud.cpu = 1;
     B.bud_cpu = B.ctl_seen;

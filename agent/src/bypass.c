@@ -208,7 +208,7 @@ void ag_bypass_apply(const ag_bypass_t *b, size_t n, uintptr_t self_lo, uintptr_
 #endif
 }
 
-/* ---- where a function is defined (issue 27) ----
+/* ---- where a function is defined ----
  *
  * The object whose definition of a function the program's calls reach: the first object, in
  * load order (the global scope's order for the objects loaded at start), whose dynamic symbol

@@ -7,7 +7,7 @@
  * ones: hooks.c's constructor reads its knobs with them too, so every knob is parsed the same
  * way (blanks around a value ignored) and a bad value is reported once even when both read it.
  *
- * Secure-execution mode (issue 28): in a setuid/setgid program, one with file capabilities,
+ * Secure-execution mode: in a setuid/setgid program, one with file capabilities,
  * or one an LSM marks (the kernel's AT_SECURE), the environment belongs to a less privileged
  * caller. Every variable is then read with secure_getenv's semantics (as unset): no
  * FLEETPROF_LIBDW (dlopened with the program's privileges), no FLEETPROF_OUTPUT (files

@@ -1,4 +1,4 @@
-/* Credentials (issue 27): the agent's thread mirrors the credentials of the application thread
+/* Credentials: the agent's thread mirrors the credentials of the application thread
  * that changes its own, so that glibc's set*id broadcast succeeds or fails on every thread
  * alike.
  *

@@ -1,4 +1,4 @@
-/* elfutils' libdw and libelf, loaded on first need rather than linked (issue 13: "do no harm").
+/* elfutils' libdw and libelf, loaded on first need rather than linked ("do no harm").
  *
  * LD_PRELOAD is inherited: every program a profiled process execs loads the agent, and every
  * library in the agent's NEEDED list is opened, mapped and relocated in it before main, whether

@@ -247,14 +247,14 @@ int ag_alloc_headers_init(void) {
     return 0;
 }
 
-/* ---- whose malloc the process runs on (issue 13: foreign allocators) ----
+/* ---- whose malloc the process runs on (foreign allocators) ----
  *
  * The malloc every object's calls (and ld.so's own, for dlopen and thread-local storage) reach
  * is the first DEFINITION of it in the global scope: decided from the symbol tables
  * (ag_definition_of), not from the address a data relocation against "malloc" resolves to. A
  * non-PIE executable that takes malloc's address (Debian's python3.11) has an undefined malloc
  * with a non-zero value, its canonical PLT entry: every address-of-malloc, ours included,
- * resolves into the executable, whose own calls go on to libc's (issue 27: the whole process
+ * resolves into the executable, whose own calls go on to libc's (the whole process
  * was left unnamed, "the program defines malloc itself"). When the first definition is ours,
  * the allocator behind it is R.malloc, the next one. The address is the fallback when no
  * definition is found (no dynamic symbol table). */

@@ -488,7 +488,7 @@ AG_HIDDEN void ag_builder_add(ag_builder_t *b, const ag_thread_t *t, pid_t tid,
                               const ag_rec_t *r);
 AG_HIDDEN uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type);
 AG_HIDDEN size_t ag_builder_bytes(const ag_builder_t *b); /* estimated, before LZ4 */
-/* Chunk size bounds (issue 13): the collector and Kafka refuse a message above the broker's
+/* Chunk size bounds: the collector and Kafka refuse a message above the broker's
  * limit (1 MB by default), so an interval whose chunk would grow past AG_CHUNK_SOFT (estimated)
  * is cut early into several chunks, and an encoded chunk above AG_CHUNK_MAX is never queued for
  * the collector (written to FLEETPROF_OUTPUT only, counted DROP_ENCODE_FAILED). */
@@ -574,7 +574,7 @@ static inline long ag_rawsys(long nr, long a, long b, long c, long d, long e) {
     return ret;
 }
 
-/* ---- sigroom.c: RLIMIT_SIGPENDING slots the agent may take (issue 27) ---- */
+/* ---- sigroom.c: RLIMIT_SIGPENDING slots the agent may take ---- */
 AG_HIDDEN extern int ag_sigroom_off;  /* no timer, wall request or wake signal at all */
 #define AG_SIGROOM_POLL_MS 50         /* then the bg thread's longest sleep */
 AG_HIDDEN void ag_sigroom_init(void); /* constructor, before any timer */

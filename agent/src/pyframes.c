@@ -1,4 +1,4 @@
-/* CPython frames merged into native stacks (issue 34).
+/* CPython frames merged into native stacks.
  *
  * Supported: CPython 3.11 on x86-64 (Debian 12's /usr/bin/python3, or a libpython3.11.so the
  * program loads). Any other version: native frames only, one log line.

@@ -1,4 +1,4 @@
-/* CPython frames in native stacks (pyframes.c, issue 34). */
+/* CPython frames in native stacks (pyframes.c). */
 #ifndef AG_PYFRAMES_H
 #define AG_PYFRAMES_H
 

@@ -26,7 +26,7 @@
  * privileges with setuid, or a full disk) is reported once the same way; every chunk not
  * written is counted (ag_sender_file_failures).
  *
- * Every lost chunk counted (issue 13), even when the chunks that would carry the count are
+ * Every lost chunk counted, even when the chunks that would carry the count are
  * lost too: a chunk's header carries the drop counts of its interval (bgthread.c), so losing
  * it would lose those counts. Whenever a chunk is lost for good (the oldest dropped from a
  * full queue: DROP_CHUNK_QUEUE_FULL; refused by the collector, or, with files as the only

@@ -408,7 +408,7 @@ AG_NO_TSAN __attribute__((visibility("default"))) int sigaltstack(const stack_t 
     return rc;
 }
 
-/* ---- signal masks (issue 27): nothing of ours queued to a thread that blocks our signal ----
+/* ---- signal masks: nothing of ours queued to a thread that blocks our signal ----
  *
  * A thread that blocks our signal (every signal, as a worker pool's threads or a program
  * that handles signals with sigwaitinfo do) would keep its CPU timer's expiry and a wall

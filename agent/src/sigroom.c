@@ -1,4 +1,4 @@
-/* Signal resources (issue 27): the queued-signal slots of RLIMIT_SIGPENDING are the user's,
+/* Signal resources: the queued-signal slots of RLIMIT_SIGPENDING are the user's,
  * and the program's own timer_create and sigqueue need them.
  *
  * Every POSIX timer holds one slot for its life (the kernel preallocates its sigqueue entry

@@ -12,7 +12,7 @@
  * unreachable, too slow) stops every request for retry_s, so a query waits at most one
  * timeout per retry period however many unnamed binaries it shows.
  *
- * Hostile input (issue 28): build ids come from chunk senders and files from servers that may
+ * Hostile input: build ids come from chunk senders and files from servers that may
  * be reached over plain http. A debug file larger than max_size is refused (the
  * X-DEBUGINFOD-MAXSIZE header, as DEBUGINFOD_MAXSIZE would send it, set per client: no setenv
  * at run time, which races getenv in librdkafka's and libdebuginfod's threads) for the

@@ -1,6 +1,6 @@
 /* Enrichment: who sent a chunk and where. Node identity once at start (host name, collector
  * id, Kubernetes node from NODE_NAME as set by the DaemonSet's downward API) and per
- * connection the peer's identity, from the collector's own view only (issue 28: never from
+ * connection the peer's identity, from the collector's own view only (never from
  * the peer's environment, which any local user sets as they like): pid/uid from SO_PEERCRED,
  * the pid in the peer's own namespace (NSpid), container id and pod uid from
  * /proc/<pid>/cgroup, the pod's namespace/name from kubelet's /var/log/pods/<ns>_<name>_<uid>.

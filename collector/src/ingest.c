@@ -11,7 +11,7 @@
  * buffer, discarded and answered with retry. libuv serves ready connections round-robin, one
  * read (at most 256 KiB) per connection per turn, so a flooding client cannot starve others.
  *
- * Per peer uid and container (issue 28: the socket is 0666 by default, so any local user can
+ * Per peer uid and container (the socket is 0666 by default, so any local user can
  * connect; review finding 6: keyed by uid alone, every root pod of a node shared one budget):
  * at most uid-max-clients connections (one user cannot take every max-clients slot), chunk
  * bytes at most uid-max-bytes-rate per second, and a share of the spool (an even share among

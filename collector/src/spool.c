@@ -16,7 +16,7 @@
  * position (written at most once per fsync-interval tick and at close) so a restart replays
  * only what was not delivered, give or take the last second.
  *
- * Per peer uid (issue 28), the bytes each uid's records take in the segments: kept per segment
+ * Per peer uid, the bytes each uid's records take in the segments: kept per segment
  * and in all, released with the segment, rebuilt from the fp-peer-uid headers at start. The
  * ingest side reads them to keep one local user from pushing out everyone else's chunks.
  *
