@@ -943,11 +943,16 @@ static void test_alloc_headers(void) {
         last.c[0] = cs->c[cs->n - 1];
         tot_t in = total(&last, CM_EV_INUSE, "hdr_site", 0);
         uint64_t full = drops(cs, CM_DROP_HEAP_TABLE_FULL);
-        printf("  %s: %llu ALLOC samples at hdr_site, in use at the end %llu B (truth 100000), "
-               "table full %llu\n",
-               entries[e], (unsigned long long)al.samples, (unsigned long long)in.weight,
-               (unsigned long long)full);
-        CHECK(al.samples > 2000);
+        uint64_t thinned = alloc_drops(cs, CM_DROP_SUBSAMPLED);
+        printf("  %s: %llu ALLOC samples at hdr_site, %llu thinned (ring pressure), in use at "
+               "the end %llu B (truth 100000), table full %llu\n",
+               entries[e], (unsigned long long)al.samples, (unsigned long long)thinned,
+               (unsigned long long)in.weight, (unsigned long long)full);
+        /* About 2,350 of hdr_site's allocations are sampled at a 64 B period. A loaded machine
+         * delays the background thread, and the sampler then thins samples as the ring fills
+         * (counted DROP_SUBSAMPLED: those objects get no header): the sampler's decisions are
+         * the recorded samples plus the thinned ones. */
+        CHECK(al.samples + thinned > 2000);
         if (e == 0) {
             CHECK_EQ(full, 0);
             CHECK(in.weight > 0.95 * 100000 && in.weight < 1.05 * 100000);
