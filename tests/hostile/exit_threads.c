@@ -1,12 +1,13 @@
 /* Hostile case: 64 threads call exit() at the same moment after 0.9 s of allocating and taking
- * locks (the agent's exit path runs concurrently with live threads and other exits).
+ * locks (under the agent, also not before its first interval chunk: first_chunk.h); the
+ * agent's exit path runs concurrently with live threads and other exits.
  * Prints: the thread count; exit status 3.
  * glibc before 2.41 does not serialise concurrent exit() calls: a thread that finds the exit
  * handler list empty calls _exit while another is still running destructors, so the agent's
- * last chunk (like any destructor's work) may be cut short; the interval chunks of the first
- * 0.9 s are what the runner finds. For the same reason the program's own atexit handler runs
- * or not depending on which exit wins (CI saw it not run without the agent), so it writes
- * nothing the runner compares; it is there so that handlers run while threads exit. */
+ * last chunk (like any destructor's work) may be cut short; the interval chunks written
+ * before are what the runner finds. For the same reason the program's own atexit handler
+ * runs or not depending on which exit wins (CI saw it not run without the agent), so it
+ * writes nothing the runner compares; it is there so that handlers run while threads exit. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -15,10 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "first_chunk.h"
+
 #define N 64
 static pthread_barrier_t bar;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static volatile unsigned long work;
+static volatile int go_exit;
 
 static void at_exit(void) {
     /* what a program's handler does at exit: frees, takes a lock, touches shared state */
@@ -31,12 +35,7 @@ static void at_exit(void) {
 
 static void *thr(void *arg) {
     (void)arg;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0;; i++) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 900000000L)
-            break;
+    for (int i = 0; !go_exit; i++) {
         void *p = malloc(64 + (size_t)i % 4000);
         pthread_mutex_lock(&mu);
         work++;
@@ -58,6 +57,8 @@ int main(void) {
         }
     printf("threads=%d\n", N);
     fflush(stdout);
+    first_chunk_wait(0.9, 10);
+    go_exit = 1;
     pthread_barrier_wait(&bar);
     exit(3);
 }

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "first_chunk.h"
+
 enum { N = 4 };
 static volatile int stop;
 static pthread_barrier_t raised, dropped;
@@ -91,8 +93,7 @@ int main(void) {
     pthread_t t[N];
     for (int i = 0; i < N; i++)
         pthread_create(&t[i], NULL, worker, (void *)(long)i);
-    struct timespec ts = {0, 400000000}; /* a chunk first: the output directory is root's */
-    nanosleep(&ts, NULL);
+    first_chunk_wait(0.4, 10); /* a chunk first: the output directory is root's */
     int ru = setresuid(65534, 65534, 65534) == 0 ? 0 : errno;
     pthread_barrier_wait(&raised);
     int raised_main = set_caps("cap_setuid,cap_setgid=ep");
@@ -103,7 +104,8 @@ int main(void) {
     pthread_barrier_wait(&raised);
     int drop_main = set_caps("=");
     pthread_barrier_wait(&dropped);
-    ts.tv_nsec = 50000000; /* our thread has the last credentials: it follows before returning */
+    /* our thread has the last credentials: it follows before returning */
+    struct timespec ts = {0, 50000000};
     nanosleep(&ts, NULL);
     int unlike = threads_unlike_main();
     stop = 1;
