@@ -7,10 +7,10 @@ add_dependencies(bench-agent fp-work fp-work-linked fleetprof_agent)
 # Frame-pointer walk vs libunwind's unw_backtrace (why the handler uses frame pointers).
 pkg_check_modules(LIBUNWIND IMPORTED_TARGET libunwind)
 if(LIBUNWIND_FOUND)
-  add_executable(bench-agent-unwind bench-agent-unwind.c ${PROJECT_SOURCE_DIR}/agent/src/unwind.c
-    ${PROJECT_SOURCE_DIR}/agent/src/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/cfi_table.c
-    ${PROJECT_SOURCE_DIR}/agent/src/loader_gate.c)
-  target_include_directories(bench-agent-unwind PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+  add_executable(bench-agent-unwind bench-agent-unwind.c ${PROJECT_SOURCE_DIR}/agent/src/handler/unwind.c
+    ${PROJECT_SOURCE_DIR}/agent/src/bg/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/handler/cfi_table.c
+    ${PROJECT_SOURCE_DIR}/agent/src/runtime/loader_gate.c)
+  target_link_libraries(bench-agent-unwind PRIVATE fp_agent_headers)
   target_compile_options(bench-agent-unwind PRIVATE -fno-omit-frame-pointer
     -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
   target_link_libraries(bench-agent-unwind PRIVATE fp_common PkgConfig::LIBUNWIND Threads::Threads)
@@ -18,8 +18,8 @@ endif()
 
 # Issue 14: the CFI row lookup on a cold cache, plain binary search vs the bucket index, and
 # the index's memory and cache lines per bucket size. Run: build/bench/bench-cfi-index
-add_executable(bench-cfi-index bench-cfi-index.c ${PROJECT_SOURCE_DIR}/agent/src/cfi.c)
-target_include_directories(bench-cfi-index PRIVATE ${PROJECT_SOURCE_DIR}/agent/src)
+add_executable(bench-cfi-index bench-cfi-index.c ${PROJECT_SOURCE_DIR}/agent/src/bg/cfi.c)
+target_link_libraries(bench-cfi-index PRIVATE fp_agent_headers)
 
 # Handler cost per sample, in-process (delivery measured separately with a null handler).
 add_executable(bench-agent-handler bench-agent-handler.c)

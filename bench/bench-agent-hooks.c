@@ -3,7 +3,7 @@
  *   uncontended pthread_mutex_lock+unlock pairs (trylock first, no clock read),
  *   1-byte reads from a pipe that has data (two vDSO clock reads around the real call),
  *   and (in-process table only) reads from an empty O_NONBLOCK pipe, EAGAIN (not timed:
- *   agent/src/fdnb.c),
+ *   agent/src/hooks/fdnb.c),
  * measured as differences against a baseline in the same interleaved invocation: each round
  * runs this program three times as a child -- without the agent ("base"), with it preloaded
  * and FLEETPROF_ENABLED=0 ("off"), and preloaded and enabled ("on") -- in rotating order, and

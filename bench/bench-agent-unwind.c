@@ -1,4 +1,4 @@
-/* Unwinder cost: the agent's unwinder (agent/src/unwind.c, compiled in) with its compiled CFI
+/* Unwinder cost: the agent's unwinder (agent/src/handler/unwind.c, compiled in) with its compiled CFI
  * tables (cfi.c, cfi_table.c: built for this process's objects at start, memory and build
  * time printed), the same tables without their bucket indexes (the plain binary search per
  * row, as before issue 14 session 11; warm caches here: bench-cfi-index measures the cold

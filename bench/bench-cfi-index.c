@@ -1,6 +1,6 @@
 /* The CFI row lookup on a cold cache (issue 14, session 11): the plain binary search over a
  * table's rows (ag_cfi_find) against the bucket index (ag_cfi_find_idx), both from
- * agent/src/cfi.c compiled in. Not a test.
+ * agent/src/bg/cfi.c compiled in. Not a test.
  *
  *   bench-cfi-index [density] [cold [LOOKUPS]] [FILE...]
  *

@@ -65,6 +65,7 @@ set_tests_properties(test-agent-alloc-slow PROPERTIES TIMEOUT 3000 LABELS "agent
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-alloc-slow PROPERTIES DISABLED TRUE)
 endif()
-# Issue 19: the allocation sampling maths (agent/src/alloc_sample.h) on simulated streams;
+# Issue 19: the allocation sampling maths (agent/src/hooks/alloc_sample.h) on simulated streams;
 # no agent, no hooks: runs in every build.
 fp_test(test-agent-sampling LABELS "agent" LIBS m)
+target_link_libraries(test-agent-sampling PRIVATE fp_agent_headers)

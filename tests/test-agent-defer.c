@@ -1,4 +1,4 @@
-/* Deferred unwinding (agent/src/defer.c, issue 14), compiled in with the unwinder and the CFI
+/* Deferred unwinding (agent/src/handler/defer.c, issue 14), compiled in with the unwinder and the CFI
  * tables: a stack copied in a signal handler and unwound later, after the stack was reused,
  * gives exactly the frames the live unwind gave in the same handler, with the thread's stack
  * bounds known or not; a stack deeper than the copy gives a prefix of them, flagged incomplete;

@@ -1,4 +1,4 @@
-/* agent/src/fdnb.c on its own (issue 14): which descriptors are non-blocking, so that the I/O
+/* agent/src/hooks/fdnb.c on its own (issue 14): which descriptors are non-blocking, so that the I/O
  * hooks do not time calls on them. Real descriptors, no agent, no hooks: the calls the hooks
  * make into fdnb.c are made here by hand.
  *

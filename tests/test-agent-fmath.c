@@ -1,4 +1,4 @@
-/* The agent's libm-free exp, exp2, expm1, log, log1p (agent/src/fmath.h, issue 13) against
+/* The agent's libm-free exp, exp2, expm1, log, log1p (agent/src/runtime/fmath.h, issue 13) against
  * glibc's libm: relative error below 1e-14 over each function's domain (a dense sweep plus
  * random points spread over the exponent range), and the special values. */
 #include "support/runner.h"

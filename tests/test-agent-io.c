@@ -366,8 +366,8 @@ static void test_io_off(void) {
     rmrf(dir);
 }
 
-/* Descriptors known non-blocking (agent/src/fdnb.c): a call on one is not timed, but for one
- * in ~NB_CHECK, timed with that weight. NB_CHECK is AG_NB_CHECK of agent/src/hooks.h. */
+/* Descriptors known non-blocking (agent/src/hooks/fdnb.c): a call on one is not timed, but for one
+ * in ~NB_CHECK, timed with that weight. NB_CHECK is AG_NB_CHECK of agent/src/hooks/hooks.h. */
 #define NB_CHECK 16
 
 /* IO rows of site: plain events (count one, not subsampled), events standing for NB_CHECK

@@ -1,9 +1,9 @@
-/* ag_py_line (agent/src/pyline.c, issue 34) against CPython's own co_lines(): every code object
+/* ag_py_line (agent/src/bg/pyline.c, issue 34) against CPython's own co_lines(): every code object
  * of a few standard library modules (argparse, json.decoder, re._parser, dataclasses: long
  * functions, big line jumps, comprehensions, no-location entries), compiled by Debian's
  * /usr/bin/python3 (3.11), every instruction's line. Runs in the sanitizer builds too. */
 #define _GNU_SOURCE /* mkstemps */
-#include "../agent/src/pyframes.h"
+#include "../agent/src/handler/pyframes.h"
 #include "support/runner.h"
 
 #include <stdio.h>

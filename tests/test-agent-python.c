@@ -19,7 +19,7 @@
  * Preloads the agent into python3: plain builds only (label nosan).
  */
 #include "agent-common.h"
-#include "../agent/src/pyframes.h"
+#include "../agent/src/handler/pyframes.h"
 
 #include <ctype.h>
 

@@ -1,4 +1,4 @@
-/* Unit test of the allocation sampling maths (agent/src/alloc_sample.h), issue 19: simulated
+/* Unit test of the allocation sampling maths (agent/src/hooks/alloc_sample.h), issue 19: simulated
  * allocation streams run through the same countdown, thinning and weighting the hooks use,
  * many times over, against the exact truth.
  *
@@ -13,7 +13,7 @@
  * and dropping samples when the ring is full instead of thinning them -- must be caught as
  * biased, which shows the test can fail.
  */
-#include "../agent/src/alloc_sample.h"
+#include "alloc_sample.h"
 #include "support/runner.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* The CFI compiler (agent/src/cfi.c), compiled in: synthetic CIE/FDE byte sequences with known
+/* The CFI compiler (agent/src/bg/cfi.c), compiled in: synthetic CIE/FDE byte sequences with known
  * rows, malformed input, and real libraries compared row by row with
  * `readelf --debug-dump=frames-interp` (binutils) as ground truth. The bucket index over rows
  * (ag_cfi_index_build, ag_cfi_find_idx): every entry against a count of the rows, and the

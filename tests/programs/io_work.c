@@ -551,7 +551,7 @@ static void targets_mode(double secs, int port) {
            (unsigned long long)g_tns[2], (unsigned long long)g_tcalls[2]);
 }
 
-/* ---- nbflip / nbloop: descriptors known non-blocking (agent/src/fdnb.c) ---- */
+/* ---- nbflip / nbloop: descriptors known non-blocking (agent/src/hooks/fdnb.c) ---- */
 
 static int g_feed_fd;
 static volatile int g_feed_stop;
