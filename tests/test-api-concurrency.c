@@ -1,4 +1,4 @@
-/* Concurrent queries (issue 17): the query worker pool (aggregator/src/qpool.c) on its own,
+/* Concurrent queries (issue 17): the query worker pool (aggregator/src/serve/qpool.c) on its own,
  * then the real fleetprof-aggregator with a real Kafka broker (port 19880) while a fleet keeps
  * producing: 32 clients at once all answered, queries overlapping (peak running > 1), latency
  * figures beside one client's and beside one worker's (the old single-mutex behaviour); and

@@ -1,4 +1,4 @@
-/* Dimensions as bounded labels (aggregator/src/dims.c), without Kafka:
+/* Dimensions as bounded labels (aggregator/src/ingest/dims.c), without Kafka:
  *
  *   admit_bound        at most `limit` distinct values per (service, dimension) and window:
  *                      the rest refused and counted, a known value always admitted, services

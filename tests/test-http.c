@@ -1,4 +1,4 @@
-/* The aggregator's HTTP guards (aggregator/src/http.c, issue 28) over real sockets: the Host
+/* The aggregator's HTTP guards (aggregator/src/serve/http.c, issue 28) over real sockets: the Host
  * allow-list against DNS rebinding, admission under hundreds of idle half-sent connections
  * (/healthz and an authorised query still answer within 1 s), the header deadline that a
  * byte-at-a-time sender cannot extend, filter patterns that would blow up a regex engine

@@ -1,4 +1,4 @@
-/* The PostgreSQL store's write side (aggregator/src/store_pg.c) against a real PostgreSQL 15
+/* The PostgreSQL store's write side (aggregator/src/store/store_pg.c) against a real PostgreSQL 15
  * cluster (deploy/postgres, port 15433): the same simulated fleet fed into a SQLite store and
  * a PostgreSQL store gives the same rows in every table; the offset fence; a database killed
  * and restarted mid-ingest (the failed batch is consumed again from the stored offset, nothing

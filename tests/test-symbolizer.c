@@ -1,5 +1,6 @@
-/* The server-side symbolizer against hostile debuginfod servers (aggregator/src/symbolizer.c,
- * issue 28 finding 6): a stub debuginfod of our own on 127.0.0.1 (a thread answering
+/* The server-side symbolizer against hostile debuginfod servers
+ * (aggregator/src/symbols/symbolizer.c, issue 28 finding 6): a stub debuginfod of our own on
+ * 127.0.0.1 (a thread answering
  * GET /buildid/HEX/debuginfo) serves a small shared object whose DWARF nests 300,000
  * namespaces around its one function. Asserted: a file over debuginfod-max-size is refused
  * (announced size or not) and not kept; the deep DIEs are walked without exhausting the stack;

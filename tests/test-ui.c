@@ -1,4 +1,4 @@
-/* Web UI serving (aggregator/src/ui.c, auth.c) over real HTTP: the embedded assets at / with
+/* Web UI serving (aggregator/src/serve/ui.c, auth.c) over real HTTP: the embedded assets at / with
  * their content types, gzip that inflates to the exact embedded bytes, ETag revalidation (304),
  * 404 for unknown paths, every asset index.html references present; with an API token: the
  * login page (401) for the UI, the token accepted as Bearer header or as the UI's cookie (also

@@ -24,7 +24,7 @@
 
 #include "batch.h"
 #include "qexec.h"
-#include "store/schema.h"
+#include "schema.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -16,7 +16,7 @@
 #include "store.h"
 
 #include "intern.h"
-#include "store/schema.h"
+#include "schema.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
