@@ -221,163 +221,211 @@ static void cfa_expr(state_t *s, const uint8_t *e, uint64_t len) {
     s->cfa_kind = CFA_OTHER;
 }
 
+/* What one CFA instruction asks of a register's rule, and how far it moves the location. */
+enum { OP_NONE, OP_OFFSET, OP_RESTORE };
+typedef struct {
+    int kind;     /* OP_*: the register's rule is an offset from the CFA, or the CIE's again */
+    uint64_t reg;
+    int64_t off;
+    uint64_t adv; /* bytes the location advances */
+} insn_t;
+
+/* DW_CFA_remember_state's stack. */
+typedef struct {
+    state_t st[16];
+    int n;
+} state_stack_t;
+
+/* A register's rule the rows cannot express. */
+static void rule_other(state_t *s, uint64_t reg) {
+    if (reg == 6)
+        s->fp_rule = R_OTHER;
+    if (reg == 16)
+        s->ra_rule = R_OTHER;
+}
+
+/* The CFA-defining instructions (def_cfa, def_cfa_register/offset/expression, their _sf
+ * forms); 0 if op is none of them. */
+static int cfa_op(const cie_t *c, rd_t *r, state_t *s, uint8_t op) {
+    switch (op) {
+    case 0x0c:
+        s->cfa_kind = CFA_REG;
+        s->cfa_reg = (uint8_t)rd_uleb(r);
+        s->cfa_off = (int64_t)rd_uleb(r);
+        return 1;
+    case 0x0d:
+        s->cfa_reg = (uint8_t)rd_uleb(r);
+        if (s->cfa_kind != CFA_REG)
+            s->cfa_kind = CFA_OTHER;
+        return 1;
+    case 0x0e: s->cfa_off = (int64_t)rd_uleb(r); return 1;
+    case 0x0f: {
+        uint64_t len = rd_uleb(r);
+        if (len > (uint64_t)(r->end - r->p)) {
+            r->err = 1;
+            return 1;
+        }
+        cfa_expr(s, r->p, len);
+        r->p += len;
+        return 1;
+    }
+    case 0x12:
+        s->cfa_kind = CFA_REG;
+        s->cfa_reg = (uint8_t)rd_uleb(r);
+        s->cfa_off = rd_sleb(r) * c->data_align;
+        return 1;
+    case 0x13: s->cfa_off = rd_sleb(r) * c->data_align; return 1;
+    }
+    return 0;
+}
+
+/* The instructions without their operand in the opcode (all but advance_loc, offset and
+ * restore): what they do to the CFA, the rules and the state stack is done here, a register
+ * rule's offset or restore and an advance are left in *in. -1: an unknown instruction. */
+static int decode_ext(const cie_t *c, rd_t *r, state_t *s, state_stack_t *stk, uint64_t pc,
+                      uint8_t op, insn_t *in) {
+    if (cfa_op(c, r, s, op))
+        return 0;
+    switch (op) {
+    case 0x00: break;
+    case 0x01: {
+        uint64_t np = rd_ptr(r, c->fde_enc);
+        in->adv = np > pc ? np - pc : 0;
+        break;
+    }
+    case 0x02: in->adv = rd_bytes(r, 1) * c->code_align; break;
+    case 0x03: in->adv = rd_bytes(r, 2) * c->code_align; break;
+    case 0x04: in->adv = rd_bytes(r, 4) * c->code_align; break;
+    case 0x05:
+        in->reg = rd_uleb(r);
+        in->off = (int64_t)rd_uleb(r) * c->data_align;
+        in->kind = OP_OFFSET;
+        break;
+    case 0x06:
+        in->reg = rd_uleb(r);
+        in->kind = OP_RESTORE;
+        break;
+    case 0x07:
+    case 0x08:
+    case 0x09: {
+        uint64_t reg = rd_uleb(r);
+        if (op == 0x09)
+            rd_uleb(r);
+        if (reg == 6)
+            s->fp_rule = op == 0x08 ? R_SAME : R_OTHER;
+        if (reg == 16)
+            s->ra_rule = op == 0x07 ? R_UNDEF : R_OTHER;
+        break;
+    }
+    case 0x0a:
+        if (stk->n < (int)(sizeof stk->st / sizeof stk->st[0]))
+            stk->st[stk->n++] = *s;
+        break;
+    case 0x0b:
+        if (stk->n > 0)
+            *s = stk->st[--stk->n];
+        break;
+    case 0x10:
+    case 0x16: {
+        uint64_t reg = rd_uleb(r), len = rd_uleb(r);
+        if (len > (uint64_t)(r->end - r->p)) {
+            r->err = 1;
+            break;
+        }
+        r->p += len;
+        rule_other(s, reg);
+        break;
+    }
+    case 0x11:
+        in->reg = rd_uleb(r);
+        in->off = rd_sleb(r) * c->data_align;
+        in->kind = OP_OFFSET;
+        break;
+    case 0x14:
+    case 0x15: {
+        uint64_t reg = rd_uleb(r);
+        if (op == 0x14)
+            rd_uleb(r);
+        else
+            rd_sleb(r);
+        rule_other(s, reg);
+        break;
+    }
+    case 0x2e: rd_uleb(r); break; /* GNU_args_size */
+    case 0x2f:
+        in->reg = rd_uleb(r);
+        in->off = -(int64_t)rd_uleb(r) * c->data_align;
+        in->kind = OP_OFFSET;
+        break;
+    default: return -1;
+    }
+    return 0;
+}
+
+/* Decodes the instruction at r->p (at location pc) into *in. -1: an unknown instruction. */
+static int decode(const cie_t *c, rd_t *r, state_t *s, state_stack_t *stk, uint64_t pc,
+                  insn_t *in) {
+    uint8_t op = *r->p++;
+    uint8_t hi = op & 0xc0, lo = op & 0x3f;
+    memset(in, 0, sizeof *in);
+    if (hi == 0x40) {
+        in->adv = lo * c->code_align;
+    } else if (hi == 0x80) {
+        in->reg = lo;
+        in->off = (int64_t)rd_uleb(r) * c->data_align;
+        in->kind = OP_OFFSET;
+    } else if (hi == 0xc0) {
+        in->reg = lo;
+        in->kind = OP_RESTORE;
+    } else {
+        return decode_ext(c, r, s, stk, pc, op, in);
+    }
+    return 0;
+}
+
+/* A register rule set by an instruction: an offset from the CFA, or the CIE's rule again. */
+static void apply(state_t *s, const state_t *init, const insn_t *in) {
+    if (in->kind == OP_OFFSET) {
+        if (in->reg == 6) {
+            s->fp_rule = R_OFFSET;
+            s->fp_off = in->off;
+        } else if (in->reg == 16) {
+            s->ra_rule = R_OFFSET;
+            s->ra_off = in->off;
+        }
+    } else if (in->kind == OP_RESTORE) {
+        if (init && in->reg == 6) {
+            s->fp_rule = init->fp_rule;
+            s->fp_off = init->fp_off;
+        } else if (init && in->reg == 16) {
+            s->ra_rule = init->ra_rule;
+            s->ra_off = init->ra_off;
+        }
+    }
+}
+
 /* Runs a CFA program. With b == NULL it only sets up the initial state (CIE). Returns 0, -1 on
  * a malformed program, -2 when out of memory. */
 static int run(ag_cfi_build_t *b, const cie_t *c, const state_t *init, state_t *s,
                const uint8_t *p, const uint8_t *end, uint64_t pc, uint64_t pc_end, rd_t *base) {
-    enum { STACK = 16 };
-    state_t stack[STACK];
-    int sp = 0;
+    state_stack_t stk = {.n = 0};
     rd_t r = *base;
     r.p = p;
     r.end = end;
     ag_cfi_row_t row;
     while (r.p < r.end && !r.err) {
-        uint8_t op = *r.p++;
-        uint64_t reg = 0, adv = 0;
-        int64_t off;
-        uint8_t hi = op & 0xc0, lo = op & 0x3f;
-        if (hi == 0x40) {
-            adv = lo * c->code_align;
-        } else if (hi == 0x80) {
-            reg = lo;
-            off = (int64_t)rd_uleb(&r) * c->data_align;
-            goto set_offset;
-        } else if (hi == 0xc0) {
-            reg = lo;
-            goto restore;
-        } else {
-            switch (op) {
-            case 0x00: break;
-            case 0x01: {
-                uint64_t np = rd_ptr(&r, c->fde_enc);
-                adv = np > pc ? np - pc : 0;
-                break;
-            }
-            case 0x02: adv = rd_bytes(&r, 1) * c->code_align; break;
-            case 0x03: adv = rd_bytes(&r, 2) * c->code_align; break;
-            case 0x04: adv = rd_bytes(&r, 4) * c->code_align; break;
-            case 0x05:
-                reg = rd_uleb(&r);
-                off = (int64_t)rd_uleb(&r) * c->data_align;
-                goto set_offset;
-            case 0x06:
-                reg = rd_uleb(&r);
-                goto restore;
-            case 0x07:
-            case 0x08:
-            case 0x09:
-                reg = rd_uleb(&r);
-                if (op == 0x09)
-                    rd_uleb(&r);
-                if (reg == 6)
-                    s->fp_rule = op == 0x08 ? R_SAME : R_OTHER;
-                if (reg == 16)
-                    s->ra_rule = op == 0x07 ? R_UNDEF : op == 0x08 ? R_OTHER : R_OTHER;
-                break;
-            case 0x0a:
-                if (sp < STACK)
-                    stack[sp++] = *s;
-                break;
-            case 0x0b:
-                if (sp > 0) {
-                    state_t t = stack[--sp];
-                    *s = t;
-                }
-                break;
-            case 0x0c:
-                s->cfa_kind = CFA_REG;
-                s->cfa_reg = (uint8_t)rd_uleb(&r);
-                s->cfa_off = (int64_t)rd_uleb(&r);
-                break;
-            case 0x0d:
-                s->cfa_reg = (uint8_t)rd_uleb(&r);
-                if (s->cfa_kind != CFA_REG)
-                    s->cfa_kind = CFA_OTHER;
-                break;
-            case 0x0e: s->cfa_off = (int64_t)rd_uleb(&r); break;
-            case 0x0f: {
-                uint64_t len = rd_uleb(&r);
-                if (len > (uint64_t)(r.end - r.p)) {
-                    r.err = 1;
-                    break;
-                }
-                cfa_expr(s, r.p, len);
-                r.p += len;
-                break;
-            }
-            case 0x10:
-            case 0x16: {
-                reg = rd_uleb(&r);
-                uint64_t len = rd_uleb(&r);
-                if (len > (uint64_t)(r.end - r.p)) {
-                    r.err = 1;
-                    break;
-                }
-                r.p += len;
-                if (reg == 6)
-                    s->fp_rule = R_OTHER;
-                if (reg == 16)
-                    s->ra_rule = R_OTHER;
-                break;
-            }
-            case 0x11:
-                reg = rd_uleb(&r);
-                off = rd_sleb(&r) * c->data_align;
-                goto set_offset;
-            case 0x12:
-                s->cfa_kind = CFA_REG;
-                s->cfa_reg = (uint8_t)rd_uleb(&r);
-                s->cfa_off = rd_sleb(&r) * c->data_align;
-                break;
-            case 0x13: s->cfa_off = rd_sleb(&r) * c->data_align; break;
-            case 0x14:
-            case 0x15:
-                reg = rd_uleb(&r);
-                if (op == 0x14)
-                    rd_uleb(&r);
-                else
-                    rd_sleb(&r);
-                if (reg == 6)
-                    s->fp_rule = R_OTHER;
-                if (reg == 16)
-                    s->ra_rule = R_OTHER;
-                break;
-            case 0x2e: rd_uleb(&r); break; /* GNU_args_size */
-            case 0x2f:
-                reg = rd_uleb(&r);
-                off = -(int64_t)rd_uleb(&r) * c->data_align;
-                goto set_offset;
-            default: return -1;
-            }
-        }
-        if (adv && b) {
+        insn_t in;
+        if (decode(c, &r, s, &stk, pc, &in) != 0)
+            return -1;
+        apply(s, init, &in);
+        if (in.adv && b) {
             compile(s, c->signal, b, &row);
             if (emit(b, pc, 0, &row) != 0)
                 return -2;
-            pc += adv;
+            pc += in.adv;
             if (pc >= pc_end)
                 return 0;
         }
-        continue;
-    set_offset:
-        if (reg == 6) {
-            s->fp_rule = R_OFFSET;
-            s->fp_off = off;
-        } else if (reg == 16) {
-            s->ra_rule = R_OFFSET;
-            s->ra_off = off;
-        }
-        continue;
-    restore:
-        if (init && reg == 6) {
-            s->fp_rule = init->fp_rule;
-            s->fp_off = init->fp_off;
-        } else if (init && reg == 16) {
-            s->ra_rule = init->ra_rule;
-            s->ra_off = init->ra_off;
-        }
-        continue;
     }
     if (r.err)
         return -1;
