@@ -22,11 +22,6 @@ ag_state_t ag; /* unwind.c needs nothing from it; other agent files are not link
 /* what cfi_table.c needs from the rest of the agent: no registered threads */
 ag_thread_t ag_threads[AG_MAX_THREADS];
 uint32_t ag_thread_hw(void) { return 0; }
-uint64_t ag_now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 static ag_cfi_snap_t *g_snap, *g_snap_plain; /* with and without the bucket indexes */
 
 static uintptr_t g_lo, g_hi;

@@ -21,11 +21,6 @@ ag_state_t ag;
 ag_thread_t ag_threads[AG_MAX_THREADS];
 _Atomic uint64_t ag_drops[CM_EV_COUNT][AG_DROP_REASONS];
 uint32_t ag_thread_hw(void) { return 0; }
-uint64_t ag_now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 int ag_env_double(const char *var, double lo, double hi, const char *dflt, double *out) {
     (void)var, (void)lo, (void)hi, (void)dflt, (void)out;
     return 0;

@@ -9,10 +9,14 @@
  * Memory: grows with the distinct content of one interval and is released at finish; rows
  * beyond CM_MAX_SAMPLES per type are dropped (DROP_DICT_FULL).
  */
-#include "internal.h"
+#include "ag_unwind.h"
+#include "context.h"
+#include "symbols.h"
+#include "builder.h"
 #include "pyframes.h"
 #include "hooks.h"
 
+#include "cm/file.h"
 #include "cm/error.h"
 
 #include <stdio.h>
@@ -549,7 +553,7 @@ void ag_builder_add_span(ag_builder_t *b, const uint8_t *ctx, const char *name,
 
 /* An estimate of the encoded chunk's size before compression: what each entry costs in the
  * protobuf message with typical varints (a row's 13 columns ~40 bytes, a frame 4, a location
- * 16, a function 8, a mapping with its build id ~96). bgthread.c cuts a chunk early when it
+ * 16, a function 8, a mapping with its build id ~96). chunk.c cuts a chunk early when it
  * passes AG_CHUNK_SOFT, so that no chunk approaches the collector's and the broker's message
  * limit however much an interval holds. */
 size_t ag_builder_bytes(const ag_builder_t *b) {

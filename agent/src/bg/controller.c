@@ -48,7 +48,7 @@
  * Budget: bgthread.c passes the budget's CPU factor (ag_budget_step, below); the set point
  * used is target_cfg * factor.
  */
-#include "internal.h"
+#include "controller.h"
 
 #include "fmath.h"
 

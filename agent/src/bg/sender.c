@@ -27,7 +27,7 @@
  * written is counted (ag_sender_file_failures).
  *
  * Every lost chunk counted, even when the chunks that would carry the count are
- * lost too: a chunk's header carries the drop counts of its interval (bgthread.c), so losing
+ * lost too: a chunk's header carries the drop counts of its interval (chunk.c), so losing
  * it would lose those counts. Whenever a chunk is lost for good (the oldest dropped from a
  * full queue: DROP_CHUNK_QUEUE_FULL; refused by the collector, or, with files as the only
  * sink, not written under FLEETPROF_OUTPUT, e.g. ENOSPC: DROP_OUTPUT_FAILED), its own drop
@@ -37,7 +37,11 @@
  * chunks counted dropped == chunks cut). Not covered: what is still queued when the process
  * exits (nothing is cut after it).
  */
-#include "internal.h"
+#include "sysfile.h"
+#include "agent.h"
+#include "clock.h"
+#include "record.h"
+#include "sender.h"
 
 #include "cm/log.h"
 #include "cm/wire.h"

@@ -42,6 +42,11 @@
  * process maps); names live in one string pool per object.
  */
 #include "ag_alloc.h"
+#include "config.h"
+#include "clock.h"
+#include "cfi_table.h"
+#include "ag_unwind.h"
+#include "symbols.h"
 #include "dwlib.h"
 #include "loader_gate.h"
 

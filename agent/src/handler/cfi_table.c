@@ -32,7 +32,9 @@
  * it gets no table (counted in ag_cfi_stats.skipped, frame-pointer fallback). Its index, when
  * there is no memory for it alone, is left out (the plain search serves that object).
  */
-#include "internal.h"
+#include "clock.h"
+#include "thread.h"
+#include "cfi_table.h"
 #include "loader_gate.h"
 #include "cm/log.h"
 

@@ -16,7 +16,9 @@
  * TLS uses the initial-exec model: it never allocates on first access (safe in a handler),
  * and our few bytes fit in glibc's static TLS surplus even when the library is dlopen'ed.
  */
-#include "internal.h"
+#include "record.h"
+#include "context.h"
+#include "agent.h"
 
 #include "fleetprof.h"
 

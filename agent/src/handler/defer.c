@@ -41,7 +41,9 @@
  * or a hook (no lock, no allocation; one system call for an unbounded thread);
  * ag_defer_resolve/reset on the background thread.
  */
-#include "internal.h"
+#include "config.h"
+#include "ag_unwind.h"
+#include "defer.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -38,7 +38,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "internal.h"
+#include "config.h"
+#include "thread.h"
+#include "cfi_table.h"
 #include "pyframes.h"
 
 #include "cm/log.h"

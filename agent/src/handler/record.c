@@ -10,7 +10,10 @@
  * into defer.c's preallocated arena for the bg thread to unwind), copies the thread's context,
  * writes into the preallocated ring. No locks, no allocation, no stdio.
  */
-#include "internal.h"
+#include "cfi_table.h"
+#include "ag_unwind.h"
+#include "defer.h"
+#include "context.h"
 #include "pyframes.h"
 
 #include <string.h>

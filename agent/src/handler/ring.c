@@ -10,7 +10,7 @@
  * Memory ordering: the producer writes the record, then publishes head with release; the
  * consumer reads head with acquire, reads the record, then publishes tail with release.
  */
-#include "internal.h"
+#include "record.h"
 
 #include <sys/mman.h>
 

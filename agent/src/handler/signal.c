@@ -23,7 +23,11 @@
  * SIGTERM: if it is at its default disposition at start, our handler flushes the last chunk
  * (see "SIGTERM" below); the application keeps seeing SIG_DFL.
  */
-#include "internal.h"
+#include "ag_signal.h"
+#include "record.h"
+#include "agent.h"
+#include "bgthread.h"
+#include "sandbox.h"
 
 #include <dlfcn.h>
 #include <errno.h>

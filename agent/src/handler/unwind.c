@@ -34,7 +34,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* REG_RIP (the bench compiles this file on its own) */
 #endif
-#include "internal.h"
+#include "cfi_table.h"
+#include "ag_unwind.h"
 
 #include <stddef.h>
 #include <ucontext.h>

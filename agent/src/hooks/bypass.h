@@ -2,7 +2,7 @@
 #ifndef AG_BYPASS_H
 #define AG_BYPASS_H
 
-#include "internal.h"
+#include "base.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -45,6 +45,7 @@
  * call once the program installs a seccomp filter (ag_sandboxed): UNKNOWN fds stay timed.
  */
 #include "hooks.h"
+#include "sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -29,6 +29,8 @@
  * Never locks, never allocates for its own bookkeeping.
  */
 #include "alloc_sample.h"
+#include "agent.h"
+#include "ag_unwind.h"
 #include "bypass.h"
 #include "hooks.h"
 

@@ -24,7 +24,10 @@
  * system calls and atomics, no lock, no allocation (execl*'s argument arrays are on the
  * stack). errno is what the real exec left.
  */
-#include "internal.h"
+#include "thread.h"
+#include "agent.h"
+#include "ag_signal.h"
+#include "sandbox.h"
 
 #include <dlfcn.h>
 #include <errno.h>

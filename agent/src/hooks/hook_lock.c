@@ -66,7 +66,7 @@
  * The real cond functions are looked up with dlvsym(..., "GLIBC_2.3.2"): plain dlsym would
  * return the GLIBC_2.2.5 compatibility symbols (the pre-NPTL condvar ABI).
  *
- * Agent cost (ag_lock_cost_ns, which bgthread.c adds to the agent's CPU: chunk header
+ * Agent cost (ag_lock_cost_ns, which cpuacct.c adds to the agent's CPU: chunk header
  * agent_cpu_ns, CPU budget): every contended wait is charged g_cost_tsc or g_cost_clock
  * (a failed trylock, two reads of the interval clock, the countdown: measured by the bg
  * thread with its deferred start work, ag_lock_calibrate, so that a short-lived process never
@@ -88,6 +88,7 @@
  * would otherwise be measured for programs and not for others.
  */
 #include "hooks.h"
+#include "mutex_layout.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -4,7 +4,7 @@
  *
  * They are not timed and make no events: each call is only marked as blocking (hooks.h:
  * ag_blk_begin/end, two stores to the thread's own cache line) so that the wall sampler walks
- * the stack of a thread blocked in one of them instead of signalling it (bgthread.c:
+ * the stack of a thread blocked in one of them instead of signalling it (wall.c:
  * wall_from_blocked). A signal would wake it: poll, epoll_wait, select, nanosleep and the others
  * fail with EINTR when a handler runs, SA_RESTART or not, and a program that does not retry
  * sees the error. glibc's sleep and usleep call nanosleep internally (not through the PLT), so

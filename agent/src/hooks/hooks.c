@@ -9,6 +9,11 @@
  * constructor. No function here locks or allocates on an application thread.
  */
 #include "hooks.h"
+#include "agent.h"
+#include "config.h"
+#include "ag_unwind.h"
+#include "controller.h"
+#include "bgthread.h"
 #include "pyframes.h"
 
 #include <sys/syscall.h>

@@ -1,5 +1,6 @@
 /* Internal interfaces of issue 4's interposers (allocation, live heap, locks, I/O) and their
- * background-thread side. Included by the hook files and by bgthread.c.
+ * background-thread side. Included by the hook files and by the bg thread (bgthread.c,
+ * chunk.c, cpuacct.c).
  *
  * Contract shared by every hook:
  *   - A hook's fast path touches only thread-local state and relaxed atomics; it never locks
@@ -13,7 +14,7 @@
 #ifndef AG_HOOKS_H
 #define AG_HOOKS_H
 
-#include "internal.h"
+#include "builder.h"
 
 #define AG_TLS __thread __attribute__((tls_model("initial-exec")))
 #define AG_EXPORT __attribute__((visibility("default")))
@@ -84,7 +85,7 @@ AG_HIDDEN uint32_t ag_hook_admit(cm_event_type_t type);
 AG_HIDDEN void ag_hooks_exclude_self(void);
 
 /* hook_lock.c: ns the lock hooks spent on bookkeeping (see its head), and the LOCK records
- * they wrote (their cost is in ag_lock_cost_ns: bgthread.c must not charge them as signals) */
+ * they wrote (their cost is in ag_lock_cost_ns: cpuacct.c must not charge them as signals) */
 AG_HIDDEN extern _Atomic uint64_t ag_lock_cost_ns, ag_lock_records;
 /* bg: every 250 ms window (dt seconds): sets the flood sampling period from the last window */
 AG_HIDDEN void ag_lock_bg_tick(double dt);
@@ -95,7 +96,7 @@ AG_HIDDEN void ag_lock_bg_chunk(void); /* bg: DROP_SUBSAMPLED of LOCK up to date
 AG_HIDDEN extern _Atomic uint64_t ag_alloc_period; /* bytes, published by the bg thread */
 
 /* A blocking call (I/O, a contended lock, a condition wait) in progress, for the wall sampler
- * (bgthread.c: wall_from_blocked walks the thread's stack from the hook's frame instead of
+ * (wall.c: wall_from_blocked walks the thread's stack from the hook's frame instead of
  * signalling it). Outermost call only (a handler's nested call leaves the marks alone). Cost:
  * a TLS load and four stores. */
 static inline __attribute__((always_inline)) uintptr_t ag_here(void) {

@@ -10,7 +10,7 @@
  *
  * Constructor context (hook_lock.c's lock_init), before any agent thread; no allocation.
  */
-#include "internal.h"
+#include "mutex_layout.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -17,9 +17,21 @@
  */
 #include "ag_alloc.h"
 #include "hooks.h"
-#include "internal.h"
+#include "clock.h"
+#include "ag_signal.h"
+#include "defer.h"
+#include "context.h"
+#include "spans.h"
+#include "symbols.h"
+#include "pblib.h"
+#include "sender.h"
+#include "agent.h"
+#include "bgthread.h"
+#include "sandbox.h"
+#include "sigroom.h"
 #include "pyframes.h"
 
+#include "cm/file.h"
 #include "cm/log.h"
 #include "fleetprof.h"
 

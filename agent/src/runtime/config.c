@@ -16,7 +16,7 @@
  * setuid program started without them, the common case under /etc/ld.so.preload, stays
  * silent).
  */
-#include "internal.h"
+#include "config.h"
 
 #include "cm/config.h"
 #include "cm/log.h"

@@ -35,7 +35,11 @@
  * only system calls, atomics and a spinning lock that a nested call on the same thread skips);
  * ag_creds_serve runs on the bg thread.
  */
-#include "internal.h"
+#include "record.h"
+#include "agent.h"
+#include "bgthread.h"
+#include "sandbox.h"
+#include "creds.h"
 
 #include "cm/log.h"
 

@@ -23,6 +23,7 @@
  * a signal handler (dlopen takes the loader's lock and allocates).
  */
 #include "dwlib.h"
+#include "config.h"
 #include "loader_gate.h"
 
 #include "cm/log.h"

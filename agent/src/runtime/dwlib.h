@@ -6,7 +6,7 @@
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* Every elfutils function symbols.c calls. */
 #define AG_DW_FUNCS(X)                                                                          \

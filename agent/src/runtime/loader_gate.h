@@ -5,7 +5,7 @@
 
 #include <sys/types.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* Around every dlopen/dlsym/dl_iterate_phdr the agent makes after start (background thread):
  * enter waits while a _Fork is under way. Not in a signal handler. */

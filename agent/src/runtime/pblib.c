@@ -12,13 +12,13 @@
  * its own copy (it compares string members with the descriptor's default_value only).
  *
  * If it cannot be loaded: one stderr line; get_packed_size reports SIZE_MAX, which the encoder
- * refuses (CM_ETOOBIG), so every chunk counts as DROP_ENCODE_FAILED (bgthread.c warns once);
+ * refuses (CM_ETOOBIG), so every chunk counts as DROP_ENCODE_FAILED (chunk.c warns once);
  * unpack returns NULL; pack and free do nothing.
  *
  * Threads: the background thread (encoder); the pointers are atomics, so a decode from
  * another thread is safe too. Never from a signal handler.
  */
-#include "internal.h"
+#include "pblib.h"
 #include "loader_gate.h"
 
 #include "cm/log.h"

@@ -28,7 +28,12 @@
  * Thread contract: the interposers run on application threads; the fork scan reads only the
  * calling thread's own stack.
  */
-#include "internal.h"
+#include "ag_signal.h"
+#include "record.h"
+#include "agent.h"
+#include "bgthread.h"
+#include "sandbox.h"
+#include "creds.h"
 #include "loader_gate.h"
 
 #include "hooks.h"

@@ -21,7 +21,8 @@
  * (the sigprocmask interposers). Thread contract: ag_sigroom_init in the constructor; the rest
  * from any thread (atomics).
  */
-#include "internal.h"
+#include "record.h"
+#include "sigroom.h"
 
 #include "cm/log.h"
 

@@ -6,7 +6,7 @@
  * (-Wl,--wrap=strerror) to glibc's untranslated strerrordesc_np.
  *
  * Threads: any (the background thread mostly); not for signal handlers (open, read). */
-#include "internal.h"
+#include "sysfile.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -16,7 +16,14 @@
  * unmapped while their thread can still run a handler.
  * fork: agent.c holds g_lock across fork (pthread_atfork) and the child reinitialises it.
  */
-#include "internal.h"
+#include "sysfile.h"
+#include "clock.h"
+#include "ag_signal.h"
+#include "record.h"
+#include "context.h"
+#include "agent.h"
+#include "sandbox.h"
+#include "sigroom.h"
 
 #include "cm/log.h"
 
