@@ -7,10 +7,8 @@ add_dependencies(bench-agent fp-work fp-work-linked fleetprof_agent)
 # Frame-pointer walk vs libunwind's unw_backtrace (why the handler uses frame pointers).
 pkg_check_modules(LIBUNWIND IMPORTED_TARGET libunwind)
 if(LIBUNWIND_FOUND)
-  add_executable(bench-agent-unwind bench-agent-unwind.c ${PROJECT_SOURCE_DIR}/agent/src/handler/unwind.c
-    ${PROJECT_SOURCE_DIR}/agent/src/bg/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/handler/cfi_table.c
-    ${PROJECT_SOURCE_DIR}/agent/src/runtime/loader_gate.c)
-  target_link_libraries(bench-agent-unwind PRIVATE fp_agent_headers)
+  add_executable(bench-agent-unwind bench-agent-unwind.c)
+  target_link_libraries(bench-agent-unwind PRIVATE fp_agent_core)
   target_compile_options(bench-agent-unwind PRIVATE -fno-omit-frame-pointer
     -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
   target_link_libraries(bench-agent-unwind PRIVATE fp_common PkgConfig::LIBUNWIND Threads::Threads)
@@ -18,8 +16,8 @@ endif()
 
 # Issue 14: the CFI row lookup on a cold cache, plain binary search vs the bucket index, and
 # the index's memory and cache lines per bucket size. Run: build/bench/bench-cfi-index
-add_executable(bench-cfi-index bench-cfi-index.c ${PROJECT_SOURCE_DIR}/agent/src/bg/cfi.c)
-target_link_libraries(bench-cfi-index PRIVATE fp_agent_headers)
+add_executable(bench-cfi-index bench-cfi-index.c)
+target_link_libraries(bench-cfi-index PRIVATE fp_agent_core)
 
 # Handler cost per sample, in-process (delivery measured separately with a null handler).
 add_executable(bench-agent-handler bench-agent-handler.c)

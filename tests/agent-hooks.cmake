@@ -67,5 +67,4 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
 endif()
 # Issue 19: the allocation sampling maths (agent/src/hooks/alloc_sample.h) on simulated streams;
 # no agent, no hooks: runs in every build.
-fp_test(test-agent-sampling LABELS "agent" LIBS m)
-target_link_libraries(test-agent-sampling PRIVATE fp_agent_headers)
+fp_test(test-agent-sampling LABELS "agent" LIBS m fp_agent_headers)

@@ -21,15 +21,10 @@ if(FLEETPROF_SANITIZE STREQUAL "thread")
 endif()
 
 # The CFI compiler on synthetic CIE/FDE bytes and against readelf on real libraries (issue 14).
-fp_test(test-cfi LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/bg/cfi.c)
-target_link_libraries(test-cfi PRIVATE fp_agent_headers)
+fp_test(test-cfi LABELS agent LIBS fp_agent_core)
 
 # Deferred unwinding (issue 14): stack copies taken before the first tables, unwound later.
-fp_test(test-agent-defer LABELS agent LIBS Threads::Threads SOURCES
-  ${PROJECT_SOURCE_DIR}/agent/src/handler/defer.c ${PROJECT_SOURCE_DIR}/agent/src/handler/unwind.c
-  ${PROJECT_SOURCE_DIR}/agent/src/bg/cfi.c ${PROJECT_SOURCE_DIR}/agent/src/handler/cfi_table.c
-  ${PROJECT_SOURCE_DIR}/agent/src/runtime/loader_gate.c)
-target_link_libraries(test-agent-defer PRIVATE fp_agent_headers)
+fp_test(test-agent-defer LABELS agent LIBS Threads::Threads fp_agent_core)
 target_compile_options(test-agent-defer PRIVATE -fomit-frame-pointer)
 
 # The CFI unwinder on a program without frame pointers (issue 14): a known call graph,
@@ -48,27 +43,20 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-cfi PROPERTIES DISABLED TRUE)
 endif()
 # ag_alloc.c on its own (issue 13): the agent's private allocator and sort.
-fp_test(test-agent-privalloc LABELS agent LIBS Threads::Threads SOURCES
-  ${PROJECT_SOURCE_DIR}/agent/src/runtime/ag_alloc.c)
-target_link_libraries(test-agent-privalloc PRIVATE fp_agent_headers)
+fp_test(test-agent-privalloc LABELS agent LIBS Threads::Threads fp_agent_core)
 target_compile_definitions(test-agent-privalloc PRIVATE _GNU_SOURCE)
 # mutex_layout.c on its own (issue 13): the check before hook_lock.c reads glibc's fields.
-fp_test(test-agent-mutex LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/hooks/mutex_layout.c)
-target_link_libraries(test-agent-mutex PRIVATE fp_agent_headers)
+fp_test(test-agent-mutex LABELS agent LIBS fp_agent_core)
 target_compile_definitions(test-agent-mutex PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 # fdnb.c on its own (issue 14): the non-blocking descriptor cache the I/O hooks consult.
-fp_test(test-agent-fdnb LABELS agent LIBS Threads::Threads m SOURCES
-  ${PROJECT_SOURCE_DIR}/agent/src/hooks/fdnb.c)
-target_link_libraries(test-agent-fdnb PRIVATE fp_agent_headers)
+fp_test(test-agent-fdnb LABELS agent LIBS Threads::Threads m fp_agent_core)
 # controller.c on its own: the CPU budget's factors and the CPU controller's period.
-fp_test(test-agent-controller LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/bg/controller.c)
-target_link_libraries(test-agent-controller PRIVATE fp_agent_headers)
+fp_test(test-agent-controller LABELS agent LIBS fp_agent_core)
 target_compile_definitions(test-agent-controller PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-controller PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 # fmath.h (issue 13): the agent's libm-free exp/log family against libm.
-fp_test(test-agent-fmath LABELS agent LIBS m)
-target_link_libraries(test-agent-fmath PRIVATE fp_agent_headers)
+fp_test(test-agent-fmath LABELS agent LIBS m fp_agent_headers)
 # Every lost chunk counted on a full FLEETPROF_OUTPUT (issue 13): a real tmpfs, filled, then
 # freed (unshare -m: needs root). nosan: the agent is preloaded into fp-work.
 fp_test(test-agent-output-full LABELS "agent;nosan")
@@ -87,8 +75,7 @@ target_compile_definitions(bypass_lazy PRIVATE BP_PREFIX=lazy_)
 target_link_options(bypass_lazy PRIVATE -Wl,-z,lazy -Wl,-z,norelro)
 target_link_libraries(bypass_now PRIVATE bypass_agent bypass_other)
 target_link_libraries(bypass_lazy PRIVATE bypass_agent bypass_other)
-fp_test(test-agent-bypass LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/hooks/bypass.c)
-target_link_libraries(test-agent-bypass PRIVATE fp_agent_headers)
+fp_test(test-agent-bypass LABELS agent LIBS fp_agent_core)
 target_compile_definitions(test-agent-bypass PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-bypass PRIVATE bypass_now bypass_lazy bypass_agent bypass_other
   ${CMAKE_DL_LIBS})
@@ -102,5 +89,4 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-python PROPERTIES DISABLED TRUE)
 endif()
 # The 3.11 line-table decoder against CPython's co_lines() (issue 34); sanitizer builds too.
-fp_test(test-agent-pyline LABELS agent SOURCES ${PROJECT_SOURCE_DIR}/agent/src/bg/pyline.c)
-target_link_libraries(test-agent-pyline PRIVATE fp_agent_headers)
+fp_test(test-agent-pyline LABELS agent LIBS fp_agent_core)
