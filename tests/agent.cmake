@@ -90,3 +90,5 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
 endif()
 # The 3.11 line-table decoder against CPython's co_lines() (issue 34); sanitizer builds too.
 fp_test(test-agent-pyline LABELS agent LIBS fp_agent_core)
+# The record ring, the chunk builder and the wall sampler in-process (fp_agent_core).
+fp_test(test-agent-units LABELS agent LIBS Threads::Threads fp_agent_core)
