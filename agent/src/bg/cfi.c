@@ -150,15 +150,27 @@ typedef struct {
     int64_t fp_off, ra_off;
 } state_t;
 
+/* Room for one more element in the array arr of n used and cap allocated: cap doubles (from
+ * first). 0, or -1 out of memory (arr unchanged). */
+#define GROW(arr, n, cap, first)                                                                   \
+    ({                                                                                             \
+        int rc_ = 0;                                                                               \
+        if ((n) == (cap)) {                                                                        \
+            size_t nc_ = (cap) ? 2 * (cap) : (first);                                              \
+            __typeof__(arr) na_ = realloc((arr), nc_ * sizeof *(arr));                             \
+            if (na_) {                                                                             \
+                (arr) = na_;                                                                       \
+                (cap) = nc_;                                                                       \
+            } else {                                                                               \
+                rc_ = -1;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+        rc_;                                                                                       \
+    })
+
 static int emit(ag_cfi_build_t *b, uint64_t pc, uint8_t marker, const ag_cfi_row_t *row) {
-    if (b->n == b->cap) {
-        size_t nc = b->cap ? 2 * b->cap : 1024;
-        tmp_row_t *n = realloc(b->rows, nc * sizeof *n);
-        if (!n)
-            return -1;
-        b->rows = n;
-        b->cap = nc;
-    }
+    if (GROW(b->rows, b->n, b->cap, 1024) != 0)
+        return -1;
     tmp_row_t *t = &b->rows[b->n++];
     t->pc = pc;
     t->seq = b->seq++;
@@ -604,14 +616,8 @@ int ag_cfi_build_add(ag_cfi_build_t *b, const uint8_t *data, size_t size, uint64
         ag_cfi_row_t none = {0, 0, 0, AG_CFI_NONE, 0};
         if (emit(b, pc + range, 1, &none) != 0)
             return -1;
-        if (b->nf == b->capf) {
-            size_t nc = b->capf ? 2 * b->capf : 256;
-            fde_span_t *nf = realloc(b->fdes, nc * sizeof *nf);
-            if (!nf)
-                return -1;
-            b->fdes = nf;
-            b->capf = nc;
-        }
+        if (GROW(b->fdes, b->nf, b->capf, 256) != 0)
+            return -1;
         b->fdes[b->nf++] = (fde_span_t){pc, mark, b->n - mark};
     }
     return 0;

@@ -234,18 +234,23 @@ static void entry_drop(uint32_t i) {
         S.cur_off = 0; /* a half-written message is lost with it: the stream is now broken */
 }
 
-static void disconnect(void) {
-    if (S.fd >= 0 && fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
-        close(S.fd);
-    S.fd = -1;
-    for (uint32_t i = 0; i < S.n; i++)
-        S.q[i].msg_no = 0;
+/* A connection's state from its start: fd (-1: none), nothing sent or acknowledged on it. */
+static void conn_start(int fd) {
+    S.fd = fd;
     S.cur = 0;
     S.cur_off = 0;
     S.ack_off = 0;
     S.hello_off = 0;
     S.msgs = 0;
     S.draining = 0;
+}
+
+static void disconnect(void) {
+    if (S.fd >= 0 && fd_ours(S.fd, S.dev, S.ino, S_IFSOCK))
+        close(S.fd);
+    conn_start(-1);
+    for (uint32_t i = 0; i < S.n; i++)
+        S.q[i].msg_no = 0;
     S.next_try_ns = ag_now_mono() + (uint64_t)S.backoff_ms * 1000000u;
     S.backoff_ms = S.backoff_ms * 2 > 5000 ? 5000 : S.backoff_ms * 2;
 }
@@ -296,13 +301,7 @@ static int try_connect(void) {
         close(fd);
         return -e;
     }
-    S.fd = fd;
-    S.hello_off = 0;
-    S.msgs = 0;
-    S.draining = 0;
-    S.cur = 0;
-    S.cur_off = 0;
-    S.ack_off = 0;
+    conn_start(fd);
     return 0;
 }
 

@@ -49,13 +49,7 @@ extern int ag_sigaction_self(int, const struct sigaction *, struct sigaction *)
     __attribute__((alias("sigaction"), AG_COPY_ATTRS(sigaction) visibility("hidden")));
 
 AG_NO_TSAN static sigaction_fn real_sigaction(void) {
-    static _Atomic(sigaction_fn) real;
-    sigaction_fn r = atomic_load(&real);
-    if (!r) {
-        r = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-        atomic_store(&real, r);
-    }
-    return r;
+    return AG_NEXT_FN(sigaction_fn, "sigaction");
 }
 
 /* The sigaction that a program call would reach (a sanitizer interceptor, else ours). */
@@ -393,12 +387,7 @@ AG_NO_TSAN __attribute__((visibility("default"))) sighandler_t signal(int sig, s
 typedef int (*sigaltstack_fn)(const stack_t *, stack_t *);
 AG_NO_TSAN __attribute__((visibility("default"))) int sigaltstack(const stack_t *ss,
                                                                   stack_t *old) {
-    static _Atomic(sigaltstack_fn) real;
-    sigaltstack_fn r = atomic_load(&real);
-    if (!r) {
-        r = (sigaltstack_fn)dlsym(RTLD_NEXT, "sigaltstack");
-        atomic_store(&real, r);
-    }
+    sigaltstack_fn r = AG_NEXT_FN(sigaltstack_fn, "sigaltstack");
     stack_t cur;
     int rc = r ? r(ss, &cur) : (int)syscall(SYS_sigaltstack, ss, &cur);
     if (rc == 0 && old) {

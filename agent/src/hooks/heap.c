@@ -184,19 +184,28 @@ typedef struct {
 static st_t *g_st;
 static uint32_t g_st_cap, g_st_n;
 
+/* Puts the entries of src (scap slots) into dst (dcap slots, a power of two, with room):
+ * linear probing from each id's hash. Returns how many. */
+static uint32_t st_insert_all(st_t *dst, uint32_t dcap, const st_t *src, uint32_t scap) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < scap; i++) {
+        if (!src[i].rid)
+            continue;
+        uint32_t h = (uint32_t)mix(src[i].rid) & (dcap - 1);
+        while (dst[h].rid)
+            h = (h + 1) & (dcap - 1);
+        dst[h] = src[i];
+        n++;
+    }
+    return n;
+}
+
 static int st_grow(void) {
     uint32_t ncap = g_st_cap ? 2 * g_st_cap : 1024;
     st_t *n = calloc(ncap, sizeof *n);
     if (!n)
         return -1;
-    for (uint32_t i = 0; i < g_st_cap; i++) {
-        if (!g_st[i].rid)
-            continue;
-        uint32_t h = (uint32_t)mix(g_st[i].rid) & (ncap - 1);
-        while (n[h].rid)
-            h = (h + 1) & (ncap - 1);
-        n[h] = g_st[i];
-    }
+    st_insert_all(n, ncap, g_st, g_st_cap);
     free(g_st);
     g_st = n;
     g_st_cap = ncap;
@@ -342,14 +351,6 @@ void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
     }
     while (2 * live > g_st_cap && st_grow() == 0)
         ;
-    for (uint32_t i = 0; i < ocap; i++) {
-        if (!old[i].rid)
-            continue;
-        uint32_t h = (uint32_t)mix(old[i].rid) & (g_st_cap - 1);
-        while (g_st[h].rid)
-            h = (h + 1) & (g_st_cap - 1);
-        g_st[h] = old[i];
-        g_st_n++;
-    }
+    g_st_n += st_insert_all(g_st, g_st_cap, old, ocap);
     free(old);
 }

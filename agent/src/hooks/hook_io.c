@@ -340,6 +340,15 @@ DATA_HOOK(__recvfrom_chk, CM_IO_READ,
 static inline mode_t open_mode(int flags, va_list ap) {
     return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
 }
+/* The mode argument of a variadic open after flags (0 when flags take none). */
+#define OPEN_MODE(flags)                                                                           \
+    ({                                                                                             \
+        va_list ap_;                                                                               \
+        va_start(ap_, flags);                                                                      \
+        mode_t m_ = open_mode(flags, ap_);                                                         \
+        va_end(ap_);                                                                               \
+        m_;                                                                                        \
+    })
 #define OPEN_TIMED(call)                                                                           \
     do {                                                                                           \
         if (!io_on())                                                                              \
@@ -355,34 +364,22 @@ static inline mode_t open_mode(int flags, va_list ap) {
     } while (0)
 
 AG_EXPORT AG_NO_TSAN int open(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = open_mode(flags, ap);
-    va_end(ap);
+    mode_t mode = OPEN_MODE(flags);
     AG_RESOLVE(real, open);
     OPEN_TIMED(real(path, flags, mode));
 }
 AG_EXPORT AG_NO_TSAN int open64(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = open_mode(flags, ap);
-    va_end(ap);
+    mode_t mode = OPEN_MODE(flags);
     AG_RESOLVE(real, open64);
     OPEN_TIMED(real(path, flags, mode));
 }
 AG_EXPORT AG_NO_TSAN int openat(int dfd, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = open_mode(flags, ap);
-    va_end(ap);
+    mode_t mode = OPEN_MODE(flags);
     AG_RESOLVE(real, openat);
     OPEN_TIMED(real(dfd, path, flags, mode));
 }
 AG_EXPORT AG_NO_TSAN int openat64(int dfd, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = open_mode(flags, ap);
-    va_end(ap);
+    mode_t mode = OPEN_MODE(flags);
     AG_RESOLVE(real, openat64);
     OPEN_TIMED(real(dfd, path, flags, mode));
 }

@@ -439,6 +439,18 @@ void ag_lock_bg_chunk(void) {
 /* Times fn args (the real call); a blocking one (mark) is marked for the wall sampler (hooks.h):
  * a spinning wait is on CPU. */
 #define CONTENDED(fn, args, addr) CONTENDED_(fn, args, addr, 1)
+/* A lock hook's body: a plain forward while the hooks are off; else a lock that is free is
+ * taken with try (never timed), a contended one waited for with fn (args), timed, marked
+ * blocked for the wall sampler when mark is set. */
+#define LOCK_HOOK(forward, try, fn, args, addr, mark)                                              \
+    do {                                                                                           \
+        if (!lock_active())                                                                        \
+            return forward;                                                                        \
+        int rc = try;                                                                              \
+        if (AG_LIKELY(rc != EBUSY))                                                                \
+            return rc;                                                                             \
+        CONTENDED_(fn, args, addr, mark);                                                          \
+    } while (0)
 #define CONTENDED_(fn, args, addr, mark)                                                           \
     do {                                                                                           \
         ag_thread_t *bt_ = (mark) ? AG_BLK_BEGIN(fn) : NULL;                                       \
@@ -502,59 +514,33 @@ static int lock_front(void) {
 }
 
 AG_EXPORT AG_NO_TSAN int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *ts) {
-    if (!lock_active())
-        return REAL(mutex_timed, "pthread_mutex_timedlock")(m, ts);
-    int rc = L.mutex_trylock(m);
-    if (AG_LIKELY(rc != EBUSY))
-        return rc;
-    CONTENDED(L.mutex_timed, (m, ts), m);
+    LOCK_HOOK(REAL(mutex_timed, "pthread_mutex_timedlock")(m, ts),
+              L.mutex_trylock(m), L.mutex_timed, (m, ts), m, 1);
 }
 
 AG_EXPORT AG_HOT AG_NO_TSAN int pthread_rwlock_rdlock(pthread_rwlock_t *l) {
-    if (!lock_active())
-        return REAL(rd, "pthread_rwlock_rdlock")(l);
-    int rc = L.tryrd(l);
-    if (AG_LIKELY(rc != EBUSY))
-        return rc;
-    CONTENDED(L.rd, (l), l);
+    LOCK_HOOK(REAL(rd, "pthread_rwlock_rdlock")(l), L.tryrd(l), L.rd, (l), l, 1);
 }
 
 AG_EXPORT AG_HOT AG_NO_TSAN int pthread_rwlock_wrlock(pthread_rwlock_t *l) {
-    if (!lock_active())
-        return REAL(wr, "pthread_rwlock_wrlock")(l);
-    int rc = L.trywr(l);
-    if (AG_LIKELY(rc != EBUSY))
-        return rc;
-    CONTENDED(L.wr, (l), l);
+    LOCK_HOOK(REAL(wr, "pthread_rwlock_wrlock")(l), L.trywr(l), L.wr, (l), l, 1);
 }
 
 AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedrdlock(pthread_rwlock_t *l,
                                                   const struct timespec *ts) {
-    if (!lock_active())
-        return REAL(rd_timed, "pthread_rwlock_timedrdlock")(l, ts);
-    int rc = L.tryrd(l);
-    if (AG_LIKELY(rc != EBUSY))
-        return rc;
-    CONTENDED(L.rd_timed, (l, ts), l);
+    LOCK_HOOK(REAL(rd_timed, "pthread_rwlock_timedrdlock")(l, ts),
+              L.tryrd(l), L.rd_timed, (l, ts), l, 1);
 }
 
 AG_EXPORT AG_NO_TSAN int pthread_rwlock_timedwrlock(pthread_rwlock_t *l,
                                                   const struct timespec *ts) {
-    if (!lock_active())
-        return REAL(wr_timed, "pthread_rwlock_timedwrlock")(l, ts);
-    int rc = L.trywr(l);
-    if (AG_LIKELY(rc != EBUSY))
-        return rc;
-    CONTENDED(L.wr_timed, (l, ts), l);
+    LOCK_HOOK(REAL(wr_timed, "pthread_rwlock_timedwrlock")(l, ts),
+              L.trywr(l), L.wr_timed, (l, ts), l, 1);
 }
 
 AG_EXPORT AG_HOT AG_NO_TSAN int pthread_spin_lock(pthread_spinlock_t *l) {
-    if (!lock_active())
-        return REAL(spin, "pthread_spin_lock")((void *)l);
-    int rc = L.tryspin((void *)l);
-    if (AG_LIKELY(rc != EBUSY))
-        return rc;
-    CONTENDED_(L.spin, ((void *)l), l, 0);
+    LOCK_HOOK(REAL(spin, "pthread_spin_lock")((void *)l),
+              L.tryspin((void *)l), L.spin, ((void *)l), l, 0);
 }
 
 /* ---- condition variables ---- */

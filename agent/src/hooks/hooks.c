@@ -14,6 +14,7 @@
 #include "ag_unwind.h"
 #include "controller.h"
 #include "bgthread.h"
+#include "loader_gate.h"
 #include "pyframes.h"
 
 #include <sys/syscall.h>
@@ -43,27 +44,6 @@ static int tsc_invariant(void);
 static double env_num(const char *var, double lo, double hi, double dflt, const char *dtext) {
     double d;
     return ag_env_double(var, lo, hi, dtext, &d) ? d : dflt;
-}
-
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
-    (void)size;
-    uintptr_t probe = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo)
-            lo = a;
-        if (a + ph->p_memsz > hi)
-            hi = a + ph->p_memsz;
-    }
-    if (probe >= lo && probe < hi) {
-        g_self_lo = ag_self_lo = lo;
-        g_self_hi = ag_self_hi = hi;
-        return 1;
-    }
-    return 0;
 }
 
 /* Runs in our constructor, with priority: before agent.c's (which starts the bg thread, so
@@ -98,7 +78,11 @@ __attribute__((constructor(101))) void ag_hooks_init(void) {
     ag_hcfg.io_floor_ns = (uint64_t)(env_num("FLEETPROF_IO_FLOOR", 0, 1e6, 50, "50 (us)") * 1e3);
     ag_hcfg.lock_cap = env_num("FLEETPROF_LOCK_RATE", 1, 1e6, 100, "100 (events/s)");
     ag_hcfg.io_cap = env_num("FLEETPROF_IO_RATE", 1, 1e6, 100, "100 (events/s)");
-    dl_iterate_phdr(find_self, (void *)(uintptr_t)&ag_hooks_init);
+    uintptr_t lo, hi;
+    if (ag_object_range((uintptr_t)&ag_hooks_init, &lo, &hi) == 0) { /* libfleetprof's image */
+        g_self_lo = ag_self_lo = lo;
+        g_self_hi = ag_self_hi = hi;
+    }
     /* /proc/cpuinfo is read by the bg thread (tsc_calibrate), not here: start stays cheap */
     g_tsc_usable = ag_hcfg.io_on && ag_env_bool("FLEETPROF_TSC", 1);
     if (ag_hcfg.alloc_on &&

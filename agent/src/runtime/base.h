@@ -18,6 +18,18 @@
 /* For libc interposers: a sanitizer runtime may call them (as its "real" function) before it
  * is initialised, so they must not call into it. */
 #define AG_NO_TSAN __attribute__((no_sanitize("thread")))
+/* The next definition of a libc function the agent interposes (dlsym RTLD_NEXT, <dlfcn.h>),
+ * looked up on first use and kept; NULL if there is none. */
+#define AG_NEXT_FN(type, name)                                                                     \
+    ({                                                                                             \
+        static _Atomic(type) next_;                                                                \
+        type f_ = atomic_load(&next_);                                                             \
+        if (!f_) {                                                                                 \
+            f_ = (type)dlsym(RTLD_NEXT, name);                                                     \
+            atomic_store(&next_, f_);                                                              \
+        }                                                                                          \
+        f_;                                                                                        \
+    })
 
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */

@@ -17,6 +17,8 @@
  * including a signal handler (atomics, clock_gettime and sched_yield only). */
 #include "loader_gate.h"
 
+#include <link.h>
+
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -52,4 +54,36 @@ pid_t ag_loader_fork(pid_t (*raw)(void)) {
     pid_t p = raw();
     atomic_fetch_sub(&g_forking, 1); /* in the parent and in the child's copy */
     return p;
+}
+
+typedef struct {
+    uintptr_t addr, lo, hi;
+} range_probe_t;
+
+static int find_range(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    range_probe_t *p = arg;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
+    }
+    if (p->addr < lo || p->addr >= hi)
+        return 0;
+    p->lo = lo;
+    p->hi = hi;
+    return 1;
+}
+
+int ag_object_range(uintptr_t addr, uintptr_t *lo, uintptr_t *hi) {
+    range_probe_t p = {addr, 0, 0};
+    if (!dl_iterate_phdr(find_range, &p))
+        return -1;
+    *lo = p.lo;
+    *hi = p.hi;
+    return 0;
 }

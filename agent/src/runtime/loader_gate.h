@@ -16,4 +16,8 @@ AG_HIDDEN void ag_loader_leave(void);
  * thread inside may be waiting for something the caller holds). Async-signal-safe. */
 AG_HIDDEN pid_t ag_loader_fork(pid_t (*raw)(void));
 
+/* The range [*lo, *hi) its PT_LOAD segments span, of the loaded object that contains addr
+ * (dl_iterate_phdr: constructors only, before the gate matters). 0, or -1 if none does. */
+AG_HIDDEN int ag_object_range(uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
+
 #endif

@@ -55,29 +55,11 @@ static uintptr_t g_restorer;              /* glibc's __restore_rt */
 static uintptr_t g_libc_lo, g_libc_hi;    /* libc's mapped range */
 _Atomic int ag_sandboxed;                 /* a seccomp filter is (about to be) in force */
 
-static int find_obj(struct dl_phdr_info *info, size_t size, void *arg) {
-    (void)size;
-    uintptr_t probe = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        lo = a < lo ? a : lo;
-        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
-    }
-    if (probe < lo || probe >= hi)
-        return 0;
-    g_libc_lo = lo;
-    g_libc_hi = hi;
-    return 1;
-}
-
 void ag_sandbox_init(void) {
     g_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
     g_raw_fork = (fork_fn)dlsym(RTLD_NEXT, "_Fork"); /* glibc >= 2.34 */
-    if (g_fork)
-        dl_iterate_phdr(find_obj, (void *)(uintptr_t)g_fork);
+    if (g_fork) /* libc's mapped range */
+        ag_object_range((uintptr_t)g_fork, &g_libc_lo, &g_libc_hi);
     /* the restorer glibc installed with our handler (libc's sigaction, not our interposer) */
     struct sigaction cur;
     typedef int (*sa_fn)(int, const struct sigaction *, struct sigaction *);

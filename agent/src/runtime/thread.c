@@ -601,13 +601,7 @@ static void *trampoline(void *p) {
 /* Interposes libc's pthread_create (LD_PRELOAD, or linked ahead of libc) so new threads
  * register themselves with exact stack bounds before running any code of theirs. */
 AG_NO_TSAN static pthread_create_fn real_create(void) {
-    static _Atomic(pthread_create_fn) real;
-    pthread_create_fn r = atomic_load(&real);
-    if (!r) {
-        r = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
-        atomic_store(&real, r);
-    }
-    return r;
+    return AG_NEXT_FN(pthread_create_fn, "pthread_create");
 }
 
 static TLS int t_raw_create;
