@@ -55,7 +55,7 @@
 #include "spans.h"
 #include "controller.h"
 #include "symbols.h"
-#include "pblib.h"
+#include "lazylibs.h"
 #include "builder.h"
 #include "sender.h"
 #include "agent.h"

@@ -47,7 +47,7 @@
 #include "cfi_table.h"
 #include "ag_unwind.h"
 #include "symbols.h"
-#include "dwlib.h"
+#include "lazylibs.h"
 #include "loader_gate.h"
 
 #include <dlfcn.h>

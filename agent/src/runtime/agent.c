@@ -23,7 +23,7 @@
 #include "context.h"
 #include "spans.h"
 #include "symbols.h"
-#include "pblib.h"
+#include "lazylibs.h"
 #include "sender.h"
 #include "agent.h"
 #include "bgthread.h"

@@ -22,7 +22,7 @@
  * Thread: background thread only (symbols.c), under bgthread.c's work lock. Never called from
  * a signal handler (dlopen takes the loader's lock and allocates).
  */
-#include "dwlib.h"
+#include "lazylibs.h"
 #include "config.h"
 #include "loader_gate.h"
 

@@ -18,7 +18,7 @@
  * Threads: the background thread (encoder); the pointers are atomics, so a decode from
  * another thread is safe too. Never from a signal handler.
  */
-#include "pblib.h"
+#include "lazylibs.h"
 #include "loader_gate.h"
 
 #include "cm/log.h"

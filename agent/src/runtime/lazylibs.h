@@ -1,7 +1,8 @@
-/* elfutils (libdw, libelf) through function pointers, loaded on first need (see dwlib.c).
- * Background thread only. */
-#ifndef AG_DWLIB_H
-#define AG_DWLIB_H
+/* Libraries the agent loads on first need rather than links (every program a profiled process
+ * execs would map them): elfutils (libdw, libelf) through function pointers (dwlib.c,
+ * background thread only) and libprotobuf-c (pblib.c). */
+#ifndef AG_LAZYLIBS_H
+#define AG_LAZYLIBS_H
 
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
@@ -33,5 +34,9 @@ AG_HIDDEN void ag_dwlib_init(void);
 /* 1: the libraries are loaded and every pointer of ag_dw is set (the first call loads them);
  * 0: they cannot be (reported once on stderr; every later call returns 0 at once). */
 AG_HIDDEN int ag_dwlib_load(void);
+
+/* pblib.c: loads libprotobuf-c now (the constructor, when the program's malloc is foreign:
+ * dlopen allocates through it, which only the program's own thread may do). */
+AG_HIDDEN void ag_pblib_preload(void);
 
 #endif
