@@ -597,14 +597,8 @@ static int cmp_row(const void *a, const void *b) {
         }                                                                                          \
     } while (0)
 
-int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t *frame_len,
-                      char *err, size_t err_size) {
-    cm_chunk_t c;
-    memset(&c, 0, sizeof c);
-    int rc = 0, bad = b->failed;
-    c.header = *hdr;
-    c.header.time_unit_ns = 1000;
-    cm_dict_t *d = &c.dict;
+/* The chunk's dictionary: b's tables as they are (no copy). */
+static void dict_view(const ag_builder_t *b, cm_dict_t *d) {
     d->strings = b->strs.v;
     d->n_strings = b->strs.n;
     d->mappings = b->maps.v;
@@ -630,45 +624,76 @@ int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t
     d->thread_tid = b->th_tid.v;
     d->thread_name = b->th_name.v;
     d->n_threads = b->th_tid.n;
+}
 
-    uint32_t *perm[CM_EV_COUNT] = {0};
-    for (int t = 1; t < CM_EV_COUNT && !bad; t++) {
-        rows_t *r = &b->rows[t];
-        uint32_t n = r->stack.n;
-        if (n == 0)
-            continue;
-        perm[t] = malloc(n * sizeof *perm[t]);
-        if (!perm[t]) {
-            bad = 1;
-            break;
-        }
-        for (uint32_t i = 0; i < n; i++)
-            perm[t][i] = i;
-        g_sort_rows = r;
-        qsort(perm[t], n, sizeof *perm[t], cmp_row);
-        cm_samples_t *s = &c.samples[t];
-        s->type = (cm_event_type_t)t;
-        s->n = n;
-        for (uint32_t i = 0; i < n; i++) { /* keep times inside [start, end] */
-            if (r->time.v[i] < hdr->start_unix_ns)
-                r->time.v[i] = hdr->start_unix_ns;
-            if (r->time.v[i] > hdr->end_unix_ns)
-                r->time.v[i] = hdr->end_unix_ns;
-        }
-        PERMUTE(uint32_t, r->stack.v, perm[t], n, UINT32_MAX, s->stack, bad);
-        PERMUTE(uint64_t, r->time.v, perm[t], n, UINT64_MAX, s->time_ns, bad);
-        PERMUTE(uint64_t, r->weight.v, perm[t], n, UINT64_MAX, s->weight, bad);
-        PERMUTE(uint64_t, r->count.v, perm[t], n, (uint64_t)CM_COUNT_ONE, s->count, bad);
-        PERMUTE(uint32_t, r->thread.v, perm[t], n, 0u, s->thread, bad);
-        PERMUTE(uint32_t, r->context.v, perm[t], n, 0u, s->context, bad);
-        PERMUTE(uint32_t, r->labels.v, perm[t], n, 0u, s->labels, bad);
-        PERMUTE(uint32_t, r->flags.v, perm[t], n, 0u, s->flags, bad);
-        PERMUTE(uint64_t, r->size.v, perm[t], n, 0ull, s->size, bad);
-        PERMUTE(uint64_t, r->address.v, perm[t], n, 0ull, s->address, bad);
-        PERMUTE(uint32_t, r->io_kind.v, perm[t], n, 0u, s->io_kind, bad);
-        PERMUTE(uint32_t, r->fd_kind.v, perm[t], n, 0u, s->fd_kind, bad);
-        PERMUTE(uint32_t, r->target.v, perm[t], n, 0u, s->target, bad);
+/* The rows of type t into s, sorted (cmp_row), times kept inside [start, end]; *perm: the
+ * order, for the caller to free. 0, or -1 out of memory. */
+static int rows_sorted(ag_builder_t *b, int t, const cm_header_t *hdr, cm_samples_t *s,
+                       uint32_t **perm) {
+    rows_t *r = &b->rows[t];
+    uint32_t n = r->stack.n;
+    int bad = 0;
+    if (n == 0)
+        return 0;
+    uint32_t *p = *perm = malloc(n * sizeof *p);
+    if (!p)
+        return -1;
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = i;
+    g_sort_rows = r;
+    qsort(p, n, sizeof *p, cmp_row);
+    s->type = (cm_event_type_t)t;
+    s->n = n;
+    for (uint32_t i = 0; i < n; i++) { /* keep times inside [start, end] */
+        if (r->time.v[i] < hdr->start_unix_ns)
+            r->time.v[i] = hdr->start_unix_ns;
+        if (r->time.v[i] > hdr->end_unix_ns)
+            r->time.v[i] = hdr->end_unix_ns;
     }
+    PERMUTE(uint32_t, r->stack.v, p, n, UINT32_MAX, s->stack, bad);
+    PERMUTE(uint64_t, r->time.v, p, n, UINT64_MAX, s->time_ns, bad);
+    PERMUTE(uint64_t, r->weight.v, p, n, UINT64_MAX, s->weight, bad);
+    PERMUTE(uint64_t, r->count.v, p, n, (uint64_t)CM_COUNT_ONE, s->count, bad);
+    PERMUTE(uint32_t, r->thread.v, p, n, 0u, s->thread, bad);
+    PERMUTE(uint32_t, r->context.v, p, n, 0u, s->context, bad);
+    PERMUTE(uint32_t, r->labels.v, p, n, 0u, s->labels, bad);
+    PERMUTE(uint32_t, r->flags.v, p, n, 0u, s->flags, bad);
+    PERMUTE(uint64_t, r->size.v, p, n, 0ull, s->size, bad);
+    PERMUTE(uint64_t, r->address.v, p, n, 0ull, s->address, bad);
+    PERMUTE(uint32_t, r->io_kind.v, p, n, 0u, s->io_kind, bad);
+    PERMUTE(uint32_t, r->fd_kind.v, p, n, 0u, s->fd_kind, bad);
+    PERMUTE(uint32_t, r->target.v, p, n, 0u, s->target, bad);
+    return bad ? -1 : 0;
+}
+
+static void samples_free(cm_samples_t *s) {
+    free(s->stack);
+    free(s->time_ns);
+    free(s->weight);
+    free(s->count);
+    free(s->thread);
+    free(s->context);
+    free(s->labels);
+    free(s->flags);
+    free(s->size);
+    free(s->address);
+    free(s->io_kind);
+    free(s->fd_kind);
+    free(s->target);
+}
+
+int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t *frame_len,
+                      char *err, size_t err_size) {
+    cm_chunk_t c;
+    memset(&c, 0, sizeof c);
+    int rc = 0, bad = b->failed;
+    c.header = *hdr;
+    c.header.time_unit_ns = 1000;
+    dict_view(b, &c.dict);
+    uint32_t *perm[CM_EV_COUNT] = {0};
+    for (int t = 1; t < CM_EV_COUNT && !bad; t++)
+        if (rows_sorted(b, t, hdr, &c.samples[t], &perm[t]) != 0)
+            bad = 1;
     uint32_t nsp = b->sp_ctx.n, any_flag = 0;
     for (uint32_t i = 0; i < nsp; i++)
         any_flag |= b->sp_flags.v[i];
@@ -681,21 +706,8 @@ int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t
         rc = cm_chunk_encode(&c, frame, frame_len, err, err_size);
     }
     for (int t = 1; t < CM_EV_COUNT; t++) {
-        cm_samples_t *s = &c.samples[t];
         free(perm[t]);
-        free(s->stack);
-        free(s->time_ns);
-        free(s->weight);
-        free(s->count);
-        free(s->thread);
-        free(s->context);
-        free(s->labels);
-        free(s->flags);
-        free(s->size);
-        free(s->address);
-        free(s->io_kind);
-        free(s->fd_kind);
-        free(s->target);
+        samples_free(&c.samples[t]);
     }
     reset(b);
     return rc;

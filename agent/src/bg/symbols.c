@@ -429,10 +429,10 @@ static void load_lines(ag_object_t *o, Dwfl_Module *mod) {
         o->lines = shrunk;
 }
 
-static void load_syms(ag_object_t *o) {
-    uint32_t cap = 0;
-    uint64_t t0 = ag_now_mono();
-    Dwfl *dwfl = NULL;
+/* Whether no symbols are read for o now: the process is near RLIMIT_NOFILE (then for a second
+ * none is tried), or there is no elfutils, or a foreign malloc forbids it (then never: o keeps
+ * addresses only). */
+static int syms_not_now(ag_object_t *o, uint64_t t0) {
     /* the application is near RLIMIT_NOFILE: not now, and for a second no load is tried
      * (counting the descriptors costs up to 256 poll calls); first, as loading elfutils
      * needs descriptors too */
@@ -440,7 +440,7 @@ static void load_syms(ag_object_t *o) {
         if (t0 >= g_defer_until_ns)
             g_defer_until_ns = t0 + 1000000000ull;
         g_stats.deferred++;
-        return;
+        return 1;
     }
     if (!g_dw_state) { /* elfutils: loaded by the first object to name (dwlib.c); a process
                         * with nothing to say (a short-lived child without a sample) cuts no
@@ -454,27 +454,27 @@ static void load_syms(ag_object_t *o) {
     if (g_dw_state < 0) { /* no elfutils (reported once by dwlib.c): addresses only */
         o->syms_loaded = 1;
         g_stats.nolib++;
-        return;
+        return 1;
     }
     if (g_dw_state == 2) { /* a foreign malloc (ag_symbols_disable): addresses only */
         o->syms_loaded = 1;
         g_stats.foreign++;
-        return;
+        return 1;
     }
-    if (!o->path || o->path[0] != '/') { /* no file: the vdso ("linux-vdso.so.1") */
-        o->syms_loaded = 1;
-        if (o->path && strstr(o->path, "vdso"))
-            add_vdso(o, &cap);
-        goto sort;
-    }
-    o->syms_loaded = 1;
-    if (!(dwfl = ag_dw.dwfl_begin(&g_callbacks)))
-        goto out;
-    ag_dw.dwfl_report_begin(dwfl);
-    Dwfl_Module *mod = ag_dw.dwfl_report_elf(dwfl, o->path, o->path, -1, o->bias, false);
-    ag_dw.dwfl_report_end(dwfl, NULL, NULL);
+    return 0;
+}
+
+/* o's function symbols from its file (.symtab or .dynsym, through libdwfl; its PLT entries; its
+ * lines when asked for). *dwfl: to end once the names are copied. 0, or -1 if the file could
+ * not be reported. */
+static int read_file_syms(ag_object_t *o, uint32_t *cap, Dwfl **dwfl) {
+    if (!(*dwfl = ag_dw.dwfl_begin(&g_callbacks)))
+        return -1;
+    ag_dw.dwfl_report_begin(*dwfl);
+    Dwfl_Module *mod = ag_dw.dwfl_report_elf(*dwfl, o->path, o->path, -1, o->bias, false);
+    ag_dw.dwfl_report_end(*dwfl, NULL, NULL);
     if (!mod)
-        goto out;
+        return -1;
     GElf_Addr ebias = 0;
     Elf *main_elf = ag_dw.dwfl_module_getelf(mod, &ebias);
     int n = ag_dw.dwfl_module_getsymtab(mod);
@@ -488,7 +488,7 @@ static void load_syms(ag_object_t *o) {
         if (!name || !name[0] || (type != STT_FUNC && type != STT_GNU_IFUNC) ||
             sym.st_shndx == SHN_UNDEF || addr < o->bias || addr == 0)
             continue;
-        sym_t *s = add_sym(o, &cap);
+        sym_t *s = add_sym(o, cap);
         if (!s)
             break;
         s->addr = addr - o->bias;
@@ -503,10 +503,14 @@ static void load_syms(ag_object_t *o) {
             s->sec_end = shdr.sh_addr + shdr.sh_size + sbias - o->bias;
     }
     if (main_elf)
-        add_plt(o, &cap, main_elf, ebias);
+        add_plt(o, cap, main_elf, ebias);
     if (g_lines)
         load_lines(o, mod);
-sort:;
+    return 0;
+}
+
+/* Sorted by address, one symbol an address (the exported name wins); returns the count. */
+static uint32_t syms_dedupe(ag_object_t *o) {
     uint32_t k = o->nsyms;
     qsort(o->syms, k, sizeof *o->syms, cmp_sym);
     uint32_t m = 0;
@@ -521,6 +525,11 @@ sort:;
         } else if (o->syms[i].owned)
             free((char *)o->syms[i].name);
     }
+    return m;
+}
+
+/* The m symbols: sizes for size-0 ones, then their names in one pool. */
+static void syms_finish(ag_object_t *o, uint32_t m) {
     /* a size-0 symbol (hand-written assembly) covers up to the next symbol, within its section
      * (so _init, alone in .init, never swallows the static functions of a .dynsym-only .text) */
     for (uint32_t i = 0; i < m; i++) {
@@ -560,7 +569,22 @@ sort:;
         if (shrunk)
             o->syms = shrunk;
     }
-out:
+}
+
+static void load_syms(ag_object_t *o) {
+    uint64_t t0 = ag_now_mono();
+    if (syms_not_now(o, t0))
+        return;
+    o->syms_loaded = 1;
+    uint32_t cap = 0;
+    Dwfl *dwfl = NULL;
+    if (!o->path || o->path[0] != '/') { /* no file: the vdso ("linux-vdso.so.1") */
+        if (o->path && strstr(o->path, "vdso"))
+            add_vdso(o, &cap);
+        syms_finish(o, syms_dedupe(o));
+    } else if (read_file_syms(o, &cap, &dwfl) == 0) {
+        syms_finish(o, syms_dedupe(o));
+    }
     if (dwfl)
         ag_dw.dwfl_end(dwfl); /* closes the module's descriptors and unmaps its files */
     g_stats.objects++;

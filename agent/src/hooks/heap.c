@@ -248,13 +248,14 @@ typedef struct {
     uint64_t weight, count;
 } agg_t;
 
-void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
-    if (!g_tab)
-        return;
+/* The live sampled allocations of the table summed by stack (thread, pcs): an open-addressing
+ * table of *cap entries (its empty entries have st NULL), or NULL out of memory. Marks the
+ * stacks still live. */
+static agg_t *live_by_stack(uint32_t *cap_out) {
     uint32_t cap = 1024, n = 0;
     agg_t *a = calloc(cap, sizeof *a);
     if (!a)
-        return;
+        return NULL;
     for (uint32_t i = 0; i <= g_mask; i++) {
         if (i % SLOTS_PER_PAGE == 0 && !touched(i)) {
             i += (uint32_t)SLOTS_PER_PAGE - 1;
@@ -302,6 +303,12 @@ void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
         a[h].weight += w;
         a[h].count += c;
     }
+    *cap_out = cap;
+    return a;
+}
+
+/* One INUSE row per stack of a (cap entries), at now_real. */
+static void emit_inuse(ag_builder_t *b, const agg_t *a, uint32_t cap, uint64_t now_real) {
     static uintptr_t buf[(AG_REC_MAX + sizeof(uintptr_t) - 1) / sizeof(uintptr_t)];
     ag_rec_t *r = (ag_rec_t *)buf;
     for (uint32_t i = 0; i < cap; i++) {
@@ -320,8 +327,11 @@ void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
         r->len = (uint32_t)(sizeof *r + d * sizeof(uintptr_t));
         ag_builder_add(b, NULL, st->tid, r);
     }
-    free(a);
-    /* sweep: stacks of entries no longer live. No race with inserts: an entry is in the table
+}
+
+/* Forgets the stacks no live entry uses any more (not marked by live_by_stack). */
+static void st_sweep(void) {
+    /* No race with inserts: an entry is in the table
      * before its record is in the ring, and records are drained on this same thread. */
     for (uint32_t i = 0; i < g_st_cap; i++) {
         st_t *st = &g_st[i];
@@ -353,4 +363,16 @@ void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
         ;
     g_st_n += st_insert_all(g_st, g_st_cap, old, ocap);
     free(old);
+}
+
+void ag_heap_bg_emit(ag_builder_t *b, uint64_t now_real) {
+    if (!g_tab)
+        return;
+    uint32_t cap;
+    agg_t *a = live_by_stack(&cap);
+    if (!a)
+        return;
+    emit_inuse(b, a, cap, now_real);
+    free(a);
+    st_sweep();
 }
