@@ -288,14 +288,48 @@ static uint32_t intern_mapping(ag_builder_t *b, ag_object_t *o) {
     return b->maps.n - 1;
 }
 
-static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
-    uint32_t slot, v = map_find(&b->loc_map_idx, pc, NULL, NULL, NULL, &slot);
-    if (v != UINT32_MAX)
-        return v;
-    if (slot == UINT32_MAX || b->loc_map.n >= CM_MAX_LOCATIONS) {
+/* The location interned for key (*v, true), or false and *slot where a new one goes; a full
+ * dictionary answers location 0 (counted DICT_FULL). */
+static int loc_find(ag_builder_t *b, uintptr_t key, uint32_t *slot, uint32_t *v) {
+    *v = map_find(&b->loc_map_idx, key, NULL, NULL, NULL, slot);
+    if (*v != UINT32_MAX)
+        return 1;
+    if (*slot == UINT32_MAX || b->loc_map.n >= CM_MAX_LOCATIONS) {
         ag_drop_count(0, CM_DROP_DICT_FULL, 1);
+        *v = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* A new function (name, system name, file: string ids) at fslot of the function map. */
+static uint32_t add_fn(ag_builder_t *b, uint32_t fslot, uint64_t key, uint32_t name, uint32_t sys,
+                       uint32_t file) {
+    b->any_file |= file != 0;
+    if (VEC_PUSH(b->fn_name, name) | VEC_PUSH(b->fn_sys, sys) | VEC_PUSH(b->fn_file, file))
+        b->failed = 1;
+    uint32_t f = b->fn_name.n - 1;
+    map_put(&b->fn_map, fslot, key, f);
+    return f;
+}
+
+/* A new location at slot of the location map; 0 when out of memory. */
+static uint32_t add_loc(ag_builder_t *b, uint32_t slot, uintptr_t key, uint32_t mapping,
+                        uint32_t fn, uint64_t addr, uint32_t line) {
+    b->any_line |= line != 0;
+    if (VEC_PUSH(b->loc_map, mapping) | VEC_PUSH(b->loc_fn, fn) | VEC_PUSH(b->loc_addr, addr) |
+        VEC_PUSH(b->loc_line, line)) {
+        b->failed = 1;
         return 0;
     }
+    map_put(&b->loc_map_idx, slot, key, b->loc_map.n - 1);
+    return b->loc_map.n - 1;
+}
+
+static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
+    uint32_t slot, v;
+    if (loc_find(b, pc, &slot, &v))
+        return v;
     ag_sym_t sym;
     ag_symbols_lookup(pc, &sym);
     uint32_t mapping = sym.obj ? intern_mapping(b, sym.obj) : 0, fn = 0;
@@ -306,35 +340,20 @@ static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
             uint32_t name = intern_str(b, sym.name);
             uint32_t sys = strcmp(sym.name, sym.sysname) ? intern_str(b, sym.sysname) : name;
             uint32_t file = sym.file ? intern_str(b, sym.file) : 0;
-            b->any_file |= file != 0;
-            if (VEC_PUSH(b->fn_name, name) | VEC_PUSH(b->fn_sys, sys) | VEC_PUSH(b->fn_file, file))
-                b->failed = 1;
-            f = b->fn_name.n - 1;
-            map_put(&b->fn_map, fslot, key, f);
+            f = add_fn(b, fslot, key, name, sys, file);
         }
         fn = f == UINT32_MAX ? 0 : f;
     }
-    b->any_line |= sym.line != 0;
-    if (VEC_PUSH(b->loc_map, mapping) | VEC_PUSH(b->loc_fn, fn) |
-        VEC_PUSH(b->loc_addr, (uint64_t)sym.file_addr) | VEC_PUSH(b->loc_line, sym.line)) {
-        b->failed = 1;
-        return 0;
-    }
-    map_put(&b->loc_map_idx, slot, pc, b->loc_map.n - 1);
-    return b->loc_map.n - 1;
+    return add_loc(b, slot, pc, mapping, fn, (uint64_t)sym.file_addr, sym.line);
 }
 
 /* A Python frame (pyframes.c): function = co_qualname, system name "python:" + co_qualname
  * (the frame's kind for every consumer), file = co_filename; the location's line is the
  * instruction's, its address the instruction's byte offset, no mapping. */
 static uint32_t intern_pyloc(ag_builder_t *b, uintptr_t word) {
-    uint32_t slot, v = map_find(&b->loc_map_idx, word, NULL, NULL, NULL, &slot);
-    if (v != UINT32_MAX)
+    uint32_t slot, v;
+    if (loc_find(b, word, &slot, &v))
         return v;
-    if (slot == UINT32_MAX || b->loc_map.n >= CM_MAX_LOCATIONS) {
-        ag_drop_count(0, CM_DROP_DICT_FULL, 1);
-        return 0;
-    }
     static ag_py_frame_t pf;
     static char sys[sizeof pf.name + 8];
     ag_py_name(word, &pf);
@@ -343,22 +362,11 @@ static uint32_t intern_pyloc(ag_builder_t *b, uintptr_t word) {
     uint32_t fslot, f = map_find(&b->fn_map, key, NULL, NULL, NULL, &fslot);
     if (f == UINT32_MAX && fslot != UINT32_MAX) {
         uint32_t file = pf.file[0] ? intern_str(b, pf.file) : 0;
-        b->any_file |= file != 0;
-        if (VEC_PUSH(b->fn_name, intern_str(b, pf.name)) | VEC_PUSH(b->fn_sys, intern_str(b, sys)) |
-            VEC_PUSH(b->fn_file, file))
-            b->failed = 1;
-        f = b->fn_name.n - 1;
-        map_put(&b->fn_map, fslot, key, f);
+        uint32_t name = intern_str(b, pf.name);
+        f = add_fn(b, fslot, key, name, intern_str(b, sys), file);
     }
-    b->any_line |= pf.line != 0;
-    if (VEC_PUSH(b->loc_map, 0u) | VEC_PUSH(b->loc_fn, f == UINT32_MAX ? 0 : f) |
-        VEC_PUSH(b->loc_addr, (uint64_t)((word >> 44) & ((1u << 19) - 1)) * 2) |
-        VEC_PUSH(b->loc_line, pf.line)) {
-        b->failed = 1;
-        return 0;
-    }
-    map_put(&b->loc_map_idx, slot, word, b->loc_map.n - 1);
-    return b->loc_map.n - 1;
+    return add_loc(b, slot, word, 0, f == UINT32_MAX ? 0 : f,
+                   (uint64_t)((word >> 44) & ((1u << 19) - 1)) * 2, pf.line);
 }
 
 typedef struct {

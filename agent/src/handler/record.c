@@ -31,23 +31,19 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv);
 __attribute__((no_sanitize("address", "thread"), noinline)) int
 ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     atomic_fetch_add_explicit(&ag_events_seen[ev->type], 1, memory_order_relaxed);
-    if (ucv) {
-        /* A signal handler: the ring is the thread's; a hook in progress below us owns it.
-         * While we write, busy is ours: an application handler nested in this one (its
-         * signal is not blocked during ours) that allocates must not write the ring
-         * (ag_hook_record checks busy too). */
-        if (t->busy) {
-            ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
-            return -1;
-        }
-        t->busy = 1;
-        atomic_signal_fence(memory_order_seq_cst);
-        int rc = record(t, ev, ucv);
-        atomic_signal_fence(memory_order_seq_cst);
-        t->busy = 0;
-        return rc;
+    /* The ring is the thread's, one writer at a time: a hook in progress below a signal handler
+     * owns it, and so does a handler below a hook (an application handler nested in ours, its
+     * signal not blocked during ours, that allocates). Whoever finds busy set drops. */
+    if (t->busy) {
+        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
+        return -1;
     }
-    return record(t, ev, NULL);
+    t->busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    int rc = record(t, ev, ucv);
+    atomic_signal_fence(memory_order_seq_cst);
+    t->busy = 0;
+    return rc;
 }
 
 /* Unwinds (from uc, else from the caller of ag_record_take), then fills one ring record. */

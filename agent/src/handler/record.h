@@ -38,8 +38,8 @@ typedef struct {
 /* handler-safe (and hook-safe): unwinds the calling thread (from uc if not NULL, else from
  * the caller's frame), snapshots its span context and labels and appends one record to the
  * thread's ring. Counts events_seen, DROP_RING_FULL, DROP_UNWIND_FAILED,
- * DROP_STACK_TRUNCATED. Returns 0 or -1 if dropped. Non-handler producers (issue 4 hooks)
- * must set t->busy around the call; the handler drops (RING_FULL) when it finds busy set. */
+ * DROP_STACK_TRUNCATED. Returns 0 or -1 if dropped. Sets t->busy while it writes: a producer
+ * that finds it set (a handler interrupting a hook, or a hook in a handler) drops (RING_FULL). */
 AG_HIDDEN int ag_record_take(ag_thread_t *t, const ag_event_t *ev, const void *uc);
 
 /* Global counters (relaxed atomics, handler-safe). */

@@ -340,6 +340,15 @@ DATA_HOOK(__recvfrom_chk, CM_IO_READ,
 static inline mode_t open_mode(int flags, va_list ap) {
     return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
 }
+/* The variadic argument after last, of type. */
+#define VA_NEXT(last, type)                                                                        \
+    ({                                                                                             \
+        va_list ap_;                                                                               \
+        va_start(ap_, last);                                                                       \
+        type v_ = va_arg(ap_, type);                                                               \
+        va_end(ap_);                                                                               \
+        v_;                                                                                        \
+    })
 /* The mode argument of a variadic open after flags (0 when flags take none). */
 #define OPEN_MODE(flags)                                                                           \
     ({                                                                                             \
@@ -490,20 +499,14 @@ static int fcntl_after(int fd, int cmd, void *arg, int r) {
     return r;
 }
 AG_EXPORT AG_NO_TSAN int fcntl(int fd, int cmd, ...) {
-    va_list ap;
-    va_start(ap, cmd);
-    void *arg = va_arg(ap, void *);
-    va_end(ap);
+    void *arg = VA_NEXT(cmd, void *);
     AG_RESOLVE(real, fcntl);
     return fcntl_after(fd, cmd, arg, real(fd, cmd, arg));
 }
 #ifdef __GLIBC__
 #if __GLIBC_PREREQ(2, 28)
 AG_EXPORT AG_NO_TSAN int fcntl64(int fd, int cmd, ...) {
-    va_list ap;
-    va_start(ap, cmd);
-    void *arg = va_arg(ap, void *);
-    va_end(ap);
+    void *arg = VA_NEXT(cmd, void *);
     AG_RESOLVE(real, fcntl64);
     return fcntl_after(fd, cmd, arg, real(fd, cmd, arg));
 }
@@ -511,10 +514,7 @@ AG_EXPORT AG_NO_TSAN int fcntl64(int fd, int cmd, ...) {
 #endif
 /* ioctl: FIONBIO sets or clears O_NONBLOCK (libuv's way) */
 AG_EXPORT AG_NO_TSAN int ioctl(int fd, unsigned long req, ...) {
-    va_list ap;
-    va_start(ap, req);
-    void *arg = va_arg(ap, void *);
-    va_end(ap);
+    void *arg = VA_NEXT(req, void *);
     AG_RESOLVE(real, ioctl);
     int r = real(fd, req, arg);
     if (req == FIONBIO && r == 0 && arg)

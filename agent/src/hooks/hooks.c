@@ -141,16 +141,10 @@ void ag_hook_leave(void) { ag_hook_guard--; }
 static AG_TLS uint64_t t_last_wake;
 
 int ag_hook_record(ag_thread_t *t, const ag_event_t *ev) {
-    if (t->busy) { /* a hook inside a sampling handler that is writing the ring (record.c) */
-        atomic_fetch_add_explicit(&ag_events_seen[ev->type], 1, memory_order_relaxed);
-        ag_drop_count(ev->type, CM_DROP_RING_FULL, 1);
-        return -1;
-    }
-    t->busy = 1;
-    atomic_signal_fence(memory_order_seq_cst);
+    int busy = t->busy; /* a sampling handler writing the ring below this hook: dropped */
     int rc = ag_record_take(t, ev, NULL);
-    atomic_signal_fence(memory_order_seq_cst);
-    t->busy = 0;
+    if (busy)
+        return rc;
     uint64_t used = atomic_load_explicit(&t->ring.head, memory_order_relaxed) -
                     atomic_load_explicit(&t->ring.tail, memory_order_relaxed);
     if (rc != 0 || used > (t->ring.mask + 1u) / 8) {

@@ -60,7 +60,8 @@ AG_HIDDEN void ag_hooks_init(void);
  * already set, agent not running, thread unknown); on NULL nothing is to be undone. */
 AG_HIDDEN ag_thread_t *ag_hook_enter(void);
 AG_HIDDEN void ag_hook_leave(void);
-/* Records one event through ag_record_take with t->busy set. Returns 0 or -1 (dropped). */
+/* Records one event through ag_record_take (which sets t->busy); wakes the bg thread when the
+ * ring fills. Returns 0 or -1 (dropped). */
 AG_HIDDEN int ag_hook_record(ag_thread_t *t, const ag_event_t *ev);
 /* Unwinds the caller of the hook (agent frames removed) into pcs. Returns the depth. */
 AG_HIDDEN uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs, uint32_t max);
