@@ -132,7 +132,9 @@ static ag_ring_t g_spsc;
 
 /* reserve and commit are not instrumented under ThreadSanitizer (AG_NO_TSAN: they run in the
  * signal handler), so it cannot see their acquire of tail and release of head: the producer
- * repeats both with instrumented atomics (the same values; no effect on the ring) so that TSan
+ * adds instrumented ones (an acquire load of tail after reserve; a release store of head's
+ * current value after writing the record and before commit publishes it: TSan's clock for head
+ * is then the one the consumer acquires with), which leave the ring as it is, so that TSan
  * checks the rest, the consumer's side and the records' bytes, against them. */
 #if defined(__SANITIZE_THREAD__)
 #define TSAN_ACQUIRE_TAIL(r) ((void)atomic_load_explicit(&(r)->tail, memory_order_acquire))
@@ -162,8 +164,8 @@ static void *spsc_producer(void *arg) {
         for (uint32_t i = 0; i < len - sizeof *rec; i++)
             sum += p[i] = (uint8_t)(seq * 31 + i);
         rec->size = sum;
+        TSAN_RELEASE_HEAD(&g_spsc); /* before commit makes the record visible */
         ag_ring_commit(&g_spsc, len);
-        TSAN_RELEASE_HEAD(&g_spsc);
     }
     return NULL;
 }
