@@ -335,11 +335,6 @@ DATA_HOOK(__recvfrom_chk, CM_IO_READ,
           (int fd, void *buf, size_t n, size_t len, int fl, struct sockaddr *a, socklen_t *al),
           (fd, buf, n, len, fl, a, al), fl)
 
-/* open: the result is the fd (blocking unless opened O_NONBLOCK: then the file type decides,
- * fdnb.c); the event carries no fd (-1) and bytes 0. */
-static inline mode_t open_mode(int flags, va_list ap) {
-    return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
-}
 /* The variadic argument after last, of type. */
 #define VA_NEXT(last, type)                                                                        \
     ({                                                                                             \
@@ -349,15 +344,13 @@ static inline mode_t open_mode(int flags, va_list ap) {
         va_end(ap_);                                                                               \
         v_;                                                                                        \
     })
+
+/* open: the result is the fd (blocking unless opened O_NONBLOCK: then the file type decides,
+ * fdnb.c); the event carries no fd (-1) and bytes 0. */
 /* The mode argument of a variadic open after flags (0 when flags take none). */
 #define OPEN_MODE(flags)                                                                           \
-    ({                                                                                             \
-        va_list ap_;                                                                               \
-        va_start(ap_, flags);                                                                      \
-        mode_t m_ = open_mode(flags, ap_);                                                         \
-        va_end(ap_);                                                                               \
-        m_;                                                                                        \
-    })
+    (((flags) & O_CREAT) || ((flags) & __O_TMPFILE) == __O_TMPFILE ? (mode_t)VA_NEXT(flags, int)   \
+                                                                   : 0)
 #define OPEN_TIMED(call)                                                                           \
     do {                                                                                           \
         if (!io_on())                                                                              \
