@@ -1,0 +1,204 @@
+/* Query API route /api/v1/diff (api_int.h): two versions or two time ranges of a service,
+ * compared per function with a significance test, optionally as a CI gate. On a PostgreSQL
+ * store the test side may be read on a second handle, on a thread of its own (h_diff).
+ * Threading: any thread, on the request's leased store handle (api->qs). */
+#define _GNU_SOURCE
+#include "api_int.h"
+
+#include "cm/error.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    agg_diff_t *d;
+    size_t limit;
+} dp_ctx_t;
+static void print_diff(FILE *f, void *c) {
+    agg_diff_print(f, ((dp_ctx_t *)c)->d, ((dp_ctx_t *)c)->limit);
+}
+
+/* One side of a diff read on a thread of its own (h_diff), with its own store handle and
+ * reply (an error is written there). */
+typedef struct {
+    agg_api_t view; /* view.qs: the side's handle */
+    const args_t *a;
+    const char *vparam, *from_p, *to_p;
+    int mode, per_request;
+    agg_http_reply_t r;
+    agg_profile_t *p;
+    json_t *meta;
+} diff_side_t;
+
+static void *diff_side_run(void *arg) {
+    diff_side_t *s = arg;
+    filt_t none = {.any = 0};
+    s->p = query_profile(&s->view, s->a, &s->r, s->vparam, s->from_p, s->to_p, s->mode,
+                         s->per_request, &none, &s->meta);
+    return NULL;
+}
+
+void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    filt_t ft;
+    long long limit;
+    double gate = -1, q;
+    const char *format = arg(a, "format");
+    format = format && *format ? format : "json";
+    if (strcmp(format, "json") && strcmp(format, "text")) {
+        reply_err(r, 400, "format", "format '%s' is not json or text", format);
+        return;
+    }
+    if (parse_filter(a, r, &ft) || parse_uint(a, "limit", 100, 100000, r, &limit) ||
+        parse_double(a, "fail_on_regression", -1, -1, 1000, r, &gate) ||
+        parse_double(a, "q", 0.01, 1e-9, 0.5, r, &q))
+        return;
+    const char *base = arg(a, "base"), *test = arg(a, "test");
+    int by_time = arg(a, "base_from") || arg(a, "test_from");
+    if (!by_time && (!base || !*base || !test || !*test)) {
+        reply_err(r, 400, !base || !*base ? "base" : "test",
+                  "a diff needs 'base' and 'test' versions, or the time ranges "
+                  "base_from/base_to and test_from/test_to");
+        return;
+    }
+    if (by_time && (!arg(a, "base_from") || !arg(a, "test_from"))) {
+        reply_err(r, 400, arg(a, "base_from") ? "test_from" : "base_from",
+                  "a time-range diff needs both base_from and test_from (and optionally "
+                  "base_to, test_to)");
+        return;
+    }
+    agg_profile_t *pb = NULL, *pt = NULL;
+    json_t *mb = NULL, *mt = NULL;
+    const char *inc = arg(a, "inclusive");
+    int inclusive = inc && !strcmp(inc, "1");
+    /* a self-cost diff reads per-leaf replicates; filters and inclusive cost need each
+     * replicate's stacks */
+    int mode = ft.any || inclusive ? AGG_QREP_STACKS : AGG_QREP_LEAVES;
+    /* the unit of work: a second of process wall time, or one unit the application counted
+     * with fleetprof_work_done() (requests) */
+    const char *per = arg(a, "per");
+    per = per && *per ? per : "second";
+    if (strcmp(per, "second") && strcmp(per, "request")) {
+        reply_err(r, 400, "per", "per '%s' is not 'second' or 'request'", per);
+        return;
+    }
+    int per_request = !strcmp(per, "request");
+    /* PostgreSQL: the test side on a second handle of the pool, on a thread of its own, while
+     * this one reads the base side, so the two sides' waits for the server overlap; without a
+     * free handle, or with filters, one after the other. Not on SQLite: a side is CPU work in
+     * this process, a gain only with an idle core (measured: none on a busy host), and the
+     * second handle's caches would be filled too. */
+    diff_side_t side = {.view = *api, .a = a, .mode = mode, .per_request = per_request,
+                        .vparam = by_time ? "version" : "test",
+                        .from_p = by_time ? "test_from" : "from",
+                        .to_p = by_time ? "test_to" : "to"};
+    pthread_t th;
+    int par = api->split_diff && !ft.any && agg_qpool_try_acquire(api->pool, &side.view.qs) == 0;
+    if (par && pthread_create(&th, NULL, diff_side_run, &side)) {
+        agg_qpool_release(api->pool, side.view.qs);
+        par = 0;
+    }
+    pb = query_profile(api, a, r, by_time ? "version" : "base", by_time ? "base_from" : "from",
+                       by_time ? "base_to" : "to", mode, per_request, &ft, &mb);
+    if (par) {
+        pthread_join(th, NULL);
+        agg_qpool_release(api->pool, side.view.qs);
+        pt = side.p;
+        mt = side.meta;
+        if (pb && !pt) { /* the test side's error is the answer */
+            if (!r->body_static)
+                free(r->body);
+            r->status = side.r.status;
+            r->content_type = side.r.content_type;
+            r->body = side.r.body;
+            r->len = side.r.len;
+            r->body_static = side.r.body_static;
+        } else if (!side.r.body_static) {
+            free(side.r.body);
+        }
+        free(side.r.headers);
+    }
+    if (!pb)
+        goto out;
+    if (!par && !(pt = query_profile(api, a, r, side.vparam, side.from_p, side.to_p, mode,
+                                     per_request, &ft, &mt)))
+        goto out;
+    if (!pt)
+        goto out;
+    if (!pb->n_rows || !pt->n_rows) {
+        const char *t = arg(a, "type");
+        reply_err(r, 404, !pb->n_rows ? (by_time ? "base_from" : "base")
+                                      : (by_time ? "test_from" : "test"),
+                  "no %s samples on the %s side of the diff", t && *t ? t : "cpu",
+                  !pb->n_rows ? "base" : "test");
+        goto out;
+    }
+    agg_diff_opts_t o;
+    agg_diff_opts_default(&o);
+    o.q = q;
+    if (per_request) {
+        double wb, wt;
+        agg_profile_totals(pb, NULL, NULL, &wb);
+        agg_profile_totals(pt, NULL, NULL, &wt);
+        if (pb->work_total > 0)
+            wb = pb->work_total;
+        if (pt->work_total > 0)
+            wt = pt->work_total;
+        if (!(wb > 0) || !(wt > 0)) {
+            reply_err(r, 404, "per", "no units of work were counted on the %s side: its "
+                      "processes do not call fleetprof_work_done(); use per=second",
+                      !(wb > 0) ? "base" : "test");
+            goto out;
+        }
+        o.work_unit = "request";
+    }
+    o.test_inclusive = inclusive;
+    agg_diff_t d;
+    int rc = agg_diff_compute(pb, pt, &o, &d);
+    if (rc) {
+        reply_err(r, 500, NULL, "diff failed: %s", cm_strerror(rc));
+        goto out;
+    }
+    char why[1024] = "";
+    int failed = gate >= 0 ? agg_diff_gate(&d, gate, why, sizeof why) : 0;
+    if (!strcmp(format, "text")) {
+        dp_ctx_t c = {&d, (size_t)limit};
+        size_t len;
+        char *buf = memstream_text(print_diff, &c, &len);
+        if (failed && buf) {
+            char *nb = NULL;
+            if (asprintf(&nb, "%sGATE FAILED: %s\n", buf, why) > 0) {
+                free(buf);
+                buf = nb;
+                len = strlen(nb);
+            }
+        }
+        reply_buf(r, "text/plain; charset=utf-8", buf, len);
+    } else {
+        json_t *o2 = agg_diff_json(&d, (size_t)limit);
+        if (o2) {
+            json_object_set_new(o2, "service", json_string(arg(a, "service")));
+            json_object_set(o2, "base", mb);
+            json_object_set(o2, "test", mt);
+            json_object_set_new(o2, "test_used", json_string(
+                per_request ? "Welch's t-test on per-bucket rates (time buckets as replicates, "
+                              "work = units of work counted), common factor removed, "
+                              "Benjamini-Hochberg FDR"
+                            : "Welch's t-test on per-bucket rates (time buckets as replicates, "
+                              "work = process-seconds), common factor removed, "
+                              "Benjamini-Hochberg FDR"));
+            if (gate >= 0)
+                json_object_set_new(o2, "gate", json_pack("{s:f, s:b, s:s}", "pct", gate,
+                                                          "failed", failed, "why", why));
+        }
+        reply_json(r, 200, o2);
+    }
+    agg_diff_free(&d);
+out:
+    json_decref(mb);
+    json_decref(mt);
+    agg_profile_free(pb);
+    agg_profile_free(pt);
+}
