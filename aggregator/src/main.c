@@ -240,6 +240,164 @@ static void h_healthz(void *arg, const char *url, const char *query, agg_http_re
         agg_http_reply_text(r, 503, why);
 }
 
+/* Loads the options (file, environment, command line) into cfg and kafka and sets the log
+ * level. Returns -1 to go on, else main's exit code (0 after --help, 2 for a bad option). */
+static int load_config(int argc, char **argv, agg_cfg_t *cfg, cm_kvlist_t *kafka) {
+    char err[1024];
+    int lr = cm_config_load(opts, cfg, "FLEETPROF_AGGREGATOR_", "kafka.", kafka, argc, argv, err,
+                            sizeof err);
+    if (lr == 1) {
+        cm_config_help(opts, "FLEETPROF_AGGREGATOR_", "kafka.",
+                       "fleetprof-aggregator [--config FILE] [--OPTION VALUE]... "
+                       "[--kafka.PROPERTY=VALUE]...\n       fleetprof-aggregator --help | "
+                       "--version",
+                       stdout);
+        return 0;
+    }
+    if (lr) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        return 2;
+    }
+    cm_log_level_t level;
+    if (cm_log_parse_level(cfg->log_level, &level)) {
+        fprintf(stderr, "fleetprof-aggregator: log-level '%s' is not one of debug, info, warn, "
+                "error\n", cfg->log_level);
+        return 2;
+    }
+    cm_log_set_level(level);
+    return -1;
+}
+
+/* The consume loop's configuration from cfg (kafka: its librdkafka properties), each value
+ * checked: bucket widths, dimensions, retention, the replicate width. Returns 0, or 2 after a
+ * message on stderr. */
+static int consume_config(const agg_cfg_t *cfg, cm_kvlist_t *kafka, agg_consume_cfg_t *out) {
+    char err[1024];
+    const int64_t S = 1000000000;
+    agg_consume_cfg_t cc = {
+        .brokers = cfg->brokers,
+        .group = cfg->group,
+        .topic = cfg->topic,
+        .dlq_topic = cfg->dlq_topic,
+        .store_dir = cfg->store_dir,
+        .store_url = cfg->store,
+        .client_id = cfg->client_id,
+        .assignment_strategy = cfg->strategy,
+        .kafka_props = kafka,
+        .batch_max_messages = cfg->batch_max_messages,
+        .batch_max_samples = cfg->batch_max_samples,
+        .batch_interval_ms = cfg->batch_interval / 1000000,
+        .retention_interval_ms = cfg->retention_interval / 1000000,
+        .dim_limit = (uint32_t)cfg->dim_limit,
+        .dim_target_limit = (uint32_t)cfg->dim_target_limit,
+        .rollup = {cfg->fine_width / S, cfg->coarse_width / S, cfg->span_index, cfg->fn_stats,
+                   cfg->replicate_width / S},
+        .retention = {cfg->fine_width / S, cfg->coarse_width / S, cfg->downsample_after / S,
+                      cfg->max_age / S, cfg->span_max_age / S, cfg->dedupe_window / S},
+    };
+    if (cfg->fine_width % S || cfg->coarse_width % S) {
+        fprintf(stderr, "fleetprof-aggregator: fine-width and coarse-width must be whole seconds "
+                "(got %lld ns and %lld ns)\n", (long long)cfg->fine_width,
+                (long long)cfg->coarse_width);
+        return 2;
+    }
+    if (agg_dims_parse(cfg->dimensions, &cc.dim_mask, err, sizeof err) ||
+        agg_retention_check(&cc.retention, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        return 2;
+    }
+    cc.dims_given = 1;
+    int64_t f = cfg->fine_width / S, c = cfg->coarse_width / S, r = cfg->replicate_width / S;
+    if (!cfg->replicate_width)
+        r = 60 % f == 0 && c % 60 == 0 ? 60 : f;
+    else if (cfg->replicate_width % S || r % f || c % r) {
+        fprintf(stderr, "fleetprof-aggregator: replicate-width %llds must be whole seconds, a "
+                "multiple of fine-width %llds and divide coarse-width %llds\n",
+                (long long)r, (long long)f, (long long)c);
+        return 2;
+    }
+    cc.rollup.replicate_width_s = r;
+    *out = cc;
+    return 0;
+}
+
+/* What must hold before the aggregator joins the group: report-fold compiles, a PostgreSQL
+ * store is reachable (its schema migrated), store-dir is writable, the API token is set once
+ * (read from api-token-file) and required off loopback. Returns 0, or 2 after a message on
+ * stderr. */
+static int check_setup(agg_cfg_t *cfg) {
+    char err[1024];
+    if (cfg->report_fold && *cfg->report_fold) {
+        agg_pattern_t *re = NULL;
+        char why[256];
+        if (agg_pattern_compile(cfg->report_fold, &re, why, sizeof why)) {
+            fprintf(stderr, "fleetprof-aggregator: report-fold '%s' is not an extended regular "
+                    "expression (or too large for one): %s\n", cfg->report_fold, why);
+            return 2;
+        }
+        agg_pattern_free(re);
+    }
+    if (cfg->store[0]) { /* PostgreSQL: reachable, schema migrated, before joining the group */
+        agg_store_t *pg = NULL;
+        if (!agg_store_is_pg(cfg->store)) {
+            fprintf(stderr, "fleetprof-aggregator: store '%s' is not a postgres:// or "
+                    "postgresql:// URL; leave it empty for SQLite files in store-dir\n",
+                    cfg->store);
+            return 2;
+        }
+        if (agg_store_pg_open(cfg->store, &pg, err, sizeof err)) {
+            fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+            return 2;
+        }
+        agg_store_close(pg);
+    }
+    struct stat sb;
+    if (stat(cfg->store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg->store_dir, W_OK)) {
+        fprintf(stderr, "fleetprof-aggregator: store-dir '%s' is not a writable directory (%s); "
+                "create it or set --store-dir\n", cfg->store_dir,
+                strerror(errno ? errno : ENOTDIR));
+        return 2;
+    }
+    if (cfg->api_token_file[0]) {
+        if (cfg->api_token[0]) {
+            fprintf(stderr, "fleetprof-aggregator: api-token and api-token-file are both set; "
+                    "keep one\n");
+            return 2;
+        }
+        free(cfg->api_token);
+        if (agg_auth_token_load(cfg->api_token_file, &cfg->api_token, err, sizeof err)) {
+            fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+            return 2;
+        }
+    }
+    /* No open API on the network by accident: a non-loopback address needs a token, or the
+     * operator saying so (api-no-token). /metrics and /healthz never need the token. */
+    if (!cfg->api_token[0] && !cfg->api_no_token && strncmp(cfg->http_addr, "127.", 4) != 0) {
+        fprintf(stderr, "fleetprof-aggregator: http-addr '%s' is not loopback and api-token is "
+                "empty: the query API would be open to the network; set api-token (or "
+                "FLEETPROF_AGGREGATOR_API_TOKEN), or api-no-token = true to allow it\n",
+                cfg->http_addr);
+        return 2;
+    }
+    return 0;
+}
+
+/* Starts the symbolizer and its store (their failure is not fatal). */
+static void start_symbols(const agg_cfg_t *cfg) {
+    char err[1024];
+    char symcache[4096];
+    snprintf(symcache, sizeof symcache, "%s/debuginfod-cache", cfg->store_dir);
+    agg_symbolizer_cfg_t scfg = {cfg->debuginfod_urls,
+                                 cfg->debuginfod_cache[0] ? cfg->debuginfod_cache : symcache,
+                                 (double)cfg->debuginfod_timeout / 1e9,
+                                 (double)cfg->debuginfod_retry / 1e9,
+                                 (uint64_t)cfg->debuginfod_max_size,
+                                 (uint64_t)cfg->debuginfod_cache_size};
+    agg_symbolizer_init(&scfg);
+    if (agg_symstore_open(cfg->store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
+        CM_WARN("%s: names found by the server are not kept", err);
+}
+
 int main(int argc, char **argv) {
     agg_cfg_t cfg;
     cm_kvlist_t kafka = {0};
@@ -250,6 +408,7 @@ int main(int argc, char **argv) {
     agg_ui_t *ui = NULL;
     agg_reporter_t *reporter = NULL;
     agg_consumer_t *consumer = NULL;
+    agg_consume_cfg_t cc;
     int rc = 1;
     memset(&cfg, 0, sizeof cfg);
     agg_metrics_init(&metrics);
@@ -259,155 +418,15 @@ int main(int argc, char **argv) {
                CM_FORMAT_MAJOR, CM_FORMAT_MINOR);
         return 0;
     }
-
-    int lr = cm_config_load(opts, &cfg, "FLEETPROF_AGGREGATOR_", "kafka.", &kafka, argc, argv, err,
-                            sizeof err);
-    if (lr == 1) {
-        cm_config_help(opts, "FLEETPROF_AGGREGATOR_", "kafka.",
-                       "fleetprof-aggregator [--config FILE] [--OPTION VALUE]... "
-                       "[--kafka.PROPERTY=VALUE]...\n       fleetprof-aggregator --help | "
-                       "--version",
-                       stdout);
-        rc = 0;
+    int lr = load_config(argc, argv, &cfg, &kafka);
+    if (lr >= 0) {
+        rc = lr;
         goto out;
     }
-    if (lr) {
-        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
-        rc = 2;
+    if ((rc = consume_config(&cfg, &kafka, &cc)) || (rc = check_setup(&cfg)))
         goto out;
-    }
-    cm_log_level_t level;
-    if (cm_log_parse_level(cfg.log_level, &level)) {
-        fprintf(stderr, "fleetprof-aggregator: log-level '%s' is not one of debug, info, warn, "
-                "error\n", cfg.log_level);
-        rc = 2;
-        goto out;
-    }
-    cm_log_set_level(level);
-    const int64_t S = 1000000000;
-    agg_consume_cfg_t cc = {
-        .brokers = cfg.brokers,
-        .group = cfg.group,
-        .topic = cfg.topic,
-        .dlq_topic = cfg.dlq_topic,
-        .store_dir = cfg.store_dir,
-        .store_url = cfg.store,
-        .client_id = cfg.client_id,
-        .assignment_strategy = cfg.strategy,
-        .kafka_props = &kafka,
-        .batch_max_messages = cfg.batch_max_messages,
-        .batch_max_samples = cfg.batch_max_samples,
-        .batch_interval_ms = cfg.batch_interval / 1000000,
-        .retention_interval_ms = cfg.retention_interval / 1000000,
-        .dim_limit = (uint32_t)cfg.dim_limit,
-        .dim_target_limit = (uint32_t)cfg.dim_target_limit,
-        .rollup = {cfg.fine_width / S, cfg.coarse_width / S, cfg.span_index, cfg.fn_stats,
-                   cfg.replicate_width / S},
-        .retention = {cfg.fine_width / S, cfg.coarse_width / S, cfg.downsample_after / S,
-                      cfg.max_age / S, cfg.span_max_age / S, cfg.dedupe_window / S},
-    };
-    if (cfg.fine_width % S || cfg.coarse_width % S) {
-        fprintf(stderr, "fleetprof-aggregator: fine-width and coarse-width must be whole seconds "
-                "(got %lld ns and %lld ns)\n", (long long)cfg.fine_width,
-                (long long)cfg.coarse_width);
-        rc = 2;
-        goto out;
-    }
-    if (agg_dims_parse(cfg.dimensions, &cc.dim_mask, err, sizeof err)) {
-        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
-        rc = 2;
-        goto out;
-    }
-    cc.dims_given = 1;
-    if (agg_retention_check(&cc.retention, err, sizeof err)) {
-        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
-        rc = 2;
-        goto out;
-    }
-    {
-        int64_t f = cfg.fine_width / S, c = cfg.coarse_width / S, r = cfg.replicate_width / S;
-        if (!cfg.replicate_width)
-            r = 60 % f == 0 && c % 60 == 0 ? 60 : f;
-        else if (cfg.replicate_width % S || r % f || c % r) {
-            fprintf(stderr, "fleetprof-aggregator: replicate-width %llds must be whole seconds, a "
-                    "multiple of fine-width %llds and divide coarse-width %llds\n",
-                    (long long)r, (long long)f, (long long)c);
-            rc = 2;
-            goto out;
-        }
-        cc.rollup.replicate_width_s = r;
-    }
-    if (cfg.report_fold && *cfg.report_fold) {
-        agg_pattern_t *re = NULL;
-        char why[256];
-        if (agg_pattern_compile(cfg.report_fold, &re, why, sizeof why)) {
-            fprintf(stderr, "fleetprof-aggregator: report-fold '%s' is not an extended regular "
-                    "expression (or too large for one): %s\n", cfg.report_fold, why);
-            rc = 2;
-            goto out;
-        }
-        agg_pattern_free(re);
-    }
-    if (cfg.store[0]) { /* PostgreSQL: reachable, schema migrated, before joining the group */
-        agg_store_t *pg = NULL;
-        if (!agg_store_is_pg(cfg.store)) {
-            fprintf(stderr, "fleetprof-aggregator: store '%s' is not a postgres:// or "
-                    "postgresql:// URL; leave it empty for SQLite files in store-dir\n",
-                    cfg.store);
-            rc = 2;
-            goto out;
-        }
-        if (agg_store_pg_open(cfg.store, &pg, err, sizeof err)) {
-            fprintf(stderr, "fleetprof-aggregator: %s\n", err);
-            rc = 2;
-            goto out;
-        }
-        agg_store_close(pg);
-    }
-    struct stat sb;
-    if (stat(cfg.store_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(cfg.store_dir, W_OK)) {
-        fprintf(stderr, "fleetprof-aggregator: store-dir '%s' is not a writable directory (%s); "
-                "create it or set --store-dir\n", cfg.store_dir, strerror(errno ? errno : ENOTDIR));
-        rc = 2;
-        goto out;
-    }
-
-    if (cfg.api_token_file[0]) {
-        if (cfg.api_token[0]) {
-            fprintf(stderr, "fleetprof-aggregator: api-token and api-token-file are both set; "
-                    "keep one\n");
-            rc = 2;
-            goto out;
-        }
-        free(cfg.api_token);
-        if (agg_auth_token_load(cfg.api_token_file, &cfg.api_token, err, sizeof err)) {
-            fprintf(stderr, "fleetprof-aggregator: %s\n", err);
-            rc = 2;
-            goto out;
-        }
-    }
-    /* No open API on the network by accident: a non-loopback address needs a token, or the
-     * operator saying so (api-no-token). /metrics and /healthz never need the token. */
-    if (!cfg.api_token[0] && !cfg.api_no_token && strncmp(cfg.http_addr, "127.", 4) != 0) {
-        fprintf(stderr, "fleetprof-aggregator: http-addr '%s' is not loopback and api-token is "
-                "empty: the query API would be open to the network; set api-token (or "
-                "FLEETPROF_AGGREGATOR_API_TOKEN), or api-no-token = true to allow it\n",
-                cfg.http_addr);
-        rc = 2;
-        goto out;
-    }
-
-    char symcache[4096];
-    snprintf(symcache, sizeof symcache, "%s/debuginfod-cache", cfg.store_dir);
-    agg_symbolizer_cfg_t scfg = {cfg.debuginfod_urls,
-                                 cfg.debuginfod_cache[0] ? cfg.debuginfod_cache : symcache,
-                                 (double)cfg.debuginfod_timeout / 1e9,
-                                 (double)cfg.debuginfod_retry / 1e9,
-                                 (uint64_t)cfg.debuginfod_max_size,
-                                 (uint64_t)cfg.debuginfod_cache_size};
-    agg_symbolizer_init(&scfg);
-    if (agg_symstore_open(cfg.store_dir, scfg.retry_s, err, sizeof err)) /* not fatal */
-        CM_WARN("%s: names found by the server are not kept", err);
+    rc = 1;
+    start_symbols(&cfg);
     agg_api_cfg_t acfg = {cfg.store_dir, cfg.api_token, (size_t)cfg.api_workers,
                           (size_t)cfg.api_queue, 1, cfg.api_queue_wait / 1000000, cfg.store,
                           cfg.report_min_samples};

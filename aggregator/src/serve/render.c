@@ -128,8 +128,122 @@ static void print_tree(FILE *f, void *c) {
         agg_lines_note_print(f, x->p);
 }
 
-void render_profile(const args_t *a, const agg_profile_t *p, json_t *meta,
+/* view=top: the heaviest functions (limit, sort) as JSON with meta's fields, or text. */
+static void render_top(const args_t *a, const agg_profile_t *p, json_t *meta, int text,
+                       agg_http_reply_t *r) {
+    long long limit;
+    if (parse_uint(a, "limit", 50, 100000, r, &limit))
+        return;
+    const char *sort = arg(a, "sort");
+    if (sort && *sort && strcmp(sort, "self") && strcmp(sort, "total")) {
+        reply_err(r, 400, "sort", "sort '%s' is not self or total", sort);
+        return;
+    }
+    agg_top_t t;
+    int rc = agg_top_compute(p, sort && !strcmp(sort, "total") ? AGG_SORT_TOTAL : AGG_SORT_SELF,
+                             (size_t)limit, &t);
+    if (rc) {
+        reply_err(r, 500, NULL, "top failed: %s", cm_strerror(rc));
+        return;
+    }
+    if (text) {
+        pr_ctx_t c = {p, &t, NULL, arg_is_one(a, "lines")};
+        size_t len;
+        char *buf = memstream_text(print_top, &c, &len);
+        reply_buf(r, "text/plain; charset=utf-8", buf, len);
+    } else {
+        json_t *o = agg_top_json(p, &t);
+        if (o) {
+            json_object_update(o, meta);
+            json_object_set_new(o, "truncated", json_integer((json_int_t)(t.n_functions - t.n)));
+        }
+        reply_json(r, 200, o);
+    }
+    agg_top_free(&t);
+}
+
+/* view=tree: the call tree down to min_share, at most limit nodes. */
+static void render_tree(const args_t *a, const agg_profile_t *p, json_t *meta, int text,
+                        agg_http_reply_t *r) {
+    long long limit;
+    double min_share;
+    if (parse_uint(a, "limit", 2000, 100000, r, &limit) ||
+        parse_double(a, "min_share", 0.005, 0, 0.999, r, &min_share))
+        return;
+    agg_tree_t t;
+    int rc = agg_tree_compute(p, min_share, limit ? (size_t)limit : 100000, &t);
+    if (rc) {
+        reply_err(r, 500, NULL, "tree failed: %s", cm_strerror(rc));
+        return;
+    }
+    if (text) {
+        pr_ctx_t c = {p, NULL, &t, arg_is_one(a, "lines")};
+        size_t len;
+        char *buf = memstream_text(print_tree, &c, &len);
+        reply_buf(r, "text/plain; charset=utf-8", buf, len);
+    } else {
+        json_t *o = json_object();
+        json_object_update(o, meta);
+        json_object_set_new(o, "event_type", json_string(cm_event_name(p->type)));
+        json_object_set_new(o, "unit", json_string(agg_event_unit(p->type)));
+        json_object_set_new(o, "nodes", json_integer((json_int_t)t.n));
+        json_object_set_new(o, "truncated", json_integer((json_int_t)t.n_truncated));
+        json_object_set_new(o, "tree", agg_tree_json(p, &t));
+        reply_json(r, 200, o);
+    }
+    agg_tree_free(&t);
+}
+
+/* view=callers: who calls `function` and what it calls. */
+static void render_callers(const args_t *a, const agg_profile_t *p, json_t *meta, int text,
                            agg_http_reply_t *r) {
+    const char *fn = arg(a, "function");
+    if (!fn || !*fn) {
+        reply_err(r, 400, "function", "view=callers needs parameter 'function' (a function "
+                  "name or module!name)");
+        return;
+    }
+    uint32_t fr = agg_profile_find_frame(p, fn);
+    if (fr == AGG_NONE) {
+        reply_err(r, 404, "function", "function '%s' is not in this profile", fn);
+        return;
+    }
+    agg_callers_t c;
+    int rc = agg_callers_compute(p, fr, &c);
+    if (rc) {
+        reply_err(r, 500, NULL, "callers failed: %s", cm_strerror(rc));
+        return;
+    }
+    json_t *o = agg_callers_json(p, &c);
+    if (o)
+        json_object_update(o, meta);
+    if (text) { /* a short table */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        char v[32];
+        agg_format_value(p->type, (double)c.total, v, sizeof v);
+        fprintf(f, "%s: total %s\ncallers:\n", fn, v);
+        for (size_t i = 0; i < c.n_callers; i++) {
+            agg_format_value(p->type, (double)c.callers[i].value, v, sizeof v);
+            fprintf(f, "  %10s  %s\n", v, p->frames[c.callers[i].frame].name);
+        }
+        fprintf(f, "callees:\n");
+        for (size_t i = 0; i < c.n_callees; i++) {
+            agg_format_value(p->type, (double)c.callees[i].value, v, sizeof v);
+            fprintf(f, "  %10s  %s\n", v, p->frames[c.callees[i].frame].name);
+        }
+        fclose(f);
+        json_decref(o);
+        reply_buf(r, "text/plain; charset=utf-8", buf, len);
+    } else {
+        reply_json(r, 200, o);
+    }
+    agg_callers_free(&c);
+}
+
+void render_profile(const args_t *a, const agg_profile_t *p, json_t *meta,
+                    agg_http_reply_t *r) {
     const char *view = arg(a, "view"), *format = arg(a, "format");
     view = view && *view ? view : "top";
     format = format && *format ? format : "json";
@@ -164,108 +278,12 @@ void render_profile(const args_t *a, const agg_profile_t *p, json_t *meta,
         goto out;
     }
     int text = !strcmp(format, "text");
-    long long limit;
-    double min_share;
-    if (!strcmp(view, "top")) {
-        if (parse_uint(a, "limit", 50, 100000, r, &limit))
-            goto out;
-        const char *sort = arg(a, "sort");
-        if (sort && *sort && strcmp(sort, "self") && strcmp(sort, "total")) {
-            reply_err(r, 400, "sort", "sort '%s' is not self or total", sort);
-            goto out;
-        }
-        agg_top_t t;
-        int rc = agg_top_compute(p, sort && !strcmp(sort, "total") ? AGG_SORT_TOTAL : AGG_SORT_SELF,
-                                 (size_t)limit, &t);
-        if (rc) {
-            reply_err(r, 500, NULL, "top failed: %s", cm_strerror(rc));
-            goto out;
-        }
-        if (text) {
-            pr_ctx_t c = {p, &t, NULL, arg_is_one(a, "lines")};
-            size_t len;
-            char *buf = memstream_text(print_top, &c, &len);
-            reply_buf(r, "text/plain; charset=utf-8", buf, len);
-        } else {
-            json_t *o = agg_top_json(p, &t);
-            if (o) {
-                json_object_update(o, meta);
-                json_object_set_new(o, "truncated", json_integer((json_int_t)(t.n_functions - t.n)));
-            }
-            reply_json(r, 200, o);
-        }
-        agg_top_free(&t);
-    } else if (!strcmp(view, "tree")) {
-        if (parse_uint(a, "limit", 2000, 100000, r, &limit) ||
-            parse_double(a, "min_share", 0.005, 0, 0.999, r, &min_share))
-            goto out;
-        agg_tree_t t;
-        int rc = agg_tree_compute(p, min_share, limit ? (size_t)limit : 100000, &t);
-        if (rc) {
-            reply_err(r, 500, NULL, "tree failed: %s", cm_strerror(rc));
-            goto out;
-        }
-        if (text) {
-            pr_ctx_t c = {p, NULL, &t, arg_is_one(a, "lines")};
-            size_t len;
-            char *buf = memstream_text(print_tree, &c, &len);
-            reply_buf(r, "text/plain; charset=utf-8", buf, len);
-        } else {
-            json_t *o = json_object();
-            json_object_update(o, meta);
-            json_object_set_new(o, "event_type", json_string(cm_event_name(p->type)));
-            json_object_set_new(o, "unit", json_string(agg_event_unit(p->type)));
-            json_object_set_new(o, "nodes", json_integer((json_int_t)t.n));
-            json_object_set_new(o, "truncated", json_integer((json_int_t)t.n_truncated));
-            json_object_set_new(o, "tree", agg_tree_json(p, &t));
-            reply_json(r, 200, o);
-        }
-        agg_tree_free(&t);
-    } else {
-        const char *fn = arg(a, "function");
-        if (!fn || !*fn) {
-            reply_err(r, 400, "function", "view=callers needs parameter 'function' (a function "
-                      "name or module!name)");
-            goto out;
-        }
-        uint32_t fr = agg_profile_find_frame(p, fn);
-        if (fr == AGG_NONE) {
-            reply_err(r, 404, "function", "function '%s' is not in this profile", fn);
-            goto out;
-        }
-        agg_callers_t c;
-        int rc = agg_callers_compute(p, fr, &c);
-        if (rc) {
-            reply_err(r, 500, NULL, "callers failed: %s", cm_strerror(rc));
-            goto out;
-        }
-        json_t *o = agg_callers_json(p, &c);
-        if (o)
-            json_object_update(o, meta);
-        if (text) { /* a short table */
-            char *buf = NULL;
-            size_t len = 0;
-            FILE *f = open_memstream(&buf, &len);
-            char v[32];
-            agg_format_value(p->type, (double)c.total, v, sizeof v);
-            fprintf(f, "%s: total %s\ncallers:\n", fn, v);
-            for (size_t i = 0; i < c.n_callers; i++) {
-                agg_format_value(p->type, (double)c.callers[i].value, v, sizeof v);
-                fprintf(f, "  %10s  %s\n", v, p->frames[c.callers[i].frame].name);
-            }
-            fprintf(f, "callees:\n");
-            for (size_t i = 0; i < c.n_callees; i++) {
-                agg_format_value(p->type, (double)c.callees[i].value, v, sizeof v);
-                fprintf(f, "  %10s  %s\n", v, p->frames[c.callees[i].frame].name);
-            }
-            fclose(f);
-            json_decref(o);
-            reply_buf(r, "text/plain; charset=utf-8", buf, len);
-        } else {
-            reply_json(r, 200, o);
-        }
-        agg_callers_free(&c);
-    }
+    if (!strcmp(view, "top"))
+        render_top(a, p, meta, text, r);
+    else if (!strcmp(view, "tree"))
+        render_tree(a, p, meta, text, r);
+    else
+        render_callers(a, p, meta, text, r);
 out:
     json_decref(meta);
 }

@@ -160,51 +160,39 @@ void h_requests(agg_api_t *api, const args_t *a, const char *url, agg_http_reply
                                  "requests", arr, "more", more));
 }
 
-void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
-    (void)url;
-    const char *tr = arg(a, "trace"), *sp = arg(a, "span");
-    uint8_t trace[16], span[8];
-    if ((!tr || !*tr) && (!sp || !*sp)) {
-        reply_err(r, 400, "span", "give 'trace' (32 hex digits) or 'span' (16 hex digits)");
-        return;
-    }
-    if (tr && *tr && parse_hexid(tr, trace, 16)) {
-        reply_err(r, 400, "trace", "trace '%s' is not a trace id of 32 hex digits", tr);
-        return;
-    }
-    if (sp && *sp && parse_hexid(sp, span, 8)) {
-        reply_err(r, 400, "span", "span '%s' is not a span id of 16 hex digits", sp);
-        return;
-    }
-    const uint8_t *tp = tr && *tr ? trace : NULL, *spp = sp && *sp ? span : NULL;
-    filt_t ft;
-    if (parse_filter(a, r, &ft))
-        return;
+/* One span or trace (tp, spp: its ids, NULL when not given; tr, sp: as given) in one event
+ * type: any view or format. */
+static void span_one_type(agg_api_t *api, const args_t *a, const uint8_t *tp,
+                          const uint8_t *spp, const char *tr, const char *sp, filt_t *ft,
+                          agg_http_reply_t *r) {
     const char *ts = arg(a, "type");
-    if (ts && *ts) { /* one event type: any view or format */
-        cm_event_type_t type;
-        if (parse_type(a, "type", r, &type))
-            return;
-        agg_profile_t *p = NULL;
-        int found = 0;
-        int rc = agg_qstore_span_profile(api->qs, tp, spp, type, &p, &found);
-        if (rc) {
-            reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
-            return;
-        }
-        if (!found || !p->n_rows) {
-            reply_err(r, 404, spp ? "span" : "trace",
-                      found ? "the span has no %s samples" : "unknown %s: not in the span index "
-                      "(spans are kept for span-max-age)", found ? ts : spp ? "span" : "trace");
-        } else if (!apply_filter(&ft, &p, r)) {
-            render_profile(a, p, json_pack("{s:s?, s:s?}", "trace_id", tp ? tr : NULL, "span_id",
-                                           spp ? sp : NULL),
-                           r);
-        }
-        agg_profile_free(p);
+    cm_event_type_t type;
+    if (parse_type(a, "type", r, &type))
+        return;
+    agg_profile_t *p = NULL;
+    int found = 0;
+    int rc = agg_qstore_span_profile(api->qs, tp, spp, type, &p, &found);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
         return;
     }
-    /* every event type: totals and top functions of each */
+    if (!found || !p->n_rows) {
+        reply_err(r, 404, spp ? "span" : "trace",
+                  found ? "the span has no %s samples" : "unknown %s: not in the span index "
+                  "(spans are kept for span-max-age)", found ? ts : spp ? "span" : "trace");
+    } else if (!apply_filter(ft, &p, r)) {
+        render_profile(a, p, json_pack("{s:s?, s:s?}", "trace_id", tp ? tr : NULL, "span_id",
+                                       spp ? sp : NULL),
+                       r);
+    }
+    agg_profile_free(p);
+}
+
+/* One span or trace in every event type: the totals and top functions of each, as JSON (with
+ * the named span's real duration when it is one) or text. */
+static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
+                           const uint8_t *spp, const char *tr, const char *sp, filt_t *ft,
+                           agg_http_reply_t *r) {
     long long limit;
     if (parse_uint(a, "limit", 20, 10000, r, &limit))
         return;
@@ -226,7 +214,7 @@ void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *
         if (agg_qstore_span_profile(api->qs, tp, spp, (cm_event_type_t)t, &p, &found))
             continue;
         found_any |= found;
-        if (p->n_rows && !apply_filter(&ft, &p, r)) {
+        if (p->n_rows && !apply_filter(ft, &p, r)) {
             agg_top_t top;
             if (agg_top_compute(p, AGG_SORT_SELF, (size_t)limit, &top) == 0) {
                 any = 1;
@@ -269,4 +257,31 @@ void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *
             json_object_set_new(o, "request", request_json(&rq));
         reply_json(r, 200, o);
     }
+}
+
+void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *tr = arg(a, "trace"), *sp = arg(a, "span");
+    uint8_t trace[16], span[8];
+    if ((!tr || !*tr) && (!sp || !*sp)) {
+        reply_err(r, 400, "span", "give 'trace' (32 hex digits) or 'span' (16 hex digits)");
+        return;
+    }
+    if (tr && *tr && parse_hexid(tr, trace, 16)) {
+        reply_err(r, 400, "trace", "trace '%s' is not a trace id of 32 hex digits", tr);
+        return;
+    }
+    if (sp && *sp && parse_hexid(sp, span, 8)) {
+        reply_err(r, 400, "span", "span '%s' is not a span id of 16 hex digits", sp);
+        return;
+    }
+    const uint8_t *tp = tr && *tr ? trace : NULL, *spp = sp && *sp ? span : NULL;
+    filt_t ft;
+    if (parse_filter(a, r, &ft))
+        return;
+    const char *ts = arg(a, "type");
+    if (ts && *ts) /* one event type: any view or format */
+        span_one_type(api, a, tp, spp, tr, sp, &ft, r);
+    else /* every event type: totals and top functions of each */
+        span_all_types(api, a, tp, spp, tr, sp, &ft, r);
 }
