@@ -141,13 +141,12 @@ static int add_dim(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, uint64_t ser
 
 #define MAX_KV (CM_MAX_LABELS_PER_SET + AGG_DIM_COUNT)
 
-int agg_dims_chunk(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c,
-                   const agg_chunk_meta_t *meta, agg_chunk_ids_t *ids) {
-    static const char *const kinds[] = {"", "file", "socket", "pipe", "other"};
+/* The process dimensions of chunk c (host, node, pod, container, pid, uid, pid-claimed) as
+ * admitted (key, value) pairs into pkv (*np pairs). */
+static int process_dims(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c,
+                        const agg_chunk_meta_t *meta, const agg_chunk_ids_t *ids, uint64_t *pkv,
+                        uint32_t *np) {
     const cm_header_t *h = &c->header;
-    const cm_dict_t *dc = &c->dict;
-    uint64_t pkv[2 * AGG_DIM_COUNT], dimkey[AGG_DIM_COUNT];
-    uint32_t np = 0;
     int rc;
     char pid[16], uid[16] = "", claimed[16] = "";
     const char *host = meta && meta->host[0] ? meta->host : h->host.ptr ? h->host.ptr : "";
@@ -175,8 +174,73 @@ int agg_dims_chunk(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chu
                                                [AGG_DIM_PID_CLAIMED] = claimed};
     for (int k = 0; k <= AGG_DIM_PID_CLAIMED; k++)
         if ((rc = add_dim(d, in, b, ids->service, h->start_unix_ns, (agg_dim_t)k, pv[k],
-                          strlen(pv[k]), pkv, &np)))
+                          strlen(pv[k]), pkv, np)))
             return rc;
+    return 0;
+}
+
+/* The label set of the rows of key ck (label set ls of the chunk): its application labels less
+ * the keys the dimensions own (dimkey), the process pairs pkv[0..np), and the row's I/O target,
+ * fd kind or lock address; into *id, with the set's base labels recorded when they differ. */
+static int row_labelset(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c,
+                        const agg_chunk_ids_t *ids, const cache_key_t *ck, uint32_t ls,
+                        const uint64_t *dimkey, const uint64_t *pkv, uint32_t np, uint64_t *id) {
+    static const char *const kinds[] = {"", "file", "socket", "pipe", "other"};
+    const cm_header_t *h = &c->header;
+    uint64_t kv[2 * MAX_KV];
+    uint32_t n = 0;
+    int rc;
+    /* the row's application labels, less the keys the dimensions own */
+    if (ls && ls < in->n_sets)
+        for (uint32_t j = ids->label_off[ls]; j < ids->label_off[ls + 1]; j++) {
+            uint64_t key = ids->label_kv[2 * j];
+            int owned = 0;
+            for (int k = 0; k < AGG_DIM_COUNT; k++)
+                owned |= key == dimkey[k];
+            if (!owned && n < CM_MAX_LABELS_PER_SET) {
+                kv[2 * n] = key;
+                kv[2 * n + 1] = ids->label_kv[2 * j + 1];
+                n++;
+            }
+        }
+    memcpy(kv + 2 * n, pkv, 2 * np * sizeof *pkv);
+    n += np;
+    if (ck->target) {
+        const cm_str_t *ts = &c->dict.strings[ck->target];
+        if ((rc = add_dim(d, in, b, ids->service, h->start_unix_ns, AGG_DIM_IO_TARGET, ts->ptr,
+                          ts->len, kv, &n)))
+            return rc;
+    }
+    if (ck->fd && (rc = add_dim(d, in, b, ids->service, h->start_unix_ns, AGG_DIM_FD_KIND,
+                                kinds[ck->fd], strlen(kinds[ck->fd]), kv, &n)))
+        return rc;
+    if (ck->address) {
+        char a[24];
+        int al = snprintf(a, sizeof a, "0x%llx", (unsigned long long)ck->address);
+        if ((rc = add_dim(d, in, b, ids->service, h->start_unix_ns, AGG_DIM_LOCK, a, (size_t)al,
+                          kv, &n)))
+            return rc;
+    }
+    if ((rc = agg_intern_labelset(in, b, kv, n, id)))
+        return rc;
+    uint64_t base = ls && ls < in->n_sets ? ids->labels[ls] : 0;
+    if (*id != base) { /* the tiers and the per-leaf rollup are keyed by base */
+        agg_new_label_t *lb = AGG_VEC_PUSH(b->labelbase);
+        if (!lb)
+            return CM_ENOMEM;
+        *lb = (agg_new_label_t){*id, 0, base};
+    }
+    return 0;
+}
+
+int agg_dims_chunk(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c,
+                   const agg_chunk_meta_t *meta, agg_chunk_ids_t *ids) {
+    const cm_dict_t *dc = &c->dict;
+    uint64_t pkv[2 * AGG_DIM_COUNT], dimkey[AGG_DIM_COUNT];
+    uint32_t np = 0;
+    int rc;
+    if ((rc = process_dims(d, in, b, c, meta, ids, pkv, &np)))
+        return rc;
     for (int k = 0; k < AGG_DIM_COUNT; k++)
         dimkey[k] = agg_intern_string_id(agg_dim_names[k], strlen(agg_dim_names[k]));
     agg_hmap_clear(&d->cache);
@@ -211,53 +275,12 @@ int agg_dims_chunk(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const cm_chu
             if (!ce)
                 return CM_ENOMEM;
             if (fresh) {
-                uint64_t kv[2 * MAX_KV];
-                uint32_t n = 0;
-                /* the row's application labels, less the keys the dimensions own */
-                if (ls && ls < in->n_sets)
-                    for (uint32_t j = ids->label_off[ls]; j < ids->label_off[ls + 1]; j++) {
-                        uint64_t key = ids->label_kv[2 * j];
-                        int owned = 0;
-                        for (int k = 0; k < AGG_DIM_COUNT; k++)
-                            owned |= key == dimkey[k];
-                        if (!owned && n < CM_MAX_LABELS_PER_SET) {
-                            kv[2 * n] = key;
-                            kv[2 * n + 1] = ids->label_kv[2 * j + 1];
-                            n++;
-                        }
-                    }
-                memcpy(kv + 2 * n, pkv, 2 * np * sizeof *pkv);
-                n += np;
-                if (ck.target) {
-                    const cm_str_t *ts = &dc->strings[ck.target];
-                    if ((rc = add_dim(d, in, b, ids->service, h->start_unix_ns, AGG_DIM_IO_TARGET,
-                                      ts->ptr, ts->len, kv, &n)))
-                        return rc;
-                }
-                if (ck.fd && (rc = add_dim(d, in, b, ids->service, h->start_unix_ns,
-                                           AGG_DIM_FD_KIND, kinds[ck.fd], strlen(kinds[ck.fd]),
-                                           kv, &n)))
-                    return rc;
-                if (ck.address) {
-                    char a[24];
-                    int al = snprintf(a, sizeof a, "0x%llx", (unsigned long long)ck.address);
-                    if ((rc = add_dim(d, in, b, ids->service, h->start_unix_ns, AGG_DIM_LOCK, a,
-                                      (size_t)al, kv, &n)))
-                        return rc;
-                }
-                /* the entry pointer may move while interning: look it up again */
                 uint64_t id;
-                if ((rc = agg_intern_labelset(in, b, kv, n, &id)))
+                if ((rc = row_labelset(d, in, b, c, ids, &ck, ls, dimkey, pkv, np, &id)))
                     return rc;
+                /* the entry pointer may move while interning: look it up again */
                 ce = agg_hmap_find(&d->cache, &ck);
                 ce->id = id;
-                uint64_t base = ls && ls < in->n_sets ? ids->labels[ls] : 0;
-                if (id != base) { /* the tiers and the per-leaf rollup are keyed by base */
-                    agg_new_label_t *lb = AGG_VEC_PUSH(b->labelbase);
-                    if (!lb)
-                        return CM_ENOMEM;
-                    *lb = (agg_new_label_t){id, 0, base};
-                }
             }
             d->rows[t][i] = ce->id;
         }

@@ -58,48 +58,26 @@ static int str_id(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d, uint32_t
     return r;
 }
 
+/* Returns from the calling function (its `int rc`) when x fails. */
 #define TRY(x)                                                                                     \
     do {                                                                                           \
         if ((rc = (x)) < 0)                                                                        \
-            goto out;                                                                              \
+            return rc;                                                                             \
     } while (0)
 
-int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_chunk_ids_t *ids) {
-    const cm_dict_t *d = &c->dict;
-    int rc = 0;
-    TRY(scratch(&in->str, &in->str_cap, d->n_strings + 1));
-    TRY(scratch(&in->map, &in->map_cap, d->n_mappings + 1));
-    TRY(scratch(&in->fn, &in->fn_cap, d->n_functions + 1));
-    TRY(scratch(&in->loc, &in->loc_cap, d->n_locations + 1));
-    TRY(scratch(&in->stack, &in->stack_cap, d->n_stacks + 1));
-    TRY(scratch(&in->labels, &in->labels_cap, d->n_label_sets + 1));
+/* Pushes a row onto vector v into *row; returns CM_ENOMEM from the caller when it cannot grow. */
+#define PUSH(row, v)                                                                               \
+    do {                                                                                           \
+        if (!((row) = AGG_VEC_PUSH(v)))                                                            \
+            return CM_ENOMEM;                                                                      \
+    } while (0)
 
-    /* header strings: service and version are strings like any other */
-    uint64_t sid;
-    const cm_str_t *hs[2] = {&c->header.service, &c->header.version};
-    for (int k = 0; k < 2; k++) {
-        sid = agg_intern_string_id(hs[k]->ptr, hs[k]->len);
-        if (sid && (rc = mark(in, sid)) > 0) {
-            agg_new_str_t *ns = AGG_VEC_PUSH(b->strs);
-            if (!ns) {
-                rc = CM_ENOMEM;
-                goto out;
-            }
-            ns->id = sid;
-            ns->len = hs[k]->len;
-            ns->off = agg_batch_arena_add(b, hs[k]->ptr, hs[k]->len);
-            if (ns->off == (size_t)-1) {
-                rc = CM_ENOMEM;
-                goto out;
-            }
-        }
-        TRY(rc);
-        if (k == 0)
-            ids->service = sid;
-        else
-            ids->version = sid;
-    }
+/* Each step below interns one table of the chunk's dictionary d into in's scratch ids (index:
+ * the dictionary's, 0: none) and adds the ids not known yet to the batch b. Returns 0 or a
+ * negative CM_E* code. */
 
+static int intern_mappings(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d) {
+    int rc;
     for (uint32_t m = 1; m < d->n_mappings; m++) {
         const cm_mapping_t *mp = &d->mappings[m];
         uint64_t fid;
@@ -113,18 +91,19 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
         in->map[m] = id;
         TRY(mark(in, id));
         if (rc > 0) {
-            agg_new_map_t *nm = AGG_VEC_PUSH(b->maps);
-            if (!nm) {
-                rc = CM_ENOMEM;
-                goto out;
-            }
+            agg_new_map_t *nm;
+            PUSH(nm, b->maps);
             nm->id = id;
             nm->filename = fid;
-            nm->build_id_len = mp->build_id_len > CM_MAX_BUILD_ID ? CM_MAX_BUILD_ID : mp->build_id_len;
+            nm->build_id_len = bl;
             memcpy(nm->build_id, mp->build_id, nm->build_id_len);
         }
     }
+    return 0;
+}
 
+static int intern_functions(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d) {
+    int rc;
     for (uint32_t f = 1; f < d->n_functions; f++) {
         uint64_t v[3];
         TRY(str_id(in, b, d, d->function_name[f], &v[0]));
@@ -134,15 +113,16 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
         in->fn[f] = id;
         TRY(mark(in, id));
         if (rc > 0) {
-            agg_new_fn_t *nf = AGG_VEC_PUSH(b->fns);
-            if (!nf) {
-                rc = CM_ENOMEM;
-                goto out;
-            }
+            agg_new_fn_t *nf;
+            PUSH(nf, b->fns);
             *nf = (agg_new_fn_t){id, v[0], v[1], v[2]};
         }
     }
+    return 0;
+}
 
+static int intern_locations(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d) {
+    int rc;
     for (uint32_t l = 1; l < d->n_locations; l++) {
         uint64_t v[4] = {in->fn[d->location_function[l]], in->map[d->location_mapping[l]],
                          d->location_address[l], d->location_line ? d->location_line[l] : 0};
@@ -150,11 +130,8 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
         in->loc[l] = id;
         TRY(mark(in, id));
         if (rc > 0) {
-            agg_new_loc_t *nl = AGG_VEC_PUSH(b->locs);
-            if (!nl) {
-                rc = CM_ENOMEM;
-                goto out;
-            }
+            agg_new_loc_t *nl;
+            PUSH(nl, b->locs);
             *nl = (agg_new_loc_t){id, v[0], v[1], v[2], v[3]};
             /* arrived unnamed: the symbol store's worker names it by build id, off this
              * thread (symstore.c) */
@@ -163,7 +140,12 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
                 agg_symstore_want(mp->build_id, mp->build_id_len, d->location_address[l]);
         }
     }
+    return 0;
+}
 
+/* A stack is a chain of trie nodes, root first: a node's id hashes its parent and location. */
+static int intern_stacks(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d) {
+    int rc;
     for (uint32_t s = 1; s < d->n_stacks; s++) {
         uint64_t parent = 0;
         for (uint32_t j = d->stack_off[s]; j < d->stack_off[s + 1]; j++) {
@@ -171,28 +153,27 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
             uint64_t id = hash_u64s(v, 2, SEED_STACK);
             TRY(mark(in, id));
             if (rc > 0) {
-                agg_new_stack_t *ns = AGG_VEC_PUSH(b->stacks);
-                if (!ns) {
-                    rc = CM_ENOMEM;
-                    goto out;
-                }
+                agg_new_stack_t *ns;
+                PUSH(ns, b->stacks);
                 *ns = (agg_new_stack_t){id, parent, v[1], j - d->stack_off[s] + 1};
             }
             parent = id;
         }
         in->stack[s] = parent;
     }
+    return 0;
+}
 
+/* Label sets: their (key, value) string ids in in->lkv (set ls at in->loff[ls]), at most
+ * CM_MAX_LABELS_PER_SET pairs each, and the set's id in in->labels. */
+static int intern_label_sets(agg_intern_t *in, agg_batch_t *b, const cm_dict_t *d) {
+    int rc;
     TRY(scratch(&in->lkv, &in->lkv_cap,
                 2 * (size_t)(d->label_off ? d->label_off[d->n_label_sets] : 0) + 2));
-    {
-        uint32_t *lo = realloc(in->loff, ((size_t)d->n_label_sets + 2) * sizeof *lo);
-        if (!lo) {
-            rc = CM_ENOMEM;
-            goto out;
-        }
-        in->loff = lo;
-    }
+    uint32_t *lo = realloc(in->loff, ((size_t)d->n_label_sets + 2) * sizeof *lo);
+    if (!lo)
+        return CM_ENOMEM;
+    in->loff = lo;
     in->loff[0] = in->loff[1] = 0;
     for (uint32_t ls = 1; ls < d->n_label_sets; ls++) {
         uint32_t n = d->label_off[ls + 1] - d->label_off[ls];
@@ -210,11 +191,31 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
         TRY(agg_intern_labelset(in, b, tmp, n, &in->labels[ls]));
     }
     in->n_sets = d->n_label_sets;
+    return 0;
+}
+
+int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_chunk_ids_t *ids) {
+    const cm_dict_t *d = &c->dict;
+    int rc = 0;
+    TRY(scratch(&in->str, &in->str_cap, d->n_strings + 1));
+    TRY(scratch(&in->map, &in->map_cap, d->n_mappings + 1));
+    TRY(scratch(&in->fn, &in->fn_cap, d->n_functions + 1));
+    TRY(scratch(&in->loc, &in->loc_cap, d->n_locations + 1));
+    TRY(scratch(&in->stack, &in->stack_cap, d->n_stacks + 1));
+    TRY(scratch(&in->labels, &in->labels_cap, d->n_label_sets + 1));
+    /* header strings: service and version are strings like any other */
+    const cm_str_t *sv = &c->header.service, *ver = &c->header.version;
+    TRY(agg_intern_str(in, b, sv->ptr, sv->len, &ids->service));
+    TRY(agg_intern_str(in, b, ver->ptr, ver->len, &ids->version));
+    TRY(intern_mappings(in, b, d));
+    TRY(intern_functions(in, b, d));
+    TRY(intern_locations(in, b, d));
+    TRY(intern_stacks(in, b, d));
+    TRY(intern_label_sets(in, b, d));
     for (uint32_t i = 0; i < c->spans.n; i++) { /* the spans' names (minor 2) */
         uint64_t nid;
         TRY(str_id(in, b, d, c->spans.name[i], &nid));
     }
-    rc = 0;
     ids->str = in->str;
     ids->fn = in->fn;
     ids->loc = in->loc;
@@ -223,8 +224,7 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
     ids->label_kv = in->lkv;
     ids->label_off = in->loff;
     ids->row_labels = NULL; /* agg_dims_chunk() adds the dimensions */
-out:
-    return rc < 0 ? rc : 0;
+    return 0;
 }
 
 int agg_intern_labelset(agg_intern_t *in, agg_batch_t *b, uint64_t *kv, uint32_t n,

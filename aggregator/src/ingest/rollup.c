@@ -143,87 +143,73 @@ static int fn_stats(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
     return 0;
 }
 
-int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
-                     const agg_chunk_ids_t *ids) {
-    const cm_header_t *h = &c->header;
+/* The samples of one event type t of chunk c: profile and totals deltas per fine bucket, the
+ * span index, the per-function statistics. */
+static int rollup_type(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
+                       const agg_chunk_ids_t *ids, uint32_t t, uint64_t tag) {
     const cm_dict_t *d = &c->dict;
-    uint64_t width = (uint64_t)r->cfg.fine_width_s, tag = ++b->chunk_tag;
-    /* tiers of the per-stack rollup: 1 min and 10 min where they fit between the fine and the
-     * coarse width, then the coarse width */
-    static const int64_t mid[] = {60, 600};
-    b->n_tiers = 0;
-    for (size_t i = 0; i < sizeof mid / sizeof mid[0]; i++)
-        if (mid[i] > r->cfg.fine_width_s && mid[i] % r->cfg.fine_width_s == 0 &&
-            mid[i] < r->cfg.coarse_width_s && r->cfg.coarse_width_s % mid[i] == 0)
-            b->tiers[b->n_tiers++] = mid[i];
-    b->tiers[b->n_tiers++] = r->cfg.coarse_width_s;
-    b->replicate_width = r->cfg.replicate_width_s;
-    uint64_t cbucket = bucket_of(h->start_unix_ns, r->cfg.fine_width_s);
-    int64_t rows_all = 0;
-    int rc = ensure(r, d->n_stacks + 1, d->n_functions + 1);
-    if (rc)
-        return rc;
-
-    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
-        const cm_samples_t *s = &c->samples[t];
-        if (!s->n)
-            continue;
-        uint32_t stack_gen = ++r->gen, nstacks = 0;
-        int64_t total = 0;
-        agg_tot_ent_t *te = NULL;
-        uint64_t te_bucket = UINT64_MAX;
-        for (uint32_t i = 0; i < s->n; i++) {
-            uint64_t bucket = bucket_of(s->time_ns[i], r->cfg.fine_width_s);
-            uint32_t st = s->stack[i];
-            int64_t w = (int64_t)s->weight[i], cnt = (int64_t)cm_samples_count(s, i);
-            uint64_t base = s->labels ? ids->labels[s->labels[i]] : 0;
-            uint64_t lab = ids->row_labels && ids->row_labels[t] ? ids->row_labels[t][i] : base;
-            agg_prof_key_t pk = {ids->service, ids->version, t, width, bucket, lab,
-                                 ids->stack[st]};
-            agg_prof_ent_t *pe = agg_hmap_upsert(&b->prof, &pk, NULL);
-            if (!pe)
-                return CM_ENOMEM;
-            if (!pe->rows) { /* new: its leaf and base labels, for agg_batch_derive */
-                pe->leaf = d->stack_off[st + 1] > d->stack_off[st]
-                               ? ids->loc[d->stack_frames[d->stack_off[st + 1] - 1]]
-                               : 0;
-                pe->base = base;
-            }
-            prof_add(pe, w, cnt, tag);
-            if (bucket != te_bucket) { /* rows are mostly in time order: reuse the entry */
-                agg_tot_key_t tk = {ids->service, ids->version, t, width, bucket};
-                te = agg_hmap_upsert(&b->tot, &tk, NULL);
-                if (!te)
-                    return CM_ENOMEM;
-                te_bucket = bucket;
-                if (te->last_chunk != tag) {
-                    te->last_chunk = tag;
-                    te->chunks++;
-                }
-            }
-            te->weight += w;
-            te->count += cnt;
-            te->rows++;
-            total += w;
-            if (r->stack_seen[st] != stack_gen) {
-                r->stack_seen[st] = stack_gen;
-                r->stack_w[st] = 0;
-                r->touched_stacks[nstacks++] = st;
-            }
-            r->stack_w[st] += w;
-            if (r->cfg.span_index && s->context && s->context[i] &&
-                (rc = agg_spanindex_row(b, c, ids, s, i)))
-                return rc;
+    const cm_samples_t *s = &c->samples[t];
+    uint64_t width = (uint64_t)r->cfg.fine_width_s;
+    uint32_t stack_gen = ++r->gen, nstacks = 0;
+    int64_t total = 0;
+    agg_tot_ent_t *te = NULL;
+    uint64_t te_bucket = UINT64_MAX;
+    int rc;
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint64_t bucket = bucket_of(s->time_ns[i], r->cfg.fine_width_s);
+        uint32_t st = s->stack[i];
+        int64_t w = (int64_t)s->weight[i], cnt = (int64_t)cm_samples_count(s, i);
+        uint64_t base = s->labels ? ids->labels[s->labels[i]] : 0;
+        uint64_t lab = ids->row_labels && ids->row_labels[t] ? ids->row_labels[t][i] : base;
+        agg_prof_key_t pk = {ids->service, ids->version, t, width, bucket, lab, ids->stack[st]};
+        agg_prof_ent_t *pe = agg_hmap_upsert(&b->prof, &pk, NULL);
+        if (!pe)
+            return CM_ENOMEM;
+        if (!pe->rows) { /* new: its leaf and base labels, for agg_batch_derive */
+            pe->leaf = d->stack_off[st + 1] > d->stack_off[st]
+                           ? ids->loc[d->stack_frames[d->stack_off[st + 1] - 1]]
+                           : 0;
+            pe->base = base;
         }
-        rows_all += s->n;
-        if (r->cfg.fn_stats && total > 0 &&
-            (rc = fn_stats(r, b, c, ids, t, nstacks, total,
-                           bucket_of(h->start_unix_ns, r->cfg.coarse_width_s))))
+        prof_add(pe, w, cnt, tag);
+        if (bucket != te_bucket) { /* rows are mostly in time order: reuse the entry */
+            agg_tot_key_t tk = {ids->service, ids->version, t, width, bucket};
+            te = agg_hmap_upsert(&b->tot, &tk, NULL);
+            if (!te)
+                return CM_ENOMEM;
+            te_bucket = bucket;
+            if (te->last_chunk != tag) {
+                te->last_chunk = tag;
+                te->chunks++;
+            }
+        }
+        te->weight += w;
+        te->count += cnt;
+        te->rows++;
+        total += w;
+        if (r->stack_seen[st] != stack_gen) {
+            r->stack_seen[st] = stack_gen;
+            r->stack_w[st] = 0;
+            r->touched_stacks[nstacks++] = st;
+        }
+        r->stack_w[st] += w;
+        if (r->cfg.span_index && s->context && s->context[i] &&
+            (rc = agg_spanindex_row(b, c, ids, s, i)))
             return rc;
     }
-
-    if (r->cfg.span_index && (rc = agg_spanindex_requests(b, c, ids)))
+    if (r->cfg.fn_stats && total > 0 &&
+        (rc = fn_stats(r, b, c, ids, t, nstacks, total,
+                       bucket_of(c->header.start_unix_ns, r->cfg.coarse_width_s))))
         return rc;
+    return 0;
+}
+
+/* The chunk's interval: chunk count, CPU figures and drops in its start bucket, its wall time
+ * and units of work spread over the fine buckets it overlaps. */
+static int rollup_interval(agg_rollup_t *r, agg_batch_t *b, const cm_header_t *h,
+                           const agg_chunk_ids_t *ids) {
+    uint64_t width = (uint64_t)r->cfg.fine_width_s;
+    uint64_t cbucket = bucket_of(h->start_unix_ns, r->cfg.fine_width_s);
     agg_ival_key_t ik = {ids->service, ids->version, width, cbucket};
     agg_ival_ent_t *ie = agg_hmap_upsert(&b->ival, &ik, NULL);
     if (!ie)
@@ -253,26 +239,59 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
             return CM_ENOMEM;
         e0->duration_ns += (int64_t)(t1 - t0);
         e0->work_units += (int64_t)h->work_units;
-    } else {
-        /* units of work pro rata too: the cumulative share rounded down, so the pieces sum
-         * to the chunk's count exactly */
-        unsigned __int128 units = h->work_units, dur = t1 - t0;
-        uint64_t given = 0;
-        for (uint64_t t = t0; t < t1;) {
-            uint64_t bk = bucket_of(t, r->cfg.fine_width_s);
-            uint64_t end = (bk + width) * 1000000000ull;
-            end = end < t1 ? end : t1;
-            agg_ival_key_t k2 = {ids->service, ids->version, width, bk};
-            agg_ival_ent_t *e2 = agg_hmap_upsert(&b->ival, &k2, NULL);
-            if (!e2)
-                return CM_ENOMEM;
-            e2->duration_ns += (int64_t)(end - t);
-            uint64_t upto = (uint64_t)(units * (end - t0) / dur);
-            e2->work_units += (int64_t)(upto - given);
-            given = upto;
-            t = end > t ? end : t1;
-        }
+        return 0;
     }
+    /* units of work pro rata too: the cumulative share rounded down, so the pieces sum to the
+     * chunk's count exactly */
+    unsigned __int128 units = h->work_units, dur = t1 - t0;
+    uint64_t given = 0;
+    for (uint64_t t = t0; t < t1;) {
+        uint64_t bk = bucket_of(t, r->cfg.fine_width_s);
+        uint64_t end = (bk + width) * 1000000000ull;
+        end = end < t1 ? end : t1;
+        agg_ival_key_t k2 = {ids->service, ids->version, width, bk};
+        agg_ival_ent_t *e2 = agg_hmap_upsert(&b->ival, &k2, NULL);
+        if (!e2)
+            return CM_ENOMEM;
+        e2->duration_ns += (int64_t)(end - t);
+        uint64_t upto = (uint64_t)(units * (end - t0) / dur);
+        e2->work_units += (int64_t)(upto - given);
+        given = upto;
+        t = end > t ? end : t1;
+    }
+    return 0;
+}
+
+int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
+                     const agg_chunk_ids_t *ids) {
+    const cm_header_t *h = &c->header;
+    const cm_dict_t *d = &c->dict;
+    uint64_t tag = ++b->chunk_tag;
+    /* tiers of the per-stack rollup: 1 min and 10 min where they fit between the fine and the
+     * coarse width, then the coarse width */
+    static const int64_t mid[] = {60, 600};
+    b->n_tiers = 0;
+    for (size_t i = 0; i < sizeof mid / sizeof mid[0]; i++)
+        if (mid[i] > r->cfg.fine_width_s && mid[i] % r->cfg.fine_width_s == 0 &&
+            mid[i] < r->cfg.coarse_width_s && r->cfg.coarse_width_s % mid[i] == 0)
+            b->tiers[b->n_tiers++] = mid[i];
+    b->tiers[b->n_tiers++] = r->cfg.coarse_width_s;
+    b->replicate_width = r->cfg.replicate_width_s;
+    int64_t rows_all = 0;
+    int rc = ensure(r, d->n_stacks + 1, d->n_functions + 1);
+    if (rc)
+        return rc;
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        if (!c->samples[t].n)
+            continue;
+        if ((rc = rollup_type(r, b, c, ids, t, tag)))
+            return rc;
+        rows_all += c->samples[t].n;
+    }
+    if (r->cfg.span_index && (rc = agg_spanindex_requests(b, c, ids)))
+        return rc;
+    if ((rc = rollup_interval(r, b, h, ids)))
+        return rc;
     agg_ver_key_t vk = {ids->service, ids->version};
     int fresh;
     agg_ver_ent_t *ve = agg_hmap_upsert(&b->ver, &vk, &fresh);
