@@ -97,6 +97,17 @@ int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int li
  * or a CM_E* code. */
 int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx);
 
+/* Starts a profile read of type over every store (refreshed): *p new, with one replicate named
+ * rep_name (*rep). Returns 0 or a CM_E* code (nothing to free). */
+int agg_qs_profile_begin(agg_qstore_t *qs, cm_event_type_t type, const char *rep_name,
+                         agg_profile_t **p, int64_t *rep);
+/* Ends a profile read: when rc is 0, p is sealed into *out; else p is freed. Returns rc. */
+int agg_qs_profile_end(agg_profile_t *p, int rc, agg_profile_t **out);
+
+/* Copies the trace id (16 bytes) and the span id (8 bytes) in columns c and c + 1 of st's row
+ * into trace and span, each when its column has that size (else it is left as it was). */
+void agg_qs_col_ids(agg_qxst_t *st, int c, uint8_t *trace, uint8_t *span);
+
 /* One profile row as read, before its stack is resolved. */
 typedef struct {
     uint64_t stack;

@@ -331,15 +331,9 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
     B64(st, 3, from);
     B64(st, 4, to);
     while ((s = agg_qx_step(st)) == 1) {
-        if (nbk == ncap) {
-            size_t nc = ncap ? ncap * 2 : 256;
-            bucket_t *nb = realloc(bks, nc * sizeof *nb);
-            if (!nb) {
-                rc = CM_ENOMEM;
-                break;
-            }
-            bks = nb;
-            ncap = nc;
+        if (nbk == ncap && agg_vec_grow((void **)&bks, &ncap, sizeof *bks)) {
+            rc = CM_ENOMEM;
+            break;
         }
         bucket_t *k = &bks[nbk++];
         k->key.v = agg_qx_int64(st, 0);
@@ -422,14 +416,60 @@ typedef struct {
 } leafrow_t;
 
 /* Leaf-replicate form: each replicate's cost per leaf location from profile_leaf. */
+/* The profile frame of each leaf location in leaves (its entries' second word set to their
+ * index), into *frame (malloc'ed; AGG_NONE for a location missing from the store). The
+ * locations not in d's cache yet are loaded first. Returns 0 or a CM_E* code. */
+static int leaf_frames(qdb_t *d, agg_profile_t *p, agg_hmap_t *leaves, uint32_t **frame_out) {
+    size_t nm = 0;
+    int rc = 0;
+    uint32_t *frame = NULL;
+    uint64_t *missing = malloc((leaves->n ? leaves->n : 1) * sizeof *missing);
+    if (!missing)
+        return CM_ENOMEM;
+    for (size_t i = 0; i < leaves->n; i++) {
+        uint64_t *id = agg_hmap_entry(leaves, i);
+        if (!agg_hmap_find(&d->locidx, id))
+            missing[nm++] = *id;
+    }
+    if (nm && (rc = agg_qs_cache_fill_locs(d, missing, nm)))
+        goto out;
+    frame = malloc((leaves->n ? leaves->n : 1) * sizeof *frame);
+    if (!frame) {
+        rc = CM_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < leaves->n; i++) {
+        uint64_t *e = agg_hmap_entry(leaves, i);
+        uint64_t *li = agg_hmap_find(&d->locidx, e);
+        frame[i] = AGG_NONE;
+        e[1] = i;
+        if (!li)
+            continue; /* a location missing from the store: like a broken stack, skipped */
+        cloc_t *c = &d->locs[li[1]];
+        agg_qs_cloc_symbolize(c);
+        int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+        if (fr < 0) {
+            rc = (int)fr;
+            goto out;
+        }
+        frame[i] = (uint32_t)fr;
+    }
+out:
+    free(missing);
+    if (rc)
+        free(frame);
+    else
+        *frame_out = frame;
+    return rc;
+}
+
 static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
                        agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
     char sql[4096];
     agg_qxst_t *st = NULL;
     leafrow_t *rows = NULL;
-    uint64_t *missing = NULL;
     uint32_t *frame = NULL;
-    size_t n = 0, cap = 0, nm = 0;
+    size_t n = 0, cap = 0;
     int rc = 0, s;
     agg_hmap_t leaves; /* leaf location id -> (uint64) index into the location cache */
     agg_hmap_init(&leaves, sizeof(uint64_t), 2 * sizeof(uint64_t));
@@ -465,15 +505,9 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
             rc = (int)rep;
             break;
         }
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 4096;
-            leafrow_t *nr = realloc(rows, nc * sizeof *nr);
-            if (!nr) {
-                rc = CM_ENOMEM;
-                break;
-            }
-            rows = nr;
-            cap = nc;
+        if (n == cap && agg_vec_grow((void **)&rows, &cap, sizeof *rows)) {
+            rc = CM_ENOMEM;
+            break;
         }
         rows[n++] = (leafrow_t){leaf, (uint64_t)agg_qx_int64(st, 1),
                                 (uint64_t)agg_qx_int64(st, 2), (uint32_t)rep};
@@ -488,39 +522,8 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
         if (rc || (rc = r2))
             goto out;
     }
-    missing = malloc((leaves.n ? leaves.n : 1) * sizeof *missing);
-    if (!missing) {
-        rc = CM_ENOMEM;
+    if ((rc = leaf_frames(d, p, &leaves, &frame)))
         goto out;
-    }
-    for (size_t i = 0; i < leaves.n; i++) {
-        uint64_t *id = agg_hmap_entry(&leaves, i);
-        if (!agg_hmap_find(&d->locidx, id))
-            missing[nm++] = *id;
-    }
-    if (nm && (rc = agg_qs_cache_fill_locs(d, missing, nm)))
-        goto out;
-    frame = malloc((leaves.n ? leaves.n : 1) * sizeof *frame);
-    if (!frame) {
-        rc = CM_ENOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < leaves.n; i++) {
-        uint64_t *e = agg_hmap_entry(&leaves, i);
-        uint64_t *li = agg_hmap_find(&d->locidx, e);
-        frame[i] = AGG_NONE;
-        e[1] = i;
-        if (!li)
-            continue; /* a location missing from the store: like a broken stack, skipped */
-        cloc_t *c = &d->locs[li[1]];
-        agg_qs_cloc_symbolize(c);
-        int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
-        if (fr < 0) {
-            rc = (int)fr;
-            goto out;
-        }
-        frame[i] = (uint32_t)fr;
-    }
     for (size_t i = 0; i < n; i++) {
         uint64_t *e = agg_hmap_find(&leaves, &rows[i].leaf);
         uint32_t fr = frame[e[1]];
@@ -531,7 +534,6 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
 out:
     agg_hmap_free(&leaves);
     free(rows);
-    free(missing);
     free(frame);
     return rc;
 }
@@ -879,13 +881,7 @@ int agg_qstore_profile(agg_qstore_t *qs, const agg_qspec_t *qin, agg_profile_t *
         p->time_start_ns = (uint64_t)q->from_s * 1000000000ull;
         p->time_end_ns = (uint64_t)q->to_s * 1000000000ull;
     }
-    if (rc) {
-        agg_profile_free(p);
-        return rc;
-    }
-    agg_profile_seal(p);
-    *out = p;
-    return 0;
+    return agg_qs_profile_end(p, rc, out);
 }
 
 

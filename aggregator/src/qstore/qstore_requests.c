@@ -27,12 +27,7 @@ static int cmp_req(const void *a, const void *b) {
 
 static void read_req(agg_qxst_t *st, agg_request_t *r) {
     memset(r, 0, sizeof *r);
-    size_t tl = 0, sl = 0;
-    const void *tb = agg_qx_blob(st, 0, &tl), *sb = agg_qx_blob(st, 1, &sl);
-    if (tb && tl == 16)
-        memcpy(r->trace_id, tb, 16);
-    if (sb && sl == 8)
-        memcpy(r->span_id, sb, 8);
+    agg_qs_col_ids(st, 0, r->trace_id, r->span_id);
     const char *nm = agg_qx_text(st, 2);
     snprintf(r->name, sizeof r->name, "%s", nm ? nm : "");
     r->start_ns = agg_qx_int64(st, 3);
@@ -73,15 +68,9 @@ int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **o
             B64(st, pv, agg_qs_sid(q->version));
         int s;
         while ((s = agg_qx_step(st)) == 1 && nv < AGG_REQ_MAX) {
-            if (nv == cap) {
-                size_t nc = cap ? cap * 2 : 64;
-                agg_request_t *nn = realloc(v, nc * sizeof *nn);
-                if (!nn) {
-                    rc = CM_ENOMEM;
-                    break;
-                }
-                v = nn;
-                cap = nc;
+            if (nv == cap && agg_vec_grow((void **)&v, &cap, sizeof *v)) {
+                rc = CM_ENOMEM;
+                break;
             }
             read_req(st, &v[nv++]);
         }
@@ -200,17 +189,11 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
                                 const char *name, int64_t from_ns, int64_t to_ns,
                                 cm_event_type_t type, agg_profile_t **out, int *found) {
     *found = 0;
-    int rc = agg_qs_refresh(qs);
+    agg_profile_t *p;
+    int64_t rep;
+    int rc = agg_qs_profile_begin(qs, type, "endpoint", &p, &rep);
     if (rc)
         return rc;
-    agg_profile_t *p = agg_profile_new(type);
-    if (!p)
-        return CM_ENOMEM;
-    int64_t rep = agg_profile_replicate(p, "endpoint", 0);
-    if (rep < 0) {
-        agg_profile_free(p);
-        return (int)rep;
-    }
     char where_n[340], where_p[340], sql_n[512], sql[1024];
     /* the version is ?5 in the count, ?6 in the profile statement (?5: type) */
     const char *vc_n = version ? " AND r.version = ?5" : "",
@@ -247,11 +230,5 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
             }
         }
     }
-    if (rc) {
-        agg_profile_free(p);
-        return rc;
-    }
-    agg_profile_seal(p);
-    *out = p;
-    return 0;
+    return agg_qs_profile_end(p, rc, out);
 }

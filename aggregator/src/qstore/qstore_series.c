@@ -71,15 +71,9 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
                 if (!strcmp(v[k].service, sn) && !strcmp(v[k].version, vn))
                     e = &v[k];
             if (!e) {
-                if (nv == cap) {
-                    size_t nc = cap ? cap * 2 : 16;
-                    agg_qversion_t *nvv = realloc(v, nc * sizeof *nvv);
-                    if (!nvv) {
-                        rc = CM_ENOMEM;
-                        break;
-                    }
-                    v = nvv;
-                    cap = nc;
+                if (nv == cap && agg_vec_grow((void **)&v, &cap, sizeof *v)) {
+                    rc = CM_ENOMEM;
+                    break;
                 }
                 e = &v[nv++];
                 memset(e, 0, sizeof *e);
@@ -212,15 +206,9 @@ int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_
         int s;
         while ((s = agg_qx_step(st)) == 1) {
             const char *v = agg_qx_text(st, 0);
-            if (out->n == cap) {
-                size_t nc = cap ? cap * 2 : 256;
-                agg_qpoint_t *np = realloc(out->points, nc * sizeof *np);
-                if (!np) {
-                    rc = CM_ENOMEM;
-                    break;
-                }
-                out->points = np;
-                cap = nc;
+            if (out->n == cap && agg_vec_grow((void **)&out->points, &cap, sizeof *out->points)) {
+                rc = CM_ENOMEM;
+                break;
             }
             agg_qpoint_t *pt = &out->points[out->n];
             if (!(pt->version = series_string(out, v ? v : ""))) {
@@ -270,24 +258,13 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
         B64(st, 4, limit ? (int64_t)limit : -1);
         int s;
         while ((s = agg_qx_step(st)) == 1) {
-            if (nv == cap) {
-                size_t nc = cap ? cap * 2 : 64;
-                agg_span_cost_t *nn = realloc(v, nc * sizeof *nn);
-                if (!nn) {
-                    rc = CM_ENOMEM;
-                    break;
-                }
-                v = nn;
-                cap = nc;
+            if (nv == cap && agg_vec_grow((void **)&v, &cap, sizeof *v)) {
+                rc = CM_ENOMEM;
+                break;
             }
             agg_span_cost_t *c = &v[nv++];
             memset(c, 0, sizeof *c);
-            size_t tl = 0, sl = 0;
-            const void *tb = agg_qx_blob(st, 0, &tl), *sb = agg_qx_blob(st, 1, &sl);
-            if (tb && tl == 16)
-                memcpy(c->trace_id, tb, 16);
-            if (sb && sl == 8)
-                memcpy(c->span_id, sb, 8);
+            agg_qs_col_ids(st, 0, c->trace_id, c->span_id);
             c->start_ns = (uint64_t)agg_qx_int64(st, 2);
             c->end_ns = (uint64_t)agg_qx_int64(st, 3);
             for (int t = 1; t <= CM_EV_MAX; t++)
@@ -313,17 +290,11 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
     *found = 0;
     if (!trace && !span)
         return CM_EINVAL;
-    int rc = agg_qs_refresh(qs);
+    agg_profile_t *p;
+    int64_t rep;
+    int rc = agg_qs_profile_begin(qs, type, "span", &p, &rep);
     if (rc)
         return rc;
-    agg_profile_t *p = agg_profile_new(type);
-    if (!p)
-        return CM_ENOMEM;
-    int64_t rep = agg_profile_replicate(p, "span", 0);
-    if (rep < 0) {
-        agg_profile_free(p);
-        return (int)rep;
-    }
     for (size_t i = 0; !rc && i < qs->n; i++) {
         qdb_t *d = &qs->dbs[i];
         agg_qxst_t *ids = NULL, *st = NULL;
@@ -367,13 +338,7 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
         agg_qx_finalize(st);
         agg_qx_finalize(ids);
     }
-    if (rc) {
-        agg_profile_free(p);
-        return rc;
-    }
-    agg_profile_seal(p);
-    *out = p;
-    return 0;
+    return agg_qs_profile_end(p, rc, out);
 }
 
 
@@ -404,15 +369,9 @@ int agg_qstore_rejects(agg_qstore_t *qs, agg_qreject_t **out, size_t *n) {
                 if (!strcmp(r[k].reason, why))
                     e = &r[k];
             if (!e) {
-                if (nr == cap) {
-                    size_t nc = cap ? cap * 2 : 8;
-                    agg_qreject_t *x = realloc(r, nc * sizeof *x);
-                    if (!x) {
-                        rc = CM_ENOMEM;
-                        break;
-                    }
-                    r = x;
-                    cap = nc;
+                if (nr == cap && agg_vec_grow((void **)&r, &cap, sizeof *r)) {
+                    rc = CM_ENOMEM;
+                    break;
                 }
                 e = &r[nr];
                 if (!(e->reason = strdup(why))) {

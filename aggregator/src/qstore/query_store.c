@@ -76,15 +76,9 @@ static int add_store(agg_qstore_t *qs, const char *target, const char *name) {
         agg_qx_close(db);
         return 0;
     }
-    if (qs->n == qs->cap) {
-        size_t nc = qs->cap ? qs->cap * 2 : 8;
-        qdb_t *nd = realloc(qs->dbs, nc * sizeof *nd);
-        if (!nd) {
-            agg_qx_close(db);
-            return CM_ENOMEM;
-        }
-        qs->dbs = nd;
-        qs->cap = nc;
+    if (qs->n == qs->cap && agg_vec_grow((void **)&qs->dbs, &qs->cap, sizeof *qs->dbs)) {
+        agg_qx_close(db);
+        return CM_ENOMEM;
     }
     qdb_t *d = &qs->dbs[qs->n];
     if (!(d->path = strdup(name))) {
@@ -99,21 +93,11 @@ static int add_store(agg_qstore_t *qs, const char *target, const char *name) {
     return 0;
 }
 
-/* The URL without its password, for messages. */
-static void url_safe(const char *url, char *out, size_t size) {
-    const char *at = strchr(url, '@'), *scheme = strstr(url, "://");
-    const char *colon = scheme ? strchr(scheme + 3, ':') : NULL;
-    if (at && colon && colon < at)
-        snprintf(out, size, "%.*s:***%s", (int)(colon - url), url, at);
-    else
-        snprintf(out, size, "%s", url);
-}
-
 /* Opens the store files not opened yet (partitions appear as the group grows). */
 int agg_qs_refresh(agg_qstore_t *qs) {
     if (agg_store_is_pg(qs->dir)) { /* one database holds every partition */
         char safe[512];
-        url_safe(qs->dir, safe, sizeof safe);
+        agg_store_pg_url_safe(qs->dir, safe, sizeof safe);
         return qs->n ? 0 : add_store(qs, qs->dir, safe);
     }
     DIR *d = opendir(qs->dir);
@@ -224,22 +208,21 @@ static size_t cloc_bid(const cloc_t *c, uint8_t *bid) {
     return bl;
 }
 
-void agg_qs_cloc_symbolize(cloc_t *c) {
-    if (!c->unnamed || !c->build_id[0])
-        return;
-    uint64_t now = mono_ns();
-    if (now < c->retry_ns)
-        return;
-    c->retry_ns = now + 10000000000ull;
+/* Asks the symbol store about c (its build id and address); an answer gives c its source line
+ * and inlined frames, and its name too when `name`. Returns 1 when answered, else 0. */
+static int cloc_ask(cloc_t *c, int name) {
     uint8_t bid[64];
     size_t bl = cloc_bid(c, bid);
     if (!bl)
-        return;
+        return 0;
     agg_sym_t sym;
-    if (agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
-        free(c->name);
-        c->name = sym.name;
-        sym.name = NULL;
+    int got = agg_symstore_get(bid, bl, c->address, 1, &sym) == 1;
+    if (got) {
+        if (name) {
+            free(c->name);
+            c->name = sym.name;
+            sym.name = NULL;
+        }
         if (sym.file) {
             free(c->file);
             c->file = sym.file;
@@ -248,9 +231,20 @@ void agg_qs_cloc_symbolize(cloc_t *c) {
         }
         c->chain = sym.chain;
         sym.chain = NULL;
-        c->unnamed = 0;
     }
     agg_sym_free(&sym);
+    return got;
+}
+
+void agg_qs_cloc_symbolize(cloc_t *c) {
+    if (!c->unnamed || !c->build_id[0])
+        return;
+    uint64_t now = mono_ns();
+    if (now < c->retry_ns)
+        return;
+    c->retry_ns = now + 10000000000ull;
+    if (cloc_ask(c, 1))
+        c->unnamed = 0;
 }
 
 /* The cache index of store location loc, adding it from the current row of st (columns c..c+5:
@@ -441,21 +435,7 @@ static int loc_frames(agg_profile_t *p, cloc_t *c, int lines, uint32_t *out, int
          * may give its line, from the line table rather than the function's file, and its
          * inlined frames; asked at most every 10 s per location */
         c->retry_ns = mono_ns() + 10000000000ull;
-        uint8_t bid[64];
-        size_t bl = cloc_bid(c, bid);
-        agg_sym_t sym;
-        if (bl && agg_symstore_get(bid, bl, c->address, 1, &sym) == 1) {
-            if (sym.file) {
-                free(c->file);
-                c->file = sym.file;
-                c->line = sym.line;
-                sym.file = NULL;
-            }
-            c->chain = sym.chain;
-            sym.chain = NULL;
-        }
-        if (bl)
-            agg_sym_free(&sym);
+        cloc_ask(c, 0);
     }
     if (!lines) {
         fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
@@ -668,6 +648,41 @@ out:
     return rc;
 }
 
+void agg_qs_col_ids(agg_qxst_t *st, int c, uint8_t *trace, uint8_t *span) {
+    size_t tl = 0, sl = 0;
+    const void *tb = agg_qx_blob(st, c, &tl), *sb = agg_qx_blob(st, c + 1, &sl);
+    if (tb && tl == 16)
+        memcpy(trace, tb, 16);
+    if (sb && sl == 8)
+        memcpy(span, sb, 8);
+}
+
+int agg_qs_profile_begin(agg_qstore_t *qs, cm_event_type_t type, const char *rep_name,
+                         agg_profile_t **p, int64_t *rep) {
+    int rc = agg_qs_refresh(qs);
+    if (rc)
+        return rc;
+    if (!(*p = agg_profile_new(type)))
+        return CM_ENOMEM;
+    *rep = agg_profile_replicate(*p, rep_name, 0);
+    if (*rep < 0) {
+        agg_profile_free(*p);
+        *p = NULL;
+        return (int)*rep;
+    }
+    return 0;
+}
+
+int agg_qs_profile_end(agg_profile_t *p, int rc, agg_profile_t **out) {
+    if (rc) {
+        agg_profile_free(p);
+        return rc;
+    }
+    agg_profile_seal(p);
+    *out = p;
+    return 0;
+}
+
 int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx) {
     agg_hmap_t stacks;
     agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
@@ -675,15 +690,9 @@ int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t r
     size_t nr = 0, cap = 0;
     int rc = 0, s;
     while (!rc && (s = agg_qx_step(st)) == 1) {
-        if (nr == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            rawrow_t *nn = realloc(rows, nc * sizeof *nn);
-            if (!nn) {
-                rc = CM_ENOMEM;
-                break;
-            }
-            rows = nn;
-            cap = nc;
+        if (nr == cap && agg_vec_grow((void **)&rows, &cap, sizeof *rows)) {
+            rc = CM_ENOMEM;
+            break;
         }
         rows[nr].stack = (uint64_t)agg_qx_int64(st, 0);
         rows[nr].weight = (uint64_t)agg_qx_int64(st, 1);

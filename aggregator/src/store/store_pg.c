@@ -419,8 +419,7 @@ static const agg_store_vtab_t pg_vtab = {
     .qx = pg_qx,
 };
 
-/* The URL without its password, for messages. */
-static void url_safe(const char *url, char *out, size_t size) {
+void agg_store_pg_url_safe(const char *url, char *out, size_t size) {
     const char *at = strchr(url, '@'), *scheme = strstr(url, "://");
     const char *colon = scheme ? strchr(scheme + 3, ':') : NULL;
     if (at && colon && colon < at)
@@ -431,7 +430,7 @@ static void url_safe(const char *url, char *out, size_t size) {
 
 int agg_store_pg_open(const char *url, agg_store_t **out, char *err, size_t err_size) {
     char safe[512];
-    url_safe(url, safe, sizeof safe);
+    agg_store_pg_url_safe(url, safe, sizeof safe);
     pg_store_t *s = calloc(1, sizeof *s);
     if (!s || !(s->url = strdup(url))) {
         free(s);

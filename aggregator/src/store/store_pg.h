@@ -19,6 +19,8 @@
 
 /* 1 if spec names a PostgreSQL store (postgres:// or postgresql://). */
 int agg_store_is_pg(const char *spec);
+/* url without its password (for messages) into out (size bytes). */
+void agg_store_pg_url_safe(const char *url, char *out, size_t size);
 
 /* Connects to url, applies the schema migrations not applied yet, and returns a store handle.
  * Returns 0 or a negative code with the reason in err (the password is never echoed). */
