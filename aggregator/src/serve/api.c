@@ -70,6 +70,16 @@ static void run_route(const route_t *rt, const args_t *a, const char *url, agg_h
     agg_qpool_release(api->pool, qs);
 }
 
+/* Runs the route with the request's arguments a (freed here) once they are checked: at most
+ * MAX_ARGS, all valid UTF-8; else a 400. */
+static void run_args(const route_t *rt, args_t *a, const char *url, agg_http_reply_t *r) {
+    if (a->overflow)
+        reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
+    else if (args_utf8(a, url, r))
+        run_route(rt, a, url, r);
+    args_free(a);
+}
+
 static void dispatch(void *arg_, const char *url, const char *query, agg_http_reply_t *r) {
     (void)query;
     route_t *rt = arg_;
@@ -78,13 +88,7 @@ static void dispatch(void *arg_, const char *url, const char *query, agg_http_re
         return;
     args_t a = {0};
     agg_http_request_args(add_arg, &a);
-    if (a.overflow) {
-        reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
-    } else if (!args_utf8(&a, url, r)) {
-    } else {
-        run_route(rt, &a, url, r);
-    }
-    args_free(&a);
+    run_args(rt, &a, url, r);
 }
 
 size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max) {
@@ -131,14 +135,7 @@ void agg_api_call(agg_api_t *api, const char *url, const char *const *keys,
     args_t a = {0};
     for (size_t i = 0; i < n && !a.overflow; i++)
         add_arg(&a, keys[i], vals[i]);
-    route_t *rt = best->arg;
-    if (a.overflow) {
-        reply_err(r, 400, NULL, "too many query parameters (at most %d)", MAX_ARGS);
-    } else if (!args_utf8(&a, url, r)) {
-    } else {
-        run_route(rt, &a, url, r);
-    }
-    args_free(&a);
+    run_args(best->arg, &a, url, r);
 }
 
 int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err_size) {

@@ -30,7 +30,10 @@
 
 typedef struct agg_api agg_api_t;
 typedef struct args args_t;
-typedef void (*route_fn)(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
+/* A route: answers url with the request's arguments a into r, on api->qs. */
+typedef void route_handler_t(agg_api_t *api, const args_t *a, const char *url,
+                             agg_http_reply_t *r);
+typedef route_handler_t *route_fn;
 typedef struct {
     agg_api_t *api;
     route_fn fn;
@@ -183,17 +186,7 @@ agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_
 #define h_requests agg_api_h_requests
 #define h_reports agg_api_h_reports
 
-void h_services(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_versions(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_event_types(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_timeseries(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_profile(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_spans(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_endpoints(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_endpoint(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_requests(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
-void h_reports(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r);
+route_handler_t h_services, h_versions, h_event_types, h_timeseries, h_profile, h_diff, h_spans,
+    h_span, h_endpoints, h_endpoint, h_requests, h_reports;
 
 #endif
