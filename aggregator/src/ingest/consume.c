@@ -559,12 +559,33 @@ fail:
     return NULL;
 }
 
+/* Sets the n (property, value) pairs kv on *conf and creates the client of this type (what:
+ * its name in messages) from it; *conf is then the client's (NULL). Returns the client, or
+ * NULL with the reason in err (*conf left to the caller). */
+static rd_kafka_t *kafka_new(rd_kafka_type_t type, rd_kafka_conf_t **conf,
+                             const char *const (*kv)[2], size_t n, const char *what, char *err,
+                             size_t err_size) {
+    char e[512];
+    for (size_t i = 0; i < n; i++)
+        if (rd_kafka_conf_set(*conf, kv[i][0], kv[i][1], e, sizeof e)) {
+            snprintf(err, err_size, "kafka %s configuration: %s",
+                     type == RD_KAFKA_PRODUCER ? "producer" : "consumer", e);
+            return NULL;
+        }
+    rd_kafka_t *rk = rd_kafka_new(type, *conf, e, sizeof e);
+    if (!rk) {
+        snprintf(err, err_size, "cannot create %s: %s", what, e);
+        return NULL;
+    }
+    *conf = NULL;
+    return rk;
+}
+
 int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_consumer_t **out,
                      char *err, size_t err_size) {
     agg_consumer_t *c = calloc(1, sizeof *c);
     rd_kafka_conf_t *conf = NULL;
     rd_kafka_topic_partition_list_t *topics = NULL;
-    char e[512];
     int rc = CM_ECONFIG;
     if (!c)
         return CM_ENOMEM;
@@ -579,17 +600,11 @@ int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_c
         goto out;
     rd_kafka_conf_set_dr_msg_cb(conf, dlq_dr);
     rd_kafka_conf_set_opaque(conf, c);
-    if (rd_kafka_conf_set(conf, "enable.idempotence", "true", e, sizeof e) ||
-        rd_kafka_conf_set(conf, "message.max.bytes", "20000000", e, sizeof e) ||
-        rd_kafka_conf_set(conf, "linger.ms", "5", e, sizeof e)) {
-        snprintf(err, err_size, "kafka producer configuration: %s", e);
+    const char *const producer[][2] = {
+        {"enable.idempotence", "true"}, {"message.max.bytes", "20000000"}, {"linger.ms", "5"}};
+    if (!(c->dlq = kafka_new(RD_KAFKA_PRODUCER, &conf, producer, 3, "the dead-letter producer",
+                             err, err_size)))
         goto out;
-    }
-    if (!(c->dlq = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e))) {
-        snprintf(err, err_size, "cannot create the dead-letter producer: %s", e);
-        goto out;
-    }
-    conf = NULL;
 
     if (!(conf = base_conf(cfg, 0, err, err_size)))
         goto out;
@@ -598,20 +613,15 @@ int agg_consumer_new(const agg_consume_cfg_t *cfg, agg_metrics_t *metrics, agg_c
     const char *strategy = cfg->assignment_strategy && cfg->assignment_strategy[0]
                                ? cfg->assignment_strategy
                                : "cooperative-sticky";
-    if (rd_kafka_conf_set(conf, "group.id", cfg->group, e, sizeof e) ||
-        rd_kafka_conf_set(conf, "enable.auto.commit", "false", e, sizeof e) ||
-        rd_kafka_conf_set(conf, "enable.auto.offset.store", "false", e, sizeof e) ||
-        rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", e, sizeof e) ||
-        rd_kafka_conf_set(conf, "fetch.message.max.bytes", "20000000", e, sizeof e) ||
-        rd_kafka_conf_set(conf, "partition.assignment.strategy", strategy, e, sizeof e)) {
-        snprintf(err, err_size, "kafka consumer configuration: %s", e);
+    const char *const consumer[][2] = {{"group.id", cfg->group},
+                                       {"enable.auto.commit", "false"},
+                                       {"enable.auto.offset.store", "false"},
+                                       {"auto.offset.reset", "earliest"},
+                                       {"fetch.message.max.bytes", "20000000"},
+                                       {"partition.assignment.strategy", strategy}};
+    if (!(c->rk = kafka_new(RD_KAFKA_CONSUMER, &conf, consumer, 6, "the Kafka consumer", err,
+                            err_size)))
         goto out;
-    }
-    if (!(c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof e))) {
-        snprintf(err, err_size, "cannot create the Kafka consumer: %s", e);
-        goto out;
-    }
-    conf = NULL;
     rd_kafka_poll_set_consumer(c->rk);
     topics = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(topics, cfg->topic, RD_KAFKA_PARTITION_UA);
