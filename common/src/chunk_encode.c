@@ -93,6 +93,13 @@ static int all_default64(const uint64_t *col, uint32_t n, uint64_t dflt) {
             (msg)->field = (void *)(col);                                                          \
         }                                                                                          \
     } while (0)
+#define SET_COL64(msg, field, col, n, dflt)                                                        \
+    do {                                                                                           \
+        if (!all_default64((col), (n), (dflt))) {                                                  \
+            (msg)->n_##field = (n);                                                                \
+            (msg)->field = (col);                                                                  \
+        }                                                                                          \
+    } while (0)
 
 static char *dup_str(cm_str_t s) {
     char *p = malloc((size_t)s.len + 1);
@@ -104,251 +111,290 @@ static char *dup_str(cm_str_t s) {
     return p;
 }
 
+/* The message under construction and everything the encoder allocated for it; columns of
+ * the input chunk are pointed to, not copied. Released with enc_free(). */
+typedef struct {
+    Fleetprof__V1__Chunk msg;
+    Fleetprof__V1__Header hdr;
+    Fleetprof__V1__Dictionary dict;
+    Fleetprof__V1__Spans spans;
+    Fleetprof__V1__Samples cols[CM_EV_COUNT], *cols_p[CM_EV_COUNT];
+    Fleetprof__V1__Sampling *samp, **samp_p;
+    Fleetprof__V1__Drop *drops, **drops_p;
+    Fleetprof__V1__Mapping *maps, **maps_p;
+    int64_t *deltas[CM_EV_COUNT]; /* per column: time deltas, then weight deltas */
+    uint32_t *string_len, *label_len;
+    uint32_t *st_base; /* stack base, shared, suffix and location columns: one block */
+    uint8_t *string_data;
+    char *hs[4]; /* service, version, host, agent version */
+} enc_t;
+
+static void enc_free(enc_t *e) {
+    for (int i = 0; i < 4; i++)
+        free(e->hs[i]);
+    for (uint32_t t = 0; t < CM_EV_COUNT; t++)
+        free(e->deltas[t]);
+    free(e->samp);
+    free(e->samp_p);
+    free(e->drops);
+    free(e->drops_p);
+    free(e->maps);
+    free(e->maps_p);
+    free(e->string_data);
+    free(e->string_len);
+    free(e->label_len);
+    free(e->st_base);
+}
+
+/* Header scalars, strings, sampling settings and drop counters. 0 or CM_ENOMEM. */
+static int enc_header(enc_t *e, const cm_header_t *h) {
+    Fleetprof__V1__Header *hdr = &e->hdr;
+    if (!(e->hs[0] = dup_str(h->service)) || !(e->hs[1] = dup_str(h->version)) ||
+        !(e->hs[2] = dup_str(h->host)) || !(e->hs[3] = dup_str(h->agent_version)))
+        return CM_ENOMEM;
+    hdr->service = e->hs[0];
+    hdr->version = e->hs[1];
+    hdr->host = e->hs[2];
+    hdr->agent_version = e->hs[3];
+    hdr->pid = h->pid;
+    hdr->process_start_unix_ns = h->process_start_unix_ns;
+    hdr->start_unix_ns = h->start_unix_ns;
+    hdr->end_unix_ns = h->end_unix_ns;
+    hdr->chunk_id.data = (uint8_t *)h->chunk_id;
+    hdr->chunk_id.len = CM_CHUNK_ID_LEN;
+    hdr->sequence = h->sequence;
+    hdr->agent_cpu_ns = h->agent_cpu_ns;
+    hdr->process_cpu_ns = h->process_cpu_ns;
+    hdr->work_units = h->work_units;
+    hdr->time_unit_ns = h->time_unit_ns;
+    hdr->format_minor = CM_FORMAT_MINOR;
+    e->samp = calloc(h->n_sampling + 1, sizeof *e->samp);
+    e->samp_p = calloc(h->n_sampling + 1, sizeof *e->samp_p);
+    e->drops = calloc(h->n_drops + 1, sizeof *e->drops);
+    e->drops_p = calloc(h->n_drops + 1, sizeof *e->drops_p);
+    if (!e->samp || !e->samp_p || !e->drops || !e->drops_p)
+        return CM_ENOMEM;
+    for (uint32_t i = 0; i < h->n_sampling; i++) {
+        Fleetprof__V1__Sampling *ps = &e->samp[i];
+        fleetprof__v1__sampling__init(ps);
+        ps->type = (Fleetprof__V1__EventType)h->sampling[i].type;
+        ps->period = h->sampling[i].period;
+        ps->threshold_ns = h->sampling[i].threshold_ns;
+        ps->target_per_sec = h->sampling[i].target_per_sec;
+        ps->events_seen = h->sampling[i].events_seen;
+        ps->samples_kept = h->sampling[i].samples_kept;
+        e->samp_p[i] = ps;
+    }
+    hdr->n_sampling = h->n_sampling;
+    hdr->sampling = e->samp_p;
+    for (uint32_t i = 0; i < h->n_drops; i++) {
+        fleetprof__v1__drop__init(&e->drops[i]);
+        e->drops[i].reason = (Fleetprof__V1__DropReason)h->drops[i].reason;
+        e->drops[i].type = (Fleetprof__V1__EventType)h->drops[i].type;
+        e->drops[i].count = h->drops[i].count;
+        e->drops_p[i] = &e->drops[i];
+    }
+    hdr->n_drops = h->n_drops;
+    hdr->drops = e->drops_p;
+    return 0;
+}
+
+/* Strings (one blob plus lengths) and mappings. 0 or CM_ENOMEM. */
+static int enc_strings(enc_t *e, const cm_dict_t *d) {
+    Fleetprof__V1__Dictionary *dict = &e->dict;
+    size_t blob = 0;
+    for (uint32_t i = 0; i < d->n_strings; i++)
+        blob += d->strings[i].len;
+    e->string_data = malloc(blob + 1);
+    e->string_len = malloc(sizeof(uint32_t) * d->n_strings);
+    if (!e->string_data || !e->string_len)
+        return CM_ENOMEM;
+    blob = 0;
+    for (uint32_t i = 0; i < d->n_strings; i++) {
+        if (d->strings[i].len)
+            memcpy(e->string_data + blob, d->strings[i].ptr, d->strings[i].len);
+        blob += d->strings[i].len;
+        e->string_len[i] = d->strings[i].len;
+    }
+    dict->string_data.data = e->string_data;
+    dict->string_data.len = blob;
+    dict->n_string_len = d->n_strings;
+    dict->string_len = e->string_len;
+
+    e->maps = calloc(d->n_mappings, sizeof *e->maps);
+    e->maps_p = calloc(d->n_mappings, sizeof *e->maps_p);
+    if (!e->maps || !e->maps_p)
+        return CM_ENOMEM;
+    for (uint32_t i = 0; i < d->n_mappings; i++) {
+        Fleetprof__V1__Mapping *pm = &e->maps[i];
+        fleetprof__v1__mapping__init(pm);
+        pm->start = d->mappings[i].start;
+        pm->limit = d->mappings[i].limit;
+        pm->file_offset = d->mappings[i].file_offset;
+        pm->filename = d->mappings[i].filename;
+        pm->build_id.data = (uint8_t *)d->mappings[i].build_id;
+        pm->build_id.len = d->mappings[i].build_id_len;
+        e->maps_p[i] = pm;
+    }
+    dict->n_mappings = d->n_mappings;
+    dict->mappings = e->maps_p;
+    return 0;
+}
+
+/* Functions, locations, front-coded stacks, contexts, label sets and threads.
+ * 0 or CM_ENOMEM. */
+static int enc_tables(enc_t *e, const cm_dict_t *d) {
+    Fleetprof__V1__Dictionary *dict = &e->dict;
+    dict->n_function_name = d->n_functions;
+    dict->function_name = d->function_name;
+    SET_COL32(dict, function_system_name, d->function_system_name, d->n_functions);
+    SET_COL32(dict, function_filename, d->function_filename, d->n_functions);
+    dict->n_location_mapping = d->n_locations;
+    dict->location_mapping = d->location_mapping;
+    dict->n_location_address = d->n_locations;
+    dict->location_address = d->location_address;
+    dict->n_location_function = d->n_locations;
+    dict->location_function = d->location_function;
+    SET_COL32(dict, location_line, d->location_line, d->n_locations);
+
+    uint32_t nframes = d->stack_off[d->n_stacks];
+    e->st_base = malloc(sizeof(uint32_t) * ((size_t)3 * d->n_stacks + nframes + 1));
+    if (!e->st_base)
+        return CM_ENOMEM;
+    uint32_t *st_shared = e->st_base + d->n_stacks, *st_suffix = st_shared + d->n_stacks;
+    uint32_t *st_locs = st_suffix + d->n_stacks;
+    size_t n_locs = 0;
+    int rc = front_code(d, e->st_base, st_shared, st_suffix, st_locs, &n_locs);
+    if (rc)
+        return rc;
+    dict->n_stack_base = dict->n_stack_shared = dict->n_stack_suffix_len = d->n_stacks;
+    dict->stack_base = e->st_base;
+    dict->stack_shared = st_shared;
+    dict->stack_suffix_len = st_suffix;
+    dict->n_stack_location = n_locs;
+    dict->stack_location = st_locs;
+    SET_COL32(dict, stack_flags, d->stack_flags, d->n_stacks);
+
+    dict->context_ids.data = (uint8_t *)d->contexts;
+    dict->context_ids.len = (size_t)d->n_contexts * CM_CONTEXT_SIZE;
+    e->label_len = malloc(sizeof(uint32_t) * d->n_label_sets);
+    if (!e->label_len)
+        return CM_ENOMEM;
+    for (uint32_t i = 0; i < d->n_label_sets; i++)
+        e->label_len[i] = d->label_off[i + 1] - d->label_off[i];
+    dict->n_label_set_len = d->n_label_sets;
+    dict->label_set_len = e->label_len;
+    dict->n_label_kv = 2 * (size_t)d->label_off[d->n_label_sets];
+    dict->label_kv = d->label_kv;
+    dict->n_thread_tid = d->n_threads;
+    dict->thread_tid = d->thread_tid;
+    SET_COL32(dict, thread_name, d->thread_name, d->n_threads);
+    return 0;
+}
+
+/* Sample column of type t into m: times as deltas in the header's time unit, weights as
+ * deltas, optional columns left out when every row has the default. 0 or CM_ENOMEM. */
+static int enc_column(enc_t *e, Fleetprof__V1__Samples *m, uint32_t t, const cm_samples_t *s,
+                      const cm_header_t *h) {
+    fleetprof__v1__samples__init(m);
+    m->type = (Fleetprof__V1__EventType)t;
+    m->n_stack = s->n;
+    m->stack = s->stack;
+    if (!(e->deltas[t] = malloc(2 * sizeof(int64_t) * s->n)))
+        return CM_ENOMEM;
+    int64_t prev = 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        int64_t u = (int64_t)((s->time_ns[i] - h->start_unix_ns) / h->time_unit_ns);
+        e->deltas[t][i] = u - prev;
+        prev = u;
+    }
+    m->n_time_delta = s->n;
+    m->time_delta = e->deltas[t];
+    int64_t *wd = e->deltas[t] + s->n; /* second half of the same allocation */
+    uint64_t pw = 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        wd[i] = (int64_t)(s->weight[i] - pw); /* two's complement wrap is exact */
+        pw = s->weight[i];
+    }
+    m->n_weight_delta = s->n;
+    m->weight_delta = wd;
+    SET_COL64(m, count, s->count, s->n, CM_COUNT_ONE);
+    SET_COL32(m, thread, s->thread, s->n);
+    SET_COL32(m, context, s->context, s->n);
+    SET_COL32(m, labels, s->labels, s->n);
+    SET_COL32(m, flags, s->flags, s->n);
+    SET_COL32(m, io_kind, s->io_kind, s->n);
+    SET_COL32(m, fd_kind, s->fd_kind, s->n);
+    SET_COL32(m, target, s->target, s->n);
+    SET_COL64(m, size, s->size, s->n, 0);
+    SET_COL64(m, address, s->address, s->n, 0);
+    return 0;
+}
+
+/* Non-empty sample columns, then the spans (pointed to, not copied). 0 or CM_ENOMEM. */
+static int enc_samples(enc_t *e, const cm_chunk_t *c) {
+    size_t ncols = 0;
+    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
+        if (c->samples[t].n == 0)
+            continue;
+        int rc = enc_column(e, &e->cols[ncols], t, &c->samples[t], &c->header);
+        if (rc)
+            return rc;
+        e->cols_p[ncols] = &e->cols[ncols];
+        ncols++;
+    }
+    e->msg.n_samples = ncols;
+    e->msg.samples = e->cols_p;
+    const cm_spans_t *sp = &c->spans;
+    if (sp->n) {
+        Fleetprof__V1__Spans *spans = &e->spans;
+        spans->n_context = spans->n_name = spans->n_start_unix_ns = spans->n_duration_ns = sp->n;
+        spans->n_thread = sp->n;
+        spans->context = sp->context;
+        spans->name = sp->name;
+        spans->start_unix_ns = sp->start_unix_ns;
+        spans->duration_ns = sp->duration_ns;
+        spans->thread = sp->thread;
+        SET_COL32(spans, flags, sp->flags, sp->n);
+        e->msg.spans = spans;
+    }
+    return 0;
+}
+
+/* Serializes the message and frames it into *out (malloc'd). */
+static int enc_pack(const enc_t *e, uint8_t **out, size_t *out_len, char *errbuf,
+                    size_t errbuf_size) {
+    size_t raw_len = fleetprof__v1__chunk__get_packed_size(&e->msg);
+    if (raw_len > CM_MAX_RAW_SIZE) {
+        snprintf(errbuf, errbuf_size, "chunk serializes to %zu bytes (limit %u)", raw_len,
+                 CM_MAX_RAW_SIZE);
+        return CM_ETOOBIG;
+    }
+    uint8_t *raw = malloc(raw_len + 1);
+    if (!raw)
+        return CM_ENOMEM;
+    fleetprof__v1__chunk__pack(&e->msg, raw);
+    int rc = cm_frame_build(raw, raw_len, out, out_len);
+    free(raw);
+    return rc;
+}
+
 int cm_chunk_encode(const cm_chunk_t *c, uint8_t **out, size_t *out_len, char *errbuf,
                     size_t errbuf_size) {
     int rc = cm_chunk_validate(c, errbuf, errbuf_size);
     if (rc)
         return rc;
-    const cm_header_t *h = &c->header;
-    const cm_dict_t *d = &c->dict;
-
-    Fleetprof__V1__Chunk msg = FLEETPROF__V1__CHUNK__INIT;
-    Fleetprof__V1__Header hdr = FLEETPROF__V1__HEADER__INIT;
-    Fleetprof__V1__Dictionary dict = FLEETPROF__V1__DICTIONARY__INIT;
-    Fleetprof__V1__Sampling *samp = NULL, **samp_p = NULL;
-    Fleetprof__V1__Drop *drops = NULL, **drops_p = NULL;
-    Fleetprof__V1__Mapping *maps = NULL, **maps_p = NULL;
-    Fleetprof__V1__Samples cols[CM_EV_COUNT], *cols_p[CM_EV_COUNT];
-    int64_t *deltas[CM_EV_COUNT] = {0};
-    uint32_t *string_len = NULL, *label_len = NULL, *st_base = NULL;
-    uint8_t *string_data = NULL, *raw = NULL;
-    char *hs[4] = {0};
-    rc = CM_ENOMEM;
-
-    msg.header = &hdr;
-    msg.dict = &dict;
-    if (!(hs[0] = dup_str(h->service)) || !(hs[1] = dup_str(h->version)) ||
-        !(hs[2] = dup_str(h->host)) || !(hs[3] = dup_str(h->agent_version)))
-        goto out;
-    hdr.service = hs[0];
-    hdr.version = hs[1];
-    hdr.host = hs[2];
-    hdr.agent_version = hs[3];
-    hdr.pid = h->pid;
-    hdr.process_start_unix_ns = h->process_start_unix_ns;
-    hdr.start_unix_ns = h->start_unix_ns;
-    hdr.end_unix_ns = h->end_unix_ns;
-    hdr.chunk_id.data = (uint8_t *)h->chunk_id;
-    hdr.chunk_id.len = CM_CHUNK_ID_LEN;
-    hdr.sequence = h->sequence;
-    hdr.agent_cpu_ns = h->agent_cpu_ns;
-    hdr.process_cpu_ns = h->process_cpu_ns;
-    hdr.work_units = h->work_units;
-    hdr.time_unit_ns = h->time_unit_ns;
-    hdr.format_minor = CM_FORMAT_MINOR;
-    samp = calloc(h->n_sampling + 1, sizeof *samp);
-    samp_p = calloc(h->n_sampling + 1, sizeof *samp_p);
-    drops = calloc(h->n_drops + 1, sizeof *drops);
-    drops_p = calloc(h->n_drops + 1, sizeof *drops_p);
-    if (!samp || !samp_p || !drops || !drops_p)
-        goto out;
-    for (uint32_t i = 0; i < h->n_sampling; i++) {
-        fleetprof__v1__sampling__init(&samp[i]);
-        samp[i].type = (Fleetprof__V1__EventType)h->sampling[i].type;
-        samp[i].period = h->sampling[i].period;
-        samp[i].threshold_ns = h->sampling[i].threshold_ns;
-        samp[i].target_per_sec = h->sampling[i].target_per_sec;
-        samp[i].events_seen = h->sampling[i].events_seen;
-        samp[i].samples_kept = h->sampling[i].samples_kept;
-        samp_p[i] = &samp[i];
-    }
-    hdr.n_sampling = h->n_sampling;
-    hdr.sampling = samp_p;
-    for (uint32_t i = 0; i < h->n_drops; i++) {
-        fleetprof__v1__drop__init(&drops[i]);
-        drops[i].reason = (Fleetprof__V1__DropReason)h->drops[i].reason;
-        drops[i].type = (Fleetprof__V1__EventType)h->drops[i].type;
-        drops[i].count = h->drops[i].count;
-        drops_p[i] = &drops[i];
-    }
-    hdr.n_drops = h->n_drops;
-    hdr.drops = drops_p;
-
-    /* strings: one blob plus lengths */
-    size_t blob = 0;
-    for (uint32_t i = 0; i < d->n_strings; i++)
-        blob += d->strings[i].len;
-    string_data = malloc(blob + 1);
-    string_len = malloc(sizeof(uint32_t) * d->n_strings);
-    if (!string_data || !string_len)
-        goto out;
-    blob = 0;
-    for (uint32_t i = 0; i < d->n_strings; i++) {
-        if (d->strings[i].len)
-            memcpy(string_data + blob, d->strings[i].ptr, d->strings[i].len);
-        blob += d->strings[i].len;
-        string_len[i] = d->strings[i].len;
-    }
-    dict.string_data.data = string_data;
-    dict.string_data.len = blob;
-    dict.n_string_len = d->n_strings;
-    dict.string_len = string_len;
-
-    maps = calloc(d->n_mappings, sizeof *maps);
-    maps_p = calloc(d->n_mappings, sizeof *maps_p);
-    if (!maps || !maps_p)
-        goto out;
-    for (uint32_t i = 0; i < d->n_mappings; i++) {
-        fleetprof__v1__mapping__init(&maps[i]);
-        maps[i].start = d->mappings[i].start;
-        maps[i].limit = d->mappings[i].limit;
-        maps[i].file_offset = d->mappings[i].file_offset;
-        maps[i].filename = d->mappings[i].filename;
-        maps[i].build_id.data = (uint8_t *)d->mappings[i].build_id;
-        maps[i].build_id.len = d->mappings[i].build_id_len;
-        maps_p[i] = &maps[i];
-    }
-    dict.n_mappings = d->n_mappings;
-    dict.mappings = maps_p;
-
-    dict.n_function_name = d->n_functions;
-    dict.function_name = d->function_name;
-    SET_COL32(&dict, function_system_name, d->function_system_name, d->n_functions);
-    SET_COL32(&dict, function_filename, d->function_filename, d->n_functions);
-    dict.n_location_mapping = d->n_locations;
-    dict.location_mapping = d->location_mapping;
-    dict.n_location_address = d->n_locations;
-    dict.location_address = d->location_address;
-    dict.n_location_function = d->n_locations;
-    dict.location_function = d->location_function;
-    SET_COL32(&dict, location_line, d->location_line, d->n_locations);
-
-    uint32_t nframes = d->stack_off[d->n_stacks];
-    st_base = malloc(sizeof(uint32_t) * ((size_t)3 * d->n_stacks + nframes + 1));
-    if (!st_base)
-        goto out;
-    uint32_t *st_shared = st_base + d->n_stacks, *st_suffix = st_shared + d->n_stacks;
-    uint32_t *st_locs = st_suffix + d->n_stacks;
-    size_t n_locs = 0;
-    if ((rc = front_code(d, st_base, st_shared, st_suffix, st_locs, &n_locs)))
-        goto out;
-    rc = CM_ENOMEM;
-    dict.n_stack_base = dict.n_stack_shared = dict.n_stack_suffix_len = d->n_stacks;
-    dict.stack_base = st_base;
-    dict.stack_shared = st_shared;
-    dict.stack_suffix_len = st_suffix;
-    dict.n_stack_location = n_locs;
-    dict.stack_location = st_locs;
-    SET_COL32(&dict, stack_flags, d->stack_flags, d->n_stacks);
-
-    dict.context_ids.data = (uint8_t *)d->contexts;
-    dict.context_ids.len = (size_t)d->n_contexts * CM_CONTEXT_SIZE;
-    label_len = malloc(sizeof(uint32_t) * d->n_label_sets);
-    if (!label_len)
-        goto out;
-    for (uint32_t i = 0; i < d->n_label_sets; i++)
-        label_len[i] = d->label_off[i + 1] - d->label_off[i];
-    dict.n_label_set_len = d->n_label_sets;
-    dict.label_set_len = label_len;
-    dict.n_label_kv = 2 * (size_t)d->label_off[d->n_label_sets];
-    dict.label_kv = d->label_kv;
-    dict.n_thread_tid = d->n_threads;
-    dict.thread_tid = d->thread_tid;
-    SET_COL32(&dict, thread_name, d->thread_name, d->n_threads);
-
-    size_t ncols = 0;
-    for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
-        const cm_samples_t *s = &c->samples[t];
-        if (s->n == 0)
-            continue;
-        Fleetprof__V1__Samples *m = &cols[ncols];
-        fleetprof__v1__samples__init(m);
-        m->type = (Fleetprof__V1__EventType)t;
-        m->n_stack = s->n;
-        m->stack = s->stack;
-        if (!(deltas[t] = malloc(2 * sizeof(int64_t) * s->n)))
-            goto out;
-        int64_t prev = 0;
-        for (uint32_t i = 0; i < s->n; i++) {
-            int64_t u = (int64_t)((s->time_ns[i] - h->start_unix_ns) / h->time_unit_ns);
-            deltas[t][i] = u - prev;
-            prev = u;
-        }
-        m->n_time_delta = s->n;
-        m->time_delta = deltas[t];
-        int64_t *wd = deltas[t] + s->n; /* second half of the same allocation */
-        uint64_t pw = 0;
-        for (uint32_t i = 0; i < s->n; i++) {
-            wd[i] = (int64_t)(s->weight[i] - pw); /* two's complement wrap is exact */
-            pw = s->weight[i];
-        }
-        m->n_weight_delta = s->n;
-        m->weight_delta = wd;
-        if (!all_default64(s->count, s->n, CM_COUNT_ONE)) {
-            m->n_count = s->n;
-            m->count = s->count;
-        }
-        SET_COL32(m, thread, s->thread, s->n);
-        SET_COL32(m, context, s->context, s->n);
-        SET_COL32(m, labels, s->labels, s->n);
-        SET_COL32(m, flags, s->flags, s->n);
-        SET_COL32(m, io_kind, s->io_kind, s->n);
-        SET_COL32(m, fd_kind, s->fd_kind, s->n);
-        SET_COL32(m, target, s->target, s->n);
-        if (!all_default64(s->size, s->n, 0)) {
-            m->n_size = s->n;
-            m->size = s->size;
-        }
-        if (!all_default64(s->address, s->n, 0)) {
-            m->n_address = s->n;
-            m->address = s->address;
-        }
-        cols_p[ncols++] = m;
-    }
-    msg.n_samples = ncols;
-    msg.samples = cols_p;
-    Fleetprof__V1__Spans spans = FLEETPROF__V1__SPANS__INIT;
-    const cm_spans_t *sp = &c->spans;
-    if (sp->n) {
-        spans.n_context = spans.n_name = spans.n_start_unix_ns = spans.n_duration_ns = sp->n;
-        spans.n_thread = sp->n;
-        spans.context = sp->context;
-        spans.name = sp->name;
-        spans.start_unix_ns = sp->start_unix_ns;
-        spans.duration_ns = sp->duration_ns;
-        spans.thread = sp->thread;
-        SET_COL32(&spans, flags, sp->flags, sp->n);
-        msg.spans = &spans;
-    }
-
-    size_t raw_len = fleetprof__v1__chunk__get_packed_size(&msg);
-    if (raw_len > CM_MAX_RAW_SIZE) {
-        snprintf(errbuf, errbuf_size, "chunk serializes to %zu bytes (limit %u)", raw_len,
-                 CM_MAX_RAW_SIZE);
-        rc = CM_ETOOBIG;
-        goto out;
-    }
-    if (!(raw = malloc(raw_len + 1)))
-        goto out;
-    fleetprof__v1__chunk__pack(&msg, raw);
-    rc = cm_frame_build(raw, raw_len, out, out_len);
-out:
+    enc_t e = {.msg = FLEETPROF__V1__CHUNK__INIT,
+               .hdr = FLEETPROF__V1__HEADER__INIT,
+               .dict = FLEETPROF__V1__DICTIONARY__INIT,
+               .spans = FLEETPROF__V1__SPANS__INIT};
+    e.msg.header = &e.hdr;
+    e.msg.dict = &e.dict;
+    if (!(rc = enc_header(&e, &c->header)) && !(rc = enc_strings(&e, &c->dict)) &&
+        !(rc = enc_tables(&e, &c->dict)) && !(rc = enc_samples(&e, c)))
+        rc = enc_pack(&e, out, out_len, errbuf, errbuf_size);
     if (rc == CM_ENOMEM)
         snprintf(errbuf, errbuf_size, "out of memory while encoding a chunk");
-    for (int i = 0; i < 4; i++)
-        free(hs[i]);
-    for (uint32_t t = 0; t < CM_EV_COUNT; t++)
-        free(deltas[t]);
-    free(samp);
-    free(samp_p);
-    free(drops);
-    free(drops_p);
-    free(maps);
-    free(maps_p);
-    free(string_data);
-    free(string_len);
-    free(label_len);
-    free(st_base);
-    free(raw);
+    enc_free(&e);
     return rc;
 }
