@@ -142,102 +142,200 @@ static int gzip_buf(const uint8_t *in, size_t len, uint8_t **out, size_t *out_le
     return 0;
 }
 
-int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
-    typedef Perftools__Profiles__Profile Profile;
-    typedef Perftools__Profiles__ValueType ValueType;
-    typedef Perftools__Profiles__Sample Sample;
-    typedef Perftools__Profiles__Label Label;
-    typedef Perftools__Profiles__Mapping Mapping;
-    typedef Perftools__Profiles__Location Location;
-    typedef Perftools__Profiles__Line Line;
-    typedef Perftools__Profiles__Function Function;
-    int rc = CM_ENOMEM;
-    strtab_t st = {0};
-    Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
-    ValueType vt[3] = {PERFTOOLS__PROFILES__VALUE_TYPE__INIT, PERFTOOLS__PROFILES__VALUE_TYPE__INIT,
-                       PERFTOOLS__PROFILES__VALUE_TYPE__INIT};
-    ValueType *vtp[2] = {&vt[0], &vt[1]};
-    size_t nf = p->n_frames, nr = p->n_rows;
+typedef Perftools__Profiles__Profile Profile;
+typedef Perftools__Profiles__ValueType ValueType;
+typedef Perftools__Profiles__Sample Sample;
+typedef Perftools__Profiles__Label Label;
+typedef Perftools__Profiles__Mapping Mapping;
+typedef Perftools__Profiles__Location Location;
+typedef Perftools__Profiles__Line Line;
+typedef Perftools__Profiles__Function Function;
+
+/* The Profile message under construction and every array it points into, sized from the
+ * profile up front. Released with exp_free(). */
+typedef struct {
+    const agg_profile_t *p;
+    strtab_t st;
+    Profile prof;
+    ValueType vt[3], *vtp[2];
+    Function *fn, **fnp;
+    size_t nfn;
+    uint32_t *fnid; /* frame -> function id, 0: unnamed */
+    uint64_t *fhkey; /* (name, file) string ids -> function */
+    uint32_t *fhval;
+    Mapping *map, **mapp;
+    size_t nmap;
+    uint32_t *frame_map; /* frame -> mapping id, 0 none */
     /* locations: one per run of frames at one address (a frame and the frames inlined into
      * it), at most one per frame of a stack; lines: one per frame of a location */
-    size_t nsf = (size_t)p->stack_off[p->n_stacks] + nf + 1;
-    Function *fn = calloc(nf + 1, sizeof *fn);
-    Function **fnp = calloc(nf + 1, sizeof *fnp);
-    Location *loc = calloc(nsf, sizeof *loc);
-    Location **locp = calloc(nsf, sizeof *locp);
-    Line *line = calloc(nsf, sizeof *line);
-    Line **linep = calloc(nsf, sizeof *linep);
-    uint32_t *fnid = calloc(nf + 1, sizeof *fnid);    /* frame -> function id, 0: unnamed */
-    uint32_t *runs = malloc(nsf * sizeof *runs);       /* locations' frames, root-first */
-    size_t *runoff = malloc((nsf + 1) * sizeof *runoff); /* location i: runs[off[i]..off[i+1]) */
-    size_t lhcap = 16;
-    while (lhcap < 2 * nsf)
-        lhcap *= 2;
-    uint32_t *lhash = calloc(lhcap, sizeof *lhash); /* run -> location index + 1 */
-    uint64_t *fhkey = calloc(lhcap, sizeof *fhkey);  /* (name, file) string ids -> function */
-    uint32_t *fhval = calloc(lhcap, sizeof *fhval);
-    Mapping *map = calloc(nf + 1, sizeof *map);
-    Mapping **mapp = calloc(nf + 1, sizeof *mapp);
-    uint32_t *frame_map = calloc(nf + 1, sizeof *frame_map); /* frame -> mapping id, 0 none */
-    size_t *order = malloc((nr + 1) * sizeof *order);
-    size_t nsmax = nr + p->n_stacks + 1;
-    Sample *smp = calloc(nsmax, sizeof *smp);
-    Sample **smpp = calloc(nsmax, sizeof *smpp);
-    int64_t *vals = calloc(2 * nsmax, sizeof *vals);
-    uint64_t *sw0 = calloc((size_t)p->n_stacks + 1, sizeof *sw0);
-    uint64_t *sc0 = calloc((size_t)p->n_stacks + 1, sizeof *sc0);
-    Label *lab = calloc(2 * nr + 2, sizeof *lab);
-    Label **labp = calloc(2 * nr + 2, sizeof *labp);
-    uint64_t *locids = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *locids);
-    uint32_t *nlocs_of = calloc((size_t)p->n_stacks + 1, sizeof *nlocs_of); /* per stack */
+    Location *loc, **locp;
+    size_t nloc;
+    Line *line, **linep;
+    size_t nline;
+    uint32_t *runs;   /* locations' frames, root-first */
+    size_t *runoff;   /* location i: runs[off[i]..off[i+1]) */
+    uint32_t *lhash;  /* run -> location index + 1 */
+    size_t lhcap;     /* slots of lhash, fhkey, fhval */
+    uint64_t *locids; /* per stack frame slot: the stack's location ids, leaf first */
+    uint32_t *nlocs_of; /* per stack: how many location ids */
+    Sample *smp, **smpp;
+    size_t ns;
+    int64_t *vals;
+    uint64_t *sw0, *sc0; /* per stack: weight and count of the rows without a context */
+    size_t *order;       /* rows with a context, sorted by (stack, context) */
+    Label *lab, **labp;
+    size_t nlab;
     /* per context: trace id (32 hex + NUL) at 0, span id (16 hex + NUL) at HEX_SPAN */
-    char (*hex)[HEX_SPAN + 17] = calloc((size_t)p->n_contexts + 1, sizeof *hex);
-    uint8_t *raw = NULL;
-    if (!fn || !fnp || !loc || !locp || !line || !linep || !fnid || !runs || !runoff || !lhash ||
-        !fhkey || !fhval || !map || !mapp || !frame_map ||
-        !order || !smp || !smpp || !vals || !lab || !labp || !locids || !nlocs_of || !hex || !sw0 ||
-        !sc0)
-        goto out;
-    if (strtab_get(&st, "") != 0)
-        goto out;
+    char (*hex)[HEX_SPAN + 17];
+} exp_t;
+
+static void exp_free(exp_t *x) {
+    free(x->st.s);
+    free(x->st.hkey);
+    free(x->st.hval);
+    free(x->fn);
+    free(x->fnp);
+    free(x->loc);
+    free(x->locp);
+    free(x->line);
+    free(x->linep);
+    free(x->map);
+    free(x->mapp);
+    free(x->frame_map);
+    free(x->order);
+    free(x->smp);
+    free(x->smpp);
+    free(x->vals);
+    free(x->lab);
+    free(x->labp);
+    free(x->locids);
+    free(x->nlocs_of);
+    free(x->fnid);
+    free(x->runs);
+    free(x->runoff);
+    free(x->lhash);
+    free(x->fhkey);
+    free(x->fhval);
+    free(x->hex);
+    free(x->sw0);
+    free(x->sc0);
+}
+
+/* Sizes every array from the profile. 0 or CM_ENOMEM. */
+static int exp_alloc(exp_t *x, const agg_profile_t *p) {
+    size_t nf = p->n_frames, nr = p->n_rows;
+    size_t nsf = (size_t)p->stack_off[p->n_stacks] + nf + 1;
+    x->fn = calloc(nf + 1, sizeof *x->fn);
+    x->fnp = calloc(nf + 1, sizeof *x->fnp);
+    x->loc = calloc(nsf, sizeof *x->loc);
+    x->locp = calloc(nsf, sizeof *x->locp);
+    x->line = calloc(nsf, sizeof *x->line);
+    x->linep = calloc(nsf, sizeof *x->linep);
+    x->fnid = calloc(nf + 1, sizeof *x->fnid);
+    x->runs = malloc(nsf * sizeof *x->runs);
+    x->runoff = malloc((nsf + 1) * sizeof *x->runoff);
+    x->lhcap = 16;
+    while (x->lhcap < 2 * nsf)
+        x->lhcap *= 2;
+    x->lhash = calloc(x->lhcap, sizeof *x->lhash);
+    x->fhkey = calloc(x->lhcap, sizeof *x->fhkey);
+    x->fhval = calloc(x->lhcap, sizeof *x->fhval);
+    x->map = calloc(nf + 1, sizeof *x->map);
+    x->mapp = calloc(nf + 1, sizeof *x->mapp);
+    x->frame_map = calloc(nf + 1, sizeof *x->frame_map);
+    x->order = malloc((nr + 1) * sizeof *x->order);
+    size_t nsmax = nr + p->n_stacks + 1;
+    x->smp = calloc(nsmax, sizeof *x->smp);
+    x->smpp = calloc(nsmax, sizeof *x->smpp);
+    x->vals = calloc(2 * nsmax, sizeof *x->vals);
+    x->sw0 = calloc((size_t)p->n_stacks + 1, sizeof *x->sw0);
+    x->sc0 = calloc((size_t)p->n_stacks + 1, sizeof *x->sc0);
+    x->lab = calloc(2 * nr + 2, sizeof *x->lab);
+    x->labp = calloc(2 * nr + 2, sizeof *x->labp);
+    x->locids = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *x->locids);
+    x->nlocs_of = calloc((size_t)p->n_stacks + 1, sizeof *x->nlocs_of);
+    x->hex = calloc((size_t)p->n_contexts + 1, sizeof *x->hex);
+    if (!x->fn || !x->fnp || !x->loc || !x->locp || !x->line || !x->linep || !x->fnid ||
+        !x->runs || !x->runoff || !x->lhash || !x->fhkey || !x->fhval || !x->map || !x->mapp ||
+        !x->frame_map || !x->order || !x->smp || !x->smpp || !x->vals || !x->lab || !x->labp ||
+        !x->locids || !x->nlocs_of || !x->hex || !x->sw0 || !x->sc0)
+        return CM_ENOMEM;
+    if (strtab_get(&x->st, "") != 0)
+        return CM_ENOMEM;
+    return 0;
+}
+
+/* The string id of str in x's table; returns CM_ENOMEM from the calling function on failure. */
 #define S(str)                                                                                     \
     ({                                                                                             \
-        int64_t i_ = strtab_get(&st, (str));                                                       \
+        int64_t i_ = strtab_get(&x->st, (str));                                                    \
         if (i_ < 0)                                                                                \
-            goto out;                                                                              \
+            return CM_ENOMEM;                                                                      \
         i_;                                                                                        \
     })
+
+/* Sample and period types, time and duration. */
+static int exp_sample_types(exp_t *x) {
+    const agg_profile_t *p = x->p;
+    ValueType init = PERFTOOLS__PROFILES__VALUE_TYPE__INIT, *vt = x->vt;
     const char *names[2], *units[2];
     agg_pprof_sample_types(p->type, names, units);
+    vt[0] = vt[1] = vt[2] = init;
     vt[0].type = S(names[0]);
     vt[0].unit = S(units[0]);
     vt[1].type = S(names[1]);
     vt[1].unit = S(units[1]);
     vt[2].type = vt[1].type;
     vt[2].unit = vt[1].unit;
-    prof.n_sample_type = 2;
-    prof.sample_type = vtp;
-    prof.period_type = &vt[2];
-    prof.default_sample_type = vt[1].type;
-    prof.time_nanos = (int64_t)p->time_start_ns;
-    prof.duration_nanos =
+    x->vtp[0] = &vt[0];
+    x->vtp[1] = &vt[1];
+    x->prof.n_sample_type = 2;
+    x->prof.sample_type = x->vtp;
+    x->prof.period_type = &vt[2];
+    x->prof.default_sample_type = vt[1].type;
+    x->prof.time_nanos = (int64_t)p->time_start_ns;
+    x->prof.duration_nanos =
         p->time_end_ns > p->time_start_ns ? (int64_t)(p->time_end_ns - p->time_start_ns) : 0;
-    /* mappings: one per distinct (module, build id) of frames with a module. Addresses are the
-     * binary's own (ELF vaddrs, what the store keeps), so each mapping spans the whole address
-     * space from 0 with offset 0: pprof then symbolizes an address as it is (elfexec.GetBase's
-     * "already adjusted" case), whether the binary is PIE, a library or fixed-address. A
-     * mapping with an unnamed frame says has_functions = 0 so that pprof symbolizes it. */
-    size_t nmap = 0;
-    for (size_t f = 0; f < nf; f++) {
-        const agg_frame_t *fr = &p->frames[f];
+    return 0;
+}
+
+/* pprof takes the first mapping for the main program (`pprof BINARY PROFILE` applies
+ * BINARY to it): move the first one that is not a shared library ("*.so*") there. */
+static void exp_main_mapping_first(exp_t *x) {
+    Mapping *map = x->map;
+    for (size_t k = 1; k < x->nmap; k++) {
+        if (!strstr(x->st.s[map[0].filename], ".so") || strstr(x->st.s[map[k].filename], ".so"))
+            continue;
+        Mapping t = map[0];
+        map[0] = map[k];
+        map[k] = t;
+        map[0].id = 1;
+        map[k].id = k + 1;
+        for (size_t f = 0; f < x->p->n_frames; f++)
+            x->frame_map[f] = x->frame_map[f] == 1       ? (uint32_t)(k + 1)
+                              : x->frame_map[f] == k + 1 ? 1u
+                                                         : x->frame_map[f];
+        break;
+    }
+}
+
+/* Mappings: one per distinct (module, build id) of frames with a module. Addresses are the
+ * binary's own (ELF vaddrs, what the store keeps), so each mapping spans the whole address
+ * space from 0 with offset 0: pprof then symbolizes an address as it is (elfexec.GetBase's
+ * "already adjusted" case), whether the binary is PIE, a library or fixed-address. A
+ * mapping with an unnamed frame says has_functions = 0 so that pprof symbolizes it. */
+static int exp_mappings(exp_t *x) {
+    Mapping *map = x->map;
+    for (size_t f = 0; f < x->p->n_frames; f++) {
+        const agg_frame_t *fr = &x->p->frames[f];
         if (!fr->module[0])
             continue;
         size_t m;
-        for (m = 0; m < nmap; m++) /* few mappings per profile: linear search is fine */
-            if (strcmp(st.s[map[m].filename], fr->module) == 0 &&
-                strcmp(st.s[map[m].build_id], fr->build_id) == 0)
+        for (m = 0; m < x->nmap; m++) /* few mappings per profile: linear search is fine */
+            if (strcmp(x->st.s[map[m].filename], fr->module) == 0 &&
+                strcmp(x->st.s[map[m].build_id], fr->build_id) == 0)
                 break;
-        if (m == nmap) {
+        if (m == x->nmap) {
             Mapping init = PERFTOOLS__PROFILES__MAPPING__INIT;
             map[m] = init;
             map[m].id = m + 1;
@@ -247,223 +345,203 @@ int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
             map[m].memory_limit = UINT64_MAX;
             map[m].file_offset = 0;
             map[m].has_functions = 1;
-            mapp[m] = &map[m];
-            nmap++;
+            x->mapp[m] = &map[m];
+            x->nmap++;
         }
         if (frame_unnamed(fr))
             map[m].has_functions = 0;
-        frame_map[f] = (uint32_t)(m + 1);
+        x->frame_map[f] = (uint32_t)(m + 1);
     }
-    /* pprof takes the first mapping for the main program (`pprof BINARY PROFILE` applies
-     * BINARY to it): move the first one that is not a shared library ("*.so*") there */
-    for (size_t k = 1; k < nmap; k++) {
-        if (!strstr(st.s[map[0].filename], ".so") || strstr(st.s[map[k].filename], ".so"))
-            continue;
-        Mapping t = map[0];
-        map[0] = map[k];
-        map[k] = t;
-        map[0].id = 1;
-        map[k].id = k + 1;
-        for (size_t f = 0; f < nf; f++)
-            frame_map[f] = frame_map[f] == 1 ? (uint32_t)(k + 1)
-                           : frame_map[f] == k + 1 ? 1u : frame_map[f];
-        break;
-    }
-    /* functions: one per (function, source file) of the named frames */
-    size_t nfn = 0;
-    for (size_t f = 0; f < nf; f++) {
-        const agg_frame_t *fr = &p->frames[f];
+    exp_main_mapping_first(x);
+    return 0;
+}
+
+/* Functions: one per (function, source file) of the named frames. */
+static int exp_functions(exp_t *x) {
+    size_t mask = x->lhcap - 1;
+    for (size_t f = 0; f < x->p->n_frames; f++) {
+        const agg_frame_t *fr = &x->p->frames[f];
         if (frame_unnamed(fr))
             continue; /* an address with its mapping (build id): no function, no line */
         int64_t ni = S(fr->function ? fr->function : fr->name), fi = S(fr->file ? fr->file : "");
         uint64_t key = ((uint64_t)ni << 32) | (uint64_t)fi;
-        size_t j = (size_t)XXH3_64bits(&key, sizeof key) & (lhcap - 1);
-        while (fhval[j] && fhkey[j] != key)
-            j = (j + 1) & (lhcap - 1);
-        if (!fhval[j]) {
-            Function fi0 = PERFTOOLS__PROFILES__FUNCTION__INIT;
-            fn[nfn] = fi0;
-            fn[nfn].id = nfn + 1;
-            fn[nfn].name = fn[nfn].system_name = ni;
-            fn[nfn].filename = fi;
-            fnp[nfn] = &fn[nfn];
-            fhkey[j] = key;
-            fhval[j] = (uint32_t)++nfn;
+        size_t j = (size_t)XXH3_64bits(&key, sizeof key) & mask;
+        while (x->fhval[j] && x->fhkey[j] != key)
+            j = (j + 1) & mask;
+        if (!x->fhval[j]) {
+            Function init = PERFTOOLS__PROFILES__FUNCTION__INIT, *fn = &x->fn[x->nfn];
+            *fn = init;
+            fn->id = x->nfn + 1;
+            fn->name = fn->system_name = ni;
+            fn->filename = fi;
+            x->fnp[x->nfn] = fn;
+            x->fhkey[j] = key;
+            x->fhval[j] = (uint32_t)++x->nfn;
         }
-        fnid[f] = fhval[j];
+        x->fnid[f] = x->fhval[j];
     }
-    /* locations, and the location ids of each stack, leaf first: a frame and the frames
-     * inlined into it (root-first: those after it with `inlined`) are one location whose lines
-     * list the innermost first, as pprof wants */
-    size_t nloc = 0, nline = 0;
-    runoff[0] = 0;
+    return 0;
+}
+
+/* The location of a run of rl frames (root-first), added if new; returns its id. Its lines
+ * list the innermost frame first, as pprof wants; an unnamed frame's location has none. */
+static uint32_t exp_location(exp_t *x, const uint32_t *run, size_t rl) {
+    const agg_profile_t *p = x->p;
+    size_t mask = x->lhcap - 1, j = (size_t)XXH3_64bits(run, rl * sizeof *run) & mask;
+    for (; x->lhash[j]; j = (j + 1) & mask) {
+        size_t li = x->lhash[j] - 1;
+        if (x->runoff[li + 1] - x->runoff[li] == rl &&
+            !memcmp(x->runs + x->runoff[li], run, rl * sizeof *run))
+            return x->lhash[j];
+    }
+    size_t n = x->nloc;
+    memcpy(x->runs + x->runoff[n], run, rl * sizeof *run);
+    x->runoff[n + 1] = x->runoff[n] + rl;
+    Location init = PERFTOOLS__PROFILES__LOCATION__INIT, *loc = &x->loc[n];
+    *loc = init;
+    loc->id = n + 1;
+    loc->mapping_id = x->frame_map[run[0]];
+    loc->address = p->frames[run[rl - 1]].address;
+    x->locp[n] = loc;
+    if (x->fnid[run[0]]) {
+        loc->n_line = rl;
+        loc->line = &x->linep[x->nline];
+        for (size_t q = 0; q < rl; q++) {
+            Line ln = PERFTOOLS__PROFILES__LINE__INIT;
+            ln.function_id = x->fnid[run[rl - 1 - q]];
+            ln.line = p->frames[run[rl - 1 - q]].line;
+            x->line[x->nline] = ln;
+            x->linep[x->nline] = &x->line[x->nline];
+            x->nline++;
+        }
+    }
+    return x->lhash[j] = (uint32_t)++x->nloc;
+}
+
+/* Locations, and the location ids of each stack, leaf first: a frame and the frames inlined
+ * into it (root-first: those after it with `inlined`) are one location. */
+static void exp_locations(exp_t *x) {
+    const agg_profile_t *p = x->p;
+    x->runoff[0] = 0;
     for (uint32_t s = 0; s < p->n_stacks; s++) {
         uint32_t a = p->stack_off[s], b = p->stack_off[s + 1], nl = 0;
         for (uint32_t k = a; k < b;) {
             uint32_t e = k + 1;
             while (e < b && (p->frames[p->stack_frames[e]].inlined & AGG_FRAME_INLINED) &&
-                   fnid[p->stack_frames[e]] && fnid[p->stack_frames[k]])
+                   x->fnid[p->stack_frames[e]] && x->fnid[p->stack_frames[k]])
                 e++;
-            const uint32_t *run = p->stack_frames + k;
-            size_t rl = e - k;
-            size_t j = (size_t)XXH3_64bits(run, rl * sizeof *run) & (lhcap - 1);
-            for (; lhash[j]; j = (j + 1) & (lhcap - 1)) {
-                size_t li = lhash[j] - 1;
-                if (runoff[li + 1] - runoff[li] == rl &&
-                    !memcmp(runs + runoff[li], run, rl * sizeof *run))
-                    break;
-            }
-            if (!lhash[j]) { /* a new location */
-                memcpy(runs + runoff[nloc], run, rl * sizeof *run);
-                runoff[nloc + 1] = runoff[nloc] + rl;
-                const agg_frame_t *inner = &p->frames[run[rl - 1]];
-                Location li = PERFTOOLS__PROFILES__LOCATION__INIT;
-                loc[nloc] = li;
-                loc[nloc].id = nloc + 1;
-                loc[nloc].mapping_id = frame_map[run[0]];
-                loc[nloc].address = inner->address;
-                locp[nloc] = &loc[nloc];
-                if (fnid[run[0]]) {
-                    loc[nloc].n_line = rl;
-                    loc[nloc].line = &linep[nline];
-                    for (size_t q = 0; q < rl; q++) {
-                        const agg_frame_t *fr = &p->frames[run[rl - 1 - q]];
-                        Line ln = PERFTOOLS__PROFILES__LINE__INIT;
-                        line[nline] = ln;
-                        line[nline].function_id = fnid[run[rl - 1 - q]];
-                        line[nline].line = fr->line;
-                        linep[nline] = &line[nline];
-                        nline++;
-                    }
-                }
-                lhash[j] = (uint32_t)++nloc;
-            }
-            locids[a + nl++] = lhash[j]; /* root-first for now */
+            x->locids[a + nl++] = exp_location(x, p->stack_frames + k, e - k); /* root-first */
             k = e;
         }
-        for (uint32_t x = 0, y = nl ? nl - 1 : 0; x < y; x++, y--) { /* leaf first */
-            uint64_t t = locids[a + x];
-            locids[a + x] = locids[a + y];
-            locids[a + y] = t;
+        for (uint32_t i = 0, j = nl ? nl - 1 : 0; i < j; i++, j--) { /* leaf first */
+            uint64_t t = x->locids[a + i];
+            x->locids[a + i] = x->locids[a + j];
+            x->locids[a + j] = t;
         }
-        nlocs_of[s] = nl;
+        x->nlocs_of[s] = nl;
     }
+}
+
+/* A sample of the given stack: count rounded to events, weight as is. */
+static Sample *exp_sample(exp_t *x, uint32_t stack, uint64_t count, uint64_t weight) {
+    Sample init = PERFTOOLS__PROFILES__SAMPLE__INIT, *sm = &x->smp[x->ns];
+    *sm = init;
+    sm->n_location_id = x->nlocs_of[stack];
+    sm->location_id = x->locids + x->p->stack_off[stack];
+    sm->n_value = 2;
+    sm->value = x->vals + 2 * x->ns;
+    sm->value[0] = (int64_t)((count + CM_COUNT_ONE / 2) / CM_COUNT_ONE);
+    sm->value[1] = (int64_t)weight;
+    x->smpp[x->ns++] = sm;
+    return sm;
+}
+
+/* Samples: rows merged by (stack, context). Rows without a context are summed per stack
+ * (an array); only rows with a context are sorted, and carry trace_id and span_id labels. */
+static int exp_samples(exp_t *x) {
+    const agg_profile_t *p = x->p;
     int64_t k_trace = S("trace_id"), k_span = S("span_id");
     for (uint32_t c = 1; c < p->n_contexts; c++) {
-        cm_hex(p->contexts[c].trace_id, 16, hex[c]);
-        cm_hex(p->contexts[c].span_id, 8, hex[c] + HEX_SPAN);
+        cm_hex(p->contexts[c].trace_id, 16, x->hex[c]);
+        cm_hex(p->contexts[c].span_id, 8, x->hex[c] + HEX_SPAN);
     }
-    /* samples: rows merged by (stack, context). Rows without a context are summed per stack
-     * (an array); only rows with a context are sorted. */
     size_t nctx = 0;
-    for (size_t i = 0; i < nr; i++) {
+    for (size_t i = 0; i < p->n_rows; i++) {
         const agg_row_t *r = &p->rows[i];
         if (r->context)
-            order[nctx++] = i;
+            x->order[nctx++] = i;
         else {
-            sw0[r->stack] += r->weight;
-            sc0[r->stack] += r->count;
+            x->sw0[r->stack] += r->weight;
+            x->sc0[r->stack] += r->count;
         }
     }
     tl_rows = p->rows;
-    qsort(order, nctx, sizeof *order, cmp_row);
-    size_t ns = 0, nl = 0;
-    for (uint32_t s = 0; s < p->n_stacks; s++) {
-        if (!sw0[s] && !sc0[s])
-            continue;
-        Sample si = PERFTOOLS__PROFILES__SAMPLE__INIT;
-        Sample *sm = &smp[ns];
-        *sm = si;
-        sm->n_location_id = nlocs_of[s];
-        sm->location_id = locids + p->stack_off[s];
-        sm->n_value = 2;
-        sm->value = vals + 2 * ns;
-        sm->value[0] = (int64_t)((sc0[s] + CM_COUNT_ONE / 2) / CM_COUNT_ONE);
-        sm->value[1] = (int64_t)sw0[s];
-        smpp[ns++] = sm;
-    }
+    qsort(x->order, nctx, sizeof *x->order, cmp_row);
+    for (uint32_t s = 0; s < p->n_stacks; s++)
+        if (x->sw0[s] || x->sc0[s])
+            exp_sample(x, s, x->sc0[s], x->sw0[s]);
     for (size_t i = 0; i < nctx;) {
-        const agg_row_t *r = &p->rows[order[i]];
+        const agg_row_t *r = &p->rows[x->order[i]];
         uint64_t w = 0, c = 0;
         size_t j = i;
-        for (; j < nctx && p->rows[order[j]].stack == r->stack &&
-               p->rows[order[j]].context == r->context;
+        for (; j < nctx && p->rows[x->order[j]].stack == r->stack &&
+               p->rows[x->order[j]].context == r->context;
              j++) {
-            w += p->rows[order[j]].weight;
-            c += p->rows[order[j]].count;
+            w += p->rows[x->order[j]].weight;
+            c += p->rows[x->order[j]].count;
         }
         i = j;
         if (!w && !c)
             continue;
-        Sample si = PERFTOOLS__PROFILES__SAMPLE__INIT;
-        Sample *sm = &smp[ns];
-        *sm = si;
-        sm->n_location_id = nlocs_of[r->stack];
-        sm->location_id = locids + p->stack_off[r->stack];
-        sm->n_value = 2;
-        sm->value = vals + 2 * ns;
-        sm->value[0] = (int64_t)((c + CM_COUNT_ONE / 2) / CM_COUNT_ONE);
-        sm->value[1] = (int64_t)w;
-        Label li = PERFTOOLS__PROFILES__LABEL__INIT;
-        lab[nl] = li;
-        lab[nl].key = k_trace;
-        lab[nl].str = S(hex[r->context]);
-        lab[nl + 1] = li;
-        lab[nl + 1].key = k_span;
-        lab[nl + 1].str = S(hex[r->context] + HEX_SPAN);
-        labp[nl] = &lab[nl];
-        labp[nl + 1] = &lab[nl + 1];
+        Sample *sm = exp_sample(x, r->stack, c, w);
+        Label init = PERFTOOLS__PROFILES__LABEL__INIT, *lab = &x->lab[x->nlab];
+        lab[0] = lab[1] = init;
+        lab[0].key = k_trace;
+        lab[0].str = S(x->hex[r->context]);
+        lab[1].key = k_span;
+        lab[1].str = S(x->hex[r->context] + HEX_SPAN);
+        x->labp[x->nlab] = &lab[0];
+        x->labp[x->nlab + 1] = &lab[1];
         sm->n_label = 2;
-        sm->label = &labp[nl];
-        nl += 2;
-        smpp[ns++] = sm;
+        sm->label = &x->labp[x->nlab];
+        x->nlab += 2;
     }
+    return 0;
+}
 #undef S
-    prof.n_sample = ns;
-    prof.sample = smpp;
-    prof.n_mapping = nmap;
-    prof.mapping = mapp;
-    prof.n_location = nloc;
-    prof.location = locp;
-    prof.n_function = nfn;
-    prof.function = fnp;
-    prof.n_string_table = st.n;
-    prof.string_table = st.s;
-    size_t len = perftools__profiles__profile__get_packed_size(&prof);
-    if (!(raw = malloc(len + 1)))
-        goto out;
-    perftools__profiles__profile__pack(&prof, raw);
-    rc = gzip_buf(raw, len, out, out_len);
-out:
-    free(st.s);
-    free(st.hkey);
-    free(st.hval);
-    free(fn);
-    free(fnp);
-    free(loc);
-    free(locp);
-    free(line);
-    free(linep);
-    free(map);
-    free(mapp);
-    free(frame_map);
-    free(order);
-    free(smp);
-    free(smpp);
-    free(vals);
-    free(lab);
-    free(labp);
-    free(locids);
-    free(nlocs_of);
-    free(fnid);
-    free(runs);
-    free(runoff);
-    free(lhash);
-    free(fhkey);
-    free(fhval);
-    free(hex);
-    free(sw0);
-    free(sc0);
+
+/* Serializes the profile and gzips it into *out. */
+static int exp_pack(exp_t *x, uint8_t **out, size_t *out_len) {
+    Profile *prof = &x->prof;
+    prof->n_sample = x->ns;
+    prof->sample = x->smpp;
+    prof->n_mapping = x->nmap;
+    prof->mapping = x->mapp;
+    prof->n_location = x->nloc;
+    prof->location = x->locp;
+    prof->n_function = x->nfn;
+    prof->function = x->fnp;
+    prof->n_string_table = x->st.n;
+    prof->string_table = x->st.s;
+    size_t len = perftools__profiles__profile__get_packed_size(prof);
+    uint8_t *raw = malloc(len + 1);
+    if (!raw)
+        return CM_ENOMEM;
+    perftools__profiles__profile__pack(prof, raw);
+    int rc = gzip_buf(raw, len, out, out_len);
     free(raw);
+    return rc;
+}
+
+int agg_export_pprof(const agg_profile_t *p, uint8_t **out, size_t *out_len) {
+    exp_t x = {.p = p, .prof = PERFTOOLS__PROFILES__PROFILE__INIT};
+    int rc;
+    if (!(rc = exp_alloc(&x, p)) && !(rc = exp_sample_types(&x)) && !(rc = exp_mappings(&x)) &&
+        !(rc = exp_functions(&x))) {
+        exp_locations(&x);
+        if (!(rc = exp_samples(&x)))
+            rc = exp_pack(&x, out, out_len);
+    }
+    exp_free(&x);
     return rc;
 }
