@@ -340,33 +340,71 @@ static void print_table(const qcmd_t *c, json_t *o) {
     }
 }
 
-static int query_main(const qcmd_t *c, int argc, char **argv) {
-    const char *server = getenv("FLEETPROF_SERVER"), *token = getenv("FLEETPROF_TOKEN");
-    const char *output = NULL, *format = NULL, *gate = NULL, *positional = NULL;
-    int json = 0, grouped = 0, have_service = 0, span_args = 0;
-    qbuf_t qb = {0};
-    qb.f = open_memstream(&qb.q, &qb.len);
-    int rc = 2;
-    cli_resp_t resp = {0};
+/* What a command's flags asked for, beside the API parameters they add to qb. */
+typedef struct {
+    const char *server, *token, *output, *format, *gate, *positional;
+    int json, grouped, have_service, span_args;
+    qbuf_t qb;
+} qargs_t;
+
+/* The value of flag --key: after '=' (eq) or the next argument. NULL (said on stderr) when
+ * there is none. */
+static const char *flag_value(const qcmd_t *c, const char *key, const char *eq, int argc,
+                              char **argv, int *i) {
+    if (eq)
+        return eq + 1;
+    if (*i + 1 < argc)
+        return argv[++*i];
+    fprintf(stderr, "fleetprof %s: --%s needs a value\n", c->name, key);
+    return NULL;
+}
+
+/* Keeps a flag's value: the client's own flags in q, the others as an API parameter. */
+static void record_flag(qargs_t *q, const char *key, const char *val) {
+    if (!strcmp(key, "server"))
+        q->server = val;
+    else if (!strcmp(key, "token"))
+        q->token = val;
+    else if (!strcmp(key, "format"))
+        q->format = val;
+    else if (!strcmp(key, "output"))
+        q->output = val;
+    else {
+        if (!strcmp(key, "fail-on-regression"))
+            q->gate = val;
+        if (!strcmp(key, "service") && *val)
+            q->have_service = 1;
+        if (!strcmp(key, "trace") || !strcmp(key, "span"))
+            q->span_args = 1;
+        char pk[64];
+        snprintf(pk, sizeof pk, "%s", key);
+        for (char *p = pk; *p; p++)
+            if (*p == '-')
+                *p = '_';
+        qadd(&q->qb, pk, val);
+    }
+}
+
+/* Reads argv into q. Returns 0, 1 after --help, -1 on a usage error (said on stderr). */
+static int parse_args(const qcmd_t *c, int argc, char **argv, qargs_t *q) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage_of(c, stdout);
-            rc = 0;
-            goto out;
+            return 1;
         }
         if (!strcmp(a, "--json")) {
-            json = 1;
+            q->json = 1;
             continue;
         }
         if (strncmp(a, "--", 2) && strcmp(a, "-o")) {
-            if (c->positional && !positional) {
-                positional = a;
+            if (c->positional && !q->positional) {
+                q->positional = a;
                 continue;
             }
             fprintf(stderr, "fleetprof %s: unexpected argument '%s'\n", c->name, a);
             usage_of(c, stderr);
-            goto out;
+            return -1;
         }
         const char *name = !strcmp(a, "-o") ? "output" : a + 2;
         char key[64];
@@ -374,200 +412,195 @@ static int query_main(const qcmd_t *c, int argc, char **argv) {
         const char *eq = strchr(name, '=');
         snprintf(key, sizeof key, "%.*s", (int)(eq ? (size_t)(eq - name) : strlen(name)), name);
         if (c->positional && !strcmp(key, c->positional)) { /* versions --service S */
-            if (eq)
-                positional = eq + 1;
-            else if (i + 1 < argc)
-                positional = argv[++i];
-            else {
-                fprintf(stderr, "fleetprof %s: --%s needs a value\n", c->name, key);
-                goto out;
-            }
+            if (!(q->positional = flag_value(c, key, eq, argc, argv, &i)))
+                return -1;
             continue;
         }
         if (has_word(c->bools, key) && !eq) {
             val = "1";
         } else if (!strcmp(key, "server") || !strcmp(key, "token") || !strcmp(key, "format") ||
                    has_word(c->flags, key)) {
-            if (eq)
-                val = eq + 1;
-            else if (i + 1 < argc)
-                val = argv[++i];
-            else {
-                fprintf(stderr, "fleetprof %s: --%s needs a value\n", c->name, key);
-                goto out;
-            }
+            if (!(val = flag_value(c, key, eq, argc, argv, &i)))
+                return -1;
         } else {
             fprintf(stderr, "fleetprof %s: unknown flag '%s'\n", c->name, a);
             usage_of(c, stderr);
-            goto out;
+            return -1;
         }
-        if (!strcmp(key, "server"))
-            server = val;
-        else if (!strcmp(key, "token"))
-            token = val;
-        else if (!strcmp(key, "format"))
-            format = val;
-        else if (!strcmp(key, "output"))
-            output = val;
-        else {
-            if (!strcmp(key, "fail-on-regression"))
-                gate = val;
-            if (!strcmp(key, "service") && *val)
-                have_service = 1;
-            if (!strcmp(key, "trace") || !strcmp(key, "span"))
-                span_args = 1;
-            char pk[64];
-            snprintf(pk, sizeof pk, "%s", key);
-            for (char *p = pk; *p; p++)
-                if (*p == '-')
-                    *p = '_';
-            qadd(&qb, pk, val);
-        }
+        record_flag(q, key, val);
     }
-    if (c->positional && !positional) {
+    return 0;
+}
+
+/* Checks what the command requires and adds the parameters it implies (format, view).
+ * Returns 0, or -1 on a usage error (said on stderr). */
+static int complete_args(const qcmd_t *c, qargs_t *q) {
+    if (c->positional && !q->positional) {
         fprintf(stderr, "fleetprof %s: missing service: --service S (`fleetprof services` lists "
                         "them)\n", c->name);
-        goto out;
+        return -1;
     }
-    if (needs_service(c) && !have_service && !span_args) {
+    if (needs_service(c) && !q->have_service && !q->span_args) {
         fprintf(stderr, "fleetprof %s: --service S is required (`fleetprof services` lists "
                         "them)\n", c->name);
-        goto out;
+        return -1;
     }
     if (!strcmp(c->name, "export")) {
-        if (!format || (strcmp(format, "pprof") && strcmp(format, "folded") &&
-                        strcmp(format, "json"))) {
+        if (!q->format || (strcmp(q->format, "pprof") && strcmp(q->format, "folded") &&
+                           strcmp(q->format, "json"))) {
             fprintf(stderr, "fleetprof export: --format must be pprof, folded or json (got '%s')\n",
-                    format ? format : "");
-            goto out;
+                    q->format ? q->format : "");
+            return -1;
         }
-        if (!output) {
+        if (!q->output) {
             fprintf(stderr, "fleetprof export: -o FILE is required (- for stdout)\n");
-            goto out;
+            return -1;
         }
-        qadd(&qb, "format", format);
-    } else if (format) {
+        qadd(&q->qb, "format", q->format);
+    } else if (q->format) {
         fprintf(stderr, "fleetprof %s: --format is for export; use --json for JSON\n", c->name);
-        goto out;
+        return -1;
     } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
                !strcmp(c->name, "span") || !strcmp(c->name, "endpoint")) {
-        fflush(qb.f);
-        grouped = !strcmp(c->name, "top") && qb.q && strstr(qb.q, "group_by=");
-        qadd(&qb, "format", json || grouped ? "json" : "text");
+        fflush(q->qb.f);
+        q->grouped = !strcmp(c->name, "top") && q->qb.q && strstr(q->qb.q, "group_by=");
+        qadd(&q->qb, "format", q->json || q->grouped ? "json" : "text");
     }
     if (!strcmp(c->name, "tree"))
-        qadd(&qb, "view", "tree");
-    fflush(qb.f);
-    if (!strcmp(c->name, "top") && strstr(qb.q ? qb.q : "", "function="))
-        qadd(&qb, "view", "callers");
-    fflush(qb.f);
-    if (!server || !*server)
-        server = DEFAULT_SERVER;
-    /* the path */
+        qadd(&q->qb, "view", "tree");
+    fflush(q->qb.f);
+    if (!strcmp(c->name, "top") && strstr(q->qb.q ? q->qb.q : "", "function="))
+        qadd(&q->qb, "view", "callers");
+    fflush(q->qb.f);
+    if (!q->server || !*q->server)
+        q->server = DEFAULT_SERVER;
+    return 0;
+}
+
+/* The API path and query string (malloc'd), or NULL when out of memory. */
+static char *request_path(const qcmd_t *c, const qargs_t *q) {
     char *path = NULL;
-    const char *api = c->path;
-    int span_export = !strcmp(c->name, "export") && (strstr(qb.q, "trace=") || strstr(qb.q, "span="));
-    if (span_export)
+    const char *api = c->path, *qs = q->qb.q;
+    if (!strcmp(c->name, "export") && (strstr(qs, "trace=") || strstr(qs, "span=")))
         api = "/api/v1/span";
     if (c->positional) {
-        char *e = cli_url_escape(positional);
+        char *e = cli_url_escape(q->positional);
         if (asprintf(&path, "%s%s/versions", api, e ? e : "") < 0)
             path = NULL;
         free(e);
-    } else if (asprintf(&path, "%s%s%s", api, qb.len ? "?" : "", qb.q ? qb.q : "") < 0) {
+    } else if (asprintf(&path, "%s%s%s", api, q->qb.len ? "?" : "", qs ? qs : "") < 0) {
         path = NULL;
     }
-    rc = 1;
-    if (!path)
-        goto out;
-    int got = cli_http_get(server, token, path, &resp);
-    free(path);
-    if (got) {
-        fprintf(stderr, "fleetprof %s: %s\n", c->name, resp.err);
-        goto out;
+    return path;
+}
+
+/* Says why the server answered resp.status != 200, in the user's terms. */
+static void report_http_error(const qcmd_t *c, const cli_resp_t *resp, const char *server) {
+    json_t *e = json_loads(resp->body, 0, NULL);
+    const char *msg = json_string_value(json_object_get(e, "error"));
+    char human[1024];
+    if (msg)
+        humanize(msg, json_string_value(json_object_get(e, "parameter")), human, sizeof human);
+    if (msg && resp->status >= 400 && resp->status < 500 && resp->status != 401 &&
+        resp->status != 403)
+        fprintf(stderr, "fleetprof %s: %s\n", c->name, human);
+    else /* the server's own failure, or authentication: the status says which */
+        fprintf(stderr, "fleetprof %s: %s (HTTP %ld from %s)\n", c->name,
+                msg ? human : resp->status == 401 || resp->status == 403
+                                  ? "the aggregator refused the token (--token T, env "
+                                    "FLEETPROF_TOKEN)"
+                                  : "server error",
+                resp->status, server);
+    json_decref(e);
+}
+
+/* export: the answer's bytes into output ("-": stdout). Returns the exit status. */
+static int write_export(const char *output, const cli_resp_t *resp) {
+    FILE *f = strcmp(output, "-") ? fopen(output, "wb") : stdout;
+    if (!f || fwrite(resp->body, 1, resp->len, f) != resp->len) {
+        fprintf(stderr, "fleetprof export: cannot write '%s': %m\n", output);
+        if (f && f != stdout)
+            fclose(f);
+        return 1;
     }
-    if (resp.status != 200) {
-        json_t *e = json_loads(resp.body, 0, NULL);
-        const char *msg = json_string_value(json_object_get(e, "error"));
-        char human[1024];
-        if (msg)
-            humanize(msg, json_string_value(json_object_get(e, "parameter")), human,
-                     sizeof human);
-        if (msg && resp.status >= 400 && resp.status < 500 && resp.status != 401 &&
-            resp.status != 403)
-            fprintf(stderr, "fleetprof %s: %s\n", c->name, human);
-        else /* the server's own failure, or authentication: the status says which */
-            fprintf(stderr, "fleetprof %s: %s (HTTP %ld from %s)\n", c->name,
-                    msg ? human : resp.status == 401 || resp.status == 403
-                                      ? "the aggregator refused the token (--token T, env "
-                                        "FLEETPROF_TOKEN)"
-                                      : "server error",
-                    resp.status, server);
-        json_decref(e);
-        goto out;
+    if (f != stdout && fclose(f)) {
+        fprintf(stderr, "fleetprof export: cannot write '%s': %m\n", output);
+        return 1;
     }
-    if (!strcmp(c->name, "export")) {
-        FILE *f = strcmp(output, "-") ? fopen(output, "wb") : stdout;
-        if (!f || fwrite(resp.body, 1, resp.len, f) != resp.len) {
-            fprintf(stderr, "fleetprof export: cannot write '%s': %m\n", output);
-            if (f && f != stdout)
-                fclose(f);
-            goto out;
-        }
-        if (f != stdout && fclose(f)) {
-            fprintf(stderr, "fleetprof export: cannot write '%s': %m\n", output);
-            goto out;
-        }
-        if (f != stdout)
-            fprintf(stderr, "fleetprof export: wrote %zu bytes to %s\n", resp.len, output);
-        rc = 0;
-        goto out;
-    }
+    if (f != stdout)
+        fprintf(stderr, "fleetprof export: wrote %zu bytes to %s\n", resp->len, output);
+    return 0;
+}
+
+/* Prints the answer as JSON, a grouped table, the server's text or a table. Returns the
+ * exit status: 0, 1 (not JSON where JSON was due) or 3 (the regression gate failed). */
+static int print_answer(const qcmd_t *c, const qargs_t *q, const cli_resp_t *resp) {
     int gate_failed = 0;
-    if (json) {
-        fwrite(resp.body, 1, resp.len, stdout);
+    if (q->json) {
+        fwrite(resp->body, 1, resp->len, stdout);
         putchar('\n');
-        if (gate) {
-            json_t *o = json_loads(resp.body, 0, NULL);
+        if (q->gate) {
+            json_t *o = json_loads(resp->body, 0, NULL);
             json_t *g = json_object_get(o, "gate");
             gate_failed = json_is_true(json_object_get(g, "failed"));
             if (gate_failed)
-                fprintf(stderr, "fleetprof diff: regression gate failed: %s\n",
-                        jstr(g, "why"));
+                fprintf(stderr, "fleetprof diff: regression gate failed: %s\n", jstr(g, "why"));
             json_decref(o);
         }
-    } else if (grouped) {
-        json_t *o = json_loads(resp.body, 0, NULL);
-        if (!o) {
-            fprintf(stderr, "fleetprof %s: the server's answer is not JSON\n", c->name);
-            goto out;
-        }
-        print_groups(o);
-        json_decref(o);
-    } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") ||
-               !strcmp(c->name, "diff") || !strcmp(c->name, "span") ||
-               !strcmp(c->name, "endpoint")) {
-        fwrite(resp.body, 1, resp.len, stdout);
-        const char *g = strstr(resp.body, "GATE FAILED: ");
-        if (gate && g) {
+    } else if (!q->grouped && (!strcmp(c->name, "top") || !strcmp(c->name, "tree") ||
+                               !strcmp(c->name, "diff") || !strcmp(c->name, "span") ||
+                               !strcmp(c->name, "endpoint"))) {
+        fwrite(resp->body, 1, resp->len, stdout);
+        const char *g = strstr(resp->body, "GATE FAILED: ");
+        if (q->gate && g) {
             gate_failed = 1;
             fprintf(stderr, "fleetprof diff: regression gate failed: %s", g + 13);
         }
     } else {
-        json_t *o = json_loads(resp.body, 0, NULL);
+        json_t *o = json_loads(resp->body, 0, NULL);
         if (!o) {
             fprintf(stderr, "fleetprof %s: the server's answer is not JSON\n", c->name);
-            goto out;
+            return 1;
         }
-        print_table(c, o);
+        if (q->grouped)
+            print_groups(o);
+        else
+            print_table(c, o);
         json_decref(o);
     }
-    rc = gate_failed ? 3 : 0;
-out:
-    if (qb.f)
-        fclose(qb.f);
-    free(qb.q);
+    return gate_failed ? 3 : 0;
+}
+
+/* Sends the query and shows or writes its answer. Returns the exit status. */
+static int run_query(const qcmd_t *c, const qargs_t *q) {
+    char *path = request_path(c, q);
+    if (!path)
+        return 1;
+    int rc = 1;
+    cli_resp_t resp = {0};
+    if (cli_http_get(q->server, q->token, path, &resp))
+        fprintf(stderr, "fleetprof %s: %s\n", c->name, resp.err);
+    else if (resp.status != 200)
+        report_http_error(c, &resp, q->server);
+    else if (!strcmp(c->name, "export"))
+        rc = write_export(q->output, &resp);
+    else
+        rc = print_answer(c, q, &resp);
+    free(path);
     cli_resp_free(&resp);
+    return rc;
+}
+
+static int query_main(const qcmd_t *c, int argc, char **argv) {
+    qargs_t q = {.server = getenv("FLEETPROF_SERVER"), .token = getenv("FLEETPROF_TOKEN")};
+    q.qb.f = open_memstream(&q.qb.q, &q.qb.len);
+    int rc = parse_args(c, argc, argv, &q);
+    if (rc == 0 && complete_args(c, &q))
+        rc = -1;
+    rc = rc > 0 ? 0 : rc < 0 ? 2 : run_query(c, &q);
+    if (q.qb.f)
+        fclose(q.qb.f);
+    free(q.qb.q);
     return rc;
 }
 
