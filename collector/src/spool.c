@@ -615,6 +615,93 @@ int col_spool_append(col_spool_t *s, uint64_t uid, const char *key, const col_hd
     return 0;
 }
 
+/* Lengths of a record's parts, as its header gives them. */
+typedef struct {
+    uint32_t key, hdrs, frame;
+} rec_lens_t;
+
+/* Reads the record at off of seg into head (its header, key and header blob) and *frame
+ * (malloc'd), checking the bounds recovery applies (seg_scan: the file may have changed since)
+ * and the checksum. Returns 1, 0 when the record is corrupt, or -ENOMEM. */
+static int record_load(const col_spool_t *s, const seg_t *seg, uint64_t off, uint8_t *head,
+                       rec_lens_t *l, uint8_t **frame) {
+    *frame = NULL;
+    if (pread(seg->fd, head, REC_HDR, (off_t)off) != REC_HDR || get32(head) != REC_MAGIC)
+        return 0;
+    l->key = get16(head + 24), l->hdrs = get16(head + 26), l->frame = get32(head + 28);
+    uint64_t body = get32(head + 4);
+    if (l->key > 255 || l->hdrs > MAX_HDR_BLOB || l->frame > (uint64_t)s->cfg->max_msg ||
+        body != (uint64_t)l->key + l->hdrs + l->frame || off + REC_HDR + body > seg->size ||
+        pread(seg->fd, head + REC_HDR, l->key + l->hdrs, (off_t)(off + REC_HDR)) !=
+            (ssize_t)(l->key + l->hdrs))
+        return 0;
+    uint8_t *f = malloc(l->frame ? l->frame : 1);
+    if (!f)
+        return -ENOMEM;
+    XXH3_state_t st;
+    if (pread(seg->fd, f, l->frame, (off_t)(off + REC_HDR + l->key + l->hdrs)) !=
+        (ssize_t)l->frame)
+        goto bad;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, head + 16, REC_HDR - 16 + l->key + l->hdrs);
+    XXH3_64bits_update(&st, f, l->frame);
+    if (XXH3_64bits_digest(&st) != get64(head + 8))
+        goto bad;
+    *frame = f;
+    return 1;
+bad:
+    free(f);
+    return 0;
+}
+
+/* Drops the rest of segment i from the corrupt record at off on (counted, logged); a new
+ * segment is started when it was the writer's. Returns 0 or seg_roll's error. */
+static int segment_cut(col_spool_t *s, size_t i, uint64_t off) {
+    seg_t *seg = &s->segs[i];
+    uint64_t lost = seg->records - s->rd.rec;
+    CM_ERROR("msg=\"corrupt spool record: skipping the rest of the segment\" "
+             "id=%016" PRIx64 " offset=%" PRIu64 " records_lost=%" PRIu64,
+             seg->id, off, lost);
+    col_count(&col_metrics.dropped[COL_DROP_SPOOL_CORRUPT], lost);
+    s->unread -= lost;
+    seg->records = s->rd.rec;
+    s->total -= seg->size - off;
+    seg->size = off;
+    seg->sealed = 1;
+    if (i + 1 >= s->n) /* the writer's own segment: start a new one */
+        return seg_roll(s);
+    return 0;
+}
+
+/* The known headers of a record's header blob h (len bytes) into hdrs; others are skipped. */
+static void record_headers(const uint8_t *h, size_t len, col_hdrs_t *hdrs) {
+    /* Header names are the constants of cm/wire.h; keep a pointer to a static copy. */
+    static const char *known[] = {"fp-host",     "fp-collector", "fp-node",
+                                  "fp-pod",      "fp-container", "fp-peer-pid",
+                                  "fp-peer-uid", "fp-peer-nspid"};
+    const uint8_t *end = h + len;
+    while (h < end && hdrs->n < COL_MAX_HDRS) {
+        uint8_t nl = *h++;
+        if (h + nl + 1 > end)
+            break;
+        const char *name = NULL;
+        for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+            if (strlen(known[k]) == nl && !memcmp(known[k], h, nl))
+                name = known[k];
+        h += nl;
+        uint8_t vl = *h++;
+        if (h + vl > end)
+            break;
+        if (name) {
+            hdrs->name[hdrs->n] = name;
+            memcpy(hdrs->value[hdrs->n], h, vl);
+            hdrs->value[hdrs->n][vl] = 0;
+            hdrs->n++;
+        }
+        h += vl;
+    }
+}
+
 int col_spool_read(col_spool_t *s, col_record_t *rec) {
     for (;;) {
         size_t i;
@@ -633,90 +720,26 @@ int col_spool_read(col_spool_t *s, col_record_t *rec) {
         }
         uint8_t head[REC_HDR + 255 + MAX_HDR_BLOB];
         uint64_t off = s->rd.offset;
-        int bad = 0;
-        uint32_t key_len = 0, hdr_len = 0, frame_len = 0;
-        if (pread(seg->fd, head, REC_HDR, (off_t)off) != REC_HDR || get32(head) != REC_MAGIC)
-            bad = 1;
-        if (!bad) {
-            key_len = get16(head + 24), hdr_len = get16(head + 26), frame_len = get32(head + 28);
-            /* the bounds recovery applies (seg_scan): the file may have changed since */
-            uint64_t body = get32(head + 4);
-            if (key_len > 255 || hdr_len > MAX_HDR_BLOB ||
-                frame_len > (uint64_t)s->cfg->max_msg ||
-                body != (uint64_t)key_len + hdr_len + frame_len ||
-                off + REC_HDR + body > seg->size ||
-                pread(seg->fd, head + REC_HDR, key_len + hdr_len, (off_t)(off + REC_HDR)) !=
-                    (ssize_t)(key_len + hdr_len))
-                bad = 1;
-        }
-        uint8_t *frame = NULL;
-        if (!bad) {
-            frame = malloc(frame_len ? frame_len : 1);
-            if (!frame)
-                return -ENOMEM;
-            if (pread(seg->fd, frame, frame_len, (off_t)(off + REC_HDR + key_len + hdr_len)) !=
-                (ssize_t)frame_len)
-                bad = 1;
-        }
-        if (!bad) {
-            XXH3_state_t st;
-            XXH3_64bits_reset(&st);
-            XXH3_64bits_update(&st, head + 16, REC_HDR - 16 + key_len + hdr_len);
-            XXH3_64bits_update(&st, frame, frame_len);
-            bad = XXH3_64bits_digest(&st) != get64(head + 8);
-        }
-        if (bad) {
-            free(frame);
-            uint64_t lost = seg->records - s->rd.rec;
-            CM_ERROR("msg=\"corrupt spool record: skipping the rest of the segment\" "
-                     "id=%016" PRIx64 " offset=%" PRIu64 " records_lost=%" PRIu64,
-                     seg->id, off, lost);
-            col_count(&col_metrics.dropped[COL_DROP_SPOOL_CORRUPT], lost);
-            s->unread -= lost;
-            seg->records = s->rd.rec;
-            s->total -= seg->size - off;
-            seg->size = off;
-            seg->sealed = 1;
-            if (i + 1 >= s->n) { /* the writer's own segment: start a new one */
-                int rc = seg_roll(s);
-                if (rc)
-                    return rc;
-            }
+        rec_lens_t l = {0};
+        uint8_t *frame;
+        int ok = record_load(s, seg, off, head, &l, &frame);
+        if (ok < 0)
+            return ok;
+        if (!ok) {
+            int rc = segment_cut(s, i, off);
+            if (rc)
+                return rc;
             continue;
         }
         memset(rec, 0, sizeof *rec);
         rec->pos = s->rd;
-        rec->next_offset = off + REC_HDR + key_len + hdr_len + frame_len;
+        rec->next_offset = off + REC_HDR + l.key + l.hdrs + l.frame;
         rec->received_ns = get64(head + 16);
-        memcpy(rec->key, head + REC_HDR, key_len);
-        rec->key[key_len] = 0;
-        const uint8_t *h = head + REC_HDR + key_len, *end = h + hdr_len;
-        while (h < end && rec->hdrs.n < COL_MAX_HDRS) {
-            uint8_t nl = *h++;
-            if (h + nl + 1 > end)
-                break;
-            /* Header names are the constants of cm/wire.h; keep a pointer to a static copy. */
-            static const char *known[] = {"fp-host",     "fp-collector", "fp-node",
-                                          "fp-pod",      "fp-container", "fp-peer-pid",
-                                          "fp-peer-uid", "fp-peer-nspid"};
-            const char *name = NULL;
-            for (size_t k = 0; k < sizeof known / sizeof *known; k++)
-                if (strlen(known[k]) == nl && !memcmp(known[k], h, nl))
-                    name = known[k];
-            h += nl;
-            uint8_t vl = *h++;
-            if (h + vl > end)
-                break;
-            if (name) {
-                rec->hdrs.name[rec->hdrs.n] = name;
-                memcpy(rec->hdrs.value[rec->hdrs.n], h, vl);
-                rec->hdrs.value[rec->hdrs.n][vl] = 0;
-                rec->hdrs.n++;
-            }
-            h += vl;
-        }
+        memcpy(rec->key, head + REC_HDR, l.key);
+        rec->key[l.key] = 0;
+        record_headers(head + REC_HDR + l.key, l.hdrs, &rec->hdrs);
         rec->frame = frame;
-        rec->frame_len = frame_len;
+        rec->frame_len = l.frame;
         s->rd.offset = rec->next_offset;
         s->rd.rec++;
         s->unread--;
