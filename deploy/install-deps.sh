@@ -26,6 +26,7 @@ PKGS=(
   python3-venv            # test-k8s: kubernetes-validate (Kubernetes schemas) in a venv
   lintian systemd         # test-package: lintian on the .deb, systemd-analyze verify/security on the units
   gnuplot-nox             # bench/agent-step.png: plot of the agent controller step response
+  universal-ctags         # tests/funclen.sh: function lengths of the production code
   jq bc                   # bench/diff-pipeline.sh: reads each diff's JSON, averages the cells
   chromium fonts-dejavu-core  # the web UI's browser test and benchmark (headless, puppeteer-core)
   libdw-dev libelf-dev    # agent/aggregator symbolization: symbol tables, debug files, MiniDebugInfo, lines
