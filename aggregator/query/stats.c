@@ -10,6 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One term of modified Lentz's method: updates d and c with coefficient aa and returns the
+ * factor d * c by which the fraction's value is multiplied. */
+static double lentz_step(double aa, double *c, double *d) {
+    const double tiny = 1e-300;
+    *d = 1.0 + aa * *d;
+    if (fabs(*d) < tiny)
+        *d = tiny;
+    *c = 1.0 + aa / *c;
+    if (fabs(*c) < tiny)
+        *c = tiny;
+    *d = 1.0 / *d;
+    return *d * *c;
+}
+
 /* Continued fraction for I_x(a, b) (modified Lentz's method): with
  *   d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)),
  *   d_{2m}   =  m (b - m) x / ((a + 2m - 1)(a + 2m)),
@@ -25,24 +39,9 @@ static double beta_cf(double a, double b, double x) {
     double h = d;
     for (int m = 1; m <= 10000; m++) {
         double m2 = 2.0 * m;
-        double aa = m * (b - m) * x / ((a - 1.0 + m2) * (a + m2));
-        d = 1.0 + aa * d;
-        if (fabs(d) < tiny)
-            d = tiny;
-        c = 1.0 + aa / c;
-        if (fabs(c) < tiny)
-            c = tiny;
-        d = 1.0 / d;
-        h *= d * c;
-        aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2));
-        d = 1.0 + aa * d;
-        if (fabs(d) < tiny)
-            d = tiny;
-        c = 1.0 + aa / c;
-        if (fabs(c) < tiny)
-            c = tiny;
-        d = 1.0 / d;
-        double del = d * c;
+        h *= lentz_step(m * (b - m) * x / ((a - 1.0 + m2) * (a + m2)), &c, &d);
+        double aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2));
+        double del = lentz_step(aa, &c, &d);
         h *= del;
         if (fabs(del - 1.0) < eps)
             break;
