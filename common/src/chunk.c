@@ -57,27 +57,22 @@ size_t cm_name_unversioned(const char *name, char *out, size_t size) {
     return o;
 }
 
+/* A unit ladder for cm_format_weight: the first step whose threshold |v| reaches. */
+typedef struct {
+    double threshold; /* and divisor */
+    const char *fmt;
+} unit_step_t;
+
 void cm_format_weight(cm_event_type_t type, double v, char *buf, size_t size) {
+    static const unit_step_t bytes[] = {
+        {1073741824.0, "%.2fGB"}, {1048576.0, "%.2fMB"}, {1024.0, "%.1fKB"}, {0, "%.0fB"}};
+    static const unit_step_t nanos[] = {
+        {1e9, "%.2fs"}, {1e6, "%.1fms"}, {1e3, "%.1fus"}, {0, "%.0fns"}};
+    const unit_step_t *u = type == CM_EV_ALLOC || type == CM_EV_INUSE ? bytes : nanos;
     double a = v < 0 ? -v : v;
-    if (type == CM_EV_ALLOC || type == CM_EV_INUSE) {
-        if (a >= 1073741824.0)
-            snprintf(buf, size, "%.2fGB", v / 1073741824.0);
-        else if (a >= 1048576.0)
-            snprintf(buf, size, "%.2fMB", v / 1048576.0);
-        else if (a >= 1024.0)
-            snprintf(buf, size, "%.1fKB", v / 1024.0);
-        else
-            snprintf(buf, size, "%.0fB", v);
-        return;
-    }
-    if (a >= 1e9)
-        snprintf(buf, size, "%.2fs", v / 1e9);
-    else if (a >= 1e6)
-        snprintf(buf, size, "%.1fms", v / 1e6);
-    else if (a >= 1e3)
-        snprintf(buf, size, "%.1fus", v / 1e3);
-    else
-        snprintf(buf, size, "%.0fns", v);
+    while (u->threshold && !(a >= u->threshold)) /* NaN: the last step, as v itself */
+        u++;
+    snprintf(buf, size, u->fmt, u->threshold ? v / u->threshold : v);
 }
 
 const char *cm_drop_reason_name(uint32_t reason) {
