@@ -9,6 +9,7 @@
  */
 #include "cm/chunk.h"
 #include "cm/error.h"
+#include "chunk_fields.h"
 #include "fleetprof.pb-c.h"
 
 #include <stdio.h>
@@ -125,19 +126,13 @@ static int decode_header(cm_header_t *h, const Fleetprof__V1__Header *ph, uint32
     h->version = header_str(ph->version);
     h->host = header_str(ph->host);
     h->agent_version = header_str(ph->agent_version);
-    h->pid = ph->pid;
-    h->process_start_unix_ns = ph->process_start_unix_ns;
-    h->start_unix_ns = ph->start_unix_ns;
-    h->end_unix_ns = ph->end_unix_ns;
+#define COPY(field) h->field = ph->field;
+    CM_HEADER_SCALARS(COPY)
+#undef COPY
+    h->format_minor = minor;
     if (ph->chunk_id.len != CM_CHUNK_ID_LEN)
         ERR(CM_EFORMAT, "chunk id is %zu bytes (want %u)", ph->chunk_id.len, CM_CHUNK_ID_LEN);
     memcpy(h->chunk_id, ph->chunk_id.data, CM_CHUNK_ID_LEN);
-    h->sequence = ph->sequence;
-    h->agent_cpu_ns = ph->agent_cpu_ns;
-    h->process_cpu_ns = ph->process_cpu_ns;
-    h->work_units = ph->work_units;
-    h->time_unit_ns = ph->time_unit_ns;
-    h->format_minor = minor;
     if (ph->n_sampling > CM_EV_COUNT * 4 || ph->n_drops > 1024)
         ERR(CM_ETOOBIG, "header has %zu sampling entries and %zu drop counters", ph->n_sampling,
             ph->n_drops);

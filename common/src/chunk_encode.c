@@ -9,6 +9,7 @@
  */
 #include "cm/chunk.h"
 #include "cm/error.h"
+#include "chunk_fields.h"
 #include "fleetprof.pb-c.h"
 
 #include <stdio.h>
@@ -156,17 +157,11 @@ static int enc_header(enc_t *e, const cm_header_t *h) {
     hdr->version = e->hs[1];
     hdr->host = e->hs[2];
     hdr->agent_version = e->hs[3];
-    hdr->pid = h->pid;
-    hdr->process_start_unix_ns = h->process_start_unix_ns;
-    hdr->start_unix_ns = h->start_unix_ns;
-    hdr->end_unix_ns = h->end_unix_ns;
+#define COPY(field) hdr->field = h->field;
+    CM_HEADER_SCALARS(COPY)
+#undef COPY
     hdr->chunk_id.data = (uint8_t *)h->chunk_id;
     hdr->chunk_id.len = CM_CHUNK_ID_LEN;
-    hdr->sequence = h->sequence;
-    hdr->agent_cpu_ns = h->agent_cpu_ns;
-    hdr->process_cpu_ns = h->process_cpu_ns;
-    hdr->work_units = h->work_units;
-    hdr->time_unit_ns = h->time_unit_ns;
     hdr->format_minor = CM_FORMAT_MINOR;
     e->samp = calloc(h->n_sampling + 1, sizeof *e->samp);
     e->samp_p = calloc(h->n_sampling + 1, sizeof *e->samp_p);
