@@ -453,6 +453,21 @@ static void on_tick(uv_timer_t *t) {
     }
 }
 
+/* Closes the descriptors and frees s (its timer is closed or was never started). */
+static void spool_free(col_spool_t *s) {
+    for (size_t i = 0; i < s->n; i++) {
+        close(s->segs[i].fd);
+        free(s->segs[i].uids.v);
+    }
+    free(s->uids.v);
+    if (s->wfd >= 0)
+        close(s->wfd);
+    if (s->dirfd >= 0)
+        close(s->dirfd);
+    free(s->segs);
+    free(s);
+}
+
 int col_spool_open(uv_loop_t *loop, const col_config_t *cfg, col_spool_t **out, char *errbuf,
                    size_t errbuf_size) {
     int rc = 0;
@@ -491,17 +506,7 @@ int col_spool_open(uv_loop_t *loop, const col_config_t *cfg, col_spool_t **out, 
     uv_unref((uv_handle_t *)&s->timer);
 out:
     if (rc) {
-        for (size_t i = 0; i < s->n; i++) {
-            close(s->segs[i].fd);
-            free(s->segs[i].uids.v);
-        }
-        free(s->uids.v);
-        if (s->dirfd >= 0)
-            close(s->dirfd);
-        if (s->wfd >= 0)
-            close(s->wfd);
-        free(s->segs);
-        free(s);
+        spool_free(s);
         s = NULL;
     }
     *out = s;
@@ -784,14 +789,5 @@ void col_spool_close(col_spool_t *s) {
     while (s->sync_busy)
         uv_run(s->loop, UV_RUN_ONCE);
     uv_run(s->loop, UV_RUN_NOWAIT);
-    for (size_t i = 0; i < s->n; i++) {
-        close(s->segs[i].fd);
-        free(s->segs[i].uids.v);
-    }
-    free(s->uids.v);
-    if (s->wfd >= 0)
-        close(s->wfd);
-    close(s->dirfd);
-    free(s->segs);
-    free(s);
+    spool_free(s);
 }
