@@ -162,6 +162,34 @@ int tc_ack_read(int fd, uint32_t *msg_no, int32_t *status, int timeout_ms) {
     return 1;
 }
 
+int32_t tc_send_acked(int fd, const uint8_t *msg, size_t len, uint32_t *no) {
+    if (tc_send(fd, msg, len))
+        return 99999;
+    uint32_t got;
+    int32_t st;
+    if (tc_ack_read(fd, &got, &st, 10000) != 1)
+        return 99998;
+    if (got != ++*no) {
+        fprintf(stderr, "tc_send_acked: ack for message %u, expected %u\n", got, *no);
+        return 99996;
+    }
+    return st;
+}
+
+int tc_closed_within(int fd, double timeout_s) {
+    double deadline = now_s() + timeout_s;
+    char buf[4096];
+    while (now_s() < deadline) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 50) > 0) {
+            ssize_t r = read(fd, buf, sizeof buf);
+            if (r == 0 || (r < 0 && errno == ECONNRESET))
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ process */
 
 int tc_collector_start(tc_collector_t *c, const char *bootstrap, int http_port,

@@ -30,6 +30,12 @@ int tc_send(int fd, const uint8_t *msg, size_t len);
 /* Reads one ack within timeout_ms. Returns 1 with (msg_no, status), 0 on EOF, -1 on timeout
  * or error. */
 int tc_ack_read(int fd, uint32_t *msg_no, int32_t *status, int timeout_ms);
+/* Sends message number ++*no and reads its ack (10 s). Returns the ack's status, or 99999 when
+ * the send failed, 99998 when no ack came, 99996 when the ack names another message (said on
+ * stderr): never a status the collector sends. */
+int32_t tc_send_acked(int fd, const uint8_t *msg, size_t len, uint32_t *no);
+/* 1 if the peer closed the connection within timeout_s (acks are read and ignored), else 0. */
+int tc_closed_within(int fd, double timeout_s);
 
 /* ---- the collector process */
 

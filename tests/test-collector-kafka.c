@@ -47,15 +47,6 @@ static int send_range(int fd, const char *service, uint64_t from, uint64_t to, u
     return ok;
 }
 
-static int32_t send_one_frame(int fd, const uint8_t *f, size_t len, uint32_t *no) {
-    uint32_t got;
-    int32_t st;
-    if (tc_send(fd, f, len) || tc_ack_read(fd, &got, &st, 10000) != 1)
-        return 99999;
-    CHECK_EQ(got, ++*no);
-    return st;
-}
-
 /* Asserts: for every service, the distinct chunk ids are exactly seq [0, n) and their first
  * occurrences come in sequence order. Returns the number of duplicates. */
 static int check_complete_in_order(tc_msg_t *m, int got, const char *const *services, int ns,
@@ -272,7 +263,7 @@ static void test_sigkill_restart_replays(void) {
     CHECK(replayed >= 40);
     fd = tc_connect(c.sock, 1);
     no = 0;
-    CHECK_EQ(send_one_frame(fd, f, len, &no), 0); /* the resend */
+    CHECK_EQ(tc_send_acked(fd, f, len, &no), 0); /* the resend */
     free(f);
     CHECK_EQ(send_range(fd, "kill", 101, 120, 2000, &no), 19);
     tc_msg_t *m;
@@ -311,7 +302,7 @@ static void test_chunk_over_kafka_limit_refused(void) {
     CHECK(tc_frame_make_big("big", 0, 5000, 512, &big, &big_len) == 0);
     printf("big chunk: %zu bytes\n", big_len);
     CHECK(big_len > 1048588 && big_len < 16u << 20); /* under max-msg: only Kafka refuses it */
-    CHECK_EQ(send_one_frame(fd, big, big_len, &no), CM_ETOOBIG);
+    CHECK_EQ(tc_send_acked(fd, big, big_len, &no), CM_ETOOBIG);
     free(big);
     CHECK_EQ(send_range(fd, "big", 1, 3, 2000, &no), 2);
     CHECK_EQ(tc_metric(19751, "fleetprof_collector_chunks_over_kafka_limit_total"), 1);

@@ -84,32 +84,6 @@ static void become_nobody(void) {
         _exit(90);
 }
 
-static int32_t send_one(int fd, const uint8_t *f, size_t len, uint32_t *no) {
-    if (tc_send(fd, f, len))
-        return 99999;
-    uint32_t got;
-    int32_t st;
-    if (tc_ack_read(fd, &got, &st, 10000) != 1)
-        return 99998;
-    CHECK_EQ(got, ++*no);
-    return st;
-}
-
-/* 1 if the peer closed the connection within timeout_s (reads and ignores acks). */
-static int closed_within(int fd, double timeout_s) {
-    double deadline = now_s() + timeout_s;
-    char buf[4096];
-    while (now_s() < deadline) {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 50) > 0) {
-            ssize_t r = read(fd, buf, sizeof buf);
-            if (r == 0 || (r < 0 && errno == ECONNRESET))
-                return 1;
-        }
-    }
-    return 0;
-}
-
 static void stop(tc_collector_t *c) {
     int st = tc_collector_stop(c, SIGTERM, 20);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "collector status %d", st);
@@ -167,7 +141,7 @@ static void test_uid_connections(void) {
     size_t len;
     CHECK(tc_frame_make("other-service", 0, 500, &f, &len) == 0);
     uint32_t no = 0;
-    int32_t st = send_one(fd, f, len, &no);
+    int32_t st = tc_send_acked(fd, f, len, &no);
     printf("uid_connections: root's agent got ack %d\n", (int)st);
     CHECKF(st == 0, "an agent of another uid could not deliver (ack %d)", (int)st);
     CHECK_EQ(connected, 1024);
@@ -196,7 +170,7 @@ static void test_uid_rate(void) {
     int ok = 0, retry = 0;
     double t0 = now_s();
     while (retry == 0 && no < 1000) {
-        int32_t st = send_one(fd, f, len, &no);
+        int32_t st = tc_send_acked(fd, f, len, &no);
         CHECK(st == 0 || st == CM_SOCK_RETRY);
         st == 0 ? ok++ : retry++;
     }
@@ -208,7 +182,7 @@ static void test_uid_rate(void) {
         become_nobody();
         int ofd = tc_connect(c.sock, 1);
         uint32_t ono = 0;
-        _exit(ofd >= 0 && send_one(ofd, f, len, &ono) == 0 ? 0 : 1);
+        _exit(ofd >= 0 && tc_send_acked(ofd, f, len, &ono) == 0 ? 0 : 1);
     }
     int st;
     CHECK(waitpid(other, &st, 0) == other);
@@ -238,14 +212,14 @@ static void test_idle_after_hello(void) {
     int idle = tc_connect(c.sock, 1), busy = tc_connect(c.sock, 1);
     CHECK(idle >= 0 && busy >= 0);
     uint32_t no_idle = 0, no_busy = 0;
-    CHECK_EQ(send_one(idle, f, len, &no_idle), 0);
+    CHECK_EQ(tc_send_acked(idle, f, len, &no_idle), 0);
     double t0 = now_s();
     /* busy sends every 0.4 s for 3 s: never idle for 1 s */
     int closed = 0;
     double closed_at = 0;
     while (now_s() - t0 < 3.0) {
-        CHECK_EQ(send_one(busy, f, len, &no_busy), 0);
-        if (!closed && closed_within(idle, 0.4)) {
+        CHECK_EQ(tc_send_acked(busy, f, len, &no_busy), 0);
+        if (!closed && tc_closed_within(idle, 0.4)) {
             closed = 1;
             closed_at = now_s() - t0;
         }
@@ -257,7 +231,7 @@ static void test_idle_after_hello(void) {
     CHECKF(closed, "an idle connection was still open after %.1f s", now_s() - t0);
     CHECKF(closed_at > 0.9, "closed after %.2f s, before idle-timeout", closed_at);
     CHECK_EQ(tc_metric(19481, "fleetprof_collector_disconnects_total{reason=\"idle\"}"), 1);
-    CHECK_EQ(send_one(busy, f, len, &no_busy), 0); /* still connected */
+    CHECK_EQ(tc_send_acked(busy, f, len, &no_busy), 0); /* still connected */
     close(idle);
     close(busy);
     free(f);
@@ -306,7 +280,7 @@ static void test_spool_flood(void) {
         uint8_t *f;
         size_t len;
         CHECK(tc_frame_make("keep", (uint64_t)i, 200, &f, &len) == 0);
-        CHECK_EQ(send_one(keep, f, len, &no), 0);
+        CHECK_EQ(tc_send_acked(keep, f, len, &no), 0);
         keep_bytes += len;
         free(f);
     }
@@ -325,7 +299,7 @@ static void test_spool_flood(void) {
             size_t len;
             if (tc_frame_make("flood", seq, 2000, &f, &len))
                 _exit(93);
-            int32_t st = send_one(fd, f, len, &fno);
+            int32_t st = tc_send_acked(fd, f, len, &fno);
             if (st != 0 && st != CM_SOCK_RETRY)
                 _exit(94);
             counts[st != 0]++;
@@ -351,7 +325,7 @@ static void test_spool_flood(void) {
     uint8_t *f;
     size_t len;
     CHECK(tc_frame_make("keep", KEEP, 200, &f, &len) == 0);
-    CHECK_EQ(send_one(keep, f, len, &no), 0);
+    CHECK_EQ(tc_send_acked(keep, f, len, &no), 0);
     free(f);
     close(keep);
     stop(&c);
@@ -379,7 +353,7 @@ static void test_spool_alone(void) {
         uint8_t *f;
         size_t len;
         CHECK(tc_frame_make("alone", seq, 2000, &f, &len) == 0);
-        ok += send_one(fd, f, len, &no) == 0;
+        ok += tc_send_acked(fd, f, len, &no) == 0;
         sent += len;
         free(f);
     }
@@ -619,7 +593,8 @@ static void container_client(const char *cg, const char *sock, int n, int rd, in
     uint8_t *fr;
     size_t len;
     uint32_t no = 0;
-    int32_t st = tc_frame_make(svc, 0, 500, &fr, &len) ? 99997 : send_one(fds[3], fr, len, &no);
+    int32_t st =
+        tc_frame_make(svc, 0, 500, &fr, &len) ? 99997 : tc_send_acked(fds[3], fr, len, &no);
     if (write(wr, &st, sizeof st) != (ssize_t)sizeof st)
         _exit(91);
     char b;

@@ -98,33 +98,6 @@ static void test_config_errors(void) {
     unlink("/tmp/fp-col-test-cfg.conf");
 }
 
-/* Sends one message and reads its ack; returns the status or a large value on failure. */
-static int32_t send_one(int fd, const uint8_t *f, size_t len, uint32_t *no) {
-    if (tc_send(fd, f, len))
-        return 99999;
-    uint32_t got;
-    int32_t st;
-    if (tc_ack_read(fd, &got, &st, 10000) != 1)
-        return 99998;
-    CHECK_EQ(got, ++*no);
-    return st;
-}
-
-/* 1 if the peer closed the connection within timeout_s (reads and ignores acks). */
-static int closed_within(int fd, double timeout_s) {
-    double deadline = now_s() + timeout_s;
-    char buf[4096];
-    while (now_s() < deadline) {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 100) > 0) {
-            ssize_t r = read(fd, buf, sizeof buf);
-            if (r == 0 || (r < 0 && errno == ECONNRESET))
-                return 1;
-        }
-    }
-    return 0;
-}
-
 static void test_invalid_chunks_rejected(void) {
     tc_collector_t c = {0};
     CHECK(tc_collector_start(&c, NO_KAFKA, 19460, NULL) == 0);
@@ -134,17 +107,17 @@ static void test_invalid_chunks_rejected(void) {
     uint8_t *f;
     size_t len;
     CHECK(tc_frame_make("svc", 1, 500, &f, &len) == 0);
-    CHECK_EQ(send_one(fd, f, len, &no), 0);
+    CHECK_EQ(tc_send_acked(fd, f, len, &no), 0);
     f[len - 1] ^= 0x55; /* payload byte: checksum mismatch */
-    CHECK_EQ(send_one(fd, f, len, &no), CM_ECHECKSUM);
+    CHECK_EQ(tc_send_acked(fd, f, len, &no), CM_ECHECKSUM);
     f[len - 1] ^= 0x55;
     uint8_t junk[300];
     for (size_t i = 0; i < sizeof junk; i++)
         junk[i] = (uint8_t)(i * 37 + 11);
-    CHECK_EQ(send_one(fd, junk, sizeof junk, &no), CM_EMAGIC);
-    CHECK_EQ(send_one(fd, f, 30, &no), CM_ETRUNCATED);
+    CHECK_EQ(tc_send_acked(fd, junk, sizeof junk, &no), CM_EMAGIC);
+    CHECK_EQ(tc_send_acked(fd, f, 30, &no), CM_ETRUNCATED);
     /* The connection is still good. */
-    CHECK_EQ(send_one(fd, f, len, &no), 0);
+    CHECK_EQ(tc_send_acked(fd, f, len, &no), 0);
 #define REJECTED_PREFIX "fleetprof_collector_chunks_rejected_total{reason=\""
 #define REJECTED(r) REJECTED_PREFIX r "\"}"
     CHECK_EQ(tc_metric(19460, REJECTED("ECHECKSUM")), 1);
@@ -209,7 +182,7 @@ static void test_hostile_clients(void) {
     uint8_t *f;
     size_t len;
     CHECK(tc_frame_make("good-agent", 0, 2000, &f, &len) == 0);
-    CHECK_EQ(send_one(good, f, len, &no), 0);
+    CHECK_EQ(tc_send_acked(good, f, len, &no), 0);
 
     /* 1,000 idle connections that said hello. */
     enum { IDLE = 1000 };
@@ -225,7 +198,7 @@ static void test_hostile_clients(void) {
     for (size_t i = 0; i < sizeof rnd; i++)
         rnd[i] = (uint8_t)(rand() & 0xff);
     CHECK(write(garbage, rnd, sizeof rnd) > 0);
-    CHECK(closed_within(garbage, 5));
+    CHECK(tc_closed_within(garbage, 5));
     /* A frame length far above max-msg: ETOOBIG ack, then closed. */
     int big = tc_connect(c.sock, 1);
     uint8_t hdr[4] = {0xff, 0xff, 0xff, 0x7f};
@@ -234,14 +207,14 @@ static void test_hostile_clients(void) {
     int32_t ast;
     CHECK_EQ(tc_ack_read(big, &ano, &ast, 5000), 1);
     CHECK_EQ(ast, CM_ETOOBIG);
-    CHECK(closed_within(big, 5));
+    CHECK(tc_closed_within(big, 5));
     /* Slowloris: half a frame, then silence; and half a hello. */
     int slow = tc_connect(c.sock, 1), slow2 = tc_connect(c.sock, 0);
     CHECK(write(slow, "\x10\x27\x00\x00partial", 11) == 11);
     CHECK(write(slow2, "FPR", 3) == 3);
     double t0 = now_s();
-    CHECK(closed_within(slow, 6));
-    CHECK(closed_within(slow2, 6));
+    CHECK(tc_closed_within(slow, 6));
+    CHECK(tc_closed_within(slow2, 6));
     CHECKF(now_s() - t0 > 0.5, "slow client closed too early (%.2f s)", now_s() - t0);
 
     /* A flood from two processes while the good agent keeps sending. */
@@ -255,7 +228,7 @@ static void test_hostile_clients(void) {
         size_t gl;
         CHECK(tc_frame_make("good-agent", s, 2000, &g, &gl) == 0);
         double a = now_s();
-        CHECK_EQ(send_one(good, g, gl, &no), 0);
+        CHECK_EQ(tc_send_acked(good, g, gl, &no), 0);
         double d = now_s() - a;
         worst = d > worst ? d : worst;
         free(g);
@@ -294,7 +267,7 @@ static void test_shedding_accounted(void) {
     CHECK(tc_frame_make("svc", 0, 300, &f, &len) == 0);
     int ok = 0, retry = 0;
     for (int i = 0; i < 40; i++) {
-        int32_t st = send_one(fd, f, len, &no);
+        int32_t st = tc_send_acked(fd, f, len, &no);
         CHECK(st == 0 || st == CM_SOCK_RETRY);
         st == 0 ? ok++ : retry++;
     }
@@ -305,10 +278,10 @@ static void test_shedding_accounted(void) {
     /* A frame larger than the memory budget is read, discarded and answered with retry. */
     size_t blen = 3u << 20;
     uint8_t *blob = calloc(1, blen);
-    CHECK_EQ(send_one(fd, blob, blen, &no), CM_SOCK_RETRY);
+    CHECK_EQ(tc_send_acked(fd, blob, blen, &no), CM_SOCK_RETRY);
     CHECK_EQ(tc_metric(19462, "fleetprof_collector_chunks_shed_total{reason=\"memory\"}"), 1);
     sleep(1); /* refill the rate bucket */
-    CHECK_EQ(send_one(fd, f, len, &no), 0);
+    CHECK_EQ(tc_send_acked(fd, f, len, &no), 0);
     free(blob);
     free(f);
     close(fd);
