@@ -152,7 +152,7 @@ typedef Perftools__Profiles__Line Line;
 typedef Perftools__Profiles__Function Function;
 
 /* The Profile message under construction and every array it points into, sized from the
- * profile up front. Released with exp_free(). */
+ * profile up front (own()). Released with exp_free(). */
 typedef struct {
     const agg_profile_t *p;
     strtab_t st;
@@ -187,78 +187,68 @@ typedef struct {
     size_t nlab;
     /* per context: trace id (32 hex + NUL) at 0, span id (16 hex + NUL) at HEX_SPAN */
     char (*hex)[HEX_SPAN + 17];
+    void *owned[32]; /* every array above (26), freed by exp_free */
+    size_t n_owned;
+    int oom; /* an allocation failed */
 } exp_t;
+
+/* Keeps p for exp_free, or notes that its allocation failed (or that owned[] is full, which
+ * the arrays above never make it: failing beats leaking if one is added). Returns p or NULL. */
+static void *own(exp_t *x, void *p) {
+    if (p && x->n_owned == sizeof x->owned / sizeof x->owned[0]) {
+        free(p);
+        p = NULL;
+    }
+    if (!p)
+        x->oom = 1;
+    else
+        x->owned[x->n_owned++] = p;
+    return p;
+}
 
 static void exp_free(exp_t *x) {
     free(x->st.s);
     free(x->st.hkey);
     free(x->st.hval);
-    free(x->fn);
-    free(x->fnp);
-    free(x->loc);
-    free(x->locp);
-    free(x->line);
-    free(x->linep);
-    free(x->map);
-    free(x->mapp);
-    free(x->frame_map);
-    free(x->order);
-    free(x->smp);
-    free(x->smpp);
-    free(x->vals);
-    free(x->lab);
-    free(x->labp);
-    free(x->locids);
-    free(x->nlocs_of);
-    free(x->fnid);
-    free(x->runs);
-    free(x->runoff);
-    free(x->lhash);
-    free(x->fhkey);
-    free(x->fhval);
-    free(x->hex);
-    free(x->sw0);
-    free(x->sc0);
+    for (size_t i = 0; i < x->n_owned; i++)
+        free(x->owned[i]);
 }
 
 /* Sizes every array from the profile. 0 or CM_ENOMEM. */
 static int exp_alloc(exp_t *x, const agg_profile_t *p) {
     size_t nf = p->n_frames, nr = p->n_rows;
     size_t nsf = (size_t)p->stack_off[p->n_stacks] + nf + 1;
-    x->fn = calloc(nf + 1, sizeof *x->fn);
-    x->fnp = calloc(nf + 1, sizeof *x->fnp);
-    x->loc = calloc(nsf, sizeof *x->loc);
-    x->locp = calloc(nsf, sizeof *x->locp);
-    x->line = calloc(nsf, sizeof *x->line);
-    x->linep = calloc(nsf, sizeof *x->linep);
-    x->fnid = calloc(nf + 1, sizeof *x->fnid);
-    x->runs = malloc(nsf * sizeof *x->runs);
-    x->runoff = malloc((nsf + 1) * sizeof *x->runoff);
+    x->fn = own(x, calloc(nf + 1, sizeof *x->fn));
+    x->fnp = own(x, calloc(nf + 1, sizeof *x->fnp));
+    x->loc = own(x, calloc(nsf, sizeof *x->loc));
+    x->locp = own(x, calloc(nsf, sizeof *x->locp));
+    x->line = own(x, calloc(nsf, sizeof *x->line));
+    x->linep = own(x, calloc(nsf, sizeof *x->linep));
+    x->fnid = own(x, calloc(nf + 1, sizeof *x->fnid));
+    x->runs = own(x, malloc(nsf * sizeof *x->runs));
+    x->runoff = own(x, malloc((nsf + 1) * sizeof *x->runoff));
     x->lhcap = 16;
     while (x->lhcap < 2 * nsf)
         x->lhcap *= 2;
-    x->lhash = calloc(x->lhcap, sizeof *x->lhash);
-    x->fhkey = calloc(x->lhcap, sizeof *x->fhkey);
-    x->fhval = calloc(x->lhcap, sizeof *x->fhval);
-    x->map = calloc(nf + 1, sizeof *x->map);
-    x->mapp = calloc(nf + 1, sizeof *x->mapp);
-    x->frame_map = calloc(nf + 1, sizeof *x->frame_map);
-    x->order = malloc((nr + 1) * sizeof *x->order);
+    x->lhash = own(x, calloc(x->lhcap, sizeof *x->lhash));
+    x->fhkey = own(x, calloc(x->lhcap, sizeof *x->fhkey));
+    x->fhval = own(x, calloc(x->lhcap, sizeof *x->fhval));
+    x->map = own(x, calloc(nf + 1, sizeof *x->map));
+    x->mapp = own(x, calloc(nf + 1, sizeof *x->mapp));
+    x->frame_map = own(x, calloc(nf + 1, sizeof *x->frame_map));
+    x->order = own(x, malloc((nr + 1) * sizeof *x->order));
     size_t nsmax = nr + p->n_stacks + 1;
-    x->smp = calloc(nsmax, sizeof *x->smp);
-    x->smpp = calloc(nsmax, sizeof *x->smpp);
-    x->vals = calloc(2 * nsmax, sizeof *x->vals);
-    x->sw0 = calloc((size_t)p->n_stacks + 1, sizeof *x->sw0);
-    x->sc0 = calloc((size_t)p->n_stacks + 1, sizeof *x->sc0);
-    x->lab = calloc(2 * nr + 2, sizeof *x->lab);
-    x->labp = calloc(2 * nr + 2, sizeof *x->labp);
-    x->locids = malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *x->locids);
-    x->nlocs_of = calloc((size_t)p->n_stacks + 1, sizeof *x->nlocs_of);
-    x->hex = calloc((size_t)p->n_contexts + 1, sizeof *x->hex);
-    if (!x->fn || !x->fnp || !x->loc || !x->locp || !x->line || !x->linep || !x->fnid ||
-        !x->runs || !x->runoff || !x->lhash || !x->fhkey || !x->fhval || !x->map || !x->mapp ||
-        !x->frame_map || !x->order || !x->smp || !x->smpp || !x->vals || !x->lab || !x->labp ||
-        !x->locids || !x->nlocs_of || !x->hex || !x->sw0 || !x->sc0)
+    x->smp = own(x, calloc(nsmax, sizeof *x->smp));
+    x->smpp = own(x, calloc(nsmax, sizeof *x->smpp));
+    x->vals = own(x, calloc(2 * nsmax, sizeof *x->vals));
+    x->sw0 = own(x, calloc((size_t)p->n_stacks + 1, sizeof *x->sw0));
+    x->sc0 = own(x, calloc((size_t)p->n_stacks + 1, sizeof *x->sc0));
+    x->lab = own(x, calloc(2 * nr + 2, sizeof *x->lab));
+    x->labp = own(x, calloc(2 * nr + 2, sizeof *x->labp));
+    x->locids = own(x, malloc(((size_t)p->stack_off[p->n_stacks] + 1) * sizeof *x->locids));
+    x->nlocs_of = own(x, calloc((size_t)p->n_stacks + 1, sizeof *x->nlocs_of));
+    x->hex = own(x, calloc((size_t)p->n_contexts + 1, sizeof *x->hex));
+    if (x->oom)
         return CM_ENOMEM;
     if (strtab_get(&x->st, "") != 0)
         return CM_ENOMEM;

@@ -112,65 +112,57 @@ static char *dup_str(cm_str_t s) {
     return p;
 }
 
-/* The message under construction and everything the encoder allocated for it; columns of
- * the input chunk are pointed to, not copied. Released with enc_free(). */
+/* The message under construction; columns of the input chunk are pointed to, not copied.
+ * What the encoder allocates for it is kept in owned[] and released with enc_free(). */
 typedef struct {
     Fleetprof__V1__Chunk msg;
     Fleetprof__V1__Header hdr;
     Fleetprof__V1__Dictionary dict;
     Fleetprof__V1__Spans spans;
     Fleetprof__V1__Samples cols[CM_EV_COUNT], *cols_p[CM_EV_COUNT];
-    Fleetprof__V1__Sampling *samp, **samp_p;
-    Fleetprof__V1__Drop *drops, **drops_p;
-    Fleetprof__V1__Mapping *maps, **maps_p;
-    int64_t *deltas[CM_EV_COUNT]; /* per column: time deltas, then weight deltas */
-    uint32_t *string_len, *label_len;
-    uint32_t *st_base; /* stack base, shared, suffix and location columns: one block */
-    uint8_t *string_data;
-    char *hs[4]; /* service, version, host, agent version */
+    void *owned[24]; /* 4 header strings, 10 tables, 6 delta columns */
+    size_t n_owned;
 } enc_t;
 
+/* Keeps p (an allocation or NULL) for enc_free. Returns p, or NULL when owned[] is full
+ * (it is sized for every allocation below: failing beats leaking if one is added). */
+static void *own(enc_t *e, void *p) {
+    if (p && e->n_owned == sizeof e->owned / sizeof e->owned[0]) {
+        free(p);
+        return NULL;
+    }
+    if (p)
+        e->owned[e->n_owned++] = p;
+    return p;
+}
+
 static void enc_free(enc_t *e) {
-    for (int i = 0; i < 4; i++)
-        free(e->hs[i]);
-    for (uint32_t t = 0; t < CM_EV_COUNT; t++)
-        free(e->deltas[t]);
-    free(e->samp);
-    free(e->samp_p);
-    free(e->drops);
-    free(e->drops_p);
-    free(e->maps);
-    free(e->maps_p);
-    free(e->string_data);
-    free(e->string_len);
-    free(e->label_len);
-    free(e->st_base);
+    for (size_t i = 0; i < e->n_owned; i++)
+        free(e->owned[i]);
 }
 
 /* Header scalars, strings, sampling settings and drop counters. 0 or CM_ENOMEM. */
 static int enc_header(enc_t *e, const cm_header_t *h) {
     Fleetprof__V1__Header *hdr = &e->hdr;
-    if (!(e->hs[0] = dup_str(h->service)) || !(e->hs[1] = dup_str(h->version)) ||
-        !(e->hs[2] = dup_str(h->host)) || !(e->hs[3] = dup_str(h->agent_version)))
+    if (!(hdr->service = own(e, dup_str(h->service))) ||
+        !(hdr->version = own(e, dup_str(h->version))) ||
+        !(hdr->host = own(e, dup_str(h->host))) ||
+        !(hdr->agent_version = own(e, dup_str(h->agent_version))))
         return CM_ENOMEM;
-    hdr->service = e->hs[0];
-    hdr->version = e->hs[1];
-    hdr->host = e->hs[2];
-    hdr->agent_version = e->hs[3];
 #define COPY(field) hdr->field = h->field;
     CM_HEADER_SCALARS(COPY)
 #undef COPY
     hdr->chunk_id.data = (uint8_t *)h->chunk_id;
     hdr->chunk_id.len = CM_CHUNK_ID_LEN;
     hdr->format_minor = CM_FORMAT_MINOR;
-    e->samp = calloc(h->n_sampling + 1, sizeof *e->samp);
-    e->samp_p = calloc(h->n_sampling + 1, sizeof *e->samp_p);
-    e->drops = calloc(h->n_drops + 1, sizeof *e->drops);
-    e->drops_p = calloc(h->n_drops + 1, sizeof *e->drops_p);
-    if (!e->samp || !e->samp_p || !e->drops || !e->drops_p)
+    Fleetprof__V1__Sampling *samp = own(e, calloc(h->n_sampling + 1, sizeof *samp));
+    Fleetprof__V1__Sampling **samp_p = own(e, calloc(h->n_sampling + 1, sizeof *samp_p));
+    Fleetprof__V1__Drop *drops = own(e, calloc(h->n_drops + 1, sizeof *drops));
+    Fleetprof__V1__Drop **drops_p = own(e, calloc(h->n_drops + 1, sizeof *drops_p));
+    if (!samp || !samp_p || !drops || !drops_p)
         return CM_ENOMEM;
     for (uint32_t i = 0; i < h->n_sampling; i++) {
-        Fleetprof__V1__Sampling *ps = &e->samp[i];
+        Fleetprof__V1__Sampling *ps = &samp[i];
         fleetprof__v1__sampling__init(ps);
         ps->type = (Fleetprof__V1__EventType)h->sampling[i].type;
         ps->period = h->sampling[i].period;
@@ -178,19 +170,19 @@ static int enc_header(enc_t *e, const cm_header_t *h) {
         ps->target_per_sec = h->sampling[i].target_per_sec;
         ps->events_seen = h->sampling[i].events_seen;
         ps->samples_kept = h->sampling[i].samples_kept;
-        e->samp_p[i] = ps;
+        samp_p[i] = ps;
     }
     hdr->n_sampling = h->n_sampling;
-    hdr->sampling = e->samp_p;
+    hdr->sampling = samp_p;
     for (uint32_t i = 0; i < h->n_drops; i++) {
-        fleetprof__v1__drop__init(&e->drops[i]);
-        e->drops[i].reason = (Fleetprof__V1__DropReason)h->drops[i].reason;
-        e->drops[i].type = (Fleetprof__V1__EventType)h->drops[i].type;
-        e->drops[i].count = h->drops[i].count;
-        e->drops_p[i] = &e->drops[i];
+        fleetprof__v1__drop__init(&drops[i]);
+        drops[i].reason = (Fleetprof__V1__DropReason)h->drops[i].reason;
+        drops[i].type = (Fleetprof__V1__EventType)h->drops[i].type;
+        drops[i].count = h->drops[i].count;
+        drops_p[i] = &drops[i];
     }
     hdr->n_drops = h->n_drops;
-    hdr->drops = e->drops_p;
+    hdr->drops = drops_p;
     return 0;
 }
 
@@ -200,28 +192,28 @@ static int enc_strings(enc_t *e, const cm_dict_t *d) {
     size_t blob = 0;
     for (uint32_t i = 0; i < d->n_strings; i++)
         blob += d->strings[i].len;
-    e->string_data = malloc(blob + 1);
-    e->string_len = malloc(sizeof(uint32_t) * d->n_strings);
-    if (!e->string_data || !e->string_len)
+    uint8_t *string_data = own(e, malloc(blob + 1));
+    uint32_t *string_len = own(e, malloc(sizeof(uint32_t) * d->n_strings));
+    if (!string_data || !string_len)
         return CM_ENOMEM;
     blob = 0;
     for (uint32_t i = 0; i < d->n_strings; i++) {
         if (d->strings[i].len)
-            memcpy(e->string_data + blob, d->strings[i].ptr, d->strings[i].len);
+            memcpy(string_data + blob, d->strings[i].ptr, d->strings[i].len);
         blob += d->strings[i].len;
-        e->string_len[i] = d->strings[i].len;
+        string_len[i] = d->strings[i].len;
     }
-    dict->string_data.data = e->string_data;
+    dict->string_data.data = string_data;
     dict->string_data.len = blob;
     dict->n_string_len = d->n_strings;
-    dict->string_len = e->string_len;
+    dict->string_len = string_len;
 
-    e->maps = calloc(d->n_mappings, sizeof *e->maps);
-    e->maps_p = calloc(d->n_mappings, sizeof *e->maps_p);
-    if (!e->maps || !e->maps_p)
+    Fleetprof__V1__Mapping *maps = own(e, calloc(d->n_mappings, sizeof *maps));
+    Fleetprof__V1__Mapping **maps_p = own(e, calloc(d->n_mappings, sizeof *maps_p));
+    if (!maps || !maps_p)
         return CM_ENOMEM;
     for (uint32_t i = 0; i < d->n_mappings; i++) {
-        Fleetprof__V1__Mapping *pm = &e->maps[i];
+        Fleetprof__V1__Mapping *pm = &maps[i];
         fleetprof__v1__mapping__init(pm);
         pm->start = d->mappings[i].start;
         pm->limit = d->mappings[i].limit;
@@ -229,10 +221,10 @@ static int enc_strings(enc_t *e, const cm_dict_t *d) {
         pm->filename = d->mappings[i].filename;
         pm->build_id.data = (uint8_t *)d->mappings[i].build_id;
         pm->build_id.len = d->mappings[i].build_id_len;
-        e->maps_p[i] = pm;
+        maps_p[i] = pm;
     }
     dict->n_mappings = d->n_mappings;
-    dict->mappings = e->maps_p;
+    dict->mappings = maps_p;
     return 0;
 }
 
@@ -253,17 +245,17 @@ static int enc_tables(enc_t *e, const cm_dict_t *d) {
     SET_COL32(dict, location_line, d->location_line, d->n_locations);
 
     uint32_t nframes = d->stack_off[d->n_stacks];
-    e->st_base = malloc(sizeof(uint32_t) * ((size_t)3 * d->n_stacks + nframes + 1));
-    if (!e->st_base)
+    uint32_t *st_base = own(e, malloc(sizeof(uint32_t) * ((size_t)3 * d->n_stacks + nframes + 1)));
+    if (!st_base)
         return CM_ENOMEM;
-    uint32_t *st_shared = e->st_base + d->n_stacks, *st_suffix = st_shared + d->n_stacks;
+    uint32_t *st_shared = st_base + d->n_stacks, *st_suffix = st_shared + d->n_stacks;
     uint32_t *st_locs = st_suffix + d->n_stacks;
     size_t n_locs = 0;
-    int rc = front_code(d, e->st_base, st_shared, st_suffix, st_locs, &n_locs);
+    int rc = front_code(d, st_base, st_shared, st_suffix, st_locs, &n_locs);
     if (rc)
         return rc;
     dict->n_stack_base = dict->n_stack_shared = dict->n_stack_suffix_len = d->n_stacks;
-    dict->stack_base = e->st_base;
+    dict->stack_base = st_base;
     dict->stack_shared = st_shared;
     dict->stack_suffix_len = st_suffix;
     dict->n_stack_location = n_locs;
@@ -272,13 +264,13 @@ static int enc_tables(enc_t *e, const cm_dict_t *d) {
 
     dict->context_ids.data = (uint8_t *)d->contexts;
     dict->context_ids.len = (size_t)d->n_contexts * CM_CONTEXT_SIZE;
-    e->label_len = malloc(sizeof(uint32_t) * d->n_label_sets);
-    if (!e->label_len)
+    uint32_t *label_len = own(e, malloc(sizeof(uint32_t) * d->n_label_sets));
+    if (!label_len)
         return CM_ENOMEM;
     for (uint32_t i = 0; i < d->n_label_sets; i++)
-        e->label_len[i] = d->label_off[i + 1] - d->label_off[i];
+        label_len[i] = d->label_off[i + 1] - d->label_off[i];
     dict->n_label_set_len = d->n_label_sets;
-    dict->label_set_len = e->label_len;
+    dict->label_set_len = label_len;
     dict->n_label_kv = 2 * (size_t)d->label_off[d->n_label_sets];
     dict->label_kv = d->label_kv;
     dict->n_thread_tid = d->n_threads;
@@ -295,17 +287,18 @@ static int enc_column(enc_t *e, Fleetprof__V1__Samples *m, uint32_t t, const cm_
     m->type = (Fleetprof__V1__EventType)t;
     m->n_stack = s->n;
     m->stack = s->stack;
-    if (!(e->deltas[t] = malloc(2 * sizeof(int64_t) * s->n)))
+    int64_t *td = own(e, malloc(2 * sizeof(int64_t) * s->n)); /* times, then weights */
+    if (!td)
         return CM_ENOMEM;
     int64_t prev = 0;
     for (uint32_t i = 0; i < s->n; i++) {
         int64_t u = (int64_t)((s->time_ns[i] - h->start_unix_ns) / h->time_unit_ns);
-        e->deltas[t][i] = u - prev;
+        td[i] = u - prev;
         prev = u;
     }
     m->n_time_delta = s->n;
-    m->time_delta = e->deltas[t];
-    int64_t *wd = e->deltas[t] + s->n; /* second half of the same allocation */
+    m->time_delta = td;
+    int64_t *wd = td + s->n; /* second half of the same allocation */
     uint64_t pw = 0;
     for (uint32_t i = 0; i < s->n; i++) {
         wd[i] = (int64_t)(s->weight[i] - pw); /* two's complement wrap is exact */
