@@ -3,9 +3,10 @@
 # libcurl client (cli/src/client.c).
 pkg_check_modules(API_CURL REQUIRED IMPORTED_TARGET libcurl)
 fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfig::JANSSON Threads::Threads
-        SOURCES ../cli/src/client.c)
+        SOURCES ../cli/src/client.c support/served.c)
 add_dependencies(test-api fleetprof-aggregator)
-fp_test(test-cli-query LABELS "api;cli;kafka" LIBS fp_aggtest PkgConfig::JANSSON)
+fp_test(test-cli-query LABELS "api;cli;kafka" LIBS fp_aggtest PkgConfig::JANSSON
+        SOURCES support/served.c)
 add_dependencies(test-cli-query fleetprof-aggregator fleetprof)
 # The whole pipeline: demo-service under `fleetprof run` -> collector -> Kafka -> aggregator ->
 # CLI / go tool pprof (about 2 minutes). nosan: it preloads the agent into uninstrumented code.

@@ -8,6 +8,7 @@
 #include "qexec.h"
 #include "support/runner.h"
 #include "support/kafka.h"
+#include "support/served.h"
 
 #include "../cli/src/client.h"
 
@@ -22,18 +23,16 @@
 
 /* FP_TEST_STORE=postgres (ctest test-api-pg): the aggregator writes and the API reads a
  * PostgreSQL store (a throwaway cluster on 15437, Kafka on 19940): the same assertions */
-#define SQ_PORT 19600
-#define SQ_HTTP_PORT 19601
-#define PG_KAFKA_PORT 19940
-#define PG_HTTP_PORT 19941
 #define PG_PORT 15437
-static int PORT = SQ_PORT, HTTP_PORT = SQ_HTTP_PORT;
-static char store[320]; /* what the stores are read from: dir, or the PostgreSQL URL */
-#define NPARTS 2
 #define TOKEN "s3cret-token"
 
-static char server[64], dir[64];
-static char pgdir[96]; /* the PostgreSQL cluster's directory (FP_TEST_STORE=postgres) */
+static ts_served_t fx = {.tag = "api", .kafka_port = 19600, .http_port = 19601,
+                         .pg_kafka_port = 19940, .pg_http_port = 19941, .pg_port = PG_PORT,
+                         .nparts = 2, .token = TOKEN,
+                         .params = {.seed = 21, .services = 3, .versions = 2, .processes = 3,
+                                    .intervals = 8, .samples = 400, .stacks = 150}};
+static char server[64];
+static const char *store, *dir, *pgdir; /* fx's: stores (dir or URL), temp dir, cluster dir */
 static fsim_t *sim;
 static const char *svc0, *v0, *v1;
 
@@ -672,72 +671,20 @@ static tr_test_t tests[] = {
 };
 
 int main(int argc, char **argv) {
-    char bootstrap[64], log[128];
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *backend = getenv("FP_TEST_STORE");
-    int use_pg = backend && !strcmp(backend, "postgres");
-    if (use_pg) {
-        PORT = PG_KAFKA_PORT;
-        HTTP_PORT = PG_HTTP_PORT;
-    } else {
-        tests[sizeof tests / sizeof *tests - 2] = (tr_test_t){0}; /* no database to restart */
-    }
-    if (ts_kafka_start_retry(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
-        printf("cannot start Kafka\n1 failed\n");
-        return 1;
-    }
-    at_tmpdir(dir, "api");
-    snprintf(log, sizeof log, "%s/agg.log", dir);
-    snprintf(store, sizeof store, "%s", dir);
-    if (use_pg) {
-        char base[256];
-        snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgapi-%d", (int)getpid());
-        if (at_pg_start(PG_PORT, pgdir, base, sizeof base)) {
-            ts_kafka_stop(PORT, 0);
-            printf("1 failed\n");
-            return 1;
-        }
-        snprintf(store, sizeof store, "%s", base); /* the cluster's own database */
-    }
-    fsim_params_t sp = {.seed = 21, .services = 3, .versions = 2, .processes = 3, .intervals = 8,
-                        .samples = 400, .stacks = 150};
-    sim = fsim_new(&sp);
-    svc0 = fsim_service_name(sim, 0);
-    v0 = fsim_version_name(sim, 0, 0);
-    v1 = fsim_version_name(sim, 0, 1);
-    rd_kafka_t *rk = at_producer(bootstrap);
-    int64_t hi[NPARTS];
     int rc = 1;
-    pid_t pid = -1;
-    if (!rk || fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0) ||
-        at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi)) {
-        printf("cannot produce\n");
-        goto out;
+    if (ts_served_start(&fx) == 0) {
+        store = fx.store, dir = fx.dir, pgdir = fx.pgdir, sim = fx.sim;
+        svc0 = fsim_service_name(sim, 0);
+        v0 = fsim_version_name(sim, 0, 0);
+        v1 = fsim_version_name(sim, 0, 1);
+        snprintf(server, sizeof server, "http://127.0.0.1:%d", fx.http);
+        if (!fx.use_pg)
+            tests[sizeof tests / sizeof *tests - 2] = (tr_test_t){0}; /* no database to restart */
+        rc = tr_main(tests, argc, argv);
+    } else {
+        printf("1 failed\n");
     }
-    const char *extra[] = {"--api-token", TOKEN, "--report-interval", "1s",
-                           "--report-min-samples", "100", use_pg ? "--store" : NULL, store,
-                           NULL};
-    pid = at_agg_start(bootstrap, dir, "api", HTTP_PORT, log, extra);
-    snprintf(server, sizeof server, "http://127.0.0.1:%d", HTTP_PORT);
-    if (pid < 0 || at_wait_caught_up(store, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
-        printf("aggregator did not catch up; see %s\n", log);
-        goto out;
-    }
-    rc = tr_main(tests, argc, argv);
-out:
-    if (pid > 0)
-        at_agg_stop(pid, SIGTERM, 30);
-    if (rk)
-        rd_kafka_destroy(rk);
-    fsim_free(sim);
-    ts_kafka_stop(PORT, 0);
-    if (*pgdir) {
-        char cmd[512];
-        const char *src = getenv("FLEETPROF_SRC");
-        snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove >/dev/null 2>&1",
-                 src ? src : ".", pgdir);
-        if (system(cmd) != 0)
-            printf("could not stop PostgreSQL in %s\n", pgdir);
-    }
+    ts_served_stop(&fx);
     return rc;
 }

@@ -7,6 +7,7 @@
  * started with --store postgres://... on a throwaway cluster (port 15437, Kafka 19942-19943). */
 #include "aggtest.h"
 #include "support/kafka.h"
+#include "support/served.h"
 #include "support/runner.h"
 
 #include "cm/chunk.h"
@@ -14,13 +15,16 @@
 
 #include <jansson.h>
 
-#define PG_PORT 15437
-static int PORT = 19610, HTTP_PORT = 19611;
-static char store[320]; /* what the stores are read from: dir, or the PostgreSQL URL */
-#define NPARTS 1
 #define TOKEN "cli-token"
 
-static char dir[64], cli[512];
+static ts_served_t fx = {.tag = "cliq", .kafka_port = 19610, .http_port = 19611,
+                         .pg_kafka_port = 19942, .pg_http_port = 19943, .pg_port = 15437,
+                         .nparts = 1, .token = TOKEN,
+                         .params = {.seed = 33, .services = 2, .versions = 2, .processes = 3,
+                                    .intervals = 8, .samples = 400, .stacks = 120}};
+static char cli[512];
+static const char *dir; /* fx's temp dir */
+static int HTTP_PORT;
 static fsim_t *sim;
 static const char *svc0, *v0, *v1;
 
@@ -377,69 +381,19 @@ static const tr_test_t tests[] = {
 };
 
 int main(int argc, char **argv) {
-    char bootstrap[64], log[128], pgdir[96] = "";
     setvbuf(stdout, NULL, _IOLBF, 0);
     snprintf(cli, sizeof cli, "%s/cli/fleetprof",
              getenv("FLEETPROF_BUILD") ? getenv("FLEETPROF_BUILD") : ".");
-    const char *backend = getenv("FP_TEST_STORE");
-    int use_pg = backend && !strcmp(backend, "postgres");
-    if (use_pg) {
-        PORT = 19942;
-        HTTP_PORT = 19943;
-    }
-    if (ts_kafka_start_retry(PORT, NPARTS, NULL, bootstrap, sizeof bootstrap)) {
-        printf("cannot start Kafka\n1 failed\n");
-        return 1;
-    }
-    at_tmpdir(dir, "cliq");
-    snprintf(log, sizeof log, "%s/agg.log", dir);
-    snprintf(store, sizeof store, "%s", dir);
-    if (use_pg) {
-        snprintf(pgdir, sizeof pgdir, "/tmp/fp-pgcli-%d", (int)getpid());
-        if (at_pg_start(PG_PORT, pgdir, store, sizeof store)) {
-            ts_kafka_stop(PORT, 0);
-            printf("1 failed\n");
-            return 1;
-        }
-    }
-    fsim_params_t sp = {.seed = 33, .services = 2, .versions = 2, .processes = 3, .intervals = 8,
-                        .samples = 400, .stacks = 120};
-    sim = fsim_new(&sp);
-    svc0 = fsim_service_name(sim, 0);
-    v0 = fsim_version_name(sim, 0, 0);
-    v1 = fsim_version_name(sim, 0, 1);
-    rd_kafka_t *rk = at_producer(bootstrap);
-    int64_t hi[NPARTS];
     int rc = 1;
-    pid_t pid = -1;
-    if (!rk || fsim_produce(sim, rk, CM_TOPIC_CHUNKS, 0) ||
-        at_high_watermarks(rk, CM_TOPIC_CHUNKS, NPARTS, hi)) {
-        printf("cannot produce\n");
-        goto out;
+    if (ts_served_start(&fx) == 0) {
+        dir = fx.dir, HTTP_PORT = fx.http, sim = fx.sim;
+        svc0 = fsim_service_name(sim, 0);
+        v0 = fsim_version_name(sim, 0, 0);
+        v1 = fsim_version_name(sim, 0, 1);
+        rc = tr_main(tests, argc, argv);
+    } else {
+        printf("1 failed\n");
     }
-    const char *extra[] = {"--api-token", TOKEN, "--report-interval", "1s",
-                           "--report-min-samples", "100", use_pg ? "--store" : NULL, store,
-                           NULL};
-    pid = at_agg_start(bootstrap, dir, "cliq", HTTP_PORT, log, extra);
-    if (pid < 0 || at_wait_caught_up(store, CM_TOPIC_CHUNKS, NPARTS, hi, 120)) {
-        printf("aggregator did not catch up; see %s\n", log);
-        goto out;
-    }
-    rc = tr_main(tests, argc, argv);
-out:
-    if (pid > 0)
-        at_agg_stop(pid, SIGTERM, 30);
-    if (rk)
-        rd_kafka_destroy(rk);
-    fsim_free(sim);
-    ts_kafka_stop(PORT, 0);
-    if (*pgdir) {
-        char cmd[512];
-        const char *src = getenv("FLEETPROF_SRC");
-        snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove >/dev/null 2>&1",
-                 src ? src : ".", pgdir);
-        if (system(cmd) != 0)
-            printf("could not stop PostgreSQL in %s\n", pgdir);
-    }
+    ts_served_stop(&fx);
     return rc;
 }
