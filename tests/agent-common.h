@@ -208,6 +208,27 @@ static UNUSED tot_t total(const chunks_t *cs, cm_event_type_t type, const char *
     return t;
 }
 
+/* Distinct thread ids of the CPU samples whose stack contains fn, counting at most cap
+ * (ids kept in tids[cap]). */
+static UNUSED int distinct_threads(const chunks_t *cs, const char *fn, uint32_t *tids, int cap) {
+    int ntids = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        const cm_samples_t *s = &c->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++) {
+            if (!stack_has(&c->dict, s->stack[r], fn))
+                continue;
+            uint32_t tid = c->dict.thread_tid[CM_COL(s, thread, r)];
+            int k = 0;
+            while (k < ntids && tids[k] != tid)
+                k++;
+            if (k == ntids && ntids < cap)
+                tids[ntids++] = tid;
+        }
+    }
+    return ntids;
+}
+
 static UNUSED uint64_t drops(const chunks_t *cs, uint32_t reason) {
     uint64_t n = 0;
     for (int i = 0; i < cs->n; i++)

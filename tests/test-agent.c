@@ -194,21 +194,7 @@ static void test_threads_rate(void) {
         CHECKF(est > 0.85 && est < 1.15, "weights/cpu %.3f", est);
     /* distinct threads with burn_thread samples */
     uint32_t tids[64];
-    int ntids = 0;
-    for (int i = 0; i < cs->n; i++) {
-        const cm_chunk_t *c = cs->c[i];
-        const cm_samples_t *s = &c->samples[CM_EV_CPU];
-        for (uint32_t r = 0; r < s->n; r++) {
-            if (!stack_has(&c->dict, s->stack[r], "burn_thread"))
-                continue;
-            uint32_t tid = c->dict.thread_tid[CM_COL(s, thread, r)];
-            int k = 0;
-            while (k < ntids && tids[k] != tid)
-                k++;
-            if (k == ntids && ntids < 64)
-                tids[ntids++] = tid;
-        }
-    }
+    int ntids = distinct_threads(cs, "burn_thread", tids, 64);
     CHECKF(ntids == 4, "%d threads sampled", ntids);
     /* Rate over the last 3 chunks (after the controller settled from 1000 Hz per thread). */
     uint64_t n = 0, ns = 0;
@@ -1338,21 +1324,7 @@ static void test_thread_churn(void) {
                 cs->c[i]->header.drops[k].type != CM_EV_ALLOC)
                 limit += cs->c[i]->header.drops[k].count;
     uint32_t tids[2048];
-    int ntids = 0;
-    for (int i = 0; i < cs->n; i++) {
-        const cm_chunk_t *c = cs->c[i];
-        const cm_samples_t *s = &c->samples[CM_EV_CPU];
-        for (uint32_t r = 0; r < s->n; r++) {
-            if (!stack_has(&c->dict, s->stack[r], "churn_thread"))
-                continue;
-            uint32_t tid = c->dict.thread_tid[CM_COL(s, thread, r)];
-            int k = 0;
-            while (k < ntids && tids[k] != tid)
-                k++;
-            if (k == ntids && ntids < 2048)
-                tids[ntids++] = tid;
-        }
-    }
+    int ntids = distinct_threads(cs, "churn_thread", tids, 2048);
     printf("# churn: 1200 threads, %llu CPU samples (%llu in churn_thread, %d threads), "
            "THREAD_LIMIT drops %llu, weights %.3f s of %.3f s CPU\n",
            (unsigned long long)all.samples, (unsigned long long)ct.samples, ntids,
