@@ -87,6 +87,9 @@ static int all_default64(const uint64_t *col, uint32_t n, uint64_t dflt) {
     return 1;
 }
 
+/* A column of n rows (n_<field> and <field> of a protobuf-c message), pointed to. */
+#define SET_COL(msg, field, col, n) ((msg)->n_##field = (n), (msg)->field = (void *)(col))
+/* An optional column, left out (0 rows) when every row has the default value. */
 #define SET_COL32(msg, field, col, n)                                                              \
     do {                                                                                           \
         if (!all_default32((col), (n))) {                                                          \
@@ -232,16 +235,12 @@ static int enc_strings(enc_t *e, const cm_dict_t *d) {
  * 0 or CM_ENOMEM. */
 static int enc_tables(enc_t *e, const cm_dict_t *d) {
     Fleetprof__V1__Dictionary *dict = &e->dict;
-    dict->n_function_name = d->n_functions;
-    dict->function_name = d->function_name;
+    SET_COL(dict, function_name, d->function_name, d->n_functions);
     SET_COL32(dict, function_system_name, d->function_system_name, d->n_functions);
     SET_COL32(dict, function_filename, d->function_filename, d->n_functions);
-    dict->n_location_mapping = d->n_locations;
-    dict->location_mapping = d->location_mapping;
-    dict->n_location_address = d->n_locations;
-    dict->location_address = d->location_address;
-    dict->n_location_function = d->n_locations;
-    dict->location_function = d->location_function;
+    SET_COL(dict, location_mapping, d->location_mapping, d->n_locations);
+    SET_COL(dict, location_address, d->location_address, d->n_locations);
+    SET_COL(dict, location_function, d->location_function, d->n_locations);
     SET_COL32(dict, location_line, d->location_line, d->n_locations);
 
     uint32_t nframes = d->stack_off[d->n_stacks];
@@ -271,10 +270,8 @@ static int enc_tables(enc_t *e, const cm_dict_t *d) {
         label_len[i] = d->label_off[i + 1] - d->label_off[i];
     dict->n_label_set_len = d->n_label_sets;
     dict->label_set_len = label_len;
-    dict->n_label_kv = 2 * (size_t)d->label_off[d->n_label_sets];
-    dict->label_kv = d->label_kv;
-    dict->n_thread_tid = d->n_threads;
-    dict->thread_tid = d->thread_tid;
+    SET_COL(dict, label_kv, d->label_kv, 2 * (size_t)d->label_off[d->n_label_sets]);
+    SET_COL(dict, thread_tid, d->thread_tid, d->n_threads);
     SET_COL32(dict, thread_name, d->thread_name, d->n_threads);
     return 0;
 }
@@ -285,8 +282,7 @@ static int enc_column(enc_t *e, Fleetprof__V1__Samples *m, uint32_t t, const cm_
                       const cm_header_t *h) {
     fleetprof__v1__samples__init(m);
     m->type = (Fleetprof__V1__EventType)t;
-    m->n_stack = s->n;
-    m->stack = s->stack;
+    SET_COL(m, stack, s->stack, s->n);
     int64_t *td = own(e, malloc(2 * sizeof(int64_t) * s->n)); /* times, then weights */
     if (!td)
         return CM_ENOMEM;
@@ -336,13 +332,11 @@ static int enc_samples(enc_t *e, const cm_chunk_t *c) {
     const cm_spans_t *sp = &c->spans;
     if (sp->n) {
         Fleetprof__V1__Spans *spans = &e->spans;
-        spans->n_context = spans->n_name = spans->n_start_unix_ns = spans->n_duration_ns = sp->n;
-        spans->n_thread = sp->n;
-        spans->context = sp->context;
-        spans->name = sp->name;
-        spans->start_unix_ns = sp->start_unix_ns;
-        spans->duration_ns = sp->duration_ns;
-        spans->thread = sp->thread;
+        SET_COL(spans, context, sp->context, sp->n);
+        SET_COL(spans, name, sp->name, sp->n);
+        SET_COL(spans, start_unix_ns, sp->start_unix_ns, sp->n);
+        SET_COL(spans, duration_ns, sp->duration_ns, sp->n);
+        SET_COL(spans, thread, sp->thread, sp->n);
         SET_COL32(spans, flags, sp->flags, sp->n);
         e->msg.spans = spans;
     }
