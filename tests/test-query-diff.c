@@ -441,53 +441,99 @@ static void test_new_function_few_samples(void) {
 }
 
 /* Issue 35 item 4: v2 moves CPU from heavy_work to light_work (75/25 -> 60/40 of their
- * part), both calling one `spin`: no function's self cost changes. The default diff says so
- * and names light_work (and heavy_work) with the way to test them; testing inclusive cost
- * finds light_work as a regression and flags nothing off its path but heavy_work's
- * improvement. One fixed seed: BH bounds the false discovery rate, not the chance of one false
- * finding beside two real ones (another draw once flagged `log`, 303 -> 340, q 0.007). */
+ * part), both calling one `spin`: no function's self cost changes. The default diff tests the
+ * callers' inclusive cost too and finds light_work (a regression; heavy_work at most an
+ * improvement), flags nothing else, and its hint says why; testing inclusive cost throughout
+ * does the same. Ten seeds. */
+static int flagged(const agg_diff_entry_t *e) {
+    return e->cls == AGG_DIFF_REGRESSION || e->cls == AGG_DIFF_IMPROVEMENT;
+}
+
 static void test_shared_helper(void) {
     static const char *const names[] = {"spin", "spin", "parse", "log", "hash", "io", "misc",
                                         "heavy_work", "light_work"};
     static const int parent[] = {7, 8, -1, -1, -1, -1, -1, -1, -1};
     static const double wb[] = {60, 20, 6, 5, 4, 3, 2, 0, 0}, wt[] = {48, 32, 6, 5, 4, 3, 2, 0, 0};
-    rng_t r = {4242};
-    agg_profile_t *b = small_side(&r, names, wb, 9, parent, 400);
-    agg_profile_t *t = small_side(&r, names, wt, 9, parent, 400);
-    agg_diff_t d;
-    CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
-    CHECK_EQ(d.n_regressions + d.n_improvements, 0);
-    CHECKF(strstr(d.hint, "light_work +") && strstr(d.hint, "--inclusive"), "hint: '%s'", d.hint);
-    CHECKF(!strstr(d.hint, "main") && !strstr(d.hint, "spin"), "hint: '%s'", d.hint);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    agg_diff_print(f, &d, 5);
-    fclose(f);
-    CHECKF(strstr(buf, "\nhint: ") && strstr(strstr(buf, "\nhint: "), "light_work"), "%s", buf);
-    free(buf);
-    agg_diff_free(&d);
-    agg_diff_opts_t o;
-    agg_diff_opts_default(&o);
-    o.test_inclusive = 1;
-    CHECK_EQ(agg_diff_compute(b, t, &o, &d), 0);
-    CHECK_EQ(entry(&d, "light_work")->cls, AGG_DIFF_REGRESSION);
-    for (size_t i = 0; i < d.n; i++)
-        if (d.entries[i].cls == AGG_DIFF_REGRESSION || d.entries[i].cls == AGG_DIFF_IMPROVEMENT)
-            printf("inclusive: %s %s %llu -> %llu samples, p %.3g q %.3g (%zu in BH, samples "
-                   "%llu / %llu, common %.3f)\n",
-                   agg_diff_class_name(d.entries[i].cls), d.entries[i].name,
-                   (unsigned long long)d.entries[i].base_samples,
-                   (unsigned long long)d.entries[i].test_samples, d.entries[i].p, d.entries[i].q,
-                   d.n_bh, (unsigned long long)d.base_samples, (unsigned long long)d.test_samples,
-                   d.common_ratio);
-    CHECK_EQ(d.n_regressions, 1);
-    for (size_t i = 0; i < d.n; i++)
-        if (d.entries[i].cls == AGG_DIFF_IMPROVEMENT)
-            CHECKF(strcmp(d.entries[i].name, "heavy_work") == 0, "%s", d.entries[i].name);
-    agg_diff_free(&d);
-    agg_profile_free(b);
-    agg_profile_free(t);
+    for (uint64_t seed = 4242; seed < 4252; seed++) {
+        rng_t r = {seed};
+        agg_profile_t *b = small_side(&r, names, wb, 9, parent, 400);
+        agg_profile_t *t = small_side(&r, names, wt, 9, parent, 400);
+        agg_diff_t d;
+        CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+        /* the default diff: light_work (the caller that gained) a regression of its inclusive
+         * cost, heavy_work (that lost) at most an improvement, nothing else */
+        const agg_diff_entry_t *lw = entry(&d, "light_work");
+        CHECKF(lw->cls == AGG_DIFF_REGRESSION && lw->by_inclusive, "seed %llu: light_work %s q %g",
+               (unsigned long long)seed, agg_diff_class_name(lw->cls), lw->q);
+        CHECK_EQ(d.n_regressions, 1);
+        for (size_t i = 0; i < d.n; i++)
+            if (flagged(&d.entries[i]) && strcmp(d.entries[i].name, "light_work"))
+                CHECKF(!strcmp(d.entries[i].name, "heavy_work") &&
+                           d.entries[i].cls == AGG_DIFF_IMPROVEMENT,
+                       "seed %llu: %s flagged", (unsigned long long)seed, d.entries[i].name);
+        CHECKF(strstr(d.hint, "light_work +") && strstr(d.hint, "shared function"), "hint: '%s'",
+               d.hint);
+        if (seed == 4242) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            agg_diff_print(f, &d, 5);
+            fclose(f);
+            CHECKF(strstr(buf, "regression") && strstr(buf, "light_work") &&
+                       strstr(buf, "\nhint: "),
+                   "%s", buf);
+            free(buf);
+        }
+        agg_diff_free(&d);
+        agg_diff_opts_t o;
+        agg_diff_opts_default(&o);
+        o.test_inclusive = 1;
+        CHECK_EQ(agg_diff_compute(b, t, &o, &d), 0);
+        CHECK_EQ(entry(&d, "light_work")->cls, AGG_DIFF_REGRESSION);
+        CHECK_EQ(d.n_regressions, 1);
+        for (size_t i = 0; i < d.n; i++)
+            if (d.entries[i].cls == AGG_DIFF_IMPROVEMENT)
+                CHECKF(strcmp(d.entries[i].name, "heavy_work") == 0, "%s", d.entries[i].name);
+        agg_diff_free(&d);
+        agg_profile_free(b);
+        agg_profile_free(t);
+    }
+}
+
+/* A slower leaf raises its callers' inclusive cost: the leaf is the finding, its callers (and
+ * the other caller of the shared function) are not flagged for it. (When the leaf is missed,
+ * its callers may be found by their inclusive cost: not a false finding, so not checked.) */
+static void test_leaf_regression_callers_quiet(void) {
+    static const char *const names[] = {"spin", "spin", "parse", "log", "hash", "io", "misc",
+                                        "heavy_work", "light_work"};
+    static const int parent[] = {7, 8, -1, -1, -1, -1, -1, -1, -1};
+    static const double wb[] = {60, 20, 6, 5, 4, 3, 2, 0, 0}, wt[] = {84, 28, 6, 5, 4, 3, 2, 0, 0};
+    int found = 0;
+    for (uint64_t seed = 77; seed < 87; seed++) {
+        rng_t r = {seed};
+        agg_profile_t *b = small_side(&r, names, wb, 9, parent, 400);
+        agg_profile_t *t = small_side(&r, names, wt, 9, parent, 400);
+        agg_diff_t d;
+        CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+        if (entry(&d, "spin")->cls != AGG_DIFF_REGRESSION) { /* power: counted below */
+            agg_diff_free(&d);
+            agg_profile_free(b);
+            agg_profile_free(t);
+            continue;
+        }
+        found++;
+        for (size_t i = 0; i < d.n; i++)
+            CHECKF(!flagged(&d.entries[i]) || !strcmp(d.entries[i].name, "spin"),
+                   "seed %llu: %s flagged (%s, q %g)", (unsigned long long)seed,
+                   d.entries[i].name, d.entries[i].by_inclusive ? "inclusive" : "self",
+                   d.entries[i].q);
+        CHECKF(!d.hint[0], "hint: '%s'", d.hint);
+        agg_diff_free(&d);
+        agg_profile_free(b);
+        agg_profile_free(t);
+    }
+    printf("spin +40%% (80%% of the samples): found in %d of 10 seeds, its callers quiet\n", found);
+    CHECK(found >= 8);
 }
 
 /* Issue 35 item 6: when the total barely moves, overweight and responsibility divide by
@@ -605,6 +651,7 @@ static const tr_test_t tests[] = {
     {"bursty_function", test_bursty_function},
     {"new_function_few_samples", test_new_function_few_samples},
     {"shared_helper", test_shared_helper},
+    {"leaf_regression_callers_quiet", test_leaf_regression_callers_quiet},
     {"overweight_flat_total", test_overweight_flat_total},
     {"gate_and_print", test_gate_and_print},
     {"perfview_example", test_perfview_example},

@@ -45,6 +45,7 @@ void agg_diff_opts_default(agg_diff_opts_t *o) {
                            .warn_samples = 1000,
                            .warn_replicates = 5,
                            .test_inclusive = 0,
+                           .bh_large_weight = AGG_DIFF_BH_LARGE_WEIGHT,
                            .method = AGG_DIFF_COUNT,
                            .work_unit = "process-second"};
 }
@@ -340,8 +341,8 @@ static int cmp_entry(const void *a, const void *b) {
     int rx = class_rank(x->cls), ry = class_rank(y->cls);
     if (rx != ry)
         return rx - ry;
-    double dx = tl_incl ? x->delta_total : x->delta_self;
-    double dy = tl_incl ? y->delta_total : y->delta_self;
+    double dx = tl_incl || x->by_inclusive ? x->delta_total : x->delta_self;
+    double dy = tl_incl || y->by_inclusive ? y->delta_total : y->delta_self;
     if (rx == 0 && dx != dy)
         return dx < dy ? 1 : -1;
     if (rx == 1 && dx != dy)
@@ -514,7 +515,8 @@ static void entry_values(agg_diff_entry_t *e, const agg_profile_t *keys, uint32_
         isfinite(e->responsibility) && fabs(e->responsibility) >= o->min_responsibility;
     e->base_samples = sb->cnt_incl[k] / CM_COUNT_ONE;
     e->test_samples = st->cnt_incl[k] / CM_COUNT_ONE;
-    e->p = e->q = 1;
+    e->p = e->q = e->p_incl = e->q_incl = 1;
+    e->rel_incl = NAN;
     e->cls = AGG_DIFF_UNTESTED;
 }
 
@@ -556,87 +558,134 @@ static void entry_test(agg_diff_entry_t *e, uint32_t k, const side_t *sb, const 
     }
 }
 
-static _Thread_local const double *tl_pmin;
+/* One hypothesis of the diff's BH: entry n's tested cost, or (the count test of self cost) a
+ * caller's inclusive cost. */
+typedef struct {
+    size_t n;
+    int incl;     /* a caller's inclusive cost */
+    double p, pmin;
+    double share; /* its samples' share of both sides' samples: the weight's prior */
+    double rel;   /* incl: the change of its inclusive share, the common factor removed */
+} hyp_t;
 
-static int cmp_pmin(const void *a, const void *b) {
-    double x = tl_pmin[*(const size_t *)a], y = tl_pmin[*(const size_t *)b];
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
 /* Tarone's filter for discrete tests (Gilbert 2005 for FDR): a test whose smallest possible p
  * exceeds q / K cannot be significant among K tests, so it need not count. K = the smallest
- * number with #{tests with p_min <= q / K} <= K. Compacts idx/pv/pmin to the kept tests in
- * place and returns how many; the others keep q = 1. */
-static size_t tarone(size_t *idx, double *pv, double *pmin, size_t n, double q) {
-    size_t *ord = malloc((n + 1) * sizeof *ord);
-    if (!ord)
+ * number with #{tests with p_min <= q / K} <= K. Compacts h to the kept tests in place and
+ * returns how many; the others keep q = 1. */
+static size_t tarone(hyp_t *h, size_t n, double q) {
+    double *pm = malloc((n + 1) * sizeof *pm);
+    if (!pm)
         return n; /* no filter: plain BH, still valid */
     for (size_t i = 0; i < n; i++)
-        ord[i] = i;
-    tl_pmin = pmin;
-    qsort(ord, n, sizeof *ord, cmp_pmin);
+        pm[i] = h[i].pmin;
+    qsort(pm, n, sizeof *pm, cmp_double);
     size_t K = 1;
     for (; K < n; K++) { /* m(K) = tests with p_min <= q / K, non-increasing in K */
         size_t m = 0;
-        while (m < n && pmin[ord[m]] <= q / (double)K)
+        while (m < n && pm[m] <= q / (double)K)
             m++;
         if (m <= K)
             break;
     }
     size_t kept = 0;
     for (size_t i = 0; i < n; i++)
-        if (pmin[i] <= q / (double)K) {
-            idx[kept] = idx[i];
-            pv[kept] = pv[i];
-            pmin[kept++] = pmin[i];
-        }
-    free(ord);
+        if (h[i].pmin <= q / (double)K)
+            h[kept++] = h[i];
+    free(pm);
     return kept;
 }
 
-/* BH over the tested entries, then the classes: significant at q and a change that matters. */
-static int classify(agg_diff_t *out, size_t *tested, double *pv, double *pmin, size_t nt) {
+/* Weighted BH (Genovese, Roeder & Wasserman 2006): BH on p_i / w_i, weights of mean 1 fixed
+ * before the test. w_i = (1 - lambda) + lambda m s_i / sum of the self tests' s: a part of the
+ * budget spread evenly, the rest in proportion to each function's share of the samples (a
+ * caller's inclusive test has the even part only: its samples are its callees'). A change of a
+ * large function is what users act on and what the samples can show; a new or small
+ * function's change shows as a far smaller p. The weights depend on the pooled counts only,
+ * which carry no information on the direction of a change (under the null, the split given
+ * the total is the test's binomial): the FDR stays at q (and the chance of any finding in a
+ * null diff at most q, the weighted Bonferroni bound). qv[i] = the weighted q-value. */
+static int weighted_bh(const hyp_t *h, size_t n, double lambda, double *qv) {
+    double ss = 0;
+    for (size_t i = 0; i < n; i++)
+        ss += h[i].incl ? 0 : h[i].share;
+    for (size_t i = 0; i < n; i++) {
+        double w = ss > 0 && !h[i].incl ? 1 - lambda + lambda * (double)n * h[i].share / ss
+                   : ss > 0             ? 1 - lambda
+                                        : 1;
+        qv[i] = w > 0 ? fmin(1, h[i].p / w) : 1;
+    }
+    return agg_stats_bh(qv, n, qv);
+}
+
+/* Whether entry e's change, seen by the test (normalised means), is large enough to matter;
+ * *d its sign's carrier. */
+static int change_matters(const agg_diff_t *out, const agg_diff_entry_t *e, double *d) {
     const agg_diff_opts_t *o = &out->opts;
-    double *qv = malloc((nt + 1) * sizeof *qv);
+    double b = o->test_inclusive ? e->base_total : e->base_self;
+    *d = o->test_inclusive ? e->delta_total : e->delta_self;
+    if (o->method != AGG_DIFF_POISSON) {
+        b = e->norm_base;
+        *d = e->norm_test - e->norm_base;
+    }
+    return fabs(*d) >= o->min_rel_change * b && fabs(*d) >= o->min_abs_share * out->base_total &&
+           *d != 0;
+}
+
+static void set_class(agg_diff_t *out, agg_diff_entry_t *e, double d) {
+    e->cls = d > 0 ? AGG_DIFF_REGRESSION : AGG_DIFF_IMPROVEMENT;
+    if (d > 0)
+        out->n_regressions++;
+    else
+        out->n_improvements++;
+}
+
+/* BH over the hypotheses, then the classes of the tested costs: significant at q and a change
+ * that matters. A caller's inclusive result is kept in its entry (q_incl, rel_incl) for
+ * caller_findings. */
+static int classify(agg_diff_t *out, hyp_t *h, size_t nh) {
+    const agg_diff_opts_t *o = &out->opts;
+    double *qv = malloc((nh + 1) * sizeof *qv);
     if (!qv)
         return CM_ENOMEM;
-    out->n_tested = nt;
     if (o->method == AGG_DIFF_COUNT)
-        nt = tarone(tested, pv, pmin, nt, o->q);
-    out->n_bh = nt;
-    if (agg_stats_bh(pv, nt, qv)) {
+        nh = tarone(h, nh, o->q);
+    out->n_bh = nh;
+    if (weighted_bh(h, nh, o->method == AGG_DIFF_COUNT ? o->bh_large_weight : 0, qv)) {
         free(qv);
         return CM_ENOMEM;
     }
-    for (size_t i = 0; i < nt; i++) {
-        agg_diff_entry_t *e = &out->entries[tested[i]];
+    for (size_t i = 0; i < nh; i++) {
+        agg_diff_entry_t *e = &out->entries[h[i].n];
+        double d;
+        if (h[i].incl) {
+            e->p_incl = h[i].p;
+            e->q_incl = qv[i];
+            e->rel_incl = h[i].rel;
+            continue;
+        }
         e->q = qv[i];
-        double b = o->test_inclusive ? e->base_total : e->base_self;
-        double d = o->test_inclusive ? e->delta_total : e->delta_self;
-        if (o->method != AGG_DIFF_POISSON) { /* the change the test saw: normalised means */
-            b = e->norm_base;
-            d = e->norm_test - e->norm_base;
-        }
-        if (e->q <= o->q && fabs(d) >= o->min_rel_change * b &&
-            fabs(d) >= o->min_abs_share * out->base_total && d != 0) {
-            e->cls = d > 0 ? AGG_DIFF_REGRESSION : AGG_DIFF_IMPROVEMENT;
-            if (d > 0)
-                out->n_regressions++;
-            else
-                out->n_improvements++;
-        }
+        if (e->q <= o->q && change_matters(out, e, &d))
+            set_class(out, e, d);
     }
     free(qv);
     return 0;
 }
-
-/* The minimum detectable effects at the level a single finding needs among the BH tests. */
+/* The minimum detectable effects at the level a single finding needs among the BH tests:
+ * q w / (m + 1) with the weight of weighted_bh (a new function: the even part; a function of
+ * share s: the even part plus lambda (m + 1) s). */
 static void mde(agg_diff_t *out, const agg_dcount_t *cf) {
-    double level = out->opts.q / (double)(out->n_bh + 1);
-    out->mde_new = agg_dcount_mde_new(cf, level, AGG_DIFF_MDE_POWER);
-    for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
+    double m1 = (double)(out->n_bh + 1), lambda = out->opts.bh_large_weight;
+    out->mde_new = agg_dcount_mde_new(cf, out->opts.q * (1 - lambda) / m1, AGG_DIFF_MDE_POWER);
+    for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++) {
+        double level = out->opts.q * fmin(1, (1 - lambda) / m1 + lambda * agg_diff_mde_shares[i]);
         out->mde_change[i] =
             agg_dcount_mde_change(cf, agg_diff_mde_shares[i], level, AGG_DIFF_MDE_POWER);
+    }
     out->dispersion = cf->alpha;
     out->dispersion_g = cf->alpha_g;
     out->dispersion_g_data = cf->alpha_g_data;
@@ -648,97 +697,133 @@ double agg_diff_samples_needed(double share, double q, size_t n_tested) {
         return NAN;
     double y0 = 0, y1 = 0, phi = 1, df = 0;
     agg_dcount_t cf = {.y = {&y0, &y1}, .phi = &phi, .df = &df, .c = {1e9, 1e9}};
-    double mde = agg_dcount_mde_new(&cf, q / (double)(n_tested + 1), AGG_DIFF_MDE_POWER);
+    double level = q * (1 - AGG_DIFF_BH_LARGE_WEIGHT) / (double)(n_tested + 1);
+    double mde = agg_dcount_mde_new(&cf, level, AGG_DIFF_MDE_POWER);
     return isfinite(mde) ? mde * 1e9 / share : NAN; /* the mde scales as 1 / samples */
 }
 
-/* When the self-cost test found nothing: callers whose inclusive cost changed significantly
- * (BH at q over the callers, the change >= min_rel_change). Cost that moved between the
- * callers of one shared function changes no function's self cost; the hint names them and
- * how to test them (inclusive cost). */
-static int inclusive_hint(agg_diff_t *out, double *hp, const size_t *hidx, const double *hrel,
-                          size_t nh) {
-    if (agg_stats_bh(hp, nh, hp))
-        return CM_ENOMEM;
-    size_t len = 0, shown = 0;
-    for (size_t i = 0; i < nh && shown < 3; i++) {
-        const agg_diff_entry_t *e = &out->entries[hidx[i]];
-        double rel = hrel[i];
-        if (hp[i] > out->opts.q || fabs(rel) < out->opts.min_rel_change ||
-            fabs(e->delta_total) < out->opts.min_abs_share * out->base_total)
-            continue;
-        int w = snprintf(out->hint + len, sizeof out->hint - len, "%s%s %+.1f%%",
-                         shown ? ", " : "", e->name, 100 * rel);
-        if (w < 0 || (size_t)w >= sizeof out->hint - len)
-            break;
-        len += (size_t)w;
-        shown++;
-    }
-    if (!shown)
+#define CALLER_MIN_SAMPLES 10 /* inclusive samples over self (both sides): a caller */
+#define CALLER_ROOT_SHARE 0.9  /* a root's inclusive cost is the total: the common factor */
+
+/* With the count test of self cost: function k's inclusive cost as a hypothesis of its own
+ * when it is a caller (>= CALLER_MIN_SAMPLES more inclusive than self samples) and not a root
+ * (main, a thread's start: under CALLER_ROOT_SHARE of the samples). Cost that moves between
+ * the callers of one shared function changes no function's self cost; the callers' inclusive
+ * cost shows it. Its dispersion: the common one (agg_dcount_phi_caller). Returns 1 when h is
+ * filled. */
+static int caller_hyp(const agg_diff_opts_t *o, const side_t *sb, const side_t *st,
+                      const agg_dcount_t *cf, uint32_t k, hyp_t *h) {
+    if (o->method != AGG_DIFF_COUNT || o->test_inclusive || sb->n_reps < 2 || st->n_reps < 2 ||
+        !(cf->c[0] > 0) || !(cf->c[1] > 0))
         return 0;
-    snprintf(out->hint + len, sizeof out->hint - len, " in inclusive cost (q <= %g) with no "
-             "self-cost change: cost moved between callers of a shared function; test "
-             "inclusive cost to see it (fleetprof diff --inclusive, API inclusive=1)", out->opts.q);
-    return 0;
+    double yb = (double)sb->cnt_incl[k] / CM_COUNT_ONE, yt = (double)st->cnt_incl[k] / CM_COUNT_ONE;
+    double xb = (double)sb->cnt_self[k] / CM_COUNT_ONE, xt = (double)st->cnt_self[k] / CM_COUNT_ONE;
+    double c = cf->c[0] + cf->c[1];
+    if (yb + yt < xb + xt + CALLER_MIN_SAMPLES || yb + yt >= CALLER_ROOT_SHARE * c)
+        return 0;
+    uint32_t nr = sb->n_reps + st->n_reps;
+    *h = (hyp_t){.incl = 1, .share = (yb + yt) / c};
+    h->p = agg_dcount_p_totals(cf, yb, yt, agg_dcount_phi_caller(cf, yb + yt, nr), nr - 2.0,
+                               &h->pmin);
+    /* the change of its share, the common factor removed */
+    h->rel = yb > 0 ? yt / (exp(cf->log_rho) * cf->c[1]) / (yb / cf->c[0]) - 1 : INFINITY;
+    return 1;
 }
 
-/* Fills out->entries from the two sides and tests them. */
+/* Fills out->entries from the two sides and tests them; k2n[k] = function k's entry. */
 static int fill_entries(agg_diff_t *out, const agg_profile_t *keys, const side_t *sb,
-                        const side_t *st, const agg_dcount_t *cf) {
+                        const side_t *st, const agg_dcount_t *cf, uint32_t *k2n) {
     const agg_diff_opts_t *o = &out->opts;
     uint32_t nk = keys->n_frames;
     out->entries = calloc((size_t)nk + 1, sizeof *out->entries);
-    double *pv = malloc(((size_t)nk + 1) * sizeof *pv);
-    double *pmin = malloc(((size_t)nk + 1) * sizeof *pmin);
-    size_t *tested = malloc(((size_t)nk + 1) * sizeof *tested);
-    double *hp = malloc(((size_t)nk + 1) * sizeof *hp);
-    double *hrel = malloc(((size_t)nk + 1) * sizeof *hrel);
-    size_t *hidx = malloc(((size_t)nk + 1) * sizeof *hidx);
+    hyp_t *h = malloc(2 * ((size_t)nk + 1) * sizeof *h);
     int rc = CM_ENOMEM;
-    if (!out->entries || !pv || !pmin || !tested || !hp || !hrel || !hidx)
+    if (!out->entries || !h)
         goto out;
     /* normalisation: per unit of work (1 when a side has none, with a warning) */
     double wb = sb->work > 0 ? sb->work : 1, wt = st->work > 0 ? st->work : 1;
     double dT = out->test_total - out->base_total;
     double r = out->base_total > 0 ? dT / out->base_total : NAN;
-    size_t n = 0, nt = 0, nh = 0;
+    double call = (double)(sb->total_c + st->total_c);
+    size_t n = 0, nh = 0;
     for (uint32_t k = 0; k < nk; k++) {
+        k2n[k] = AGG_NONE;
         if (!sb->cnt_incl[k] && !st->cnt_incl[k] && !sb->sum_incl[k] && !st->sum_incl[k])
             continue;
         agg_diff_entry_t *e = &out->entries[n];
+        double pmin;
         entry_values(e, keys, k, sb, st, wb, wt, r, dT, o);
-        entry_test(e, k, sb, st, cf, out->base_total, o, &pmin[nt]);
+        entry_test(e, k, sb, st, cf, out->base_total, o, &pmin);
         if (e->cls == AGG_DIFF_NOISE) {
-            pv[nt] = e->p;
-            tested[nt++] = n;
+            double y = o->method == AGG_DIFF_COUNT ? cf->y[0][k] + cf->y[1][k] : 0;
+            double c = o->method == AGG_DIFF_COUNT ? cf->c[0] + cf->c[1] : 0;
+            h[nh++] = (hyp_t){.n = n, .p = e->p, .pmin = pmin, .share = c > 0 ? y / c : 0};
+            out->n_tested++;
         }
-        if (o->method == AGG_DIFF_COUNT && !o->test_inclusive && sb->n_reps >= 2 &&
-            st->n_reps >= 2 && sb->cnt_incl[k] + st->cnt_incl[k] >
-                                   sb->cnt_self[k] + st->cnt_self[k] + 10 * CM_COUNT_ONE) {
-            /* a caller: its inclusive samples, for the hint (the common dispersion) */
-            double yb = (double)sb->cnt_incl[k] / CM_COUNT_ONE;
-            double yt = (double)st->cnt_incl[k] / CM_COUNT_ONE;
-            uint32_t nr = sb->n_reps + st->n_reps;
-            hp[nh] = agg_dcount_p_totals(cf, yb, yt, agg_dcount_phi_prior(cf, yb + yt, nr),
-                                         nr - 2.0, NULL);
-            /* the change of its share, the common factor removed */
-            hrel[nh] = yb > 0 ? yt / (exp(cf->log_rho) * cf->c[1]) / (yb / cf->c[0]) - 1 : INFINITY;
-            hidx[nh++] = n;
-        }
-        n++;
+        if (call > 0 && caller_hyp(o, sb, st, cf, k, &h[nh]))
+            h[nh++].n = n;
+        k2n[k] = (uint32_t)n++;
     }
     out->n = n;
-    rc = classify(out, tested, pv, pmin, nt);
-    if (!rc && !out->n_regressions && !out->n_improvements && nh)
-        rc = inclusive_hint(out, hp, hidx, hrel, nh);
+    rc = classify(out, h, nh);
 out:
-    free(hp);
-    free(hrel);
-    free(hidx);
-    free(pv);
-    free(pmin);
-    free(tested);
+    free(h);
     return rc;
+}
+
+/* Marks in cov[] the entries on a stack of p whose leaf is a self-cost finding. */
+static void cover(const agg_diff_t *out, const agg_profile_t *p, const uint32_t *fmap,
+                  const uint32_t *k2n, unsigned char *cov) {
+    for (uint32_t st = 0; st < p->n_stacks; st++) {
+        uint32_t a = p->stack_off[st], b = p->stack_off[st + 1];
+        if (a == b)
+            continue;
+        uint32_t leaf = k2n[fmap[p->stack_frames[b - 1]]];
+        if (leaf == AGG_NONE || out->entries[leaf].cls == AGG_DIFF_NOISE ||
+            out->entries[leaf].cls == AGG_DIFF_UNTESTED || out->entries[leaf].by_inclusive)
+            continue;
+        for (uint32_t i = a; i < b; i++)
+            if (k2n[fmap[p->stack_frames[i]]] != AGG_NONE)
+                cov[k2n[fmap[p->stack_frames[i]]]] = 1;
+    }
+}
+
+/* A caller's inclusive change is a finding of its own only when no self-cost finding lies
+ * under it (on a stack through it, either side): a slower leaf raises each of its callers'
+ * inclusive cost and is reported once, at the leaf. What remains is cost moved between the
+ * callers of a shared function whose self cost did not change; the hint says so. */
+static int caller_findings(agg_diff_t *out, const agg_profile_t *b, const uint32_t *mb,
+                           const agg_profile_t *t, const uint32_t *mt, const uint32_t *k2n) {
+    const agg_diff_opts_t *o = &out->opts;
+    unsigned char *cov = calloc(out->n + 1, 1);
+    if (!cov)
+        return CM_ENOMEM;
+    cover(out, b, mb, k2n, cov);
+    cover(out, t, mt, k2n, cov);
+    size_t len = 0, shown = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        agg_diff_entry_t *e = &out->entries[i];
+        if (cov[i] || (e->cls != AGG_DIFF_NOISE && e->cls != AGG_DIFF_UNTESTED) ||
+            !(e->q_incl <= o->q) || !(fabs(e->rel_incl) >= o->min_rel_change) ||
+            !(fabs(e->delta_total) >= o->min_abs_share * out->base_total))
+            continue;
+        e->by_inclusive = 1;
+        e->p = e->p_incl;
+        e->q = e->q_incl;
+        set_class(out, e, e->rel_incl);
+        int w = snprintf(out->hint + len, sizeof out->hint - len, "%s%s %+.1f%%",
+                         shown ? ", " : "", e->name, 100 * e->rel_incl);
+        if (w > 0 && (size_t)w < sizeof out->hint - len) {
+            len += (size_t)w;
+            shown++;
+        }
+    }
+    if (shown)
+        snprintf(out->hint + len, sizeof out->hint - len, ": inclusive cost changed with no "
+                 "self-cost change under it (cost moved between the callers of a shared "
+                 "function); --inclusive (API inclusive=1) tests inclusive cost throughout");
+    free(cov);
+    return 0;
 }
 
 static void add_warning(agg_diff_t *out, unsigned flag, const char *fmt, ...)
@@ -815,11 +900,14 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
     agg_dcount_t cf = {0};
     uint32_t *mb = malloc(((size_t)base->n_frames + 1) * sizeof *mb);
     uint32_t *mt = malloc(((size_t)test->n_frames + 1) * sizeof *mt);
+    uint32_t *k2n = NULL;
     /* the function table: a profile used as an interning table, owned by the result */
     agg_profile_t *keys = agg_profile_new(base->type);
     if (!mb || !mt || !keys || map_functions(keys, base, mb) || map_functions(keys, test, mt))
         goto out;
     uint32_t nk = keys->n_frames;
+    if (!(k2n = malloc(((size_t)nk + 1) * sizeof *k2n)))
+        goto out;
     if ((rc = side_compute(base, mb, nk, o->test_inclusive, &sb)) ||
         (rc = side_compute(test, mt, nk, o->test_inclusive, &stt)))
         goto out;
@@ -848,7 +936,8 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
         side_moments(&sb);
         side_moments(&stt);
     }
-    if ((rc = fill_entries(out, keys, &sb, &stt, &cf)))
+    if ((rc = fill_entries(out, keys, &sb, &stt, &cf, k2n)) ||
+        (rc = caller_findings(out, base, mb, test, mt, k2n)))
         goto out;
     if (o->method == AGG_DIFF_COUNT)
         mde(out, &cf);
@@ -869,6 +958,7 @@ out:
     side_free(&stt);
     free(mb);
     free(mt);
+    free(k2n);
     return rc;
 }
 

@@ -21,6 +21,7 @@ typedef enum {
     AGG_DIFF_COUNT = 2,   /* per-replicate sample counts, over-dispersed binomial (default) */
 } agg_diff_method_t;
 
+#define AGG_DIFF_BH_LARGE_WEIGHT 0.1 /* opts.bh_large_weight's default (README "The diff") */
 #define AGG_DIFF_MDE_POWER 0.9 /* the minimum detectable effects are at this power */
 #define AGG_DIFF_MDE_SHARES 3  /* shares the minimum detectable change is given for */
 extern const double agg_diff_mde_shares[AGG_DIFF_MDE_SHARES]; /* 0.05, 0.2, 0.5 */
@@ -33,7 +34,10 @@ typedef struct {
     uint64_t min_samples;      /* tested only with >= this many samples, both sides; 10 */
     uint64_t warn_samples;     /* warn when a side has fewer samples; default 1000 */
     uint32_t warn_replicates;  /* warn when a side has fewer replicates; default 5 */
-    int test_inclusive;        /* 0: test self cost (default); 1: inclusive cost */
+    int test_inclusive;        /* 0: test self cost (default; and callers' inclusive cost
+                                * when no self-cost finding lies under them); 1: inclusive */
+    double bh_large_weight;    /* count test: the part of BH's budget given in proportion to
+                                * the functions' shares (weighted BH); AGG_DIFF_BH_LARGE_WEIGHT */
     agg_diff_method_t method;
     const char *work_unit;     /* what the replicates' work counts: "process-second" (default)
                                 * or "request"; a static string, for outputs */
@@ -57,6 +61,9 @@ typedef struct {
     double responsibility;       /* inclusive: delta / (T_test - T_base); NAN when T equal */
     double self_responsibility;  /* delta_self / (T_test - T_base) */
     double p, q;                 /* of the tested quantity; 1 when untested */
+    double p_incl, q_incl;       /* a caller's inclusive cost (default self-cost diff) */
+    double rel_incl;             /* ... its relative change, common factor removed; NAN */
+    int by_inclusive;            /* classed by its inclusive cost (no self finding under it) */
     double norm_base, norm_test; /* tested means: rate / common factor, per replicate */
     uint64_t base_samples, test_samples; /* samples with the function on the stack */
     agg_diff_class_t cls;
@@ -92,8 +99,8 @@ typedef struct {
     double dispersion;   /* count test: common negative-binomial dispersion per replicate */
     double dispersion_g; /* ... between processes (0 when the replicates have no groups) */
     double dispersion_g_data, dispersion_g_df; /* the processes' own estimate, its df */
-    /* count test of self cost with no finding: callers whose inclusive cost changed, and how
-     * to test them ("" when none) */
+    /* count test of self cost: the callers classed by their inclusive cost, and why ("" when
+     * none) */
     char hint[512];
     unsigned warnings;   /* AGG_DIFF_WARN_* */
     char warning_text[512];

@@ -128,8 +128,9 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
             continue;
         }
         shown++;
-        double base = d->opts.test_inclusive ? e->base_total : e->base_self;
-        double test = d->opts.test_inclusive ? e->test_total : e->test_self;
+        int incl = d->opts.test_inclusive || e->by_inclusive;
+        double base = incl ? e->base_total : e->base_self;
+        double test = incl ? e->test_total : e->test_self;
         char ow[16], rs[16], ch[16];
         agg_format_value(d->type, base, b, sizeof b);
         agg_format_value(d->type, test, t, sizeof t);
@@ -139,8 +140,9 @@ void agg_diff_print(FILE *f, const agg_diff_t *d, size_t limit) {
             snprintf(ch, sizeof ch, "%+.1f%%", 100 * (test - base) / base);
         else
             snprintf(ch, sizeof ch, test > 0 ? "new" : "-");
-        fprintf(f, "%-11s %10s %10s %8s %10s %8s %9.2g  %s\n", agg_diff_class_name(e->cls), b, t,
-                ch, ow, rs, e->q, e->name);
+        fprintf(f, "%-11s %10s %10s %8s %10s %8s %9.2g  %s%s\n", agg_diff_class_name(e->cls), b,
+                t, ch, ow, rs, e->q, e->name,
+                e->by_inclusive && !d->opts.test_inclusive ? " (inclusive)" : "");
     }
     if (cut || untested)
         fprintf(f, "(not shown: %zu more tested functions past the limit, %zu with too few samples "
