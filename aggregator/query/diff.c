@@ -167,6 +167,45 @@ out:
     return rc;
 }
 
+/* Per stack of p: its distinct functions (recursion counted once) uniq[uoff[st]..uoff[st+1])
+ * and its leaf function leafk[st] (AGG_NONE for an empty stack). stamp: nk zeroed entries. */
+static void stack_functions(const agg_profile_t *p, const uint32_t *fmap, uint32_t *stamp,
+                            uint32_t *uoff, uint32_t *uniq, uint32_t *leafk) {
+    uint32_t nu = 0;
+    for (uint32_t st = 0; st < p->n_stacks; st++) {
+        uoff[st] = nu;
+        leafk[st] = p->stack_off[st] == p->stack_off[st + 1]
+                        ? AGG_NONE
+                        : fmap[p->stack_frames[p->stack_off[st + 1] - 1]];
+        for (uint32_t k = p->stack_off[st]; k < p->stack_off[st + 1]; k++) {
+            uint32_t f = fmap[p->stack_frames[k]];
+            if (stamp[f] != st + 1) {
+                stamp[f] = st + 1;
+                uniq[nu++] = f;
+            }
+        }
+    }
+    uoff[p->n_stacks] = nu;
+}
+
+/* The side's totals from the per-stack sums sw (weight) and sc (count): a stack's value is
+ * added once to each of its functions (inclusive) and to its leaf (self). */
+static void side_sums(const agg_profile_t *p, const uint32_t *uoff, const uint32_t *uniq,
+                      const uint32_t *leafk, const uint64_t *sw, const uint64_t *sc, side_t *s) {
+    for (uint32_t st = 0; st < p->n_stacks; st++) {
+        s->total_w += sw[st];
+        s->total_c += sc[st];
+        for (uint32_t u = uoff[st]; u < uoff[st + 1]; u++) {
+            s->sum_incl[uniq[u]] += (double)sw[st];
+            s->cnt_incl[uniq[u]] += sc[st];
+        }
+        if (leafk[st] == AGG_NONE)
+            continue;
+        s->sum_self[leafk[st]] += (double)sw[st];
+        s->cnt_self[leafk[st]] += sc[st];
+    }
+}
+
 /* Fills s for profile p whose frame f is function fmap[f] of nk. */
 static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, int incl_test,
                         side_t *s) {
@@ -197,22 +236,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         !uoff || !uniq || !stamp || !rstart || !leafk || !sw || !sc || !v || !touched || !s->sum_incl ||
         !s->sum_self || !s->cnt_incl || !s->cnt_self || !s->sx || !s->sxx)
         goto out;
-    /* distinct functions per stack: recursion counted once */
-    uint32_t nu = 0;
-    for (uint32_t st = 0; st < p->n_stacks; st++) {
-        uoff[st] = nu;
-        leafk[st] = p->stack_off[st] == p->stack_off[st + 1]
-                        ? AGG_NONE
-                        : fmap[p->stack_frames[p->stack_off[st + 1] - 1]];
-        for (uint32_t k = p->stack_off[st]; k < p->stack_off[st + 1]; k++) {
-            uint32_t f = fmap[p->stack_frames[k]];
-            if (stamp[f] != st + 1) {
-                stamp[f] = st + 1;
-                uniq[nu++] = f;
-            }
-        }
-    }
-    uoff[p->n_stacks] = nu;
+    stack_functions(p, fmap, stamp, uoff, uniq, leafk);
     if (p->leaf_replicates) {
         /* leaf-replicate form: totals per stack from the rows, replicates from the leaf rows
          * (self cost only: inclusive cost needs each replicate's stacks) */
@@ -300,20 +324,7 @@ static int side_compute(const agg_profile_t *p, const uint32_t *fmap, uint32_t n
         }
     }
 sums:
-    /* sums per stack, then per function: a stack's value is added once to each function */
-    for (uint32_t st = 0; st < p->n_stacks; st++) {
-        s->total_w += sw[st];
-        s->total_c += sc[st];
-        for (uint32_t u = uoff[st]; u < uoff[st + 1]; u++) {
-            s->sum_incl[uniq[u]] += (double)sw[st];
-            s->cnt_incl[uniq[u]] += sc[st];
-        }
-        if (p->stack_off[st] == p->stack_off[st + 1])
-            continue;
-        uint32_t leaf = fmap[p->stack_frames[p->stack_off[st + 1] - 1]];
-        s->sum_self[leaf] += (double)sw[st];
-        s->cnt_self[leaf] += sc[st];
-    }
+    side_sums(p, uoff, uniq, leafk, sw, sc, s);
     rc = 0;
 out:
     free(leafk);
