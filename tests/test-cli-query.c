@@ -212,6 +212,17 @@ static void test_spans_and_span(void) {
     r = run("%s", args);
     CHECKF(r.status == 0, "%s", r.err);
     CHECK(strstr(r.out, "== cpu ==") != NULL);
+    /* --service (issue 35: every command takes it): only that service's spans */
+    snprintf(args, sizeof args, "span --service %s --span %s", svc0, span);
+    o = run_json(args);
+    CHECK_EQ(jint(json_object_get(json_object_get(o, "types"), "cpu"), "total"), cpu);
+    json_decref(o);
+    CHECK(fsim_params(sim)->services > 1);
+    snprintf(args, sizeof args, "span --service %s --span %s --type cpu", fsim_service_name(sim, 1),
+             span);
+    expect_exit(1, "not in the span index of service", args);
+    snprintf(args, sizeof args, "span --service %s --span %s", fsim_service_name(sim, 1), span);
+    expect_exit(1, "not in the span index of service", args);
     expect_exit(1, "unknown span", "span --span 00000000000000ff");
     expect_exit(1, "16 hex digits", "span --span xyz");
     expect_exit(1, "unknown service", "spans --service ghost");

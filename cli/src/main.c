@@ -22,7 +22,7 @@ static const command_t commands[] = {
     {"top", cli_query, "top --service S [--version V]  top functions (self, total)"},
     {"tree", cli_query, "tree --service S [--version V] call tree, truncated by --min-share"},
     {"diff", cli_query, "diff --service S --base A --test B [--fail-on-regression PCT]"},
-    {"span", cli_query, "span --trace ID | --span ID  profile of one trace or span"},
+    {"span", cli_query, "span --trace ID | --span ID [--service S]  one trace or span"},
     {"spans", cli_query, "spans --service S [--type T]  spans ranked by sampled cost"},
     {"endpoints", cli_query, "endpoints --service S  calls, p50/p90/p99, cost per call"},
     {"endpoint", cli_query, "endpoint --service S --endpoint NAME  profile of its requests"},

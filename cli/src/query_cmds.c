@@ -60,8 +60,9 @@ static const qcmd_t qcmds[] = {
      "      [--host H] [--pod NS/POD] [--pid P] [--io-target T] ... (dimension filters)\n"
      "      [--limit N] [--json]"},
     {"span", "/api/v1/span",
-     " trace span type include exclude fold group limit min-share sort view function ",
-     " by-module ", NULL, "span (--trace ID | --span ID) [--type T] [--json]"},
+     " service trace span type include exclude fold group limit min-share sort view function ",
+     " by-module ", NULL,
+     "span (--trace ID | --span ID) [--service S (only its spans)] [--type T] [--json]"},
     {"spans", "/api/v1/spans", " service type from to limit ", " ", NULL,
      "spans --service S [--type cpu|wall|alloc|lock|io] [--from T] [--to T] [--limit N] [--json]"},
     {"endpoints", "/api/v1/endpoints", " service version from to ", " ", NULL,

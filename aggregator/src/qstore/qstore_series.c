@@ -287,6 +287,12 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
 
 int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_t *span,
                             cm_event_type_t type, agg_profile_t **out, int *found) {
+    return agg_qstore_span_profile_of(qs, NULL, trace, span, type, out, found);
+}
+
+int agg_qstore_span_profile_of(agg_qstore_t *qs, const char *service, const uint8_t *trace,
+                               const uint8_t *span, cm_event_type_t type, agg_profile_t **out,
+                               int *found) {
     *found = 0;
     if (!trace && !span)
         return CM_EINVAL;
@@ -298,11 +304,19 @@ int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_
     for (size_t i = 0; !rc && i < qs->n; i++) {
         qdb_t *d = &qs->dbs[i];
         agg_qxst_t *ids = NULL, *st = NULL;
-        const char *q = trace && span ? "SELECT trace, span FROM spans WHERE trace=?1 AND span=?2"
-                        : trace       ? "SELECT trace, span FROM spans WHERE trace=?1"
-                                      : "SELECT trace, span FROM spans WHERE span=?2";
+        /* the service's parameter takes the first free number: a backend numbers them all */
+        const char *q =
+            trace && span ? (service ? "SELECT trace, span FROM spans WHERE trace=?1 AND span=?2 "
+                                       "AND service=?3"
+                                     : "SELECT trace, span FROM spans WHERE trace=?1 AND span=?2")
+            : trace ? (service ? "SELECT trace, span FROM spans WHERE trace=?1 AND service=?2"
+                               : "SELECT trace, span FROM spans WHERE trace=?1")
+                    : (service ? "SELECT trace, span FROM spans WHERE service=?1 AND span=?2"
+                               : "SELECT trace, span FROM spans WHERE span=?2");
         if ((rc = agg_qs_prep(d, q, &ids)))
             break;
+        if (service)
+            B64(ids, trace && span ? 3 : trace ? 2 : 1, agg_qs_sid(service));
         if ((rc = agg_qs_prep(d,
                        "SELECT stack, SUM(weight), SUM(count) FROM span_stacks WHERE trace=?1 AND "
                        "span=?2 AND type=?3 GROUP BY stack ORDER BY stack",

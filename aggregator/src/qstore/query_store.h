@@ -134,6 +134,10 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
  * trace/span at all (in any type). Returns 0 or a CM_E* code. */
 int agg_qstore_span_profile(agg_qstore_t *qs, const uint8_t *trace, const uint8_t *span,
                             cm_event_type_t type, agg_profile_t **out, int *found);
+/* The same, of service's spans only (service NULL: any service). */
+int agg_qstore_span_profile_of(agg_qstore_t *qs, const char *service, const uint8_t *trace,
+                               const uint8_t *span, cm_event_type_t type, agg_profile_t **out,
+                               int *found);
 
 /* ---- requests: the spans the application named (fleetprof_span_begin/_end) ---- */
 #define AGG_REQ_NAME_MAX 128

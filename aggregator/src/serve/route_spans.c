@@ -160,6 +160,12 @@ void h_requests(agg_api_t *api, const args_t *a, const char *url, agg_http_reply
                                  "requests", arr, "more", more));
 }
 
+/* The span route's service= (only that service's spans), NULL when not given (any service). */
+static const char *span_service(const args_t *a) {
+    const char *svc = arg(a, "service");
+    return svc && *svc ? svc : NULL;
+}
+
 /* One span or trace (tp, spp: its ids, NULL when not given; tr, sp: as given) in one event
  * type: any view or format. */
 static void span_one_type(agg_api_t *api, const args_t *a, const uint8_t *tp,
@@ -169,9 +175,10 @@ static void span_one_type(agg_api_t *api, const args_t *a, const uint8_t *tp,
     cm_event_type_t type;
     if (parse_type(a, "type", r, &type))
         return;
+    const char *svc = span_service(a);
     agg_profile_t *p = NULL;
     int found = 0;
-    int rc = agg_qstore_span_profile(api->qs, tp, spp, type, &p, &found);
+    int rc = agg_qstore_span_profile_of(api->qs, svc, tp, spp, type, &p, &found);
     if (rc) {
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
         return;
@@ -179,7 +186,8 @@ static void span_one_type(agg_api_t *api, const args_t *a, const uint8_t *tp,
     if (!found || !p->n_rows) {
         reply_err(r, 404, spp ? "span" : "trace",
                   found ? "the span has no %s samples" : "unknown %s: not in the span index "
-                  "(spans are kept for span-max-age)", found ? ts : spp ? "span" : "trace");
+                  "%s%s%s(spans are kept for span-max-age)", found ? ts : spp ? "span" : "trace",
+                  svc ? "of service '" : "", svc ? svc : "", svc ? "' " : "");
     } else if (!apply_filter(ft, &p, r)) {
         render_profile(a, p, json_pack("{s:s?, s:s?}", "trace_id", tp ? tr : NULL, "span_id",
                                        spp ? sp : NULL),
@@ -203,6 +211,7 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
                   "alloc, ...); without it json and text are available", format);
         return;
     }
+    const char *svc = span_service(a);
     json_t *types = json_object();
     char *tbuf = NULL;
     size_t tlen = 0;
@@ -211,7 +220,7 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
     for (int t = 1; t <= CM_EV_MAX; t++) {
         agg_profile_t *p = NULL;
         int found = 0;
-        if (agg_qstore_span_profile(api->qs, tp, spp, (cm_event_type_t)t, &p, &found))
+        if (agg_qstore_span_profile_of(api->qs, svc, tp, spp, (cm_event_type_t)t, &p, &found))
             continue;
         found_any |= found;
         if (p->n_rows && !apply_filter(ft, &p, r)) {
@@ -240,8 +249,9 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
     if (!found_any || !any) {
         free(tbuf);
         json_decref(types);
-        reply_err(r, 404, spp ? "span" : "trace", "unknown %s '%s': not in the span index (spans "
-                  "are kept for span-max-age)", spp ? "span" : "trace", spp ? sp : tr);
+        reply_err(r, 404, spp ? "span" : "trace", "unknown %s '%s': not in the span index %s%s%s"
+                  "(spans are kept for span-max-age)", spp ? "span" : "trace", spp ? sp : tr,
+                  svc ? "of service '" : "", svc ? svc : "", svc ? "' " : "");
         return;
     }
     if (text) {
