@@ -282,8 +282,8 @@ int main(int argc, char **argv) {
                 for (int j = 0; j < 6; j++)
                     cell(SLOWER, shares[i], changes[c], ssamp[j], trials, procs, buckets);
     if (!strcmp(only, "curve")) /* issue 30's existing-function item: 20 % function +10 % */
-        for (int j = 0; j < 4; j++)
-            cell(SLOWER, 0.2, 0.10, (double[]){6700, 15000, 30000, 60000}[j], trials, procs,
-                 buckets);
+        for (int j = 0; j < 6; j++)
+            cell(SLOWER, 0.2, 0.10, (double[]){6700, 15000, 30000, 60000, 120000, 240000}[j],
+                 trials, procs, buckets);
     return 0;
 }
