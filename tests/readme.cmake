@@ -13,3 +13,8 @@ set_tests_properties(test-readme-paths PROPERTIES LABELS "docs;nosan" TIMEOUT 60
 add_test(NAME test-pipeline-trust
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/readme/test-pipeline-trust.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(test-pipeline-trust PROPERTIES LABELS "pipeline;nosan" TIMEOUT 60)
+# KEEP=1 ./quickstart.sh: its printed export lines, run verbatim in a new shell, send a program's
+# profile to the pipeline it left running; its printed stop stops it (fixed ports 19716-19718).
+add_test(NAME test-quickstart
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/readme/test-quickstart.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+set_tests_properties(test-quickstart PROPERTIES LABELS "kafka;pipeline;nosan" TIMEOUT 300)
