@@ -449,17 +449,26 @@ static int flagged(const agg_diff_entry_t *e) {
     return e->cls == AGG_DIFF_REGRESSION || e->cls == AGG_DIFF_IMPROVEMENT;
 }
 
-static void test_shared_helper(void) {
+/* The shared-helper service: spin under heavy_work (60) and under light_work (20), five
+ * functions under main. Base and test (weights wt) sides of seed, diffed: *d. */
+static void helper_diff(uint64_t seed, const double *wt, agg_profile_t **b, agg_profile_t **t,
+                        agg_diff_t *d) {
     static const char *const names[] = {"spin", "spin", "parse", "log", "hash", "io", "misc",
                                         "heavy_work", "light_work"};
     static const int parent[] = {7, 8, -1, -1, -1, -1, -1, -1, -1};
-    static const double wb[] = {60, 20, 6, 5, 4, 3, 2, 0, 0}, wt[] = {48, 32, 6, 5, 4, 3, 2, 0, 0};
+    static const double wb[] = {60, 20, 6, 5, 4, 3, 2, 0, 0};
+    rng_t r = {seed};
+    *b = small_side(&r, names, wb, 9, parent, 400);
+    *t = small_side(&r, names, wt, 9, parent, 400);
+    CHECK_EQ(agg_diff_compute(*b, *t, NULL, d), 0);
+}
+
+static void test_shared_helper(void) {
+    static const double wt[] = {48, 32, 6, 5, 4, 3, 2, 0, 0};
     for (uint64_t seed = 4242; seed < 4252; seed++) {
-        rng_t r = {seed};
-        agg_profile_t *b = small_side(&r, names, wb, 9, parent, 400);
-        agg_profile_t *t = small_side(&r, names, wt, 9, parent, 400);
+        agg_profile_t *b, *t;
         agg_diff_t d;
-        CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+        helper_diff(seed, wt, &b, &t, &d);
         /* the default diff: light_work (the caller that gained) a regression of its inclusive
          * cost, heavy_work (that lost) at most an improvement, nothing else */
         const agg_diff_entry_t *lw = entry(&d, "light_work");
@@ -504,17 +513,12 @@ static void test_shared_helper(void) {
  * the other caller of the shared function) are not flagged for it. (When the leaf is missed,
  * its callers may be found by their inclusive cost: not a false finding, so not checked.) */
 static void test_leaf_regression_callers_quiet(void) {
-    static const char *const names[] = {"spin", "spin", "parse", "log", "hash", "io", "misc",
-                                        "heavy_work", "light_work"};
-    static const int parent[] = {7, 8, -1, -1, -1, -1, -1, -1, -1};
-    static const double wb[] = {60, 20, 6, 5, 4, 3, 2, 0, 0}, wt[] = {84, 28, 6, 5, 4, 3, 2, 0, 0};
+    static const double wt[] = {84, 28, 6, 5, 4, 3, 2, 0, 0};
     int found = 0;
     for (uint64_t seed = 77; seed < 87; seed++) {
-        rng_t r = {seed};
-        agg_profile_t *b = small_side(&r, names, wb, 9, parent, 400);
-        agg_profile_t *t = small_side(&r, names, wt, 9, parent, 400);
+        agg_profile_t *b, *t;
         agg_diff_t d;
-        CHECK_EQ(agg_diff_compute(b, t, NULL, &d), 0);
+        helper_diff(seed, wt, &b, &t, &d);
         if (entry(&d, "spin")->cls != AGG_DIFF_REGRESSION) { /* power: counted below */
             agg_diff_free(&d);
             agg_profile_free(b);
