@@ -782,26 +782,32 @@ out:
     return rc;
 }
 
-/* Marks in cov[] the entries on a stack of p whose leaf is a self-cost finding. */
+static int self_finding(const agg_diff_t *out, uint32_t n) {
+    return n != AGG_NONE && !out->entries[n].by_inclusive &&
+           (out->entries[n].cls == AGG_DIFF_REGRESSION ||
+            out->entries[n].cls == AGG_DIFF_IMPROVEMENT);
+}
+
+/* Marks in cov[] the entries on a stack of p that holds a self-cost finding anywhere: its
+ * callers' inclusive cost moved with it, and so did its callees' (a new function calling
+ * clock_gettime raises clock_gettime's inclusive cost: the demo's apply_discount_rules). */
 static void cover(const agg_diff_t *out, const agg_profile_t *p, const uint32_t *fmap,
                   const uint32_t *k2n, unsigned char *cov) {
     for (uint32_t st = 0; st < p->n_stacks; st++) {
-        uint32_t a = p->stack_off[st], b = p->stack_off[st + 1];
-        if (a == b)
+        uint32_t a = p->stack_off[st], b = p->stack_off[st + 1], i = a;
+        while (i < b && !self_finding(out, k2n[fmap[p->stack_frames[i]]]))
+            i++;
+        if (i == b)
             continue;
-        uint32_t leaf = k2n[fmap[p->stack_frames[b - 1]]];
-        if (leaf == AGG_NONE || out->entries[leaf].cls == AGG_DIFF_NOISE ||
-            out->entries[leaf].cls == AGG_DIFF_UNTESTED || out->entries[leaf].by_inclusive)
-            continue;
-        for (uint32_t i = a; i < b; i++)
+        for (i = a; i < b; i++)
             if (k2n[fmap[p->stack_frames[i]]] != AGG_NONE)
                 cov[k2n[fmap[p->stack_frames[i]]]] = 1;
     }
 }
 
-/* A caller's inclusive change is a finding of its own only when no self-cost finding lies
- * under it (on a stack through it, either side): a slower leaf raises each of its callers'
- * inclusive cost and is reported once, at the leaf. What remains is cost moved between the
+/* A caller's inclusive change is a finding of its own only when no self-cost finding lies on
+ * a stack through it (either side): a slower leaf raises each of its callers' inclusive cost
+ * and is reported once, at the leaf. What remains is cost moved between the
  * callers of a shared function whose self cost did not change; the hint says so. */
 static int caller_findings(agg_diff_t *out, const agg_profile_t *b, const uint32_t *mb,
                            const agg_profile_t *t, const uint32_t *mt, const uint32_t *k2n) {
@@ -831,7 +837,7 @@ static int caller_findings(agg_diff_t *out, const agg_profile_t *b, const uint32
     }
     if (shown)
         snprintf(out->hint + len, sizeof out->hint - len, ": inclusive cost changed with no "
-                 "self-cost change under it (cost moved between the callers of a shared "
+                 "self-cost finding on its stacks (cost moved between the callers of a shared "
                  "function); --inclusive (API inclusive=1) tests inclusive cost throughout");
     free(cov);
     return 0;

@@ -63,7 +63,7 @@ typedef struct {
     double p, q;                 /* of the tested quantity; 1 when untested */
     double p_incl, q_incl;       /* a caller's inclusive cost (default self-cost diff) */
     double rel_incl;             /* ... its relative change, common factor removed; NAN */
-    int by_inclusive;            /* classed by its inclusive cost (no self finding under it) */
+    int by_inclusive;            /* classed by its inclusive cost: no self finding on its stacks */
     double norm_base, norm_test; /* tested means: rate / common factor, per replicate */
     uint64_t base_samples, test_samples; /* samples with the function on the stack */
     agg_diff_class_t cls;

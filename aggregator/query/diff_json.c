@@ -34,7 +34,7 @@ json_t *agg_diff_json(const agg_diff_t *d, size_t limit) {
         json_object_set_new(x, "norm_test", num(e->norm_test));
         json_object_set_new(x, "p", num(e->p));
         json_object_set_new(x, "q", num(e->q));
-        /* classed by its inclusive cost: a caller with no self-cost finding under it */
+        /* classed by its inclusive cost: a caller with no self-cost finding on its stacks */
         json_object_set_new(x, "by_inclusive", json_boolean(e->by_inclusive));
         json_object_set_new(x, "base_samples", json_integer((json_int_t)e->base_samples));
         json_object_set_new(x, "test_samples", json_integer((json_int_t)e->test_samples));
