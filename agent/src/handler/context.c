@@ -119,24 +119,28 @@ void fleetprof_span_clear(void) {
     publish(zero, t_ctx.buf[t_ctx.idx & 1].labels);
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+/* Hex digit values by byte; 0xf0 marks a byte that is not a hex digit (tested once per
+ * string: the parse has no branch per character). */
+#define HX(c)                                                                                      \
+    ((c) >= '0' && (c) <= '9'   ? (c) - '0'                                                        \
+     : (c) >= 'a' && (c) <= 'f' ? (c) - 'a' + 10                                                   \
+     : (c) >= 'A' && (c) <= 'F' ? (c) - 'A' + 10                                                   \
+                                : 0xf0)
+#define HX4(c) HX(c), HX((c) + 1), HX((c) + 2), HX((c) + 3)
+#define HX16(c) HX4(c), HX4((c) + 4), HX4((c) + 8), HX4((c) + 12)
+#define HX64(c) HX16(c), HX16((c) + 16), HX16((c) + 32), HX16((c) + 48)
+static const uint8_t g_hex[256] = {HX64(0), HX64(64), HX64(128), HX64(192)};
 
+/* Parses 2n hex digits of s (all readable) into out. Returns 0, or -1 if one is not a digit. */
 static int parse_hex(const char *s, uint8_t *out, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    unsigned bad = 0;
     for (size_t i = 0; i < n; i++) {
-        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[i] = (uint8_t)(hi << 4 | lo);
+        uint8_t hi = g_hex[u[2 * i]], lo = g_hex[u[2 * i + 1]];
+        bad |= hi | lo;
+        out[i] = (uint8_t)(hi << 4 | (lo & 0x0f));
     }
-    return 0;
+    return bad & 0xf0 ? -1 : 0;
 }
 
 int ag_parse_traceparent(const char *tp, uint8_t trace[16], uint8_t span[8]) {

@@ -85,7 +85,11 @@ typedef struct {
     int32_t slot; /* index in g_active + 1, 0: none yet */
     uint32_t depth, over; /* spans begun and not ended; over: those beyond AG_SPAN_DEPTH */
     frame_t stack[AG_SPAN_DEPTH];
-    uint32_t cache[NAME_CACHE];
+    uint32_t cache[NAME_CACHE]; /* by the name's hash */
+    struct {
+        const char *s;
+        uint32_t id;
+    } pcache[NAME_CACHE]; /* by the name's address: a literal costs a compare, no hash */
 } tls_span_t;
 
 static TLS tls_span_t t_span;
@@ -141,10 +145,8 @@ static int name_is(uint32_t id, uint64_t h, const char *s, size_t len) {
     return n->hash == h && !strncmp(n->s, s, len) && n->s[len] == '\0';
 }
 
-/* Interns a name (cut at AG_SPAN_NAME_MAX bytes). Returns its id, 0 for none or when full. */
-static uint32_t intern_name(const char *s) {
-    if (!s || !*s)
-        return 0;
+/* intern_name past the address cache: by the name's hash, then in g_names. */
+static uint32_t intern_hashed(const char *s) {
     size_t len = strnlen(s, AG_SPAN_NAME_MAX);
     uint64_t h = XXH3_64bits(s, len);
     uint32_t *c = &t_span.cache[h % NAME_CACHE];
@@ -172,10 +174,28 @@ static uint32_t intern_name(const char *s) {
     return *c = id;
 }
 
+/* Interns a name (cut at AG_SPAN_NAME_MAX bytes). Returns its id, 0 for none or when full.
+ * A name passed again at the same address (a literal) is found by its address and checked by
+ * one compare with the interned string (what was cut must match too); else by its hash. */
+static uint32_t intern_name(const char *s) {
+    if (!s || !*s)
+        return 0;
+    uint32_t slot = (uint32_t)(((uintptr_t)s >> 3) % NAME_CACHE);
+    uint32_t pid = t_span.pcache[slot].id;
+    if (pid && t_span.pcache[slot].s == s && !strncmp(g_names[pid].s, s, AG_SPAN_NAME_MAX))
+        return pid;
+    uint32_t id = intern_hashed(s);
+    t_span.pcache[slot].s = s;
+    t_span.pcache[slot].id = id;
+    return id;
+}
+
 /* The outermost span of the thread: published to the bg thread (seq odd while writing). A
  * sequence lock races by design (the reader retries a torn copy): not for ThreadSanitizer. */
 AG_NO_TSAN static void publish_active(active_t *a, uint32_t active, const frame_t *f, const uint8_t *ctx) {
-    atomic_fetch_add_explicit(&a->seq, 1, memory_order_acq_rel);
+    /* the owner is seq's only writer: plain stores, no locked instruction */
+    uint32_t s = atomic_load_explicit(&a->seq, memory_order_relaxed);
+    atomic_store_explicit(&a->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     a->active = active;
     if (active) {
@@ -183,7 +203,7 @@ AG_NO_TSAN static void publish_active(active_t *a, uint32_t active, const frame_
         a->start_ns = f->start_ns;
         memcpy(a->ctx, ctx, CM_CONTEXT_SIZE);
     }
-    atomic_fetch_add_explicit(&a->seq, 1, memory_order_release);
+    atomic_store_explicit(&a->seq, s + 2, memory_order_release);
 }
 
 /* start: the time of the call (read first: the span's duration includes our own work). */
