@@ -733,6 +733,39 @@ static void test_named_spans(void) {
     rmrf(dir);
 }
 
+/* A process with spans and no sample still writes its exit chunk, carrying every span (named
+ * right, though the program rewrote one name buffer in place between calls). */
+static void test_spans_no_samples(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[512];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600", "FLEETPROF_CPU_RATE=0",
+                         "FLEETPROF_WALL_HZ=0", NULL};
+    const char *argv[] = {prog, "quietspans", "300", NULL};
+    CHECK(run(env, argv, 60, out, sizeof out) == 0);
+    CHECKF(out_u64(out, "api_errors=") == 0, "%s", out);
+    chunks_t *cs = load(dir);
+    CHECKF(cs->n == 1, "%d chunks (want the exit chunk)", cs->n);
+    uint64_t by[3] = {0, 0, 0}, other = 0, samples = 0;
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        samples += cs->c[0]->samples[t].n;
+    const cm_spans_t *sp = &cs->c[0]->spans;
+    for (uint32_t i = 0; i < sp->n; i++) {
+        const char *nm = cs->c[0]->dict.strings[sp->name[i]].ptr;
+        if (!strncmp(nm, "GET /q", 6) && nm[6] >= '0' && nm[6] <= '2' && !nm[7])
+            by[nm[6] - '0']++;
+        else
+            other++;
+    }
+    printf("# exit chunk: %u spans (q0 %llu, q1 %llu, q2 %llu), %llu sample rows\n", sp->n,
+           (unsigned long long)by[0], (unsigned long long)by[1], (unsigned long long)by[2],
+           (unsigned long long)samples);
+    CHECKF(by[0] == 100 && by[1] == 100 && by[2] == 100 && other == 0,
+           "spans by name %llu/%llu/%llu, %llu others", (unsigned long long)by[0],
+           (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)other);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* A program that takes over every candidate real-time signal after start still gets its own
  * handlers called, once per signal, and is still profiled. */
 static void test_signal_chain(void) {
@@ -1624,6 +1657,7 @@ static const tr_test_t tests[] = {
     {"sigterm_flush", test_sigterm_flush},
     {"flush_api", test_flush_api},
     {"named_spans", test_named_spans},
+    {"spans_no_samples", test_spans_no_samples},
     {"signal_chain", test_signal_chain},
     {"deep_stack", test_deep_stack},
     {"collector_late", test_collector_late},

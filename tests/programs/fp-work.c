@@ -55,6 +55,9 @@
  *                               /stuck" (trace 0x57..) open; after N/2 requests it flushes, then
  *                               the stuck span ends. Prints api_errors=, fast_n=, fast_ns=,
  *                               slow_n=, slow_ns= (durations measured around begin/end)
+ *   fp-work quietspans N        N spans begun and ended at once on main (no work: no sample),
+ *                               named from one buffer rewritten in place ("GET /q0", "GET /q1",
+ *                               "GET /q2" in turn), then exits; prints api_errors=
  *   fp-work status              prints sigcgt=<SigCgt hex> and agent_threads=<threads named
  *                               "fleetprof"> (FLEETPROF_ENABLED=0 check)
  *
@@ -454,6 +457,24 @@ static int requests_mode(int n) {
     return 0;
 }
 
+/* Spans and nothing else: the exit chunk must still carry them. The name's buffer is rewritten
+ * between calls: an agent caching names by address must still see each name. */
+static int quietspans_mode(int n) {
+    g_begin = (begin_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_begin");
+    g_end = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_span_end");
+    if (!g_begin || !g_end)
+        return 9;
+    char name[16];
+    int errors = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "GET /q%d", i % 3);
+        errors += g_begin("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", name) != 0;
+        errors += g_end() != 0;
+    }
+    printf("api_errors=%d\n", errors);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -588,6 +609,9 @@ int main(int argc, char **argv) {
             span_a(300000);
     } else if (!strcmp(mode, "requests")) {
         if (requests_mode(atoi(argv[2])))
+            return 9;
+    } else if (!strcmp(mode, "quietspans")) {
+        if (quietspans_mode(atoi(argv[2])))
             return 9;
     } else if (!strcmp(mode, "flush")) {
         void (*work_done)(uint64_t) =

@@ -55,8 +55,10 @@ int ag_chunk_nothing_to_say(const ag_builder_t *b) {
         for (int r = 1; r < AG_DROP_REASONS; r++)
             if (atomic_load(&ag_drops[t][r]) != C.drops0[t][r])
                 return 0;
-    /* live sampled objects (INUSE rows) need an ALLOC sample at some point; aggregates a slot */
-    return atomic_load(&ag_events_seen[CM_EV_ALLOC]) == 0 && !ag_agg_any();
+    /* live sampled objects (INUSE rows) need an ALLOC sample at some point; aggregates a slot;
+     * spans ended since the last cut or still open are carried by the exit chunk */
+    return atomic_load(&ag_events_seen[CM_EV_ALLOC]) == 0 && !ag_agg_any() &&
+           !ag_spans_pending();
 }
 
 /* The header's identity: service, version, host, process, interval [start, end], a random

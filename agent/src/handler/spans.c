@@ -364,6 +364,21 @@ void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
     }
 }
 
+int ag_spans_pending(void) {
+    if ((uint32_t)atomic_load_explicit(&g_done_state, memory_order_acquire) != 0)
+        return 1;
+    for (uint32_t i = 0; i < AG_SPAN_THREADS; i++) {
+        uint32_t act = 0, name;
+        uint64_t st;
+        uint8_t ctx[CM_CONTEXT_SIZE];
+        if (atomic_load_explicit(&g_active[i].owner, memory_order_acquire))
+            read_active(&g_active[i], &act, &name, &st, ctx);
+        if (act)
+            return 1;
+    }
+    return 0;
+}
+
 /* Fork child: only the forking thread survives; the others' active spans are not ours. */
 void ag_spans_after_fork_child(void) {
     int32_t mine = t_span.slot;
