@@ -92,17 +92,13 @@ static int all_default64(const uint64_t *col, uint32_t n, uint64_t dflt) {
 /* An optional column, left out (0 rows) when every row has the default value. */
 #define SET_COL32(msg, field, col, n)                                                              \
     do {                                                                                           \
-        if (!all_default32((col), (n))) {                                                          \
-            (msg)->n_##field = (n);                                                                \
-            (msg)->field = (void *)(col);                                                          \
-        }                                                                                          \
+        if (!all_default32((col), (n)))                                                            \
+            SET_COL(msg, field, col, n);                                                           \
     } while (0)
 #define SET_COL64(msg, field, col, n, dflt)                                                        \
     do {                                                                                           \
-        if (!all_default64((col), (n), (dflt))) {                                                  \
-            (msg)->n_##field = (n);                                                                \
-            (msg)->field = (col);                                                                  \
-        }                                                                                          \
+        if (!all_default64((col), (n), (dflt)))                                                    \
+            SET_COL(msg, field, col, n);                                                           \
     } while (0)
 
 static char *dup_str(cm_str_t s) {
