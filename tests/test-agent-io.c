@@ -268,7 +268,7 @@ static wall_count_t wall_of(const chunks_t *cs, const char *name, const char *si
     return w;
 }
 
-/* Wall samples of a thread blocked in a hooked call come without a signal (bgthread.c:
+/* Wall samples of a thread blocked in a hooked call come without a signal (wall.c:
  * wall_from_blocked): a recv on a socket with SO_RCVTIMEO fails with EINTR on any signal, and
  * the waiter, fed every 20 ms, runs between ticks (so it is no idle thread either). With the
  * I/O hooks on, its wall samples show blocked_site off CPU and its recvs are not interrupted;

@@ -1255,7 +1255,7 @@ static void test_cpu_accuracy_4threads(void) {
 }
 
 /* Wall ticks read /proc/self/task/TID/stat for a thread that ran part of the interval and is in
- * no marked call (bgthread.c: thread_state_running) and keep that descriptor open. "half" (30%
+ * no marked call (procstat.c: ag_procstat_running) and keep that descriptor open. "half" (30%
  * on CPU, sleeping in a raw nanosleep no hook sees) gets one; the program then closes it as a
  * program closing descriptors it did not open would, and opens a file that gets the same
  * number: the agent must neither read that file as a stat nor close it, and must close the
@@ -1601,7 +1601,7 @@ static void test_span_two_threads(void) {
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
     chunks_t *cs = load(dir);
     /* [0]: CPU samples; [1]: wall samples (of busy threads: taken from their CPU samples,
-     * bgthread.c wall_from_cpu, or by a signal) */
+     * wall.c wall_from_cpu, or by a signal) */
     uint64_t good[2][2] = {{0, 0}, {0, 0}}, bad[2] = {0, 0};
     for (int i = 0; i < 2 * cs->n; i++) {
         int w = i >= cs->n;

@@ -3,7 +3,7 @@
  *
  * The kernel keeps a thread's pending queued signals across execve (it drops only POSIX
  * timer expiries, SI_TIMER, with the timers), and resets every handler to SIG_DFL: a wall
- * request (SI_QUEUE, bgthread.c) queued to the thread while it is inside execve is delivered
+ * request (SI_QUEUE, wall.c) queued to the thread while it is inside execve is delivered
  * in the new image, whose disposition of our number is SIG_DFL, terminate. A bash script
  * under the agent died of it ("Real-time signal 27") in about one run in 30 of pyenv's shim;
  * tests/hostile/exec_signal.c forks 300 children that exec with wall ticks at 1 kHz.

@@ -372,7 +372,7 @@ static void thread_exit(void *arg) {
         atomic_store(&t->state, AG_TS_EXITED);
     }
     pthread_mutex_unlock(&g_lock);
-    /* The bg thread may be reading this stack in place (bgthread.c: wall_from_blocked); it
+    /* The bg thread may be reading this stack in place (wall.c: wall_from_blocked); it
      * saw EXITED or set walking first (both seq_cst), so once walking is 0 it has let go. */
     while (atomic_load(&t->walking))
         sched_yield();
