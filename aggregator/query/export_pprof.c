@@ -11,6 +11,9 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+/* n_<field> and <field> of a protobuf-c message: the n entries at arr. */
+#define SET_LIST(msg, field, arr, n) ((msg)->n_##field = (n), (msg)->field = (arr))
+
 #define HEX_SPAN 33 /* offset of the span id in a context's label strings (after the trace id) */
 
 void agg_pprof_sample_types(cm_event_type_t type, const char *names[2], const char *units[2]) {
@@ -279,8 +282,7 @@ static int exp_sample_types(exp_t *x) {
     vt[2].unit = vt[1].unit;
     x->vtp[0] = &vt[0];
     x->vtp[1] = &vt[1];
-    x->prof.n_sample_type = 2;
-    x->prof.sample_type = x->vtp;
+    SET_LIST(&x->prof, sample_type, x->vtp, 2);
     x->prof.period_type = &vt[2];
     x->prof.default_sample_type = vt[1].type;
     x->prof.time_nanos = (int64_t)p->time_start_ns;
@@ -394,8 +396,7 @@ static uint32_t exp_location(exp_t *x, const uint32_t *run, size_t rl) {
     loc->address = p->frames[run[rl - 1]].address;
     x->locp[n] = loc;
     if (x->fnid[run[0]]) {
-        loc->n_line = rl;
-        loc->line = &x->linep[x->nline];
+        SET_LIST(loc, line, &x->linep[x->nline], rl);
         for (size_t q = 0; q < rl; q++) {
             Line ln = PERFTOOLS__PROFILES__LINE__INIT;
             ln.function_id = x->fnid[run[rl - 1 - q]];
@@ -436,10 +437,8 @@ static void exp_locations(exp_t *x) {
 static Sample *exp_sample(exp_t *x, uint32_t stack, uint64_t count, uint64_t weight) {
     Sample init = PERFTOOLS__PROFILES__SAMPLE__INIT, *sm = &x->smp[x->ns];
     *sm = init;
-    sm->n_location_id = x->nlocs_of[stack];
-    sm->location_id = x->locids + x->p->stack_off[stack];
-    sm->n_value = 2;
-    sm->value = x->vals + 2 * x->ns;
+    SET_LIST(sm, location_id, x->locids + x->p->stack_off[stack], x->nlocs_of[stack]);
+    SET_LIST(sm, value, x->vals + 2 * x->ns, 2);
     sm->value[0] = (int64_t)((count + CM_COUNT_ONE / 2) / CM_COUNT_ONE);
     sm->value[1] = (int64_t)weight;
     x->smpp[x->ns++] = sm;
@@ -492,8 +491,7 @@ static int exp_samples(exp_t *x) {
         lab[1].str = S(x->hex[r->context] + HEX_SPAN);
         x->labp[x->nlab] = &lab[0];
         x->labp[x->nlab + 1] = &lab[1];
-        sm->n_label = 2;
-        sm->label = &x->labp[x->nlab];
+        SET_LIST(sm, label, &x->labp[x->nlab], 2);
         x->nlab += 2;
     }
     return 0;
@@ -503,16 +501,11 @@ static int exp_samples(exp_t *x) {
 /* Serializes the profile and gzips it into *out. */
 static int exp_pack(exp_t *x, uint8_t **out, size_t *out_len) {
     Profile *prof = &x->prof;
-    prof->n_sample = x->ns;
-    prof->sample = x->smpp;
-    prof->n_mapping = x->nmap;
-    prof->mapping = x->mapp;
-    prof->n_location = x->nloc;
-    prof->location = x->locp;
-    prof->n_function = x->nfn;
-    prof->function = x->fnp;
-    prof->n_string_table = x->st.n;
-    prof->string_table = x->st.s;
+    SET_LIST(prof, sample, x->smpp, x->ns);
+    SET_LIST(prof, mapping, x->mapp, x->nmap);
+    SET_LIST(prof, location, x->locp, x->nloc);
+    SET_LIST(prof, function, x->fnp, x->nfn);
+    SET_LIST(prof, string_table, x->st.s, x->st.n);
     size_t len = perftools__profiles__profile__get_packed_size(prof);
     uint8_t *raw = malloc(len + 1);
     if (!raw)
