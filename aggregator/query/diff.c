@@ -720,30 +720,54 @@ double agg_diff_samples_needed(double share, double q, size_t n_tested) {
  * when it is a caller (>= CALLER_MIN_SAMPLES more inclusive than self samples) and not a root
  * (main, a thread's start: under CALLER_ROOT_SHARE of the samples). Cost that moves between
  * the callers of one shared function changes no function's self cost; the callers' inclusive
- * cost shows it. Its dispersion: the common one (agg_dcount_phi_caller). Returns 1 when h is
- * filled. */
+ * cost shows it. ci: the inclusive counts' fit (fit_callers; NULL: no caller tests). Returns 1
+ * when h is filled. */
 static int caller_hyp(const agg_diff_opts_t *o, const side_t *sb, const side_t *st,
-                      const agg_dcount_t *cf, uint32_t k, hyp_t *h) {
-    if (o->method != AGG_DIFF_COUNT || o->test_inclusive || sb->n_reps < 2 || st->n_reps < 2 ||
-        !(cf->c[0] > 0) || !(cf->c[1] > 0))
+                      const agg_dcount_t *ci, uint32_t k, hyp_t *h) {
+    if (!ci || o->method != AGG_DIFF_COUNT || o->test_inclusive || sb->n_reps < 2 ||
+        st->n_reps < 2 || !(ci->c[0] > 0) || !(ci->c[1] > 0))
         return 0;
     double yb = (double)sb->cnt_incl[k] / CM_COUNT_ONE, yt = (double)st->cnt_incl[k] / CM_COUNT_ONE;
     double xb = (double)sb->cnt_self[k] / CM_COUNT_ONE, xt = (double)st->cnt_self[k] / CM_COUNT_ONE;
-    double c = cf->c[0] + cf->c[1];
+    double c = ci->c[0] + ci->c[1];
     if (yb + yt < xb + xt + CALLER_MIN_SAMPLES || yb + yt >= CALLER_ROOT_SHARE * c)
         return 0;
-    uint32_t nr = sb->n_reps + st->n_reps;
-    *h = (hyp_t){.incl = 1, .share = (yb + yt) / c};
-    h->p = agg_dcount_p_totals(cf, yb, yt, agg_dcount_phi_caller(cf, yb + yt, nr), nr - 2.0,
-                               &h->pmin);
+    *h = (hyp_t){.incl = 1, .share = (ci->y[0][k] + ci->y[1][k]) / c};
+    h->p = agg_dcount_p(ci, k, &h->pmin);
     /* the change of its share, the common factor removed */
-    h->rel = yb > 0 ? yt / (exp(cf->log_rho) * cf->c[1]) / (yb / cf->c[0]) - 1 : INFINITY;
+    double b = ci->y[0][k] / ci->c[0];
+    h->rel = b > 0 ? ci->y[1][k] / (exp(ci->log_rho) * ci->c[1]) / b - 1 : INFINITY;
     return 1;
 }
 
-/* Fills out->entries from the two sides and tests them; k2n[k] = function k's entry. */
+/* The callers' inclusive counts fitted as the self costs are (each its own dispersion: a
+ * caller's samples vary with its callees' mix, and the common dispersion let a null pipeline
+ * diff flag snprintf's callers), with the self fit cf's common factor. Not in the
+ * leaf-replicate form (no per-replicate stacks): *ok stays 0. */
+static int fit_callers(const agg_profile_t *b, const uint32_t *mb, const agg_profile_t *t,
+                       const uint32_t *mt, uint32_t nk, const agg_dcount_t *cf, side_t si[2],
+                       agg_dcount_t *ci, int *ok) {
+    *ok = 0;
+    if (b->leaf_replicates || t->leaf_replicates)
+        return 0;
+    int rc = side_compute(b, mb, nk, 1, &si[0]);
+    if (!rc)
+        rc = side_compute(t, mt, nk, 1, &si[1]);
+    if (!rc)
+        rc = agg_dcount_fit(&si[0], &si[1], nk, ci);
+    if (rc)
+        return rc;
+    ci->log_rho = cf->log_rho;
+    ci->var_log_rho = cf->var_log_rho;
+    *ok = 1;
+    return 0;
+}
+
+/* Fills out->entries from the two sides and tests them (ci: the callers' fit or NULL); k2n[k]
+ * = function k's entry. */
 static int fill_entries(agg_diff_t *out, const agg_profile_t *keys, const side_t *sb,
-                        const side_t *st, const agg_dcount_t *cf, uint32_t *k2n) {
+                        const side_t *st, const agg_dcount_t *cf, const agg_dcount_t *ci,
+                        uint32_t *k2n) {
     const agg_diff_opts_t *o = &out->opts;
     uint32_t nk = keys->n_frames;
     out->entries = calloc((size_t)nk + 1, sizeof *out->entries);
@@ -771,7 +795,7 @@ static int fill_entries(agg_diff_t *out, const agg_profile_t *keys, const side_t
             h[nh++] = (hyp_t){.n = n, .p = e->p, .pmin = pmin, .share = c > 0 ? y / c : 0};
             out->n_tested++;
         }
-        if (call > 0 && caller_hyp(o, sb, st, cf, k, &h[nh]))
+        if (call > 0 && caller_hyp(o, sb, st, ci, k, &h[nh]))
             h[nh++].n = n;
         k2n[k] = (uint32_t)n++;
     }
@@ -913,8 +937,9 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
     for (int i = 0; i < AGG_DIFF_MDE_SHARES; i++)
         out->mde_change[i] = NAN;
     int rc = CM_ENOMEM;
-    side_t sb = {0}, stt = {0};
-    agg_dcount_t cf = {0};
+    side_t sb = {0}, stt = {0}, si[2] = {{0}, {0}};
+    agg_dcount_t cf = {0}, ci = {0};
+    int callers = 0;
     uint32_t *mb = malloc(((size_t)base->n_frames + 1) * sizeof *mb);
     uint32_t *mt = malloc(((size_t)test->n_frames + 1) * sizeof *mt);
     uint32_t *k2n = NULL;
@@ -938,7 +963,8 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
     out->base_replicates = sb.n_reps;
     out->test_replicates = stt.n_reps;
     if (o->method == AGG_DIFF_COUNT) {
-        if ((rc = agg_dcount_fit(&sb, &stt, nk, &cf)))
+        if ((rc = agg_dcount_fit(&sb, &stt, nk, &cf)) ||
+            (!o->test_inclusive && (rc = fit_callers(base, mb, test, mt, nk, &cf, si, &ci, &callers))))
             goto out;
         out->n_reference = cf.n_tmm;
         out->common_ratio = cf.n_tmm && out->base_total > 0
@@ -953,7 +979,7 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
         side_moments(&sb);
         side_moments(&stt);
     }
-    if ((rc = fill_entries(out, keys, &sb, &stt, &cf, k2n)) ||
+    if ((rc = fill_entries(out, keys, &sb, &stt, &cf, callers ? &ci : NULL, k2n)) ||
         (rc = caller_findings(out, base, mb, test, mt, k2n)))
         goto out;
     if (o->method == AGG_DIFF_COUNT)
@@ -970,9 +996,12 @@ out:
         out->entries = NULL;
     }
     agg_dcount_fit_free(&cf);
+    agg_dcount_fit_free(&ci);
     agg_profile_free(keys);
     side_free(&sb);
     side_free(&stt);
+    side_free(&si[0]);
+    side_free(&si[1]);
     free(mb);
     free(mt);
     free(k2n);

@@ -463,16 +463,6 @@ double agg_dcount_p(const agg_dcount_t *q, uint32_t f, double *p_min) {
     return agg_dcount_p_totals(q, yb, yt, phi, q->df[f], p_min);
 }
 
-double agg_dcount_phi_prior(const agg_dcount_t *q, double y, uint32_t n_reps) {
-    return n_reps ? 1 + q->alpha * y / n_reps : 1;
-}
-
-double agg_dcount_phi_caller(const agg_dcount_t *q, double y, uint32_t n_reps) {
-    double c = q->c[0] + q->c[1];
-    double g = q->mean_group > 0 && c > 0 ? q->alpha_g * y * q->mean_group / c : 0;
-    return agg_dcount_phi_prior(q, y, n_reps) + g;
-}
-
 /* Upper normal quantile: z with P(|Z| >= z) = p2 (bisection on erfc). */
 static double z_of_p2(double p2) {
     double lo = 0, hi = 40;

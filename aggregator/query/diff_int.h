@@ -49,12 +49,9 @@ void agg_dcount_fit_free(agg_dcount_t *q);
  * smallest p its total could give (for Tarone's filter). */
 double agg_dcount_p(const agg_dcount_t *q, uint32_t f, double *p_min);
 /* The same test on given side totals with dispersion phi (estimated with df degrees of
- * freedom), and the common dispersion's phi for y samples spread over n_reps replicates. */
+ * freedom). */
 double agg_dcount_p_totals(const agg_dcount_t *q, double yb, double yt, double phi, double df,
                       double *p_min);
-double agg_dcount_phi_prior(const agg_dcount_t *q, double y, uint32_t n_reps);
-/* The same with the common between-process dispersion added: for a caller's inclusive cost. */
-double agg_dcount_phi_caller(const agg_dcount_t *q, double y, uint32_t n_reps);
 /* Minimum detectable effects at the given power and per-test level. */
 double agg_dcount_mde_new(const agg_dcount_t *q, double level, double power);
 double agg_dcount_mde_change(const agg_dcount_t *q, double share, double level, double power);
