@@ -32,11 +32,12 @@ pids=$(cat "$tmp/qs"/{collector,aggregator}.pid "/tmp/fleetprof-kafka-19716/pid"
 [ -n "$pids" ] || fail "no pipeline pids after KEEP=1"
 for p in $pids; do runs "$p" || fail "pid $p is not running after KEEP=1 quickstart.sh"; done
 
-# a new shell: only what quickstart printed (no FLEETPROF_* of this script)
+# a new shell: only what quickstart printed (no FLEETPROF_* of this script); the program: the
+# demo's binary (not `sh -c`: dash leaves with _exit, which skips the agent's flush at exit)
 cat >"$tmp/own.sh" <<'SH'
 set -e
 . "$1"
-out=$(fleetprof run --service own-program -- sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done' 2>&1)
+out=$(fleetprof run --service own-program -- "$2" --version v1 --seconds 2 2>&1)
 echo "$out"
 ! echo "$out" | grep -q 'cannot reach' || { echo "FAIL: the agent could not reach the collector"; exit 1; }
 for i in $(seq 60); do
@@ -46,7 +47,8 @@ done
 echo "FAIL: own-program not in fleetprof services after 60 s"; fleetprof services; exit 1
 SH
 env -u FLEETPROF_STATE -u KAFKA_PORT -u AGG_PORT -u COLLECTOR_METRICS -u FLEETPROF_COLLECTOR \
-  -u FLEETPROF_SERVER -u FLEETPROF_BUILD bash "$tmp/own.sh" "$tmp/env.sh" || fail "the printed export lines"
+  -u FLEETPROF_SERVER -u FLEETPROF_BUILD bash "$tmp/own.sh" "$tmp/env.sh" "$BUILD/deploy/demo/demo-service" ||
+  fail "the printed export lines"
 
 # the printed stop, from the source tree, with no FLEETPROF_STATE: it finds the pipeline
 (cd "$SRC" && env -u FLEETPROF_STATE -u KAFKA_PORT deploy/pipeline.sh stop) || fail "deploy/pipeline.sh stop"
