@@ -160,18 +160,19 @@ char *agg_metrics_render(agg_metrics_t *m) {
     for (int32_t p = 0; p < m->group_n && p < AGG_METRICS_MAX_PARTITIONS; p++)
         sb_printf(&b, "fleetprof_aggregator_group_stalled_seconds{partition=\"%d\"} %.1f\n", p,
                   m->group[p].lag > 0 ? m->group[p].stalled_ms / 1e3 : 0.0);
-    sb_printf(&b, "# HELP fleetprof_aggregator_lag_messages high watermark minus stored offset\n"
-                  "# TYPE fleetprof_aggregator_lag_messages gauge\n");
-    for (int p = 0; p < AGG_METRICS_MAX_PARTITIONS; p++)
-        if (m->part[p].assigned)
-            sb_printf(&b, "fleetprof_aggregator_lag_messages{partition=\"%d\"} %lld\n", p,
-                      (long long)m->part[p].lag);
-    sb_printf(&b, "# HELP fleetprof_aggregator_committed_offset next offset stored per partition\n"
-                  "# TYPE fleetprof_aggregator_committed_offset gauge\n");
-    for (int p = 0; p < AGG_METRICS_MAX_PARTITIONS; p++)
-        if (m->part[p].assigned)
-            sb_printf(&b, "fleetprof_aggregator_committed_offset{partition=\"%d\"} %lld\n", p,
-                      (long long)m->part[p].committed);
+    static const struct {
+        const char *name, *help;
+        int committed; /* the stored offset, else the lag */
+    } pg[] = {{"lag_messages", "high watermark minus stored offset", 0},
+              {"committed_offset", "next offset stored per partition", 1}};
+    for (size_t k = 0; k < sizeof pg / sizeof *pg; k++) { /* the assigned partitions */
+        sb_printf(&b, "# HELP fleetprof_aggregator_%s %s\n# TYPE fleetprof_aggregator_%s gauge\n",
+                  pg[k].name, pg[k].help, pg[k].name);
+        for (int p = 0; p < AGG_METRICS_MAX_PARTITIONS; p++)
+            if (m->part[p].assigned)
+                sb_printf(&b, "fleetprof_aggregator_%s{partition=\"%d\"} %lld\n", pg[k].name, p,
+                          (long long)(pg[k].committed ? m->part[p].committed : m->part[p].lag));
+    }
     sb_printf(&b,
               "# HELP fleetprof_aggregator_store_bytes bytes of the assigned partitions' stores\n"
               "# TYPE fleetprof_aggregator_store_bytes gauge\n"
