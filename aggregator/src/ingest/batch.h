@@ -36,7 +36,17 @@ typedef struct {
     uint64_t leaf;                       /* fine rows: location id of the stack's leaf frame */
     uint64_t base;  /* fine rows: the label set without dimensions (dims.h), which the derived
                      * rows (tiers, per-leaf) are keyed by */
+    uint8_t fresh;  /* fine rows: a key new to the store (agg_batch_mark_fresh) */
 } agg_prof_ent_t;
+
+/* The oldest bucket of (service, version, labels) in a batch (agg_batch_mark_fresh). */
+typedef struct {
+    uint64_t service, version, labels;
+} agg_grp_key_t;
+typedef struct {
+    agg_grp_key_t k;
+    uint64_t bucket;
+} agg_grp_ent_t;
 
 /* totals per type: (service, version, type, width, bucket) -> sums */
 typedef struct {
@@ -188,6 +198,7 @@ typedef struct agg_batch {
     uint64_t messages, chunks, duplicates, rejects, samples; /* this batch, for metrics */
     uint64_t chunk_tag;  /* counter to tell chunks apart within the batch */
     int64_t first_msg_ms; /* monotonic ms of the first message, for the flush deadline */
+    agg_hmap_t grp; /* agg_batch_mark_fresh's, kept for its memory */
 } agg_batch_t;
 
 void agg_batch_init(agg_batch_t *b);
@@ -200,6 +211,15 @@ int agg_batch_reject(agg_batch_t *b, const char *reason);
  * only the rows with bucket < done[t] (late data for a period the store has compacted
  * already; the rest reaches the tiers by compaction). Returns 0 or CM_ENOMEM. */
 int agg_batch_derive(agg_batch_t *b, const int64_t *done);
+/* Flags the fine profile rows (prof) whose key no earlier batch can have written: those newer
+ * than the oldest bucket of their (service, version, labels) in the batch. The label set holds
+ * the process (dims.h: host, pod, pid), whose chunks come in order on one partition and cover
+ * consecutive times, so earlier batches wrote its buckets up to that oldest one at most. When
+ * that does not hold (a label set shared by processes: a dimension past its bound, no
+ * dimensions) a flagged key may be stored: the PostgreSQL store, which inserts flagged rows
+ * without ON CONFLICT first, then merges them as the others. The flag makes a write cheaper,
+ * never different. Returns 0 or CM_ENOMEM (no row flagged). */
+int agg_batch_mark_fresh(agg_batch_t *b);
 /* Appends text to the arena; returns its offset or (size_t)-1. */
 size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len);
 
@@ -240,11 +260,16 @@ typedef struct {
     uint16_t off, aux;
 } agg_bcol_t;
 #define AGG_BT_MAXCOLS 16
+#define AGG_BT_ALL_FRESH 0xffff
 typedef struct {
     const char *table;
     size_t src;            /* offsetof(agg_batch_t, the map or vector) */
     uint16_t elem;         /* a vector's element size; 0: a map */
     uint8_t nblob, nint;   /* a map written in key order (agg_hmap_ordered); both 0: as it is */
+    /* offset of a uint8 in each row, nonzero when its key is new to the store as far as the
+     * batch knows (a backend may insert those rows without merging first); 0: no such flag;
+     * AGG_BT_ALL_FRESH: every row (a dictionary's rows, new to the partition's intern cache) */
+    uint16_t fresh_off;
     uint8_t after_derive;  /* the store derives the tiers (agg_batch_derive) before this one */
     uint8_t ncols;
     agg_bcol_t cols[AGG_BT_MAXCOLS];

@@ -92,6 +92,9 @@ typedef struct agg_store_vtab {
     /* The store's connection as a query executor (qexec.h), reconnected first when it was
      * lost; NULL when the database cannot be reached now. */
     agg_qx_t *(*qx)(agg_store_t *st);
+    /* the backend's load uses the rows' fresh flags (agg_btable_t.fresh_off): the batch write
+     * sets them first (agg_batch_mark_fresh) */
+    int fresh_rows;
 } agg_store_vtab_t;
 
 /* store/write.c: the batch write, the offset and the dedup window of both backends (their

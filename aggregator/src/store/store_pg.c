@@ -38,6 +38,11 @@ typedef struct {
     agg_qx_t *qx; /* conn as the query executor of store/tiers.c */
     int stage_pid; /* the server backend that has our staging tables (0: none yet) */
     cols_t copy;   /* a table's rows in COPY's binary format, reused */
+    void **split;  /* a table's rows, its fresh ones first (pg_load), reused */
+    size_t split_cap;
+    /* per table of agg_batch_tables with fresh rows: batches left before its fresh rows are
+     * inserted without ON CONFLICT again, and the misses in a row that set it */
+    int fresh_skip[32], fresh_misses[32];
 } pg_store_t;
 
 int agg_store_is_pg(const char *spec) {
@@ -230,10 +235,11 @@ static int stage_tables(pg_store_t *s, PGconn *c) {
     size_t o = (size_t)snprintf(sql, sizeof sql, "SET synchronize_seqscans = off; "
                                 "SET temp_buffers = '64MB'; ");
     for (int i = 0; i < agg_batch_ntables && o < sizeof sql; i++)
-        o += (size_t)snprintf(sql + o, sizeof sql - o,
-                              "CREATE TEMP TABLE IF NOT EXISTS stage_%s (LIKE %s) ON COMMIT "
-                              "DELETE ROWS; ", agg_batch_tables[i].table,
-                              agg_batch_tables[i].table);
+        for (int fresh = 0; fresh <= !!agg_batch_tables[i].fresh_off && o < sizeof sql; fresh++)
+            o += (size_t)snprintf(sql + o, sizeof sql - o,
+                                  "CREATE TEMP TABLE IF NOT EXISTS stage_%s%s (LIKE %s) ON "
+                                  "COMMIT DELETE ROWS; ", agg_batch_tables[i].table,
+                                  fresh ? "_new" : "", agg_batch_tables[i].table);
     if (o >= sizeof sql)
         return CM_EINVAL;
     PGresult *r = PQexec(c, sql);
@@ -246,8 +252,10 @@ static int stage_tables(pg_store_t *s, PGconn *c) {
     return rc;
 }
 
-/* Copies the rows into stage_<table>, then runs merge (skipped when there are no rows). */
-static int cols_exec(pg_store_t *s, cols_t *t, const char *table, const char *merge) {
+/* Copies the rows into stage_<stage>, then runs merge (skipped when there are no rows; 0
+ * when merge fails with SQLSTATE ok_state, which is then in *state). */
+static int cols_exec(pg_store_t *s, cols_t *t, const char *stage, const char *merge,
+                     const char *ok_state, int *state) {
     if (!t->rows)
         return 0;
     put_be(&t->b, 0xffff, 2); /* trailer */
@@ -257,7 +265,7 @@ static int cols_exec(pg_store_t *s, cols_t *t, const char *table, const char *me
     if (!c)
         return CM_EIO;
     char sql[128];
-    snprintf(sql, sizeof sql, "COPY stage_%s FROM STDIN (FORMAT binary)", table);
+    snprintf(sql, sizeof sql, "COPY stage_%s FROM STDIN (FORMAT binary)", stage);
     PGresult *r = PQexec(c, sql);
     int in_copy = PQresultStatus(r) == PGRES_COPY_IN;
     PQclear(r);
@@ -279,10 +287,15 @@ static int cols_exec(pg_store_t *s, cols_t *t, const char *table, const char *me
     if (!rc) {
         r = PQexec(c, merge);
         rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+        const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        if (rc && ok_state && st && !strcmp(st, ok_state)) {
+            *state = 1;
+            rc = 0;
+        }
         PQclear(r);
     }
     if (rc)
-        CM_WARN("postgres store: writing %zu rows of %s: %s", t->rows, table,
+        CM_WARN("postgres store: writing %zu rows of %s: %s", t->rows, stage,
                 PQerrorMessage(c));
     return rc;
 }
@@ -310,20 +323,84 @@ static int pg_row_end(void *ctx, const agg_load_t *l, size_t row) {
     return 0;
 }
 
-/* The rows into their table: copied into its staging table, then merged by one statement. */
-static int pg_load(agg_store_t *base, const agg_load_t *l) {
-    pg_store_t *s = (pg_store_t *)base;
+/* The rows into their table: copied into its staging table (stage_<table>, or
+ * stage_<table>_new for fresh rows), then merged by one statement. Fresh rows first go in by a
+ * plain INSERT under a savepoint (*missed = 0); when a key was stored after all, the savepoint
+ * is rolled back (*missed = 1) and they are merged like the others. */
+static int load_part(pg_store_t *s, const agg_load_t *l, int fresh, int *missed) {
     cols_t *t = &s->copy;
     cols_begin(t, l->d->ncols);
     static const agg_load_sink_t sink = {pg_i64, pg_f64, pg_bytes, pg_row_end};
     int rc = agg_load_rows(l, &sink, t);
-    if (rc)
+    if (rc || !t->rows)
         return rc;
-    char src[96], sql[2048];
-    snprintf(src, sizeof src, "SELECT * FROM stage_%s", l->t->name);
+    char stage[96], src[128], sql[2048], plain[256];
+    snprintf(stage, sizeof stage, "%s%s", l->t->name, fresh ? "_new" : "");
+    snprintf(src, sizeof src, "SELECT * FROM stage_%s", stage);
     if (agg_schema_upsert(l->t, src, sql, sizeof sql))
         return CM_EINVAL;
-    return cols_exec(s, t, l->t->name, sql);
+    if (!fresh)
+        return cols_exec(s, t, stage, sql, NULL, NULL);
+    snprintf(plain, sizeof plain, "SAVEPOINT fresh; INSERT INTO %s %s; RELEASE SAVEPOINT fresh",
+             l->t->name, src);
+    *missed = 0;
+    if ((rc = cols_exec(s, t, stage, plain, "23505", missed)) || !*missed)
+        return rc;
+    PGresult *r = PQexec(s->conn, "ROLLBACK TO SAVEPOINT fresh");
+    rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+    PQclear(r);
+    if (!rc) {
+        r = PQexec(s->conn, sql);
+        rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+        PQclear(r);
+    }
+    if (rc)
+        CM_WARN("postgres store: merging %zu rows of %s: %s", t->rows, stage,
+                PQerrorMessage(s->conn));
+    return rc;
+}
+
+/* The rows of a table with fresh rows (agg_btable_t.fresh_off): those merged, then the fresh
+ * ones inserted (load_part). A miss (a fresh key stored after all: another partition or
+ * instance wrote it) leaves the plain insert alone for 2, 4, ... up to 64 of its batches, so
+ * that a store where misses are the rule pays for a wasted insert rarely. */
+static int pg_load(agg_store_t *base, const agg_load_t *l) {
+    pg_store_t *s = (pg_store_t *)base;
+    int i = l->index, missed = 0;
+    if (!l->d->fresh_off || i >= 32 || (s->fresh_skip[i] && s->fresh_skip[i]--))
+        return load_part(s, l, 0, NULL);
+    if (l->n > s->split_cap) {
+        void **p = realloc(s->split, l->n * sizeof *p);
+        if (!p)
+            return CM_ENOMEM;
+        s->split = p;
+        s->split_cap = l->n;
+    }
+    size_t nf = 0, o = 0; /* both parts keep the rows' order */
+    int all = l->d->fresh_off == AGG_BT_ALL_FRESH;
+#define FRESH(k) (all || ((const uint8_t *)l->rows[k])[l->d->fresh_off])
+    for (size_t k = 0; k < l->n; k++)
+        nf += FRESH(k) != 0;
+    for (size_t k = 0; k < l->n; k++)
+        s->split[FRESH(k) ? o++ : nf + k - o] = l->rows[k];
+#undef FRESH
+    agg_load_t old = *l, fresh = *l;
+    old.rows = s->split + nf;
+    old.n = l->n - nf;
+    fresh.rows = s->split;
+    fresh.n = nf;
+    int rc = load_part(s, &old, 0, NULL);
+    if (!rc)
+        rc = load_part(s, &fresh, 1, &missed);
+    if (!rc && missed) {
+        s->fresh_misses[i] += s->fresh_misses[i] < 6;
+        s->fresh_skip[i] = 1 << s->fresh_misses[i];
+        CM_DEBUG("postgres store: a fresh row of %s was stored already: merging them for the "
+                 "next %d batches", l->t->name, s->fresh_skip[i]);
+    } else if (!rc && nf) {
+        s->fresh_misses[i] = 0;
+    }
+    return rc;
 }
 
 /* ---- vtab ---- */
@@ -372,6 +449,7 @@ static void pg_close(agg_store_t *base) {
     agg_store_forget(&s->base);
     agg_qx_close(s->qx);
     cols_free(&s->copy);
+    free(s->split);
     if (s->conn)
         PQfinish(s->conn);
     free(s->url);
@@ -417,6 +495,7 @@ static const agg_store_vtab_t pg_vtab = {
     .derive = agg_tiers_derive,
     .compact = agg_tiers_compact,
     .qx = pg_qx,
+    .fresh_rows = 1,
 };
 
 void agg_store_pg_url_safe(const char *url, char *out, size_t size) {
