@@ -260,15 +260,13 @@ typedef struct {
     uint16_t off, aux;
 } agg_bcol_t;
 #define AGG_BT_MAXCOLS 16
-#define AGG_BT_ALL_FRESH 0xffff
 typedef struct {
     const char *table;
     size_t src;            /* offsetof(agg_batch_t, the map or vector) */
     uint16_t elem;         /* a vector's element size; 0: a map */
     uint8_t nblob, nint;   /* a map written in key order (agg_hmap_ordered); both 0: as it is */
     /* offset of a uint8 in each row, nonzero when its key is new to the store as far as the
-     * batch knows (a backend may insert those rows without merging first); 0: no such flag;
-     * AGG_BT_ALL_FRESH: every row (a dictionary's rows, new to the partition's intern cache) */
+     * batch knows (a backend may insert those rows without merging first); 0: no such flag */
     uint16_t fresh_off;
     uint8_t after_derive;  /* the store derives the tiers (agg_batch_derive) before this one */
     uint8_t ncols;

@@ -13,8 +13,6 @@
 #define F(T, f) {AGG_BC_F64, offsetof(T, f), 0}
 #define VEC(m, T) offsetof(agg_batch_t, m), sizeof(T), 0, 0, 0
 #define MAP(m, nblob, nint) offsetof(agg_batch_t, m), 0, nblob, nint, 0
-/* a vector of rows new to the store but for other partitions' (agg_btable_t.fresh_off) */
-#define VEC_FRESH(m, T) offsetof(agg_batch_t, m), sizeof(T), 0, 0, AGG_BT_ALL_FRESH
 /* a map whose entries flag the keys new to the store (agg_btable_t.fresh_off) */
 #define MAP_FRESH(m, nblob, nint, T, f) offsetof(agg_batch_t, m), 0, nblob, nint, offsetof(T, f)
 /* profile, profile_coarse and profile_leaf (whose `stack` holds the leaf's location id) */
@@ -42,7 +40,7 @@ const agg_btable_t agg_batch_tables[] = {
      {I(agg_new_stack_t, id), I(agg_new_stack_t, parent), I(agg_new_stack_t, location),
       I(agg_new_stack_t, depth)}},
     {"labelsets", VEC(labelsets, uint64_t), 0, 1, {{AGG_BC_I64, 0, 0}}},
-    {"labels", VEC_FRESH(labels, agg_new_label_t), 0, 3,
+    {"labels", VEC(labels, agg_new_label_t), 0, 3,
      {I(agg_new_label_t, key), I(agg_new_label_t, value), I(agg_new_label_t, set)}},
     {"labelset_base", VEC(labelbase, agg_new_label_t), 0, 2,
      {I(agg_new_label_t, set), I(agg_new_label_t, value)}},

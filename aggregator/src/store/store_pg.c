@@ -377,8 +377,7 @@ static int pg_load(agg_store_t *base, const agg_load_t *l) {
         s->split_cap = l->n;
     }
     size_t nf = 0, o = 0; /* both parts keep the rows' order */
-    int all = l->d->fresh_off == AGG_BT_ALL_FRESH;
-#define FRESH(k) (all || ((const uint8_t *)l->rows[k])[l->d->fresh_off])
+#define FRESH(k) ((const uint8_t *)l->rows[k])[l->d->fresh_off]
     for (size_t k = 0; k < l->n; k++)
         nf += FRESH(k) != 0;
     for (size_t k = 0; k < l->n; k++)
@@ -395,7 +394,7 @@ static int pg_load(agg_store_t *base, const agg_load_t *l) {
     if (!rc && missed) {
         s->fresh_misses[i] += s->fresh_misses[i] < 6;
         s->fresh_skip[i] = 1 << s->fresh_misses[i];
-        CM_DEBUG("postgres store: a fresh row of %s was stored already: merging them for the "
+        CM_INFO("postgres store: a fresh row of %s was stored already: merging them for the "
                  "next %d batches", l->t->name, s->fresh_skip[i]);
     } else if (!rc && nf) {
         s->fresh_misses[i] = 0;
