@@ -1,6 +1,7 @@
 /* PostgreSQL store backend (see store_pg.h): connection and reconnection, the fence, each
  * table's rows copied (COPY, binary) into a temporary staging table and merged with one
- * INSERT ... SELECT ... ON CONFLICT (the batch write itself is store/write.c's).
+ * INSERT ... SELECT ... ON CONFLICT, or, for rows new to the store, a plain INSERT first
+ * (pg_load) (the batch write itself is store/write.c's).
  * Threading: a handle is used by one thread at a time. */
 #define _GNU_SOURCE
 #include "store_pg.h"
