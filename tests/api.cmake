@@ -43,8 +43,14 @@ set_tests_properties(test-ui-dist PROPERTIES TIMEOUT 300 LABELS "ui;nosan")
 
 # Endpoints and requests end to end without Kafka: the demo under the agent, its chunk files
 # loaded into a SQLite store, the query store's endpoints / stuck requests (issue 31).
-fp_test(test-endpoints LABELS "api;query;nosan" LIBS fp_aggtest m ARGS demo_endpoints)
+fp_test(test-endpoints LABELS "api;query;nosan" LIBS fp_aggtest PkgConfig::JANSSON m
+        ARGS demo_endpoints)
 add_dependencies(test-endpoints fleetprof_agent demo-service)
+# Per-endpoint diff of two versions run side by side, and the endpoint filter on every profile
+# route (the demo's v2 changes one endpoint).
+add_test(NAME test-endpoints-diff COMMAND test-endpoints endpoint_diff)
+set_tests_properties(test-endpoints-diff PROPERTIES TIMEOUT 300 LABELS "api;query;nosan"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
 # A real tracer in the loop: the OpenTelemetry SDK (PyPI, venv under ~/.cache/fleetprof made
 # by deploy/otel-venv.sh; the first run downloads it) exports the ids fleetprof records.
 add_test(NAME test-endpoints-otel COMMAND test-endpoints otel_ids)

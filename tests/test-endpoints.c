@@ -14,6 +14,7 @@
  *                    id, span id, name) fleetprof recorded are exactly those the SDK exported.
  * Labels: api, query (no services); otel_ids runs as test-endpoints-otel (label otel: the
  * first run downloads the SDK from PyPI). */
+#include "api.h"
 #include "dims.h"
 #include "intern.h"
 #include "query_store.h"
@@ -28,6 +29,8 @@
 #include "profile.h"
 
 #include <dirent.h>
+#include <jansson.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +67,74 @@ static int has_function(const agg_profile_t *p, const char *fn) {
     return 0;
 }
 
+/* A SQLite store fed chunk files as the aggregator feeds it (intern, dims, rollup, batch). */
+typedef struct {
+    agg_store_t *st;
+    agg_intern_t in;
+    agg_rollup_t r;
+    agg_dims_t dm;
+    agg_batch_t bt;
+} loader_t;
+
+static void loader_open(loader_t *l, const char *store) {
+    char path[256], err[512];
+    memset(l, 0, sizeof *l);
+    agg_store_path(path, sizeof path, store, "fleetprof.chunks", 0);
+    CHECKF(agg_store_sqlite_open(path, &l->st, err, sizeof err) == 0, "%s", err);
+    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
+    agg_rollup_init(&l->r, &rc);
+    agg_dims_init(&l->dm, 3600, 0, 0);
+    agg_batch_init(&l->bt);
+}
+
+/* Loads the chunk file at path as message i of the partition; returns the chunk's cut. */
+static int64_t loader_add(loader_t *l, const char *path, int64_t i) {
+    char err[512];
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    uint8_t *buf = malloc(4 << 20);
+    size_t len = fread(buf, 1, 4 << 20, f);
+    fclose(f);
+    cm_chunk_t *c;
+    CHECKF(cm_chunk_decode(buf, len, &c, err, sizeof err) == 0, "%s: %s", path, err);
+    free(buf);
+    agg_chunk_ids_t ids;
+    agg_chunk_meta_t meta;
+    memset(&meta, 0, sizeof meta);
+    l->bt.base_offset = i - 1;
+    CHECK(agg_intern_chunk(&l->in, &l->bt, c, &ids) == 0);
+    CHECK(agg_dims_chunk(&l->dm, &l->in, &l->bt, c, &meta, &ids) == 0);
+    CHECK(agg_rollup_chunk(&l->r, &l->bt, c, &ids) == 0);
+    l->bt.next_offset = i;
+    CHECK_EQ(agg_store_batch_write(l->st, "fleetprof.chunks", 0, &l->bt), 0);
+    agg_batch_clear(&l->bt);
+    int64_t cut = (int64_t)c->header.end_unix_ns;
+    cm_chunk_free(c);
+    return cut;
+}
+
+static void loader_close(loader_t *l) {
+    agg_batch_free(&l->bt);
+    agg_rollup_free(&l->r);
+    agg_dims_free(&l->dm);
+    agg_intern_free(&l->in);
+    agg_store_close(l->st);
+}
+
+/* The chunk files of dir (at most max, malloc'ed names) in the order they were cut: the file
+ * names carry the process and its sequence. */
+static size_t list_chunks(const char *dir, char **names, size_t max) {
+    DIR *dd = opendir(dir);
+    CHECK(dd != NULL);
+    size_t nn = 0;
+    for (struct dirent *e; (e = readdir(dd)) && nn < max;)
+        if (e->d_name[0] != '.')
+            names[nn++] = strdup(e->d_name);
+    closedir(dd);
+    qsort(names, nn, sizeof *names, cmp_str);
+    return nn;
+}
+
 static void test_demo_endpoints(void) {
     const char *b = getenv("FLEETPROF_BUILD");
     CHECKF(b != NULL, "FLEETPROF_BUILD not set (run through ctest)");
@@ -84,56 +155,19 @@ static void test_demo_endpoints(void) {
     CHECK(cm_read_file(outf, out, sizeof out) > 0);
     printf("%s", out);
 
-    /* the chunks in the order they were cut (file names carry the sequence) */
-    DIR *dd = opendir(chunks);
-    CHECK(dd != NULL);
     char *names[256];
-    size_t nn = 0;
-    for (struct dirent *e; (e = readdir(dd)) && nn < 256;)
-        if (e->d_name[0] != '.')
-            names[nn++] = strdup(e->d_name);
-    closedir(dd);
-    qsort(names, nn, sizeof *names, cmp_str);
+    size_t nn = list_chunks(chunks, names, 256);
     CHECKF(nn >= 5, "%zu chunk files", nn);
 
     char path[256], err[512];
-    agg_store_path(path, sizeof path, store, "fleetprof.chunks", 0);
-    agg_store_t *st = NULL;
-    CHECKF(agg_store_sqlite_open(path, &st, err, sizeof err) == 0, "%s", err);
+    loader_t ld;
+    loader_open(&ld, store);
     agg_qstore_t *qs = NULL;
-    agg_intern_t in;
-    memset(&in, 0, sizeof in);
-    agg_rollup_t r;
-    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
-    agg_rollup_init(&r, &rc);
-    agg_dims_t dm;
-    agg_dims_init(&dm, 3600, 0, 0);
-    agg_batch_t bt;
-    agg_batch_init(&bt);
     int64_t stuck_start = 0, seen_after = -1, stuck_ended = 0;
     const int64_t threshold = 2000000000ll;
     for (size_t i = 0; i < nn; i++) {
         snprintf(path, sizeof path, "%s/%s", chunks, names[i]);
-        FILE *f = fopen(path, "rb");
-        CHECK(f != NULL);
-        uint8_t *buf = malloc(4 << 20);
-        size_t len = fread(buf, 1, 4 << 20, f);
-        fclose(f);
-        cm_chunk_t *c;
-        CHECKF(cm_chunk_decode(buf, len, &c, err, sizeof err) == 0, "%s: %s", path, err);
-        free(buf);
-        agg_chunk_ids_t ids;
-        agg_chunk_meta_t meta;
-        memset(&meta, 0, sizeof meta);
-        bt.base_offset = (int64_t)i - 1;
-        CHECK(agg_intern_chunk(&in, &bt, c, &ids) == 0);
-        CHECK(agg_dims_chunk(&dm, &in, &bt, c, &meta, &ids) == 0);
-        CHECK(agg_rollup_chunk(&r, &bt, c, &ids) == 0);
-        bt.next_offset = (int64_t)i;
-        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &bt), 0);
-        agg_batch_clear(&bt);
-        int64_t cut = (int64_t)c->header.end_unix_ns;
-        cm_chunk_free(c);
+        int64_t cut = loader_add(&ld, path, (int64_t)i);
         /* stuck now: not ended, seen active at this cut, running for the threshold */
         if (!qs)
             CHECKF(agg_qstore_open(store, &qs, err, sizeof err) == 0, "%s", err);
@@ -206,11 +240,7 @@ static void test_demo_endpoints(void) {
     CHECKF(has_function(p, "build_report"), "build_report not in the endpoint's profile");
     agg_profile_free(p);
     agg_qstore_close(qs);
-    agg_batch_free(&bt);
-    agg_rollup_free(&r);
-    agg_dims_free(&dm);
-    agg_intern_free(&in);
-    agg_store_close(st);
+    loader_close(&ld);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
 }
@@ -293,9 +323,178 @@ static void test_otel_ids(void) {
     CHECK(system(cmd) == 0);
 }
 
+
+/* ---- endpoint_diff: two versions of the demo side by side ---- */
+
+/* GET url?kv... (key, value pairs, NULL-terminated) through the API; returns the status and
+ * the body (malloc'ed text) in *body. */
+static int api_get(agg_api_t *api, const char *url, char **body, ...) {
+    const char *keys[16], *vals[16];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, body);
+    for (const char *k; n < 16 && (k = va_arg(ap, const char *));) {
+        keys[n] = k;
+        vals[n++] = va_arg(ap, const char *);
+    }
+    va_end(ap);
+    agg_http_reply_t r = {.status = 200};
+    agg_api_call(api, url, keys, vals, n, &r);
+    *body = malloc(r.len + 1);
+    CHECK(*body != NULL);
+    memcpy(*body, r.body ? r.body : "", r.len);
+    (*body)[r.len] = '\0';
+    if (r.status != 200)
+        printf("# %s: %d %s\n", url, r.status, *body);
+    if (!r.body_static)
+        free(r.body);
+    free(r.headers);
+    return r.status;
+}
+
+/* The endpoint diff's answer: each endpoint printed; only "POST /checkout" flagged (its
+ * latency a regression). */
+static void check_endpoint_diff(agg_api_t *api) {
+    char *t;
+    CHECK_EQ(api_get(api, "/api/v1/endpoint-diff", &t, "service", "demo", "base", "v1", "test",
+                     "v2", NULL),
+             200);
+    json_t *o = json_loads(t, 0, NULL);
+    CHECK(o != NULL);
+    free(t);
+    json_t *eps = json_object_get(o, "endpoints"), *e;
+    size_t i;
+    int checkout = 0;
+    json_array_foreach(eps, i, e) {
+        const char *nm = json_string_value(json_object_get(e, "name"));
+        json_t *ts = json_object_get(e, "tests");
+        printf("# %-15s flagged %d calls %lld/%lld", nm,
+               json_is_true(json_object_get(e, "flagged")),
+               (long long)json_integer_value(json_object_get(json_object_get(e, "calls"), "base")),
+               (long long)json_integer_value(json_object_get(json_object_get(e, "calls"), "test")));
+        static const char *const tn[] = {"latency", "cpu", "wall", "alloc"};
+        for (int k = 0; k < 4; k++) {
+            json_t *x = json_object_get(ts, tn[k]);
+            printf(" %s %+.1f%% q %.2g", tn[k], 100 * json_real_value(json_object_get(x, "change")),
+                   json_real_value(json_object_get(x, "q")));
+        }
+        printf("\n");
+        int is_checkout = !strcmp(nm, "POST /checkout");
+        checkout += is_checkout;
+        CHECKF(json_is_true(json_object_get(e, "flagged")) == is_checkout, "%s flagged: %d", nm,
+               json_is_true(json_object_get(e, "flagged")));
+        const char *lat = json_string_value(json_object_get(json_object_get(ts, "latency"), "class"));
+        if (is_checkout)
+            CHECKF(lat && !strcmp(lat, "regression"), "POST /checkout's latency: %s", lat);
+    }
+    CHECKF(checkout == 1 && json_array_size(eps) == 2, "%zu endpoints", json_array_size(eps));
+    CHECK_EQ(json_integer_value(json_object_get(o, "flagged")), 1);
+    json_decref(o);
+}
+
+/* The endpoint filter: each view (tree: the flame graph's), the exports, the diff. */
+static void check_endpoint_filter(agg_api_t *api) {
+    char *t;
+    static const char *const views[] = {"top", "tree", "callers"};
+    for (size_t k = 0; k < 3; k++) {
+        CHECK_EQ(api_get(api, "/api/v1/profile", &t, "service", "demo", "version", "v2",
+                         "endpoint", "POST /checkout", "view", views[k], "function",
+                         "handle_checkout", NULL),
+                 200);
+        CHECKF(strstr(t, "price_cart") && strstr(t, "apply_discount_rules") &&
+                   !strstr(t, "scan_index"),
+               "view %s of POST /checkout: %.300s", views[k], t);
+        free(t);
+        CHECK_EQ(api_get(api, "/api/v1/profile", &t, "service", "demo", "endpoint",
+                         "GET /search", "view", views[k], "function", "handle_search", NULL),
+                 200);
+        CHECKF(strstr(t, "scan_index") && !strstr(t, "price_cart"), "view %s of GET /search",
+               views[k]);
+        free(t);
+    }
+    CHECK_EQ(api_get(api, "/api/v1/profile", &t, "service", "demo", "endpoint", "GET /search",
+                     "format", "folded", NULL),
+             200);
+    CHECKF(strstr(t, "scan_index") && !strstr(t, "price_cart"), "folded export of GET /search");
+    free(t);
+    CHECK_EQ(api_get(api, "/api/v1/profile", &t, "service", "demo", "endpoint", "GET /search",
+                     "format", "pprof", NULL),
+             200);
+    free(t);
+    CHECK_EQ(api_get(api, "/api/v1/profile", &t, "service", "demo", "endpoint", "GET /nothing",
+                     NULL),
+             404);
+    free(t);
+    CHECK_EQ(api_get(api, "/api/v1/profile", &t, "service", "demo", "endpoint", "GET /search",
+                     "host", "x", NULL),
+             400);
+    free(t);
+    CHECK_EQ(api_get(api, "/api/v1/diff", &t, "service", "demo", "base", "v1", "test", "v2",
+                     "endpoint", "POST /checkout", NULL),
+             200);
+    const char *reg = strstr(t, "\"apply_discount_rules\"");
+    printf("# diff of POST /checkout: apply_discount_rules %s\n",
+           reg && strstr(reg, "\"regression\"") ? "a regression" : "not found");
+    CHECKF(reg && strstr(reg, "\"regression\""),
+           "apply_discount_rules not a regression of POST /checkout: %.400s", t);
+    free(t);
+    CHECK_EQ(api_get(api, "/api/v1/diff", &t, "service", "demo", "base", "v1", "test", "v2",
+                     "endpoint", "GET /search", NULL),
+             200);
+    CHECKF(!strstr(t, "\"regression\"") && !strstr(t, "\"improvement\""),
+           "a finding in GET /search, which v2 did not change: %.400s", t);
+    free(t);
+}
+
+/* The per-endpoint diff of the demo's v1 and v2 (run at the same time, so that the machine's
+ * load is the same on both sides; other seeds, so other trace ids): v2's planted change,
+ * apply_discount_rules (~14 % more work in "POST /checkout" only), is flagged in that
+ * endpoint's latency, and no other endpoint is flagged. The endpoint filter on the profile
+ * routes: "POST /checkout"'s profile holds price_cart and (v2) apply_discount_rules, not
+ * scan_index; "GET /search"'s the reverse, in every view and export; the diff restricted to
+ * "POST /checkout" finds apply_discount_rules, restricted to "GET /search" nothing. */
+static void test_endpoint_diff(void) {
+    const char *b = getenv("FLEETPROF_BUILD");
+    CHECKF(b != NULL, "FLEETPROF_BUILD not set (run through ctest)");
+    char dir[] = "/tmp/fp-epdiff-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char chunks[128], store[128], cmd[2048], err[512];
+    snprintf(chunks, sizeof chunks, "%s/chunks", dir);
+    snprintf(store, sizeof store, "%s/store", dir);
+    CHECK(mkdir(chunks, 0700) == 0 && mkdir(store, 0700) == 0);
+    snprintf(cmd, sizeof cmd,
+             "for v in 1 2; do FLEETPROF_OUTPUT=%s FLEETPROF_INTERVAL=2 FLEETPROF_SERVICE=demo "
+             "FLEETPROF_VERSION=v$v FLEETPROF_CPU_HZ=1000 FLEETPROF_CPU_RATE=2000 "
+             "FLEETPROF_CONTROLLER=0 LD_PRELOAD=%s/agent/libfleetprof.so "
+             "%s/deploy/demo/demo-service --version v$v --seed $v --seconds 12 --rate 800 "
+             "--quiet > /dev/null & done; wait",
+             chunks, b, b);
+    CHECKF(system(cmd) == 0, "%s", cmd);
+    char *names[256], path[512];
+    size_t nn = list_chunks(chunks, names, 256);
+    CHECKF(nn >= 8, "%zu chunk files", nn);
+    loader_t ld;
+    loader_open(&ld, store);
+    for (size_t i = 0; i < nn; i++) {
+        snprintf(path, sizeof path, "%s/%s", chunks, names[i]);
+        loader_add(&ld, path, (int64_t)i);
+        free(names[i]);
+    }
+    loader_close(&ld);
+    agg_api_cfg_t cfg = {.store_dir = store};
+    agg_api_t *api = NULL;
+    CHECKF(agg_api_new(&cfg, &api, err, sizeof err) == 0, "%s", err);
+    check_endpoint_diff(api);
+    check_endpoint_filter(api);
+    agg_api_free(api);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 static const tr_test_t tests[] = {
     {"demo_endpoints", test_demo_endpoints},
     {"otel_ids", test_otel_ids},
+    {"endpoint_diff", test_endpoint_diff},
     {0, 0},
 };
 TR_MAIN(tests)

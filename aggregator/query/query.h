@@ -5,6 +5,7 @@
 #define AGG_QUERY_H
 
 #include "diff.h"
+#include "diff_endpoints.h"
 #include "export.h"
 #include "filter.h"
 #include "print.h"

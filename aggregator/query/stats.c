@@ -131,3 +131,29 @@ int agg_stats_bh(const double *p, size_t n, double *q) {
     free(qs);
     return 0;
 }
+
+double agg_stats_rank_p(const int64_t *x, size_t nx, const int64_t *y, size_t ny) {
+    if (!nx || !ny)
+        return 1;
+    /* walk both in order: each run of equal values takes the average of its ranks */
+    double ry = 0, ties = 0, rank = 0;
+    size_t i = 0, j = 0;
+    while (i < nx || j < ny) {
+        int64_t v = j >= ny || (i < nx && x[i] <= y[j]) ? x[i] : y[j];
+        size_t cx = 0, cy = 0;
+        while (i < nx && x[i] == v)
+            i++, cx++;
+        while (j < ny && y[j] == v)
+            j++, cy++;
+        double c = (double)(cx + cy);
+        ry += (double)cy * (rank + (c + 1) / 2);
+        ties += c * c * c - c;
+        rank += c;
+    }
+    double n1 = (double)nx, n2 = (double)ny, n = n1 + n2;
+    double u = ry - n2 * (n2 + 1) / 2, mean = n1 * n2 / 2;
+    double var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)));
+    if (!(var > 0))
+        return 1;
+    return agg_stats_normal_p2((u - mean) / sqrt(var));
+}

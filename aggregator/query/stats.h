@@ -5,6 +5,7 @@
 #define AGG_STATS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Regularized incomplete beta I_x(a, b) for a, b > 0 and x in [0, 1]; NAN outside. */
 double agg_stats_betai(double a, double b, double x);
@@ -33,5 +34,10 @@ int agg_stats_welch(double mean1, double var1, double n1, double mean2, double v
  * controls the false discovery rate at alpha (independent or positively dependent tests).
  * q may alias p. Returns 0 or CM_ENOMEM. */
 int agg_stats_bh(const double *p, size_t n, double *q);
+
+/* Mann-Whitney U test of two samples sorted ascending: two-sided p of one being shifted
+ * against the other (normal approximation; tied values get their average rank and the
+ * variance the tie correction). 1 when either is empty or every value ties. */
+double agg_stats_rank_p(const int64_t *x, size_t nx, const int64_t *y, size_t ny);
 
 #endif

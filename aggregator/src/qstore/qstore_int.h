@@ -96,6 +96,11 @@ int agg_qs_resolve_stacks(qdb_t *d, agg_profile_t *p, agg_hmap_t *stacks, int li
  * their stacks from d and adds them to p as replicate rep in context ctx (0: none). Returns 0
  * or a CM_E* code. */
 int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx);
+/* The same with columns (bucket, store stack id, weight, count): a row of bucket b goes to
+ * replicate reps[b] (nreps of them, b clamped into range); stacks resolved with `lines`
+ * (AGG_QLINES_*). Returns 0 or a CM_E* code. */
+int agg_qs_add_bucket_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, const uint32_t *reps,
+                           size_t nreps, int lines);
 
 /* Starts a profile read of type over every store (refreshed): *p new, with one replicate named
  * rep_name (*rep). Returns 0 or a CM_E* code (nothing to free). */

@@ -232,3 +232,118 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
     }
     return agg_qs_profile_end(p, rc, out);
 }
+
+/* Replicates of an endpoint's profile (agg_qstore_endpoint_query): the requests of one version
+ * by their end time, in at most EP_REPS buckets of at least EP_MIN_WIDTH. */
+#define EP_REPS 30
+#define EP_MIN_WIDTH 1000000000ll
+
+#define EP_WHERE                                                                                   \
+    "FROM requests r JOIN strings n ON n.id = r.name WHERE r.service = ?1 AND n.s = ?2 AND "      \
+    "r.ended = 1 AND r.end_ns >= ?3 AND r.end_ns < ?4"
+
+/* Binds the parameters every statement of ep_one shares: ?1-?4, the version ?5 (when given),
+ * then those of `extra` from the next number on. */
+static void ep_bind(agg_qxst_t *st, const agg_qspec_t *q, const char *name, const char *ver,
+                    const int64_t *extra, int n_extra) {
+    B64(st, 1, agg_qs_sid(q->service));
+    agg_qx_bind_text(st, 2, name);
+    B64(st, 3, q->from_s * 1000000000ll);
+    B64(st, 4, q->to_s >= INT64_MAX / 1000000000ll ? INT64_MAX : q->to_s * 1000000000ll);
+    int k = 5;
+    if (ver)
+        B64(st, k++, agg_qs_sid(ver));
+    for (int i = 0; i < n_extra; i++)
+        B64(st, k++, extra[i]);
+}
+
+/* The requests' calls per bucket of width w from lo: one replicate each (work = its calls). */
+static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
+                         const char *vc, int64_t lo, int64_t w, agg_profile_t *p, uint32_t *reps,
+                         size_t nb) {
+    char sql[700];
+    int k = ver ? 6 : 5;
+    snprintf(sql, sizeof sql, "SELECT (r.end_ns - ?%d) / ?%d, COUNT(*) " EP_WHERE "%s GROUP BY 1",
+             k, k + 1, vc);
+    agg_qxst_t *st;
+    int rc = agg_qs_prep(d, sql, &st), s = 0;
+    if (rc)
+        return rc;
+    int64_t ex[2] = {lo, w};
+    ep_bind(st, q, name, ver, ex, 2);
+    while (!rc && (s = agg_qx_step(st)) == 1) {
+        int64_t b = agg_qx_int64(st, 0);
+        char key[300];
+        snprintf(key, sizeof key, "endpoint %s %s %lld", name, ver ? ver : "", (long long)b);
+        int64_t id = agg_profile_replicate(p, key, (double)agg_qx_int64(st, 1));
+        if (id < 0)
+            rc = (int)id;
+        else if (b >= 0 && (size_t)b < nb)
+            reps[b] = (uint32_t)id;
+    }
+    int r2 = agg_qs_done(st, s == 1 ? 0 : s);
+    return rc ? rc : r2;
+}
+
+/* One store and one version (NULL: all) of agg_qstore_endpoint_query. */
+static int ep_one(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
+                  agg_profile_t *p, int *found) {
+    const char *vc = ver ? " AND r.version = ?5" : "";
+    char sql[1200];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*), MIN(r.end_ns), MAX(r.end_ns) " EP_WHERE "%s", vc);
+    agg_qxst_t *st;
+    int rc = agg_qs_prep(d, sql, &st);
+    if (rc)
+        return rc;
+    ep_bind(st, q, name, ver, NULL, 0);
+    int s = agg_qx_step(st);
+    int64_t n = s == 1 ? agg_qx_int64(st, 0) : 0, lo = n ? agg_qx_int64(st, 1) : 0,
+            hi = n ? agg_qx_int64(st, 2) : 0;
+    if ((rc = agg_qs_done(st, s == 1 ? 0 : s)) || !n)
+        return rc;
+    *found = 1;
+    /* one replicate (views), or the diff's: buckets of the requests' end times */
+    int64_t w = q->replicates == AGG_QREP_NONE ? hi - lo + 1 : (hi - lo) / EP_REPS + 1;
+    if (q->replicates != AGG_QREP_NONE && w < EP_MIN_WIDTH)
+        w = EP_MIN_WIDTH;
+    size_t nb = (size_t)((hi - lo) / w + 1);
+    uint32_t reps[EP_REPS + 2] = {0};
+    if ((rc = ep_replicates(d, q, name, ver, vc, lo, w, p, reps, nb)))
+        return rc;
+    int k = ver ? 6 : 5;
+    snprintf(sql, sizeof sql,
+             "SELECT (r.end_ns - ?%d) / ?%d, ss.stack, SUM(ss.weight), SUM(ss.count) FROM "
+             "span_stacks ss JOIN requests r ON ss.trace = r.trace AND ss.span = r.span JOIN "
+             "strings n ON n.id = r.name WHERE r.service = ?1 AND n.s = ?2 AND r.ended = 1 AND "
+             "r.end_ns >= ?3 AND r.end_ns < ?4%s AND ss.type = ?%d GROUP BY 1, ss.stack "
+             "ORDER BY 1, ss.stack",
+             k, k + 1, vc, k + 2);
+    if ((rc = agg_qs_prep(d, sql, &st)))
+        return rc;
+    int64_t ex[3] = {lo, w, q->type};
+    ep_bind(st, q, name, ver, ex, 3);
+    rc = agg_qs_add_bucket_rows(d, p, st, reps, nb, q->lines);
+    agg_qx_finalize(st);
+    return rc;
+}
+
+int agg_qstore_endpoint_query(agg_qstore_t *qs, const agg_qspec_t *q, const char *name,
+                              agg_profile_t **out, int *found) {
+    *found = 0;
+    *out = NULL;
+    int rc = agg_qs_refresh(qs);
+    if (rc)
+        return rc;
+    agg_profile_t *p = agg_profile_new(q->type);
+    if (!p)
+        return CM_ENOMEM;
+    size_t nv = q->n_versions ? q->n_versions : 1;
+    for (size_t v = 0; !rc && v < nv; v++)
+        for (size_t i = 0; !rc && i < qs->n; i++)
+            rc = ep_one(&qs->dbs[i], q, name, q->n_versions ? q->versions[v] : NULL, p, found);
+    if (!rc && !p->n_replicates) { /* no request: an empty profile, as a profile query gives */
+        int64_t rep = agg_profile_replicate(p, "endpoint", 0);
+        rc = rep < 0 ? (int)rep : 0;
+    }
+    return agg_qs_profile_end(p, rc, out);
+}

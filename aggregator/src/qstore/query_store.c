@@ -683,7 +683,10 @@ int agg_qs_profile_end(agg_profile_t *p, int rc, agg_profile_t **out) {
     return 0;
 }
 
-int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx) {
+/* agg_qs_add_stack_rows, and agg_qs_add_bucket_rows when reps is given (column 0: the bucket,
+ * the replicate reps[bucket]). */
+static int add_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx,
+                    const uint32_t *reps, size_t nreps, int lines) {
     agg_hmap_t stacks;
     agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
     rawrow_t *rows = NULL;
@@ -694,22 +697,38 @@ int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t r
             rc = CM_ENOMEM;
             break;
         }
-        rows[nr].stack = (uint64_t)agg_qx_int64(st, 0);
-        rows[nr].weight = (uint64_t)agg_qx_int64(st, 1);
-        rows[nr].count = (uint64_t)agg_qx_int64(st, 2);
+        int c0 = reps ? 1 : 0;
+        rows[nr].replicate = rep;
+        if (reps) {
+            int64_t b = agg_qx_int64(st, 0);
+            rows[nr].replicate = reps[b < 0 ? 0 : (size_t)b < nreps ? (size_t)b : nreps - 1];
+        }
+        rows[nr].stack = (uint64_t)agg_qx_int64(st, c0);
+        rows[nr].weight = (uint64_t)agg_qx_int64(st, c0 + 1);
+        rows[nr].count = (uint64_t)agg_qx_int64(st, c0 + 2);
         if (!agg_hmap_upsert(&stacks, &rows[nr].stack, NULL))
             rc = CM_ENOMEM;
         nr++;
     }
     if (!rc && nr)
-        rc = agg_qs_resolve_stacks(d, p, &stacks, 0);
+        rc = agg_qs_resolve_stacks(d, p, &stacks, lines);
     for (size_t k = 0; !rc && k < nr; k++) {
         stackmap_t *m = agg_hmap_find(&stacks, &rows[k].stack);
         if (m && m->resolved)
-            rc = agg_profile_add(p, m->stack, rows[k].weight, rows[k].count, rep, ctx);
+            rc = agg_profile_add(p, m->stack, rows[k].weight, rows[k].count, rows[k].replicate,
+                                 ctx);
     }
     free(rows);
     agg_hmap_free(&stacks);
     return rc;
+}
+
+int agg_qs_add_stack_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, uint32_t rep, uint32_t ctx) {
+    return add_rows(d, p, st, rep, ctx, NULL, 0, 0);
+}
+
+int agg_qs_add_bucket_rows(qdb_t *d, agg_profile_t *p, agg_qxst_t *st, const uint32_t *reps,
+                           size_t nreps, int lines) {
+    return nreps ? add_rows(d, p, st, 0, 0, reps, nreps, lines) : CM_EINVAL;
 }
 

@@ -190,6 +190,14 @@ int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *vers
 int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
                                 const char *name, int64_t from_ns, int64_t to_ns,
                                 cm_event_type_t type, agg_profile_t **out, int *found);
+/* Profile of the requests of endpoint `name` among those q selects (service, versions, from_s
+ * to to_s by their end, type, lines): the samples of their spans. With q->replicates, one
+ * replicate per version and bucket of the requests' end times (at most 30, >= 1 s each) whose
+ * work is the calls that ended in it: a diff of it compares cost per call. Labels and
+ * dimensions of q are not applied (a span's samples are kept without them). *found: a request
+ * of it ended there. Returns 0 or a CM_E* code. */
+int agg_qstore_endpoint_query(agg_qstore_t *qs, const agg_qspec_t *q, const char *name,
+                              agg_profile_t **out, int *found);
 
 /* Rejected messages (dead-lettered) by reason, summed over the partitions, sorted by reason.
  * Returns 0 or a CM_E* code; free with agg_qrejects_free. */

@@ -48,6 +48,7 @@ typedef struct {
     const char *format;
     int by_time; /* two time ranges (base_from, test_from), else two versions (base, test) */
     int inclusive, mode, per_request;
+    const char *endpoint; /* endpoint=: per call of the endpoint's requests, else NULL */
 } diff_req_t;
 
 /* Parses and checks a diff's parameters into d. Returns 0, or -1 with a 400 written. */
@@ -91,6 +92,15 @@ static int diff_parse(const args_t *a, agg_http_reply_t *r, diff_req_t *d) {
         return -1;
     }
     d->per_request = !strcmp(per, "request");
+    /* endpoint=: each side the samples of the endpoint's requests, its replicates their calls
+     * (agg_qstore_endpoint_query): values per call */
+    d->endpoint = arg(a, "endpoint");
+    d->endpoint = d->endpoint && *d->endpoint ? d->endpoint : NULL;
+    if (d->endpoint && d->per_request) {
+        reply_err(r, 400, "per", "with endpoint, a diff is per call of the endpoint: leave out "
+                  "per=request");
+        return -1;
+    }
     return 0;
 }
 
@@ -163,10 +173,15 @@ static void diff_reply(const args_t *a, const diff_req_t *dr, agg_diff_t *d, jso
     json_t *o2 = agg_diff_json(d, (size_t)dr->limit);
     if (o2) {
         json_object_set_new(o2, "service", json_string(arg(a, "service")));
+        if (dr->endpoint)
+            json_object_set_new(o2, "endpoint", json_string(dr->endpoint));
         json_object_set(o2, "base", mb);
         json_object_set(o2, "test", mt);
         json_object_set_new(o2, "test_used", json_string(
-            dr->per_request ? "Welch's t-test on per-bucket rates (time buckets as replicates, "
+            dr->endpoint ? "per call of the endpoint: its requests' samples, replicates = its "
+                           "requests by end time (work = calls), common factor removed, "
+                           "Benjamini-Hochberg FDR"
+            : dr->per_request ? "Welch's t-test on per-bucket rates (time buckets as replicates, "
                               "work = units of work counted), common factor removed, "
                               "Benjamini-Hochberg FDR"
                             : "Welch's t-test on per-bucket rates (time buckets as replicates, "
@@ -217,6 +232,8 @@ void h_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *
         }
         o.work_unit = "request";
     }
+    if (dr.endpoint)
+        o.work_unit = "call";
     o.test_inclusive = dr.inclusive;
     agg_diff_t d;
     int rc = agg_diff_compute(pb, pt, &o, &d);

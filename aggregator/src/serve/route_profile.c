@@ -17,6 +17,46 @@ agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_reply_t *
                             NULL, NULL);
 }
 
+/* The profile of q restricted to the requests of endpoint ep (query_profile_by's
+ * `endpoint=`): their spans' samples. A request's samples carry no labels or dimensions, and
+ * the endpoint is itself the grouping: those are refused (grouped: called for a group_by). */
+static agg_profile_t *endpoint_query(agg_api_t *api, const agg_qspec_t *q, const char *ep,
+                                     filt_t *ft, agg_http_reply_t *r, json_t **meta,
+                                     int grouped) {
+    if (q->label_key || q->n_filters || grouped) {
+        reply_err(r, 400, "endpoint", "endpoint '%s' cannot be combined with %s: a request's "
+                  "samples are kept by span, without labels or dimensions", ep,
+                  grouped ? "group_by" : q->label_key ? "label" : q->filters[0].key);
+        return NULL;
+    }
+    agg_profile_t *p = NULL;
+    int found = 0;
+    int rc = agg_qstore_endpoint_query(api->qs, q, ep, &p, &found);
+    if (rc) {
+        reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
+        return NULL;
+    }
+    if (!found) {
+        reply_err(r, 404, "endpoint", "no request of endpoint '%s' of '%s' ended in the range "
+                  "for these versions (see /api/v1/endpoints)", ep, q->service);
+        agg_profile_free(p);
+        return NULL;
+    }
+    if (apply_filter(ft, &p, r)) {
+        agg_profile_free(p);
+        return NULL;
+    }
+    if (meta) {
+        json_t *va = json_array();
+        for (size_t i = 0; i < q->n_versions; i++)
+            json_array_append_new(va, json_string(q->versions[i]));
+        *meta = json_pack("{s:s, s:o, s:s, s:I, s:I}", "service", q->service, "versions", va,
+                          "endpoint", ep, "from", (json_int_t)q->from_s, "to",
+                          (json_int_t)(q->to_s == INT64_MAX / 4 ? 0 : q->to_s));
+    }
+    return p;
+}
+
 /* As query_profile, also restricted to extra (NULL: none); spec_out (when given) gets the
  * query without extra and without reading the profile (its strings point into a). */
 agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_t *r,
@@ -69,6 +109,9 @@ agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_
                      .lines = (int)lines && pprof ? AGG_QLINES_ADDRESSES : (int)lines};
     q.n_filters = parse_dims(a, dims, 0, AGG_QMAX_FILTERS - 1);
     q.filters = dims;
+    const char *ep = arg(a, "endpoint");
+    if (ep && *ep)
+        return endpoint_query(api, &q, ep, ft, r, meta, spec_out || extra);
     if (spec_out) {
         *spec_out = q;
         if (meta)

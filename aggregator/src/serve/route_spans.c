@@ -1,6 +1,7 @@
 /* Query API routes of spans and requests (api_int.h): /api/v1/spans (ranked), /span (the
  * profile of one span or trace), /endpoints, /endpoint (the profile of one endpoint's
- * requests), /requests (named spans with real durations, or those stuck now).
+ * requests), /requests (named spans with real durations, or those stuck now), /endpoint-diff
+ * (each endpoint's latency and cost per call in two versions, tested).
  * Threading: any thread, on the request's leased store handle (api->qs). */
 #define _GNU_SOURCE
 #include "api_int.h"
@@ -158,6 +159,90 @@ void h_requests(agg_api_t *api, const args_t *a, const char *url, agg_http_reply
     free(v);
     reply_json(r, 200, json_pack("{s:s, s:b, s:o, s:b}", "service", svc, "stuck", q.stuck,
                                  "requests", arr, "more", more));
+}
+
+/* The requests of one version that ended in [from, to) as calls (agg_epdiff_compute's input,
+ * pointing into *req: free both). */
+static int version_calls(agg_api_t *api, const char *svc, const char *ver, int64_t from,
+                         int64_t to, agg_request_t **req, agg_call_t **calls, size_t *n) {
+    agg_reqq_t q = {.service = svc, .version = ver, .from_ns = s_to_ns(from), .to_ns = s_to_ns(to)};
+    *calls = NULL;
+    int rc = agg_qstore_requests(api->qs, &q, req, n);
+    if (rc)
+        return rc;
+    if (!(*calls = malloc((*n ? *n : 1) * sizeof **calls)))
+        return CM_ENOMEM;
+    for (size_t i = 0; i < *n; i++) {
+        const agg_request_t *x = &(*req)[i];
+        (*calls)[i] = (agg_call_t){x->name, x->end_ns - x->start_ns,
+                                   {(double)x->cost[CM_EV_CPU], (double)x->cost[CM_EV_WALL],
+                                    (double)x->cost[CM_EV_ALLOC]}};
+    }
+    return 0;
+}
+
+static void print_epdiff(FILE *f, void *c) { agg_epdiff_print(f, c); }
+
+/* Per-endpoint diff of two versions: latency and cost per call, each tested (diff_endpoints.h). */
+void h_endpoint_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
+    (void)url;
+    const char *svc, *base = arg(a, "base"), *test = arg(a, "test"), *fmt = arg(a, "format");
+    int64_t from, to;
+    double q, min_change;
+    if (need_service(a, r, &svc) || parse_time(a, "from", 0, r, &from) ||
+        parse_time(a, "to", INT64_MAX / 4, r, &to) ||
+        parse_double(a, "q", 0.01, 1e-9, 0.5, r, &q) ||
+        parse_double(a, "min_change", 0.05, 0, 100, r, &min_change))
+        return;
+    fmt = fmt && *fmt ? fmt : "json";
+    if (strcmp(fmt, "json") && strcmp(fmt, "text")) {
+        reply_err(r, 400, "format", "format '%s' is not json or text", fmt);
+        return;
+    }
+    if (!base || !*base || !test || !*test) {
+        reply_err(r, 400, !base || !*base ? "base" : "test",
+                  "an endpoint diff needs 'base' and 'test' versions");
+        return;
+    }
+    agg_qversion_t *v;
+    size_t nv;
+    if (load_service(api, svc, r, &v, &nv))
+        return;
+    const char *vers[2] = {base, test};
+    int bad = check_versions(v, nv, svc, "base", vers, 1, r) ||
+              check_versions(v, nv, svc, "test", vers + 1, 1, r);
+    agg_qversions_free(v, nv);
+    if (bad)
+        return;
+    agg_request_t *rq[2] = {NULL, NULL};
+    agg_call_t *c[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    agg_epdiff_t d;
+    int rc = version_calls(api, svc, base, from, to, &rq[0], &c[0], &n[0]);
+    if (!rc)
+        rc = version_calls(api, svc, test, from, to, &rq[1], &c[1], &n[1]);
+    if (!rc && (!n[0] || !n[1]))
+        reply_err(r, 404, !n[0] ? "base" : "test", "no request of version '%s' of '%s' ended in "
+                  "the range (see /api/v1/endpoints)", !n[0] ? base : test, svc);
+    else if (!rc && !(rc = agg_epdiff_compute(c[0], n[0], c[1], n[1], q, min_change, &d))) {
+        if (!strcmp(fmt, "text")) {
+            size_t len;
+            char *buf = memstream_text(print_epdiff, &d, &len);
+            reply_buf(r, "text/plain; charset=utf-8", buf, len);
+        } else {
+            json_t *o = agg_epdiff_json(&d);
+            json_object_update_new(o, json_pack("{s:s, s:s, s:s}", "service", svc, "base", base,
+                                                "test", test));
+            reply_json(r, 200, o);
+        }
+        agg_epdiff_free(&d);
+    }
+    if (rc)
+        reply_err(r, 500, NULL, "endpoint diff failed: %s", cm_strerror(rc));
+    for (int k = 0; k < 2; k++) {
+        free(rq[k]);
+        free(c[k]);
+    }
 }
 
 /* The span route's service= (only that service's spans), NULL when not given (any service). */
