@@ -45,7 +45,7 @@ set_tests_properties(test-ui-dist PROPERTIES TIMEOUT 300 LABELS "ui;nosan")
 # loaded into a SQLite store, the query store's endpoints / stuck requests (issue 31).
 fp_test(test-endpoints LABELS "api;query;nosan" LIBS fp_aggtest PkgConfig::JANSSON m
         ARGS demo_endpoints)
-add_dependencies(test-endpoints fleetprof_agent demo-service)
+add_dependencies(test-endpoints fleetprof_agent demo-service fleetprof)
 # Per-endpoint diff of two versions run side by side, and the endpoint filter on every profile
 # route (the demo's v2 changes one endpoint).
 add_test(NAME test-endpoints-diff COMMAND test-endpoints endpoint_diff)

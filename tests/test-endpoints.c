@@ -16,6 +16,7 @@
  * first run downloads the SDK from PyPI). */
 #include "api.h"
 #include "dims.h"
+#include "http.h"
 #include "intern.h"
 #include "query_store.h"
 #include "rollup.h"
@@ -446,6 +447,45 @@ static void check_endpoint_filter(agg_api_t *api) {
     free(t);
 }
 
+/* The CLI's forms of the same, through the HTTP server on a free port: `endpoint-diff` marks
+ * POST /checkout's line (REG) and no other; `top --endpoint` and `diff --endpoint`. */
+static void check_cli(agg_api_t *api) {
+    const char *b = getenv("FLEETPROF_BUILD");
+    char err[512], url[64], cmd[1024], out[16384];
+    agg_http_route_t routes[AGG_API_ROUTES + 1] = {{0}};
+    agg_api_routes(api, routes, AGG_API_ROUTES);
+    agg_http_t *h = NULL;
+    const agg_http_cfg_t hcfg = {.addr = "127.0.0.1"};
+    CHECKF(agg_http_start(&hcfg, routes, &h, err, sizeof err) == 0, "%s", err);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", agg_http_port(h));
+    static const char *const runs[][2] = {
+        {"endpoint-diff --service demo --base v1 --test v2", "POST /checkout"},
+        {"top --service demo --endpoint 'GET /search'", "scan_index"},
+        {"diff --service demo --base v1 --test v2 --endpoint 'POST /checkout'",
+         "apply_discount_rules"},
+    };
+    for (size_t k = 0; k < 3; k++) {
+        snprintf(cmd, sizeof cmd, "%s/cli/fleetprof --server %s %s", b, url, runs[k][0]);
+        FILE *p = popen(cmd, "r");
+        CHECK(p != NULL);
+        size_t n = fread(out, 1, sizeof out - 1, p);
+        out[n] = '\0';
+        CHECKF(pclose(p) == 0, "%s", cmd);
+        printf("$ fleetprof %s\n%.1200s", runs[k][0], out);
+        CHECKF(strstr(out, runs[k][1]), "%s: no %s", cmd, runs[k][1]);
+        if (k == 0) {
+            const char *l = strstr(out, "POST /checkout"), *s2 = strstr(out, "GET /search");
+            CHECKF(l && strstr(l, "REG") && strstr(l, "REG") < strchr(l, '\n'),
+                   "POST /checkout not flagged in the table");
+            CHECKF(s2 && (!strstr(s2, "REG") || strstr(s2, "REG") > strchr(s2, '\n')),
+                   "GET /search flagged in the table");
+        }
+        if (k == 1)
+            CHECKF(!strstr(out, "price_cart"), "price_cart in GET /search's top");
+    }
+    agg_http_stop(h);
+}
+
 /* The per-endpoint diff of the demo's v1 and v2 (run at the same time, so that the machine's
  * load is the same on both sides; other seeds, so other trace ids): v2's planted change,
  * apply_discount_rules (~14 % more work in "POST /checkout" only), is flagged in that
@@ -486,6 +526,7 @@ static void test_endpoint_diff(void) {
     CHECKF(agg_api_new(&cfg, &api, err, sizeof err) == 0, "%s", err);
     check_endpoint_diff(api);
     check_endpoint_filter(api);
+    check_cli(api);
     agg_api_free(api);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

@@ -32,7 +32,7 @@ typedef struct {
 
 #define PROFILE_FLAGS                                                                              \
     " service version type from to label include exclude fold group limit min-share function "     \
-    "sort host node pod container pid io-target fd-kind lock "
+    "sort host node pod container pid io-target fd-kind lock endpoint "
 
 static const qcmd_t qcmds[] = {
     {"services", "/api/v1/services", " ", " ", NULL, "services [--json]"},
@@ -47,18 +47,20 @@ static const qcmd_t qcmds[] = {
      "      [--include RE] [--exclude RE] [--fold RE] [--group RE->NAME] [--by-module]\n"
      "      [--lines (source file:line, inlined functions as frames: recorded when the program\n"
      "       ran with FLEETPROF_LINES=1, or from its debug file via --debuginfod-urls)]\n"
-     "      [--limit N] [--sort self|total] [--function F (callers and callees)] [--json]"},
+     "      [--limit N] [--sort self|total] [--function F (callers and callees)] [--json]\n"
+     "      [--endpoint NAME (only the samples of its requests; not with --label, dimensions\n"
+     "       or --group-by)]"},
     {"tree", "/api/v1/profile", PROFILE_FLAGS, " by-module lines ", NULL,
      "tree --service S [--version V]... [--min-share F] [--limit NODES] [filters as top] [--json]"},
     {"diff", "/api/v1/diff",
      " service base test type from to base-from base-to test-from test-to version label include "
      "exclude fold group limit fail-on-regression q per host node pod container pid io-target "
-     "fd-kind lock ",
+     "fd-kind lock endpoint ",
      " by-module inclusive ", NULL,
      "diff --service S --base V1 --test V2 [--type T] [--fail-on-regression PCT] [filters]\n"
      "      [--base-from T --base-to T --test-from T --test-to T] [--per second|request]\n"
      "      [--host H] [--pod NS/POD] [--pid P] [--io-target T] ... (dimension filters)\n"
-     "      [--limit N] [--json]"},
+     "      [--endpoint NAME (only its requests' samples, per call)] [--limit N] [--json]"},
     {"span", "/api/v1/span",
      " service trace span type include exclude fold group limit min-share sort view function ",
      " by-module ", NULL,
@@ -68,6 +70,12 @@ static const qcmd_t qcmds[] = {
     {"endpoints", "/api/v1/endpoints", " service version from to ", " ", NULL,
      "endpoints --service S [--version V] [--from T] [--to T] [--json]\n"
      "      (named spans: calls, latency, cost per call; --version: one version's, to compare)"},
+    {"endpoint-diff", "/api/v1/endpoint-diff", " service base test from to q min-change ", " ",
+     NULL,
+     "endpoint-diff --service S --base V1 --test V2 [--from T] [--to T] [--q 0.01]\n"
+     "      [--min-change 0.05] [--json]\n"
+     "      (per endpoint: calls, p50/p99 and cost per call of both versions; latency tested\n"
+     "       by a rank test on durations, costs per call by Welch's t; REG: flagged)"},
     {"endpoint", "/api/v1/endpoint",
      " service version endpoint type from to include exclude fold group limit min-share sort "
      "view function ",
@@ -100,7 +108,7 @@ static int needs_service(const qcmd_t *c) {
     return !strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
            !strcmp(c->name, "spans") || !strcmp(c->name, "export") ||
            !strcmp(c->name, "endpoints") || !strcmp(c->name, "endpoint") ||
-           !strcmp(c->name, "requests");
+           !strcmp(c->name, "requests") || !strcmp(c->name, "endpoint-diff");
 }
 
 /* The server's error message in the CLI's terms: API routes and parameters become the
@@ -462,7 +470,8 @@ static int complete_args(const qcmd_t *c, qargs_t *q) {
         fprintf(stderr, "fleetprof %s: --format is for export; use --json for JSON\n", c->name);
         return -1;
     } else if (!strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
-               !strcmp(c->name, "span") || !strcmp(c->name, "endpoint")) {
+               !strcmp(c->name, "span") || !strcmp(c->name, "endpoint") ||
+               !strcmp(c->name, "endpoint-diff")) {
         fflush(q->qb.f);
         q->grouped = !strcmp(c->name, "top") && q->qb.q && strstr(q->qb.q, "group_by=");
         qadd(&q->qb, "format", q->json || q->grouped ? "json" : "text");
@@ -550,7 +559,8 @@ static int print_answer(const qcmd_t *c, const qargs_t *q, const cli_resp_t *res
         }
     } else if (!q->grouped && (!strcmp(c->name, "top") || !strcmp(c->name, "tree") ||
                                !strcmp(c->name, "diff") || !strcmp(c->name, "span") ||
-                               !strcmp(c->name, "endpoint"))) {
+                               !strcmp(c->name, "endpoint") ||
+                               !strcmp(c->name, "endpoint-diff"))) {
         fwrite(resp->body, 1, resp->len, stdout);
         const char *g = strstr(resp->body, "GATE FAILED: ");
         if (q->gate && g) {
