@@ -42,8 +42,12 @@
  *        BENCH_BASE_LIB=/path/libfleetprof.so (pair modes): "base" runs under that agent build
  *          (enabled, same settings) instead of bare, so on/base is after/before a change
  *        bench-agent-mixed work REQUESTS          (one run of the workload)
+ *        BENCH_SPANS=1: every request is a named span, as a traced service's are: the worker
+ *          formats the request's W3C traceparent (every run) and, when the agent is there,
+ *          calls fleetprof_span_begin(traceparent, "GET /item") and fleetprof_span_end()
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -196,13 +200,37 @@ __attribute__((noinline)) static void handle(int w, uint64_t id, const unsigned 
     request_free(r);
 }
 
+typedef int (*span_begin_fn)(const char *, const char *);
+static span_begin_fn g_span_begin; /* BENCH_SPANS=1 under the agent */
+static int (*g_span_end)(void);
+static int g_spans;
+
+/* The request's traceparent, as the service would read it from its header. */
+static void traceparent(uint64_t id, char tp[56]) {
+    static const char hex[] = "0123456789abcdef";
+    memcpy(tp, "00-", 3);
+    for (int i = 0; i < 48; i++)
+        tp[3 + i + (i >= 32)] = hex[((id + 1) * 0x9E3779B97F4A7C15ull >> (i % 16 * 4)) & 15];
+    tp[35] = '-';
+    memcpy(tp + 52, "-01", 4);
+}
+
 static void *worker(void *arg) {
     int w = (int)(intptr_t)arg;
     unsigned char payload[2048];
     for (size_t i = 0; i < sizeof payload; i++)
         payload[i] = (unsigned char)(i * 131 + (size_t)w);
-    for (long i = 0; i < g_requests; i++)
-        handle(w, (uint64_t)i * WORKERS + (uint64_t)w, payload, sizeof payload);
+    for (long i = 0; i < g_requests; i++) {
+        uint64_t id = (uint64_t)i * WORKERS + (uint64_t)w;
+        char tp[56];
+        if (g_spans)
+            traceparent(id, tp);
+        if (g_span_begin)
+            g_span_begin(tp, "GET /item");
+        handle(w, id, payload, sizeof payload);
+        if (g_span_begin)
+            g_span_end();
+    }
     shutdown(g_backend[w][0], SHUT_WR);
     return NULL;
 }
@@ -233,6 +261,10 @@ static void *logger(void *arg) {
 
 static int work(long requests) {
     g_requests = requests;
+    const char *sp = getenv("BENCH_SPANS");
+    g_spans = sp && !strcmp(sp, "1");
+    if (g_spans && (g_span_end = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_span_end")))
+        g_span_begin = (span_begin_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_begin");
     g_mark_lo = (uint64_t)requests * WORKERS / 10;
     g_mark_hi = (uint64_t)requests * WORKERS * 9 / 10;
     if (pipe(g_log_pipe) != 0)
