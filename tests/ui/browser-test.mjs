@@ -313,6 +313,26 @@ await test('endpoints_endpoint_request', async () => {
   await shot('request');
 });
 
+// the per-endpoint diff of v1 and v2: a row per endpoint, flagged as the API says; an
+// endpoint's "functions" link opens the diff restricted to it (per call)
+await test('endpoint_diff', async () => {
+  await nav(page, '#/endpointdiff?service=demo&base=v1&test=v2');
+  const d = await api('endpoint-diff?service=demo&base=v1&test=v2');
+  const names = await page.$$eval('.epdiff tbody tr a.endpoint', (t) => t.map((a) => a.textContent));
+  check(names.length === d.endpoints.length && names.includes('POST /checkout') && names.includes('GET /search'),
+    `a row per endpoint: ${names}`);
+  const flagged = await page.$$eval('.epdiff tbody tr.flagged a.endpoint', (t) => t.map((a) => a.textContent));
+  const want = d.endpoints.filter((e) => e.flagged).map((e) => e.name);
+  check(flagged.join('|') === want.join('|'), `flagged rows ${flagged} = the API's ${want}`);
+  await shot('endpoint-diff');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  const row = (await page.$$('.epdiff tbody tr'))[names.indexOf('POST /checkout')];
+  await (await row.$('a.open-diff')).click();
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const summary = await page.$eval('.summary', (e) => e.textContent);
+  check(summary.includes('per call of POST /checkout'), `the endpoint's diff: ${summary.slice(0, 200)}`);
+});
+
 // issue 35: an empty spans page says how spans get there
 await test('spans_empty_state', async () => {
   await nav(page, '#/spans?service=demo&from=1&to=2');

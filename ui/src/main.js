@@ -192,7 +192,8 @@ VIEWS.service = async (p) => {
   const charts = h('div.charts');
   const deploys = [...vs.versions].sort((a, b) => a.first_ns - b.first_ns);
   const dlist = h('ul.deploys', {}, deploys.map((v, i) => h('li', {}, h('b', {}, v.version), ` first seen ${fmtTime(v.first_ns)}`,
-    i > 0 ? [' · ', h('a.compare', { href: href('diff', { service: svc, base: deploys[i - 1].version, test: v.version, type: p.type || 'cpu', label: p.label }) }, `compare with previous version (${deploys[i - 1].version})`)] : null,
+    i > 0 ? [' · ', h('a.compare', { href: href('diff', { service: svc, base: deploys[i - 1].version, test: v.version, type: p.type || 'cpu', label: p.label }) }, `compare with previous version (${deploys[i - 1].version})`),
+      ' · ', h('a.compare-endpoints', { href: href('endpointdiff', { service: svc, base: deploys[i - 1].version, test: v.version }) }, 'per endpoint')] : null,
     ' · ', h('a', { href: href('flame', { service: svc, version: v.version }) }, 'flame graph'))));
   const el = h('section', {}, h('h1', {}, svc),
     h('div.controls', {}, 'type ', typeSel, ' versions ', vboxes, ' ', label), h('div.controls', {}, rangeText, actions),
@@ -436,7 +437,7 @@ function findingsTable(d, unit) {
 VIEWS.diff = async (p) => {
   nav(p.service);
   const byTime = !!p.base_from;
-  const f = { include: p.include, exclude: p.exclude, fold: p.fold, group: p.group, label: p.label };
+  const f = { include: p.include, exclude: p.exclude, fold: p.fold, group: p.group, label: p.label, endpoint: p.endpoint };
   const dq = { service: p.service, type: p.type || 'cpu', per: p.per, inclusive: p.inclusive, limit: 100, ...f,
     ...(byTime ? { base_from: p.base_from, base_to: p.base_to, test_from: p.test_from, test_to: p.test_to, version: p.version }
       : { base: p.base, test: p.test }) };
@@ -449,7 +450,7 @@ VIEWS.diff = async (p) => {
   // scale raw tree weights to the diff's rates (per process-second or per request)
   const sb = bt.tree.total ? d.base_total / bt.tree.total : 0, st = tt.tree.total ? d.test_total / tt.tree.total : 0;
   const merged = mergeTrees(bt.tree.root, tt.tree.root, sb, st);
-  const perLabel = d.per === 'request' ? 'per request' : 'per process-second';
+  const perLabel = d.endpoint ? `per call of ${d.endpoint}` : d.per === 'request' ? 'per request' : 'per process-second';
   const fmtRate = (v) => `${fmtValue(v, unit)} ${perLabel}`;
   const pp = { ...p, diffSig: sig };
   const { el, fg } = flamePanel(pp, 'diff', merged, null, unit, null);
@@ -564,6 +565,29 @@ VIEWS.endpoint = async (p) => {
     h('h2', {}, 'Slowest requests'), requestsTable(slow.requests, p));
   sec.onMounted = el.onMounted;
   return sec;
+};
+
+// Per-endpoint diff of two versions: latency and cost per call side by side, each tested
+// (rank test on durations, Welch on costs, BH); a flagged endpoint opens its own diff.
+const chg = (t) => t.change == null ? 'new' : `${t.change >= 0 ? '+' : ''}${(t.change * 100).toFixed(1)}%`;
+const chgCell = (t) => h('td.num' + (t.class === 'regression' ? '.reg' : t.class === 'improvement' ? '.imp' : ''),
+  { title: `${t.class}, q ${t.q.toPrecision(2)}` }, chg(t));
+const pair = (x, f) => `${f(x.base)} → ${f(x.test)}`;
+
+VIEWS.endpointdiff = async (p) => {
+  nav(p.service);
+  const d = await get('endpoint-diff', { service: p.service, base: p.base, test: p.test, from: p.from, to: p.to });
+  const bytes = (v) => fmtValue(v, 'bytes');
+  return h('section', {}, h('h1', {}, `Endpoints: ${p.service} ${p.base} → ${p.test}`),
+    h('p.sub', {}, `${d.tested} tests, ${d.flagged} endpoint(s) flagged (q ≤ ${d.q}, change ≥ ${(d.min_change * 100).toFixed(0)}%) · ${d.test_used}`),
+    h('table.grid.epdiff', {}, h('thead', {}, h('tr', {}, ['endpoint', 'calls', 'p50', 'p99', 'latency', 'CPU / call', 'Δ', 'wall / call', 'Δ', 'alloc / call', 'Δ', ''].map((x) => h('th', {}, x)))),
+      h('tbody', {}, d.endpoints.map((e) => h('tr' + (e.flagged ? '.flagged' : ''), {},
+        h('td', {}, h('a.endpoint', { href: href('endpoint', { service: p.service, endpoint: e.name }) }, e.name || '(unnamed)')),
+        h('td.num', {}, pair(e.calls, fmtCount)), h('td.num', {}, pair(e.p50_ns, ns)), h('td.num', {}, pair(e.p99_ns, ns)),
+        chgCell(e.tests.latency), h('td.num', {}, pair(e.cpu_per_call_ns, ns)), chgCell(e.tests.cpu),
+        h('td.num', {}, pair(e.wall_per_call_ns, ns)), chgCell(e.tests.wall),
+        h('td.num', {}, pair(e.alloc_per_call_bytes, bytes)), chgCell(e.tests.alloc),
+        h('td', {}, h('a.open-diff', { href: href('diff', { service: p.service, base: p.base, test: p.test, endpoint: e.name }) }, 'functions')))))));
 };
 
 // One trace's or span's profile: a flame graph per event type (tabs).
