@@ -136,16 +136,20 @@ static size_t list_chunks(const char *dir, char **names, size_t max) {
     return nn;
 }
 
+/* A new directory from the template dir (XXXXXX) with chunks/ and store/ in it (128 bytes). */
+static void make_dirs(char *dir, char *chunks, char *store) {
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(chunks, 128, "%s/chunks", dir);
+    snprintf(store, 128, "%s/store", dir);
+    CHECK(mkdir(chunks, 0700) == 0 && mkdir(store, 0700) == 0);
+}
+
 static void test_demo_endpoints(void) {
     const char *b = getenv("FLEETPROF_BUILD");
     CHECKF(b != NULL, "FLEETPROF_BUILD not set (run through ctest)");
-    char dir[] = "/tmp/fp-endpoints-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    char chunks[128], store[128], outf[128], cmd[2048];
-    snprintf(chunks, sizeof chunks, "%s/chunks", dir);
-    snprintf(store, sizeof store, "%s/store", dir);
+    char dir[] = "/tmp/fp-endpoints-XXXXXX", chunks[128], store[128], outf[128], cmd[2048];
+    make_dirs(dir, chunks, store);
     snprintf(outf, sizeof outf, "%s/demo.out", dir);
-    CHECK(mkdir(chunks, 0700) == 0 && mkdir(store, 0700) == 0);
     snprintf(cmd, sizeof cmd,
              "FLEETPROF_OUTPUT=%s FLEETPROF_INTERVAL=1 FLEETPROF_SERVICE=demo "
              "LD_PRELOAD=%s/agent/libfleetprof.so %s/deploy/demo/demo-service --seconds 6 "
@@ -496,12 +500,8 @@ static void check_cli(agg_api_t *api) {
 static void test_endpoint_diff(void) {
     const char *b = getenv("FLEETPROF_BUILD");
     CHECKF(b != NULL, "FLEETPROF_BUILD not set (run through ctest)");
-    char dir[] = "/tmp/fp-epdiff-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    char chunks[128], store[128], cmd[2048], err[512];
-    snprintf(chunks, sizeof chunks, "%s/chunks", dir);
-    snprintf(store, sizeof store, "%s/store", dir);
-    CHECK(mkdir(chunks, 0700) == 0 && mkdir(store, 0700) == 0);
+    char dir[] = "/tmp/fp-epdiff-XXXXXX", chunks[128], store[128], cmd[2048], err[512];
+    make_dirs(dir, chunks, store);
     snprintf(cmd, sizeof cmd,
              "for v in 1 2; do FLEETPROF_OUTPUT=%s FLEETPROF_INTERVAL=2 FLEETPROF_SERVICE=demo "
              "FLEETPROF_VERSION=v$v FLEETPROF_CPU_HZ=1000 FLEETPROF_CPU_RATE=2000 "

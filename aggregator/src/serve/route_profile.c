@@ -17,6 +17,27 @@ agg_profile_t *query_profile(agg_api_t *api, const args_t *a, agg_http_reply_t *
                             NULL, NULL);
 }
 
+/* p after the filters of ft (NULL after an error reply, p freed), and its *meta (when meta):
+ * service, versions, endpoint (ep, when not NULL), from, to. */
+static agg_profile_t *filtered_profile(agg_profile_t *p, filt_t *ft, agg_http_reply_t *r,
+                                       const agg_qspec_t *q, const char *ep, json_t **meta) {
+    if (apply_filter(ft, &p, r)) {
+        agg_profile_free(p);
+        return NULL;
+    }
+    if (meta) {
+        json_t *va = json_array();
+        for (size_t i = 0; i < q->n_versions; i++)
+            json_array_append_new(va, json_string(q->versions[i]));
+        *meta = json_pack("{s:s, s:o, s:I, s:I}", "service", q->service, "versions", va, "from",
+                          (json_int_t)q->from_s, "to",
+                          (json_int_t)(q->to_s == INT64_MAX / 4 ? 0 : q->to_s));
+        if (ep)
+            json_object_set_new(*meta, "endpoint", json_string(ep));
+    }
+    return p;
+}
+
 /* The profile of q restricted to the requests of endpoint ep (query_profile_by's
  * `endpoint=`): their spans' samples. A request's samples carry no labels or dimensions, and
  * the endpoint is itself the grouping: those are refused (grouped: called for a group_by). */
@@ -42,19 +63,7 @@ static agg_profile_t *endpoint_query(agg_api_t *api, const agg_qspec_t *q, const
         agg_profile_free(p);
         return NULL;
     }
-    if (apply_filter(ft, &p, r)) {
-        agg_profile_free(p);
-        return NULL;
-    }
-    if (meta) {
-        json_t *va = json_array();
-        for (size_t i = 0; i < q->n_versions; i++)
-            json_array_append_new(va, json_string(q->versions[i]));
-        *meta = json_pack("{s:s, s:o, s:s, s:I, s:I}", "service", q->service, "versions", va,
-                          "endpoint", ep, "from", (json_int_t)q->from_s, "to",
-                          (json_int_t)(q->to_s == INT64_MAX / 4 ? 0 : q->to_s));
-    }
-    return p;
+    return filtered_profile(p, ft, r, q, ep, meta);
 }
 
 /* As query_profile, also restricted to extra (NULL: none); spec_out (when given) gets the
@@ -127,18 +136,7 @@ agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_
         reply_err(r, 500, NULL, "store read failed: %s", cm_strerror(rc));
         return NULL;
     }
-    if (apply_filter(ft, &p, r)) {
-        agg_profile_free(p);
-        return NULL;
-    }
-    if (meta) {
-        json_t *va = json_array();
-        for (size_t i = 0; i < nv; i++)
-            json_array_append_new(va, json_string(vers[i]));
-        *meta = json_pack("{s:s, s:o, s:I, s:I}", "service", svc, "versions", va, "from",
-                          (json_int_t)from, "to", (json_int_t)(to == INT64_MAX / 4 ? 0 : to));
-    }
-    return p;
+    return filtered_profile(p, ft, r, &q, NULL, meta);
 }
 
 /* group_by=KEY: the profile's samples split by a dimension (host, node, pod, container, pid,
