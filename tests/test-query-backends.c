@@ -336,6 +336,13 @@ static void test_api_same_on_both_backends(void) {
          NULL);
     same(a1, a2, "/api/v1/requests", S, svc, "endpoint", ep, F, from, T, to, NULL);
     same(a1, a2, "/api/v1/requests", S, svc, "stuck", "1", "seen", "72h", "min", "1s", NULL);
+    /* endpoint= on the profile routes and the diff; the per-endpoint diff of two versions */
+    same(a1, a2, "/api/v1/profile", S, svc, "endpoint", ep, F, from, T, to, "view", "tree", NULL);
+    same(a1, a2, "/api/v1/profile", S, svc, "endpoint", ep, "version", v1, F, from, T, to,
+         "format", "folded", NULL);
+    same(a1, a2, "/api/v1/diff", S, svc, "base", v0, "test", v1, "endpoint", ep, F, from, T, to,
+         NULL);
+    same(a1, a2, "/api/v1/endpoint-diff", S, svc, "base", v0, "test", v1, F, from, T, to, NULL);
     /* reports */
     same(a1, a2, "/api/v1/reports", NULL);
     same(a1, a2, "/api/v1/reports", S, svc, NULL);
