@@ -681,6 +681,75 @@ static void test_lines_note(void) {
     agg_profile_free(p);
 }
 
+
+/* Mann-Whitney: two separated samples of 5 (U = 25 of 25: z = 12.5 / sqrt(22.92), p = 0.00902);
+ * identical samples (p = 1); every value tied (p = 1). */
+static void test_rank_test(void) {
+    const int64_t x[5] = {1, 2, 3, 4, 5}, y[5] = {6, 7, 8, 9, 10}, t[4] = {3, 3, 3, 3};
+    double p = agg_stats_rank_p(x, 5, y, 5);
+    CHECKF(fabs(p - 0.009023) < 2e-5, "p %.6f", p);
+    CHECKF(fabs(agg_stats_rank_p(x, 5, x, 5) - 1) < 1e-12, "identical: %g",
+           agg_stats_rank_p(x, 5, x, 5));
+    CHECK_EQ(agg_stats_rank_p(t, 4, t, 4), 1.0);
+    CHECK_EQ(agg_stats_rank_p(x, 0, y, 5), 1.0);
+    /* ties across the two: {1,2,2} vs {2,3}: ranks 1, 3, 3 | 3, 5: U_y = 8 - 3 = 5 */
+    const int64_t a[3] = {1, 2, 2}, b[2] = {2, 3};
+    double var = 3.0 * 2 / 12 * (6 - 24.0 / 20); /* one tie of 3: 3^3 - 3 = 24 */
+    double want = agg_stats_normal_p2((5 - 3) / sqrt(var));
+    CHECKF(fabs(agg_stats_rank_p(a, 3, b, 2) - want) < 1e-12, "tied: %g, want %g",
+           agg_stats_rank_p(a, 3, b, 2), want);
+}
+
+/* The per-endpoint diff on simulated calls: "GET /b" 20 % slower and 30 % more CPU per call in
+ * test, "GET /a" drawn from the same distributions on both sides, "GET /new" only in test (too
+ * few calls on the base side: untested). Only GET /b is flagged, in latency and CPU. */
+static void test_endpoint_diff(void) {
+    enum { N = 2000 };
+    static agg_call_t base[2 * N], test[2 * N + 5];
+    uint64_t r = 42;
+    for (int side = 0; side < 2; side++) {
+        agg_call_t *c = side ? test : base;
+        for (int i = 0; i < 2 * N; i++) {
+            int b = i >= N;
+            double mul = side && b ? 1.2 : 1.0, cmul = side && b ? 1.3 : 1.0;
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            double u = (double)(r % 1000000) / 1e6;
+            /* durations: exponential around 1 ms, plus a floor; CPU: 0 or 1 ms samples */
+            c[i] = (agg_call_t){b ? "GET /b" : "GET /a",
+                                (int64_t)(mul * (200000 - 800000 * log(1 - u))),
+                                {(r >> 20) % 1000 < (uint64_t)(400 * cmul) ? 1e6 : 0, 0, 0}};
+        }
+    }
+    for (int i = 0; i < 5; i++)
+        test[2 * N + i] = (agg_call_t){"GET /new", 1000000, {0, 0, 0}};
+    agg_epdiff_t d;
+    CHECK_EQ(agg_epdiff_compute(base, 2 * N, test, 2 * N + 5, 0.01, 0.05, &d), 0);
+    CHECK_EQ(d.n, 3u);
+    CHECK_EQ(d.n_flagged, 1u);
+    for (size_t i = 0; i < d.n; i++) {
+        const agg_epdiff_entry_t *e = &d.entries[i];
+        printf("# %-8s flagged %d latency %+.1f%% q %.2g cpu %+.1f%% q %.2g\n", e->name,
+               e->flagged, 100 * e->change[AGG_EPD_LATENCY], e->q[AGG_EPD_LATENCY],
+               100 * e->change[AGG_EPD_CPU], e->q[AGG_EPD_CPU]);
+        if (!strcmp(e->name, "GET /b")) {
+            CHECK(i == 0 && e->flagged);
+            CHECK(e->cls[AGG_EPD_LATENCY] == AGG_DIFF_REGRESSION);
+            CHECK(e->cls[AGG_EPD_CPU] == AGG_DIFF_REGRESSION);
+            CHECK(e->cls[AGG_EPD_WALL] == AGG_DIFF_NOISE);
+        } else if (!strcmp(e->name, "GET /new")) {
+            CHECK(!e->flagged && e->calls[0] == 0 && e->calls[1] == 5);
+            CHECK(e->cls[AGG_EPD_LATENCY] == AGG_DIFF_UNTESTED);
+        } else {
+            CHECK(!strcmp(e->name, "GET /a") && !e->flagged && e->calls[0] == N);
+        }
+    }
+    json_t *o = agg_epdiff_json(&d);
+    CHECK(o && json_integer_value(json_object_get(o, "flagged")) == 1);
+    json_decref(o);
+    agg_epdiff_free(&d);
+    CHECK_EQ(agg_epdiff_compute(base, 1, test, 1, 1.5, 0.05, &d), CM_EINVAL);
+}
+
 static const tr_test_t tests[] = {
     {"lines_note", test_lines_note},
     {"symbol_versions_and_limit", test_symbol_versions_and_limit},
@@ -698,6 +767,8 @@ static const tr_test_t tests[] = {
     {"json_views", test_json_views},
     {"t_cdf", test_t_cdf},
     {"welch_bh", test_welch_bh},
+    {"rank_test", test_rank_test},
+    {"endpoint_diff", test_endpoint_diff},
     {0},
 };
 
