@@ -150,11 +150,15 @@ static void test_demo_endpoints(void) {
     char dir[] = "/tmp/fp-endpoints-XXXXXX", chunks[128], store[128], outf[128], cmd[2048];
     make_dirs(dir, chunks, store);
     snprintf(outf, sizeof outf, "%s/demo.out", dir);
+    /* FP_STUCK_SCALE=N (a manual run): N times the run, the interval and the threshold, e.g.
+     * 30: a 180 s run, 30 s chunks, stuck for 60 s */
+    const char *sc = getenv("FP_STUCK_SCALE");
+    int scale = sc && atoi(sc) > 1 ? atoi(sc) : 1;
     snprintf(cmd, sizeof cmd,
-             "FLEETPROF_OUTPUT=%s FLEETPROF_INTERVAL=1 FLEETPROF_SERVICE=demo "
-             "LD_PRELOAD=%s/agent/libfleetprof.so %s/deploy/demo/demo-service --seconds 6 "
-             "--rate 400 --slow-report --stuck > %s",
-             chunks, b, b, outf);
+             "FLEETPROF_OUTPUT=%s FLEETPROF_INTERVAL=%d FLEETPROF_SERVICE=demo "
+             "LD_PRELOAD=%s/agent/libfleetprof.so %s/deploy/demo/demo-service --seconds %d "
+             "--rate %d --slow-report --stuck > %s",
+             chunks, scale, b, b, 6 * scale, scale > 1 ? 50 : 400, outf);
     CHECKF(system(cmd) == 0, "%s", cmd);
     char out[4096] = "";
     CHECK(cm_read_file(outf, out, sizeof out) > 0);
@@ -169,7 +173,7 @@ static void test_demo_endpoints(void) {
     loader_open(&ld, store);
     agg_qstore_t *qs = NULL;
     int64_t stuck_start = 0, seen_after = -1, stuck_ended = 0;
-    const int64_t threshold = 2000000000ll;
+    const int64_t threshold = 2000000000ll * scale;
     for (size_t i = 0; i < nn; i++) {
         snprintf(path, sizeof path, "%s/%s", chunks, names[i]);
         int64_t cut = loader_add(&ld, path, (int64_t)i);
@@ -200,7 +204,7 @@ static void test_demo_endpoints(void) {
         free(v0);
         free(names[i]);
     }
-    CHECKF(seen_after >= 0 && seen_after < 1000000000ll,
+    CHECKF(seen_after >= 0 && seen_after < 1000000000ll * scale,
            "stuck request not listed by the first cut past the threshold (%lld)",
            (long long)seen_after);
 
@@ -405,6 +409,11 @@ static int diff_class(const char *t, const char *fn, const char *cls) {
     json_array_foreach(json_object_get(o, "entries"), i, e) {
         const char *n = json_string_value(json_object_get(e, "name")),
                    *c = json_string_value(json_object_get(e, "class"));
+        if (n && !strcmp(n, fn))
+            printf("# diff: %s %s, base %.0f test %.0f, q %.2g\n", fn, c,
+                   json_number_value(json_object_get(e, "base_self")),
+                   json_number_value(json_object_get(e, "test_self")),
+                   json_number_value(json_object_get(e, "q")));
         found |= n && c && !strcmp(n, fn) && !strcmp(c, cls);
     }
     printf("# diff: %s %s%s\n", fn, found ? "" : "not ", cls);
@@ -518,7 +527,7 @@ static void test_endpoint_diff(void) {
              "for v in 1 2; do FLEETPROF_OUTPUT=%s FLEETPROF_INTERVAL=2 FLEETPROF_SERVICE=demo "
              "FLEETPROF_VERSION=v$v FLEETPROF_CPU_HZ=1000 FLEETPROF_CPU_RATE=2000 "
              "FLEETPROF_CONTROLLER=0 LD_PRELOAD=%s/agent/libfleetprof.so "
-             "%s/deploy/demo/demo-service --version v$v --seed $v --seconds 12 --rate 800 "
+             "%s/deploy/demo/demo-service --version v$v --seed $v --seconds 15 --rate 1500 "
              "--quiet > /dev/null & done; wait",
              chunks, b, b);
     CHECKF(system(cmd) == 0, "%s", cmd);
