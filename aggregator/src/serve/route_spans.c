@@ -233,6 +233,9 @@ void h_endpoint_diff(agg_api_t *api, const args_t *a, const char *url, agg_http_
             json_t *o = agg_epdiff_json(&d);
             json_object_update_new(o, json_pack("{s:s, s:s, s:s}", "service", svc, "base", base,
                                                 "test", test));
+            if (n[0] >= AGG_REQ_MAX || n[1] >= AGG_REQ_MAX) /* the store read stops there */
+                json_object_set_new(o, "warning", json_pack("s", "a side has more requests than "
+                                    "are read at once (1,000,000): narrow from/to"));
             reply_json(r, 200, o);
         }
         agg_epdiff_free(&d);
