@@ -364,6 +364,9 @@ void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
     }
 }
 
+/* Fork child: when it was made (a span open since before is the parent's to report). */
+static uint64_t g_fork_real;
+
 int ag_spans_pending(void) {
     if ((uint32_t)atomic_load_explicit(&g_done_state, memory_order_acquire) != 0)
         return 1;
@@ -373,7 +376,7 @@ int ag_spans_pending(void) {
         uint8_t ctx[CM_CONTEXT_SIZE];
         if (atomic_load_explicit(&g_active[i].owner, memory_order_acquire))
             read_active(&g_active[i], &act, &name, &st, ctx);
-        if (act)
+        if (act && st >= g_fork_real)
             return 1;
     }
     return 0;
@@ -383,6 +386,7 @@ int ag_spans_pending(void) {
 void ag_spans_after_fork_child(void) {
     int32_t mine = t_span.slot;
     t_span.tid = 0;
+    g_fork_real = now_real();
     for (int32_t i = 0; i < AG_SPAN_THREADS; i++)
         if (i + 1 != mine) {
             atomic_store(&g_active[i].owner, 0);
