@@ -88,7 +88,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static const char *const routes[] = {
     "/api/v1/services", "/api/v1/services/", "/api/v1/event-types", "/api/v1/profile",
     "/api/v1/timeseries", "/api/v1/diff", "/api/v1/reports", "/api/v1/spans",
-    "/api/v1/span", "/api/v1/nothing"};
+    "/api/v1/span", "/api/v1/nothing", "/api/v1/endpoints", "/api/v1/endpoint",
+    "/api/v1/requests", "/api/v1/endpoint-diff"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 4096)

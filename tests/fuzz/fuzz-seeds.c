@@ -185,6 +185,12 @@ static void api_seeds(void) {
         "\x07service=svc-000&type=cpu&limit=5",
         "\x08trace=0102030405060708090a0b0c0d0e0f10&span=0102030405060708&service=svc-000",
         "\x09x=y",
+        "\x0aservice=svc-000&version=1.0.0",
+        "\x0bservice=svc-000&endpoint=GET /a&view=tree",
+        "\x0cservice=svc-000&stuck=1&min=2s&seen=1m",
+        "\x0dservice=svc-000&base=1.0.0&test=1.1.0&q=0.05&min_change=0.1&format=text",
+        "\x03service=svc-000&endpoint=GET /a&format=pprof",
+        "\x05service=svc-000&base=1.0.0&test=1.1.0&endpoint=GET /a",
     };
     for (size_t i = 0; i < sizeof req / sizeof *req; i++)
         put("fuzz-api-params", (int)i, req[i], i == 0 ? 1 : strlen(req[i]), NULL, 0);

@@ -149,7 +149,8 @@ int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *vers
     int rc = agg_qstore_requests(qs, &q, &r, &nr);
     if (rc)
         return rc;
-    qsort(r, nr, sizeof *r, cmp_name_dur);
+    if (nr)
+        qsort(r, nr, sizeof *r, cmp_name_dur);
     agg_endpoint_t *e = calloc(nr ? nr : 1, sizeof *e);
     if (!e) {
         free(r);
