@@ -8,6 +8,7 @@
 #include "diff_endpoints.h"
 #include "export.h"
 #include "filter.h"
+#include "insights.h"
 #include "print.h"
 #include "profile.h"
 #include "span.h"
