@@ -11,3 +11,14 @@ endif()
 if(TARGET fp_query)
   fp_test(test-query-insights LABELS query LIBS fp_query m)
 endif()
+# Insight rules on real programs under the agent (issue 33): each insight_work mode raises its
+# one insight with the planted site first; the demo service, fp-work and a mixed workload none.
+enable_language(CXX)
+add_executable(insight_work programs/insight_work.cc)
+target_compile_options(insight_work PRIVATE -O1 -fno-omit-frame-pointer
+  -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
+target_link_libraries(insight_work PRIVATE Threads::Threads)
+if(TARGET fp_query)
+  fp_test(test-insights LABELS "query;agent;nosan" LIBS fp_query m)
+  add_dependencies(test-insights insight_work fp-work demo-service fleetprof_agent)
+endif()

@@ -160,7 +160,7 @@ static void test_small_io(void) {
 
 static void test_agent(void) {
     agg_insight_input_t in = {.process_seconds = 10, .process_cpu_ns = 10000000000,
-                              .agent_cpu_ns = 300000000, .samples = 1000};
+                              .agent_cpu_ns = 400000000, .samples = 1000};
     expect(&in, "agent_overhead", "agent CPU share");
     in.agent_cpu_ns = 100000000;
     in.dropped = 50;

@@ -28,9 +28,9 @@ void agg_insights_defaults(agg_insight_limits_t *lim) {
     lim->spin_share = 0.10;
     lim->except_share = 0.05;
     lim->copy_share = 0.15;
-    lim->agent_share = 0.02;
+    lim->agent_share = 0.03;
     lim->drop_share = 0.01;
-    lim->min_cpu_samples = 200;
+    lim->min_cpu_samples = 100;
 }
 
 /* Function names of each category (matched against the function alone, anchored). */
@@ -39,25 +39,26 @@ const char *const ins_cat_src[INS_CAT_N] = {
                       "memalign|valloc|pvalloc|cfree|__libc_(malloc|free|calloc|realloc|memalign)|"
                       "_int_(malloc|free|realloc|memalign)|_int_free_.*|malloc_consolidate|"
                       "sysmalloc|tcache_.*|unlink_chunk.*|operator new.*|operator delete.*|"
-                      "_Zn[wa]m.*|_Zd[la]Pv.*|je_.*|tc_.*|mi_(malloc|free|calloc|realloc).*)$",
+                      "_Zn[wa]m.*|_Zd[la]Pv.*|je_.*|tc_.*|mi_(malloc|free|calloc|realloc).*)"
+                      "(@plt)?$",
     [INS_CAT_LOCK] = "^(pthread_mutex_(timed)?lock|pthread_rwlock_(timed)?(rd|wr)lock|"
                      "pthread_spin_lock|___?pthread_mutex_(timed)?lock.*|__lll_lock_wait.*|"
                      "lll_lock_wait.*|futex_.*wait.*|__futex_abstimed_wait.*|std::mutex::lock.*|"
-                     "std::__mutex_base.*|std::unique_lock.*lock.*|std::lock_guard.*)$",
-    [INS_CAT_IO] = "^(read|write|pread(64)?|pwrite(64)?|readv|writev|preadv2?|pwritev2?|send|"
-                   "recv|sendto|recvfrom|sendmsg|recvmsg|sendmmsg|recvmmsg|fsync|fdatasync|"
-                   "__libc_(read|write|pread|pwrite|send|recv|sendto|recvfrom|fsync).*|"
-                   "__(read|write)_nocancel|__GI___libc_(read|write).*|fwrite|fread|fflush|"
-                   "fputs|fputc|putc|fgets|fgetc|getc|_IO_.*|new_do_write|_IO_new_.*)$",
+                     "std::__mutex_base.*|std::unique_lock.*lock.*|std::lock_guard.*)(@plt)?$",
+    [INS_CAT_IO] = "^(_*(libc_|GI_+)*_*(read|write|pread|pwrite|readv|writev|preadv2?|"
+                   "pwritev2?|send|recv|sendto|recvfrom|sendmsg|recvmsg|sendmmsg|recvmmsg|"
+                   "fsync|fdatasync)(64)?(_nocancel)?|fwrite|fread|fflush|fputs|fputc|putc|"
+                   "fgets|fgetc|getc|_IO_.*|new_do_write)(@plt)?$",
     [INS_CAT_SPIN] = "^(sched_yield|__sched_yield|pthread_yield|thrd_yield|"
-                     "pthread_spin_(lock|trylock)|std::this_thread::yield.*)$",
+                     "pthread_spin_(lock|trylock)|std::this_thread::yield.*)(@plt)?$",
     [INS_CAT_EXCEPT] = "^(__cxa_throw|__cxa_rethrow|__cxa_allocate_exception|"
                        "__cxa_begin_catch|__cxa_end_catch|__cxa_free_exception|"
                        "_Unwind_RaiseException|_Unwind_Resume(_or_Rethrow)?|"
-                       "_Unwind_ForcedUnwind|__gxx_personality_v0|std::rethrow_exception.*)$",
+                       "_Unwind_ForcedUnwind|__gxx_personality_v0|std::rethrow_exception.*)"
+                       "(@plt)?$",
     [INS_CAT_COPY] = "^(memcpy|memmove|mempcpy|bcopy|wmemcpy|wmemmove|__memcpy.*|__memmove.*|"
                      "__mempcpy.*|__wmemcpy.*|copy_user_.*|_copy_(to|from)_user|"
-                     "rep_movs_alternative|copyin|copyout)$",
+                     "rep_movs_alternative|copyin|copyout)(@plt)?$",
 };
 
 int ins_cats_compile(ins_ctx_t *x) {

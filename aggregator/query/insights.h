@@ -28,7 +28,8 @@ typedef struct {
     double process_seconds;       /* summed process wall time of the window (work) */
     uint64_t process_cpu_ns;      /* the processes' CPU time (0: unknown) */
     uint64_t agent_cpu_ns;        /* the agent's own CPU time within it */
-    uint64_t samples, dropped;    /* samples kept, and dropped by the agents */
+    uint64_t samples, dropped;    /* samples kept, and lost by the agents (only the drop
+                                   * reasons agg_insight_drop_counts() says are losses) */
 } agg_insight_input_t;
 
 /* Default thresholds (agg_insights_defaults); a rule fires when its score reaches its one. */
@@ -86,6 +87,11 @@ void agg_insights_free(agg_insights_t *r);
 /* {"insights":[{rule,title,unit,score,threshold,type,summary,explain,fix,evidence:[{name,
  * share,value,include}]}],"evaluated":N}. NULL when out of memory. */
 json_t *agg_insights_json(const agg_insights_t *r);
+
+/* 1 when samples dropped for this reason (cm_drop_reason_t) are a loss the agent-overhead rule
+ * counts: not the flood subsampling the agent does on purpose (CM_DROP_SUBSAMPLED, its rows
+ * carry the weight of what they stand for) nor a truncated stack (the sample is kept). */
+int agg_insight_drop_counts(uint32_t reason);
 
 /* The rule's id names, in evaluation order (for documentation and tests). */
 extern const char *const agg_insight_rules[];

@@ -196,6 +196,10 @@ int ins_rules_share(ins_ctx_t *x) {
     return rc;
 }
 
+int agg_insight_drop_counts(uint32_t reason) {
+    return reason != CM_DROP_SUBSAMPLED && reason != CM_DROP_STACK_TRUNCATED;
+}
+
 /* The agent's CPU against the processes' CPU, and the samples it dropped. */
 int ins_rule_agent(ins_ctx_t *x) {
     const agg_insight_input_t *in = x->in;
