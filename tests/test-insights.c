@@ -2,9 +2,18 @@
  * tests/programs/insight_work.cc exhibits one pattern and must raise exactly that insight with
  * its planted function first; the null programs (the demo service, fp-work's CPU modes,
  * insight_work's balanced mixed mode) raise none, at the default thresholds. The profiles are
- * built from the agent's chunk files with the same input the store fills (insights.h). */
+ * built from the agent's chunk files with the same input the store fills (insights.h); the
+ * lock and leak cases also go through a store (ingested as the aggregator does, without
+ * Kafka) and GET /api/v1/insights, and the lock evidence's link opens exactly its waits. */
 #include "agent-common.h"
+#include "api.h"
+#include "dims.h"
+#include "intern.h"
 #include "query.h"
+#include "rollup.h"
+#include "store.h"
+
+#include <jansson.h>
 
 #include <string.h>
 
@@ -57,7 +66,7 @@ static void prof_free(prof_t *x) {
 
 /* Runs argv under the agent (chunks every `interval`, extra env), returns the insights. */
 static void run_insights(const char *const *argv, const char *interval, const char *extra,
-                         double timeout, agg_insights_t *r) {
+                         double timeout, agg_insights_t *r, char **keep) {
     char *dir = mkout(), lib[512], pre[600], iv[64];
     snprintf(lib, sizeof lib, "%s/agent/libfleetprof.so", bdir());
     snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
@@ -83,20 +92,99 @@ static void run_insights(const char *const *argv, const char *interval, const ch
     }
     prof_free(&x);
     free_chunks(cs);
+    if (keep) {
+        *keep = dir;
+        return;
+    }
     rmrf(dir);
     free(dir);
+}
+
+/* Ingests the chunk files of dir into a new SQLite store as the consume loop does (10 s fine
+ * buckets); returns the store directory. */
+static char *ingest(const char *dir) {
+    chunks_t *cs = load(dir);
+    char *store = mkout(), path[4200], err[512];
+    agg_store_path(path, sizeof path, store, "fleetprof.chunks", 0);
+    agg_store_t *st = NULL;
+    CHECKF(agg_store_sqlite_open(path, &st, err, sizeof err) == 0, "%s", err);
+    agg_intern_t in;
+    memset(&in, 0, sizeof in);
+    agg_rollup_t r;
+    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
+    agg_rollup_init(&r, &rc);
+    agg_dims_t dm;
+    agg_dims_init(&dm, 3600, 0, 0);
+    agg_batch_t bt;
+    agg_batch_init(&bt);
+    for (int i = 0; i < cs->n; i++) {
+        agg_chunk_ids_t ids;
+        agg_chunk_meta_t meta;
+        memset(&meta, 0, sizeof meta);
+        bt.base_offset = (int64_t)i - 1;
+        CHECK(agg_intern_chunk(&in, &bt, cs->c[i], &ids) == 0);
+        CHECK(agg_dims_chunk(&dm, &in, &bt, cs->c[i], &meta, &ids) == 0);
+        CHECK(agg_rollup_chunk(&r, &bt, cs->c[i], &ids) == 0);
+        bt.next_offset = (int64_t)i;
+        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &bt), 0);
+        agg_batch_clear(&bt);
+    }
+    agg_batch_free(&bt);
+    agg_rollup_free(&r);
+    agg_intern_free(&in);
+    agg_store_close(st);
+    free_chunks(cs);
+    return store;
+}
+
+/* GET url?k=v&... on an API over store (no HTTP); the JSON answer (status 200 checked). */
+static json_t *api_get(const char *store, const char *url, const char *const *kv, size_t n) {
+    agg_api_cfg_t cfg = {.store_dir = store};
+    agg_api_t *api;
+    char err[256];
+    CHECKF(agg_api_new(&cfg, &api, err, sizeof err) == 0, "%s", err);
+    const char *keys[16], *vals[16];
+    for (size_t i = 0; i < n; i++)
+        keys[i] = kv[2 * i], vals[i] = kv[2 * i + 1];
+    agg_http_reply_t r = {.status = 200};
+    agg_api_call(api, url, keys, vals, n, &r);
+    CHECKF(r.status == 200, "%s: %d %.*s", url, r.status, (int)r.len, r.body ? r.body : "");
+    json_t *o = json_loadb(r.body, r.len, 0, NULL);
+    CHECKF(o != NULL, "%s: not JSON", url);
+    if (!r.body_static)
+        free(r.body);
+    free(r.headers);
+    agg_api_free(api);
+    return o;
+}
+
+/* The first insight of the service in the store, checked to be rule with site first. */
+static json_t *store_insight(const char *store, const char *rule, const char *site) {
+    const char *kv[] = {"service", "insight", "from", "0", "to", "4000000000"};
+    json_t *o = api_get(store, "/api/v1/insights", kv, 3);
+    json_t *x = json_array_get(json_object_get(o, "insights"), 0);
+    json_t *e = json_array_get(json_object_get(x, "evidence"), 0);
+    const char *r = json_string_value(json_object_get(x, "rule"));
+    const char *n = json_string_value(json_object_get(e, "name"));
+    printf("# store: %s first, evidence %s, score %.4g\n", r ? r : "-", n ? n : "-",
+           json_number_value(json_object_get(x, "score")));
+    CHECKF(r && !strcmp(r, rule), "store: first insight %s, want %s", r ? r : "none", rule);
+    CHECKF(n && !strncmp(n, site, strlen(site)), "store: first evidence %s, want %s", n, site);
+    json_incref(x);
+    json_decref(o);
+    return x;
 }
 
 /* Exactly `rule` fires (the agent's overhead aside) with `site` first; no evidence of any
  * insight names `absent` (NULL: not checked). */
 static void expect_one(const char *mode, const char *secs, const char *interval,
                        const char *extra, const char *rule, const char *site,
-                       const char *absent) {
+                       const char *absent, char **keep) {
     char prog[512];
     prog_path("insight_work", prog, sizeof prog);
     const char *argv[] = {prog, mode, secs, NULL};
     agg_insights_t r;
-    run_insights(argv, interval, extra, 30 * atof(secs) + 60, &r);
+    run_insights(argv, interval, extra, 30 * atof(secs) + 60, &r, keep);
     CHECKF(r.n >= 1 && !strcmp(r.v[0].rule, rule), "%s: want %s first, got %s", mode, rule,
            r.n ? r.v[0].rule : "nothing");
     const char *first = r.v[0].n_ev ? r.v[0].ev[0].name : "-";
@@ -114,36 +202,70 @@ static void expect_one(const char *mode, const char *secs, const char *interval,
 
 static void expect_none(const char *const *argv, double timeout) {
     agg_insights_t r;
-    run_insights(argv, "1s", NULL, timeout, &r);
+    run_insights(argv, "1s", NULL, timeout, &r, NULL);
     CHECKF(r.n == 0, "%s %s: %zu insights, first %s", argv[0], argv[1], r.n,
            r.n ? r.v[0].rule : "");
     CHECK(r.evaluated >= 5);
     agg_insights_free(&r);
 }
 
+/* ... and through the store and the API: the evidence's link opens exactly its lock waits. */
 static void test_lock(void) {
-    expect_one("lock", "2", "1s", NULL, "lock_contention", "log_line", NULL);
+    char *dir;
+    expect_one("lock", "2", "1s", NULL, "lock_contention", "log_line", NULL, &dir);
+    char *store = ingest(dir);
+    json_t *x = store_insight(store, "lock_contention", "log_line");
+    json_t *e = json_array_get(json_object_get(x, "evidence"), 0);
+    const char *link = json_string_value(json_object_get(e, "link"));
+    CHECKF(link && strstr(link, "type=lock") && strstr(link, "include="), "link %s", link);
+    const char *inc = json_string_value(json_object_get(e, "include"));
+    const char *kv[] = {"service", "insight", "type", "lock", "from", "0", "to", "4000000000",
+                        "include", inc};
+    json_t *p = api_get(store, "/api/v1/profile", kv, 5);
+    double total = json_number_value(json_object_get(p, "total"));
+    double value = json_number_value(json_object_get(e, "value")) * 1e9;
+    printf("# link: %s\n# filtered lock total %.0f ns, evidence %.0f ns\n", link, total, value);
+    CHECKF(fabs(total - value) <= 1e-6 * value + 1, "filtered %.0f != evidence %.0f", total,
+           value);
+    json_decref(p);
+    json_decref(x);
+    rmrf(store);
+    rmrf(dir);
+    free(store);
+    free(dir);
 }
 static void test_churn(void) {
-    expect_one("churn", "2", "1s", NULL, "alloc_churn", "build_strings", NULL);
+    expect_one("churn", "2", "1s", NULL, "alloc_churn", "build_strings", NULL, NULL);
 }
 static void test_smallio(void) {
     /* the agent records calls from FLEETPROF_IO_FLOOR (50 us) on: these take ~2 us */
-    expect_one("smallio", "2", "1s", "FLEETPROF_IO_FLOOR=0", "small_io", "log_record", NULL);
+    expect_one("smallio", "2", "1s", "FLEETPROF_IO_FLOOR=0", "small_io", "log_record", NULL,
+               NULL);
 }
 static void test_spin(void) {
-    expect_one("spin", "2", "1s", NULL, "busy_wait", "poll_flag", NULL);
+    expect_one("spin", "2", "1s", NULL, "busy_wait", "poll_flag", NULL, NULL);
 }
 static void test_throw(void) {
-    expect_one("throw", "2", "1s", NULL, "exception_heavy", "parse_int", NULL);
+    expect_one("throw", "2", "1s", NULL, "exception_heavy", "parse_int", NULL, NULL);
 }
 static void test_copy(void) {
-    expect_one("copy", "2", "1s", NULL, "memory_copy", "copy_frames", NULL);
+    expect_one("copy", "2", "1s", NULL, "memory_copy", "copy_frames", NULL, NULL);
 }
 /* 1 MiB/s among stable sites and a cache that plateaus after 8 s: flagged from 50 s of
  * 5-second intervals (the issue: within 2 minutes). */
 static void test_leak(void) {
-    expect_one("leak", "50", "5s", NULL, "leak_candidate", "leaky_site", "cache_fill");
+    char *dir;
+    expect_one("leak", "50", "5s", NULL, "leak_candidate", "leaky_site", "cache_fill", &dir);
+    char *store = ingest(dir); /* 10 s buckets of two heap snapshots each */
+    json_t *x = store_insight(store, "leak_candidate", "leaky_site");
+    double rate = json_number_value(json_object_get(x, "score"));
+    CHECKF(rate > 0.8 * 1048576 && rate < 1.2 * 1048576, "store: leak %.0f B/s", rate);
+    CHECK(json_array_size(json_object_get(x, "evidence")) == 1);
+    json_decref(x);
+    rmrf(store);
+    rmrf(dir);
+    free(store);
+    free(dir);
 }
 
 static void test_null_mixed(void) {

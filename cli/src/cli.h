@@ -12,6 +12,10 @@ int cli_run(int argc, char **argv);
 /* The query commands (query_cmds.c): argv[0] names the command; 3 = deploy gate failed. */
 int cli_query(int argc, char **argv);
 
+/* Prints the JSON of GET /api/v1/insights as a table (insights.c). */
+struct json_t;
+void cli_print_insights(struct json_t *o);
+
 /* Writes a printable name for location `loc` of d into buf: the function name, or
  * "<mapping file basename>+0x<addr>", or "0x<addr>". Returns buf. */
 const char *cli_location_name(const cm_dict_t *d, uint32_t loc, char *buf, size_t size);

@@ -27,6 +27,7 @@ static const command_t commands[] = {
     {"endpoints", cli_query, "endpoints --service S  calls, p50/p90/p99, cost per call"},
     {"endpoint", cli_query, "endpoint --service S --endpoint NAME  profile of its requests"},
     {"endpoint-diff", cli_query, "endpoint-diff --service S --base A --test B  per endpoint"},
+    {"insights", cli_query, "insights --service S [--version V]  what to fix (rules)"},
     {"requests", cli_query, "requests --service S [--endpoint E] [--stuck]  slowest / stuck"},
     {"export", cli_query, "export --service S --format pprof|folded|json -o FILE|-"},
     {"reports", cli_query, "reports [--service S]        per-deploy regression reports"},

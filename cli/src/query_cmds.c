@@ -93,6 +93,10 @@ static const qcmd_t qcmds[] = {
      "      (-o - writes to stdout)\n"
      "      (or --trace ID / --span ID --type T for one span)"},
     {"reports", "/api/v1/reports", " service limit ", " ", NULL, "reports [--service S] [--json]"},
+    {"insights", "/api/v1/insights", " service version from to ", " ", NULL,
+     "insights --service S [--version V] [--from T] [--to T] [--json]\n"
+     "      (automated analysis: lock contention, allocation churn, leaks, small I/O, ...;\n"
+     "       default window: the last hour)"},
 };
 
 static void usage_of(const qcmd_t *c, FILE *f) {
@@ -108,7 +112,8 @@ static int needs_service(const qcmd_t *c) {
     return !strcmp(c->name, "top") || !strcmp(c->name, "tree") || !strcmp(c->name, "diff") ||
            !strcmp(c->name, "spans") || !strcmp(c->name, "export") ||
            !strcmp(c->name, "endpoints") || !strcmp(c->name, "endpoint") ||
-           !strcmp(c->name, "requests") || !strcmp(c->name, "endpoint-diff");
+           !strcmp(c->name, "requests") || !strcmp(c->name, "endpoint-diff") ||
+           !strcmp(c->name, "insights");
 }
 
 /* The server's error message in the CLI's terms: API routes and parameters become the
@@ -274,6 +279,10 @@ static void print_requests(json_t *o) {
 
 static void print_table(const qcmd_t *c, json_t *o) {
     char a[32], b[32];
+    if (!strcmp(c->name, "insights")) {
+        cli_print_insights(o);
+        return;
+    }
     if (!strcmp(c->name, "services")) {
         json_t *arr = json_object_get(o, "services"), *s;
         size_t i;

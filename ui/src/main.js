@@ -5,6 +5,7 @@ import 'uplot/dist/uPlot.min.css';
 import './app.css';
 import { get, fmtValue, fmtPct, fmtCount, fmtTime, EVENT_TYPES, ApiError } from './api.js';
 import { FlameGraph } from './flame.js';
+import { insightsSection } from './insights.js';
 
 const $main = () => document.getElementById('main');
 
@@ -195,11 +196,13 @@ VIEWS.service = async (p) => {
     i > 0 ? [' · ', h('a.compare', { href: href('diff', { service: svc, base: deploys[i - 1].version, test: v.version, type: p.type || 'cpu', label: p.label }) }, `compare with previous version (${deploys[i - 1].version})`),
       ' · ', h('a.compare-endpoints', { href: href('endpointdiff', { service: svc, base: deploys[i - 1].version, test: v.version }) }, 'per endpoint')] : null,
     ' · ', h('a', { href: href('flame', { service: svc, version: v.version }) }, 'flame graph'))));
+  const insights = insightsSection(h, href, { ...p, version: selVersions });
   const el = h('section', {}, h('h1', {}, svc),
     h('div.controls', {}, 'type ', typeSel, ' versions ', vboxes, ' ', label), h('div.controls', {}, rangeText, actions),
-    charts, h('h2', {}, 'Deploys'), dlist);
+    charts, h('h2', {}, 'Insights'), insights, h('h2', {}, 'Deploys'), dlist);
   const plots = [];
   el.onMounted = async () => {
+    insights.load();
     const sync = uPlot.sync('svc');
     for (const t of shown) {
       const ts = await get('timeseries', { service: svc, type: t, label: p.label });

@@ -39,7 +39,7 @@ int agg_api_new(const agg_api_cfg_t *cfg, agg_api_t **out, char *err, size_t err
 void agg_api_free(agg_api_t *api);
 
 /* Writes the API's routes into routes[0..max) and returns how many (at most AGG_API_ROUTES). */
-#define AGG_API_ROUTES 16
+#define AGG_API_ROUTES 32
 /* group_by with limit > 0: the groups whose top functions are computed, one query each */
 #define AGG_API_MAX_GROUP_TOPS 100
 size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max);

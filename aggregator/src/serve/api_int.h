@@ -10,7 +10,8 @@
  *   route_diff.c      the diff of two versions or time ranges;
  *   route_spans.c     spans, one span or trace, endpoints, requests, the per-endpoint diff of
  *                     two versions;
- *   route_reports.c   the per-deploy regression reports.
+ *   route_reports.c   the per-deploy regression reports;
+ *   route_insights.c  the insight rules (insights.c).
  * Helpers return 0, or -1 (or NULL) once they have written the error reply: a handler returns
  * as soon as one fails.
  * The files call these helpers by short names; the symbols carry the agg_api_ prefix (the
@@ -187,8 +188,9 @@ agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_
 #define h_requests agg_api_h_requests
 #define h_reports agg_api_h_reports
 #define h_endpoint_diff agg_api_h_endpoint_diff
+#define h_insights agg_api_h_insights
 
 route_handler_t h_services, h_versions, h_event_types, h_timeseries, h_profile, h_diff, h_spans,
-    h_span, h_endpoints, h_endpoint, h_requests, h_reports, h_endpoint_diff;
+    h_span, h_endpoints, h_endpoint, h_requests, h_reports, h_endpoint_diff, h_insights;
 
 #endif

@@ -1,0 +1,99 @@
+/* GET /api/v1/insights (serve/insights.h): reads the rules' input from the store
+ * (qstore/qinsights.c), runs the rules and adds to each piece of evidence the profile route that
+ * opens it (`link`: /api/v1/profile filtered with the evidence's include pattern, same service,
+ * version and window). Parameters are parsed by route_insights.c (service, version, from, to).
+ * Threading: the request's thread and store handle. */
+#include "serve/insights.h"
+
+#include "qinsights.h"
+
+#include "cm/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Percent-encodes s (RFC 3986 unreserved kept) into out; cut at size. */
+static void url_escape(const char *s, char *out, size_t size) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t k = 0;
+    for (; *s && k + 4 < size; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            strchr("-._~", c)) {
+            out[k++] = (char)c;
+        } else {
+            out[k++] = '%';
+            out[k++] = hex[c >> 4];
+            out[k++] = hex[c & 15];
+        }
+    }
+    out[k] = 0;
+}
+
+static void add_links(json_t *ins, const char *service, const char *version, int64_t from_s,
+                      int64_t to_s) {
+    char svc[512], ver[512], inc[2048], link[4096];
+    url_escape(service, svc, sizeof svc);
+    url_escape(version ? version : "", ver, sizeof ver);
+    size_t i, k;
+    json_t *x, *e;
+    json_array_foreach(ins, i, x) {
+        const char *type = json_string_value(json_object_get(x, "type"));
+        json_array_foreach(json_object_get(x, "evidence"), k, e) {
+            const char *p = json_string_value(json_object_get(e, "include"));
+            if (!p)
+                continue;
+            url_escape(p, inc, sizeof inc);
+            snprintf(link, sizeof link,
+                     "/api/v1/profile?service=%s%s%s&type=%s&from=%lld&to=%lld&include=%s", svc,
+                     version ? "&version=" : "", version ? ver : "", type ? type : "cpu",
+                     (long long)from_s, (long long)to_s, inc);
+            json_object_set_new(e, "link", json_string(link));
+        }
+    }
+}
+
+int agg_insights_query(agg_qstore_t *qs, const char *service, const char *version,
+                       int64_t from_s, int64_t to_s, json_t **out) {
+    agg_qinsight_t x;
+    agg_insights_t r = {0};
+    int rc = agg_qstore_insight_input(qs, service, version, from_s, to_s, &x);
+    if (!rc)
+        rc = agg_insights_run(&x.in, NULL, &r);
+    json_t *j = rc ? NULL : agg_insights_json(&r);
+    if (!rc && !j)
+        rc = CM_ENOMEM;
+    if (!rc) {
+        add_links(json_object_get(j, "insights"), service, version, from_s, to_s);
+        json_object_set_new(j, "service", json_string(service));
+        json_object_set_new(j, "version", version ? json_string(version) : json_null());
+        json_object_set_new(j, "from", json_integer(from_s));
+        json_object_set_new(j, "to", json_integer(to_s));
+        json_object_set_new(j, "process_seconds", json_real(x.in.process_seconds));
+        *out = j;
+    }
+    agg_insights_free(&r);
+    agg_qinsight_free(&x);
+    return rc;
+}
+
+void agg_serve_insights(agg_qstore_t *qs, const char *service, const char *version,
+                        int64_t from_s, int64_t to_s, agg_http_reply_t *r) {
+    json_t *j = NULL;
+    int rc = agg_insights_query(qs, service, version, from_s, to_s, &j);
+    char *body = rc ? NULL : json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(j);
+    if (!body) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "{\"error\":\"insights: store read failed: %s\",\"status\":500}",
+                 cm_strerror(rc ? rc : CM_ENOMEM));
+        r->status = 500;
+        body = strdup(msg);
+    } else {
+        r->status = 200;
+    }
+    r->content_type = "application/json";
+    r->body = body;
+    r->len = body ? strlen(body) : 0;
+}
