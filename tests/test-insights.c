@@ -12,6 +12,7 @@
 #include "query.h"
 #include "rollup.h"
 #include "store.h"
+#include "store/qkpm.h"
 
 #include <jansson.h>
 
@@ -289,9 +290,125 @@ static void test_null_demo(void) {
     expect_none(argv, 120);
 }
 
+/* Runs insight_work ARGS under the agent; returns the chunk directory, its stdout in out. */
+static char *run_prog(const char *const *args, const char *interval, const char *extra,
+                      double timeout, char *out, size_t size) {
+    char *dir = mkout(), lib[512], pre[600], iv[64], prog[512];
+    prog_path("insight_work", prog, sizeof prog);
+    snprintf(lib, sizeof lib, "%s/agent/libfleetprof.so", bdir());
+    snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
+    snprintf(iv, sizeof iv, "FLEETPROF_INTERVAL=%s", interval);
+    const char *env[] = {pre, ENV_OUT(dir), iv, "FLEETPROF_SERVICE=insight",
+                         extra ? extra : "FLEETPROF_LOG_LEVEL=warn", NULL};
+    const char *argv[8] = {prog};
+    for (int i = 0; args[i] && i < 6; i++)
+        argv[i + 1] = args[i];
+    int st = run(env, argv, timeout, out, size);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "insight_work %s exited %d: %s", args[0], st,
+           out);
+    return dir;
+}
+
+/* The KPM sums of every process-interval of the service in store, added up. */
+static agg_kpm_sums_t kpm_total(const char *store, size_t *npts) {
+    agg_qstore_t *qs;
+    char err[256];
+    CHECKF(agg_qstore_open(store, &qs, err, sizeof err) == 0, "%s", err);
+    agg_kpmq_t q = {.service = "insight", .from_s = 0, .to_s = 4000000000};
+    agg_kpm_point_t *pts;
+    CHECK(agg_qstore_kpm(qs, &q, &pts, npts) == 0);
+    agg_kpm_sums_t t = {0};
+    for (size_t i = 0; i < *npts; i++)
+        agg_kpm_sums_add(&t, &pts[i].s);
+    free(pts);
+    agg_qstore_close(qs);
+    return t;
+}
+
+/* KPMs equal the truth the program knows: allocated bytes within the sampling error (4 sd of
+ * a Poisson count of the samples), lock wait within 10 %, I/O bytes within 1 %. */
+static void test_kpm_truth(void) {
+    char out[4096];
+    const char *args[] = {"truth", "2", NULL};
+    char *dir = run_prog(args, "1s", "FLEETPROF_IO_FLOOR=0", 120, out, sizeof out);
+    double ab = (double)out_u64(out, "alloc_bytes="), lw = (double)out_u64(out, "lock_wait_ns=");
+    double iob = (double)out_u64(out, "io_bytes=");
+    chunks_t *cs = load(dir);
+    double samples = (double)total(cs, CM_EV_ALLOC, NULL, 0).samples;
+    free_chunks(cs);
+    char *store = ingest(dir);
+    size_t n;
+    agg_kpm_sums_t t = kpm_total(store, &n);
+    double ea = (double)t.alloc_bytes / ab - 1, el = (double)t.lock_wait_ns / lw - 1;
+    double ei = (double)t.io_bytes / iob - 1, tol = 4 / sqrt(samples > 1 ? samples : 1);
+    printf("# %zu process-intervals; alloc %.0f vs %.0f (%+.2f%%, %.0f samples, tolerance "
+           "%.1f%%); lock wait %.0f vs %.0f ns (%+.2f%%); io %.0f vs %.0f bytes (%+.2f%%)\n",
+           n, (double)t.alloc_bytes, ab, 100 * ea, samples, 100 * tol, (double)t.lock_wait_ns,
+           lw, 100 * el, (double)t.io_bytes, iob, 100 * ei);
+    CHECKF(fabs(ea) <= tol, "alloc bytes off by %.2f%% (tolerance %.2f%%)", 100 * ea, 100 * tol);
+    CHECKF(fabs(el) <= 0.10, "lock wait off by %.2f%%", 100 * el);
+    CHECKF(fabs(ei) <= 0.01, "io bytes off by %.2f%%", 100 * ei);
+    CHECK(t.cpu_ns > 0 && t.threads > 0 && t.cpu_sampled_ns > 0 && t.cpu_alloc_ns > 0);
+    rmrf(store);
+    rmrf(dir);
+    free(store);
+    free(dir);
+}
+
+/* Search: a 10-second allocation spike of one process comes first, by value and by rise over
+ * the process's baseline, and its link opens that process's profile of that interval, where
+ * spike_site holds most of the bytes. */
+static void test_search_spike(void) {
+    char out[4096];
+    const char *args[] = {"spike", "30", "10", "10", NULL};
+    char *dir = run_prog(args, "1s", NULL, 200, out, sizeof out);
+    const char *f = strstr(out, "spike_from="), *t = strstr(out, "spike_to=");
+    CHECKF(f && t, "no spike figures: %s", out);
+    double from = atof(f + 11), to = atof(t + 9);
+    char *store = ingest(dir);
+    for (int rise = 0; rise < 2; rise++) {
+        const char *kv[] = {"service", "insight", "kpm", "alloc_rate", "top", "3",
+                            "from", "0", "to", "4000000000", "rise", rise ? "1" : "0"};
+        json_t *o = api_get(store, "/api/v1/search", kv, 6);
+        json_t *r0 = json_array_get(json_object_get(o, "results"), 0);
+        double b = (double)json_integer_value(json_object_get(r0, "bucket"));
+        double w = (double)json_integer_value(json_object_get(r0, "width"));
+        printf("# search (rise %d): first %.0f+%.0f value %.4g baseline %.4g; spike %.1f-%.1f\n",
+               rise, b, w, json_number_value(json_object_get(r0, "value")),
+               json_number_value(json_object_get(r0, "baseline")), from, to);
+        CHECKF(b < to && b + w > from, "first result %.0f+%.0f misses the spike %.1f-%.1f", b, w,
+               from, to);
+        if (rise) {
+            const char *link = json_string_value(json_object_get(r0, "link"));
+            CHECKF(link && strstr(link, "type=alloc") && strstr(link, "pid="), "link %s", link);
+            char pid[32], fb[32], tb[32];
+            snprintf(pid, sizeof pid, "%lld",
+                     (long long)json_integer_value(json_object_get(r0, "pid")));
+            snprintf(fb, sizeof fb, "%.0f", b);
+            snprintf(tb, sizeof tb, "%.0f", b + w);
+            const char *pk[] = {"service", "insight", "type", "alloc", "pid", pid,
+                                "from", fb, "to", tb, "include", "spike_site"};
+            json_t *all = api_get(store, "/api/v1/profile", pk, 5);
+            json_t *sp = api_get(store, "/api/v1/profile", pk, 6);
+            double ta = json_number_value(json_object_get(all, "total"));
+            double ts = json_number_value(json_object_get(sp, "total"));
+            printf("# link %s: spike_site %.0f of %.0f bytes\n", link, ts, ta);
+            CHECKF(ta > 0 && ts / ta > 0.5, "spike_site %.0f of %.0f bytes", ts, ta);
+            json_decref(all);
+            json_decref(sp);
+        }
+        json_decref(o);
+    }
+    rmrf(store);
+    rmrf(dir);
+    free(store);
+    free(dir);
+}
+
 static const tr_test_t tests[] = {
     {"lock", test_lock},           {"churn", test_churn},         {"smallio", test_smallio},
     {"spin", test_spin},           {"throw", test_throw},         {"copy", test_copy},
     {"leak", test_leak},           {"null_mixed", test_null_mixed}, {"null_cpu", test_null_cpu},
-    {"null_demo", test_null_demo}, {0}};
+    {"null_demo", test_null_demo}, {"kpm_truth", test_kpm_truth},
+    {"search_spike", test_search_spike}, {0}};
 TR_MAIN(tests)

@@ -10,6 +10,7 @@
 #include "cm/error.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,16 @@ const char *const ins_cat_src[INS_CAT_N] = {
     [INS_CAT_COPY] = "^(memcpy|memmove|mempcpy|bcopy|wmemcpy|wmemmove|__memcpy.*|__memmove.*|"
                      "__mempcpy.*|__wmemcpy.*|copy_user_.*|_copy_(to|from)_user|"
                      "rep_movs_alternative|copyin|copyout)(@plt)?$",
+    /* system call wrappers besides the I/O ones (INS_CAT_IO counts too): CPU samples whose
+     * leaf is one were taken in the kernel */
+    [INS_CAT_KERNEL] = "^(syscall|_*(libc_|GI_+)*_*(mmap|munmap|mprotect|madvise|mremap|brk|"
+                       "futex|epoll_wait|epoll_pwait|epoll_ctl|poll|ppoll|select|pselect|"
+                       "nanosleep|clock_nanosleep|sched_yield|open|openat|close|f?stat|fstatat|"
+                       "newfstatat|lstat|statx|lseek|ioctl|fcntl|accept4?|connect|socket|bind|"
+                       "listen|getdents|kill|tgkill|(rt_)?sigprocmask|pipe2?|dup[23]?|"
+                       "unlink(at)?|rename|mkdir|access|getrandom|clone3?|fork|execve|wait4|"
+                       "waitpid|prctl|[gs]etsockopt|shutdown|sendfile|splice|f?truncate)"
+                       "(64)?(_nocancel)?)(@plt)?$",
 };
 
 int ins_cats_compile(ins_ctx_t *x) {
@@ -74,6 +85,21 @@ int ins_cats_compile(ins_ctx_t *x) {
 void ins_cats_free(ins_ctx_t *x) {
     for (int c = 0; c < INS_CAT_N; c++)
         agg_pattern_free(x->cat[c]);
+}
+
+/* The categories compiled once for agg_insight_categories (matching is thread-safe). */
+static ins_ctx_t g_cats;
+static int g_cats_rc;
+static pthread_once_t g_cats_once = PTHREAD_ONCE_INIT;
+static void cats_init(void) { g_cats_rc = ins_cats_compile(&g_cats); }
+
+uint32_t agg_insight_categories(const char *function) {
+    pthread_once(&g_cats_once, cats_init);
+    uint32_t m = 0;
+    for (int c = 0; !g_cats_rc && c < INS_CAT_N; c++)
+        if (agg_pattern_match(g_cats.cat[c], function))
+            m |= 1u << c;
+    return m & AGG_INSIGHT_CAT_IO ? m | AGG_INSIGHT_CAT_KERNEL : m;
 }
 
 /* A frame's function alone ("memcpy" of "memcpy string.S:12" with lines). */

@@ -93,6 +93,20 @@ json_t *agg_insights_json(const agg_insights_t *r);
  * carry the weight of what they stand for) nor a truncated stack (the sample is kept). */
 int agg_insight_drop_counts(uint32_t reason);
 
+/* The categories of the rules' function names a function belongs to, as bits
+ * AGG_INSIGHT_CAT_*: what the ingest's KPMs split the CPU samples by (patterns compiled once;
+ * thread-safe). */
+enum {
+    AGG_INSIGHT_CAT_ALLOC = 1u << 0,  /* the allocator */
+    AGG_INSIGHT_CAT_LOCK = 1u << 1,   /* lock primitives */
+    AGG_INSIGHT_CAT_IO = 1u << 2,     /* I/O calls */
+    AGG_INSIGHT_CAT_SPIN = 1u << 3,   /* yields and spin locks */
+    AGG_INSIGHT_CAT_EXCEPT = 1u << 4, /* the C++ exception runtime */
+    AGG_INSIGHT_CAT_COPY = 1u << 5,   /* memcpy and friends */
+    AGG_INSIGHT_CAT_KERNEL = 1u << 6, /* system call wrappers */
+};
+uint32_t agg_insight_categories(const char *function);
+
 /* The rule's id names, in evaluation order (for documentation and tests). */
 extern const char *const agg_insight_rules[];
 

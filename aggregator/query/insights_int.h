@@ -7,7 +7,7 @@
 #include "pattern.h"
 
 enum { INS_CAT_ALLOC, INS_CAT_LOCK, INS_CAT_IO, INS_CAT_SPIN, INS_CAT_EXCEPT, INS_CAT_COPY,
-       INS_CAT_N };
+       INS_CAT_KERNEL, INS_CAT_N };
 extern const char *const ins_cat_src[INS_CAT_N];
 
 /* How a stack belongs to a category: any frame matches (INS_ANY), the frames ending at the

@@ -9,6 +9,7 @@
 #include "export.h"
 #include "filter.h"
 #include "insights.h"
+#include "kpms.h"
 #include "print.h"
 #include "profile.h"
 #include "span.h"

@@ -12,9 +12,10 @@ int cli_run(int argc, char **argv);
 /* The query commands (query_cmds.c): argv[0] names the command; 3 = deploy gate failed. */
 int cli_query(int argc, char **argv);
 
-/* Prints the JSON of GET /api/v1/insights as a table (insights.c). */
+/* Prints the JSON of GET /api/v1/insights, /api/v1/kpm or /api/v1/search (command `what`)
+ * as a table (insights.c). */
 struct json_t;
-void cli_print_insights(struct json_t *o);
+void cli_print_insights(const char *what, struct json_t *o);
 
 /* Writes a printable name for location `loc` of d into buf: the function name, or
  * "<mapping file basename>+0x<addr>", or "0x<addr>". Returns buf. */

@@ -28,6 +28,8 @@ static const command_t commands[] = {
     {"endpoint", cli_query, "endpoint --service S --endpoint NAME  profile of its requests"},
     {"endpoint-diff", cli_query, "endpoint-diff --service S --base A --test B  per endpoint"},
     {"insights", cli_query, "insights --service S [--version V]  what to fix (rules)"},
+    {"kpm", cli_query, "kpm --service S [--by process]  key performance metrics over time"},
+    {"search", cli_query, "search --service S --kpm NAME  worst process-intervals, linked"},
     {"requests", cli_query, "requests --service S [--endpoint E] [--stuck]  slowest / stuck"},
     {"export", cli_query, "export --service S --format pprof|folded|json -o FILE|-"},
     {"reports", cli_query, "reports [--service S]        per-deploy regression reports"},

@@ -93,6 +93,14 @@ static const qcmd_t qcmds[] = {
      "      (-o - writes to stdout)\n"
      "      (or --trace ID / --span ID --type T for one span)"},
     {"reports", "/api/v1/reports", " service limit ", " ", NULL, "reports [--service S] [--json]"},
+    {"kpm", "/api/v1/kpm", " service version host pid from to by kpm ", " ", NULL,
+     "kpm --service S [--version V] [--host H] [--pid P] [--by service|process] [--kpm NAME]\n"
+     "      [--from T] [--to T] [--json]   (key performance metrics over time; default: the last\n"
+     "       hour; names and units: --json's kpms, aggregator/README.md)"},
+    {"search", "/api/v1/search", " service version host pid from to kpm top ", " rise ", NULL,
+     "search --service S --kpm NAME [--top N] [--rise] [--from T] [--to T] [--json]\n"
+     "      (the process-intervals where the KPM is highest, or with --rise rose most over the\n"
+     "       process's median; each with the link to its profile)"},
     {"insights", "/api/v1/insights", " service version from to ", " ", NULL,
      "insights --service S [--version V] [--from T] [--to T] [--json]\n"
      "      (automated analysis: lock contention, allocation churn, leaks, small I/O, ...;\n"
@@ -113,7 +121,7 @@ static int needs_service(const qcmd_t *c) {
            !strcmp(c->name, "spans") || !strcmp(c->name, "export") ||
            !strcmp(c->name, "endpoints") || !strcmp(c->name, "endpoint") ||
            !strcmp(c->name, "requests") || !strcmp(c->name, "endpoint-diff") ||
-           !strcmp(c->name, "insights");
+           !strcmp(c->name, "insights") || !strcmp(c->name, "kpm") || !strcmp(c->name, "search");
 }
 
 /* The server's error message in the CLI's terms: API routes and parameters become the
@@ -279,8 +287,8 @@ static void print_requests(json_t *o) {
 
 static void print_table(const qcmd_t *c, json_t *o) {
     char a[32], b[32];
-    if (!strcmp(c->name, "insights")) {
-        cli_print_insights(o);
+    if (!strcmp(c->name, "insights") || !strcmp(c->name, "kpm") || !strcmp(c->name, "search")) {
+        cli_print_insights(c->name, o);
         return;
     }
     if (!strcmp(c->name, "services")) {

@@ -13,6 +13,15 @@
  *   insight_work copy SECS    copy_frames memcpy()s 1 MiB frames between buffers
  *   insight_work mixed SECS   2 threads: compute, a few allocations, small copies, a lock
  *                             held briefly, 4 KiB writes: nothing dominates
+ *   insight_work truth SECS   known figures for the KPMs: allocates and frees 4 KiB..64 KiB
+ *                             blocks (prints alloc_bytes=), two threads contend for a mutex
+ *                             held 2 ms, timing every lock call that found it held (prints
+ *                             lock_wait_ns=), writes 4 KiB blocks to a temporary file (prints
+ *                             io_bytes=)
+ *   insight_work spike SECS START LEN
+ *                             steady allocations in steady_site; from START to START+LEN s
+ *                             spike_site allocates 64 MiB/s more; prints spike_from= and
+ *                             spike_to= (unix seconds); SECS of wall time
  * Each mode runs until the process has used SECS of CPU time (leak: SECS of wall time) and
  * prints "done" (and mode figures) at exit. */
 #include <fcntl.h>
@@ -222,6 +231,89 @@ static void *mixed_thread(void *) {
     return NULL;
 }
 
+/* ---- truth ---- */
+static pthread_mutex_t truth_mu = PTHREAD_MUTEX_INITIALIZER;
+static long long truth_wait_ns[2];
+static int truth_id;
+static void *truth_locker(void *) {
+    int me = __sync_fetch_and_add(&truth_id, 1);
+    while (more()) {
+        if (pthread_mutex_trylock(&truth_mu)) {
+            double t0 = now_s();
+            pthread_mutex_lock(&truth_mu);
+            truth_wait_ns[me] += (long long)((now_s() - t0) * 1e9);
+        }
+        compute(2000);
+        pthread_mutex_unlock(&truth_mu);
+        compute(300);
+    }
+    return NULL;
+}
+static NOINLINE long long alloc_site(int k) {
+    size_t n = 4096u << (k % 5);
+    char *p = (char *)malloc(n);
+    p[0] = (char)k;
+    sink += (uintptr_t)p[0];
+    free(p);
+    return (long long)n;
+}
+static NOINLINE long long write_site(int fd) {
+    static char blk[4096];
+    if (write(fd, blk, sizeof blk) != (ssize_t)sizeof blk)
+        abort();
+    return (long long)sizeof blk;
+}
+static void run_truth(void) {
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, truth_locker, NULL);
+    char path[] = "/tmp/insight-truth-XXXXXX";
+    int fd = mkstemp(path);
+    unlink(path);
+    long long ab = 0, iob = 0;
+    for (int k = 0; more(); k++) {
+        for (int i = 0; i < 50; i++)
+            ab += alloc_site(k * 50 + i);
+        iob += write_site(fd);
+        if (k % 4096 == 4095)
+            ftruncate(fd, 0), lseek(fd, 0, SEEK_SET);
+        compute(50);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    close(fd);
+    printf("alloc_bytes=%lld lock_wait_ns=%lld io_bytes=%lld\n", ab,
+           truth_wait_ns[0] + truth_wait_ns[1], iob);
+}
+
+/* ---- spike ---- */
+static NOINLINE void steady_site(void) { free(malloc(8192)); }
+static NOINLINE void spike_site(void) { /* 1 MiB */
+    char *p = (char *)malloc(1 << 20);
+    p[0] = 1;
+    sink += (uintptr_t)p[0];
+    free(p);
+}
+static void run_spike(double start, double len) {
+    double t0 = now_s();
+    long spiked = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double real0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    while (now_s() < t_end) {
+        double el = now_s() - t0;
+        for (int i = 0; i < 20; i++)
+            steady_site();
+        if (el >= start && el < start + len)
+            for (; spiked < (long)((el - start) * 64); spiked++)
+                spike_site();
+        compute(500);
+        usleep(5000);
+    }
+    printf("spike_from=%.3f spike_to=%.3f spiked=%ld\n", real0 + start, real0 + start + len,
+           spiked);
+}
+
 static void threads(int n, void *(*fn)(void *)) {
     pthread_t t[8];
     for (int i = 0; i < n; i++)
@@ -239,7 +331,7 @@ int main(int argc, char **argv) {
     secs = atof(argv[2]);
     t_end = now_s() + secs;
     wall_end = now_s() + 30 * secs;
-    by_wall = !strcmp(m, "leak");
+    by_wall = !strcmp(m, "leak") || !strcmp(m, "spike");
     if (!strcmp(m, "lock")) {
         threads(4, lock_thread);
     } else if (!strcmp(m, "churn")) {
@@ -268,6 +360,10 @@ int main(int argc, char **argv) {
         frame_b = (char *)calloc(1, 1 << 20);
         while (more())
             copy_frames(), compute(1000);
+    } else if (!strcmp(m, "truth")) {
+        run_truth();
+    } else if (!strcmp(m, "spike") && argc >= 5) {
+        run_spike(atof(argv[3]), atof(argv[4]));
     } else if (!strcmp(m, "mixed")) {
         threads(2, mixed_thread);
     } else {

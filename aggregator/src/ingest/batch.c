@@ -34,13 +34,14 @@ void agg_batch_init(agg_batch_t *b) {
     agg_hmap_init(&b->profc, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
     agg_hmap_init(&b->leaf, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
     agg_hmap_init(&b->grp, sizeof(agg_grp_key_t), sizeof(agg_grp_ent_t));
+    agg_hmap_init(&b->kpm, sizeof(agg_kpm_key_t), sizeof(agg_kpm_ent_t));
     b->next_offset = -1;
 }
 
 static agg_hmap_t *maps(agg_batch_t *b, int i) {
     agg_hmap_t *m[] = {&b->prof, &b->tot,     &b->ival, &b->drop, &b->ver,
                        &b->fn,   &b->span,    &b->spanstk, &b->rej, &b->seen,
-                       &b->profc, &b->leaf, &b->req};
+                       &b->profc, &b->leaf, &b->req, &b->kpm};
     return i < (int)(sizeof m / sizeof m[0]) ? m[i] : NULL;
 }
 

@@ -77,6 +77,19 @@ typedef struct {
     int64_t count;
 } agg_drop_ent_t;
 
+/* key performance metrics' sums per process and interval (ingest/kpm.c): (service, version,
+ * width, bucket of the chunk's start, host string id, pid) -> sums over its chunks */
+typedef struct {
+    uint64_t service, version, width, bucket, host, pid;
+} agg_kpm_key_t;
+typedef struct {
+    agg_kpm_key_t k;
+    int64_t chunks, duration_ns, cpu_ns, agent_cpu_ns;
+    int64_t cpu_sampled_ns, cpu_alloc_ns, cpu_kernel_ns, cpu_copy_ns, cpu_unwind_ns, cpu_agent_ns;
+    int64_t alloc_bytes, alloc_count, inuse_bytes, lock_wait_ns, lock_count;
+    int64_t io_wait_ns, io_bytes, io_count, threads, dropped;
+} agg_kpm_ent_t;
+
 /* versions: (service, version) -> first/last seen, chunks, sample rows */
 typedef struct {
     uint64_t service, version;
@@ -174,7 +187,7 @@ typedef struct {
     }
 
 typedef struct agg_batch {
-    agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen, req;
+    agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen, req, kpm;
     /* derived from prof by agg_batch_derive() (store/write.c, once): the per-stack rollup at
      * each tier width, narrowest first (the last one is the coarse width), and the per-leaf
      * rollup */
@@ -259,7 +272,7 @@ typedef struct {
     uint8_t kind;
     uint16_t off, aux;
 } agg_bcol_t;
-#define AGG_BT_MAXCOLS 16
+#define AGG_BT_MAXCOLS 32 /* kpm has 26 */
 typedef struct {
     const char *table;
     size_t src;            /* offsetof(agg_batch_t, the map or vector) */

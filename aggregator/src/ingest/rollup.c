@@ -12,6 +12,7 @@
  *
  * Threading: consume thread only. */
 #include "rollup.h"
+#include "ingest/kpm.h"
 #include "spanindex.h"
 
 #include "cm/error.h"
@@ -291,6 +292,9 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
     if (r->cfg.span_index && (rc = agg_spanindex_requests(b, c, ids)))
         return rc;
     if ((rc = rollup_interval(r, b, h, ids)))
+        return rc;
+    if ((rc = agg_kpm_chunk(b, c, ids->service, ids->version, (uint64_t)r->cfg.fine_width_s,
+                            bucket_of(h->start_unix_ns, r->cfg.fine_width_s))))
         return rc;
     agg_ver_key_t vk = {ids->service, ids->version};
     int fresh;

@@ -104,6 +104,7 @@ size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max) {
         {"/api/v1/endpoint", h_endpoint},     {"/api/v1/requests", h_requests},
         {"/api/v1/endpoint-diff", h_endpoint_diff},
         {"/api/v1/insights", h_insights},
+        {"/api/v1/kpm", h_kpm},               {"/api/v1/search", h_kpm},
         {"/api/v1/", h_unknown},
     };
     size_t n = 0;

@@ -11,7 +11,7 @@
  *   route_spans.c     spans, one span or trace, endpoints, requests, the per-endpoint diff of
  *                     two versions;
  *   route_reports.c   the per-deploy regression reports;
- *   route_insights.c  the insight rules (insights.c).
+ *   route_insights.c  the insight rules (insights.c), KPMs and search (kpm.c).
  * Helpers return 0, or -1 (or NULL) once they have written the error reply: a handler returns
  * as soon as one fails.
  * The files call these helpers by short names; the symbols carry the agg_api_ prefix (the
@@ -189,8 +189,10 @@ agg_profile_t *query_profile_by(agg_api_t *api, const args_t *a, agg_http_reply_
 #define h_reports agg_api_h_reports
 #define h_endpoint_diff agg_api_h_endpoint_diff
 #define h_insights agg_api_h_insights
+#define h_kpm agg_api_h_kpm
 
 route_handler_t h_services, h_versions, h_event_types, h_timeseries, h_profile, h_diff, h_spans,
-    h_span, h_endpoints, h_endpoint, h_requests, h_reports, h_endpoint_diff, h_insights;
+    h_span, h_endpoints, h_endpoint, h_requests, h_reports, h_endpoint_diff, h_insights,
+    h_kpm;
 
 #endif

@@ -54,6 +54,11 @@ const agg_schema_table_t agg_schema_tables[] = {
     {"intervals", "service,version,width,bucket,chunks,duration_ns,agent_cpu_ns,process_cpu_ns,"
      "dropped,work_units", "iiiiiiiiiz", 4, "++++++", 1},
     {"drops", "service,version,width,bucket,reason,type,count", "iiiiiii", 6, "+", 1},
+    /* key performance metrics' sums per process (host, pid) and fine bucket (ingest/kpm.c) */
+    {"kpm", "service,version,width,bucket,host,pid,chunks,duration_ns,cpu_ns,agent_cpu_ns,"
+     "cpu_sampled_ns,cpu_alloc_ns,cpu_kernel_ns,cpu_copy_ns,cpu_unwind_ns,cpu_agent_ns,"
+     "alloc_bytes,alloc_count,inuse_bytes,lock_wait_ns,lock_count,io_wait_ns,io_bytes,io_count,"
+     "threads,dropped", "iiiiiiiiiiiiiiiiiiiiiiiiii", 6, "++++++++++++++++++++", 5},
     {"versions", "service,version,first_ns,last_ns,chunks,rows", "iiiiii", 2, "<>++", 1},
     {"fn_stats", "service,version,type,width,bucket,function,chunks,incl,incl2,self,self2",
      "iiiiiiiffff", 6, "+++++", 1},
