@@ -250,6 +250,78 @@ static void test_json_and_include(void) {
     agg_profile_free(cpu);
 }
 
+/* KPMs: a process's values, a service's from two processes, heap growth, search by value and
+ * by rise over the process's median. */
+static void test_kpms(void) {
+    agg_kpm_sums_t a = {.chunks = 2, .duration_ns = 10000000000, .cpu_ns = 5000000000,
+                        .cpu_sampled_ns = 1000, .cpu_alloc_ns = 250, .alloc_bytes = 1 << 30,
+                        .alloc_count = 2000000, .inuse_bytes = 200 << 20, .io_bytes = 4096000,
+                        .io_count = 1000000, .threads = 8, .agent_cpu_ns = 50000000};
+    agg_kpm_sums_t b = a;
+    b.cpu_alloc_ns = 750;
+    double v[AGG_KPM_N];
+    agg_kpm_values(&a, v);
+    CHECK(fabs(v[AGG_KPM_CPU_CORES] - 0.5) < 1e-12);
+    CHECK(fabs(v[AGG_KPM_ALLOC_RATE] - 107374182.4) < 1e-3);
+    CHECK(fabs(v[AGG_KPM_ALLOC_OPS] - 200) < 1e-9);
+    CHECK(fabs(v[AGG_KPM_HEAP_LIVE] - (100 << 20)) < 1e-6);
+    CHECK(fabs(v[AGG_KPM_IO_BYTES_PER_CALL] - 4096) < 1e-9);
+    CHECK(fabs(v[AGG_KPM_THREADS] - 4) < 1e-12 && fabs(v[AGG_KPM_AGENT_SHARE] - 0.01) < 1e-12);
+    CHECK(isnan(v[AGG_KPM_HEAP_GROWTH]) && isnan(v[AGG_KPM_LOCK_WAIT]) == 0);
+    agg_kpm_sums_t two[2] = {a, b};
+    agg_kpm_service_values(two, 2, v);
+    CHECK(fabs(v[AGG_KPM_CPU_CORES] - 1.0) < 1e-12);           /* rates add up */
+    CHECK(fabs(v[AGG_KPM_HEAP_LIVE] - (200 << 20)) < 1e-6);    /* levels add up */
+    CHECK(fabs(v[AGG_KPM_CPU_ALLOC_SHARE] - 0.5) < 1e-12);     /* shares of the sums */
+    CHECK(agg_kpm_find("alloc_rate") == AGG_KPM_ALLOC_RATE && agg_kpm_find("nope") < 0);
+    /* one process, 6 intervals of 10 s; alloc rate 1,1,1,9,1,1 MB/s; a second process at a
+     * steady 5 MB/s: by value the spike first, then the steady one; by rise the spike, and the
+     * steady process's intervals rose by 0 */
+    agg_kpm_point_t pts[12];
+    memset(pts, 0, sizeof pts);
+    for (int i = 0; i < 12; i++) {
+        agg_kpm_point_t *p = &pts[i];
+        p->bucket = 1000 + 10 * (i % 6);
+        p->width = 10;
+        snprintf(p->host, sizeof p->host, "h");
+        p->pid = i < 6 ? 1 : 2;
+        p->s.chunks = 1;
+        p->s.duration_ns = 10000000000;
+        p->s.alloc_bytes = (i < 6 ? (i == 3 ? 9 : 1) : 5) * 10000000ll;
+        p->s.inuse_bytes = 1000000ll * (i % 6);
+        agg_kpm_values(&p->s, p->v);
+    }
+    agg_kpm_growth(pts, 12);
+    CHECK(isnan(pts[0].v[AGG_KPM_HEAP_GROWTH]) && isnan(pts[6].v[AGG_KPM_HEAP_GROWTH]));
+    CHECK(fabs(pts[2].v[AGG_KPM_HEAP_GROWTH] - 100000) < 1e-6);
+    size_t *idx, n;
+    double *base;
+    CHECK(agg_kpm_search(pts, 12, AGG_KPM_ALLOC_RATE, 0, 3, &idx, &base, &n) == 0);
+    CHECK(n == 3 && idx[0] == 3 && idx[1] == 6);
+    free(idx);
+    free(base);
+    CHECK(agg_kpm_search(pts, 12, AGG_KPM_ALLOC_RATE, 1, 2, &idx, &base, &n) == 0);
+    CHECK(n == 2 && idx[0] == 3 && fabs(base[3] - 1e6) < 1e-6);
+    CHECK(fabs(pts[idx[1]].v[AGG_KPM_ALLOC_RATE] - base[idx[1]]) < 1e-6);
+    free(idx);
+    free(base);
+    CHECK(agg_kpm_search(pts, 12, AGG_KPM_N, 0, 3, &idx, &base, &n) == CM_EINVAL);
+}
+
+/* The function categories the ingest splits CPU samples by. */
+static void test_categories(void) {
+    CHECK(agg_insight_categories("malloc") == AGG_INSIGHT_CAT_ALLOC);
+    CHECK(agg_insight_categories("operator new(unsigned long)") == AGG_INSIGHT_CAT_ALLOC);
+    CHECK(agg_insight_categories("__memmove_avx_unaligned_erms") == AGG_INSIGHT_CAT_COPY);
+    CHECK(agg_insight_categories("__cxa_throw") == AGG_INSIGHT_CAT_EXCEPT);
+    CHECK(agg_insight_categories("__write") == (AGG_INSIGHT_CAT_IO | AGG_INSIGHT_CAT_KERNEL));
+    CHECK(agg_insight_categories("epoll_wait") == AGG_INSIGHT_CAT_KERNEL);
+    CHECK(agg_insight_categories("sched_yield") ==
+          (AGG_INSIGHT_CAT_SPIN | AGG_INSIGHT_CAT_KERNEL));
+    CHECK(agg_insight_categories("pthread_mutex_lock") == AGG_INSIGHT_CAT_LOCK);
+    CHECK(agg_insight_categories("malloc_helper") == 0 && agg_insight_categories("main") == 0);
+}
+
 static const tr_test_t tests[] = {
     {"null_balanced", test_null_balanced},
     {"alloc_churn", test_alloc_churn},
@@ -259,5 +331,7 @@ static const tr_test_t tests[] = {
     {"agent", test_agent},
     {"leak", test_leak},
     {"json_and_include", test_json_and_include},
+    {"kpms", test_kpms},
+    {"categories", test_categories},
     {0}};
 TR_MAIN(tests)
