@@ -11,6 +11,7 @@
 #include "intern.h"
 #include "query.h"
 #include "rollup.h"
+#include "reports.h"
 #include "store.h"
 #include "store/qkpm.h"
 
@@ -405,10 +406,43 @@ static void test_search_spike(void) {
     free(dir);
 }
 
+/* The per-deploy report of a version that brought a lock hotspot lists it in new_insights; the
+ * version before it (the mixed workload) had none. */
+static void test_report_new_insights(void) {
+    char out[4096], cmd[8400];
+    const char *a1[] = {"mixed", "2", NULL}, *a2[] = {"lock", "2", NULL};
+    char *d1 = run_prog(a1, "1s", "FLEETPROF_VERSION=v1", 200, out, sizeof out);
+    char *d2 = run_prog(a2, "1s", "FLEETPROF_VERSION=v2", 200, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "cp '%s'/*.fpc '%s'/", d2, d1);
+    CHECK(system(cmd) == 0);
+    char *store = ingest(d1);
+    agg_reports_cfg_t cfg = {.store_dir = store, .min_samples = 50};
+    int made = agg_reports_run_once(&cfg);
+    CHECKF(made == 1, "%d reports", made);
+    json_t *list;
+    CHECK(agg_reports_list(store, "insight", 10, &list) == 0);
+    char *txt = json_dumps(list, JSON_COMPACT);
+    printf("# reports: %.200s...\n", txt);
+    json_t *ni = json_object_get(json_object_get(json_array_get(list, 0), "diff"), "new_insights");
+    json_t *first = json_array_get(ni, 0);
+    const char *rule = json_string_value(json_object_get(first, "rule"));
+    CHECKF(json_array_size(ni) == 1 && rule && !strcmp(rule, "lock_contention"),
+           "new_insights of v2: %s", txt);
+    free(txt);
+    json_decref(list);
+    rmrf(store);
+    rmrf(d1);
+    rmrf(d2);
+    free(store);
+    free(d1);
+    free(d2);
+}
+
 static const tr_test_t tests[] = {
     {"lock", test_lock},           {"churn", test_churn},         {"smallio", test_smallio},
     {"spin", test_spin},           {"throw", test_throw},         {"copy", test_copy},
     {"leak", test_leak},           {"null_mixed", test_null_mixed}, {"null_cpu", test_null_cpu},
     {"null_demo", test_null_demo}, {"kpm_truth", test_kpm_truth},
-    {"search_spike", test_search_spike}, {0}};
+    {"search_spike", test_search_spike}, {"report_new_insights", test_report_new_insights},
+    {0}};
 TR_MAIN(tests)

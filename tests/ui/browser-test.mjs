@@ -341,6 +341,58 @@ await test('spans_empty_state', async () => {
     `the empty page explains: ${text.slice(0, 300)}`);
 });
 
+// The service page's Insights section: the planted lock hotspot of insight_work (service
+// "insight") with log_line first, as the API says; its evidence opens the flame graph filtered to
+// it. The demo raises nothing: the section says so with the API's count of rules evaluated.
+const insightsDone = () => page.waitForFunction(() => {
+  const b = document.querySelector('.insights');
+  return b && !b.textContent.includes('analysing');
+}, { timeout: 30000 });
+await test('insights_section', async () => {
+  const want = await api('insights?service=insight&from=0');
+  check(want.insights.length && want.insights[0].rule === 'lock_contention', `API: ${JSON.stringify(want).slice(0, 200)}`);
+  await nav(page, '#/service?service=insight');
+  await insightsDone();
+  const rules = await page.$$eval('.insight', (t) => t.map((e) => e.dataset.rule));
+  check(rules.join() === want.insights.map((x) => x.rule).join(), `insights shown ${rules} / API ${want.insights.map((x) => x.rule)}`);
+  const first = await page.$eval('.insight ul.evidence li a', (a) => a.textContent);
+  check(first.startsWith('log_line'), `first evidence ${first}`);
+  await shot('insights');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.click('.insight ul.evidence li a');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const u = new URLSearchParams(page.url().split('?')[1]);
+  check(u.get('type') === 'lock' && u.get('include'), `the evidence opens the lock flame graph filtered: ${page.url()}`);
+  const names = new Set((await frames()).map((f) => f.name));
+  check([...names].some((n) => n.startsWith('log_line')), 'the filtered flame graph holds log_line');
+  const demo = await api('insights?service=demo&from=0');
+  await nav(page, '#/service?service=demo');
+  await insightsDone();
+  const txt = await page.$eval('.insights', (e) => e.textContent);
+  check(demo.insights.length === 0 && txt.includes(`${demo.evaluated} rules evaluated`), `demo: ${txt}`);
+});
+
+// Search: the demo's process-intervals by CPU, as the API ranks them; the first opens the flame
+// graph of that process and interval.
+await test('kpm_search', async () => {
+  const want = await api('search?service=demo&kpm=cpu_cores&top=20&from=0');
+  await nav(page, '#/search?service=demo&kpm=cpu_cores');
+  const rows = await page.$$eval('table.search tbody tr', (t) => t.map((r) => r.children[2].textContent));
+  check(rows.length === want.results.length && rows.length > 0, `rows ${rows.length} / API ${want.results.length}`);
+  check(rows[0] === `${want.results[0].host}:${want.results[0].pid}`, `first ${rows[0]}`);
+  await shot('search');
+  await page.evaluate(() => { document.body.dataset.ready = '0'; });
+  await page.click('table.search tbody tr a.result');
+  await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: 30000 });
+  const u = new URLSearchParams(page.url().split('?')[1]);
+  check(u.get('pid') === String(want.results[0].pid) && u.get('from') === String(want.results[0].bucket), `opens ${page.url()}`);
+  const title = await page.$eval('p.sub', (e) => e.textContent);
+  check(title.includes(`pid ${want.results[0].pid}`) && (await frames()).length > 0, `flame of the process: ${title}`);
+  await nav(page, '#/service?service=demo');
+  const kpms = await page.waitForFunction(() => document.querySelectorAll('.kpms tr[data-kpm]').length, { timeout: 30000 });
+  check(await kpms.jsonValue() === 18, 'the service page lists the 18 KPMs');
+});
+
 await test('token_login', async () => {
   const ts = process.env.TOKEN_SERVER, token = process.env.TOKEN;
   check(ts && token, 'TOKEN_SERVER and TOKEN are set (browser-test.sh)');

@@ -6,7 +6,8 @@
 #   deploy/pipeline.sh start (Kafka 19840, aggregator 19841, collector metrics 19842; 2-s
 #   buckets, reports every 2 s) -> deploy/demo/feed.sh: demo-service v1 and v2 side by side, 3
 #   processes each for 30 s, every request in its own span -> tests/ui/browser-test.mjs in
-#   headless chromium; a second aggregator with --api-token (port 19843) on a copy of the
+#   headless chromium (and tests/programs/insight_work lock, service "insight", for the
+#   Insights section); a second aggregator with --api-token (port 19843) on a copy of the
 #   stores for the login page. Screenshots: $FLEETPROF_BUILD/ui-screenshots/.
 # Needs chromium (deploy/install-deps.sh) and ui/node_modules (npm ci, run here when missing).
 set -euo pipefail
@@ -31,6 +32,13 @@ FLEETPROF_CPU_RATE=400 FLEETPROF_CPU_BUDGET=5 PARALLEL=1 SECONDS_PER_VERSION=30 
 # the per-deploy report of v2 (the reporter looks every 2 s)
 for _ in $(seq 1 60); do
   curl -fsS "$FLEETPROF_SERVER/api/v1/reports?service=demo" | grep -q '"test":"v2"' && break
+  sleep 1
+done
+# a service with a planted lock contention hotspot (log_line) for the Insights section
+"$FLEETPROF_BUILD/cli/fleetprof" run --service insight --version 1 --collector "$FLEETPROF_COLLECTOR" \
+  --interval 1 -- "$FLEETPROF_BUILD/tests/insight_work" lock 2 >/dev/null
+for _ in $(seq 1 60); do
+  curl -fsS "$FLEETPROF_SERVER/api/v1/insights?service=insight&from=0" 2>/dev/null | grep -q lock_contention && break
   sleep 1
 done
 # a second aggregator with --api-token on a copy of the stores (its own consumer group, so the

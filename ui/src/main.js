@@ -6,6 +6,7 @@ import './app.css';
 import { get, fmtValue, fmtPct, fmtCount, fmtTime, EVENT_TYPES, ApiError } from './api.js';
 import { FlameGraph } from './flame.js';
 import { insightsSection } from './insights.js';
+import { kpmSection, searchView } from './kpmview.js';
 
 const $main = () => document.getElementById('main');
 
@@ -93,6 +94,7 @@ function nav(svc) {
       h('a', { href: href('flame', { service: svc }) }, 'Flame graph'),
       h('a', { href: href('spans', { service: svc }) }, 'Spans'),
       h('a', { href: href('endpoints', { service: svc }) }, 'Endpoints'),
+      h('a', { href: href('search', { service: svc }) }, 'Search'),
       h('a', { href: href('reports', { service: svc }) }, 'Reports'));
 }
 
@@ -197,12 +199,15 @@ VIEWS.service = async (p) => {
       ' · ', h('a.compare-endpoints', { href: href('endpointdiff', { service: svc, base: deploys[i - 1].version, test: v.version }) }, 'per endpoint')] : null,
     ' · ', h('a', { href: href('flame', { service: svc, version: v.version }) }, 'flame graph'))));
   const insights = insightsSection(h, href, { ...p, version: selVersions });
+  const kpms = kpmSection(h, href, { ...p, version: selVersions });
   const el = h('section', {}, h('h1', {}, svc),
     h('div.controls', {}, 'type ', typeSel, ' versions ', vboxes, ' ', label), h('div.controls', {}, rangeText, actions),
-    charts, h('h2', {}, 'Insights'), insights, h('h2', {}, 'Deploys'), dlist);
+    charts, h('h2', {}, 'Insights'), insights, h('h2', {}, 'Key performance metrics'), kpms,
+    h('h2', {}, 'Deploys'), dlist);
   const plots = [];
   el.onMounted = async () => {
     insights.load();
+    kpms.load();
     const sync = uPlot.sync('svc');
     for (const t of shown) {
       const ts = await get('timeseries', { service: svc, type: t, label: p.label });
@@ -271,7 +276,7 @@ VIEWS.service = async (p) => {
 // Filters (include/exclude/fold/group) and common profile parameters from the URL.
 function profileParams(p) {
   return { service: p.service, type: p.type || 'cpu', version: p.version, from: p.from, to: p.to, label: p.label,
-    include: p.include, exclude: p.exclude, fold: p.fold, group: p.group };
+    include: p.include, exclude: p.exclude, fold: p.fold, group: p.group, pid: p.pid };
 }
 
 function filterControls(p, view) {
@@ -359,6 +364,8 @@ async function sandwich(p, unit, fetcher) {
   } catch (e) { return errorBox(e); }
 }
 
+VIEWS.search = async (p) => { nav(p.service); return searchView(h, href, go, p); };
+
 VIEWS.flame = async (p) => {
   nav(p.service);
   p._view = undefined;
@@ -374,7 +381,7 @@ VIEWS.flame = async (p) => {
     vs.versions.map((v) => h('option', { value: v.version, selected: (p.version || []).includes(v.version) }, v.version)));
   const label = h('input', { placeholder: 'label key:value', value: p.label || '', size: 16, onchange: (e) => go('flame', { ...p, label: e.target.value }) });
   const { el } = flamePanel(p, 'flame', tree.tree.root, top, tree.unit, sw);
-  const title = `${p.service} · ${p.type || 'cpu'} · ${(p.version || []).join(', ') || 'all versions'}${p.from ? ` · ${fmtTime(p.from * 1e9)} – ${fmtTime(p.to * 1e9)}` : ''}`;
+  const title = `${p.service} · ${p.type || 'cpu'} · ${(p.version || []).join(', ') || 'all versions'}${p.pid ? ` · pid ${p.pid}` : ''}${p.from ? ` · ${fmtTime(p.from * 1e9)} – ${fmtTime(p.to * 1e9)}` : ''}`;
   const sec = h('section', {}, h('h1', {}, 'Flame graph'), h('p.sub', {}, title,
     ` · total ${fmtValue(tree.tree.total, tree.unit)}, ${fmtCount(tree.tree.samples)} samples, ${tree.nodes} frames`,
     tree.truncated ? ` (${tree.truncated} small call paths folded into "(other)")` : ''),

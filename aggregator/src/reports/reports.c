@@ -3,6 +3,7 @@
  * Threading: one reporter thread; agg_reports_list() may run on any thread (own connection). */
 #define _GNU_SOURCE
 #include "reports.h"
+#include "serve/insights.h"
 
 #include "query_store.h"
 
@@ -111,7 +112,9 @@ static int report_one(agg_qstore_t *qs, sqlite3 *db, const char *fold, const cha
     agg_diff_t d;
     if ((rc = agg_diff_compute(pb, pt, NULL, &d)))
         goto out;
-    json_t *j = agg_diff_json(&d, 50);
+    json_t *j = agg_diff_json(&d, 50), *ni = NULL;
+    if (j && !agg_insights_new_in_version(qs, svc, base, test, &ni)) /* "new_insights" */
+        json_object_set_new(j, "new_insights", ni);
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     sqlite3_stmt *st = NULL;

@@ -78,6 +78,30 @@ int agg_insights_query(agg_qstore_t *qs, const char *service, const char *versio
     return rc;
 }
 
+int agg_insights_new_in_version(agg_qstore_t *qs, const char *service, const char *base,
+                                const char *test, json_t **out) {
+    json_t *jb = NULL, *jt = NULL;
+    int rc = agg_insights_query(qs, service, base, 0, INT64_MAX / 4, &jb);
+    if (!rc)
+        rc = agg_insights_query(qs, service, test, 0, INT64_MAX / 4, &jt);
+    json_t *arr = rc ? NULL : json_array();
+    size_t i, k;
+    json_t *x, *y;
+    json_array_foreach(arr ? json_object_get(jt, "insights") : NULL, i, x) {
+        int old = 0;
+        json_array_foreach(json_object_get(jb, "insights"), k, y)
+            old |= json_equal(json_object_get(x, "rule"), json_object_get(y, "rule"));
+        if (!old)
+            json_array_append(arr, x);
+    }
+    json_decref(jb);
+    json_decref(jt);
+    if (!rc && !arr)
+        rc = CM_ENOMEM;
+    *out = arr;
+    return rc;
+}
+
 void agg_serve_insights(agg_qstore_t *qs, const char *service, const char *version,
                         int64_t from_s, int64_t to_s, agg_http_reply_t *r) {
     json_t *j = NULL;

@@ -15,6 +15,12 @@
 int agg_insights_query(agg_qstore_t *qs, const char *service, const char *version,
                        int64_t from_s, int64_t to_s, json_t **out);
 
+/* The insights of version test of service that version base does not have (a rule that did
+ * not fire for base), over each version's whole history: the per-deploy report's
+ * `new_insights` (reports.c). *out: a JSON array. Returns 0 or a CM_E* code. */
+int agg_insights_new_in_version(agg_qstore_t *qs, const char *service, const char *base,
+                                const char *test, json_t **out);
+
 /* The route's answer into r (200, or 500 naming the store error). */
 void agg_serve_insights(agg_qstore_t *qs, const char *service, const char *version,
                         int64_t from_s, int64_t to_s, agg_http_reply_t *r);
