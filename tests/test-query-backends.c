@@ -46,47 +46,35 @@ static char pgdir[64], base_url[256], src[1024];
 /* Feeds the simulator's chunks into st in batches of 8, with dimensions, as consume.c does. */
 static void feed(agg_store_t *st, const fsim_params_t *sp) {
     fsim_t *sim = fsim_new(sp);
-    agg_intern_t in;
-    memset(&in, 0, sizeof in);
-    agg_rollup_t r;
-    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
-    agg_rollup_init(&r, &rc);
-    agg_dims_t dm;
-    agg_dims_init(&dm, 3600, 0, 0);
-    agg_batch_t b;
-    agg_batch_init(&b);
+    at_ingest_t x;
+    at_ingest_init(&x);
+    agg_batch_t *b = &x.b;
     const uint8_t *fr;
     size_t len;
     const char *key;
     int64_t off = 0;
     int n = 0;
-    b.base_offset = -1;
+    b->base_offset = -1;
     while (fsim_next(sim, &fr, &len, &key)) {
         cm_chunk_t *c;
         char err[256];
         CHECKF(cm_chunk_decode(fr, len, &c, err, sizeof err) == 0, "%s", err);
-        agg_chunk_ids_t ids;
         agg_chunk_meta_t meta;
         memset(&meta, 0, sizeof meta);
         snprintf(meta.node, sizeof meta.node, "%s", n % 2 ? "node-1" : "node-2");
         snprintf(meta.pod, sizeof meta.pod, "ns/pod-1");
-        CHECK(agg_intern_chunk(&in, &b, c, &ids) == 0);
-        CHECK(agg_dims_chunk(&dm, &in, &b, c, &meta, &ids) == 0);
-        CHECK(agg_rollup_chunk(&r, &b, c, &ids) == 0);
-        b.next_offset = ++off;
+        CHECK(at_ingest_chunk(&x, c, &meta) == 0);
+        b->next_offset = ++off;
         cm_chunk_free(c);
         if (++n % 8 == 0) {
-            CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &b), 0);
-            agg_batch_clear(&b);
-            b.base_offset = off;
+            CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, b), 0);
+            agg_batch_clear(b);
+            b->base_offset = off;
         }
     }
-    if (b.next_offset > b.base_offset)
-        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &b), 0);
-    agg_batch_free(&b);
-    agg_rollup_free(&r);
-    agg_dims_free(&dm);
-    agg_intern_free(&in);
+    if (b->next_offset > b->base_offset)
+        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, b), 0);
+    at_ingest_free(&x);
     fsim_free(sim);
 }
 

@@ -411,3 +411,28 @@ int at_sh(const char *fmt, ...) {
     va_end(ap);
     return system(cmd);
 }
+
+void at_ingest_init(at_ingest_t *x) {
+    memset(x, 0, sizeof *x);
+    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
+    agg_rollup_init(&x->r, &rc);
+    agg_dims_init(&x->dm, 3600, 0, 0);
+    agg_batch_init(&x->b);
+}
+
+int at_ingest_chunk(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t *meta) {
+    agg_chunk_ids_t ids;
+    agg_chunk_meta_t none;
+    memset(&none, 0, sizeof none);
+    int rc = agg_intern_chunk(&x->in, &x->b, c, &ids);
+    if (!rc)
+        rc = agg_dims_chunk(&x->dm, &x->in, &x->b, c, meta ? meta : &none, &ids);
+    return rc ? rc : agg_rollup_chunk(&x->r, &x->b, c, &ids);
+}
+
+void at_ingest_free(at_ingest_t *x) {
+    agg_batch_free(&x->b);
+    agg_rollup_free(&x->r);
+    agg_dims_free(&x->dm);
+    agg_intern_free(&x->in);
+}

@@ -4,11 +4,29 @@
 #ifndef AGGTEST_H
 #define AGGTEST_H
 
+#include "dims.h"
 #include "fleetsim.h"
+#include "intern.h"
+#include "rollup.h"
 
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* The consume loop's steps for one chunk without Kafka (intern, dimensions, rollup into one
+ * batch: 10 s fine buckets, 1 h coarse, span index, replicate statistics, 60 s per-leaf
+ * replicates, dimensions without bounds), for tests that write chunks to a store themselves
+ * (agg_store_batch_write of x.b, then agg_batch_clear). */
+typedef struct {
+    agg_intern_t in;
+    agg_rollup_t r;
+    agg_dims_t dm;
+    agg_batch_t b;
+} at_ingest_t;
+void at_ingest_init(at_ingest_t *x);
+/* Adds c to x->b (meta NULL: none). Returns 0 or a CM_E* code. */
+int at_ingest_chunk(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t *meta);
+void at_ingest_free(at_ingest_t *x);
 
 /* Starts the aggregator (FLEETPROF_BUILD/aggregator/fleetprof-aggregator) with the common
  * arguments plus extra (NULL-terminated, may be NULL); output goes to log_path. With AT_CPU=N
