@@ -347,7 +347,8 @@ static void test_kpm_truth(void) {
     CHECKF(fabs(ei) <= io_tol, "io bytes off by %.2f%% (tolerance %.2f%%)", 100 * ei,
            100 * io_tol);
     CHECKF(t.cpu_ns > 0 && t.threads > 0 && t.cpu_sampled_ns > 0,
-           "cpu %lld threads %lld sampled %lld", (long long)t.cpu_ns, (long long)t.threads, (long long)t.cpu_sampled_ns);
+           "cpu %lld threads %lld sampled %lld", (long long)t.cpu_ns, (long long)t.threads,
+           (long long)t.cpu_sampled_ns);
     rmrf(store);
     rmrf(dir);
     free(store);
