@@ -4,7 +4,8 @@
  * share one walk (category_sites): a stack belongs to a category when a frame matches the
  * category's names, and its site is the frame that called into the category (the caller of
  * the outermost matching frame). The leak rule is in insights_leak.c.
- * Threading: no global state; patterns compiled per run. */
+ * Threading: the category patterns are compiled once (pthread_once) and only matched after;
+ * nothing else is global. */
 #include "insights_int.h"
 
 #include "cm/error.h"
@@ -82,12 +83,8 @@ int ins_cats_compile(ins_ctx_t *x) {
     return 0;
 }
 
-void ins_cats_free(ins_ctx_t *x) {
-    for (int c = 0; c < INS_CAT_N; c++)
-        agg_pattern_free(x->cat[c]);
-}
-
-/* The categories compiled once for agg_insight_categories (matching is thread-safe). */
+/* The categories, compiled once for the process (agg_insights_run, agg_insight_categories;
+ * matching is thread-safe) and never freed. */
 static ins_ctx_t g_cats;
 static int g_cats_rc;
 static pthread_once_t g_cats_once = PTHREAD_ONCE_INIT;
@@ -286,14 +283,15 @@ int agg_insights_run(const agg_insight_input_t *in, const agg_insight_limits_t *
         lim = &def;
     }
     ins_ctx_t x = {.in = in, .lim = lim, .out = out};
-    int rc = ins_cats_compile(&x);
+    pthread_once(&g_cats_once, cats_init); /* compiled once, matched from any thread */
+    int rc = g_cats_rc;
+    memcpy(x.cat, g_cats.cat, sizeof x.cat);
     if (!rc)
         rc = ins_rules_share(&x);
     if (!rc)
         rc = ins_rule_leak(&x);
     if (!rc)
         rc = ins_rule_agent(&x);
-    ins_cats_free(&x);
     if (rc) {
         agg_insights_free(out);
         return rc;

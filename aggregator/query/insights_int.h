@@ -35,7 +35,6 @@ typedef struct {
 } ins_split_t;
 
 int ins_cats_compile(ins_ctx_t *x);
-void ins_cats_free(ins_ctx_t *x);
 /* Splits p's stacks of category cat by site. Free out->sites. */
 /* site[s] for every stack of p (AGG_NONE: not in the category); *out malloc'ed. */
 int ins_stack_sites(const ins_ctx_t *x, const agg_profile_t *p, int cat, int mode,
