@@ -195,7 +195,55 @@ static void expect_none(const char *const *argv, double timeout) {
     agg_insights_free(&r);
 }
 
-/* ... and through the store and the API: the evidence's link opens exactly its lock waits. */
+/* Runs `fleetprof ARGS` against server port; its stdout into out. Returns the exit status. */
+static int cli(int port, const char *args, char *out, size_t size) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/cli/fleetprof --server http://127.0.0.1:%d %s 2>&1", bdir(),
+             port, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The CLI's insights, kpm and search on a store, through a real aggregator's HTTP API (no
+ * broker: it serves the store while it retries Kafka; port 19897). */
+static void check_cli(const char *store) {
+    const int port = 19897;
+    char log[4200], out[16384];
+    snprintf(log, sizeof log, "%s/aggregator.log", store);
+    pid_t agg = at_agg_start("127.0.0.1:1", store, "insight-cli", port, log, NULL);
+    CHECK(agg > 0);
+    int up = 0;
+    for (int i = 0; i < 100 && !up; i++, at_sleep_ms(100))
+        up = at_http_get(port, "/healthz", out, sizeof out) == 200;
+    CHECKF(up, "the aggregator did not answer on %d", port);
+    CHECK_EQ(cli(port, "insights --service insight --from 0", out, sizeof out), 0);
+    printf("# fleetprof insights:\n%.600s\n", out);
+    CHECKF(strstr(out, "1. Lock contention hotspot [lock_contention]") &&
+           strstr(out, "log_line()") && strstr(out, "Usual fix: "), "insights: %s", out);
+    CHECK_EQ(cli(port, "kpm --service insight --from 0 --by process --kpm lock_wait", out,
+                 sizeof out), 0);
+    printf("# fleetprof kpm:\n%.400s\n", out);
+    CHECKF(strstr(out, "lock_wait") && strstr(out, "HOST:PID"), "kpm: %s", out);
+    CHECK_EQ(cli(port, "search --service insight --kpm lock_wait --from 0 --top 1", out,
+                 sizeof out), 0);
+    printf("# fleetprof search:\n%.400s\n", out);
+    CHECKF(strstr(out, "\n1 ") && strstr(out, "/api/v1/profile?service=insight&type=lock&pid="),
+           "search: %s", out);
+    CHECK_EQ(cli(port, "search --service insight --kpm nonsense --from 0", out, sizeof out), 1);
+    CHECKF(strstr(out, "--kpm"), "a bad --kpm names the flag: %s", out);
+    CHECK_EQ(cli(port, "kpm --service insight --from 0 --json", out, sizeof out), 0);
+    json_t *o = json_loads(out, 0, NULL);
+    CHECKF(o && json_array_size(json_object_get(o, "kpms")) == AGG_KPM_N, "kpm --json: %s", out);
+    json_decref(o);
+    at_agg_stop(agg, SIGTERM, 10);
+}
+
+/* ... and through the store and the API: the evidence's link opens exactly its lock waits;
+ * the CLI's insights, kpm and search. */
 static void test_lock(void) {
     char *dir;
     expect_one("lock", "2", "1s", NULL, "lock_contention", "log_line", NULL, &dir);
@@ -215,6 +263,7 @@ static void test_lock(void) {
            value);
     json_decref(p);
     json_decref(x);
+    check_cli(store);
     rmrf(store);
     rmrf(dir);
     free(store);
