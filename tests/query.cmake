@@ -12,7 +12,9 @@ if(TARGET fp_query)
   fp_test(test-query-insights LABELS query LIBS fp_query m)
 endif()
 # Insight rules on real programs under the agent (issue 33): each insight_work mode raises its
-# one insight with the planted site first; the demo service, fp-work and a mixed workload none.
+# one insight with the planted site first; the demo service, fp-work and a mixed workload none;
+# KPMs against the programs' truth, search, deploy reports; the CLI against an aggregator on
+# HTTP port 19897 (no broker). About 2.5 min on a quiet 2-core machine.
 enable_language(CXX)
 add_executable(insight_work programs/insight_work.cc)
 target_compile_options(insight_work PRIVATE -O1 -fno-omit-frame-pointer
