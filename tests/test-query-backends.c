@@ -291,6 +291,13 @@ static void test_api_same_on_both_backends(void) {
     same(a3, a2, "/api/v1/diff", S, svc, "base_from", from, "base_to", mid, "test_from", mid,
          "test_to", to, NULL);
     agg_api_free(a3);
+    /* insights, KPMs and search (issue 33): the kpm table and the heap per bucket */
+    same(a1, a2, "/api/v1/insights", S, svc, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/insights", S, svc, F, from, T, to, "version", v1, NULL);
+    same(a1, a2, "/api/v1/kpm", S, svc, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/kpm", S, svc, F, from, T, to, "by", "process", NULL);
+    same(a1, a2, "/api/v1/search", S, svc, F, from, T, to, "kpm", "alloc_rate", "rise", "1",
+         NULL);
     /* spans */
     same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, NULL);
     same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, "type", "alloc", NULL);

@@ -296,7 +296,8 @@ int agg_insights_run(const agg_insight_input_t *in, const agg_insight_limits_t *
         agg_insights_free(out);
         return rc;
     }
-    qsort(out->v, out->n, sizeof *out->v, cmp_ins);
+    if (out->n)
+        qsort(out->v, out->n, sizeof *out->v, cmp_ins);
     return 0;
 }
 

@@ -90,7 +90,8 @@ int agg_qstore_kpm(agg_qstore_t *qs, const agg_kpmq_t *q, agg_kpm_point_t **out,
         free(v);
         return rc;
     }
-    qsort(v, nv, sizeof *v, cmp_pt);
+    if (nv)
+        qsort(v, nv, sizeof *v, cmp_pt);
     agg_kpm_growth(v, nv);
     *out = v;
     *n = nv;

@@ -80,7 +80,8 @@ static int cmp_bucket(const void *a, const void *b) {
 /* The service's points: one per bucket, values from its processes' (pts re-sorted). */
 static json_t *by_service(agg_kpm_point_t *pts, size_t n, double *last) {
     json_t *arr = json_array();
-    qsort(pts, n, sizeof *pts, cmp_bucket);
+    if (n)
+        qsort(pts, n, sizeof *pts, cmp_bucket);
     agg_kpm_sums_t *s = malloc((n + 1) * sizeof *s);
     double prev = NAN, v[AGG_KPM_N];
     int64_t prev_b = 0;
