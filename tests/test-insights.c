@@ -239,6 +239,16 @@ static void check_cli(const char *store) {
     json_t *o = json_loads(out, 0, NULL);
     CHECKF(o && json_array_size(json_object_get(o, "kpms")) == AGG_KPM_N, "kpm --json: %s", out);
     json_decref(o);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -fsS 'http://127.0.0.1:%d/api/v1/kpm?service=insight&from=0"
+             "&format=prometheus'", port);
+    FILE *pc = popen(cmd, "r");
+    CHECK(pc != NULL);
+    out[fread(out, 1, sizeof out - 1, pc)] = 0;
+    CHECK(pclose(pc) == 0);
+    const char *g = strstr(out, "\nfleetprof_kpm_lock_wait{service=\"insight\"} ");
+    CHECKF(g && atof(g + 44) > 0.1 && strstr(out, "# TYPE fleetprof_kpm_cpu_cores gauge"),
+           "prometheus: %.500s", out);
     at_agg_stop(agg, SIGTERM, 10);
 }
 
