@@ -497,12 +497,13 @@ VIEWS.reports = async (p) => {
   // a deploy whose report waits for its samples says so (issue 30)
   const wait = waiting ? h('p.waiting', {}, `${waiting.base} → ${waiting.test}: waiting for ${fmtCount(minS)} CPU samples per side (have ${fmtCount(waiting.base_samples)} / ${fmtCount(waiting.test_samples)}): ${why}.`) : null;
   return h('section', {}, h('h1', {}, 'Regression reports', p.service ? ` · ${p.service}` : ''), wait,
-    reports.length ? h('table.grid.reports', {}, h('thead', {}, h('tr', {}, ['created', 'service', 'deploy', 'type', 'regressions', 'improvements', 'samples b/t', 'top finding', ''].map((x) => h('th', {}, x)))),
+    reports.length ? h('table.grid.reports', {}, h('thead', {}, h('tr', {}, ['created', 'service', 'deploy', 'type', 'regressions', 'improvements', 'samples b/t', 'top finding', 'new insights', ''].map((x) => h('th', {}, x)))),
       h('tbody', {}, reports.map((r) => {
         const e0 = r.diff && r.diff.entries && r.diff.entries.find((e) => e.class === 'regression' || e.class === 'improvement');
         return h('tr', {}, h('td', {}, fmtTime(r.created_ns)), h('td', {}, r.service), h('td', {}, `${r.base} → ${r.test}`), h('td', {}, r.event_type),
           h('td.num', {}, r.regressions), h('td.num', {}, r.improvements), h('td.num', {}, `${fmtCount(r.base_samples)} / ${fmtCount(r.test_samples)}`),
           h('td', {}, e0 ? `${e0.class}: ${e0.name}` : '-'),
+          h('td.new-insights', {}, ((r.diff && r.diff.new_insights) || []).map((x) => h('a.chip', { href: href('service', { service: r.service, version: r.test }), title: x.summary }, x.title))),
           h('td', {}, h('a.open-diff', { href: href('diff', { service: r.service, base: r.base, test: r.test, type: r.event_type }) }, 'open diff')));
       }))) : h('p', {}, `No reports yet: a report is written when a new version of a service and the one before it have ${minS ? fmtCount(minS) : 'enough'} CPU samples${why ? ` (${why})` : ''}.`));
 };
