@@ -6,6 +6,7 @@
  * Threading: the handle's thread. */
 #include "qinsights.h"
 
+#include "batch.h"
 #include "qstore_int.h"
 
 #include "cm/error.h"
@@ -20,22 +21,15 @@ typedef struct {
     uint64_t weight, count;
 } hrow_t;
 
-typedef struct {
-    hrow_t *v;
-    size_t n, cap;
-} hrows_t;
+typedef AGG_VEC(hrow_t) hrows_t;
 
-static int hrows_push(hrows_t *h, const hrow_t *r) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 1024;
-        hrow_t *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv)
-            return CM_ENOMEM;
-        h->v = nv;
-        h->cap = nc;
-    }
-    h->v[h->n++] = *r;
-    return 0;
+/* Binds the window: ?1 service, ?2 event type, ?3/?4 buckets, ?5 version (0: all). */
+static void bind_window(agg_qxst_t *st, const int64_t *b, int64_t type, int64_t ver) {
+    B64(st, 1, b[0]);
+    B64(st, 2, type);
+    B64(st, 3, b[1]);
+    B64(st, 4, b[2]);
+    B64(st, 5, ver);
 }
 
 /* Replicate per bucket: key = bucket start in ms, work = snapshots in it (at least 1). */
@@ -47,11 +41,7 @@ static int heap_buckets(qdb_t *d, agg_profile_t *p, const int64_t *b, int64_t ve
                          &st);
     if (rc)
         return rc;
-    B64(st, 1, b[0]);
-    B64(st, 2, CM_EV_INUSE);
-    B64(st, 3, b[1]);
-    B64(st, 4, b[2]);
-    B64(st, 5, ver);
+    bind_window(st, b, CM_EV_INUSE, ver);
     int s;
     while ((s = agg_qx_step(st)) == 1) {
         char key[32];
@@ -82,16 +72,14 @@ static int heap_rows(qdb_t *d, agg_profile_t *p, const int64_t *b, int64_t ver) 
                          &st);
     if (rc)
         goto out;
-    B64(st, 1, b[0]);
-    B64(st, 2, CM_EV_INUSE);
-    B64(st, 3, b[1]);
-    B64(st, 4, b[2]);
-    B64(st, 5, ver);
+    bind_window(st, b, CM_EV_INUSE, ver);
     while (!rc && (s = agg_qx_step(st)) == 1) {
         hrow_t r = {(uint64_t)agg_qx_int64(st, 0), agg_qx_int64(st, 1),
                     (uint64_t)agg_qx_int64(st, 2), (uint64_t)agg_qx_int64(st, 3)};
-        rc = hrows_push(&h, &r);
-        if (!rc && !agg_hmap_upsert(&stacks, &r.stack, NULL))
+        hrow_t *slot = AGG_VEC_PUSH(h);
+        if (slot)
+            *slot = r;
+        if (!slot || !agg_hmap_upsert(&stacks, &r.stack, NULL))
             rc = CM_ENOMEM;
     }
     int r2 = agg_qs_done(st, s);
@@ -127,10 +115,7 @@ static int interval_sums(qdb_t *d, agg_insight_input_t *in, const int64_t *b, in
         agg_qxst_t *st;
         if ((rc = agg_qs_prep(d, sql[q], &st)))
             break;
-        B64(st, 1, b[0]);
-        B64(st, 3, b[1]);
-        B64(st, 4, b[2]);
-        B64(st, 5, ver);
+        bind_window(st, b, 0, ver); /* ?2 unused */
         int s;
         while ((s = agg_qx_step(st)) == 1) {
             int64_t c0 = agg_qx_int64(st, 0), c1 = agg_qx_int64(st, 1);

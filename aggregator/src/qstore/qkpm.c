@@ -3,6 +3,7 @@
  * Threading: the handle's thread. */
 #include "qkpm.h"
 
+#include "batch.h"
 #include "qstore_int.h"
 
 #include "cm/error.h"
@@ -45,7 +46,9 @@ static void fill(agg_qxst_t *st, agg_kpm_point_t *p) {
     agg_kpm_values(&p->s, p->v);
 }
 
-static int read_one(qdb_t *d, const agg_kpmq_t *q, agg_kpm_point_t **v, size_t *n, size_t *cap) {
+typedef AGG_VEC(agg_kpm_point_t) points_t;
+
+static int read_one(qdb_t *d, const agg_kpmq_t *q, points_t *v) {
     agg_qxst_t *st;
     int rc = agg_qs_prep(d,
                          "SELECT k.bucket, k.width, h.s, k.host, k.pid, w.s, " KPM_SUMS
@@ -64,36 +67,30 @@ static int read_one(qdb_t *d, const agg_kpmq_t *q, agg_kpm_point_t **v, size_t *
     B64(st, 6, q->to_s);
     int s;
     while ((s = agg_qx_step(st)) == 1) {
-        if (*n == *cap) {
-            size_t nc = *cap ? *cap * 2 : 256;
-            agg_kpm_point_t *nv = realloc(*v, nc * sizeof *nv);
-            if (!nv) {
-                rc = CM_ENOMEM;
-                break;
-            }
-            *v = nv;
-            *cap = nc;
+        agg_kpm_point_t *p = AGG_VEC_PUSH(*v);
+        if (!p) {
+            rc = CM_ENOMEM;
+            break;
         }
-        fill(st, &(*v)[(*n)++]);
+        fill(st, p);
     }
     int r2 = agg_qs_done(st, s);
     return rc ? rc : r2;
 }
 
 int agg_qstore_kpm(agg_qstore_t *qs, const agg_kpmq_t *q, agg_kpm_point_t **out, size_t *n) {
-    agg_kpm_point_t *v = NULL;
-    size_t nv = 0, cap = 0;
+    points_t v = {0};
     int rc = agg_qs_refresh(qs);
     for (size_t i = 0; !rc && i < qs->n; i++)
-        rc = read_one(&qs->dbs[i], q, &v, &nv, &cap);
+        rc = read_one(&qs->dbs[i], q, &v);
     if (rc) {
-        free(v);
+        free(v.v);
         return rc;
     }
-    if (nv)
-        qsort(v, nv, sizeof *v, cmp_pt);
-    agg_kpm_growth(v, nv);
-    *out = v;
-    *n = nv;
+    if (v.n)
+        qsort(v.v, v.n, sizeof *v.v, cmp_pt);
+    agg_kpm_growth(v.v, v.n);
+    *out = v.v;
+    *n = v.n;
     return 0;
 }
