@@ -23,25 +23,30 @@ typedef struct {
 
 typedef AGG_VEC(hrow_t) hrows_t;
 
-/* Binds the window: ?1 service, ?2 event type, ?3/?4 buckets, ?5 version (0: all). */
-static void bind_window(agg_qxst_t *st, const int64_t *b, int64_t type, int64_t ver) {
-    B64(st, 1, b[0]);
-    B64(st, 2, type);
-    B64(st, 3, b[1]);
-    B64(st, 4, b[2]);
-    B64(st, 5, ver);
+/* Prepares sql with the window bound: ?1 service, ?2 event type, ?3/?4 buckets, ?5 version
+ * (0: all). Returns 0 or a CM_E* code. */
+static int prep_window(qdb_t *d, const char *sql, const int64_t *b, int64_t type, int64_t ver,
+                       agg_qxst_t **st) {
+    int rc = agg_qs_prep(d, sql, st);
+    if (rc)
+        return rc;
+    B64(*st, 1, b[0]);
+    B64(*st, 2, type);
+    B64(*st, 3, b[1]);
+    B64(*st, 4, b[2]);
+    B64(*st, 5, ver);
+    return 0;
 }
 
 /* Replicate per bucket: key = bucket start in ms, work = snapshots in it (at least 1). */
 static int heap_buckets(qdb_t *d, agg_profile_t *p, const int64_t *b, int64_t ver) {
     agg_qxst_t *st;
-    int rc = agg_qs_prep(d,
+    int rc = prep_window(d,
                          "SELECT bucket, SUM(chunks) FROM totals WHERE service=?1 AND type=?2 AND "
                          "(?5=0 OR version=?5) AND bucket>=?3 AND bucket<?4 GROUP BY bucket",
-                         &st);
+                         b, CM_EV_INUSE, ver, &st);
     if (rc)
         return rc;
-    bind_window(st, b, CM_EV_INUSE, ver);
     int s;
     while ((s = agg_qx_step(st)) == 1) {
         char key[32];
@@ -65,14 +70,13 @@ static int heap_rows(qdb_t *d, agg_profile_t *p, const int64_t *b, int64_t ver) 
     agg_qxst_t *st;
     int rc = heap_buckets(d, p, b, ver), s = 0;
     if (!rc)
-        rc = agg_qs_prep(d,
+        rc = prep_window(d,
                          "SELECT stack, bucket, SUM(weight), SUM(count) FROM profile WHERE "
                          "service=?1 AND type=?2 AND (?5=0 OR version=?5) AND bucket>=?3 AND "
                          "bucket<?4 GROUP BY stack, bucket",
-                         &st);
+                         b, CM_EV_INUSE, ver, &st);
     if (rc)
         goto out;
-    bind_window(st, b, CM_EV_INUSE, ver);
     while (!rc && (s = agg_qx_step(st)) == 1) {
         hrow_t r = {(uint64_t)agg_qx_int64(st, 0), agg_qx_int64(st, 1),
                     (uint64_t)agg_qx_int64(st, 2), (uint64_t)agg_qx_int64(st, 3)};
@@ -113,9 +117,8 @@ static int interval_sums(qdb_t *d, agg_insight_input_t *in, const int64_t *b, in
     int rc = 0;
     for (int q = 0; !rc && q < 3; q++) {
         agg_qxst_t *st;
-        if ((rc = agg_qs_prep(d, sql[q], &st)))
+        if ((rc = prep_window(d, sql[q], b, 0, ver, &st))) /* ?2 unused */
             break;
-        bind_window(st, b, 0, ver); /* ?2 unused */
         int s;
         while ((s = agg_qx_step(st)) == 1) {
             int64_t c0 = agg_qx_int64(st, 0), c1 = agg_qx_int64(st, 1);
