@@ -412,7 +412,7 @@ static void test_size_bytes(void) {
         "SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY['meta', 'offsets', "
         "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', 'labelsets', "
         "'labels', 'labelset_base', 'profile', 'profile_coarse', 'profile_leaf', 'totals', "
-        "'intervals', 'drops', 'versions', 'fn_stats', 'spans', 'span_stacks', 'requests', "
+        "'intervals', 'drops', 'kpm', 'versions', 'fn_stats', 'spans', 'span_stacks', 'requests', "
         "'rejects', 'fleetprof_schema']::regclass[]) t";
     int64_t empty = agg_store_size_bytes(f.st);
     CHECK_EQ(feed(&f, &c, 0, c.n), 0);
