@@ -22,8 +22,29 @@ static char envbuf[4200];
 typedef struct {
     agg_profile_t *p[CM_EV_COUNT]; /* by type; [CM_EV_INUSE] per interval */
     agg_profile_t *io_bytes;
+    agg_insight_target_t tg[64];   /* I/O by target (names point into the chunks) */
     agg_insight_input_t in;
 } prof_t;
+
+/* Adds c's I/O rows to x's targets by their target string. */
+static void add_targets(prof_t *x, const cm_chunk_t *c) {
+    const cm_samples_t *s = &c->samples[CM_EV_IO];
+    for (uint32_t i = 0; s->target && i < s->n; i++) {
+        uint32_t t = s->target[i];
+        if (!t || t >= c->dict.n_strings)
+            continue;
+        const char *name = c->dict.strings[t].ptr;
+        size_t k = 0;
+        while (k < x->in.n_io_targets && strcmp(x->tg[k].name, name))
+            k++;
+        if (k == x->in.n_io_targets && k < 64)
+            x->tg[x->in.n_io_targets++] = (agg_insight_target_t){name, 0, 0};
+        if (k < 64) {
+            x->tg[k].wait_ns += s->weight[i];
+            x->tg[k].count += cm_samples_count(s, i);
+        }
+    }
+}
 
 static void build(const chunks_t *cs, prof_t *x) {
     memset(x, 0, sizeof *x);
@@ -37,6 +58,7 @@ static void build(const chunks_t *cs, prof_t *x) {
                 CHECK(agg_profile_add_chunk(x->p[t], c) == 0);
         CHECK(agg_insights_add_inuse_chunk(x->p[CM_EV_INUSE], c) == 0);
         CHECK(agg_insights_add_io_bytes_chunk(x->io_bytes, c) == 0);
+        add_targets(x, c);
         const cm_header_t *h = &c->header;
         x->in.process_seconds += (double)(h->end_unix_ns - h->start_unix_ns) / 1e9;
         x->in.process_cpu_ns += h->process_cpu_ns;
@@ -56,6 +78,7 @@ static void build(const chunks_t *cs, prof_t *x) {
     x->in.io = x->p[CM_EV_IO];
     x->in.inuse = x->p[CM_EV_INUSE];
     x->in.io_bytes = x->io_bytes;
+    x->in.io_targets = x->tg;
 }
 
 static void prof_free(prof_t *x) {
@@ -287,10 +310,38 @@ static void test_lock(void) {
 static void test_churn(void) {
     expect_one("churn", "2", "1s", NULL, "alloc_churn", "build_strings", NULL, NULL);
 }
+/* ... and through the store (judged by wait per call: the store keeps no bytes per site), its
+ * busiest target the program's file, whose link opens that target's I/O. */
 static void test_smallio(void) {
     /* the agent records calls from FLEETPROF_IO_FLOOR (50 us) on: these take ~2 us */
+    char *dir;
     expect_one("smallio", "2", "1s", "FLEETPROF_IO_FLOOR=0", "small_io", "log_record", NULL,
-               NULL);
+               &dir);
+    char *store = ingest(dir);
+    json_t *x = store_insight(store, "small_io", "log_record");
+    json_t *ev = json_object_get(x, "evidence"), *e, *tg = NULL;
+    size_t i;
+    json_array_foreach(ev, i, e) {
+        if (!tg && json_is_string(json_object_get(e, "io_target")))
+            tg = e;
+    }
+    const char *name = tg ? json_string_value(json_object_get(tg, "io_target")) : NULL;
+    const char *link = tg ? json_string_value(json_object_get(tg, "link")) : NULL;
+    printf("# target evidence: %s, link %s\n", name ? name : "-", link ? link : "-");
+    char *dump = json_dumps(ev, JSON_COMPACT);
+    CHECKF(name && strstr(name, "/tmp/insight-io-") && link && strstr(link, "io_target="),
+           "no target evidence for the program's file: %s", dump);
+    free(dump);
+    const char *kv[] = {"service", "insight", "type", "io", "from", "0", "to", "4000000000",
+                        "io_target", name};
+    json_t *p = api_get(store, "/api/v1/profile", kv, 5);
+    CHECKF(json_number_value(json_object_get(p, "total")) > 0, "the target's I/O profile");
+    json_decref(p);
+    json_decref(x);
+    rmrf(store);
+    rmrf(dir);
+    free(store);
+    free(dir);
 }
 static void test_spin(void) {
     expect_one("spin", "2", "1s", NULL, "busy_wait", "poll_flag", NULL, NULL);

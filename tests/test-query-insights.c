@@ -146,8 +146,19 @@ static void test_small_io(void) {
     add(bytes, "main;log_record;write", 50000ull * 16, 50000, NULL, 10);
     add(io, "main;load_file;read", 200ull * 100000, 200, NULL, 0);
     add(bytes, "main;load_file;read", 200ull * 65536, 200, NULL, 0);
-    agg_insight_input_t in = {.io = io, .io_bytes = bytes, .process_seconds = 10};
+    agg_insight_target_t tg[] = {{"/var/log/app.log", 50000ull * 80000, 50000000},
+                                 {"/data/big.bin", 200ull * 100000, 200000}};
+    agg_insight_input_t in = {.io = io, .io_bytes = bytes, .process_seconds = 10,
+                              .io_targets = tg, .n_io_targets = 2};
     expect(&in, "small_io", "log_record");
+    agg_insights_t r;
+    CHECK(agg_insights_run(&in, NULL, &r) == 0);
+    const agg_insight_t *si = find(&r, "small_io");
+    CHECK(si && si->n_ev == 3 && !strcmp(si->ev[1].name, "target /var/log/app.log"));
+    CHECK(!strcmp(si->ev[1].io_target, "/var/log/app.log") && !si->ev[1].include);
+    CHECK(fabs(si->ev[1].value - 5000) < 1e-9 && fabs(si->ev[1].share - 50000.0 / 50200) < 1e-9);
+    agg_insights_free(&r);
+    in.n_io_targets = 0;
     /* the same calls with 4 KiB each: silent */
     agg_profile_t *big = agg_profile_new(CM_EV_IO);
     add(big, "main;log_record;write", 50000ull * 4096, 50000, NULL, 10);

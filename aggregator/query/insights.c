@@ -211,6 +211,7 @@ int ins_evidence(agg_insight_t *ins, const char *name, double share, double valu
     agg_evidence_t *e = &ins->ev[ins->n_ev];
     e->name = strdup(name);
     e->include = pattern ? ins_include_for(name) : NULL;
+    e->io_target = NULL;
     if (!e->name || (pattern && !e->include)) {
         free(e->name);
         free(e->include);
@@ -254,6 +255,7 @@ void ins_insight_clear(agg_insight_t *ins) {
     for (size_t i = 0; i < ins->n_ev; i++) {
         free(ins->ev[i].name);
         free(ins->ev[i].include);
+        free(ins->ev[i].io_target);
     }
     ins->n_ev = 0;
 }
@@ -309,9 +311,10 @@ json_t *agg_insights_json(const agg_insights_t *r) {
         for (size_t k = 0; ev && k < s->n_ev; k++) {
             const agg_evidence_t *e = &s->ev[k];
             json_array_append_new(
-                ev, json_pack("{s:s,s:f,s:f,s:o}", "name", e->name, "share", e->share, "value",
-                              e->value, "include",
-                              e->include ? json_string(e->include) : json_null()));
+                ev, json_pack("{s:s,s:f,s:f,s:o,s:s?}", "name", e->name, "share", e->share,
+                              "value", e->value, "include",
+                              e->include ? json_string(e->include) : json_null(), "io_target",
+                              e->io_target));
         }
         json_t *o = json_pack("{s:s,s:s,s:s,s:f,s:f,s:s,s:s,s:s,s:s,s:o}", "rule", s->rule,
                               "title", s->title, "unit", s->unit, "score",

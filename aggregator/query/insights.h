@@ -15,6 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The I/O of one target (file path or peer address) in the window. */
+typedef struct {
+    const char *name;
+    uint64_t wait_ns, count; /* count in milli-events */
+} agg_insight_target_t;
+
 /* What the rules read. Every profile may be NULL (that rule then says nothing). */
 typedef struct {
     const agg_profile_t *cpu, *wall, *alloc, *lock, *io;
@@ -25,6 +31,10 @@ typedef struct {
     /* Optional: I/O calls with weight = bytes (the chunks' size column) and count = calls;
      * NULL: the small-I/O rule judges by calls and wait per call alone. */
     const agg_profile_t *io_bytes;
+    /* Optional: the I/O calls by target (the store's io-target dimension, or the chunks'
+     * target column); small_io then names the busiest targets too. */
+    const agg_insight_target_t *io_targets;
+    size_t n_io_targets;
     double process_seconds;       /* summed process wall time of the window (work) */
     uint64_t process_cpu_ns;      /* the processes' CPU time (0: unknown) */
     uint64_t agent_cpu_ns;        /* the agent's own CPU time within it */
@@ -51,10 +61,11 @@ typedef struct {
 #define AGG_INSIGHT_MAX_EVIDENCE 8
 
 typedef struct {
-    char *name;    /* function (site), or target */
+    char *name;    /* function (site), or "target <path or peer>" */
     double share;  /* of what the rule measures (its value / the rule's total) */
     double value;  /* in the rule's unit */
     char *include; /* an anchored include pattern selecting it (profile query), or NULL */
+    char *io_target; /* a target: the io_target filter selecting it, else NULL */
 } agg_evidence_t;
 
 typedef struct {

@@ -128,6 +128,39 @@ static double site_bytes(const ins_split_t *bs, const agg_profile_t *bp, const c
     return -1;
 }
 
+static int cmp_target(const void *a, const void *b) {
+    const agg_insight_target_t *x = *(const agg_insight_target_t *const *)a;
+    const agg_insight_target_t *y = *(const agg_insight_target_t *const *)b;
+    return x->count != y->count ? (x->count < y->count ? 1 : -1) : strcmp(x->name, y->name);
+}
+
+/* The busiest targets (by calls) as evidence "target NAME", at most 3. */
+static int target_evidence(ins_ctx_t *x, agg_insight_t *ins) {
+    size_t n = x->in->n_io_targets;
+    const agg_insight_target_t **t = malloc((n + 1) * sizeof *t);
+    if (!t)
+        return CM_ENOMEM;
+    double all = 0;
+    for (size_t i = 0; i < n; i++) {
+        t[i] = &x->in->io_targets[i];
+        all += (double)t[i]->count;
+    }
+    qsort(t, n, sizeof *t, cmp_target);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n && i < 3 && t[i]->name && t[i]->count; i++) {
+        char name[600];
+        snprintf(name, sizeof name, "target %s", t[i]->name);
+        double calls = (double)t[i]->count / CM_COUNT_ONE;
+        size_t had = ins->n_ev;
+        rc = ins_evidence(ins, name, all > 0 ? (double)t[i]->count / all : 0,
+                          calls / x->in->process_seconds, 0);
+        if (!rc && ins->n_ev > had && !(ins->ev[had].io_target = strdup(t[i]->name)))
+            rc = CM_ENOMEM;
+    }
+    free(t);
+    return rc;
+}
+
 static int small_io_fire(ins_ctx_t *x, const agg_profile_t *p, const ins_split_t *sp,
                          const ins_split_t *bs) {
     const agg_insight_limits_t *l = x->lim;
@@ -140,7 +173,7 @@ static int small_io_fire(ins_ctx_t *x, const agg_profile_t *p, const ins_split_t
     ins.fix = "Buffer: batch the writes (a user-space buffer, writev, stdio with a large "
               "buffer), read in large blocks, coalesce small messages; avoid fsync per record.";
     double calls_all = (double)sp->in_cat_count / CM_COUNT_ONE;
-    for (size_t i = 0; i < sp->n_sites && ins.n_ev < 5; i++) {
+    for (size_t i = 0; i < sp->n_sites && ins.n_ev < 4; i++) {
         const char *name = p->frames[sp->sites[i].frame].name;
         double calls = (double)sp->sites[i].count / CM_COUNT_ONE;
         double rate = calls / secs, bytes = site_bytes(bs, x->in->io_bytes, name);
@@ -165,7 +198,14 @@ static int small_io_fire(ins_ctx_t *x, const agg_profile_t *p, const ins_split_t
             return rc;
         }
     }
-    return ins.n_ev ? ins_push(x->out, &ins) : 0;
+    if (!ins.n_ev)
+        return 0;
+    int rc = target_evidence(x, &ins);
+    if (rc) {
+        ins_insight_clear(&ins);
+        return rc;
+    }
+    return ins_push(x->out, &ins);
 }
 
 static int rule_small_io(ins_ctx_t *x) {

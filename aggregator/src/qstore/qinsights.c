@@ -2,7 +2,8 @@
  * planner of qstore_profile.c; the live heap per bucket from the `profile` rows (fine and
  * downsampled: every sample is in exactly one), each bucket a replicate keyed by its start in
  * ms whose work is the heap snapshots (chunks) the `totals` row of that bucket counts; the
- * processes' time, CPU and the agent's CPU from `intervals`; losses from `drops`.
+ * processes' time, CPU and the agent's CPU from `intervals`; losses from `drops`; the I/O split
+ * by the io-target dimension (agg_qstore_groups).
  * Threading: the handle's thread. */
 #include "qinsights.h"
 
@@ -153,10 +154,34 @@ static int merged_profiles(agg_qstore_t *qs, const char *service, const char *ve
     return 0;
 }
 
+/* The I/O of the window split by target (samples without one left out). */
+static int io_targets(agg_qstore_t *qs, const char *service, const char *version,
+                      int64_t from_s, int64_t to_s, agg_qinsight_t *out) {
+    const char *vv[1] = {version};
+    agg_qspec_t q = {.service = service, .versions = version ? vv : NULL,
+                     .n_versions = version ? 1 : 0, .type = CM_EV_IO, .from_s = from_s,
+                     .to_s = to_s};
+    int rc = agg_qstore_groups(qs, &q, agg_dim_names[AGG_DIM_IO_TARGET], &out->targets,
+                               &out->n_targets);
+    if (rc)
+        return rc;
+    out->tv = calloc(out->n_targets + 1, sizeof *out->tv);
+    if (!out->tv)
+        return CM_ENOMEM;
+    for (size_t i = 0; i < out->n_targets; i++)
+        if (out->targets[i].value)
+            out->tv[out->in.n_io_targets++] = (agg_insight_target_t){
+                out->targets[i].value, out->targets[i].weight, out->targets[i].count};
+    out->in.io_targets = out->tv;
+    return 0;
+}
+
 int agg_qstore_insight_input(agg_qstore_t *qs, const char *service, const char *version,
                              int64_t from_s, int64_t to_s, agg_qinsight_t *out) {
     memset(out, 0, sizeof *out);
     int rc = merged_profiles(qs, service, version, from_s, to_s, out);
+    if (!rc)
+        rc = io_targets(qs, service, version, from_s, to_s, out);
     if (!rc && !(out->prof[CM_EV_INUSE] = agg_profile_new(CM_EV_INUSE)))
         rc = CM_ENOMEM;
     if (!rc)
@@ -183,5 +208,7 @@ int agg_qstore_insight_input(agg_qstore_t *qs, const char *service, const char *
 void agg_qinsight_free(agg_qinsight_t *x) {
     for (int t = 0; t < CM_EV_COUNT; t++)
         agg_profile_free(x->prof[t]);
+    agg_qgroups_free(x->targets, x->n_targets);
+    free(x->tv);
     memset(x, 0, sizeof *x);
 }

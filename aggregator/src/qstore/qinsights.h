@@ -10,7 +10,10 @@
 
 typedef struct {
     agg_profile_t *prof[CM_EV_COUNT]; /* cpu, wall, alloc, lock, io merged; inuse per bucket */
-    agg_insight_input_t in;           /* points into prof */
+    agg_qgroup_t *targets;            /* the I/O split by the io-target dimension */
+    size_t n_targets;
+    agg_insight_target_t *tv;         /* the same as the rules read them */
+    agg_insight_input_t in;           /* points into the above */
 } agg_qinsight_t;
 
 /* Fills out for service (version NULL: every version) over buckets [from_s, to_s). Returns 0

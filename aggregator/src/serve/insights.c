@@ -1,7 +1,8 @@
 /* GET /api/v1/insights (serve/insights.h): reads the rules' input from the store
  * (qstore/qinsights.c), runs the rules and adds to each piece of evidence the profile route that
- * opens it (`link`: /api/v1/profile filtered with the evidence's include pattern, same service,
- * version and window). Parameters are parsed by route_insights.c (service, version, from, to).
+ * opens it (`link`: /api/v1/profile filtered with the evidence's include pattern, or its
+ * io_target for a target, same service, version and window). Parameters are parsed by
+ * route_insights.c (service, version, from, to).
  * Threading: the request's thread and store handle. */
 #include "serve/insights.h"
 
@@ -42,13 +43,14 @@ static void add_links(json_t *ins, const char *service, const char *version, int
         const char *type = json_string_value(json_object_get(x, "type"));
         json_array_foreach(json_object_get(x, "evidence"), k, e) {
             const char *p = json_string_value(json_object_get(e, "include"));
-            if (!p)
+            const char *tg = json_string_value(json_object_get(e, "io_target"));
+            if (!p && !tg)
                 continue;
-            url_escape(p, inc, sizeof inc);
+            url_escape(p ? p : tg, inc, sizeof inc);
             snprintf(link, sizeof link,
-                     "/api/v1/profile?service=%s%s%s&type=%s&from=%lld&to=%lld&include=%s", svc,
+                     "/api/v1/profile?service=%s%s%s&type=%s&from=%lld&to=%lld&%s=%s", svc,
                      version ? "&version=" : "", version ? ver : "", type ? type : "cpu",
-                     (long long)from_s, (long long)to_s, inc);
+                     (long long)from_s, (long long)to_s, p ? "include" : "io_target", inc);
             json_object_set_new(e, "link", json_string(link));
         }
     }
