@@ -183,14 +183,13 @@ static int small_io_fire(ins_ctx_t *x, const agg_profile_t *p, const ins_split_t
         if (rate < l->small_io_rate || !small)
             continue;
         if (!ins.n_ev) {
+            char bytes_txt[48] = "";
+            if (per >= 0)
+                snprintf(bytes_txt, sizeof bytes_txt, " of %.0f bytes each", per);
             ins.score = rate;
             snprintf(ins.summary, sizeof ins.summary,
-                     "%s makes %.0f I/O calls per second per process, %s per call (%.0f us "
-                     "wait each).", name, rate, per >= 0 ? "" : "bytes unknown,", wait / 1e3);
-            if (per >= 0)
-                snprintf(ins.summary, sizeof ins.summary,
-                         "%s makes %.0f I/O calls per second per process of %.0f bytes each "
-                         "(%.0f us wait each).", name, rate, per, wait / 1e3);
+                     "%s makes %.0f I/O calls per second per process%s (%.0f us wait each).",
+                     name, rate, bytes_txt, wait / 1e3);
         }
         int rc = ins_evidence(&ins, name, calls_all > 0 ? calls / calls_all : 0, rate, 1);
         if (rc) {
