@@ -441,10 +441,11 @@ static agg_kpm_sums_t kpm_total(const char *store, size_t *npts) {
     return t;
 }
 
-/* KPMs equal the truth the program knows within the sampling error: allocated bytes and I/O
- * bytes within 4 sd of their estimates (relative sd 1/sqrt(recorded): allocation samples; I/O
- * calls recorded, the agent recording 1 in N of a thread's calls past 64/s with weight N), lock
- * wait (every contended wait timed) within 10 %. */
+/* KPMs equal the truth the program knows within the sampling error the README states:
+ * allocated bytes within 4 sd (relative sd 1.6/sqrt(samples): 1/sqrt of a Poisson count, and
+ * the 1.6 measured, the rate controller changing the period), I/O bytes within 4 sd (1/sqrt of
+ * the calls recorded: the agent records 1 in N of a thread's calls past 64/s with weight N),
+ * lock wait (every contended wait timed) within 10 %. */
 static void test_kpm_truth(void) {
     char out[4096];
     const char *args[] = {"truth", "2", NULL};
@@ -453,20 +454,27 @@ static void test_kpm_truth(void) {
     double iob = (double)out_u64(out, "io_bytes=");
     chunks_t *cs = load(dir);
     double samples = (double)total(cs, CM_EV_ALLOC, NULL, 0).samples, io_skipped = 0;
+    double alloc_lost = 0; /* allocation samples the agent lost (a full ring under load) */
     for (int i = 0; i < cs->n; i++)
-        for (uint32_t k = 0; k < cs->c[i]->header.n_drops; k++)
-            if (cs->c[i]->header.drops[k].reason == CM_DROP_SUBSAMPLED &&
-                cs->c[i]->header.drops[k].type == CM_EV_IO)
-                io_skipped += (double)cs->c[i]->header.drops[k].count;
+        for (uint32_t k = 0; k < cs->c[i]->header.n_drops; k++) {
+            const cm_drop_t *dr = &cs->c[i]->header.drops[k];
+            if (dr->reason == CM_DROP_SUBSAMPLED && dr->type == CM_EV_IO)
+                io_skipped += (double)dr->count;
+            if (dr->type == CM_EV_ALLOC && agg_insight_drop_counts(dr->reason))
+                alloc_lost += (double)dr->count;
+        }
     free_chunks(cs);
     char *store = ingest(dir);
     size_t n;
     agg_kpm_sums_t t = kpm_total(store, &n);
     double ea = (double)t.alloc_bytes / ab - 1, el = (double)t.lock_wait_ns / lw - 1;
-    double ei = (double)t.io_bytes / iob - 1, tol = 4 / sqrt(samples > 1 ? samples : 1);
-    printf("# %zu process-intervals; alloc %.0f vs %.0f (%+.2f%%, %.0f samples, tolerance "
-           "%.1f%%); lock wait %.0f vs %.0f ns (%+.2f%%); io %.0f vs %.0f bytes (%+.2f%%)\n",
-           n, (double)t.alloc_bytes, ab, 100 * ea, samples, 100 * tol, (double)t.lock_wait_ns,
+    /* 4 sd of the sampling (measured: 1.6/sqrt(samples), README), plus what the agent says it
+     * lost */
+    double ei = (double)t.io_bytes / iob - 1,
+           tol = 6.4 / sqrt(samples > 1 ? samples : 1) + alloc_lost / (samples + alloc_lost + 1);
+    printf("# %zu process-intervals; alloc %.0f vs %.0f (%+.2f%%, %.0f samples, %.0f lost, "
+           "tolerance %.1f%%); lock wait %.0f vs %.0f ns (%+.2f%%); io %.0f vs %.0f bytes (%+.2f%%)\n",
+           n, (double)t.alloc_bytes, ab, 100 * ea, samples, alloc_lost, 100 * tol, (double)t.lock_wait_ns,
            lw, 100 * el, (double)t.io_bytes, iob, 100 * ei);
     CHECKF(fabs(ea) <= tol, "alloc bytes off by %.2f%% (tolerance %.2f%%)", 100 * ea, 100 * tol);
     CHECKF(fabs(el) <= 0.10, "lock wait off by %.2f%%", 100 * el);

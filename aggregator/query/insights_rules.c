@@ -239,15 +239,22 @@ int agg_insight_drop_counts(uint32_t reason) {
     return reason != CM_DROP_SUBSAMPLED && reason != CM_DROP_STACK_TRUNCATED;
 }
 
-/* The agent's CPU against the processes' CPU, and the samples it dropped. */
+/* The agent's CPU against the processes' CPU, and the samples it dropped. Judged on enough
+ * of each: AGENT_MIN_CPU_S of process CPU (the agent's start-up, ~50 ms of unwind tables and
+ * symbols, is then at most 1 %) and AGENT_MIN_DROPS losses (a few lost samples of a short,
+ * starved run are not a trend). */
+#define AGENT_MIN_CPU_S 5.0
+#define AGENT_MIN_DROPS 50
 int ins_rule_agent(ins_ctx_t *x) {
     const agg_insight_input_t *in = x->in;
     if (!in->process_cpu_ns && !in->samples && !in->dropped)
         return 0;
     x->out->evaluated++;
-    double cpu = in->process_cpu_ns ? (double)in->agent_cpu_ns / (double)in->process_cpu_ns : 0;
+    double cpu = (double)in->process_cpu_ns >= AGENT_MIN_CPU_S * 1e9
+                     ? (double)in->agent_cpu_ns / (double)in->process_cpu_ns
+                     : 0;
     double seen = (double)in->samples + (double)in->dropped;
-    double drop = seen > 0 ? (double)in->dropped / seen : 0;
+    double drop = seen > 0 && in->dropped >= AGENT_MIN_DROPS ? (double)in->dropped / seen : 0;
     double rc_cpu = cpu / x->lim->agent_share, rc_drop = drop / x->lim->drop_share;
     if (rc_cpu < 1 && rc_drop < 1)
         return 0;
