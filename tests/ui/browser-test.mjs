@@ -391,6 +391,11 @@ await test('kpm_search', async () => {
   await nav(page, '#/service?service=demo');
   const kpms = await page.waitForFunction(() => document.querySelectorAll('.kpms tr[data-kpm]').length, { timeout: 30000 });
   check(await kpms.jsonValue() === 18, 'the service page lists the 18 KPMs');
+  check(await page.$('.kpms .kpm-chart canvas'), 'a KPM chart over time is drawn');
+  await page.select('.kpms select.kpm-select', 'alloc_rate');
+  const h3 = await page.$eval('.kpms .kpm-chart h3', (e) => e.textContent);
+  check(h3.startsWith('alloc_rate'), `the chart follows the selection: ${h3}`);
+  await shot('kpm');
 });
 
 await test('token_login', async () => {

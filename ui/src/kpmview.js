@@ -2,6 +2,7 @@
 // interval, every KPM with its unit; each opens the search for it) and the search view (the
 // process-intervals where a KPM is highest or rose most over the process's baseline, each
 // opening the flame graph of that process and interval). Data: GET /api/v1/kpm, /api/v1/search.
+import uPlot from 'uplot';
 import { get, fmtTime } from './api.js';
 
 const TYPE_OF = { alloc_rate: 'alloc', alloc_ops: 'alloc', heap_live: 'inuse', heap_growth: 'inuse',
@@ -20,6 +21,16 @@ function fmt(v, unit) {
   return `${Number(v.toPrecision(4))} ${unit}`;
 }
 
+// One KPM of the service over time (uPlot) into el.
+function kpmChart(h, el, r, k) {
+  const pts = r.points;
+  el.replaceChildren(h('h3', {}, `${k.name} (${k.unit})`));
+  new uPlot({ width: Math.max(400, el.clientWidth || 800), height: 160, scales: { x: { time: true } },
+    series: [{}, { label: k.name, stroke: '#0072B2', width: 1.5, spanGaps: true, value: (u, v) => fmt(v, k.unit) }],
+    axes: [{}, { size: 80, values: (u, vals) => vals.map((v) => fmt(v, k.unit)) }] },
+  [pts.map((x) => x.bucket), pts.map((x) => x.values[k.name])], el);
+}
+
 // The service page's section: h, href from main.js; p: service, version[], from, to.
 export function kpmSection(h, href, p) {
   const box = h('div.kpms', {}, h('p.muted', {}, 'loading…'));
@@ -28,10 +39,15 @@ export function kpmSection(h, href, p) {
     try { r = await get('kpm', { service: p.service, version: (p.version || [])[0], from: p.from || 0, to: p.to }); } catch (e) { box.replaceChildren(h('p.error', {}, `kpm: ${e.message}`)); return; }
     const last = r.points[r.points.length - 1];
     if (!last) { box.replaceChildren(h('p.muted', {}, 'No KPMs in this range.')); return; }
-    box.replaceChildren(h('p.sub', {}, `latest interval ${fmtTime(last.bucket * 1e9)} (${last.width} s, ${last.processes} processes); click one to find the process-intervals where it is highest`),
+    const chart = h('div.chart.kpm-chart');
+    const sel = h('select.kpm-select', { onchange: (e) => kpmChart(h, chart, r, r.kpms.find((k) => k.name === e.target.value)) },
+      r.kpms.map((k) => h('option', { value: k.name }, k.name)));
+    box.replaceChildren(h('div.controls', {}, 'chart ', sel), chart,
+      h('p.sub', {}, `latest interval ${fmtTime(last.bucket * 1e9)} (${last.width} s, ${last.processes} processes); click one to find the process-intervals where it is highest`),
       h('table.grid.kpm', {}, h('tbody', {}, r.kpms.map((k) => h('tr', { 'data-kpm': k.name },
         h('td', {}, h('a', { href: href('search', { service: p.service, kpm: k.name, from: p.from, to: p.to }), title: k.help }, k.name)),
         h('td.num', {}, fmt(last.values[k.name], k.unit)), h('td.muted', {}, k.help))))));
+    kpmChart(h, chart, r, r.kpms[0]);
   };
   return box;
 }
