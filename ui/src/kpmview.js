@@ -39,7 +39,7 @@ export function kpmSection(h, href, p) {
     try { r = await get('kpm', { service: p.service, version: (p.version || [])[0], from: p.from || 0, to: p.to }); } catch (e) { box.replaceChildren(h('p.error', {}, `kpm: ${e.message}`)); return; }
     const last = r.points[r.points.length - 1];
     if (!last) { box.replaceChildren(h('p.muted', {}, 'No KPMs in this range.')); return; }
-    const chart = h('div.chart.kpm-chart');
+    const chart = h('div.kpm-chart');
     const sel = h('select.kpm-select', { onchange: (e) => kpmChart(h, chart, r, r.kpms.find((k) => k.name === e.target.value)) },
       r.kpms.map((k) => h('option', { value: k.name }, k.name)));
     box.replaceChildren(h('div.controls', {}, 'chart ', sel), chart,
