@@ -7,7 +7,7 @@
  *
  *   bench-kpm [rounds=5]   (300 chunks of 6 x 2,000 rows per round) */
 #include "aggtest.h"
-#include "ingest/kpm.h"
+#include "kpm.h"
 
 #include "cm/wire.h"
 

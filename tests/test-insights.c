@@ -8,10 +8,10 @@
 #include "agent-common.h"
 #include "aggtest.h"
 #include "api.h"
+#include "qkpm.h"
 #include "query.h"
 #include "reports.h"
 #include "store.h"
-#include "store/qkpm.h"
 
 #include <jansson.h>
 

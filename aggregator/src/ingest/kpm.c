@@ -5,7 +5,7 @@
  * in libfleetprof. A function's categories are cached per thread by the hash of its name
  * (65,536 direct-mapped slots: RE2 runs once per name, not per chunk).
  * Threading: consume thread. */
-#include "ingest/kpm.h"
+#include "kpm.h"
 
 #include "insights.h"
 #include "intern.h"

@@ -12,7 +12,7 @@
  *
  * Threading: consume thread only. */
 #include "rollup.h"
-#include "ingest/kpm.h"
+#include "kpm.h"
 #include "spanindex.h"
 
 #include "cm/error.h"

@@ -3,7 +3,7 @@
  * Threading: one reporter thread; agg_reports_list() may run on any thread (own connection). */
 #define _GNU_SOURCE
 #include "reports.h"
-#include "serve/insights.h"
+#include "serve_insights.h"
 
 #include "query_store.h"
 

@@ -11,7 +11,7 @@
  *   route_spans.c     spans, one span or trace, endpoints, requests, the per-endpoint diff of
  *                     two versions;
  *   route_reports.c   the per-deploy regression reports;
- *   route_insights.c  the insight rules (insights.c), KPMs and search (kpm.c).
+ *   route_insights.c  the insight rules (serve_insights.c), KPMs and search (serve_kpm.c).
  * Helpers return 0, or -1 (or NULL) once they have written the error reply: a handler returns
  * as soon as one fails.
  * The files call these helpers by short names; the symbols carry the agg_api_ prefix (the

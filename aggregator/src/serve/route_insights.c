@@ -1,10 +1,10 @@
 /* Query API routes /api/v1/insights, /api/v1/kpm and /api/v1/search (api_int.h): their
- * parameters, then the insight rules (serve/insights.c) or the KPMs (serve/kpm.c) over the store.
+ * parameters, then the insight rules (serve_insights.c) or the KPMs (serve_kpm.c) over the store.
  * Threading: any thread, on the request's leased store handle (api->qs). */
 #include "api_int.h"
 
-#include "serve/insights.h"
-#include "serve/kpm.h"
+#include "serve_insights.h"
+#include "serve_kpm.h"
 
 #include <string.h>
 
@@ -24,7 +24,7 @@ void h_insights(agg_api_t *api, const args_t *a, const char *url, agg_http_reply
 
 static const char *kpm_param(const void *a, const char *k) { return arg(a, k); }
 
-/* GET /api/v1/kpm and /api/v1/search (serve/kpm.c; default window: the last hour). */
+/* GET /api/v1/kpm and /api/v1/search (serve_kpm.c; default window: the last hour). */
 void h_kpm(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
     agg_kpm_req_t q = {.get = kpm_param, .ctx = a};
     agg_qversion_t *v;

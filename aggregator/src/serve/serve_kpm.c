@@ -1,4 +1,4 @@
-/* GET /api/v1/kpm and /api/v1/search (serve/kpm.h) over the store's KPM sums (qstore/qkpm.c)
+/* GET /api/v1/kpm and /api/v1/search (serve_kpm.h) over the store's KPM sums (qstore/qkpm.c)
  * and the KPM library (aggregator/query/kpms.h).
  *   kpm: version, host, pid (filters), by=service (default: one point per bucket, the
  *        service's values from its processes') or by=process; format=prometheus: the
@@ -6,7 +6,7 @@
  *   search: kpm (required), top (10, at most 1000), rise=1 (against the process's median),
  *        version, host, pid; each result links to its process's profile of that interval.
  * Threading: the request's thread and store handle. */
-#include "serve/kpm.h"
+#include "serve_kpm.h"
 
 #include "kpms.h"
 #include "qkpm.h"

@@ -1,10 +1,10 @@
-/* GET /api/v1/insights (serve/insights.h): reads the rules' input from the store
+/* GET /api/v1/insights (serve_insights.h): reads the rules' input from the store
  * (qstore/qinsights.c), runs the rules and adds to each piece of evidence the profile route that
  * opens it (`link`: /api/v1/profile filtered with the evidence's include pattern, or its
  * io_target for a target, same service, version and window). Parameters are parsed by
  * route_insights.c (service, version, from, to).
  * Threading: the request's thread and store handle. */
-#include "serve/insights.h"
+#include "serve_insights.h"
 
 #include "qinsights.h"
 
