@@ -97,9 +97,10 @@ static void prof_free(prof_t *x) {
     agg_profile_free(x->io_bytes);
 }
 
-/* Runs argv under the agent (chunks every `interval`, extra env), returns the insights. */
-static void run_insights(const char *const *argv, const char *interval, const char *extra,
-                         double timeout, agg_insights_t *r, char **keep) {
+/* Runs argv under the agent (chunks every `interval`, extra env) and checks it exited 0;
+ * returns the chunk directory, its stdout in out. */
+static char *run_agent(const char *const *argv, const char *interval, const char *extra,
+                       double timeout, char *out, size_t size) {
     char *dir = mkout(), lib[512], pre[600], iv[64];
     snprintf(lib, sizeof lib, "%s/agent/libfleetprof.so", bdir());
     snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
@@ -108,9 +109,17 @@ static void run_insights(const char *const *argv, const char *interval, const ch
                           "FLEETPROF_LOG_LEVEL=warn"};
     char extras[256];
     extra_env(extra, extras, sizeof extras, env + 5, 2);
+    int st = run(env, argv, timeout, out, size);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s %s exited %d: %s", argv[0],
+           argv[1] ? argv[1] : "", st, out);
+    return dir;
+}
+
+/* Runs argv under the agent (chunks every `interval`, extra env), returns the insights. */
+static void run_insights(const char *const *argv, const char *interval, const char *extra,
+                         double timeout, agg_insights_t *r, char **keep) {
     char out[4096];
-    int st = run(env, argv, timeout, out, sizeof out);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s exited %d: %s", argv[0], st, out);
+    char *dir = run_agent(argv, interval, extra, timeout, out, sizeof out);
     chunks_t *cs = load(dir);
     CHECKF(cs->n > 0, "no chunks from %s", argv[0]);
     prof_t x;
@@ -407,22 +416,12 @@ static void test_null_demo(void) {
 /* Runs insight_work ARGS under the agent; returns the chunk directory, its stdout in out. */
 static char *run_prog(const char *const *args, const char *interval, const char *extra,
                       double timeout, char *out, size_t size) {
-    char *dir = mkout(), lib[512], pre[600], iv[64], prog[512];
+    char prog[512];
     prog_path("insight_work", prog, sizeof prog);
-    snprintf(lib, sizeof lib, "%s/agent/libfleetprof.so", bdir());
-    snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
-    snprintf(iv, sizeof iv, "FLEETPROF_INTERVAL=%s", interval);
-    const char *env[8] = {pre, ENV_OUT(dir), iv, "FLEETPROF_SERVICE=insight",
-                          "FLEETPROF_LOG_LEVEL=warn"};
-    char extras[256];
-    extra_env(extra, extras, sizeof extras, env + 5, 2);
     const char *argv[8] = {prog};
     for (int i = 0; args[i] && i < 6; i++)
         argv[i + 1] = args[i];
-    int st = run(env, argv, timeout, out, size);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "insight_work %s exited %d: %s", args[0], st,
-           out);
-    return dir;
+    return run_agent(argv, interval, extra, timeout, out, size);
 }
 
 /* The KPM sums of every process-interval of the service in store, added up. */
