@@ -169,6 +169,18 @@ static void same(agg_api_t *sq, agg_api_t *pg, const char *url, ...) {
     free(b.body);
 }
 
+/* Insights, KPMs and search (issue 33: the kpm table and the heap per bucket) on both. */
+static void same_insights(agg_api_t *a1, agg_api_t *a2, const char *svc, const char *v1,
+                          const char *from, const char *to) {
+    const char *F = "from", *T = "to", *S = "service";
+    same(a1, a2, "/api/v1/insights", S, svc, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/insights", S, svc, F, from, T, to, "version", v1, NULL);
+    same(a1, a2, "/api/v1/kpm", S, svc, F, from, T, to, NULL);
+    same(a1, a2, "/api/v1/kpm", S, svc, F, from, T, to, "by", "process", NULL);
+    same(a1, a2, "/api/v1/search", S, svc, F, from, T, to, "kpm", "alloc_rate", "rise", "1",
+         NULL);
+}
+
 static void test_api_same_on_both_backends(void) {
     char dir[64], sqdir[128], pgrep[128], db_url[320], err[512];
     at_tmpdir(dir, "qb");
@@ -291,13 +303,7 @@ static void test_api_same_on_both_backends(void) {
     same(a3, a2, "/api/v1/diff", S, svc, "base_from", from, "base_to", mid, "test_from", mid,
          "test_to", to, NULL);
     agg_api_free(a3);
-    /* insights, KPMs and search (issue 33): the kpm table and the heap per bucket */
-    same(a1, a2, "/api/v1/insights", S, svc, F, from, T, to, NULL);
-    same(a1, a2, "/api/v1/insights", S, svc, F, from, T, to, "version", v1, NULL);
-    same(a1, a2, "/api/v1/kpm", S, svc, F, from, T, to, NULL);
-    same(a1, a2, "/api/v1/kpm", S, svc, F, from, T, to, "by", "process", NULL);
-    same(a1, a2, "/api/v1/search", S, svc, F, from, T, to, "kpm", "alloc_rate", "rise", "1",
-         NULL);
+    same_insights(a1, a2, svc, v1, from, to);
     /* spans */
     same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, NULL);
     same(a1, a2, "/api/v1/spans", S, svc, F, from, T, to, "type", "alloc", NULL);
