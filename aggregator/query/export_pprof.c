@@ -1,6 +1,7 @@
 /* pprof export: builds a perftools.profiles.Profile with protobuf-c and gzips it with zlib.
  * Threading: reads the profile only. */
 #include "export.h"
+#include "internal.h"
 
 #include "cm/error.h"
 #include "profile.pb-c.h"
@@ -45,46 +46,18 @@ void agg_pprof_sample_types(cm_event_type_t type, const char *names[2], const ch
 }
 
 /* The string table: index 0 is "" as pprof requires. Strings point into the profile (or are
- * static), so the table stores pointers only. */
+ * static), so the table stores pointers only; h indexes them by hash (internal.h). */
 typedef struct {
     char **s;
     size_t n, cap;
-    uint64_t *hkey;
-    uint32_t *hval; /* index + 1 */
-    size_t hcap;
+    agg_idtab_t h;
 } strtab_t;
 
 static int64_t strtab_get(strtab_t *t, const char *str) {
-    size_t len = strlen(str);
-    uint64_t h = XXH3_64bits(str, len);
-    if (2 * (t->n + 1) > t->hcap) {
-        size_t ncap = t->hcap ? 2 * t->hcap : 1024;
-        uint64_t *nk = calloc(ncap, sizeof *nk);
-        uint32_t *nv = calloc(ncap, sizeof *nv);
-        if (!nk || !nv) {
-            free(nk);
-            free(nv);
-            return CM_ENOMEM;
-        }
-        for (size_t i = 0; i < t->hcap; i++) {
-            if (!t->hval[i])
-                continue;
-            size_t j = t->hkey[i] & (ncap - 1);
-            while (nv[j])
-                j = (j + 1) & (ncap - 1);
-            nk[j] = t->hkey[i];
-            nv[j] = t->hval[i];
-        }
-        free(t->hkey);
-        free(t->hval);
-        t->hkey = nk;
-        t->hval = nv;
-        t->hcap = ncap;
-    }
-    size_t j = h & (t->hcap - 1);
-    for (; t->hval[j]; j = (j + 1) & (t->hcap - 1))
-        if (t->hkey[j] == h && strcmp(t->s[t->hval[j] - 1], str) == 0)
-            return t->hval[j] - 1;
+    uint64_t h = XXH3_64bits(str, strlen(str));
+    for (size_t j = h & (t->h.cap - 1); t->h.cap && t->h.id[j]; j = (j + 1) & (t->h.cap - 1))
+        if (t->h.hash[j] == h && strcmp(t->s[t->h.id[j] - 1], str) == 0)
+            return t->h.id[j] - 1;
     if (t->n == t->cap) {
         size_t ncap = t->cap ? 2 * t->cap : 256;
         char **ns = realloc(t->s, ncap * sizeof *ns);
@@ -93,9 +66,9 @@ static int64_t strtab_get(strtab_t *t, const char *str) {
         t->s = ns;
         t->cap = ncap;
     }
+    if (agg_idtab_insert(&t->h, h, (uint32_t)t->n))
+        return CM_ENOMEM;
     t->s[t->n] = (char *)str;
-    t->hkey[j] = h;
-    t->hval[j] = (uint32_t)(t->n + 1);
     return (int64_t)t->n++;
 }
 
@@ -211,8 +184,8 @@ static void *own(exp_t *x, void *p) {
 
 static void exp_free(exp_t *x) {
     free(x->st.s);
-    free(x->st.hkey);
-    free(x->st.hval);
+    free(x->st.h.hash);
+    free(x->st.h.id);
     for (size_t i = 0; i < x->n_owned; i++)
         free(x->owned[i]);
 }

@@ -1,6 +1,6 @@
 /* The profile model's builder: interning of strings, frames, stacks, replicates and contexts,
  * and row storage. See profile.h. Threading: one thread builds a profile; reads are free. */
-#include "profile.h"
+#include "internal.h"
 
 #include "cm/error.h"
 
@@ -9,14 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
-
-/* Open addressing table of ids with their 64-bit hash; equality is checked by the caller's
- * callback. Load factor <= 1/2. */
-struct agg_idtab {
-    uint64_t *hash;
-    uint32_t *id; /* id + 1; 0 = empty */
-    size_t cap, n;
-};
 
 static void unseal(agg_profile_t *p);
 
@@ -45,7 +37,7 @@ static uint32_t idtab_find(const agg_idtab_t *t, const agg_profile_t *p, uint64_
     }
 }
 
-static int idtab_insert(agg_idtab_t *t, uint64_t h, uint32_t id) {
+int agg_idtab_insert(agg_idtab_t *t, uint64_t h, uint32_t id) {
     if (2 * (t->n + 1) > t->cap) {
         size_t ncap = t->cap ? 2 * t->cap : 256;
         uint64_t *nh = calloc(ncap, sizeof *nh);
@@ -162,7 +154,7 @@ static const char *intern(agg_profile_t *p, const char *s) {
     char *copy = strdup(s);
     if (!copy)
         return NULL;
-    if (idtab_insert(p->tab_strings, h, p->n_strings)) {
+    if (agg_idtab_insert(p->tab_strings, h, p->n_strings)) {
         free(copy);
         return NULL;
     }
@@ -219,7 +211,7 @@ int64_t agg_profile_frame_src(agg_profile_t *p, const char *name, const char *mo
     const char *fl = intern(p, file ? file : "");
     if (!bid || !fn || !fl ||
         grow32((void **)&p->frames, sizeof *p->frames, &p->cap_frames, p->n_frames + 1) ||
-        idtab_insert(p->tab_frames, h, p->n_frames))
+        agg_idtab_insert(p->tab_frames, h, p->n_frames))
         return CM_ENOMEM;
     p->frames[p->n_frames] = (agg_frame_t){k.name, k.module, bid, address, fn, fl, line, k.inlined};
     return p->n_frames++;
@@ -252,7 +244,7 @@ int64_t agg_profile_stack(agg_profile_t *p, const uint32_t *frames, uint32_t n) 
     size_t used = p->stack_off[p->n_stacks];
     if (grow32((void **)&p->stack_off, 4, &p->cap_stacks, (size_t)p->n_stacks + 2) ||
         grow32((void **)&p->stack_frames, 4, &p->cap_stack_frames, used + n + 1) ||
-        idtab_insert(p->tab_stacks, h, p->n_stacks))
+        agg_idtab_insert(p->tab_stacks, h, p->n_stacks))
         return CM_ENOMEM;
     if (n)
         memcpy(p->stack_frames + used, frames, (size_t)n * 4);
@@ -278,7 +270,7 @@ int64_t agg_profile_replicate(agg_profile_t *p, const char *key, double work) {
     }
     if (grow32((void **)&p->replicates, sizeof *p->replicates, &p->cap_replicates,
                p->n_replicates + 1) ||
-        idtab_insert(p->tab_replicates, h, p->n_replicates))
+        agg_idtab_insert(p->tab_replicates, h, p->n_replicates))
         return CM_ENOMEM;
     p->replicates[p->n_replicates] = (agg_replicate_t){k, work, AGG_NONE};
     return p->n_replicates++;
@@ -307,7 +299,7 @@ int64_t agg_profile_context(agg_profile_t *p, const uint8_t trace_id[16], const 
     if (id != AGG_NONE)
         return id;
     if (grow32((void **)&p->contexts, sizeof *p->contexts, &p->cap_contexts, p->n_contexts + 1) ||
-        idtab_insert(p->tab_contexts, h, p->n_contexts))
+        agg_idtab_insert(p->tab_contexts, h, p->n_contexts))
         return CM_ENOMEM;
     p->contexts[p->n_contexts] = c;
     return p->n_contexts++;
