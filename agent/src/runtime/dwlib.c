@@ -81,10 +81,5 @@ static int load(void) {
 
 /* dlopen and dlsym take ld.so's locks: through the loader gate (loader_gate.c) */
 int ag_dwlib_load(void) {
-    if (g_state)
-        return g_state > 0;
-    ag_loader_enter();
-    int ok = load();
-    ag_loader_leave();
-    return ok;
+    return g_state ? g_state > 0 : ag_loader_call(load);
 }

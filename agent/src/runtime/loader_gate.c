@@ -40,6 +40,13 @@ void ag_loader_leave(void) {
     atomic_fetch_sub(&g_inside, 1);
 }
 
+int ag_loader_call(int (*fn)(void)) {
+    ag_loader_enter();
+    int r = fn();
+    ag_loader_leave();
+    return r;
+}
+
 static long long mono_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

@@ -11,6 +11,8 @@
  * enter waits while a _Fork is under way. Not in a signal handler. */
 AG_HIDDEN void ag_loader_enter(void);
 AG_HIDDEN void ag_loader_leave(void);
+/* fn() between enter and leave, its result: a lazy dlopen's first load (dwlib.c, pblib.c). */
+AG_HIDDEN int ag_loader_call(int (*fn)(void));
 
 /* Calls raw (libc's _Fork) once no agent thread is inside the loader, or after 50 ms (the
  * thread inside may be waiting for something the caller holds). Async-signal-safe. */

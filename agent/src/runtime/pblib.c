@@ -51,13 +51,8 @@ static int pb_load_gated(void);
 
 static int pb_load(void) {
     int st0 = atomic_load(&P.state);
-    if (st0)
-        return st0 > 0;
     /* dlopen and dlsym take ld.so's locks: through the loader gate (loader_gate.c) */
-    ag_loader_enter();
-    int ok = pb_load_gated();
-    ag_loader_leave();
-    return ok;
+    return st0 ? st0 > 0 : ag_loader_call(pb_load_gated);
 }
 
 static int pb_load_gated(void) {
