@@ -170,6 +170,17 @@ static int cmp_mw(const void *a, const void *b) {
     return (x->w > y->w) - (x->w < y->w);
 }
 
+/* The w-weighted mean of m over v[lo, hi) (0 when the weights sum to 0); *sw: their sum. */
+static double weighted_mean(const mw_t *v, size_t lo, size_t hi, double *sw) {
+    double num = 0, den = 0;
+    for (size_t i = lo; i < hi; i++) {
+        num += v[i].m * v[i].w;
+        den += v[i].w;
+    }
+    *sw = den;
+    return den > 0 ? num / den : 0;
+}
+
 /* Pooled moment estimate of the between-group alpha: with per function the excess
  * X^2_f - df_f (m = ratio to w = df_f mbar_f), alpha = sum excess / sum w over the functions.
  * Far less noisy than a median of df-2 ratios. Nothing is trimmed: the ratios are chi-square
@@ -180,12 +191,8 @@ static double pooled_alpha(mw_t *v, size_t n) {
     if (!n)
         return 0;
     qsort(v, n, sizeof *v, cmp_mw);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += v[i].m * v[i].w;
-        den += v[i].w;
-    }
-    return den > 0 ? num / den : 0;
+    double sw;
+    return weighted_mean(v, 0, n, &sw);
 }
 
 /* TMM (Robinson & Oshlack 2010): log share ratios M_f = log((Y_t/C_t) / (Y_b/C_b)) of the
@@ -208,12 +215,8 @@ static int fit_common(uint32_t nk, agg_dcount_t *q) {
     if (n >= 3) {
         qsort(v, n, sizeof *v, cmp_mw);
         size_t lo = (size_t)floor(TMM_TRIM * (double)n), hi = n - lo;
-        double sw = 0, sm = 0;
-        for (size_t i = lo; i < hi; i++) {
-            sw += v[i].w;
-            sm += v[i].w * v[i].m;
-        }
-        q->log_rho = sw > 0 ? sm / sw : 0;
+        double sw;
+        q->log_rho = weighted_mean(v, lo, hi, &sw);
         q->var_log_rho = sw > 0 ? 1 / sw : 0;
         q->n_tmm = hi - lo;
     }
