@@ -11,6 +11,7 @@
 
 #include "cm/error.h"
 #include "cm/log.h"
+#include "cm/thread.h"
 
 #include <errno.h>
 #include <math.h>
@@ -255,11 +256,7 @@ int agg_reports_start(const agg_reports_cfg_t *cfg, agg_reporter_t **out, char *
 void agg_reports_stop(agg_reporter_t *r) {
     if (!r)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->stop = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->th, NULL);
+    cm_thread_stop(&r->mu, &r->cv, &r->stop, r->th);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->dir);

@@ -18,6 +18,7 @@
 
 #include "cm/error.h"
 #include "cm/log.h"
+#include "cm/thread.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -401,11 +402,7 @@ int agg_http_start(const agg_http_cfg_t *cfg, const agg_http_route_t *routes, ag
     if (!h)
         return CM_ENOMEM;
     pthread_mutex_init(&h->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->stop_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cm_cond_init_monotonic(&h->stop_cv);
     h->header_timeout_ms = cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                       : AGG_HTTP_HEADER_TIMEOUT_MS;
     h->max_per_address = cfg->max_per_address > 0 ? cfg->max_per_address
@@ -493,13 +490,8 @@ void agg_http_stop(agg_http_t *h) {
         return;
     if (h->d)
         MHD_stop_daemon(h->d);
-    if (h->reaper_started) {
-        pthread_mutex_lock(&h->lock);
-        h->stopping = 1;
-        pthread_cond_signal(&h->stop_cv);
-        pthread_mutex_unlock(&h->lock);
-        pthread_join(h->reaper, NULL);
-    }
+    if (h->reaper_started)
+        cm_thread_stop(&h->lock, &h->stop_cv, &h->stopping, h->reaper);
     for (size_t i = 0; i < h->n_hosts; i++)
         free(h->hosts[i]);
     pthread_cond_destroy(&h->stop_cv);

@@ -5,6 +5,7 @@
 
 #include "cm/error.h"
 #include "cm/log.h"
+#include "cm/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -36,11 +37,7 @@ int agg_qpool_new(const char *dir, const agg_qpool_cfg_t *cfg, agg_qpool_t **out
     p->handles = calloc(cfg->workers, sizeof *p->handles);
     p->free_slots = calloc(cfg->workers, sizeof *p->free_slots);
     pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cm_cond_init_monotonic(&p->cv);
     if (!p->dir || !p->handles || !p->free_slots) {
         agg_qpool_free(p);
         return CM_ENOMEM;

@@ -20,6 +20,7 @@
 
 #include "cm/error.h"
 #include "cm/log.h"
+#include "cm/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -171,13 +172,8 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
 
 static void sq_close(agg_store_t *base) {
     sq_store_t *s = (sq_store_t *)base;
-    if (s->ckpt_running) {
-        pthread_mutex_lock(&s->ckpt_mu);
-        s->ckpt_stop = 1;
-        pthread_cond_signal(&s->ckpt_cv);
-        pthread_mutex_unlock(&s->ckpt_mu);
-        pthread_join(s->ckpt, NULL);
-    }
+    if (s->ckpt_running)
+        cm_thread_stop(&s->ckpt_mu, &s->ckpt_cv, &s->ckpt_stop, s->ckpt);
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_cond_destroy(&s->ckpt_cv);
     if (s->db && s->ckpt_running)
