@@ -28,6 +28,7 @@
 #include "diff_int.h"
 #include "stats.h"
 
+#include "cm/array.h"
 #include "cm/error.h"
 
 #include <math.h>
@@ -84,18 +85,9 @@ static void side_free(side_t *s) {
 static int pair_push(side_t *s, uint32_t f, double v, double c) {
     if (s->n_pairs == s->cap_pairs) {
         size_t ncap = s->cap_pairs ? 2 * s->cap_pairs : 4096;
-        uint32_t *nf = realloc(s->pair_f, ncap * sizeof *nf);
-        if (!nf)
+        if (CM_RESIZE(&s->pair_f, ncap) || CM_RESIZE(&s->pair_v, ncap) ||
+            CM_RESIZE(&s->pair_c, ncap))
             return CM_ENOMEM;
-        s->pair_f = nf;
-        double *nv = realloc(s->pair_v, ncap * sizeof *nv);
-        if (!nv)
-            return CM_ENOMEM;
-        s->pair_v = nv;
-        double *nc = realloc(s->pair_c, ncap * sizeof *nc);
-        if (!nc)
-            return CM_ENOMEM;
-        s->pair_c = nc;
         s->cap_pairs = ncap;
     }
     s->pair_f[s->n_pairs] = f;

@@ -2,6 +2,7 @@
  * Threading: none; callers own their maps. */
 #include "hmap.h"
 
+#include "cm/array.h"
 #include "cm/error.h"
 
 #include <stdlib.h>
@@ -74,14 +75,8 @@ void *agg_hmap_upsert(agg_hmap_t *m, const void *key, int *is_new) {
     }
     if (m->n == m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 512;
-        uint8_t *en = realloc(m->entries, cap * m->entry_size);
-        if (!en)
+        if (CM_RESIZE(&m->entries, cap * m->entry_size) || CM_RESIZE(&m->hashes, cap))
             return NULL;
-        m->entries = en;
-        uint64_t *hs = realloc(m->hashes, cap * sizeof *hs);
-        if (!hs)
-            return NULL;
-        m->hashes = hs;
         m->cap = cap;
     }
     uint8_t *ent = agg_hmap_entry(m, m->n);

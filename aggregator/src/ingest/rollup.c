@@ -15,6 +15,7 @@
 #include "kpm.h"
 #include "spanindex.h"
 
+#include "cm/array.h"
 #include "cm/error.h"
 
 #include <stdlib.h>
@@ -45,27 +46,19 @@ void agg_rollup_free(agg_rollup_t *r) {
     memset(r, 0, sizeof *r);
 }
 
-static int grow(void **p, size_t n, size_t elem) {
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return CM_ENOMEM;
-    *p = q;
-    return 0;
-}
-
 static int ensure(agg_rollup_t *r, size_t nstacks, size_t nfns) {
     if (nstacks > r->stack_cap) {
-        if (grow((void **)&r->stack_w, nstacks, 8) || grow((void **)&r->stack_seen, nstacks, 4) ||
-            grow((void **)&r->touched_stacks, nstacks, 4))
+        if (CM_RESIZE(&r->stack_w, nstacks) || CM_RESIZE(&r->stack_seen, nstacks) ||
+            CM_RESIZE(&r->touched_stacks, nstacks))
             return CM_ENOMEM;
         memset(r->stack_seen, 0, nstacks * 4);
         r->stack_cap = nstacks;
         r->gen = 0;
     }
     if (nfns > r->fn_cap) {
-        if (grow((void **)&r->fn_incl, nfns, 8) || grow((void **)&r->fn_self, nfns, 8) ||
-            grow((void **)&r->fn_stamp, nfns, 4) || grow((void **)&r->fn_touch, nfns, 4) ||
-            grow((void **)&r->touched_fns, nfns, 4))
+        if (CM_RESIZE(&r->fn_incl, nfns) || CM_RESIZE(&r->fn_self, nfns) ||
+            CM_RESIZE(&r->fn_stamp, nfns) || CM_RESIZE(&r->fn_touch, nfns) ||
+            CM_RESIZE(&r->touched_fns, nfns))
             return CM_ENOMEM;
         memset(r->fn_stamp, 0, nfns * 4);
         memset(r->fn_touch, 0, nfns * 4);

@@ -1,0 +1,17 @@
+/* Resizing of plain heap arrays (the parallel arrays of a table that grows together). */
+#ifndef CM_ARRAY_H
+#define CM_ARRAY_H
+
+#include "cm/error.h"
+
+#include <stdlib.h>
+
+/* Reallocates the array *pp (any pointer type) to n items of its type: 0, or CM_ENOMEM with
+ * *pp unchanged. n * the item size must not overflow (the caller bounds n). */
+#define CM_RESIZE(pp, n)                                                                           \
+    __extension__({                                                                                \
+        __typeof__(*(pp)) q_ = realloc(*(pp), (size_t)(n) * sizeof **(pp));                       \
+        q_ ? (*(pp) = q_, 0) : CM_ENOMEM;                                                          \
+    })
+
+#endif
