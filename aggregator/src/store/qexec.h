@@ -91,6 +91,16 @@ typedef struct agg_qx_vtab {
     void (*bind_double)(agg_qxst_t *st, int i, double v);
 } agg_qx_vtab_t;
 
+/* A backend's vtab slots filled with its functions, named P_slot (sq_step, pg_step, ...); the
+ * backend adds .begin and its optional slots (lock_tiers). */
+#define AGG_QX_VTAB(P, NAME)                                                                       \
+    .name = NAME, .close = P##_close, .errmsg = P##_errmsg, .prepare = P##_prepare,                \
+    .id_table = P##_id_table, .bind_int64 = P##_bind_int64, .bind_blob = P##_bind_blob,            \
+    .bind_text = P##_bind_text, .step = P##_step, .col_int64 = P##_col_int64,                      \
+    .col_text = P##_col_text, .col_blob = P##_col_blob, .reset = P##_reset,                        \
+    .finalize = P##_finalize, .exec = P##_exec, .rollback = P##_rollback,                          \
+    .changes = P##_changes, .bind_double = P##_bind_double
+
 struct agg_qx {
     const agg_qx_vtab_t *vt;
 };

@@ -571,28 +571,8 @@ static int pg_lock_tiers(agg_qx_t *base, int alone) {
                                  "NOTHING; SELECT 1 FROM meta WHERE key='tiers_lock' FOR SHARE");
 }
 
-static const agg_qx_vtab_t pg_vtab = {
-    .name = "postgres",
-    .close = pg_close,
-    .errmsg = pg_errmsg,
-    .prepare = pg_prepare,
-    .id_table = pg_id_table,
-    .bind_int64 = pg_bind_int64,
-    .bind_blob = pg_bind_blob,
-    .bind_text = pg_bind_text,
-    .step = pg_step,
-    .col_int64 = pg_col_int64,
-    .col_text = pg_col_text,
-    .col_blob = pg_col_blob,
-    .reset = pg_reset,
-    .finalize = pg_finalize,
-    .begin = "BEGIN",
-    .exec = pg_exec,
-    .rollback = pg_rollback,
-    .lock_tiers = pg_lock_tiers,
-    .changes = pg_changes,
-    .bind_double = pg_bind_double,
-};
+static const agg_qx_vtab_t pg_vtab = {AGG_QX_VTAB(pg, "postgres"), .begin = "BEGIN",
+                                       .lock_tiers = pg_lock_tiers};
 
 int agg_qx_pg_wrap(PGconn *conn, agg_qx_t **out) {
     pg_qx_t *x = calloc(1, sizeof *x);

@@ -152,27 +152,7 @@ static void sq_rollback(agg_qx_t *x) {
     sqlite3_exec(((sq_qx_t *)x)->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
-static const agg_qx_vtab_t sq_vtab = {
-    .name = "sqlite",
-    .close = sq_close,
-    .errmsg = sq_errmsg,
-    .prepare = sq_prepare,
-    .id_table = sq_id_table,
-    .bind_int64 = sq_bind_int64,
-    .bind_blob = sq_bind_blob,
-    .bind_text = sq_bind_text,
-    .step = sq_step,
-    .col_int64 = sq_col_int64,
-    .col_text = sq_col_text,
-    .col_blob = sq_col_blob,
-    .reset = sq_reset,
-    .finalize = sq_finalize,
-    .begin = "BEGIN IMMEDIATE",
-    .exec = sq_exec,
-    .rollback = sq_rollback,
-    .changes = sq_changes,
-    .bind_double = sq_bind_double,
-};
+static const agg_qx_vtab_t sq_vtab = {AGG_QX_VTAB(sq, "sqlite"), .begin = "BEGIN IMMEDIATE"};
 
 int agg_qx_sqlite_wrap(sqlite3 *db, agg_qx_t **out) {
     sq_qx_t *s = calloc(1, sizeof *s);

@@ -97,6 +97,15 @@ typedef struct agg_store_vtab {
     int fresh_rows;
 } agg_store_vtab_t;
 
+/* A backend's vtab: its own P_close, P_fence, P_load, P_size_bytes and P_qx, and the SQL both
+ * backends share (write.c, tiers.c); the backend adds its flags (fresh_rows). */
+#define AGG_STORE_VTAB(P, NAME)                                                                    \
+    .name = NAME, .close = P##_close, .fence = P##_fence, .load = P##_load,                        \
+    .size_bytes = P##_size_bytes, .qx = P##_qx, .offset_get = agg_store_offset_read,               \
+    .chunk_seen = agg_store_seen, .batch_write = agg_store_write,                                  \
+    .downsample = agg_tiers_downsample, .expire = agg_tiers_expire,                                \
+    .derive = agg_tiers_derive, .compact = agg_tiers_compact
+
 /* store/write.c: the batch write, the offset and the dedup window of both backends (their
  * vtab's batch_write, offset_get and chunk_seen); agg_store_forget finalizes the statements
  * (a backend's close calls it before closing its executor). */

@@ -481,22 +481,7 @@ static agg_qx_t *pg_qx(agg_store_t *base) {
     return c && !stage_tables(s, c) ? s->qx : NULL;
 }
 
-static const agg_store_vtab_t pg_vtab = {
-    .name = "postgres",
-    .close = pg_close,
-    .offset_get = agg_store_offset_read,
-    .chunk_seen = agg_store_seen,
-    .batch_write = agg_store_write,
-    .fence = pg_fence,
-    .load = pg_load,
-    .downsample = agg_tiers_downsample,
-    .expire = agg_tiers_expire,
-    .size_bytes = pg_size_bytes,
-    .derive = agg_tiers_derive,
-    .compact = agg_tiers_compact,
-    .qx = pg_qx,
-    .fresh_rows = 1,
-};
+static const agg_store_vtab_t pg_vtab = {AGG_STORE_VTAB(pg, "postgres"), .fresh_rows = 1};
 
 void agg_store_pg_url_safe(const char *url, char *out, size_t size) {
     const char *at = strchr(url, '@'), *scheme = strstr(url, "://");

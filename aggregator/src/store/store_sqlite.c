@@ -265,21 +265,7 @@ static int64_t sq_size_bytes(agg_store_t *base) {
 
 static agg_qx_t *sq_qx(agg_store_t *base) { return ((sq_store_t *)base)->qx; }
 
-static const agg_store_vtab_t sq_vtab = {
-    .name = "sqlite",
-    .close = sq_close,
-    .offset_get = agg_store_offset_read,
-    .chunk_seen = agg_store_seen,
-    .batch_write = agg_store_write,
-    .fence = sq_fence,
-    .load = sq_load,
-    .downsample = agg_tiers_downsample,
-    .expire = agg_tiers_expire,
-    .derive = agg_tiers_derive,
-    .compact = agg_tiers_compact,
-    .size_bytes = sq_size_bytes,
-    .qx = sq_qx,
-};
+static const agg_store_vtab_t sq_vtab = {AGG_STORE_VTAB(sq, "sqlite")};
 
 void agg_store_path(char *out, size_t size, const char *dir, const char *topic,
                     int32_t partition) {
