@@ -50,6 +50,8 @@
 #include "lazylibs.h"
 #include "loader_gate.h"
 
+#include "cm/array.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
@@ -707,14 +709,7 @@ char *ag_demangle(const char *name) {
 
 /* The last row at or below pc, unless it ends a sequence (as dwfl_module_getsrc). */
 static const char *line_of(ag_object_t *o, uint64_t file_addr, int *line) {
-    uint32_t lo = 0, hi = o->nlines;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (o->lines[mid].addr <= file_addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = CM_COUNT_LE(o->lines, o->nlines, addr, file_addr);
     if (!lo || o->lines[lo - 1].file == UINT32_MAX)
         return NULL;
     *line = (int)o->lines[lo - 1].line;

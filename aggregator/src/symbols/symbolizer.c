@@ -30,6 +30,7 @@
 #define _GNU_SOURCE
 #include "symbolizer.h"
 
+#include "cm/array.h"
 #include "cm/error.h"
 #include "cm/log.h"
 
@@ -545,14 +546,7 @@ int agg_symbolize(const uint8_t *build_id, size_t bid_len, uint64_t addr, agg_sy
             goto out;
     }
     rc = 0; /* the debug file is there: from here on, "no symbol at this address" */
-    size_t lo = 0, hi = e->nsyms;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (e->syms[mid].addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = CM_COUNT_LE(e->syms, e->nsyms, addr, addr);
     if (lo == 0 || addr >= e->syms[lo - 1].end)
         goto out;
     const char *sys = e->syms[lo - 1].name;

@@ -14,4 +14,19 @@
         q_ ? (*(pp) = q_, 0) : CM_ENOMEM;                                                          \
     })
 
+/* The number of items of arr[0, n), sorted by their field, whose field is <= k (a binary
+ * search: the index of the first one above k). */
+#define CM_COUNT_LE(arr, n, field, k)                                                              \
+    __extension__({                                                                                \
+        size_t lo_ = 0, hi_ = (n);                                                                 \
+        while (lo_ < hi_) {                                                                        \
+            size_t mid_ = lo_ + (hi_ - lo_) / 2;                                                   \
+            if ((arr)[mid_].field <= (k))                                                          \
+                lo_ = mid_ + 1;                                                                    \
+            else                                                                                   \
+                hi_ = mid_;                                                                        \
+        }                                                                                          \
+        lo_;                                                                                       \
+    })
+
 #endif
