@@ -17,32 +17,24 @@
 
 #define HEX_SPAN 33 /* offset of the span id in a context's label strings (after the trace id) */
 
+/* pprof's sample types per event type: the count's name, the value's name and unit. */
+static const struct {
+    const char *count, *value, *unit;
+} sample_types[CM_EV_COUNT] = {
+    [CM_EV_CPU] = {"samples", "cpu", "nanoseconds"},
+    [CM_EV_WALL] = {"samples", "wall", "nanoseconds"},
+    [CM_EV_ALLOC] = {"alloc_objects", "alloc_space", "bytes"},
+    [CM_EV_INUSE] = {"inuse_objects", "inuse_space", "bytes"},
+    [CM_EV_LOCK] = {"contentions", "delay", "nanoseconds"},
+    [CM_EV_IO] = {"io_ops", "io_time", "nanoseconds"},
+};
+
 void agg_pprof_sample_types(cm_event_type_t type, const char *names[2], const char *units[2]) {
+    int known = type >= 0 && type < CM_EV_COUNT && sample_types[type].count;
+    names[0] = known ? sample_types[type].count : "samples";
+    names[1] = known ? sample_types[type].value : "value";
     units[0] = "count";
-    units[1] = "nanoseconds";
-    switch (type) {
-    case CM_EV_CPU:
-        names[0] = "samples", names[1] = "cpu";
-        break;
-    case CM_EV_WALL:
-        names[0] = "samples", names[1] = "wall";
-        break;
-    case CM_EV_ALLOC:
-        names[0] = "alloc_objects", names[1] = "alloc_space", units[1] = "bytes";
-        break;
-    case CM_EV_INUSE:
-        names[0] = "inuse_objects", names[1] = "inuse_space", units[1] = "bytes";
-        break;
-    case CM_EV_LOCK:
-        names[0] = "contentions", names[1] = "delay";
-        break;
-    case CM_EV_IO:
-        names[0] = "io_ops", names[1] = "io_time";
-        break;
-    default:
-        names[0] = "samples", names[1] = "value", units[1] = "count";
-        break;
-    }
+    units[1] = known ? sample_types[type].unit : "count";
 }
 
 /* The string table: index 0 is "" as pprof requires. Strings point into the profile (or are
