@@ -139,16 +139,24 @@ static int decode_header(cm_header_t *h, const Fleetprof__V1__Header *ph, uint32
     return 0;
 }
 
+/* The sum of len[0, n) while each is <= limit; *bad: the index of the first over it, or n. */
+static uint64_t bounded_sum(const uint32_t *len, uint32_t n, uint32_t limit, uint32_t *bad) {
+    uint64_t sum = 0;
+    uint32_t i = 0;
+    for (; i < n && len[i] <= limit; i++)
+        sum += len[i];
+    *bad = i;
+    return sum;
+}
+
 /* Checks the string lengths against the blob; fills sz->blob. */
 static int check_strings(const Fleetprof__V1__Dictionary *pd, sizes_t *sz, char *errbuf,
                          size_t errbuf_size) {
-    uint64_t blob = 0;
-    for (uint32_t i = 0; i < sz->ns; i++) {
-        if (pd->string_len[i] > CM_MAX_STRING_LEN)
-            ERR(CM_ETOOBIG, "string %u is %u bytes (limit %u)", i, pd->string_len[i],
-                CM_MAX_STRING_LEN);
-        blob += pd->string_len[i];
-    }
+    uint32_t i;
+    uint64_t blob = bounded_sum(pd->string_len, sz->ns, CM_MAX_STRING_LEN, &i);
+    if (i < sz->ns)
+        ERR(CM_ETOOBIG, "string %u is %u bytes (limit %u)", i, pd->string_len[i],
+            CM_MAX_STRING_LEN);
     if (blob != pd->string_data.len)
         ERR(CM_EFORMAT, "string lengths add up to %llu but the string data holds %zu bytes",
             (unsigned long long)blob, pd->string_data.len);
@@ -200,13 +208,11 @@ static int check_sizes(const Fleetprof__V1__Chunk *m, sizes_t *sz, char *errbuf,
     if ((rc = check_strings(pd, sz, errbuf, errbuf_size)) ||
         (rc = check_stacks(pd, sz, errbuf, errbuf_size)))
         return rc;
-    uint64_t nlabels = 0;
-    for (uint32_t i = 0; i < sz->nls; i++) {
-        if (pd->label_set_len[i] > CM_MAX_LABELS_PER_SET)
-            ERR(CM_ETOOBIG, "label set %u has %u labels (limit %u)", i, pd->label_set_len[i],
-                CM_MAX_LABELS_PER_SET);
-        nlabels += pd->label_set_len[i];
-    }
+    uint32_t i;
+    uint64_t nlabels = bounded_sum(pd->label_set_len, sz->nls, CM_MAX_LABELS_PER_SET, &i);
+    if (i < sz->nls)
+        ERR(CM_ETOOBIG, "label set %u has %u labels (limit %u)", i, pd->label_set_len[i],
+            CM_MAX_LABELS_PER_SET);
     if (2 * nlabels != pd->n_label_kv)
         ERR(CM_EFORMAT, "label sets need %llu key/value entries, the column has %zu",
             (unsigned long long)(2 * nlabels), pd->n_label_kv);
