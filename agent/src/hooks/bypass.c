@@ -78,8 +78,41 @@ typedef struct {
     uintptr_t page;
 } object_t;
 
-/* The object's dynamic tables (d_ptr values are relocated in place by glibc's loader; a value
- * below the load address is not yet: add it). 0 when it has no symbol table. */
+/* The entries of a dynamic section that object_tables and dynsym_of read; addresses are
+ * relocated (glibc's loader relocates d_ptr values in place; a value below the load address
+ * is not yet: add it), 0 when absent. */
+typedef struct {
+    uintptr_t symtab, strtab, jmprel, rela, gnu, sysv;
+    size_t strsz, pltsz, relasz, relaent;
+    long pltrel;
+} dyn_t;
+
+static void dyn_read(const ElfW(Dyn) * dyn, uintptr_t base, dyn_t *t) {
+    *t = (dyn_t){.relaent = sizeof(ElfW(Rela)), .pltrel = DT_RELA};
+    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
+        uintptr_t p = dyn->d_un.d_ptr;
+        switch (dyn->d_tag) {
+        case DT_SYMTAB: t->symtab = p; break;
+        case DT_STRTAB: t->strtab = p; break;
+        case DT_STRSZ: t->strsz = dyn->d_un.d_val; break;
+        case DT_JMPREL: t->jmprel = p; break;
+        case DT_PLTRELSZ: t->pltsz = dyn->d_un.d_val; break;
+        case DT_PLTREL: t->pltrel = (long)dyn->d_un.d_val; break;
+        case DT_RELA: t->rela = p; break;
+        case DT_RELASZ: t->relasz = dyn->d_un.d_val; break;
+        case DT_RELAENT: t->relaent = dyn->d_un.d_val; break;
+        case DT_GNU_HASH: t->gnu = p; break;
+        case DT_HASH: t->sysv = p; break;
+        default: break;
+        }
+    }
+    uintptr_t *addr[] = {&t->symtab, &t->strtab, &t->jmprel, &t->rela, &t->gnu, &t->sysv};
+    for (size_t i = 0; i < sizeof addr / sizeof addr[0]; i++)
+        if (*addr[i] && *addr[i] < base)
+            *addr[i] += base;
+}
+
+/* The object's dynamic tables (dyn_t). 0 when it has no symbol table. */
 static int object_tables(const struct dl_phdr_info *info, uintptr_t page, object_t *o,
                          const ElfW(Rela) * rel[2], size_t nrel[2]) {
     const ElfW(Dyn) *dyn = NULL;
@@ -97,34 +130,18 @@ static int object_tables(const struct dl_phdr_info *info, uintptr_t page, object
     }
     if (!dyn)
         return 0;
-    uintptr_t symtab = 0, strtab = 0, jmprel = 0, rela = 0;
-    size_t pltsz = 0, relasz = 0, relaent = sizeof(ElfW(Rela));
-    long pltrel = DT_RELA;
-    for (; dyn->d_tag != DT_NULL; dyn++) {
-        uintptr_t p = dyn->d_un.d_ptr;
-        switch (dyn->d_tag) {
-        case DT_SYMTAB: symtab = p; break;
-        case DT_STRTAB: strtab = p; break;
-        case DT_STRSZ: o->strsz = dyn->d_un.d_val; break;
-        case DT_JMPREL: jmprel = p; break;
-        case DT_PLTRELSZ: pltsz = dyn->d_un.d_val; break;
-        case DT_PLTREL: pltrel = (long)dyn->d_un.d_val; break;
-        case DT_RELA: rela = p; break;
-        case DT_RELASZ: relasz = dyn->d_un.d_val; break;
-        case DT_RELAENT: relaent = dyn->d_un.d_val; break;
-        default: break;
-        }
-    }
-    if (!symtab || !strtab || !o->strsz || relaent != sizeof(ElfW(Rela)) || pltrel != DT_RELA)
+    dyn_t t;
+    dyn_read(dyn, base, &t);
+    o->strsz = t.strsz;
+    if (!t.symtab || !t.strtab || !o->strsz || t.relaent != sizeof(ElfW(Rela)) ||
+        t.pltrel != DT_RELA)
         return 0;
-#define AG_FIX(p) ((p) && (p) < base ? (p) + base : (p))
-    o->sym = (const ElfW(Sym) *)AG_FIX(symtab);
-    o->str = (const char *)AG_FIX(strtab);
-    rel[0] = (const ElfW(Rela) *)AG_FIX(jmprel);
-    rel[1] = (const ElfW(Rela) *)AG_FIX(rela);
-#undef AG_FIX
-    nrel[0] = rel[0] ? pltsz / sizeof(ElfW(Rela)) : 0;
-    nrel[1] = rel[1] ? relasz / sizeof(ElfW(Rela)) : 0;
+    o->sym = (const ElfW(Sym) *)t.symtab;
+    o->str = (const char *)t.strtab;
+    rel[0] = (const ElfW(Rela) *)t.jmprel;
+    rel[1] = (const ElfW(Rela) *)t.rela;
+    nrel[0] = rel[0] ? t.pltsz / sizeof(ElfW(Rela)) : 0;
+    nrel[1] = rel[1] ? t.relasz / sizeof(ElfW(Rela)) : 0;
     return 1;
 }
 
@@ -249,28 +266,18 @@ typedef struct {
 
 static int dynsym_of(const struct dl_phdr_info *info, dynsym_t *d) {
     const ElfW(Dyn) *dyn = NULL;
-    uintptr_t base = info->dlpi_addr, symtab = 0, strtab = 0, gnu = 0, sysv = 0;
+    uintptr_t base = info->dlpi_addr;
     memset(d, 0, sizeof *d);
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
             dyn = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
-    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
-        uintptr_t p = dyn->d_un.d_ptr;
-        switch (dyn->d_tag) {
-        case DT_SYMTAB: symtab = p; break;
-        case DT_STRTAB: strtab = p; break;
-        case DT_STRSZ: d->strsz = dyn->d_un.d_val; break;
-        case DT_GNU_HASH: gnu = p; break;
-        case DT_HASH: sysv = p; break;
-        default: break;
-        }
-    }
-#define AG_FIX(p) ((p) && (p) < base ? (p) + base : (p))
-    d->sym = (const ElfW(Sym) *)AG_FIX(symtab);
-    d->str = (const char *)AG_FIX(strtab);
-    d->gnu = (const uint32_t *)AG_FIX(gnu);
-    d->sysv = (const uint32_t *)AG_FIX(sysv);
-#undef AG_FIX
+    dyn_t t;
+    dyn_read(dyn, base, &t);
+    d->strsz = t.strsz;
+    d->sym = (const ElfW(Sym) *)t.symtab;
+    d->str = (const char *)t.strtab;
+    d->gnu = (const uint32_t *)t.gnu;
+    d->sysv = (const uint32_t *)t.sysv;
     return d->sym && d->str && d->strsz && (d->gnu || d->sysv);
 }
 
