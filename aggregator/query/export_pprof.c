@@ -30,7 +30,7 @@ static const struct {
 };
 
 void agg_pprof_sample_types(cm_event_type_t type, const char *names[2], const char *units[2]) {
-    int known = type >= 0 && type < CM_EV_COUNT && sample_types[type].count;
+    int known = (unsigned)type < CM_EV_COUNT && sample_types[type].count;
     names[0] = known ? sample_types[type].count : "samples";
     names[1] = known ? sample_types[type].value : "value";
     units[0] = "count";
