@@ -463,6 +463,61 @@ static void test_encoder_refuses_invalid(void) {
     ts_gen_free(c);
 }
 
+/* Minor 3: an incident added to a framed chunk (the flight recorder's path) decodes with the
+ * chunk's samples unchanged and every incident field; an inconsistent incident is refused. */
+static void test_incident_added_to_frame(void) {
+    cm_chunk_t *c = small_chunk(10);
+    size_t len;
+    uint8_t *buf = encode(c, &len);
+    cm_incident_t inc = {0};
+    memset(inc.id, 0xab, sizeof inc.id);
+    inc.trigger = (cm_str_t){"overload", 8};
+    inc.threshold_milli = 250;
+    inc.value_milli = 731;
+    inc.trigger_unix_ns = c->header.end_unix_ns;
+    inc.part = 2;
+    inc.parts = 5;
+    inc.capture_start_unix_ns = c->header.start_unix_ns;
+    inc.capture_end_unix_ns = c->header.end_unix_ns + 1000;
+    uint8_t *f = NULL;
+    size_t fl = 0;
+    char err[256] = "", why[256] = "";
+    int rc = cm_frame_add_incident(buf, len, &inc, &f, &fl, err, sizeof err);
+    CHECKF(rc == 0, "%s: %s", cm_errname(rc), err);
+    cm_chunk_t *d = NULL;
+    rc = cm_chunk_decode(f, fl, &d, err, sizeof err);
+    CHECKF(rc == 0, "%s: %s", cm_errname(rc), err);
+    CHECKF(ts_chunk_equal(c, d, why, sizeof why), "samples changed: %s", why);
+    CHECK(d->incident.present && !memcmp(d->incident.id, inc.id, sizeof inc.id));
+    CHECK(strcmp(d->incident.trigger.ptr, "overload") == 0);
+    CHECK_EQ(d->incident.threshold_milli, 250);
+    CHECK_EQ(d->incident.value_milli, 731);
+    CHECK_EQ(d->incident.part, 2);
+    CHECK_EQ(d->incident.parts, 5);
+    CHECK_EQ(d->incident.capture_end_unix_ns, inc.capture_end_unix_ns);
+    CHECK_EQ(d->header.format_minor, CM_FORMAT_MINOR);
+    /* the encoder writes the same field from the in-memory chunk */
+    d->incident.part = 4;
+    size_t l2;
+    uint8_t *b2 = encode(d, &l2);
+    cm_chunk_t *d2 = NULL;
+    CHECK(cm_chunk_decode(b2, l2, &d2, err, sizeof err) == 0 && d2->incident.part == 4);
+    cm_chunk_free(d2);
+    free(b2);
+    cm_chunk_free(d);
+    free(f);
+    /* an ordinary chunk has none */
+    CHECK(cm_chunk_decode(buf, len, &d, err, sizeof err) == 0 && !d->incident.present);
+    cm_chunk_free(d);
+    inc.part = 5; /* not below parts */
+    CHECK(cm_frame_add_incident(buf, len, &inc, &f, &fl, err, sizeof err) == 0);
+    CHECK_EQ(cm_chunk_decode(f, fl, &d, err, sizeof err), CM_EFORMAT);
+    CHECKF(strstr(err, "incident part 5 of 5"), "%s", err);
+    free(f);
+    free(buf);
+    ts_gen_free(c);
+}
+
 static void test_error_strings(void) {
     CHECK(strcmp(cm_errname(CM_EFORMAT), "EFORMAT") == 0);
     CHECK(strstr(cm_strerror(CM_EVERSION), "version"));
@@ -487,6 +542,7 @@ static const tr_test_t tests[] = {
     {"newer_minor_skips_unknown_column", test_newer_minor_skips_unknown_column},
     {"allocation_bomb", test_allocation_bomb},
     {"encoder_refuses_invalid", test_encoder_refuses_invalid},
+    {"incident_added_to_frame", test_incident_added_to_frame},
     {"error_strings", test_error_strings},
     {0, 0},
 };

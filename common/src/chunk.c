@@ -80,7 +80,8 @@ const char *cm_drop_reason_name(uint32_t reason) {
         "unspecified", "ring_full",    "chunk_queue_full", "heap_table_full",
         "subsampled",  "unwind_failed", "stack_truncated", "dict_full",
         "over_budget", "thread_limit", "encode_failed", "host_unsafe",
-        "output_failed", "signal_limit", "span_limit"};
+        "output_failed", "signal_limit", "span_limit", "incident_cooldown",
+        "incident_cap", "incident_lost"};
     return reason < sizeof names / sizeof names[0] ? names[reason] : "unknown";
 }
 

@@ -7,6 +7,7 @@
  * chunk points into the protobuf-c message where the C types match (no copy).
  * Thread-safe (no globals); allocates; not for signal handlers.
  */
+#include "chunk_incident.h"
 #include "cm/chunk.h"
 #include "cm/error.h"
 #include "chunk_fields.h"
@@ -480,6 +481,8 @@ static int decode_body(cm_chunk_t *c, owner_t *o, char *errbuf, size_t errbuf_si
     decode_sampling(&c->header, m->header, arena);
     if ((rc = decode_samples(c, m, arena, errbuf, errbuf_size)) ||
         (rc = decode_spans(c, m->spans, errbuf, errbuf_size)))
+        return rc;
+    if (m->incident && (rc = cm_incident_from_pb(m->incident, &c->incident, errbuf, errbuf_size)))
         return rc;
     return 0;
 }

@@ -7,6 +7,7 @@
  * row has the default value are left out.
  * Thread-safe (no globals); allocates; not for signal handlers.
  */
+#include "chunk_incident.h"
 #include "cm/chunk.h"
 #include "cm/error.h"
 #include "chunk_fields.h"
@@ -118,6 +119,7 @@ typedef struct {
     Fleetprof__V1__Header hdr;
     Fleetprof__V1__Dictionary dict;
     Fleetprof__V1__Spans spans;
+    Fleetprof__V1__Incident incident; /* minor 3: set when the chunk is a capture's */
     Fleetprof__V1__Samples cols[CM_EV_COUNT], *cols_p[CM_EV_COUNT];
     void *owned[24]; /* 4 header strings, 10 tables, 6 delta columns */
     size_t n_owned;
@@ -311,7 +313,8 @@ static int enc_column(enc_t *e, Fleetprof__V1__Samples *m, uint32_t t, const cm_
     return 0;
 }
 
-/* Non-empty sample columns, then the spans (pointed to, not copied). 0 or CM_ENOMEM. */
+/* Non-empty sample columns, then the spans (pointed to, not copied) and the incident of a
+ * capture chunk. 0 or CM_ENOMEM. */
 static int enc_samples(enc_t *e, const cm_chunk_t *c) {
     size_t ncols = 0;
     for (uint32_t t = 1; t <= CM_EV_MAX; t++) {
@@ -335,6 +338,10 @@ static int enc_samples(enc_t *e, const cm_chunk_t *c) {
         SET_COL(spans, thread, sp->thread, sp->n);
         SET_COL32(spans, flags, sp->flags, sp->n);
         e->msg.spans = spans;
+    }
+    if (c->incident.present) {
+        cm_incident_pb(&c->incident, &e->incident);
+        e->msg.incident = &e->incident;
     }
     return 0;
 }

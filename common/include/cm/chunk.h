@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define CM_FORMAT_MAJOR 1
-#define CM_FORMAT_MINOR 2
+#define CM_FORMAT_MINOR 3
 #define CM_FRAME_MAGIC "FPRF"
 #define CM_FRAME_HEADER_SIZE 24
 #define CM_FRAME_FLAG_LZ4 0x1u
@@ -83,6 +83,9 @@ typedef enum {
     CM_DROP_OUTPUT_FAILED = 12, /* chunk not written: FLEETPROF_OUTPUT full or unwritable */
     CM_DROP_SIGNAL_LIMIT = 13,  /* not taken: RLIMIT_SIGPENDING room left to the program */
     CM_DROP_SPAN_LIMIT = 14,    /* span not recorded: a per-chunk or per-thread bound */
+    CM_DROP_INCIDENT_COOLDOWN = 15, /* minor 3: trigger fired within the cooldown, no capture */
+    CM_DROP_INCIDENT_CAP = 16,      /* minor 3: trigger fired past the per-process cap */
+    CM_DROP_INCIDENT_LOST = 17,     /* minor 3: capture segment not kept (recorder bound) */
 } cm_drop_reason_t;
 
 typedef enum { CM_IO_READ = 1, CM_IO_WRITE, CM_IO_CONNECT, CM_IO_ACCEPT, CM_IO_SYNC, CM_IO_OPEN } cm_io_kind_t;
@@ -190,11 +193,26 @@ typedef struct {
     uint32_t *flags;         /* CM_SPF_*, may be NULL */
 } cm_spans_t;
 
+/* Minor 3: the chunk is part of an incident capture (proto message Incident). present == 0:
+ * an ordinary chunk. trigger is NUL-terminated when decoded. */
+#define CM_INCIDENT_ID_LEN 16u
+#define CM_MAX_TRIGGER_LEN 32u
+typedef struct {
+    int present;
+    uint8_t id[CM_INCIDENT_ID_LEN];
+    cm_str_t trigger;
+    uint64_t threshold_milli, value_milli;
+    uint64_t trigger_unix_ns;
+    uint32_t part, parts;
+    uint64_t capture_start_unix_ns, capture_end_unix_ns;
+} cm_incident_t;
+
 typedef struct cm_chunk {
     cm_header_t header;
     cm_dict_t dict;
     cm_samples_t samples[CM_EV_COUNT]; /* indexed by type; n == 0 when absent */
     cm_spans_t spans;                  /* minor 2; n == 0 when absent */
+    cm_incident_t incident;            /* minor 3; present == 0 when absent */
     uint32_t skipped_columns;          /* decoded: sample columns of unknown (newer) types */
     void *owner_;                      /* decoded: private storage */
 } cm_chunk_t;
@@ -263,6 +281,12 @@ int cm_frame_build(const uint8_t *raw, size_t raw_len, uint8_t **out, size_t *ou
 /* Decompresses (or copies) the payload into dst, which holds info->raw_len bytes. */
 int cm_frame_unpack(const uint8_t *buf, const cm_frame_info_t *info, uint8_t *dst, char *errbuf,
                     size_t errbuf_size);
+
+/* Minor 3: a copy of frame (a whole chunk frame) with inc appended as the chunk's Incident
+ * field (protobuf merges an appended field), re-framed. Returns 0 and a malloc'ed frame, or a
+ * CM_E* code with a reason in errbuf. */
+int cm_frame_add_incident(const uint8_t *frame, size_t len, const cm_incident_t *inc,
+                          uint8_t **out, size_t *out_len, char *errbuf, size_t errbuf_size);
 
 /* Formats 16 bytes as 32 lowercase hex characters plus NUL (out holds 33). */
 void cm_hex(const uint8_t *bytes, size_t n, char *out);
