@@ -92,3 +92,20 @@ endif()
 fp_test(test-agent-pyline LABELS agent LIBS fp_agent_core)
 # The record ring, the chunk builder and the wall sampler in-process (fp_agent_core).
 fp_test(test-agent-units LABELS agent LIBS Threads::Threads fp_agent_core)
+
+# Incidents (issue 32): the flight recorder and its triggers on incident_svc, linked to the
+# agent (a spike, a hang, steady and uniformly higher load, a manual capture). Each case runs
+# the program for 12-45 s of wall time, so each is its own ctest entry (run in parallel).
+add_executable(incident_svc programs/incident_svc.c)
+target_compile_options(incident_svc PRIVATE -O1 -fno-omit-frame-pointer
+  -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
+target_link_libraries(incident_svc PRIVATE fleetprof_agent Threads::Threads)
+set_target_properties(incident_svc PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
+fp_test(test-agent-incident LABELS "agent;incident;nosan" LIBS m ARGS spikes)
+add_dependencies(test-agent-incident incident_svc fleetprof_agent)
+foreach(c hang steady_ramp manual)
+  add_test(NAME test-agent-incident-${c} COMMAND test-agent-incident ${c})
+  set_tests_properties(test-agent-incident-${c} PROPERTIES TIMEOUT 300
+    LABELS "agent;incident;nosan"
+    ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+endforeach()

@@ -72,6 +72,13 @@ FLEETPROF_EXTERN void fleetprof_work_done(uint64_t units);
  * running. */
 FLEETPROF_EXTERN int fleetprof_flush(void);
 
+/* Asks the flight recorder (FLEETPROF_RECORDER=1) for an incident capture now, trigger
+ * "manual": the seconds it holds plus its burst after are sent as one incident. Cheap (an
+ * atomic store and a wake); the background thread does the work. Returns 0, -ENOTSUP when
+ * the recorder is off, or -ESRCH if the agent is not running. A request within the cooldown
+ * or past the cap is counted, not captured. */
+FLEETPROF_EXTERN int fleetprof_capture(void);
+
 /* Returns 1 if the agent is running in this process, else 0. */
 FLEETPROF_EXTERN int fleetprof_enabled(void);
 

@@ -25,6 +25,7 @@
 #include "creds.h"
 #include "defer.h"
 #include "hooks.h"
+#include "incid.h"
 #include "loader_gate.h"
 #include "procstat.h"
 #include "pyframes.h"
@@ -143,6 +144,7 @@ static void drain(void) {
                 ag_hooks_bg_add(B.b, t, tid, r);
             else
                 ag_builder_add(B.b, t, tid, r);
+            ag_fr_add(t, tid, r); /* flight recorder (bg/flightrec.c): CPU and wall */
             if (r->type == CM_EV_WALL && (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))))
                 memcpy(t->wall_rec, r, len);
             else if (r->type == CM_EV_CPU && (t->cpu_rec || (t->cpu_rec = malloc(AG_REC_MAX))))
@@ -311,6 +313,7 @@ static void bg_setup(bg_sched_t *s, const sigset_t *wait_set) {
     pthread_mutex_lock(&ag_work_mu);
     uint64_t now = ag_now_mono();
     B.b = ag_builder_new();
+    ag_fr_start(g_start_real); /* flight recorder and incident triggers, if on */
     /* The first chunk covers the samples taken since the start, before the tables too (their
      * times would otherwise be clamped to a start hundreds of ms late on a loaded machine). */
     ag_chunk_begin(g_start_real, agent_cpu0, proc_cpu0);
@@ -469,7 +472,8 @@ static void bg_work(bg_sched_t *s, int req, const sigset_t *self_set) {
         drain(); /* so that wall_reuse sees each thread's latest wall record */
         ag_wall_tick(B.b, now);
         s->last_wall = now;
-        s->next_wall += (uint64_t)((double)s->wall_ns / B.bud.bg);
+        /* an incident capture's burst (bg/flightrec.c) is not stretched by the budget */
+        s->next_wall += (uint64_t)((double)s->wall_ns / (ag_fr_capturing() ? 1.0 : B.bud.bg));
         if (s->next_wall < now)
             s->next_wall = now + s->wall_ns;
     }
@@ -477,6 +481,9 @@ static void bg_work(bg_sched_t *s, int req, const sigset_t *self_set) {
     if (ag_defer_reset_begin())
         bg_defer_reset();
     ag_hooks_bg_tick(now); /* ALLOC controller, flood-cap windows */
+    ag_fr_tick(now);       /* incident triggers, recorder segments, captures out */
+    if (s->wall_ns && ag_fr_capturing() && s->next_wall > now + s->wall_ns)
+        s->next_wall = now + s->wall_ns;
     if (now >= s->next_ctl)
         bg_control_step(s, now);
     if (now >= s->next_scan && !(req & AG_REQ_STOP)) /* at exit: nothing new to find */
@@ -527,6 +534,7 @@ static void *bg_main(void *arg) {
     pthread_mutex_lock(&ag_work_mu);
     ag_builder_free(B.b);
     B.b = NULL;
+    ag_fr_stop();
     pthread_mutex_unlock(&ag_work_mu);
     /* With the program's own malloc, glibc's thread exit would call it (free(NULL) of the
      * thread's strerror/strsignal buffers, __glibc_tls_internal_free): end with the system

@@ -22,6 +22,7 @@
  * recorded and DROP_SPAN_LIMIT is counted (its samples keep its context). Nothing here runs in
  * a signal handler.
  */
+#include "bg/incid.h"
 #include "internal.h"
 
 #include "fleetprof.h"
@@ -281,6 +282,8 @@ int fleetprof_span_end(void) {
     }
     if (t_span.depth == 0 && t_span.slot)
         publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
+    if (t_span.depth == 0) /* a request ended: incident triggers (bg/triggers.c) */
+        ag_trig_span_ended(end > f->start_ns ? end - f->start_ns : 0);
     static const uint8_t zero[16];
     if (!memcmp(f->ctx, zero, 16))
         fleetprof_span_clear();
@@ -400,4 +403,28 @@ void ag_spans_after_fork_child(void) {
         for (uint32_t i = 0; i < AG_SPANS_PER_CHUNK; i++)
             if (atomic_load_explicit(&g_done[h][i].epoch, memory_order_relaxed))
                 atomic_store_explicit(&g_done[h][i].epoch, 0, memory_order_relaxed);
+}
+
+/* bg: incident triggers (bg/triggers.c) read the outermost active spans. */
+uint32_t ag_spans_active_stats(uint64_t now, uint64_t slow_ns, uint32_t *slow,
+                               uint64_t *oldest_ns) {
+    uint32_t n = 0;
+    *slow = 0;
+    *oldest_ns = 0;
+    for (uint32_t i = 0; i < AG_SPAN_THREADS; i++) {
+        active_t *a = &g_active[i];
+        if (!atomic_load_explicit(&a->owner, memory_order_acquire))
+            continue;
+        uint32_t act, name;
+        uint64_t st;
+        uint8_t ctx[CM_CONTEXT_SIZE];
+        read_active(a, &act, &name, &st, ctx);
+        if (!act || st > now)
+            continue;
+        n++;
+        *slow += now - st >= slow_ns;
+        if (now - st > *oldest_ns)
+            *oldest_ns = now - st;
+    }
+    return n;
 }

@@ -17,6 +17,7 @@
  */
 #include "ag_alloc.h"
 #include "hooks.h"
+#include "incid.h"
 #include "clock.h"
 #include "ag_signal.h"
 #include "defer.h"
@@ -205,6 +206,18 @@ void ag_agent_stop(void) {
 }
 
 __attribute__((destructor)) static void ag_stop(void) { ag_agent_stop(); }
+
+/* The manual trigger (bg/triggers.c): here with the other entry points, so that the
+ * triggers' code (fp_agent_core) does not pull the bg thread's loop into a test. */
+int fleetprof_capture(void) {
+    if (!atomic_load(&ag.running))
+        return -ESRCH;
+    if (!ag.cfg.incid.on)
+        return -ENOTSUP;
+    atomic_store(&ag_trig_manual, 1);
+    ag_bg_wake(0);
+    return 0;
+}
 
 int fleetprof_flush(void) {
     if (!atomic_load(&ag.running) || ag_unseen_child())

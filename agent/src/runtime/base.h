@@ -34,6 +34,6 @@
 #define AG_MAX_THREADS 1024          /* registry slots; beyond: DROP_THREAD_LIMIT */
 #define AG_MAX_DEPTH 128             /* frames per sample; deeper stacks are truncated */
 #define AG_RING_SIZE (32u << 10)     /* bytes per thread ring, power of two */
-#define AG_DROP_REASONS 15           /* cm_drop_reason_t values + 1 */
+#define AG_DROP_REASONS 18           /* cm_drop_reason_t values + 1 */
 
 #endif

@@ -164,8 +164,9 @@ int ag_env_bool(const char *var, int dflt) {
 
 /* Parses a duration in [lo_ns, hi_ns] with cm_parse_duration: "5s", "500ms", "2m", or a bare
  * number of seconds ("10", "0.5"). Same contract as env_double. */
-static int env_duration(const char *var, uint64_t lo_ns, uint64_t hi_ns, const char *dflt,
-                        uint64_t *out) {
+#define env_duration ag_env_duration
+int ag_env_duration(const char *var, uint64_t lo_ns, uint64_t hi_ns, const char *dflt,
+                    uint64_t *out) {
     char v[128];
     if (!ag_env_value(var, v, sizeof v))
         return 0;
@@ -308,4 +309,5 @@ void ag_config_load(ag_config_t *cfg) {
             invalid("FLEETPROF_FORK", v, "not 'follow' or 'stop'", "follow");
     }
     cfg->controller = ag_env_bool("FLEETPROF_CONTROLLER", 1);
+    ag_incid_config_load(&cfg->incid); /* flight recorder and triggers (bg/triggers.c) */
 }

@@ -4,6 +4,7 @@
 
 #include "base.h"
 #include "cm/chunk.h"
+#include "incid_cfg.h"
 
 /* FLEETPROF_WALL_HZ's default, read by config.c and by hooks.c (the wait hooks are on while
  * wall sampling is). 100 ms: see config.c. */
@@ -26,6 +27,7 @@ typedef struct {
     int controller;            /* 0: fixed periods */
     int fork_follow;           /* 1: a fork child profiles itself; 0: it stops (FLEETPROF_FORK) */
     int log_level;
+    ag_incid_cfg_t incid;      /* flight recorder and incident triggers (bg/incid_cfg.h) */
 } ag_config_t;
 
 /* Reads the environment into cfg (defaults for anything unset). Invalid values print one
@@ -35,6 +37,8 @@ AG_HIDDEN void ag_config_load(ag_config_t *cfg);
 AG_HIDDEN int ag_env_value(const char *var, char *buf, size_t size);
 AG_HIDDEN int ag_env_double(const char *var, double lo, double hi, const char *dflt, double *out);
 AG_HIDDEN int ag_env_bool(const char *var, int dflt);
+AG_HIDDEN int ag_env_duration(const char *var, uint64_t lo_ns, uint64_t hi_ns, const char *dflt,
+                              uint64_t *out);
 AG_HIDDEN void ag_env_invalid(const char *var, const char *val, const char *why, const char *dflt);
 /* Secure-execution mode (AT_SECURE; the first call prints the one line): 1 or 0. ag_getenv is
  * getenv with secure_getenv's semantics, the only way the agent reads a variable. */

@@ -1,0 +1,37 @@
+/* Incidents in the agent: the flight recorder (flightrec.c) and its triggers (triggers.c).
+ *
+ * The recorder keeps the last FLEETPROF_RECORDER_WINDOW of CPU and wall samples, encoded as
+ * one-second chunks (segments) that are never sent; a trigger makes them, plus a burst after
+ * it, an incident capture (chunk format minor 3, proto message Incident). Everything runs on
+ * the background thread under ag_work_mu, except fleetprof_capture() (any thread: one atomic
+ * store and a wake) and the span counters (app threads: relaxed atomic adds).
+ */
+#ifndef AG_INCID_H
+#define AG_INCID_H
+
+#include "internal.h"
+
+/* flightrec.c (bg) */
+AG_HIDDEN void ag_fr_start(uint64_t now_real);   /* bg thread start (no-op when off) */
+AG_HIDDEN void ag_fr_stop(void);                 /* bg thread end: frees everything */
+/* a drained CPU or WALL record (bgthread.c: drain, wall_add) */
+AG_HIDDEN void ag_fr_add(const ag_thread_t *t, pid_t tid, const ag_rec_t *r);
+/* every loop pass, after the drain: triggers, segment cuts, captures out */
+AG_HIDDEN void ag_fr_tick(uint64_t now_mono);
+/* Starts a capture; returns 0, or the drop reason that suppressed it (counted). */
+AG_HIDDEN int ag_fr_capture(const char *trigger, double threshold, double value);
+AG_HIDDEN int ag_fr_capturing(void);
+
+/* triggers.c (bg) */
+AG_HIDDEN void ag_trig_reset(uint64_t now_mono);
+AG_HIDDEN void ag_trig_eval(uint64_t now_mono);
+AG_HIDDEN extern _Atomic int ag_trig_manual; /* fleetprof_capture() asked */
+/* app threads, fleetprof_span_end: a request of duration_ns ended */
+AG_HIDDEN void ag_trig_span_ended(uint64_t duration_ns);
+
+/* spans.c (bg): spans active now, how many began at least slow_ns before now_real, and the
+ * oldest one's age (0 if none). */
+AG_HIDDEN uint32_t ag_spans_active_stats(uint64_t now_real, uint64_t slow_ns, uint32_t *slow,
+                                         uint64_t *oldest_ns);
+
+#endif

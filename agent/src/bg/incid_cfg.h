@@ -1,0 +1,27 @@
+/* The flight recorder's and the incident triggers' configuration (FLEETPROF_RECORDER*,
+ * FLEETPROF_TRIGGER_*, FLEETPROF_CAPTURE_MAX; agent/README.md, "Incidents"). Read once by the
+ * constructor (config.c calls ag_incid_config_load); plain values after that. */
+#ifndef AG_INCID_CFG_H
+#define AG_INCID_CFG_H
+
+#include <stdint.h>
+
+typedef struct {
+    int on;                  /* FLEETPROF_RECORDER: 0 off (default), 1 on */
+    uint64_t window_ns;      /* seconds of samples kept in memory (30 s) */
+    uint64_t max_bytes;      /* encoded bytes kept at most (4 MiB) */
+    uint64_t after_ns;       /* burst recorded after a trigger before the capture is sent (5 s) */
+    double cpu_share;        /* cpu trigger: share of the cores (0.9; 0 off) ... */
+    uint64_t cpu_for_ns;     /* ... held this long (10 s); only for a process without spans */
+    uint64_t slow_ns;        /* a request at least this long (ended or still active) is slow */
+    double slow_ratio;       /* overload trigger: slow share of the last second's requests ... */
+    double overload_cpu;     /* ... while the process uses this share of its cores */
+    uint64_t hang_ns;        /* hang trigger: a request active this long (10 s; 0 off) */
+    uint64_t cooldown_ns;    /* no capture within this time after the last one began (60 s) */
+    uint32_t max_captures;   /* per process (10) */
+} ag_incid_cfg_t;
+
+/* config.c (constructor): fills cfg from the environment; invalid values: one line each. */
+void ag_incid_config_load(ag_incid_cfg_t *cfg);
+
+#endif

@@ -1,0 +1,174 @@
+/* Incident triggers, evaluated on the background thread every AG_TRIG_DT_NS (250 ms) over the
+ * last half second (AG_TRIG_STEPS steps: a spike is seen in 0.25-0.75 s; over a whole second,
+ * the fast requests of the second before it kept the slow share low for 1.5-2.5 s). Each
+ * fires on its rising edge (false -> true) and starts a flight-recorder capture (flightrec.c),
+ * which applies the cooldown and the per-process cap.
+ *
+ *   overload  the slow share of the last half second's requests (ended spans at least
+ *             FLEETPROF_TRIGGER_SLOW long, plus active ones already that old) at or above
+ *             FLEETPROF_TRIGGER_SLOW_RATIO while the process uses FLEETPROF_TRIGGER_OVERLOAD_CPU
+ *             of its cores: high CPU with degraded requests (seed 001). High CPU with fast
+ *             requests is a workload that stretches, not an incident.
+ *   hang      a request (span) active for FLEETPROF_TRIGGER_HANG.
+ *   cpu       FLEETPROF_TRIGGER_CPU of the cores held FLEETPROF_TRIGGER_CPU_FOR, in a process
+ *             that never marked a request (with requests, CPU alone is not an incident).
+ *   manual    fleetprof_capture().
+ * The signals: the process's CPU clock, the cores it may run on (sched_getaffinity), the
+ * span counters fleetprof_span_end adds to (relaxed atomics, no lock) and the active spans
+ * (spans.c).
+ */
+#include "bg/incid.h"
+
+#include "fleetprof.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#define AG_TRIG_DT_NS 250000000ull
+#define AG_TRIG_STEPS 2 /* half a second */
+#define AG_TRIG_MIN_REQUESTS 2 /* a ratio of fewer requests says nothing */
+
+_Atomic int ag_trig_manual;
+static _Atomic uint64_t g_ended, g_slow;
+static _Atomic uint64_t g_slow_ns = UINT64_MAX; /* ag.cfg.incid.slow_ns once the bg runs */
+
+typedef struct {
+    uint64_t cpu_ns, dt_ns, ended, slow;
+} step_t;
+
+static struct {
+    uint64_t next, last_mono, last_cpu, last_ended, last_slow;
+    step_t steps[AG_TRIG_STEPS];
+    uint32_t n, cur;
+    double cores;
+    uint64_t cpu_high_since; /* mono time the cpu condition began to hold, 0: not holding */
+    int was_overload, was_hang, was_cpu;
+    int any_span; /* a request was ever marked */
+} T;
+
+void ag_trig_span_ended(uint64_t duration_ns) {
+    atomic_fetch_add_explicit(&g_ended, 1, memory_order_relaxed);
+    if (duration_ns >= atomic_load_explicit(&g_slow_ns, memory_order_relaxed))
+        atomic_fetch_add_explicit(&g_slow, 1, memory_order_relaxed);
+}
+
+static uint64_t process_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ag_trig_reset(uint64_t now) {
+    memset(&T, 0, sizeof T);
+    cpu_set_t set;
+    T.cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (T.cores < 1)
+        T.cores = 1;
+    T.next = now + AG_TRIG_DT_NS;
+    T.last_mono = now;
+    T.last_cpu = process_cpu();
+    T.last_ended = atomic_load(&g_ended);
+    T.last_slow = atomic_load(&g_slow);
+    atomic_store(&g_slow_ns, ag.cfg.incid.slow_ns);
+}
+
+/* Records one step; returns the window's totals in *sum. */
+static void step(uint64_t now, step_t *sum) {
+    uint64_t cpu = process_cpu(), ended = atomic_load(&g_ended), slow = atomic_load(&g_slow);
+    T.steps[T.cur] = (step_t){cpu - T.last_cpu, now - T.last_mono, ended - T.last_ended,
+                              slow - T.last_slow};
+    T.cur = (T.cur + 1) % AG_TRIG_STEPS;
+    if (T.n < AG_TRIG_STEPS)
+        T.n++;
+    T.last_cpu = cpu;
+    T.last_mono = now;
+    T.last_ended = ended;
+    T.last_slow = slow;
+    memset(sum, 0, sizeof *sum);
+    for (uint32_t i = 0; i < T.n; i++) {
+        sum->cpu_ns += T.steps[i].cpu_ns;
+        sum->dt_ns += T.steps[i].dt_ns;
+        sum->ended += T.steps[i].ended;
+        sum->slow += T.steps[i].slow;
+    }
+}
+
+/* Fires on the rising edge of cond; *was keeps the last state. */
+static void edge(int cond, int *was, const char *name, double threshold, double value) {
+    if (cond && !*was)
+        ag_fr_capture(name, threshold, value);
+    *was = cond;
+}
+
+void ag_trig_eval(uint64_t now) {
+    if (atomic_exchange(&ag_trig_manual, 0))
+        ag_fr_capture("manual", 0, 0);
+    if (now < T.next)
+        return;
+    T.next = now + AG_TRIG_DT_NS;
+    step_t s;
+    step(now, &s);
+    const ag_incid_cfg_t *c = &ag.cfg.incid;
+    double share = s.dt_ns ? (double)s.cpu_ns / ((double)s.dt_ns * T.cores) : 0;
+    uint32_t slow_active = 0;
+    uint64_t oldest = 0;
+    uint32_t active = ag_spans_active_stats(ag_now_real(), c->slow_ns, &slow_active, &oldest);
+    T.any_span |= active > 0 || s.ended > 0;
+    int full = T.n == AG_TRIG_STEPS; /* a whole window seen */
+
+    uint64_t total = s.ended + active, slow = s.slow + slow_active;
+    double ratio = total ? (double)slow / (double)total : 0;
+    edge(full && c->slow_ratio > 0 && total >= AG_TRIG_MIN_REQUESTS && ratio >= c->slow_ratio &&
+             share >= c->overload_cpu,
+         &T.was_overload, "overload", c->slow_ratio, ratio);
+    edge(c->hang_ns && oldest >= c->hang_ns, &T.was_hang, "hang", (double)c->hang_ns / 1e9,
+         (double)oldest / 1e9);
+    int cpu_high = full && c->cpu_share > 0 && !T.any_span && share >= c->cpu_share;
+    if (!cpu_high)
+        T.cpu_high_since = 0;
+    else if (!T.cpu_high_since)
+        T.cpu_high_since = now;
+    edge(cpu_high && now - T.cpu_high_since >= c->cpu_for_ns, &T.was_cpu, "cpu", c->cpu_share,
+         share);
+}
+
+void ag_incid_config_load(ag_incid_cfg_t *c) {
+    memset(c, 0, sizeof *c);
+    c->window_ns = 30000000000ull;
+    c->max_bytes = 4u << 20;
+    c->after_ns = 5000000000ull;
+    c->cpu_share = 0.9;
+    c->cpu_for_ns = 10000000000ull;
+    c->slow_ns = 500000000ull;
+    c->slow_ratio = 0.2;
+    c->overload_cpu = 0.5;
+    c->hang_ns = 10000000000ull;
+    c->cooldown_ns = 60000000000ull;
+    c->max_captures = 10;
+    c->on = ag_env_bool("FLEETPROF_RECORDER", 0);
+    double d;
+    ag_env_duration("FLEETPROF_RECORDER_WINDOW", 2000000000ull, 300000000000ull, "30s",
+                    &c->window_ns);
+    if (ag_env_double("FLEETPROF_RECORDER_MIB", 0.25, 64, "4 (MiB)", &d))
+        c->max_bytes = (uint64_t)(d * 1048576.0);
+    ag_env_duration("FLEETPROF_RECORDER_AFTER", 1000000000ull, 60000000000ull, "5s",
+                    &c->after_ns);
+    if (ag_env_double("FLEETPROF_TRIGGER_CPU", 0, 1, "0.9 (share of the cores)", &d))
+        c->cpu_share = d;
+    ag_env_duration("FLEETPROF_TRIGGER_CPU_FOR", 1000000000ull, 3600000000000ull, "10s",
+                    &c->cpu_for_ns);
+    ag_env_duration("FLEETPROF_TRIGGER_SLOW", 1000000ull, 600000000000ull, "500ms",
+                    &c->slow_ns);
+    if (ag_env_double("FLEETPROF_TRIGGER_SLOW_RATIO", 0, 1, "0.2", &d))
+        c->slow_ratio = d;
+    if (ag_env_double("FLEETPROF_TRIGGER_OVERLOAD_CPU", 0, 1, "0.5 (share of the cores)", &d))
+        c->overload_cpu = d;
+    if (ag_env_double("FLEETPROF_TRIGGER_HANG", 0, 86400, "10 (seconds)", &d))
+        c->hang_ns = (uint64_t)(d * 1e9);
+    ag_env_duration("FLEETPROF_TRIGGER_COOLDOWN", 0, 86400000000000ull, "60s",
+                    &c->cooldown_ns);
+    if (ag_env_double("FLEETPROF_CAPTURE_MAX", 0, 10000, "10", &d))
+        c->max_captures = (uint32_t)d;
+}

@@ -1,0 +1,135 @@
+/* A test service for incidents (issue 32), linked to the agent. Worker threads serve
+ * "requests" (a named span around ~2 ms of CPU in steady_work, then a short pause); main
+ * drives the load and prints what it did, with unix-ns times, for the test to compare with
+ * the agent's incident chunks.
+ *   incident_svc spikes N GAP_S   steady 6 s, then N spikes of 5 s every GAP_S s, 8 s tail:
+ *                                 during a spike every request also spins 250 ms in
+ *                                 spike_spin, a function it otherwise never calls
+ *   incident_svc hang SECS        steady 5 s, then main holds the lock every request takes
+ *                                 (in wait_for_lock) for SECS s, 4 s tail
+ *   incident_svc ramp SECS        steady SECS/2 s, then three times the request rate, fast
+ *   incident_svc manual           steady 4 s, fleetprof_capture(), 8 s tail
+ * Output lines: "spike_start <ns>", "spike_end <ns>" (the last spike request done),
+ * "hang_start <ns>", "capture_rc <rc>", "requests <n>".
+ */
+#define _GNU_SOURCE
+#include "fleetprof.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WORKERS 2
+
+static _Atomic int g_stop, g_spike, g_spinning;
+static _Atomic long g_pause_us = 8000;
+static _Atomic uint64_t g_requests;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile uint64_t g_sink;
+
+static uint64_t now_ns(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static __attribute__((noinline)) void burn(uint64_t ns) {
+    uint64_t end = now_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
+    uint64_t x = g_sink;
+    while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
+        for (int i = 0; i < 1000; i++)
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+    g_sink = x;
+}
+
+static __attribute__((noinline)) void steady_work(void) { burn(2000000); }
+static __attribute__((noinline)) void spike_spin(void) { burn(250000000); }
+static __attribute__((noinline)) void wait_for_lock(void) {
+    pthread_mutex_lock(&g_lock);
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void *worker(void *arg) {
+    uint64_t id = (uint64_t)(uintptr_t)arg << 40;
+    while (!atomic_load(&g_stop)) {
+        uint8_t trace[16] = {1}, span[8];
+        uint64_t n = ++id;
+        memcpy(trace + 8, &n, 8);
+        memcpy(span, &n, 8);
+        span[7] |= 1;
+        fleetprof_span_begin_ids(trace, span, "GET /work");
+        wait_for_lock();
+        steady_work();
+        if (atomic_load(&g_spike)) {
+            atomic_fetch_add(&g_spinning, 1);
+            if (atomic_load(&g_spike))
+                spike_spin();
+            atomic_fetch_sub(&g_spinning, 1);
+        }
+        fleetprof_span_end();
+        atomic_fetch_add(&g_requests, 1);
+        usleep((useconds_t)atomic_load(&g_pause_us));
+    }
+    return NULL;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return 2;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    pthread_t th[WORKERS];
+    for (uintptr_t i = 0; i < WORKERS; i++)
+        pthread_create(&th[i], NULL, worker, (void *)(i + 1));
+    if (!strcmp(argv[1], "spikes") && argc == 4) {
+        int n = atoi(argv[2]);
+        double gap = atof(argv[3]);
+        sleep_s(6);
+        for (int i = 0; i < n; i++) {
+            printf("spike_start %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+            atomic_store(&g_spike, 1);
+            sleep_s(5);
+            atomic_store(&g_spike, 0);
+            uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+            while (atomic_load(&g_spinning)) /* the last spike requests finish */
+                sleep_s(0.01);
+            printf("spike_end %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+            sleep_s((i + 1 < n ? gap - 5 : 8) - (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
+        }
+    } else if (!strcmp(argv[1], "hang") && argc == 3) {
+        sleep_s(5);
+        pthread_mutex_lock(&g_lock);
+        printf("hang_start %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+        sleep_s(atof(argv[2]));
+        pthread_mutex_unlock(&g_lock);
+        sleep_s(4);
+    } else if (!strcmp(argv[1], "ramp") && argc == 3) {
+        double s = atof(argv[2]);
+        sleep_s(s / 2);
+        atomic_store(&g_pause_us, 2000);
+        sleep_s(s / 2);
+    } else if (!strcmp(argv[1], "manual")) {
+        sleep_s(4);
+        printf("capture_rc %d\n", fleetprof_capture());
+        sleep_s(8);
+    } else {
+        return 2;
+    }
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(th[i], NULL);
+    printf("requests %llu\n", (unsigned long long)atomic_load(&g_requests));
+    return 0;
+}

@@ -1,0 +1,218 @@
+/* Incidents in the agent (issue 32): the flight recorder and its triggers, on incident_svc
+ * (tests/programs/incident_svc.c, linked to the agent) writing chunks to FLEETPROF_OUTPUT,
+ * read back through the codec.
+ *   spikes       3 CPU spikes in spike_spin (requests slowing), 12 s apart: exactly 3
+ *                overload incidents, each within 2 s of its spike's start, each capture
+ *                holding >= 3 s of samples before its trigger, spike_spin only after the
+ *                spike began, parts 0..n-1 complete
+ *   hang         requests blocked on a lock for 20 s: one hang incident whose capture has
+ *                wall samples of the waiting requests in wait_for_lock after the trigger
+ *   steady_ramp  steady load, then 3x the request rate with fast requests: no incident
+ *   manual       fleetprof_capture(): one manual incident, none with the recorder off
+ */
+#include "agent-common.h"
+
+#define MAX_INC 16
+
+typedef struct {
+    uint8_t id[CM_INCIDENT_ID_LEN];
+    char trigger[CM_MAX_TRIGGER_LEN + 1];
+    uint64_t trigger_ns, value_milli, first_sample_ns, capture_start;
+    uint32_t parts, seen;
+    uint32_t part_mask_lo; /* parts 0..31 seen */
+} inc_t;
+
+typedef struct {
+    inc_t v[MAX_INC];
+    int n;
+    int ordinary; /* chunks without an incident */
+} incs_t;
+
+static inc_t *inc_of(incs_t *is, const cm_incident_t *ci) {
+    for (int i = 0; i < is->n; i++)
+        if (!memcmp(is->v[i].id, ci->id, CM_INCIDENT_ID_LEN))
+            return &is->v[i];
+    CHECK(is->n < MAX_INC);
+    inc_t *x = &is->v[is->n++];
+    memset(x, 0, sizeof *x);
+    memcpy(x->id, ci->id, CM_INCIDENT_ID_LEN);
+    snprintf(x->trigger, sizeof x->trigger, "%s", ci->trigger.ptr);
+    x->trigger_ns = ci->trigger_unix_ns;
+    x->value_milli = ci->value_milli;
+    x->parts = ci->parts;
+    x->capture_start = ci->capture_start_unix_ns;
+    x->first_sample_ns = UINT64_MAX;
+    return x;
+}
+
+static incs_t incidents(const chunks_t *cs) {
+    incs_t is = {0};
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        if (!c->incident.present) {
+            is.ordinary++;
+            continue;
+        }
+        inc_t *x = inc_of(&is, &c->incident);
+        CHECK_EQ(c->incident.parts, x->parts);
+        CHECK_EQ(c->incident.trigger_unix_ns, x->trigger_ns);
+        CHECK(c->incident.part < x->parts && c->incident.part < 32);
+        CHECKF(!(x->part_mask_lo & (1u << c->incident.part)), "part %u twice", c->incident.part);
+        x->part_mask_lo |= 1u << c->incident.part;
+        x->seen++;
+        for (int t = CM_EV_CPU; t <= CM_EV_WALL; t++)
+            for (uint32_t r = 0; r < c->samples[t].n; r++)
+                if (c->samples[t].time_ns[r] < x->first_sample_ns)
+                    x->first_sample_ns = c->samples[t].time_ns[r];
+    }
+    for (int i = 0; i < is.n; i++)
+        CHECKF(is.v[i].seen == is.v[i].parts, "incident %d: %u of %u parts", i, is.v[i].seen,
+               is.v[i].parts);
+    return is;
+}
+
+/* Samples of type in the incident's chunks (all if id NULL: ordinary chunks only) whose
+ * stack has fn, from time from on, split at time t: before and at/after. */
+static void split(const chunks_t *cs, const uint8_t *id, cm_event_type_t type, const char *fn,
+                  uint64_t from, uint64_t t, uint64_t *before, uint64_t *after) {
+    *before = *after = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        if (id ? !c->incident.present || memcmp(c->incident.id, id, CM_INCIDENT_ID_LEN)
+               : c->incident.present)
+            continue;
+        const cm_samples_t *s = &c->samples[type];
+        for (uint32_t r = 0; r < s->n; r++)
+            if (s->time_ns[r] >= from && stack_has(&c->dict, s->stack[r], fn))
+                (s->time_ns[r] < t ? before : after)[0]++;
+    }
+}
+
+static const char *const g_trig_env[] = {
+    "FLEETPROF_RECORDER=1",          "FLEETPROF_RECORDER_WINDOW=10s",
+    "FLEETPROF_RECORDER_AFTER=3s",   "FLEETPROF_TRIGGER_SLOW=100ms",
+    "FLEETPROF_TRIGGER_SLOW_RATIO=0.5", "FLEETPROF_TRIGGER_OVERLOAD_CPU=0.15",
+    "FLEETPROF_TRIGGER_COOLDOWN=8s",
+};
+#define N_TRIG_ENV (sizeof g_trig_env / sizeof g_trig_env[0])
+
+static chunks_t *run_svc(const char *const *args, double timeout, char *out, size_t size,
+                         int recorder) {
+    char *dir = mkout(), envbuf[4200], prog[4096];
+    const char *env[N_TRIG_ENV + 3] = {ENV_OUT(dir)};
+    size_t ne = 1;
+    for (size_t i = 0; i < N_TRIG_ENV; i++)
+        env[ne++] = i == 0 && !recorder ? "FLEETPROF_RECORDER=0" : g_trig_env[i];
+    env[ne] = NULL;
+    prog_path("incident_svc", prog, sizeof prog);
+    const char *argv[6] = {prog};
+    for (int i = 0; args[i] && i < 4; i++)
+        argv[i + 1] = args[i];
+    int st = run(env, argv, timeout, out, size);
+    CHECKF(st == 0, "incident_svc exited with status %d: %s", st, out);
+    chunks_t *cs = load(dir);
+    rmrf(dir);
+    free(dir);
+    return cs;
+}
+
+static void test_spikes(void) {
+    char out[8192];
+    const char *args[] = {"spikes", "3", "12", NULL};
+    chunks_t *cs = run_svc(args, 120, out, sizeof out, 1);
+    incs_t is = incidents(cs);
+    uint64_t spike[3], spike_end[3];
+    const char *p = out;
+    for (int i = 0; i < 3; i++) {
+        p = strstr(p, "spike_start ");
+        CHECKF(p, "spike %d missing: %s", i, out);
+        spike[i] = strtoull(p + 12, NULL, 10);
+        p = strstr(p, "spike_end ");
+        CHECKF(p, "spike %d's end missing: %s", i, out);
+        spike_end[i] = strtoull(p + 10, NULL, 10);
+    }
+    CHECKF(is.n == 3, "%d incidents for 3 spikes", is.n);
+    for (int i = 0; i < 3; i++) {
+        inc_t *x = &is.v[i];
+        double lat = ((double)x->trigger_ns - (double)spike[i]) / 1e9;
+        double pre = ((double)x->trigger_ns - (double)x->first_sample_ns) / 1e9;
+        printf("# incident %d: %s, value %.3f, %.2f s after the spike began, %u chunks, "
+               "%.2f s of samples before the trigger\n", i, x->trigger,
+               (double)x->value_milli / 1000, lat, x->parts, pre);
+        CHECKF(!strcmp(x->trigger, "overload"), "incident %d trigger %s", i, x->trigger);
+        CHECKF(lat >= 0 && lat <= 2.0, "incident %d fired %.2f s after its spike", i, lat);
+        CHECKF(pre >= 3.0, "incident %d holds %.2f s before its trigger", i, pre);
+        uint64_t before, after;
+        /* spike_spin: none between the previous spike's end and this one (the process never
+         * calls it otherwise; a capture may begin before the previous spike ended) */
+        uint64_t from = i ? spike_end[i - 1] : 0;
+        split(cs, x->id, CM_EV_CPU, "spike_spin", from, spike[i], &before, &after);
+        CHECKF(before == 0 && after > 20, "incident %d: spike_spin %llu samples before the "
+               "spike, %llu after", i, (unsigned long long)before, (unsigned long long)after);
+        split(cs, x->id, CM_EV_CPU, "steady_work", from, spike[i], &before, &after);
+        CHECKF(before > 0, "incident %d: no steady_work before the spike", i);
+    }
+    CHECK(is.ordinary > 0);
+    free_chunks(cs);
+}
+
+static void test_hang(void) {
+    char out[8192];
+    const char *args[] = {"hang", "20", NULL};
+    chunks_t *cs = run_svc(args, 90, out, sizeof out, 1);
+    incs_t is = incidents(cs);
+    const char *p = strstr(out, "hang_start ");
+    CHECKF(p, "no hang_start: %s", out);
+    uint64_t hang = strtoull(p + 11, NULL, 10);
+    CHECKF(is.n == 1, "%d incidents for one hang", is.n);
+    inc_t *x = &is.v[0];
+    double lat = ((double)x->trigger_ns - (double)hang) / 1e9;
+    printf("# hang incident: %s, value %.3f s, %.2f s after the lock was taken\n", x->trigger,
+           (double)x->value_milli / 1000, lat);
+    CHECKF(!strcmp(x->trigger, "hang"), "trigger %s", x->trigger);
+    CHECKF(lat >= 10.0 && lat <= 12.0, "hang incident %.2f s after the lock was taken", lat);
+    uint64_t before, after;
+    split(cs, x->id, CM_EV_WALL, "wait_for_lock", 0, x->trigger_ns - 5000000000ull, &before, &after);
+    CHECKF(after >= 10, "capture: %llu wall samples of waiting requests in wait_for_lock",
+           (unsigned long long)after);
+    free_chunks(cs);
+}
+
+static void test_steady_ramp(void) {
+    char out[8192];
+    const char *args[] = {"ramp", "24", NULL};
+    chunks_t *cs = run_svc(args, 90, out, sizeof out, 1);
+    incs_t is = incidents(cs);
+    CHECKF(is.n == 0, "%d incidents under steady then uniformly higher fast load (first: %s)",
+           is.n, is.n ? is.v[0].trigger : "");
+    CHECK_EQ(drops(cs, CM_DROP_INCIDENT_COOLDOWN) + drops(cs, CM_DROP_INCIDENT_CAP), 0);
+    tot_t steady = total(cs, CM_EV_CPU, "steady_work", 0);
+    CHECK(steady.samples > 100);
+    free_chunks(cs);
+}
+
+static void test_manual(void) {
+    char out[8192];
+    const char *args[] = {"manual", NULL};
+    chunks_t *cs = run_svc(args, 60, out, sizeof out, 1);
+    CHECKF(out_u64(out, "capture_rc ") == 0, "%s", out);
+    incs_t is = incidents(cs);
+    CHECKF(is.n == 1 && !strcmp(is.v[0].trigger, "manual"), "%d incidents", is.n);
+    CHECK(is.v[0].trigger_ns - is.v[0].first_sample_ns >= 3000000000ull);
+    free_chunks(cs);
+    /* recorder off: the call says so and nothing extra leaves the process */
+    cs = run_svc(args, 60, out, sizeof out, 0);
+    CHECKF(strstr(out, "capture_rc -95"), "%s", out); /* -ENOTSUP */
+    is = incidents(cs);
+    CHECK_EQ(is.n, 0);
+    free_chunks(cs);
+}
+
+static const tr_test_t tests[] = {
+    {"spikes", test_spikes},
+    {"hang", test_hang},
+    {"steady_ramp", test_steady_ramp},
+    {"manual", test_manual},
+    {0, 0},
+};
+TR_MAIN(tests)
