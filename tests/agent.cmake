@@ -101,7 +101,8 @@ target_compile_options(incident_svc PRIVATE -O1 -fno-omit-frame-pointer
   -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
 target_link_libraries(incident_svc PRIVATE fleetprof_agent Threads::Threads)
 set_target_properties(incident_svc PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
-fp_test(test-agent-incident LABELS "agent;incident;nosan" LIBS m ARGS spikes)
+fp_test(test-agent-incident LABELS "agent;incident;nosan" LIBS m fp_aggtest PkgConfig::JANSSON
+  ARGS spikes)
 add_dependencies(test-agent-incident incident_svc fleetprof_agent)
 foreach(c hang steady_ramp manual)
   add_test(NAME test-agent-incident-${c} COMMAND test-agent-incident ${c})

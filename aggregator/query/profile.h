@@ -159,6 +159,8 @@ int agg_profile_add_leaf(agg_profile_t *p, uint32_t frame, uint64_t weight, uint
  * hex, work = the chunk's interval in seconds. Frames are named as `fleetprof fold` names them
  * (function name, else "module+0xaddr", else "0xaddr"). Returns 0 or a CM_E* code. */
 int agg_profile_add_chunk(agg_profile_t *p, const cm_chunk_t *c);
+/* The same with the replicate's work given (e.g. the chunk's header.work_units: requests). */
+int agg_profile_add_chunk_work(agg_profile_t *p, const cm_chunk_t *c, double work);
 
 /* Computes and keeps the per-stack sums, so that every later view skips a pass over the rows.
  * Call once the profile is built (before sharing it between threads); adding a stack or a row

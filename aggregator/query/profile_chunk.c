@@ -41,15 +41,19 @@ static int64_t chunk_frame(agg_profile_t *p, const cm_dict_t *d, uint32_t loc) {
 }
 
 int agg_profile_add_chunk(agg_profile_t *p, const cm_chunk_t *c) {
+    uint64_t ns = c->header.end_unix_ns > c->header.start_unix_ns
+                      ? c->header.end_unix_ns - c->header.start_unix_ns
+                      : 0;
+    return agg_profile_add_chunk_work(p, c, (double)ns / 1e9);
+}
+
+int agg_profile_add_chunk_work(agg_profile_t *p, const cm_chunk_t *c, double work) {
     const cm_samples_t *s = &c->samples[p->type];
     const cm_dict_t *d = &c->dict;
     char key[2 * CM_CHUNK_ID_LEN + 1];
     int rc = 0;
     cm_hex(c->header.chunk_id, CM_CHUNK_ID_LEN, key);
-    uint64_t ns = c->header.end_unix_ns > c->header.start_unix_ns
-                      ? c->header.end_unix_ns - c->header.start_unix_ns
-                      : 0;
-    int64_t rep = agg_profile_replicate(p, key, (double)ns / 1e9);
+    int64_t rep = agg_profile_replicate(p, key, work);
     if (rep < 0)
         return (int)rep;
     if (c->header.start_unix_ns && (!p->time_start_ns || c->header.start_unix_ns < p->time_start_ns))

@@ -33,6 +33,8 @@ static const command_t commands[] = {
     {"requests", cli_query, "requests --service S [--endpoint E] [--stuck]  slowest / stuck"},
     {"export", cli_query, "export --service S --format pprof|folded|json -o FILE|-"},
     {"reports", cli_query, "reports [--service S]        per-deploy regression reports"},
+    {"incidents", cli_query, "incidents --service S        incidents (flight-recorder captures)"},
+    {"incident", cli_query, "incident --id ID             trigger, timeline, diff, stuck requests"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -105,6 +105,13 @@ static const qcmd_t qcmds[] = {
      "insights --service S [--version V] [--from T] [--to T] [--json]\n"
      "      (automated analysis: lock contention, allocation churn, leaks, small I/O, ...;\n"
      "       default window: the last hour)"},
+    {"incidents", "/api/v1/incidents", " service from to limit ", " ", NULL,
+     "incidents --service S [--from T] [--to T] [--limit N] [--json]\n"
+     "      (incidents the agents' flight recorders captured, newest first)"},
+    {"incident", "/api/v1/incident", " id type limit ", " ", NULL,
+     "incident --id ID [--type cpu|wall] [--limit N] [--json]\n"
+     "      (one incident: trigger, timeline, diff against the seconds before, the capture's\n"
+     "       top functions (--json: its call tree, the flame graph), stuck requests)"},
 };
 
 static void usage_of(const qcmd_t *c, FILE *f) {
@@ -121,7 +128,8 @@ static int needs_service(const qcmd_t *c) {
            !strcmp(c->name, "spans") || !strcmp(c->name, "export") ||
            !strcmp(c->name, "endpoints") || !strcmp(c->name, "endpoint") ||
            !strcmp(c->name, "requests") || !strcmp(c->name, "endpoint-diff") ||
-           !strcmp(c->name, "insights") || !strcmp(c->name, "kpm") || !strcmp(c->name, "search");
+           !strcmp(c->name, "insights") || !strcmp(c->name, "kpm") || !strcmp(c->name, "search") ||
+           !strcmp(c->name, "incidents");
 }
 
 /* The server's error message in the CLI's terms: API routes and parameters become the
@@ -285,6 +293,82 @@ static void print_requests(json_t *o) {
         printf("(%zu %srequests)\n", json_array_size(arr), stuck ? "stuck " : "");
 }
 
+static void print_incidents(json_t *o) {
+    json_t *arr = json_object_get(o, "incidents"), *s;
+    size_t i;
+    printf("%-32s %-8s %9s %9s %-20s %-16s %7s %6s\n", "ID", "TRIGGER", "VALUE", "THRESHOLD",
+           "WHEN (UTC)", "HOST", "PID", "WINDOW");
+    json_array_foreach(arr, i, s) {
+        char a[32];
+        fmt_time(jint(s, "trigger_ns"), a, sizeof a);
+        printf("%-32s %-8s %9.3f %9.3f %-20s %-16s %7lld %5.1fs%s\n", jstr(s, "id"),
+               jstr(s, "trigger"), json_number_value(json_object_get(s, "value")),
+               json_number_value(json_object_get(s, "threshold")), a, jstr(s, "host"),
+               (long long)jint(s, "pid"),
+               (double)(jint(s, "end_ns") - jint(s, "start_ns")) / 1e9,
+               json_is_true(json_object_get(s, "complete")) ? "" : " (incomplete)");
+    }
+    if (!json_array_size(arr))
+        printf("(no incidents: the agent's flight recorder is off unless FLEETPROF_RECORDER=1; "
+               "see agent/README.md, \"Incidents\")\n");
+}
+
+static void print_incident(json_t *o) {
+    char a[32], w[32], x[32];
+    fmt_time(jint(o, "trigger_ns"), a, sizeof a);
+    printf("incident %s: %s of %s %s on %s pid %lld\n  trigger %s: value %.3f, threshold %.3f, at "
+           "%s UTC; captured %.1f s (%lld of %lld chunks)\n",
+           jstr(o, "id"), jstr(o, "trigger"), jstr(o, "service"), jstr(o, "version"),
+           jstr(o, "host"), (long long)jint(o, "pid"), jstr(o, "trigger"),
+           json_number_value(json_object_get(o, "value")),
+           json_number_value(json_object_get(o, "threshold")), a,
+           (double)(jint(o, "end_ns") - jint(o, "start_ns")) / 1e9, (long long)jint(o, "chunks"),
+           (long long)jint(o, "parts"));
+    cm_event_type_t type = CM_EV_CPU;
+    cm_event_parse(jstr(o, "event_type"), &type);
+    json_t *arr = json_object_get(o, "timeline"), *e;
+    size_t i;
+    printf("\ntimeline (%s, s from the trigger):\n", jstr(o, "event_type"));
+    json_array_foreach(arr, i, e) {
+        cm_format_weight(type, (double)jint(e, "weight"), w, sizeof w);
+        printf("  %+6.1f .. %+6.1f %8lld samples %10s%s\n",
+               (double)(jint(e, "start_ns") - jint(o, "trigger_ns")) / 1e9,
+               (double)(jint(e, "end_ns") - jint(o, "trigger_ns")) / 1e9,
+               (long long)jint(e, "samples"), w,
+               jint(e, "end_ns") > jint(o, "trigger_ns") &&
+                       jint(e, "start_ns") <= jint(o, "trigger_ns")
+                   ? "  <- trigger"
+                   : "");
+    }
+    json_t *d = json_object_get(o, "diff");
+    printf("\ndiff, after the trigger against the seconds before (per %s): %lld regressions, "
+           "%lld improvements\n", jstr(d, "per"), (long long)jint(d, "regressions"),
+           (long long)jint(d, "improvements"));
+    json_array_foreach(json_object_get(d, "entries"), i, e) {
+        if (i >= 10)
+            break;
+        cm_format_weight(type, json_number_value(json_object_get(e, "base_total")), w, sizeof w);
+        cm_format_weight(type, json_number_value(json_object_get(e, "test_total")), x, sizeof x);
+        printf("  %-40s %-11s %10s -> %10s\n", jstr(e, "name"), jstr(e, "class"), w, x);
+    }
+    printf("\ntop functions of the capture (self):\n");
+    json_array_foreach(json_object_get(json_object_get(o, "top"), "functions"), i, e) {
+        if (i >= 10)
+            break;
+        cm_format_weight(type, (double)jint(e, "self"), w, sizeof w);
+        printf("  %-40s %10s\n", jstr(e, "name"), w);
+    }
+    arr = json_object_get(o, "stuck_requests");
+    printf("\nrequests active at the trigger for 1 s or more: %zu\n", json_array_size(arr));
+    json_array_foreach(arr, i, e) {
+        cm_format_weight(CM_EV_WALL, (double)(jint(o, "trigger_ns") - jint(e, "start_ns")), w,
+                         sizeof w);
+        printf("  %-32s %-16s %-24s running %s at the trigger%s\n", jstr(e, "trace"),
+               jstr(e, "span"), jstr(e, "name"), w,
+               json_is_true(json_object_get(e, "ended")) ? "" : " (not ended)");
+    }
+}
+
 static void print_table(const qcmd_t *c, json_t *o) {
     char a[32], b[32];
     if (!strcmp(c->name, "insights") || !strcmp(c->name, "kpm") || !strcmp(c->name, "search")) {
@@ -345,6 +429,10 @@ static void print_table(const qcmd_t *c, json_t *o) {
         print_endpoints(o);
     } else if (!strcmp(c->name, "requests")) {
         print_requests(o);
+    } else if (!strcmp(c->name, "incidents")) {
+        print_incidents(o);
+    } else if (!strcmp(c->name, "incident")) {
+        print_incident(o);
     } else if (!strcmp(c->name, "reports")) {
         json_t *arr = json_object_get(o, "reports"), *s;
         size_t i;

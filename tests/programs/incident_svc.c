@@ -38,17 +38,18 @@ static uint64_t now_ns(clockid_t c) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static __attribute__((noinline)) void burn(uint64_t ns) {
-    uint64_t end = now_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
-    uint64_t x = g_sink;
-    while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
-        for (int i = 0; i < 1000; i++)
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-    g_sink = x;
-}
+/* each function spins in its own loop: the CPU is its own (self) cost */
+#define BURN(ns)                                                                                   \
+    do {                                                                                           \
+        uint64_t end_ = now_ns(CLOCK_THREAD_CPUTIME_ID) + (ns), x_ = g_sink;                       \
+        while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end_)                                             \
+            for (int i_ = 0; i_ < 1000; i_++)                                                      \
+                x_ = x_ * 6364136223846793005ull + 1442695040888963407ull;                         \
+        g_sink = x_;                                                                               \
+    } while (0)
 
-static __attribute__((noinline)) void steady_work(void) { burn(2000000); }
-static __attribute__((noinline)) void spike_spin(void) { burn(250000000); }
+static __attribute__((noinline)) void steady_work(void) { BURN(2000000); }
+static __attribute__((noinline)) void spike_spin(void) { BURN(250000000); }
 static __attribute__((noinline)) void wait_for_lock(void) {
     pthread_mutex_lock(&g_lock);
     pthread_mutex_unlock(&g_lock);

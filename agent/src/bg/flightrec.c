@@ -39,7 +39,7 @@ typedef struct {
 
 static struct {
     ag_builder_t *b;
-    uint64_t seg_start, next_cut, cpu0, seg_seq;
+    uint64_t seg_start, next_cut, cpu0, seg_seq, ended0;
     seg_t segs[AG_FR_SEGS]; /* oldest at head */
     uint32_t head, n;
     uint64_t bytes;
@@ -94,6 +94,7 @@ void ag_fr_start(uint64_t now_real) {
     R.next_cut = ag_now_mono() + AG_FR_SEG_NS;
     R.cpu0 = process_cpu();
     ag_trig_reset(ag_now_mono());
+    R.ended0 = ag_trig_requests_ended();
 }
 
 int ag_fr_capturing(void) { return R.capturing; }
@@ -137,7 +138,7 @@ static void header(cm_header_t *h, uint64_t end, cm_sampling_t samp[2]) {
 
 /* Encodes what the recorder holds since the last cut as one segment and ages the ring. */
 static void cut_segment(void) {
-    uint64_t end = ag_now_real(), cpu = process_cpu();
+    uint64_t end = ag_now_real(), cpu = process_cpu(), ended = ag_trig_requests_ended();
     if (end <= R.seg_start)
         end = R.seg_start + 1;
     const ag_incid_cfg_t *c = &ag.cfg.incid;
@@ -146,6 +147,7 @@ static void cut_segment(void) {
         cm_sampling_t samp[2];
         header(&h, end, samp);
         h.process_cpu_ns = cpu - R.cpu0;
+        h.work_units = ended - R.ended0; /* requests that ended in it */
         uint8_t *frame = NULL;
         size_t len = 0;
         char err[256] = "";
@@ -161,6 +163,7 @@ static void cut_segment(void) {
     }
     R.seg_start = end;
     R.cpu0 = cpu;
+    R.ended0 = ended;
     while (R.n > 1 && (R.bytes > c->max_bytes ||
                        (!R.capturing && R.segs[R.head].end + c->window_ns < end))) {
         if (R.capturing)

@@ -21,7 +21,6 @@
 
 #include "fleetprof.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <string.h>
 #include <time.h>
@@ -53,6 +52,8 @@ void ag_trig_span_ended(uint64_t duration_ns) {
     if (duration_ns >= atomic_load_explicit(&g_slow_ns, memory_order_relaxed))
         atomic_fetch_add_explicit(&g_slow, 1, memory_order_relaxed);
 }
+
+uint64_t ag_trig_requests_ended(void) { return atomic_load(&g_ended); }
 
 static uint64_t process_cpu(void) {
     struct timespec ts;

@@ -31,6 +31,8 @@ void agg_batch_init(agg_batch_t *b) {
     agg_hmap_init(&b->rej, sizeof(agg_rej_key_t), sizeof(agg_rej_ent_t));
     agg_hmap_init(&b->req, sizeof(agg_span_key_t), sizeof(agg_req_ent_t));
     agg_hmap_init(&b->seen, sizeof(agg_seen_key_t), sizeof(agg_seen_ent_t));
+    agg_hmap_init(&b->inc, sizeof(agg_inc_key_t), sizeof(agg_inc_ent_t));
+    agg_hmap_init(&b->incchunk, sizeof(agg_incchunk_key_t), sizeof(agg_incchunk_ent_t));
     agg_hmap_init(&b->profc, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
     agg_hmap_init(&b->leaf, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
     agg_hmap_init(&b->grp, sizeof(agg_grp_key_t), sizeof(agg_grp_ent_t));
@@ -41,7 +43,7 @@ void agg_batch_init(agg_batch_t *b) {
 static agg_hmap_t *maps(agg_batch_t *b, int i) {
     agg_hmap_t *m[] = {&b->prof, &b->tot,     &b->ival, &b->drop, &b->ver,
                        &b->fn,   &b->span,    &b->spanstk, &b->rej, &b->seen,
-                       &b->profc, &b->leaf, &b->req, &b->kpm};
+                       &b->profc, &b->leaf, &b->req, &b->kpm, &b->inc, &b->incchunk};
     return i < (int)(sizeof m / sizeof m[0]) ? m[i] : NULL;
 }
 
@@ -54,6 +56,7 @@ void agg_batch_clear(agg_batch_t *b) {
     b->arena_len = 0;
     b->next_offset = -1;
     b->messages = b->chunks = b->duplicates = b->rejects = b->samples = 0;
+    b->incidents = b->incident_chunks = 0;
     b->first_msg_ms = 0;
 }
 

@@ -138,6 +138,25 @@ typedef struct {
     int64_t ended, tid;              /* ended: 1 once a record of its end arrived */
 } agg_req_ent_t;
 
+/* incidents (chunk format minor 3): one row per incident id, and its chunks' frames */
+typedef struct {
+    uint8_t id[CM_INCIDENT_ID_LEN];
+} agg_inc_key_t;
+typedef struct {
+    agg_inc_key_t k;
+    uint64_t service, version, host, pid, trigger; /* trigger: string id of its name */
+    int64_t threshold, value, trigger_ns, start_ns, end_ns, parts, chunks;
+} agg_inc_ent_t;
+typedef struct {
+    uint8_t id[CM_INCIDENT_ID_LEN];
+    uint64_t part;
+} agg_incchunk_key_t;
+typedef struct {
+    agg_incchunk_key_t k;
+    size_t off; /* the frame in the batch's arena */
+    uint32_t len;
+} agg_incchunk_ent_t;
+
 /* rejected messages by reason name ("EFORMAT", "EVERSION", ...) */
 typedef struct {
     char reason[24];
@@ -188,6 +207,7 @@ typedef struct {
 
 typedef struct agg_batch {
     agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen, req, kpm;
+    agg_hmap_t inc, incchunk; /* incidents (ingest/incidents.c) */
     /* derived from prof by agg_batch_derive() (store/write.c, once): the per-stack rollup at
      * each tier width, narrowest first (the last one is the coarse width), and the per-leaf
      * rollup */
@@ -209,6 +229,7 @@ typedef struct agg_batch {
     int64_t base_offset; /* offset the store holds for this partition when the batch started */
     int64_t next_offset; /* offset after the last message in the batch; -1: no message yet */
     uint64_t messages, chunks, duplicates, rejects, samples; /* this batch, for metrics */
+    uint64_t incidents, incident_chunks; /* incident captures: first chunks, all chunks */
     uint64_t chunk_tag;  /* counter to tell chunks apart within the batch */
     int64_t first_msg_ms; /* monotonic ms of the first message, for the flush deadline */
     agg_hmap_t grp; /* agg_batch_mark_fresh's, kept for its memory */

@@ -13,6 +13,7 @@
  * Threading: one thread; rebalance callbacks run inside rd_kafka_consumer_poll on it.
  */
 #include "consume.h"
+#include "ingest/incidents.h"
 #include "store_pg.h"
 
 #include "dims.h"
@@ -208,6 +209,8 @@ static int flush_part(agg_consumer_t *c, int32_t partition, int rewind) {
     c->m->batches++;
     c->m->messages += b->messages;
     c->m->chunks += b->chunks;
+    c->m->incident_chunks += b->incident_chunks;
+    c->m->incidents += b->incidents;
     c->m->samples += b->samples;
     c->m->duplicates += b->duplicates;
     c->m->dlq_produced += b->rejects;
@@ -500,6 +503,15 @@ static int handle(agg_consumer_t *c, rd_kafka_message_t *m) {
     agg_chunk_ids_t ids = {0};
     agg_chunk_meta_t meta;
     chunk_meta(m, &meta);
+    if (se && ch->incident.present) { /* a capture: its own tables (ingest/incidents.c) */
+        rc = agg_ingest_incident(&p->intern, b, ch, m->payload, m->len);
+        if (!rc) {
+            se->ts_ns = wall_ns();
+            b->incident_chunks++;
+            b->incidents += ch->incident.part == 0;
+        }
+        goto out;
+    }
     if (!se || (rc = agg_intern_chunk(&p->intern, b, ch, &ids)) ||
         (rc = agg_dims_chunk(&c->dims, &p->intern, b, ch, &meta, &ids)) ||
         (rc = agg_rollup_chunk(&c->rollup, b, ch, &ids))) {

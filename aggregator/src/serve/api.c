@@ -10,6 +10,7 @@
 #include "api_int.h"
 
 #include "auth.h"
+#include "incidents.h"
 #include "reports.h"
 #include "store_pg.h"
 
@@ -19,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* serve/incidents.c's handlers read the request's store handle through this */
+agg_qstore_t *agg_api_qs(struct agg_api *api) { return api->qs; }
 
 static int authorized(const agg_api_t *api, agg_http_reply_t *r) {
     const char *why = NULL;
@@ -36,7 +40,7 @@ static void h_unknown(agg_api_t *api, const args_t *a, const char *url, agg_http
     (void)a;
     reply_err(r, 404, NULL, "no route %s; see /api/v1/ routes: services, services/SERVICE/"
               "versions, event-types, profile, timeseries, diff, reports, spans, span, endpoints, "
-              "endpoint, requests", url);
+              "endpoint, requests, insights, kpm, search, incidents, incident", url);
 }
 
 /* Runs a route with a store handle leased for this request (handlers see it as api->qs of a
@@ -105,6 +109,7 @@ size_t agg_api_routes(agg_api_t *api, agg_http_route_t *routes, size_t max) {
         {"/api/v1/endpoint-diff", h_endpoint_diff},
         {"/api/v1/insights", h_insights},
         {"/api/v1/kpm", h_kpm},               {"/api/v1/search", h_kpm},
+        {"/api/v1/incidents", agg_serve_incidents}, {"/api/v1/incident", agg_serve_incident},
         {"/api/v1/", h_unknown},
     };
     size_t n = 0;

@@ -98,6 +98,11 @@ char *agg_metrics_render(agg_metrics_t *m) {
     counter(&b, "fleetprof_aggregator_chunks_total", "chunks rolled up and committed", m->chunks);
     counter(&b, "fleetprof_aggregator_samples_total", "sample rows rolled up and committed",
             m->samples);
+    counter(&b, "fleetprof_aggregator_incidents_total",
+            "incidents committed (the first chunk of an agent's incident capture)", m->incidents);
+    counter(&b, "fleetprof_aggregator_incident_chunks_total",
+            "chunks of incident captures committed (not added to the service's profile)",
+            m->incident_chunks);
     counter(&b, "fleetprof_aggregator_duplicate_chunks_total",
             "chunks skipped because their id was already counted", m->duplicates);
     counter(&b, "fleetprof_aggregator_batches_total", "store transactions committed", m->batches);

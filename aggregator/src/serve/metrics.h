@@ -42,6 +42,7 @@ typedef struct {
     int64_t store_bytes;
     uint64_t dim_overflow[16]; /* dims.h: values stored as (other), per agg_dim_t */
     uint64_t pid_mismatch;     /* chunks whose claimed pid is not the collector's peer pid */
+    uint64_t incidents, incident_chunks; /* incident captures committed (ingest/incidents.c) */
     int64_t heartbeat_ns;   /* CLOCK_MONOTONIC of the consume loop's last turn */
     int store_ok;           /* last batch write succeeded (or none yet) */
     int64_t stall_after_ns; /* /healthz fails when the loop is quiet this long */

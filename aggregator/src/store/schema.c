@@ -71,6 +71,13 @@ const agg_schema_table_t agg_schema_tables[] = {
     {"requests", "trace,span,service,version,name,start_ns,end_ns,ended,tid",
      "bbiiiiiii", 2, "==>>>>>", 4},
     {"rejects", "reason,count", "ti", 1, "+", 1},
+    /* minor 3: incidents (an agent's flight-recorder captures), one row per incident id; its
+     * chunks merge: the captured window grows to the first start and the last end */
+    {"incidents", "id,service,version,host,pid,trig,threshold,value,trigger_ns,start_ns,end_ns,"
+     "parts,chunks", "biiiiiiiiiiii", 1, "========<>=+", 6},
+    /* the capture's chunks as they arrived (frames): its profile and diff are built from
+     * them on demand, never added to the service's profile (the always-on chunks have them) */
+    {"incident_chunks", "id,part,frame", "bib", 2, NULL, 6},
     {NULL, NULL, NULL, 0, NULL, 0},
 };
 
@@ -89,6 +96,8 @@ static const struct {
     {"labels_labelset", "labels(labelset, key)", 3, 1},
     /* endpoints and slow requests of a service in a window; stuck ones (not ended) */
     {"requests_service", "requests(service, end_ns)", 4, 1},
+    /* incidents of a service in a window */
+    {"incidents_service", "incidents(service, trigger_ns)", 6, 1},
 };
 
 const agg_schema_table_t *agg_schema_table(const char *name) {
