@@ -15,13 +15,11 @@
  */
 #include "agent-common.h"
 
-#include "dims.h"
-#include "ingest/incidents.h"
-#include "intern.h"
-#include "query_store.h"
-#include "rollup.h"
+#include "aggtest.h"
 #include "api.h"
 #include "store.h"
+
+#include "cm/file.h"
 
 #include <jansson.h>
 
@@ -107,15 +105,8 @@ static void ingest_dir(const char *dir, const char *store) {
     agg_store_path(path, sizeof path, store, "fleetprof.chunks", 0);
     agg_store_t *st = NULL;
     CHECKF(agg_store_sqlite_open(path, &st, err, sizeof err) == 0, "%s", err);
-    agg_intern_t in;
-    memset(&in, 0, sizeof in);
-    agg_rollup_t r;
-    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
-    agg_rollup_init(&r, &rc);
-    agg_dims_t dm;
-    agg_dims_init(&dm, 3600, 0, 0);
-    agg_batch_t bt;
-    agg_batch_init(&bt);
+    at_ingest_t x;
+    at_ingest_init(&x);
     DIR *d = opendir(dir);
     CHECK(d != NULL);
     int64_t off = 0;
@@ -123,35 +114,22 @@ static void ingest_dir(const char *dir, const char *store) {
         if (e->d_name[0] == '.')
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "rb");
-        CHECK(f != NULL);
-        uint8_t *buf = malloc(4 << 20);
-        size_t len = fread(buf, 1, 4 << 20, f);
-        fclose(f);
+        char *buf = malloc(4 << 20);
+        ssize_t len = cm_read_file(path, buf, 4 << 20);
+        CHECKF(len > 0, "%s: %s", path, strerror((int)-len));
         cm_chunk_t *c;
-        CHECKF(cm_chunk_decode(buf, len, &c, err, sizeof err) == 0, "%s: %s", path, err);
-        agg_chunk_ids_t ids;
-        agg_chunk_meta_t meta;
-        memset(&meta, 0, sizeof meta);
-        bt.base_offset = off - 1;
-        if (c->incident.present) {
-            CHECK(agg_ingest_incident(&in, &bt, c, buf, len) == 0);
-        } else {
-            CHECK(agg_intern_chunk(&in, &bt, c, &ids) == 0);
-            CHECK(agg_dims_chunk(&dm, &in, &bt, c, &meta, &ids) == 0);
-            CHECK(agg_rollup_chunk(&r, &bt, c, &ids) == 0);
-        }
-        bt.next_offset = off++;
-        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &bt), 0);
-        agg_batch_clear(&bt);
+        CHECKF(cm_chunk_decode((uint8_t *)buf, (size_t)len, &c, err, sizeof err) == 0, "%s: %s",
+               path, err);
+        x.b.base_offset = off - 1;
+        CHECK(at_ingest_frame(&x, c, NULL, (uint8_t *)buf, (size_t)len) == 0);
+        x.b.next_offset = off++;
+        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &x.b), 0);
+        agg_batch_clear(&x.b);
         cm_chunk_free(c);
         free(buf);
     }
     closedir(d);
-    agg_batch_free(&bt);
-    agg_dims_free(&dm);
-    agg_rollup_free(&r);
-    agg_intern_free(&in);
+    at_ingest_free(&x);
     agg_store_close(st);
 }
 

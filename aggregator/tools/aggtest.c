@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* sched_setaffinity */
 #include "aggtest.h"
 
+#include "ingest/incidents.h"
 #include "intern.h"
 #include "query_store.h"
 #include "store_pg.h"
@@ -428,6 +429,13 @@ int at_ingest_chunk(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t 
     if (!rc)
         rc = agg_dims_chunk(&x->dm, &x->in, &x->b, c, meta ? meta : &none, &ids);
     return rc ? rc : agg_rollup_chunk(&x->r, &x->b, c, &ids);
+}
+
+int at_ingest_frame(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t *meta,
+                    const uint8_t *frame, size_t len) {
+    if (c->incident.present)
+        return agg_ingest_incident(&x->in, &x->b, c, frame, len);
+    return at_ingest_chunk(x, c, meta);
 }
 
 void at_ingest_free(at_ingest_t *x) {

@@ -26,6 +26,10 @@ typedef struct {
 void at_ingest_init(at_ingest_t *x);
 /* Adds c to x->b (meta NULL: none). Returns 0 or a CM_E* code. */
 int at_ingest_chunk(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t *meta);
+/* The same for a chunk decoded from frame[0..len), as consume.c routes it: an incident
+ * capture (chunk minor 3) goes to the incident tables with its frame, never to the profile. */
+int at_ingest_frame(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t *meta,
+                    const uint8_t *frame, size_t len);
 void at_ingest_free(at_ingest_t *x);
 
 /* Starts the aggregator (FLEETPROF_BUILD/aggregator/fleetprof-aggregator) with the common

@@ -15,14 +15,11 @@
 
 void cm_incident_pb(const cm_incident_t *inc, Fleetprof__V1__Incident *m) {
     fleetprof__v1__incident__init(m);
-    m->id.data = (uint8_t *)inc->id;
-    m->id.len = CM_INCIDENT_ID_LEN;
+    m->id = (ProtobufCBinaryData){CM_INCIDENT_ID_LEN, (uint8_t *)inc->id};
     m->trigger = (char *)(inc->trigger.ptr ? inc->trigger.ptr : "");
-    m->threshold_milli = inc->threshold_milli;
-    m->value_milli = inc->value_milli;
+    m->threshold_milli = inc->threshold_milli, m->value_milli = inc->value_milli;
     m->trigger_unix_ns = inc->trigger_unix_ns;
-    m->part = inc->part;
-    m->parts = inc->parts;
+    m->part = inc->part, m->parts = inc->parts;
     m->capture_start_unix_ns = inc->capture_start_unix_ns;
     m->capture_end_unix_ns = inc->capture_end_unix_ns;
 }
@@ -47,16 +44,16 @@ int cm_incident_from_pb(const Fleetprof__V1__Incident *m, cm_incident_t *inc, ch
                  (unsigned long long)m->capture_end_unix_ns);
         return CM_EFORMAT;
     }
-    inc->present = 1;
+    *inc = (cm_incident_t){.present = 1,
+                           .trigger = {m->trigger, (uint32_t)tl},
+                           .threshold_milli = m->threshold_milli,
+                           .value_milli = m->value_milli,
+                           .trigger_unix_ns = m->trigger_unix_ns,
+                           .part = m->part,
+                           .parts = m->parts,
+                           .capture_start_unix_ns = m->capture_start_unix_ns,
+                           .capture_end_unix_ns = m->capture_end_unix_ns};
     memcpy(inc->id, m->id.data, CM_INCIDENT_ID_LEN);
-    inc->trigger = (cm_str_t){m->trigger, (uint32_t)tl};
-    inc->threshold_milli = m->threshold_milli;
-    inc->value_milli = m->value_milli;
-    inc->trigger_unix_ns = m->trigger_unix_ns;
-    inc->part = m->part;
-    inc->parts = m->parts;
-    inc->capture_start_unix_ns = m->capture_start_unix_ns;
-    inc->capture_end_unix_ns = m->capture_end_unix_ns;
     return 0;
 }
 

@@ -4,6 +4,7 @@
  * views), plus the requests that were stuck at the trigger (table `requests`). */
 #include "serve/incidents.h"
 
+#include "batch.h"
 #include "diff.h"
 #include "profile.h"
 #include "qstore_int.h"
@@ -51,35 +52,48 @@ static void read_row(agg_qxst_t *st, inc_row_t *r) {
         *f[i] = agg_qx_int64(st, 6 + i);
 }
 
-/* The rows of sql (bound by bind) from every store, at most max. */
-static int read_rows(agg_qstore_t *qs, const char *sql, void (*bind)(agg_qxst_t *, const void *),
-                     const void *arg, inc_row_t **out, size_t *n, size_t max) {
-    *out = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int rc = agg_qs_refresh(qs);
-    for (size_t i = 0; !rc && i < qs->n; i++) {
+/* Runs sql (bound by bind) on every store, row(st, ctx) on each row until it returns
+ * nonzero (1: enough; a negative CM_E* code: that error). */
+static int each_row(agg_qstore_t *qs, const char *sql, void (*bind)(agg_qxst_t *, const void *),
+                    const void *arg, int (*row)(agg_qxst_t *, void *), void *ctx) {
+    int rc = agg_qs_refresh(qs), stop = 0;
+    for (size_t i = 0; !rc && !stop && i < qs->n; i++) {
         agg_qxst_t *st;
         if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
             break;
         bind(st, arg);
         int s;
-        while ((s = agg_qx_step(st)) == 1 && *n < max) {
-            if (*n == cap) {
-                size_t nc = cap ? cap * 2 : 16;
-                inc_row_t *v = realloc(*out, nc * sizeof *v);
-                if (!v) {
-                    rc = CM_ENOMEM;
-                    break;
-                }
-                *out = v;
-                cap = nc;
-            }
-            read_row(st, &(*out)[(*n)++]);
-        }
-        int r2 = agg_qs_done(st, s == 1 ? 0 : s);
-        rc = rc ? rc : r2;
+        while (!stop && (s = agg_qx_step(st)) == 1)
+            stop = row(st, ctx);
+        rc = agg_qs_done(st, stop || s == 1 ? 0 : s);
+        if (stop < 0)
+            rc = stop;
     }
+    return rc;
+}
+
+typedef struct {
+    inc_row_t *v;
+    size_t n, cap, max;
+} rows_t;
+
+static int add_row(agg_qxst_t *st, void *ctx) {
+    rows_t *r = ctx;
+    if (r->n == r->max)
+        return 1;
+    if (r->n == r->cap && agg_vec_grow((void **)&r->v, &r->cap, sizeof *r->v))
+        return CM_ENOMEM;
+    read_row(st, &r->v[r->n++]);
+    return 0;
+}
+
+/* The rows of sql (bound by bind) from every store, at most max. */
+static int read_rows(agg_qstore_t *qs, const char *sql, void (*bind)(agg_qxst_t *, const void *),
+                     const void *arg, inc_row_t **out, size_t *n, size_t max) {
+    rows_t r = {NULL, 0, 0, max};
+    int rc = each_row(qs, sql, bind, arg, add_row, &r);
+    *out = r.v;
+    *n = r.n;
     return rc;
 }
 
@@ -161,34 +175,37 @@ static void capture_free(capture_t *cap) {
     free(cap->c);
 }
 
+typedef struct {
+    capture_t *cap;
+    char *err;
+    size_t err_size;
+} load_ctx_t;
+
+static int add_frame(agg_qxst_t *st, void *ctx_) {
+    load_ctx_t *x = ctx_;
+    capture_t *cap = x->cap;
+    if (cap->n == INC_CHUNKS)
+        return 1;
+    size_t len = 0;
+    const uint8_t *f = agg_qx_blob(st, 0, &len);
+    cm_chunk_t **nc = realloc(cap->c, (cap->n + 1) * sizeof *nc);
+    if (!nc)
+        return CM_ENOMEM;
+    cap->c = nc;
+    int rc = f ? cm_chunk_decode(f, len, &cap->c[cap->n], x->err, x->err_size) : CM_EFORMAT;
+    if (rc)
+        return rc;
+    cap->n++;
+    return 0;
+}
+
 /* Decodes the stored chunks of incident id, in part order. */
 static int capture_load(agg_qstore_t *qs, const uint8_t *id, capture_t *cap, char *err,
                         size_t err_size) {
-    static const char sql[] = "SELECT frame FROM incident_chunks WHERE id = ?1 ORDER BY part";
     memset(cap, 0, sizeof *cap);
-    int rc = 0;
-    for (size_t i = 0; !rc && i < qs->n; i++) {
-        agg_qxst_t *st;
-        if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
-            break;
-        bind_id(st, id);
-        int s;
-        while ((s = agg_qx_step(st)) == 1 && cap->n < INC_CHUNKS) {
-            size_t len = 0;
-            const uint8_t *f = agg_qx_blob(st, 0, &len);
-            cm_chunk_t **nc = realloc(cap->c, (cap->n + 1) * sizeof *nc);
-            if (!nc) {
-                rc = CM_ENOMEM;
-                break;
-            }
-            cap->c = nc;
-            if (f && (rc = cm_chunk_decode(f, len, &cap->c[cap->n], err, err_size)) == 0)
-                cap->n++;
-        }
-        int r2 = agg_qs_done(st, s == 1 ? 0 : s);
-        rc = rc ? rc : r2;
-    }
-    return rc;
+    load_ctx_t x = {cap, err, err_size};
+    return each_row(qs, "SELECT frame FROM incident_chunks WHERE id = ?1 ORDER BY part", bind_id,
+                    id, add_frame, &x);
 }
 
 static json_t *timeline_json(const capture_t *cap, cm_event_type_t type) {
@@ -274,39 +291,46 @@ out:
     return o;
 }
 
+typedef struct {
+    json_t *arr;
+    size_t limit;
+} stuck_ctx_t;
+
+static void bind_stuck(agg_qxst_t *st, const void *arg) {
+    const inc_row_t *r = arg;
+    B64(st, 1, agg_qs_sid(r->service));
+    B64(st, 2, r->trigger_ns - AGG_INCIDENT_STUCK_NS);
+    B64(st, 3, r->trigger_ns);
+}
+
+static int add_stuck(agg_qxst_t *st, void *ctx) {
+    stuck_ctx_t *x = ctx;
+    if (json_array_size(x->arr) >= x->limit)
+        return 1;
+    size_t tl = 0, sl = 0;
+    const uint8_t *t = agg_qx_blob(st, 0, &tl), *s = agg_qx_blob(st, 1, &sl);
+    char th[33] = "", sh[17] = "";
+    if (t && tl == 16)
+        cm_hex(t, 16, th);
+    if (s && sl == 8)
+        cm_hex(s, 8, sh);
+    const char *nm = agg_qx_text(st, 2);
+    json_array_append_new(
+        x->arr, json_pack("{s:s, s:s, s:s, s:I, s:I, s:b}", "trace", th, "span", sh, "name",
+                          nm ? nm : "", "start_ns", (json_int_t)agg_qx_int64(st, 3), "end_ns",
+                          (json_int_t)agg_qx_int64(st, 4), "ended", agg_qx_int64(st, 5) != 0));
+    return 0;
+}
+
 /* Requests of the incident's service active at the trigger for AGG_INCIDENT_STUCK_NS. */
 static json_t *stuck_json(agg_qstore_t *qs, const inc_row_t *r, size_t limit) {
     static const char sql[] =
         "SELECT q.trace, q.span, COALESCE(n.s, ''), q.start_ns, q.end_ns, q.ended FROM requests q "
         "LEFT JOIN strings n ON n.id = q.name WHERE q.service = ?1 AND q.start_ns <= ?2 AND "
-        "q.end_ns >= ?3 ORDER BY q.start_ns LIMIT ?4";
-    json_t *arr = json_array();
-    for (size_t i = 0; i < qs->n && json_array_size(arr) < limit; i++) {
-        agg_qxst_t *st;
-        if (agg_qs_prep(&qs->dbs[i], sql, &st))
-            break;
-        B64(st, 1, agg_qs_sid(r->service));
-        B64(st, 2, r->trigger_ns - AGG_INCIDENT_STUCK_NS);
-        B64(st, 3, r->trigger_ns);
-        B64(st, 4, (int64_t)limit);
-        while (agg_qx_step(st) == 1 && json_array_size(arr) < limit) {
-            size_t tl = 0, sl = 0;
-            const uint8_t *t = agg_qx_blob(st, 0, &tl), *s = agg_qx_blob(st, 1, &sl);
-            char th[33] = "", sh[17] = "";
-            if (t && tl == 16)
-                cm_hex(t, 16, th);
-            if (s && sl == 8)
-                cm_hex(s, 8, sh);
-            const char *nm = agg_qx_text(st, 2);
-            json_array_append_new(
-                arr, json_pack("{s:s, s:s, s:s, s:I, s:I, s:b}", "trace", th, "span", sh, "name",
-                               nm ? nm : "", "start_ns", (json_int_t)agg_qx_int64(st, 3),
-                               "end_ns", (json_int_t)agg_qx_int64(st, 4), "ended",
-                               agg_qx_int64(st, 5) != 0));
-        }
-        agg_qs_done(st, 0);
-    }
-    return arr;
+        "q.end_ns >= ?3 ORDER BY q.start_ns";
+    stuck_ctx_t x = {json_array(), limit};
+    each_row(qs, sql, bind_stuck, r, add_stuck, &x); /* a store that fails: fewer rows */
+    return x.arr;
 }
 
 json_t *agg_incident_json(agg_qstore_t *qs, const uint8_t id[CM_INCIDENT_ID_LEN],
@@ -343,17 +367,7 @@ json_t *agg_incident_json(agg_qstore_t *qs, const uint8_t id[CM_INCIDENT_ID_LEN]
 /* ---- the HTTP handlers ---- */
 
 static void reply(agg_http_reply_t *r, int status, json_t *o, const char *err) {
-    if (!o)
-        o = json_pack("{s:s, s:i}", "error", err, "status", status);
-    r->status = status;
-    r->content_type = "application/json";
-    r->body = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-    json_decref(o);
-    if (!r->body) {
-        r->status = 500;
-        r->body = strdup("{\"error\":\"out of memory\"}");
-    }
-    r->len = r->body ? strlen(r->body) : 0;
+    agg_api_reply_json(r, status, o ? o : json_pack("{s:s, s:i}", "error", err, "status", status));
 }
 
 /* A non-negative integer argument (default dflt, at most max; for times also "now" and
@@ -373,7 +387,8 @@ static int int_arg(const struct args *a, const char *k, long long dflt, long lon
     long long x = strtoll(v, &end, 10);
     if (*end || x < 0 || x > max) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s '%.40s' is not an integer between 0 and %lld", k, v, max);
+        snprintf(msg, sizeof msg, "%s is not an integer between 0 and %lld (or now, -DURATION)",
+                 k, max);
         reply(r, 400, NULL, msg);
         return -1;
     }

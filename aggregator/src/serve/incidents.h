@@ -30,6 +30,7 @@ struct args;
 /* api.c: the value of query argument k (NULL: absent); the request's store handle */
 const char *agg_api_arg(const struct args *a, const char *k);
 agg_qstore_t *agg_api_qs(struct agg_api *api);
+void agg_api_reply_json(agg_http_reply_t *r, int status, json_t *o); /* takes o */
 
 void agg_serve_incidents(struct agg_api *api, const struct args *a, const char *url,
                          agg_http_reply_t *r);
