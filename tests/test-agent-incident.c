@@ -316,7 +316,10 @@ static void spikes(int n, int gap_s, const char *store) {
 static void test_spikes(void) {
     char *store = mkout();
     spikes(3, 12, store);
-    rmrf(store);
+    if (getenv("FP_KEEP_STORE")) /* for a look with the aggregator and the CLI */
+        printf("# store kept: %s\n", store);
+    else
+        rmrf(store);
     free(store);
 }
 

@@ -260,6 +260,22 @@ static int capture_profiles(const capture_t *cap, cm_event_type_t type, int64_t 
     return rc;
 }
 
+/* The incident's order of the diff's entries: regressions, improvements, the rest (as the
+ * diff's), each by the change of self cost: what ran more comes first. (The diff orders the
+ * rest by inclusive change, where a root frame ties with the function that grew.) */
+static int cmp_self(const void *a, const void *b) {
+    const agg_diff_entry_t *x = a, *y = b;
+    int rx = x->cls == AGG_DIFF_REGRESSION ? 0 : x->cls == AGG_DIFF_IMPROVEMENT ? 1 : 2;
+    int ry = y->cls == AGG_DIFF_REGRESSION ? 0 : y->cls == AGG_DIFF_IMPROVEMENT ? 1 : 2;
+    if (rx != ry)
+        return rx - ry;
+    double dx = rx == 1 ? -x->delta_self : x->delta_self;
+    double dy = ry == 1 ? -y->delta_self : y->delta_self;
+    if (dx != dy)
+        return dx < dy ? 1 : -1;
+    return strcmp(x->name, y->name);
+}
+
 /* {top, tree, diff} of the capture; NULL when out of memory. */
 static json_t *capture_views(const capture_t *cap, cm_event_type_t type, int64_t trigger,
                              size_t limit) {
@@ -278,6 +294,8 @@ static json_t *capture_views(const capture_t *cap, cm_event_type_t type, int64_t
     opts.warn_replicates = 2;
     opts.work_unit = per_request ? "request" : "process-second";
     have_diff = agg_diff_compute(p[1], p[2], &opts, &d) == 0;
+    if (have_diff && d.n)
+        qsort(d.entries, d.n, sizeof *d.entries, cmp_self);
     o = json_pack("{s:o, s:o, s:o}", "top", agg_top_json(p[0], &top), "tree",
                   agg_tree_json(p[0], &tree), "diff",
                   have_diff ? agg_diff_json(&d, limit) : json_null());
