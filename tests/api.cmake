@@ -56,3 +56,8 @@ set_tests_properties(test-endpoints-diff PROPERTIES TIMEOUT 300 LABELS "api;quer
 add_test(NAME test-endpoints-otel COMMAND test-endpoints otel_ids)
 set_tests_properties(test-endpoints-otel PROPERTIES TIMEOUT 300 LABELS "otel;nosan"
   ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+# The incidents page, an incident's page and the timeline's incident markers (issue 32) in
+# headless chromium, on a store test-agent-incident makes (fixed port 19845).
+add_test(NAME test-ui-incidents COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ui/incidents-browser-test.sh)
+set_tests_properties(test-ui-incidents PROPERTIES TIMEOUT 300 LABELS "ui;browser;incident;nosan"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")

@@ -95,6 +95,7 @@ function nav(svc) {
       h('a', { href: href('spans', { service: svc }) }, 'Spans'),
       h('a', { href: href('endpoints', { service: svc }) }, 'Endpoints'),
       h('a', { href: href('search', { service: svc }) }, 'Search'),
+      h('a', { href: href('incidents', { service: svc }) }, 'Incidents'),
       h('a', { href: href('reports', { service: svc }) }, 'Reports'));
 }
 
@@ -209,6 +210,8 @@ VIEWS.service = async (p) => {
     insights.load();
     kpms.load();
     const sync = uPlot.sync('svc');
+    // incidents (agent flight-recorder captures) as red markers; a click opens one
+    const incidents = (await get('incidents', { service: svc }).catch(() => ({ incidents: [] }))).incidents;
     for (const t of shown) {
       const ts = await get('timeseries', { service: svc, type: t, label: p.label });
       let series = ts.series;
@@ -241,6 +244,14 @@ VIEWS.service = async (p) => {
               c.beginPath(); c.moveTo(x, u.bbox.top); c.lineTo(x, u.bbox.top + u.bbox.height); c.stroke();
               c.fillText('▼ ' + v.version, x + 3, u.bbox.top + 12 * devicePixelRatio);
             }
+            c.strokeStyle = '#c00';
+            c.fillStyle = '#c00';
+            for (const x0 of incidents) {
+              const x = u.valToPos(x0.trigger_ns / 1e9, 'x', true);
+              if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+              c.beginPath(); c.moveTo(x, u.bbox.top); c.lineTo(x, u.bbox.top + u.bbox.height); c.stroke();
+              c.fillText('⚠ ' + x0.trigger, x + 3, u.bbox.top + u.bbox.height - 4 * devicePixelRatio);
+            }
             c.restore();
           }],
           setSelect: [(u) => {
@@ -254,8 +265,11 @@ VIEWS.service = async (p) => {
         },
       }, d2, box);
       // a click on a deploy marker: compare that version with the previous one
+      plot.over.dataset.incidents = String(incidents.length);
       plot.over.addEventListener('click', (e) => {
         const r = plot.over.getBoundingClientRect();
+        for (const x0 of incidents)
+          if (Math.abs(plot.valToPos(x0.trigger_ns / 1e9, 'x') - (e.clientX - r.left)) < 5) return go('incident', { id: x0.id });
         for (let i = 1; i < deploys.length; i++) {
           const x = plot.valToPos(deploys[i].first_ns / 1e9, 'x');
           if (Math.abs(x - (e.clientX - r.left)) < 5)
@@ -487,6 +501,39 @@ VIEWS.diff = async (p) => {
   const sec = h('section', {}, h('h1', {}, `Diff: ${p.service} ${sides}`), h('div.controls', {}, perBtn, ' ',
     h('select', { onchange: (e) => go('diff', { ...p, type: e.target.value, focus: undefined }) }, EVENT_TYPES.map((t) => h('option', { value: t, selected: t === (p.type || 'cpu') }, t)))),
   filterControls(p, 'diff'), summary, legend, el, h('h2', {}, 'Findings'), findingsTable(d, unit));
+  sec.onMounted = el.onMounted;
+  return sec;
+};
+
+// Incidents: what the agents' flight recorders captured (agent/README.md, "Incidents").
+VIEWS.incidents = async (p) => {
+  nav(p.service);
+  const { incidents } = await get('incidents', { service: p.service, from: p.from, to: p.to });
+  return h('section', {}, h('h1', {}, `Incidents of ${p.service}`),
+    incidents.length ? h('table.grid.incidents', {}, h('thead', {}, h('tr', {}, ['when', 'trigger', 'value', 'threshold', 'host', 'pid', 'version', 'captured'].map((x) => h('th', {}, x)))),
+      h('tbody', {}, incidents.map((x) => h('tr', {}, h('td', {}, h('a', { href: href('incident', { id: x.id }) }, fmtTime(x.trigger_ns))),
+        h('td', {}, x.trigger), h('td.num', {}, x.value.toFixed(3)), h('td.num', {}, x.threshold.toFixed(3)), h('td', {}, x.host), h('td.num', {}, String(x.pid)),
+        h('td', {}, x.version), h('td.num', {}, `${((x.end_ns - x.start_ns) / 1e9).toFixed(1)} s${x.complete ? '' : ' (incomplete)'}`)))))
+      : h('p', {}, 'No incidents: the flight recorder is off unless the service runs with FLEETPROF_RECORDER=1.'));
+};
+
+VIEWS.incident = async (p) => {
+  const o = await get('incident', { id: p.id, type: p.type });
+  nav(o.service);
+  const unit = (o.top && o.top.unit) || 'nanoseconds';
+  const rel = (ns) => ((ns - o.trigger_ns) / 1e9).toFixed(1);
+  const timeline = h('table.grid.timeline', {}, h('thead', {}, h('tr', {}, h('th', {}, 's from the trigger'), h('th.num', {}, 'samples'), h('th.num', {}, o.event_type))),
+    h('tbody', {}, o.timeline.map((c) => h('tr', c.start_ns <= o.trigger_ns && c.end_ns > o.trigger_ns ? { class: 'trigger' } : {},
+      h('td', {}, `${rel(c.start_ns)} … ${rel(c.end_ns)}`), h('td.num', {}, String(c.samples)), h('td.num', {}, fmtValue(c.weight, unit))))));
+  const stuck = o.stuck_requests.length ? h('ul', {}, o.stuck_requests.map((r) => h('li', {}, h('a', { href: href('span', { trace: r.trace, span: r.span }) }, r.name || r.span),
+    ` running ${((o.trigger_ns - r.start_ns) / 1e9).toFixed(1)} s at the trigger${r.ended ? '' : ' (not ended)'}`))) : h('p', {}, 'none');
+  const diff = o.diff ? [h('p.sub', {}, `after the trigger against the seconds before, per ${o.diff.per}: ${o.diff.regressions} regressions, ${o.diff.improvements} improvements; first: ${o.diff.entries.length ? o.diff.entries[0].name : '-'}`),
+    findingsTable(o.diff, unit)] : h('p', {}, 'no diff');
+  const { el } = flamePanel(p, 'incident', o.tree.root, o.top, unit, null);
+  const sec = h('section', {}, h('h1', {}, `Incident: ${o.trigger} in ${o.service}`),
+    h('p.sub', {}, `${o.host} pid ${o.pid} · ${o.version} · ${fmtTime(o.trigger_ns)} · value ${o.value.toFixed(3)} (threshold ${o.threshold.toFixed(3)}) · captured ${((o.end_ns - o.start_ns) / 1e9).toFixed(1)} s, ${o.chunks} of ${o.parts} chunks`),
+    h('h2', {}, 'Timeline'), timeline, h('h2', {}, 'What ran more'), diff, h('h2', {}, 'Stuck requests at the trigger'), stuck,
+    h('h2', {}, 'Flame graph of the capture'), el);
   sec.onMounted = el.onMounted;
   return sec;
 };
