@@ -2,7 +2,7 @@
 #define _GNU_SOURCE /* sched_setaffinity */
 #include "aggtest.h"
 
-#include "ingest/incidents.h"
+#include "incidents.h"
 #include "intern.h"
 #include "query_store.h"
 #include "store_pg.h"

@@ -13,7 +13,7 @@
  * Threading: one thread; rebalance callbacks run inside rd_kafka_consumer_poll on it.
  */
 #include "consume.h"
-#include "ingest/incidents.h"
+#include "incidents.h"
 #include "store_pg.h"
 
 #include "dims.h"

@@ -1,7 +1,7 @@
 /* Incident captures at ingest (ingest/incidents.h). The row of an incident is the same in
  * every chunk of its capture but for the window, which grows to the chunks' first start and
  * last end, and the count of chunks seen (the store merges them by the schema's rules). */
-#include "ingest/incidents.h"
+#include "incidents.h"
 
 #include "cm/error.h"
 

@@ -10,7 +10,7 @@
 #include "api_int.h"
 
 #include "auth.h"
-#include "incidents.h"
+#include "serve_incidents.h"
 #include "reports.h"
 #include "store_pg.h"
 
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* serve/incidents.c's handlers read the request's store handle through this */
+/* serve_incidents.c's handlers read the request's store handle through this */
 agg_qstore_t *agg_api_qs(struct agg_api *api) { return api->qs; }
 
 static int authorized(const agg_api_t *api, agg_http_reply_t *r) {

@@ -1,8 +1,8 @@
-/* The incidents of the query API (serve/incidents.h): the rows of table `incidents`, and one
+/* The incidents of the query API (serve_incidents.h): the rows of table `incidents`, and one
  * incident's capture rebuilt from its stored chunks (table `incident_chunks`) into a timeline,
  * a profile and a diff against the seconds before (aggregator/query: profile_chunk, diff,
  * views), plus the requests that were stuck at the trigger (table `requests`). */
-#include "serve/incidents.h"
+#include "serve_incidents.h"
 
 #include "batch.h"
 #include "diff.h"
