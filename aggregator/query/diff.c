@@ -716,8 +716,8 @@ double agg_diff_samples_needed(double share, double q, size_t n_tested) {
  * when h is filled. */
 static int caller_hyp(const agg_diff_opts_t *o, const side_t *sb, const side_t *st,
                       const agg_dcount_t *ci, uint32_t k, hyp_t *h) {
-    if (!ci || o->method != AGG_DIFF_COUNT || o->test_inclusive || sb->n_reps < 2 ||
-        st->n_reps < 2 || !(ci->c[0] > 0) || !(ci->c[1] > 0))
+    if (!ci || o->method != AGG_DIFF_COUNT || o->test_inclusive || o->no_callers ||
+        sb->n_reps < 2 || st->n_reps < 2 || !(ci->c[0] > 0) || !(ci->c[1] > 0))
         return 0;
     double yb = (double)sb->cnt_incl[k] / CM_COUNT_ONE, yt = (double)st->cnt_incl[k] / CM_COUNT_ONE;
     double xb = (double)sb->cnt_self[k] / CM_COUNT_ONE, xt = (double)st->cnt_self[k] / CM_COUNT_ONE;

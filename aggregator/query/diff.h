@@ -36,6 +36,8 @@ typedef struct {
     uint32_t warn_replicates;  /* warn when a side has fewer replicates; default 5 */
     int test_inclusive;        /* 0: test self cost (default; and callers' inclusive cost
                                 * when no self-cost finding lies under them); 1: inclusive */
+    int no_callers;            /* 1: self cost only, no caller's inclusive test (an incident's
+                                * diff: the work a spike starves is no finding of its own) */
     double bh_large_weight;    /* count test: the part of BH's budget given in proportion to
                                 * the functions' shares (weighted BH); AGG_DIFF_BH_LARGE_WEIGHT */
     agg_diff_method_t method;

@@ -292,6 +292,7 @@ static json_t *capture_views(const capture_t *cap, cm_event_type_t type, int64_t
     agg_diff_opts_t opts;
     agg_diff_opts_default(&opts);
     opts.warn_replicates = 2;
+    opts.no_callers = 1; /* self cost, as before the default diff tested callers */
     opts.work_unit = per_request ? "request" : "process-second";
     have_diff = agg_diff_compute(p[1], p[2], &opts, &d) == 0;
     if (have_diff && d.n)
