@@ -18,7 +18,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 static struct {
     uint64_t chunk_start_real;
@@ -59,28 +58,6 @@ int ag_chunk_nothing_to_say(const ag_builder_t *b) {
      * spans ended since the last cut or still open are carried by the exit chunk */
     return atomic_load(&ag_events_seen[CM_EV_ALLOC]) == 0 && !ag_agg_any() &&
            !ag_spans_pending();
-}
-
-/* The header's identity: service, version, host, process, interval [start, end], a random
- * chunk id. */
-static void header_ids(cm_header_t *h, uint64_t end) {
-    memset(h, 0, sizeof *h);
-    h->service = (cm_str_t){ag.cfg.service, (uint32_t)strlen(ag.cfg.service)};
-    h->version = (cm_str_t){ag.cfg.version, (uint32_t)strlen(ag.cfg.version)};
-    h->host = (cm_str_t){ag.host, (uint32_t)strlen(ag.host)};
-    h->agent_version =
-        (cm_str_t){FLEETPROF_VERSION_STRING, (uint32_t)strlen(FLEETPROF_VERSION_STRING)};
-    h->pid = (uint32_t)ag.pid;
-    h->process_start_unix_ns = ag_process_start_ns();
-    h->start_unix_ns = C.chunk_start_real;
-    h->end_unix_ns = end;
-    if (getrandom(h->chunk_id, sizeof h->chunk_id, GRND_NONBLOCK) != (ssize_t)sizeof h->chunk_id) {
-        uint64_t x = end ^ ((uint64_t)ag.pid << 32) ^ ag.sequence;
-        memcpy(h->chunk_id, &x, 8);
-        x = x * 0x9e3779b97f4a7c15ull + ag_clock_ns(CLOCK_MONOTONIC);
-        memcpy(h->chunk_id + 8, &x, 8);
-    }
-    h->format_minor = CM_FORMAT_MINOR;
 }
 
 /* The sampling rows (period, set point, events seen since seen0, samples kept) of each event
@@ -184,7 +161,7 @@ void ag_chunk_cut(ag_builder_t *b, int at_exit) {
     if (end <= C.chunk_start_real)
         end = C.chunk_start_real + 1;
     cm_header_t h;
-    header_ids(&h, end);
+    ag_chunk_header_ids(&h, C.chunk_start_real, end, ag.sequence);
     ag_hooks_bg_chunk(b, end); /* INUSE rows and sub-threshold aggregates */
     ag_spans_emit(b, C.chunk_start_real, end);
     uint64_t seen[CM_EV_COUNT];

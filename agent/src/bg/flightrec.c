@@ -15,6 +15,7 @@
  * Background thread only, under ag_work_mu; nothing here runs in a signal handler.
  */
 #include "bg/incid.h"
+#include "chunk.h"
 
 #include "cm/log.h"
 
@@ -105,24 +106,8 @@ void ag_fr_add(const ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
 }
 
 static void header(cm_header_t *h, uint64_t end, cm_sampling_t samp[2]) {
-    memset(h, 0, sizeof *h);
-    h->service = (cm_str_t){ag.cfg.service, (uint32_t)strlen(ag.cfg.service)};
-    h->version = (cm_str_t){ag.cfg.version, (uint32_t)strlen(ag.cfg.version)};
-    h->host = (cm_str_t){ag.host, (uint32_t)strlen(ag.host)};
-    h->agent_version =
-        (cm_str_t){FLEETPROF_VERSION_STRING, (uint32_t)strlen(FLEETPROF_VERSION_STRING)};
-    h->pid = (uint32_t)ag.pid;
-    h->process_start_unix_ns = ag_process_start_ns();
-    h->start_unix_ns = R.seg_start;
-    h->end_unix_ns = end;
-    if (getrandom(h->chunk_id, sizeof h->chunk_id, GRND_NONBLOCK) != (ssize_t)sizeof h->chunk_id) {
-        uint64_t x = end ^ ((uint64_t)ag.pid << 32) ^ R.seg_seq;
-        memcpy(h->chunk_id, &x, 8);
-        x = x * 0x9e3779b97f4a7c15ull + ag_now_mono();
-        memcpy(h->chunk_id + 8, &x, 8);
-    }
+    ag_chunk_header_ids(h, R.seg_start, end, R.seg_seq);
     h->sequence = R.seg_seq++;
-    h->format_minor = CM_FORMAT_MINOR;
     uint32_t ns = 0;
     if (ag.cfg.cpu_rate > 0)
         samp[ns++] = (cm_sampling_t){CM_EV_CPU, (uint64_t)ag.ctl[CM_EV_CPU].period, 0,
