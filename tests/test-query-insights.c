@@ -1,4 +1,4 @@
-/* The insight rules (aggregator/query/insights.h) on hand-made profiles: each rule fires on
+/* The insight rules (aggregator/query/insights/insights.h) on hand-made profiles: each rule fires on
  * its pattern with the planted site first, stays silent just under its threshold and on a
  * balanced profile; the leak rule tells a steady leak from a cache that plateaus; the JSON and
  * the include patterns of the evidence. Real programs under the agent: test-insights.c. */

@@ -144,7 +144,7 @@ static void drain(void) {
                 ag_hooks_bg_add(B.b, t, tid, r);
             else
                 ag_builder_add(B.b, t, tid, r);
-            ag_fr_add(t, tid, r); /* flight recorder (bg/flightrec.c): CPU and wall */
+            ag_fr_add(t, tid, r); /* flight recorder (recorder/flightrec.c): CPU and wall */
             if (r->type == CM_EV_WALL && (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))))
                 memcpy(t->wall_rec, r, len);
             else if (r->type == CM_EV_CPU && (t->cpu_rec || (t->cpu_rec = malloc(AG_REC_MAX))))
@@ -472,7 +472,7 @@ static void bg_work(bg_sched_t *s, int req, const sigset_t *self_set) {
         drain(); /* so that wall_reuse sees each thread's latest wall record */
         ag_wall_tick(B.b, now);
         s->last_wall = now;
-        /* an incident capture's burst (bg/flightrec.c) is not stretched by the budget */
+        /* an incident capture's burst (recorder/flightrec.c) is not stretched by the budget */
         s->next_wall += (uint64_t)((double)s->wall_ns / (ag_fr_capturing() ? 1.0 : B.bud.bg));
         if (s->next_wall < now)
             s->next_wall = now + s->wall_ns;

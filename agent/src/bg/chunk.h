@@ -18,7 +18,7 @@ AG_HIDDEN void ag_chunk_cut(ag_builder_t *b, int at_exit);
 AG_HIDDEN int ag_chunk_nothing_to_say(const ag_builder_t *b);
 /* b's estimated encoded size is over AG_CHUNK_SOFT: cut early. */
 AG_HIDDEN int ag_chunk_full(const ag_builder_t *b);
-/* chunkhdr.c: h cleared, then its identity: service, version, host, process, [start, end], a
+/* recorder/chunkhdr.c: h cleared, then its identity: service, version, host, process, [start, end], a
  * random chunk id (seq in its fallback), the format minor. */
 AG_HIDDEN void ag_chunk_header_ids(cm_header_t *h, uint64_t start, uint64_t end, uint64_t seq);
 /* fork child: the parent's counts are the parent's. */

@@ -34,7 +34,7 @@ static void wall_add(ag_builder_t *b, ag_thread_t *t, pid_t tid, const ag_rec_t 
     atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
     atomic_fetch_add(&ag_wall_reused, 1);
     ag_builder_add(b, t, tid, r);
-    ag_fr_add(t, tid, r); /* flight recorder (bg/flightrec.c) */
+    ag_fr_add(t, tid, r); /* flight recorder (recorder/flightrec.c) */
 }
 
 static int wall_reuse(ag_builder_t *b, ag_thread_t *t, pid_t tid, uint64_t weight, uint64_t cpu) {

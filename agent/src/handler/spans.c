@@ -22,7 +22,7 @@
  * recorded and DROP_SPAN_LIMIT is counted (its samples keep its context). Nothing here runs in
  * a signal handler.
  */
-#include "bg/incid.h"
+#include "recorder/incid.h"
 #include "internal.h"
 
 #include "fleetprof.h"
@@ -282,7 +282,7 @@ int fleetprof_span_end(void) {
     }
     if (t_span.depth == 0 && t_span.slot)
         publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
-    if (t_span.depth == 0) /* a request ended: incident triggers (bg/triggers.c) */
+    if (t_span.depth == 0) /* a request ended: incident triggers (recorder/triggers.c) */
         ag_trig_span_ended(end > f->start_ns ? end - f->start_ns : 0);
     static const uint8_t zero[16];
     if (!memcmp(f->ctx, zero, 16))
@@ -405,7 +405,7 @@ void ag_spans_after_fork_child(void) {
                 atomic_store_explicit(&g_done[h][i].epoch, 0, memory_order_relaxed);
 }
 
-/* bg: incident triggers (bg/triggers.c) read the outermost active spans. */
+/* bg: incident triggers (recorder/triggers.c) read the outermost active spans. */
 uint32_t ag_spans_active_stats(uint64_t now, uint64_t slow_ns, uint32_t *slow,
                                uint64_t *oldest_ns) {
     uint32_t n = 0;

@@ -207,7 +207,7 @@ void ag_agent_stop(void) {
 
 __attribute__((destructor)) static void ag_stop(void) { ag_agent_stop(); }
 
-/* The manual trigger (bg/triggers.c): here with the other entry points, so that the
+/* The manual trigger (recorder/triggers.c): here with the other entry points, so that the
  * triggers' code (fp_agent_core) does not pull the bg thread's loop into a test. */
 int fleetprof_capture(void) {
     if (!atomic_load(&ag.running))

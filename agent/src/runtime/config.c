@@ -309,5 +309,5 @@ void ag_config_load(ag_config_t *cfg) {
             invalid("FLEETPROF_FORK", v, "not 'follow' or 'stop'", "follow");
     }
     cfg->controller = ag_env_bool("FLEETPROF_CONTROLLER", 1);
-    ag_incid_config_load(&cfg->incid); /* flight recorder and triggers (bg/triggers.c) */
+    ag_incid_config_load(&cfg->incid); /* flight recorder and triggers (recorder/triggers.c) */
 }

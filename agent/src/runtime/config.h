@@ -27,7 +27,7 @@ typedef struct {
     int controller;            /* 0: fixed periods */
     int fork_follow;           /* 1: a fork child profiles itself; 0: it stops (FLEETPROF_FORK) */
     int log_level;
-    ag_incid_cfg_t incid;      /* flight recorder and incident triggers (bg/incid_cfg.h) */
+    ag_incid_cfg_t incid;      /* flight recorder and incident triggers (recorder/incid_cfg.h) */
 } ag_config_t;
 
 /* Reads the environment into cfg (defaults for anything unset). Invalid values print one

@@ -1,7 +1,7 @@
 /* Incident captures at ingest (chunk format minor 3): a chunk carrying an Incident is not part
  * of its service's profile (the always-on chunks carry the same samples); it becomes the
  * incident's row (table incidents) and one stored frame (table incident_chunks), from which
- * the query side builds the capture's profile and its diff (serve/serve_incidents.c).
+ * the query side builds the capture's profile and its diff (serve/routes/serve_incidents.c).
  * Threading: the consume thread (the batch's). */
 #ifndef AGG_INGEST_INCIDENTS_H
 #define AGG_INGEST_INCIDENTS_H

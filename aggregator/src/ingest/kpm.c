@@ -1,5 +1,5 @@
 /* KPM sums of one chunk (kpm.h). The CPU samples are split by the categories of the insight
- * rules (agg_insight_categories, aggregator/query/insights.c): a sample is in the allocator
+ * rules (agg_insight_categories, aggregator/query/insights/insights.c): a sample is in the allocator
  * or in exception unwinding when a frame of its stack is, in memory copying or in the kernel
  * when its leaf frame is a copy routine or a system call wrapper, in the agent when a frame is
  * in libfleetprof. A function's categories are cached per thread by the hash of its name

@@ -1,4 +1,4 @@
-/* The query store's read for the insight rules (aggregator/query/insights.h): the profiles of
+/* The query store's read for the insight rules (aggregator/query/insights/insights.h): the profiles of
  * one service (or one of its versions) over a window, the live heap per time bucket with its
  * number of heap snapshots, and the intervals' process time, agent CPU and drops.
  * Threading: as query_store.h (the handle's thread). */

@@ -1,5 +1,5 @@
 /* The query store's read of the KPM sums (table `kpm`, ingest/kpm.c): per process (host, pid)
- * and bucket, with its KPM values (aggregator/query/kpms.h).
+ * and bucket, with its KPM values (aggregator/query/insights/kpms.h).
  * Threading: as query_store.h (the handle's thread). */
 #ifndef AGG_QKPM_H
 #define AGG_QKPM_H

@@ -1,4 +1,4 @@
-/* GET /api/v1/insights: the insight rules (aggregator/query/insights.h) over one service, or
+/* GET /api/v1/insights: the insight rules (aggregator/query/insights/insights.h) over one service, or
  * one of its versions, in a window, as JSON with a link to the profile filtered to each piece
  * of evidence. See aggregator/README.md "Insights".
  * Threading: any HTTP thread, with the request's leased store handle. */

@@ -17,7 +17,7 @@
  * span counters fleetprof_span_end adds to (relaxed atomics, no lock) and the active spans
  * (spans.c).
  */
-#include "bg/incid.h"
+#include "recorder/incid.h"
 
 #include "fleetprof.h"
 

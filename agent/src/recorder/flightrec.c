@@ -14,7 +14,7 @@
  * bound pushed out (incident_lost).
  * Background thread only, under ag_work_mu; nothing here runs in a signal handler.
  */
-#include "bg/incid.h"
+#include "recorder/incid.h"
 #include "chunk.h"
 
 #include "cm/log.h"

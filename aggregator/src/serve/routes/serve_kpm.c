@@ -1,5 +1,5 @@
 /* GET /api/v1/kpm and /api/v1/search (serve_kpm.h) over the store's KPM sums (qstore/qkpm.c)
- * and the KPM library (aggregator/query/kpms.h).
+ * and the KPM library (aggregator/query/insights/kpms.h).
  *   kpm: version, host, pid (filters), by=service (default: one point per bucket, the
  *        service's values from its processes') or by=process; format=prometheus: the
  *        service's latest interval as `fleetprof_kpm_<name>{service="S"} value` lines.
