@@ -66,18 +66,25 @@ int parse_type(const args_t *a, const char *name, agg_http_reply_t *r,
 
 int64_t now_s(void) { return (int64_t)time(NULL); }
 
+/* Sets *out to dflt and returns the value of argument name, or NULL when it is absent or
+ * empty (the caller keeps the default). */
+static const char *arg_i64(const args_t *a, const char *name, int64_t dflt, int64_t *out) {
+    const char *v = arg(a, name);
+    *out = dflt;
+    return v && *v ? v : NULL;
+}
+
 /* Unix seconds, "now", or "-DURATION" relative to now (s, m, h, d). */
 int parse_time(const args_t *a, const char *name, int64_t dflt, agg_http_reply_t *r,
                       int64_t *out) {
-    const char *v = arg(a, name);
-    *out = dflt;
-    if (!v || !*v)
+    const char *v = arg_i64(a, name, dflt, out);
+    if (!v)
         return 0;
-    char *end;
     if (!strcmp(v, "now")) {
         *out = now_s();
         return 0;
     }
+    char *end;
     errno = 0;
     if (v[0] == '-') {
         double d = strtod(v + 1, &end);
@@ -156,9 +163,8 @@ int parse_hexid(const char *v, uint8_t *out, size_t n) {
 /* Parses a duration like "10s", "500ms", "2m" or nanoseconds into *ns. */
 int parse_dur(const args_t *a, const char *name, int64_t dflt, agg_http_reply_t *r,
                      int64_t *ns) {
-    const char *v = arg(a, name);
-    *ns = dflt;
-    if (!v || !*v)
+    const char *v = arg_i64(a, name, dflt, ns);
+    if (!v)
         return 0;
     char *end;
     double d = strtod(v, &end);
