@@ -59,8 +59,7 @@ static int heap_buckets(qdb_t *d, agg_profile_t *p, const int64_t *b, int64_t ve
             break;
         }
     }
-    int r2 = agg_qs_done(st, s);
-    return rc ? rc : r2;
+    return agg_qs_end(st, s, rc);
 }
 
 /* The live-heap rows of one store into p, one replicate per bucket. */
@@ -87,8 +86,7 @@ static int heap_rows(qdb_t *d, agg_profile_t *p, const int64_t *b, int64_t ver) 
         if (!slot || !agg_hmap_upsert(&stacks, &r.stack, NULL))
             rc = CM_ENOMEM;
     }
-    int r2 = agg_qs_done(st, s);
-    if (rc || (rc = r2) || !h.n || (rc = agg_qs_resolve_stacks(d, p, &stacks, 0)))
+    if ((rc = agg_qs_end(st, s, rc)) || !h.n || (rc = agg_qs_resolve_stacks(d, p, &stacks, 0)))
         goto out;
     for (size_t i = 0; !rc && i < h.n; i++) {
         stackmap_t *m = agg_hmap_find(&stacks, &h.v[i].stack);

@@ -74,8 +74,7 @@ static int read_one(qdb_t *d, const agg_kpmq_t *q, points_t *v) {
         }
         fill(st, p);
     }
-    int r2 = agg_qs_done(st, s);
-    return rc ? rc : r2;
+    return agg_qs_end(st, s, rc);
 }
 
 int agg_qstore_kpm(agg_qstore_t *qs, const agg_kpmq_t *q, agg_kpm_point_t **out, size_t *n) {

@@ -68,6 +68,9 @@ int agg_qs_refresh(agg_qstore_t *qs);
 int agg_qs_prep(qdb_t *d, const char *sql, agg_qxst_t **st);
 /* Finalizes st; 0 when the last step returned rc = DONE or ROW, else the CM_E* code. */
 int agg_qs_done(agg_qxst_t *st, int rc);
+/* Finalizes st after a read loop whose last step returned step: rc when set, else what
+ * agg_qs_done says of step. */
+int agg_qs_end(agg_qxst_t *st, int step, int rc);
 /* The intervals' units-of-work column, or "0" in a store written before it existed. */
 const char *agg_qs_work_units_col(qdb_t *d);
 

@@ -198,8 +198,7 @@ static int sum_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, const 
         m->count += (uint64_t)agg_qx_int64(st, 2);
         (*nrows)++;
     }
-    int r2 = agg_qs_done(st, s);
-    return rc ? rc : r2;
+    return agg_qs_end(st, s, rc);
 }
 
 static int cmp_bucket(const void *a, const void *b) {
@@ -345,8 +344,7 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
             k->key.w = rw;
         }
     }
-    int r2 = agg_qs_done(st, s);
-    if (!rc && !(rc = r2) && rw > 0 && nbk) { /* merge the buckets that became one */
+    if (!(rc = agg_qs_end(st, s, rc)) && rw > 0 && nbk) { /* merge the buckets that became one */
         qsort(bks, nbk, sizeof *bks, cmp_bucket);
         size_t o = 0;
         for (size_t i = 1; i < nbk; i++) {
@@ -518,8 +516,7 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
         }
     }
     {
-        int r2 = agg_qs_done(st, s);
-        if (rc || (rc = r2))
+        if ((rc = agg_qs_end(st, s, rc)))
             goto out;
     }
     if ((rc = leaf_frames(d, p, &leaves, &frame)))
@@ -710,9 +707,9 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
         }
     }
     {
-        int r2 = agg_qs_done(st, s);
+        rc = agg_qs_end(st, s, rc);
         st = NULL;
-        if (rc || (rc = r2))
+        if (rc)
             goto out;
     }
     if (!nrows || (rc = agg_qs_resolve_stacks(d, p, &stacks, q->lines)))
@@ -965,8 +962,7 @@ int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
             x->count += (uint64_t)agg_qx_int64(st, 3);
             x->rows += (uint64_t)agg_qx_int64(st, 4);
         }
-        int r2 = agg_qs_done(st, s);
-        rc = rc ? rc : r2;
+        rc = agg_qs_end(st, s, rc);
     }
     agg_hmap_free(&idx);
     if (rc) {

@@ -74,9 +74,7 @@ int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **o
             }
             read_req(st, &v[nv++]);
         }
-        int r2 = agg_qs_done(st, s == 1 ? 0 : s);
-        if (!rc)
-            rc = r2;
+        rc = agg_qs_end(st, s, rc);
     }
     if (rc) {
         free(v);
@@ -282,8 +280,7 @@ static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const
         else if (b >= 0 && (size_t)b < nb)
             reps[b] = (uint32_t)id;
     }
-    int r2 = agg_qs_done(st, s == 1 ? 0 : s);
-    return rc ? rc : r2;
+    return agg_qs_end(st, s, rc);
 }
 
 /* One store and one version (NULL: all) of agg_qstore_endpoint_query. */

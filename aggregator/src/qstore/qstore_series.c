@@ -113,9 +113,7 @@ int agg_qstore_versions(agg_qstore_t *qs, const char *service, agg_qversion_t **
         }
         agg_qx_finalize(tot);
         agg_qx_finalize(iv);
-        int r2 = agg_qs_done(st, s);
-        if (!rc)
-            rc = r2;
+        rc = agg_qs_end(st, s, rc);
     }
     if (rc) {
         agg_qversions_free(v, nv);
@@ -221,9 +219,7 @@ int agg_qstore_timeseries_label(agg_qstore_t *qs, const char *service, cm_event_
             pt->count = (uint64_t)agg_qx_int64(st, 4);
             out->n++;
         }
-        int r2 = agg_qs_done(st, s);
-        if (!rc)
-            rc = r2;
+        rc = agg_qs_end(st, s, rc);
     }
     if (rc) {
         agg_qseries_free(out);
@@ -271,9 +267,7 @@ int agg_qstore_spans(agg_qstore_t *qs, const char *service, int64_t from_ns, int
                 c->value[t] = (uint64_t)agg_qx_int64(st, 3 + t);
             c->count[0] = (uint64_t)agg_qx_int64(st, 10) * CM_COUNT_ONE;
         }
-        int r2 = agg_qs_done(st, s);
-        if (!rc)
-            rc = r2;
+        rc = agg_qs_end(st, s, rc);
     }
     if (rc) {
         free(v);
@@ -397,9 +391,7 @@ int agg_qstore_rejects(agg_qstore_t *qs, agg_qreject_t **out, size_t *n) {
             }
             e->count += (uint64_t)agg_qx_int64(st, 1);
         }
-        int r2 = agg_qs_done(st, rc ? 0 : s);
-        if (!rc)
-            rc = r2;
+        rc = agg_qs_end(st, s, rc);
     }
     if (rc) {
         agg_qrejects_free(r, nr);

@@ -167,6 +167,11 @@ int agg_qs_done(agg_qxst_t *st, int rc) {
     return rc < 0 ? rc : 0;
 }
 
+int agg_qs_end(agg_qxst_t *st, int step, int rc) {
+    int r2 = agg_qs_done(st, step);
+    return rc ? rc : r2;
+}
+
 /* ---- stacks: resolve store stack ids (trie nodes) into profile stacks ---- */
 
 
@@ -329,8 +334,7 @@ int agg_qs_cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
             break;
         }
     }
-    int r2 = agg_qs_done(st, s);
-    return rc ? rc : r2;
+    return agg_qs_end(st, s, rc);
 }
 
 /* Reads the trie nodes (with all their ancestors) of the stacks in `want` into the cache. */
@@ -375,8 +379,7 @@ static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
         nr++;
     }
     {
-        int r2 = agg_qs_done(st, s);
-        if (rc || (rc = r2))
+        if ((rc = agg_qs_end(st, s, rc)))
             goto out;
     }
     if (full && nr > CACHE_MAX_NODES / 2) { /* too big to hold: walk from the stacks instead */
