@@ -19,6 +19,7 @@
 #include "diff_int.h"
 #include "stats.h"
 
+#include "cm/array.h"
 #include "cm/error.h"
 
 #include <math.h>
@@ -165,9 +166,8 @@ typedef struct {
  * of the functions' ids, which differs between store backends. */
 static int cmp_mw(const void *a, const void *b) {
     const mw_t *x = a, *y = b;
-    if (x->m != y->m)
-        return x->m < y->m ? -1 : 1;
-    return (x->w > y->w) - (x->w < y->w);
+    int c = CM_CMP(x->m, y->m);
+    return c ? c : CM_CMP(x->w, y->w);
 }
 
 /* The w-weighted mean of m over v[lo, hi) (0 when the weights sum to 0); *sw: their sum. */
@@ -224,21 +224,15 @@ static int fit_common(uint32_t nk, agg_dcount_t *q) {
     return 0;
 }
 
-typedef struct {
-    uint32_t key, r;
-} kr_t;
-
-static int cmp_kr(const void *a, const void *b) {
-    const kr_t *x = a, *y = b;
-    if (x->key != y->key)
-        return x->key < y->key ? -1 : 1;
-    return (x->r > y->r) - (x->r < y->r);
+/* (group << 32 | replicate) pairs: sorted as numbers, by group then replicate */
+static int cmp_u64(const void *a, const void *b) {
+    return CM_CMP(*(const uint64_t *)a, *(const uint64_t *)b);
 }
 
 /* Dense group ids of s's replicates into g[] (0..n-1, any number of groups); returns n, or 0
  * when the replicates have no groups or a group per replicate; -1 when out of memory. */
 static int64_t dense_groups(const side_t *s, uint32_t *g) {
-    kr_t *v = malloc(((size_t)s->n_reps + 1) * sizeof *v);
+    uint64_t *v = malloc(((size_t)s->n_reps + 1) * sizeof *v);
     if (!v)
         return -1;
     for (uint32_t r = 0; r < s->n_reps; r++) {
@@ -246,14 +240,14 @@ static int64_t dense_groups(const side_t *s, uint32_t *g) {
             free(v);
             return 0;
         }
-        v[r] = (kr_t){s->rep_g[r], r};
+        v[r] = (uint64_t)s->rep_g[r] << 32 | r;
     }
-    qsort(v, s->n_reps, sizeof *v, cmp_kr);
+    qsort(v, s->n_reps, sizeof *v, cmp_u64);
     uint32_t n = 0;
     for (uint32_t i = 0; i < s->n_reps; i++) {
-        if (i > 0 && v[i].key != v[i - 1].key)
+        if (i > 0 && v[i] >> 32 != v[i - 1] >> 32)
             n++;
-        g[v[i].r] = n;
+        g[(uint32_t)v[i]] = n;
     }
     n += s->n_reps > 0;
     free(v);

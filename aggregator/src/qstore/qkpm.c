@@ -6,6 +6,7 @@
 #include "batch.h"
 #include "qstore_int.h"
 
+#include "cm/array.h"
 #include "cm/error.h"
 
 #include <inttypes.h>
@@ -22,11 +23,9 @@
 static int cmp_pt(const void *a, const void *b) {
     const agg_kpm_point_t *x = a, *y = b;
     int c = strcmp(x->host, y->host);
-    if (c)
-        return c;
-    if (x->pid != y->pid)
-        return x->pid < y->pid ? -1 : 1;
-    return x->bucket < y->bucket ? -1 : x->bucket > y->bucket;
+    if (!c)
+        c = CM_CMP(x->pid, y->pid);
+    return c ? c : CM_CMP(x->bucket, y->bucket);
 }
 
 static void fill(agg_qxst_t *st, agg_kpm_point_t *p) {

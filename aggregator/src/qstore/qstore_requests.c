@@ -4,6 +4,7 @@
  * Threading: the query store's (one caller at a time). */
 #include "qstore_int.h"
 
+#include "cm/array.h"
 #include "cm/error.h"
 
 #include <stdio.h>
@@ -18,10 +19,9 @@
 
 static int cmp_req(const void *a, const void *b) {
     const agg_request_t *x = a, *y = b;
-    int64_t dx = x->end_ns - x->start_ns, dy = y->end_ns - y->start_ns;
-    if (dx != dy)
-        return dx > dy ? -1 : 1;
-    int c = memcmp(x->trace_id, y->trace_id, 16);
+    int c = CM_CMP(y->end_ns - y->start_ns, x->end_ns - x->start_ns); /* longest first */
+    if (!c)
+        c = memcmp(x->trace_id, y->trace_id, 16);
     return c ? c : memcmp(x->span_id, y->span_id, 8);
 }
 

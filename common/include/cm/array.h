@@ -14,6 +14,9 @@
         q_ ? (*(pp) = q_, 0) : CM_ENOMEM;                                                          \
     })
 
+/* -1, 0 or 1 as a is below, equal to or above b: a qsort comparator's step for one key. */
+#define CM_CMP(a, b) (((a) > (b)) - ((a) < (b)))
+
 /* The number of items of arr[0, n), sorted by their field, whose field is <= k (a binary
  * search: the index of the first one above k). */
 #define CM_COUNT_LE(arr, n, field, k)                                                              \
