@@ -307,25 +307,34 @@ nomem: /* the new index entry has no location: start the cache over */
 }
 
 /* Fills the temporary table <table>(id) with the n ids of want (a per-connection scratch
- * table). */
-static int fill_temp(qdb_t *d, const char *table, const uint64_t *want, size_t n) {
+ * table), then prepares sql (which reads it) into *st. */
+static int prep_with_ids(qdb_t *d, const char *table, const uint64_t *want, size_t n,
+                         const char *sql, agg_qxst_t **st) {
     int rc = agg_qx_id_table(d->db, table, want, n);
-    if (rc)
+    if (rc) {
         CM_WARN("query: %s: temp table: %s", d->path, agg_qx_errmsg(d->db));
-    return rc;
+        return rc;
+    }
+    return agg_qs_prep(d, sql, st);
 }
+
+/* The locations of the ids in wantloc, named. */
+static const char LOCS_SQL[] =
+    "SELECT l.id, fn.s, mf.s, m.build_id, l.address, l.line, ff.s FROM wantloc w JOIN "
+    "locations l ON l.id=w.id LEFT JOIN functions f ON f.id=l.function LEFT JOIN strings fn ON "
+    "fn.id=f.name LEFT JOIN strings ff ON ff.id=f.filename LEFT JOIN mappings m ON "
+    "m.id=l.mapping LEFT JOIN strings mf ON mf.id=m.filename";
+
+/* The trie nodes of the ids in want with all their ancestors. */
+static const char UP_SQL[] =
+    "WITH RECURSIVE up(id) AS (SELECT id FROM want UNION SELECT s.parent FROM stacks s JOIN up "
+    "ON s.id=up.id WHERE s.parent<>0) SELECT s.id, s.parent, s.location FROM up JOIN stacks s "
+    "ON s.id=up.id";
 
 int agg_qs_cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n) {
     agg_qxst_t *st = NULL;
     int rc, s;
-    if ((rc = fill_temp(d, "wantloc", want, n)) ||
-        (rc = agg_qs_prep(d,
-                   "SELECT l.id, fn.s, mf.s, m.build_id, l.address, l.line, ff.s FROM "
-                   "wantloc w JOIN locations l ON l.id=w.id LEFT JOIN functions f ON "
-                   "f.id=l.function LEFT JOIN strings fn ON fn.id=f.name LEFT JOIN strings ff ON "
-                   "ff.id=f.filename LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf "
-                   "ON mf.id=m.filename",
-                   &st)))
+    if ((rc = prep_with_ids(d, "wantloc", want, n, LOCS_SQL, &st)))
         return rc;
     while ((s = agg_qx_step(st)) == 1) {
         int64_t li = cache_loc(d, st, (uint64_t)agg_qx_int64(st, 0), 1);
@@ -352,15 +361,9 @@ static int cache_fill(qdb_t *d, const uint64_t *want, size_t n) {
             return rc;
         B64(st, 1, CACHE_MAX_NODES / 2 + 1);
     } else {
-        if ((rc = fill_temp(d, "want", want, n)))
-            return rc;
         /* the nodes first, then their distinct locations: joining the location tables to
          * every node would repeat the same lookups for each node of a popular location */
-        if ((rc = agg_qs_prep(d,
-                       "WITH RECURSIVE up(id) AS (SELECT id FROM want UNION SELECT s.parent "
-                       "FROM stacks s JOIN up ON s.id=up.id WHERE s.parent<>0) "
-                       "SELECT s.id, s.parent, s.location FROM up JOIN stacks s ON s.id=up.id",
-                       &st)))
+        if ((rc = prep_with_ids(d, "want", want, n, UP_SQL, &st)))
             return rc;
     }
     while ((s = agg_qx_step(st)) == 1) {
