@@ -56,9 +56,10 @@
 /* Over budget (budget factor f < 1) the periodic work wakes this thread less often: control
  * windows every AG_CTL_DT_NS / f (at most AG_CTL_MAX_NS), /proc scans every AG_SCAN_NS / f (at
  * most AG_SCAN_MAX_NS), as wall ticks every 1/(WALL_HZ f). A wakeup costs ~100 us here whatever
- * it does (the switch in and out, cold caches; bench/RESULTS.md, issue 14 session 8): at 4 Hz
- * of control and 2 Hz of scans that alone is 0.4 ms/s, the whole 1% budget of a process using
- * 4% of a core (redis-server under redis-benchmark), which the budget could not reduce. */
+ * it does (the switch in and out, cold caches; bench/RESULTS.md, "Agent: CPU and wall-clock
+ * sampling"): at 4 Hz of control and 2 Hz of scans that alone is 0.4 ms/s, the whole 1% budget
+ * of a process using 4% of a core (redis-server under redis-benchmark), which the budget
+ * could not reduce. */
 #define AG_CTL_MAX_NS 1000000000ull
 #define AG_SCAN_MAX_NS 2000000000ull
 #define AG_LAZY_NS 200000000ull /* deferred start work (see bg_main) */
@@ -140,7 +141,7 @@ static void drain(void) {
              * unwound now from its stack copy (defer.c) */
             const ag_rec_t *r = ag_defer_resolve(q, (ag_rec_t *)ubuf);
             uint32_t len = r->len;
-            if (r->type >= CM_EV_ALLOC) /* issue 4 hooks: strip hook frames, live heap, paths */
+            if (r->type >= CM_EV_ALLOC) /* hook records: strip hook frames, live heap, paths */
                 ag_hooks_bg_add(B.b, t, tid, r);
             else
                 ag_builder_add(B.b, t, tid, r);
@@ -235,7 +236,7 @@ static void bg_block_signals(sigset_t *wait_set, sigset_t *self_set) {
     sigaddset(self_set, ag_sig);
 }
 
-/* Issue 13: whose malloc is this? The agent's own allocations never go there (ag_alloc.c), but
+/* Whose malloc is this? The agent's own allocations never go there (ag_alloc.c), but
  * elfutils and dlopen would. Once, here rather than in the constructor: a short-lived process
  * never pays for the object walk. */
 static void bg_check_malloc(void) {
