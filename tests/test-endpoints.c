@@ -14,6 +14,7 @@
  *                    id, span id, name) fleetprof recorded are exactly those the SDK exported.
  * Labels: api, query (no services); otel_ids runs as test-endpoints-otel (label otel: the
  * first run downloads the SDK from PyPI). */
+#include "aggtest.h"
 #include "api.h"
 #include "dims.h"
 #include "http.h"
@@ -68,13 +69,10 @@ static int has_function(const agg_profile_t *p, const char *fn) {
     return 0;
 }
 
-/* A SQLite store fed chunk files as the aggregator feeds it (intern, dims, rollup, batch). */
+/* A SQLite store fed chunk files as the aggregator feeds it (aggtest's at_ingest). */
 typedef struct {
     agg_store_t *st;
-    agg_intern_t in;
-    agg_rollup_t r;
-    agg_dims_t dm;
-    agg_batch_t bt;
+    at_ingest_t ing;
 } loader_t;
 
 static void loader_open(loader_t *l, const char *store) {
@@ -82,10 +80,7 @@ static void loader_open(loader_t *l, const char *store) {
     memset(l, 0, sizeof *l);
     agg_store_path(path, sizeof path, store, "fleetprof.chunks", 0);
     CHECKF(agg_store_sqlite_open(path, &l->st, err, sizeof err) == 0, "%s", err);
-    agg_rollup_cfg_t rc = {10, 3600, 1, 1, 60};
-    agg_rollup_init(&l->r, &rc);
-    agg_dims_init(&l->dm, 3600, 0, 0);
-    agg_batch_init(&l->bt);
+    at_ingest_init(&l->ing);
 }
 
 /* Loads the chunk file at path as message i of the partition; returns the chunk's cut. */
@@ -99,26 +94,20 @@ static int64_t loader_add(loader_t *l, const char *path, int64_t i) {
     cm_chunk_t *c;
     CHECKF(cm_chunk_decode(buf, len, &c, err, sizeof err) == 0, "%s: %s", path, err);
     free(buf);
-    agg_chunk_ids_t ids;
     agg_chunk_meta_t meta;
     memset(&meta, 0, sizeof meta);
-    l->bt.base_offset = i - 1;
-    CHECK(agg_intern_chunk(&l->in, &l->bt, c, &ids) == 0);
-    CHECK(agg_dims_chunk(&l->dm, &l->in, &l->bt, c, &meta, &ids) == 0);
-    CHECK(agg_rollup_chunk(&l->r, &l->bt, c, &ids) == 0);
-    l->bt.next_offset = i;
-    CHECK_EQ(agg_store_batch_write(l->st, "fleetprof.chunks", 0, &l->bt), 0);
-    agg_batch_clear(&l->bt);
+    l->ing.b.base_offset = i - 1;
+    CHECK(at_ingest_chunk(&l->ing, c, &meta) == 0);
+    l->ing.b.next_offset = i;
+    CHECK_EQ(agg_store_batch_write(l->st, "fleetprof.chunks", 0, &l->ing.b), 0);
+    agg_batch_clear(&l->ing.b);
     int64_t cut = (int64_t)c->header.end_unix_ns;
     cm_chunk_free(c);
     return cut;
 }
 
 static void loader_close(loader_t *l) {
-    agg_batch_free(&l->bt);
-    agg_rollup_free(&l->r);
-    agg_dims_free(&l->dm);
-    agg_intern_free(&l->in);
+    at_ingest_free(&l->ing);
     agg_store_close(l->st);
 }
 
