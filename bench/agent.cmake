@@ -33,6 +33,8 @@ target_link_libraries(dump-stacks PRIVATE fp_common)
 add_executable(bench-spawn bench-spawn.c)
 target_link_libraries(bench-spawn PRIVATE Threads::Threads)
 add_dependencies(bench-spawn fleetprof_agent)
+# A profiled program that forks: build/bench/bench-spawn --prog build/bench/fork-loop
+add_executable(fork-loop fork-loop.c)
 
 # Issue 31: begin/end of a request's span on the hot path (ns per pair, vs set/clear and two
 # clock reads). Run: FLEETPROF_OUTPUT=/tmp/x build/bench/bench-agent-spans

@@ -81,6 +81,7 @@ static struct {
     int ctl_idle; /* the last control window's load was under AG_BUDGET_FLOOR */
     uint64_t over_budget_frac;                        /* fractional DROP_OVER_BUDGET carry */
 } B;
+static ag_builder_t *g_parent_builder; /* a fork's child: the parent's builder, freed by bg */
 
 /* base / f, at most max: an interval stretched by the budget factor. */
 static uint64_t stretch(uint64_t base, double f, uint64_t max) {
@@ -313,6 +314,8 @@ static void bg_setup(bg_sched_t *s, const sigset_t *wait_set) {
 
     pthread_mutex_lock(&ag_work_mu);
     uint64_t now = ag_now_mono();
+    ag_builder_free(g_parent_builder); /* a fork's child: the parent's, left by atfork */
+    g_parent_builder = NULL;
     B.b = ag_builder_new();
     ag_fr_start(g_start_real); /* flight recorder and incident triggers, if on */
     /* The first chunk covers the samples taken since the start, before the tables too (their
@@ -614,8 +617,12 @@ void ag_bg_after_fork_child(void) {
     atomic_store(&g_wake_early, 0);
     /* Consistent: the atfork prepare handler held ag_work_mu, so the parent's thread was not
      * in the middle of an update. Its records belong to the parent's profile. */
-    ag_builder_free(B.b);
-    for (uint32_t i = 0; i < AG_MAX_THREADS; i++)
+    /* The parent's builder is not freed here: freeing writes its pages, and each write in a
+     * child is a copy-on-write fault (a child that execs or exits at once pays them for
+     * nothing). A child that profiles frees it from its own bg thread (bg_setup). */
+    g_parent_builder = B.b;
+    uint32_t hw = ag_thread_hw();
+    for (uint32_t i = 0; i < hw; i++)
         if (ag_threads[i].wall_rec)
             ag_threads[i].wall_rec->len = 0;
     memset(&B, 0, sizeof B);

@@ -516,7 +516,8 @@ void ag_cfi_tick(void) {
 void ag_cfi_after_fork_child(void) {
     /* Only the forking thread lives on in the child, outside any unwind: a thread that was
      * inside one at the fork left its depth behind, and nobody reads the pending batch. */
-    for (uint32_t i = 0; i < AG_MAX_THREADS; i++)
+    uint32_t hw = ag_thread_hw();
+    for (uint32_t i = 0; i < hw; i++)
         atomic_store_explicit(&ag_threads[i].unw_depth, 0, memory_order_relaxed);
     if (g_ret.ptrs)
         retire_free();

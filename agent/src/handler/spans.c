@@ -72,6 +72,7 @@ static done_t g_done[2][AG_SPANS_PER_CHUNK];
 /* epoch << 32 | rows claimed in the epoch's half; epochs start at 1 (a row's 0: never written) */
 static _Atomic uint64_t g_done_state = (uint64_t)1 << 32;
 static active_t g_active[AG_SPAN_THREADS];
+static _Atomic int32_t g_active_hw; /* slots ever claimed are below it */
 static name_t g_names[AG_SPAN_NAMES + 1]; /* id 0: unnamed */
 static _Atomic uint32_t g_nnames;
 
@@ -133,6 +134,9 @@ static active_t *my_slot(void) {
         if (atomic_load_explicit(&g_active[i].owner, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_strong(&g_active[i].owner, &free_, tid)) {
             t_span.slot = i + 1;
+            int32_t hw = atomic_load(&g_active_hw);
+            while (hw < i + 1 && !atomic_compare_exchange_weak(&g_active_hw, &hw, i + 1))
+                ;
             pthread_once(&g_exit_once, exit_key_init);
             pthread_setspecific(g_exit_key, (void *)1); /* non-NULL: run slot_exit at exit */
             return &g_active[i];
@@ -390,19 +394,20 @@ void ag_spans_after_fork_child(void) {
     int32_t mine = t_span.slot;
     t_span.tid = 0;
     g_fork_real = now_real();
-    for (int32_t i = 0; i < AG_SPAN_THREADS; i++)
+    /* Only the slots ever claimed: the child does not touch the pages of the rest. */
+    int32_t hw = atomic_load(&g_active_hw);
+    for (int32_t i = 0; i < hw; i++)
         if (i + 1 != mine) {
             atomic_store(&g_active[i].owner, 0);
             g_active[i].active = 0;
         } else {
             atomic_store(&g_active[i].owner, (int32_t)my_tid());
         }
-    atomic_store(&g_done_state, (uint64_t)1 << 32);
+    /* A fresh epoch in the same half, no rows claimed: the parent's rows (older epochs) are
+     * never read as this epoch's, and none of the 2 MB of rows is touched here. */
+    uint32_t e = (uint32_t)(atomic_load(&g_done_state) >> 32);
+    atomic_store(&g_done_state, (uint64_t)(e + 2) << 32);
     g_closed_n = 0;
-    for (uint32_t h = 0; h < 2; h++)
-        for (uint32_t i = 0; i < AG_SPANS_PER_CHUNK; i++)
-            if (atomic_load_explicit(&g_done[h][i].epoch, memory_order_relaxed))
-                atomic_store_explicit(&g_done[h][i].epoch, 0, memory_order_relaxed);
 }
 
 /* bg: incident triggers (recorder/triggers.c) read the outermost active spans. */
