@@ -6,7 +6,8 @@
 #      CPU (tests start their own real Kafka brokers)
 #      but those labelled `long` (acceptance runs of several minutes each, run by hand with
 #      `ctest -L long`; their figures are in bench/RESULTS.md);
-#   3. rebuilds with ASan+UBSan and with TSan and runs the tests again (except those labelled
+#   3. rebuilds with ASan+UBSan and with TSan (compiled at nice 19 while step 2 runs, on the
+#      CPU its tests leave idle) and runs the tests again (except those labelled
 #      `slow`, which exercise the same code for longer, and `nosan`, which cannot run under a
 #      sanitizer for a reason stated where they are registered);
 #   4. builds the libFuzzer targets with clang and fuzzes each decoder for FUZZ_SECONDS (40):
@@ -53,27 +54,54 @@ step() { # step NAME CMD...: a build step that counts as one failure when it fai
   if ! "${@:2}"; then failed=$((failed + 1)); failures+=("$1"); return 1; fi
 }
 
-if step "build" build build; then
-  run_ctest build -LE long
-fi
+fuzzers="fuzz-chunk-decode fuzz-collector-frames fuzz-spool-recovery fuzz-api-params"
+
+# The other trees compile in the background at the lowest priority while the plain tests run:
+# the tests that measure CPU run alone (tests/CMakeLists.txt) and mostly leave one core idle,
+# and at nice 19 a compiler gets ~1.5 % of a core from a busy nice-0 test. Each build's output
+# waits in DIR.bg.out and its status in DIR.bg.rc until `prebuilt DIR` reports them.
+later_builds() {
+  if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
+    build build-asan -DFLEETPROF_SANITIZE=address >"$ROOT/build-asan.bg.out" 2>&1
+    echo $? >"$ROOT/build-asan.bg.rc"
+    build build-tsan -DFLEETPROF_SANITIZE=thread >"$ROOT/build-tsan.bg.out" 2>&1
+    echo $? >"$ROOT/build-tsan.bg.rc"
+  fi
+  if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+    CC=clang CXX=clang++ TARGETS="$fuzzers fuzz-seeds" build build-fuzz -DFLEETPROF_FUZZ=ON \
+      >"$ROOT/build-fuzz.bg.out" 2>&1
+    echo $? >"$ROOT/build-fuzz.bg.rc"
+  fi
+}
+prebuilt() { # prebuilt DIR: the background build's errors, if any, and its status
+  cat "$ROOT/$1.bg.out"
+  [ "$(cat "$ROOT/$1.bg.rc" 2>/dev/null)" = 0 ]
+}
+rm -f "$ROOT"/build-*.bg.rc "$ROOT"/build-*.bg.out
+
+plain_ok=0
+step "build" build build && plain_ok=1
+nice -n 19 bash -c "$(declare -f build later_builds); ROOT='$ROOT' fuzzers='$fuzzers' \
+  SKIP_SANITIZERS='${SKIP_SANITIZERS:-0}' SKIP_FUZZ='${SKIP_FUZZ:-0}' later_builds" &
+later_pid=$!
+[ "$plain_ok" = 1 ] && run_ctest build -LE long
+wait "$later_pid"
 
 if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
-  if step "build-asan" build build-asan -DFLEETPROF_SANITIZE=address; then
+  if step "build-asan" prebuilt build-asan; then
     run_ctest build-asan -LE 'slow|nosan'
   fi
-  if step "build-tsan" build build-tsan -DFLEETPROF_SANITIZE=thread; then
+  if step "build-tsan" prebuilt build-tsan; then
     run_ctest build-tsan -LE 'slow|nosan|notsan'
   fi
 fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   secs=${FUZZ_SECONDS:-40}
-  fuzzers="fuzz-chunk-decode fuzz-collector-frames fuzz-spool-recovery fuzz-api-params"
-  if CC=clang CXX=clang++ TARGETS="$fuzzers fuzz-seeds" step "build-fuzz" build build-fuzz \
-       -DFLEETPROF_FUZZ=ON; then
+  if step "build-fuzz" prebuilt build-fuzz; then
     corpus="$ROOT/build-fuzz/corpus"
     mkdir -p "$corpus"
     "$ROOT/build-fuzz/tests/fuzz/fuzz-seeds" "$corpus"
