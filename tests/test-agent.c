@@ -1047,6 +1047,29 @@ static void test_preload(void) {
     rmrf(dir);
 }
 
+/* dash ends `sh -c` with _exit: no atexit handler runs, yet its last chunk is sent (the _exit
+ * interposer, hooks/hook_exec.c). One interval of an hour: every sample is in that chunk. */
+static void test_underscore_exit(void) {
+    if (sanitized) {
+        printf("# skipped under sanitizers: a sanitized .so cannot be preloaded\n");
+        return;
+    }
+    char *dir = mkout(), envbuf[4200], out[256], pre[4200];
+    const char *env[] = {ENV_OUT(dir), preload(pre, sizeof pre), "FLEETPROF_INTERVAL=3600", NULL};
+    const char *argv[] = {"/bin/sh", "-c", "i=0; while [ $i -lt 250000 ]; do i=$((i+1)); done",
+                          NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    chunks_t *cs = load(dir);
+    tot_t t = total(cs, CM_EV_CPU, NULL, 0);
+    printf("# sh -c loop: %d chunks, %llu CPU samples (%.3f s)\n", cs->n,
+           (unsigned long long)t.samples, (double)t.weight / 1e9);
+    CHECKF(cs->n == 1, "%d chunks from a process that ended with _exit", cs->n);
+    CHECKF(t.samples >= 15, "%llu CPU samples", (unsigned long long)t.samples);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 static void test_cli_run(void) {
     if (sanitized) {
         printf("# skipped under sanitizers: `fleetprof run` preloads the agent\n");
@@ -1663,6 +1686,7 @@ static const tr_test_t tests[] = {
     {"fork", test_fork},
     {"exec", test_exec},
     {"sigterm_flush", test_sigterm_flush},
+    {"underscore_exit", test_underscore_exit},
     {"flush_api", test_flush_api},
     {"named_spans", test_named_spans},
     {"spans_no_samples", test_spans_no_samples},

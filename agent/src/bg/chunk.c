@@ -28,6 +28,23 @@ static struct {
     double enc_ratio; /* encoded / estimated size of the last chunk (LZ4 compresses rows) */
 } C;
 
+/* Events seen by the last cut (or the start, or a fork): read by ag_chunk_unsent on any
+ * thread, written by bg. */
+static _Atomic uint64_t g_seen_at_cut;
+
+static uint64_t seen_total(void) {
+    uint64_t n = 0;
+    for (int t = 1; t < CM_EV_COUNT; t++)
+        n += atomic_load_explicit(&ag_events_seen[t], memory_order_relaxed);
+    return n;
+}
+
+/* Any thread, async-signal-safe (atomics only): 1 if samples were taken since the last cut or
+ * spans wait for one -- what a process that ends now without its exit chunk would lose. */
+int ag_chunk_unsent(void) {
+    return seen_total() != atomic_load(&g_seen_at_cut) || ag_spans_pending();
+}
+
 void ag_chunk_begin(uint64_t start_real, uint64_t agent_cpu0, uint64_t proc_cpu0) {
     C.chunk_start_real = start_real;
     C.bg_cpu0 = agent_cpu0;
@@ -183,8 +200,12 @@ void ag_chunk_cut(ag_builder_t *b, int at_exit) {
     deliver(b, &h, drops, nd);
     C.bg_cpu0 = a;
     C.proc_cpu0 = p;
-    for (int t = 1; t < CM_EV_COUNT; t++)
+    uint64_t total = 0;
+    for (int t = 1; t < CM_EV_COUNT; t++) {
         C.seen0[t] = seen[t];
+        total += seen[t];
+    }
+    atomic_store(&g_seen_at_cut, total);
     C.chunk_start_real = end;
 }
 
@@ -192,6 +213,7 @@ void ag_chunk_after_fork_child(void) {
     memset(&C, 0, sizeof C);
     for (int t = 1; t < CM_EV_COUNT; t++) /* the parent's counts are the parent's */
         C.seen0[t] = atomic_load(&ag_events_seen[t]);
+    atomic_store(&g_seen_at_cut, seen_total());
     for (int t = 0; t < CM_EV_COUNT; t++)
         for (int r = 0; r < AG_DROP_REASONS; r++)
             C.drops0[t][r] = atomic_load(&ag_drops[t][r]);

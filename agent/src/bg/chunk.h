@@ -23,5 +23,7 @@ AG_HIDDEN int ag_chunk_full(const ag_builder_t *b);
 AG_HIDDEN void ag_chunk_header_ids(cm_header_t *h, uint64_t start, uint64_t end, uint64_t seq);
 /* fork child: the parent's counts are the parent's. */
 AG_HIDDEN void ag_chunk_after_fork_child(void);
+/* Any thread, async-signal-safe: 1 if samples or spans wait for a chunk not cut yet. */
+AG_HIDDEN int ag_chunk_unsent(void);
 
 #endif

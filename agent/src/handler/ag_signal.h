@@ -25,6 +25,8 @@ AG_HIDDEN void ag_signal_sigterm_install(void);
 AG_HIDDEN void ag_signal_sigterm_restore(void);
 /* bg: the last chunk after a SIGTERM is out; the waiting handler lets the process die. */
 AG_HIDDEN void ag_signal_sigterm_done(void);
+/* Async-signal-safe: the last chunk out (bg), waited for at most 2 s; the agent then stops. */
+AG_HIDDEN void ag_signal_last_chunk(void);
 /* bg: measures the kernel cost of delivering one sampling signal (ns). */
 AG_HIDDEN uint64_t ag_signal_calibrate(void);
 /* signal.c: does the calling thread block our signal? (one system call) */

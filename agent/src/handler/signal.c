@@ -275,15 +275,20 @@ static _Atomic int g_term_done;      /* bg: the last chunk is out */
 
 static void term_install(sigaction_fn real);
 
+/* Async-signal-safe: asks the bg thread for the last chunk and waits for it, at most
+ * AG_TERM_WAIT_MS. The agent is stopped when it returns (the bg thread clears running). */
+AG_NO_TSAN void ag_signal_last_chunk(void) {
+    ag_bg_wake(AG_REQ_SIGTERM);
+    for (int i = 0; i < AG_TERM_WAIT_MS && !atomic_load(&g_term_done); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
 AG_NO_TSAN static void sigterm_handler(int sig) {
     int saved = errno;
-    if (atomic_load(&ag.running)) {
-        ag_bg_wake(AG_REQ_SIGTERM);
-        for (int i = 0; i < AG_TERM_WAIT_MS && !atomic_load(&g_term_done); i++) {
-            struct timespec ms = {0, 1000000};
-            nanosleep(&ms, NULL);
-        }
-    }
+    if (atomic_load(&ag.running))
+        ag_signal_last_chunk();
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;

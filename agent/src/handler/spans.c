@@ -377,7 +377,8 @@ static uint64_t g_fork_real;
 int ag_spans_pending(void) {
     if ((uint32_t)atomic_load_explicit(&g_done_state, memory_order_acquire) != 0)
         return 1;
-    for (uint32_t i = 0; i < AG_SPAN_THREADS; i++) {
+    int32_t hw = atomic_load(&g_active_hw);
+    for (int32_t i = 0; i < hw; i++) {
         uint32_t act = 0, name;
         uint64_t st;
         uint8_t ctx[CM_CONTEXT_SIZE];

@@ -1,5 +1,5 @@
-/* exec from a profiled process (issue 13, "do no harm"): no signal of ours may be pending on
- * the thread that execs.
+/* exec and _exit from a profiled process: no signal of ours may be pending on the thread that
+ * execs, and a process that ends with _exit still sends its last chunk.
  *
  * The kernel keeps a thread's pending queued signals across execve (it drops only POSIX
  * timer expiries, SI_TIMER, with the timers), and resets every handler to SIG_DFL: a wall
@@ -26,6 +26,8 @@
  */
 #include "thread.h"
 #include "agent.h"
+#include "bgthread.h"
+#include "chunk.h"
 #include "ag_signal.h"
 #include "sandbox.h"
 
@@ -211,4 +213,46 @@ EXPORT int execle(const char *path, const char *arg, ...) {
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
     return execve(path, argv, envp);
+}
+
+/* ---- _exit ----
+ * A process that ends with _exit or _Exit runs no atexit handler, so the agent's exit chunk
+ * (agent.c) was never written: a short program lost its whole profile without a word (dash's
+ * `sh -c` ends that way). Here the bg thread cuts the last chunk first, as for SIGTERM
+ * (signal.c: at most 2 s), when there is something to send. Not in a vfork or _Fork child
+ * (its pid is not the agent's; under vfork it shares the parent's memory), not on the bg
+ * thread itself, and not when nothing was sampled since the last chunk: a fork's child that
+ * exits at once costs nothing more. Async-signal-safe like _exit itself (system calls and
+ * atomics): handlers call _exit. The next definition of _exit is looked up at load time. */
+typedef void (*exit_fn)(int);
+static exit_fn g_real_exit, g_real_Exit;
+
+__attribute__((constructor)) static void exit_hooks_init(void) {
+    g_real_exit = (exit_fn)dlsym(RTLD_NEXT, "_exit");
+    g_real_Exit = (exit_fn)dlsym(RTLD_NEXT, "_Exit");
+}
+
+static void exit_last_chunk(void) {
+    if (!atomic_load(&ag.running) || (pid_t)syscall(SYS_getpid) != ag.pid)
+        return;
+    pid_t bg = ag_bg_tid();
+    if (bg && bg != (pid_t)syscall(SYS_gettid) && ag_chunk_unsent())
+        ag_signal_last_chunk();
+}
+
+static _Noreturn void exit_now(exit_fn real, int status) {
+    if (real)
+        real(status);
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+EXPORT _Noreturn void _exit(int status) {
+    exit_last_chunk();
+    exit_now(g_real_exit, status);
+}
+
+EXPORT _Noreturn void _Exit(int status) {
+    exit_last_chunk();
+    exit_now(g_real_Exit, status);
 }
