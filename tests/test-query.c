@@ -416,6 +416,22 @@ static void test_filters(void) {
     agg_top_free(&t);
     agg_profile_free(p);
 
+    /* replicates keep their process groups (a filtered diff still sees processes) */
+    int64_t r1 = agg_profile_replicate(x.p, "proc 7 bucket 1", 1.0);
+    int64_t r2 = agg_profile_replicate(x.p, "proc 7 bucket 2", 1.0);
+    CHECK(r1 >= 0 && r2 >= 0);
+    CHECK_EQ(agg_profile_replicate_group(x.p, (uint32_t)r1, 7), 0);
+    CHECK_EQ(agg_profile_replicate_group(x.p, (uint32_t)r2, 7), 0);
+    memset(&f, 0, sizeof f);
+    f.exclude = exc;
+    f.n_exclude = 1;
+    p = filtered(x.p, &f);
+    CHECK_EQ(p->n_replicates, x.p->n_replicates);
+    for (uint32_t i = 0; i < p->n_replicates; i++)
+        CHECKF(p->replicates[i].group == x.p->replicates[i].group, "replicate %u group %u, was %u",
+               i, p->replicates[i].group, x.p->replicates[i].group);
+    agg_profile_free(p);
+
     /* a malformed pattern is named in the error */
     const char *bad[] = {"x("};
     memset(&f, 0, sizeof f);

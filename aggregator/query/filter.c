@@ -161,9 +161,12 @@ static int filt_stacks(const agg_profile_t *in, size_t n_inc, const frame_match_
 
 /* Replicates, contexts and the rows of the kept stacks. 0 or a negative error. */
 static int filt_rows(const agg_profile_t *in, const uint32_t *stackmap, agg_profile_t *p) {
-    for (uint32_t i = 0; i < in->n_replicates; i++)
-        if (agg_profile_replicate(p, in->replicates[i].key, in->replicates[i].work) < 0)
+    for (uint32_t i = 0; i < in->n_replicates; i++) { /* with their process groups */
+        int64_t id = agg_profile_replicate(p, in->replicates[i].key, in->replicates[i].work);
+        if (id < 0)
             return CM_ENOMEM;
+        agg_profile_replicate_group(p, (uint32_t)id, in->replicates[i].group);
+    }
     for (uint32_t i = 1; i < in->n_contexts; i++)
         if (agg_profile_context(p, in->contexts[i].trace_id, in->contexts[i].span_id) < 0)
             return CM_ENOMEM;
