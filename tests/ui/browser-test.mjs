@@ -227,6 +227,10 @@ await test('diff_planted_regression', async () => {
   check(regs.length === 1 && regs[0][8] === 'apply_discount_rules', `regressions: ${JSON.stringify(regs)}`);
   const d = await api('diff?service=demo&base=v1&test=v2&limit=100');
   check(rows.length === d.entries.filter((e) => e.class !== 'untested').length, 'one row per tested function');
+  // a finding by a caller's total cost says so beside its name, and only those
+  const byTotal = d.entries.filter((e) => e.class !== 'untested' && e.by_inclusive).map((e) => e.name + ' (total cost)');
+  const marked = rows.filter((r) => r[8].endsWith(' (total cost)')).map((r) => r[8]);
+  check(JSON.stringify(marked) === JSON.stringify(byTotal), `marked by total cost: ${JSON.stringify(marked)} (API: ${JSON.stringify(byTotal)})`);
   // what the diff could have seen, and what its columns mean (issues 30 and 35)
   const mde = await page.$eval('.summary .mde', (e) => e.textContent).catch(() => '');
   check(/minimum detectable effect .* a new function taking ≥ [\d.]+% of the samples/.test(mde), `MDE line: ${mde}`);

@@ -442,11 +442,14 @@ function mdeLine(d) {
 function findingsTable(d, unit) {
   const incl = d.tested_cost === 'total';
   const rows = d.entries.filter((e) => e.class !== 'untested').map((e) => {
-    const b = incl ? e.base_total : e.base_self, t = incl ? e.test_total : e.test_self;
+    // a finding of a caller's total cost (the default diff tests callers too) shows that cost
+    const tot = incl || e.by_inclusive;
+    const b = tot ? e.base_total : e.base_self, t = tot ? e.test_total : e.test_self;
     return h('tr', { class: 'cls-' + e.class }, h('td', {}, e.class), h('td.num', {}, fmtValue(b, unit)), h('td.num', {}, fmtValue(t, unit)),
       h('td.num', {}, b > 0 ? `${t >= b ? '+' : ''}${((t - b) / b * 100).toFixed(1)}%` : t > 0 ? 'new' : '-'),
       h('td.num', {}, fmtPct(e.overweight)), h('td.num', {}, fmtPct(e.responsibility)),
-      h('td.num', {}, e.q == null ? '-' : e.q.toPrecision(2)), h('td.num', {}, `${fmtCount(e.base_samples)} / ${fmtCount(e.test_samples)}`), h('td.fnname', {}, e.name));
+      h('td.num', {}, e.q == null ? '-' : e.q.toPrecision(2)), h('td.num', {}, `${fmtCount(e.base_samples)} / ${fmtCount(e.test_samples)}`),
+      h('td.fnname', {}, e.name, !incl && e.by_inclusive ? h('span.by-inclusive', { title: 'found by its total cost (with what it calls), not its own' }, ' (total cost)') : null));
   });
   // what each column means, on hover and in the note under the table (issue 35)
   const tips = { change: 'change of the tested cost per unit of work',
