@@ -12,16 +12,20 @@
  * re-scaled to `share` of the base, its cost x (1 + change) in the test. Null: same build two
  * deploys, and the same with +10 % load on the test side.
  *
- * usage: bench-diff-power [trials=500] [procs=2] [buckets=8] [null|new|slower|n90|curve]
+ * usage: bench-diff-power [trials=500] [procs=2] [buckets=8] [null|new|slower|n90|curve|s30]
+ * (s30: the 20 % function +10 % at 30,000 samples per side, and the same function unchanged)
  * Environment: PMIX, BMIX (the over-dispersion's log-sds, 0.01 and 0.03), SHARES (fixed shares
  * of a few functions instead of 60 lognormal ones, e.g. bench/diff-service's
  * "0.3,0.2,0.25,0.15,0.1"), NMAX (the null cells' largest samples per side, 30000),
  * PMIX0 (fn_00's own PMIX: one function with a larger process spread), BHW (the diff's
- * bh_large_weight), DEBUG (each diff's planted and false findings).
+ * bh_large_weight), NOCALLERS (self costs only: no callers' inclusive tests), DEBUG (each
+ * diff's planted and false findings, and its dispersions).
  * Output: one line per cell: kind, share, change, samples per side, detection rate of ours,
  * Welch, oracle, the count test's own p <= 0.01 for the planted function (what it would find
- * knowing which function changed: the ceiling of any multiplicity procedure), and the
- * fraction of diffs with a finding on another function. */
+ * knowing which function changed: the ceiling of any multiplicity procedure), the ideal test
+ * (an existing function: knows the function and the variance the simulation draws; what no
+ * test can beat at level 0.01), and the fraction of diffs with a finding on another
+ * function. */
 #include "query.h"
 
 #include "cm/error.h"
@@ -158,8 +162,22 @@ static int oracle(uint64_t yb, uint64_t cb, uint64_t yt, uint64_t ct, double q) 
     return 2 * fmin(up, lo) <= q;
 }
 
+/* The ideal test of an existing function: its log ratio to the rest, z with the variance the
+ * simulation draws (Poisson counts plus the mix factors' PMIX^2 / procs + BMIX^2 / replicates
+ * per side), at level q. Knows the function and the variance: no test does better. */
+static int ideal(uint64_t yb, uint64_t cb, uint64_t yt, uint64_t ct, int procs, int buckets,
+                 double q) {
+    if (!yb || !yt || yb >= cb || yt >= ct)
+        return 0;
+    double pm = env_sigma("PMIX", 0.01), bm = env_sigma("BMIX", 0.03);
+    double lr = log((double)yt / (double)(ct - yt)) - log((double)yb / (double)(cb - yb));
+    double v = 1.0 / (double)yb + 1.0 / (double)(cb - yb) + 1.0 / (double)yt +
+               1.0 / (double)(ct - yt) + 2 * (pm * pm / procs + bm * bm / (procs * buckets));
+    return agg_stats_normal_p2(lr / sqrt(v)) <= q;
+}
+
 typedef struct {
-    int found, welch, oracle, other, single;
+    int found, welch, oracle, other, single, ideal;
     double mde_new, mde20;
 } res_t;
 
@@ -186,6 +204,7 @@ static void trial(kind_t kind, double share, double change, double samples, int 
     agg_diff_opts_default(&o);
     if (getenv("BHW"))
         o.bh_large_weight = atof(getenv("BHW"));
+    o.no_callers = getenv("NOCALLERS") != NULL; /* self costs only: no callers' BH tests */
     for (int m = 0; m < 2; m++) {
         o.method = m ? AGG_DIFF_WELCH : AGG_DIFF_COUNT;
         if (agg_diff_compute(b, t, &o, &d))
@@ -216,6 +235,9 @@ static void trial(kind_t kind, double share, double change, double samples, int 
                        (unsigned long long)e->test_samples, e->p, e->q, d.n_tested, d.n_bh,
                        agg_diff_class_name(e->cls));
         }
+        if (m == 0 && getenv("DEBUG"))
+            printf("  dispersion %.5f between processes %.5f (df %.0f)\n", d.dispersion,
+                   d.dispersion_g_data, d.dispersion_g_df);
         if (m == 0) {
             out->mde_new += d.mde_new;
             out->mde20 += d.mde_change[1];
@@ -228,6 +250,9 @@ static void trial(kind_t kind, double share, double change, double samples, int 
         agg_profile_totals(b, &wb, &cb, &xb);
         agg_profile_totals(t, &wt, &ct, &xt);
         out->oracle += oracle(yb, cb / CM_COUNT_ONE, yt, ct / CM_COUNT_ONE, 0.01);
+        if (kind == SLOWER)
+            out->ideal +=
+                ideal(yb, cb / CM_COUNT_ONE, yt, ct / CM_COUNT_ONE, procs, buckets, 0.01);
     }
     agg_profile_free(b);
     agg_profile_free(t);
@@ -243,10 +268,10 @@ static void cell(kind_t kind, double share, double change, double samples, int t
               &r);
     static const char *kn[] = {"new", "slower", "null-same", "null-load+10%"};
     printf("%-14s share %5.1f%% change %+5.1f%% samples/side %6.0f: found %5.1f%% (welch %5.1f%%, "
-           "oracle %5.1f%%, own p <= 0.01 %5.1f%%), diffs with another finding %4.1f%%, mde new "
+           "oracle %5.1f%%, own p <= 0.01 %5.1f%%, ideal %5.1f%%), diffs with another finding %4.1f%%, mde new "
            "%.2f%%, 20%%-fn %.1f%%\n",
            kn[kind], 100 * share, 100 * change, samples, 100.0 * r.found / trials,
-           100.0 * r.welch / trials, 100.0 * r.oracle / trials, 100.0 * r.single / trials,
+           100.0 * r.welch / trials, 100.0 * r.oracle / trials, 100.0 * r.single / trials, 100.0 * r.ideal / trials,
            100.0 * r.other / trials,
            100 * r.mde_new / trials, 100 * r.mde20 / trials);
     fflush(stdout);
@@ -281,6 +306,10 @@ int main(int argc, char **argv) {
             for (int c = 0; c < 3; c++)
                 for (int j = 0; j < 6; j++)
                     cell(SLOWER, shares[i], changes[c], ssamp[j], trials, procs, buckets);
+    if (!strcmp(only, "s30")) { /* the existing-function item's cell alone, and unchanged */
+        cell(SLOWER, 0.2, 0.10, 30000, trials, procs, buckets);
+        cell(SLOWER, 0.2, 0.0, 30000, trials, procs, buckets);
+    }
     if (!strcmp(only, "curve")) /* issue 30's existing-function item: 20 % function +10 % */
         for (int j = 0; j < 6; j++)
             cell(SLOWER, 0.2, 0.10, (double[]){6700, 15000, 30000, 60000, 120000, 240000}[j],
