@@ -110,3 +110,10 @@ foreach(c hang steady_ramp manual)
     LABELS "agent;incident;nosan"
     ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
 endforeach()
+# JavaScript frames named from node --perf-basic-prof's perf map, against node --cpu-prof's
+# profile of the same workload (tests/node/). Preloads the agent: plain builds only.
+fp_test(test-agent-node LABELS "agent;nosan" LIBS m)
+add_dependencies(test-agent-node fleetprof_agent)
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  set_tests_properties(test-agent-node PROPERTIES DISABLED TRUE)
+endif()

@@ -13,6 +13,8 @@
 #include "context.h"
 #include "symbols.h"
 #include "builder.h"
+#include "perfmap.h"
+#include "remap.h"
 #include "pyframes.h"
 #include "hooks.h"
 
@@ -326,12 +328,34 @@ static uint32_t add_loc(ag_builder_t *b, uint32_t slot, uintptr_t key, uint32_t 
     return b->loc_map.n - 1;
 }
 
+/* A pc no ELF symbol names (JIT code; a runtime's code in a stripped part of its binary),
+ * named from the process's perf map (perfmap.c: a JavaScript function gets system name
+ * "js:..." and its script and first line). */
+static uint32_t intern_jitloc(ag_builder_t *b, uint32_t slot, uintptr_t pc, uint32_t mapping,
+                              uint64_t file_addr, const ag_jitsym_t *j) {
+    uint32_t fslot, f = map_find(&b->fn_map, j->key, NULL, NULL, NULL, &fslot);
+    if (f == UINT32_MAX && fslot != UINT32_MAX) {
+        uint32_t name = intern_str(b, j->name);
+        uint32_t sys = strcmp(j->name, j->sysname) ? intern_str(b, j->sysname) : name;
+        uint32_t file = j->file ? intern_str(b, j->file) : 0;
+        f = add_fn(b, fslot, j->key, name, sys, file);
+    }
+    return add_loc(b, slot, pc, mapping, f == UINT32_MAX ? 0 : f, file_addr, j->line);
+}
+
 static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
     uint32_t slot, v;
     if (loc_find(b, pc, &slot, &v))
         return v;
     ag_sym_t sym;
     ag_symbols_lookup(pc, &sym);
+    ag_jitsym_t j;
+    if (!sym.name && ag_perfmap_lookup(pc, &j))
+        return intern_jitloc(b, slot, pc, sym.obj ? intern_mapping(b, sym.obj) : 0,
+                             (uint64_t)sym.file_addr, &j);
+    uintptr_t orig = sym.obj ? 0 : ag_remap_pc(pc); /* a copy of an object's code (remap.c) */
+    if (orig)
+        ag_symbols_lookup(orig, &sym);
     uint32_t mapping = sym.obj ? intern_mapping(b, sym.obj) : 0, fn = 0;
     if (sym.name) {
         uint64_t key = XXH3_64bits(&sym, offsetof(ag_sym_t, file_addr)) ^ sym.sym_id;
