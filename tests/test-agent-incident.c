@@ -99,38 +99,9 @@ static void split(const chunks_t *cs, const uint8_t *id, cm_event_type_t type, c
     }
 }
 
-/* Loads the chunk files of dir into a SQLite store under store/ as the consumer does. */
 static void ingest_dir(const char *dir, const char *store) {
-    char path[4200], err[512];
-    agg_store_path(path, sizeof path, store, "fleetprof.chunks", 0);
-    agg_store_t *st = NULL;
-    CHECKF(agg_store_sqlite_open(path, &st, err, sizeof err) == 0, "%s", err);
-    at_ingest_t x;
-    at_ingest_init(&x);
-    DIR *d = opendir(dir);
-    CHECK(d != NULL);
-    int64_t off = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        char *buf = malloc(4 << 20);
-        ssize_t len = cm_read_file(path, buf, 4 << 20);
-        CHECKF(len > 0, "%s: %s", path, strerror((int)-len));
-        cm_chunk_t *c;
-        CHECKF(cm_chunk_decode((uint8_t *)buf, (size_t)len, &c, err, sizeof err) == 0, "%s: %s",
-               path, err);
-        x.b.base_offset = off - 1;
-        CHECK(at_ingest_frame(&x, c, NULL, (uint8_t *)buf, (size_t)len) == 0);
-        x.b.next_offset = off++;
-        CHECK_EQ(agg_store_batch_write(st, "fleetprof.chunks", 0, &x.b), 0);
-        agg_batch_clear(&x.b);
-        cm_chunk_free(c);
-        free(buf);
-    }
-    closedir(d);
-    at_ingest_free(&x);
-    agg_store_close(st);
+    char err[512];
+    CHECKF(at_ingest_dir(dir, store, err, sizeof err) == 0, "%s", err);
 }
 
 /* GET url?keys=vals on the API over store (agg_api_call: the route's handler, no HTTP);

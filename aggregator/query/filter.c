@@ -115,9 +115,13 @@ static int filt_match_frames(const agg_profile_t *in, const agg_filter_t *f,
             id = agg_profile_frame(p, fr->module[0] ? fr->module : "[unknown module]", fr->module,
                                    fr->build_id, 0);
         fm->grouped[i] = id >= 0;
-        if (id < 0)
+        if (id < 0) {
+            uint8_t kind = fr->kind;
             id = agg_profile_frame_src(p, fr->name, fr->module, fr->build_id, fr->address,
                                        fr->function, fr->file, fr->line, fr->inlined);
+            if (id >= 0)
+                p->frames[id].kind = kind;
+        }
         if (id < 0)
             return (int)id;
         fm->newf[i] = (uint32_t)id;

@@ -213,8 +213,23 @@ int64_t agg_profile_frame_src(agg_profile_t *p, const char *name, const char *mo
         grow32((void **)&p->frames, sizeof *p->frames, &p->cap_frames, p->n_frames + 1) ||
         agg_idtab_insert(p->tab_frames, h, p->n_frames))
         return CM_ENOMEM;
-    p->frames[p->n_frames] = (agg_frame_t){k.name, k.module, bid, address, fn, fl, line, k.inlined};
+    p->frames[p->n_frames] =
+        (agg_frame_t){k.name, k.module, bid, address, fn, fl, line, k.inlined, AGG_KIND_NATIVE};
     return p->n_frames++;
+}
+
+static const char *const kind_prefix[] = {"", "kernel:", "python:", "js:", "java:"};
+
+uint8_t agg_frame_kind(const char *system_name) {
+    for (uint8_t k = AGG_KIND_KERNEL; system_name && k <= AGG_KIND_JAVA; k++)
+        if (!strncmp(system_name, kind_prefix[k], strlen(kind_prefix[k])))
+            return k;
+    return AGG_KIND_NATIVE;
+}
+
+const char *agg_kind_name(uint8_t kind) {
+    static const char *const names[] = {"native", "kernel", "python", "js", "java"};
+    return kind <= AGG_KIND_JAVA ? names[kind] : names[0];
 }
 
 typedef struct {

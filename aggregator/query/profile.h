@@ -39,7 +39,15 @@ typedef struct {
     const char *file;     /* source file, "" when unknown */
     uint32_t line;        /* 0 when unknown */
     uint8_t inlined;      /* AGG_FRAME_* flags */
+    uint8_t kind;         /* AGG_KIND_*: the code's runtime (the UI colours frames by it) */
 } agg_frame_t;
+
+/* A frame's kind, from its function's system name: "python:..." (the agent's CPython frames),
+ * "js:..." (JavaScript from a perf map), "java:...", "kernel:...", else native code. */
+enum { AGG_KIND_NATIVE, AGG_KIND_KERNEL, AGG_KIND_PYTHON, AGG_KIND_JS, AGG_KIND_JAVA };
+uint8_t agg_frame_kind(const char *system_name);
+/* Its name in the API's JSON ("native", "kernel", "python", "js", "java"). */
+const char *agg_kind_name(uint8_t kind);
 
 #define AGG_FRAME_INLINED 1    /* inlined into the frame before it in every stack (same address) */
 #define AGG_FRAME_BY_ADDRESS 2 /* one frame per address (an export's locations), not per name */

@@ -37,7 +37,10 @@ static int64_t chunk_frame(agg_profile_t *p, const cm_dict_t *d, uint32_t loc) {
         snprintf(name, sizeof name, "%s+0x%" PRIx64, module, addr);
     else
         snprintf(name, sizeof name, "0x%" PRIx64, addr);
-    return agg_profile_frame(p, name, module, bid, addr);
+    int64_t fr = agg_profile_frame(p, name, module, bid, addr);
+    if (fr >= 0 && f && f < d->n_functions && d->function_system_name)
+        p->frames[fr].kind = agg_frame_kind(d->strings[d->function_system_name[f]].ptr);
+    return fr;
 }
 
 int agg_profile_add_chunk(agg_profile_t *p, const cm_chunk_t *c) {

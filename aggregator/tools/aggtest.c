@@ -2,12 +2,15 @@
 #define _GNU_SOURCE /* sched_setaffinity */
 #include "aggtest.h"
 
+#include "cm/file.h"
+
 #include "incidents.h"
 #include "intern.h"
 #include "query_store.h"
 #include "store_pg.h"
 #include "store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -443,4 +446,63 @@ void at_ingest_free(at_ingest_t *x) {
     agg_rollup_free(&x->r);
     agg_dims_free(&x->dm);
     agg_intern_free(&x->in);
+}
+
+/* One chunk file into x and st at offset off. 0 or -1 (err set). */
+static int ingest_file(at_ingest_t *x, agg_store_t *st, const char *path, int64_t off,
+                       char *err, size_t err_size) {
+    size_t cap = 4 << 20;
+    char *buf = malloc(cap);
+    ssize_t len = buf ? cm_read_file(path, buf, cap) : -ENOMEM;
+    cm_chunk_t *c = NULL;
+    int rc = -1;
+    if (len <= 0) {
+        snprintf(err, err_size, "%s: %s", path, strerror((int)-len));
+        goto out;
+    }
+    if (cm_chunk_decode((uint8_t *)buf, (size_t)len, &c, err, err_size) != 0)
+        goto out;
+    x->b.base_offset = off - 1;
+    if (at_ingest_frame(x, c, NULL, (uint8_t *)buf, (size_t)len) != 0) {
+        snprintf(err, err_size, "%s: not ingested", path);
+        goto out;
+    }
+    x->b.next_offset = off;
+    if (agg_store_batch_write(st, "fleetprof.chunks", 0, &x->b) != 0) {
+        snprintf(err, err_size, "%s: store write failed", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    agg_batch_clear(&x->b);
+    if (c)
+        cm_chunk_free(c);
+    free(buf);
+    return rc;
+}
+
+int at_ingest_dir(const char *chunk_dir, const char *store_dir, char *err, size_t err_size) {
+    char path[4200];
+    agg_store_path(path, sizeof path, store_dir, "fleetprof.chunks", 0);
+    agg_store_t *st = NULL;
+    if (agg_store_sqlite_open(path, &st, err, err_size) != 0)
+        return -1;
+    at_ingest_t x;
+    at_ingest_init(&x);
+    DIR *d = opendir(chunk_dir);
+    int rc = d ? 0 : -1;
+    if (!d)
+        snprintf(err, err_size, "%s: %s", chunk_dir, strerror(errno));
+    int64_t off = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", chunk_dir, e->d_name);
+        rc = ingest_file(&x, st, path, off++, err, err_size);
+    }
+    if (d)
+        closedir(d);
+    at_ingest_free(&x);
+    agg_store_close(st);
+    return rc;
 }

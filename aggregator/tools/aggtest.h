@@ -31,6 +31,9 @@ int at_ingest_chunk(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t 
 int at_ingest_frame(at_ingest_t *x, const cm_chunk_t *c, const agg_chunk_meta_t *meta,
                     const uint8_t *frame, size_t len);
 void at_ingest_free(at_ingest_t *x);
+/* Loads the chunk files of chunk_dir (an agent's FLEETPROF_OUTPUT) into a SQLite store under
+ * store_dir, partition 0, as the consumer does. Returns 0, or -1 with err saying why. */
+int at_ingest_dir(const char *chunk_dir, const char *store_dir, char *err, size_t err_size);
 
 /* Starts the aggregator (FLEETPROF_BUILD/aggregator/fleetprof-aggregator) with the common
  * arguments plus extra (NULL-terminated, may be NULL); output goes to log_path. With AT_CPU=N

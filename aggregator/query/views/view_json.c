@@ -10,7 +10,11 @@ static json_t *frame_json(const agg_profile_t *p, uint32_t f) {
         return json_pack("{s:s, s:s}", "name", "(other)", "module", "");
     if (f == AGG_NONE)
         return json_pack("{s:s, s:s}", "name", "(all)", "module", "");
-    return json_pack("{s:s, s:s}", "name", p->frames[f].name, "module", p->frames[f].module);
+    const agg_frame_t *fr = &p->frames[f];
+    if (fr->kind != AGG_KIND_NATIVE) /* the code's runtime: only where it is not native */
+        return json_pack("{s:s, s:s, s:s}", "name", fr->name, "module", fr->module, "kind",
+                         agg_kind_name(fr->kind));
+    return json_pack("{s:s, s:s}", "name", fr->name, "module", fr->module);
 }
 
 static json_t *header(const agg_profile_t *p, uint64_t total, uint64_t count) {

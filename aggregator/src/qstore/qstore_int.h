@@ -23,6 +23,7 @@ typedef struct {
     uint32_t line;
     uint64_t address;
     uint8_t unnamed;   /* arrived without a function name and not named by the symbolizer */
+    uint8_t kind;      /* AGG_KIND_* from the function's system name */
     uint64_t retry_ns; /* unnamed: ask the symbolizer again after this (CLOCK_MONOTONIC) */
 } cloc_t;
 
@@ -79,6 +80,8 @@ int agg_qs_cache_fill_locs(qdb_t *d, const uint64_t *want, size_t n);
 /* Names c by the symbol store or the symbolizer when it arrived unnamed (retried later when
  * the symbolizer could not answer yet). */
 void agg_qs_cloc_symbolize(cloc_t *c);
+/* The profile frame of location c (no lines), with its kind. Returns it or CM_ENOMEM. */
+int64_t agg_qs_cloc_frame(agg_profile_t *p, const cloc_t *c);
 
 /* A store stack id and the profile stack it resolves to (agg_qs_resolve_stacks). */
 typedef struct {

@@ -445,7 +445,7 @@ static int leaf_frames(qdb_t *d, agg_profile_t *p, agg_hmap_t *leaves, uint32_t 
             continue; /* a location missing from the store: like a broken stack, skipped */
         cloc_t *c = &d->locs[li[1]];
         agg_qs_cloc_symbolize(c);
-        int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+        int64_t fr = agg_qs_cloc_frame(p, c);
         if (fr < 0) {
             rc = (int)fr;
             goto out;

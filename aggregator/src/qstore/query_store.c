@@ -241,6 +241,13 @@ static int cloc_ask(cloc_t *c, int name) {
     return got;
 }
 
+int64_t agg_qs_cloc_frame(agg_profile_t *p, const cloc_t *c) {
+    int64_t fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+    if (fr >= 0)
+        p->frames[fr].kind = c->kind;
+    return fr;
+}
+
 void agg_qs_cloc_symbolize(cloc_t *c) {
     if (!c->unnamed || !c->build_id[0])
         return;
@@ -252,9 +259,9 @@ void agg_qs_cloc_symbolize(cloc_t *c) {
         c->unnamed = 0;
 }
 
-/* The cache index of store location loc, adding it from the current row of st (columns c..c+5:
- * function name, mapping file, build id, address, line, function's source file) when it is
- * new. Returns it or CM_ENOMEM. */
+/* The cache index of store location loc, adding it from the current row of st (columns c..c+6:
+ * function name, mapping file, build id, address, line, function's source file, function's
+ * system name) when it is new. Returns it or CM_ENOMEM. */
 static int64_t cache_loc(qdb_t *d, agg_qxst_t *st, uint64_t loc, int c) {
     int fresh = 0;
     uint64_t *li = agg_hmap_upsert(&d->locidx, &loc, &fresh);
@@ -290,6 +297,7 @@ static int64_t cache_loc(qdb_t *d, agg_qxst_t *st, uint64_t loc, int c) {
     cl->chain = NULL;
     const char *fn = agg_qx_text(st, c);
     cl->unnamed = !fn || !*fn;
+    cl->kind = agg_frame_kind(agg_qx_text(st, c + 6));
     cl->retry_ns = 0;
     if (!cl->name || !cl->module || !cl->build_id || (sf && *sf && !cl->file)) {
         free(cl->name);
@@ -320,10 +328,11 @@ static int prep_with_ids(qdb_t *d, const char *table, const uint64_t *want, size
 
 /* The locations of the ids in wantloc, named. */
 static const char LOCS_SQL[] =
-    "SELECT l.id, fn.s, mf.s, m.build_id, l.address, l.line, ff.s FROM wantloc w JOIN "
+    "SELECT l.id, fn.s, mf.s, m.build_id, l.address, l.line, ff.s, fs.s FROM wantloc w JOIN "
     "locations l ON l.id=w.id LEFT JOIN functions f ON f.id=l.function LEFT JOIN strings fn ON "
-    "fn.id=f.name LEFT JOIN strings ff ON ff.id=f.filename LEFT JOIN mappings m ON "
-    "m.id=l.mapping LEFT JOIN strings mf ON mf.id=m.filename";
+    "fn.id=f.name LEFT JOIN strings ff ON ff.id=f.filename LEFT JOIN strings fs ON "
+    "fs.id=f.system_name LEFT JOIN mappings m ON m.id=l.mapping LEFT JOIN strings mf ON "
+    "mf.id=m.filename";
 
 /* The trie nodes of the ids in want with all their ancestors. */
 static const char UP_SQL[] =
@@ -428,8 +437,11 @@ static int64_t line_frame(agg_profile_t *p, const cloc_t *c, const char *fn, con
         snprintf(name, sizeof name, "%s %s:%u", fn, base, line);
     else
         snprintf(name, sizeof name, "%s", fn);
-    return agg_profile_frame_src(p, name, c->module, c->build_id, c->address,
-                                 c->unnamed ? NULL : fn, file, c->unnamed ? 0 : line, flags);
+    int64_t fr = agg_profile_frame_src(p, name, c->module, c->build_id, c->address,
+                                       c->unnamed ? NULL : fn, file, c->unnamed ? 0 : line, flags);
+    if (fr >= 0)
+        p->frames[fr].kind = c->kind;
+    return fr;
 }
 
 /* The frames of location c into out (root-first, at most max): one, or with lines the
@@ -444,7 +456,7 @@ static int loc_frames(agg_profile_t *p, cloc_t *c, int lines, uint32_t *out, int
         cloc_ask(c, 0);
     }
     if (!lines) {
-        fr = agg_profile_frame(p, c->name, c->module, c->build_id, c->address);
+        fr = agg_qs_cloc_frame(p, c);
         if (fr < 0)
             return (int)fr;
         out[0] = (uint32_t)fr;
