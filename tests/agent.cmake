@@ -112,8 +112,10 @@ foreach(c hang steady_ramp manual)
 endforeach()
 # JavaScript frames named from node --perf-basic-prof's perf map, against node --cpu-prof's
 # profile of the same workload (tests/node/). Preloads the agent: plain builds only.
-fp_test(test-agent-node LABELS "agent;nosan" LIBS m)
+fp_test(test-agent-node LABELS "agent;nosan" LIBS m fp_aggtest)
 add_dependencies(test-agent-node fleetprof_agent)
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-node PROPERTIES DISABLED TRUE)
 endif()
+# The perf map reader (JIT code names) on files written by the test; sanitizer builds too.
+fp_test(test-agent-perfmap LABELS agent LIBS fp_agent_core)

@@ -61,3 +61,8 @@ set_tests_properties(test-endpoints-otel PROPERTIES TIMEOUT 300 LABELS "otel;nos
 add_test(NAME test-ui-incidents COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ui/incidents-browser-test.sh)
 set_tests_properties(test-ui-incidents PROPERTIES TIMEOUT 300 LABELS "ui;browser;incident;nosan"
   ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+# Flame-graph frames coloured by kind of code (JavaScript from node's perf map, native) in
+# headless chromium, on a store test-agent-node makes (fixed port 19846).
+add_test(NAME test-ui-kinds COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ui/kinds-browser-test.sh)
+set_tests_properties(test-ui-kinds PROPERTIES TIMEOUT 300 LABELS "ui;browser;nosan"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")

@@ -9,9 +9,13 @@
  *                    function: the main thread's samples whose innermost JavaScript frame is
  *                    it, over all the main thread's samples (V8 builtins and runtime calls
  *                    count for the JavaScript function that made them, as in the .cpuprofile).
+ *   store            (tests/ui/kinds-browser-test.sh, not run alone) a short run of the same
+ *                    workload under the agent, its chunks loaded into a SQLite store as the
+ *                    aggregator does; prints "# store kept: DIR" (the caller removes it).
  * Preloads the agent into node: plain builds only (label nosan). node: deploy/install-deps.sh.
  */
 #include "agent-common.h"
+#include "aggtest.h"
 
 #define NODE "/usr/bin/node"
 #define ROUNDS "250" /* ~6 s of CPU */
@@ -154,8 +158,9 @@ static void cpuprof_compare(void) {
                          "FLEETPROF_LOG_LEVEL=info", NULL};
     /* TurboFan inlines hashStr into hashMany: the .cpuprofile still tells them apart (V8's
      * profiler reads the code's inlining positions), a perf map names the code's function only
-     * (bench/RESULTS.md has the default-flags figures). Both runs leave inlining out. */
-    const char *xf = "--no-turbo-inlining";
+     * (bench/RESULTS.md has the default-flags figures: FP_NODE_INLINING=1). Both runs leave
+     * inlining out. */
+    const char *xf = getenv("FP_NODE_INLINING") ? "--turbo-inlining" : "--no-turbo-inlining";
     const char *argv[] = {NODE, "--perf-basic-prof", "--interpreted-frames-native-stack", xf,
                           script, ROUNDS, NULL};
     int st = run(env, argv, 600, out, sizeof out);
@@ -201,14 +206,31 @@ static void cpuprof_compare(void) {
     free(pdir);
 }
 
+static void store(void) {
+    char script[4096], out[8192], err[512];
+    src_path("tests/node/mixed.js", script, sizeof script);
+    char *dir = mkout(), *st = mkout();
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_SERVICE=node-mixed",
+                         "FLEETPROF_CPU_HZ=1000", "FLEETPROF_CONTROLLER=0", NULL};
+    const char *argv[] = {NODE, "--perf-basic-prof", "--interpreted-frames-native-stack",
+                          script, "60", NULL};
+    int rc = run(env, argv, 300, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "done "), "node under the agent failed (%d): %s", rc, out);
+    CHECKF(at_ingest_dir(dir, st, err, sizeof err) == 0, "%s", err);
+    printf("# store kept: %s\n", st);
+    rmrf(dir);
+    free(dir);
+    free(st);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     static const struct {
         const char *name;
         void (*fn)(void);
-    } cases[] = {{"cpuprof_compare", cpuprof_compare}};
+    } cases[] = {{"cpuprof_compare", cpuprof_compare}, {"store", store}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int want = argc < 2;
+        int want = argc < 2 && cases[i].fn != store;
         for (int a = 1; a < argc; a++)
             want |= !strcmp(argv[a], cases[i].name);
         if (!want)

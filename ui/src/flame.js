@@ -5,8 +5,9 @@
 // than a third of a pixel are skipped with their whole subtree, and labels are truncated by
 // arithmetic on a monospace font (no measureText per frame).
 //
-// Modes: icicle (root on top) or flame (root at the bottom). Normal colouring: a warm hue from
-// the function's name; search: matches magenta, the rest grey. Diff colouring (setDiff):
+// Modes: icicle (root on top) or flame (root at the bottom). Normal colouring: by the frame's
+// kind (the API's "kind": native, kernel, Python, JavaScript, Java), a hue family per kind and a
+// shade from the function's name; search: matches magenta, the rest grey. Diff colouring (setDiff):
 // diverging red (slower) / blue (faster), ColorBrewer RdBu (colour-blind safe); saturated only
 // for functions the diff found significant, a pale tint otherwise.
 
@@ -33,8 +34,17 @@ function hslHex(h, s, l) {
   return '#' + f(0) + f(8) + f(4);
 }
 
-// 64 warm colours (hue 5-50, as flamegraph.pl), picked by a hash of the function's name
-const PALETTE = Array.from({ length: 64 }, (_, i) => hslHex(5 + (i * 37) % 45, 0.7 + ((i * 7) % 20) / 100, 0.55 + ((i * 5) % 12) / 100));
+// A hue family per kind of code (64 shades each, picked by a hash of the function's name):
+// native warm (hue 5-50, as flamegraph.pl), kernel purple, Python blue, JavaScript teal, Java
+// green; no two families share a hue, and none is the search's magenta.
+export const KINDS = [
+  ['native', 'native', 5, 45], ['kernel', 'kernel', 265, 25], ['python', 'Python', 205, 25],
+  ['js', 'JavaScript', 165, 20], ['java', 'Java', 95, 35],
+];
+const PALETTES = Object.fromEntries(KINDS.map(([kind, , h0, span]) => [kind, Array.from({ length: 64 },
+  (_, i) => hslHex(h0 + (i * 37) % span, 0.6 + ((i * 7) % 20) / 100, 0.55 + ((i * 5) % 12) / 100))]));
+// The legend's swatch of a kind.
+export function kindSwatch(kind) { return (PALETTES[kind] || PALETTES.native)[0]; }
 
 // RdBu end points and the neutral grey
 const RED = [178, 24, 43], BLUE = [33, 102, 172], NEUTRAL = [224, 224, 224];
@@ -83,6 +93,7 @@ export class FlameGraph {
     this.unit = unit;
     this.name = new Array(n);
     this.module = new Array(n);
+    this.kind = new Array(n);
     this.total = new Float64Array(n);
     this.self = new Float64Array(n);
     this.samples = new Float64Array(n);
@@ -106,6 +117,7 @@ export class FlameGraph {
       const node = objs.pop(), par = sPar[sp], d = sDepth[sp], x = sX[sp];
       this.name[k] = node.name;
       this.module[k] = node.module || '';
+      this.kind[k] = PALETTES[node.kind] ? node.kind : 'native';
       this.total[k] = node.total;
       this.self[k] = node.self;
       this.samples[k] = node.samples || 0;
@@ -263,7 +275,7 @@ export class FlameGraph {
     for (let i = 0; i < vis.k.length; i++) {
       const k = vis.k[i];
       let fill = this.color[k];
-      if (fill === undefined) fill = this.color[k] = PALETTE[hash(this.name[k]) & 63];
+      if (fill === undefined) fill = this.color[k] = PALETTES[this.kind[k]][hash(this.name[k]) & 63];
       if (this.match) fill = this.match[k] ? '#c51b7d' : '#d9d9d9';
       let g = groups.get(fill);
       if (!g) groups.set(fill, (g = []));
@@ -356,13 +368,19 @@ export class FlameGraph {
     this.zoomMs = performance.now() - t0; // hit test + redraw + breadcrumb and URL
   }
 
+  // The kinds of code in the graph, in KINDS order (the legend lists them).
+  kinds() {
+    const seen = new Set(this.kind ? this.kind.slice(0, this.n) : []);
+    return KINDS.filter(([kind]) => seen.has(kind));
+  }
+
   // For tests and benchmarks: the frames drawn, in CSS pixels relative to the canvas.
   frames() {
     const v = this.vis, out = [];
     if (!v) return out;
     for (let i = 0; i < v.k.length; i++) {
       const k = v.k[i];
-      out.push({ name: this.name[k], x: v.x[i], y: v.y[i], w: v.w[i], h: ROW, fill: this.match ? (this.match[k] ? 'match' : 'dim') : this.color[k],
+      out.push({ name: this.name[k], kind: this.kind[k], x: v.x[i], y: v.y[i], w: v.w[i], h: ROW, fill: this.match ? (this.match[k] ? 'match' : 'dim') : this.color[k],
         match: !!(this.match && this.match[k]), saturated: !!(this.diff && this.diff.get(this.name[k])),
         base: this.base ? this.base[k] : null, test: this.test ? this.test[k] : null, total: this.total[k] });
     }

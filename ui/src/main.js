@@ -4,7 +4,7 @@ import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import './app.css';
 import { get, fmtValue, fmtPct, fmtCount, fmtTime, EVENT_TYPES, ApiError } from './api.js';
-import { FlameGraph } from './flame.js';
+import { FlameGraph, kindSwatch } from './flame.js';
 import { insightsSection } from './insights.js';
 import { kpmSection, searchView } from './kpmview.js';
 
@@ -343,7 +343,9 @@ function flamePanel(p, view, tree, top, unit, extra) {
   showMode();
   const modeBtn = h('span.seg', { role: 'group', 'aria-label': 'layout' }, 'Layout: ', ...modeBtns);
   const resetBtn = h('button', { onclick: () => { fg.zoomTo(0); fg.render(); p.focus = undefined; history.replaceState(null, '', href(view, { ...p })); drawCrumbs(); } }, 'Reset zoom');
-  const el = h('div.flame-panel', {}, h('div.controls', {}, modeBtn, ' ', resetBtn, ' ', search, ' ', found), crumbs,
+  // the colours' key: the kinds of code present (not in a diff, coloured by change instead)
+  const legend = h('span.legend', { 'aria-label': 'frame colours' });
+  const el = h('div.flame-panel', {}, h('div.controls', {}, modeBtn, ' ', resetBtn, ' ', search, ' ', found, ' ', legend), crumbs,
     h('div.flame-row', {}, holder, side));
   if (top) side.append(h('h3', {}, 'Top functions (self)'), topTable(top, unit, pick));
   if (extra) side.prepend(extra);
@@ -351,6 +353,11 @@ function flamePanel(p, view, tree, top, unit, extra) {
     const t0 = performance.now();
     fg.setData(tree, unit);
     if (p.diffSig) fg.setDiff(p.diffSig);
+    else legend.replaceChildren(...fg.kinds().map(([kind, label]) => {
+      const sw = h('i');
+      sw.style.background = kindSwatch(kind); // a CSSOM property: the CSP forbids style attributes
+      return h('span.kind', { 'data-kind': kind }, sw, label);
+    }));
     fg.setMode(p.mode);
     if (p.focus) fg.zoomToPath(p.focus.split(';'));
     if (p.search) fg.setSearch(p.search);
