@@ -15,6 +15,7 @@
  * Preloads the agent into node: plain builds only (label nosan). node: deploy/install-deps.sh.
  */
 #include "agent-common.h"
+#include "agent-prof.h"
 #include "aggtest.h"
 
 #define NODE "/usr/bin/node"
@@ -38,42 +39,6 @@ static const char *fn_file(const cm_dict_t *d, uint32_t loc) {
     return f && d->function_filename ? d->strings[d->function_filename[f]].ptr : "";
 }
 
-typedef struct {
-    char key[600];
-    double w;
-} fw_t;
-
-typedef struct {
-    fw_t f[512];
-    int n;
-    double total;
-} prof_t;
-
-static void prof_add(prof_t *p, const char *key, double w) {
-    p->total += w;
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->f[i].key, key)) {
-            p->f[i].w += w;
-            return;
-        }
-    if (p->n < 512) {
-        snprintf(p->f[p->n].key, sizeof p->f[0].key, "%s", key);
-        p->f[p->n++].w = w;
-    }
-}
-
-static double share(const prof_t *p, const char *key) {
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->f[i].key, key))
-            return p->total ? 100.0 * p->f[i].w / p->total : 0;
-    return 0;
-}
-
-static int cmp_fw(const void *a, const void *b) {
-    double x = ((const fw_t *)a)->w, y = ((const fw_t *)b)->w;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
 /* Key of a function: "name file:line", as both profiles spell it. */
 static void fn_key(char *out, size_t size, const char *name, const char *file, unsigned line) {
     snprintf(out, size, "%s %s:%u", name, file, line);
@@ -93,11 +58,7 @@ static void read_cpuprof(const char *json, prof_t *p) {
         CHECKF(ln != NULL, "cpuprof-shares.js: bad line %s", line);
         *name++ = *file++ = *ln++ = '\0';
         fn_key(key, sizeof key, name, file, (unsigned)strtoul(ln, NULL, 10));
-        p->f[p->n].w = strtod(line, NULL);
-        snprintf(p->f[p->n].key, sizeof p->f[0].key, "%s", key);
-        p->total += p->f[p->n].w;
-        if (++p->n == 512)
-            break;
+        prof_add(p, key, strtod(line, NULL));
     }
     CHECKF(p->n > 0 && p->total > 99.0, "cpuprof-shares.js printed %d functions", p->n);
 }
@@ -176,20 +137,12 @@ static void cpuprof_compare(void) {
     chunks_t *cs = load(dir);
     js_count_t n = {0, 0, 0};
     read_agent(cs, ours, &n);
-    qsort(ours->f, (size_t)ours->n, sizeof ours->f[0], cmp_fw);
-    printf("# agent: %" PRIu64 " main-thread on-CPU wall samples, %" PRIu64 " with a JavaScript frame "
-           "(%" PRIu64 " with its script); cpu-prof: %d functions\n", n.samples, n.js,
+    prof_sort(ours);
+    prof_sort(theirs);
+    printf("# agent: %" PRIu64 " main-thread on-CPU wall samples, %" PRIu64 " with a JavaScript "
+           "frame (%" PRIu64 " with its script); cpu-prof: %d functions\n", n.samples, n.js,
            n.named_file, theirs->n);
-    double worst = 0;
-    for (int side = 0; side < 2; side++) {
-        const prof_t *top = side ? ours : theirs;
-        for (int i = 0; i < top->n && i < 10; i++) {
-            const char *key = top->f[i].key;
-            double a = share(ours, key), b = share(theirs, key), diff = fabs(a - b);
-            printf("#   %-48s agent %5.1f %%  cpu-prof %5.1f %%\n", key, a, b);
-            worst = diff > worst ? diff : worst;
-        }
-    }
+    double worst = prof_worst(ours, theirs, 10, "agent", "cpu-prof");
     printf("# largest difference over both top-10s: %.2f points\n", worst);
     CHECKF(n.samples >= 2000, "too few samples: %" PRIu64, n.samples);
     CHECKF(n.js * 10 >= n.samples * 9, "%" PRIu64 " of %" PRIu64 " samples with a JS frame", n.js,
@@ -224,21 +177,7 @@ static void store(void) {
 }
 
 int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {{"cpuprof_compare", cpuprof_compare}, {"store", store}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int want = argc < 2 && cases[i].fn != store;
-        for (int a = 1; a < argc; a++)
-            want |= !strcmp(argv[a], cases[i].name);
-        if (!want)
-            continue;
-        printf("# %s\n", cases[i].name);
-        fflush(stdout);
-        cases[i].fn();
-        printf("ok %s\n", cases[i].name);
-    }
-    return 0;
+    static const prof_case_t cases[] = {{"cpuprof_compare", cpuprof_compare, 0},
+                                        {"store", store, 1}};
+    return prof_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

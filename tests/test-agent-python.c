@@ -19,6 +19,7 @@
  * Preloads the agent into python3: plain builds only (label nosan).
  */
 #include "agent-common.h"
+#include "agent-prof.h"
 #include "../agent/src/handler/pyframes.h"
 
 #include <ctype.h>
@@ -246,44 +247,13 @@ static void frames_and_threads(void) {
 
 /* ---- pyspy_compare ---- */
 
-#define MAXF 512
-typedef struct {
-    char key[160]; /* name's last dotted component + " " + file's basename */
-    double w;
-} fw_t;
-typedef struct {
-    fw_t f[MAXF];
-    int n;
-    double total;
-} prof_t;
-
-static void prof_add(prof_t *p, const char *name, const char *file, double w) {
+/* A function's key: name's last dotted component + " " + file's basename. */
+static void py_add(prof_t *p, const char *name, const char *file, double w) {
     const char *dot = strrchr(name, '.'), *slash = strrchr(file, '/');
     /* "<locals>.<genexpr>": the last component keeps its brackets */
     char key[160];
     snprintf(key, sizeof key, "%s %s", dot && dot[1] ? dot + 1 : name, slash ? slash + 1 : file);
-    p->total += w;
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->f[i].key, key)) {
-            p->f[i].w += w;
-            return;
-        }
-    if (p->n < MAXF) {
-        snprintf(p->f[p->n].key, sizeof p->f[0].key, "%s", key);
-        p->f[p->n++].w = w;
-    }
-}
-
-static double share(const prof_t *p, const char *key) {
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->f[i].key, key))
-            return 100.0 * p->f[i].w / p->total;
-    return 0;
-}
-
-static int cmp_fw(const void *a, const void *b) {
-    double x = ((const fw_t *)a)->w, y = ((const fw_t *)b)->w;
-    return x < y ? 1 : x > y ? -1 : 0;
+    prof_add(p, key, w);
 }
 
 /* py-spy raw: "frame;...;leaf COUNT", a frame "name (file:line)". */
@@ -306,7 +276,7 @@ static void read_pyspy(const char *path, prof_t *p) {
         char *file = paren + 2, *colon = strrchr(file, ':');
         if (colon)
             *colon = 0;
-        prof_add(p, leaf, file, w);
+        py_add(p, leaf, file, w);
     }
     fclose(f);
 }
@@ -332,7 +302,7 @@ static void read_agent(const chunks_t *cs, cm_event_type_t type, prof_t *p, uint
             }
             (*py)++;
             uint32_t lf = d->stack_frames[leaf];
-            prof_add(p, loc_fn(d, lf), fn_file(d, lf), (double)s->weight[i]);
+            py_add(p, loc_fn(d, lf), fn_file(d, lf), (double)s->weight[i]);
         }
     }
 }
@@ -348,18 +318,8 @@ static double compare(const chunks_t *cs, cm_event_type_t type, const prof_t *th
     const char *tn = type == CM_EV_CPU ? "cpu" : "wall";
     printf("# agent %s: %" PRIu64 " Python samples (%" PRIu64 " in the interpreter without a "
            "Python frame); py-spy: %.0f samples\n", tn, py, interp_only, theirs->total);
-    qsort(ours->f, (size_t)ours->n, sizeof ours->f[0], cmp_fw);
-    double worst = 0;
-    for (int side = 0; side < 2; side++) {
-        const prof_t *top = side ? ours : theirs;
-        for (int i = 0; i < top->n && i < 20; i++) {
-            const char *key = top->f[i].key;
-            double a = share(ours, key), b = share(theirs, key), diff = fabs(a - b);
-            if (side == 0 && (a >= 0.05 || b >= 0.05))
-                printf("#   %-40s %s %5.1f %%  py-spy %5.1f %%\n", key, tn, a, b);
-            worst = diff > worst ? diff : worst;
-        }
-    }
+    prof_sort(ours);
+    double worst = prof_worst(ours, theirs, 20, tn, "py-spy");
     CHECKF(py >= min_samples && theirs->total >= 5000, "too few samples: %" PRIu64 " / %.0f", py,
            theirs->total);
     CHECKF(py * 100 >= (py + interp_only) * 99, "%" PRIu64 " of %" PRIu64, py, py + interp_only);
@@ -391,7 +351,7 @@ static void pyspy_compare(void) {
     CHECKF(st == 0, "py-spy record failed (%d): %s", st, out);
     prof_t *theirs = calloc(1, sizeof *theirs);
     read_pyspy(raw, theirs);
-    qsort(theirs->f, (size_t)theirs->n, sizeof theirs->f[0], cmp_fw);
+    prof_sort(theirs);
     chunks_t *cs = load(dir);
     /* wall samples: a wall sampler like py-spy, at its rate (the CPU timer fires at most HZ
      * times per CPU-second: 250 here, too few samples on a loaded machine for 3 points) */
@@ -410,23 +370,8 @@ static void pyspy_compare(void) {
 }
 
 int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {{"offsets_dwarf", offsets_dwarf},
-                 {"frames_and_threads", frames_and_threads},
-                 {"pyspy_compare", pyspy_compare}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int want = argc < 2;
-        for (int a = 1; a < argc; a++)
-            want |= !strcmp(argv[a], cases[i].name);
-        if (!want)
-            continue;
-        printf("# %s\n", cases[i].name);
-        fflush(stdout);
-        cases[i].fn();
-        printf("ok %s\n", cases[i].name);
-    }
-    return 0;
+    static const prof_case_t cases[] = {{"offsets_dwarf", offsets_dwarf, 0},
+                                        {"frames_and_threads", frames_and_threads, 0},
+                                        {"pyspy_compare", pyspy_compare, 0}};
+    return prof_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -7,21 +7,7 @@
 # tests/ui/incidents-browser-test.mjs checks the incidents page, an incident's page and the
 # service timeline's markers in headless chromium.
 set -euo pipefail
-SRC="${FLEETPROF_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}"
-export FLEETPROF_SRC="$SRC" FLEETPROF_BUILD="${FLEETPROF_BUILD:-$SRC/build}"
 PORT=19845
-command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null || { echo "chromium is missing: run deploy/install-deps.sh"; exit 1; }
-if [ ! -f "$SRC/ui/node_modules/puppeteer-core/package.json" ]; then
-  (cd "$SRC/ui" && timeout 300 npm ci --no-audit --no-fund --loglevel=error)
-fi
-out=$(FP_KEEP_STORE=1 "$FLEETPROF_BUILD/tests/test-agent-incident" spikes)
-echo "$out" | grep -v '^ts='
-store=$(echo "$out" | sed -n 's/^# store kept: //p')
-[ -d "$store" ] || { echo "no store kept"; exit 1; }
-"$FLEETPROF_BUILD/aggregator/fleetprof-aggregator" --brokers 127.0.0.1:1 --store-dir "$store" \
-  --http-port $PORT > "$store/aggregator.log" 2>&1 &
-agg=$!
-trap 'kill $agg 2>/dev/null || true; wait $agg 2>/dev/null || true; rm -rf "$store"' EXIT
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
-  curl -s "http://127.0.0.1:$PORT/api/v1/services" >/dev/null 2>&1 && break; sleep 0.2; done
+. "$(dirname "$0")/serve-store.sh"
+serve_store $PORT test-agent-incident spikes
 node "$SRC/tests/ui/incidents-browser-test.mjs" "http://127.0.0.1:$PORT"
