@@ -328,8 +328,7 @@ static uint32_t add_loc(ag_builder_t *b, uint32_t slot, uintptr_t key, uint32_t 
     return b->loc_map.n - 1;
 }
 
-/* A pc no ELF symbol names (JIT code; a runtime's code in a stripped part of its binary),
- * named from the process's perf map (perfmap.c: a JavaScript function gets system name
+/* A pc in no loaded object (JIT code), named from the process's perf map (perfmap.c: a JavaScript function gets system name
  * "js:..." and its script and first line). */
 static uint32_t intern_jitloc(ag_builder_t *b, uint32_t slot, uintptr_t pc, uint32_t mapping,
                               uint64_t file_addr, const ag_jitsym_t *j) {
@@ -350,10 +349,12 @@ static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
     ag_sym_t sym;
     ag_symbols_lookup(pc, &sym);
     ag_jitsym_t j;
-    if (!sym.name && ag_perfmap_lookup(pc, &j))
-        return intern_jitloc(b, slot, pc, sym.obj ? intern_mapping(b, sym.obj) : 0,
-                             (uint64_t)sym.file_addr, &j);
-    uintptr_t orig = sym.obj ? 0 : ag_remap_pc(pc); /* a copy of an object's code (remap.c) */
+    /* in no loaded object: JIT code (its runtime's perf map), or a copy of an object's code
+     * (remap.c); a miss costs a refresh of the map at most every millisecond, so pcs of loaded
+     * objects (unnamed too when in-process symbols are off) never ask */
+    if (!sym.obj && ag_perfmap_lookup(pc, &j))
+        return intern_jitloc(b, slot, pc, 0, (uint64_t)sym.file_addr, &j);
+    uintptr_t orig = sym.obj ? 0 : ag_remap_pc(pc);
     if (orig)
         ag_symbols_lookup(orig, &sym);
     uint32_t mapping = sym.obj ? intern_mapping(b, sym.obj) : 0, fn = 0;
