@@ -8,7 +8,9 @@
 #include "context.h"
 #include "cpuacct.h"
 #include "hooks.h"
+#include "perfmap.h"
 #include "record.h"
+#include "remap.h"
 #include "sender.h"
 #include "spans.h"
 #include "symbols.h"
@@ -130,6 +132,19 @@ static void log_costs(const cm_header_t *h) {
              (unsigned long long)ss.load_ns, (unsigned long long)ss.lookups,
              (unsigned long long)ss.lookup_ns, (unsigned long long)ss.deferred,
              (unsigned long long)ss.nolib, (unsigned long long)ss.foreign);
+    ag_perfmap_stats_t ps;
+    ag_remap_stats_t rs;
+    ag_perfmap_stats(&ps);
+    ag_remap_stats(&rs);
+    if (ps.refreshes || rs.scans)
+        CM_DEBUG("perf map: %llu ranges kept, %llu lines read in %llu refreshes (%llu bytes), "
+                 "%llu malformed, %llu dropped (bounds), %llu restarts; code copies: %llu "
+                 "(%llu scans, %llu not kept)",
+                 (unsigned long long)ps.entries, (unsigned long long)ps.lines,
+                 (unsigned long long)ps.refreshes, (unsigned long long)ps.bytes,
+                 (unsigned long long)ps.malformed, (unsigned long long)ps.full,
+                 (unsigned long long)ps.restarts, (unsigned long long)rs.copies,
+                 (unsigned long long)rs.scans, (unsigned long long)rs.full);
 }
 
 /* Encodes b's rows under header h and hands the frame to the sender; a chunk that cannot be

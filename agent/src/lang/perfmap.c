@@ -254,11 +254,15 @@ void ag_perfmap_refresh(void) {
             ag_perfmap.dev = (uint64_t)sb.st_dev;
         }
         if ((uint64_t)sb.st_size > ag_perfmap.off) {
-            uint64_t before = ag_perfmap.st.lines;
+            uint64_t before = ag_perfmap.st.lines, bad = ag_perfmap.st.malformed;
             pm_read(fd);
             pm_merge();
             if (!before && ag_perfmap.st.lines)
                 CM_INFO("perf map %s: naming JIT code from it", ag_perfmap.path);
+            if (!bad && ag_perfmap.st.malformed) /* once: later ones are counted only */
+                CM_INFO("perf map %s: %llu lines skipped: not \"START SIZE NAME\" (hex, hex, "
+                        "text) or over %u bytes", ag_perfmap.path,
+                        (unsigned long long)ag_perfmap.st.malformed, AG_PERFMAP_MAX_LINE);
         }
     }
     close(fd);
