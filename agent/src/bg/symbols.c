@@ -699,6 +699,8 @@ static ag_object_t *find_object(uintptr_t pc) {
     return NULL;
 }
 
+int ag_symbols_in_object(uintptr_t pc) { return find_object(pc) != NULL; }
+
 /* The demangled form of a linker name, or NULL when it is not mangled (C++ "_Z", Rust legacy
  * "_ZN...17h<hash>E", Rust v0 "_R") or libiberty cannot read it. malloc'ed. */
 char *ag_demangle(const char *name) {

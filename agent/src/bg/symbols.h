@@ -28,6 +28,8 @@ AG_HIDDEN void ag_symbols_init(void);
  * build id and file offset for the aggregator. bg thread. */
 AG_HIDDEN void ag_symbols_disable(void);
 AG_HIDDEN void ag_symbols_lookup(uintptr_t pc, ag_sym_t *out);
+/* Is pc in a loaded object (as known since the last lookup's rescan)? Loads no symbols. */
+AG_HIDDEN int ag_symbols_in_object(uintptr_t pc);
 AG_HIDDEN void ag_symbols_stats(ag_symstats_t *st);
 AG_HIDDEN char *ag_demangle(const char *name); /* malloc'ed, NULL: not mangled */
 AG_HIDDEN const char *ag_object_path(const ag_object_t *o);

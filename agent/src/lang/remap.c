@@ -61,19 +61,16 @@ static void rm_scan(void) {
     ag_remap.st.scans++;
     if (ag_read_lines("/proc/self/maps", rm_line, &s) != 0)
         return;
-    ag_sym_t sym;
     for (uint32_t i = 0; i < s.n; i++) {
         const rm_map_t *c = &s.m[i];
-        ag_symbols_lookup((uintptr_t)c->lo, &sym);
-        if (sym.obj)
+        if (ag_symbols_in_object((uintptr_t)c->lo))
             continue; /* part of a loaded object: an original */
         for (uint32_t j = 0; j < s.n; j++) {
             const rm_map_t *o = &s.m[j];
             if (j == i || o->dev != c->dev || o->ino != c->ino || c->off < o->off ||
                 c->off + (c->hi - c->lo) > o->off + (o->hi - o->lo))
                 continue;
-            ag_symbols_lookup((uintptr_t)o->lo, &sym);
-            if (!sym.obj)
+            if (!ag_symbols_in_object((uintptr_t)o->lo))
                 continue;
             if (ag_remap.n == AG_REMAP_MAX) {
                 ag_remap.st.full++;
