@@ -18,6 +18,7 @@
 #include "cm/error.h"
 #include "cm/log.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,15 +137,12 @@ static void log_costs(const cm_header_t *h) {
     ag_remap_stats_t rs;
     ag_perfmap_stats(&ps);
     ag_remap_stats(&rs);
-    if (ps.refreshes || rs.scans)
-        CM_DEBUG("perf map: %llu ranges kept, %llu lines read in %llu refreshes (%llu bytes), "
-                 "%llu malformed, %llu dropped (bounds), %llu restarts; code copies: %llu "
-                 "(%llu scans, %llu not kept)",
-                 (unsigned long long)ps.entries, (unsigned long long)ps.lines,
-                 (unsigned long long)ps.refreshes, (unsigned long long)ps.bytes,
-                 (unsigned long long)ps.malformed, (unsigned long long)ps.full,
-                 (unsigned long long)ps.restarts, (unsigned long long)rs.copies,
-                 (unsigned long long)rs.scans, (unsigned long long)rs.full);
+    if (ps.refreshes || rs.scans) /* JIT code (lang/perfmap.c, lang/remap.c) */
+        CM_DEBUG("perf map: %" PRIu64 " ranges kept, %" PRIu64 " lines in %" PRIu64
+                 " refreshes (%" PRIu64 " bytes), %" PRIu64 " malformed, %" PRIu64
+                 " dropped (bounds), %" PRIu64 " restarts; code copies: %" PRIu64 " (%" PRIu64
+                 " scans, %" PRIu64 " not kept)", ps.entries, ps.lines, ps.refreshes, ps.bytes,
+                 ps.malformed, ps.full, ps.restarts, rs.copies, rs.scans, rs.full);
 }
 
 /* Encodes b's rows under header h and hands the frame to the sender; a chunk that cannot be
