@@ -1047,6 +1047,34 @@ static void test_preload(void) {
     rmrf(dir);
 }
 
+/* Samples inside a handler of the program's own that runs on an alternate signal stack (as
+ * V8's profiler and Go's runtime do) are walked through the handler's signal frame back to the
+ * thread's stack: the caller that raised the signal is on them. */
+static void test_altstack_handler(void) {
+    char *dir = mkout(), envbuf[4200], prog[4096], out[256];
+    prog_path("fp-work-linked", prog, sizeof prog);
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=1", NULL};
+    const char *argv[] = {prog, "altstack", "1.5", NULL};
+    int st = run(env, argv, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    chunks_t *cs = load(dir);
+    tot_t on_alt = total(cs, CM_EV_CPU, "altstack_work", 0);
+    uint64_t through = 0;
+    for (int i = 0; i < cs->n; i++) {
+        const cm_samples_t *s = &cs->c[i]->samples[CM_EV_CPU];
+        for (uint32_t r = 0; r < s->n; r++)
+            through += stack_has(&cs->c[i]->dict, s->stack[r], "altstack_work") &&
+                       stack_has(&cs->c[i]->dict, s->stack[r], "altstack_raise");
+    }
+    printf("# alternate stack: %llu samples in the handler's work, %llu through to its caller\n",
+           (unsigned long long)on_alt.samples, (unsigned long long)through);
+    CHECKF(on_alt.samples >= 50, "%llu samples", (unsigned long long)on_alt.samples);
+    CHECKF(through >= on_alt.samples * 9 / 10, "%llu of %llu reach the caller", (unsigned long long)through,
+           (unsigned long long)on_alt.samples);
+    free_chunks(cs);
+    rmrf(dir);
+}
+
 /* dash ends `sh -c` with _exit: no atexit handler runs, yet its last chunk is sent (the _exit
  * interposer, hooks/hook_exec.c). One interval of an hour: every sample is in that chunk. */
 static void test_underscore_exit(void) {
@@ -1687,6 +1715,7 @@ static const tr_test_t tests[] = {
     {"exec", test_exec},
     {"sigterm_flush", test_sigterm_flush},
     {"underscore_exit", test_underscore_exit},
+    {"altstack_handler", test_altstack_handler},
     {"flush_api", test_flush_api},
     {"named_spans", test_named_spans},
     {"spans_no_samples", test_spans_no_samples},

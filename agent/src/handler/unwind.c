@@ -19,6 +19,10 @@
  *     value); sp = CFA. The CFA must lie above sp: frames move toward the stack's base.
  *   SIGNAL (__restore_rt, CIE augmentation 'S'): the kernel's ucontext_t sits at sp; the
  *     interrupted rip/rsp/rbp come from it and the next pc is exact.
+ * A sample taken inside a handler of the program's that runs on the thread's alternate signal
+ * stack (V8's profiler, Go's runtime) starts outside [lo, hi): a live walk then reads the
+ * alternate stack's bounds (sigaltstack, a system call) and walks within them until the SIGNAL
+ * row of that handler's frame, whose interrupted sp takes it back to [lo, hi).
  *   END (return address undefined: _start, clone, clone3): the stack is complete.
  *   no object, no row (gap between FDEs), or a FALLBACK row: one frame-pointer step (rbp must
  *     lie in [sp, hi)), counted in ag_cfi_stats.fp_frames. This is what JIT code and code
@@ -37,8 +41,11 @@
 #include "cfi_table.h"
 #include "ag_unwind.h"
 
+#include <signal.h>
 #include <stddef.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #define NO_SAN __attribute__((no_sanitize("address", "thread", "undefined")))
 
@@ -59,6 +66,20 @@ NO_SAN static const ag_cfi_obj_t *find_obj(const ag_cfi_snap_t *s, uintptr_t pc)
 
 #define UC_GREG(i) (offsetof(ucontext_t, uc_mcontext.gregs) + (size_t)(i) * sizeof(greg_t))
 
+/* sp on the calling thread's alternate signal stack: its bounds in *lo, *hi. A raw system
+ * call: async-signal-safe whatever the libc. */
+NO_SAN static int alt_bounds(uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
+    stack_t ss;
+    if (syscall(SYS_sigaltstack, NULL, &ss) != 0 || (ss.ss_flags & SS_DISABLE) || !ss.ss_size)
+        return 0;
+    uintptr_t a = (uintptr_t)ss.ss_sp, b = a + ss.ss_size;
+    if (sp < a || sp >= b)
+        return 0;
+    *lo = a;
+    *hi = b;
+    return 1;
+}
+
 NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr_t fp, int exact,
                           uintptr_t lo, uintptr_t hi, intptr_t delta, uintptr_t *pcs,
                           uint32_t max, uint32_t *flags) {
@@ -75,10 +96,12 @@ NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr
     const ag_cfi_snap_t *snap = atomic_load_explicit(&ag_cfi_snap, memory_order_acquire);
 #define IN(a, len) ((a) >= lo && (a) <= hi - (len) && hi - (len) < hi)
 #define RD(a) (*(const uintptr_t *)((a) + (uintptr_t)delta))
-    if (lo == 0 || hi <= lo || sp < lo || sp >= hi) {
-        pcs[n++] = pc;
-        goto done;
-    }
+    uintptr_t main_lo = lo, main_hi = hi; /* the thread's stack, when the walk starts on its
+                                             alternate signal stack */
+    if (lo == 0 || hi <= lo)
+        goto leaf_only;
+    if ((sp < lo || sp >= hi) && (delta != 0 || !alt_bounds(sp, &lo, &hi)))
+        goto leaf_only;
     /* Nothing below the stack pointer is a live frame, and below it the main thread's stack
      * may not be mapped yet (it grows on demand within its rlimit): sp only grows from here
      * (a signal frame's interrupted sp lies above the handler that ran below it). */
@@ -121,8 +144,12 @@ NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr
             uintptr_t nsp = RD(sp + UC_GREG(REG_RSP));
             uintptr_t npc = RD(sp + UC_GREG(REG_RIP));
             fp = RD(sp + UC_GREG(REG_RBP));
-            if (nsp < lo || nsp >= hi)
+            if (nsp >= main_lo && nsp < main_hi && (lo < main_lo || hi > main_hi)) {
+                lo = nsp; /* back from the alternate stack to the thread's (above nsp) */
+                hi = main_hi;
+            } else if (nsp < lo || nsp >= hi) {
                 goto done; /* the interrupted code ran on another stack */
+            }
             sp = nsp;
             pc = npc;
             exact = 1;
@@ -167,6 +194,9 @@ NO_SAN uint32_t ag_unwind(ag_thread_t *self, uintptr_t pc, uintptr_t sp, uintptr
         if (pc < 4096)
             goto done;
     }
+    goto done;
+leaf_only:
+    pcs[n++] = pc;
 done:
     if (fp_steps) {
         fl |= AG_UW_FP;
