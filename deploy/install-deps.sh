@@ -22,6 +22,7 @@ PKGS=(
   zlib1g-dev              # gzip for pprof export
   clang llvm libclang-rt-14-dev  # libFuzzer targets and sanitizer runtimes
   maven default-jre-headless  # fetch and run the Kafka broker for tests
+  openjdk-17-jdk-headless  # agent: JVMTI headers (Java frames); tests: javac, jfr (Java frames vs JFR)
   curl netcat-openbsd procps python3
   python3-venv            # test-k8s: kubernetes-validate (Kubernetes schemas) in a venv
   lintian systemd         # test-package: lintian on the .deb, systemd-analyze verify/security on the units

@@ -12,6 +12,7 @@ RUN apt-get update -qq \
       build-essential cmake ninja-build pkg-config librdkafka-dev libprotobuf-c-dev \
       protobuf-c-compiler libuv1-dev liblz4-dev libxxhash-dev libsqlite3-dev libjansson-dev \
       libinih-dev libmicrohttpd-dev libre2-dev libcurl4-openssl-dev libunwind-dev zlib1g-dev \
+      openjdk-17-jdk-headless \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

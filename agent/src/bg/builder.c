@@ -16,6 +16,7 @@
 #include "perfmap.h"
 #include "remap.h"
 #include "pyframes.h"
+#include "jvm.h"
 #include "hooks.h"
 
 #include "cm/file.h"
@@ -394,6 +395,26 @@ static uint32_t intern_pyloc(ag_builder_t *b, uintptr_t word) {
                    (uint64_t)((word >> 44) & ((1u << 19) - 1)) * 2, pf.line);
 }
 
+/* A Java frame (lang/jvm.c): function = "pkg.Class.method", system name "java:" + that,
+ * file = the class's source file under its package; the location's line is the bytecode
+ * index's, its address the index, no mapping. */
+static uint32_t intern_javaloc(ag_builder_t *b, uintptr_t word) {
+    uint32_t slot, v;
+    if (loc_find(b, word, &slot, &v))
+        return v;
+    static ag_java_frame_t jf;
+    static char sys[sizeof jf.name + 8];
+    ag_jvm_name(word, &jf);
+    snprintf(sys, sizeof sys, "java:%s", jf.name);
+    uint64_t key = XXH3_64bits(sys, strlen(sys)) ^ XXH3_64bits_withSeed(jf.file, strlen(jf.file), 2);
+    uint32_t fslot, f = map_find(&b->fn_map, key, NULL, NULL, NULL, &fslot);
+    if (f == UINT32_MAX && fslot != UINT32_MAX) {
+        uint32_t file = jf.file[0] ? intern_str(b, jf.file) : 0;
+        f = add_fn(b, fslot, key, intern_str(b, jf.name), intern_str(b, sys), file);
+    }
+    return add_loc(b, slot, word, 0, f == UINT32_MAX ? 0 : f, AG_JAVA_BCI(word), jf.line);
+}
+
 typedef struct {
     const uint32_t *locs;
     uint32_t n, flags;
@@ -447,6 +468,10 @@ static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
         uintptr_t pc = r->pcs[n - 1 - i], at = (n - 1 - i) == 0 ? pc : pc - 1;
         if (AG_PY_IS(pc)) {
             locs[k++] = intern_pyloc(b, pc);
+            continue;
+        }
+        if (AG_JAVA_IS(pc)) {
+            locs[k++] = intern_javaloc(b, pc);
             continue;
         }
         if (at - ag_self_lo < ag_self_hi - ag_self_lo && !self_frame_kept(b, at))

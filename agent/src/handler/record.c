@@ -15,6 +15,7 @@
 #include "defer.h"
 #include "context.h"
 #include "pyframes.h"
+#include "jvm.h"
 
 #include <string.h>
 #include <ucontext.h>
@@ -92,6 +93,7 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
             uw |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
         depth = ag_unwind_strip_agent(r->pcs, depth);
         depth = ag_py_merge(t, r->pcs, depth, AG_MAX_DEPTH); /* CPython frames (pyframes.c) */
+        depth = ag_jvm_merge(ucv, r->pcs, depth, AG_MAX_DEPTH, &uw); /* Java (lang/jvm.c) */
     }
     if (depth == 0) {
         ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);

@@ -1,0 +1,328 @@
+/* Java frames of a HotSpot JVM (OpenJDK 17 and later): the JVMTI mode of libfleetprof.so.
+ *
+ * Entry: the JVM calls Agent_OnLoad when the library is named by -agentpath (on the command
+ * line or in JAVA_TOOL_OPTIONS). With the library also preloaded (LD_PRELOAD, the way every
+ * other service runs it) the JVM's dlopen finds the loaded copy: one agent, whose constructor
+ * already started sampling. Agent_OnLoad asks JVMTI for what AsyncGetCallTrace needs, as
+ * async-profiler does: ClassLoad events enabled (AsyncGetCallTrace refuses to walk otherwise),
+ * every class's jmethodIDs made at ClassPrepare and for the classes loaded before VMInit (a
+ * frame whose method has none yet cannot be reported), CompiledMethodLoad enabled (HotSpot
+ * then records debug information at every instruction of compiled code, not only at
+ * safepoints: inlined frames are attributed where they run). CompiledMethodLoad and
+ * DynamicCodeGenerated also give the extent of the JVM's generated code (interpreter, stubs,
+ * compiled methods: one reserved code cache), the boundary between native and Java frames.
+ *
+ * Handler (ag_jvm_merge, async-signal-safe): a thread the JVM announced (ThreadStart, or the
+ * main thread at VMInit) has its JNIEnv in initial-exec TLS. For such a thread the native
+ * frames of the record are kept from the leaf down to the first one in generated code, then
+ * AsyncGetCallTrace (looked up at Agent_OnLoad, never in the handler) walks the Java frames
+ * from the signal's ucontext to the thread's outermost Java frame (Thread.run, main). Native
+ * frames under the Java ones (the JVM's thread start) are left out, as async-profiler does.
+ * AsyncGetCallTrace reads only the interrupted thread's own stack and takes no lock; HotSpot
+ * guards it against faults itself (the JVM's SIGSEGV handler: the agent never touches SIGSEGV
+ * or SIGBUS, which the JVM uses for null checks and safepoint polls). Its failures (GC
+ * running, a state it cannot walk) leave the native frames only, counted by code.
+ *
+ * Naming: jvmname.c, on the bg thread, attached to the JVM as a daemon thread while the VM is
+ * live. At VMDeath the last chunk is cut while names can still be read, then the handler stops
+ * calling AsyncGetCallTrace and the bg thread stops calling JVMTI (ag_jvm_enter).
+ *
+ * Knob: FLEETPROF_JAVA=0 makes Agent_OnLoad do nothing (native frames only).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "ag_unwind.h"
+#include "config.h"
+#include "jvm.h"
+#include "fleetprof.h"
+
+#include "cm/log.h"
+
+#include <dlfcn.h>
+#include <jvmti.h>
+#include <string.h>
+#include <time.h>
+#include <ucontext.h>
+
+#define NO_SAN __attribute__((no_sanitize("address", "thread", "undefined")))
+#define VM_DEATH_WAIT_MS 2000 /* VMDeath waits for the bg thread's JVMTI calls to end */
+
+typedef struct {
+    jint lineno; /* bytecode index; -3: a native method */
+    jmethodID method_id;
+} asgct_frame_t;
+typedef struct {
+    JNIEnv *env_id;
+    jint num_frames; /* > 0: frames; <= 0: why none */
+    asgct_frame_t *frames;
+} asgct_trace_t;
+typedef void (*asgct_fn)(asgct_trace_t *, jint, void *);
+
+ag_jvm_stats_t ag_jvm_stats;
+
+static JavaVM *g_vm;
+static jvmtiEnv *g_jvmti;
+static asgct_fn g_asgct;
+static _Atomic int g_live;                   /* VMInit seen, VMDeath not */
+static _Atomic int g_users;                  /* bg: inside ag_jvm_enter/leave */
+static _Atomic uintptr_t g_code_lo = UINTPTR_MAX, g_code_hi; /* generated code seen so far */
+static __thread __attribute__((tls_model("initial-exec"))) JNIEnv *g_env; /* a Java thread's */
+static JNIEnv *g_bg_env;                     /* bg: attached */
+static int g_bg_attach_failed;               /* bg */
+
+/* ---- handler ---- */
+
+NO_SAN static int in_code(uintptr_t pc, uintptr_t lo, uintptr_t hi) {
+    return pc >= lo && pc < hi;
+}
+
+/* AsyncGetCallTrace, and when it finds the top frame unwalkable (code -5, -6: a frame not fully
+ * built, values pushed above its sp, a prologue, an epilogue or a stub; JDK-8178287) again from
+ * moved starting points, as async-profiler does: the same pc one and two stack slots up, then
+ * a return address into generated code among the top four slots as the pc (the top frame is
+ * then left out: its caller is the innermost frame). The interrupted thread's own stack is
+ * read, a few words above its sp. The ucontext is restored before returning. */
+NO_SAN static jint walk(asgct_trace_t *tr, jint want, ucontext_t *uc, uintptr_t lo,
+                        uintptr_t hi) {
+    g_asgct(tr, want, uc);
+    if (tr->num_frames != -5 && tr->num_frames != -6)
+        return tr->num_frames;
+    greg_t *g = uc->uc_mcontext.gregs, pc = g[REG_RIP], sp = g[REG_RSP];
+    const uintptr_t *top = (const uintptr_t *)(uintptr_t)sp;
+    for (int k = 1; k <= 2 && tr->num_frames <= 0; k++) {
+        g[REG_RSP] = sp + k * (greg_t)sizeof(uintptr_t);
+        g_asgct(tr, want, uc);
+    }
+    for (int k = 0; k < 4 && tr->num_frames <= 0; k++) {
+        if (!in_code(top[k], lo, hi))
+            continue;
+        g[REG_RIP] = (greg_t)top[k];
+        g[REG_RSP] = sp + (k + 1) * (greg_t)sizeof(uintptr_t);
+        g_asgct(tr, want, uc);
+    }
+    g[REG_RIP] = pc;
+    g[REG_RSP] = sp;
+    if (tr->num_frames > 0)
+        atomic_fetch_add_explicit(&ag_jvm_stats.retried, 1, memory_order_relaxed);
+    return tr->num_frames;
+}
+
+NO_SAN uint32_t ag_jvm_merge(const void *uc, uintptr_t *pcs, uint32_t n, uint32_t max,
+                             uint32_t *uw) {
+    JNIEnv *env = g_env;
+    if (!env || !uc || !atomic_load_explicit(&g_live, memory_order_acquire))
+        return n;
+    uintptr_t lo = atomic_load_explicit(&g_code_lo, memory_order_relaxed);
+    uintptr_t hi = atomic_load_explicit(&g_code_hi, memory_order_relaxed);
+    uint32_t k = 0; /* native frames kept: down to the first in generated code */
+    while (k < n && !in_code(pcs[k], lo, hi))
+        k++;
+    if (k >= max)
+        return n;
+    asgct_frame_t fr[AG_MAX_DEPTH];
+    asgct_trace_t tr = {env, 0, fr};
+    uint32_t want = max - k > AG_MAX_DEPTH ? AG_MAX_DEPTH : max - k;
+    atomic_fetch_add_explicit(&ag_jvm_stats.samples, 1, memory_order_relaxed);
+    if (walk(&tr, (jint)want, (ucontext_t *)uc, lo, hi) <= 0) {
+        uint32_t why = tr.num_frames >= -10 ? (uint32_t)-tr.num_frames : 11;
+        atomic_fetch_add_explicit(&ag_jvm_stats.failed[why], 1, memory_order_relaxed);
+        return n;
+    }
+    uint32_t m = (uint32_t)tr.num_frames > want ? want : (uint32_t)tr.num_frames;
+    for (uint32_t i = 0; i < m; i++) {
+        uint64_t mid = (uint64_t)(uintptr_t)fr[i].method_id;
+        if (mid > AG_JAVA_MID_MASK)
+            mid = 0; /* not a C-heap address: kept as a frame named "[java?]" */
+        uint64_t bci = fr[i].lineno >= 0 && fr[i].lineno < (jint)AG_JAVA_NO_BCI
+                           ? (uint64_t)fr[i].lineno : AG_JAVA_NO_BCI;
+        pcs[k + i] = (uintptr_t)(AG_JAVA_TAG | bci << 47 | mid);
+    }
+    atomic_fetch_add_explicit(&ag_jvm_stats.merged, 1, memory_order_relaxed);
+    /* Whole when the native frames reached generated code (else frames between them and the
+     * Java ones are missing) and the Java stack was not cut at the depth asked for. */
+    uint32_t keep = *uw & AG_UW_FP;
+    if (m == want) {
+        keep |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
+        atomic_fetch_add_explicit(&ag_jvm_stats.truncated, 1, memory_order_relaxed);
+    } else if (k == n) {
+        keep |= *uw & AG_UW_INCOMPLETE;
+    }
+    *uw = keep;
+    return k + m;
+}
+
+/* ---- JVMTI callbacks (Java threads) ---- */
+
+static void code_seen(const void *addr, jint len) {
+    uintptr_t a = (uintptr_t)addr, b = a + (uintptr_t)(len > 0 ? len : 0);
+    uintptr_t cur = atomic_load(&g_code_lo);
+    while (a < cur && !atomic_compare_exchange_weak(&g_code_lo, &cur, a))
+        ;
+    cur = atomic_load(&g_code_hi);
+    while (b > cur && !atomic_compare_exchange_weak(&g_code_hi, &cur, b))
+        ;
+}
+
+static void JNICALL on_code(jvmtiEnv *jvmti, const char *name, const void *addr, jint len) {
+    (void)jvmti, (void)name;
+    code_seen(addr, len);
+}
+
+static void JNICALL on_compiled(jvmtiEnv *jvmti, jmethodID m, jint size, const void *addr,
+                                jint map_len, const jvmtiAddrLocationMap *map,
+                                const void *info) {
+    (void)jvmti, (void)m, (void)map_len, (void)map, (void)info;
+    code_seen(addr, size);
+}
+
+/* The class's jmethodIDs exist from now on (AsyncGetCallTrace reports only existing ones). */
+static void method_ids(jvmtiEnv *jvmti, jclass klass) {
+    jint n = 0;
+    jmethodID *ms = NULL;
+    if ((*jvmti)->GetClassMethods(jvmti, klass, &n, &ms) == JVMTI_ERROR_NONE)
+        (*jvmti)->Deallocate(jvmti, (unsigned char *)ms);
+}
+
+static void JNICALL on_class_load(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jclass klass) {
+    (void)jvmti, (void)jni, (void)th, (void)klass; /* enabled for AsyncGetCallTrace */
+}
+
+static void JNICALL on_class_prepare(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jclass klass) {
+    (void)jni, (void)th;
+    method_ids(jvmti, klass);
+}
+
+static void JNICALL on_thread_start(jvmtiEnv *jvmti, JNIEnv *jni, jthread th) {
+    (void)jvmti, (void)th;
+    g_env = jni;
+}
+
+static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread th) {
+    (void)jvmti, (void)jni, (void)th;
+    g_env = NULL;
+}
+
+static void JNICALL on_vm_init(jvmtiEnv *jvmti, JNIEnv *jni, jthread th) {
+    (void)th;
+    jint n = 0;
+    jclass *cs = NULL;
+    if ((*jvmti)->GetLoadedClasses(jvmti, &n, &cs) == JVMTI_ERROR_NONE) {
+        for (jint i = 0; i < n; i++)
+            method_ids(jvmti, cs[i]);
+        (*jvmti)->Deallocate(jvmti, (unsigned char *)cs);
+    }
+    (*jvmti)->GenerateEvents(jvmti, JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
+    g_env = jni;
+    atomic_store_explicit(&g_live, 1, memory_order_release);
+    CM_INFO("java frames on: %d classes loaded at VMInit", (int)n);
+}
+
+static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
+    (void)jvmti, (void)jni;
+    fleetprof_flush(); /* the last chunk with Java names, while they can be read */
+    const ag_jvm_stats_t *s = &ag_jvm_stats;
+    char why[256];
+    size_t at = 0;
+    for (int i = 0; i < AG_JVM_OUTCOMES && at < sizeof why; i++)
+        if (s->failed[i])
+            at += (size_t)snprintf(why + at, sizeof why - at, " %d:%llu", -i,
+                                   (unsigned long long)s->failed[i]);
+    why[at < sizeof why ? at : sizeof why - 1] = 0;
+    CM_INFO("java frames: %llu samples of Java threads, %llu with Java frames (%llu after a "
+            "retry, %llu cut at the depth limit); none, by AsyncGetCallTrace code:%s; %llu "
+            "frames named, %llu not",
+            (unsigned long long)s->samples, (unsigned long long)s->merged,
+            (unsigned long long)s->retried, (unsigned long long)s->truncated,
+            at ? why : " -", (unsigned long long)s->named, (unsigned long long)s->unnamed);
+    atomic_store(&g_live, 0);
+    for (int i = 0; i < VM_DEATH_WAIT_MS && atomic_load(&g_users); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+/* ---- bg ---- */
+
+void *ag_jvm_enter(void **jni) {
+    if (!g_jvmti || !atomic_load(&g_live))
+        return NULL;
+    atomic_fetch_add(&g_users, 1);
+    if (!atomic_load(&g_live) || g_bg_attach_failed) {
+        atomic_fetch_sub(&g_users, 1);
+        return NULL;
+    }
+    if (!g_bg_env) {
+        JavaVMAttachArgs args = {JNI_VERSION_1_6, (char *)"fleetprof", NULL};
+        if ((*g_vm)->AttachCurrentThreadAsDaemon(g_vm, (void **)&g_bg_env, &args) != JNI_OK) {
+            CM_WARN("java: cannot attach the background thread to the JVM: Java frames "
+                    "unnamed");
+            g_bg_attach_failed = 1;
+            atomic_fetch_sub(&g_users, 1);
+            return NULL;
+        }
+    }
+    *jni = g_bg_env;
+    return g_jvmti;
+}
+
+void ag_jvm_leave(void) { atomic_fetch_sub(&g_users, 1); }
+
+/* ---- entry ---- */
+
+static int jvmti_setup(jvmtiEnv *jvmti) {
+    jvmtiCapabilities caps;
+    memset(&caps, 0, sizeof caps);
+    caps.can_get_source_file_name = 1;
+    caps.can_get_line_numbers = 1;
+    caps.can_generate_compiled_method_load_events = 1;
+    if ((*jvmti)->AddCapabilities(jvmti, &caps) != JVMTI_ERROR_NONE)
+        return -1;
+    jvmtiEventCallbacks cb;
+    memset(&cb, 0, sizeof cb);
+    cb.VMInit = on_vm_init;
+    cb.VMDeath = on_vm_death;
+    cb.ClassLoad = on_class_load;
+    cb.ClassPrepare = on_class_prepare;
+    cb.ThreadStart = on_thread_start;
+    cb.ThreadEnd = on_thread_end;
+    cb.CompiledMethodLoad = on_compiled;
+    cb.DynamicCodeGenerated = on_code;
+    if ((*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof cb) != JVMTI_ERROR_NONE)
+        return -1;
+    static const jvmtiEvent ev[] = {JVMTI_EVENT_VM_INIT, JVMTI_EVENT_VM_DEATH,
+                                    JVMTI_EVENT_CLASS_LOAD, JVMTI_EVENT_CLASS_PREPARE,
+                                    JVMTI_EVENT_THREAD_START, JVMTI_EVENT_THREAD_END,
+                                    JVMTI_EVENT_COMPILED_METHOD_LOAD,
+                                    JVMTI_EVENT_DYNAMIC_CODE_GENERATED};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
+        if ((*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, ev[i], NULL) !=
+            JVMTI_ERROR_NONE)
+            return -1;
+    return 0;
+}
+
+__attribute__((visibility("default"))) JNIEXPORT jint JNICALL
+Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
+    (void)options, (void)reserved;
+    if (!ag_env_bool("FLEETPROF_JAVA", 1) || g_jvmti)
+        return 0;
+    void *jvm = dlopen("libjvm.so", RTLD_LAZY | RTLD_NOLOAD);
+    g_asgct = (asgct_fn)dlsym(jvm ? jvm : RTLD_DEFAULT, "AsyncGetCallTrace");
+    if (jvm)
+        dlclose(jvm); /* NOLOAD: only the reference it took */
+    jvmtiEnv *jvmti = NULL;
+    if (!g_asgct) {
+        CM_WARN("java frames off: the JVM has no AsyncGetCallTrace (native frames only)");
+        return 0;
+    }
+    if ((*vm)->GetEnv(vm, (void **)&jvmti, JVMTI_VERSION_1_2) != JNI_OK ||
+        jvmti_setup(jvmti) != 0) {
+        CM_WARN("java frames off: JVMTI refused the agent's capabilities or events "
+                "(native frames only)");
+        return 0;
+    }
+    g_vm = vm;
+    g_jvmti = jvmti;
+    return 0;
+}
