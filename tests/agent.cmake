@@ -88,6 +88,15 @@ add_dependencies(test-agent-python fleetprof_agent)
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-python PROPERTIES DISABLED TRUE)
 endif()
+# Java frames (JVMTI + AsyncGetCallTrace): OpenJDK 17 under the agent (tests/java/*.java),
+# 20 runs of a stress program, and the profiles of JFR and async-profiler 4.1 (Maven Central,
+# cached under ~/.cache/fleetprof). Preloads the agent: plain builds only.
+fp_test(test-agent-java LABELS "agent;nosan;slow" LIBS m)
+add_dependencies(test-agent-java fleetprof_agent)
+set_tests_properties(test-agent-java PROPERTIES TIMEOUT 1800)
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  set_tests_properties(test-agent-java PROPERTIES DISABLED TRUE)
+endif()
 # The 3.11 line-table decoder against CPython's co_lines() (issue 34); sanitizer builds too.
 fp_test(test-agent-pyline LABELS agent LIBS fp_agent_core)
 # The record ring, the chunk builder and the wall sampler in-process (fp_agent_core).

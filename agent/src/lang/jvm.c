@@ -8,12 +8,14 @@
  * every class's jmethodIDs made at ClassPrepare and for the classes loaded before VMInit (a
  * frame whose method has none yet cannot be reported), CompiledMethodLoad enabled (HotSpot
  * then records debug information at every instruction of compiled code, not only at
- * safepoints: inlined frames are attributed where they run). CompiledMethodLoad and
- * DynamicCodeGenerated also give the extent of the JVM's generated code (interpreter, stubs,
- * compiled methods: one reserved code cache), the boundary between native and Java frames.
+ * safepoints: inlined frames are attributed where they run). HotSpot's structure table
+ * (gHotSpotVMStructs, exported by libjvm for its serviceability agent) gives the code cache's
+ * bounds (interpreter, stubs, compiled methods: one reservation), the boundary between native
+ * and Java frames, widened by CompiledMethodLoad and DynamicCodeGenerated; and the offsets of a
+ * thread's state and last-Java-frame anchor (walk_anchor).
  *
  * Handler (ag_jvm_merge, async-signal-safe): a thread the JVM announced (ThreadStart, or the
- * main thread at VMInit) has its JNIEnv in initial-exec TLS. For such a thread the native
+ * main thread at VMStart and VMInit) has its JNIEnv in initial-exec TLS. For such a thread the native
  * frames of the record are kept from the leaf down to the first one in generated code, then
  * AsyncGetCallTrace (looked up at Agent_OnLoad, never in the handler) walks the Java frames
  * from the signal's ucontext to the thread's outermost Java frame (Thread.run, main). Native
@@ -64,17 +66,72 @@ ag_jvm_stats_t ag_jvm_stats;
 static JavaVM *g_vm;
 static jvmtiEnv *g_jvmti;
 static asgct_fn g_asgct;
-static _Atomic int g_live;                   /* VMInit seen, VMDeath not */
+static _Atomic int g_walk;                   /* handler: VMStart seen, VMDeath not */
+static _Atomic int g_live;                   /* bg: VMInit seen, VMDeath not */
 static _Atomic int g_users;                  /* bg: inside ag_jvm_enter/leave */
 static _Atomic uintptr_t g_code_lo = UINTPTR_MAX, g_code_hi; /* generated code seen so far */
 static __thread __attribute__((tls_model("initial-exec"))) JNIEnv *g_env; /* a Java thread's */
 static JNIEnv *g_bg_env;                     /* bg: attached */
+/* HotSpot's last Java frame anchor of a thread (gHotSpotVMStructs) and where a JavaThread's
+ * JNIEnv lies in it (VMInit); 0: unknown, code -3 is not retried */
+static long g_anchor_sp, g_anchor_pc, g_thread_state;
+static intptr_t g_env_off;
+/* CodeCache::_low_bound and _high_bound: the code cache's reservation, set up after
+ * Agent_OnLoad (read at VMStart). CompiledMethodLoad comes after a method's code runs. */
+static void *const *g_cc_low, *const *g_cc_high;
 static int g_bg_attach_failed;               /* bg */
 
 /* ---- handler ---- */
 
 NO_SAN static int in_code(uintptr_t pc, uintptr_t lo, uintptr_t hi) {
     return pc >= lo && pc < hi;
+}
+
+/* Codes -3 and -4, a thread in the VM (JavaThread::_thread_state, _thread_in_vm: no other
+ * thread walks its stack meanwhile) called from generated code, as async-profiler does:
+ * -3: the anchor's sp is set but not its pc (HotSpot fills it in lazily, from the word under
+ * that sp): that word, when it is a return address into generated code, written for one walk.
+ * -4 (or -3 still): the anchor's frame is a runtime stub's that cannot be walked (its frame not
+ * "complete" at that pc): the anchor moved to the stub's caller, the first return address into
+ * generated code among the ANCHOR_SCAN words above the anchor's sp. The anchor is restored after. */
+#define THREAD_IN_VM 6
+#define ANCHOR_SCAN 48 /* words: C1 stubs save every register in their frame */
+NO_SAN static jint anchor_try(asgct_trace_t *tr, jint want, ucontext_t *uc,
+                              volatile uintptr_t *asp, volatile uintptr_t *apc, uintptr_t sp,
+                              uintptr_t pc) {
+    uintptr_t sp0 = *asp, pc0 = *apc;
+    *apc = pc;
+    *asp = sp;
+    atomic_signal_fence(memory_order_seq_cst);
+    g_asgct(tr, want, uc);
+    atomic_signal_fence(memory_order_seq_cst);
+    *asp = sp0;
+    *apc = pc0;
+    return tr->num_frames;
+}
+
+NO_SAN static jint walk_anchor(asgct_trace_t *tr, jint want, ucontext_t *uc, uintptr_t lo,
+                               uintptr_t hi) {
+    if (!g_env_off)
+        return tr->num_frames;
+    char *jt = (char *)tr->env_id - g_env_off;
+    if (*(volatile int *)(jt + g_thread_state) != THREAD_IN_VM)
+        return tr->num_frames;
+    volatile uintptr_t *asp = (volatile uintptr_t *)(jt + g_anchor_sp);
+    volatile uintptr_t *apc = (volatile uintptr_t *)(jt + g_anchor_pc);
+    uintptr_t sp = *asp;
+    if (!sp || sp % sizeof(uintptr_t))
+        return tr->num_frames;
+    const uintptr_t *w = (const uintptr_t *)sp;
+    jint rc = tr->num_frames;
+    if (rc == -3 && !*apc && in_code(w[-1], lo, hi))
+        rc = anchor_try(tr, want, uc, asp, apc, sp, w[-1]);
+    for (int k = 0; k < ANCHOR_SCAN && rc <= 0; k++)
+        if (in_code(w[k], lo, hi))
+            rc = anchor_try(tr, want, uc, asp, apc, (uintptr_t)(w + k + 1), w[k]);
+    if (rc > 0)
+        atomic_fetch_add_explicit(&ag_jvm_stats.retried, 1, memory_order_relaxed);
+    return rc;
 }
 
 /* AsyncGetCallTrace, and when it finds the top frame unwalkable (code -5, -6: a frame not fully
@@ -86,6 +143,8 @@ NO_SAN static int in_code(uintptr_t pc, uintptr_t lo, uintptr_t hi) {
 NO_SAN static jint walk(asgct_trace_t *tr, jint want, ucontext_t *uc, uintptr_t lo,
                         uintptr_t hi) {
     g_asgct(tr, want, uc);
+    if (tr->num_frames == -3 || tr->num_frames == -4)
+        return walk_anchor(tr, want, uc, lo, hi);
     if (tr->num_frames != -5 && tr->num_frames != -6)
         return tr->num_frames;
     greg_t *g = uc->uc_mcontext.gregs, pc = g[REG_RIP], sp = g[REG_RSP];
@@ -111,7 +170,7 @@ NO_SAN static jint walk(asgct_trace_t *tr, jint want, ucontext_t *uc, uintptr_t 
 NO_SAN uint32_t ag_jvm_merge(const void *uc, uintptr_t *pcs, uint32_t n, uint32_t max,
                              uint32_t *uw) {
     JNIEnv *env = g_env;
-    if (!env || !uc || !atomic_load_explicit(&g_live, memory_order_acquire))
+    if (!env || !uc || !atomic_load_explicit(&g_walk, memory_order_acquire))
         return n;
     uintptr_t lo = atomic_load_explicit(&g_code_lo, memory_order_relaxed);
     uintptr_t hi = atomic_load_explicit(&g_code_hi, memory_order_relaxed);
@@ -154,8 +213,8 @@ NO_SAN uint32_t ag_jvm_merge(const void *uc, uintptr_t *pcs, uint32_t n, uint32_
 
 /* ---- JVMTI callbacks (Java threads) ---- */
 
-static void code_seen(const void *addr, jint len) {
-    uintptr_t a = (uintptr_t)addr, b = a + (uintptr_t)(len > 0 ? len : 0);
+static void code_seen(const void *addr, size_t len) {
+    uintptr_t a = (uintptr_t)addr, b = a + len;
     uintptr_t cur = atomic_load(&g_code_lo);
     while (a < cur && !atomic_compare_exchange_weak(&g_code_lo, &cur, a))
         ;
@@ -166,14 +225,14 @@ static void code_seen(const void *addr, jint len) {
 
 static void JNICALL on_code(jvmtiEnv *jvmti, const char *name, const void *addr, jint len) {
     (void)jvmti, (void)name;
-    code_seen(addr, len);
+    code_seen(addr, len > 0 ? (size_t)len : 0);
 }
 
 static void JNICALL on_compiled(jvmtiEnv *jvmti, jmethodID m, jint size, const void *addr,
                                 jint map_len, const jvmtiAddrLocationMap *map,
                                 const void *info) {
     (void)jvmti, (void)m, (void)map_len, (void)map, (void)info;
-    code_seen(addr, size);
+    code_seen(addr, size > 0 ? (size_t)size : 0);
 }
 
 /* The class's jmethodIDs exist from now on (AsyncGetCallTrace reports only existing ones). */
@@ -203,6 +262,21 @@ static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread th) {
     g_env = NULL;
 }
 
+/* Where a JavaThread's JNIEnv lies in it: java.lang.Thread.eetop holds the JavaThread. */
+static void env_offset(JNIEnv *jni, jthread th) {
+    if (!g_anchor_sp)
+        return;
+    jclass tc = (*jni)->FindClass(jni, "java/lang/Thread");
+    jfieldID eetop = tc ? (*jni)->GetFieldID(jni, tc, "eetop", "J") : NULL;
+    jlong jt = eetop ? (*jni)->GetLongField(jni, th, eetop) : 0;
+    (*jni)->ExceptionClear(jni);
+    intptr_t off = (intptr_t)jni - (intptr_t)jt;
+    if (jt && off > 0 && off < 65536)
+        g_env_off = off;
+    else
+        CM_INFO("java: no JavaThread layout (eetop): samples in the VM keep native frames only");
+}
+
 static void JNICALL on_vm_init(jvmtiEnv *jvmti, JNIEnv *jni, jthread th) {
     (void)th;
     jint n = 0;
@@ -213,9 +287,21 @@ static void JNICALL on_vm_init(jvmtiEnv *jvmti, JNIEnv *jni, jthread th) {
         (*jvmti)->Deallocate(jvmti, (unsigned char *)cs);
     }
     (*jvmti)->GenerateEvents(jvmti, JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
+    env_offset(jni, th);
     g_env = jni;
     atomic_store_explicit(&g_live, 1, memory_order_release);
     CM_INFO("java frames on: %d classes loaded at VMInit", (int)n);
+}
+
+/* The main thread runs the JDK's start-up (module system, class loaders) from here on: its
+ * Java frames are walked already (methods of classes loaded before this point have no
+ * jmethodID yet: "[java?]" frames), and named from VMInit on. */
+static void JNICALL on_vm_start(jvmtiEnv *jvmti, JNIEnv *jni) {
+    (void)jvmti;
+    if (g_cc_low && g_cc_high && *g_cc_low && *g_cc_high > *g_cc_low)
+        code_seen(*g_cc_low, (size_t)((const char *)*g_cc_high - (const char *)*g_cc_low));
+    g_env = jni;
+    atomic_store_explicit(&g_walk, 1, memory_order_release);
 }
 
 static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
@@ -235,6 +321,7 @@ static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
             (unsigned long long)s->samples, (unsigned long long)s->merged,
             (unsigned long long)s->retried, (unsigned long long)s->truncated,
             at ? why : " -", (unsigned long long)s->named, (unsigned long long)s->unnamed);
+    atomic_store(&g_walk, 0);
     atomic_store(&g_live, 0);
     for (int i = 0; i < VM_DEATH_WAIT_MS && atomic_load(&g_users); i++) {
         struct timespec ms = {0, 1000000};
@@ -270,6 +357,49 @@ void ag_jvm_leave(void) { atomic_fetch_sub(&g_users, 1); }
 
 /* ---- entry ---- */
 
+/* HotSpot's own table of its structures' fields (what the serviceability agent reads). */
+static long vm_long(void *jvm, const char *sym) {
+    const uint64_t *p = dlsym(jvm, sym);
+    return p ? (long)*p : -1;
+}
+
+static void vm_structs(void *jvm) {
+    char *const *table = dlsym(jvm, "gHotSpotVMStructs");
+    long tn = vm_long(jvm, "gHotSpotVMStructEntryTypeNameOffset");
+    long fn = vm_long(jvm, "gHotSpotVMStructEntryFieldNameOffset");
+    long off = vm_long(jvm, "gHotSpotVMStructEntryOffsetOffset");
+    long addr = vm_long(jvm, "gHotSpotVMStructEntryAddressOffset");
+    long stride = vm_long(jvm, "gHotSpotVMStructEntryArrayStride");
+    if (!table || !*table || tn < 0 || fn < 0 || off < 0 || addr < 0 || stride <= 0)
+        return;
+    long anchor = -1, sp = -1, pc = -1, state = -1;
+    for (const char *e = *table;; e += stride) {
+        const char *t = *(const char *const *)(e + tn), *f = *(const char *const *)(e + fn);
+        if (!t)
+            break;
+        if (!f)
+            continue;
+        long v = (long)*(const uint64_t *)(e + off);
+        if (!strcmp(t, "JavaThread") && !strcmp(f, "_anchor"))
+            anchor = v;
+        else if (!strcmp(t, "JavaThread") && !strcmp(f, "_thread_state"))
+            state = v;
+        else if (!strcmp(t, "JavaFrameAnchor") && !strcmp(f, "_last_Java_sp"))
+            sp = v;
+        else if (!strcmp(t, "JavaFrameAnchor") && !strcmp(f, "_last_Java_pc"))
+            pc = v;
+        else if (!strcmp(t, "CodeCache") && !strcmp(f, "_low_bound"))
+            g_cc_low = *(void *const *const *)(e + addr);
+        else if (!strcmp(t, "CodeCache") && !strcmp(f, "_high_bound"))
+            g_cc_high = *(void *const *const *)(e + addr);
+    }
+    if (anchor > 0 && sp >= 0 && pc >= 0 && state > 0) {
+        g_thread_state = state;
+        g_anchor_sp = anchor + sp;
+        g_anchor_pc = anchor + pc;
+    }
+}
+
 static int jvmti_setup(jvmtiEnv *jvmti) {
     jvmtiCapabilities caps;
     memset(&caps, 0, sizeof caps);
@@ -280,6 +410,7 @@ static int jvmti_setup(jvmtiEnv *jvmti) {
         return -1;
     jvmtiEventCallbacks cb;
     memset(&cb, 0, sizeof cb);
+    cb.VMStart = on_vm_start;
     cb.VMInit = on_vm_init;
     cb.VMDeath = on_vm_death;
     cb.ClassLoad = on_class_load;
@@ -290,7 +421,8 @@ static int jvmti_setup(jvmtiEnv *jvmti) {
     cb.DynamicCodeGenerated = on_code;
     if ((*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof cb) != JVMTI_ERROR_NONE)
         return -1;
-    static const jvmtiEvent ev[] = {JVMTI_EVENT_VM_INIT, JVMTI_EVENT_VM_DEATH,
+    static const jvmtiEvent ev[] = {JVMTI_EVENT_VM_START, JVMTI_EVENT_VM_INIT,
+                                    JVMTI_EVENT_VM_DEATH,
                                     JVMTI_EVENT_CLASS_LOAD, JVMTI_EVENT_CLASS_PREPARE,
                                     JVMTI_EVENT_THREAD_START, JVMTI_EVENT_THREAD_END,
                                     JVMTI_EVENT_COMPILED_METHOD_LOAD,
@@ -309,6 +441,7 @@ Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
         return 0;
     void *jvm = dlopen("libjvm.so", RTLD_LAZY | RTLD_NOLOAD);
     g_asgct = (asgct_fn)dlsym(jvm ? jvm : RTLD_DEFAULT, "AsyncGetCallTrace");
+    vm_structs(jvm ? jvm : RTLD_DEFAULT);
     if (jvm)
         dlclose(jvm); /* NOLOAD: only the reference it took */
     jvmtiEnv *jvmti = NULL;

@@ -1,0 +1,435 @@
+/* Java frames (agent/src/lang/jvm.c) on Debian's OpenJDK 17, with the flags agent/README.md
+ * documents (the agent preloaded and named by -agentpath, -XX:+DebugNonSafepoints):
+ *   frames   tests/java/Work.java (main: fib, sieve, strings, sort; a "spinner" thread),
+ *            2 s of CPU each: Java methods named with their file and lines, main's work under Work.main
+ *            and the spinner's under java.lang.Thread.run; >= 95 % of the Java threads' CPU
+ *            weight (every stack with a Java frame, and every incomplete stack, counted
+ *            against us) on complete stacks whose root is Thread.run or a main. Then a run
+ *            with JAVA_TOOL_OPTIONS alone (no preload) still names Java frames.
+ *   stress   tests/java/Stress.java (32 threads, 1000 rounds: NullPointerExceptions from implicit null
+ *            checks, thrown and caught exceptions, class casts, GC pressure, a lock) gives
+ *            the checksum of a run without the agent in 20 runs of 20 with it, exit 0.
+ *   compare  the single-threaded Work, 4 s of CPU, under the agent, under JFR (jdk.ExecutionSample
+ *            every 1 ms, `jfr print`) and under async-profiler 4.1 (ctimer, 1 ms; Maven
+ *            Central, tests/java/async-profiler.sh), one run each, back to back: each side's
+ *            top-10 Java methods by self share (the innermost Java frame of samples with a
+ *            Java frame) within 3 points of the others'. Not in one JVM: JFR's sampler stops
+ *            a thread with a signal and walks it, and a sample of ours landing in that
+ *            handler cannot be walked (AsyncGetCallTrace: not in Java code).
+ * Preloads the agent into java: plain builds only (label nosan).
+ */
+#include "agent-common.h"
+
+#include <ctype.h>
+#include <math.h>
+
+#define JDK "/usr/lib/jvm/java-17-openjdk-amd64/bin/"
+#define DNS "-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"
+
+static char envbuf[4200], pre[4200], agentpath[4200], classes[4096];
+
+static const char *src_path(const char *rel, char *buf, size_t size) {
+    const char *s = getenv("FLEETPROF_SRC");
+    snprintf(buf, size, "%s/%s", s ? s : "..", rel);
+    return buf;
+}
+
+/* tests/java/{Work,Stress}.java compiled once into a temporary directory. */
+static void compile(void) {
+    if (classes[0])
+        return;
+    char *dir = mkout(), work[4096], stress[4096], out[8192];
+    snprintf(classes, sizeof classes, "%s", dir);
+    free(dir);
+    const char *argv[] = {JDK "javac", "-d", classes,
+                          src_path("tests/java/Work.java", work, sizeof work),
+                          src_path("tests/java/Stress.java", stress, sizeof stress), NULL};
+    int st = run(NULL, argv, 300, out, sizeof out);
+    CHECKF(st == 0, "javac failed (%d): %s", st, out);
+    snprintf(agentpath, sizeof agentpath, "-agentpath:%s/agent/libfleetprof.so", bdir());
+}
+
+static int is_java(const cm_dict_t *d, uint32_t loc) {
+    uint32_t f = d->location_function[loc];
+    return f && d->function_system_name &&
+           !strncmp(d->strings[d->function_system_name[f]].ptr, "java:", 5);
+}
+
+static const char *fn_file(const cm_dict_t *d, uint32_t loc) {
+    uint32_t f = d->location_function[loc];
+    return f && d->function_filename ? d->strings[d->function_filename[f]].ptr : "";
+}
+
+/* A Java method's name as all three profilers can write it: dots, no hidden-class address. */
+static void norm(const char *in, size_t len, char *out, size_t size) {
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 1 < size; i++) {
+        if ((in[i] == '.' || in[i] == '/') && in[i + 1] == '0' && in[i + 2] == 'x') {
+            i += 3;
+            while (i < len && isxdigit((unsigned char)in[i]))
+                i++;
+            i--;
+            continue;
+        }
+        out[o++] = in[i] == '/' ? '.' : in[i];
+    }
+    out[o] = 0;
+}
+
+/* ---- profiles: self weight by the innermost Java frame's method ---- */
+
+#define MAXF 1024
+typedef struct {
+    char key[256];
+    double w;
+} fw_t;
+typedef struct {
+    fw_t f[MAXF];
+    int n;
+    double total;
+} prof_t;
+
+static void prof_add(prof_t *p, const char *name, size_t len, double w) {
+    char key[256];
+    norm(name, len, key, sizeof key);
+    p->total += w;
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->f[i].key, key)) {
+            p->f[i].w += w;
+            return;
+        }
+    if (p->n < MAXF) {
+        snprintf(p->f[p->n].key, sizeof p->f[0].key, "%s", key);
+        p->f[p->n++].w = w;
+    }
+}
+
+static double share(const prof_t *p, const char *key) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->f[i].key, key))
+            return 100.0 * p->f[i].w / p->total;
+    return 0;
+}
+
+static int cmp_fw(const void *a, const void *b) {
+    double x = ((const fw_t *)a)->w, y = ((const fw_t *)b)->w;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* ---- frames ---- */
+
+typedef struct {
+    double java_w, good_w;     /* Java threads' weight; on complete stacks rooted in a main/run */
+    uint64_t spin, spin_ok;    /* leaf Java frame Work.spin; under Thread.run with file, line */
+    uint64_t main_work, main_ok; /* Work.main's; rooted there, its Work.* leaves with lines */
+} frames_t;
+
+static int rooted(const cm_dict_t *d, uint32_t root) {
+    const char *fn = loc_fn(d, root);
+    size_t n = strlen(fn);
+    return is_java(d, root) &&
+           (!strcmp(fn, "java.lang.Thread.run") || (n > 5 && !strcmp(fn + n - 5, ".main")));
+}
+
+static void frames_scan(const cm_chunk_t *c, frames_t *r) {
+    const cm_samples_t *s = &c->samples[CM_EV_CPU];
+    const cm_dict_t *d = &c->dict;
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t st = s->stack[i], a = d->stack_off[st], b = d->stack_off[st + 1];
+        uint32_t fl = d->stack_flags ? d->stack_flags[st] : 0;
+        int32_t leaf = -1;
+        for (uint32_t k = a; k < b; k++)
+            if (is_java(d, d->stack_frames[k]))
+                leaf = (int32_t)k;
+        if (leaf < 0 && !(fl & CM_STF_INCOMPLETE))
+            continue; /* a JVM thread's native stack (compiler, GC), or before VMInit */
+        r->java_w += (double)s->weight[i];
+        if (b > a && !(fl & (CM_STF_INCOMPLETE | CM_STF_TRUNCATED)) &&
+            rooted(d, d->stack_frames[a]))
+            r->good_w += (double)s->weight[i];
+        if (leaf < 0)
+            continue;
+        uint32_t lf = d->stack_frames[leaf];
+        const char *fn = loc_fn(d, lf);
+        int named = !strcmp(fn_file(d, lf), "Work.java") && d->location_line &&
+                    d->location_line[lf] > 0;
+        if (!strcmp(fn, "Work.spin")) {
+            r->spin++;
+            r->spin_ok += named && !strcmp(loc_fn(d, d->stack_frames[a]), "java.lang.Thread.run") &&
+                          stack_has(d, st, "Work.lambda$main$0");
+        } else if (stack_has(d, st, "Work.main")) {
+            int work = !strncmp(fn, "Work.", 5); /* else a JDK method main's work called */
+            r->main_work++;
+            r->main_ok += (named || !work) && !strcmp(loc_fn(d, d->stack_frames[a]), "Work.main");
+        }
+    }
+}
+
+static void frames(void) {
+    compile();
+    char out[8192];
+    char *dir = mkout();
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
+                         "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0",
+                         "FLEETPROF_LOG_LEVEL=info", NULL};
+    const char *argv[] = {JDK "java", agentpath, DNS, "-cp", classes, "Work", "2c", NULL};
+    int st = run(env, argv, 900, out, sizeof out);
+    CHECKF(st == 0 && strstr(out, "done true"), "Work failed (%d): %s", st, out);
+    chunks_t *cs = load(dir);
+    frames_t r = {0};
+    for (int i = 0; i < cs->n; i++)
+        frames_scan(cs->c[i], &r);
+    printf("# Java threads' CPU %.3f s, %.2f %% on complete stacks rooted in main/Thread.run; "
+           "spin %" PRIu64 " (%" PRIu64 " ok), main's work %" PRIu64 " (%" PRIu64 " ok)\n",
+           r.java_w / 1e9, 100 * r.good_w / (r.java_w > 0 ? r.java_w : 1), r.spin, r.spin_ok,
+           r.main_work, r.main_ok);
+    CHECKF(r.spin >= 50 && r.main_work >= 50, "too few samples: %" PRIu64 " / %" PRIu64, r.spin,
+           r.main_work);
+    CHECK(r.spin_ok == r.spin);
+    CHECK(r.main_ok == r.main_work);
+    CHECKF(r.good_w >= 0.95 * r.java_w, "%.2f %% complete", 100 * r.good_w / r.java_w);
+    free_chunks(cs);
+    rmrf(dir);
+    free(dir);
+
+    /* JAVA_TOOL_OPTIONS alone: the JVM loads the agent, which finds its threads itself */
+    dir = mkout();
+    char jto[4300];
+    snprintf(jto, sizeof jto, "JAVA_TOOL_OPTIONS=%s", agentpath);
+    const char *env2[] = {jto, ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000", "FLEETPROF_CPU_RATE=2000",
+                          "FLEETPROF_CONTROLLER=0", NULL};
+    const char *argv2[] = {JDK "java", "-cp", classes, "Work", "1c", NULL};
+    st = run(env2, argv2, 900, out, sizeof out);
+    CHECKF(st == 0 && strstr(out, "done true"), "Work (JAVA_TOOL_OPTIONS) failed (%d): %s", st,
+           out);
+    cs = load(dir);
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < cs->n; i++)
+        frames_scan(cs->c[i], &r);
+    printf("# JAVA_TOOL_OPTIONS only: spin %" PRIu64 " (%" PRIu64 " ok), main's work %" PRIu64
+           " (%" PRIu64 " ok)\n", r.spin, r.spin_ok, r.main_work, r.main_ok);
+    CHECK(r.spin >= 10 && r.spin_ok == r.spin);
+    CHECK(r.main_work >= 10 && r.main_ok == r.main_work);
+    free_chunks(cs);
+    rmrf(dir);
+    free(dir);
+}
+
+/* ---- stress ---- */
+
+static void checksum(const char *out, char *sum, size_t size) {
+    const char *p = strstr(out, "checksum ");
+    CHECKF(p != NULL, "no checksum in: %s", out);
+    snprintf(sum, size, "%.*s", (int)strcspn(p, "\n"), p);
+}
+
+static void stress(void) {
+    compile();
+    char out[8192], want[128], got[128];
+    const char *argv[] = {JDK "java", agentpath, DNS, "-cp", classes, "Stress", "32", "1000",
+                          NULL};
+    const char *bare[] = {JDK "java", "-cp", classes, "Stress", "32", "1000", NULL};
+    int st = run(NULL, bare, 300, out, sizeof out);
+    CHECKF(st == 0, "Stress without the agent failed (%d): %s", st, out);
+    checksum(out, want, sizeof want);
+    int ok = 0;
+    uint64_t java_samples = 0;
+    for (int i = 0; i < 20; i++) {
+        char *dir = mkout();
+        const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
+                             "FLEETPROF_CPU_RATE=4000", "FLEETPROF_WALL_HZ=200",
+                             "FLEETPROF_CONTROLLER=0", NULL};
+        st = run(env, argv, 300, out, sizeof out);
+        got[0] = 0;
+        if (st == 0 && strstr(out, "checksum "))
+            checksum(out, got, sizeof got);
+        int same = st == 0 && !strcmp(got, want);
+        if (!same)
+            printf("# run %d: status %d, '%s' (want '%s')\n", i, st, got, want);
+        ok += same;
+        chunks_t *cs = load(dir);
+        java_samples += total(cs, CM_EV_CPU, "Stress.work", 0).samples;
+        free_chunks(cs);
+        rmrf(dir);
+        free(dir);
+    }
+    printf("# %d of 20 runs correct (%s); %" PRIu64 " CPU samples in Stress.work\n", ok, want,
+           java_samples);
+    CHECK(ok == 20);
+    CHECK(java_samples >= 100); /* the agent sampled Java frames all along */
+}
+
+/* ---- compare ---- */
+
+static void read_ours(const char *dir, prof_t *p) {
+    chunks_t *cs = load(dir);
+    for (int c = 0; c < cs->n; c++) {
+        const cm_samples_t *s = &cs->c[c]->samples[CM_EV_CPU];
+        const cm_dict_t *d = &cs->c[c]->dict;
+        for (uint32_t i = 0; i < s->n; i++) {
+            uint32_t st = s->stack[i], leaf = UINT32_MAX;
+            for (uint32_t k = d->stack_off[st]; k < d->stack_off[st + 1]; k++)
+                if (is_java(d, d->stack_frames[k]))
+                    leaf = d->stack_frames[k];
+            if (leaf != UINT32_MAX) {
+                const char *fn = loc_fn(d, leaf);
+                prof_add(p, fn, strlen(fn), (double)s->weight[i]);
+            }
+        }
+    }
+    free_chunks(cs);
+}
+
+/* `jfr print --events jdk.ExecutionSample`: the first line after "stackTrace = [" is the top
+ * frame, "pkg.Class.method(args) line: N". */
+static void read_jfr(const char *txt, prof_t *p) {
+    FILE *f = fopen(txt, "r");
+    CHECKF(f != NULL, "%s: %s", txt, strerror(errno));
+    char line[4096];
+    int next = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "stackTrace = [")) {
+            next = 1;
+            continue;
+        }
+        if (!next)
+            continue;
+        next = 0;
+        const char *s = line;
+        while (*s == ' ')
+            s++;
+        size_t len = strcspn(s, "(\n");
+        if (len && s[len] == '(')
+            prof_add(p, s, len, 1);
+    }
+    fclose(f);
+}
+
+/* async-profiler's collapsed stacks with `ann`: Java frames end in _[j] (compiled), _[i]
+ * (inlined), _[0] (interpreted), _[1] (C1); `total`: the count is CPU ns. */
+static void read_ap(const char *txt, prof_t *p) {
+    FILE *f = fopen(txt, "r");
+    CHECKF(f != NULL, "%s: %s", txt, strerror(errno));
+    static char line[1 << 16];
+    while (fgets(line, sizeof line, f)) {
+        char *sp = strrchr(line, ' ');
+        if (!sp)
+            continue;
+        double w = strtod(sp + 1, NULL);
+        *sp = 0;
+        const char *best = NULL;
+        size_t blen = 0;
+        for (char *fr = line; fr;) {
+            char *end = strchr(fr, ';');
+            size_t len = end ? (size_t)(end - fr) : strlen(fr);
+            if (len > 4 && fr[len - 4] == '_' && fr[len - 3] == '[' && fr[len - 1] == ']' &&
+                strchr("ji01234", fr[len - 2]))
+                best = fr, blen = len - 4;
+            fr = end ? end + 1 : NULL;
+        }
+        if (best)
+            prof_add(p, best, blen, w);
+    }
+    fclose(f);
+}
+
+static double compare_two(const char *tn, prof_t *ours, prof_t *theirs) {
+    double worst = 0;
+    for (int side = 0; side < 2; side++) {
+        const prof_t *top = side ? ours : theirs;
+        for (int i = 0; i < top->n && i < 10; i++) {
+            const char *key = top->f[i].key;
+            double a = share(ours, key), b = share(theirs, key), diff = fabs(a - b);
+            if (side == 0 || diff > 1)
+                printf("#   %-50s agent %5.1f %%  %s %5.1f %%\n", key, a, tn, b);
+            worst = diff > worst ? diff : worst;
+        }
+    }
+    printf("# largest difference, agent vs %s: %.2f points\n", tn, worst);
+    return worst;
+}
+
+static void compare(void) {
+    compile();
+    char out[8192], apsh[4096], ap[16384], jfc[4200], jfr[8600], jfrtxt[4200], aptxt[4200];
+    src_path("tests/java/async-profiler.sh", apsh, sizeof apsh);
+    const char *aargv[] = {"/bin/sh", apsh, NULL};
+    int st = run(NULL, aargv, 600, out, sizeof out);
+    CHECKF(st == 0, "async-profiler could not be fetched (%d): %s", st, out);
+    out[strcspn(out, "\n")] = 0;
+    char *dir = mkout(), *tmp = mkout();
+    snprintf(aptxt, sizeof aptxt, "%s/ap.txt", tmp);
+    snprintf(ap, sizeof ap, "-agentpath:%s=start,event=ctimer,interval=1000000,collapsed,ann,"
+             "total,file=%s", out, aptxt);
+    snprintf(jfc, sizeof jfc, "%s/exec.jfc", tmp);
+    FILE *f = fopen(jfc, "w");
+    CHECK(f != NULL);
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<configuration version=\"2.0\">\n"
+               "<event name=\"jdk.ExecutionSample\"><setting name=\"enabled\">true</setting>"
+               "<setting name=\"period\">1 ms</setting></event>\n</configuration>\n");
+    fclose(f);
+    snprintf(jfr, sizeof jfr, "-XX:StartFlightRecording=filename=%s/rec.jfr,settings=%s", tmp,
+             jfc);
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
+                         "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0", NULL};
+    const char *ours_argv[] = {JDK "java", agentpath, DNS, "-cp", classes, "Work", "4c", "0",
+                               NULL};
+    const char *jfr_argv[] = {JDK "java", jfr, DNS, "-cp", classes, "Work", "4c", "0", NULL};
+    const char *ap_argv[] = {JDK "java", ap, DNS, "-cp", classes, "Work", "4c", "0", NULL};
+    st = run(env, ours_argv, 900, out, sizeof out);
+    CHECKF(st == 0 && strstr(out, "done true"), "Work under the agent failed (%d): %s", st, out);
+    st = run(NULL, jfr_argv, 900, out, sizeof out);
+    CHECKF(st == 0 && strstr(out, "done true"), "Work under JFR failed (%d): %s", st, out);
+    st = run(NULL, ap_argv, 900, out, sizeof out);
+    CHECKF(st == 0 && strstr(out, "done true"), "Work under async-profiler failed (%d): %s", st,
+           out);
+    char cmd[8800];
+    snprintf(jfrtxt, sizeof jfrtxt, "%s/rec.txt", tmp);
+    snprintf(cmd, sizeof cmd, JDK "jfr print --events jdk.ExecutionSample %s/rec.jfr > %s", tmp,
+             jfrtxt);
+    CHECKF(system(cmd) == 0, "%s failed", cmd);
+    prof_t *ours = calloc(1, sizeof *ours), *pj = calloc(1, sizeof *pj);
+    prof_t *pa = calloc(1, sizeof *pa);
+    read_ours(dir, ours);
+    read_jfr(jfrtxt, pj);
+    read_ap(aptxt, pa);
+    qsort(ours->f, (size_t)ours->n, sizeof ours->f[0], cmp_fw);
+    qsort(pj->f, (size_t)pj->n, sizeof pj->f[0], cmp_fw);
+    qsort(pa->f, (size_t)pa->n, sizeof pa->f[0], cmp_fw);
+    printf("# Java samples: agent %.2f s CPU, JFR %.0f samples, async-profiler %.2f s CPU\n",
+           ours->total / 1e9, pj->total, pa->total / 1e9);
+    CHECKF(ours->total >= 3e9 && pj->total >= 3000 && pa->total >= 3e9,
+           "too few samples (machine too loaded?)");
+    double wj = compare_two("JFR", ours, pj), wa = compare_two("async-profiler", ours, pa);
+    CHECK(wj <= 3.0);
+    CHECK(wa <= 3.0);
+    free(ours);
+    free(pj);
+    free(pa);
+    rmrf(dir);
+    rmrf(tmp);
+    free(dir);
+    free(tmp);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {{"frames", frames}, {"stress", stress}, {"compare", compare}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int want = argc < 2;
+        for (int a = 1; a < argc; a++)
+            want |= !strcmp(argv[a], cases[i].name);
+        if (!want)
+            continue;
+        printf("# %s\n", cases[i].name);
+        fflush(stdout);
+        cases[i].fn();
+        printf("ok %s\n", cases[i].name);
+    }
+    if (classes[0])
+        rmrf(classes);
+    return 0;
+}
