@@ -9,7 +9,7 @@
  *   stress   tests/java/Stress.java (32 threads, 1000 rounds: NullPointerExceptions from implicit null
  *            checks, thrown and caught exceptions, class casts, GC pressure, a lock) gives
  *            the checksum of a run without the agent in 20 runs of 20 with it, exit 0.
- *   compare  the single-threaded Work, 4 s of CPU, under the agent, under JFR (jdk.ExecutionSample
+ *   compare  the single-threaded Work, 8 s of CPU, under the agent, under JFR (jdk.ExecutionSample
  *            every 1 ms, `jfr print`) and under async-profiler 4.1 (ctimer, 1 ms; Maven
  *            Central, tests/java/async-profiler.sh), one run each, back to back: each side's
  *            top-10 Java methods by self share (the innermost Java frame of samples with a
@@ -19,6 +19,7 @@
  * Preloads the agent into java: plain builds only (label nosan).
  */
 #include "agent-common.h"
+#include "agent-prof.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -28,11 +29,7 @@
 
 static char envbuf[4200], pre[4200], agentpath[4200], classes[4096];
 
-static const char *src_path(const char *rel, char *buf, size_t size) {
-    const char *s = getenv("FLEETPROF_SRC");
-    snprintf(buf, size, "%s/%s", s ? s : "..", rel);
-    return buf;
-}
+#define src_path rt_src
 
 /* tests/java/{Work,Stress}.java compiled once into a temporary directory. */
 static void compile(void) {
@@ -49,16 +46,9 @@ static void compile(void) {
     snprintf(agentpath, sizeof agentpath, "-agentpath:%s/agent/libfleetprof.so", bdir());
 }
 
-static int is_java(const cm_dict_t *d, uint32_t loc) {
-    uint32_t f = d->location_function[loc];
-    return f && d->function_system_name &&
-           !strncmp(d->strings[d->function_system_name[f]].ptr, "java:", 5);
-}
+#define fn_file rt_file
 
-static const char *fn_file(const cm_dict_t *d, uint32_t loc) {
-    uint32_t f = d->location_function[loc];
-    return f && d->function_filename ? d->strings[d->function_filename[f]].ptr : "";
-}
+static int is_java(const cm_dict_t *d, uint32_t loc) { return rt_kind(d, loc, "java:"); }
 
 /* A Java method's name as all three profilers can write it: dots, no hidden-class address. */
 static void norm(const char *in, size_t len, char *out, size_t size) {
@@ -78,42 +68,10 @@ static void norm(const char *in, size_t len, char *out, size_t size) {
 
 /* ---- profiles: self weight by the innermost Java frame's method ---- */
 
-#define MAXF 1024
-typedef struct {
-    char key[256];
-    double w;
-} fw_t;
-typedef struct {
-    fw_t f[MAXF];
-    int n;
-    double total;
-} prof_t;
-
 static void prof_add(prof_t *p, const char *name, size_t len, double w) {
     char key[256];
     norm(name, len, key, sizeof key);
-    p->total += w;
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->f[i].key, key)) {
-            p->f[i].w += w;
-            return;
-        }
-    if (p->n < MAXF) {
-        snprintf(p->f[p->n].key, sizeof p->f[0].key, "%s", key);
-        p->f[p->n++].w = w;
-    }
-}
-
-static double share(const prof_t *p, const char *key) {
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->f[i].key, key))
-            return 100.0 * p->f[i].w / p->total;
-    return 0;
-}
-
-static int cmp_fw(const void *a, const void *b) {
-    double x = ((const fw_t *)a)->w, y = ((const fw_t *)b)->w;
-    return x < y ? 1 : x > y ? -1 : 0;
+    prof_put(p, key, w);
 }
 
 /* ---- frames ---- */
@@ -307,44 +265,23 @@ static void read_jfr(const char *txt, prof_t *p) {
 
 /* async-profiler's collapsed stacks with `ann`: Java frames end in _[j] (compiled), _[i]
  * (inlined), _[0] (interpreted), _[1] (C1); `total`: the count is CPU ns. */
-static void read_ap(const char *txt, prof_t *p) {
-    FILE *f = fopen(txt, "r");
-    CHECKF(f != NULL, "%s: %s", txt, strerror(errno));
-    static char line[1 << 16];
-    while (fgets(line, sizeof line, f)) {
-        char *sp = strrchr(line, ' ');
-        if (!sp)
-            continue;
-        double w = strtod(sp + 1, NULL);
-        *sp = 0;
-        const char *best = NULL;
-        size_t blen = 0;
-        for (char *fr = line; fr;) {
-            char *end = strchr(fr, ';');
-            size_t len = end ? (size_t)(end - fr) : strlen(fr);
-            if (len > 4 && fr[len - 4] == '_' && fr[len - 3] == '[' && fr[len - 1] == ']' &&
-                strchr("ji01234", fr[len - 2]))
-                best = fr, blen = len - 4;
-            fr = end ? end + 1 : NULL;
-        }
-        if (best)
-            prof_add(p, best, blen, w);
+static void ap_line(char *line, double w, prof_t *p) {
+    const char *best = NULL;
+    size_t blen = 0;
+    for (char *fr = line; fr;) {
+        char *end = strchr(fr, ';');
+        size_t len = end ? (size_t)(end - fr) : strlen(fr);
+        if (len > 4 && fr[len - 4] == '_' && fr[len - 3] == '[' && fr[len - 1] == ']' &&
+            strchr("ji01234", fr[len - 2]))
+            best = fr, blen = len - 4;
+        fr = end ? end + 1 : NULL;
     }
-    fclose(f);
+    if (best)
+        prof_add(p, best, blen, w);
 }
 
 static double compare_two(const char *tn, prof_t *ours, prof_t *theirs) {
-    double worst = 0;
-    for (int side = 0; side < 2; side++) {
-        const prof_t *top = side ? ours : theirs;
-        for (int i = 0; i < top->n && i < 10; i++) {
-            const char *key = top->f[i].key;
-            double a = share(ours, key), b = share(theirs, key), diff = fabs(a - b);
-            if (side == 0 || diff > 1)
-                printf("#   %-50s agent %5.1f %%  %s %5.1f %%\n", key, a, tn, b);
-            worst = diff > worst ? diff : worst;
-        }
-    }
+    double worst = prof_worst(ours, theirs, 10, "agent", tn);
     printf("# largest difference, agent vs %s: %.2f points\n", tn, worst);
     return worst;
 }
@@ -353,7 +290,7 @@ static void compare(void) {
     compile();
     char out[8192], apsh[4096], ap[16384], jfc[4200], jfr[8600], jfrtxt[4200], aptxt[4200];
     src_path("tests/java/async-profiler.sh", apsh, sizeof apsh);
-    const char *aargv[] = {"/bin/sh", apsh, NULL};
+    const char *aargv[] = {"/bin/bash", apsh, NULL};
     int st = run(NULL, aargv, 600, out, sizeof out);
     CHECKF(st == 0, "async-profiler could not be fetched (%d): %s", st, out);
     out[strcspn(out, "\n")] = 0;
@@ -372,10 +309,10 @@ static void compare(void) {
              jfc);
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
                          "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0", NULL};
-    const char *ours_argv[] = {JDK "java", agentpath, DNS, "-cp", classes, "Work", "4c", "0",
+    const char *ours_argv[] = {JDK "java", agentpath, DNS, "-cp", classes, "Work", "8c", "0",
                                NULL};
-    const char *jfr_argv[] = {JDK "java", jfr, DNS, "-cp", classes, "Work", "4c", "0", NULL};
-    const char *ap_argv[] = {JDK "java", ap, DNS, "-cp", classes, "Work", "4c", "0", NULL};
+    const char *jfr_argv[] = {JDK "java", jfr, DNS, "-cp", classes, "Work", "8c", "0", NULL};
+    const char *ap_argv[] = {JDK "java", ap, DNS, "-cp", classes, "Work", "8c", "0", NULL};
     st = run(env, ours_argv, 900, out, sizeof out);
     CHECKF(st == 0 && strstr(out, "done true"), "Work under the agent failed (%d): %s", st, out);
     st = run(NULL, jfr_argv, 900, out, sizeof out);
@@ -392,13 +329,13 @@ static void compare(void) {
     prof_t *pa = calloc(1, sizeof *pa);
     read_ours(dir, ours);
     read_jfr(jfrtxt, pj);
-    read_ap(aptxt, pa);
-    qsort(ours->f, (size_t)ours->n, sizeof ours->f[0], cmp_fw);
-    qsort(pj->f, (size_t)pj->n, sizeof pj->f[0], cmp_fw);
-    qsort(pa->f, (size_t)pa->n, sizeof pa->f[0], cmp_fw);
+    rt_folded(aptxt, ap_line, pa);
+    prof_sort(ours);
+    prof_sort(pj);
+    prof_sort(pa);
     printf("# Java samples: agent %.2f s CPU, JFR %.0f samples, async-profiler %.2f s CPU\n",
            ours->total / 1e9, pj->total, pa->total / 1e9);
-    CHECKF(ours->total >= 3e9 && pj->total >= 3000 && pa->total >= 3e9,
+    CHECKF(ours->total >= 6e9 && pj->total >= 2000 && pa->total >= 6e9,
            "too few samples (machine too loaded?)");
     double wj = compare_two("JFR", ours, pj), wa = compare_two("async-profiler", ours, pa);
     CHECK(wj <= 3.0);
@@ -413,23 +350,9 @@ static void compare(void) {
 }
 
 int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {{"frames", frames}, {"stress", stress}, {"compare", compare}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int want = argc < 2;
-        for (int a = 1; a < argc; a++)
-            want |= !strcmp(argv[a], cases[i].name);
-        if (!want)
-            continue;
-        printf("# %s\n", cases[i].name);
-        fflush(stdout);
-        cases[i].fn();
-        printf("ok %s\n", cases[i].name);
-    }
+    static const rt_case_t cases[] = {{"frames", frames, 0}, {"stress", stress, 0}, {"compare", compare, 0}};
+    int rc = rt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
     if (classes[0])
         rmrf(classes);
-    return 0;
+    return rc;
 }

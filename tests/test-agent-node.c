@@ -58,7 +58,7 @@ static void read_cpuprof(const char *json, prof_t *p) {
         CHECKF(ln != NULL, "cpuprof-shares.js: bad line %s", line);
         *name++ = *file++ = *ln++ = '\0';
         fn_key(key, sizeof key, name, file, (unsigned)strtoul(ln, NULL, 10));
-        prof_add(p, key, strtod(line, NULL));
+        prof_put(p, key, strtod(line, NULL));
     }
     CHECKF(p->n > 0 && p->total > 99.0, "cpuprof-shares.js printed %d functions", p->n);
 }
@@ -92,11 +92,11 @@ static void read_agent(const chunks_t *cs, prof_t *p, js_count_t *n) {
                 if (strstr(loc_fn(d, d->stack_frames[k]), "Heap::CollectGarbage"))
                     leaf = -2;
             if (leaf == -2) {
-                prof_add(p, "(garbage collector) :0", (double)s->weight[i]);
+                prof_put(p, "(garbage collector) :0", (double)s->weight[i]);
                 continue;
             }
             if (leaf < 0) {
-                prof_add(p, "(no JavaScript frame)", (double)s->weight[i]);
+                prof_put(p, "(no JavaScript frame)", (double)s->weight[i]);
                 continue;
             }
             uint32_t lf = d->stack_frames[leaf];
@@ -104,7 +104,7 @@ static void read_agent(const chunks_t *cs, prof_t *p, js_count_t *n) {
             n->named_file += fn_file(d, lf)[0] == '/';
             fn_key(key, sizeof key, loc_fn(d, lf), fn_file(d, lf),
                    d->location_line ? d->location_line[lf] : 0);
-            prof_add(p, key, (double)s->weight[i]);
+            prof_put(p, key, (double)s->weight[i]);
         }
     }
 }
@@ -177,7 +177,7 @@ static void store(void) {
 }
 
 int main(int argc, char **argv) {
-    static const prof_case_t cases[] = {{"cpuprof_compare", cpuprof_compare, 0},
+    static const rt_case_t cases[] = {{"cpuprof_compare", cpuprof_compare, 0},
                                         {"store", store, 1}};
-    return prof_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
+    return rt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

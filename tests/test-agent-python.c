@@ -19,8 +19,8 @@
  * Preloads the agent into python3: plain builds only (label nosan).
  */
 #include "agent-common.h"
-#include "agent-prof.h"
 #include "../agent/src/handler/pyframes.h"
+#include "agent-prof.h"
 
 #include <ctype.h>
 
@@ -28,22 +28,10 @@
 
 static char envbuf[4200], pre[4200];
 
-static const char *src_path(const char *rel, char *buf, size_t size) {
-    const char *s = getenv("FLEETPROF_SRC");
-    snprintf(buf, size, "%s/%s", s ? s : "..", rel);
-    return buf;
-}
+#define src_path rt_src
+#define fn_file rt_file
 
-static int is_py(const cm_dict_t *d, uint32_t loc) {
-    uint32_t f = d->location_function[loc];
-    return f && d->function_system_name &&
-           !strncmp(d->strings[d->function_system_name[f]].ptr, "python:", 7);
-}
-
-static const char *fn_file(const cm_dict_t *d, uint32_t loc) {
-    uint32_t f = d->location_function[loc];
-    return f && d->function_filename ? d->strings[d->function_filename[f]].ptr : "";
-}
+static int is_py(const cm_dict_t *d, uint32_t loc) { return rt_kind(d, loc, "python:"); }
 
 static uint32_t loc_line(const cm_dict_t *d, uint32_t loc) {
     return d->location_line ? d->location_line[loc] : 0;
@@ -247,39 +235,30 @@ static void frames_and_threads(void) {
 
 /* ---- pyspy_compare ---- */
 
-/* A function's key: name's last dotted component + " " + file's basename. */
-static void py_add(prof_t *p, const char *name, const char *file, double w) {
+/* A Python function's key: its name's last dotted component + " " + its file's basename. */
+static void prof_add(prof_t *p, const char *name, const char *file, double w) {
     const char *dot = strrchr(name, '.'), *slash = strrchr(file, '/');
     /* "<locals>.<genexpr>": the last component keeps its brackets */
     char key[160];
     snprintf(key, sizeof key, "%s %s", dot && dot[1] ? dot + 1 : name, slash ? slash + 1 : file);
-    prof_add(p, key, w);
+    prof_put(p, key, w);
 }
 
 /* py-spy raw: "frame;...;leaf COUNT", a frame "name (file:line)". */
-static void read_pyspy(const char *path, prof_t *p) {
-    FILE *f = fopen(path, "r");
-    CHECKF(f != NULL, "%s: %s", path, strerror(errno));
-    static char line[1 << 16];
-    while (fgets(line, sizeof line, f)) {
-        char *sp = strrchr(line, ' ');
-        if (!sp)
-            continue;
-        double w = strtod(sp + 1, NULL);
-        *sp = 0;
-        char *leaf = strrchr(line, ';');
-        leaf = leaf ? leaf + 1 : line;
-        char *paren = strstr(leaf, " (");
-        if (!paren)
-            continue;
-        *paren = 0;
-        char *file = paren + 2, *colon = strrchr(file, ':');
-        if (colon)
-            *colon = 0;
-        py_add(p, leaf, file, w);
-    }
-    fclose(f);
+static void pyspy_line(char *line, double w, prof_t *p) {
+    char *leaf = strrchr(line, ';');
+    leaf = leaf ? leaf + 1 : line;
+    char *paren = strstr(leaf, " (");
+    if (!paren)
+        return;
+    *paren = 0;
+    char *file = paren + 2, *colon = strrchr(file, ':');
+    if (colon)
+        *colon = 0;
+    prof_add(p, leaf, file, w);
 }
+
+static void read_pyspy(const char *path, prof_t *p) { rt_folded(path, pyspy_line, p); }
 
 static void read_agent(const chunks_t *cs, cm_event_type_t type, prof_t *p, uint64_t *py,
                        uint64_t *interp_only) {
@@ -302,7 +281,7 @@ static void read_agent(const chunks_t *cs, cm_event_type_t type, prof_t *p, uint
             }
             (*py)++;
             uint32_t lf = d->stack_frames[leaf];
-            py_add(p, loc_fn(d, lf), fn_file(d, lf), (double)s->weight[i]);
+            prof_add(p, loc_fn(d, lf), fn_file(d, lf), (double)s->weight[i]);
         }
     }
 }
@@ -370,8 +349,8 @@ static void pyspy_compare(void) {
 }
 
 int main(int argc, char **argv) {
-    static const prof_case_t cases[] = {{"offsets_dwarf", offsets_dwarf, 0},
-                                        {"frames_and_threads", frames_and_threads, 0},
-                                        {"pyspy_compare", pyspy_compare, 0}};
-    return prof_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
+    static const rt_case_t cases[] = {{"offsets_dwarf", offsets_dwarf, 0},
+                                      {"frames_and_threads", frames_and_threads, 0},
+                                      {"pyspy_compare", pyspy_compare, 0}};
+    return rt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

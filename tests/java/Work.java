@@ -1,8 +1,9 @@
-// CPU workload for the Java frames tests and benchmark: main runs four kinds of work in turn
-// for the given seconds (args[0], default 10; "5c": until the thread used 5 s of CPU, whatever
-// the machine's load), each in its own method so that a profiler's
-// self shares can be compared: a recursive fib, a sieve, a string builder + hash, a sort.
-// A second thread ("spinner") runs spin() throughout unless args[1] is 0. Prints "done true".
+// CPU workload for the Java frames tests and benchmark: main runs four kinds of work in turn,
+// each in its own method so that profilers' self shares can be compared (a recursive fib, a
+// sieve, a string builder + hash, a sort), for args[0]: seconds (default 10), "5c" (until the
+// thread used 5 s of CPU, whatever the machine's load) or "40i" (40 rounds: fixed work).
+// A second thread ("spinner") runs spin() throughout unless args[1] is 0 (or rounds are
+// counted). Prints "done true".
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 import java.util.Arrays;
@@ -52,10 +53,12 @@ public class Work {
 
     static ThreadMXBean threads;
     static boolean cpu;
-    static long end;
+    static long end, rounds = -1;
 
     /* Not done yet: the wall-clock end not reached, or the calling thread's CPU time short of it. */
     static boolean more() {
+        if (rounds >= 0)
+            return rounds-- > 0;
         return (cpu ? threads.getCurrentThreadCpuTime() : System.nanoTime()) < end;
     }
 
@@ -63,7 +66,9 @@ public class Work {
         String arg = args.length > 0 ? args[0] : "10";
         cpu = arg.endsWith("c");
         threads = ManagementFactory.getThreadMXBean();
-        double secs = Double.parseDouble(cpu ? arg.substring(0, arg.length() - 1) : arg);
+        if (arg.endsWith("i"))
+            rounds = Long.parseLong(arg.substring(0, arg.length() - 1));
+        double secs = rounds >= 0 ? 0 : Double.parseDouble(cpu ? arg.substring(0, arg.length() - 1) : arg);
         end = (cpu ? 0 : System.nanoTime()) + (long) (secs * 1e9);
         Thread spinner = new Thread(() -> {
             long x = 1;
@@ -71,7 +76,7 @@ public class Work {
                 x = spin(x);
             sink += x;
         }, "spinner");
-        boolean spin = args.length < 2 || !args[1].equals("0");
+        boolean spin = rounds < 0 && (args.length < 2 || !args[1].equals("0"));
         if (spin)
             spinner.start();
         long sum = 0;

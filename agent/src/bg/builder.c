@@ -373,46 +373,38 @@ static uint32_t intern_location(ag_builder_t *b, uintptr_t pc) {
     return add_loc(b, slot, pc, mapping, fn, (uint64_t)sym.file_addr, sym.line);
 }
 
-/* A Python frame (pyframes.c): function = co_qualname, system name "python:" + co_qualname
- * (the frame's kind for every consumer), file = co_filename; the location's line is the
- * instruction's, its address the instruction's byte offset, no mapping. */
-static uint32_t intern_pyloc(ag_builder_t *b, uintptr_t word) {
-    uint32_t slot, v;
-    if (loc_find(b, word, &slot, &v))
-        return v;
-    static ag_py_frame_t pf;
-    static char sys[sizeof pf.name + 8];
-    ag_py_name(word, &pf);
-    snprintf(sys, sizeof sys, "python:%s", pf.name);
-    uint64_t key = XXH3_64bits(sys, strlen(sys)) ^ XXH3_64bits_withSeed(pf.file, strlen(pf.file), 1);
+/* A runtime's frame: function = name, system name "<kind>:<name>" (the frame's kind for every
+ * consumer), file; the location's line and address (an offset in the code) given, no mapping. */
+static uint32_t intern_rtloc(ag_builder_t *b, uint32_t slot, uintptr_t word, const char *kind,
+                             const char *name, const char *file, uint64_t addr, uint32_t line) {
+    static char sys[640];
+    snprintf(sys, sizeof sys, "%s:%s", kind, name);
+    uint64_t key = XXH3_64bits(sys, strlen(sys)) ^ XXH3_64bits_withSeed(file, strlen(file), 1);
     uint32_t fslot, f = map_find(&b->fn_map, key, NULL, NULL, NULL, &fslot);
     if (f == UINT32_MAX && fslot != UINT32_MAX) {
-        uint32_t file = pf.file[0] ? intern_str(b, pf.file) : 0;
-        uint32_t name = intern_str(b, pf.name);
-        f = add_fn(b, fslot, key, name, intern_str(b, sys), file);
+        uint32_t fi = file[0] ? intern_str(b, file) : 0;
+        uint32_t n = intern_str(b, name);
+        f = add_fn(b, fslot, key, n, intern_str(b, sys), fi);
     }
-    return add_loc(b, slot, word, 0, f == UINT32_MAX ? 0 : f,
-                   (uint64_t)((word >> 44) & ((1u << 19) - 1)) * 2, pf.line);
+    return add_loc(b, slot, word, 0, f == UINT32_MAX ? 0 : f, addr, line);
 }
 
-/* A Java frame (lang/jvm.c): function = "pkg.Class.method", system name "java:" + that,
- * file = the class's source file under its package; the location's line is the bytecode
- * index's, its address the index, no mapping. */
-static uint32_t intern_javaloc(ag_builder_t *b, uintptr_t word) {
+/* A Python frame (pyframes.c: co_qualname, co_filename; the instruction's line, its byte
+ * offset in the code) or a Java frame (lang/jvm.c: "pkg.Class.method", the class's source file
+ * under its package; the bytecode index's line, the index as the address). */
+static uint32_t intern_rtframe(ag_builder_t *b, uintptr_t word) {
     uint32_t slot, v;
     if (loc_find(b, word, &slot, &v))
         return v;
-    static ag_java_frame_t jf;
-    static char sys[sizeof jf.name + 8];
-    ag_jvm_name(word, &jf);
-    snprintf(sys, sizeof sys, "java:%s", jf.name);
-    uint64_t key = XXH3_64bits(sys, strlen(sys)) ^ XXH3_64bits_withSeed(jf.file, strlen(jf.file), 2);
-    uint32_t fslot, f = map_find(&b->fn_map, key, NULL, NULL, NULL, &fslot);
-    if (f == UINT32_MAX && fslot != UINT32_MAX) {
-        uint32_t file = jf.file[0] ? intern_str(b, jf.file) : 0;
-        f = add_fn(b, fslot, key, intern_str(b, jf.name), intern_str(b, sys), file);
+    if (AG_PY_IS(word)) {
+        static ag_py_frame_t pf;
+        ag_py_name(word, &pf);
+        return intern_rtloc(b, slot, word, "python", pf.name, pf.file,
+                            (uint64_t)((word >> 44) & ((1u << 19) - 1)) * 2, pf.line);
     }
-    return add_loc(b, slot, word, 0, f == UINT32_MAX ? 0 : f, AG_JAVA_BCI(word), jf.line);
+    static ag_java_frame_t jf;
+    ag_jvm_name(word, &jf);
+    return intern_rtloc(b, slot, word, "java", jf.name, jf.file, AG_JAVA_BCI(word), jf.line);
 }
 
 typedef struct {
@@ -466,12 +458,8 @@ static uint32_t intern_stack(ag_builder_t *b, const ag_rec_t *r) {
     for (uint32_t i = 0; i < n; i++) {
         /* root first; return addresses point after the call: symbolise pc - 1 */
         uintptr_t pc = r->pcs[n - 1 - i], at = (n - 1 - i) == 0 ? pc : pc - 1;
-        if (AG_PY_IS(pc)) {
-            locs[k++] = intern_pyloc(b, pc);
-            continue;
-        }
-        if (AG_JAVA_IS(pc)) {
-            locs[k++] = intern_javaloc(b, pc);
+        if (AG_PY_IS(pc) || AG_JAVA_IS(pc)) { /* a runtime's frame */
+            locs[k++] = intern_rtframe(b, pc);
             continue;
         }
         if (at - ag_self_lo < ag_self_hi - ag_self_lo && !self_frame_kept(b, at))
