@@ -81,10 +81,10 @@ public class Work {
             spinner.start();
         long sum = 0;
         while (more()) {
-            sum += fib(27);
-            sum += sieve(2_000_000);
-            sum += strings(300_000);
-            sum += sortArr(300_000, sum);
+            sum += fib(32);
+            sum += sieve(2_800_000);
+            sum += strings(1_200_000);
+            sum += sortArr(100_000, sum);
         }
         if (spin)
             spinner.join();

@@ -93,7 +93,7 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
             uw |= AG_UW_DEPTH | AG_UW_INCOMPLETE;
         depth = ag_unwind_strip_agent(r->pcs, depth);
         depth = ag_py_merge(t, r->pcs, depth, AG_MAX_DEPTH); /* CPython frames (pyframes.c) */
-        depth = ag_jvm_merge(ucv, r->pcs, depth, AG_MAX_DEPTH, &uw); /* Java (lang/jvm.c) */
+        depth = ag_jvm_merge(ucv, hi, r->pcs, depth, AG_MAX_DEPTH, &uw); /* Java: lang/jvm.c */
     }
     if (depth == 0) {
         ag_drop_count(ev->type, CM_DROP_UNWIND_FAILED, 1);

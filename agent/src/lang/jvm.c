@@ -15,8 +15,8 @@
  * thread's state and last-Java-frame anchor (walk_anchor).
  *
  * Handler (ag_jvm_merge, async-signal-safe): a thread the JVM announced (ThreadStart, or the
- * main thread at VMStart and VMInit) has its JNIEnv in initial-exec TLS. For such a thread the native
- * frames of the record are kept from the leaf down to the first one in generated code, then
+ * main thread at VMStart and VMInit) has its JNIEnv in initial-exec TLS. For such a thread the
+ * record's native frames are kept from the leaf down to the first one in generated code, then
  * AsyncGetCallTrace (looked up at Agent_OnLoad, never in the handler) walks the Java frames
  * from the signal's ucontext to the thread's outermost Java frame (Thread.run, main). Native
  * frames under the Java ones (the JVM's thread start) are left out, as async-profiler does.
@@ -87,48 +87,72 @@ NO_SAN static int in_code(uintptr_t pc, uintptr_t lo, uintptr_t hi) {
     return pc >= lo && pc < hi;
 }
 
+/* One walk's inputs: the trace, the depth asked, the signal's context, the code cache's bounds,
+ * the native unwinder's frames from the first one in generated code (cand[0..ncand)) and the
+ * thread's stack top (0: unknown). */
+typedef struct {
+    asgct_trace_t tr;
+    jint want;
+    ucontext_t *uc;
+    uintptr_t lo, hi;
+    const uintptr_t *cand;
+    uint32_t ncand;
+    uintptr_t stack_hi;
+} walk_t;
+
 /* Codes -3 and -4, a thread in the VM (JavaThread::_thread_state, _thread_in_vm: no other
  * thread walks its stack meanwhile) called from generated code, as async-profiler does:
  * -3: the anchor's sp is set but not its pc (HotSpot fills it in lazily, from the word under
  * that sp): that word, when it is a return address into generated code, written for one walk.
  * -4 (or -3 still): the anchor's frame is a runtime stub's that cannot be walked (its frame not
- * "complete" at that pc): the anchor moved to the stub's caller, the first return address into
- * generated code among the ANCHOR_SCAN words above the anchor's sp. The anchor is restored after. */
+ * "complete" at that pc): the anchor moved to the stub's caller, a return address into
+ * generated code above the anchor's sp: within SCAN_NEAR words (C2's stubs), or one the native
+ * unwinder found (C1's stubs save every register: hundreds of bytes), within SCAN_FAR words
+ * and the thread's stack. The anchor is restored after. */
 #define THREAD_IN_VM 6
-#define ANCHOR_SCAN 48 /* words: C1 stubs save every register in their frame */
-NO_SAN static jint anchor_try(asgct_trace_t *tr, jint want, ucontext_t *uc,
-                              volatile uintptr_t *asp, volatile uintptr_t *apc, uintptr_t sp,
-                              uintptr_t pc) {
+#define SCAN_NEAR 8
+#define SCAN_FAR 256
+NO_SAN static jint anchor_try(walk_t *w, volatile uintptr_t *asp, volatile uintptr_t *apc,
+                              uintptr_t sp, uintptr_t pc) {
     uintptr_t sp0 = *asp, pc0 = *apc;
     *apc = pc;
     *asp = sp;
     atomic_signal_fence(memory_order_seq_cst);
-    g_asgct(tr, want, uc);
+    g_asgct(&w->tr, w->want, w->uc);
     atomic_signal_fence(memory_order_seq_cst);
     *asp = sp0;
     *apc = pc0;
-    return tr->num_frames;
+    return w->tr.num_frames;
 }
 
-NO_SAN static jint walk_anchor(asgct_trace_t *tr, jint want, ucontext_t *uc, uintptr_t lo,
-                               uintptr_t hi) {
+NO_SAN static int unwound(const walk_t *w, uintptr_t v) {
+    for (uint32_t i = 0; i < w->ncand; i++)
+        if (w->cand[i] == v)
+            return 1;
+    return 0;
+}
+
+NO_SAN static jint walk_anchor(walk_t *w) {
     if (!g_env_off)
-        return tr->num_frames;
-    char *jt = (char *)tr->env_id - g_env_off;
+        return w->tr.num_frames;
+    char *jt = (char *)w->tr.env_id - g_env_off;
     if (*(volatile int *)(jt + g_thread_state) != THREAD_IN_VM)
-        return tr->num_frames;
+        return w->tr.num_frames;
     volatile uintptr_t *asp = (volatile uintptr_t *)(jt + g_anchor_sp);
     volatile uintptr_t *apc = (volatile uintptr_t *)(jt + g_anchor_pc);
     uintptr_t sp = *asp;
     if (!sp || sp % sizeof(uintptr_t))
-        return tr->num_frames;
-    const uintptr_t *w = (const uintptr_t *)sp;
-    jint rc = tr->num_frames;
-    if (rc == -3 && !*apc && in_code(w[-1], lo, hi))
-        rc = anchor_try(tr, want, uc, asp, apc, sp, w[-1]);
-    for (int k = 0; k < ANCHOR_SCAN && rc <= 0; k++)
-        if (in_code(w[k], lo, hi))
-            rc = anchor_try(tr, want, uc, asp, apc, (uintptr_t)(w + k + 1), w[k]);
+        return w->tr.num_frames;
+    const uintptr_t *word = (const uintptr_t *)sp;
+    uintptr_t words = w->stack_hi > sp ? (w->stack_hi - sp) / sizeof(uintptr_t) : SCAN_NEAR;
+    if (words > SCAN_FAR)
+        words = SCAN_FAR;
+    jint rc = w->tr.num_frames;
+    if (rc == -3 && !*apc && in_code(word[-1], w->lo, w->hi))
+        rc = anchor_try(w, asp, apc, sp, word[-1]);
+    for (uintptr_t k = 0; k < words && rc <= 0; k++)
+        if (in_code(word[k], w->lo, w->hi) && (k < SCAN_NEAR || unwound(w, word[k])))
+            rc = anchor_try(w, asp, apc, (uintptr_t)(word + k + 1), word[k]);
     if (rc > 0)
         atomic_fetch_add_explicit(&ag_jvm_stats.retried, 1, memory_order_relaxed);
     return rc;
@@ -140,35 +164,34 @@ NO_SAN static jint walk_anchor(asgct_trace_t *tr, jint want, ucontext_t *uc, uin
  * a return address into generated code among the top four slots as the pc (the top frame is
  * then left out: its caller is the innermost frame). The interrupted thread's own stack is
  * read, a few words above its sp. The ucontext is restored before returning. */
-NO_SAN static jint walk(asgct_trace_t *tr, jint want, ucontext_t *uc, uintptr_t lo,
-                        uintptr_t hi) {
-    g_asgct(tr, want, uc);
-    if (tr->num_frames == -3 || tr->num_frames == -4)
-        return walk_anchor(tr, want, uc, lo, hi);
-    if (tr->num_frames != -5 && tr->num_frames != -6)
-        return tr->num_frames;
-    greg_t *g = uc->uc_mcontext.gregs, pc = g[REG_RIP], sp = g[REG_RSP];
+NO_SAN static jint walk(walk_t *w) {
+    g_asgct(&w->tr, w->want, w->uc);
+    if (w->tr.num_frames == -3 || w->tr.num_frames == -4)
+        return walk_anchor(w);
+    if (w->tr.num_frames != -5 && w->tr.num_frames != -6)
+        return w->tr.num_frames;
+    greg_t *g = w->uc->uc_mcontext.gregs, pc = g[REG_RIP], sp = g[REG_RSP];
     const uintptr_t *top = (const uintptr_t *)(uintptr_t)sp;
-    for (int k = 1; k <= 2 && tr->num_frames <= 0; k++) {
+    for (int k = 1; k <= 2 && w->tr.num_frames <= 0; k++) {
         g[REG_RSP] = sp + k * (greg_t)sizeof(uintptr_t);
-        g_asgct(tr, want, uc);
+        g_asgct(&w->tr, w->want, w->uc);
     }
-    for (int k = 0; k < 4 && tr->num_frames <= 0; k++) {
-        if (!in_code(top[k], lo, hi))
+    for (int k = 0; k < 4 && w->tr.num_frames <= 0; k++) {
+        if (!in_code(top[k], w->lo, w->hi))
             continue;
         g[REG_RIP] = (greg_t)top[k];
         g[REG_RSP] = sp + (k + 1) * (greg_t)sizeof(uintptr_t);
-        g_asgct(tr, want, uc);
+        g_asgct(&w->tr, w->want, w->uc);
     }
     g[REG_RIP] = pc;
     g[REG_RSP] = sp;
-    if (tr->num_frames > 0)
+    if (w->tr.num_frames > 0)
         atomic_fetch_add_explicit(&ag_jvm_stats.retried, 1, memory_order_relaxed);
-    return tr->num_frames;
+    return w->tr.num_frames;
 }
 
-NO_SAN uint32_t ag_jvm_merge(const void *uc, uintptr_t *pcs, uint32_t n, uint32_t max,
-                             uint32_t *uw) {
+NO_SAN uint32_t ag_jvm_merge(const void *uc, uintptr_t stack_hi, uintptr_t *pcs, uint32_t n,
+                             uint32_t max, uint32_t *uw) {
     JNIEnv *env = g_env;
     if (!env || !uc || !atomic_load_explicit(&g_walk, memory_order_acquire))
         return n;
@@ -180,15 +203,15 @@ NO_SAN uint32_t ag_jvm_merge(const void *uc, uintptr_t *pcs, uint32_t n, uint32_
     if (k >= max)
         return n;
     asgct_frame_t fr[AG_MAX_DEPTH];
-    asgct_trace_t tr = {env, 0, fr};
     uint32_t want = max - k > AG_MAX_DEPTH ? AG_MAX_DEPTH : max - k;
+    walk_t w = {{env, 0, fr}, (jint)want, (ucontext_t *)uc, lo, hi, pcs + k, n - k, stack_hi};
     atomic_fetch_add_explicit(&ag_jvm_stats.samples, 1, memory_order_relaxed);
-    if (walk(&tr, (jint)want, (ucontext_t *)uc, lo, hi) <= 0) {
-        uint32_t why = tr.num_frames >= -10 ? (uint32_t)-tr.num_frames : 11;
+    if (walk(&w) <= 0) {
+        uint32_t why = w.tr.num_frames >= -10 ? (uint32_t)-w.tr.num_frames : 11;
         atomic_fetch_add_explicit(&ag_jvm_stats.failed[why], 1, memory_order_relaxed);
         return n;
     }
-    uint32_t m = (uint32_t)tr.num_frames > want ? want : (uint32_t)tr.num_frames;
+    uint32_t m = (uint32_t)w.tr.num_frames > want ? want : (uint32_t)w.tr.num_frames;
     for (uint32_t i = 0; i < m; i++) {
         uint64_t mid = (uint64_t)(uintptr_t)fr[i].method_id;
         if (mid > AG_JAVA_MID_MASK)

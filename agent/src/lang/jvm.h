@@ -19,7 +19,7 @@
 /* AsyncGetCallTrace's outcomes: index = -num_frames for its errors 0..-10, 11: other. */
 #define AG_JVM_OUTCOMES 12
 typedef struct {
-    _Atomic uint64_t samples;            /* handler: samples of a Java thread (AsyncGetCallTrace called) */
+    _Atomic uint64_t samples;            /* handler: Java threads' (AsyncGetCallTrace called) */
     _Atomic uint64_t merged;             /* of those, with Java frames */
     _Atomic uint64_t failed[AG_JVM_OUTCOMES]; /* no Java frames, by AsyncGetCallTrace's code */
     _Atomic uint64_t retried;            /* of merged, walked after moving the top frame */
@@ -37,10 +37,11 @@ typedef struct {
 /* handler-safe: on a Java thread, for a signal's ucontext: keeps the native frames of pcs[0..n)
  * (leaf first) down to the first one in the JVM's generated code, then the thread's Java frames
  * from AsyncGetCallTrace (outermost: Thread.run, main); clears AG_UW_INCOMPLETE in *uw when the
- * Java stack is whole. Returns the new count (<= max). Elsewhere: n, pcs untouched. */
-__attribute__((visibility("hidden"))) uint32_t ag_jvm_merge(const void *uc, uintptr_t *pcs,
-                                                            uint32_t n, uint32_t max,
-                                                            uint32_t *uw);
+ * Java stack is whole. stack_hi: the thread's stack top (0: unknown). Returns the new count
+ * (<= max). Elsewhere: n, pcs untouched. */
+__attribute__((visibility("hidden"))) uint32_t ag_jvm_merge(const void *uc, uintptr_t stack_hi,
+                                                            uintptr_t *pcs, uint32_t n,
+                                                            uint32_t max, uint32_t *uw);
 /* bg: names a Java frame word. 0, or -1 (out named "[java?]", counted unnamed). */
 __attribute__((visibility("hidden"))) int ag_jvm_name(uintptr_t word, ag_java_frame_t *out);
 /* bg, jvm.c for jvmname.c: the JVMTI environment while the VM is live, entered (the caller

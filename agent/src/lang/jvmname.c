@@ -57,7 +57,8 @@ static uint32_t method_line(jvmtiEnv *jvmti, jmethodID m, uint32_t bci) {
     return line;
 }
 
-static int name_method(jvmtiEnv *jvmti, JNIEnv *jni, jmethodID m, uint32_t bci, ag_java_frame_t *out) {
+static int name_method(jvmtiEnv *jvmti, JNIEnv *jni, jmethodID m, uint32_t bci,
+                       ag_java_frame_t *out) {
     char *mname = NULL, *csig = NULL, *src = NULL;
     jclass klass = NULL;
     if ((*jvmti)->GetMethodName(jvmti, m, &mname, NULL, NULL) != JVMTI_ERROR_NONE)
@@ -90,7 +91,8 @@ int ag_jvm_name(uintptr_t word, ag_java_frame_t *out) {
     jvmtiEnv *jvmti = ag_jvm_enter(&jni);
     int rc = -1;
     if (jvmti) {
-        rc = name_method(jvmti, jni, (jmethodID)(uintptr_t)AG_JAVA_MID(word), AG_JAVA_BCI(word), out);
+        jmethodID m = (jmethodID)(uintptr_t)AG_JAVA_MID(word);
+        rc = name_method(jvmti, jni, m, AG_JAVA_BCI(word), out);
         ag_jvm_leave();
     }
     if (rc != 0) {
