@@ -1,6 +1,7 @@
 // CPU workload for the Java frames tests and benchmark: main runs four kinds of work in turn,
-// each in its own method so that profilers' self shares can be compared (a recursive fib, a
-// sieve, a string builder + hash, a sort), for args[0]: seconds (default 10), "5c" (until the
+// each in its own method so that profilers' self shares can be compared (a hash loop, a sieve,
+// a string builder + hash, a sort; fib, a deep recursion of tiny calls, only with "fib" as
+// args[2]: JFR's sampler under-counts it, bench/RESULTS.md), for args[0]: seconds (default 10), "5c" (until the
 // thread used 5 s of CPU, whatever the machine's load) or "40i" (40 rounds: fixed work).
 // A second thread ("spinner") runs spin() throughout unless args[1] is 0 (or rounds are
 // counted). Prints "done true".
@@ -13,6 +14,15 @@ public class Work {
 
     static int fib(int n) {
         return n < 2 ? n : fib(n - 1) + fib(n - 2);
+    }
+
+    static long mix(long x, int n) {
+        for (int i = 0; i < n; i++) {
+            x ^= x << 13;
+            x ^= x >>> 7;
+            x ^= x << 17;
+        }
+        return x;
     }
 
     static int sieve(int n) {
@@ -52,7 +62,7 @@ public class Work {
     }
 
     static ThreadMXBean threads;
-    static boolean cpu;
+    static boolean cpu, withFib;
     static long end, rounds = -1;
 
     /* Not done yet: the wall-clock end not reached, or the calling thread's CPU time short of it. */
@@ -76,14 +86,15 @@ public class Work {
                 x = spin(x);
             sink += x;
         }, "spinner");
+        withFib = args.length > 2 && args[2].equals("fib");
         boolean spin = rounds < 0 && (args.length < 2 || !args[1].equals("0"));
         if (spin)
             spinner.start();
         long sum = 0;
         while (more()) {
-            sum += fib(32);
+            sum += withFib ? fib(32) : mix(sum, 5_000_000);
             sum += sieve(2_800_000);
-            sum += strings(1_200_000);
+            sum += strings(300_000);
             sum += sortArr(100_000, sum);
         }
         if (spin)
