@@ -6,7 +6,8 @@
  *            Thread.run or a main; Work's methods named with their file and line in every
  *            sample; >= 99 % of main's and the spinner's samples rooted in Work.main and
  *            java.lang.Thread.run (AsyncGetCallTrace may end a walk early without saying so).
- *            Then a run with JAVA_TOOL_OPTIONS alone (no preload) names Java frames too.
+ *            Then a run with JAVA_TOOL_OPTIONS alone (no preload) names Java frames too, and
+ *            one preloaded without -agentpath has no Java frame (incomplete stacks).
  *   stress   tests/java/Stress.java (32 threads, 1000 rounds: NullPointerExceptions from
  *            implicit null checks, thrown and caught exceptions, class casts, GC pressure, a
  *            lock) gives the checksum of a run without the agent in 20 runs of 20 with it.
@@ -136,6 +137,28 @@ static void frames_check(const frames_t *r, uint64_t min) {
     CHECK(r->main_ok * 100 >= r->main_work * 99);
 }
 
+/* The control: preloaded without -agentpath, the JVM's JIT frames are bare addresses and its
+ * Java threads' stacks incomplete (what the 95 % above is measured against). */
+static void frames_without(void) {
+    char out[8192];
+    char *dir = mkout();
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
+                         "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0", NULL};
+    const char *argv[] = {JDK "java", "-cp", classes, "Work", "1c", NULL};
+    int st = run(env, argv, 900, out, sizeof out);
+    CHECKF(st == 0 && strstr(out, "done true"), "Work (preload only) failed (%d): %s", st, out);
+    chunks_t *cs = load(dir);
+    frames_t r = {0};
+    for (int i = 0; i < cs->n; i++)
+        frames_scan(cs->c[i], &r);
+    printf("# preload only: %.3f s on incomplete stacks, %.3f s on complete Java stacks\n",
+           r.java_w / 1e9, r.good_w / 1e9);
+    CHECK(r.java_w >= 0.5e9 && r.good_w == 0 && r.spin == 0);
+    free_chunks(cs);
+    rmrf(dir);
+    free(dir);
+}
+
 static void frames(void) {
     compile();
     char out[8192];
@@ -177,6 +200,7 @@ static void frames(void) {
     free_chunks(cs);
     rmrf(dir);
     free(dir);
+    frames_without();
 }
 
 /* ---- stress ---- */
