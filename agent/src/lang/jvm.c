@@ -47,6 +47,8 @@
 #include <time.h>
 #include <ucontext.h>
 
+#pragma weak fleetprof_flush
+
 #define NO_SAN __attribute__((no_sanitize("address", "thread", "undefined")))
 #define VM_DEATH_WAIT_MS 2000 /* VMDeath waits for the bg thread's JVMTI calls to end */
 
@@ -329,7 +331,8 @@ static void JNICALL on_vm_start(jvmtiEnv *jvmti, JNIEnv *jni) {
 
 static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
     (void)jvmti, (void)jni;
-    fleetprof_flush(); /* the last chunk with Java names, while they can be read */
+    if (fleetprof_flush)   /* runtime/agent.c: in libfleetprof.so, not in fp_agent_core */
+        fleetprof_flush(); /* the last chunk with Java names, while they can be read */
     const ag_jvm_stats_t *s = &ag_jvm_stats;
     char why[256];
     size_t at = 0;
