@@ -3,8 +3,9 @@
 # invocation: tests/java/Work.java doing a fixed amount of work (ROUNDS_OF_WORK rounds of
 # fib/sieve/strings/sort on one thread), the JVM process's CPU time (user+sys, every thread:
 # profilers' own threads included) bare, under the agent (documented flags; its default rate,
-# and 1 kHz with the controller off) and under async-profiler (ctimer, its default 10 ms and
-# 1 ms). Prints each round and the medians, and each mode's median over bare's.
+# and 1 kHz with the controller off; "nohooks": default rate, allocation/lock/I/O hooks off)
+# and under async-profiler (ctimer, its default 10 ms and 1 ms). Prints each round and the
+# medians, and each mode's median over bare's. MODES="bare agent ..." picks modes.
 # Usage: bench/java/overhead.sh BUILD_DIR [ROUNDS=5] [ROUNDS_OF_WORK=150]
 set -eu
 build=$(cd "$1" && pwd); rounds=${2:-5}; work=${3:-150}
@@ -17,12 +18,14 @@ trap 'rm -rf "$out"' EXIT
 "$jdk/javac" -d "$out/classes" "$src/Work.java"
 agent="$build/agent/libfleetprof.so"
 dns=(-XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints)
-modes=(bare agent agent1k ap ap1ms)
+read -r -a modes <<<"${MODES:-bare agent agent1k ap ap1ms}"
 one() { # mode -> "cpu_s"
     local env=(FLEETPROF_OUTPUT="$out/fpc" FLEETPROF_COLLECTOR=none) args=()
     case $1 in
     bare) env=() ;;
     agent) env+=(LD_PRELOAD="$agent"); args=(-agentpath:"$agent" "${dns[@]}") ;;
+    nohooks) env+=(LD_PRELOAD="$agent" FLEETPROF_ALLOC=0 FLEETPROF_LOCK=0 FLEETPROF_IO=0)
+             args=(-agentpath:"$agent" "${dns[@]}") ;;
     agent1k) env+=(LD_PRELOAD="$agent" FLEETPROF_CPU_HZ=1000 FLEETPROF_CPU_RATE=2000
                    FLEETPROF_CONTROLLER=0); args=(-agentpath:"$agent" "${dns[@]}") ;;
     ap) args=(-agentpath:"$ap=start,event=ctimer,collapsed,file=$out/ap.txt") ;;
