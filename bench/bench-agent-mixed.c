@@ -41,6 +41,8 @@
  *        BENCH_AGENT_ENV="FLEETPROF_IO=0 ..." adds settings to the agent runs (ablation)
  *        BENCH_BASE_LIB=/path/libfleetprof.so (pair modes): "base" runs under that agent build
  *          (enabled, same settings) instead of bare, so on/base is after/before a change
+ *        BENCH_BASE_ENV="..." (with BENCH_BASE_LIB): the base run's settings instead of
+ *          BENCH_AGENT_ENV's, so on/base compares two settings (e.g. FLEETPROF_RECORDER=1 / 0)
  *        bench-agent-mixed work REQUESTS          (one run of the workload)
  *        BENCH_SPANS=1: every request is a named span, as a traced service's are: the worker
  *          formats the request's W3C traceparent (every run) and, when the agent is there,
@@ -320,9 +322,10 @@ typedef struct {
     const char *what;
 } child_t;
 
-/* Starts the workload as a child: lib NULL = no agent; cpu >= 0 pins it to that core. */
+/* Starts the workload as a child: lib NULL = no agent; cpu >= 0 pins it to that core; extra:
+ * "K=V ..." settings added to the agent's (ablation). */
 static child_t start_child(const char *self, const char *lib, const char *enabled,
-                           const char *out, long requests, int cpu) {
+                           const char *out, long requests, int cpu, const char *extra) {
     int fd[2];
     if (pipe(fd) != 0)
         exit(1);
@@ -354,8 +357,6 @@ static child_t start_child(const char *self, const char *lib, const char *enable
             setenv("FLEETPROF_COLLECTOR", "none", 1);
             setenv("FLEETPROF_OUTPUT", out, 1);
             setenv("FLEETPROF_LOG_LEVEL", "debug", 1);
-            /* ablation: BENCH_AGENT_ENV="FLEETPROF_IO=0 FLEETPROF_LOCK=0" for the agent runs */
-            const char *extra = getenv("BENCH_AGENT_ENV");
             char kv[512];
             while (extra && *extra) {
                 size_t n = strcspn(extra, " ");
@@ -400,7 +401,8 @@ static res_t finish_child(child_t c) {
 
 static res_t run_child(const char *self, const char *lib, const char *enabled, const char *out,
                        long requests) {
-    return finish_child(start_child(self, lib, enabled, out, requests, -1));
+    return finish_child(start_child(self, lib, enabled, out, requests, -1,
+                                    getenv("BENCH_AGENT_ENV")));
 }
 
 /* Two-sided 95% quantile of Student's t with df degrees of freedom (1.96 past 30). */
@@ -438,6 +440,8 @@ int main(int argc, char **argv) {
                             !strcmp(argv[1], "pairsame"));
     int same = pair && !strcmp(argv[1], "pairsame");
     const char *pair_enabled = argc > 1 && !strcmp(argv[1], "pairoff") ? "0" : "1";
+    /* ablation: BENCH_AGENT_ENV="FLEETPROF_IO=0 FLEETPROF_LOCK=0" for the agent runs */
+    const char *agent_env = getenv("BENCH_AGENT_ENV");
     if (pair) {
         argv++;
         argc--;
@@ -469,10 +473,11 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++) {
         res_t res[3];
         if (pair) { /* the co-tenants' load hits both at once; no off run */
-            const char *base_lib = getenv("BENCH_BASE_LIB");
+            const char *base_lib = getenv("BENCH_BASE_LIB"), *base_env = getenv("BENCH_BASE_ENV");
             child_t b = start_child(self, base_lib && *base_lib ? base_lib : NULL, "1", out,
-                                    requests, r % 2);
-            child_t o = start_child(self, lib, pair_enabled, out, requests, same ? r % 2 : 1 - r % 2);
+                                    requests, r % 2, base_env ? base_env : agent_env);
+            child_t o = start_child(self, lib, pair_enabled, out, requests,
+                                    same ? r % 2 : 1 - r % 2, agent_env);
             res[0] = finish_child(b);
             res[2] = finish_child(o);
             res[1] = res[0];
