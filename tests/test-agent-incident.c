@@ -11,7 +11,9 @@
  *   hang         requests blocked on a lock for 20 s: one hang incident whose capture has
  *                wall samples of the waiting requests in wait_for_lock after the trigger
  *   steady_ramp  steady load, then 3x the request rate with fast requests: no incident
+ *   steady_bench bench/incident-steady.sh: the same over 10 minutes and a linear ramp
  *   manual       fleetprof_capture(): one manual incident, none with the recorder off
+ *   exit         the process exits (returns, SIGTERM) during a capture: the capture is written
  */
 #include "agent-common.h"
 
@@ -201,6 +203,8 @@ static const char *const g_trig_env[] = {
 };
 #define N_TRIG_ENV (sizeof g_trig_env / sizeof g_trig_env[0])
 
+static int g_expect_signal; /* run_svc: the program dies of this signal (0: exits 0) */
+
 static chunks_t *run_svc(const char *const *args, double timeout, char *out, size_t size,
                          int recorder, const char *store) {
     char *dir = mkout(), envbuf[4200], prog[4096];
@@ -214,7 +218,11 @@ static chunks_t *run_svc(const char *const *args, double timeout, char *out, siz
     for (int i = 0; args[i] && i < 4; i++)
         argv[i + 1] = args[i];
     int st = run(env, argv, timeout, out, size);
-    CHECKF(st == 0, "incident_svc exited with status %d: %s", st, out);
+    if (g_expect_signal)
+        CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == g_expect_signal,
+               "incident_svc: status %d, not killed by signal %d: %s", st, g_expect_signal, out);
+    else
+        CHECKF(st == 0, "incident_svc exited with status %d: %s", st, out);
     chunks_t *cs = load(dir);
     if (store)
         ingest_dir(dir, store);
@@ -339,6 +347,33 @@ static void test_steady_ramp(void) {
     free_chunks(cs);
 }
 
+/* bench/incident-steady.sh: FP_STEADY (600) s of steady load, then the request rate tripled
+ * linearly over FP_RAMP (120) s with requests staying fast, then 10 s at that rate: no incident
+ * and no suppressed trigger (not run by ctest: 12 minutes). Prints the counts. */
+static void test_steady_bench(void) {
+    int steady = getenv("FP_STEADY") ? atoi(getenv("FP_STEADY")) : 600;
+    int ramp = getenv("FP_RAMP") ? atoi(getenv("FP_RAMP")) : 120;
+    CHECKF(steady >= 10 && ramp >= 0, "FP_STEADY %d (>= 10), FP_RAMP %d (>= 0)", steady, ramp);
+    char out[8192], sa[16], ra[16];
+    snprintf(sa, sizeof sa, "%d", steady);
+    snprintf(ra, sizeof ra, "%d", ramp);
+    const char *args[] = {"ramp", sa, ra, NULL};
+    chunks_t *cs = run_svc(args, steady + ramp + 90.0, out, sizeof out, 1, NULL);
+    incs_t is = incidents(cs);
+    uint64_t supp = drops(cs, CM_DROP_INCIDENT_COOLDOWN) + drops(cs, CM_DROP_INCIDENT_CAP);
+    uint64_t n0 = out_u64(out, "steady_requests "), n = out_u64(out, "\nrequests ");
+    printf("# %d s steady (%.1f requests/s), %d s ramp to 3x + 10 s (%.1f requests/s after the "
+           "steady part): %d incidents (first: %s), %llu suppressed triggers, %llu of %llu "
+           "requests >= 100 ms, longest %.1f ms, %d chunks\n", steady, (double)n0 / steady, ramp,
+           (double)(n - n0) / (ramp + 10), is.n, is.n ? is.v[0].trigger : "-",
+           (unsigned long long)supp, (unsigned long long)out_u64(out, "slow_requests "),
+           (unsigned long long)n, (double)out_u64(out, "max_request_us ") / 1000, cs->n);
+    CHECKF(is.n == 0, "%d incidents under steady then uniformly higher fast load", is.n);
+    CHECK_EQ(supp, 0);
+    CHECK(n0 > 0 && n > n0);
+    free_chunks(cs);
+}
+
 static void test_manual(void) {
     char out[8192];
     const char *args[] = {"manual", NULL};
@@ -356,11 +391,42 @@ static void test_manual(void) {
     free_chunks(cs);
 }
 
+/* The process exits 1 s into a manual capture's 6 s burst, by returning from main, then by
+ * dying of SIGTERM: the capture is written all the same (all its parts, >= 3 s before the
+ * trigger, samples after it), its burst ending at the exit. */
+static void test_exit(void) {
+    static const char *const how[] = {"return", "term"};
+    for (int k = 0; k < 2; k++) {
+        char out[8192];
+        const char *args[] = {"exit", how[k], NULL};
+        g_expect_signal = k ? SIGTERM : 0;
+        chunks_t *cs = run_svc(args, 60, out, sizeof out, 1, NULL);
+        g_expect_signal = 0;
+        CHECKF(out_u64(out, "capture_rc ") == 0, "%s", out);
+        uint64_t exit_ns = out_u64(out, "exit_ns ");
+        incs_t is = incidents(cs);
+        CHECKF(is.n == 1 && !strcmp(is.v[0].trigger, "manual"), "%s: %d incidents", how[k],
+               is.n);
+        inc_t *x = &is.v[0];
+        uint64_t before, after;
+        split(cs, x->id, CM_EV_CPU, "steady_work", 0, x->trigger_ns, &before, &after);
+        printf("# exit (%s) 1 s into the burst: %u chunks, %.2f s before the trigger, %llu CPU "
+               "samples of steady_work after it\n", how[k], x->parts,
+               (double)(x->trigger_ns - x->first_sample_ns) / 1e9, (unsigned long long)after);
+        CHECK(x->trigger_ns - x->first_sample_ns >= 3000000000ull);
+        CHECK(after > 0 && x->trigger_ns < exit_ns);
+        CHECK_EQ(drops(cs, CM_DROP_INCIDENT_LOST), 0);
+        free_chunks(cs);
+    }
+}
+
 static const tr_test_t tests[] = {
+    {"exit", test_exit},
     {"spikes", test_spikes},
     {"spikes_bench", test_spikes_bench},
     {"hang", test_hang},
     {"steady_ramp", test_steady_ramp},
+    {"steady_bench", test_steady_bench},
     {"manual", test_manual},
     {0, 0},
 };

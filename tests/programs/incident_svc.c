@@ -8,14 +8,22 @@
  *   incident_svc hang SECS        steady 5 s, then main holds the lock every request takes
  *                                 (in wait_for_lock) for SECS s, 4 s tail
  *   incident_svc ramp SECS        steady SECS/2 s, then three times the request rate, fast
+ *   incident_svc ramp STEADY_S RAMP_S   steady STEADY_S s, then the pause between requests
+ *                                 shrinks linearly over RAMP_S s to a third of the rate's
+ *                                 period (three times the rate), then 10 s at that rate
  *   incident_svc manual           steady 4 s, fleetprof_capture(), 8 s tail
+ *   incident_svc exit return|term steady 4 s, fleetprof_capture(), exits 1 s later (during the
+ *                                 capture's burst): returns from main, or dies of SIGTERM
  * Output lines: "spike_start <ns>", "spike_end <ns>" (the last spike request done),
- * "hang_start <ns>", "capture_rc <rc>", "requests <n>".
+ * "hang_start <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>", "steady_requests <n>"
+ * (ramp: those done before the ramp), "slow_requests <n>" (requests of 100 ms or more),
+ * "max_request_us <us>".
  */
 #define _GNU_SOURCE
 #include "fleetprof.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,7 +36,7 @@
 
 static _Atomic int g_stop, g_spike, g_spinning;
 static _Atomic long g_pause_us = 8000;
-static _Atomic uint64_t g_requests;
+static _Atomic uint64_t g_requests, g_slow_requests, g_max_request_ns;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile uint64_t g_sink;
 
@@ -58,6 +66,7 @@ static __attribute__((noinline)) void wait_for_lock(void) {
 static void *worker(void *arg) {
     uint64_t id = (uint64_t)(uintptr_t)arg << 40;
     while (!atomic_load(&g_stop)) {
+        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
         uint8_t trace[16] = {1}, span[8];
         uint64_t n = ++id;
         memcpy(trace + 8, &n, 8);
@@ -73,6 +82,11 @@ static void *worker(void *arg) {
             atomic_fetch_sub(&g_spinning, 1);
         }
         fleetprof_span_end();
+        uint64_t d = now_ns(CLOCK_MONOTONIC) - t0, max = atomic_load(&g_max_request_ns);
+        while (d > max && !atomic_compare_exchange_weak(&g_max_request_ns, &max, d))
+            ;
+        if (d >= 100000000ull)
+            atomic_fetch_add(&g_slow_requests, 1);
         atomic_fetch_add(&g_requests, 1);
         usleep((useconds_t)atomic_load(&g_pause_us));
     }
@@ -85,6 +99,20 @@ static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0)
         ;
+}
+
+/* steady_s at the steady rate, then the pause shrinks linearly over ramp_s (0: at once) so
+ * that the request rate triples, then hold_s at that rate */
+static void ramp(double steady_s, double ramp_s, double hold_s) {
+    const long pause0 = atomic_load(&g_pause_us), work = 2000, pause1 = (pause0 + work) / 3 - work;
+    sleep_s(steady_s);
+    printf("steady_requests %llu\n", (unsigned long long)atomic_load(&g_requests));
+    for (double t = 0; t < ramp_s; t += 0.1) {
+        atomic_store(&g_pause_us, pause0 - (long)((double)(pause0 - pause1) * t / ramp_s));
+        sleep_s(0.1);
+    }
+    atomic_store(&g_pause_us, pause1);
+    sleep_s(hold_s);
 }
 
 int main(int argc, char **argv) {
@@ -116,11 +144,18 @@ int main(int argc, char **argv) {
         sleep_s(atof(argv[2]));
         pthread_mutex_unlock(&g_lock);
         sleep_s(4);
-    } else if (!strcmp(argv[1], "ramp") && argc == 3) {
-        double s = atof(argv[2]);
-        sleep_s(s / 2);
-        atomic_store(&g_pause_us, 2000);
-        sleep_s(s / 2);
+    } else if (!strcmp(argv[1], "ramp") && (argc == 3 || argc == 4)) {
+        ramp(argc == 3 ? atof(argv[2]) / 2 : atof(argv[2]), argc == 3 ? 0 : atof(argv[3]),
+             argc == 3 ? atof(argv[2]) / 2 : 10);
+    } else if (!strcmp(argv[1], "exit") && argc == 3) {
+        sleep_s(4);
+        printf("capture_rc %d\n", fleetprof_capture());
+        sleep_s(1);
+        printf("exit_ns %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+        if (!strcmp(argv[2], "term"))
+            kill(getpid(), SIGTERM); /* dies of it (the agent's last chunk first) */
+        else if (strcmp(argv[2], "return"))
+            return 2;
     } else if (!strcmp(argv[1], "manual")) {
         sleep_s(4);
         printf("capture_rc %d\n", fleetprof_capture());
@@ -131,6 +166,9 @@ int main(int argc, char **argv) {
     atomic_store(&g_stop, 1);
     for (int i = 0; i < WORKERS; i++)
         pthread_join(th[i], NULL);
-    printf("requests %llu\n", (unsigned long long)atomic_load(&g_requests));
+    printf("requests %llu\nslow_requests %llu\nmax_request_us %llu\n",
+           (unsigned long long)atomic_load(&g_requests),
+           (unsigned long long)atomic_load(&g_slow_requests),
+           (unsigned long long)atomic_load(&g_max_request_ns) / 1000);
     return 0;
 }

@@ -492,6 +492,8 @@ static void bg_work(bg_sched_t *s, int req, const sigset_t *self_set) {
         bg_control_step(s, now);
     if (now >= s->next_scan && !(req & AG_REQ_STOP)) /* at exit: nothing new to find */
         bg_scan_step(s, now);
+    if (ending)
+        ag_fr_exit(); /* a capture in progress, before the last chunk (its drop counts) */
     if (ag_chunk_full(B.b) || now >= s->next_chunk ||
         (req & (AG_REQ_FLUSH | AG_REQ_STOP | AG_REQ_SIGTERM))) {
         ag_chunk_cut(B.b, ending); /* a heavy interval is split */

@@ -11,7 +11,10 @@
  * chunks never find its queue full. The ring is then emptied. A trigger within
  * FLEETPROF_TRIGGER_COOLDOWN of the last capture, or past FLEETPROF_CAPTURE_MAX captures, is
  * counted (drop reasons incident_cooldown, incident_cap), as is a captured segment the byte
- * bound pushed out (incident_lost).
+ * bound pushed out (incident_lost). When the process exits (or dies of SIGTERM) during a
+ * capture, its burst ends there and the capture goes out before the last always-on chunk
+ * (ag_fr_exit): every chunk to the files; to the collector as many as its queue holds (the
+ * newest seconds, as one complete capture), the rest counted incident_lost.
  * Background thread only, under ag_work_mu; nothing here runs in a signal handler.
  */
 #include "recorder/incid.h"
@@ -60,7 +63,10 @@ static uint64_t process_cpu(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Capture chunks not handed to the sender are lost (counted incident_lost). */
 static void out_free(void) {
+    if (R.out_n > R.out_i)
+        ag_drop_count(0, CM_DROP_INCIDENT_LOST, R.out_n - R.out_i);
     for (uint32_t i = R.out_i; i < R.out_n; i++)
         free(R.out[i].frame);
     free(R.out);
@@ -195,11 +201,14 @@ int ag_fr_capture(const char *trigger, double threshold, double value) {
     return 0;
 }
 
-/* The burst is over: every segment held becomes a chunk of the capture. */
-static void finish_capture(void) {
+/* The burst is over: every segment held, the newest max_parts at most (the older ones counted
+ * incident_lost), becomes a chunk of the capture. */
+static void finish_capture(uint32_t max_parts) {
     cut_segment();
     R.capturing = 0;
     out_free(); /* a capture still going out when the next ends: the rest is dropped */
+    for (; R.n > max_parts && R.n > 1; seg_drop_oldest())
+        ag_drop_count(0, CM_DROP_INCIDENT_LOST, 1);
     if (!R.n || !(R.out = calloc(R.n, sizeof *R.out)))
         return;
     R.inc.parts = R.n;
@@ -243,6 +252,29 @@ void ag_fr_tick(uint64_t now) {
             R.next_cut = now + AG_FR_SEG_NS;
     }
     if (R.capturing && now >= R.until)
-        finish_capture();
+        finish_capture(UINT32_MAX);
     send_some();
+}
+
+void ag_fr_exit(void) {
+    if (!R.b)
+        return;
+    /* room left in the sender's queue, one slot kept for the last always-on chunk (cut after
+     * this: it carries the counts of what did not fit) */
+    uint32_t room = UINT32_MAX;
+    if (ag_sender_uses_socket()) {
+        uint32_t q = ag_sender_queued();
+        room = q + 1 < AG_QUEUE_MAX ? AG_QUEUE_MAX - 1 - q : 0;
+    }
+    if (R.capturing) {
+        CM_INFO("incident: the process exits during a capture's burst: sending what it holds");
+        finish_capture(room);
+    }
+    for (; R.out_i < R.out_n && room; room--) {
+        seg_t *o = &R.out[R.out_i++];
+        ag_sender_submit(o->frame, o->len, AG_FR_SEQ0 + (uint64_t)R.captures * 1000u + R.out_i,
+                         NULL, 0);
+        o->frame = NULL;
+    }
+    out_free(); /* what did not fit: counted */
 }

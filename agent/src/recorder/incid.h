@@ -18,6 +18,8 @@ AG_HIDDEN void ag_fr_stop(void);                 /* bg thread end: frees everyth
 AG_HIDDEN void ag_fr_add(const ag_thread_t *t, pid_t tid, const ag_rec_t *r);
 /* every loop pass, after the drain: triggers, segment cuts, captures out */
 AG_HIDDEN void ag_fr_tick(uint64_t now_mono);
+/* the process exits (bg, before the last chunk's cut): a capture in progress goes out */
+AG_HIDDEN void ag_fr_exit(void);
 /* Starts a capture; returns 0, or the drop reason that suppressed it (counted). */
 AG_HIDDEN int ag_fr_capture(const char *trigger, double threshold, double value);
 AG_HIDDEN int ag_fr_capturing(void);
