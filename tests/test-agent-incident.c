@@ -13,6 +13,7 @@
  *   steady_ramp  steady load, then 3x the request rate with fast requests: no incident
  *   steady_bench bench/incident-steady.sh: the same over 10 minutes and a linear ramp
  *   manual       fleetprof_capture(): one manual incident, none with the recorder off
+ *   signal       FLEETPROF_CAPTURE_SIGNAL: the program's own handler untouched, then a capture
  *   exit         the process exits (returns, SIGTERM) during a capture: the capture is written
  */
 #include "agent-common.h"
@@ -204,6 +205,7 @@ static const char *const g_trig_env[] = {
 #define N_TRIG_ENV (sizeof g_trig_env / sizeof g_trig_env[0])
 
 static int g_expect_signal; /* run_svc: the program dies of this signal (0: exits 0) */
+static const char *g_extra_env; /* run_svc: one more "K=V" for the agent */
 
 static chunks_t *run_svc(const char *const *args, double timeout, char *out, size_t size,
                          int recorder, const char *store) {
@@ -212,6 +214,8 @@ static chunks_t *run_svc(const char *const *args, double timeout, char *out, siz
     size_t ne = 1;
     for (size_t i = 0; i < N_TRIG_ENV; i++)
         env[ne++] = i == 0 && !recorder ? "FLEETPROF_RECORDER=0" : g_trig_env[i];
+    if (g_extra_env)
+        env[ne++] = g_extra_env;
     env[ne] = NULL;
     prog_path("incident_svc", prog, sizeof prog);
     const char *argv[6] = {prog};
@@ -420,8 +424,36 @@ static void test_exit(void) {
     }
 }
 
+/* FLEETPROF_CAPTURE_SIGNAL=SIGUSR2: the program sees SIG_DFL, installs its own handler (which
+ * runs, no capture), sets SIG_DFL again: the next SIGUSR2 is one "signal" incident (the
+ * process lives), >= 3 s before the trigger. */
+static void test_signal(void) {
+    char out[8192];
+    const char *args[] = {"signal", NULL};
+    g_extra_env = "FLEETPROF_CAPTURE_SIGNAL=SIGUSR2";
+    chunks_t *cs = run_svc(args, 60, out, sizeof out, 1, NULL);
+    g_extra_env = NULL;
+    CHECKF(out_u64(out, "app_saw_dfl ") == 1, "%s", out);
+    CHECKF(out_u64(out, "own_handler_ran ") == 1, "%s", out);
+    CHECKF(out_u64(out, "app_saw_own ") == 1, "%s", out);
+    uint64_t sent = out_u64(out, "signal_ns ");
+    incs_t is = incidents(cs);
+    CHECKF(is.n == 1, "%d incidents", is.n);
+    inc_t *x = &is.v[0];
+    double lat = ((double)x->trigger_ns - (double)sent) / 1e9;
+    printf("# signal incident: %s, value %.0f, %.3f s after the signal, %.2f s before it\n",
+           x->trigger, (double)x->value_milli / 1000, lat,
+           (double)(x->trigger_ns - x->first_sample_ns) / 1e9);
+    CHECKF(!strcmp(x->trigger, "signal") && x->value_milli == SIGUSR2 * 1000u, "%s %llu",
+           x->trigger, (unsigned long long)x->value_milli);
+    CHECKF(lat >= 0 && lat < 1.0, "capture %.3f s after the signal", lat);
+    CHECK(x->trigger_ns - x->first_sample_ns >= 3000000000ull);
+    free_chunks(cs);
+}
+
 static const tr_test_t tests[] = {
     {"exit", test_exit},
+    {"signal", test_signal},
     {"spikes", test_spikes},
     {"spikes_bench", test_spikes_bench},
     {"hang", test_hang},

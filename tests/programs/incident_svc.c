@@ -12,12 +12,15 @@
  *                                 shrinks linearly over RAMP_S s to a third of the rate's
  *                                 period (three times the rate), then 10 s at that rate
  *   incident_svc manual           steady 4 s, fleetprof_capture(), 8 s tail
+ *   incident_svc signal           its own SIGUSR2 handler 4.5 s (one SIGUSR2 sent to itself), then
+ *                                 SIG_DFL again and one more SIGUSR2 4.5 s in, 8 s tail
  *   incident_svc exit return|term steady 4 s, fleetprof_capture(), exits 1 s later (during the
  *                                 capture's burst): returns from main, or dies of SIGTERM
  * Output lines: "spike_start <ns>", "spike_end <ns>" (the last spike request done),
  * "hang_start <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>", "steady_requests <n>"
  * (ramp: those done before the ramp), "slow_requests <n>" (requests of 100 ms or more),
- * "max_request_us <us>".
+ * "max_request_us <us>", "app_saw_dfl 0|1", "own_handler_ran <n>", "app_saw_own 0|1",
+ * "signal_ns <ns>".
  */
 #define _GNU_SOURCE
 #include "fleetprof.h"
@@ -101,6 +104,34 @@ static void sleep_s(double s) {
         ;
 }
 
+static _Atomic int g_own_usr2;
+static void own_usr2(int sig) {
+    (void)sig;
+    atomic_fetch_add(&g_own_usr2, 1);
+}
+
+/* The program's own SIGUSR2 handler first (the agent's capture signal, FLEETPROF_CAPTURE_SIGNAL,
+ * must not take it), then SIG_DFL again and SIGUSR2: the agent's capture. */
+static void signal_mode(void) {
+    struct sigaction sa, old;
+    sigaction(SIGUSR2, NULL, &old);
+    printf("app_saw_dfl %d\n", old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO));
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = own_usr2;
+    sigaction(SIGUSR2, &sa, NULL);
+    sleep_s(2);
+    kill(getpid(), SIGUSR2);
+    sleep_s(0.5);
+    printf("own_handler_ran %d\n", atomic_load(&g_own_usr2));
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGUSR2, &sa, &old);
+    printf("app_saw_own %d\n", old.sa_handler == own_usr2);
+    sleep_s(2);
+    printf("signal_ns %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+    kill(getpid(), SIGUSR2); /* SIG_DFL would kill the process: the agent's handler is back */
+    sleep_s(8);
+}
+
 /* steady_s at the steady rate, then the pause shrinks linearly over ramp_s (0: at once) so
  * that the request rate triples, then hold_s at that rate */
 static void ramp(double steady_s, double ramp_s, double hold_s) {
@@ -156,6 +187,8 @@ int main(int argc, char **argv) {
             kill(getpid(), SIGTERM); /* dies of it (the agent's last chunk first) */
         else if (strcmp(argv[2], "return"))
             return 2;
+    } else if (!strcmp(argv[1], "signal")) {
+        signal_mode();
     } else if (!strcmp(argv[1], "manual")) {
         sleep_s(4);
         printf("capture_rc %d\n", fleetprof_capture());

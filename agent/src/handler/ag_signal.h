@@ -20,7 +20,9 @@ AG_HIDDEN int ag_signal_init(void);
 /* bg: sends a wall sample request to thread tid. weight_ns: wall time it stands for. */
 AG_HIDDEN int ag_signal_wall(pid_t tid, uint32_t slot, uint64_t weight_ns, int on_cpu);
 AG_HIDDEN int ag_signal_is_ours(const siginfo_t *si); /* handler's classification */
-/* Installs the SIGTERM flush handler if SIGTERM is at its default disposition. */
+/* Installs the SIGTERM flush handler if SIGTERM is at its default disposition, and the
+ * capture signal's (FLEETPROF_CAPTURE_SIGNAL, recorder on) if that one is; restore: both back
+ * to what the application set. */
 AG_HIDDEN void ag_signal_sigterm_install(void);
 AG_HIDDEN void ag_signal_sigterm_restore(void);
 /* bg: the last chunk after a SIGTERM is out; the waiting handler lets the process die. */

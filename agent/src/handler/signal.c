@@ -21,13 +21,17 @@
  * interposer below hides it from the application).
  *
  * SIGTERM: if it is at its default disposition at start, our handler flushes the last chunk
- * (see "SIGTERM" below); the application keeps seeing SIG_DFL.
+ * (see "SIGTERM" below); the application keeps seeing SIG_DFL. The same for the capture signal
+ * (FLEETPROF_CAPTURE_SIGNAL), whose handler asks for an incident capture.
  */
 #include "ag_signal.h"
 #include "record.h"
 #include "agent.h"
 #include "bgthread.h"
 #include "sandbox.h"
+#include "recorder/incid.h"
+
+#include "cm/log.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -42,7 +46,6 @@ int ag_sig;
 static _Atomic(void *) g_app_fn;   /* application's handler for ag_sig (chained) */
 static _Atomic int g_app_flags;    /* its sa_flags (SA_SIGINFO) */
 static struct sigaction g_app_act; /* what sigaction(ag_sig, NULL, &old) reports */
-static int g_sigterm_installed;
 static int g_front; /* our sigaction is the one programs call (no sanitizer runtime in front) */
 
 extern int ag_sigaction_self(int, const struct sigaction *, struct sigaction *)
@@ -260,20 +263,33 @@ uint64_t ag_signal_calibrate(void) {
     return (t1 - t0) / N;
 }
 
-/* ---- SIGTERM: the last chunk before the process dies of it ----
- * While the application's disposition of SIGTERM is SIG_DFL (as far as it can tell: the
- * sigaction/signal interposers report and keep what it set, g_term_app), our handler is the
- * one installed. It wakes the bg thread, waits (at most AG_TERM_WAIT_MS) in the handler for
- * the last chunk, then restores SIG_DFL and re-sends SIGTERM to its own thread: delivered as
- * the handler returns, so the process dies of SIGTERM and no application code runs in between.
+/* ---- signals of ours while the application leaves them at SIG_DFL ----
+ * SIGTERM (the last chunk before the process dies of it) and the capture signal
+ * (FLEETPROF_CAPTURE_SIGNAL: an incident capture, recorder/triggers.c). While the
+ * application's disposition of one is SIG_DFL (as far as it can tell: the sigaction/signal
+ * interposers report and keep what it set, dfl_sig_t.app), our handler is the one installed.
  * When the application installs a handler of its own, it replaces ours in the kernel (its
  * handler runs exactly as without us); when it sets SIG_DFL again (a handler that chains to
- * "the previous disposition" at the end of its graceful shutdown), ours is back. */
+ * "the previous disposition" at the end of its graceful shutdown), ours is back. One the
+ * application handles or ignores at start is not taken.
+ * SIGTERM's handler wakes the bg thread, waits (at most AG_TERM_WAIT_MS) in the handler for
+ * the last chunk, then restores SIG_DFL and re-sends SIGTERM to its own thread: delivered as
+ * the handler returns, so the process dies of SIGTERM and no application code runs in between.
+ * The capture signal's stores the signal number for the triggers and wakes the bg thread. */
 #define AG_TERM_WAIT_MS 2000
-static struct sigaction g_term_app;  /* what the application set (SIG_DFL at start) */
-static _Atomic int g_term_done;      /* bg: the last chunk is out */
+typedef struct {
+    int sig; /* 0: none */
+    void (*handler)(int);
+    struct sigaction app; /* what the application set (SIG_DFL at start) */
+    int installed;
+} dfl_sig_t;
 
-static void term_install(sigaction_fn real);
+static _Atomic int g_term_done; /* bg: the last chunk is out */
+static void sigterm_handler(int sig);
+static void capture_handler(int sig);
+static dfl_sig_t g_term = {.sig = SIGTERM, .handler = sigterm_handler};
+static dfl_sig_t g_capsig = {.handler = capture_handler};
+static dfl_sig_t *const g_dfl[] = {&g_term, &g_capsig};
 
 /* Async-signal-safe: asks the bg thread for the last chunk and waits for it, at most
  * AG_TERM_WAIT_MS. The agent is stopped when it returns (the bg thread clears running). */
@@ -293,41 +309,95 @@ AG_NO_TSAN static void sigterm_handler(int sig) {
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     real_sigaction()(sig, &dfl, NULL);
-    g_sigterm_installed = 0;
+    g_term.installed = 0;
     syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+    errno = saved;
+}
+
+AG_NO_TSAN static void capture_handler(int sig) {
+    int saved = errno;
+    if (atomic_load(&ag.running)) {
+        atomic_store(&ag_trig_signal, sig);
+        ag_bg_wake(0);
+    }
     errno = saved;
 }
 
 void ag_signal_sigterm_done(void) { atomic_store(&g_term_done, 1); }
 
-static void term_install(sigaction_fn real) {
+static void dfl_install(dfl_sig_t *m, sigaction_fn real) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = sigterm_handler;
+    sa.sa_handler = m->handler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_ONSTACK;
-    if (real(SIGTERM, &sa, NULL) == 0)
-        g_sigterm_installed = 1;
+    if (real(m->sig, &sa, NULL) == 0)
+        m->installed = 1;
+}
+
+/* Installs m's handler if its signal is at SIG_DFL; returns whether it did. */
+static int dfl_take(dfl_sig_t *m) {
+    struct sigaction old;
+    if (real_sigaction()(m->sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO))
+        return 0;
+    m->app = old;
+    /* under a sanitizer runtime its interceptor must know the handler (and the application's
+     * calls do not reach our interposer: there is nothing to keep up to date) */
+    dfl_install(m, g_front ? real_sigaction() : global_sigaction);
+    return m->installed;
 }
 
 void ag_signal_sigterm_install(void) {
-    struct sigaction old;
-    if (real_sigaction()(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
-        (old.sa_flags & SA_SIGINFO))
+    dfl_take(&g_term);
+    int c = ag.cfg.incid.on ? ag.cfg.incid.capture_signal : 0;
+    if (!c)
         return;
-    g_term_app = old;
-    /* under a sanitizer runtime its interceptor must know the handler (and the application's
-     * calls do not reach our interposer: there is nothing to keep up to date) */
-    term_install(g_front ? real_sigaction() : global_sigaction);
+    if (c == ag_sig) {
+        CM_WARN("FLEETPROF_CAPTURE_SIGNAL=%d is the sampling signal: no capture signal", c);
+        return;
+    }
+    g_capsig.sig = c;
+    if (dfl_take(&g_capsig))
+        CM_INFO("incident capture on signal %d (%s)", c, sigabbrev_np(c) ? sigabbrev_np(c) : "RT");
+    else
+        CM_WARN("FLEETPROF_CAPTURE_SIGNAL=%d: the program handles or ignores it already; not "
+                "taken (no capture signal)", c);
 }
 
 void ag_signal_sigterm_restore(void) {
-    if (!g_sigterm_installed)
-        return;
-    struct sigaction cur;
-    if (real_sigaction()(SIGTERM, NULL, &cur) == 0 && cur.sa_handler == sigterm_handler)
-        real_sigaction()(SIGTERM, &g_term_app, NULL); /* SIG_DFL, as the application set */
-    g_sigterm_installed = 0;
+    for (size_t i = 0; i < sizeof g_dfl / sizeof g_dfl[0]; i++) {
+        dfl_sig_t *m = g_dfl[i];
+        if (!m->installed)
+            continue;
+        struct sigaction cur;
+        if (real_sigaction()(m->sig, NULL, &cur) == 0 && cur.sa_handler == m->handler)
+            real_sigaction()(m->sig, &m->app, NULL); /* SIG_DFL, as the application set */
+        m->installed = 0;
+    }
+}
+
+/* The application's sigaction on m's signal while we manage it: it sees what it set. */
+AG_NO_TSAN static int dfl_sigaction(dfl_sig_t *m, const struct sigaction *act,
+                                    struct sigaction *old, sigaction_fn real) {
+    if (act && (act->sa_flags & SA_SIGINFO) == 0 && act->sa_handler == SIG_DFL &&
+        atomic_load(&ag.running)) {
+        if (old)
+            *old = m->app;
+        m->app = *act;
+        dfl_install(m, real);
+        return 0;
+    }
+    struct sigaction prev = m->app;
+    if (act) {
+        if (real(m->sig, act, NULL) != 0)
+            return -1;
+        m->app = *act;
+        m->installed = 0;
+    }
+    if (old)
+        *old = prev;
+    return 0;
 }
 
 /* ---- interposers: keep the application's handler for our signal chained behind ours ---- */
@@ -339,27 +409,11 @@ AG_NO_TSAN __attribute__((visibility("default"))) int sigaction(int sig, const s
         errno = ENOSYS;
         return -1;
     }
-    if (g_front && sig == SIGTERM && (g_sigterm_installed || g_term_app.sa_handler != SIG_DFL ||
-                                      (g_term_app.sa_flags & SA_SIGINFO))) {
-        /* SIGTERM while we manage it (see above): the application sees what it set */
-        if (act && (act->sa_flags & SA_SIGINFO) == 0 && act->sa_handler == SIG_DFL &&
-            atomic_load(&ag.running)) {
-            if (old)
-                *old = g_term_app;
-            g_term_app = *act;
-            term_install(real);
-            return 0;
-        }
-        struct sigaction prev = g_term_app;
-        if (act) {
-            if (real(sig, act, NULL) != 0)
-                return -1;
-            g_term_app = *act;
-            g_sigterm_installed = 0;
-        }
-        if (old)
-            *old = prev;
-        return 0;
+    for (size_t i = 0; g_front && sig && i < sizeof g_dfl / sizeof g_dfl[0]; i++) {
+        dfl_sig_t *m = g_dfl[i]; /* SIGTERM or the capture signal while we manage it */
+        if (sig == m->sig && (m->installed || m->app.sa_handler != SIG_DFL ||
+                              (m->app.sa_flags & SA_SIGINFO)))
+            return dfl_sigaction(m, act, old, real);
     }
     if (!g_front || !ag_sig || sig != ag_sig)
         return real(sig, act, old);

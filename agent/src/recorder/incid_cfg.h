@@ -19,6 +19,7 @@ typedef struct {
     uint64_t hang_ns;        /* hang trigger: a request active this long (10 s; 0 off) */
     uint64_t cooldown_ns;    /* no capture within this time after the last one began (60 s) */
     uint32_t max_captures;   /* per process (10) */
+    int capture_signal;      /* FLEETPROF_CAPTURE_SIGNAL: a capture on this signal (0: none) */
 } ag_incid_cfg_t;
 
 /* config.c (constructor): fills cfg from the environment; invalid values: one line each. */

@@ -13,6 +13,7 @@
  *   cpu       FLEETPROF_TRIGGER_CPU of the cores held FLEETPROF_TRIGGER_CPU_FOR, in a process
  *             that never marked a request (with requests, CPU alone is not an incident).
  *   manual    fleetprof_capture().
+ *   signal    FLEETPROF_CAPTURE_SIGNAL delivered (handler in signal.c; value: its number).
  * The signals: the process's CPU clock, the cores it may run on (sched_getaffinity), the
  * span counters fleetprof_span_end adds to (relaxed atomics, no lock) and the active spans
  * (spans.c).
@@ -22,14 +23,17 @@
 #include "fleetprof.h"
 
 #include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define AG_TRIG_DT_NS 250000000ull
 #define AG_TRIG_STEPS 2 /* half a second */
 #define AG_TRIG_MIN_REQUESTS 2 /* a ratio of fewer requests says nothing */
 
-_Atomic int ag_trig_manual;
+_Atomic int ag_trig_manual, ag_trig_signal;
 static _Atomic uint64_t g_ended, g_slow;
 static _Atomic uint64_t g_slow_ns = UINT64_MAX; /* ag.cfg.incid.slow_ns once the bg runs */
 
@@ -106,6 +110,9 @@ static void edge(int cond, int *was, const char *name, double threshold, double 
 void ag_trig_eval(uint64_t now) {
     if (atomic_exchange(&ag_trig_manual, 0))
         ag_fr_capture("manual", 0, 0);
+    int sig = atomic_exchange(&ag_trig_signal, 0);
+    if (sig)
+        ag_fr_capture("signal", 0, sig);
     if (now < T.next)
         return;
     T.next = now + AG_TRIG_DT_NS;
@@ -133,6 +140,34 @@ void ag_trig_eval(uint64_t now) {
         T.cpu_high_since = now;
     edge(cpu_high && now - T.cpu_high_since >= c->cpu_for_ns, &T.was_cpu, "cpu", c->cpu_share,
          share);
+}
+
+/* FLEETPROF_CAPTURE_SIGNAL: a name (SIGUSR2, USR2) or a number; not one that the kernel
+ * keeps (KILL, STOP), a fault's (SEGV, BUS, FPE, ILL, TRAP, SYS, ABRT), job control's, SIGCHLD,
+ * SIGPIPE, SIGPROF (profilers') or SIGTERM (the agent's last chunk). 0: none. */
+static int capture_signal_load(void) {
+    char v[32];
+    if (!ag_env_value("FLEETPROF_CAPTURE_SIGNAL", v, sizeof v))
+        return 0;
+    const char *name = strncasecmp(v, "SIG", 3) ? v : v + 3;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v)
+        for (n = 0; n < NSIG && !(sigabbrev_np((int)n) && !strcasecmp(name, sigabbrev_np((int)n)));)
+            n++;
+    static const int no[] = {SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE,  SIGILL,  SIGTRAP,
+                             SIGSYS,  SIGABRT, SIGCHLD, SIGPIPE, SIGPROF, SIGTERM, SIGCONT,
+                             SIGTSTP, SIGTTIN, SIGTTOU};
+    int ok = n > 0 && n <= SIGRTMAX;
+    for (size_t i = 0; ok && i < sizeof no / sizeof no[0]; i++)
+        ok = n != no[i];
+    if (!ok) {
+        ag_env_invalid("FLEETPROF_CAPTURE_SIGNAL", v,
+                       "not a signal name or number, or one that cannot trigger a capture",
+                       "(none)");
+        return 0;
+    }
+    return (int)n;
 }
 
 void ag_incid_config_load(ag_incid_cfg_t *c) {
@@ -172,4 +207,5 @@ void ag_incid_config_load(ag_incid_cfg_t *c) {
                     &c->cooldown_ns);
     if (ag_env_double("FLEETPROF_CAPTURE_MAX", 0, 10000, "10", &d))
         c->max_captures = (uint32_t)d;
+    c->capture_signal = capture_signal_load();
 }
