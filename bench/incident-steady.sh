@@ -13,6 +13,6 @@
 set -eu
 BUILD=$(cd "$1" && pwd)
 export FP_STEADY=${2:-600} FP_RAMP=${3:-120}
-export TR_TIMEOUT=$((FP_STEADY + FP_RAMP + 180))
+export TR_TIMEOUT=$((FP_STEADY + FP_RAMP + 400))
 export FLEETPROF_SRC=$(cd "$(dirname "$0")/.." && pwd) FLEETPROF_BUILD="$BUILD"
 exec "$BUILD/tests/test-agent-incident" steady_bench

@@ -14,12 +14,15 @@
  *   steady_bench bench/incident-steady.sh: the same over 10 minutes and a linear ramp
  *   manual       fleetprof_capture(): one manual incident, none with the recorder off
  *   signal       FLEETPROF_CAPTURE_SIGNAL: the program's own handler untouched, then a capture
+ *   links        an incident listed by the report of its deploy, its endpoint's page and the
+ *                requests it overlaps
  *   exit         the process exits (returns, SIGTERM) during a capture: the capture is written
  */
 #include "agent-common.h"
 
 #include "aggtest.h"
 #include "api.h"
+#include "reports.h"
 #include "store.h"
 
 #include "cm/file.h"
@@ -206,6 +209,7 @@ static const char *const g_trig_env[] = {
 
 static int g_expect_signal; /* run_svc: the program dies of this signal (0: exits 0) */
 static const char *g_extra_env; /* run_svc: one more "K=V" for the agent */
+static const char *g_keep_to; /* run_svc: copies the chunk files here */
 
 static chunks_t *run_svc(const char *const *args, double timeout, char *out, size_t size,
                          int recorder, const char *store) {
@@ -230,6 +234,11 @@ static chunks_t *run_svc(const char *const *args, double timeout, char *out, siz
     chunks_t *cs = load(dir);
     if (store)
         ingest_dir(dir, store);
+    if (g_keep_to) { /* the chunk files kept for a later ingest of several runs */
+        char cmd[8600];
+        snprintf(cmd, sizeof cmd, "cp '%s'/*.fpc '%s'/", dir, g_keep_to);
+        CHECK(system(cmd) == 0);
+    }
     rmrf(dir);
     free(dir);
     return cs;
@@ -362,7 +371,7 @@ static void test_steady_bench(void) {
     snprintf(sa, sizeof sa, "%d", steady);
     snprintf(ra, sizeof ra, "%d", ramp);
     const char *args[] = {"ramp", sa, ra, NULL};
-    chunks_t *cs = run_svc(args, steady + ramp + 90.0, out, sizeof out, 1, NULL);
+    chunks_t *cs = run_svc(args, steady + ramp + 300.0, out, sizeof out, 1, NULL);
     incs_t is = incidents(cs);
     uint64_t supp = drops(cs, CM_DROP_INCIDENT_COOLDOWN) + drops(cs, CM_DROP_INCIDENT_CAP);
     uint64_t n0 = out_u64(out, "steady_requests "), n = out_u64(out, "\nrequests ");
@@ -451,9 +460,102 @@ static void test_signal(void) {
     free_chunks(cs);
 }
 
+/* The request's incidents in its /span answer (the capture's window overlaps it), checked on
+ * every request of the list that has samples; returns how many had one. */
+static int check_request_links(agg_api_t *api, json_t *reqs, int64_t cap_start, int64_t cap_end) {
+    int in = 0, out = 0, status;
+    for (size_t i = 0; i < json_array_size(reqs); i++) {
+        json_t *q = json_array_get(reqs, i);
+        int64_t st = json_integer_value(json_object_get(q, "start_ns"));
+        int64_t en = json_integer_value(json_object_get(q, "end_ns"));
+        json_t *o = api_get(api, "/api/v1/span", "trace",
+                            json_string_value(json_object_get(q, "trace_id")), "span",
+                            json_string_value(json_object_get(q, "span_id")), &status);
+        if (status == 200) { /* 404: a request without samples */
+            size_t n = json_array_size(json_object_get(o, "incidents"));
+            int overlaps = st <= cap_end && en >= cap_start;
+            CHECKF(n == (size_t)overlaps, "request %lld..%lld: %zu incidents, capture %lld..%lld",
+                   (long long)st, (long long)en, n, (long long)cap_start, (long long)cap_end);
+            (overlaps ? &in : &out)[0]++;
+        }
+        json_decref(o);
+    }
+    printf("# /span of %d requests inside the capture: 1 incident each; %d outside: none\n", in,
+           out);
+    CHECK(in > 0 && out > 0);
+    return in;
+}
+
+/* Links to incidents: v1 without the recorder, then v2 with a manual capture, in one store
+ * with v2's per-deploy report (agg_reports_run_once): the report lists v2's incident, the
+ * endpoint's page lists it for v2 and not for v1, and each request's /span lists it exactly
+ * when the request overlaps the captured window. */
+static void test_links(void) {
+    char out[8192], *keep = mkout(), *store = mkout(), err[512];
+    const char *a1[] = {"exit", "return", NULL}, *a2[] = {"manual", NULL};
+    g_keep_to = keep;
+    g_extra_env = "FLEETPROF_VERSION=v1";
+    chunks_t *cs = run_svc(a1, 60, out, sizeof out, 0, NULL);
+    free_chunks(cs);
+    g_extra_env = "FLEETPROF_VERSION=v2";
+    cs = run_svc(a2, 60, out, sizeof out, 1, NULL);
+    g_extra_env = g_keep_to = NULL;
+    incs_t is = incidents(cs);
+    CHECK_EQ(is.n, 1);
+    free_chunks(cs);
+    ingest_dir(keep, store);
+    /* one sample a side: the report's diff is not what is tested (a loaded host samples few) */
+    agg_reports_cfg_t rc = {.store_dir = store, .min_samples = 1};
+    CHECKF(agg_reports_run_once(&rc) == 1, "no report of v2");
+    agg_api_cfg_t cfg = {.store_dir = store};
+    agg_api_t *api = NULL;
+    CHECKF(agg_api_new(&cfg, &api, err, sizeof err) == 0, "%s", err);
+    int status;
+    json_t *l = api_get(api, "/api/v1/incidents", "service", "incident_svc", NULL, NULL, &status);
+    json_t *inc = json_array_get(json_object_get(l, "incidents"), 0);
+    const char *id = json_string_value(json_object_get(inc, "id"));
+    CHECK(status == 200 && id);
+    json_t *o = api_get(api, "/api/v1/reports", "service", "incident_svc", NULL, NULL, &status);
+    json_t *rep = json_array_get(json_object_get(o, "reports"), 0);
+    json_t *ri = json_object_get(rep, "incidents");
+    CHECKF(status == 200 && json_array_size(ri) == 1 &&
+               !strcmp(json_string_value(json_object_get(json_array_get(ri, 0), "id")), id),
+           "report %s: %zu incidents", json_string_value(json_object_get(rep, "test")),
+           json_array_size(ri));
+    json_decref(o);
+    static const char *const ver[] = {"v1", "v2"};
+    for (int v = 0; v < 2; v++) {
+        const char *keys[3] = {"service", "endpoint", "version"};
+        const char *vals[3] = {"incident_svc", "GET /work", ver[v]};
+        agg_http_reply_t r = {0};
+        agg_api_call(api, "/api/v1/endpoint", keys, vals, 3, &r);
+        o = json_loadb(r.body ? r.body : "", r.len, 0, NULL);
+        CHECKF(r.status == 200 && o, "endpoint %s: %d %.300s", ver[v], r.status, r.body ? r.body : "");
+        size_t n = json_array_size(json_object_get(o, "incidents"));
+        CHECKF(n == (size_t)v, "endpoint of %s: %zu incidents", ver[v], n);
+        json_decref(o);
+        if (!r.body_static)
+            free(r.body);
+        free(r.headers);
+    }
+    o = api_get(api, "/api/v1/requests", "service", "incident_svc", "limit", "0", &status);
+    CHECK(status == 200);
+    check_request_links(api, json_object_get(o, "requests"),
+                        json_integer_value(json_object_get(inc, "start_ns")),
+                        json_integer_value(json_object_get(inc, "end_ns")));
+    json_decref(o);
+    json_decref(l);
+    agg_api_free(api);
+    rmrf(keep);
+    rmrf(store);
+    free(keep);
+    free(store);
+}
+
 static const tr_test_t tests[] = {
     {"exit", test_exit},
     {"signal", test_signal},
+    {"links", test_links},
     {"spikes", test_spikes},
     {"spikes_bench", test_spikes_bench},
     {"hang", test_hang},

@@ -73,6 +73,8 @@ static void *worker(void *arg) {
         uint8_t trace[16] = {1}, span[8];
         uint64_t n = ++id;
         memcpy(trace + 8, &n, 8);
+        uint32_t pid = (uint32_t)getpid(); /* ids unique across runs ingested together */
+        memcpy(trace + 1, &pid, 4);
         memcpy(span, &n, 8);
         span[7] |= 1;
         fleetprof_span_begin_ids(trace, span, "GET /work");
@@ -138,7 +140,8 @@ static void ramp(double steady_s, double ramp_s, double hold_s) {
     const long pause0 = atomic_load(&g_pause_us), work = 2000, pause1 = (pause0 + work) / 3 - work;
     sleep_s(steady_s);
     printf("steady_requests %llu\n", (unsigned long long)atomic_load(&g_requests));
-    for (double t = 0; t < ramp_s; t += 0.1) {
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    for (double t = 0; t < ramp_s; t = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9) {
         atomic_store(&g_pause_us, pause0 - (long)((double)(pause0 - pause1) * t / ramp_s));
         sleep_s(0.1);
     }

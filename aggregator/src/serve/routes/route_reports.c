@@ -1,9 +1,11 @@
 /* Query API route /api/v1/reports (api_int.h): the per-deploy regression reports (reports.h),
- * and the deploy whose report still waits for samples.
+ * each with the incidents of its new version ("incidents": links), and the deploy whose report
+ * still waits for samples.
  * Threading: any thread, on the request's leased store handle (api->qs). */
 #include "api_int.h"
 
 #include "reports.h"
+#include "serve_incidents.h"
 
 #include "cm/error.h"
 
@@ -36,6 +38,17 @@ void h_reports(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_
         json_decref(waiting);
         reply_err(r, 500, NULL, "reading reports failed: %s", cm_strerror(rc));
         return;
+    }
+    /* each deploy's incidents: those of its new version (links) */
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *rep = json_array_get(arr, i);
+        const char *rs = json_string_value(json_object_get(rep, "service"));
+        const char *rv = json_string_value(json_object_get(rep, "test"));
+        json_t *inc = rs && rv ? agg_incidents_overlapping(api->qs, rs, rv, 0, INT64_MAX,
+                                                           AGG_INCIDENT_LINKS)
+                               : NULL;
+        if (inc)
+            json_object_set_new(rep, "incidents", inc);
     }
     /* what a report waits for, and (one service) the deploy that waits */
     reply_json(r, 200, json_pack("{s:o, s:I, s:s, s:o*}", "reports", arr, "min_samples",

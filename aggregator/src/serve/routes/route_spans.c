@@ -1,10 +1,12 @@
 /* Query API routes of spans and requests (api_int.h): /api/v1/spans (ranked), /span (the
  * profile of one span or trace), /endpoints, /endpoint (the profile of one endpoint's
  * requests), /requests (named spans with real durations, or those stuck now), /endpoint-diff
- * (each endpoint's latency and cost per call in two versions, tested).
+ * (each endpoint's latency and cost per call in two versions, tested). A request's /span and an
+ * endpoint's /endpoint list the incidents overlapping them ("incidents": links).
  * Threading: any thread, on the request's leased store handle (api->qs). */
 #define _GNU_SOURCE
 #include "api_int.h"
+#include "serve_incidents.h"
 
 #include "cm/error.h"
 
@@ -119,8 +121,12 @@ void h_endpoint(agg_api_t *api, const args_t *a, const char *url, agg_http_reply
     if (!found)
         reply_err(r, 404, "endpoint", "no request of endpoint '%s' of '%s' ended in the range", name,
                   svc);
-    else if (!apply_filter(&ft, &p, r))
-        render_profile(a, p, json_pack("{s:s, s:s}", "service", svc, "endpoint", name), r);
+    else if (!apply_filter(&ft, &p, r)) /* with the incidents overlapping the range: links */
+        render_profile(a, p, json_pack("{s:s, s:s, s:o*}", "service", svc, "endpoint", name,
+                                       "incidents",
+                                       agg_incidents_overlapping(api->qs, svc, ver, s_to_ns(from),
+                                                                 s_to_ns(to), AGG_INCIDENT_LINKS)),
+                       r);
     agg_profile_free(p);
 }
 
@@ -351,8 +357,12 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
                               spp ? sp : NULL, "types", types);
         agg_request_t rq;
         int known = 0; /* a named span (fleetprof_span_begin): its real duration beside */
-        if (tp && spp && !agg_qstore_request(api->qs, tp, spp, &rq, &known) && known)
+        if (tp && spp && !agg_qstore_request(api->qs, tp, spp, &rq, &known) && known) {
             json_object_set_new(o, "request", request_json(&rq));
+            json_t *inc = agg_incidents_of_request(api->qs, tp, spp, AGG_INCIDENT_LINKS);
+            if (inc) /* the incidents it fell in: links */
+                json_object_set_new(o, "incidents", inc);
+        }
         reply_json(r, 200, o);
     }
 }

@@ -138,6 +138,66 @@ static json_t *fail(int *status, int code, char *err, size_t size, const char *f
     return NULL;
 }
 
+typedef struct {
+    const char *service, *version;
+    int64_t from, to;
+    const uint8_t *trace, *span;
+} overlap_q_t;
+
+static void bind_overlap(agg_qxst_t *st, const void *arg) {
+    const overlap_q_t *q = arg;
+    if (q->trace) {
+        agg_qx_bind_blob(st, 1, q->trace, 16);
+        agg_qx_bind_blob(st, 2, q->span, 8);
+        return;
+    }
+    B64(st, 1, agg_qs_sid(q->service));
+    B64(st, 2, q->from);
+    B64(st, 3, q->to);
+    if (q->version)
+        B64(st, 4, agg_qs_sid(q->version));
+}
+
+/* The rows of sql bound by q, newest first, at most limit, as a JSON array; NULL: a store
+ * error. */
+static json_t *overlap_rows(agg_qstore_t *qs, const char *sql, const overlap_q_t *q,
+                            size_t limit) {
+    inc_row_t *v;
+    size_t n;
+    int rc = read_rows(qs, sql, bind_overlap, q, &v, &n, INC_MAX);
+    if (rc) {
+        free(v);
+        return NULL;
+    }
+    if (n)
+        qsort(v, n, sizeof *v, cmp_newest);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n && i < limit; i++)
+        json_array_append_new(arr, row_json(&v[i]));
+    free(v);
+    return arr;
+}
+
+json_t *agg_incidents_overlapping(agg_qstore_t *qs, const char *service, const char *version,
+                                  int64_t from_ns, int64_t to_ns, size_t limit) {
+    static const char any[] = INC_COLS "WHERE i.service = ?1 AND i.start_ns <= ?3 AND "
+                                       "i.end_ns >= ?2";
+    static const char one[] = INC_COLS "WHERE i.service = ?1 AND i.start_ns <= ?3 AND "
+                                       "i.end_ns >= ?2 AND i.version = ?4";
+    overlap_q_t q = {service, version && *version ? version : NULL, from_ns, to_ns, NULL, NULL};
+    return overlap_rows(qs, q.version ? one : any, &q, limit);
+}
+
+json_t *agg_incidents_of_request(agg_qstore_t *qs, const uint8_t trace[16],
+                                 const uint8_t span[8], size_t limit) {
+    /* the request's row and its process's captures come from the same chunks' partition */
+    static const char sql[] = INC_COLS "JOIN requests r ON r.trace = ?1 AND r.span = ?2 AND "
+                                       "r.service = i.service WHERE i.start_ns <= r.end_ns AND "
+                                       "i.end_ns >= r.start_ns";
+    overlap_q_t q = {NULL, NULL, 0, 0, trace, span};
+    return overlap_rows(qs, sql, &q, limit);
+}
+
 json_t *agg_incidents_json(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
                            size_t limit, int *status, char *err, size_t err_size) {
     static const char sql[] = INC_COLS "WHERE i.service = ?1 AND i.trigger_ns >= ?2 AND "

@@ -24,6 +24,7 @@
 
 #define AGG_INCIDENT_GAP_NS 2000000000ll   /* the trigger fires within 2 s of what it saw */
 #define AGG_INCIDENT_STUCK_NS 1000000000ll /* a request active this long at the trigger */
+#define AGG_INCIDENT_LINKS 20 /* incidents listed at most beside a request, endpoint or report */
 
 struct agg_api;
 struct args;
@@ -41,6 +42,14 @@ void agg_serve_incident(struct agg_api *api, const struct args *a, const char *u
  * err set when there is none. */
 json_t *agg_incidents_json(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
                            size_t limit, int *status, char *err, size_t err_size);
+/* Links to incidents: those of service (and version, unless NULL) whose captured window
+ * overlaps [from_ns, to_ns] (an endpoint's range, a deploy), and those of a request's service
+ * whose window overlaps the request (table requests); newest first, at most limit, as a JSON
+ * array of /api/v1/incidents rows. NULL: a store error. */
+json_t *agg_incidents_overlapping(agg_qstore_t *qs, const char *service, const char *version,
+                                  int64_t from_ns, int64_t to_ns, size_t limit);
+json_t *agg_incidents_of_request(agg_qstore_t *qs, const uint8_t trace[16],
+                                 const uint8_t span[8], size_t limit);
 json_t *agg_incident_json(agg_qstore_t *qs, const uint8_t id[CM_INCIDENT_ID_LEN],
                           cm_event_type_t type, size_t limit, int *status, char *err,
                           size_t err_size);
