@@ -115,18 +115,6 @@ static int cmp_newest(const void *a, const void *b) {
                                           : memcmp(x->id, y->id, CM_INCIDENT_ID_LEN);
 }
 
-typedef struct {
-    const char *service;
-    int64_t from, to;
-} list_q_t;
-
-static void bind_list(agg_qxst_t *st, const void *arg) {
-    const list_q_t *q = arg;
-    B64(st, 1, agg_qs_sid(q->service));
-    B64(st, 2, q->from);
-    B64(st, 3, q->to);
-}
-
 static json_t *fail(int *status, int code, char *err, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static json_t *fail(int *status, int code, char *err, size_t size, const char *fmt, ...) {
@@ -158,13 +146,14 @@ static void bind_overlap(agg_qxst_t *st, const void *arg) {
         B64(st, 4, agg_qs_sid(q->version));
 }
 
-/* The rows of sql bound by q, newest first, at most limit, as a JSON array; NULL: a store
- * error. */
-static json_t *overlap_rows(agg_qstore_t *qs, const char *sql, const overlap_q_t *q,
-                            size_t limit) {
+/* The rows of sql bound by q, newest first, at most limit, as a JSON array (*n: how many
+ * matched); NULL: a store error (*rc). */
+static json_t *rows_json(agg_qstore_t *qs, const char *sql, const overlap_q_t *q, size_t limit,
+                         size_t *n_out, int *rc_out) {
     inc_row_t *v;
     size_t n;
-    int rc = read_rows(qs, sql, bind_overlap, q, &v, &n, INC_MAX);
+    int rc = *rc_out = read_rows(qs, sql, bind_overlap, q, &v, &n, INC_MAX);
+    *n_out = n;
     if (rc) {
         free(v);
         return NULL;
@@ -185,7 +174,9 @@ json_t *agg_incidents_overlapping(agg_qstore_t *qs, const char *service, const c
     static const char one[] = INC_COLS "WHERE i.service = ?1 AND i.start_ns <= ?3 AND "
                                        "i.end_ns >= ?2 AND i.version = ?4";
     overlap_q_t q = {service, version && *version ? version : NULL, from_ns, to_ns, NULL, NULL};
-    return overlap_rows(qs, q.version ? one : any, &q, limit);
+    size_t n;
+    int rc;
+    return rows_json(qs, q.version ? one : any, &q, limit, &n, &rc);
 }
 
 json_t *agg_incidents_of_request(agg_qstore_t *qs, const uint8_t trace[16],
@@ -195,27 +186,21 @@ json_t *agg_incidents_of_request(agg_qstore_t *qs, const uint8_t trace[16],
                                        "r.service = i.service WHERE i.start_ns <= r.end_ns AND "
                                        "i.end_ns >= r.start_ns";
     overlap_q_t q = {NULL, NULL, 0, 0, trace, span};
-    return overlap_rows(qs, sql, &q, limit);
+    size_t n;
+    int rc;
+    return rows_json(qs, sql, &q, limit, &n, &rc);
 }
 
 json_t *agg_incidents_json(agg_qstore_t *qs, const char *service, int64_t from_ns, int64_t to_ns,
                            size_t limit, int *status, char *err, size_t err_size) {
     static const char sql[] = INC_COLS "WHERE i.service = ?1 AND i.trigger_ns >= ?2 AND "
                                        "i.trigger_ns < ?3";
-    list_q_t q = {service, from_ns, to_ns};
-    inc_row_t *v;
+    overlap_q_t q = {service, NULL, from_ns, to_ns, NULL, NULL};
     size_t n;
-    int rc = read_rows(qs, sql, bind_list, &q, &v, &n, INC_MAX);
-    if (rc) {
-        free(v);
+    int rc;
+    json_t *arr = rows_json(qs, sql, &q, limit, &n, &rc);
+    if (!arr)
         return fail(status, 500, err, err_size, "store read failed: %s", cm_strerror(rc));
-    }
-    if (n)
-        qsort(v, n, sizeof *v, cmp_newest);
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n && i < limit; i++)
-        json_array_append_new(arr, row_json(&v[i]));
-    free(v);
     *status = 200;
     return json_pack("{s:s, s:o, s:b}", "service", service, "incidents", arr, "more", n > limit);
 }
