@@ -1,5 +1,5 @@
-// The incidents page, an incident's page and the incident markers on the service timeline in
-// headless chromium (tests/ui/incidents-browser-test.sh starts the aggregator on a store that
+// The incidents page, an incident's page, the incident markers on the service timeline and the
+// links to incidents from an endpoint's and a request's pages in headless chromium (tests/ui/incidents-browser-test.sh starts the aggregator on a store that
 // holds incident_svc's 3 spike incidents). Usage: node incidents-browser-test.mjs BASE_URL
 import { launch, open, nav } from './browser.mjs';
 
@@ -32,6 +32,22 @@ try {
   await page.waitForSelector('.chart .u-over', { timeout: 30000 });
   const marks = await page.$eval('.chart .u-over', (e) => e.dataset.incidents);
   check(marks === '3', `the service timeline has 3 incident markers (${marks})`);
+  // links: the endpoint's page lists the 3 incidents; its slowest request (a spike's) opens a
+  // request page linking the incident it fell in, whose link opens that incident
+  await nav(page, '#/endpoint?service=incident_svc&endpoint=GET%20%2Fwork');
+  await page.waitForSelector('table.requests a.request', { timeout: 30000 });
+  const epLinks = await page.$$eval('p.incident-links a.incident-link', (as) => as.length);
+  check(epLinks === 3, `the endpoint page links 3 incidents (${epLinks})`);
+  const req = await page.$eval('table.requests a.request', (a) => a.getAttribute('href'));
+  await nav(page, req);
+  await page.waitForSelector('h1', { timeout: 30000 });
+  const reqLinks = await page.$$eval('p.incident-links a.incident-link', (as) => as.map((a) => a.getAttribute('href')));
+  check(reqLinks.length >= 1, `the slowest request's page links its incident (${reqLinks.length})`);
+  if (reqLinks.length) {
+    await nav(page, reqLinks[0]);
+    const t = await page.$eval('h1', (e) => e.textContent);
+    check(t === 'Incident: overload in incident_svc', `the request's link opens the incident (${t})`);
+  }
   await page.screenshot({ path: `${process.env.FLEETPROF_BUILD || '.'}/ui-incident.png` }).catch(() => {});
 } finally {
   await close();

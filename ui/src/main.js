@@ -527,6 +527,15 @@ VIEWS.incidents = async (p) => {
       : h('p', {}, 'No incidents: the flight recorder is off unless the service runs with FLEETPROF_RECORDER=1.'));
 };
 
+// Links to the incidents a request, an endpoint's range or a deploy overlaps (the API's
+// "incidents" beside them): trigger and time, each opening the incident's page.
+function incidentLinks(list) {
+  if (!list || !list.length) return null;
+  return h('p.incident-links', {}, list.length === 1 ? 'Incident: ' : `Incidents (${list.length}): `,
+    list.map((x, i) => [i ? ', ' : '', h('a.incident-link', { href: href('incident', { id: x.id }), title: `${x.host} pid ${x.pid} · ${x.version}` },
+      `${x.trigger} at ${fmtTime(x.trigger_ns)}`)]));
+}
+
 VIEWS.incident = async (p) => {
   const o = await get('incident', { id: p.id, type: p.type });
   nav(o.service);
@@ -554,13 +563,14 @@ VIEWS.reports = async (p) => {
   // a deploy whose report waits for its samples says so (issue 30)
   const wait = waiting ? h('p.waiting', {}, `${waiting.base} → ${waiting.test}: waiting for ${fmtCount(minS)} CPU samples per side (have ${fmtCount(waiting.base_samples)} / ${fmtCount(waiting.test_samples)}): ${why}.`) : null;
   return h('section', {}, h('h1', {}, 'Regression reports', p.service ? ` · ${p.service}` : ''), wait,
-    reports.length ? h('table.grid.reports', {}, h('thead', {}, h('tr', {}, ['created', 'service', 'deploy', 'type', 'regressions', 'improvements', 'samples b/t', 'top finding', 'new insights', ''].map((x) => h('th', {}, x)))),
+    reports.length ? h('table.grid.reports', {}, h('thead', {}, h('tr', {}, ['created', 'service', 'deploy', 'type', 'regressions', 'improvements', 'samples b/t', 'top finding', 'new insights', 'incidents', ''].map((x) => h('th', {}, x)))),
       h('tbody', {}, reports.map((r) => {
         const e0 = r.diff && r.diff.entries && r.diff.entries.find((e) => e.class === 'regression' || e.class === 'improvement');
         return h('tr', {}, h('td', {}, fmtTime(r.created_ns)), h('td', {}, r.service), h('td', {}, `${r.base} → ${r.test}`), h('td', {}, r.event_type),
           h('td.num', {}, r.regressions), h('td.num', {}, r.improvements), h('td.num', {}, `${fmtCount(r.base_samples)} / ${fmtCount(r.test_samples)}`),
           h('td', {}, e0 ? `${e0.class}: ${e0.name}` : '-'),
           h('td.new-insights', {}, ((r.diff && r.diff.new_insights) || []).map((x) => h('a.chip', { href: href('service', { service: r.service, version: r.test }), title: x.summary }, x.title))),
+          h('td.incidents', {}, (r.incidents || []).map((x) => h('a.chip.incident-link', { href: href('incident', { id: x.id }), title: fmtTime(x.trigger_ns) }, x.trigger))),
           h('td', {}, h('a.open-diff', { href: href('diff', { service: r.service, base: r.base, test: r.test, type: r.event_type }) }, 'open diff')));
       }))) : h('p', {}, `No reports yet: a report is written when a new version of a service and the one before it have ${minS ? fmtCount(minS) : 'enough'} CPU samples${why ? ` (${why})` : ''}.`));
 };
@@ -629,7 +639,7 @@ VIEWS.endpoint = async (p) => {
   const { el } = flamePanel({ ...p, type }, 'endpoint', tree.tree.root, top, tree.unit, null);
   const sec = h('section', {}, h('h1', {}, `Endpoint ${p.endpoint}`),
     h('p.sub', {}, `${p.service} · every request of the endpoint merged · total ${fmtValue(tree.tree.total, tree.unit)}, ${fmtCount(tree.tree.samples)} samples`),
-    h('div.controls', {}, 'type ', typeSel), el,
+    incidentLinks(tree.incidents), h('div.controls', {}, 'type ', typeSel), el,
     h('h2', {}, 'Slowest requests'), requestsTable(slow.requests, p));
   sec.onMounted = el.onMounted;
   return sec;
@@ -674,7 +684,7 @@ VIEWS.span = async (p) => {
     p.span && p.trace ? h('p.sub', {}, 'trace ', h('a', { href: href('span', { trace: p.trace, service: p.service }) }, p.trace)) : null,
     rq ? h('p.request-summary', {}, `duration ${ns(rq.duration_ns)} (${rq.ended ? 'ended' : 'still running'}) · on CPU ${ns(rq.on_cpu_ns)} · off CPU ${ns(rq.off_cpu_ns)} · started ${fmtTime(rq.start_ns)}`,
       p.service ? [' · ', h('a', { href: href('endpoint', { service: p.service, endpoint: rq.name }) }, 'endpoint ' + rq.name)] : null) : null,
-    tabs, el);
+    incidentLinks(all.incidents), tabs, el);
   sec.onMounted = el.onMounted;
   return sec;
 };
