@@ -14,6 +14,7 @@
  *   steady_bench bench/incident-steady.sh: the same over 10 minutes and a linear ramp
  *   manual       fleetprof_capture(): one manual incident, none with the recorder off
  *   signal       FLEETPROF_CAPTURE_SIGNAL: the program's own handler untouched, then a capture
+ *   baseline     lock wait k times its baseline (FLEETPROF_TRIGGER_BASELINE): a lock incident
  *   links        an incident listed by the report of its deploy, its endpoint's page and the
  *                requests it overlaps
  *   exit         the process exits (returns, SIGTERM) during a capture: the capture is written
@@ -208,18 +209,21 @@ static const char *const g_trig_env[] = {
 #define N_TRIG_ENV (sizeof g_trig_env / sizeof g_trig_env[0])
 
 static int g_expect_signal; /* run_svc: the program dies of this signal (0: exits 0) */
-static const char *g_extra_env; /* run_svc: one more "K=V" for the agent */
+static const char *g_extra_env; /* run_svc: "K=V ..." more for the agent */
 static const char *g_keep_to; /* run_svc: copies the chunk files here */
 
 static chunks_t *run_svc(const char *const *args, double timeout, char *out, size_t size,
                          int recorder, const char *store) {
     char *dir = mkout(), envbuf[4200], prog[4096];
-    const char *env[N_TRIG_ENV + 3] = {ENV_OUT(dir)};
+    const char *env[N_TRIG_ENV + 5] = {ENV_OUT(dir)};
     size_t ne = 1;
     for (size_t i = 0; i < N_TRIG_ENV; i++)
         env[ne++] = i == 0 && !recorder ? "FLEETPROF_RECORDER=0" : g_trig_env[i];
-    if (g_extra_env)
-        env[ne++] = g_extra_env;
+    char extra[256];
+    snprintf(extra, sizeof extra, "%s", g_extra_env ? g_extra_env : "");
+    for (char *sv, *kv = strtok_r(extra, " ", &sv); kv && ne < N_TRIG_ENV + 4;
+         kv = strtok_r(NULL, " ", &sv))
+        env[ne++] = kv;
     env[ne] = NULL;
     prog_path("incident_svc", prog, sizeof prog);
     const char *argv[6] = {prog};
@@ -552,10 +556,35 @@ static void test_links(void) {
     free(store);
 }
 
+/* FLEETPROF_TRIGGER_BASELINE=5: 25 s of steady requests (their lock uncontended), then the
+ * lock held 3 s: one "lock" incident, after the hold (a wait is recorded when it ends) and
+ * within 1.5 s of its end, nothing before; the hang trigger off. */
+static void test_baseline(void) {
+    char out[8192];
+    const char *args[] = {"hang", "3", "25", NULL};
+    g_extra_env = "FLEETPROF_TRIGGER_BASELINE=5 FLEETPROF_TRIGGER_HANG=0";
+    chunks_t *cs = run_svc(args, 90, out, sizeof out, 1, NULL);
+    g_extra_env = NULL;
+    uint64_t start = out_u64(out, "hang_start "), end = out_u64(out, "hang_end ");
+    incs_t is = incidents(cs);
+    CHECKF(is.n == 1, "%d incidents (first: %s)", is.n, is.n ? is.v[0].trigger : "-");
+    inc_t *x = &is.v[0];
+    double lat = ((double)x->trigger_ns - (double)end) / 1e9;
+    printf("# baseline incident: %s, %.2f threads waiting, %.2f s after the lock's release "
+           "(%.2f s after it was taken)\n", x->trigger, (double)x->value_milli / 1000, lat,
+           ((double)x->trigger_ns - (double)start) / 1e9);
+    CHECKF(!strcmp(x->trigger, "lock"), "trigger %s", x->trigger);
+    /* two workers blocked 3 s, recorded at once: far above the 0.2 floor */
+    CHECKF(x->value_milli >= 1000, "%.3f threads waiting", (double)x->value_milli / 1000);
+    CHECKF(x->trigger_ns >= start && lat <= 1.5, "lock incident %.2f s after the release", lat);
+    free_chunks(cs);
+}
+
 static const tr_test_t tests[] = {
     {"exit", test_exit},
     {"signal", test_signal},
     {"links", test_links},
+    {"baseline", test_baseline},
     {"spikes", test_spikes},
     {"spikes_bench", test_spikes_bench},
     {"hang", test_hang},

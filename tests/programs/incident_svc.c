@@ -5,8 +5,8 @@
  *   incident_svc spikes N GAP_S   steady 6 s, then N spikes of 5 s every GAP_S s, 8 s tail:
  *                                 during a spike every request also spins 250 ms in
  *                                 spike_spin, a function it otherwise never calls
- *   incident_svc hang SECS        steady 5 s, then main holds the lock every request takes
- *                                 (in wait_for_lock) for SECS s, 4 s tail
+ *   incident_svc hang SECS [STEADY_S]   steady 5 s (or STEADY_S), then main holds the lock
+ *                                 every request takes (in wait_for_lock) for SECS s, 4 s tail
  *   incident_svc ramp SECS        steady SECS/2 s, then three times the request rate, fast
  *   incident_svc ramp STEADY_S RAMP_S   steady STEADY_S s, then the pause between requests
  *                                 shrinks linearly over RAMP_S s to a third of the rate's
@@ -17,7 +17,7 @@
  *   incident_svc exit return|term steady 4 s, fleetprof_capture(), exits 1 s later (during the
  *                                 capture's burst): returns from main, or dies of SIGTERM
  * Output lines: "spike_start <ns>", "spike_end <ns>" (the last spike request done),
- * "hang_start <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>", "steady_requests <n>"
+ * "hang_start <ns>", "hang_end <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>", "steady_requests <n>"
  * (ramp: those done before the ramp), "slow_requests <n>" (requests of 100 ms or more),
  * "max_request_us <us>", "app_saw_dfl 0|1", "own_handler_ran <n>", "app_saw_own 0|1",
  * "signal_ns <ns>".
@@ -171,12 +171,13 @@ int main(int argc, char **argv) {
             printf("spike_end %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
             sleep_s((i + 1 < n ? gap - 5 : 8) - (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
         }
-    } else if (!strcmp(argv[1], "hang") && argc == 3) {
-        sleep_s(5);
+    } else if (!strcmp(argv[1], "hang") && (argc == 3 || argc == 4)) {
+        sleep_s(argc == 4 ? atof(argv[3]) : 5);
         pthread_mutex_lock(&g_lock);
         printf("hang_start %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
         sleep_s(atof(argv[2]));
         pthread_mutex_unlock(&g_lock);
+        printf("hang_end %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
         sleep_s(4);
     } else if (!strcmp(argv[1], "ramp") && (argc == 3 || argc == 4)) {
         ramp(argc == 3 ? atof(argv[2]) / 2 : atof(argv[2]), argc == 3 ? 0 : atof(argv[3]),

@@ -107,8 +107,12 @@ void ag_fr_start(uint64_t now_real) {
 int ag_fr_capturing(void) { return R.capturing; }
 
 void ag_fr_add(const ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
-    if (R.b && (r->type == CM_EV_CPU || r->type == CM_EV_WALL))
+    if (!R.b)
+        return;
+    if (r->type == CM_EV_CPU || r->type == CM_EV_WALL)
         ag_builder_add(R.b, t, tid, r);
+    else
+        ag_trig_add_weight(r->type, r->weight); /* the baseline triggers' rates */
 }
 
 static void header(cm_header_t *h, uint64_t end, cm_sampling_t samp[2]) {

@@ -30,6 +30,8 @@ AG_HIDDEN void ag_trig_eval(uint64_t now_mono);
 AG_HIDDEN extern _Atomic int ag_trig_manual; /* fleetprof_capture() asked */
 /* the capture signal's number, from its handler (signal.c: one atomic store and a wake) */
 AG_HIDDEN extern _Atomic int ag_trig_signal;
+/* bg (flightrec.c): a drained alloc/lock/io record's weight (bytes, wait ns) */
+AG_HIDDEN void ag_trig_add_weight(uint32_t type, uint64_t weight);
 /* requests ended since the start (flightrec.c: a segment's work_units) */
 AG_HIDDEN uint64_t ag_trig_requests_ended(void);
 /* app threads, fleetprof_span_end: a request of duration_ns ended */

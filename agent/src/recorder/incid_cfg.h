@@ -20,6 +20,7 @@ typedef struct {
     uint64_t cooldown_ns;    /* no capture within this time after the last one began (60 s) */
     uint32_t max_captures;   /* per process (10) */
     int capture_signal;      /* FLEETPROF_CAPTURE_SIGNAL: a capture on this signal (0: none) */
+    double baseline_k;       /* alloc/lock/io trigger: k x the rate's own baseline (0: off) */
 } ag_incid_cfg_t;
 
 /* config.c (constructor): fills cfg from the environment; invalid values: one line each. */

@@ -12,6 +12,14 @@
  *   hang      a request (span) active for FLEETPROF_TRIGGER_HANG.
  *   cpu       FLEETPROF_TRIGGER_CPU of the cores held FLEETPROF_TRIGGER_CPU_FOR, in a process
  *             that never marked a request (with requests, CPU alone is not an incident).
+ *   alloc, lock, io   FLEETPROF_TRIGGER_BASELINE (k, 0: off, the default): the rate of allocated
+ *             bytes, of lock wait or of I/O wait (the drained hook records' weights) over the
+ *             last half second at least k times its own baseline (a moving mean of the
+ *             quarter-second rates, time constant AG_TRIG_BASE_TAU_S, kept while it holds),
+ *             after AG_TRIG_BASE_WARM_S of baseline, and above a floor (AG_TRIG_ALLOC_FLOOR
+ *             bytes/s; AG_TRIG_WAIT_FLOOR of a thread waiting): a rate that grows k-fold.
+ *             Value: the rate (bytes/s; threads waiting), threshold: max(k x baseline, floor).
+ *             A lock or I/O wait is recorded when it ends: such a trigger fires after it.
  *   manual    fleetprof_capture().
  *   signal    FLEETPROF_CAPTURE_SIGNAL delivered (handler in signal.c; value: its number).
  * The signals: the process's CPU clock, the cores it may run on (sched_getaffinity), the
@@ -32,13 +40,19 @@
 #define AG_TRIG_DT_NS 250000000ull
 #define AG_TRIG_STEPS 2 /* half a second */
 #define AG_TRIG_MIN_REQUESTS 2 /* a ratio of fewer requests says nothing */
+#define AG_TRIG_BASE_TAU_S 30.0     /* the baseline's time constant */
+#define AG_TRIG_BASE_WARM_S 20.0    /* baseline seen before the trigger may fire */
+#define AG_TRIG_ALLOC_FLOOR 16e6    /* bytes/s: below, no allocation trigger */
+#define AG_TRIG_WAIT_FLOOR 0.2      /* threads waiting on average: below, no lock/io trigger */
+static const uint32_t g_base_type[3] = {CM_EV_ALLOC, CM_EV_LOCK, CM_EV_IO};
+static const char *const g_base_name[3] = {"alloc", "lock", "io"};
 
 _Atomic int ag_trig_manual, ag_trig_signal;
 static _Atomic uint64_t g_ended, g_slow;
 static _Atomic uint64_t g_slow_ns = UINT64_MAX; /* ag.cfg.incid.slow_ns once the bg runs */
 
 typedef struct {
-    uint64_t cpu_ns, dt_ns, ended, slow;
+    uint64_t cpu_ns, dt_ns, ended, slow, w[3]; /* w: alloc bytes, lock and io wait ns */
 } step_t;
 
 static struct {
@@ -49,7 +63,17 @@ static struct {
     uint64_t cpu_high_since; /* mono time the cpu condition began to hold, 0: not holding */
     int was_overload, was_hang, was_cpu;
     int any_span; /* a request was ever marked */
+    uint64_t w[3], last_w[3]; /* weights drained so far (alloc, lock, io) */
+    double base[3];           /* per-second baseline rates */
+    double base_s;            /* seconds of baseline */
+    int was_base[3];
 } T;
+
+void ag_trig_add_weight(uint32_t type, uint64_t weight) {
+    for (int k = 0; k < 3; k++)
+        if (type == g_base_type[k])
+            T.w[k] += weight;
+}
 
 void ag_trig_span_ended(uint64_t duration_ns) {
     atomic_fetch_add_explicit(&g_ended, 1, memory_order_relaxed);
@@ -83,7 +107,11 @@ void ag_trig_reset(uint64_t now) {
 static void step(uint64_t now, step_t *sum) {
     uint64_t cpu = process_cpu(), ended = atomic_load(&g_ended), slow = atomic_load(&g_slow);
     T.steps[T.cur] = (step_t){cpu - T.last_cpu, now - T.last_mono, ended - T.last_ended,
-                              slow - T.last_slow};
+                              slow - T.last_slow, {0}};
+    for (int k = 0; k < 3; k++) {
+        T.steps[T.cur].w[k] = T.w[k] - T.last_w[k];
+        T.last_w[k] = T.w[k];
+    }
     T.cur = (T.cur + 1) % AG_TRIG_STEPS;
     if (T.n < AG_TRIG_STEPS)
         T.n++;
@@ -97,6 +125,8 @@ static void step(uint64_t now, step_t *sum) {
         sum->dt_ns += T.steps[i].dt_ns;
         sum->ended += T.steps[i].ended;
         sum->slow += T.steps[i].slow;
+        for (int k = 0; k < 3; k++)
+            sum->w[k] += T.steps[i].w[k];
     }
 }
 
@@ -105,6 +135,29 @@ static void edge(int cond, int *was, const char *name, double threshold, double 
     if (cond && !*was)
         ag_fr_capture(name, threshold, value);
     *was = cond;
+}
+
+/* alloc, lock, io: the window's rate against each one's baseline (see the top); the baseline
+ * learns from the last step while its trigger does not hold. */
+static void baseline_eval(const step_t *s, int full) {
+    double k = ag.cfg.incid.baseline_k, dt = (double)s->dt_ns / 1e9;
+    const step_t *last = &T.steps[(T.cur + AG_TRIG_STEPS - 1) % AG_TRIG_STEPS];
+    double ldt = (double)last->dt_ns / 1e9;
+    if (k <= 0 || dt <= 0 || ldt <= 0)
+        return;
+    for (int i = 0; i < 3; i++) {
+        /* per second: bytes (alloc), threads waiting (lock, io: wait ns per ns) */
+        double unit = i ? 1e9 : 1, rate = (double)s->w[i] / dt / unit;
+        double floor = i ? AG_TRIG_WAIT_FLOOR : AG_TRIG_ALLOC_FLOOR;
+        double bar = k * T.base[i] / unit > floor ? k * T.base[i] / unit : floor;
+        int high = full && T.base_s >= AG_TRIG_BASE_WARM_S && rate >= bar;
+        edge(high, &T.was_base[i], g_base_name[i], bar, rate);
+        if (!high) {
+            double a = ldt / (AG_TRIG_BASE_TAU_S + ldt);
+            T.base[i] += a * ((double)last->w[i] / ldt - T.base[i]);
+        }
+    }
+    T.base_s += ldt;
 }
 
 void ag_trig_eval(uint64_t now) {
@@ -140,6 +193,7 @@ void ag_trig_eval(uint64_t now) {
         T.cpu_high_since = now;
     edge(cpu_high && now - T.cpu_high_since >= c->cpu_for_ns, &T.was_cpu, "cpu", c->cpu_share,
          share);
+    baseline_eval(&s, full);
 }
 
 /* FLEETPROF_CAPTURE_SIGNAL: a name (SIGUSR2, USR2) or a number; not one that the kernel
@@ -208,4 +262,6 @@ void ag_incid_config_load(ag_incid_cfg_t *c) {
     if (ag_env_double("FLEETPROF_CAPTURE_MAX", 0, 10000, "10", &d))
         c->max_captures = (uint32_t)d;
     c->capture_signal = capture_signal_load();
+    if (ag_env_double("FLEETPROF_TRIGGER_BASELINE", 0, 1000, "0 (off)", &d))
+        c->baseline_k = d;
 }
