@@ -5,20 +5,21 @@
  *   incident_svc spikes N GAP_S   steady 6 s, then N spikes of 5 s every GAP_S s, 8 s tail:
  *                                 during a spike every request also spins 250 ms in
  *                                 spike_spin, a function it otherwise never calls
- *   incident_svc hang SECS [STEADY_S]   steady 5 s (or STEADY_S), then main holds the lock
+ *   incident_svc hang SECS [STEADY]  steady 5 s (or STEADY s), then main holds the lock
  *                                 every request takes (in wait_for_lock) for SECS s, 4 s tail
  *   incident_svc ramp SECS        steady SECS/2 s, then three times the request rate, fast
  *   incident_svc ramp STEADY_S RAMP_S   steady STEADY_S s, then the pause between requests
  *                                 shrinks linearly over RAMP_S s to a third of the rate's
  *                                 period (three times the rate), then 10 s at that rate
  *   incident_svc manual           steady 4 s, fleetprof_capture(), 8 s tail
- *   incident_svc signal           its own SIGUSR2 handler 4.5 s (one SIGUSR2 sent to itself), then
+ *   incident_svc signal           its own SIGUSR2 handler and a SIGUSR2 to itself 2 s in, then
  *                                 SIG_DFL again and one more SIGUSR2 4.5 s in, 8 s tail
  *   incident_svc exit return|term steady 4 s, fleetprof_capture(), exits 1 s later (during the
  *                                 capture's burst): returns from main, or dies of SIGTERM
  * Output lines: "spike_start <ns>", "spike_end <ns>" (the last spike request done),
- * "hang_start <ns>", "hang_end <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>", "steady_requests <n>"
- * (ramp: those done before the ramp), "slow_requests <n>" (requests of 100 ms or more),
+ * "hang_start <ns>", "hang_end <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>",
+ * "steady_requests <n>" (ramp: those done before the ramp), "slow_requests <n>" (requests of
+ * 100 ms or more),
  * "max_request_us <us>", "app_saw_dfl 0|1", "own_handler_ran <n>", "app_saw_own 0|1",
  * "signal_ns <ns>".
  */
