@@ -532,7 +532,7 @@ VIEWS.incidents = async (p) => {
 function incidentLinks(list) {
   if (!list || !list.length) return null;
   return h('p.incident-links', {}, list.length === 1 ? 'Incident: ' : `Incidents (${list.length}): `,
-    list.map((x, i) => [i ? ', ' : '', h('a.incident-link', { href: href('incident', { id: x.id }), title: `${x.host} pid ${x.pid} · ${x.version}` },
+    list.flatMap((x, i) => [i ? ', ' : '', h('a.incident-link', { href: href('incident', { id: x.id }), title: `${x.host} pid ${x.pid} · ${x.version}` },
       `${x.trigger} at ${fmtTime(x.trigger_ns)}`)]));
 }
 
