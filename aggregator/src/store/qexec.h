@@ -116,6 +116,12 @@ struct sqlite3;
 struct pg_conn;
 int agg_qx_sqlite_wrap(struct sqlite3 *db, agg_qx_t **out);
 int agg_qx_pg_wrap(struct pg_conn *conn, agg_qx_t **out);
+/* A connection to a PostgreSQL store at url, whose attempt gives up after 5 s unless the URL
+ * sets connect_timeout (a server that drops packets must not hold the consume loop, a query
+ * or a shutdown for the kernel's TCP timeouts of minutes). NULL when it failed, with "cannot
+ * connect to the PostgreSQL store <url without its password>: <libpq's reason>" (one line)
+ * in err. */
+struct pg_conn *agg_pg_connect(const char *url, char *err, size_t err_size);
 /* Whether a transaction begun on x (agg_qx_begin) is still open: not ended by agg_qx_commit or
  * agg_qx_rollback. A wrapped connection's owner must not reset it then (store_pg.c). */
 int agg_qx_pg_in_tx(const agg_qx_t *x);

@@ -13,6 +13,7 @@
  * a second failure is returned.
  * Threading: a connection and its statements are used by one thread at a time. */
 #include "qexec.h"
+#include "store_pg.h"
 
 #include "cm/error.h"
 #include "cm/log.h"
@@ -51,7 +52,6 @@ typedef struct {
 typedef struct {
     agg_qx_t base;
     PGconn *conn;
-    char *url;
     pg_prep_t prep[MAX_PREPARED]; /* statements prepared on this connection */
     int nprep;
     unsigned next_name;
@@ -145,7 +145,6 @@ static void pg_close(agg_qx_t *base) {
         free(x->temps[i].ids);
     if (!x->wrapped)
         PQfinish(x->conn);
-    free(x->url);
     free(x);
 }
 
@@ -574,35 +573,45 @@ static int pg_lock_tiers(agg_qx_t *base, int alone) {
 static const agg_qx_vtab_t pg_vtab = {AGG_QX_VTAB(pg, "postgres"), .begin = "BEGIN",
                                        .lock_tiers = pg_lock_tiers};
 
-int agg_qx_pg_wrap(PGconn *conn, agg_qx_t **out) {
+/* An executor over conn: its own (closed with it, reconnected on a failure), or a wrapped
+ * store's connection. CM_ENOMEM or 0. */
+static int qx_new(PGconn *conn, int wrapped, agg_qx_t **out) {
     pg_qx_t *x = calloc(1, sizeof *x);
     if (!x)
         return CM_ENOMEM;
     x->base.vt = &pg_vtab;
     x->conn = conn;
-    x->wrapped = 1;
+    x->wrapped = wrapped;
     *out = &x->base;
     return 0;
 }
 
+int agg_qx_pg_wrap(PGconn *conn, agg_qx_t **out) { return qx_new(conn, 1, out); }
+
+PGconn *agg_pg_connect(const char *url, char *err, size_t err_size) {
+    const char *const keys[] = {"connect_timeout", "dbname", NULL};
+    const char *const vals[] = {"5", url, NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1); /* the URL's own parameters come later: they win */
+    if (PQstatus(c) == CONNECTION_OK)
+        return c;
+    char safe[512];
+    agg_store_pg_url_safe(url, safe, sizeof safe);
+    snprintf(err, err_size, "cannot connect to the PostgreSQL store %s: %s", safe,
+             c ? PQerrorMessage(c) : "out of memory");
+    err[strcspn(err, "\n")] = 0;
+    PQfinish(c);
+    return NULL;
+}
+
 int agg_qx_pg_open(const char *url, agg_qx_t **out, char *err, size_t err_size) {
-    pg_qx_t *x = calloc(1, sizeof *x);
-    if (!x || !(x->url = strdup(url))) {
-        free(x);
-        return CM_ENOMEM;
-    }
-    x->base.vt = &pg_vtab;
-    x->conn = PQconnectdb(url);
-    if (PQstatus(x->conn) != CONNECTION_OK) {
-        snprintf(err, err_size, "cannot connect to the PostgreSQL store: %s",
-                 PQerrorMessage(x->conn));
-        char *nl = strchr(err, '\n');
-        if (nl)
-            *nl = 0;
-        pg_close(&x->base);
+    PGconn *c = agg_pg_connect(url, err, err_size);
+    if (!c)
         return CM_EIO;
+    PQsetNoticeProcessor(c, quiet, NULL);
+    int rc = qx_new(c, 0, out);
+    if (rc) {
+        snprintf(err, err_size, "out of memory");
+        PQfinish(c);
     }
-    PQsetNoticeProcessor(x->conn, quiet, NULL);
-    *out = &x->base;
-    return 0;
+    return rc;
 }

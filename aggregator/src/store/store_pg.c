@@ -52,15 +52,6 @@ int agg_store_is_pg(const char *spec) {
 
 /* ---- connection ---- */
 
-/* A connection to url, whose attempt gives up after 5 s unless the URL sets connect_timeout
- * (a server that drops packets must not hold the consume loop, or a shutdown, for the
- * kernel's TCP timeouts of minutes). */
-static PGconn *connect_url(const char *url) {
-    const char *const keys[] = {"connect_timeout", "dbname", NULL};
-    const char *const vals[] = {"5", url, NULL};
-    return PQconnectdbParams(keys, vals, 1); /* the URL's own parameters come later: they win */
-}
-
 /* The connection, re-established when it was lost (a database restart, a network cut): NULL
  * when the server cannot be reached now (the caller fails the call; the next one tries
  * again). Never re-established inside a transaction of s->qx (a batch, a compaction): the
@@ -92,11 +83,9 @@ static PGconn *conn(pg_store_t *s) {
         CM_WARN("postgres store: cannot reconnect: %s", PQerrorMessage(s->conn));
         return NULL;
     }
-    s->conn = connect_url(s->url);
-    if (PQstatus(s->conn) != CONNECTION_OK) {
-        CM_WARN("postgres store: cannot connect: %s", PQerrorMessage(s->conn));
-        return NULL;
-    }
+    char err[512];
+    if (!(s->conn = agg_pg_connect(s->url, err, sizeof err)))
+        CM_WARN("postgres store: %s", err);
     return s->conn;
 }
 
@@ -495,22 +484,17 @@ void agg_store_pg_url_safe(const char *url, char *out, size_t size) {
 int agg_store_pg_open(const char *url, agg_store_t **out, char *err, size_t err_size) {
     char safe[512];
     agg_store_pg_url_safe(url, safe, sizeof safe);
+    PGconn *c = agg_pg_connect(url, err, err_size);
+    if (!c)
+        return CM_EIO;
     pg_store_t *s = calloc(1, sizeof *s);
     if (!s || !(s->url = strdup(url))) {
         free(s);
+        PQfinish(c);
         return CM_ENOMEM;
     }
     s->base.vt = &pg_vtab;
-    s->conn = connect_url(url);
-    if (PQstatus(s->conn) != CONNECTION_OK) {
-        snprintf(err, err_size, "cannot connect to the PostgreSQL store %s: %s", safe,
-                 PQerrorMessage(s->conn));
-        char *nl = strchr(err, '\n');
-        if (nl)
-            *nl = 0;
-        pg_close(&s->base);
-        return CM_EIO;
-    }
+    s->conn = c;
     char e[512];
     int rc = agg_pg_migrate(s->conn, e, sizeof e);
     if (!rc && (rc = agg_qx_pg_wrap(s->conn, &s->qx)))
