@@ -11,6 +11,7 @@
 #include "cm/log.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,28 @@ void agg_qs_bind_parts(agg_qxst_t *st, const agg_qspec_t *q, const qparts_t *qp)
         B64(st, (int)(300 + i), qp->widths[i]);
 }
 
+/* Prepares the statement that fmt prints, whose parameters are ?1 the service, ?2 the type, ?3
+ * and ?4 the bucket range and qp's versions, widths and label filter, and binds them with the
+ * range [from, to). CM_EINVAL when the SQL does not fit its buffer. */
+__attribute__((format(printf, 7, 8))) static int
+prep_range(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, int64_t from, int64_t to,
+           agg_qxst_t **st, const char *fmt, ...) {
+    char sql[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof sql)
+        return CM_EINVAL;
+    int rc = agg_qs_prep(d, sql, st);
+    if (rc)
+        return rc;
+    agg_qs_bind_parts(*st, q, qp);
+    B64(*st, 3, from);
+    B64(*st, 4, to);
+    return 0;
+}
+
 /* Rebuilds qp->win from qp->widths. */
 static void parts_widths(qparts_t *qp) {
     size_t n = (size_t)snprintf(qp->win, sizeof qp->win, " AND width IN (");
@@ -172,18 +195,13 @@ static int sum_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, const 
                       int64_t cw, int64_t from, int64_t to, agg_hmap_t *stacks, size_t *nrows) {
     if (from >= to)
         return 0;
-    char sql[4096];
     agg_qxst_t *st = NULL;
-    int rc, s;
-    snprintf(sql, sizeof sql,
-             "SELECT stack, weight, count FROM %s WHERE service=?1 AND type=?2%s%s AND "
-             "bucket>=?3 AND bucket<?4%s",
-             table, qp->vin, cw ? " AND width=?7" : qp->win, qp->lab);
-    if ((rc = agg_qs_prep(d, sql, &st)))
+    int s, rc = prep_range(d, q, qp, from, to, &st,
+                           "SELECT stack, weight, count FROM %s WHERE service=?1 AND type=?2%s%s "
+                           "AND bucket>=?3 AND bucket<?4%s",
+                           table, qp->vin, cw ? " AND width=?7" : qp->win, qp->lab);
+    if (rc)
         return rc;
-    agg_qs_bind_parts(st, q, qp);
-    B64(st, 3, from);
-    B64(st, 4, to);
     if (cw)
         B64(st, 7, cw);
     /* rows stream in primary-key order without GROUP BY (SQLite would sort them) */
@@ -223,7 +241,7 @@ static int parse_list(const char *text, int64_t *v, int max) {
 
 /* What a profile read needs of one store, read once per request (agg_qstore_profile): the
  * SQL parts, the tiers of its per-stack rollup with the marks below which each is complete
- * (store_sqlite.c, derived_check), widest (the coarse width) first, nt 0 when it has none (then
+ * (store/tiers.c, agg_tiers_marks), widest (the coarse width) first, nt 0 when it has none (then
  * every query reads the fine rows), and the per-leaf rollup's replicate width (0: none). */
 typedef struct {
     qparts_t qp;
@@ -312,23 +330,19 @@ static int plan_stacks(qdb_t *d, const agg_qspec_t *q, const qparts_t *fine, con
  * than rw merged into rw-wide ones (rw 0: none), then assign_replicates. Fills reps. */
 static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
                            agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
-    char sql[4096];
-    agg_qxst_t *st = NULL;
-    bucket_t *bks = NULL;
-    size_t nbk = 0, ncap = 0;
-    int rc = 0, s;
-    snprintf(sql, sizeof sql,
-             "SELECT version, width, bucket, SUM(%s) FROM intervals WHERE "
-             "service=?1%s%s AND bucket>=?3 AND bucket<?4 GROUP BY version, width, bucket "
-             "ORDER BY version, width, bucket",
-             q->per_request ? agg_qs_work_units_col(d) : "duration_ns", qp->vin, qp->win);
-    if ((rc = agg_qs_prep(d, sql, &st)))
-        return rc;
     qparts_t nolab = *qp;
     nolab.lab = "";
-    agg_qs_bind_parts(st, q, &nolab);
-    B64(st, 3, from);
-    B64(st, 4, to);
+    agg_qxst_t *st = NULL;
+    int s, rc = prep_range(d, q, &nolab, from, to, &st,
+                           "SELECT version, width, bucket, SUM(%s) FROM intervals WHERE "
+                           "service=?1%s%s AND bucket>=?3 AND bucket<?4 GROUP BY version, "
+                           "width, bucket ORDER BY version, width, bucket",
+                           q->per_request ? agg_qs_work_units_col(d) : "duration_ns", qp->vin,
+                           qp->win);
+    if (rc)
+        return rc;
+    bucket_t *bks = NULL;
+    size_t nbk = 0, ncap = 0;
     while ((s = agg_qx_step(st)) == 1) {
         if (nbk == ncap && agg_vec_grow((void **)&bks, &ncap, sizeof *bks)) {
             rc = CM_ENOMEM;
@@ -364,19 +378,15 @@ static int read_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, a
 /* Work in [from, to): process-seconds (the intervals' pro-rata chunk durations), or units of
  * work the application counted (q->per_request). */
 static int read_work(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, double *work) {
-    char sql[4096];
-    agg_qxst_t *st = NULL;
-    int rc, s;
-    snprintf(sql, sizeof sql,
-             "SELECT SUM(%s) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND bucket<?4",
-             q->per_request ? agg_qs_work_units_col(d) : "duration_ns", qp->vin, qp->win);
-    if ((rc = agg_qs_prep(d, sql, &st)))
-        return rc;
     qparts_t nolab = *qp;
     nolab.lab = "";
-    agg_qs_bind_parts(st, q, &nolab);
-    B64(st, 3, q->from_s);
-    B64(st, 4, q->to_s);
+    agg_qxst_t *st = NULL;
+    int s, rc = prep_range(
+        d, q, &nolab, q->from_s, q->to_s, &st,
+        "SELECT SUM(%s) FROM intervals WHERE service=?1%s%s AND bucket>=?3 AND bucket<?4",
+        q->per_request ? agg_qs_work_units_col(d) : "duration_ns", qp->vin, qp->win);
+    if (rc)
+        return rc;
     if ((s = agg_qx_step(st)) == 1)
         *work += (double)agg_qx_int64(st, 0) / (q->per_request ? 1 : 1e9);
     return agg_qs_done(st, s);
@@ -463,7 +473,6 @@ out:
 
 static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
                        agg_hmap_t *reps, int64_t from, int64_t to, int64_t rw) {
-    char sql[4096];
     agg_qxst_t *st = NULL;
     leafrow_t *rows = NULL;
     uint32_t *frame = NULL;
@@ -482,15 +491,11 @@ static int read_leaves(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_p
     parts_widths(&lp);
     /* one version and one width (the usual diff side): they are not read back with every row */
     int one = lp.nv == 1 && lp.nw == 1;
-    snprintf(sql, sizeof sql,
-             "SELECT leaf, weight, count, bucket%s FROM profile_leaf WHERE "
-             "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
-             one ? "" : ", version, width", lp.vin, lp.win, lp.lab);
-    if ((rc = agg_qs_prep(d, sql, &st)))
+    if ((rc = prep_range(d, q, &lp, from, to, &st,
+                         "SELECT leaf, weight, count, bucket%s FROM profile_leaf WHERE "
+                         "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+                         one ? "" : ", version, width", lp.vin, lp.win, lp.lab)))
         goto out;
-    agg_qs_bind_parts(st, q, &lp);
-    B64(st, 3, from);
-    B64(st, 4, to);
     repcur_t cur = {{-1, -1, -1}, 0};
     while ((s = agg_qx_step(st)) == 1) {
         uint64_t leaf = (uint64_t)agg_qx_int64(st, 0);
@@ -646,7 +651,6 @@ out:
  * row of [from, to) with the replicate of its bucket. */
 static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, agg_profile_t *p,
                             agg_hmap_t *reps) {
-    char sql[4096];
     int rc = 0, s;
     agg_qxst_t *st = NULL;
     rawrow_t *rows = NULL;
@@ -654,23 +658,16 @@ static int stack_replicates(qdb_t *d, const agg_qspec_t *q, const qparts_t *qp, 
     agg_hmap_t stacks;
     agg_hmap_init(&stacks, sizeof(uint64_t), sizeof(stackmap_t));
     int64_t *pid = NULL; /* per row with q->by_process: the pid label's string id, -1 none */
-    if (q->by_process)
-        snprintf(sql, sizeof sql,
-                 "SELECT stack, weight, count, version, width, bucket, COALESCE(l.value, 0), "
-                 "CASE WHEN l.value IS NULL THEN 1 ELSE 0 END FROM profile "
-                 "LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8 WHERE "
-                 "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
-                 qp->vin, qp->win, qp->lab);
-    else
-        snprintf(sql, sizeof sql,
-                 "SELECT stack, weight, count, version, width, bucket FROM profile WHERE "
-                 "service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
-                 qp->vin, qp->win, qp->lab);
-    if ((rc = agg_qs_prep(d, sql, &st)))
+    int by = q->by_process;
+    if ((rc = prep_range(d, q, qp, q->from_s, q->to_s, &st,
+                         "SELECT stack, weight, count, version, width, bucket%s FROM profile%s "
+                         "WHERE service=?1 AND type=?2%s%s AND bucket>=?3 AND bucket<?4%s",
+                         by ? ", COALESCE(l.value, 0), CASE WHEN l.value IS NULL THEN 1 ELSE "
+                              "0 END" : "",
+                         by ? " LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8"
+                            : "",
+                         qp->vin, qp->win, qp->lab)))
         goto out;
-    agg_qs_bind_parts(st, q, qp);
-    B64(st, 3, q->from_s);
-    B64(st, 4, q->to_s);
     if (q->by_process)
         B64(st, 8, agg_qs_sid(agg_dim_names[AGG_DIM_PID]));
     repcur_t cur = {{-1, -1, -1}, 0};
@@ -916,19 +913,14 @@ int agg_qstore_groups(agg_qstore_t *qs, const agg_qspec_t *q, const char *key,
         int empty, s;
         if ((rc = agg_qs_query_parts(d, q, &qp, &empty)) || empty)
             continue;
-        char sql[8192];
-        snprintf(sql, sizeof sql,
-                 "SELECT l.value, v.s, SUM(weight), SUM(count), SUM(rows) FROM profile "
-                 "LEFT JOIN labels l ON l.labelset=profile.labels AND l.key=?8 LEFT JOIN "
-                 "strings v ON v.id=l.value WHERE service=?1 AND type=?2%s%s AND bucket>=?3 "
-                 "AND bucket<?4%s GROUP BY l.value, v.s",
-                 qp.vin, qp.win, qp.lab);
         agg_qxst_t *st = NULL;
-        if ((rc = agg_qs_prep(d, sql, &st)))
+        if ((rc = prep_range(d, q, &qp, q->from_s, q->to_s, &st,
+                             "SELECT l.value, v.s, SUM(weight), SUM(count), SUM(rows) FROM "
+                             "profile LEFT JOIN labels l ON l.labelset=profile.labels AND "
+                             "l.key=?8 LEFT JOIN strings v ON v.id=l.value WHERE service=?1 AND "
+                             "type=?2%s%s AND bucket>=?3 AND bucket<?4%s GROUP BY l.value, v.s",
+                             qp.vin, qp.win, qp.lab)))
             break;
-        agg_qs_bind_parts(st, q, &qp);
-        B64(st, 3, q->from_s);
-        B64(st, 4, q->to_s);
         B64(st, 8, agg_qs_sid(key));
         while ((s = agg_qx_step(st)) == 1) {
             uint64_t vid = (uint64_t)agg_qx_int64(st, 0);
