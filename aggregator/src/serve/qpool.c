@@ -92,7 +92,7 @@ static int lease(agg_qpool_t *p, agg_qstore_t **out) {
             pthread_cond_signal(&p->cv);
             pthread_mutex_unlock(&p->mu);
             CM_WARN("query: %s", err);
-            return rc;
+            return rc == -EBUSY ? CM_EIO : rc; /* -EBUSY: the pool saturated, to the caller */
         }
         p->handles[slot] = qs;
         pthread_mutex_unlock(&p->mu);

@@ -116,6 +116,10 @@ struct sqlite3;
 struct pg_conn;
 int agg_qx_sqlite_wrap(struct sqlite3 *db, agg_qx_t **out);
 int agg_qx_pg_wrap(struct pg_conn *conn, agg_qx_t **out);
+/* A SQLite result code (extended or not) as 0 (OK, ROW, DONE), CM_ENOMEM, -EBUSY (BUSY,
+ * LOCKED), -ENOSPC, -EACCES (READONLY, PERM, AUTH), -ENOENT (CANTOPEN), CM_EFORMAT (CORRUPT,
+ * NOTADB) or CM_EIO: the one translation at the SQLite backends' edge. */
+int agg_sqlite_err(int rc);
 /* A connection to a PostgreSQL store at url, whose attempt gives up after 5 s unless the URL
  * sets connect_timeout (a server that drops packets must not hold the consume loop, a query
  * or a shutdown for the kernel's TCP timeouts of minutes). NULL when it failed, with "cannot

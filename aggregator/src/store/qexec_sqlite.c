@@ -6,6 +6,7 @@
 #include "cm/error.h"
 #include "cm/log.h"
 
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,14 +24,28 @@ typedef struct {
                * would start the statement over by itself) */
 } sq_qxst_t;
 
-static int sq_rc(int rc) {
-    switch (rc) {
+int agg_sqlite_err(int rc) {
+    switch (rc & 0xff) {
     case SQLITE_OK:
     case SQLITE_DONE:
     case SQLITE_ROW:
         return 0;
     case SQLITE_NOMEM:
         return CM_ENOMEM;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return -EBUSY;
+    case SQLITE_FULL:
+        return -ENOSPC;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+        return -EACCES;
+    case SQLITE_CANTOPEN:
+        return -ENOENT;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        return CM_EFORMAT;
     default:
         return CM_EIO;
     }
@@ -70,18 +85,18 @@ static int sq_id_table(agg_qx_t *x, const char *table, const uint64_t *ids, size
              table, table);
     int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK)
-        return sq_rc(rc);
+        return agg_sqlite_err(rc);
     snprintf(sql, sizeof sql, "INSERT OR IGNORE INTO temp.%s VALUES(?1)", table);
     sqlite3_stmt *st;
     if ((rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL)) != SQLITE_OK)
-        return sq_rc(rc);
+        return agg_sqlite_err(rc);
     for (size_t i = 0; i < n && (rc == SQLITE_OK || rc == SQLITE_DONE); i++) {
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, (sqlite3_int64)ids[i]);
         rc = sqlite3_step(st);
     }
     sqlite3_finalize(st);
-    return sq_rc(rc);
+    return agg_sqlite_err(rc);
 }
 
 static void sq_bind_int64(agg_qxst_t *st, int i, int64_t v) {
@@ -102,7 +117,7 @@ static int sq_step(agg_qxst_t *st) {
         return 0;
     int rc = sqlite3_step(q->st);
     q->done = rc == SQLITE_DONE;
-    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : sq_rc(rc);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : agg_sqlite_err(rc);
 }
 
 static int64_t sq_col_int64(agg_qxst_t *st, int i) {
@@ -145,7 +160,7 @@ static int sq_exec(agg_qx_t *x, const char *sql) {
         CM_ERROR("store %s: '%.60s' failed: %s", sqlite3_db_filename(db, "main"), sql,
                  msg ? msg : sqlite3_errstr(rc));
     sqlite3_free(msg);
-    return sq_rc(rc);
+    return agg_sqlite_err(rc);
 }
 
 static void sq_rollback(agg_qx_t *x) {
@@ -175,7 +190,7 @@ int agg_qx_sqlite_open(const char *path, agg_qx_t **out, char *err, size_t err_s
         snprintf(err, err_size, "cannot open store %s: %s", path,
                  s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
         sq_close(&s->base);
-        return sq_rc(rc);
+        return agg_sqlite_err(rc);
     }
     sqlite3_busy_timeout(s->db, 5000);
     *out = &s->base;

@@ -110,34 +110,6 @@ static void *ckpt_main(void *arg) {
     return NULL;
 }
 
-/* Translates a SQLite result code at the module edge. */
-static int sq_err(int rc) {
-    switch (rc & 0xff) {
-    case SQLITE_OK:
-    case SQLITE_DONE:
-    case SQLITE_ROW:
-        return 0;
-    case SQLITE_NOMEM:
-        return CM_ENOMEM;
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        return -EBUSY;
-    case SQLITE_FULL:
-        return -ENOSPC;
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_AUTH:
-        return -EACCES;
-    case SQLITE_CANTOPEN:
-        return -ENOENT;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-        return CM_EFORMAT;
-    default:
-        return CM_EIO;
-    }
-}
-
 static int exec(sq_store_t *s, const char *sql) {
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
@@ -145,7 +117,7 @@ static int exec(sq_store_t *s, const char *sql) {
         CM_ERROR("store %s: '%.60s' failed: %s", s->path, sql, msg ? msg : sqlite3_errstr(rc));
         sqlite3_free(msg);
     }
-    return sq_err(rc);
+    return agg_sqlite_err(rc);
 }
 
 /* Runs a prepared write statement to completion and resets it. */
@@ -154,7 +126,7 @@ static int step(sq_store_t *s, sqlite3_stmt *st) {
     sqlite3_reset(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
         CM_ERROR("store %s: %s", s->path, sqlite3_errmsg(s->db));
-        return sq_err(rc);
+        return agg_sqlite_err(rc);
     }
     return 0;
 }
@@ -290,7 +262,7 @@ static int open_store(const char *path, int readonly, agg_store_t **out, char *e
     if (src != SQLITE_OK) {
         snprintf(err, err_size, "cannot open store '%s': %s; check that the directory exists "
                  "and is writable", path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(src));
-        rc = sq_err(src);
+        rc = agg_sqlite_err(src);
         goto out;
     }
     sqlite3_busy_timeout(s->db, 30000);
