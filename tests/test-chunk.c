@@ -2,6 +2,7 @@
  * every offset, bit flips, bad magic and versions, lengths claiming gigabytes, out-of-range
  * indices, broken front coding, allocation bombs). Every failure must be the right CM_E* code
  * with a reason, never a crash (this file also runs under ASan+UBSan). */
+#include "cm/buf.h"
 #include "cm/chunk.h"
 #include "cm/error.h"
 #include "fleetprof.pb-c.h"
@@ -528,6 +529,32 @@ static void test_error_strings(void) {
     CHECK(cm_event_parse("heap", &t) == CM_EINVAL);
 }
 
+/* cm_buf (common): bytes and text appended across its growth steps come back in order, the
+ * text NUL-terminated and not counted; free empties it. */
+static void test_buf_grows(void) {
+    cm_buf_t b = {0};
+    unsigned char want[20000];
+    for (size_t i = 0; i < sizeof want; i++)
+        want[i] = (unsigned char)(i * 7 + i / 256);
+    for (size_t o = 0; o < sizeof want; o += 333)
+        cm_buf_put(&b, want + o, o + 333 <= sizeof want ? 333 : sizeof want - o);
+    CHECK(!b.fail && b.n == sizeof want && b.cap >= b.n);
+    CHECK(memcmp(b.p, want, sizeof want) == 0);
+    cm_buf_free(&b);
+    CHECK(!b.p && !b.n && !b.cap);
+    char big[10000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    cm_buf_printf(&b, "%s=%d;", "a", 1);
+    cm_buf_printf(&b, "%s|", big); /* past the first 8 KiB at once */
+    cm_buf_printf(&b, "%llu", 18446744073709551615ull);
+    CHECK(!b.fail && b.n == 4 + sizeof big + 20);
+    CHECK(strncmp(b.p, "a=1;xxx", 7) == 0 && b.p[4 + sizeof big - 1] == '|');
+    CHECK(strcmp(b.p + 4 + sizeof big, "18446744073709551615") == 0);
+    CHECK(strlen(b.p) == b.n);
+    cm_buf_free(&b);
+}
+
 static const tr_test_t tests[] = {
     {"roundtrip_realistic", test_roundtrip_realistic},
     {"roundtrip_random", test_roundtrip_random},
@@ -544,6 +571,7 @@ static const tr_test_t tests[] = {
     {"encoder_refuses_invalid", test_encoder_refuses_invalid},
     {"incident_added_to_frame", test_incident_added_to_frame},
     {"error_strings", test_error_strings},
+    {"buf_grows", test_buf_grows},
     {0, 0},
 };
 TR_MAIN(tests)

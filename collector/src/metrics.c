@@ -5,10 +5,10 @@
  * instants, which Prometheus tolerates. */
 #include "internal.h"
 
+#include "cm/buf.h"
 #include "cm/error.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,62 +54,27 @@ void col_metrics_latency(uint64_t ns) {
     col_count(&col_metrics.lat_count, 1);
 }
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int oom;
-} sbuf_t;
-
-__attribute__((format(printf, 2, 3))) static void out(sbuf_t *b, const char *fmt, ...) {
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t ncap = (b->cap + (size_t)n) * 2;
-        char *nb = realloc(b->buf, ncap);
-        if (!nb) {
-            b->oom = 1;
-            return;
-        }
-        b->buf = nb;
-        b->cap = ncap;
-    }
-}
-
 #define LOAD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
 #define P "fleetprof_collector_"
 
-static void counter(sbuf_t *b, const char *name, const char *help, atomic_uint_fast64_t *v) {
-    out(b, "# HELP " P "%s %s\n# TYPE " P "%s counter\n" P "%s %llu\n", name, help, name, name,
+static void counter(cm_buf_t *b, const char *name, const char *help, atomic_uint_fast64_t *v) {
+    cm_buf_printf(b, "# HELP " P "%s %s\n# TYPE " P "%s counter\n" P "%s %llu\n", name, help, name, name,
         LOAD(*v));
 }
-static void gauge(sbuf_t *b, const char *name, const char *help, atomic_uint_fast64_t *v) {
-    out(b, "# HELP " P "%s %s\n# TYPE " P "%s gauge\n" P "%s %llu\n", name, help, name, name,
+static void gauge(cm_buf_t *b, const char *name, const char *help, atomic_uint_fast64_t *v) {
+    cm_buf_printf(b, "# HELP " P "%s %s\n# TYPE " P "%s gauge\n" P "%s %llu\n", name, help, name, name,
         LOAD(*v));
 }
-static void labelled(sbuf_t *b, const char *name, const char *help, const char *label,
+static void labelled(cm_buf_t *b, const char *name, const char *help, const char *label,
                      const char *const *names, atomic_uint_fast64_t *v, int n) {
-    out(b, "# HELP " P "%s %s\n# TYPE " P "%s counter\n", name, help, name);
+    cm_buf_printf(b, "# HELP " P "%s %s\n# TYPE " P "%s counter\n", name, help, name);
     for (int i = 0; i < n; i++)
-        out(b, P "%s{%s=\"%s\"} %llu\n", name, label, names[i], LOAD(v[i]));
+        cm_buf_printf(b, P "%s{%s=\"%s\"} %llu\n", name, label, names[i], LOAD(v[i]));
 }
 
 int col_metrics_render(char **res, size_t *res_len) {
     col_metrics_t *m = &col_metrics;
-    sbuf_t b = {malloc(8192), 0, 8192, 0};
-    if (!b.buf)
-        return -ENOMEM;
+    cm_buf_t b = {0};
     counter(&b, "chunks_received_total", "Chunk frames received from agents (any outcome).",
             &m->chunks_in);
     counter(&b, "bytes_received_total", "Bytes of chunk frames received.", &m->bytes_in);
@@ -119,12 +84,12 @@ int col_metrics_render(char **res, size_t *res_len) {
     counter(&b, "chunks_delivered_total", "Chunks acknowledged by Kafka.", &m->chunks_out);
     counter(&b, "bytes_delivered_total", "Bytes of chunk frames acknowledged by Kafka.",
             &m->bytes_out);
-    out(&b, "# HELP " P "chunks_rejected_total Invalid chunks refused (agents must not resend).\n"
+    cm_buf_printf(&b, "# HELP " P "chunks_rejected_total Invalid chunks refused (agents must not resend).\n"
             "# TYPE " P "chunks_rejected_total counter\n");
     for (int i = 0; i < COL_REJECT_SLOTS; i++) {
         unsigned long long v = LOAD(m->rejected[i]);
         const char *name = i == 0 ? "other" : cm_errname(-(int)CM__EBASE - i);
-        out(&b, P "chunks_rejected_total{reason=\"%s\"} %llu\n", name, v);
+        cm_buf_printf(&b, P "chunks_rejected_total{reason=\"%s\"} %llu\n", name, v);
     }
     labelled(&b, "chunks_shed_total", "Chunks answered with retry (the agent keeps them).",
              "reason", shed_names, m->shed, COL_SHED_MAX);
@@ -160,24 +125,24 @@ int col_metrics_render(char **res, size_t *res_len) {
             "topic's max.message.bytes (also in chunks_rejected_total{reason=\"ETOOBIG\"}).",
             &m->over_kafka_limit);
     gauge(&b, "draining", "1 while shutting down.", &m->draining);
-    out(&b, "# HELP " P "delivery_latency_seconds From acceptance to the Kafka acknowledgement.\n"
+    cm_buf_printf(&b, "# HELP " P "delivery_latency_seconds From acceptance to the Kafka acknowledgement.\n"
             "# TYPE " P "delivery_latency_seconds histogram\n");
     unsigned long long cum = 0;
     for (int i = 0; i <= COL_LAT_BUCKETS; i++) {
         cum += LOAD(m->lat_bucket[i]);
         if (i < COL_LAT_BUCKETS)
-            out(&b, P "delivery_latency_seconds_bucket{le=\"%g\"} %llu\n",
+            cm_buf_printf(&b, P "delivery_latency_seconds_bucket{le=\"%g\"} %llu\n",
                 (double)lat_bounds_us[i] / 1e6, cum);
         else
-            out(&b, P "delivery_latency_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
+            cm_buf_printf(&b, P "delivery_latency_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
     }
-    out(&b, P "delivery_latency_seconds_sum %.6f\n" P "delivery_latency_seconds_count %llu\n",
+    cm_buf_printf(&b, P "delivery_latency_seconds_sum %.6f\n" P "delivery_latency_seconds_count %llu\n",
         (double)LOAD(m->lat_sum_us) / 1e6, LOAD(m->lat_count));
-    if (b.oom) {
-        free(b.buf);
+    if (b.fail) {
+        cm_buf_free(&b);
         return -ENOMEM;
     }
-    *res = b.buf;
-    *res_len = b.len;
+    *res = b.p;
+    *res_len = b.n;
     return 0;
 }

@@ -4,7 +4,8 @@
 
 #include "dims.h"
 
-#include <stdarg.h>
+#include "cm/buf.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,42 +58,13 @@ void agg_metrics_observe_write(agg_metrics_t *m, double s) {
     pthread_mutex_unlock(&m->mu);
 }
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-} sb_t;
-
-static void sb_printf(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb_t *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->buf ? b->buf + b->len : NULL, b->buf ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
-        if (b->buf && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t nc = b->cap ? b->cap * 2 : 8192;
-        while (nc < b->len + (size_t)n + 1)
-            nc *= 2;
-        char *p = realloc(b->buf, nc);
-        if (!p)
-            return;
-        b->buf = p;
-        b->cap = nc;
-    }
-}
-
-static void counter(sb_t *b, const char *name, const char *help, uint64_t v) {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+static void counter(cm_buf_t *b, const char *name, const char *help, uint64_t v) {
+    cm_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
               (unsigned long long)v);
 }
 
 char *agg_metrics_render(agg_metrics_t *m) {
-    sb_t b = {0};
+    cm_buf_t b = {0};
     pthread_mutex_lock(&m->mu);
     counter(&b, "fleetprof_aggregator_messages_total", "Kafka messages consumed", m->messages);
     counter(&b, "fleetprof_aggregator_chunks_total", "chunks rolled up and committed", m->chunks);
@@ -122,48 +94,48 @@ char *agg_metrics_render(agg_metrics_t *m) {
             "fine rollup rows merged into coarse buckets", m->retention_rows_moved);
     counter(&b, "fleetprof_aggregator_retention_rows_expired_total",
             "rollup rows deleted past max age", m->retention_rows_expired);
-    sb_printf(&b, "# HELP fleetprof_aggregator_dimension_overflow_total dimension values past "
+    cm_buf_printf(&b, "# HELP fleetprof_aggregator_dimension_overflow_total dimension values past "
                   "the cardinality bound, stored as (other)\n"
                   "# TYPE fleetprof_aggregator_dimension_overflow_total counter\n");
     _Static_assert(AGG_DIM_COUNT <= sizeof m->dim_overflow / sizeof m->dim_overflow[0],
                    "agg_metrics_t.dim_overflow is too short for agg_dim_t");
     for (int i = 0; i < AGG_DIM_COUNT; i++)
-        sb_printf(&b, "fleetprof_aggregator_dimension_overflow_total{dimension=\"%s\"} %llu\n",
+        cm_buf_printf(&b, "fleetprof_aggregator_dimension_overflow_total{dimension=\"%s\"} %llu\n",
                   agg_dim_names[i], (unsigned long long)m->dim_overflow[i]);
     counter(&b, "fleetprof_aggregator_chunks_pid_mismatch_total",
             "chunks whose claimed pid is not the pid the collector checked (SO_PEERCRED); "
             "stored under the checked pid, the claim in the pid-claimed dimension",
             m->pid_mismatch);
-    sb_printf(&b, "# HELP fleetprof_aggregator_rejects_total messages dead-lettered, by reason\n"
+    cm_buf_printf(&b, "# HELP fleetprof_aggregator_rejects_total messages dead-lettered, by reason\n"
                   "# TYPE fleetprof_aggregator_rejects_total counter\n");
     for (int i = 0; i < AGG_METRICS_MAX_REASONS && m->reject_reasons[i].reason[0]; i++)
-        sb_printf(&b, "fleetprof_aggregator_rejects_total{reason=\"%s\"} %llu\n",
+        cm_buf_printf(&b, "fleetprof_aggregator_rejects_total{reason=\"%s\"} %llu\n",
                   m->reject_reasons[i].reason, (unsigned long long)m->reject_reasons[i].count);
-    sb_printf(&b, "# HELP fleetprof_aggregator_write_seconds store transaction latency\n"
+    cm_buf_printf(&b, "# HELP fleetprof_aggregator_write_seconds store transaction latency\n"
                   "# TYPE fleetprof_aggregator_write_seconds histogram\n");
     uint64_t cum = 0;
     for (int i = 0; i < AGG_METRICS_LAT_BUCKETS; i++) {
         cum += m->lat_count[i];
-        sb_printf(&b, "fleetprof_aggregator_write_seconds_bucket{le=\"%g\"} %llu\n",
+        cm_buf_printf(&b, "fleetprof_aggregator_write_seconds_bucket{le=\"%g\"} %llu\n",
                   lat_bounds[i], (unsigned long long)cum);
     }
     cum += m->lat_count[AGG_METRICS_LAT_BUCKETS];
-    sb_printf(&b,
+    cm_buf_printf(&b,
               "fleetprof_aggregator_write_seconds_bucket{le=\"+Inf\"} %llu\n"
               "fleetprof_aggregator_write_seconds_sum %.6f\n"
               "fleetprof_aggregator_write_seconds_count %llu\n",
               (unsigned long long)cum, m->lat_sum, (unsigned long long)m->lat_n);
-    sb_printf(&b, "# HELP fleetprof_aggregator_group_lag_messages every partition of the topic, "
+    cm_buf_printf(&b, "# HELP fleetprof_aggregator_group_lag_messages every partition of the topic, "
                   "whoever owns it: high watermark minus stored offset\n"
                   "# TYPE fleetprof_aggregator_group_lag_messages gauge\n");
     for (int32_t p = 0; p < m->group_n && p < AGG_METRICS_MAX_PARTITIONS; p++)
-        sb_printf(&b, "fleetprof_aggregator_group_lag_messages{partition=\"%d\"} %lld\n", p,
+        cm_buf_printf(&b, "fleetprof_aggregator_group_lag_messages{partition=\"%d\"} %lld\n", p,
                   (long long)m->group[p].lag);
-    sb_printf(&b, "# HELP fleetprof_aggregator_group_stalled_seconds how long a partition has "
+    cm_buf_printf(&b, "# HELP fleetprof_aggregator_group_stalled_seconds how long a partition has "
                   "been behind without its stored offset moving\n"
                   "# TYPE fleetprof_aggregator_group_stalled_seconds gauge\n");
     for (int32_t p = 0; p < m->group_n && p < AGG_METRICS_MAX_PARTITIONS; p++)
-        sb_printf(&b, "fleetprof_aggregator_group_stalled_seconds{partition=\"%d\"} %.1f\n", p,
+        cm_buf_printf(&b, "fleetprof_aggregator_group_stalled_seconds{partition=\"%d\"} %.1f\n", p,
                   m->group[p].lag > 0 ? m->group[p].stalled_ms / 1e3 : 0.0);
     static const struct {
         const char *name, *help;
@@ -171,20 +143,22 @@ char *agg_metrics_render(agg_metrics_t *m) {
     } pg[] = {{"lag_messages", "high watermark minus stored offset", 0},
               {"committed_offset", "next offset stored per partition", 1}};
     for (size_t k = 0; k < sizeof pg / sizeof *pg; k++) { /* the assigned partitions */
-        sb_printf(&b, "# HELP fleetprof_aggregator_%s %s\n# TYPE fleetprof_aggregator_%s gauge\n",
+        cm_buf_printf(&b, "# HELP fleetprof_aggregator_%s %s\n# TYPE fleetprof_aggregator_%s gauge\n",
                   pg[k].name, pg[k].help, pg[k].name);
         for (int p = 0; p < AGG_METRICS_MAX_PARTITIONS; p++)
             if (m->part[p].assigned)
-                sb_printf(&b, "fleetprof_aggregator_%s{partition=\"%d\"} %lld\n", pg[k].name, p,
+                cm_buf_printf(&b, "fleetprof_aggregator_%s{partition=\"%d\"} %lld\n", pg[k].name, p,
                           (long long)(pg[k].committed ? m->part[p].committed : m->part[p].lag));
     }
-    sb_printf(&b,
+    cm_buf_printf(&b,
               "# HELP fleetprof_aggregator_store_bytes bytes of the assigned partitions' stores\n"
               "# TYPE fleetprof_aggregator_store_bytes gauge\n"
               "fleetprof_aggregator_store_bytes %lld\n",
               (long long)m->store_bytes);
     pthread_mutex_unlock(&m->mu);
-    return b.buf;
+    if (b.fail)
+        cm_buf_free(&b); /* no metrics rather than some */
+    return b.p;
 }
 
 int agg_metrics_healthy(agg_metrics_t *m, char *why, size_t why_size) {

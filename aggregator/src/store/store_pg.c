@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "store_pg.h"
 
+#include "cm/buf.h"
 #include "cm/error.h"
 #include "cm/log.h"
 
@@ -17,15 +18,9 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int fail;
-} buf_t;
-
 /* One table's rows: columns are written in order, each row's first one opening the row. */
 typedef struct {
-    buf_t b;
+    cm_buf_t b;
     int ncols, col;
     size_t rows;
     int bad_text; /* the row being written has a text that was not UTF-8 */
@@ -95,30 +90,11 @@ static PGconn *conn(pg_store_t *s) {
  * set-based INSERT ... SELECT ... ON CONFLICT merges them into the table: no text to print or
  * parse, no arrays to build and unnest. */
 
-static void put(buf_t *b, const void *s, size_t len) {
-    if (b->fail)
-        return;
-    if (b->n + len > b->cap) {
-        size_t nc = b->cap ? b->cap : 65536;
-        while (nc < b->n + len)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->fail = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
-}
-
-static void put_be(buf_t *b, uint64_t v, int bytes) {
+static void put_be(cm_buf_t *b, uint64_t v, int bytes) {
     unsigned char x[8];
     for (int i = 0; i < bytes; i++)
         x[i] = (unsigned char)(v >> (8 * (bytes - 1 - i)));
-    put(b, x, (size_t)bytes);
+    cm_buf_put(b, x, (size_t)bytes);
 }
 
 static void cols_begin(cols_t *t, int ncols) {
@@ -128,7 +104,7 @@ static void cols_begin(cols_t *t, int ncols) {
     t->ncols = ncols;
     t->col = 0;
     t->rows = 0;
-    put(&t->b, sig, 11);
+    cm_buf_put(&t->b, sig, 11);
     put_be(&t->b, 0, 4); /* flags */
     put_be(&t->b, 0, 4); /* header extension length */
 }
@@ -157,7 +133,7 @@ static void col_f64(cols_t *t, int i, double v) {
 /* bytea and text: the bytes as they are */
 static void col_bytes(cols_t *t, int i, const void *p, size_t len) {
     field(t, i, (uint32_t)len);
-    put(&t->b, p, len);
+    cm_buf_put(&t->b, p, len);
 }
 
 /* Length of the well-formed UTF-8 sequence at p (as PostgreSQL checks it: no overlong
@@ -200,7 +176,7 @@ static int col_text(cols_t *t, int i, const char *s, size_t len) {
     field(t, i, (uint32_t)out);
     for (size_t o = 0, k; o < len; o += k ? k : 1) {
         k = utf8_len(p + o, len - o);
-        put(&t->b, k ? (const char *)p + o : "\xef\xbf\xbd", k ? k : 3);
+        cm_buf_put(&t->b, k ? (const char *)p + o : "\xef\xbf\xbd", k ? k : 3);
     }
     return 1;
 }
@@ -212,7 +188,7 @@ static void row_end(cols_t *t) {
     t->rows++;
 }
 
-static void cols_free(cols_t *t) { free(t->b.p); }
+static void cols_free(cols_t *t) { cm_buf_free(&t->b); }
 
 /* The staging tables (one per table of agg_batch_tables), created once per server backend (a
  * reconnection gets a new one). */
