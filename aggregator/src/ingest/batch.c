@@ -133,6 +133,14 @@ int agg_batch_mark_fresh(agg_batch_t *b) {
             else if (is_new || p->k.bucket < g->bucket)
                 g->bucket = p->k.bucket;
         }
+    for (size_t i = 0; i < b->spanstk.n; i++) {
+        agg_spanstk_ent_t *e = agg_hmap_entry(&b->spanstk, i);
+        agg_span_key_t k;
+        memcpy(k.trace, e->k.trace, sizeof k.trace);
+        memcpy(k.span, e->k.span, sizeof k.span);
+        const agg_req_ent_t *r = agg_hmap_find(&b->req, &k);
+        e->fresh = r && r->begun;
+    }
     return 0;
 }
 

@@ -128,6 +128,7 @@ typedef struct {
 typedef struct {
     agg_spanstk_key_t k;
     int64_t weight, count, rows;
+    uint8_t fresh; /* the span began in this batch (agg_batch_mark_fresh) */
 } agg_spanstk_ent_t;
 
 /* requests (chunk spans, minor 2): one row per (trace, span) */
@@ -136,6 +137,7 @@ typedef struct {
     uint64_t service, version, name; /* name: string id of the span's name, 0: unnamed */
     int64_t start_ns, end_ns;        /* end: the end, or the last cut it was active at */
     int64_t ended, tid;              /* ended: 1 once a record of its end arrived */
+    uint8_t begun;                   /* a record says it began inside its chunk */
 } agg_req_ent_t;
 
 /* incidents (chunk format minor 3): one row per incident id, and its chunks' frames */
@@ -197,6 +199,8 @@ typedef struct {
 } agg_new_stack_t;
 typedef struct {
     uint64_t set, key, value;
+    /* labels: the set holds a pid (dimension), so only its process's partition writes it */
+    uint8_t fresh;
 } agg_new_label_t;
 
 #define AGG_VEC(T)                                                                                 \
@@ -252,7 +256,9 @@ int agg_batch_derive(agg_batch_t *b, const int64_t *done);
  * that does not hold (a label set shared by processes: a dimension past its bound, no
  * dimensions) a flagged key may be stored: the PostgreSQL store, which inserts flagged rows
  * without ON CONFLICT first, then merges them as the others. The flag makes a write cheaper,
- * never different. Returns 0 or CM_ENOMEM (no row flagged). */
+ * never different. Also flags the span_stacks rows of spans that began inside a chunk of the
+ * batch (a request record's start at or after its chunk's): no earlier chunk sampled them.
+ * Returns 0 or CM_ENOMEM (no row flagged). */
 int agg_batch_mark_fresh(agg_batch_t *b);
 /* Appends text to the arena; returns its offset or (size_t)-1. */
 size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len);

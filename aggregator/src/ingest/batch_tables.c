@@ -15,6 +15,7 @@
 #define MAP(m, nblob, nint) offsetof(agg_batch_t, m), 0, nblob, nint, 0
 /* a map whose entries flag the keys new to the store (agg_btable_t.fresh_off) */
 #define MAP_FRESH(m, nblob, nint, T, f) offsetof(agg_batch_t, m), 0, nblob, nint, offsetof(T, f)
+#define VEC_FRESH(m, T, f) offsetof(agg_batch_t, m), sizeof(T), 0, 0, offsetof(T, f)
 /* profile, profile_coarse and profile_leaf (whose `stack` holds the leaf's location id) */
 #define PROF_COLS                                                                                  \
     {I(agg_prof_ent_t, k.service), I(agg_prof_ent_t, k.version), I(agg_prof_ent_t, k.type),        \
@@ -40,7 +41,7 @@ const agg_btable_t agg_batch_tables[] = {
      {I(agg_new_stack_t, id), I(agg_new_stack_t, parent), I(agg_new_stack_t, location),
       I(agg_new_stack_t, depth)}},
     {"labelsets", VEC(labelsets, uint64_t), 0, 1, {{AGG_BC_I64, 0, 0}}},
-    {"labels", VEC(labels, agg_new_label_t), 0, 3,
+    {"labels", VEC_FRESH(labels, agg_new_label_t, fresh), 0, 3,
      {I(agg_new_label_t, key), I(agg_new_label_t, value), I(agg_new_label_t, set)}},
     {"labelset_base", VEC(labelbase, agg_new_label_t), 0, 2,
      {I(agg_new_label_t, set), I(agg_new_label_t, value)}},
@@ -90,7 +91,7 @@ const agg_btable_t agg_batch_tables[] = {
       I(agg_span_ent_t, version), I(agg_span_ent_t, first_ns), I(agg_span_ent_t, last_ns),
       SPAN_W(1), SPAN_W(2), SPAN_W(3), SPAN_W(4), SPAN_W(5), SPAN_W(6),
       I(agg_span_ent_t, rows)}},
-    {"span_stacks", MAP(spanstk, 24, 2), 0, 7,
+    {"span_stacks", MAP_FRESH(spanstk, 24, 2, agg_spanstk_ent_t, fresh), 0, 7,
      {{AGG_BC_BYTES, offsetof(agg_spanstk_ent_t, k.trace), 16},
       {AGG_BC_BYTES, offsetof(agg_spanstk_ent_t, k.span), 8}, I(agg_spanstk_ent_t, k.type),
       I(agg_spanstk_ent_t, k.stack), I(agg_spanstk_ent_t, weight),

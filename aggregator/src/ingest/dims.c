@@ -228,7 +228,7 @@ static int row_labelset(agg_dims_t *d, agg_intern_t *in, agg_batch_t *b, const c
         agg_new_label_t *lb = AGG_VEC_PUSH(b->labelbase);
         if (!lb)
             return CM_ENOMEM;
-        *lb = (agg_new_label_t){*id, 0, base};
+        *lb = (agg_new_label_t){.set = *id, .value = base};
     }
     return 0;
 }

@@ -2,6 +2,8 @@
  * Threading: one agg_intern_t per store, used by the consume thread only. */
 #include "intern.h"
 
+#include "dims.h"
+
 #include "symstore.h"
 
 #include "cm/error.h"
@@ -251,11 +253,19 @@ int agg_intern_labelset(agg_intern_t *in, agg_batch_t *b, uint64_t *kv, uint32_t
     if (!nset)
         return CM_ENOMEM;
     *nset = id;
+    /* a set with a pid (not the overflow value) is one process's: its chunks, so the set's
+     * first writing, come through this partition only; new to the cache is new to the store */
+    const char *pk = agg_dim_names[AGG_DIM_PID];
+    uint64_t pid = agg_intern_string_id(pk, strlen(pk)),
+             other = agg_intern_string_id(AGG_DIM_OTHER, strlen(AGG_DIM_OTHER));
+    uint8_t own = 0;
+    for (uint32_t i = 0; i < n; i++)
+        own |= kv[2 * i] == pid && kv[2 * i + 1] != other;
     for (uint32_t i = 0; i < n; i++) {
         agg_new_label_t *nl = AGG_VEC_PUSH(b->labels);
         if (!nl)
             return CM_ENOMEM;
-        *nl = (agg_new_label_t){id, kv[2 * i], kv[2 * i + 1]};
+        *nl = (agg_new_label_t){id, kv[2 * i], kv[2 * i + 1], own};
     }
     return 0;
 }

@@ -218,52 +218,52 @@ static int stage_tables(pg_store_t *s, PGconn *c) {
     return rc;
 }
 
-/* Copies the rows into stage_<stage>, then runs merge (skipped when there are no rows; 0
- * when merge fails with SQLSTATE ok_state, which is then in *state). */
-static int cols_exec(pg_store_t *s, cols_t *t, const char *stage, const char *merge,
-                     const char *ok_state, int *state) {
-    if (!t->rows)
-        return 0;
-    put_be(&t->b, 0xffff, 2); /* trailer */
-    if (t->b.fail)
-        return t->col ? CM_EINVAL : CM_ENOMEM;
-    PGconn *c = conn(s);
-    if (!c)
-        return CM_EIO;
+/* Sends t's rows (their trailer written) by COPY into table `into`: 0, CM_EIO, or 1 when the
+ * server refused them for a key it holds already (SQLSTATE 23505, the transaction then
+ * aborted up to its last savepoint). */
+static int copy_rows(PGconn *c, const cols_t *t, const char *into) {
     char sql[128];
-    snprintf(sql, sizeof sql, "COPY stage_%s FROM STDIN (FORMAT binary)", stage);
+    snprintf(sql, sizeof sql, "COPY %s FROM STDIN (FORMAT binary)", into);
     PGresult *r = PQexec(c, sql);
-    int in_copy = PQresultStatus(r) == PGRES_COPY_IN;
+    int rc = PQresultStatus(r) == PGRES_COPY_IN ? 0 : CM_EIO;
     PQclear(r);
-    int rc = in_copy ? 0 : CM_EIO;
-    if (in_copy) {
-        for (size_t o = 0, piece; o < t->b.n && !rc; o += piece) {
-            piece = t->b.n - o < (1u << 20) ? t->b.n - o : (1u << 20);
-            if (PQputCopyData(c, t->b.p + o, (int)piece) != 1)
-                rc = CM_EIO;
-        }
-        if (PQputCopyEnd(c, rc ? "write failed" : NULL) != 1)
+    if (rc)
+        return rc;
+    for (size_t o = 0, piece; o < t->b.n && !rc; o += piece) {
+        piece = t->b.n - o < (1u << 20) ? t->b.n - o : (1u << 20);
+        if (PQputCopyData(c, t->b.p + o, (int)piece) != 1)
             rc = CM_EIO;
-        while ((r = PQgetResult(c))) { /* the COPY's result, then NULL */
-            if (PQresultStatus(r) != PGRES_COMMAND_OK)
-                rc = CM_EIO;
-            PQclear(r);
-        }
     }
-    if (!rc) {
-        r = PQexec(c, merge);
-        rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
-        const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        if (rc && ok_state && st && !strcmp(st, ok_state)) {
-            *state = 1;
-            rc = 0;
+    if (PQputCopyEnd(c, rc ? "write failed" : NULL) != 1)
+        rc = CM_EIO;
+    while ((r = PQgetResult(c))) { /* the COPY's result, then NULL */
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && !rc) {
+            const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            rc = st && !strcmp(st, "23505") ? 1 : CM_EIO;
         }
         PQclear(r);
     }
-    if (rc)
-        CM_WARN("postgres store: writing %zu rows of %s: %s", t->rows, stage,
-                PQerrorMessage(c));
     return rc;
+}
+
+static int exec_ok(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
+    PQclear(r);
+    return rc;
+}
+
+/* Copies t's rows into stage_<table><suffix> (empty until then: one load of a batch each)
+ * and merges them into the table with one statement. */
+static int merge_rows(PGconn *c, const cols_t *t, const agg_schema_table_t *table,
+                      const char *suffix) {
+    char stage[96], src[128], sql[2048];
+    snprintf(stage, sizeof stage, "stage_%s%s", table->name, suffix);
+    snprintf(src, sizeof src, "SELECT * FROM %s", stage);
+    if (agg_schema_upsert(table, src, sql, sizeof sql))
+        return CM_EINVAL;
+    int rc = copy_rows(c, t, stage);
+    return rc ? CM_EIO : exec_ok(c, sql);
 }
 
 /* A bulk load's values, in COPY's binary format (bad UTF-8 in a text: noted for row_end). */
@@ -289,10 +289,9 @@ static int pg_row_end(void *ctx, const agg_load_t *l, size_t row) {
     return 0;
 }
 
-/* The rows into their table: copied into its staging table (stage_<table>, or
- * stage_<table>_new for fresh rows), then merged by one statement. Fresh rows first go in by a
- * plain INSERT under a savepoint (*missed = 0); when a key was stored after all, the savepoint
- * is rolled back (*missed = 1) and they are merged like the others. */
+/* The rows into their table, merged (merge_rows); fresh rows are copied straight into the
+ * table under a savepoint (*missed = 0): when a key was stored after all, the savepoint is
+ * rolled back (*missed = 1) and they are merged from stage_<table>_new. */
 static int load_part(pg_store_t *s, const agg_load_t *l, int fresh, int *missed) {
     cols_t *t = &s->copy;
     cols_begin(t, l->d->ncols);
@@ -300,29 +299,24 @@ static int load_part(pg_store_t *s, const agg_load_t *l, int fresh, int *missed)
     int rc = agg_load_rows(l, &sink, t);
     if (rc || !t->rows)
         return rc;
-    char stage[96], src[128], sql[2048], plain[256];
-    snprintf(stage, sizeof stage, "%s%s", l->t->name, fresh ? "_new" : "");
-    snprintf(src, sizeof src, "SELECT * FROM stage_%s", stage);
-    if (agg_schema_upsert(l->t, src, sql, sizeof sql))
-        return CM_EINVAL;
-    if (!fresh)
-        return cols_exec(s, t, stage, sql, NULL, NULL);
-    snprintf(plain, sizeof plain, "SAVEPOINT fresh; INSERT INTO %s %s; RELEASE SAVEPOINT fresh",
-             l->t->name, src);
-    *missed = 0;
-    if ((rc = cols_exec(s, t, stage, plain, "23505", missed)) || !*missed)
-        return rc;
-    PGresult *r = PQexec(s->conn, "ROLLBACK TO SAVEPOINT fresh");
-    rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
-    PQclear(r);
-    if (!rc) {
-        r = PQexec(s->conn, sql);
-        rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : CM_EIO;
-        PQclear(r);
+    put_be(&t->b, 0xffff, 2); /* trailer */
+    if (t->b.fail)
+        return t->col ? CM_EINVAL : CM_ENOMEM;
+    PGconn *c = conn(s);
+    if (!c)
+        return CM_EIO;
+    if (fresh) {
+        *missed = 0;
+        if (!(rc = exec_ok(c, "SAVEPOINT fresh")) && !(rc = copy_rows(c, t, l->t->name)))
+            return exec_ok(c, "RELEASE SAVEPOINT fresh");
+        if (rc == 1 && !(rc = exec_ok(c, "ROLLBACK TO SAVEPOINT fresh")))
+            *missed = 1;
     }
+    if (!rc) /* fresh rows stored after all: their own staging table, the others' is filled */
+        rc = merge_rows(c, t, l->t, fresh ? "_new" : "");
     if (rc)
-        CM_WARN("postgres store: merging %zu rows of %s: %s", t->rows, stage,
-                PQerrorMessage(s->conn));
+        CM_WARN("postgres store: writing %zu rows of %s: %s", t->rows, l->t->name,
+                PQerrorMessage(c));
     return rc;
 }
 
