@@ -557,6 +557,51 @@ static void test_peer_pid_checked(void) {
     feed_free(&f);
 }
 
+/* The batch flags a label row new to the store (the PostgreSQL store copies it without a
+ * merge) only when its set holds a pid: one process's set, first written through that process's
+ * partition. A pid past the bound is "(other)", a set processes share: not flagged. */
+static size_t own_labels(const agg_batch_t *b, size_t *n) {
+    uint64_t pid = agg_intern_string_id("pid", 3);
+    uint64_t other = agg_intern_string_id(AGG_DIM_OTHER, strlen(AGG_DIM_OTHER));
+    size_t fresh = 0;
+    *n = b->labels.n;
+    for (size_t i = 0; i < b->labels.n; i++) {
+        const agg_new_label_t *l = &b->labels.v[i];
+        int own = 0;
+        for (size_t j = 0; j < b->labels.n; j++)
+            own |= b->labels.v[j].set == l->set && b->labels.v[j].key == pid &&
+                   b->labels.v[j].value != other;
+        CHECKF(l->fresh == own, "label row %zu: flag %d, set %s a pid", i, l->fresh,
+               own ? "with" : "without");
+        fresh += l->fresh;
+    }
+    return fresh;
+}
+
+static void test_labels_own_process(void) {
+    feed_t f;
+    feed_init(&f, 1, 0); /* one pid per service and window: the second is (other) */
+    cm_chunk_t *c = gen(6, 200, 1800000000);
+    agg_chunk_meta_t m = {"host-x", "", "", "", 0, 0, 0, 0};
+    size_t n, fresh;
+    c->header.pid = 10;
+    feed_add(&f, c, &m);
+    fresh = own_labels(&f.b, &n);
+    printf("pid 10: %zu of %zu label rows flagged\n", fresh, n);
+    CHECK(fresh > 0 && fresh < n); /* its sets with the pid; the chunk's own sets without */
+    feed_commit(&f);
+    c->header.pid = 11;
+    c->header.chunk_id[0] ^= 1;
+    feed_add(&f, c, &m);
+    fresh = own_labels(&f.b, &n);
+    printf("pid 11 past the bound: %zu of %zu label rows flagged\n", fresh, n);
+    CHECK(n > 0 && fresh == 0);
+    CHECK_EQ(f.d.overflow[AGG_DIM_PID], 1);
+    feed_commit(&f);
+    ts_gen_free(c);
+    feed_free(&f);
+}
+
 static const tr_test_t tests[] = {
     {"admit_bound", test_admit_bound},
     {"chunk_dims_stored", test_chunk_dims_stored},
@@ -565,6 +610,7 @@ static const tr_test_t tests[] = {
     {"derived_no_dims", test_derived_no_dims},
     {"pods_10000", test_pods_10000},
     {"peer_pid_checked", test_peer_pid_checked},
+    {"labels_own_process", test_labels_own_process},
     {NULL, NULL},
 };
 
