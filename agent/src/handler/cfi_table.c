@@ -461,14 +461,8 @@ void ag_cfi_tick(void) {
             g_capent = nc;
         }
         entry_t *e = &g_ent[g_nent++];
-        memset(e, 0, sizeof *e);
-        e->path = f->path;
-        e->bias = f->bias;
-        e->lo = f->lo;
-        e->hi = f->hi;
-        e->text_vaddr = f->text_vaddr;
-        e->vdso = f->vdso;
-        e->seen = 1;
+        *e = (entry_t){.path = f->path, .bias = f->bias, .lo = f->lo, .hi = f->hi,
+                       .text_vaddr = f->text_vaddr, .vdso = f->vdso, .seen = 1};
         build(e, f);
         added++;
         if (ag_cfi_between_objects) /* a set*id caller waits: not for the whole tick */

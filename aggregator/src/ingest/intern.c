@@ -207,8 +207,9 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
     TRY(scratch(&in->labels, &in->labels_cap, d->n_label_sets + 1));
     /* header strings: service and version are strings like any other */
     const cm_str_t *sv = &c->header.service, *ver = &c->header.version;
-    TRY(agg_intern_str(in, b, sv->ptr, sv->len, &ids->service));
-    TRY(agg_intern_str(in, b, ver->ptr, ver->len, &ids->version));
+    uint64_t service, version;
+    TRY(agg_intern_str(in, b, sv->ptr, sv->len, &service));
+    TRY(agg_intern_str(in, b, ver->ptr, ver->len, &version));
     TRY(intern_mappings(in, b, d));
     TRY(intern_functions(in, b, d));
     TRY(intern_locations(in, b, d));
@@ -218,14 +219,10 @@ int agg_intern_chunk(agg_intern_t *in, agg_batch_t *b, const cm_chunk_t *c, agg_
         uint64_t nid;
         TRY(str_id(in, b, d, c->spans.name[i], &nid));
     }
-    ids->str = in->str;
-    ids->fn = in->fn;
-    ids->loc = in->loc;
-    ids->stack = in->stack;
-    ids->labels = in->labels;
-    ids->label_kv = in->lkv;
-    ids->label_off = in->loff;
-    ids->row_labels = NULL; /* agg_dims_chunk() adds the dimensions */
+    /* every field set: row_labels NULL until agg_dims_chunk() adds the dimensions */
+    *ids = (agg_chunk_ids_t){.str = in->str, .fn = in->fn, .loc = in->loc, .stack = in->stack,
+                             .labels = in->labels, .label_kv = in->lkv, .label_off = in->loff,
+                             .service = service, .version = version};
     return 0;
 }
 
