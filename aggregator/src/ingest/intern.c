@@ -259,6 +259,8 @@ int agg_intern_labelset(agg_intern_t *in, agg_batch_t *b, uint64_t *kv, uint32_t
     for (uint32_t i = 0; i < n; i++)
         own |= kv[2 * i] == pid && kv[2 * i + 1] != other;
     for (uint32_t i = 0; i < n; i++) {
+        if (i && kv[2 * i] == kv[2 * i - 2] && kv[2 * i + 1] == kv[2 * i - 1])
+            continue; /* a pair twice in the set (sorted: next to each other) is one row */
         agg_new_label_t *nl = AGG_VEC_PUSH(b->labels);
         if (!nl)
             return CM_ENOMEM;
