@@ -328,12 +328,13 @@ static int probe_groups(PGconn *c, cols_t *t, const agg_load_t *l, uint8_t *abse
         if (!prev || !same_group(l, prev, row, g)) {
             for (int i = 0; i < g; i++) {
                 const agg_bcol_t *col = &l->d->cols[i];
-                size_t len;
-                const void *p;
-                if (strchr("btT", tb->types[i]) && (p = agg_bcol_bytes(l->b, col, row, &len)))
-                    col_bytes(t, i, p, len);
-                else
+                if (strchr("btT", tb->types[i])) {
+                    size_t len = 0;
+                    const void *p = agg_bcol_bytes(l->b, col, row, &len);
+                    col_bytes(t, i, p ? p : "", p ? len : 0);
+                } else {
                     col_i64(t, i, (uint64_t)agg_bcol_i64(col, row, l->now_ns));
+                }
             }
             col_i64(t, g, ng++);
             row_end(t);
