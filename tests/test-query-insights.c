@@ -178,7 +178,36 @@ static void test_agent(void) {
     agg_insights_t r;
     CHECK(agg_insights_run(&in, NULL, &r) == 0);
     CHECK(r.n == 1 && fabs(r.v[0].score - 50.0 / 1050) < 1e-9 && r.v[0].threshold == 0.01);
+    CHECK(!strcmp(r.v[0].ev[0].name, "samples dropped")); /* no reasons given */
     agg_insights_free(&r);
+    /* by reason: the largest first, those under 1 % of the drops left out, spans past their
+     * bound and the flood subsampling not losses at all */
+    in.dropped = 0;
+    agg_insight_add_drop(&in, CM_DROP_RING_FULL, 20);
+    agg_insight_add_drop(&in, CM_DROP_THREAD_LIMIT, 100);
+    agg_insight_add_drop(&in, CM_DROP_OVER_BUDGET, 1);
+    agg_insight_add_drop(&in, CM_DROP_SPAN_LIMIT, 100000);
+    agg_insight_add_drop(&in, CM_DROP_SUBSAMPLED, 100000);
+    CHECK(in.dropped == 121);
+    CHECK(agg_insights_run(&in, NULL, &r) == 0);
+    CHECKF(r.n == 1 && r.v[0].n_ev == 3, "%zu insights", r.n);
+    CHECK(!strcmp(r.v[0].ev[0].name, "samples dropped: thread_limit") &&
+          fabs(r.v[0].ev[0].share - 100.0 / 121) < 1e-9 && r.v[0].ev[0].value == 100);
+    CHECK(!strcmp(r.v[0].ev[1].name, "samples dropped: ring_full"));
+    CHECK(!strcmp(r.v[0].ev[2].name, "agent CPU share"));
+    agg_insights_free(&r);
+    /* the CPU share further over its threshold (40 % of 3 %) than the drops (10.8 % of 1 %):
+     * it comes first, then the drops */
+    in.agent_cpu_ns = 4000000000;
+    CHECK(agg_insights_run(&in, NULL, &r) == 0);
+    CHECK(r.n == 1 && !strcmp(r.v[0].ev[0].name, "agent CPU share") &&
+          !strcmp(r.v[0].ev[1].name, "samples dropped: thread_limit"));
+    agg_insights_free(&r);
+    memset(&in, 0, sizeof in);
+    in.process_seconds = 10, in.process_cpu_ns = 10000000000, in.samples = 1000;
+    in.agent_cpu_ns = 100000000;
+    agg_insight_add_drop(&in, CM_DROP_SPAN_LIMIT, 200000);
+    expect(&in, NULL, NULL);
     in.dropped = 5;
     expect(&in, NULL, NULL);
 }

@@ -21,6 +21,8 @@ typedef struct {
     uint64_t wait_ns, count; /* count in milli-events */
 } agg_insight_target_t;
 
+#define AGG_INSIGHT_DROP_REASONS 32 /* reasons kept apart in the input; later ones: "other" */
+
 /* What the rules read. Every profile may be NULL (that rule then says nothing). */
 typedef struct {
     const agg_profile_t *cpu, *wall, *alloc, *lock, *io;
@@ -40,6 +42,9 @@ typedef struct {
     uint64_t agent_cpu_ns;        /* the agent's own CPU time within it */
     uint64_t samples, dropped;    /* samples kept, and lost by the agents (only the drop
                                    * reasons agg_insight_drop_counts() says are losses) */
+    /* Optional: `dropped` by reason (cm_drop_reason_t; agg_insight_add_drop fills both); the
+     * agent-overhead rule names the largest reasons in its evidence. */
+    uint64_t drop_reasons[AGG_INSIGHT_DROP_REASONS];
 } agg_insight_input_t;
 
 /* Default thresholds (agg_insights_defaults); a rule fires when its score reaches its one. */
@@ -101,8 +106,15 @@ json_t *agg_insights_json(const agg_insights_t *r);
 
 /* 1 when samples dropped for this reason (cm_drop_reason_t) are a loss the agent-overhead rule
  * counts: not the flood subsampling the agent does on purpose (CM_DROP_SUBSAMPLED, its rows
- * carry the weight of what they stand for) nor a truncated stack (the sample is kept). */
+ * carry the weight of what they stand for), a truncated stack (the sample is kept), nor what
+ * is not a sample: spans past their bounds (span_limit: a service with a span per short
+ * request passes the per-chunk bound while every sample is kept) and incident captures not
+ * taken (cooldown, cap) or not kept (the recorder's copy of samples the chunks carry). */
 int agg_insight_drop_counts(uint32_t reason);
+
+/* Adds count samples dropped for reason to in (dropped, drop_reasons) when the reason is a
+ * loss (agg_insight_drop_counts). */
+void agg_insight_add_drop(agg_insight_input_t *in, uint32_t reason, uint64_t count);
 
 /* The categories of the rules' function names a function belongs to, as bits
  * AGG_INSIGHT_CAT_*: what the ingest's KPMs split the CPU samples by (patterns compiled once;

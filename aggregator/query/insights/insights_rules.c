@@ -236,7 +236,47 @@ int ins_rules_share(ins_ctx_t *x) {
 }
 
 int agg_insight_drop_counts(uint32_t reason) {
-    return reason != CM_DROP_SUBSAMPLED && reason != CM_DROP_STACK_TRUNCATED;
+    switch (reason) {
+    case CM_DROP_SUBSAMPLED:
+    case CM_DROP_STACK_TRUNCATED:
+    case CM_DROP_SPAN_LIMIT:
+    case CM_DROP_INCIDENT_COOLDOWN:
+    case CM_DROP_INCIDENT_CAP:
+    case CM_DROP_INCIDENT_LOST:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+void agg_insight_add_drop(agg_insight_input_t *in, uint32_t reason, uint64_t count) {
+    if (!agg_insight_drop_counts(reason))
+        return;
+    in->dropped += count;
+    in->drop_reasons[reason < AGG_INSIGHT_DROP_REASONS ? reason : 0] += count;
+}
+
+/* Evidence for the drops: the largest reasons first (up to three, each at least 1 % of them;
+ * reasons not kept apart go under "unspecified"), or the bare count when none were given. */
+static int drop_evidence(agg_insight_t *ins, const agg_insight_input_t *in, double drop) {
+    uint64_t done = 0; /* reasons already named, as bits */
+    for (int k = 0; k < 3; k++) {
+        uint32_t best = 0;
+        uint64_t n = 0;
+        for (uint32_t r = 0; r < AGG_INSIGHT_DROP_REASONS; r++)
+            if (!(done >> r & 1) && in->drop_reasons[r] > n)
+                n = in->drop_reasons[best = r];
+        if (!n || (k > 0 && (double)n < 0.01 * (double)in->dropped))
+            break;
+        done |= (uint64_t)1 << best;
+        char name[64];
+        snprintf(name, sizeof name, "samples dropped: %s", cm_drop_reason_name(best));
+        int rc = ins_evidence(ins, name, in->dropped ? (double)n / (double)in->dropped : 0,
+                              (double)n, 0);
+        if (rc)
+            return rc;
+    }
+    return done ? 0 : ins_evidence(ins, "samples dropped", drop, (double)in->dropped, 0);
 }
 
 /* The agent's CPU against the processes' CPU, and the samples it dropped. Judged on enough
@@ -266,15 +306,30 @@ int ins_rule_agent(ins_ctx_t *x) {
                   "samples (full rings, full tables, a slow collector): the profiles are then "
                   "costlier or less complete than they should be.";
     ins.fix = "Lower the agent's rates (FLEETPROF_CPU_RATE, FLEETPROF_ALLOC_RATE, "
-              "FLEETPROF_WALL_HZ) or raise FLEETPROF_CPU_BUDGET; for drops, look at the drop "
-              "reasons (/metrics, fleetprof versions --json) and the collector's health.";
+              "FLEETPROF_WALL_HZ) or raise FLEETPROF_CPU_BUDGET; for drops, the first "
+              "evidence is the reason: over_budget (the budget: raise it or lower the rates), "
+              "thread_limit (more live threads than the agent's 1,024 slots: a thread per "
+              "connection; use a pool), ring_full or heap_table_full (bursts past the rings or "
+              "FLEETPROF_HEAP_ENTRIES), chunk_queue_full (a slow or absent collector).";
+    uint32_t top = 0; /* the largest reason, for the summary */
+    for (uint32_t r = 1; r < AGG_INSIGHT_DROP_REASONS; r++)
+        top = in->drop_reasons[r] > in->drop_reasons[top] ? r : top;
+    double share = in->process_cpu_ns ? (double)in->agent_cpu_ns / (double)in->process_cpu_ns : 0;
+    int named = in->drop_reasons[top] > 0;
     snprintf(ins.summary, sizeof ins.summary,
-             "The agent used %.2f%% of the processes' CPU (budget %.1f%%) and dropped %.2f%% of "
-             "samples (%llu).", cpu * 100, x->lim->agent_share * 100, drop * 100,
-             (unsigned long long)in->dropped);
-    int rc = ins_evidence(&ins, "agent CPU share", cpu, (double)in->agent_cpu_ns / 1e9, 0);
+             "The agent used %.2f%% of the processes' CPU (budget %.1f%%%s) and dropped %.2f%% of "
+             "samples (%llu%s%s).", share * 100, x->lim->agent_share * 100,
+             cpu > 0 ? "" : ", not judged under 5 s of CPU",
+             seen > 0 ? (double)in->dropped / seen * 100 : 0, (unsigned long long)in->dropped,
+             named ? ", most " : "", named ? cm_drop_reason_name(top) : "");
+    /* what made it fire first: the CPU share, or the drops by reason */
+    int by_cpu = rc_cpu >= rc_drop, rc = 0;
+    if (!by_cpu)
+        rc = drop_evidence(&ins, in, drop);
     if (!rc)
-        rc = ins_evidence(&ins, "samples dropped", drop, (double)in->dropped, 0);
+        rc = ins_evidence(&ins, "agent CPU share", cpu, (double)in->agent_cpu_ns / 1e9, 0);
+    if (!rc && by_cpu && in->dropped)
+        rc = drop_evidence(&ins, in, drop);
     if (rc) {
         ins_insight_clear(&ins);
         return rc;

@@ -127,8 +127,8 @@ static int interval_sums(qdb_t *d, agg_insight_input_t *in, const int64_t *b, in
                 in->process_cpu_ns += (uint64_t)agg_qx_int64(st, 2);
             } else if (q == 1) {
                 in->samples += (uint64_t)c0;
-            } else if (agg_insight_drop_counts((uint32_t)c0)) {
-                in->dropped += (uint64_t)c1;
+            } else {
+                agg_insight_add_drop(in, (uint32_t)c0, (uint64_t)c1);
             }
         }
         rc = agg_qs_done(st, s);
