@@ -76,8 +76,7 @@ static void build(const chunks_t *cs, prof_t *x) {
         for (int t = 1; t < CM_EV_COUNT; t++)
             x->in.samples += c->samples[t].n;
         for (uint32_t k = 0; k < h->n_drops; k++)
-            if (agg_insight_drop_counts(h->drops[k].reason))
-                x->in.dropped += h->drops[k].count;
+            agg_insight_add_drop(&x->in, h->drops[k].reason, h->drops[k].count);
     }
     for (int t = 1; t < CM_EV_COUNT; t++)
         agg_profile_seal(x->p[t]);
@@ -392,6 +391,41 @@ static void test_leak(void) {
     free(dir);
 }
 
+/* The agent's own limits: a program with more threads than its registry holds (1,100
+ * connection threads, 1,024 slots) loses the samples of those past it, counted thread_limit:
+ * the agent-overhead insight with that reason first; also through the store (drops by reason)
+ * and the API. */
+static void test_agent_threads(void) {
+    char *dir;
+    expect_one("overload", "1.5", "1s", NULL, "agent_overhead", "samples dropped: thread_limit",
+               NULL, &dir);
+    chunks_t *cs = load(dir);
+    uint64_t want = 0; /* the chunks' thread_limit count, all of it in the evidence */
+    for (int i = 0; i < cs->n; i++)
+        for (uint32_t k = 0; k < cs->c[i]->header.n_drops; k++)
+            if (cs->c[i]->header.drops[k].reason == CM_DROP_THREAD_LIMIT)
+                want += cs->c[i]->header.drops[k].count;
+    free_chunks(cs);
+    char *store = ingest(dir);
+    json_t *x = store_insight(store, "agent_overhead", "samples dropped: thread_limit");
+    json_t *e = json_array_get(json_object_get(x, "evidence"), 0);
+    double n = json_number_value(json_object_get(e, "value"));
+    CHECKF(want >= 50 && n == (double)want, "store: %.0f thread_limit drops, the chunks %llu", n,
+           (unsigned long long)want);
+    json_decref(x);
+    rmrf(store);
+    rmrf(dir);
+    free(store);
+    free(dir);
+}
+
+/* ... and a CPU budget too small for the agent's fixed costs (0.01 % of the process's CPU):
+ * it samples less, and counts what it did not take as over_budget. */
+static void test_agent_budget(void) {
+    expect_one("mixed", "2", "1s", "FLEETPROF_CPU_BUDGET=0.01", "agent_overhead",
+               "samples dropped: over_budget", NULL, NULL);
+}
+
 static void test_null_mixed(void) {
     char prog[512];
     prog_path("insight_work", prog, sizeof prog);
@@ -578,7 +612,9 @@ static void test_report_new_insights(void) {
 static const tr_test_t tests[] = {
     {"lock", test_lock},           {"churn", test_churn},         {"smallio", test_smallio},
     {"spin", test_spin},           {"throw", test_throw},         {"copy", test_copy},
-    {"leak", test_leak},           {"null_mixed", test_null_mixed}, {"null_cpu", test_null_cpu},
+    {"leak", test_leak},           {"agent_threads", test_agent_threads},
+    {"agent_budget", test_agent_budget},
+               {"null_mixed", test_null_mixed}, {"null_cpu", test_null_cpu},
     {"null_demo", test_null_demo}, {"kpm_truth", test_kpm_truth},
     {"search_spike", test_search_spike}, {"report_new_insights", test_report_new_insights},
     {0}};

@@ -11,6 +11,9 @@
  *                             every 50 ms (and clears at once)
  *   insight_work throw SECS   parse_int throws on 9 of 10 inputs, its caller catches
  *   insight_work copy SECS    copy_frames memcpy()s 1 MiB frames between buffers
+ *   insight_work overload SECS
+ *                             1,100 connection threads (past the agent's 1,024 thread slots),
+ *                             each serving a request every 100 ms: the agent's drops
  *   insight_work mixed SECS   2 threads: compute, a few allocations, small copies, a lock
  *                             held briefly, 4 KiB writes: nothing dominates
  *   insight_work truth SECS   known figures for the KPMs: allocates and frees 4 KiB..64 KiB
@@ -314,6 +317,56 @@ static void run_spike(double start, double len) {
            spiked);
 }
 
+/* ---- overload ---- */
+/* A thread per connection, 1,100 connections: more threads than the agent's registry holds
+ * (1,024), so the ones past it are not profiled and what they would have given is counted as
+ * dropped (thread_limit). Each thread serves a request every 100 ms: a little CPU and a few
+ * allocations. */
+#define CONN_THREADS 1100
+static pthread_barrier_t conn_up;
+
+static NOINLINE void serve_connection(void) {
+    char *b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (char *)malloc(512 + 512 * i);
+    for (int i = 0; i < 8; i++)
+        b[i][0] = (char)i, sink += (uint64_t)b[i][0];
+    for (int i = 0; i < 8; i++)
+        free(b[i]);
+    compute(50);
+}
+
+static void *conn_thread(void *arg) {
+    (void)arg;
+    pthread_barrier_wait(&conn_up);
+    for (;;) {
+        serve_connection();
+        usleep(100000);
+    }
+}
+
+static void run_overload(void) {
+    static pthread_t t[CONN_THREADS];
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 128 << 10);
+    pthread_barrier_init(&conn_up, NULL, CONN_THREADS + 1);
+    int n = 0;
+    for (; n < CONN_THREADS; n++)
+        if (pthread_create(&t[n], &a, conn_thread, NULL))
+            break;
+    if (n < CONN_THREADS) { /* the barrier waits for all: a machine that cannot make them */
+        fprintf(stderr, "only %d threads\n", n);
+        exit(3);
+    }
+    pthread_barrier_wait(&conn_up);
+    while (more())
+        usleep(50000);
+    /* exit with the threads running, as a server does: 1,100 threads ending at once would
+     * queue on the agent's registry lock at their exit, a lock wait of its own */
+    printf("threads=%d\n", n);
+}
+
 static void threads(int n, void *(*fn)(void *)) {
     pthread_t t[8];
     for (int i = 0; i < n; i++)
@@ -324,7 +377,7 @@ static void threads(int n, void *(*fn)(void *)) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: insight_work lock|churn|leak|smallio|spin|throw|copy|mixed SECS\n");
+        fprintf(stderr, "usage: insight_work MODE SECS (modes: see the comment on top)\n");
         return 2;
     }
     const char *m = argv[1];
@@ -364,6 +417,8 @@ int main(int argc, char **argv) {
         run_truth();
     } else if (!strcmp(m, "spike") && argc >= 5) {
         run_spike(atof(argv[3]), atof(argv[4]));
+    } else if (!strcmp(m, "overload")) {
+        run_overload();
     } else if (!strcmp(m, "mixed")) {
         threads(2, mixed_thread);
     } else {
