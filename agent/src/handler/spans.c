@@ -17,12 +17,17 @@
  *   - an ended span is appended to the current half of g_done: one fetch-add claims a row,
  *     the row is written, then published by storing the half's epoch in it. The bg thread
  *     flips the half at each cut and waits (bounded) for the rows claimed before the flip.
+ *   - times are stamps (stamp_now): TSC ticks once the hooks calibrated an invariant TSC (an
+ *     rdtsc, ~8 ns, where the vDSO's CLOCK_REALTIME costs ~22 ns: two per span), else
+ *     CLOCK_REALTIME ns; the bg thread turns them into real time against a reference pair it
+ *     takes at each cut (stamp_real).
  * Bounds: AG_SPANS_PER_CHUNK ended spans per chunk, AG_SPAN_DEPTH nested spans per thread,
  * AG_SPAN_THREADS threads with an active span, AG_SPAN_NAMES names: beyond them a span is not
  * recorded and DROP_SPAN_LIMIT is counted (its samples keep its context). Nothing here runs in
  * a signal handler.
  */
 #include "recorder/incid.h"
+#include "hooks.h"
 #include "internal.h"
 
 #include "fleetprof.h"
@@ -102,6 +107,47 @@ static uint64_t now_real(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A span's time: TSC ticks with STAMP_TSC set (the TSC calibrated), else CLOCK_REALTIME ns. */
+#define STAMP_TSC ((uint64_t)1 << 63)
+static uint64_t stamp_now(void) {
+    if (atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed))
+        return ag_tsc() | STAMP_TSC;
+    return now_real();
+}
+
+/* The reference pair (TSC, real ns) stamps are turned into real time against: taken by the
+ * bg thread at each cut (ref_take) and first by the first span that needs it. */
+static _Atomic uint64_t g_ref_tsc, g_ref_real;
+
+static void ref_take(void) {
+    uint64_t r = now_real(), t = ag_tsc();
+    atomic_store_explicit(&g_ref_tsc, t, memory_order_relaxed);
+    atomic_store_explicit(&g_ref_real, r, memory_order_release);
+}
+
+/* Real ns of a stamp. The TSC's scale error (calibrated over >= 200 ms, refined since) times
+ * the distance to the reference: microseconds over a chunk interval. */
+static uint64_t stamp_real(uint64_t st) {
+    if (!(st & STAMP_TSC))
+        return st;
+    uint64_t scale = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed);
+    if (!atomic_load_explicit(&g_ref_real, memory_order_acquire))
+        ref_take();
+    uint64_t rr = atomic_load_explicit(&g_ref_real, memory_order_acquire);
+    int64_t d = (int64_t)((st & ~STAMP_TSC) - atomic_load_explicit(&g_ref_tsc, memory_order_relaxed));
+    int64_t ns = (int64_t)(((__int128)d * (__int128)scale) >> 32);
+    return ns < 0 && (uint64_t)-ns > rr ? 0 : rr + (uint64_t)ns;
+}
+
+/* end - start in ns (0 when end is not after start). */
+static uint64_t stamp_diff(uint64_t start, uint64_t end) {
+    uint64_t scale = atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed);
+    if ((start & STAMP_TSC) && (end & STAMP_TSC) && scale)
+        return end > start ? (uint64_t)(((__int128)(end - start) * scale) >> 32) : 0;
+    uint64_t s = stamp_real(start), e = stamp_real(end); /* the TSC calibrated in between */
+    return e > s ? e - s : 0;
 }
 
 static pid_t my_tid(void) {
@@ -247,11 +293,11 @@ static int begin(const uint8_t trace[16], const uint8_t span[8], const char *nam
 
 int fleetprof_span_begin_ids(const uint8_t trace_id[16], const uint8_t span_id[8],
                              const char *name) {
-    return begin(trace_id, span_id, name, now_real());
+    return begin(trace_id, span_id, name, stamp_now());
 }
 
 int fleetprof_span_begin(const char *traceparent, const char *name) {
-    uint64_t start = now_real();
+    uint64_t start = stamp_now();
     uint8_t trace[16], span[8];
     if (ag_parse_traceparent(traceparent, trace, span) != 0)
         return -EINVAL;
@@ -259,7 +305,7 @@ int fleetprof_span_begin(const char *traceparent, const char *name) {
 }
 
 int fleetprof_span_end(void) {
-    uint64_t end = now_real(); /* first: the end is the call's time */
+    uint64_t end = stamp_now(); /* first: the end is the call's time */
     if (!atomic_load_explicit(&ag.running, memory_order_relaxed) && t_span.depth == 0)
         return 0;
     if (t_span.over) { /* a span beyond the depth: its context stays until its parent ends */
@@ -287,7 +333,7 @@ int fleetprof_span_end(void) {
     if (t_span.depth == 0 && t_span.slot)
         publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
     if (t_span.depth == 0) /* a request ended: incident triggers (recorder/triggers.c) */
-        ag_trig_span_ended(end > f->start_ns ? end - f->start_ns : 0);
+        ag_trig_span_ended(stamp_diff(f->start_ns, end));
     static const uint8_t zero[16];
     if (!memcmp(f->ctx, zero, 16))
         fleetprof_span_clear();
@@ -302,6 +348,7 @@ int fleetprof_span_end(void) {
 static uint32_t g_closed_epoch, g_closed_n;
 
 void ag_spans_flip(void) {
+    ref_take();
     uint64_t st = atomic_load_explicit(&g_done_state, memory_order_relaxed), next;
     do
         next = ((st >> 32) + 1) << 32;
@@ -350,8 +397,9 @@ void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
             ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
             continue;
         }
-        uint64_t e = d->end_ns < start ? start : d->end_ns > end ? end : d->end_ns;
-        uint64_t s = d->start_ns > e ? e : d->start_ns;
+        uint64_t de = stamp_real(d->end_ns), ds = de - stamp_diff(d->start_ns, d->end_ns);
+        uint64_t e = de < start ? start : de > end ? end : de;
+        uint64_t s = ds > e ? e : ds;
         ag_builder_add_span(b, d->ctx, d->name && d->name <= n ? g_names[d->name].s : NULL,
                             s, e - s, d->tid, 0);
     }
@@ -365,6 +413,7 @@ void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
         uint64_t st;
         uint8_t ctx[CM_CONTEXT_SIZE];
         read_active(a, &act, &name, &st, ctx);
+        st = stamp_real(st);
         if (act && st <= end)
             ag_builder_add_span(b, ctx, name && name <= n ? g_names[name].s : NULL, st,
                                 end - st, (pid_t)tid, CM_SPF_ACTIVE);
@@ -384,7 +433,7 @@ int ag_spans_pending(void) {
         uint8_t ctx[CM_CONTEXT_SIZE];
         if (atomic_load_explicit(&g_active[i].owner, memory_order_acquire))
             read_active(&g_active[i], &act, &name, &st, ctx);
-        if (act && st >= g_fork_real)
+        if (act && stamp_real(st) >= g_fork_real)
             return 1;
     }
     return 0;
@@ -425,6 +474,7 @@ uint32_t ag_spans_active_stats(uint64_t now, uint64_t slow_ns, uint32_t *slow,
         uint64_t st;
         uint8_t ctx[CM_CONTEXT_SIZE];
         read_active(a, &act, &name, &st, ctx);
+        st = stamp_real(st);
         if (!act || st > now)
             continue;
         n++;
