@@ -37,7 +37,13 @@
  * round): the two cores' different co-tenant loads no longer enter the ratio. Every ratio is
  * also reported as a geometric mean with its 95% confidence interval (t on the log ratios).
  *
- * Usage: bench-agent-mixed [pair|pairoff|pairsame] [ROUNDS [REQUESTS]]  (default 31, 40000)
+ * "pairspans" runs two agent runs at once as "pair" does, both with BENCH_SPANS: "base" only
+ * formats each request's traceparent (BENCH_SPANS=2), "on" also calls the span API
+ * (BENCH_SPANS=1): on/base is then what a span per request adds to the agent's overhead,
+ * measured in the same rounds.
+ *
+ * Usage: bench-agent-mixed [pair|pairoff|pairsame|pairspans] [ROUNDS [REQUESTS]]
+ *        (default 31, 40000)
  *        BENCH_AGENT_ENV="FLEETPROF_IO=0 ..." adds settings to the agent runs (ablation)
  *        BENCH_BASE_LIB=/path/libfleetprof.so (pair modes): "base" runs under that agent build
  *          (enabled, same settings) instead of bare, so on/base is after/before a change
@@ -46,7 +52,8 @@
  *        bench-agent-mixed work REQUESTS          (one run of the workload)
  *        BENCH_SPANS=1: every request is a named span, as a traced service's are: the worker
  *          formats the request's W3C traceparent (every run) and, when the agent is there,
- *          calls fleetprof_span_begin(traceparent, "GET /item") and fleetprof_span_end()
+ *          calls fleetprof_span_begin(traceparent, "GET /item") and fleetprof_span_end();
+ *          BENCH_SPANS=2: formats it only
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -264,8 +271,9 @@ static void *logger(void *arg) {
 static int work(long requests) {
     g_requests = requests;
     const char *sp = getenv("BENCH_SPANS");
-    g_spans = sp && !strcmp(sp, "1");
-    if (g_spans && (g_span_end = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_span_end")))
+    g_spans = sp && (!strcmp(sp, "1") || !strcmp(sp, "2"));
+    if (g_spans && sp[0] == '1' &&
+        (g_span_end = (int (*)(void))dlsym(RTLD_DEFAULT, "fleetprof_span_end")))
         g_span_begin = (span_begin_fn)dlsym(RTLD_DEFAULT, "fleetprof_span_begin");
     g_mark_lo = (uint64_t)requests * WORKERS / 10;
     g_mark_hi = (uint64_t)requests * WORKERS * 9 / 10;
@@ -323,9 +331,11 @@ typedef struct {
 } child_t;
 
 /* Starts the workload as a child: lib NULL = no agent; cpu >= 0 pins it to that core; extra:
- * "K=V ..." settings added to the agent's (ablation). */
+ * "K=V ..." settings added to the agent's (ablation); spans: its BENCH_SPANS (NULL: this
+ * process's). */
 static child_t start_child(const char *self, const char *lib, const char *enabled,
-                           const char *out, long requests, int cpu, const char *extra) {
+                           const char *out, long requests, int cpu, const char *extra,
+                           const char *spans) {
     int fd[2];
     if (pipe(fd) != 0)
         exit(1);
@@ -342,6 +352,8 @@ static child_t start_child(const char *self, const char *lib, const char *enable
                 _exit(126);
         }
         unsetenv("LD_PRELOAD");
+        if (spans)
+            setenv("BENCH_SPANS", spans, 1);
         for (char **e = environ; *e;) { /* only the agent's defaults */
             if (!strncmp(*e, "FLEETPROF_", 10)) {
                 char name[256];
@@ -402,7 +414,7 @@ static res_t finish_child(child_t c) {
 static res_t run_child(const char *self, const char *lib, const char *enabled, const char *out,
                        long requests) {
     return finish_child(start_child(self, lib, enabled, out, requests, -1,
-                                    getenv("BENCH_AGENT_ENV")));
+                                    getenv("BENCH_AGENT_ENV"), NULL));
 }
 
 /* Two-sided 95% quantile of Student's t with df degrees of freedom (1.96 past 30). */
@@ -436,8 +448,9 @@ static void report(const char *what, double *v, int n) {
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "work"))
         return work(atol(argv[2]));
+    int spans = argc > 1 && !strcmp(argv[1], "pairspans");
     int pair = argc > 1 && (!strcmp(argv[1], "pair") || !strcmp(argv[1], "pairoff") ||
-                            !strcmp(argv[1], "pairsame"));
+                            !strcmp(argv[1], "pairsame") || spans);
     int same = pair && !strcmp(argv[1], "pairsame");
     const char *pair_enabled = argc > 1 && !strcmp(argv[1], "pairoff") ? "0" : "1";
     /* ablation: BENCH_AGENT_ENV="FLEETPROF_IO=0 FLEETPROF_LOCK=0" for the agent runs */
@@ -450,7 +463,8 @@ int main(int argc, char **argv) {
     long requests = argc > 2 ? atol(argv[2]) : 40000;
     if (rounds < 3 || rounds > 200) {
         fprintf(stderr,
-                "usage: bench-agent-mixed [pair|pairoff|pairsame] [ROUNDS (3-200) [REQUESTS]]\n");
+                "usage: bench-agent-mixed [pair|pairoff|pairsame|pairspans] [ROUNDS (3-200) "
+                "[REQUESTS]]\n");
         return 2;
     }
     char self[4096], lib[4096], out[] = "/tmp/fp-bench-mixed-XXXXXX";
@@ -459,6 +473,8 @@ int main(int argc, char **argv) {
     printf("%d %s rounds of %ld requests x %d workers; lib %s\n", rounds,
            !pair                 ? "interleaved"
            : same ? "paired (base and on at once, sharing one core, the core alternating)"
+           : spans ? "paired (both under the agent, one core each, swapped; base: no span calls, "
+                     "on: a span per request)"
            : pair_enabled[0] == '1' ? "paired (base and on at once, one core each, swapped)"
                                     : "paired (base and OFF at once, one core each, swapped)",
            requests, WORKERS, lib);
@@ -474,10 +490,13 @@ int main(int argc, char **argv) {
         res_t res[3];
         if (pair) { /* the co-tenants' load hits both at once; no off run */
             const char *base_lib = getenv("BENCH_BASE_LIB"), *base_env = getenv("BENCH_BASE_ENV");
+            if (spans)
+                base_lib = lib;
             child_t b = start_child(self, base_lib && *base_lib ? base_lib : NULL, "1", out,
-                                    requests, r % 2, base_env ? base_env : agent_env);
+                                    requests, r % 2, base_env ? base_env : agent_env,
+                                    spans ? "2" : NULL);
             child_t o = start_child(self, lib, pair_enabled, out, requests,
-                                    same ? r % 2 : 1 - r % 2, agent_env);
+                                    same ? r % 2 : 1 - r % 2, agent_env, spans ? "1" : NULL);
             res[0] = finish_child(b);
             res[2] = finish_child(o);
             res[1] = res[0];

@@ -22,5 +22,6 @@ target_compile_options(insight_work PRIVATE -O1 -fno-omit-frame-pointer
 target_link_libraries(insight_work PRIVATE Threads::Threads)
 if(TARGET fp_query)
   fp_test(test-insights LABELS "query;agent;nosan" LIBS fp_aggtest m)
-  add_dependencies(test-insights insight_work fp-work demo-service fleetprof_agent)
+  add_dependencies(test-insights insight_work fp-work demo-service fleetprof_agent
+                   fleetprof-aggregator fleetprof)
 endif()
