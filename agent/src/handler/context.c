@@ -28,6 +28,9 @@
 #include <stddef.h>
 #include <string.h>
 #include <xxhash.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define AG_LABEL_SETS 4096
 
@@ -143,6 +146,31 @@ static int parse_hex(const char *s, uint8_t *out, size_t n) {
     return bad & 0xf0 ? -1 : 0;
 }
 
+#if defined(__SSE2__)
+/* parse_hex for 16 digits (8 bytes) with SSE2: every digit's value and validity at once
+ * (~3 ns, where the table costs ~1 ns a digit). */
+static int parse_hex16(const char *s, uint8_t out[8]) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)s);
+    __m128i lc = _mm_or_si128(v, _mm_set1_epi8(0x20)); /* 'A'-'F' -> 'a'-'f'; digits stay */
+    /* signed compares: bytes >= 0x80 are negative, never in a range */
+    __m128i dig = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),
+                                _mm_cmpgt_epi8(_mm_set1_epi8('9' + 1), v));
+    __m128i alp = _mm_and_si128(_mm_cmpgt_epi8(lc, _mm_set1_epi8('a' - 1)),
+                                _mm_cmpgt_epi8(_mm_set1_epi8('f' + 1), lc));
+    if (_mm_movemask_epi8(_mm_or_si128(dig, alp)) != 0xffff)
+        return -1;
+    __m128i val = _mm_or_si128(_mm_and_si128(dig, _mm_sub_epi8(v, _mm_set1_epi8('0'))),
+                               _mm_andnot_si128(dig, _mm_sub_epi8(lc, _mm_set1_epi8('a' - 10))));
+    /* a 16-bit lane holds digit 2i (low byte) and 2i+1 (high byte): (d0 << 4) | d1 */
+    __m128i b = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(val, _mm_set1_epi16(0x00ff)), 4),
+                             _mm_srli_epi16(val, 8));
+    _mm_storel_epi64((__m128i *)(void *)out, _mm_packus_epi16(b, b));
+    return 0;
+}
+#else
+static int parse_hex16(const char *s, uint8_t out[8]) { return parse_hex(s, out, 8); }
+#endif
+
 int ag_parse_traceparent(const char *tp, uint8_t trace[16], uint8_t span[8]) {
     /* 00-<32 hex>-<16 hex>-<2 hex>: 55 characters. Version ff is invalid; future versions
      * may append fields after the flags, separated by '-'. */
@@ -152,7 +180,8 @@ int ag_parse_traceparent(const char *tp, uint8_t trace[16], uint8_t span[8]) {
         (tp[55] != '\0' && tp[55] != '-'))
         return -EINVAL;
     if (parse_hex(tp, &ver, 1) || ver == 0xff || (ver == 0 && tp[55] != '\0') ||
-        parse_hex(tp + 3, trace, 16) || parse_hex(tp + 36, span, 8) ||
+        parse_hex16(tp + 3, trace) || parse_hex16(tp + 19, trace + 8) ||
+        parse_hex16(tp + 36, span) ||
         parse_hex(tp + 53, &flags, 1))
         return -EINVAL;
     if (!memcmp(trace, zero, 16) || !memcmp(span, zero, 8))

@@ -109,6 +109,9 @@ static uint64_t now_real(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* ns per TSC tick, 32.32 fixed point, 0 until calibrated (hooks.c, tsc_calibrate) */
+_Atomic uint64_t ag_tsc_scale;
+
 /* A span's time: TSC ticks with STAMP_TSC set (the TSC calibrated), else CLOCK_REALTIME ns. */
 #define STAMP_TSC ((uint64_t)1 << 63)
 static uint64_t stamp_now(void) {

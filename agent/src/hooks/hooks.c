@@ -178,7 +178,8 @@ __attribute__((noinline)) uint32_t ag_hook_unwind(ag_thread_t *t, uintptr_t *pcs
  * (constant_tsc + nonstop_tsc), runs at a fixed rate on every core: the bg thread calibrates
  * it against CLOCK_MONOTONIC over >= 200 ms (then refines it every tick), and until then the
  * hooks use the vDSO clock. */
-_Atomic uint64_t ag_tsc_scale;
+/* ag_tsc_scale is defined in spans.c (its stamps read it too, in code linked without the
+ * hooks) */
 _Atomic uint64_t ag_io_floor_ticks;
 static uint64_t g_tsc0, g_mono0;
 
