@@ -40,9 +40,9 @@
  * "pairspans" runs two agent runs at once as "pair" does, both with BENCH_SPANS: "base" only
  * formats each request's traceparent (BENCH_SPANS=2), "on" also calls the span API
  * (BENCH_SPANS=1): on/base is then what a span per request adds to the agent's overhead,
- * measured in the same rounds.
+ * measured in the same rounds; "pairsamespans" likewise, both on the same core (as pairsame).
  *
- * Usage: bench-agent-mixed [pair|pairoff|pairsame|pairspans] [ROUNDS [REQUESTS]]
+ * Usage: bench-agent-mixed [pair|pairoff|pairsame|pairspans|pairsamespans] [ROUNDS [REQUESTS]]
  *        (default 31, 40000)
  *        BENCH_AGENT_ENV="FLEETPROF_IO=0 ..." adds settings to the agent runs (ablation)
  *        BENCH_BASE_LIB=/path/libfleetprof.so (pair modes): "base" runs under that agent build
@@ -448,10 +448,10 @@ static void report(const char *what, double *v, int n) {
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "work"))
         return work(atol(argv[2]));
-    int spans = argc > 1 && !strcmp(argv[1], "pairspans");
+    int spans = argc > 1 && (!strcmp(argv[1], "pairspans") || !strcmp(argv[1], "pairsamespans"));
     int pair = argc > 1 && (!strcmp(argv[1], "pair") || !strcmp(argv[1], "pairoff") ||
                             !strcmp(argv[1], "pairsame") || spans);
-    int same = pair && !strcmp(argv[1], "pairsame");
+    int same = pair && (!strcmp(argv[1], "pairsame") || !strcmp(argv[1], "pairsamespans"));
     const char *pair_enabled = argc > 1 && !strcmp(argv[1], "pairoff") ? "0" : "1";
     /* ablation: BENCH_AGENT_ENV="FLEETPROF_IO=0 FLEETPROF_LOCK=0" for the agent runs */
     const char *agent_env = getenv("BENCH_AGENT_ENV");
@@ -463,7 +463,8 @@ int main(int argc, char **argv) {
     long requests = argc > 2 ? atol(argv[2]) : 40000;
     if (rounds < 3 || rounds > 200) {
         fprintf(stderr,
-                "usage: bench-agent-mixed [pair|pairoff|pairsame|pairspans] [ROUNDS (3-200) "
+                "usage: bench-agent-mixed [pair|pairoff|pairsame|pairspans|pairsamespans] "
+                "[ROUNDS (3-200) "
                 "[REQUESTS]]\n");
         return 2;
     }
@@ -472,6 +473,8 @@ int main(int argc, char **argv) {
         return 1;
     printf("%d %s rounds of %ld requests x %d workers; lib %s\n", rounds,
            !pair                 ? "interleaved"
+           : same && spans ? "paired (both under the agent, sharing one core, the core "
+                             "alternating; base: no span calls, on: a span per request)"
            : same ? "paired (base and on at once, sharing one core, the core alternating)"
            : spans ? "paired (both under the agent, one core each, swapped; base: no span calls, "
                      "on: a span per request)"
