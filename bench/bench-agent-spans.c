@@ -67,9 +67,9 @@ int main(void) {
         fprintf(stderr, "bench-agent-spans: the agent is not running (FLEETPROF_ENABLED?)\n");
         return 1;
     }
-    /* as in a service up for more than a moment: the agent has calibrated the TSC (>= 200 ms
-     * after its start), which span times are then read from */
-    struct timespec settle = {0, 600000000};
+    /* as in a service up for more than a moment: the agent has calibrated the TSC over >= 2 s
+     * (spans.c), which span times are then read from */
+    struct timespec settle = {2, 600000000};
     nanosleep(&settle, NULL);
     double best[6] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e9};
     for (int r = 0; r < 5; r++)

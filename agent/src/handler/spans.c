@@ -17,7 +17,8 @@
  *   - an ended span is appended to the current half of g_done: one fetch-add claims a row,
  *     the row is written, then published by storing the half's epoch in it. The bg thread
  *     flips the half at each cut and waits (bounded) for the rows claimed before the flip.
- *   - times are stamps (stamp_now): TSC ticks once the hooks calibrated an invariant TSC (an
+ *   - times are stamps (stamp_now): TSC ticks once the hooks calibrated an invariant TSC over
+ *     >= 2 s (an
  *     rdtsc, ~8 ns, where the vDSO's CLOCK_REALTIME costs ~22 ns: two per span), else
  *     CLOCK_REALTIME ns; the bg thread turns them into real time against a reference pair it
  *     takes at each cut (stamp_real).
@@ -109,13 +110,16 @@ static uint64_t now_real(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ns per TSC tick, 32.32 fixed point, 0 until calibrated (hooks.c, tsc_calibrate) */
+/* ns per TSC tick, 32.32 fixed point, 0 until calibrated (hooks.c, tsc_calibrate); settled:
+ * calibrated over >= 2 s */
 _Atomic uint64_t ag_tsc_scale;
+_Atomic int ag_tsc_settled;
 
-/* A span's time: TSC ticks with STAMP_TSC set (the TSC calibrated), else CLOCK_REALTIME ns. */
+/* A span's time: TSC ticks with STAMP_TSC set (the TSC calibrated over >= 2 s: the first
+ * scale, over 200 ms, may be off by a few tenths of a percent), else CLOCK_REALTIME ns. */
 #define STAMP_TSC ((uint64_t)1 << 63)
 static uint64_t stamp_now(void) {
-    if (atomic_load_explicit(&ag_tsc_scale, memory_order_relaxed))
+    if (atomic_load_explicit(&ag_tsc_settled, memory_order_relaxed))
         return ag_tsc() | STAMP_TSC;
     return now_real();
 }

@@ -71,6 +71,9 @@ AG_HIDDEN uint64_t ag_hook_clock(void); /* monotonic ns (vDSO) */
 /* Cheap interval timing for the I/O hooks: rdtsc when the TSC is invariant and calibrated
  * (ag_tsc_scale != 0: ns = ticks * ag_tsc_scale >> 32), else ag_hook_clock. */
 AG_HIDDEN extern _Atomic uint64_t ag_tsc_scale;
+/* 1 once the scale was calibrated over >= 2 s: what span durations (spans.c) wait for, as
+ * they are compared with the program's own clock within a fraction of a percent */
+AG_HIDDEN extern _Atomic int ag_tsc_settled;
 AG_HIDDEN extern _Atomic uint64_t ag_io_floor_ticks; /* io_floor_ns in ticks, when calibrated */
 static inline uint64_t ag_tsc(void) {
     uint32_t lo, hi;
