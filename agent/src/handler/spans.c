@@ -143,7 +143,8 @@ static uint64_t stamp_real(uint64_t st) {
     if (!atomic_load_explicit(&g_ref_real, memory_order_acquire))
         ref_take();
     uint64_t rr = atomic_load_explicit(&g_ref_real, memory_order_acquire);
-    int64_t d = (int64_t)((st & ~STAMP_TSC) - atomic_load_explicit(&g_ref_tsc, memory_order_relaxed));
+    uint64_t rt = atomic_load_explicit(&g_ref_tsc, memory_order_relaxed);
+    int64_t d = (int64_t)((st & ~STAMP_TSC) - rt);
     int64_t ns = (int64_t)(((__int128)d * (__int128)scale) >> 32);
     return ns < 0 && (uint64_t)-ns > rr ? 0 : rr + (uint64_t)ns;
 }
