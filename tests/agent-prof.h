@@ -1,7 +1,7 @@
-/* What the runtime-frame tests (test-agent-python, test-agent-java, test-agent-node) share: self-share profiles
- * (a key's summed weight, its share of the total, the keys by weight, two profiles' largest
- * difference), a frame's kind and file, source paths, the cases runner. Include after
- * agent-common.h. */
+/* What the runtime-frame tests (test-agent-python, test-agent-java, test-agent-node) share:
+ * self-share profiles (a key's summed weight, its share of the total, the keys by weight, two
+ * profiles' largest difference), a frame's kind and file, source paths, the cases runner.
+ * Include after agent-common.h. */
 #ifndef TESTS_AGENT_PROF_H
 #define TESTS_AGENT_PROF_H
 

@@ -1069,8 +1069,8 @@ static void test_altstack_handler(void) {
     printf("# alternate stack: %llu samples in the handler's work, %llu through to its caller\n",
            (unsigned long long)on_alt.samples, (unsigned long long)through);
     CHECKF(on_alt.samples >= 50, "%llu samples", (unsigned long long)on_alt.samples);
-    CHECKF(through >= on_alt.samples * 9 / 10, "%llu of %llu reach the caller", (unsigned long long)through,
-           (unsigned long long)on_alt.samples);
+    CHECKF(through >= on_alt.samples * 9 / 10, "%llu of %llu reach the caller",
+           (unsigned long long)through, (unsigned long long)on_alt.samples);
     free_chunks(cs);
     rmrf(dir);
 }
