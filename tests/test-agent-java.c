@@ -137,47 +137,47 @@ static void frames_check(const frames_t *r, uint64_t min) {
     CHECK(r->main_ok * 100 >= r->main_work * 99);
 }
 
-/* The control: preloaded without -agentpath, the JVM's JIT frames are bare addresses and its
- * Java threads' stacks incomplete (what the 95 % above is measured against). */
-static void frames_without(void) {
+/* Runs Work under the agent (env, argv; chunks in dir) and scans its Java threads' stacks. */
+static frames_t run_frames(const char *dir, const char *const *env, const char *const *argv,
+                           const char *what) {
     char out[8192];
-    char *dir = mkout();
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
-                         "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0", NULL};
-    const char *argv[] = {JDK "java", "-cp", classes, "Work", "1c", NULL};
     int st = run(env, argv, 900, out, sizeof out);
-    CHECKF(st == 0 && strstr(out, "done true"), "Work (preload only) failed (%d): %s", st, out);
+    CHECKF(st == 0 && strstr(out, "done true"), "%s failed (%d): %s", what, st, out);
     chunks_t *cs = load(dir);
     frames_t r = {0};
     for (int i = 0; i < cs->n; i++)
         frames_scan(cs->c[i], &r);
+    free_chunks(cs);
+    return r;
+}
+
+/* The control: preloaded without -agentpath, the JVM's JIT frames are bare addresses and its
+ * Java threads' stacks incomplete (what the 95 % above is measured against). */
+static void frames_without(void) {
+    char *dir = mkout();
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
+                         "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0", NULL};
+    const char *argv[] = {JDK "java", "-cp", classes, "Work", "1c", NULL};
+    frames_t r = run_frames(dir, env, argv, "Work (preload only)");
     printf("# preload only: %.3f s on incomplete stacks, %.3f s on complete Java stacks\n",
            r.java_w / 1e9, r.good_w / 1e9);
     CHECK(r.java_w >= 0.5e9 && r.good_w == 0 && r.spin == 0);
-    free_chunks(cs);
     rmrf(dir);
     free(dir);
 }
 
 static void frames(void) {
     compile();
-    char out[8192];
     char *dir = mkout();
     const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
                          "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0",
                          "FLEETPROF_LOG_LEVEL=info", NULL};
     const char *argv[] = {JDK "java", agentpath, DNS, "-cp", classes, "Work", "2c", NULL};
-    int st = run(env, argv, 900, out, sizeof out);
-    CHECKF(st == 0 && strstr(out, "done true"), "Work failed (%d): %s", st, out);
-    chunks_t *cs = load(dir);
-    frames_t r = {0};
-    for (int i = 0; i < cs->n; i++)
-        frames_scan(cs->c[i], &r);
+    frames_t r = run_frames(dir, env, argv, "Work");
     printf("# Java threads' CPU %.3f s, %.2f %% on complete stacks rooted in main/Thread.run\n",
            r.java_w / 1e9, 100 * r.good_w / (r.java_w > 0 ? r.java_w : 1));
     frames_check(&r, 50);
     CHECKF(r.good_w >= 0.95 * r.java_w, "%.2f %% complete", 100 * r.good_w / r.java_w);
-    free_chunks(cs);
     rmrf(dir);
     free(dir);
 
@@ -188,16 +188,9 @@ static void frames(void) {
     const char *env2[] = {jto, ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000", "FLEETPROF_CPU_RATE=2000",
                           "FLEETPROF_CONTROLLER=0", NULL};
     const char *argv2[] = {JDK "java", "-cp", classes, "Work", "1c", NULL};
-    st = run(env2, argv2, 900, out, sizeof out);
-    CHECKF(st == 0 && strstr(out, "done true"), "Work (JAVA_TOOL_OPTIONS) failed (%d): %s", st,
-           out);
-    cs = load(dir);
-    memset(&r, 0, sizeof r);
-    for (int i = 0; i < cs->n; i++)
-        frames_scan(cs->c[i], &r);
+    r = run_frames(dir, env2, argv2, "Work (JAVA_TOOL_OPTIONS)");
     printf("# JAVA_TOOL_OPTIONS only:\n");
     frames_check(&r, 10);
-    free_chunks(cs);
     rmrf(dir);
     free(dir);
     frames_without();
