@@ -11,13 +11,19 @@
  *   stress   tests/java/Stress.java (32 threads, 1000 rounds: NullPointerExceptions from
  *            implicit null checks, thrown and caught exceptions, class casts, GC pressure, a
  *            lock) gives the checksum of a run without the agent in 20 runs of 20 with it.
- *   compare  the single-threaded Work, 12 s of CPU, under the agent, under JFR
- *            (jdk.ExecutionSample every 1 ms, `jfr print`) and under async-profiler 4.1
- *            (ctimer, 1 ms; Maven Central, tests/java/async-profiler.sh), one run each, back
- *            to back: each side's top-10 Java methods by self share (the innermost Java frame
- *            of samples with a Java frame) within 3 points of the others'. Not in one JVM:
- *            JFR's sampler stops a thread with a signal and walks it, and a sample of ours
- *            landing in that handler cannot be walked (AsyncGetCallTrace: not in Java code).
+ *   compare  the single-threaded Work, 12 s of CPU, twice: in one JVM under the agent and
+ *            JFR (jdk.ExecutionSample every 1 ms, `jfr print`), then in one JVM under the
+ *            agent and async-profiler 4.1 (event cpu: perf_events' cpu-clock, 1 ms; Maven
+ *            Central, tests/java/async-profiler.sh): each side's top-10 Java methods by self
+ *            share (the innermost Java frame of samples with a Java frame) within 3 points of
+ *            the other's. Same execution, because the JIT makes runs differ (Work.mix 35.1 %
+ *            in one run, 38.2 % in the next). A profiler's signal can land in the other's
+ *            handler, where no Java frame can be walked: those samples (~7-17 % of ours) have
+ *            no Java frame and are left out of the shares; they fall at times set by the
+ *            timers, not by the Java code. Not async-profiler's ctimer or itimer: the kernel
+ *            fires every CPU-time timer at the same scheduler tick as ours, so nearly all of
+ *            one side's samples land in the other's handler (cpu-clock has its own hrtimer);
+ *            not all three in one JVM: JFR then differs from both by 3-4 points.
  * Preloads the agent into java: plain builds only (label nosan).
  */
 #include "agent-common.h"
@@ -112,9 +118,12 @@ static void frames_scan(const cm_chunk_t *c, frames_t *r) {
             continue;
         uint32_t lf = d->stack_frames[leaf];
         const char *fn = loc_fn(d, lf), *root = loc_fn(d, d->stack_frames[a]);
-        if (!strncmp(fn, "Work.", 5))
-            r->bad_name += strcmp(fn_file(d, lf), "Work.java") || !d->location_line ||
-                           d->location_line[lf] == 0;
+        if (!strncmp(fn, "Work.", 5) &&
+            (strcmp(fn_file(d, lf), "Work.java") || !d->location_line ||
+             d->location_line[lf] == 0)) {
+            r->bad_name++;
+            printf("# Work leaf without file or line: %s (file %s)\n", fn, fn_file(d, lf));
+        }
         if (!strcmp(fn, "Work.spin")) {
             r->spin++;
             r->spin_ok += !strcmp(root, "java.lang.Thread.run") &&
@@ -303,10 +312,33 @@ static void ap_line(char *line, double w, prof_t *p) {
         prof_add(p, best, blen, w);
 }
 
-static double compare_two(const char *tn, prof_t *ours, prof_t *theirs) {
-    double worst = prof_worst(ours, theirs, 10, "agent", tn);
-    printf("# largest difference, agent vs %s: %.2f points\n", tn, worst);
-    return worst;
+/* Work for 12 s of CPU in one JVM under the agent and one other profiler (`other`: its
+ * -agentpath or -XX option); the agent's Java self shares into `ours`. */
+static void run_beside(const char *other, const char *name, prof_t *ours) {
+    char out[8192], *dir = mkout();
+    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
+                         "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0", NULL};
+    const char *argv[] = {JDK "java", agentpath, other, DNS, "-cp", classes, "Work", "12c",
+                          "0", NULL};
+    int st = run(env, argv, 900, out, sizeof out);
+    CHECKF(st == 0 && strstr(out, "done true"), "Work under the agent and %s failed (%d): %s",
+           name, st, out);
+    read_ours(dir, ours);
+    prof_sort(ours);
+    rmrf(dir);
+    free(dir);
+}
+
+/* The agent's top-10 against `theirs` (total: their unit per sample, for the printout). */
+static void compare_one(const char *name, prof_t *ours, prof_t *theirs, double min_theirs) {
+    prof_sort(theirs);
+    printf("# Java samples: agent %.2f s CPU, %s %.0f\n", ours->total / 1e9, name,
+           theirs->total);
+    CHECKF(ours->total >= 9e9 && theirs->total >= min_theirs,
+           "too few samples (machine too loaded?)");
+    double worst = prof_worst(ours, theirs, 10, "agent", name);
+    printf("# largest difference, agent vs %s: %.2f points\n", name, worst);
+    CHECK(worst <= 3.0);
 }
 
 static void compare(void) {
@@ -317,9 +349,9 @@ static void compare(void) {
     int st = run(NULL, aargv, 600, out, sizeof out);
     CHECKF(st == 0, "async-profiler could not be fetched (%d): %s", st, out);
     out[strcspn(out, "\n")] = 0;
-    char *dir = mkout(), *tmp = mkout();
+    char *tmp = mkout();
     snprintf(aptxt, sizeof aptxt, "%s/ap.txt", tmp);
-    snprintf(ap, sizeof ap, "-agentpath:%s=start,event=ctimer,interval=1000000,collapsed,ann,"
+    snprintf(ap, sizeof ap, "-agentpath:%s=start,event=cpu,interval=1000000,collapsed,ann,"
              "total,file=%s", out, aptxt);
     snprintf(jfc, sizeof jfc, "%s/exec.jfc", tmp);
     FILE *f = fopen(jfc, "w");
@@ -330,45 +362,23 @@ static void compare(void) {
     fclose(f);
     snprintf(jfr, sizeof jfr, "-XX:StartFlightRecording=filename=%s/rec.jfr,settings=%s", tmp,
              jfc);
-    const char *env[] = {preload(pre, sizeof pre), ENV_OUT(dir), "FLEETPROF_CPU_HZ=1000",
-                         "FLEETPROF_CPU_RATE=2000", "FLEETPROF_CONTROLLER=0", NULL};
-    const char *ours_argv[] = {JDK "java", agentpath, DNS, "-cp", classes, "Work", "12c", "0",
-                               NULL};
-    const char *jfr_argv[] = {JDK "java", jfr, DNS, "-cp", classes, "Work", "12c", "0", NULL};
-    const char *ap_argv[] = {JDK "java", ap, DNS, "-cp", classes, "Work", "12c", "0", NULL};
-    st = run(env, ours_argv, 900, out, sizeof out);
-    CHECKF(st == 0 && strstr(out, "done true"), "Work under the agent failed (%d): %s", st, out);
-    st = run(NULL, jfr_argv, 900, out, sizeof out);
-    CHECKF(st == 0 && strstr(out, "done true"), "Work under JFR failed (%d): %s", st, out);
-    st = run(NULL, ap_argv, 900, out, sizeof out);
-    CHECKF(st == 0 && strstr(out, "done true"), "Work under async-profiler failed (%d): %s", st,
-           out);
+    prof_t *ours = calloc(1, sizeof *ours), *theirs = calloc(1, sizeof *theirs);
+    run_beside(jfr, "JFR", ours);
     char cmd[8800];
     snprintf(jfrtxt, sizeof jfrtxt, "%s/rec.txt", tmp);
     snprintf(cmd, sizeof cmd, JDK "jfr print --events jdk.ExecutionSample %s/rec.jfr > %s", tmp,
              jfrtxt);
     CHECKF(system(cmd) == 0, "%s failed", cmd);
-    prof_t *ours = calloc(1, sizeof *ours), *pj = calloc(1, sizeof *pj);
-    prof_t *pa = calloc(1, sizeof *pa);
-    read_ours(dir, ours);
-    read_jfr(jfrtxt, pj);
-    rt_folded(aptxt, ap_line, pa);
-    prof_sort(ours);
-    prof_sort(pj);
-    prof_sort(pa);
-    printf("# Java samples: agent %.2f s CPU, JFR %.0f samples, async-profiler %.2f s CPU\n",
-           ours->total / 1e9, pj->total, pa->total / 1e9);
-    CHECKF(ours->total >= 9e9 && pj->total >= 3000 && pa->total >= 9e9,
-           "too few samples (machine too loaded?)");
-    double wj = compare_two("JFR", ours, pj), wa = compare_two("async-profiler", ours, pa);
-    CHECK(wj <= 3.0);
-    CHECK(wa <= 3.0);
+    read_jfr(jfrtxt, theirs);
+    compare_one("JFR", ours, theirs, 3000);
+    memset(ours, 0, sizeof *ours);
+    memset(theirs, 0, sizeof *theirs);
+    run_beside(ap, "async-profiler", ours);
+    rt_folded(aptxt, ap_line, theirs);
+    compare_one("async-profiler", ours, theirs, 9e9);
     free(ours);
-    free(pj);
-    free(pa);
-    rmrf(dir);
+    free(theirs);
     rmrf(tmp);
-    free(dir);
     free(tmp);
 }
 
