@@ -169,6 +169,13 @@ int agg_profile_add_leaf(agg_profile_t *p, uint32_t frame, uint64_t weight, uint
 int agg_profile_add_chunk(agg_profile_t *p, const cm_chunk_t *c);
 /* The same with the replicate's work given (e.g. the chunk's header.work_units: requests). */
 int agg_profile_add_chunk_work(agg_profile_t *p, const cm_chunk_t *c, double work);
+/* The same with one replicate per bucket_ns of the chunk's interval (0: one for the chunk, as
+ * agg_profile_add_chunk_work), each bucket's work its seconds (work is used only without
+ * buckets): finer replicates of a short capture, for the diff's dispersion. At most
+ * AGG_CHUNK_BUCKETS_MAX buckets (a longer chunk gets wider ones). */
+#define AGG_CHUNK_BUCKETS_MAX 64
+int agg_profile_add_chunk_buckets(agg_profile_t *p, const cm_chunk_t *c, double work,
+                                  uint64_t bucket_ns);
 
 /* Computes and keeps the per-stack sums, so that every later view skips a pass over the rows.
  * Call once the profile is built (before sharing it between threads); adding a stack or a row

@@ -50,15 +50,57 @@ int agg_profile_add_chunk(agg_profile_t *p, const cm_chunk_t *c) {
     return agg_profile_add_chunk_work(p, c, (double)ns / 1e9);
 }
 
+/* The bucket of a sample at time t in chunk c (0 without buckets; the last one takes what
+ * lies past it). */
+static uint32_t bucket_of(const cm_chunk_t *c, uint64_t bucket_ns, uint64_t t, uint32_t n) {
+    uint64_t b = bucket_ns && t > c->header.start_unix_ns
+                     ? (t - c->header.start_unix_ns) / bucket_ns
+                     : 0;
+    return b < n ? (uint32_t)b : n - 1;
+}
+
+/* Interns chunk c's replicate b of n: with bucket_ns, key "<chunk id>/<b>" and work the
+ * bucket's seconds (the last bucket: the rest of the interval), else key the chunk id and
+ * the work given. */
+static int64_t bucket_rep(agg_profile_t *p, const cm_chunk_t *c, double work, uint64_t bucket_ns,
+                          uint64_t len, uint32_t b, uint32_t n) {
+    char key[2 * CM_CHUNK_ID_LEN + 16];
+    cm_hex(c->header.chunk_id, CM_CHUNK_ID_LEN, key);
+    if (bucket_ns) {
+        uint64_t lo = (uint64_t)b * bucket_ns, hi = b + 1 == n ? len : lo + bucket_ns;
+        snprintf(key + 2 * CM_CHUNK_ID_LEN, 16, "/%u", b);
+        work = hi > lo ? (double)(hi - lo) / 1e9 : 0;
+    }
+    return agg_profile_replicate(p, key, work);
+}
+
 int agg_profile_add_chunk_work(agg_profile_t *p, const cm_chunk_t *c, double work) {
+    return agg_profile_add_chunk_buckets(p, c, work, 0);
+}
+
+int agg_profile_add_chunk_buckets(agg_profile_t *p, const cm_chunk_t *c, double work,
+                                  uint64_t bucket_ns) {
     const cm_samples_t *s = &c->samples[p->type];
     const cm_dict_t *d = &c->dict;
-    char key[2 * CM_CHUNK_ID_LEN + 1];
     int rc = 0;
-    cm_hex(c->header.chunk_id, CM_CHUNK_ID_LEN, key);
-    int64_t rep = agg_profile_replicate(p, key, work);
-    if (rep < 0)
-        return (int)rep;
+    uint64_t len = c->header.end_unix_ns > c->header.start_unix_ns
+                       ? c->header.end_unix_ns - c->header.start_unix_ns
+                       : 0;
+    if (!len || !s->time_ns)
+        bucket_ns = 0;
+    uint32_t n_reps = bucket_ns ? (uint32_t)((len + bucket_ns - 1) / bucket_ns) : 1;
+    if (n_reps > AGG_CHUNK_BUCKETS_MAX) {
+        n_reps = AGG_CHUNK_BUCKETS_MAX;
+        bucket_ns = (len + n_reps - 1) / n_reps;
+    }
+    /* every bucket a replicate, samples or not (a bucket without any counts 0 for each) */
+    uint32_t reps[AGG_CHUNK_BUCKETS_MAX];
+    for (uint32_t b = 0; b < n_reps; b++) {
+        int64_t r = bucket_rep(p, c, work, bucket_ns, len, b, n_reps);
+        if (r < 0)
+            return (int)r;
+        reps[b] = (uint32_t)r;
+    }
     if (c->header.start_unix_ns && (!p->time_start_ns || c->header.start_unix_ns < p->time_start_ns))
         p->time_start_ns = c->header.start_unix_ns;
     if (c->header.end_unix_ns > p->time_end_ns)
@@ -107,8 +149,8 @@ int agg_profile_add_chunk_work(agg_profile_t *p, const cm_chunk_t *c, double wor
             }
             ctx = (uint32_t)id;
         }
-        if ((rc = agg_profile_add(p, map[st], s->weight[i], cm_samples_count(s, i), (uint32_t)rep,
-                                  ctx)))
+        uint32_t rep = reps[bucket_of(c, bucket_ns, bucket_ns ? s->time_ns[i] : 0, n_reps)];
+        if ((rc = agg_profile_add(p, map[st], s->weight[i], cm_samples_count(s, i), rep, ctx)))
             goto out;
     }
 out:

@@ -146,8 +146,6 @@ static int leaf_pass(const agg_profile_t *p, const uint32_t *fmap, uint32_t nk, 
         s->scale[s->n_reps] = 1.0;
         s->pair_off[++s->n_reps] = (uint32_t)s->n_pairs;
     }
-    if (p->work_total > 0)
-        s->work = p->work_total;
     rc = 0;
 out:
     free(rstart);
@@ -196,6 +194,8 @@ static void side_sums(const agg_profile_t *p, const uint32_t *uoff, const uint32
         s->sum_self[leafk[st]] += (double)sw[st];
         s->cnt_self[leafk[st]] += sc[st];
     }
+    if (p->work_total > 0) /* the work of exactly the rows' range, not the replicates' sum */
+        s->work = p->work_total;
 }
 
 /* Fills s for profile p whose frame f is function fmap[f] of nk. */
@@ -892,7 +892,7 @@ static void warnings(agg_diff_t *out, const side_t *sb, const side_t *st) {
     if (st->n_reps < o->warn_replicates)
         add_warning(out, AGG_DIFF_WARN_TEST_REPLICATES, "test has only %u replicates (< %u): "
                     "significance is unreliable", st->n_reps, o->warn_replicates);
-    if (!out->n_reference && sb->n_reps >= 2 && st->n_reps >= 2 && o->method != AGG_DIFF_POISSON)
+    if (!out->n_reference && !o->common_from_work && sb->n_reps >= 2 && st->n_reps >= 2 && o->method != AGG_DIFF_POISSON)
         add_warning(out, AGG_DIFF_WARN_NO_REFERENCE, "%s", o->method == AGG_DIFF_COUNT
                     ? "fewer than 3 functions have 5 samples on each side: a uniform change "
                       "cannot be told from a change of the largest functions"
@@ -901,6 +901,18 @@ static void warnings(agg_diff_t *out, const side_t *sb, const side_t *st) {
     if (sb->work <= 0 || st->work <= 0)
         add_warning(out, AGG_DIFF_WARN_NO_WORK, "%s", "a side has no recorded work: values are "
                     "raw totals");
+}
+
+/* opts.common_from_work: an unchanged function costs the same per unit of work on both sides,
+ * so its share of a side's weight T is cost x W / T, and its expected share moves by
+ * rho = (W_t / T_t) / (W_b / T_b) (counts follow weights: the period cancels). Set before the
+ * callers' fit, which copies it. */
+static void common_from_work(const side_t *sb, const side_t *st, agg_dcount_t *cf) {
+    if (!(sb->work > 0) || !(st->work > 0) || !sb->total_w || !st->total_w)
+        return;
+    cf->log_rho = log(st->work / (double)st->total_w) - log(sb->work / (double)sb->total_w);
+    cf->var_log_rho = 0;
+    cf->n_tmm = 0;
 }
 
 /* Interns base's and test's frames as functions (name, module) of keys: mb/mt map them. */
@@ -958,6 +970,8 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
         if ((rc = agg_dcount_fit(&sb, &stt, nk, &cf)) ||
             (!o->test_inclusive && (rc = fit_callers(base, mb, test, mt, nk, &cf, si, &ci, &callers))))
             goto out;
+        if (o->common_from_work)
+            common_from_work(&sb, &stt, &cf);
         out->n_reference = cf.n_tmm;
         out->common_ratio = cf.n_tmm && out->base_total > 0
                                 ? exp(cf.log_rho) * out->test_total / out->base_total
@@ -973,6 +987,9 @@ int agg_diff_compute(const agg_profile_t *base, const agg_profile_t *test,
     }
     if ((rc = fill_entries(out, keys, &sb, &stt, &cf, callers ? &ci : NULL, k2n)) ||
         (rc = caller_findings(out, base, mb, test, mt, k2n)))
+        goto out;
+    if (o->method == AGG_DIFF_COUNT && o->fold_callees && !o->test_inclusive &&
+        (rc = agg_diff_fold(out, base, mb, test, mt, k2n, nk, &cf)))
         goto out;
     if (o->method == AGG_DIFF_COUNT)
         mde(out, &cf);

@@ -38,6 +38,12 @@ typedef struct {
                                 * when no self-cost finding lies under them); 1: inclusive */
     int no_callers;            /* 1: self cost only, no caller's inclusive test (an incident's
                                 * diff: the work a spike starves is no finding of its own) */
+    int common_from_work;      /* count test: the common factor from the sides' work, not TMM:
+                                * a function is unchanged when its cost per unit of work is (an
+                                * incident's diff per request: its few functions leave TMM
+                                * nothing to rest on, and the spike takes every share) */
+    int fold_callees;          /* count test of self cost: a regression whose growth lies on a
+                                * larger regression's stacks is folded into it (diff_fold.c) */
     double bh_large_weight;    /* count test: the part of BH's budget given in proportion to
                                 * the functions' shares (weighted BH); AGG_DIFF_BH_LARGE_WEIGHT */
     agg_diff_method_t method;

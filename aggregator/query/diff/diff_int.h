@@ -52,6 +52,11 @@ double agg_dcount_p(const agg_dcount_t *q, uint32_t f, double *p_min);
  * freedom). */
 double agg_dcount_p_totals(const agg_dcount_t *q, double yb, double yt, double phi, double df,
                       double *p_min);
+/* opts.fold_callees (diff_fold.c): regressions whose growth lies on a larger one's stacks
+ * become noise (a hint names them). mb, mt: the profiles' frames to keys; k2n: key -> entry. */
+int agg_diff_fold(agg_diff_t *out, const agg_profile_t *b, const uint32_t *mb,
+                  const agg_profile_t *t, const uint32_t *mt, const uint32_t *k2n, uint32_t nk,
+                  const agg_dcount_t *cf);
 /* Minimum detectable effects at the given power and per-test level. */
 double agg_dcount_mde_new(const agg_dcount_t *q, double level, double power);
 double agg_dcount_mde_change(const agg_dcount_t *q, double share, double level, double power);

@@ -271,35 +271,38 @@ static json_t *timeline_json(const capture_t *cap, cm_event_type_t type) {
     return arr;
 }
 
-/* The capture's profiles: all of it, its chunks before the trigger (ended at least
- * AGG_INCIDENT_GAP_NS before it) and from the trigger on (ended after it). The diff's work is
- * the requests each chunk saw end (header.work_units) when every chunk of both sides saw some
- * (*per_request = 1: a spike's own function stands out, the requests' usual work does not
- * shrink with their rate), else its seconds. */
+/* The capture's profiles: all of it, its chunks just before the trigger (ended at least
+ * AGG_INCIDENT_GAP_NS before it, and at most AGG_INCIDENT_BEFORE_NS earlier: the seconds
+ * nearest the trigger, not what went on when the capture began, such as the last requests of
+ * an earlier spike) and from the trigger on (ended after it). Each chunk of the
+ * two sides gives a replicate per AGG_INCIDENT_BUCKET_NS of its interval: a capture holds a few
+ * seconds a side, and the diff's dispersion (per function, from the replicates) needs more
+ * than a few. The diff's work is the requests the side's chunks saw end (header.work_units)
+ * when both sides saw some (*per_request = 1: a spike's own function stands out, the
+ * requests' usual work does not shrink with their rate), else the side's seconds. */
 static int capture_profiles(const capture_t *cap, cm_event_type_t type, int64_t trigger,
                             agg_profile_t *p[3], int *per_request) {
     for (int k = 0; k < 3; k++)
         if (!(p[k] = agg_profile_new(type)))
             return CM_ENOMEM;
-    *per_request = 1;
-    for (size_t i = 0; i < cap->n; i++) {
-        int64_t end = (int64_t)cap->c[i]->header.end_unix_ns;
-        if ((end <= trigger - AGG_INCIDENT_GAP_NS || end > trigger) &&
-            !cap->c[i]->header.work_units)
-            *per_request = 0;
-    }
     int rc = 0;
+    double req[2] = {0, 0};
     for (size_t i = 0; !rc && i < cap->n; i++) {
         const cm_chunk_t *c = cap->c[i];
         int64_t end = (int64_t)c->header.end_unix_ns;
-        double w = *per_request ? (double)c->header.work_units
-                                : (double)(c->header.end_unix_ns - c->header.start_unix_ns) / 1e9;
+        int side = end > trigger                                             ? 2
+                   : end > trigger - AGG_INCIDENT_GAP_NS                           ? 0
+                   : end > trigger - AGG_INCIDENT_GAP_NS - AGG_INCIDENT_BEFORE_NS ? 1
+                                                                                   : 0;
         rc = agg_profile_add_chunk(p[0], c);
-        if (!rc && end <= trigger - AGG_INCIDENT_GAP_NS)
-            rc = agg_profile_add_chunk_work(p[1], c, w);
-        else if (!rc && end > trigger)
-            rc = agg_profile_add_chunk_work(p[2], c, w);
+        if (!rc && side) {
+            req[side - 1] += (double)c->header.work_units;
+            rc = agg_profile_add_chunk_buckets(p[side], c, 0, AGG_INCIDENT_BUCKET_NS);
+        }
     }
+    *per_request = req[0] > 0 && req[1] > 0;
+    for (int k = 1; k < 3 && *per_request; k++)
+        p[k]->work_total = req[k - 1];
     for (int k = 0; !rc && k < 3; k++)
         rc = agg_profile_seal(p[k]);
     return rc;
@@ -338,6 +341,11 @@ static json_t *capture_views(const capture_t *cap, cm_event_type_t type, int64_t
     agg_diff_opts_default(&opts);
     opts.warn_replicates = 2;
     opts.no_callers = 1; /* self cost, as before the default diff tested callers */
+    /* per request, an unchanged function costs what it did (the spike takes every share of
+     * the samples, and a capture's few functions leave no common factor to estimate); what
+     * the spike's function calls more is its finding */
+    opts.common_from_work = per_request;
+    opts.fold_callees = 1;
     opts.work_unit = per_request ? "request" : "process-second";
     have_diff = agg_diff_compute(p[1], p[2], &opts, &d) == 0;
     if (have_diff && d.n)

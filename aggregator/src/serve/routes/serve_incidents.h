@@ -5,8 +5,8 @@
  *   GET /api/v1/incident?id=HEX32[&event_type=cpu][&limit=N]
  *       one incident: the row above, the capture's timeline (per chunk), its profile (top
  *       functions and call tree: the flame graph) and its diff against the same process's
- *       seconds before (the capture's chunks that ended AGG_INCIDENT_GAP_NS before the trigger
- *       against those that ended after it), and the requests active at the trigger for at
+ *       seconds before (the capture's chunks that ended AGG_INCIDENT_GAP_NS before the trigger,
+ *       the last AGG_INCIDENT_BEFORE_NS of them, against those that ended after it), and the requests active at the trigger for at
  *       least AGG_INCIDENT_STUCK_NS (stuck requests)
  * The handlers have the API's route signature; api.c lists them in its route table and lends
  * its argument reader and the request's store handle (agg_api_arg, agg_api_qs).
@@ -23,6 +23,8 @@
 #include <stdint.h>
 
 #define AGG_INCIDENT_GAP_NS 2000000000ll   /* the trigger fires within 2 s of what it saw */
+#define AGG_INCIDENT_BEFORE_NS 3000000000ll /* the diff's base: the 3 s before the gap */
+#define AGG_INCIDENT_BUCKET_NS 250000000ull /* the diff's replicates: a chunk's quarter-seconds */
 #define AGG_INCIDENT_STUCK_NS 1000000000ll /* a request active this long at the trigger */
 #define AGG_INCIDENT_LINKS 20 /* incidents listed at most beside a request, endpoint or report */
 
