@@ -1,7 +1,7 @@
 /* Incidents in the agent (issue 32): the flight recorder and its triggers, on incident_svc
  * (tests/programs/incident_svc.c, linked to the agent) writing chunks to FLEETPROF_OUTPUT,
  * read back through the codec.
- *   spikes       3 CPU spikes in spike_spin (requests slowing), 12 s apart: exactly 3
+ *   spikes       3 CPU spikes in spike_spin (requests slowing), 16 s apart: exactly 3
  *                overload incidents, each within 2 s of its spike's start, each capture
  *                holding >= 3 s of samples before its trigger, spike_spin only after the
  *                spike began, parts 0..n-1 complete; then every chunk loaded into a SQLite
@@ -11,7 +11,12 @@
  *                finding
  *   hang         requests blocked on a lock for 20 s: one hang incident whose capture has
  *                wall samples of the waiting requests in wait_for_lock after the trigger
- *   steady_ramp  steady load, then 3x the request rate with fast requests: no incident
+ *   steady_ramp  steady load, then 3x the request rate with fast requests: no incident (with
+ *                GET /work's own slow threshold, 50 ms)
+ *   slow_by_endpoint  FLEETPROF_SLOW_MS_BY_ENDPOINT: requests slowing 2 -> 100 ms, the global
+ *                threshold 10 s: an overload incident with GET /work=50, none without
+ *   growing      requests piling up behind a held lock: one "growing" incident
+ *   growing_null 16 workers, steady: no incident
  *   steady_bench bench/incident-steady.sh: the same over 10 minutes and a linear ramp
  *   manual       fleetprof_capture(): one manual incident, none with the recorder off
  *   signal       FLEETPROF_CAPTURE_SIGNAL: the program's own handler untouched, then a capture
@@ -128,9 +133,11 @@ static json_t *api_get(agg_api_t *api, const char *url, const char *k1, const ch
     return o;
 }
 
-/* The incidents API on the store: n incidents of incident_svc, each diff led by spike_spin
- * with nothing else flagged; a malformed and an unknown id. */
-static void check_store(const char *store, int n) {
+/* The incidents API on the store: n incidents of incident_svc (spikes at spike[], their last
+ * requests done at spike_end[]), each diff led by spike_spin with nothing else flagged; a
+ * malformed and an unknown id. */
+static void check_store(const char *store, int n, const uint64_t *spike,
+                        const uint64_t *spike_end) {
     char err[768];
     agg_api_cfg_t cfg = {.store_dir = store};
     agg_api_t *api = NULL;
@@ -179,14 +186,20 @@ static void check_store(const char *store, int n) {
             CHECKF(!strcmp(cls, "noise") || !strcmp(cls, "untested"), "incident %zu: %s %s", i,
                    json_string_value(json_object_get(json_array_get(ents, k), "name")), cls);
         }
-        /* before: at most a previous spike's last requests (12 s apart here, on a loaded
-         * host they end late) */
-        CHECKF(json_integer_value(json_object_get(e0, "base_samples")) * 10 <=
-                       json_integer_value(json_object_get(e0, "test_samples")) &&
-                   json_integer_value(json_object_get(e0, "test_samples")) >= 50,
-               "incident %zu: spike_spin %lld samples before, %lld after", i,
-               json_integer_value(json_object_get(e0, "base_samples")),
-               json_integer_value(json_object_get(e0, "test_samples")));
+        /* before (the chunks that ended 2-5 s before the trigger, so from ~6 s before it):
+         * none, unless the previous spike's last request ended in it (on a loaded host a
+         * 250 ms-of-CPU request takes seconds) */
+        int64_t trig = json_integer_value(json_object_get(x, "trigger_ns"));
+        uint64_t prev_end = 0;
+        for (int j = 1; j < n; j++)
+            if (spike[j] <= (uint64_t)trig)
+                prev_end = spike_end[j - 1];
+        long long bs = json_integer_value(json_object_get(e0, "base_samples"));
+        long long ts = json_integer_value(json_object_get(e0, "test_samples"));
+        CHECKF((bs == 0 || (int64_t)prev_end > trig - 6500000000ll) && ts >= 50,
+               "incident %zu: spike_spin %lld samples before, %lld after (the previous spike's "
+               "last request ended %.2f s before the trigger)", i, bs, ts,
+               prev_end ? (double)(trig - (int64_t)prev_end) / 1e9 : -1.0);
         json_decref(o);
     }
     json_decref(l);
@@ -212,7 +225,8 @@ static const char *const g_trig_env[] = {
 #define N_TRIG_ENV (sizeof g_trig_env / sizeof g_trig_env[0])
 
 static int g_expect_signal; /* run_svc: the program dies of this signal (0: exits 0) */
-static const char *g_extra_env; /* run_svc: "K=V ..." more for the agent */
+static const char *g_extra_env; /* run_svc: "K=V;K=V" more for the agent (or instead of
+                                 * g_trig_env's K) */
 static const char *g_keep_to; /* run_svc: copies the chunk files here */
 
 static chunks_t *run_svc(const char *const *args, double timeout, char *out, size_t size,
@@ -220,12 +234,17 @@ static chunks_t *run_svc(const char *const *args, double timeout, char *out, siz
     char *dir = mkout(), envbuf[4200], prog[4096];
     const char *env[N_TRIG_ENV + 5] = {ENV_OUT(dir)};
     size_t ne = 1;
-    for (size_t i = 0; i < N_TRIG_ENV; i++)
-        env[ne++] = i == 0 && !recorder ? "FLEETPROF_RECORDER=0" : g_trig_env[i];
     char extra[256];
-    snprintf(extra, sizeof extra, "%s", g_extra_env ? g_extra_env : "");
-    for (char *sv, *kv = strtok_r(extra, " ", &sv); kv && ne < N_TRIG_ENV + 4;
-         kv = strtok_r(NULL, " ", &sv))
+    snprintf(extra, sizeof extra, ";%s", g_extra_env ? g_extra_env : "");
+    for (size_t i = 0; i < N_TRIG_ENV; i++) {
+        char key[64]; /* ";KEY=": one of g_extra_env's replaces it */
+        snprintf(key, sizeof key, ";%.*s", (int)(strchr(g_trig_env[i], '=') - g_trig_env[i] + 1),
+                 g_trig_env[i]);
+        if (!strstr(extra, key))
+            env[ne++] = i == 0 && !recorder ? "FLEETPROF_RECORDER=0" : g_trig_env[i];
+    }
+    for (char *sv, *kv = strtok_r(extra, ";", &sv); kv && ne < N_TRIG_ENV + 4;
+         kv = strtok_r(NULL, ";", &sv))
         env[ne++] = kv;
     env[ne] = NULL;
     prog_path("incident_svc", prog, sizeof prog);
@@ -309,12 +328,13 @@ static void spikes(int n, int gap_s, const char *store) {
     CHECK(is.ordinary > 0);
     free_chunks(cs);
     if (store)
-        check_store(store, n);
+        check_store(store, n, spike, spike_end);
 }
 
 static void test_spikes(void) {
     char *store = mkout();
-    spikes(3, 12, store);
+    spikes(3, 16, store); /* 16 s: a loaded host's last spike requests end before the next
+                           * incident's base (12 s: under load they often did not) */
     if (getenv("FP_KEEP_STORE")) /* for a look with the aggregator and the CLI */
         printf("# store kept: %s\n", store);
     else
@@ -357,7 +377,9 @@ static void test_hang(void) {
 static void test_steady_ramp(void) {
     char out[8192];
     const char *args[] = {"ramp", "24", NULL};
+    g_extra_env = "FLEETPROF_SLOW_MS_BY_ENDPOINT=GET /work=50"; /* 25x its 2 ms */
     chunks_t *cs = run_svc(args, 90, out, sizeof out, 1, NULL);
+    g_extra_env = NULL;
     incs_t is = incidents(cs);
     CHECKF(is.n == 0, "%d incidents under steady then uniformly higher fast load (first: %s)",
            is.n, is.n ? is.v[0].trigger : "");
@@ -565,7 +587,7 @@ static void test_links(void) {
 static void test_baseline(void) {
     char out[8192];
     const char *args[] = {"hang", "3", "25", NULL};
-    g_extra_env = "FLEETPROF_TRIGGER_BASELINE=5 FLEETPROF_TRIGGER_HANG=0";
+    g_extra_env = "FLEETPROF_TRIGGER_BASELINE=5;FLEETPROF_TRIGGER_HANG=0";
     chunks_t *cs = run_svc(args, 90, out, sizeof out, 1, NULL);
     g_extra_env = NULL;
     uint64_t start = out_u64(out, "hang_start "), end = out_u64(out, "hang_end ");
@@ -583,7 +605,85 @@ static void test_baseline(void) {
     free_chunks(cs);
 }
 
+/* run_svc with the recorder and g_extra_env = extra (90 s at most). */
+static chunks_t *run_env(const char *const *args, const char *extra, char *out, size_t size) {
+    g_extra_env = extra;
+    chunks_t *cs = run_svc(args, 90, out, size, 1, NULL);
+    g_extra_env = NULL;
+    return cs;
+}
+
+/* FLEETPROF_SLOW_MS_BY_ENDPOINT: the requests of GET /work slow from 2 to ~100 ms for 5 s
+ * (spike_spin), the global slow threshold 10 s. With GET /work=50 (and another endpoint's
+ * 5 ms): one overload incident within 2 s of the slowdown. With the other endpoint's alone:
+ * none (its threshold is not GET /work's, and nothing takes 10 s). */
+static void test_slow_by_endpoint(void) {
+    static const char *const env[] = {
+        "FLEETPROF_TRIGGER_SLOW=10s;FLEETPROF_SLOW_MS_BY_ENDPOINT=GET /other=5,GET /work=50",
+        "FLEETPROF_TRIGGER_SLOW=10s;FLEETPROF_SLOW_MS_BY_ENDPOINT=GET /other=5"};
+    for (int k = 0; k < 2; k++) {
+        char out[8192];
+        const char *args[] = {"slowdown", "100", NULL};
+        chunks_t *cs = run_env(args, env[k], out, sizeof out);
+        uint64_t spike = out_u64(out, "spike_start ");
+        incs_t is = incidents(cs);
+        printf("# %s: %d incidents", env[k] + 27, is.n);
+        for (int i = 0; i < is.n; i++)
+            printf(", %s %.2f s after the slowdown began (value %.3f)", is.v[i].trigger,
+                   ((double)is.v[i].trigger_ns - (double)spike) / 1e9,
+                   (double)is.v[i].value_milli / 1000);
+        printf("\n");
+        CHECKF(is.n == !k, "%s: %d incidents", env[k], is.n);
+        if (!k) {
+            double lat = ((double)is.v[0].trigger_ns - (double)spike) / 1e9;
+            CHECKF(!strcmp(is.v[0].trigger, "overload"), "trigger %s", is.v[0].trigger);
+            CHECKF(lat >= 0 && lat <= 2.0, "overload %.2f s after the slowdown began", lat);
+        }
+        free_chunks(cs);
+    }
+}
+
+/* The growing trigger (overload off: the piled-up requests are slow and the CPU low anyway):
+ * a request arriving every 50 ms on its own thread while the lock they take is held, 60 of
+ * them: one "growing" incident 1.5-4 s after the pile-up began (8 rising ticks: 2 s), before
+ * the lock is let go; the count it saw at least 8. */
+static void test_growing(void) {
+    char out[8192];
+    const char *args[] = {"pileup", NULL};
+    chunks_t *cs = run_env(args, "FLEETPROF_TRIGGER_SLOW_RATIO=0", out, sizeof out);
+    uint64_t start = out_u64(out, "pileup_start "), end = out_u64(out, "pileup_end ");
+    incs_t is = incidents(cs);
+    CHECKF(is.n == 1, "%d incidents (first: %s)", is.n, is.n ? is.v[0].trigger : "-");
+    inc_t *x = &is.v[0];
+    double lat = ((double)x->trigger_ns - (double)start) / 1e9;
+    printf("# growing incident: %s, %.0f active requests, %.2f s after the pile-up began (it "
+           "ended %.2f s after)\n", x->trigger, (double)x->value_milli / 1000, lat,
+           ((double)end - (double)start) / 1e9);
+    CHECKF(!strcmp(x->trigger, "growing"), "trigger %s", x->trigger);
+    CHECKF(lat >= 1.5 && x->trigger_ns <= end, "growing incident %.2f s after the pile-up", lat);
+    CHECKF(x->value_milli >= 8000, "%.0f active", (double)x->value_milli / 1000);
+    free_chunks(cs);
+}
+
+/* Null of the growing trigger: 16 workers for 25 s, their active requests going up and down
+ * (overload off as in growing): no incident. */
+static void test_growing_null(void) {
+    char out[8192];
+    const char *args[] = {"many", "25", NULL};
+    chunks_t *cs = run_env(args, "FLEETPROF_TRIGGER_SLOW_RATIO=0", out, sizeof out);
+    incs_t is = incidents(cs);
+    printf("# 16 workers for 25 s: %llu requests, %d incidents\n",
+           (unsigned long long)out_u64(out, "requests "), is.n);
+    CHECKF(is.n == 0, "%d incidents (first: %s, value %.0f)", is.n, is.n ? is.v[0].trigger : "-",
+           is.n ? (double)is.v[0].value_milli / 1000 : 0.0);
+    CHECK_EQ(drops(cs, CM_DROP_INCIDENT_COOLDOWN) + drops(cs, CM_DROP_INCIDENT_CAP), 0);
+    free_chunks(cs);
+}
+
 static const tr_test_t tests[] = {
+    {"slow_by_endpoint", test_slow_by_endpoint},
+    {"growing", test_growing},
+    {"growing_null", test_growing_null},
     {"exit", test_exit},
     {"signal", test_signal},
     {"links", test_links},

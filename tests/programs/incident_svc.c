@@ -5,6 +5,11 @@
  *   incident_svc spikes N GAP_S   steady 6 s, then N spikes of 5 s every GAP_S s, 8 s tail:
  *                                 during a spike every request also spins 250 ms in
  *                                 spike_spin, a function it otherwise never calls
+ *   incident_svc slowdown MS      steady 6 s, then one spike of 5 s in which every request
+ *                                 spins MS ms in spike_spin, 6 s tail
+ *   incident_svc pileup           steady 6 s, then the lock held 4 s while a request arrives on
+ *                                 a thread of its own every 50 ms for 3 s (active requests grow)
+ *   incident_svc many SECS        16 workers, 20 ms between requests, for SECS s
  *   incident_svc hang SECS [STEADY]  steady 5 s (or STEADY s), then main holds the lock
  *                                 every request takes (in wait_for_lock) for SECS s, 4 s tail
  *   incident_svc ramp SECS        steady SECS/2 s, then three times the request rate, fast
@@ -17,7 +22,7 @@
  *   incident_svc exit return|term steady 4 s, fleetprof_capture(), exits 1 s later (during the
  *                                 capture's burst): returns from main, or dies of SIGTERM
  * Output lines: "spike_start <ns>", "spike_end <ns>" (the last spike request done),
- * "hang_start <ns>", "hang_end <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>",
+ * "hang_start <ns>", "hang_end <ns>", "pileup_start <ns>", "pileup_end <ns>", "capture_rc <rc>", "exit_ns <ns>", "requests <n>",
  * "steady_requests <n>" (ramp: those done before the ramp), "slow_requests <n>" (requests of
  * 100 ms or more),
  * "max_request_us <us>", "app_saw_dfl 0|1", "own_handler_ran <n>", "app_saw_own 0|1",
@@ -61,41 +66,54 @@ static uint64_t now_ns(clockid_t c) {
     } while (0)
 
 static __attribute__((noinline)) void steady_work(void) { BURN(2000000); }
-static __attribute__((noinline)) void spike_spin(void) { BURN(250000000); }
+static _Atomic uint64_t g_spike_ns = 250000000; /* spike_spin's CPU per request */
+static __attribute__((noinline)) void spike_spin(void) { BURN(atomic_load(&g_spike_ns)); }
 static __attribute__((noinline)) void wait_for_lock(void) {
     pthread_mutex_lock(&g_lock);
     pthread_mutex_unlock(&g_lock);
 }
 
+/* One request: a named span around the lock, steady_work and (in a spike) spike_spin. */
+static void serve_one(uint64_t *id) {
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    uint8_t trace[16] = {1}, span[8];
+    uint64_t n = ++*id;
+    memcpy(trace + 8, &n, 8);
+    uint32_t pid = (uint32_t)getpid(); /* ids unique across runs ingested together */
+    memcpy(trace + 1, &pid, 4);
+    memcpy(span, &n, 8);
+    span[7] |= 1;
+    fleetprof_span_begin_ids(trace, span, "GET /work");
+    wait_for_lock();
+    steady_work();
+    if (atomic_load(&g_spike)) {
+        atomic_fetch_add(&g_spinning, 1);
+        if (atomic_load(&g_spike))
+            spike_spin();
+        atomic_fetch_sub(&g_spinning, 1);
+    }
+    fleetprof_span_end();
+    uint64_t d = now_ns(CLOCK_MONOTONIC) - t0, max = atomic_load(&g_max_request_ns);
+    while (d > max && !atomic_compare_exchange_weak(&g_max_request_ns, &max, d))
+        ;
+    if (d >= 100000000ull)
+        atomic_fetch_add(&g_slow_requests, 1);
+    atomic_fetch_add(&g_requests, 1);
+}
+
 static void *worker(void *arg) {
     uint64_t id = (uint64_t)(uintptr_t)arg << 40;
     while (!atomic_load(&g_stop)) {
-        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-        uint8_t trace[16] = {1}, span[8];
-        uint64_t n = ++id;
-        memcpy(trace + 8, &n, 8);
-        uint32_t pid = (uint32_t)getpid(); /* ids unique across runs ingested together */
-        memcpy(trace + 1, &pid, 4);
-        memcpy(span, &n, 8);
-        span[7] |= 1;
-        fleetprof_span_begin_ids(trace, span, "GET /work");
-        wait_for_lock();
-        steady_work();
-        if (atomic_load(&g_spike)) {
-            atomic_fetch_add(&g_spinning, 1);
-            if (atomic_load(&g_spike))
-                spike_spin();
-            atomic_fetch_sub(&g_spinning, 1);
-        }
-        fleetprof_span_end();
-        uint64_t d = now_ns(CLOCK_MONOTONIC) - t0, max = atomic_load(&g_max_request_ns);
-        while (d > max && !atomic_compare_exchange_weak(&g_max_request_ns, &max, d))
-            ;
-        if (d >= 100000000ull)
-            atomic_fetch_add(&g_slow_requests, 1);
-        atomic_fetch_add(&g_requests, 1);
+        serve_one(&id);
         usleep((useconds_t)atomic_load(&g_pause_us));
     }
+    return NULL;
+}
+
+/* A pile-up's request: one, on its own thread. */
+static void *one_request(void *arg) {
+    uint64_t id = (uint64_t)(uintptr_t)arg << 40;
+    serve_one(&id);
     return NULL;
 }
 
@@ -150,6 +168,42 @@ static void ramp(double steady_s, double ramp_s, double hold_s) {
     sleep_s(hold_s);
 }
 
+/* Steady 6 s, then main holds the lock every request takes and a new request arrives on a
+ * thread of its own every 50 ms for 3 s (60 of them, all waiting): the active requests grow.
+ * The lock is let go 4 s after it was taken; 4 s tail. */
+static void pileup(void) {
+    enum { N = 60 };
+    pthread_t th[N];
+    sleep_s(6);
+    pthread_mutex_lock(&g_lock);
+    printf("pileup_start %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    for (uintptr_t i = 0; i < N; i++) {
+        pthread_create(&th[i], NULL, one_request, (void *)(i + 100));
+        sleep_s(0.05);
+    }
+    sleep_s(4 - (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
+    pthread_mutex_unlock(&g_lock);
+    printf("pileup_end %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    sleep_s(4);
+}
+
+/* secs of steady load from 16 workers (14 more, each pausing 20 ms between requests): many
+ * requests active at once, their number going up and down. */
+static void many(double secs) {
+    enum { MORE = 14 };
+    pthread_t th[MORE];
+    atomic_store(&g_pause_us, 20000);
+    for (uintptr_t i = 0; i < MORE; i++)
+        pthread_create(&th[i], NULL, worker, (void *)(i + 10));
+    sleep_s(secs);
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < MORE; i++)
+        pthread_join(th[i], NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return 2;
@@ -172,6 +226,21 @@ int main(int argc, char **argv) {
             printf("spike_end %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
             sleep_s((i + 1 < n ? gap - 5 : 8) - (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
         }
+    } else if (!strcmp(argv[1], "slowdown") && argc == 3) {
+        sleep_s(6);
+        atomic_store(&g_spike_ns, (uint64_t)(atof(argv[2]) * 1e6));
+        printf("spike_start %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+        atomic_store(&g_spike, 1);
+        sleep_s(5);
+        atomic_store(&g_spike, 0);
+        while (atomic_load(&g_spinning))
+            sleep_s(0.01);
+        printf("spike_end %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+        sleep_s(6);
+    } else if (!strcmp(argv[1], "pileup") && argc == 2) {
+        pileup();
+    } else if (!strcmp(argv[1], "many") && argc == 3) {
+        many(atof(argv[2]));
     } else if (!strcmp(argv[1], "hang") && (argc == 3 || argc == 4)) {
         sleep_s(argc == 4 ? atof(argv[3]) : 5);
         pthread_mutex_lock(&g_lock);

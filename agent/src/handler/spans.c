@@ -46,8 +46,8 @@
 #define AG_SPANS_PER_CHUNK 16384
 #define AG_SPAN_DEPTH 8
 #define AG_SPAN_THREADS 1024
-#define AG_SPAN_NAMES 1024
-#define AG_SPAN_NAME_MAX 128 /* bytes kept of a name */
+#define AG_SPAN_NAMES AG_INCID_NAMES /* triggers.c keeps a threshold per name */
+#define AG_SPAN_NAME_MAX AG_INCID_NAME_MAX /* bytes kept of a name */
 #define NAME_CACHE 16
 
 #define TLS __thread __attribute__((tls_model("initial-exec")))
@@ -223,6 +223,7 @@ static uint32_t intern_hashed(const char *s) {
                 id = i;
         if (!id && n < AG_SPAN_NAMES && (g_names[n + 1].s = strndup(s, len))) {
             g_names[n + 1].hash = h;
+            ag_trig_name_added(n + 1, s, len); /* its slow threshold, before it is seen */
             atomic_store_explicit(&g_nnames, n + 1, memory_order_release);
             id = n + 1;
         }
@@ -341,7 +342,7 @@ int fleetprof_span_end(void) {
     if (t_span.depth == 0 && t_span.slot)
         publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
     if (t_span.depth == 0) /* a request ended: incident triggers (recorder/triggers.c) */
-        ag_trig_span_ended(stamp_diff(f->start_ns, end));
+        ag_trig_span_ended(stamp_diff(f->start_ns, end), f->name);
     static const uint8_t zero[16];
     if (!memcmp(f->ctx, zero, 16))
         fleetprof_span_clear();
@@ -486,7 +487,7 @@ uint32_t ag_spans_active_stats(uint64_t now, uint64_t slow_ns, uint32_t *slow,
         if (!act || st > now)
             continue;
         n++;
-        *slow += now - st >= slow_ns;
+        *slow += now - st >= ag_trig_slow_ns(name, slow_ns);
         if (now - st > *oldest_ns)
             *oldest_ns = now - st;
     }

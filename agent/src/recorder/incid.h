@@ -34,11 +34,18 @@ AG_HIDDEN extern _Atomic int ag_trig_signal;
 AG_HIDDEN void ag_trig_add_weight(uint32_t type, uint64_t weight);
 /* requests ended since the start (flightrec.c: a segment's work_units) */
 AG_HIDDEN uint64_t ag_trig_requests_ended(void);
-/* app threads, fleetprof_span_end: a request of duration_ns ended */
-AG_HIDDEN void ag_trig_span_ended(uint64_t duration_ns);
+/* app threads, fleetprof_span_end: a request of duration_ns named name (spans.c's id, 0:
+ * unnamed) ended */
+AG_HIDDEN void ag_trig_span_ended(uint64_t duration_ns, uint32_t name);
+/* spans.c, under its name lock, before the name's id is published: name id is s (len bytes);
+ * its slow threshold is looked up once (FLEETPROF_SLOW_MS_BY_ENDPOINT) */
+AG_HIDDEN void ag_trig_name_added(uint32_t id, const char *s, size_t len);
+/* the slow threshold of name id: its endpoint's, else dflt */
+AG_HIDDEN uint64_t ag_trig_slow_ns(uint32_t id, uint64_t dflt);
 
-/* spans.c (bg): spans active now, how many began at least slow_ns before now_real, and the
- * oldest one's age (0 if none). */
+/* spans.c (bg): spans active now, how many began at least their slow threshold before
+ * now_real (ag_trig_slow_ns of their name, slow_ns by default), and the oldest one's age (0 if
+ * none). */
 AG_HIDDEN uint32_t ag_spans_active_stats(uint64_t now_real, uint64_t slow_ns, uint32_t *slow,
                                          uint64_t *oldest_ns);
 

@@ -9,7 +9,13 @@
  *             FLEETPROF_TRIGGER_SLOW_RATIO while the process uses FLEETPROF_TRIGGER_OVERLOAD_CPU
  *             of its cores: high CPU with degraded requests (seed 001). High CPU with fast
  *             requests is a workload that stretches, not an incident.
+ *             A request's slow threshold is its endpoint's (FLEETPROF_SLOW_MS_BY_ENDPOINT,
+ *             looked up once per span name when spans.c interns it) or FLEETPROF_TRIGGER_SLOW.
  *   hang      a request (span) active for FLEETPROF_TRIGGER_HANG.
+ *   growing   the active requests (outermost spans) rose at each of the last
+ *             FLEETPROF_TRIGGER_GROWING of ticks (2 s: 8 ticks) to at least
+ *             FLEETPROF_TRIGGER_GROWING_MIN (8) and twice their count before the rise: a queue
+ *             building up (requests arriving faster than they end), before any is a hang.
  *   cpu       FLEETPROF_TRIGGER_CPU of the cores held FLEETPROF_TRIGGER_CPU_FOR, in a process
  *             that never marked a request (with requests, CPU alone is not an incident).
  *   alloc, lock, io   FLEETPROF_TRIGGER_BASELINE (k, 0: off, the default): the rate of allocated
@@ -50,6 +56,8 @@ static const char *const g_base_name[3] = {"alloc", "lock", "io"};
 _Atomic int ag_trig_manual, ag_trig_signal;
 static _Atomic uint64_t g_ended, g_slow;
 static _Atomic uint64_t g_slow_ns = UINT64_MAX; /* ag.cfg.incid.slow_ns once the bg runs */
+/* per span name id: its endpoint's slow threshold (FLEETPROF_SLOW_MS_BY_ENDPOINT), 0: none */
+static _Atomic uint64_t g_name_slow_ns[AG_INCID_NAMES + 1];
 
 typedef struct {
     uint64_t cpu_ns, dt_ns, ended, slow, w[3]; /* w: alloc bytes, lock and io wait ns */
@@ -61,7 +69,10 @@ static struct {
     uint32_t n, cur;
     double cores;
     uint64_t cpu_high_since; /* mono time the cpu condition began to hold, 0: not holding */
-    int was_overload, was_hang, was_cpu;
+    int was_overload, was_hang, was_cpu, was_growing;
+    uint32_t last_active;  /* active requests at the last tick */
+    uint32_t rises;        /* ticks in a row at which they rose */
+    uint32_t rise_from;    /* their count before the rises began */
     int any_span; /* a request was ever marked */
     uint64_t w[3], last_w[3]; /* weights drained so far (alloc, lock, io) */
     double base[3];           /* per-second baseline rates */
@@ -75,9 +86,26 @@ void ag_trig_add_weight(uint32_t type, uint64_t weight) {
             T.w[k] += weight;
 }
 
-void ag_trig_span_ended(uint64_t duration_ns) {
+void ag_trig_name_added(uint32_t id, const char *s, size_t len) {
+    const ag_incid_cfg_t *c = &ag.cfg.incid;
+    if (id > AG_INCID_NAMES)
+        return;
+    for (uint32_t i = 0; i < c->n_slow_by; i++)
+        if (!strncmp(c->slow_by[i].name, s, len) && c->slow_by[i].name[len] == '\0')
+            atomic_store_explicit(&g_name_slow_ns[id], c->slow_by[i].slow_ns,
+                                  memory_order_relaxed);
+}
+
+uint64_t ag_trig_slow_ns(uint32_t id, uint64_t dflt) {
+    uint64_t t = id <= AG_INCID_NAMES
+                     ? atomic_load_explicit(&g_name_slow_ns[id], memory_order_relaxed)
+                     : 0;
+    return t ? t : dflt;
+}
+
+void ag_trig_span_ended(uint64_t duration_ns, uint32_t name) {
     atomic_fetch_add_explicit(&g_ended, 1, memory_order_relaxed);
-    if (duration_ns >= atomic_load_explicit(&g_slow_ns, memory_order_relaxed))
+    if (duration_ns >= ag_trig_slow_ns(name, atomic_load_explicit(&g_slow_ns, memory_order_relaxed)))
         atomic_fetch_add_explicit(&g_slow, 1, memory_order_relaxed);
 }
 
@@ -160,6 +188,23 @@ static void baseline_eval(const step_t *s, int full) {
     T.base_s += ldt;
 }
 
+/* growing: the active requests rose at each of the last growing_ticks ticks, to at least
+ * growing_min and twice their count before the rise (a queue building up, not the ups and
+ * downs of a steady load). Value: the active requests; threshold: growing_min. */
+static void growing_eval(uint32_t active) {
+    const ag_incid_cfg_t *c = &ag.cfg.incid;
+    if (active > T.last_active) {
+        if (!T.rises++)
+            T.rise_from = T.last_active;
+    } else {
+        T.rises = 0;
+    }
+    T.last_active = active;
+    edge(c->growing_ticks && T.rises >= c->growing_ticks && active >= c->growing_min &&
+             active >= 2 * T.rise_from,
+         &T.was_growing, "growing", c->growing_min, active);
+}
+
 void ag_trig_eval(uint64_t now) {
     if (atomic_exchange(&ag_trig_manual, 0))
         ag_fr_capture("manual", 0, 0);
@@ -193,6 +238,7 @@ void ag_trig_eval(uint64_t now) {
         T.cpu_high_since = now;
     edge(cpu_high && now - T.cpu_high_since >= c->cpu_for_ns, &T.was_cpu, "cpu", c->cpu_share,
          share);
+    growing_eval(active);
     baseline_eval(&s, full);
 }
 
@@ -224,6 +270,30 @@ static int capture_signal_load(void) {
     return (int)n;
 }
 
+/* FLEETPROF_SLOW_MS_BY_ENDPOINT="GET /a=50,POST /b=200": endpoint (span name, up to the last
+ * '=') -> its slow threshold in ms, instead of FLEETPROF_TRIGGER_SLOW. An entry that does not
+ * parse is reported and skipped; past AG_INCID_SLOW_BY_MAX entries, the rest are. */
+static void slow_by_load(ag_incid_cfg_t *c) {
+    char v[AG_INCID_SLOW_BY_MAX * (AG_INCID_NAME_MAX + 16)];
+    if (!ag_env_value("FLEETPROF_SLOW_MS_BY_ENDPOINT", v, sizeof v))
+        return;
+    for (char *sv, *e = strtok_r(v, ",", &sv); e; e = strtok_r(NULL, ",", &sv)) {
+        char *eq = strrchr(e, '='), *end = NULL;
+        double ms = eq ? strtod(eq + 1, &end) : 0;
+        size_t len = eq ? (size_t)(eq - e) : 0;
+        if (!eq || end == eq + 1 || *end || !(ms > 0) || ms > 6e5 || !len ||
+            len > AG_INCID_NAME_MAX || c->n_slow_by == AG_INCID_SLOW_BY_MAX) {
+            ag_env_invalid("FLEETPROF_SLOW_MS_BY_ENDPOINT", e,
+                           "not NAME=MS (MS above 0, at most 600000; at most 32 entries)",
+                           "FLEETPROF_TRIGGER_SLOW for it");
+            continue;
+        }
+        memcpy(c->slow_by[c->n_slow_by].name, e, len);
+        c->slow_by[c->n_slow_by].name[len] = '\0';
+        c->slow_by[c->n_slow_by++].slow_ns = (uint64_t)(ms * 1e6);
+    }
+}
+
 void ag_incid_config_load(ag_incid_cfg_t *c) {
     memset(c, 0, sizeof *c);
     c->window_ns = 30000000000ull;
@@ -235,6 +305,8 @@ void ag_incid_config_load(ag_incid_cfg_t *c) {
     c->slow_ratio = 0.2;
     c->overload_cpu = 0.5;
     c->hang_ns = 10000000000ull;
+    c->growing_ticks = 8;
+    c->growing_min = 8;
     c->cooldown_ns = 60000000000ull;
     c->max_captures = 10;
     c->on = ag_env_bool("FLEETPROF_RECORDER", 0);
@@ -257,6 +329,12 @@ void ag_incid_config_load(ag_incid_cfg_t *c) {
         c->overload_cpu = d;
     if (ag_env_double("FLEETPROF_TRIGGER_HANG", 0, 86400, "10 (seconds)", &d))
         c->hang_ns = (uint64_t)(d * 1e9);
+    uint64_t g = (uint64_t)c->growing_ticks * AG_TRIG_DT_NS;
+    if (ag_env_duration("FLEETPROF_TRIGGER_GROWING", 0, 600000000000ull, "2s", &g))
+        c->growing_ticks = (uint32_t)((g + AG_TRIG_DT_NS - 1) / AG_TRIG_DT_NS);
+    if (ag_env_double("FLEETPROF_TRIGGER_GROWING_MIN", 1, 1000000, "8", &d))
+        c->growing_min = (uint32_t)d;
+    slow_by_load(c);
     ag_env_duration("FLEETPROF_TRIGGER_COOLDOWN", 0, 86400000000000ull, "60s",
                     &c->cooldown_ns);
     if (ag_env_double("FLEETPROF_CAPTURE_MAX", 0, 10000, "10", &d))
