@@ -5,7 +5,7 @@
 # became exactly one overload incident within 2 s with >= 3 s captured before it, then prints
 # the trigger latencies' min, median, p95 (nearest rank) and max. The agent settings are the
 # test's (tests/test-agent-incident.c g_trig_env: 100 ms slow, ratio 0.5, CPU 0.05 of the
-# cores, 10 s window, 6 s after, 8 s cooldown, 400 CPU samples/s).
+# cores, 10 s window, 6 s after, 12 s cooldown, 400 CPU samples/s).
 #
 #   bench/incident-spikes.sh BUILD_DIR [SPIKES [GAP_S]]   (default 10 spikes, 60 s apart)
 set -eu

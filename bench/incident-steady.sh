@@ -7,7 +7,7 @@
 # suppressed triggers, request rates, requests of 100 ms or more, the longest). The agent
 # settings are the spike test's, the ones that catch a 5 s spike within a second
 # (tests/test-agent-incident.c g_trig_env: 100 ms slow, ratio 0.5, CPU 0.05 of the cores,
-# 10 s window, 6 s after, 8 s cooldown, 400 CPU samples/s).
+# 10 s window, 6 s after, 12 s cooldown, 400 CPU samples/s).
 #
 #   bench/incident-steady.sh BUILD_DIR [STEADY_S [RAMP_S]]   (default 600 s steady, 120 s ramp)
 set -eu

@@ -217,7 +217,7 @@ static const char *const g_trig_env[] = {
     "FLEETPROF_RECORDER=1",          "FLEETPROF_RECORDER_WINDOW=10s",
     "FLEETPROF_RECORDER_AFTER=6s",   "FLEETPROF_TRIGGER_SLOW=100ms",
     "FLEETPROF_TRIGGER_SLOW_RATIO=0.5", "FLEETPROF_TRIGGER_OVERLOAD_CPU=0.05",
-    "FLEETPROF_TRIGGER_COOLDOWN=8s",
+    "FLEETPROF_TRIGGER_COOLDOWN=12s", /* past a spike's stragglers on a loaded host */
     /* 4x the default density: the diff of a few seconds before against a few after needs
      * the samples (the recorder has no density of its own yet) */
     "FLEETPROF_CPU_RATE=400",        "FLEETPROF_CPU_HZ=250",
@@ -299,6 +299,9 @@ static void spikes(int n, int gap_s, const char *store) {
         CHECKF(p, "spike %d's end missing: %s", i, out);
         spike_end[i] = strtoull(p + 10, NULL, 10);
     }
+    for (int i = 0; i < is.n && is.n != n; i++) /* which one is extra or missing */
+        printf("# incident %d of %d: %s %.2f s after the first spike began\n", i, is.n,
+               is.v[i].trigger, ((double)is.v[i].trigger_ns - (double)spike[0]) / 1e9);
     CHECKF(is.n == n, "%d incidents for %d spikes", is.n, n);
     for (int i = 0; i < n; i++) {
         inc_t *x = &is.v[i];
