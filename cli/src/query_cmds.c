@@ -344,6 +344,9 @@ static void print_incident(json_t *o) {
     printf("\ndiff, after the trigger against the seconds before (per %s): %lld regressions, "
            "%lld improvements\n", jstr(d, "per"), (long long)jint(d, "regressions"),
            (long long)jint(d, "improvements"));
+    const char *hint = json_string_value(json_object_get(d, "hint"));
+    if (hint && *hint) /* e.g. a callee folded into the spike's function */
+        printf("  (%s)\n", hint);
     json_array_foreach(json_object_get(d, "entries"), i, e) {
         if (i >= 10)
             break;
