@@ -3,7 +3,9 @@
  * finding of its own. A function that spins calls clock_gettime in its loop: per request,
  * clock_gettime's self cost grows with the spin, and flagging both names one change twice.
  *
- * The regressions are taken by their change of self cost, largest first; the first stands.
+ * The regressions are taken by their change of inclusive cost, largest first (a caller before
+ * the callee its growth brings, whose self cost may have grown more: clock_gettime's did in
+ * one capture); the first stands.
  * Each next one is tested again on its samples outside the stacks of the standing ones (both
  * sides, the same dispersion and common factor, its BH factor q / p kept): still significant
  * and a change that matters, it stands too; else it is noise, and the hint names the finding
@@ -38,7 +40,7 @@ static double under_standing(const agg_profile_t *p, const uint32_t *fmap, uint3
 
 typedef struct {
     uint32_t n, k; /* entry, key */
-    double d;      /* its change of self cost */
+    double d;      /* its change of inclusive cost */
 } reg_t;
 
 static int cmp_reg(const void *a, const void *b) {
@@ -64,7 +66,7 @@ int agg_diff_fold(agg_diff_t *out, const agg_profile_t *b, const uint32_t *mb,
     for (uint32_t k = 0; k < nk; k++)
         if (k2n[k] != AGG_NONE && out->entries[k2n[k]].cls == AGG_DIFF_REGRESSION &&
             !out->entries[k2n[k]].by_inclusive)
-            v[nr++] = (reg_t){k2n[k], k, out->entries[k2n[k]].delta_self};
+            v[nr++] = (reg_t){k2n[k], k, out->entries[k2n[k]].delta_total};
     qsort(v, nr, sizeof *v, cmp_reg);
     for (size_t i = 0; i < nr; i++) {
         agg_diff_entry_t *e = &out->entries[v[i].n];
