@@ -711,7 +711,60 @@ static void test_many_processes(void) {
     CHECK_EQ(flagged, 0);
 }
 
+/* An incident's capture, per request (serve_incidents.c's options): the base serves requests
+ * of 100 units of CPU (steady_work 70, the clock_gettime it calls 30); in the test every
+ * request also spins in spike_spin (1000), whose loop calls clock_gettime (1200: the callee's
+ * self cost grows more than the caller's). Each side's requests are its CPU over the cost of a
+ * request. With opts.common_from_work and opts.fold_callees: spike_spin a regression, nothing
+ * else flagged, the hint naming the fold, in each of 5 seeds. Without the first, steady_work
+ * (unchanged per request, its share of the samples 70 % -> 3 %) is an improvement: two
+ * functions leave no common factor to estimate; without the second, clock_gettime is a
+ * regression too. */
+static void test_incident_per_request(void) {
+    static const char *const names[] = {"steady_work", "clock_gettime", "spike_spin",
+                                        "clock_gettime"};
+    static const int parent[] = {-1, 0, -1, 2};
+    static const double wb[] = {70, 30, 0, 0}, wt[] = {70, 30, 1000, 1200};
+    for (uint64_t seed = 31; seed < 36; seed++) {
+        rng_t r = {seed};
+        agg_profile_t *b = small_side(&r, names, wb, 4, parent, 100);
+        agg_profile_t *t = small_side(&r, names, wt, 4, parent, 100);
+        uint64_t w, c;
+        double work;
+        agg_profile_totals(b, &w, &c, &work);
+        b->work_total = (double)w / PERIOD_NS / 100;
+        agg_profile_totals(t, &w, &c, &work);
+        t->work_total = (double)w / PERIOD_NS / 2300;
+        agg_diff_opts_t o;
+        agg_diff_opts_default(&o);
+        o.no_callers = 1;
+        o.fold_callees = 1;
+        o.common_from_work = 1;
+        agg_diff_t d;
+        CHECK_EQ(agg_diff_compute(b, t, &o, &d), 0);
+        CHECKF(entry(&d, "spike_spin")->cls == AGG_DIFF_REGRESSION && d.n_regressions == 1 &&
+                   d.n_improvements == 0,
+               "seed %llu: spike_spin %s, %zu regressions, %zu improvements",
+               (unsigned long long)seed, agg_diff_class_name(entry(&d, "spike_spin")->cls),
+               d.n_regressions, d.n_improvements);
+        CHECKF(strstr(d.hint, "clock_gettime folded into spike_spin"), "hint '%s'", d.hint);
+        agg_diff_free(&d);
+        o.common_from_work = 0;
+        CHECK_EQ(agg_diff_compute(b, t, &o, &d), 0);
+        CHECK_EQ(entry(&d, "steady_work")->cls, AGG_DIFF_IMPROVEMENT);
+        agg_diff_free(&d);
+        o.common_from_work = 1;
+        o.fold_callees = 0;
+        CHECK_EQ(agg_diff_compute(b, t, &o, &d), 0);
+        CHECK_EQ(entry(&d, "clock_gettime")->cls, AGG_DIFF_REGRESSION);
+        agg_diff_free(&d);
+        agg_profile_free(b);
+        agg_profile_free(t);
+    }
+}
+
 static const tr_test_t tests[] = {
+    {"incident_per_request", test_incident_per_request},
     {"many_processes", test_many_processes},
     {"bursty_function", test_bursty_function},
     {"new_function_few_samples", test_new_function_few_samples},
