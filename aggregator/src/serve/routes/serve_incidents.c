@@ -271,6 +271,15 @@ static json_t *timeline_json(const capture_t *cap, cm_event_type_t type) {
     return arr;
 }
 
+/* The diff's side of a chunk that ended at end: 2 after the trigger, 1 the base, 0 neither. */
+static int side_of(int64_t end, int64_t trigger) {
+    if (end > trigger)
+        return 2;
+    if (end > trigger - AGG_INCIDENT_GAP_NS)
+        return 0;
+    return end > trigger - AGG_INCIDENT_GAP_NS - AGG_INCIDENT_BEFORE_NS;
+}
+
 /* The capture's profiles: all of it, its chunks just before the trigger (ended at least
  * AGG_INCIDENT_GAP_NS before it, and at most AGG_INCIDENT_BEFORE_NS earlier: the seconds
  * nearest the trigger, not what went on when the capture began, such as the last requests of
@@ -290,10 +299,7 @@ static int capture_profiles(const capture_t *cap, cm_event_type_t type, int64_t 
     for (size_t i = 0; !rc && i < cap->n; i++) {
         const cm_chunk_t *c = cap->c[i];
         int64_t end = (int64_t)c->header.end_unix_ns;
-        int side = end > trigger                                             ? 2
-                   : end > trigger - AGG_INCIDENT_GAP_NS                           ? 0
-                   : end > trigger - AGG_INCIDENT_GAP_NS - AGG_INCIDENT_BEFORE_NS ? 1
-                                                                                   : 0;
+        int side = side_of(end, trigger);
         rc = agg_profile_add_chunk(p[0], c);
         if (!rc && side) {
             req[side - 1] += (double)c->header.work_units;
