@@ -12,7 +12,10 @@
  *   postgres    (BENCH_PG=1) after the SQLite throughput run, the same run against a throwaway
  *               PostgreSQL cluster (deploy/postgres, port 15435, same machine) with
  *               --store postgres://...: samples per aggregator CPU-second, and the database's
- *               own CPU (the postmaster and its backends, read before they exit).
+ *               own CPU (the postmaster and its backends, read before they exit, after a
+ *               CHECKPOINT that writes the run's dirty pages). The cluster has start.sh's
+ *               settings (shared_buffers 128MB, the server's defaults otherwise: max_wal_size
+ *               1GB, checkpoint_timeout 5min, fsync on) and PG_EXTRA_CONF's lines.
  *               BENCH_PG_PORT sets the cluster's port. BENCH_PG_STATS=1 (with PG_EXTRA_CONF=
  *               "shared_preload_libraries = 'pg_stat_statements'") prints the statements
  *               that took the server's time, summed over the partitions' connections.
