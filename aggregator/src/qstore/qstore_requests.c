@@ -1,6 +1,7 @@
 /* The query store's requests (query_store.h): the spans the application named, with their
  * real durations (table `requests`, one row per span), their sampled costs (table `spans`)
- * and their stacks (table `span_stacks`); endpoints are requests grouped by name.
+ * and their stacks (table `span_stacks`); endpoints' calls and percentiles are in
+ * qstore_endpoints.c.
  * Threading: the query store's (one caller at a time). */
 #include "qstore_int.h"
 
@@ -112,76 +113,6 @@ int agg_qstore_request(agg_qstore_t *qs, const uint8_t trace[16], const uint8_t 
         rc = agg_qs_done(st, s);
     }
     return rc;
-}
-
-static int cmp_name_dur(const void *a, const void *b) {
-    const agg_request_t *x = a, *y = b;
-    int c = strcmp(x->name, y->name);
-    if (c)
-        return c;
-    int64_t dx = x->end_ns - x->start_ns, dy = y->end_ns - y->start_ns;
-    return dx < dy ? -1 : dx > dy;
-}
-
-static int cmp_endpoint(const void *a, const void *b) {
-    const agg_endpoint_t *x = a, *y = b;
-    if (x->p99_ns != y->p99_ns)
-        return x->p99_ns > y->p99_ns ? -1 : 1;
-    return strcmp(x->name, y->name);
-}
-
-/* Nearest rank: the smallest duration with at least q of the calls at or below it. */
-static int64_t rank_q(const agg_request_t *r, size_t n, double q) {
-    size_t k = (size_t)(q * (double)n + 0.999999);
-    k = k ? k - 1 : 0;
-    return r[k < n ? k : n - 1].end_ns - r[k < n ? k : n - 1].start_ns;
-}
-
-int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *version,
-                         int64_t from_ns, int64_t to_ns, agg_endpoint_t **out, size_t *n) {
-    agg_reqq_t q = {.service = service, .version = version, .from_ns = from_ns, .to_ns = to_ns};
-    agg_request_t *r;
-    size_t nr;
-    *out = NULL;
-    *n = 0;
-    int rc = agg_qstore_requests(qs, &q, &r, &nr);
-    if (rc)
-        return rc;
-    if (nr)
-        qsort(r, nr, sizeof *r, cmp_name_dur);
-    agg_endpoint_t *e = calloc(nr ? nr : 1, sizeof *e);
-    if (!e) {
-        free(r);
-        return CM_ENOMEM;
-    }
-    size_t ne = 0;
-    double cpu_all = 0;
-    for (size_t i = 0, j; i < nr; i = j) {
-        for (j = i; j < nr && !strcmp(r[j].name, r[i].name); j++)
-            ;
-        agg_endpoint_t *x = &e[ne++];
-        snprintf(x->name, sizeof x->name, "%s", r[i].name);
-        x->calls = j - i;
-        x->p50_ns = rank_q(r + i, j - i, 0.50);
-        x->p90_ns = rank_q(r + i, j - i, 0.90);
-        x->p99_ns = rank_q(r + i, j - i, 0.99);
-        x->max_ns = r[j - 1].end_ns - r[j - 1].start_ns;
-        for (size_t k = i; k < j; k++)
-            for (int t = 1; t <= CM_EV_MAX; t++)
-                x->cost_per_call[t] += (double)r[k].cost[t];
-        cpu_all += x->cost_per_call[CM_EV_CPU];
-    }
-    for (size_t k = 0; k < ne; k++) {
-        e[k].cpu_share = cpu_all > 0 ? e[k].cost_per_call[CM_EV_CPU] / cpu_all : 0;
-        for (int t = 1; t <= CM_EV_MAX; t++)
-            e[k].cost_per_call[t] /= (double)e[k].calls;
-    }
-    free(r);
-    if (ne)
-        qsort(e, ne, sizeof *e, cmp_endpoint);
-    *out = e;
-    *n = ne;
-    return 0;
 }
 
 int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
