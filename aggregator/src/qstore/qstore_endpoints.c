@@ -203,3 +203,55 @@ int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *vers
     *n = ne;
     return 0;
 }
+
+/* The calls of r[0..nr) without a row, of the endpoint histogram h: per bucket, its count less
+ * the rows of that name in it, appended to *v (duration the bucket's midpoint, no sampled
+ * cost: a call a sample landed in has a row). */
+static int add_unrowed(const agg_request_t *r, size_t nr, const ephist_t *h, agg_request_t **v,
+                       size_t *nv, size_t *cap) {
+    uint64_t *left = malloc(CM_HIST_BUCKETS * sizeof *left);
+    if (!left)
+        return CM_ENOMEM;
+    memcpy(left, h->h, CM_HIST_BUCKETS * sizeof *left);
+    for (size_t i = 0; i < nr; i++) {
+        uint32_t b = cm_hist_index((uint64_t)(r[i].end_ns - r[i].start_ns));
+        if (!strcmp(r[i].name, h->name) && left[b])
+            left[b]--;
+    }
+    int rc = 0;
+    for (uint32_t b = 0; b < CM_HIST_BUCKETS && !rc; b++)
+        for (uint64_t k = 0; k < left[b] && !rc; k++) {
+            if (*nv >= AGG_REQ_MAX)
+                break;
+            if (*nv == *cap && agg_vec_grow((void **)v, cap, sizeof **v)) {
+                rc = CM_ENOMEM;
+                break;
+            }
+            agg_request_t *x = &(*v)[(*nv)++];
+            memset(x, 0, sizeof *x);
+            snprintf(x->name, sizeof x->name, "%s", h->name);
+            x->end_ns = (int64_t)cm_hist_mid(b);
+            x->ended = 1;
+        }
+    free(left);
+    return rc;
+}
+
+int agg_qstore_endpoint_calls(agg_qstore_t *qs, const char *service, const char *version,
+                              int64_t from_ns, int64_t to_ns, agg_request_t **out, size_t *n) {
+    agg_reqq_t q = {.service = service, .version = version, .from_ns = from_ns, .to_ns = to_ns};
+    ephists_t hs = {0};
+    int rc = agg_qstore_requests(qs, &q, out, n);
+    if (!rc)
+        rc = read_hists(qs, service, version, from_ns, to_ns, &hs);
+    size_t nr = *n, cap = *n;
+    for (size_t k = 0; !rc && k < hs.n; k++)
+        rc = add_unrowed(*out, nr, &hs.v[k], out, n, &cap);
+    ephists_free(&hs);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
