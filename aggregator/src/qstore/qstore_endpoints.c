@@ -255,3 +255,33 @@ int agg_qstore_endpoint_calls(agg_qstore_t *qs, const char *service, const char 
     }
     return rc;
 }
+
+int agg_qs_endpoint_hist_work(qdb_t *d, const char *service, const char *name, const char *ver,
+                              int64_t from_ns, int64_t to_ns, int64_t lo, int64_t w,
+                              double *work, size_t nb, double *total) {
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "SELECT h.bucket, h.width, SUM(h.count) FROM endpoint_hist h JOIN strings n ON "
+             "n.id = h.name WHERE h.service = ?1 AND n.s = ?2 AND h.bucket < ?4 AND h.bucket + "
+             "h.width > ?3%s GROUP BY h.bucket, h.width",
+             ver ? " AND h.version = ?5" : "");
+    agg_qxst_t *st;
+    int rc = agg_qs_prep(d, sql, &st), s = 0;
+    if (rc)
+        return rc;
+    B64(st, 1, agg_qs_sid(service));
+    agg_qx_bind_text(st, 2, name);
+    B64(st, 3, from_ns / 1000000000);
+    B64(st, 4, to_ns / 1000000000 + (to_ns % 1000000000 != 0));
+    if (ver)
+        B64(st, 5, agg_qs_sid(ver));
+    *total = 0;
+    while ((s = agg_qx_step(st)) == 1) {
+        int64_t t = (agg_qx_int64(st, 0) * 2 + agg_qx_int64(st, 1)) * 500000000ll; /* middle */
+        int64_t b = w > 0 ? (t - lo) / w : 0;
+        double c = (double)agg_qx_int64(st, 2);
+        work[b < 0 ? 0 : (size_t)b >= nb ? nb - 1 : (size_t)b] += c;
+        *total += c;
+    }
+    return agg_qs_end(st, s, 0);
+}

@@ -187,7 +187,9 @@ static void ep_bind(agg_qxst_t *st, const agg_qspec_t *q, const char *name, cons
         B64(st, k++, extra[i]);
 }
 
-/* The requests' calls per bucket of width w from lo: one replicate each (work = its calls). */
+/* The requests' calls per bucket of width w from lo: one replicate each (work = its calls: the
+ * endpoint histograms' when it has any, since rows are kept only for sampled or slow calls;
+ * never fewer than its rows). */
 static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
                          const char *vc, int64_t lo, int64_t w, agg_profile_t *p, uint32_t *reps,
                          size_t nb) {
@@ -201,17 +203,29 @@ static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const
         return rc;
     int64_t ex[2] = {lo, w};
     ep_bind(st, q, name, ver, ex, 2);
-    while (!rc && (s = agg_qx_step(st)) == 1) {
+    double rows[EP_REPS + 2] = {0}, hist[EP_REPS + 2] = {0}, total = 0;
+    while ((s = agg_qx_step(st)) == 1) {
         int64_t b = agg_qx_int64(st, 0);
+        rows[b < 0 ? 0 : (size_t)b >= nb ? nb - 1 : (size_t)b] += (double)agg_qx_int64(st, 1);
+    }
+    int64_t to_ns = q->to_s >= INT64_MAX / 1000000000ll ? INT64_MAX : q->to_s * 1000000000ll;
+    if ((rc = agg_qs_end(st, s, 0)) ||
+        (rc = agg_qs_endpoint_hist_work(d, q->service, name, ver, q->from_s * 1000000000ll, to_ns,
+                                        lo, w, hist, nb, &total)))
+        return rc;
+    for (size_t b = 0; b < nb && !rc; b++) {
+        double work = total > 0 && hist[b] > rows[b] ? hist[b] : rows[b];
+        if (work <= 0)
+            continue;
         char key[300];
-        snprintf(key, sizeof key, "endpoint %s %s %lld", name, ver ? ver : "", (long long)b);
-        int64_t id = agg_profile_replicate(p, key, (double)agg_qx_int64(st, 1));
+        snprintf(key, sizeof key, "endpoint %s %s %zu", name, ver ? ver : "", b);
+        int64_t id = agg_profile_replicate(p, key, work);
         if (id < 0)
             rc = (int)id;
-        else if (b >= 0 && (size_t)b < nb)
+        else
             reps[b] = (uint32_t)id;
     }
-    return agg_qs_end(st, s, rc);
+    return rc;
 }
 
 /* One store and one version (NULL: all) of agg_qstore_endpoint_query. */
