@@ -228,6 +228,23 @@ static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const
     return rc;
 }
 
+/* An endpoint with calls in its histograms and no request row in the range (none sampled, none
+ * slow): found, one replicate of its calls and no sample. */
+static int ep_without_rows(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
+                           agg_profile_t *p, int *found) {
+    double work = 0, total = 0;
+    int64_t to_ns = q->to_s >= INT64_MAX / 1000000000ll ? INT64_MAX : q->to_s * 1000000000ll;
+    int rc = agg_qs_endpoint_hist_work(d, q->service, name, ver, q->from_s * 1000000000ll, to_ns,
+                                       0, 1, &work, 1, &total);
+    if (rc || total <= 0)
+        return rc;
+    *found = 1;
+    char key[300];
+    snprintf(key, sizeof key, "endpoint %s %s 0", name, ver ? ver : "");
+    int64_t id = agg_profile_replicate(p, key, total);
+    return id < 0 ? (int)id : 0;
+}
+
 /* One store and one version (NULL: all) of agg_qstore_endpoint_query. */
 static int ep_one(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
                   agg_profile_t *p, int *found) {
@@ -243,7 +260,7 @@ static int ep_one(qdb_t *d, const agg_qspec_t *q, const char *name, const char *
     int64_t n = s == 1 ? agg_qx_int64(st, 0) : 0, lo = n ? agg_qx_int64(st, 1) : 0,
             hi = n ? agg_qx_int64(st, 2) : 0;
     if ((rc = agg_qs_done(st, s == 1 ? 0 : s)) || !n)
-        return rc;
+        return rc ? rc : ep_without_rows(d, q, name, ver, p, found);
     *found = 1;
     /* one replicate (views), or the diff's: buckets of the requests' end times */
     int64_t w = q->replicates == AGG_QREP_NONE ? hi - lo + 1 : (hi - lo) / EP_REPS + 1;
