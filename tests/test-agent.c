@@ -780,6 +780,63 @@ static void test_named_spans(void) {
     rmrf(dir);
 }
 
+/* With the default settings a span keeps its row only when it matters one by one: every
+ * sample that carries a span context (any event type, any chunk) has that span's row, the
+ * fast requests no sample landed in have none (fewer rows than calls), while every call is
+ * still counted; with FLEETPROF_SPAN_SLOW=3ms every slow request (4 ms) has its row. */
+static int has_ctx_row(const chunks_t *cs, const uint8_t *id) {
+    for (int i = 0; i < cs->n; i++) {
+        const cm_spans_t *sp = &cs->c[i]->spans;
+        for (uint32_t r = 0; r < sp->n; r++)
+            if (!memcmp(cs->c[i]->dict.contexts + (size_t)sp->context[r] * CM_CONTEXT_SIZE, id,
+                        CM_CONTEXT_SIZE))
+                return 1;
+    }
+    return 0;
+}
+
+static void test_span_rows_kept(void) {
+    static const uint8_t zero[CM_CONTEXT_SIZE];
+    for (int slow = 0; slow < 2; slow++) {
+        char *dir = mkout(), envbuf[4200], prog[4096], out[512];
+        prog_path("fp-work-linked", prog, sizeof prog);
+        const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600",
+                             slow ? "FLEETPROF_SPAN_SLOW=3ms" : NULL, NULL};
+        const char *argv[] = {prog, "requests", "200", NULL};
+        CHECK(run(env, argv, 60, out, sizeof out) == 0);
+        chunks_t *cs = load(dir);
+        span_tot_t t = {0};
+        uint64_t sampled = 0, missing = 0;
+        for (int i = 0; i < cs->n; i++) {
+            span_rows(cs->c[i], i, &t);
+            for (int ty = 1; ty < CM_EV_COUNT; ty++) {
+                const cm_samples_t *s = &cs->c[i]->samples[ty];
+                for (uint32_t r = 0; r < s->n; r++) {
+                    const uint8_t *id = cs->c[i]->dict.contexts +
+                                        (size_t)CM_COL(s, context, r) * CM_CONTEXT_SIZE;
+                    if (!memcmp(id, zero, CM_CONTEXT_SIZE))
+                        continue;
+                    sampled++;
+                    missing += !has_ctx_row(cs, id);
+                }
+            }
+        }
+        printf("# SPAN_SLOW %s: rows fast %llu slow %llu db %llu; %llu samples in spans, %llu "
+               "without their span's row\n", slow ? "3ms" : "default", (unsigned long long)t.n[0],
+               (unsigned long long)t.n[1], (unsigned long long)t.db, (unsigned long long)sampled,
+               (unsigned long long)missing);
+        CHECKF(sampled > 0 && missing == 0, "%llu of %llu samples without their span's row",
+               (unsigned long long)missing, (unsigned long long)sampled);
+        CHECKF(t.wrong == 0 && t.n[0] < 100, "fast rows %llu, wrong %llu",
+               (unsigned long long)t.n[0], (unsigned long long)t.wrong);
+        CHECKF(!slow || t.n[1] == 100, "slow rows %llu with SPAN_SLOW 3ms",
+               (unsigned long long)t.n[1]);
+        check_endpoint_hists(cs, out);
+        free_chunks(cs);
+        rmrf(dir);
+    }
+}
+
 /* A process with spans and no sample still writes its exit chunk, carrying every span (named
  * right, though the program rewrote one name buffer in place between calls): counted in its
  * endpoint, and without a row (no sample landed in it, none is slow). */
@@ -1766,6 +1823,7 @@ static const tr_test_t tests[] = {
     {"altstack_handler", test_altstack_handler},
     {"flush_api", test_flush_api},
     {"named_spans", test_named_spans},
+    {"span_rows_kept", test_span_rows_kept},
     {"spans_no_samples", test_spans_no_samples},
     {"signal_chain", test_signal_chain},
     {"deep_stack", test_deep_stack},
