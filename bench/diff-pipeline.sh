@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The diff's sensitivity through the real pipeline (issue 30): per cell, TRIALS pairs of
-# deploys of bench/diff-service (open loop, ~1 ms of CPU per request at RATE requests/s, 2
+# deploys of bench/diff-service (open loop, ~1 ms of CPU per request at RATE requests/s, PROCS
 # processes per version for SECONDS, built -O2 without frame pointers), profiled with
 # `fleetprof run` through a local pipeline (deploy/pipeline.sh), then `fleetprof diff`.
 # Reports per cell: detection rate of the planted function, diffs with another finding, and
@@ -8,12 +8,12 @@
 # Uses the fixed pipeline ports: run it under the services lock:
 #   flock /tmp/fp-services.lock bench/diff-pipeline.sh
 # Environment: FLEETPROF_BUILD (default ./build), TRIALS (4), SECONDS_RUN (40), RATE (300),
-# CELLS (default "new:0.02 new:0.01 null:0"), OUT (directory for each diff's JSON, default
-# /tmp/fp-diff-pipeline-out).
+# PROCS (processes per version, 2), CELLS (default "new:0.02 new:0.01 null:0"), OUT (directory
+# for each diff's JSON, default /tmp/fp-diff-pipeline-out).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${FLEETPROF_BUILD:-$ROOT/build}"
-TRIALS="${TRIALS:-4}" SECONDS_RUN="${SECONDS_RUN:-40}" RATE="${RATE:-300}"
+TRIALS="${TRIALS:-4}" SECONDS_RUN="${SECONDS_RUN:-40}" RATE="${RATE:-300}" PROCS="${PROCS:-2}"
 CELLS="${CELLS:-new:0.02 new:0.01 null:0}"
 export FLEETPROF_STATE="${FLEETPROF_STATE:-/tmp/fp-diff-pipeline-$$}"
 SVC="$BUILD/bench/diff-service"
@@ -27,7 +27,7 @@ CLI="$BUILD/cli/fleetprof"
 run_side() { # service version new-share seed
   local args=(--seconds "$SECONDS_RUN" --rate "$RATE")
   [ "$3" != 0 ] && args+=(--new-share "$3")
-  for p in 1 2; do
+  for p in $(seq 1 "$PROCS"); do
     "$CLI" run --service "$1" --version "$2" -- "$SVC" "${args[@]}" --seed "$(($4 * 10 + p))" \
       >/dev/null &
   done
