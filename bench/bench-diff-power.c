@@ -18,14 +18,15 @@
  * of a few functions instead of 60 lognormal ones, e.g. bench/diff-service's
  * "0.3,0.2,0.25,0.15,0.1"), NMAX (the null cells' largest samples per side, 30000),
  * PMIX0 (fn_00's own PMIX: one function with a larger process spread), BHW (the diff's
- * bh_large_weight), NOCALLERS (self costs only: no callers' inclusive tests), DEBUG (each
- * diff's planted and false findings, and its dispersions).
+ * bh_large_weight), Q (the diff's q, 0.01), NOCALLERS (self costs only: no callers' inclusive
+ * tests), DEBUG (each diff's planted and false findings, and its dispersions).
  * Output: one line per cell: kind, share, change, samples per side, detection rate of ours,
  * Welch, oracle, the count test's own p <= 0.01 for the planted function (what it would find
  * knowing which function changed: the ceiling of any multiplicity procedure), the ideal test
  * (an existing function: knows the function and the variance the simulation draws; what no
- * test can beat at level 0.01), and the fraction of diffs with a finding on another
- * function. */
+ * test can beat at level 0.01), the same ideal test at the level a sole finding needs in the
+ * diff's weighted BH (what no test can beat under the diff's multiplicity), and the fraction
+ * of diffs with a finding on another function. */
 #include "query.h"
 
 #include "cm/error.h"
@@ -177,7 +178,7 @@ static int ideal(uint64_t yb, uint64_t cb, uint64_t yt, uint64_t ct, int procs, 
 }
 
 typedef struct {
-    int found, welch, oracle, other, single, ideal;
+    int found, welch, oracle, other, single, ideal, ideal_bh;
     double mde_new, mde20;
 } res_t;
 
@@ -201,9 +202,12 @@ static void trial(kind_t kind, double share, double change, double samples, int 
                             kind == NULL_LOAD ? 1.1 : 1.0, &yt, target);
     agg_diff_t d;
     agg_diff_opts_t o;
+    size_t n_bh = 0;
     agg_diff_opts_default(&o);
     if (getenv("BHW"))
         o.bh_large_weight = atof(getenv("BHW"));
+    if (getenv("Q"))
+        o.q = atof(getenv("Q"));
     o.no_callers = getenv("NOCALLERS") != NULL; /* self costs only: no callers' BH tests */
     for (int m = 0; m < 2; m++) {
         o.method = m ? AGG_DIFF_WELCH : AGG_DIFF_COUNT;
@@ -239,6 +243,7 @@ static void trial(kind_t kind, double share, double change, double samples, int 
             printf("  dispersion %.5f between processes %.5f (df %.0f)\n", d.dispersion,
                    d.dispersion_g_data, d.dispersion_g_df);
         if (m == 0) {
+            n_bh = d.n_bh;
             out->mde_new += d.mde_new;
             out->mde20 += d.mde_change[1];
         }
@@ -250,9 +255,17 @@ static void trial(kind_t kind, double share, double change, double samples, int 
         agg_profile_totals(b, &wb, &cb, &xb);
         agg_profile_totals(t, &wt, &ct, &xt);
         out->oracle += oracle(yb, cb / CM_COUNT_ONE, yt, ct / CM_COUNT_ONE, 0.01);
-        if (kind == SLOWER)
-            out->ideal +=
-                ideal(yb, cb / CM_COUNT_ONE, yt, ct / CM_COUNT_ONE, procs, buckets, 0.01);
+        if (kind == SLOWER) {
+            /* the level a sole finding needs in this diff's weighted BH: q w / m with
+             * w = 1 - lambda + lambda m s (s: the function's pooled share), as mde() */
+            double sh = (double)(yb + yt) * CM_COUNT_ONE / (double)(cb + ct);
+            double lam = o.bh_large_weight, m = n_bh ? (double)n_bh : 1;
+            double lbh = o.q * fmin(1, (1 - lam) / m + lam * sh);
+            cb /= CM_COUNT_ONE;
+            ct /= CM_COUNT_ONE;
+            out->ideal += ideal(yb, cb, yt, ct, procs, buckets, 0.01);
+            out->ideal_bh += ideal(yb, cb, yt, ct, procs, buckets, lbh);
+        }
     }
     agg_profile_free(b);
     agg_profile_free(t);
@@ -268,11 +281,11 @@ static void cell(kind_t kind, double share, double change, double samples, int t
               &r);
     static const char *kn[] = {"new", "slower", "null-same", "null-load+10%"};
     printf("%-14s share %5.1f%% change %+5.1f%% samples/side %6.0f: found %5.1f%% (welch %5.1f%%, "
-           "oracle %5.1f%%, own p <= 0.01 %5.1f%%, ideal %5.1f%%), diffs with another finding %4.1f%%, mde new "
-           "%.2f%%, 20%%-fn %.1f%%\n",
+           "oracle %5.1f%%, own p <= 0.01 %5.1f%%, ideal %5.1f%%, ideal at BH's level %5.1f%%), "
+           "diffs with another finding %4.1f%%, mde new %.2f%%, 20%%-fn %.1f%%\n",
            kn[kind], 100 * share, 100 * change, samples, 100.0 * r.found / trials,
-           100.0 * r.welch / trials, 100.0 * r.oracle / trials, 100.0 * r.single / trials, 100.0 * r.ideal / trials,
-           100.0 * r.other / trials,
+           100.0 * r.welch / trials, 100.0 * r.oracle / trials, 100.0 * r.single / trials,
+           100.0 * r.ideal / trials, 100.0 * r.ideal_bh / trials, 100.0 * r.other / trials,
            100 * r.mde_new / trials, 100 * r.mde20 / trials);
     fflush(stdout);
 }
