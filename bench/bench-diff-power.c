@@ -19,7 +19,8 @@
  * "0.3,0.2,0.25,0.15,0.1"), NMAX (the null cells' largest samples per side, 30000),
  * PMIX0 (fn_00's own PMIX: one function with a larger process spread), BHW (the diff's
  * bh_large_weight), Q (the diff's q, 0.01), NOCALLERS (self costs only: no callers' inclusive
- * tests), DEBUG (each diff's planted and false findings, and its dispersions).
+ * tests), NOGROUP (replicates without process groups), POOL (a replicate per bucket summing
+ * the processes, no groups: the store's per-leaf rollup), DEBUG (each diff's planted and false findings, and its dispersions).
  * Output: one line per cell: kind, share, change, samples per side, detection rate of ours,
  * Welch, oracle, the count test's own p <= 0.01 for the planted function (what it would find
  * knowing which function changed: the ceiling of any multiplicity procedure), the ideal test
@@ -131,9 +132,14 @@ static agg_profile_t *side(const svc_t *s, rng_t *r, double samples, double mult
         for (int f = 0; f <= F; f++)
             pmix[f] = rlognorm(r, env_sigma(f == 0 && getenv("PMIX0") ? "PMIX0" : "PMIX", 0.01));
         for (int b = 0; b < s->buckets; b++) {
-            snprintf(name, sizeof name, "p%d-b%d", pr, b);
+            /* POOL: a replicate per bucket with every process's samples, no groups (the
+             * store's per-leaf rollup keeps no pid) */
+            if (getenv("POOL"))
+                snprintf(name, sizeof name, "b%d", b);
+            else
+                snprintf(name, sizeof name, "p%d-b%d", pr, b);
             uint32_t rep = (uint32_t)agg_profile_replicate(p, name, 5.0);
-            if (!getenv("NOGROUP"))
+            if (!getenv("NOGROUP") && !getenv("POOL"))
                 agg_profile_replicate_group(p, rep, (uint32_t)pr);
             double l = load * rlognorm(r, 0.2), bmix = env_sigma("BMIX", 0.03);
             for (int f = 0; f <= F; f++) {
