@@ -358,17 +358,15 @@ static int hist_add(uint32_t name, uint64_t dur) {
 
 /* Appends an ended span's row to the current half of g_done (beyond AG_SPANS_PER_CHUNK:
  * counted span_limit). */
-static void done_add(const frame_t *f, uint64_t end) {
+static void done_add(const frame_t *f, const ag_ctx_slot_t *own, uint64_t end) {
     uint64_t st = atomic_fetch_add_explicit(&g_done_state, 1, memory_order_acq_rel);
     uint32_t idx = (uint32_t)st, epoch = (uint32_t)(st >> 32);
     if (idx >= AG_SPANS_PER_CHUNK) {
         ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
         return;
     }
-    ag_ctx_slot_t cur;
-    ag_context_read(&cur);
     done_t *d = &g_done[epoch & 1][idx];
-    memcpy(d->ctx, cur.ctx, CM_CONTEXT_SIZE);
+    memcpy(d->ctx, own->ctx, CM_CONTEXT_SIZE);
     d->name = f->name;
     d->tid = (pid_t)my_tid();
     d->start_ns = f->start_ns;
@@ -388,18 +386,23 @@ int fleetprof_span_end(void) {
         return -ENOENT;
     frame_t *f = &t_span.stack[--t_span.depth];
     uint64_t dur = stamp_diff(f->start_ns, end);
-    int hit = !t_span.hits || atomic_load_explicit(t_span.hits, memory_order_relaxed) != f->hits;
-    if (!hist_add(f->name, dur) || hit || dur >= ag.cfg.span_slow_ns)
-        done_add(f, end);
-    if (t_span.depth == 0 && t_span.slot)
-        publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
-    if (t_span.depth == 0) /* a request ended: incident triggers (recorder/triggers.c) */
-        ag_trig_span_ended(dur, f->name);
+    /* The span's own ids, then the parent's context back, and only then its hit count: a
+     * sample that still carries the span's ids has counted its hit by the time it returns. */
+    ag_ctx_slot_t own;
+    ag_context_read(&own);
     static const uint8_t zero[16];
     if (!memcmp(f->ctx, zero, 16))
         fleetprof_span_clear();
     else
         fleetprof_span_set(f->ctx, f->ctx + 16);
+    atomic_signal_fence(memory_order_seq_cst);
+    int hit = !t_span.hits || atomic_load_explicit(t_span.hits, memory_order_relaxed) != f->hits;
+    if (!hist_add(f->name, dur) || hit || dur >= ag.cfg.span_slow_ns)
+        done_add(f, &own, end);
+    if (t_span.depth == 0 && t_span.slot)
+        publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
+    if (t_span.depth == 0) /* a request ended: incident triggers (recorder/triggers.c) */
+        ag_trig_span_ended(dur, f->name);
     return 0;
 }
 
