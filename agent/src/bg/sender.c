@@ -11,7 +11,9 @@
  * AG_QUEUE_MAX chunks; when full the oldest not on the wire (not written, or written on a
  * connection since closed) is discarded -- the new one if every queued chunk is written and
  * awaiting its ack -- and counted as DROP_CHUNK_QUEUE_FULL in the next chunk.
- * FLEETPROF_COLLECTOR=none disables the socket.
+ * FLEETPROF_COLLECTOR=none disables the socket. A record numbered CM_SOCK_CMD_NO among the acks
+ * is a command (`fleetprof capture`): CM_SOCK_CMD_CAPTURE asks the recorder for a manual capture
+ * (ag_fr_request_capture); others are ignored.
  *
  * Files: written to ".<name>.tmp" and renamed, so a reader never sees half a chunk. Name:
  * <service>-<pid>-<sequence, 8 digits>.fpc.
@@ -42,6 +44,7 @@
 #include "clock.h"
 #include "record.h"
 #include "sender.h"
+#include "recorder/incid.h"
 
 #include "cm/log.h"
 #include "cm/wire.h"
@@ -387,6 +390,11 @@ static int do_read(void) {
                       (uint32_t)S.ack[3] << 24;
         int32_t status = (int32_t)((uint32_t)S.ack[4] | (uint32_t)S.ack[5] << 8 |
                                    (uint32_t)S.ack[6] << 16 | (uint32_t)S.ack[7] << 24);
+        if (no == CM_SOCK_CMD_NO) { /* a command, not an ack (cm/wire.h) */
+            if (status == CM_SOCK_CMD_CAPTURE)
+                ag_fr_request_capture();
+            continue;
+        }
         if (status == CM_SOCK_RETRY) {
             /* The collector shed this one (load, or its spool's disk full). The messages
              * written after it may still be accepted (a smaller one fits where this did not):

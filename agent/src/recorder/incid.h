@@ -28,6 +28,9 @@ AG_HIDDEN int ag_fr_capturing(void);
 AG_HIDDEN void ag_trig_reset(uint64_t now_mono);
 AG_HIDDEN void ag_trig_eval(uint64_t now_mono);
 AG_HIDDEN extern _Atomic int ag_trig_manual; /* fleetprof_capture() asked */
+/* A manual capture asked from outside the process (the collector's capture command, read by
+ * the sender): the same as fleetprof_capture(), on the next loop pass. Any thread. */
+static inline void ag_fr_request_capture(void) { atomic_store(&ag_trig_manual, 1); }
 /* the capture signal's number, from its handler (signal.c: one atomic store and a wake) */
 AG_HIDDEN extern _Atomic int ag_trig_signal;
 /* bg (flightrec.c): a drained alloc/lock/io record's weight (bytes, wait ns) */

@@ -16,6 +16,21 @@
  *   4. The agent keeps each chunk until its ack arrives; on a broken connection it resends the
  *      unacknowledged ones after reconnecting. Duplicates are possible and are removed by chunk
  *      id downstream (at-least-once transport, exactly-once accounting).
+ *   5. Commands, collector -> agent: an ack-sized record whose message number is
+ *      CM_SOCK_CMD_NO (no message ever has it, so an agent that knows no command ignores the
+ *      record) and whose status is the command: CM_SOCK_CMD_CAPTURE starts a manual incident
+ *      capture, as fleetprof_capture() does. Written between acks, never inside one.
+ *
+ * Control client -> collector (`fleetprof capture --collector SOCKET`), on the same socket:
+ *   a hello of CM_SOCK_CTL_MAGIC and u32 LE CM_SOCK_VERSION, then ONE message (u32 LE length N,
+ *   1 <= N <= CM_SOCK_CTL_MAX_MSG, then N bytes of command text: lines key=value, keys
+ *   `cmd` (capture), `service` (required), `host`, `pid`, `reason`, `requester`, `id`); the
+ *   collector answers with one ack-sized record: u32 LE 1 and i32 LE the number of connected
+ *   agents the command was sent to, or a negative CM_E* code (CM_EFORMAT: not a command;
+ *   CM_EINVAL: no service). Then it closes the connection.
+ *
+ * Control topic (aggregator -> every collector): CM_TOPIC_CONTROL, key = the service, value =
+ * the same command text (with `id` and `issued_ns`, unix ns when the aggregator took it).
  *
  * Collector -> Kafka: topic CM_TOPIC_CHUNKS (configurable), key = the chunk's service name
  * (so a service's chunks stay in one partition, in order), value = the chunk frame exactly as
@@ -33,9 +48,14 @@
 #define CM_SOCK_MAX_MSG (CM_FRAME_HEADER_SIZE + CM_MAX_RAW_SIZE + CM_MAX_RAW_SIZE / 255 + 16)
 #define CM_SOCK_ACK_SIZE 8
 #define CM_SOCK_RETRY (-1) /* -EPERM is never a chunk status, so -1 is free for "retry" */
+#define CM_SOCK_CMD_NO 0xffffffffu /* message number of a command record */
+#define CM_SOCK_CMD_CAPTURE 1      /* command: start a manual incident capture */
+#define CM_SOCK_CTL_MAGIC "FPRC"   /* hello of a control client */
+#define CM_SOCK_CTL_MAX_MSG 4096u
 
 #define CM_TOPIC_CHUNKS "fleetprof.chunks"
 #define CM_TOPIC_DLQ "fleetprof.chunks.dlq"
+#define CM_TOPIC_CONTROL "fleetprof.control"
 
 /* Kafka headers set by the collector (all values are UTF-8 text). */
 #define CM_HDR_HOST "fp-host"             /* node host name */
