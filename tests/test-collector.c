@@ -624,7 +624,94 @@ static void test_agent_exit_is_normal(void) {
     tc_cleanup(&c);
 }
 
+/* Capture commands: the text form and which agents one targets (command.c). */
+static void test_capture_command_match(void) {
+    col_cmd_t c;
+    char err[256];
+    const char *t = "cmd=capture\nservice=api\nhost=node-1\npid=42\nreason=slow\nfuture=1\n";
+    CHECK_EQ(col_cmd_parse(t, strlen(t), &c, err, sizeof err), 0);
+    CHECK(!strcmp(c.service, "api") && !strcmp(c.host, "node-1") && c.pid == 42 &&
+          !strcmp(c.reason, "slow"));
+    col_cmd_agent_t same = {"api", 42, 7}, nspid = {"api", 9000, 42}, other_pid = {"api", 43, 1},
+                    other_svc = {"web", 42, 42}, no_chunk = {NULL, 42, 42};
+    CHECK(col_cmd_match(&c, "node-1", &same));      /* the collector's view of the pid */
+    CHECK(col_cmd_match(&c, "node-1", &nspid));     /* the pid in its own namespace */
+    CHECK(!col_cmd_match(&c, "node-1", &other_pid));
+    CHECK(!col_cmd_match(&c, "node-1", &other_svc));
+    CHECK(!col_cmd_match(&c, "node-1", &no_chunk)); /* no chunk yet: service unknown */
+    CHECK(!col_cmd_match(&c, "node-2", &same));     /* another host's command */
+    t = "cmd=capture\nservice=api\n"; /* any host, any pid */
+    CHECK_EQ(col_cmd_parse(t, strlen(t), &c, err, sizeof err), 0);
+    CHECK(col_cmd_match(&c, "node-2", &other_pid) && !col_cmd_match(&c, "node-2", &other_svc));
+    const char *bad[] = {"cmd=capture\nhost=x\n", "cmd=stop\nservice=api\n",
+                         "cmd=capture\nservice=api\npid=0\n", "cmd=capture\nservice=api\npid=x\n",
+                         "service=api\n", "cmd=capture\nservice api\n"};
+    int want[] = {CM_EINVAL, CM_EFORMAT, CM_EFORMAT, CM_EFORMAT, CM_EFORMAT, CM_EFORMAT};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        CHECK_EQ(col_cmd_parse(bad[i], strlen(bad[i]), &c, err, sizeof err), want[i]);
+        CHECKF(err[0], "no message for %s", bad[i]);
+    }
+}
+
+/* Sends the control hello and one command text; returns the collector's answer (sent-to count
+ * or a negative CM_E* code), or 99999 when none came. */
+static int32_t control_send(const char *sock, const char *text) {
+    int fd = tc_connect(sock, 0);
+    CHECK(fd >= 0);
+    uint8_t hello[CM_SOCK_HELLO_SIZE] = {'F', 'P', 'R', 'C', CM_SOCK_VERSION, 0, 0, 0};
+    CHECK(write(fd, hello, sizeof hello) == (ssize_t)sizeof hello);
+    CHECK(tc_send(fd, (const uint8_t *)text, strlen(text)) == 0);
+    uint32_t no = 0;
+    int32_t st = 99999;
+    if (tc_ack_read(fd, &no, &st, 5000) != 1 || no != 1)
+        st = 99999;
+    close(fd);
+    return st;
+}
+
+/* A control client's capture command reaches the connected agents of its service, as a command
+ * record between their acks; an agent of another service gets nothing; counted. */
+static void test_capture_command_routed(void) {
+    tc_collector_t c = {0};
+    CHECK(tc_collector_start(&c, NO_KAFKA, 19465, NULL) == 0);
+    int a = tc_connect(c.sock, 1), b = tc_connect(c.sock, 1);
+    CHECK(a >= 0 && b >= 0);
+    uint8_t *fa, *fb;
+    size_t la, lb;
+    CHECK(tc_frame_make("svc-a", 1, 10, &fa, &la) == 0 && tc_frame_make("svc-b", 1, 10, &fb, &lb) == 0);
+    uint32_t na = 0, nb = 0;
+    CHECK_EQ(tc_send_acked(a, fa, la, &na), 0); /* the collector learns each one's service */
+    CHECK_EQ(tc_send_acked(b, fb, lb, &nb), 0);
+    CHECK_EQ(control_send(c.sock, "cmd=capture\nservice=svc-a\nreason=test\n"), 1);
+    uint32_t no = 0;
+    int32_t st = 0;
+    CHECK_EQ(tc_ack_read(a, &no, &st, 5000), 1);
+    CHECK(no == CM_SOCK_CMD_NO && st == CM_SOCK_CMD_CAPTURE);
+    CHECK_EQ(tc_ack_read(b, &no, &st, 300), -1); /* nothing for svc-b */
+    char pid[64];
+    snprintf(pid, sizeof pid, "cmd=capture\nservice=svc-b\npid=%d\n", (int)getpid() + 1);
+    CHECK_EQ(control_send(c.sock, pid), 0);     /* no such pid */
+    CHECK_EQ(control_send(c.sock, "cmd=capture\nservice=nosuch\n"), 0);
+    CHECK_EQ(control_send(c.sock, "cmd=capture\n"), CM_EINVAL);
+    CHECK_EQ(tc_send_acked(a, fa, la, &na), 0); /* the agent's acks still in order after it */
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_total{source=\"local\"}"), 4);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_sent_total"), 1);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_dropped_total"
+                                    "{reason=\"no_agent\"}"), 2);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_dropped_total"
+                                    "{reason=\"malformed\"}"), 1);
+    free(fa);
+    free(fb);
+    close(a);
+    close(b);
+    CHECK(tc_collector_stop(&c, SIGTERM, 20) == 0);
+    tc_cleanup(&c);
+}
+
 static const tr_test_t tests[] = {
+    {"capture_command_match", test_capture_command_match},
+    {"capture_command_routed", test_capture_command_routed},
     {"agent_exit_is_normal", test_agent_exit_is_normal},
     {"config_errors", test_config_errors},
     {"invalid_chunks_rejected", test_invalid_chunks_rejected},

@@ -77,6 +77,11 @@ static const cm_opt_t col_opts[] = {
      "pause before replaying from the spool after a failed delivery"},
     {"drain-timeout", CM_OPT_DURATION, "10s", OFF(drain_timeout), 0, 600000000000LL,
      "on SIGTERM, how long to wait for in-flight deliveries (the rest stays in the spool)"},
+    {"control-topic", CM_OPT_STRING, CM_TOPIC_CONTROL, OFF(control_topic), 0, 0,
+     "Kafka topic of capture commands (`fleetprof capture`), read by every collector; 'off' "
+     "disables"},
+    {"control-max-age", CM_OPT_DURATION, "60s", OFF(control_max_age), 1000000000LL,
+     86400000000000LL, "a capture command issued longer ago is ignored (counted stale)"},
     {"log-level", CM_OPT_STRING, "info", OFF(log_level), 0, 0, "debug, info, warn, error"},
     {"pods-dir", CM_OPT_STRING, "/var/log/pods", OFF(pods_dir), 0, 0,
      "kubelet's pod log directory (<namespace>_<name>_<uid>), read to name the pod a peer's "

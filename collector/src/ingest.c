@@ -78,6 +78,9 @@ typedef struct conn {
     double tokens;            /* client-max-rate bucket */
     uint64_t tokens_ms;
     col_acks_t acks;          /* acks gathered during one read callback */
+    int control;              /* a control client (CM_SOCK_CTL_MAGIC), not an agent */
+    char service[128];        /* from the last chunk accepted ("": none yet) */
+    int agent_pid;            /* the pid the last chunk carries (its own namespace's) */
 } conn_t;
 
 struct col_ingest {
@@ -399,6 +402,7 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
     }
     char key[256];
     snprintf(key, sizeof key, "%s", chunk->header.service.ptr ? chunk->header.service.ptr : "");
+    int agent_pid = (int)chunk->header.pid;
     cm_chunk_free(chunk);
     /* The Kafka record this chunk becomes must fit the topic's max.message.bytes, or the broker
      * refuses it after we acked it (lost, and the agent never resends). Refuse it now: the
@@ -441,7 +445,73 @@ static int32_t frame_handle(conn_t *c, const uint8_t *frame, size_t n) {
     }
     col_count(&col_metrics.chunks_accepted, 1);
     col_count(&col_metrics.bytes_accepted, n);
+    snprintf(c->service, sizeof c->service, "%s", key); /* for capture commands */
+    c->agent_pid = agent_pid;
     return 0;
+}
+
+/* ------------------------------------------------------------------ capture commands */
+
+/* Writes the capture command record down agent connection a. Returns 0 or a libuv error. */
+static int command_write(conn_t *a) {
+    wreq_t *w = malloc(sizeof *w + CM_SOCK_ACK_SIZE);
+    if (!w)
+        return UV_ENOMEM;
+    put32(w->data, CM_SOCK_CMD_NO);
+    put32(w->data + 4, CM_SOCK_CMD_CAPTURE);
+    w->buf = uv_buf_init((char *)w->data, CM_SOCK_ACK_SIZE);
+    int rc = uv_write(&w->req, (uv_stream_t *)&a->pipe, &w->buf, 1, on_written);
+    if (rc)
+        free(w);
+    return rc;
+}
+
+int col_ingest_command(col_ingest_t *in, const col_cmd_t *cmd, int from_uid) {
+    int sent = 0, refused = 0;
+    for (conn_t *a = in->conns; a; a = a->next) {
+        col_cmd_agent_t ag = {a->service[0] ? a->service : NULL, a->pid, a->agent_pid};
+        if (a->control || a->closing || !col_cmd_match(cmd, in->node->host, &ag))
+            continue;
+        if (from_uid >= 0 && a->uid != from_uid) {
+            col_count(&col_metrics.commands_dropped[COL_CMD_NOT_PERMITTED], 1);
+            refused++;
+            continue;
+        }
+        if (command_write(a)) {
+            col_count(&col_metrics.commands_dropped[COL_CMD_WRITE_FAILED], 1);
+            continue;
+        }
+        col_count(&col_metrics.commands_sent, 1);
+        sent++;
+    }
+    if (!sent && !refused)
+        col_count(&col_metrics.commands_dropped[COL_CMD_NO_AGENT], 1);
+    CM_INFO("msg=\"capture command\" id=\"%s\" service=\"%s\" host=\"%s\" pid=%d "
+            "reason=\"%s\" requester=\"%s\" sent_to=%d not_permitted=%d",
+            cmd->id, cmd->service, cmd->host, cmd->pid, cmd->reason, cmd->requester, sent,
+            refused);
+    return sent;
+}
+
+/* A control client's message: one capture command. Root and the collector's own user may
+ * target any agent, another user only its own processes (as kill(2) would let it). Returns
+ * the count of agents it was sent to, or a negative CM_E* code. */
+static int32_t control_handle(conn_t *c, const uint8_t *msg, size_t n) {
+    col_cmd_t cmd;
+    char err[256];
+    col_count(&col_metrics.commands_in[0], 1);
+    if (c->msg_no > 1) /* one command per connection */
+        return CM_EINVAL;
+    int rc = col_cmd_parse((const char *)msg, n, &cmd, err, sizeof err);
+    if (rc) {
+        col_count(&col_metrics.commands_dropped[COL_CMD_MALFORMED], 1);
+        CM_INFO("msg=\"refused a capture command\" err=\"%s\" uid=%d", err, c->uid);
+        return rc;
+    }
+    if (!cmd.requester[0])
+        snprintf(cmd.requester, sizeof cmd.requester, "uid:%d", c->uid);
+    int any = c->uid == 0 || (uid_t)c->uid == geteuid();
+    return col_ingest_command(c->in, &cmd, any ? -1 : c->uid);
 }
 
 /* Consumes whole messages from c->buf. */
@@ -455,7 +525,9 @@ static void conn_process(conn_t *c) {
         if (!c->hello_done) {
             if (avail < CM_SOCK_HELLO_SIZE)
                 break;
-            if (memcmp(p, CM_SOCK_HELLO_MAGIC, 4) || get32(p + 4) != CM_SOCK_VERSION) {
+            c->control = !memcmp(p, CM_SOCK_CTL_MAGIC, 4);
+            if ((memcmp(p, CM_SOCK_HELLO_MAGIC, 4) && !c->control) ||
+                get32(p + 4) != CM_SOCK_VERSION) {
                 if (log_allowed(in))
                     CM_WARN("msg=\"bad hello: not a fleetprof agent or another protocol "
                             "version\" pid=%d uid=%d version=%u expected=%d",
@@ -472,7 +544,7 @@ static void conn_process(conn_t *c) {
         if (avail < 4)
             break;
         uint32_t n = get32(p);
-        if (n == 0 || n > (uint64_t)in->cfg->max_msg) {
+        if (n == 0 || n > (c->control ? CM_SOCK_CTL_MAX_MSG : (uint64_t)in->cfg->max_msg)) {
             c->msg_no++;
             col_count(&col_metrics.chunks_in, 1);
             col_metrics_reject(CM_ETOOBIG);
@@ -502,7 +574,7 @@ static void conn_process(conn_t *c) {
             break;
         }
         c->msg_no++;
-        ack_add(c, frame_handle(c, p + 4, n));
+        ack_add(c, c->control ? control_handle(c, p + 4, n) : frame_handle(c, p + 4, n));
         pos += 4 + (size_t)n;
         progress = 1;
         c->active_ms = uv_now(in->loop);

@@ -52,6 +52,8 @@ typedef struct {
     int64_t retry_backoff; /* ns: pause before replaying after a failed delivery */
     int64_t drain_timeout; /* ns: on SIGTERM, wait this long for in-flight deliveries */
     char *log_level;
+    char *control_topic;   /* capture commands from the aggregator; "off": none */
+    int64_t control_max_age; /* ns: a command issued longer ago is ignored (stale) */
     char *pods_dir;        /* kubelet's per-pod log directories: pod uid -> namespace/name */
     int sidecar;           /* peers without a pod cgroup are in our own POD_NAME's pod */
     /* derived */
@@ -129,6 +131,9 @@ typedef struct {
     atomic_uint_fast64_t lat_sum_us, lat_count;
     atomic_uint_fast64_t heartbeat_ms;          /* loop clock, for /healthz */
     atomic_uint_fast64_t draining;
+    atomic_uint_fast64_t commands_in[2];        /* capture commands: local client, topic */
+    atomic_uint_fast64_t commands_sent;         /* command records written to agents */
+    atomic_uint_fast64_t commands_dropped[5];   /* by col_cmd_drop_t (command.c) */
 } col_metrics_t;
 
 extern col_metrics_t col_metrics;
@@ -305,6 +310,56 @@ void col_acks_free(col_acks_t *a);
 extern long col_acks_alloc_budget;
 /* Stops listening and closes every connection (their unacked chunks stay with the agents). */
 void col_ingest_stop(col_ingest_t *in);
+
+/* ---------------------------------------------------------------- command.c */
+
+/* A capture command (cm/wire.h; `fleetprof capture`). Empty host / pid 0: any. */
+typedef struct {
+    char cmd[16];        /* "capture" */
+    char service[128];   /* required */
+    char host[256];      /* a node's host name (cfg->host) */
+    int pid;             /* the agent's pid as the collector sees it, or in its own namespace */
+    char reason[256], requester[128], id[64];
+    uint64_t issued_ns;  /* unix ns when the aggregator took it; 0: a local command */
+} col_cmd_t;
+/* What a command is matched against: one connected agent. */
+typedef struct {
+    const char *service; /* from its last chunk; NULL: no chunk yet (never matches) */
+    int peer_pid, pid;   /* SO_PEERCRED's, and the one its chunks carry */
+} col_cmd_agent_t;
+/* Why a command reached no agent, or an agent was skipped (metrics.c). */
+typedef enum {
+    COL_CMD_MALFORMED = 0, /* not a command (col_cmd_parse failed) */
+    COL_CMD_STALE,         /* from the control topic, older than control-max-age */
+    COL_CMD_NO_AGENT,      /* no connected agent matched */
+    COL_CMD_NOT_PERMITTED, /* a local client's uid may not capture that agent's process */
+    COL_CMD_WRITE_FAILED,  /* the agent's connection could not take the record */
+    COL_CMD_DROP_MAX
+} col_cmd_drop_t;
+const char *col_cmd_drop_name(col_cmd_drop_t why);
+/* Parses command text (lines key=value). Returns 0; CM_EFORMAT (not key=value, a bad number,
+ * no cmd=capture) or CM_EINVAL (no service) with err set. */
+int col_cmd_parse(const char *text, size_t len, col_cmd_t *c, char *err, size_t err_size);
+/* 1 when agent a, on node node_host, is one the command targets: the same service, host empty
+ * or node_host, pid 0 or either of a's pids. */
+int col_cmd_match(const col_cmd_t *c, const char *node_host, const col_cmd_agent_t *a);
+/* ingest.c: sends the capture command down every matching agent connection; from_uid -1 (the
+ * control topic, or a local client that is root or the collector's user): any agent, else
+ * only agents of that uid (others counted not_permitted). Returns how many it was sent to. */
+int col_ingest_command(col_ingest_t *in, const col_cmd_t *c, int from_uid);
+
+/* ---------------------------------------------------------------- control.c */
+
+typedef struct col_control col_control_t;
+/* Subscribes to cfg->control_topic (no-op, *out NULL, when "off") as its own consumer group
+ * and polls it on the loop. Returns 0 or CM_ECONFIG with errbuf set. */
+int col_control_open(uv_loop_t *loop, const col_config_t *cfg, const cm_kvlist_t *kafka,
+                     const char *collector_id, col_control_t **out, char *errbuf,
+                     size_t errbuf_size);
+/* The ingest whose agents the commands go to (NULL: none, while draining). */
+void col_control_attach(col_control_t *ctl, col_ingest_t *in);
+/* Leaves the group and frees everything once the loop has closed its timer. */
+void col_control_close(col_control_t *ctl);
 
 /* ---------------------------------------------------------------- server.c */
 

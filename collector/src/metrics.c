@@ -125,6 +125,17 @@ int col_metrics_render(char **res, size_t *res_len) {
             "topic's max.message.bytes (also in chunks_rejected_total{reason=\"ETOOBIG\"}).",
             &m->over_kafka_limit);
     gauge(&b, "draining", "1 while shutting down.", &m->draining);
+    static const char *const cmd_sources[2] = {"local", "topic"};
+    labelled(&b, "capture_commands_total", "Capture commands received, by source.", "source",
+             cmd_sources, m->commands_in, 2);
+    counter(&b, "capture_commands_sent_total",
+            "Capture command records written to agent connections.", &m->commands_sent);
+    const char *cmd_drops[COL_CMD_DROP_MAX];
+    for (int i = 0; i < COL_CMD_DROP_MAX; i++)
+        cmd_drops[i] = col_cmd_drop_name((col_cmd_drop_t)i);
+    labelled(&b, "capture_commands_dropped_total",
+             "Capture commands that reached no agent, or agents skipped, by reason.", "reason",
+             cmd_drops, m->commands_dropped, COL_CMD_DROP_MAX);
     cm_buf_printf(&b, "# HELP " P "delivery_latency_seconds From acceptance to the Kafka acknowledgement.\n"
             "# TYPE " P "delivery_latency_seconds histogram\n");
     unsigned long long cum = 0;

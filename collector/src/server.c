@@ -22,6 +22,7 @@ typedef struct {
     col_spool_t *spool;
     col_producer_t *producer;
     col_ingest_t *ingest;
+    col_control_t *control;
     uv_signal_t sigterm, sigint;
     uv_timer_t heartbeat, drain;
     uint64_t drain_deadline;
@@ -55,6 +56,7 @@ static void on_signal(uv_signal_t *h, int signum) {
     CM_INFO("msg=\"draining\" signal=%s inflight=%llu drain_timeout_ms=%lld", strsignal(signum),
             (unsigned long long)col_producer_inflight(s->producer),
             (long long)(s->cfg->drain_timeout / 1000000));
+    col_control_attach(s->control, NULL);
     col_ingest_stop(s->ingest);
     s->ingest = NULL;
     s->drain_deadline = uv_now(&s->loop) + (uint64_t)(s->cfg->drain_timeout / 1000000);
@@ -90,6 +92,10 @@ int col_server_run(const col_config_t *cfg, const cm_kvlist_t *kafka) {
     if ((rc = col_ingest_start(&s.loop, cfg, &node, s.spool, s.producer, &s.ingest, err,
                                sizeof err)))
         goto out;
+    if ((rc = col_control_open(&s.loop, cfg, kafka, node.collector, &s.control, err,
+                               sizeof err)))
+        goto out;
+    col_control_attach(s.control, s.ingest);
     uv_signal_init(&s.loop, &s.sigterm);
     uv_signal_init(&s.loop, &s.sigint);
     s.sigterm.data = s.sigint.data = &s;
@@ -115,6 +121,7 @@ int col_server_run(const col_config_t *cfg, const cm_kvlist_t *kafka) {
 out:
     if (rc)
         CM_ERROR("msg=\"cannot start\" err=\"%s\"", err[0] ? err : cm_strerror(rc));
+    col_control_close(s.control);
     col_ingest_stop(s.ingest);
     col_http_stop(http);
     col_producer_close(s.producer);
