@@ -3,6 +3,7 @@
  * Threading: main thread runs the consume loop; libmicrohttpd runs its own thread. */
 #include "api.h"
 #include "auth.h"
+#include "captures.h"
 #include "store_pg.h"
 #include "consume.h"
 #include "dims.h"
@@ -44,6 +45,8 @@ typedef struct {
     int span_index, fn_stats;
     int64_t dim_limit, dim_target_limit;
     char *dimensions;
+    char *control_topic;
+    int64_t capture_rate;
 } agg_cfg_t;
 
 #define O(f) offsetof(agg_cfg_t, f)
@@ -54,6 +57,11 @@ static const cm_opt_t opts[] = {
     {"topic", CM_OPT_STRING, CM_TOPIC_CHUNKS, O(topic), 0, 0, "topic of chunk frames"},
     {"dlq-topic", CM_OPT_STRING, CM_TOPIC_DLQ, O(dlq_topic), 0, 0,
      "dead-letter topic for messages that fail validation"},
+    {"control-topic", CM_OPT_STRING, CM_TOPIC_CONTROL, O(control_topic), 0, 0,
+     "topic of capture commands (POST /api/v1/captures, `fleetprof capture`), read by every "
+     "collector; 'off' disables captures"},
+    {"capture-rate", CM_OPT_INT, "30", O(capture_rate), 1, 100000,
+     "capture commands accepted a minute, all clients together (beyond: 429)"},
     {"store-dir", CM_OPT_STRING, "/var/lib/fleetprof/aggregator", O(store_dir), 0, 0,
      "directory of the per-partition SQLite stores, shared by the instances of the group"},
     {"store", CM_OPT_STRING, "", O(store), 0, 0,
@@ -165,6 +173,7 @@ typedef struct {
     agg_metrics_t *metrics;
     agg_api_t *api;
     agg_http_t **http;
+    agg_captures_t *captures;
 } metrics_src_t;
 
 /* The symbol store's, the symbolizer's and the UI login's counters, appended to /metrics. */
@@ -211,8 +220,9 @@ static void h_metrics(void *arg, const char *url, const char *query, agg_http_re
     metrics_src_t *src = arg;
     char *m = agg_metrics_render(src->metrics);
     char *more[] = {src->api ? agg_api_metrics(src->api) : NULL,
-                    *src->http ? agg_http_metrics(*src->http) : NULL};
-    for (size_t i = 0; i < 2; i++) {
+                    *src->http ? agg_http_metrics(*src->http) : NULL,
+                    src->captures ? agg_captures_metrics(src->captures) : NULL};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         char *a = more[i];
         if (m && a) {
             size_t lm = strlen(m), la = strlen(a);
@@ -405,6 +415,7 @@ int main(int argc, char **argv) {
     agg_metrics_t metrics;
     agg_http_t *http = NULL;
     agg_api_t *api = NULL;
+    agg_captures_t *captures = NULL;
     agg_ui_t *ui = NULL;
     agg_reporter_t *reporter = NULL;
     agg_consumer_t *consumer = NULL;
@@ -434,12 +445,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
-    metrics_src_t msrc = {&metrics, api, &http};
-    agg_http_route_t routes[2 + AGG_API_ROUTES + 2] = {
+    agg_captures_cfg_t capcfg = {cfg.brokers, cfg.control_topic, &kafka, cfg.api_token,
+                                 cfg.capture_rate};
+    if (agg_captures_new(&capcfg, &captures, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        goto out;
+    }
+    metrics_src_t msrc = {&metrics, api, &http, captures};
+    agg_http_route_t routes[3 + AGG_API_ROUTES + 2] = {
         {"GET", "/metrics", h_metrics, &msrc},
         {"GET", "/healthz", h_healthz, &metrics},
+        agg_captures_route(captures),
     };
-    size_t nr = 2 + agg_api_routes(api, routes + 2, AGG_API_ROUTES);
+    size_t nr = 3 + agg_api_routes(api, routes + 3, AGG_API_ROUTES);
     if (!(ui = agg_ui_new(cfg.api_token))) {
         fprintf(stderr, "fleetprof-aggregator: out of memory\n");
         goto out;
@@ -475,6 +493,7 @@ out:
     agg_consumer_free(consumer);
     agg_http_stop(http);
     agg_api_free(api);
+    agg_captures_free(captures);
     agg_ui_free(ui);
     agg_symstore_close();
     agg_symbolizer_shutdown();

@@ -32,7 +32,9 @@ is_port "$KAFKA_PORT" || die "KAFKA_PORT='$KAFKA_PORT' is not a TCP port"
 [[ "$KAFKA_START_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die "KAFKA_START_TIMEOUT='$KAFKA_START_TIMEOUT' is not a positive integer"
 
 # Topics as "name:partitions".
-topics=("fleetprof.chunks:$KAFKA_PARTITIONS" "fleetprof.chunks.dlq:1")
+# fleetprof.control: capture commands (`fleetprof capture`), read by every collector; an hour of
+# them is kept (collectors ignore commands older than their control-max-age anyway).
+topics=("fleetprof.chunks:$KAFKA_PARTITIONS" "fleetprof.chunks.dlq:1" "fleetprof.control:1")
 for t in ${KAFKA_TOPICS:-}; do
   [[ "$t" =~ ^[A-Za-z0-9._-]+:[1-9][0-9]*$ ]] || die "bad KAFKA_TOPICS entry '$t' (want name:partitions)"
   topics+=("$t")
@@ -62,9 +64,11 @@ ensure_topics() {
   # Each TopicCommand is its own JVM (~1-2 s); run them side by side.
   for i in "${!missing[@]}"; do
     name="${missing[$i]%%:*}"; parts="${missing[$i]##*:}"
+    local conf=()
+    [ "$name" != fleetprof.control ] || conf=(--config retention.ms=3600000)
     kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$port" \
       --command-config "$dir/admin.properties" --create --if-not-exists --topic "$name" \
-      --partitions "$parts" --replication-factor 1 >"$dir/logs/create.$i.log" 2>&1 &
+      --partitions "$parts" --replication-factor 1 "${conf[@]}" >"$dir/logs/create.$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do
