@@ -1,5 +1,5 @@
 # Query API, CLI query commands and whole-pipeline tests (Kafka ports 19600-19699:
-# test-api 19600, test-cli-query 19610, test-pipeline 19620). They speak HTTP with the CLI's
+# test-api 19600, test-cli-query 19610, test-pipeline 19620, test-capture 19630). They speak HTTP with the CLI's
 # libcurl client (cli/src/client.c).
 pkg_check_modules(API_CURL REQUIRED IMPORTED_TARGET libcurl)
 fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfig::JANSSON Threads::Threads
@@ -17,6 +17,16 @@ if(TARGET fp_collector)
   foreach(dep fleetprof-aggregator fleetprof-collector fleetprof fleetprof_agent demo-service)
     if(TARGET ${dep})
       add_dependencies(test-pipeline ${dep})
+    endif()
+  endforeach()
+  # `fleetprof capture` through the aggregator, Kafka's control topic and the collector, and
+  # straight to the collector (Kafka ports 19630-19632; about a minute).
+  fp_test(test-capture LABELS "api;pipeline;collector;kafka;nosan"
+          LIBS fp_aggtest fp_collector PkgConfig::RDKAFKA PkgConfig::JANSSON
+          SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
+  foreach(dep fleetprof-aggregator fleetprof-collector fleetprof fleetprof_agent demo-service)
+    if(TARGET ${dep})
+      add_dependencies(test-capture ${dep})
     endif()
   endforeach()
 endif()

@@ -9,6 +9,9 @@
 
 int cli_fold(int argc, char **argv);
 int cli_run(int argc, char **argv);
+/* fleetprof capture: a manual incident capture through the aggregator or a collector
+ * (capture.c). */
+int cli_capture(int argc, char **argv);
 /* The query commands (query_cmds.c): argv[0] names the command; 3 = deploy gate failed. */
 int cli_query(int argc, char **argv);
 

@@ -1,4 +1,4 @@
-/* libcurl GET for the query commands (see client.h). Threading: single-threaded use. */
+/* libcurl GET (and POST) for the query commands (see client.h). Threading: single-threaded use. */
 #include "client.h"
 
 #include <curl/curl.h>
@@ -19,7 +19,9 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *arg) {
     return n;
 }
 
-int cli_http_get(const char *server, const char *token, const char *path, cli_resp_t *r) {
+/* One request: method "GET" or "POST" (an empty body). */
+static int request(const char *method, const char *server, const char *token, const char *path,
+                   cli_resp_t *r) {
     static int inited;
     memset(r, 0, sizeof *r);
     if (!inited) {
@@ -47,6 +49,8 @@ int cli_http_get(const char *server, const char *token, const char *path, cli_re
     }
     char cerr[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_URL, url);
+    if (!strcmp(method, "POST"))
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
@@ -70,6 +74,14 @@ int cli_http_get(const char *server, const char *token, const char *path, cli_re
     curl_easy_cleanup(c);
     free(url);
     return ret;
+}
+
+int cli_http_get(const char *server, const char *token, const char *path, cli_resp_t *r) {
+    return request("GET", server, token, path, r);
+}
+
+int cli_http_post(const char *server, const char *token, const char *path, cli_resp_t *r) {
+    return request("POST", server, token, path, r);
 }
 
 void cli_resp_free(cli_resp_t *r) {

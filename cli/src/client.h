@@ -16,6 +16,8 @@ typedef struct {
 /* GETs server + path ("/api/v1/..."; the caller escapes the query). Returns 0 when a response
  * arrived (any status), -1 when the server could not be reached (err says why). */
 int cli_http_get(const char *server, const char *token, const char *path, cli_resp_t *r);
+/* The same as a POST with an empty body (the parameters in path's query string). */
+int cli_http_post(const char *server, const char *token, const char *path, cli_resp_t *r);
 void cli_resp_free(cli_resp_t *r);
 
 /* URL-escapes s (malloc'ed result, NULL when out of memory). */

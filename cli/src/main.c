@@ -35,6 +35,8 @@ static const command_t commands[] = {
     {"reports", cli_query, "reports [--service S]        per-deploy regression reports"},
     {"incidents", cli_query, "incidents --service S        incidents (flight-recorder captures)"},
     {"incident", cli_query, "incident --id ID             trigger, timeline, diff, stuck requests"},
+    {"capture", cli_capture, "capture --service S [--host H] [--pid P] [--reason T] [--collector "
+                             "SOCK]  manual incident capture"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
