@@ -13,19 +13,15 @@ add_dependencies(test-cli-query fleetprof-aggregator fleetprof)
 if(TARGET fp_collector)
   fp_test(test-pipeline LABELS "api;pipeline;slow;nosan;kafka"
           LIBS fp_aggtest fp_collector PkgConfig::RDKAFKA PkgConfig::JANSSON m
-          SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
-  foreach(dep fleetprof-aggregator fleetprof-collector fleetprof fleetprof_agent demo-service)
-    if(TARGET ${dep})
-      add_dependencies(test-pipeline ${dep})
-    endif()
-  endforeach()
+          SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c support/pipeline.c)
   # `fleetprof capture` through the aggregator, Kafka's control topic and the collector, and
   # straight to the collector (Kafka ports 19630-19632; about a minute).
   fp_test(test-capture LABELS "api;pipeline;collector;kafka;nosan"
           LIBS fp_aggtest fp_collector PkgConfig::RDKAFKA PkgConfig::JANSSON
-          SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c)
+          SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c support/pipeline.c)
   foreach(dep fleetprof-aggregator fleetprof-collector fleetprof fleetprof_agent demo-service)
     if(TARGET ${dep})
+      add_dependencies(test-pipeline ${dep})
       add_dependencies(test-capture ${dep})
     endif()
   endforeach()

@@ -15,11 +15,9 @@
  *
  * Labels: pipeline, kafka, nosan (it preloads the agent into an uninstrumented program). */
 #include "aggtest.h"
+#include "support/pipeline.h"
 #include "support/runner.h"
-#include "support/kafka.h"
-#include "test-collector-client.h"
 
-#include <fcntl.h>
 #include <jansson.h>
 
 #define KPORT 19630
@@ -27,8 +25,9 @@
 #define AGG_HTTP 19632
 #define RUN_S "90"
 
-static char dir[64], cli[512], demo[512], server[64];
-static tc_collector_t col;
+static ts_pipeline_t pl;
+static const char *cli = pl.cli;
+static const tc_collector_t *col = &pl.col;
 static pid_t procs[3]; /* capsvc A, capsvc B, othersvc C */
 
 /* Runs a shell command line with FLEETPROF_SERVER set; its stdout and stderr together in out. */
@@ -39,7 +38,7 @@ static int sh(char *out, size_t size, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "FLEETPROF_SERVER=%s %s 2>&1", server, args);
+    snprintf(cmd, sizeof cmd, "FLEETPROF_SERVER=%s %s 2>&1", pl.server, args);
     FILE *p = popen(cmd, "r");
     size_t n = p ? fread(out, 1, size - 1, p) : 0;
     out[n] = 0;
@@ -78,7 +77,7 @@ static void test_refused(void) {
     char out[4096];
     CHECK_EQ(sh(out, sizeof out, "%s capture --service nosuch --wait 0", cli), 1);
     CHECKF(strstr(out, "unknown service 'nosuch'"), "%s", out);
-    CHECK_EQ(sh(out, sizeof out, "%s capture --collector %s --service nosuch", cli, col.sock), 1);
+    CHECK_EQ(sh(out, sizeof out, "%s capture --collector %s --service nosuch", cli, col->sock), 1);
     CHECKF(strstr(out, "no connected agent of service 'nosuch'"), "%s", out);
     CHECK_EQ(sh(out, sizeof out, "%s capture --pid 1", cli), 2);
     CHECKF(strstr(out, "--service S is required"), "%s", out);
@@ -104,7 +103,7 @@ static void test_local_pid(void) {
     char out[4096];
     double sent0 = tc_metric(COL_HTTP, "fleetprof_collector_capture_commands_sent_total");
     CHECK_EQ(sh(out, sizeof out, "%s capture --collector %s --service capsvc --pid %d", cli,
-                col.sock, (int)procs[1]), 0);
+                col->sock, (int)procs[1]), 0);
     CHECKF(strstr(out, "sent to 1 process(es)"), "%s", out);
     CHECK_EQ(tc_metric(COL_HTTP, "fleetprof_collector_capture_commands_sent_total"), sent0 + 1);
     CHECK_EQ(wait_manual("capsvc", procs[1], 1, 40), 1);
@@ -120,18 +119,11 @@ static const tr_test_t tests[] = {
 };
 
 static pid_t start_demo(const char *service) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        setenv("FLEETPROF_RECORDER", "1", 1);
-        setenv("FLEETPROF_RECORDER_AFTER", "1s", 1);
-        execl(cli, cli, "run", "--service", service, "--version", "v1", "--collector", col.sock,
-              "--interval", "1", "--", demo, "--threads", "1", "--rate", "200", "--seconds",
-              RUN_S, "--quiet", (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+    static const char *const env[] = {"FLEETPROF_RECORDER=1", "FLEETPROF_RECORDER_AFTER=1s",
+                                      NULL};
+    static const char *const args[] = {"--threads", "1", "--rate", "200", "--seconds", RUN_S,
+                                       "--quiet", NULL};
+    return ts_pipeline_demo(&pl, service, "v1", "1", env, args);
 }
 
 /* Waits until the aggregator lists both services (their agents' chunks went the whole way). */
@@ -149,47 +141,25 @@ static int wait_services(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *b = getenv("FLEETPROF_BUILD") ? getenv("FLEETPROF_BUILD") : ".";
-    snprintf(cli, sizeof cli, "%s/cli/fleetprof", b);
-    snprintf(demo, sizeof demo, "%s/deploy/demo/demo-service", b);
-    snprintf(server, sizeof server, "http://127.0.0.1:%d", AGG_HTTP);
-    char bootstrap[64], log[128];
-    int rc = 1;
-    pid_t agg = -1;
-    if (tc_kafka_fresh(KPORT, 1, bootstrap, sizeof bootstrap)) {
-        printf("cannot start Kafka\n");
-        return 1;
-    }
-    at_tmpdir(dir, "capture");
-    snprintf(log, sizeof log, "%s/agg.log", dir);
-    if (tc_collector_start(&col, bootstrap, COL_HTTP, NULL)) {
-        printf("collector did not start\n");
-        goto out;
-    }
     const char *extra[] = {"--fine-width", "2s", "--batch-interval", "500ms", NULL};
-    if ((agg = at_agg_start(bootstrap, dir, "capture", AGG_HTTP, log, extra)) < 0) {
-        printf("aggregator did not start\n");
+    int rc = 1;
+    if (ts_pipeline_start(&pl, KPORT, COL_HTTP, AGG_HTTP, "capture", extra))
         goto out;
-    }
     procs[0] = start_demo("capsvc");
     procs[1] = start_demo("capsvc");
     procs[2] = start_demo("othersvc");
     printf("capsvc pids %d %d, othersvc pid %d\n", (int)procs[0], (int)procs[1], (int)procs[2]);
     if (wait_services()) {
-        printf("the services did not reach the aggregator; see %s and %s\n", log, col.log);
+        printf("the services did not reach the aggregator; see %s and %s\n", pl.log, col->log);
         goto out;
     }
     rc = tr_main(tests, argc, argv);
     if (rc)
-        printf("logs: %s, %s\n", log, col.log);
+        printf("logs: %s, %s\n", pl.log, col->log);
 out:
     for (int i = 0; i < 3; i++)
         if (procs[i] > 0)
             kill(procs[i], SIGTERM);
-    if (agg > 0)
-        at_agg_stop(agg, SIGTERM, 30);
-    if (col.pid > 0)
-        tc_collector_stop(&col, SIGTERM, 30);
-    ts_kafka_stop(KPORT, 0);
+    ts_pipeline_stop(&pl);
     return rc;
 }

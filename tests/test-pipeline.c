@@ -19,11 +19,9 @@
  *
  * Labels: pipeline, slow, nosan (it preloads the agent into an uninstrumented program). */
 #include "aggtest.h"
+#include "support/pipeline.h"
 #include "support/runner.h"
-#include "support/kafka.h"
-#include "test-collector-client.h"
 
-#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <sys/stat.h>
@@ -35,7 +33,8 @@
 #define PROCS 3
 #define RATE "1500"
 
-static char dir[64], cli[512], demo[512], server[64];
+static ts_pipeline_t pl;
+static const char *const dir = pl.dir, *const cli = pl.cli, *const server = pl.server;
 
 typedef struct {
     int status;
@@ -347,23 +346,17 @@ static const tr_test_t tests[] = {
 
 /* ---- the workload ---- */
 
-static pid_t start_demo(const char *sock, const char *label, const char *code, int seed) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        setenv("FLEETPROF_CPU_RATE", "400", 1);
-        setenv("FLEETPROF_CPU_HZ", "1000", 1); /* up to 1 kHz of CPU time (default 100) */
-        setenv("FLEETPROF_CPU_BUDGET", "5", 1);
-        char secs[16], sd[16];
-        snprintf(secs, sizeof secs, "%d", PHASE_S);
-        snprintf(sd, sizeof sd, "%d", seed);
-        execl(cli, cli, "run", "--service", "demo", "--version", label, "--collector", sock,
-              "--interval", "2", "--", demo, "--version", code, "--threads", "1", "--rate", RATE,
-              "--seconds", secs, "--seed", sd, "--quiet", (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+static pid_t start_demo(const char *label, const char *code, int seed) {
+    static const char *const env[] = {
+        "FLEETPROF_CPU_RATE=400",
+        "FLEETPROF_CPU_HZ=1000", /* up to 1 kHz of CPU time (default 100) */
+        "FLEETPROF_CPU_BUDGET=5", NULL};
+    char secs[16], sd[16];
+    snprintf(secs, sizeof secs, "%d", PHASE_S);
+    snprintf(sd, sizeof sd, "%d", seed);
+    const char *args[] = {"--version", code,  "--threads", "1",  "--rate",  RATE,
+                          "--seconds", secs,  "--seed",    sd,   "--quiet", NULL};
+    return ts_pipeline_demo(&pl, "demo", label, "2", env, args);
 }
 
 static int wait_all(pid_t *p, int n) {
@@ -408,58 +401,34 @@ static int wait_ingested(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *b = getenv("FLEETPROF_BUILD") ? getenv("FLEETPROF_BUILD") : ".";
-    snprintf(cli, sizeof cli, "%s/cli/fleetprof", b);
-    snprintf(demo, sizeof demo, "%s/deploy/demo/demo-service", b);
-    snprintf(server, sizeof server, "http://127.0.0.1:%d", AGG_HTTP);
-    char bootstrap[64], log[128];
     int rc = 1;
-    pid_t agg = -1;
-    tc_collector_t col = {0};
-    if (tc_kafka_fresh(KPORT, 1, bootstrap, sizeof bootstrap)) {
-        printf("cannot start Kafka\n");
-        return 1;
-    }
-    at_tmpdir(dir, "pipeline");
-    snprintf(log, sizeof log, "%s/agg.log", dir);
-    if (tc_collector_start(&col, bootstrap, COL_HTTP, NULL)) {
-        printf("collector did not start\n");
-        goto out;
-    }
     const char *extra[] = {"--fine-width", "2s", "--batch-interval", "500ms", "--report-interval",
                            "2s", "--report-min-samples", "2000", "--report-fold", "burn$", NULL};
-    agg = at_agg_start(bootstrap, dir, "pipeline", AGG_HTTP, log, extra);
-    if (agg < 0) {
-        printf("aggregator did not start\n");
+    if (ts_pipeline_start(&pl, KPORT, COL_HTTP, AGG_HTTP, "pipeline", extra))
         goto out;
-    }
     /* A canary deploy: v1b (the same code as v1, relabelled) starts first, v1 one second
      * later, v2 two seconds later (so that it is the newest version, as the report expects);
      * all run side by side, so machine load hits every version alike. */
     pid_t p[3 * PROCS];
     printf("v1b, v1 (same code) and v2: %d processes each, %d s\n", PROCS, PHASE_S);
     for (int i = 0; i < PROCS; i++)
-        p[i] = start_demo(col.sock, "v1b", "v1", 20 + i);
+        p[i] = start_demo("v1b", "v1", 20 + i);
     at_sleep_ms(1000);
     for (int i = 0; i < PROCS; i++)
-        p[PROCS + i] = start_demo(col.sock, "v1", "v1", 10 + i);
+        p[PROCS + i] = start_demo("v1", "v1", 10 + i);
     at_sleep_ms(1000);
     for (int i = 0; i < PROCS; i++)
-        p[2 * PROCS + i] = start_demo(col.sock, "v2", "v2", 30 + i);
+        p[2 * PROCS + i] = start_demo("v2", "v2", 30 + i);
     if (wait_all(p, 3 * PROCS))
         goto out;
     if (wait_ingested()) {
-        printf("the aggregator did not get every chunk; see %s and %s\n", log, col.log);
+        printf("the aggregator did not get every chunk; see %s and %s\n", pl.log, pl.col.log);
         goto out;
     }
     run_t r = run("%s versions demo", cli);
     printf("%s", r.out);
     rc = tr_main(tests, argc, argv);
 out:
-    if (agg > 0)
-        at_agg_stop(agg, SIGTERM, 30);
-    if (col.pid > 0)
-        tc_collector_stop(&col, SIGTERM, 30);
-    ts_kafka_stop(KPORT, 0);
+    ts_pipeline_stop(&pl);
     return rc;
 }
