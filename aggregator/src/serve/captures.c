@@ -1,8 +1,10 @@
 /* POST /api/v1/captures (see captures.h): parameters in the query string, as the other routes:
  * service (required), host, pid, reason (at most 200 bytes), requester (who asks, as the CLI
- * says: user@host; "api" when absent). Refused: 401 without the token, 400 for a bad parameter, 429 (Retry-After) past
- * capture-rate a minute, 503 when the control topic is off or Kafka did not take the command
- * within 5 s. Counted (fleetprof_aggregator_captures_total{outcome}). */
+ * says: user@host; "api" when absent). Refused: 401 without the token, 403 when the request
+ * carries an Origin other than this server (a browser page of another site), 400 for a bad
+ * parameter, 429 (Retry-After) past capture-rate a minute, 503 when the control topic is off
+ * or Kafka did not take the command within 5 s. Counted
+ * (fleetprof_aggregator_captures_total{outcome}). */
 #include "captures.h"
 
 #include "auth.h"
@@ -108,6 +110,18 @@ static void reply_json(agg_http_reply_t *r, int status, const char *fmt, ...) {
     r->len = r->body ? strlen(r->body) : 0;
 }
 
+/* 1 when the request came from a page of another site: a browser always sends Origin with a
+ * cross-site POST, and a page may POST to 127.0.0.1 without asking (a simple request). A
+ * client that is no browser sends none. */
+static int cross_site(void) {
+    const char *origin = agg_http_request_header("Origin");
+    const char *host = agg_http_request_header("Host");
+    if (!origin)
+        return 0;
+    const char *o = strstr(origin, "://");
+    return !host || !o || strcmp(o + 3, host);
+}
+
 /* The arguments' problem as a 400 message, or NULL when they make a command. */
 static const char *args_check(const cap_args_t *a) {
     if (!a->service || !one_line(a->service, 127))
@@ -148,6 +162,11 @@ static void handle(void *arg, const char *url, const char *query, agg_http_reply
         count(c, OUT_UNAUTHORIZED);
         return reply_json(r, 401, "{\"error\":\"this API needs a token: send 'Authorization: "
                                   "Bearer TOKEN' (fleetprof --token or FLEETPROF_TOKEN)\"}");
+    }
+    if (cross_site()) {
+        count(c, OUT_UNAUTHORIZED);
+        return reply_json(r, 403, "{\"error\":\"a capture cannot be asked by a page of another "
+                                  "site (its Origin is not this server)\"}");
     }
     agg_http_request_args(arg_cb, &a);
     const char *bad = args_check(&a);
