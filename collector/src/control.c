@@ -69,6 +69,14 @@ static void on_tick(uv_timer_t *t) {
     }
 }
 
+/* librdkafka's threads: its lines at debug level only (the producer reports the brokers' state;
+ * a control topic that cannot be read is said once by on_tick). */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    (void)rk;
+    (void)level;
+    CM_DEBUG("msg=\"librdkafka (control consumer)\" facility=%s text=\"%s\"", fac, buf);
+}
+
 /* The consumer's configuration: the producer's kafka.* keys (security settings; producer-only
  * ones are ignored by librdkafka), then ours. Returns 0 or CM_ECONFIG with errbuf set. */
 static int consumer_conf(rd_kafka_conf_t *conf, const col_config_t *cfg, const cm_kvlist_t *kafka,
@@ -87,6 +95,7 @@ static int consumer_conf(rd_kafka_conf_t *conf, const col_config_t *cfg, const c
             return CM_ECONFIG;
         }
     }
+    rd_kafka_conf_set_log_cb(conf, log_cb);
     return 0;
 }
 

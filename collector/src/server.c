@@ -105,9 +105,9 @@ int col_server_run(const col_config_t *cfg, const cm_kvlist_t *kafka) {
     uv_timer_start(&s.heartbeat, on_heartbeat, 1000, 1000);
     uv_timer_init(&s.loop, &s.drain);
     s.drain.data = &s;
-    CM_INFO("msg=\"collector started\" socket=%s spool_dir=%s brokers=%s topic=%s id=%s "
-            "http=%s version=%s",
-            cfg->socket, cfg->spool_dir, cfg->brokers, cfg->topic, node.collector,
+    CM_INFO("msg=\"collector started\" socket=%s spool_dir=%s brokers=%s topic=%s "
+            "control_topic=%s id=%s http=%s version=%s",
+            cfg->socket, cfg->spool_dir, cfg->brokers, cfg->topic, cfg->control_topic, node.collector,
             cfg->http_listen, FLEETPROF_VERSION_STRING);
     uv_run(&s.loop, UV_RUN_DEFAULT);
     code = s.draining ? 0 : 70; /* stopped without a signal: fatal Kafka error */
