@@ -1,6 +1,6 @@
 # Query API, CLI query commands and whole-pipeline tests (Kafka ports 19600-19699:
-# test-api 19600, test-cli-query 19610, test-pipeline 19620, test-capture 19630). They speak HTTP with the CLI's
-# libcurl client (cli/src/client.c).
+# test-api 19600, test-cli-query 19610, test-pipeline 19620, test-capture 19630). They speak
+# HTTP with the CLI's libcurl client (cli/src/client.c).
 pkg_check_modules(API_CURL REQUIRED IMPORTED_TARGET libcurl)
 fp_test(test-api LABELS "api;kafka" LIBS fp_aggtest PkgConfig::API_CURL PkgConfig::JANSSON Threads::Threads
         SOURCES ../cli/src/client.c support/served.c)

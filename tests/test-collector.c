@@ -679,7 +679,8 @@ static void test_capture_command_routed(void) {
     CHECK(a >= 0 && b >= 0);
     uint8_t *fa, *fb;
     size_t la, lb;
-    CHECK(tc_frame_make("svc-a", 1, 10, &fa, &la) == 0 && tc_frame_make("svc-b", 1, 10, &fb, &lb) == 0);
+    CHECK(tc_frame_make("svc-a", 1, 10, &fa, &la) == 0);
+    CHECK(tc_frame_make("svc-b", 1, 10, &fb, &lb) == 0);
     uint32_t na = 0, nb = 0;
     CHECK_EQ(tc_send_acked(a, fa, la, &na), 0); /* the collector learns each one's service */
     CHECK_EQ(tc_send_acked(b, fb, lb, &nb), 0);
@@ -695,7 +696,8 @@ static void test_capture_command_routed(void) {
     CHECK_EQ(control_send(c.sock, "cmd=capture\nservice=nosuch\n"), 0);
     CHECK_EQ(control_send(c.sock, "cmd=capture\n"), CM_EINVAL);
     CHECK_EQ(tc_send_acked(a, fa, la, &na), 0); /* the agent's acks still in order after it */
-    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_total{source=\"local\"}"), 4);
+    CHECK_EQ(tc_metric(c.http_port,
+                       "fleetprof_collector_capture_commands_total{source=\"local\"}"), 4);
     CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_sent_total"), 1);
     CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_dropped_total"
                                     "{reason=\"no_agent\"}"), 2);

@@ -107,8 +107,8 @@ int col_server_run(const col_config_t *cfg, const cm_kvlist_t *kafka) {
     s.drain.data = &s;
     CM_INFO("msg=\"collector started\" socket=%s spool_dir=%s brokers=%s topic=%s "
             "control_topic=%s id=%s http=%s version=%s",
-            cfg->socket, cfg->spool_dir, cfg->brokers, cfg->topic, cfg->control_topic, node.collector,
-            cfg->http_listen, FLEETPROF_VERSION_STRING);
+            cfg->socket, cfg->spool_dir, cfg->brokers, cfg->topic, cfg->control_topic,
+            node.collector, cfg->http_listen, FLEETPROF_VERSION_STRING);
     uv_run(&s.loop, UV_RUN_DEFAULT);
     code = s.draining ? 0 : 70; /* stopped without a signal: fatal Kafka error */
     CM_INFO("msg=\"collector stopped\" delivered=%llu undelivered_in_spool=%llu",

@@ -214,7 +214,8 @@ int agg_captures_new(const agg_captures_cfg_t *cfg, agg_captures_t **out, char *
     agg_captures_t *c = calloc(1, sizeof *c);
     if (c)
         pthread_mutex_init(&c->mu, NULL); /* static-like: never destroyed (a default mutex) */
-    if (!c || !(c->topic = strdup(cfg->topic)) || !(c->token = strdup(cfg->token ? cfg->token : ""))) {
+    if (!c || !(c->topic = strdup(cfg->topic)) ||
+        !(c->token = strdup(cfg->token ? cfg->token : ""))) {
         agg_captures_free(c);
         snprintf(err, err_size, "out of memory");
         return -1;
