@@ -225,7 +225,11 @@ int agg_captures_new(const agg_captures_cfg_t *cfg, agg_captures_t **out, char *
     if (!strcmp(cfg->topic, "off") || !cfg->topic[0])
         return 0;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    char e[512];
+    char e[512], timeout[16];
+    /* a command Kafka did not take in time is given up (the client was told 503), not sent
+     * minutes later (kafka.message.timeout.ms may still say otherwise) */
+    snprintf(timeout, sizeof timeout, "%d", CAP_FLUSH_MS);
+    rd_kafka_conf_set(conf, "message.timeout.ms", timeout, e, sizeof e);
     for (size_t i = 0; i <= cfg->kafka->n; i++) {
         const char *k = i < cfg->kafka->n ? cfg->kafka->items[i].key : "bootstrap.servers";
         const char *v = i < cfg->kafka->n ? cfg->kafka->items[i].value : cfg->brokers;
