@@ -674,7 +674,8 @@ static int32_t control_send(const char *sock, const char *text) {
  * record between their acks; an agent of another service gets nothing; counted. */
 static void test_capture_command_routed(void) {
     tc_collector_t c = {0};
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19465, NULL) == 0);
+    const char *mode[] = {"--socket-mode=438", "--drain-timeout=1s", NULL}; /* 0666: see below */
+    CHECK(tc_collector_start(&c, NO_KAFKA, 19465, mode) == 0);
     int a = tc_connect(c.sock, 1), b = tc_connect(c.sock, 1);
     CHECK(a >= 0 && b >= 0);
     uint8_t *fa, *fb;
@@ -695,14 +696,34 @@ static void test_capture_command_routed(void) {
     CHECK_EQ(control_send(c.sock, pid), 0);     /* no such pid */
     CHECK_EQ(control_send(c.sock, "cmd=capture\nservice=nosuch\n"), 0);
     CHECK_EQ(control_send(c.sock, "cmd=capture\n"), CM_EINVAL);
+    int not_permitted = 0;
+    if (geteuid() == 0) { /* another user's client reaches none of root's agents */
+        CHECK(chmod(c.dir, 0755) == 0);
+        pid_t child = fork();
+        if (child == 0) {
+            if (setgid(65534) || setuid(65534))
+                _exit(3);
+            _exit(control_send(c.sock, "cmd=capture\nservice=svc-a\n") == 0 ? 0 : 4);
+        }
+        int ws = 0;
+        CHECK(waitpid(child, &ws, 0) == child && WIFEXITED(ws));
+        CHECK_EQ(WEXITSTATUS(ws), 0);
+        CHECK_EQ(tc_ack_read(a, &no, &st, 300), -1); /* nothing more for svc-a */
+        not_permitted = 1;
+    } else {
+        printf("not root: the other-user case is not run\n");
+    }
     CHECK_EQ(tc_send_acked(a, fa, la, &na), 0); /* the agent's acks still in order after it */
     CHECK_EQ(tc_metric(c.http_port,
-                       "fleetprof_collector_capture_commands_total{source=\"local\"}"), 4);
+                       "fleetprof_collector_capture_commands_total{source=\"local\"}"),
+             4 + not_permitted);
     CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_sent_total"), 1);
     CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_dropped_total"
                                     "{reason=\"no_agent\"}"), 2);
     CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_dropped_total"
                                     "{reason=\"malformed\"}"), 1);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_capture_commands_dropped_total"
+                                    "{reason=\"not_permitted\"}"), not_permitted);
     free(fa);
     free(fb);
     close(a);
