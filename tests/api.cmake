@@ -17,7 +17,7 @@ if(TARGET fp_collector)
   # `fleetprof capture` through the aggregator, Kafka's control topic and the collector, and
   # straight to the collector (Kafka ports 19630-19632; about a minute).
   fp_test(test-capture LABELS "api;pipeline;collector;kafka;nosan"
-          LIBS fp_aggtest fp_collector PkgConfig::RDKAFKA PkgConfig::JANSSON
+          LIBS fp_aggtest fp_collector PkgConfig::RDKAFKA PkgConfig::JANSSON Threads::Threads
           SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c support/pipeline.c)
   foreach(dep fleetprof-aggregator fleetprof-collector fleetprof fleetprof_agent demo-service)
     if(TARGET ${dep})

@@ -8,21 +8,27 @@
  *   refused      an unknown service through the aggregator and through the collector: exit 1
  *                and a message saying so; no --service: exit 2
  *   fleet_pid    capture --service capsvc --pid A: one manual incident of A within 40 s, none
- *                of B or C
+ *                of B or C; the aggregator's webhook for capsvc posts it (a receiver thread)
  *   local_pid    capture --collector SOCK --service capsvc --pid B: sent to 1 process; one
  *                manual incident of B, still one of A, none of C
  * The collector's counters say what each hop did (commands received by source, sent, dropped).
  *
  * Labels: pipeline, kafka, nosan (it preloads the agent into an uninstrumented program). */
+#define _GNU_SOURCE
 #include "aggtest.h"
 #include "support/pipeline.h"
 #include "support/runner.h"
 
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
 
 #define KPORT 19630
 #define COL_HTTP 19631
 #define AGG_HTTP 19632
+#define HOOK_PORT 19633 /* the incident webhook's receiver (aggregator --webhooks capsvc=...) */
 #define RUN_S "90"
 
 static ts_pipeline_t pl;
@@ -45,6 +51,77 @@ static int sh(char *out, size_t size, const char *fmt, ...) {
     int st = p ? pclose(p) : -1;
     printf("$ %s\n%s", args, out);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The webhook receiver (a thread of main): each POST's body, one line each, to hooks_path. */
+static char hooks_path[128];
+
+static void *hook_server(void *arg) {
+    int ls = *(int *)arg;
+    for (;;) {
+        int fd = accept(ls, NULL, NULL);
+        if (fd < 0)
+            continue;
+        char req[16384];
+        size_t n = 0;
+        const char *body = NULL;
+        long len = -1;
+        for (ssize_t r; n < sizeof req - 1 && (r = read(fd, req + n, sizeof req - 1 - n)) > 0;) {
+            n += (size_t)r;
+            req[n] = 0;
+            const char *cl = strcasestr(req, "Content-Length:");
+            body = strstr(req, "\r\n\r\n");
+            len = cl ? atol(cl + 15) : -1;
+            if (body && len >= 0 && (size_t)(body + 4 - req) + (size_t)len <= n)
+                break;
+        }
+        FILE *f = fopen(hooks_path, "a");
+        if (f && body && len >= 0) {
+            fprintf(f, "%.*s\n", (int)len, body + 4);
+            fclose(f);
+        } else if (f) {
+            fclose(f);
+        }
+        const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        if (write(fd, ok, sizeof ok - 1) < 0)
+            perror("webhook receiver");
+        close(fd);
+    }
+    return NULL;
+}
+
+static int hook_start(void) {
+    static int ls;
+    static pthread_t t;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(HOOK_PORT)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;
+    ls = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 16))
+        return -1;
+    snprintf(hooks_path, sizeof hooks_path, "%s/webhooks.jsonl", pl.dir);
+    return pthread_create(&t, NULL, hook_server, &ls);
+}
+
+/* Waits (at most timeout_s) for a webhook post of a manual incident of pid. Returns 1 if seen. */
+static int wait_hook(pid_t pid, int timeout_s) {
+    char want[64];
+    snprintf(want, sizeof want, "\"pid\":%d,", (int)pid);
+    for (double end = at_now() + timeout_s; at_now() < end; at_sleep_ms(500)) {
+        FILE *f = fopen(hooks_path, "r");
+        char line[4096];
+        while (f && fgets(line, sizeof line, f))
+            if (strstr(line, want) && strstr(line, "\"trigger\":\"manual\"") &&
+                strstr(line, "\"service\":\"capsvc\"")) {
+                fclose(f);
+                printf("webhook: %s", line);
+                return 1;
+            }
+        if (f)
+            fclose(f);
+    }
+    return 0;
 }
 
 /* Manual incidents of service with this pid (pid 0: any), from the incidents API. */
@@ -96,6 +173,7 @@ static void test_fleet_pid(void) {
     CHECK_EQ(manual_incidents("capsvc", procs[1]), 0);
     CHECK_EQ(manual_incidents("othersvc", 0), 0);
     CHECK(tc_metric(COL_HTTP, "fleetprof_collector_capture_commands_total{source=\"topic\"}") >= 1);
+    CHECKF(wait_hook(procs[0], 20), "no webhook post of the incident in %s", hooks_path);
     CHECK(tc_metric(COL_HTTP, "fleetprof_collector_capture_commands_sent_total") >= 1);
 }
 
@@ -141,10 +219,17 @@ static int wait_services(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *extra[] = {"--fine-width", "2s", "--batch-interval", "500ms", NULL};
+    char hook[64];
+    snprintf(hook, sizeof hook, "capsvc=http://127.0.0.1:%d/hook", HOOK_PORT);
+    const char *extra[] = {"--fine-width", "2s", "--batch-interval", "500ms", "--webhooks", hook,
+                           NULL};
     int rc = 1;
     if (ts_pipeline_start(&pl, KPORT, COL_HTTP, AGG_HTTP, "capture", extra))
         goto out;
+    if (hook_start()) {
+        printf("the webhook receiver cannot listen on port %d\n", HOOK_PORT);
+        goto out;
+    }
     procs[0] = start_demo("capsvc");
     procs[1] = start_demo("capsvc");
     procs[2] = start_demo("othersvc");

@@ -4,6 +4,7 @@
 #include "api.h"
 #include "auth.h"
 #include "captures.h"
+#include "webhook.h"
 #include "store_pg.h"
 #include "consume.h"
 #include "dims.h"
@@ -45,8 +46,8 @@ typedef struct {
     int span_index, fn_stats;
     int64_t dim_limit, dim_target_limit;
     char *dimensions;
-    char *control_topic;
-    int64_t capture_rate;
+    char *control_topic, *webhooks;
+    int64_t capture_rate, webhook_timeout;
 } agg_cfg_t;
 
 #define O(f) offsetof(agg_cfg_t, f)
@@ -62,6 +63,11 @@ static const cm_opt_t opts[] = {
      "collector; 'off' disables captures"},
     {"capture-rate", CM_OPT_INT, "30", O(capture_rate), 1, 100000,
      "capture commands accepted a minute, all clients together (beyond: 429)"},
+    {"webhooks", CM_OPT_STRING, "", O(webhooks), 0, 0,
+     "SERVICE=URL,...: each stored incident of SERVICE is POSTed as JSON to URL (* = every "
+     "service); empty: none"},
+    {"webhook-timeout", CM_OPT_DURATION, "5s", O(webhook_timeout), 100000000ll, 60000000000ll,
+     "time for one webhook POST (3 attempts at most)"},
     {"store-dir", CM_OPT_STRING, "/var/lib/fleetprof/aggregator", O(store_dir), 0, 0,
      "directory of the per-partition SQLite stores, shared by the instances of the group"},
     {"store", CM_OPT_STRING, "", O(store), 0, 0,
@@ -174,6 +180,7 @@ typedef struct {
     agg_api_t *api;
     agg_http_t **http;
     agg_captures_t *captures;
+    agg_webhook_t *webhook;
 } metrics_src_t;
 
 /* The symbol store's, the symbolizer's and the UI login's counters, appended to /metrics. */
@@ -221,7 +228,8 @@ static void h_metrics(void *arg, const char *url, const char *query, agg_http_re
     char *m = agg_metrics_render(src->metrics);
     char *more[] = {src->api ? agg_api_metrics(src->api) : NULL,
                     *src->http ? agg_http_metrics(*src->http) : NULL,
-                    src->captures ? agg_captures_metrics(src->captures) : NULL};
+                    src->captures ? agg_captures_metrics(src->captures) : NULL,
+                    agg_webhook_metrics(src->webhook)};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         char *a = more[i];
         if (m && a) {
@@ -416,6 +424,7 @@ int main(int argc, char **argv) {
     agg_http_t *http = NULL;
     agg_api_t *api = NULL;
     agg_captures_t *captures = NULL;
+    agg_webhook_t *webhook = NULL;
     agg_ui_t *ui = NULL;
     agg_reporter_t *reporter = NULL;
     agg_consumer_t *consumer = NULL;
@@ -451,7 +460,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
-    metrics_src_t msrc = {&metrics, api, &http, captures};
+    if (agg_webhook_new(cfg.webhooks, cfg.webhook_timeout / 1000000, &webhook, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    cc.webhook = webhook;
+    metrics_src_t msrc = {&metrics, api, &http, captures, webhook};
     agg_http_route_t routes[3 + AGG_API_ROUTES + 2] = {
         {"GET", "/metrics", h_metrics, &msrc},
         {"GET", "/healthz", h_healthz, &metrics},
@@ -491,6 +506,7 @@ int main(int argc, char **argv) {
 out:
     agg_reports_stop(reporter);
     agg_consumer_free(consumer);
+    agg_webhook_free(webhook); /* after the consumer: nothing stages any more */
     agg_http_stop(http);
     agg_api_free(api);
     agg_captures_free(captures);

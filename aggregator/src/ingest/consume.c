@@ -12,6 +12,7 @@
  *
  * Threading: one thread; rebalance callbacks run inside rd_kafka_consumer_poll on it.
  */
+#include "webhook.h"
 #include "consume.h"
 #include "incidents.h"
 #include "store_pg.h"
@@ -238,8 +239,10 @@ static int flush_part(agg_consumer_t *c, int32_t partition, int rewind) {
     rd_kafka_topic_partition_list_destroy(l);
     agg_batch_clear(b);
     p->dlq_pending = 0;
+    agg_webhook_commit(c->cfg.webhook, partition); /* its incidents are stored */
     return 0;
 fail:
+    agg_webhook_discard(c->cfg.webhook, partition); /* consumed again, staged again */
     agg_intern_forget(&p->intern);
     agg_batch_clear(b);
     p->dlq_pending = p->poisoned = 0;
@@ -509,6 +512,8 @@ static int handle(agg_consumer_t *c, rd_kafka_message_t *m) {
             se->ts_ns = wall_ns();
             b->incident_chunks++;
             b->incidents += ch->incident.part == 0;
+            if (ch->incident.part == 0)
+                agg_webhook_stage(c->cfg.webhook, m->partition, ch);
         }
         goto out;
     }

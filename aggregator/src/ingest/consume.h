@@ -35,6 +35,7 @@ typedef struct {
     uint32_t dim_limit, dim_target_limit; /* dims.h bounds; 0: the defaults */
     uint32_t dim_mask; int dims_given;    /* the dimensions stored (dims_given 0: all) */
     agg_retention_cfg_t retention;
+    struct agg_webhook *webhook;          /* incidents posted once stored (webhook.h); NULL */
 } agg_consume_cfg_t;
 
 typedef struct agg_consumer agg_consumer_t;
