@@ -416,6 +416,25 @@ static void start_symbols(const agg_cfg_t *cfg) {
         CM_WARN("%s: names found by the server are not kept", err);
 }
 
+/* The capture route's producer and the incident webhooks. Returns 0, or 1 (2 for a bad
+ * webhooks value) after a message on stderr. */
+static int start_incident_io(const agg_cfg_t *cfg, const cm_kvlist_t *kafka,
+                             agg_captures_t **captures, agg_webhook_t **webhook) {
+    char err[1024];
+    agg_captures_cfg_t capcfg = {cfg->brokers, cfg->control_topic, kafka, cfg->api_token,
+                                 cfg->capture_rate};
+    if (agg_captures_new(&capcfg, captures, err, sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        return 1;
+    }
+    if (agg_webhook_new(cfg->webhooks, cfg->webhook_timeout / 1000000, webhook, err,
+                        sizeof err)) {
+        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     agg_cfg_t cfg;
     cm_kvlist_t kafka = {0};
@@ -454,17 +473,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fleetprof-aggregator: %s\n", err);
         goto out;
     }
-    agg_captures_cfg_t capcfg = {cfg.brokers, cfg.control_topic, &kafka, cfg.api_token,
-                                 cfg.capture_rate};
-    if (agg_captures_new(&capcfg, &captures, err, sizeof err)) {
-        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
+    if ((rc = start_incident_io(&cfg, &kafka, &captures, &webhook)))
         goto out;
-    }
-    if (agg_webhook_new(cfg.webhooks, cfg.webhook_timeout / 1000000, &webhook, err, sizeof err)) {
-        fprintf(stderr, "fleetprof-aggregator: %s\n", err);
-        rc = 2;
-        goto out;
-    }
+    rc = 1;
     cc.webhook = webhook;
     metrics_src_t msrc = {&metrics, api, &http, captures, webhook};
     agg_http_route_t routes[3 + AGG_API_ROUTES + 2] = {

@@ -1,5 +1,6 @@
 /* Incident webhooks (see webhook.h). */
 #include "webhook.h"
+#include "metrics.h"
 
 #include "cm/log.h"
 
@@ -267,17 +268,11 @@ void agg_webhook_discard(agg_webhook_t *w, int32_t partition) { release(w, parti
 char *agg_webhook_metrics(agg_webhook_t *w) {
     if (!w)
         return NULL;
-    char *buf = malloc(1024);
-    if (!buf)
-        return NULL;
-    size_t n = (size_t)snprintf(buf, 1024, "# HELP fleetprof_aggregator_webhook_total incident "
-                                "webhook posts, by outcome\n# TYPE "
-                                "fleetprof_aggregator_webhook_total counter\n");
+    uint64_t v[WH_N];
     pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < WH_N; i++)
-        n += (size_t)snprintf(buf + n, 1024 - n,
-                              "fleetprof_aggregator_webhook_total{outcome=\"%s\"} %llu\n",
-                              wh_names[i], (unsigned long long)w->count[i]);
+    memcpy(v, w->count, sizeof v);
     pthread_mutex_unlock(&w->mu);
-    return buf;
+    return agg_metrics_labelled("fleetprof_aggregator_webhook_total",
+                                "incident webhook posts, by outcome", "outcome", wh_names, v,
+                                WH_N);
 }

@@ -8,6 +8,7 @@
 #include "captures.h"
 
 #include "auth.h"
+#include "metrics.h"
 
 #include "cm/log.h"
 #include "cm/wire.h"
@@ -209,6 +210,14 @@ static void handle(void *arg, const char *url, const char *query, agg_http_reply
                (unsigned long long)issued, c->topic);
 }
 
+/* librdkafka's threads: the capture producer's lines at debug level (the consumer reports the
+ * brokers' state; a command Kafka did not take is the request's 503). */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    (void)rk;
+    (void)level;
+    CM_DEBUG("librdkafka (capture producer) %s: %s", fac, buf);
+}
+
 int agg_captures_new(const agg_captures_cfg_t *cfg, agg_captures_t **out, char *err,
                      size_t err_size) {
     agg_captures_t *c = calloc(1, sizeof *c);
@@ -230,6 +239,7 @@ int agg_captures_new(const agg_captures_cfg_t *cfg, agg_captures_t **out, char *
      * minutes later (kafka.message.timeout.ms may still say otherwise) */
     snprintf(timeout, sizeof timeout, "%d", CAP_FLUSH_MS);
     rd_kafka_conf_set(conf, "message.timeout.ms", timeout, e, sizeof e);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
     for (size_t i = 0; i <= cfg->kafka->n; i++) {
         const char *k = i < cfg->kafka->n ? cfg->kafka->items[i].key : "bootstrap.servers";
         const char *v = i < cfg->kafka->n ? cfg->kafka->items[i].value : cfg->brokers;
@@ -267,17 +277,11 @@ agg_http_route_t agg_captures_route(agg_captures_t *c) {
 }
 
 char *agg_captures_metrics(agg_captures_t *c) {
-    char *buf = malloc(1024);
-    if (!buf)
-        return NULL;
-    size_t n = (size_t)snprintf(buf, 1024, "# HELP fleetprof_aggregator_captures_total POST "
-                                "/api/v1/captures requests, by outcome\n# TYPE "
-                                "fleetprof_aggregator_captures_total counter\n");
+    uint64_t v[OUT_N];
     pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < OUT_N; i++)
-        n += (size_t)snprintf(buf + n, 1024 - n,
-                              "fleetprof_aggregator_captures_total{outcome=\"%s\"} %llu\n",
-                              outcome_names[i], (unsigned long long)c->outcome[i]);
+    memcpy(v, c->outcome, sizeof v);
     pthread_mutex_unlock(&c->mu);
-    return buf;
+    return agg_metrics_labelled("fleetprof_aggregator_captures_total",
+                                "POST /api/v1/captures requests, by outcome", "outcome",
+                                outcome_names, v, OUT_N);
 }

@@ -183,3 +183,17 @@ int agg_metrics_healthy(agg_metrics_t *m, char *why, size_t why_size) {
     pthread_mutex_unlock(&m->mu);
     return ok;
 }
+
+char *agg_metrics_labelled(const char *name, const char *help, const char *label,
+                           const char *const *names, const uint64_t *v, int n) {
+    cm_buf_t b = {0};
+    cm_buf_printf(&b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int i = 0; i < n; i++)
+        cm_buf_printf(&b, "%s{%s=\"%s\"} %llu\n", name, label, names[i],
+                      (unsigned long long)v[i]);
+    if (b.fail) {
+        cm_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}

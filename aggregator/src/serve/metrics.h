@@ -55,6 +55,10 @@ void agg_metrics_add_reject(agg_metrics_t *m, const char *reason, uint64_t n);
 void agg_metrics_observe_write(agg_metrics_t *m, double seconds);
 /* Renders the Prometheus text; returns a malloc'ed NUL-terminated buffer or NULL. */
 char *agg_metrics_render(agg_metrics_t *m);
+/* A labelled counter's Prometheus text: name{label="names[i]"} v[i] for i < n, with its help
+ * and type lines. malloc'ed; NULL when out of memory. */
+char *agg_metrics_labelled(const char *name, const char *help, const char *label,
+                           const char *const *names, const uint64_t *v, int n);
 /* 1 if healthy; fills why with the reason when not. */
 int agg_metrics_healthy(agg_metrics_t *m, char *why, size_t why_size);
 int64_t agg_mono_ns(void);
