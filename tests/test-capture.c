@@ -4,7 +4,7 @@
  * /api/v1/captures -> topic fleetprof.control -> the collector -> the agent's connection) and
  * straight to the collector (--collector SOCKET).
  *
- * Processes: capsvc A and capsvc B (one service, two pids) and othersvc C, 90 s each.
+ * Processes: capsvc A and capsvc B (one service, two pids) and othersvc C (at most 180 s each).
  *   refused      an unknown service through the aggregator and through the collector: exit 1
  *                and a message saying so; no --service: exit 2
  *   fleet_pid    capture --service capsvc --pid A: one manual incident of A within 40 s, none
@@ -29,7 +29,7 @@
 #define COL_HTTP 19631
 #define AGG_HTTP 19632
 #define HOOK_PORT 19633 /* the incident webhook's receiver (aggregator --webhooks capsvc=...) */
-#define RUN_S "90"
+#define RUN_S "180" /* killed when the cases end */
 
 static ts_pipeline_t pl;
 static const char *cli = pl.cli;
