@@ -89,10 +89,11 @@ int col_server_run(const col_config_t *cfg, const cm_kvlist_t *kafka) {
         goto out;
     if ((rc = col_http_start(cfg, &http, err, sizeof err)))
         goto out;
-    if ((rc = col_ingest_start(&s.loop, cfg, &node, s.spool, s.producer, &s.ingest, err,
+    /* before the socket: once it accepts, a SIGTERM may come (the signal handlers follow) */
+    if ((rc = col_control_open(&s.loop, cfg, kafka, node.collector, &s.control, err,
                                sizeof err)))
         goto out;
-    if ((rc = col_control_open(&s.loop, cfg, kafka, node.collector, &s.control, err,
+    if ((rc = col_ingest_start(&s.loop, cfg, &node, s.spool, s.producer, &s.ingest, err,
                                sizeof err)))
         goto out;
     col_control_attach(s.control, s.ingest);
