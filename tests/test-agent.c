@@ -9,7 +9,6 @@
  */
 #define _GNU_SOURCE
 #include "cm/chunk.h"
-#include "cm/hist.h"
 #include "cm/error.h"
 #include "cm/wire.h"
 #include "support/runner.h"
@@ -698,50 +697,10 @@ static void span_rows(const cm_chunk_t *c, int chunk, span_tot_t *t) {
     }
 }
 
-/* The calls of endpoint nm in chunk c's Endpoints, and their durations' sum from the
- * histogram's midpoints (each within 0.39 % of the duration it stands for). */
-static uint64_t endpoint_calls(const cm_chunk_t *c, const char *nm, double *sum_ns) {
-    const cm_endpoints_t *ep = &c->endpoints;
-    uint64_t n = 0;
-    for (uint32_t i = 0, at = 0; i < ep->n; at += ep->bucket_len[i++]) {
-        if (strcmp(c->dict.strings[ep->name[i]].ptr, nm))
-            continue;
-        for (uint32_t k = at; k < at + ep->bucket_len[i]; k++) {
-            n += ep->count[k];
-            if (sum_ns)
-                *sum_ns += (double)ep->count[k] * (double)cm_hist_mid(ep->bucket[k]);
-        }
-    }
-    return n;
-}
-
-/* Every span is counted in its endpoint's histogram, rows or not: 100 of each name, their
- * durations' sum within 2.4 % of what the program measured (2 % the clock reads, 0.39 % the
- * buckets). */
-static void check_endpoint_hists(const chunks_t *cs, const char *out) {
-    static const char *const names[] = {"GET /fast", "GET /slow", "db query"};
-    double sum[3] = {0};
-    uint64_t n[3] = {0};
-    for (int k = 0; k < 3; k++)
-        for (int i = 0; i < cs->n; i++)
-            n[k] += endpoint_calls(cs->c[i], names[k], &sum[k]);
-    printf("# endpoints: fast %llu (%.0f ns), slow %llu (%.0f ns), db %llu\n",
-           (unsigned long long)n[0], sum[0], (unsigned long long)n[1], sum[1],
-           (unsigned long long)n[2]);
-    CHECKF(n[0] == 100 && n[1] == 100 && n[2] == 100, "endpoint calls %llu/%llu/%llu",
-           (unsigned long long)n[0], (unsigned long long)n[1], (unsigned long long)n[2]);
-    double want[2] = {(double)out_u64(out, "fast_ns="), (double)out_u64(out, "slow_ns=")};
-    for (int k = 0; k < 2; k++)
-        CHECKF(sum[k] <= want[k] * 1.004 &&
-                   sum[k] >= (sanitized ? want[k] - 100 * 20000.0 : want[k] * 0.976),
-               "%s: %.0f ns in the histogram, %.0f measured", names[k], sum[k], want[k]);
-}
-
 static void test_named_spans(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[512];
     prog_path("fp-work-linked", prog, sizeof prog);
-    /* every span keeps its row (SPAN_SLOW 0): the rows are checked one by one */
-    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600", "FLEETPROF_SPAN_SLOW=0", NULL};
+    const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600", NULL};
     const char *argv[] = {prog, "requests", "200", NULL};
     CHECK(run(env, argv, 60, out, sizeof out) == 0);
     CHECKF(out_u64(out, "api_errors=") == 0, "%s", out);
@@ -775,71 +734,12 @@ static void test_named_spans(void) {
            (unsigned long long)t.active0, (unsigned long long)t.ended1);
     CHECKF(t.slow_samples >= 10, "%llu CPU samples in span_b under a slow request's context",
            (unsigned long long)t.slow_samples);
-    check_endpoint_hists(cs, out);
     free_chunks(cs);
     rmrf(dir);
 }
 
-/* With the default settings a span keeps its row only when it matters one by one: every
- * sample that carries a span context (any event type, any chunk) has that span's row, the
- * fast requests no sample landed in have none (fewer rows than calls), while every call is
- * still counted; with FLEETPROF_SPAN_SLOW=3ms every slow request (4 ms) has its row. */
-static int has_ctx_row(const chunks_t *cs, const uint8_t *id) {
-    for (int i = 0; i < cs->n; i++) {
-        const cm_spans_t *sp = &cs->c[i]->spans;
-        for (uint32_t r = 0; r < sp->n; r++)
-            if (!memcmp(cs->c[i]->dict.contexts + (size_t)sp->context[r] * CM_CONTEXT_SIZE, id,
-                        CM_CONTEXT_SIZE))
-                return 1;
-    }
-    return 0;
-}
-
-static void test_span_rows_kept(void) {
-    static const uint8_t zero[CM_CONTEXT_SIZE];
-    for (int slow = 0; slow < 2; slow++) {
-        char *dir = mkout(), envbuf[4200], prog[4096], out[512];
-        prog_path("fp-work-linked", prog, sizeof prog);
-        const char *env[] = {ENV_OUT(dir), "FLEETPROF_INTERVAL=3600",
-                             slow ? "FLEETPROF_SPAN_SLOW=3ms" : NULL, NULL};
-        const char *argv[] = {prog, "requests", "200", NULL};
-        CHECK(run(env, argv, 60, out, sizeof out) == 0);
-        chunks_t *cs = load(dir);
-        span_tot_t t = {0};
-        uint64_t sampled = 0, missing = 0;
-        for (int i = 0; i < cs->n; i++) {
-            span_rows(cs->c[i], i, &t);
-            for (int ty = 1; ty < CM_EV_COUNT; ty++) {
-                const cm_samples_t *s = &cs->c[i]->samples[ty];
-                for (uint32_t r = 0; r < s->n; r++) {
-                    const uint8_t *id = cs->c[i]->dict.contexts +
-                                        (size_t)CM_COL(s, context, r) * CM_CONTEXT_SIZE;
-                    if (!memcmp(id, zero, CM_CONTEXT_SIZE))
-                        continue;
-                    sampled++;
-                    missing += !has_ctx_row(cs, id);
-                }
-            }
-        }
-        printf("# SPAN_SLOW %s: rows fast %llu slow %llu db %llu; %llu samples in spans, %llu "
-               "without their span's row\n", slow ? "3ms" : "default", (unsigned long long)t.n[0],
-               (unsigned long long)t.n[1], (unsigned long long)t.db, (unsigned long long)sampled,
-               (unsigned long long)missing);
-        CHECKF(sampled > 0 && missing == 0, "%llu of %llu samples without their span's row",
-               (unsigned long long)missing, (unsigned long long)sampled);
-        CHECKF(t.wrong == 0 && t.n[0] < 100, "fast rows %llu, wrong %llu",
-               (unsigned long long)t.n[0], (unsigned long long)t.wrong);
-        CHECKF(!slow || t.n[1] == 100, "slow rows %llu with SPAN_SLOW 3ms",
-               (unsigned long long)t.n[1]);
-        check_endpoint_hists(cs, out);
-        free_chunks(cs);
-        rmrf(dir);
-    }
-}
-
 /* A process with spans and no sample still writes its exit chunk, carrying every span (named
- * right, though the program rewrote one name buffer in place between calls): counted in its
- * endpoint, and without a row (no sample landed in it, none is slow). */
+ * right, though the program rewrote one name buffer in place between calls). */
 static void test_spans_no_samples(void) {
     char *dir = mkout(), envbuf[4200], prog[4096], out[512];
     prog_path("fp-work-linked", prog, sizeof prog);
@@ -853,18 +753,17 @@ static void test_spans_no_samples(void) {
     uint64_t by[3] = {0, 0, 0}, other = 0, samples = 0;
     for (int t = 1; t < CM_EV_COUNT; t++)
         samples += cs->c[0]->samples[t].n;
-    const cm_endpoints_t *ep = &cs->c[0]->endpoints;
-    for (uint32_t i = 0; i < ep->n; i++) {
-        const char *nm = cs->c[0]->dict.strings[ep->name[i]].ptr;
+    const cm_spans_t *sp = &cs->c[0]->spans;
+    for (uint32_t i = 0; i < sp->n; i++) {
+        const char *nm = cs->c[0]->dict.strings[sp->name[i]].ptr;
         if (!strncmp(nm, "GET /q", 6) && nm[6] >= '0' && nm[6] <= '2' && !nm[7])
-            by[nm[6] - '0'] += endpoint_calls(cs->c[0], nm, NULL);
+            by[nm[6] - '0']++;
         else
             other++;
     }
-    printf("# exit chunk: %u endpoints (q0 %llu, q1 %llu, q2 %llu), %u span rows, %llu sample "
-           "rows\n", ep->n, (unsigned long long)by[0], (unsigned long long)by[1],
-           (unsigned long long)by[2], cs->c[0]->spans.n, (unsigned long long)samples);
-    CHECKF(cs->c[0]->spans.n == 0, "%u span rows without a sample", cs->c[0]->spans.n);
+    printf("# exit chunk: %u spans (q0 %llu, q1 %llu, q2 %llu), %llu sample rows\n", sp->n,
+           (unsigned long long)by[0], (unsigned long long)by[1], (unsigned long long)by[2],
+           (unsigned long long)samples);
     CHECKF(by[0] == 100 && by[1] == 100 && by[2] == 100 && other == 0,
            "spans by name %llu/%llu/%llu, %llu others", (unsigned long long)by[0],
            (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)other);
@@ -1823,7 +1722,6 @@ static const tr_test_t tests[] = {
     {"altstack_handler", test_altstack_handler},
     {"flush_api", test_flush_api},
     {"named_spans", test_named_spans},
-    {"span_rows_kept", test_span_rows_kept},
     {"spans_no_samples", test_spans_no_samples},
     {"signal_chain", test_signal_chain},
     {"deep_stack", test_deep_stack},

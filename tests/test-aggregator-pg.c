@@ -175,7 +175,7 @@ static int64_t tables_bytes(const char *db_url) {
                     "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', "
                     "'labelsets', 'labels', 'labelset_base', 'profile', 'profile_coarse', "
                     "'profile_leaf', 'totals', 'intervals', 'drops', 'versions', 'fn_stats', "
-                    "'spans', 'span_stacks', 'requests', 'endpoint_hist', 'rejects', 'fleetprof_schema']"
+                    "'spans', 'span_stacks', 'requests', 'rejects', 'fleetprof_schema']"
                     "::regclass[]) t");
 }
 

@@ -4,7 +4,6 @@
  * with a reason, never a crash (this file also runs under ASan+UBSan). */
 #include "cm/buf.h"
 #include "cm/chunk.h"
-#include "cm/hist.h"
 #include "cm/error.h"
 #include "fleetprof.pb-c.h"
 #include "support/chunkgen.h"
@@ -556,52 +555,6 @@ static void test_buf_grows(void) {
     cm_buf_free(&b);
 }
 
-/* Endpoint histograms (minor 4) survive the round trip entry for entry; a chunk whose
- * endpoints break a rule (a repeated or out-of-range name, buckets out of order or past the
- * last, an empty count, lengths not adding up) is refused by the encoder. */
-static void test_endpoints_roundtrip(void) {
-    ts_gen_params_t p = ts_gen_realistic();
-    cm_chunk_t *c = ts_gen_chunk(&p, 11);
-    CHECK(c->dict.n_strings > 3);
-    uint32_t name[2] = {1, 3}, len[2] = {3, 1}, bucket[4] = {5, 900, 4351, 128};
-    uint64_t count[4] = {7, 1, 2, 40000000000ull};
-    c->endpoints = (cm_endpoints_t){2, name, len, 4, bucket, count};
-    size_t n;
-    uint8_t *buf = encode(c, &n);
-    cm_chunk_t *d = NULL;
-    char err[256] = "";
-    CHECKF(cm_chunk_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);
-    const cm_endpoints_t *e = &d->endpoints;
-    CHECK(e->n == 2 && e->n_entries == 4 && d->header.format_minor == CM_FORMAT_MINOR);
-    for (uint32_t i = 0; i < 2; i++)
-        CHECK(e->name[i] == name[i] && e->bucket_len[i] == len[i]);
-    for (uint32_t i = 0; i < 4; i++)
-        CHECK(e->bucket[i] == bucket[i] && e->count[i] == count[i]);
-    cm_chunk_free(d);
-    free(buf);
-    struct {
-        uint32_t name1, len0, b1;
-        uint64_t c2;
-    } bad[] = {{1, 3, 900, 2}, {c->dict.n_strings, 3, 900, 2}, {3, 3, 4, 2},
-               {3, 3, 900, 0}, {3, 4, 900, 2}, {3, 2, 900, 2}};
-    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        name[1] = bad[k].name1, len[0] = bad[k].len0, bucket[1] = bad[k].b1,
-        count[2] = bad[k].c2;
-        uint8_t *out = NULL;
-        size_t ol;
-        int rc = cm_chunk_encode(c, &out, &ol, err, sizeof err);
-        CHECKF(rc != 0, "bad endpoints %zu encoded", k);
-        free(out);
-    }
-    name[1] = 3, len[0] = 3, bucket[1] = 900, count[2] = 2, bucket[2] = CM_HIST_BUCKETS;
-    uint8_t *out = NULL;
-    size_t ol;
-    CHECK(cm_chunk_encode(c, &out, &ol, err, sizeof err) != 0);
-    free(out);
-    c->endpoints = (cm_endpoints_t){0};
-    ts_gen_free(c);
-}
-
 static const tr_test_t tests[] = {
     {"roundtrip_realistic", test_roundtrip_realistic},
     {"roundtrip_random", test_roundtrip_random},
@@ -617,7 +570,6 @@ static const tr_test_t tests[] = {
     {"allocation_bomb", test_allocation_bomb},
     {"encoder_refuses_invalid", test_encoder_refuses_invalid},
     {"incident_added_to_frame", test_incident_added_to_frame},
-    {"endpoints_roundtrip", test_endpoints_roundtrip},
     {"error_strings", test_error_strings},
     {"buf_grows", test_buf_grows},
     {0, 0},

@@ -11,8 +11,7 @@
  *   otel_ids         a Python program under the real OpenTelemetry SDK (PyPI opentelemetry-sdk,
  *                    venv made by deploy/otel-venv.sh under ~/.cache/fleetprof) passes each span
  *                    it starts to the agent (ctypes, fleetprof_span_begin_ids/_end): the (trace
- *                    id, span id, name) fleetprof recorded are exactly those the SDK exported
- *                    (FLEETPROF_SPAN_SLOW=0: a row for every span, not only remarkable ones).
+ *                    id, span id, name) fleetprof recorded are exactly those the SDK exported.
  * Labels: api, query (no services); otel_ids runs as test-endpoints-otel (label otel: the
  * first run downloads the SDK from PyPI). */
 #include "aggtest.h"
@@ -260,10 +259,8 @@ static void test_otel_ids(void) {
              venv, src, venv);
     CHECKF(system(cmd) == 0, "%s", cmd);
     CHECK(mkdtemp(dir) != NULL);
-    /* SPAN_SLOW 0: every span keeps its row, so that each one's ids can be compared */
     snprintf(cmd, sizeof cmd,
-             "FLEETPROF_OUTPUT=%s FLEETPROF_SERVICE=otel FLEETPROF_SPAN_SLOW=0 "
-             "LD_PRELOAD=%s/agent/libfleetprof.so "
+             "FLEETPROF_OUTPUT=%s FLEETPROF_SERVICE=otel LD_PRELOAD=%s/agent/libfleetprof.so "
              "'%s/bin/python' '%s/tests/otel/otel-spans.py' %s/agent/libfleetprof.so "
              "%s/exported.txt 60",
              dir, b, venv, src, b, dir);

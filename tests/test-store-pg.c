@@ -413,7 +413,6 @@ static void test_size_bytes(void) {
         "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', 'labelsets', "
         "'labels', 'labelset_base', 'profile', 'profile_coarse', 'profile_leaf', 'totals', "
         "'intervals', 'drops', 'kpm', 'versions', 'fn_stats', 'spans', 'span_stacks', 'requests', "
-        "'endpoint_hist', "
         "'rejects', 'incidents', 'incident_chunks', 'fleetprof_schema']::regclass[]) t";
     int64_t empty = agg_store_size_bytes(f.st);
     CHECK_EQ(feed(&f, &c, 0, c.n), 0);

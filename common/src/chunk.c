@@ -4,7 +4,6 @@
  * Pure functions, thread-safe, not async-signal-safe (snprintf). */
 #include "cm/chunk.h"
 #include "cm/error.h"
-#include "chunk_endpoints.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -306,7 +305,5 @@ int cm_chunk_validate(const cm_chunk_t *c, char *errbuf, size_t errbuf_size) {
         if ((rc = validate_samples(c, s, errbuf, errbuf_size)))
             return rc;
     }
-    if ((rc = validate_spans(c, errbuf, errbuf_size)))
-        return rc;
-    return cm_endpoints_validate(&c->endpoints, c->dict.n_strings, errbuf, errbuf_size);
+    return validate_spans(c, errbuf, errbuf_size);
 }

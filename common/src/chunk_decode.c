@@ -7,7 +7,6 @@
  * chunk points into the protobuf-c message where the C types match (no copy).
  * Thread-safe (no globals); allocates; not for signal handlers.
  */
-#include "chunk_endpoints.h"
 #include "chunk_incident.h"
 #include "cm/chunk.h"
 #include "cm/error.h"
@@ -485,7 +484,7 @@ static int decode_body(cm_chunk_t *c, owner_t *o, char *errbuf, size_t errbuf_si
         return rc;
     if (m->incident && (rc = cm_incident_from_pb(m->incident, &c->incident, errbuf, errbuf_size)))
         return rc;
-    return cm_endpoints_from_pb(m->endpoints, &c->endpoints, errbuf, errbuf_size);
+    return 0;
 }
 
 int cm_chunk_decode(const uint8_t *buf, size_t len, cm_chunk_t **out, char *errbuf,

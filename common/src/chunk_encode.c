@@ -7,7 +7,6 @@
  * row has the default value are left out.
  * Thread-safe (no globals); allocates; not for signal handlers.
  */
-#include "chunk_endpoints.h"
 #include "chunk_incident.h"
 #include "cm/chunk.h"
 #include "cm/error.h"
@@ -121,7 +120,6 @@ typedef struct {
     Fleetprof__V1__Dictionary dict;
     Fleetprof__V1__Spans spans;
     Fleetprof__V1__Incident incident; /* minor 3: set when the chunk is a capture's */
-    Fleetprof__V1__Endpoints endpoints; /* minor 4 */
     Fleetprof__V1__Samples cols[CM_EV_COUNT], *cols_p[CM_EV_COUNT];
     void *owned[24]; /* 4 header strings, 10 tables, 6 delta columns */
     size_t n_owned;
@@ -340,10 +338,6 @@ static int enc_samples(enc_t *e, const cm_chunk_t *c) {
         SET_COL(spans, thread, sp->thread, sp->n);
         SET_COL32(spans, flags, sp->flags, sp->n);
         e->msg.spans = spans;
-    }
-    if (c->endpoints.n) {
-        cm_endpoints_pb(&c->endpoints, &e->endpoints);
-        e->msg.endpoints = &e->endpoints;
     }
     if (c->incident.present) {
         cm_incident_pb(&c->incident, &e->incident);

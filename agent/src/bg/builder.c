@@ -140,8 +140,6 @@ struct ag_builder {
     rows_t rows[CM_EV_COUNT];
     VEC(uint32_t) sp_ctx, sp_name, sp_thread, sp_flags; /* spans (spans.c) */
     VEC(uint64_t) sp_start, sp_dur;
-    VEC(uint32_t) ep_name, ep_len, ep_bucket; /* endpoint histograms (spans.c), sparse */
-    VEC(uint64_t) ep_count;
     size_t str_bytes; /* for ag_builder_bytes */
     int failed; /* an allocation failed: the chunk is dropped (DROP_ENCODE_FAILED) */
 };
@@ -201,7 +199,6 @@ static void reset(ag_builder_t *b) {
     }
     b->sp_ctx.n = b->sp_name.n = b->sp_thread.n = b->sp_flags.n = 0;
     b->sp_start.n = b->sp_dur.n = 0;
-    b->ep_name.n = b->ep_len.n = b->ep_bucket.n = b->ep_count.n = 0;
     b->failed = 0;
     b->str_bytes = 0;
     /* zero entries */
@@ -271,10 +268,6 @@ void ag_builder_free(ag_builder_t *b) {
     VEC_FREE(b->sp_flags);
     VEC_FREE(b->sp_start);
     VEC_FREE(b->sp_dur);
-    VEC_FREE(b->ep_name);
-    VEC_FREE(b->ep_len);
-    VEC_FREE(b->ep_bucket);
-    VEC_FREE(b->ep_count);
     map_free(&b->str_map);
     free(b);
 }
@@ -604,21 +597,6 @@ void ag_builder_add_span(ag_builder_t *b, const uint8_t *ctx, const char *name,
         b->failed = 1;
 }
 
-void ag_builder_add_endpoint(ag_builder_t *b, const char *name, const uint32_t *bucket,
-                             const uint64_t *count, uint32_t n) {
-    uint32_t s = intern_str(b, name);
-    if (!s || !n)
-        return;
-    int bad = VEC_PUSH(b->ep_name, s);
-    bad |= VEC_PUSH(b->ep_len, n);
-    for (uint32_t i = 0; i < n && !bad; i++) {
-        bad |= VEC_PUSH(b->ep_bucket, bucket[i]);
-        bad |= VEC_PUSH(b->ep_count, count[i]);
-    }
-    if (bad)
-        b->failed = 1;
-}
-
 /* An estimate of the encoded chunk's size before compression: what each entry costs in the
  * protobuf message with typical varints (a row's 13 columns ~40 bytes, a frame 4, a location
  * 16, a function 8, a mapping with its build id ~96). chunk.c cuts a chunk early when it
@@ -630,7 +608,7 @@ size_t ag_builder_bytes(const ag_builder_t *b) {
                4u * (b->lab_kv.n + b->lab_off.n) + 8u * b->th_tid.n;
     for (int t = 1; t < CM_EV_COUNT; t++)
         n += 40u * b->rows[t].stack.n;
-    return n + 24u * b->sp_ctx.n + 4u * b->ep_bucket.n;
+    return n + 24u * b->sp_ctx.n;
 }
 
 uint32_t ag_builder_samples(const ag_builder_t *b, cm_event_type_t type) {
@@ -767,8 +745,6 @@ int ag_builder_finish(ag_builder_t *b, cm_header_t *hdr, uint8_t **frame, size_t
         any_flag |= b->sp_flags.v[i];
     c.spans = (cm_spans_t){nsp, b->sp_ctx.v, b->sp_name.v, b->sp_start.v, b->sp_dur.v,
                            b->sp_thread.v, any_flag ? b->sp_flags.v : NULL};
-    c.endpoints = (cm_endpoints_t){b->ep_name.n, b->ep_name.v, b->ep_len.v, b->ep_bucket.n,
-                                   b->ep_bucket.v, b->ep_count.v};
     if (bad) {
         snprintf(err, err_size, "out of memory while building the chunk");
         rc = CM_ENOMEM;

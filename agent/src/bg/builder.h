@@ -23,10 +23,6 @@ AG_HIDDEN size_t ag_builder_bytes(const ag_builder_t *b); /* estimated, before L
 /* Encodes everything added since the last call as one chunk covering [start_ns, end_ns] and
  * resets. hdr supplies the header fields (service, sampling, drops, cpu...). Returns 0 and a
  * malloc'ed frame, or a CM_E* code. */
-/* Adds one endpoint's histogram (spans.c): its name (each name once per chunk) and n entries of
- * (cm/hist.h bucket, count), buckets increasing, counts > 0. */
-AG_HIDDEN void ag_builder_add_endpoint(ag_builder_t *b, const char *name, const uint32_t *bucket,
-                                       const uint64_t *count, uint32_t n);
 /* Adds one span row (spans.c): its context (trace + span id), name (NULL: none), start, duration,
  * thread and CM_SPF_* flags. */
 AG_HIDDEN void ag_builder_add_span(ag_builder_t *b, const uint8_t *ctx, const char *name,

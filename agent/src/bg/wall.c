@@ -182,7 +182,6 @@ static int wall_from_blocked(ag_builder_t *b, ag_thread_t *t, pid_t tid, uint64_
         return 0; /* the call ended meanwhile, or a stale mark: a signal decides */
     ag_ctx_slot_t ctx;
     ag_context_pick(cbuf, &ctx);
-    atomic_fetch_add_explicit(&t->span_hits, 1, memory_order_relaxed); /* its span keeps a row */
     memset(r, 0, sizeof *r);
     r->len = (uint32_t)((sizeof *r + n * sizeof(uintptr_t) + 7u) & ~7u);
     r->type = CM_EV_WALL;

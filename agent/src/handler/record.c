@@ -107,11 +107,6 @@ record(ag_thread_t *t, const ag_event_t *ev, const void *ucv) {
     clock_gettime(CLOCK_REALTIME, &ts);
     ag_ctx_slot_t ctx;
     ag_context_read(&ctx);
-    /* a load and a store, not an RMW: the bg thread's wall.c store may race it, and either
-     * value differs from the one the thread's span began with */
-    atomic_store_explicit(&t->span_hits,
-                          atomic_load_explicit(&t->span_hits, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
 
     uint32_t len = (uint32_t)(sizeof(ag_rec_t) + depth * sizeof(uintptr_t));
     len = (len + 7u) & ~7u;

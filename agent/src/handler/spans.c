@@ -14,25 +14,9 @@
  *   - the outermost active span of a thread sits in the thread's slot of g_active, claimed
  *     once per thread by a compare-and-swap and written under a per-slot sequence count (the
  *     bg thread retries a torn read; the owner never waits).
- *   - every ended span with a name is counted in its name's histogram of durations (g_hist,
- *     cm/hist.h buckets, one per half): one relaxed fetch-add on the bucket, then a look at
- *     the name's dirty flag (set when clear). The chunk's Endpoints carry these: exact call
- *     counts and percentiles whatever the rows below keep.
- *   - a span keeps its own row only when it matters one by one: a sample landed in it (the
- *     thread's span_hits, counted by every sample recorded of it, changed since its begin),
- *     it ran at least FLEETPROF_SPAN_SLOW (10 ms; 0: every span), or it has no name (or its
- *     name's histogram could not be allocated). Such a span is appended to the current half
- *     of g_done: one fetch-add claims a row, the row is written, then published by storing the
- *     half's epoch in it. The bg thread flips the half at each cut and waits (bounded) for the
- *     rows claimed before the flip. A request page and the slowest requests read the rows;
- *     the sampled costs of an endpoint are those of its rows (every span a sample landed in
- *     has one).
- *   - histograms need no wait: at a cut the bg thread clears the closed half's dirty flags,
- *     then takes (exchange with 0) every non-zero bucket of the names that were dirty. An
- *     end that read the epoch before the flip and adds after the take leaves its count in the
- *     closed half, and sets its dirty flag again (its add is ordered before its look at the
- *     flag, the bg thread's clear before its take): the count goes out with that half's next
- *     cut, two cuts later, never lost and never counted twice.
+ *   - an ended span is appended to the current half of g_done: one fetch-add claims a row,
+ *     the row is written, then published by storing the half's epoch in it. The bg thread
+ *     flips the half at each cut and waits (bounded) for the rows claimed before the flip.
  *   - times are stamps (stamp_now): TSC ticks once the hooks calibrated an invariant TSC over
  *     >= 2 s (an
  *     rdtsc, ~8 ns, where the vDSO's CLOCK_REALTIME costs ~22 ns: two per span), else
@@ -46,8 +30,6 @@
 #include "recorder/incid.h"
 #include "hooks.h"
 #include "internal.h"
-
-#include "cm/hist.h"
 
 #include "fleetprof.h"
 
@@ -99,15 +81,10 @@ static active_t g_active[AG_SPAN_THREADS];
 static _Atomic int32_t g_active_hw; /* slots ever claimed are below it */
 static name_t g_names[AG_SPAN_NAMES + 1]; /* id 0: unnamed */
 static _Atomic uint32_t g_nnames;
-/* per name: two halves of CM_HIST_BUCKETS counts of ended spans (allocated when the name is
- * interned, NULL if that failed); dirty: a count was added to the half since its last take */
-static _Atomic uint32_t *g_hist[AG_SPAN_NAMES + 1];
-static _Atomic uint8_t g_hdirty[2][AG_SPAN_NAMES + 1];
 
 typedef struct {
     uint8_t ctx[CM_CONTEXT_SIZE]; /* the enclosing context, restored at the end */
     uint32_t name;
-    uint32_t hits; /* the thread's span_hits at its begin */
     uint64_t start_ns;
 } frame_t;
 
@@ -121,7 +98,6 @@ typedef struct {
         const char *s;
         uint32_t id;
     } pcache[NAME_CACHE]; /* by the name's address: a literal costs a compare, no hash */
-    _Atomic uint32_t *hits; /* samples recorded of this thread (ag_spans_bind_hits), NULL: none */
 } tls_span_t;
 
 static TLS tls_span_t t_span;
@@ -181,8 +157,6 @@ static uint64_t stamp_diff(uint64_t start, uint64_t end) {
     uint64_t s = stamp_real(start), e = stamp_real(end); /* the TSC calibrated in between */
     return e > s ? e - s : 0;
 }
-
-void ag_spans_bind_hits(_Atomic uint32_t *hits) { t_span.hits = hits; }
 
 static pid_t my_tid(void) {
     if (!t_span.tid)
@@ -250,7 +224,6 @@ static uint32_t intern_hashed(const char *s) {
         if (!id && n < AG_SPAN_NAMES && (g_names[n + 1].s = strndup(s, len))) {
             g_names[n + 1].hash = h;
             ag_trig_name_added(n + 1, s, len); /* its slow threshold, before it is seen */
-            g_hist[n + 1] = calloc(2 * CM_HIST_BUCKETS, sizeof *g_hist[0]); /* NULL: rows */
             atomic_store_explicit(&g_nnames, n + 1, memory_order_release);
             id = n + 1;
         }
@@ -313,7 +286,6 @@ static int begin(const uint8_t trace[16], const uint8_t span[8], const char *nam
     memcpy(f->ctx, cur.ctx, CM_CONTEXT_SIZE);
     f->name = intern_name(name);
     f->start_ns = start;
-    f->hits = t_span.hits ? atomic_load_explicit(t_span.hits, memory_order_relaxed) : 0;
     fleetprof_span_set(trace, span);
     if (t_span.depth++ == 0) {
         active_t *a = my_slot();
@@ -341,39 +313,6 @@ int fleetprof_span_begin(const char *traceparent, const char *name) {
     return begin(trace, span, name, start);
 }
 
-/* Counts an ended span of name id in its histogram's current half. Returns 0 when it has
- * none (no name, or its histogram could not be allocated): its row is then its only record. */
-static int hist_add(uint32_t name, uint64_t dur) {
-    _Atomic uint32_t *h = name ? g_hist[name] : NULL;
-    if (!h)
-        return 0;
-    uint32_t half = (uint32_t)(atomic_load_explicit(&g_done_state, memory_order_relaxed) >> 32) & 1;
-    /* seq_cst: the add comes before the look at the flag (a lock-prefixed add on x86 either
-     * way; the flag's load stays a plain one) */
-    atomic_fetch_add(&h[half * CM_HIST_BUCKETS + cm_hist_index(dur)], 1);
-    if (!atomic_load(&g_hdirty[half][name]))
-        atomic_store(&g_hdirty[half][name], 1);
-    return 1;
-}
-
-/* Appends an ended span's row to the current half of g_done (beyond AG_SPANS_PER_CHUNK:
- * counted span_limit). */
-static void done_add(const frame_t *f, const ag_ctx_slot_t *own, uint64_t end) {
-    uint64_t st = atomic_fetch_add_explicit(&g_done_state, 1, memory_order_acq_rel);
-    uint32_t idx = (uint32_t)st, epoch = (uint32_t)(st >> 32);
-    if (idx >= AG_SPANS_PER_CHUNK) {
-        ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
-        return;
-    }
-    done_t *d = &g_done[epoch & 1][idx];
-    memcpy(d->ctx, own->ctx, CM_CONTEXT_SIZE);
-    d->name = f->name;
-    d->tid = (pid_t)my_tid();
-    d->start_ns = f->start_ns;
-    d->end_ns = end;
-    atomic_store_explicit(&d->epoch, epoch, memory_order_release);
-}
-
 int fleetprof_span_end(void) {
     uint64_t end = stamp_now(); /* first: the end is the call's time */
     if (!atomic_load_explicit(&ag.running, memory_order_relaxed) && t_span.depth == 0)
@@ -384,25 +323,31 @@ int fleetprof_span_end(void) {
     }
     if (t_span.depth == 0)
         return -ENOENT;
+    uint64_t st = atomic_fetch_add_explicit(&g_done_state, 1, memory_order_acq_rel);
     frame_t *f = &t_span.stack[--t_span.depth];
-    uint64_t dur = stamp_diff(f->start_ns, end);
-    /* The span's own ids, then the parent's context back, and only then its hit count: a
-     * sample that still carries the span's ids has counted its hit by the time it returns. */
-    ag_ctx_slot_t own;
-    ag_context_read(&own);
+    ag_ctx_slot_t cur;
+    ag_context_read(&cur);
+    uint32_t idx = (uint32_t)st, epoch = (uint32_t)(st >> 32);
+    if (idx < AG_SPANS_PER_CHUNK) {
+        done_t *d = &g_done[epoch & 1][idx];
+        memcpy(d->ctx, cur.ctx, CM_CONTEXT_SIZE);
+        d->name = f->name;
+        d->tid = (pid_t)my_tid();
+        d->start_ns = f->start_ns;
+        d->end_ns = end;
+        atomic_store_explicit(&d->epoch, epoch, memory_order_release);
+    } else {
+        ag_drop_count(0, CM_DROP_SPAN_LIMIT, 1);
+    }
+    if (t_span.depth == 0 && t_span.slot)
+        publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
+    if (t_span.depth == 0) /* a request ended: incident triggers (recorder/triggers.c) */
+        ag_trig_span_ended(stamp_diff(f->start_ns, end), f->name);
     static const uint8_t zero[16];
     if (!memcmp(f->ctx, zero, 16))
         fleetprof_span_clear();
     else
         fleetprof_span_set(f->ctx, f->ctx + 16);
-    atomic_signal_fence(memory_order_seq_cst);
-    int hit = !t_span.hits || atomic_load_explicit(t_span.hits, memory_order_relaxed) != f->hits;
-    if (!hist_add(f->name, dur) || hit || dur >= ag.cfg.span_slow_ns)
-        done_add(f, &own, end);
-    if (t_span.depth == 0 && t_span.slot)
-        publish_active(&g_active[t_span.slot - 1], 0, NULL, NULL);
-    if (t_span.depth == 0) /* a request ended: incident triggers (recorder/triggers.c) */
-        ag_trig_span_ended(dur, f->name);
     return 0;
 }
 
@@ -450,28 +395,6 @@ AG_NO_TSAN static void read_active(active_t *a, uint32_t *act, uint32_t *name, u
     }
 }
 
-/* bg: takes the closed half's histogram of every name counted in it (dirty flags cleared
- * first, see the top) into the builder, sparse. */
-static void emit_endpoints(ag_builder_t *b, uint32_t half, uint32_t n) {
-    static uint32_t bucket[CM_HIST_BUCKETS];
-    static uint64_t count[CM_HIST_BUCKETS];
-    for (uint32_t id = 1; id <= n; id++) {
-        _Atomic uint32_t *h = g_hist[id];
-        if (!h || !atomic_load_explicit(&g_hdirty[half][id], memory_order_relaxed))
-            continue;
-        atomic_store(&g_hdirty[half][id], 0);
-        atomic_thread_fence(memory_order_seq_cst);
-        h += half * CM_HIST_BUCKETS;
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < CM_HIST_BUCKETS; i++)
-            if (atomic_load_explicit(&h[i], memory_order_relaxed)) {
-                bucket[k] = i;
-                count[k++] = atomic_exchange_explicit(&h[i], 0, memory_order_relaxed);
-            }
-        ag_builder_add_endpoint(b, g_names[id].s, bucket, count, k);
-    }
-}
-
 /* bg: adds the closed half's spans and every thread's active outermost span to the builder.
  * An ended span's times are kept inside [start, end] of the chunk (a span that ended while the
  * cut was being made may straddle it by microseconds). */
@@ -490,7 +413,6 @@ void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
                             s, e - s, d->tid, 0);
     }
     g_closed_n = 0;
-    emit_endpoints(b, g_closed_epoch & 1, n);
     for (uint32_t i = 0; i < AG_SPAN_THREADS; i++) {
         active_t *a = &g_active[i];
         int32_t tid = atomic_load_explicit(&a->owner, memory_order_acquire);
@@ -511,14 +433,8 @@ void ag_spans_emit(ag_builder_t *b, uint64_t start, uint64_t end) {
 static uint64_t g_fork_real;
 
 int ag_spans_pending(void) {
-    uint64_t ds = atomic_load_explicit(&g_done_state, memory_order_acquire);
-    if ((uint32_t)ds != 0)
+    if ((uint32_t)atomic_load_explicit(&g_done_state, memory_order_acquire) != 0)
         return 1;
-    uint32_t nn = atomic_load_explicit(&g_nnames, memory_order_acquire);
-    for (uint32_t id = 1; id <= nn; id++) /* spans counted in either half, not yet taken */
-        if (atomic_load_explicit(&g_hdirty[0][id], memory_order_relaxed) ||
-            atomic_load_explicit(&g_hdirty[1][id], memory_order_relaxed))
-            return 1;
     int32_t hw = atomic_load(&g_active_hw);
     for (int32_t i = 0; i < hw; i++) {
         uint32_t act = 0, name;
@@ -551,13 +467,6 @@ void ag_spans_after_fork_child(void) {
     uint32_t e = (uint32_t)(atomic_load(&g_done_state) >> 32);
     atomic_store(&g_done_state, (uint64_t)(e + 2) << 32);
     g_closed_n = 0;
-    /* the parent's counts are the parent's to send */
-    uint32_t nn = atomic_load(&g_nnames);
-    for (uint32_t id = 1; id <= nn; id++)
-        if (g_hist[id] && (g_hdirty[0][id] || g_hdirty[1][id])) {
-            memset((void *)g_hist[id], 0, 2 * CM_HIST_BUCKETS * sizeof *g_hist[0]);
-            g_hdirty[0][id] = g_hdirty[1][id] = 0;
-        }
 }
 
 /* bg: incident triggers (recorder/triggers.c) read the outermost active spans. */

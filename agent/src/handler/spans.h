@@ -10,9 +10,6 @@ typedef struct ag_builder ag_builder_t;
 AG_HIDDEN void ag_spans_flip(void);
 AG_HIDDEN void ag_spans_emit(ag_builder_t *b, uint64_t start_ns, uint64_t end_ns);
 AG_HIDDEN void ag_spans_after_fork_child(void);
-/* app, on the thread itself (thread.c, at its registration): the counter of samples recorded
- * of the calling thread (ag_thread_t.span_hits). A thread without one keeps every span's row. */
-AG_HIDDEN void ag_spans_bind_hits(_Atomic uint32_t *hits);
 /* 1 when a span ended since the last cut or a thread has one open (in a fork child: one it
  * began itself): the exit chunk has spans to carry even without a sample. */
 AG_HIDDEN int ag_spans_pending(void);

@@ -234,7 +234,6 @@ void ag_config_load(ag_config_t *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->enabled = 1;
     cfg->interval_ns = 10ull * 1000000000ull;
-    cfg->span_slow_ns = 10000000ull;
     cfg->cpu_rate = 100;
     cfg->cpu_period_ns = 10000000; /* 100 Hz per thread until the controller says otherwise */
     /* 100 ms: 20 Hz (async-profiler's 50 ms, where wall time is the profile asked for) cost
@@ -293,7 +292,6 @@ void ag_config_load(ag_config_t *cfg) {
     double d;
     env_duration("FLEETPROF_INTERVAL", 100000000ull, 3600000000000ull, "10s",
                  &cfg->interval_ns);
-    env_duration("FLEETPROF_SPAN_SLOW", 0, 3600000000000ull, "10ms", &cfg->span_slow_ns);
     if (env_double("FLEETPROF_CPU_RATE", 0, 10000, "100 (samples/s)", &d))
         cfg->cpu_rate = d;
     if (env_double("FLEETPROF_CPU_HZ", 1, 1000, "100 (Hz per thread)", &d))

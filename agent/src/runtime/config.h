@@ -19,7 +19,6 @@ typedef struct {
     char output[4096];         /* "" = no files */
     unsigned output_mode;      /* permission bits of chunk files (0600) */
     uint64_t interval_ns;      /* chunk interval */
-    uint64_t span_slow_ns;     /* a span this long keeps its own row (FLEETPROF_SPAN_SLOW) */
     double cpu_rate;           /* target CPU samples per second, whole process; 0 = off */
     uint64_t cpu_period_ns;    /* initial/fixed CPU period per thread */
     double wall_hz;            /* wall ticker frequency; 0 = off (AG_WALL_HZ) */

@@ -21,7 +21,6 @@
 #include "ag_signal.h"
 #include "record.h"
 #include "context.h"
-#include "spans.h"
 #include "agent.h"
 #include "sandbox.h"
 #include "sigroom.h"
@@ -356,7 +355,6 @@ ag_thread_t *ag_thread_register_self(void) {
         atomic_store(&t->stack_lo, lo);
         atomic_store(&t->stack_hi, hi);
         t->ctx_addr = ag_context_addr();
-        ag_spans_bind_hits(&t->span_hits);
         t->self_registered = 1;
         altstack_setup(t);
         atomic_store(&t->state, AG_TS_ACTIVE);

@@ -20,9 +20,6 @@ typedef struct ag_thread {
     _Atomic uint64_t cpu_last_ns;         /* handler: thread CPU at its last CPU sample (0: none) */
     volatile sig_atomic_t busy;           /* a non-handler producer is writing the ring */
     uint32_t handler_n;                   /* handler: samples taken (cost probe cadence) */
-    /* samples recorded of it (handler, hooks, wall.c): a span during which it changed had a
-     * sample land in it and keeps its own row (spans.c); only ever grows */
-    _Atomic uint32_t span_hits;
     ag_ring_t ring;
     timer_t timer;
     int has_timer;

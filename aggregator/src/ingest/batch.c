@@ -30,7 +30,6 @@ void agg_batch_init(agg_batch_t *b) {
     agg_hmap_init(&b->spanstk, sizeof(agg_spanstk_key_t), sizeof(agg_spanstk_ent_t));
     agg_hmap_init(&b->rej, sizeof(agg_rej_key_t), sizeof(agg_rej_ent_t));
     agg_hmap_init(&b->req, sizeof(agg_span_key_t), sizeof(agg_req_ent_t));
-    agg_hmap_init(&b->ephist, sizeof(agg_ephist_key_t), sizeof(agg_ephist_ent_t));
     agg_hmap_init(&b->seen, sizeof(agg_seen_key_t), sizeof(agg_seen_ent_t));
     agg_hmap_init(&b->inc, sizeof(agg_inc_key_t), sizeof(agg_inc_ent_t));
     agg_hmap_init(&b->incchunk, sizeof(agg_incchunk_key_t), sizeof(agg_incchunk_ent_t));
@@ -44,8 +43,7 @@ void agg_batch_init(agg_batch_t *b) {
 static agg_hmap_t *maps(agg_batch_t *b, int i) {
     agg_hmap_t *m[] = {&b->prof, &b->tot,     &b->ival, &b->drop, &b->ver,
                        &b->fn,   &b->span,    &b->spanstk, &b->rej, &b->seen,
-                       &b->profc, &b->leaf, &b->req, &b->kpm, &b->inc, &b->incchunk,
-                       &b->ephist};
+                       &b->profc, &b->leaf, &b->req, &b->kpm, &b->inc, &b->incchunk};
     return i < (int)(sizeof m / sizeof m[0]) ? m[i] : NULL;
 }
 

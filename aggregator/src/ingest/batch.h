@@ -140,16 +140,6 @@ typedef struct {
     uint8_t begun;                   /* a record says it began inside its chunk */
 } agg_req_ent_t;
 
-/* endpoint histograms (chunk format minor 4): spans ended per (service, version, fine bucket
- * of the chunk's end, name, cm/hist.h bucket) */
-typedef struct {
-    uint64_t service, version, width, bucket, name, hb;
-} agg_ephist_key_t;
-typedef struct {
-    agg_ephist_key_t k;
-    int64_t count;
-} agg_ephist_ent_t;
-
 /* incidents (chunk format minor 3): one row per incident id, and its chunks' frames */
 typedef struct {
     uint8_t id[CM_INCIDENT_ID_LEN];
@@ -220,7 +210,7 @@ typedef struct {
     }
 
 typedef struct agg_batch {
-    agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen, req, kpm, ephist;
+    agg_hmap_t prof, tot, ival, drop, ver, fn, span, spanstk, rej, seen, req, kpm;
     agg_hmap_t inc, incchunk; /* incidents (ingest/incidents.c) */
     /* derived from prof by agg_batch_derive() (store/write.c, once): the per-stack rollup at
      * each tier width, narrowest first (the last one is the coarse width), and the per-leaf

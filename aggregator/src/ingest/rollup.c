@@ -282,10 +282,7 @@ int agg_rollup_chunk(agg_rollup_t *r, agg_batch_t *b, const cm_chunk_t *c,
             return rc;
         rows_all += c->samples[t].n;
     }
-    if (r->cfg.span_index && ((rc = agg_spanindex_requests(b, c, ids)) ||
-                              (rc = agg_spanindex_endpoints(
-                                   b, c, ids, (uint64_t)r->cfg.fine_width_s,
-                                   bucket_of(h->end_unix_ns, r->cfg.fine_width_s)))))
+    if (r->cfg.span_index && (rc = agg_spanindex_requests(b, c, ids)))
         return rc;
     if ((rc = rollup_interval(r, b, h, ids)))
         return rc;

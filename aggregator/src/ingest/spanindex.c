@@ -67,20 +67,3 @@ int agg_spanindex_requests(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_
     }
     return 0;
 }
-
-int agg_spanindex_endpoints(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_ids_t *ids,
-                            uint64_t width_s, uint64_t bucket_s) {
-    const cm_endpoints_t *ep = &c->endpoints;
-    for (uint32_t i = 0, at = 0; i < ep->n; at += ep->bucket_len[i++]) {
-        agg_ephist_key_t k = {ids->service, ids->version, width_s, bucket_s,
-                              ids->str[ep->name[i]], 0};
-        for (uint32_t j = at; j < at + ep->bucket_len[i]; j++) {
-            k.hb = ep->bucket[j];
-            agg_ephist_ent_t *e = agg_hmap_upsert(&b->ephist, &k, NULL);
-            if (!e)
-                return CM_ENOMEM;
-            e->count += (int64_t)ep->count[j];
-        }
-    }
-    return 0;
-}

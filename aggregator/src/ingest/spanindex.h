@@ -5,8 +5,6 @@
  *               (to build the profile of one trace or one span, every event type)
  * and for each span record of a chunk (the application's named spans):
  *   requests    (trace id, span id) -> service, version, name, start, end, ended, thread
- * and for each endpoint histogram of a chunk:
- *   endpoint_hist (service, version, width, bucket, name, duration bucket) -> spans
  * Retention of the index is bounded by span-max-age (retention.c).
  * Threading: consume thread only (writes into the partition's batch).
  */
@@ -24,10 +22,5 @@ int agg_spanindex_row(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_ids_t
  * end (for a span still active at the cut: the cut), ended, thread id. Returns 0 or
  * CM_ENOMEM. */
 int agg_spanindex_requests(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_ids_t *ids);
-
-/* Adds the chunk's endpoint histograms (minor 4) to the batch's endpoint_hist, in the fine
- * bucket (width_s wide, starting at bucket_s) of the chunk's end. Returns 0 or CM_ENOMEM. */
-int agg_spanindex_endpoints(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_ids_t *ids,
-                            uint64_t width_s, uint64_t bucket_s);
 
 #endif

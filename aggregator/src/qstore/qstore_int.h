@@ -72,12 +72,6 @@ int agg_qs_done(agg_qxst_t *st, int rc);
 /* Finalizes st after a read loop whose last step returned step: rc when set, else what
  * agg_qs_done says of step. */
 int agg_qs_end(agg_qxst_t *st, int step, int rc);
-/* qstore_endpoints.c: the calls of endpoint `name` (version ver, NULL: all) in store d's
- * histograms whose fine bucket overlaps [from_ns, to_ns), added to work[b] by the middle of
- * their fine bucket, b = (t - lo) / w clamped to [0, nb). *total: the calls added. */
-int agg_qs_endpoint_hist_work(qdb_t *d, const char *service, const char *name, const char *ver,
-                              int64_t from_ns, int64_t to_ns, int64_t lo, int64_t w,
-                              double *work, size_t nb, double *total);
 /* The intervals' units-of-work column, or "0" in a store written before it existed. */
 const char *agg_qs_work_units_col(qdb_t *d);
 

@@ -1,7 +1,6 @@
 /* The query store's requests (query_store.h): the spans the application named, with their
  * real durations (table `requests`, one row per span), their sampled costs (table `spans`)
- * and their stacks (table `span_stacks`); endpoints' calls and percentiles are in
- * qstore_endpoints.c.
+ * and their stacks (table `span_stacks`); endpoints are requests grouped by name.
  * Threading: the query store's (one caller at a time). */
 #include "qstore_int.h"
 
@@ -115,6 +114,76 @@ int agg_qstore_request(agg_qstore_t *qs, const uint8_t trace[16], const uint8_t 
     return rc;
 }
 
+static int cmp_name_dur(const void *a, const void *b) {
+    const agg_request_t *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c)
+        return c;
+    int64_t dx = x->end_ns - x->start_ns, dy = y->end_ns - y->start_ns;
+    return dx < dy ? -1 : dx > dy;
+}
+
+static int cmp_endpoint(const void *a, const void *b) {
+    const agg_endpoint_t *x = a, *y = b;
+    if (x->p99_ns != y->p99_ns)
+        return x->p99_ns > y->p99_ns ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Nearest rank: the smallest duration with at least q of the calls at or below it. */
+static int64_t rank_q(const agg_request_t *r, size_t n, double q) {
+    size_t k = (size_t)(q * (double)n + 0.999999);
+    k = k ? k - 1 : 0;
+    return r[k < n ? k : n - 1].end_ns - r[k < n ? k : n - 1].start_ns;
+}
+
+int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *version,
+                         int64_t from_ns, int64_t to_ns, agg_endpoint_t **out, size_t *n) {
+    agg_reqq_t q = {.service = service, .version = version, .from_ns = from_ns, .to_ns = to_ns};
+    agg_request_t *r;
+    size_t nr;
+    *out = NULL;
+    *n = 0;
+    int rc = agg_qstore_requests(qs, &q, &r, &nr);
+    if (rc)
+        return rc;
+    if (nr)
+        qsort(r, nr, sizeof *r, cmp_name_dur);
+    agg_endpoint_t *e = calloc(nr ? nr : 1, sizeof *e);
+    if (!e) {
+        free(r);
+        return CM_ENOMEM;
+    }
+    size_t ne = 0;
+    double cpu_all = 0;
+    for (size_t i = 0, j; i < nr; i = j) {
+        for (j = i; j < nr && !strcmp(r[j].name, r[i].name); j++)
+            ;
+        agg_endpoint_t *x = &e[ne++];
+        snprintf(x->name, sizeof x->name, "%s", r[i].name);
+        x->calls = j - i;
+        x->p50_ns = rank_q(r + i, j - i, 0.50);
+        x->p90_ns = rank_q(r + i, j - i, 0.90);
+        x->p99_ns = rank_q(r + i, j - i, 0.99);
+        x->max_ns = r[j - 1].end_ns - r[j - 1].start_ns;
+        for (size_t k = i; k < j; k++)
+            for (int t = 1; t <= CM_EV_MAX; t++)
+                x->cost_per_call[t] += (double)r[k].cost[t];
+        cpu_all += x->cost_per_call[CM_EV_CPU];
+    }
+    for (size_t k = 0; k < ne; k++) {
+        e[k].cpu_share = cpu_all > 0 ? e[k].cost_per_call[CM_EV_CPU] / cpu_all : 0;
+        for (int t = 1; t <= CM_EV_MAX; t++)
+            e[k].cost_per_call[t] /= (double)e[k].calls;
+    }
+    free(r);
+    if (ne)
+        qsort(e, ne, sizeof *e, cmp_endpoint);
+    *out = e;
+    *n = ne;
+    return 0;
+}
+
 int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
                                 const char *name, int64_t from_ns, int64_t to_ns,
                                 cm_event_type_t type, agg_profile_t **out, int *found) {
@@ -187,9 +256,7 @@ static void ep_bind(agg_qxst_t *st, const agg_qspec_t *q, const char *name, cons
         B64(st, k++, extra[i]);
 }
 
-/* The requests' calls per bucket of width w from lo: one replicate each (work = its calls: the
- * endpoint histograms' when it has any, since rows are kept only for sampled or slow calls;
- * never fewer than its rows). */
+/* The requests' calls per bucket of width w from lo: one replicate each (work = its calls). */
 static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
                          const char *vc, int64_t lo, int64_t w, agg_profile_t *p, uint32_t *reps,
                          size_t nb) {
@@ -203,46 +270,17 @@ static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const
         return rc;
     int64_t ex[2] = {lo, w};
     ep_bind(st, q, name, ver, ex, 2);
-    double rows[EP_REPS + 2] = {0}, hist[EP_REPS + 2] = {0}, total = 0;
-    while ((s = agg_qx_step(st)) == 1) {
+    while (!rc && (s = agg_qx_step(st)) == 1) {
         int64_t b = agg_qx_int64(st, 0);
-        rows[b < 0 ? 0 : (size_t)b >= nb ? nb - 1 : (size_t)b] += (double)agg_qx_int64(st, 1);
-    }
-    int64_t to_ns = q->to_s >= INT64_MAX / 1000000000ll ? INT64_MAX : q->to_s * 1000000000ll;
-    if ((rc = agg_qs_end(st, s, 0)) ||
-        (rc = agg_qs_endpoint_hist_work(d, q->service, name, ver, q->from_s * 1000000000ll, to_ns,
-                                        lo, w, hist, nb, &total)))
-        return rc;
-    for (size_t b = 0; b < nb && !rc; b++) {
-        double work = total > 0 && hist[b] > rows[b] ? hist[b] : rows[b];
-        if (work <= 0)
-            continue;
         char key[300];
-        snprintf(key, sizeof key, "endpoint %s %s %zu", name, ver ? ver : "", b);
-        int64_t id = agg_profile_replicate(p, key, work);
+        snprintf(key, sizeof key, "endpoint %s %s %lld", name, ver ? ver : "", (long long)b);
+        int64_t id = agg_profile_replicate(p, key, (double)agg_qx_int64(st, 1));
         if (id < 0)
             rc = (int)id;
-        else
+        else if (b >= 0 && (size_t)b < nb)
             reps[b] = (uint32_t)id;
     }
-    return rc;
-}
-
-/* An endpoint with calls in its histograms and no request row in the range (none sampled, none
- * slow): found, one replicate of its calls and no sample. */
-static int ep_without_rows(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
-                           agg_profile_t *p, int *found) {
-    double work = 0, total = 0;
-    int64_t to_ns = q->to_s >= INT64_MAX / 1000000000ll ? INT64_MAX : q->to_s * 1000000000ll;
-    int rc = agg_qs_endpoint_hist_work(d, q->service, name, ver, q->from_s * 1000000000ll, to_ns,
-                                       0, 1, &work, 1, &total);
-    if (rc || total <= 0)
-        return rc;
-    *found = 1;
-    char key[300];
-    snprintf(key, sizeof key, "endpoint %s %s 0", name, ver ? ver : "");
-    int64_t id = agg_profile_replicate(p, key, total);
-    return id < 0 ? (int)id : 0;
+    return agg_qs_end(st, s, rc);
 }
 
 /* One store and one version (NULL: all) of agg_qstore_endpoint_query. */
@@ -260,7 +298,7 @@ static int ep_one(qdb_t *d, const agg_qspec_t *q, const char *name, const char *
     int64_t n = s == 1 ? agg_qx_int64(st, 0) : 0, lo = n ? agg_qx_int64(st, 1) : 0,
             hi = n ? agg_qx_int64(st, 2) : 0;
     if ((rc = agg_qs_done(st, s == 1 ? 0 : s)) || !n)
-        return rc ? rc : ep_without_rows(d, q, name, ver, p, found);
+        return rc;
     *found = 1;
     /* one replicate (views), or the diff's: buckets of the requests' end times */
     int64_t w = q->replicates == AGG_QREP_NONE ? hi - lo + 1 : (hi - lo) / EP_REPS + 1;

@@ -184,13 +184,6 @@ typedef struct {
  * Returns 0 or a CM_E* code; *out malloc'ed. */
 int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *version,
                          int64_t from_ns, int64_t to_ns, agg_endpoint_t **out, size_t *n);
-/* Every call of service (of one version; NULL: all) that ended in [from_ns, to_ns): its request
- * rows, and for an endpoint counted in histograms (chunk minor 4) each call without a row as a
- * request of its bucket's midpoint duration (start 0) and no sampled cost, so that an endpoint's
- * calls are all there once (at most AGG_REQ_MAX in all). *out malloc'ed, unsorted. Returns 0 or
- * a CM_E* code. */
-int agg_qstore_endpoint_calls(agg_qstore_t *qs, const char *service, const char *version,
-                              int64_t from_ns, int64_t to_ns, agg_request_t **out, size_t *n);
 /* Profile of event type `type` of every request of endpoint `name` of service (of one version;
  * NULL: all) that ended in [from_ns, to_ns) (their spans merged). *found: the endpoint has a
  * request there. */

@@ -70,9 +70,6 @@ const agg_schema_table_t agg_schema_tables[] = {
      * while it runs, `ended` turns 1 when it ends */
     {"requests", "trace,span,service,version,name,start_ns,end_ns,ended,tid",
      "bbiiiiiii", 2, "==>>>>>", 4},
-    /* minor 4: endpoint histograms, spans ended per fine bucket (of the chunk's end), name and
-     * duration bucket (common/include/cm/hist.h); calls and percentiles come from these */
-    {"endpoint_hist", "service,version,width,bucket,name,hb,count", "iiiiiii", 6, "+", 7},
     {"rejects", "reason,count", "ti", 1, "+", 1},
     /* minor 3: incidents (an agent's flight-recorder captures), one row per incident id; its
      * chunks merge: the captured window grows to the first start and the last end */

@@ -365,10 +365,6 @@ int agg_tiers_expire(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff
         rc = run(x, "DELETE FROM spans WHERE last_ns < ?1", &span_cutoff_ns, 1, &n[1]);
     if (!rc)
         rc = run(x, "DELETE FROM requests WHERE end_ns < ?1", &span_cutoff_ns, 1, &n[0]);
-    int64_t ep_cutoff_s = span_cutoff_ns / 1000000000; /* endpoints: as long as requests */
-    if (!rc)
-        rc = run(x, "DELETE FROM endpoint_hist WHERE bucket + width <= ?1", &ep_cutoff_s, 1,
-                 &n[0]);
     if (!rc)
         rc = run(x, "DELETE FROM seen_chunks WHERE ts_ns < ?1", &seen_cutoff_ns, 1, &n[2]);
     if (!rc && stats) {

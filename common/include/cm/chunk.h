@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define CM_FORMAT_MAJOR 1
-#define CM_FORMAT_MINOR 4
+#define CM_FORMAT_MINOR 3
 #define CM_FRAME_MAGIC "FPRF"
 #define CM_FRAME_HEADER_SIZE 24
 #define CM_FRAME_FLAG_LZ4 0x1u
@@ -40,7 +40,6 @@
 #define CM_MAX_THREADS (1u << 20)
 #define CM_MAX_SAMPLES (1u << 22)         /* per event type */
 #define CM_MAX_SPANS (1u << 20)
-#define CM_MAX_ENDPOINT_ENTRIES (1u << 23) /* histogram entries: 1024 names x 4352 buckets fit */
 #define CM_MAX_INTERVAL_NS (3600ull * 1000000000ull)
 #define CM_MAX_BUILD_ID 64u
 #define CM_CHUNK_ID_LEN 16u
@@ -194,18 +193,6 @@ typedef struct {
     uint32_t *flags;         /* CM_SPF_*, may be NULL */
 } cm_spans_t;
 
-/* Minor 4: per-name counts of the spans that ended in the interval, with a histogram of their
- * durations (cm/hist.h buckets), sparse: endpoint i has bucket_len[i] consecutive entries of
- * bucket/count (buckets increasing, counts > 0); n_entries entries in all. */
-typedef struct {
-    uint32_t n;
-    uint32_t *name;       /* string index, never 0, each name once */
-    uint32_t *bucket_len; /* entries of each endpoint */
-    uint32_t n_entries;
-    uint32_t *bucket;     /* cm/hist.h bucket index */
-    uint64_t *count;      /* spans in it */
-} cm_endpoints_t;
-
 /* Minor 3: the chunk is part of an incident capture (proto message Incident). present == 0:
  * an ordinary chunk. trigger is NUL-terminated when decoded. */
 #define CM_INCIDENT_ID_LEN 16u
@@ -226,7 +213,6 @@ typedef struct cm_chunk {
     cm_samples_t samples[CM_EV_COUNT]; /* indexed by type; n == 0 when absent */
     cm_spans_t spans;                  /* minor 2; n == 0 when absent */
     cm_incident_t incident;            /* minor 3; present == 0 when absent */
-    cm_endpoints_t endpoints;          /* minor 4; n == 0 when absent */
     uint32_t skipped_columns;          /* decoded: sample columns of unknown (newer) types */
     void *owner_;                      /* decoded: private storage */
 } cm_chunk_t;

@@ -167,12 +167,13 @@ void h_requests(agg_api_t *api, const args_t *a, const char *url, agg_http_reply
                                  "requests", arr, "more", more));
 }
 
-/* The calls of one version that ended in [from, to) (agg_epdiff_compute's input, pointing into
- * *req: free both): the request rows and the endpoint histograms' calls without one. */
+/* The requests of one version that ended in [from, to) as calls (agg_epdiff_compute's input,
+ * pointing into *req: free both). */
 static int version_calls(agg_api_t *api, const char *svc, const char *ver, int64_t from,
                          int64_t to, agg_request_t **req, agg_call_t **calls, size_t *n) {
+    agg_reqq_t q = {.service = svc, .version = ver, .from_ns = s_to_ns(from), .to_ns = s_to_ns(to)};
     *calls = NULL;
-    int rc = agg_qstore_endpoint_calls(api->qs, svc, ver, s_to_ns(from), s_to_ns(to), req, n);
+    int rc = agg_qstore_requests(api->qs, &q, req, n);
     if (rc)
         return rc;
     if (!(*calls = malloc((*n ? *n : 1) * sizeof **calls)))
