@@ -587,19 +587,32 @@ static void test_links(void) {
     free(store);
 }
 
+/* run_svc with the recorder and g_extra_env = extra (90 s at most). */
+static chunks_t *run_env(const char *const *args, const char *extra, char *out, size_t size) {
+    g_extra_env = extra;
+    chunks_t *cs = run_svc(args, 90, out, size, 1, NULL);
+    g_extra_env = NULL;
+    return cs;
+}
+
+/* The run's incidents, checked to be exactly one: that one. */
+static inc_t *sole_incident(chunks_t *cs, incs_t *is) {
+    *is = incidents(cs);
+    CHECKF(is->n == 1, "%d incidents (first: %s)", is->n, is->n ? is->v[0].trigger : "-");
+    return &is->v[0];
+}
+
 /* FLEETPROF_TRIGGER_BASELINE=5: 25 s of steady requests (their lock uncontended), then the
  * lock held 3 s: one "lock" incident, after the hold (a wait is recorded when it ends) and
  * within 1.5 s of its end, nothing before; the hang trigger off. */
 static void test_baseline(void) {
     char out[8192];
     const char *args[] = {"hang", "3", "25", NULL};
-    g_extra_env = "FLEETPROF_TRIGGER_BASELINE=5;FLEETPROF_TRIGGER_HANG=0";
-    chunks_t *cs = run_svc(args, 90, out, sizeof out, 1, NULL);
-    g_extra_env = NULL;
+    chunks_t *cs = run_env(args, "FLEETPROF_TRIGGER_BASELINE=5;FLEETPROF_TRIGGER_HANG=0", out,
+                           sizeof out);
     uint64_t start = out_u64(out, "hang_start "), end = out_u64(out, "hang_end ");
-    incs_t is = incidents(cs);
-    CHECKF(is.n == 1, "%d incidents (first: %s)", is.n, is.n ? is.v[0].trigger : "-");
-    inc_t *x = &is.v[0];
+    incs_t is;
+    inc_t *x = sole_incident(cs, &is);
     double lat = ((double)x->trigger_ns - (double)end) / 1e9;
     printf("# baseline incident: %s, %.2f threads waiting, %.2f s after the lock's release "
            "(%.2f s after it was taken)\n", x->trigger, (double)x->value_milli / 1000, lat,
@@ -609,14 +622,6 @@ static void test_baseline(void) {
     CHECKF(x->value_milli >= 1000, "%.3f threads waiting", (double)x->value_milli / 1000);
     CHECKF(x->trigger_ns >= start && lat <= 1.5, "lock incident %.2f s after the release", lat);
     free_chunks(cs);
-}
-
-/* run_svc with the recorder and g_extra_env = extra (90 s at most). */
-static chunks_t *run_env(const char *const *args, const char *extra, char *out, size_t size) {
-    g_extra_env = extra;
-    chunks_t *cs = run_svc(args, 90, out, size, 1, NULL);
-    g_extra_env = NULL;
-    return cs;
 }
 
 /* FLEETPROF_SLOW_MS_BY_ENDPOINT: the requests of GET /work slow from 2 to ~100 ms for 5 s
@@ -658,9 +663,8 @@ static void test_growing(void) {
     const char *args[] = {"pileup", NULL};
     chunks_t *cs = run_env(args, "FLEETPROF_TRIGGER_SLOW_RATIO=0", out, sizeof out);
     uint64_t start = out_u64(out, "pileup_start "), end = out_u64(out, "pileup_end ");
-    incs_t is = incidents(cs);
-    CHECKF(is.n == 1, "%d incidents (first: %s)", is.n, is.n ? is.v[0].trigger : "-");
-    inc_t *x = &is.v[0];
+    incs_t is;
+    inc_t *x = sole_incident(cs, &is);
     double lat = ((double)x->trigger_ns - (double)start) / 1e9;
     printf("# growing incident: %s, %.0f active requests, %.2f s after the pile-up began (it "
            "ended %.2f s after)\n", x->trigger, (double)x->value_milli / 1000, lat,
