@@ -114,7 +114,7 @@ fp_test(test-agent-incident LABELS "agent;incident;nosan" LIBS m fp_aggtest PkgC
   ARGS spikes)
 add_dependencies(test-agent-incident incident_svc fleetprof_agent)
 foreach(c hang steady_ramp manual exit signal links baseline slow_by_endpoint growing
-    growing_null)
+    growing_null density)
   add_test(NAME test-agent-incident-${c} COMMAND test-agent-incident ${c})
   set_tests_properties(test-agent-incident-${c} PROPERTIES TIMEOUT 300
     LABELS "agent;incident;nosan"

@@ -24,6 +24,8 @@
  *   links        an incident listed by the report of its deploy, its endpoint's page and the
  *                requests it overlaps
  *   exit         the process exits (returns, SIGTERM) during a capture: the capture is written
+ *   density      the recorder's own density: ~4x the stream's CPU samples in a capture, the same
+ *                totals; the stream's rate and totals as with the recorder off; its budget
  */
 #include "agent-common.h"
 
@@ -218,8 +220,9 @@ static const char *const g_trig_env[] = {
     "FLEETPROF_RECORDER_AFTER=6s",   "FLEETPROF_TRIGGER_SLOW=100ms",
     "FLEETPROF_TRIGGER_SLOW_RATIO=0.5", "FLEETPROF_TRIGGER_OVERLOAD_CPU=0.05",
     "FLEETPROF_TRIGGER_COOLDOWN=12s", /* past a spike's stragglers on a loaded host */
-    /* 4x the default density: the diff of a few seconds before against a few after needs
-     * the samples (the recorder has no density of its own yet) */
+    /* 4x the default density in the stream too: the diff of a few seconds before against a
+     * few after needs the samples (at a 4 ms period the recorder's own density adds none: the
+     * kernel's tick) */
     "FLEETPROF_CPU_RATE=400",        "FLEETPROF_CPU_HZ=250",
 };
 #define N_TRIG_ENV (sizeof g_trig_env / sizeof g_trig_env[0])
@@ -690,7 +693,108 @@ static void test_growing_null(void) {
     free_chunks(cs);
 }
 
+/* Rows and weights of type in the chunks of incident id (NULL: the ordinary chunks) with a
+ * sample time in [from, to). */
+static tot_t window_total(const chunks_t *cs, const uint8_t *id, cm_event_type_t type,
+                          uint64_t from, uint64_t to) {
+    tot_t t = {0, 0};
+    for (int i = 0; i < cs->n; i++) {
+        const cm_chunk_t *c = cs->c[i];
+        if (id ? !c->incident.present || memcmp(c->incident.id, id, CM_INCIDENT_ID_LEN)
+               : c->incident.present)
+            continue;
+        const cm_samples_t *s = &c->samples[type];
+        for (uint32_t r = 0; r < s->n; r++)
+            if (s->time_ns[r] >= from && s->time_ns[r] < to) {
+                t.weight += s->weight[r];
+                t.samples++;
+            }
+    }
+    return t;
+}
+
+typedef struct {
+    double stream_rate;   /* stream CPU samples per second of the run ... */
+    double expect_rate;   /* ... and the controller's: its set point, or the sampled CPU at
+                           * the shortest period (FLEETPROF_CPU_HZ) if less */
+    double stream_vs_cpu; /* the stream's CPU weights / the process's CPU (getrusage) */
+    double cpu_ratio, cpu_wratio, wall_ratio, wall_wratio; /* recorder / stream, captured */
+} dens_t;
+
+/* incident_svc density 8 (main spinning; 10 CPU samples/s set point, at most 25 per CPU-second:
+ * the period at least 40 ms, the recorder's 10 ms, over the kernel's tick however loaded the
+ * host): the stream's totals and, with the recorder, the manual capture's against the
+ * stream's over the captured window. */
+static dens_t density_run(int recorder, const char *budget) {
+    char out[8192], env[512];
+    snprintf(env, sizeof env,
+             "FLEETPROF_CPU_RATE=10;FLEETPROF_CPU_HZ=25;FLEETPROF_RECORDER_WINDOW=60s;"
+             "FLEETPROF_RECORDER_AFTER=1s;FLEETPROF_TRIGGER_SLOW=10s;FLEETPROF_RECORDER_BUDGET=%s",
+             budget);
+    g_extra_env = env;
+    const char *args[] = {"density", "8", NULL};
+    double t0 = now_s();
+    chunks_t *cs = run_svc(args, 60, out, sizeof out, recorder, NULL);
+    double secs = now_s() - t0;
+    g_extra_env = NULL;
+    incs_t is = incidents(cs);
+    CHECKF(is.n == recorder, "%d incidents", is.n);
+    dens_t d = {0};
+    tot_t all = window_total(cs, NULL, CM_EV_CPU, 0, UINT64_MAX);
+    d.stream_rate = (double)all.samples / secs;
+    d.expect_rate = (double)all.weight / 1e9 / secs * 25;
+    if (d.expect_rate > 10)
+        d.expect_rate = 10;
+    d.stream_vs_cpu = (double)all.weight / (double)out_u64(out, "cpu_ns ");
+    if (recorder) {
+        const inc_t *x = &is.v[0];
+        uint64_t from = x->capture_start, to = UINT64_MAX;
+        for (int i = 0; i < cs->n; i++)
+            if (cs->c[i]->incident.present && cs->c[i]->incident.part + 1 == x->parts)
+                to = cs->c[i]->incident.capture_end_unix_ns;
+        tot_t rc = window_total(cs, x->id, CM_EV_CPU, from, to);
+        tot_t sc = window_total(cs, NULL, CM_EV_CPU, from, to);
+        tot_t rw = window_total(cs, x->id, CM_EV_WALL, from, to);
+        tot_t sw = window_total(cs, NULL, CM_EV_WALL, from, to);
+        CHECK(sc.samples > 0 && sw.samples > 0 && sc.weight > 0 && sw.weight > 0);
+        d.cpu_ratio = (double)rc.samples / (double)sc.samples;
+        d.cpu_wratio = (double)rc.weight / (double)sc.weight;
+        d.wall_ratio = (double)rw.samples / (double)sw.samples;
+        d.wall_wratio = (double)rw.weight / (double)sw.weight;
+    }
+    printf("# density: recorder %d budget %s%%: %.1f s, stream %.1f CPU samples/s (controller %.1f), stream CPU "
+           "%.3f of getrusage; captured window recorder/stream: CPU samples %.2f, weights %.3f; "
+           "wall samples %.2f, weights %.3f\n", recorder, budget, secs, d.stream_rate, d.expect_rate,
+           d.stream_vs_cpu, d.cpu_ratio, d.cpu_wratio, d.wall_ratio, d.wall_wratio);
+    free_chunks(cs);
+    return d;
+}
+
+/* The recorder's own density (FLEETPROF_RECORDER_DENSITY=4, the default): the capture holds
+ * ~4x the stream's CPU samples (the recorder's period 2.5x the kernel tick at least here) and
+ * more wall samples, with the same CPU and wall totals; the stream's rate and totals are the
+ * recorder-off run's; a recorder budget of 0.01 % brings the density down. */
+static void test_density(void) {
+    dens_t off = density_run(0, "5"), on = density_run(1, "5"), low = density_run(1, "0.01");
+    CHECKF(off.stream_vs_cpu > 0.85 && off.stream_vs_cpu < 1.05, "%.3f", off.stream_vs_cpu);
+    CHECKF(on.stream_vs_cpu > 0.85 && on.stream_vs_cpu < 1.05, "%.3f", on.stream_vs_cpu);
+    const dens_t *all[] = {&off, &on, &low};
+    for (int i = 0; i < 3; i++) /* at the controller's rate, within its noise */
+        CHECKF(all[i]->stream_rate > 0.75 * all[i]->expect_rate &&
+                   all[i]->stream_rate < 1.25 * all[i]->expect_rate,
+               "run %d: %.1f/s, controller %.1f/s", i, all[i]->stream_rate, all[i]->expect_rate);
+    double on_off = (on.stream_rate / on.expect_rate) / (off.stream_rate / off.expect_rate);
+    CHECKF(on_off > 0.8 && on_off < 1.25, "on/off %.3f", on_off);
+    CHECKF(on.cpu_ratio > 3.2 && on.cpu_ratio < 4.6, "%.2f", on.cpu_ratio);
+    CHECKF(on.cpu_wratio > 0.93 && on.cpu_wratio < 1.07, "%.3f", on.cpu_wratio);
+    CHECKF(on.wall_ratio > 1.4, "%.2f", on.wall_ratio);
+    CHECKF(on.wall_wratio > 0.9 && on.wall_wratio < 1.1, "%.3f", on.wall_wratio);
+    CHECKF(low.cpu_ratio < 2.5, "%.2f", low.cpu_ratio);
+    CHECKF(low.cpu_wratio > 0.93 && low.cpu_wratio < 1.07, "%.3f", low.cpu_wratio);
+}
+
 static const tr_test_t tests[] = {
+    {"density", test_density},
     {"slow_by_endpoint", test_slow_by_endpoint},
     {"growing", test_growing},
     {"growing_null", test_growing_null},

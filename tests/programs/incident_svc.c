@@ -19,6 +19,9 @@
  *   incident_svc manual           steady 4 s, fleetprof_capture(), 8 s tail
  *   incident_svc signal           its own SIGUSR2 handler and a SIGUSR2 to itself 2 s in, then
  *                                 SIG_DFL again and one more SIGUSR2 4.5 s in, 8 s tail
+ *   incident_svc density SECS     main spins in dense_spin for SECS s (workers steady), then
+ *                                 fleetprof_capture(), 2.5 s tail; prints "cpu_ns" (the
+ *                                 process's CPU, getrusage) and "capture_end_ns"
  *   incident_svc exit return|term steady 4 s, fleetprof_capture(), exits 1 s later (during the
  *                                 capture's burst): returns from main, or dies of SIGTERM
  * Output lines: "spike_start <ns>", "spike_end <ns>" (the last spike request done),
@@ -38,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +72,11 @@ static uint64_t now_ns(clockid_t c) {
 static __attribute__((noinline)) void steady_work(void) { BURN(2000000); }
 static _Atomic uint64_t g_spike_ns = 250000000; /* spike_spin's CPU per request */
 static __attribute__((noinline)) void spike_spin(void) { BURN(atomic_load(&g_spike_ns)); }
+static __attribute__((noinline)) void dense_spin(double secs) {
+    uint64_t end = now_ns(CLOCK_MONOTONIC) + (uint64_t)(secs * 1e9);
+    while (now_ns(CLOCK_MONOTONIC) < end)
+        BURN(1000000);
+}
 static __attribute__((noinline)) void wait_for_lock(void) {
     pthread_mutex_lock(&g_lock);
     pthread_mutex_unlock(&g_lock);
@@ -263,6 +272,10 @@ int main(int argc, char **argv) {
             return 2;
     } else if (!strcmp(argv[1], "signal")) {
         signal_mode();
+    } else if (!strcmp(argv[1], "density") && argc == 3) {
+        dense_spin(atof(argv[2]));
+        printf("capture_rc %d\n", fleetprof_capture());
+        sleep_s(2.5);
     } else if (!strcmp(argv[1], "manual")) {
         sleep_s(4);
         printf("capture_rc %d\n", fleetprof_capture());
@@ -273,6 +286,12 @@ int main(int argc, char **argv) {
     atomic_store(&g_stop, 1);
     for (int i = 0; i < WORKERS; i++)
         pthread_join(th[i], NULL);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("cpu_ns %llu\n", (unsigned long long)((uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) *
+                                                       1000000000ull +
+                                                   (uint64_t)(ru.ru_utime.tv_usec +
+                                                              ru.ru_stime.tv_usec) * 1000ull));
     printf("requests %llu\nslow_requests %llu\nmax_request_us %llu\n",
            (unsigned long long)atomic_load(&g_requests),
            (unsigned long long)atomic_load(&g_slow_requests),

@@ -76,6 +76,8 @@ static struct {
     uint64_t ctl_seen, ctl_mono;                      /* controller window start */
     uint64_t ctl_proc, ctl_bg;                        /* process / this thread's CPU then */
     uint64_t bud_agent, bud_proc, bud_mono, bud_cpu; /* budget window start */
+    uint64_t bud_stream, bud_rd;                      /* stream CPU records, recorder work */
+    uint64_t timer_period;                            /* the CPU timers' period (ns) */
     ag_budget_t bud;
     int bud_soon; /* step the budget at the next control window, however short */
     int ctl_idle; /* the last control window's load was under AG_BUDGET_FLOOR */
@@ -126,8 +128,47 @@ void ag_bg_wake(int req) {
     errno = saved;
 }
 
+/* With the recorder's own density (recorder/density.c): every record to the recorder with its
+ * own weight, the stream's subset to the chunk. A CPU record's stream weight is the thread's
+ * CPU since its previous stream record; a wall record (a request of a stream tick: the
+ * recorder's ticks send none) carries the stream's weight, the recorder's was kept at the
+ * send (rd_wall_w). */
+static uint64_t g_rd_adds, g_all_adds; /* records added to the recorder's builder, to any */
+
+static void drain_split(ag_thread_t *t, pid_t tid, ag_rec_t *r) {
+    if (r->type == CM_EV_CPU) {
+        ag_fr_add(t, tid, r);
+        g_rd_adds++;
+        if (ag_rd_cpu_split(t, r, ag.ctl[CM_EV_CPU].period)) {
+            ag_builder_add(B.b, t, tid, r);
+            g_all_adds++;
+        }
+        return;
+    }
+    ag_builder_add(B.b, t, tid, r);
+    uint64_t w = r->weight;
+    if (r->type == CM_EV_WALL && t->rd_wall_w)
+        r->weight = t->rd_wall_w;
+    ag_fr_add(t, tid, r);
+    r->weight = w;
+    t->rd_wall_w = 0;
+    g_rd_adds++;
+    g_all_adds++;
+}
+
+/* The recorder's share of the drains' CPU (measured around each drain, shared out by the
+ * records each builder took). */
+static void drain_charge(uint64_t cpu0) {
+    uint64_t ns = ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0, n = g_rd_adds + g_all_adds;
+    if (n)
+        ag_rd_charge((uint64_t)((double)ns * (double)g_rd_adds / (double)n));
+    g_rd_adds = g_all_adds = 0;
+}
+
 static void drain(void) {
     uint32_t hw = ag_thread_hw();
+    int split = ag_rd_split() && ag_fr_on();
+    uint64_t cpu0 = split ? ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
     for (uint32_t i = 0; i < hw; i++) {
         ag_thread_t *t = &ag_threads[i];
         int st = atomic_load(&t->state);
@@ -142,11 +183,15 @@ static void drain(void) {
              * unwound now from its stack copy (defer.c) */
             const ag_rec_t *r = ag_defer_resolve(q, (ag_rec_t *)ubuf);
             uint32_t len = r->len;
-            if (r->type >= CM_EV_ALLOC) /* hook records: strip hook frames, live heap, paths */
+            if (r->type >= CM_EV_ALLOC) { /* hook records: strip hook frames, live heap, paths */
                 ag_hooks_bg_add(B.b, t, tid, r);
-            else
+                ag_fr_add(t, tid, r); /* the baseline triggers' rates */
+            } else if (split) {
+                drain_split(t, tid, (ag_rec_t *)r); /* ours until released */
+            } else {
                 ag_builder_add(B.b, t, tid, r);
-            ag_fr_add(t, tid, r); /* flight recorder (recorder/flightrec.c): CPU and wall */
+                ag_fr_add(t, tid, r); /* flight recorder (recorder/flightrec.c): CPU and wall */
+            }
             if (r->type == CM_EV_WALL && (t->wall_rec || (t->wall_rec = malloc(AG_REC_MAX))))
                 memcpy(t->wall_rec, r, len);
             else if (r->type == CM_EV_CPU && (t->cpu_rec || (t->cpu_rec = malloc(AG_REC_MAX))))
@@ -154,6 +199,8 @@ static void drain(void) {
             ag_ring_release(&t->ring, qlen);
         }
     }
+    if (split)
+        drain_charge(cpu0);
 }
 
 /* A control window stretched by the budget (an idle process's) in which work resumed: its
@@ -164,9 +211,52 @@ static void drain(void) {
 #define AG_RESUME_NS (AG_CTL_DT_NS / 5)
 
 /* One control window; returns 1 when work resumed after an idle stretch (see above). */
+/* CPU records of the stream so far: every one taken, or with the recorder's own density the
+ * stream's share of them (recorder/density.c). */
+static uint64_t stream_seen(void) {
+    return ag_rd_split() && ag_fr_on() ? ag_rd_stream_seen()
+                                       : atomic_load(&ag_events_seen[CM_EV_CPU]);
+}
+
+/* The budgets over the last window: the recorder's extra work (its extra CPU samples at the
+ * sample cost estimate, what the bg thread measured of its work) against its own budget,
+ * the rest against the agent's. */
+static void budget_window(uint64_t now) {
+    uint64_t a = ag_agent_cpu_now(), p = ag_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    uint64_t cpu_seen = atomic_load(&ag_events_seen[CM_EV_CPU]), st = stream_seen();
+    uint64_t rd = ag_rd_charged();
+    double cost = (double)ag_cpu_sample_cost_ns(), wall = (double)(now - B.bud_mono);
+    double stream_n = (double)(st - B.bud_stream), all_n = (double)(cpu_seen - B.bud_cpu);
+    double extra = ag_fr_on() ? (all_n > stream_n ? all_n - stream_n : 0) * cost +
+                                    (double)(rd - B.bud_rd) : 0;
+    double agent = (double)(a - B.bud_agent) > extra ? (double)(a - B.bud_agent) - extra : 0;
+    ag_budget_step(&B.bud, ag.cfg.cpu_budget, agent, stream_n * cost, (double)(p - B.bud_proc),
+                   wall);
+    if (ag_rd_split() && ag_fr_on())
+        ag_rd_budget_step(extra, (double)(p - B.bud_proc), wall);
+    B.bud_agent = a;
+    B.bud_proc = p;
+    B.bud_cpu = cpu_seen;
+    B.bud_stream = st;
+    B.bud_rd = rd;
+    B.bud_mono = now;
+}
+
+/* The timers' period for the stream's period p: p itself, or p / the recorder's density;
+ * small changes are not applied. */
+static void set_timers(double p) {
+    uint64_t tp = ag_rd_split() && ag_fr_on() ? ag_rd_timer_period(p) : (uint64_t)p;
+    double old = (double)B.timer_period;
+    if (old && (double)tp <= old * 1.02 && (double)tp >= old * 0.98)
+        return;
+    B.timer_period = tp;
+    atomic_store(&ag.cpu_period_ns, tp);
+    ag_thread_set_cpu_period(tp);
+}
+
 static int control(uint64_t now) {
     double dt = (double)(now - B.ctl_mono) / 1e9;
-    uint64_t seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
+    uint64_t seen = stream_seen();
     uint64_t n = seen - B.ctl_seen;
     B.ctl_seen = seen;
     B.ctl_mono = now;
@@ -181,17 +271,8 @@ static int control(uint64_t now) {
 
     /* Budget over the last >= 1 s, or right after work resumed (only acted on with the
      * controller on: with fixed periods the user asked for exactly that rate). */
-    if (ag.ctl[CM_EV_CPU].enabled && (now - B.bud_mono >= 1000000000ull || B.bud_soon)) {
-        uint64_t a = ag_agent_cpu_now(), p = ag_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-        uint64_t cpu_seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
-        ag_budget_step(&B.bud, ag.cfg.cpu_budget, (double)(a - B.bud_agent),
-                       (double)(cpu_seen - B.bud_cpu) * (double)ag_cpu_sample_cost_ns(),
-                       (double)(p - B.bud_proc), (double)(now - B.bud_mono));
-        B.bud_agent = a;
-        B.bud_proc = p;
-        B.bud_cpu = cpu_seen;
-        B.bud_mono = now;
-    }
+    if (ag.ctl[CM_EV_CPU].enabled && (now - B.bud_mono >= 1000000000ull || B.bud_soon))
+        budget_window(now);
     B.bud_soon = resumed;
     if (B.bud.cpu < 1 && n) { /* samples the set point would have taken without it */
         B.over_budget_frac += (uint64_t)((double)n * (1 / B.bud.cpu - 1) * 1000);
@@ -202,14 +283,12 @@ static int control(uint64_t now) {
     double old = c->period;
     double p = resumed ? old : ag_ctl_update_cpu(c, n, sampled, dt, B.bud.cpu);
     CM_DEBUG("cpu control: %llu samples, %.3f cores sampled over %.3f s%s, budget factors %.3f "
-             "(cpu) %.3f (periodic work), period %.3f ms -> %.3f ms", (unsigned long long)n,
-             load, dt, resumed ? " (work resumed)" : "", B.bud.cpu, B.bud.bg, old / 1e6, p / 1e6);
-    if (p != old && (p > old * 1.02 || p < old * 0.98)) {
-        atomic_store(&ag.cpu_period_ns, (uint64_t)p);
-        ag_thread_set_cpu_period((uint64_t)p);
-    } else {
-        c->period = old; /* small changes are not applied: keep the model and the timers equal */
-    }
+             "(cpu) %.3f (periodic work), period %.3f ms -> %.3f ms, recorder density %.2f",
+             (unsigned long long)n, load, dt, resumed ? " (work resumed)" : "", B.bud.cpu,
+             B.bud.bg, old / 1e6, p / 1e6, ag_rd_density());
+    if (p == old || (p <= old * 1.02 && p >= old * 0.98))
+        c->period = p = old; /* small changes are not applied: keep the model and the timers equal */
+    set_timers(p); /* the stream's period, or the recorder's density changed */
     return resumed;
 }
 
@@ -219,6 +298,7 @@ static int g_foreign_malloc; /* the global malloc is not one this thread may cal
 typedef struct {
     uint64_t wall_ns;                 /* wall tick period, 0: no wall ticks */
     uint64_t next_wall, next_ctl, next_scan, next_chunk;
+    uint64_t next_xwall;              /* the flight recorder's own wall tick, 0: none */
     uint64_t scan_soon;               /* the next scan's delay while resolving new threads */
     uint64_t last_scan, last_wall;
     uint64_t lazy_at;                 /* deferred start work, 0: done */
@@ -324,7 +404,7 @@ static void bg_setup(bg_sched_t *s, const sigset_t *wait_set) {
     B.bud_agent = ag_agent_cpu_now();
     B.bud_proc = ag_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     B.bud_mono = B.ctl_mono = now;
-    B.ctl_seen = atomic_load(&ag_events_seen[CM_EV_CPU]);
+    B.ctl_seen = stream_seen();
     B.ctl_proc = ag_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     B.ctl_bg = ag_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     /* Every counter counts from the agent's start (zero) or from the fork (the baselines
@@ -333,7 +413,10 @@ static void bg_setup(bg_sched_t *s, const sigset_t *wait_set) {
      * allocation samples before the first drain (1,280 x 1 MiB as the program's
      * first work, 0.2 ms) filled the ring with none of its drops reported. */
     B.bud.bg = B.bud.cpu = 1;
-    B.bud_cpu = B.ctl_seen;
+    B.bud_cpu = atomic_load(&ag_events_seen[CM_EV_CPU]);
+    B.bud_stream = B.ctl_seen;
+    B.bud_rd = ag_rd_charged();
+    B.timer_period = atomic_load(&ag.cpu_period_ns); /* agent.c: P / d with the recorder */
     memset(s, 0, sizeof *s);
     /* Start is cheap: what costs milliseconds (the signal cost calibration, 200 signals to
      * this thread; populating the live-heap table, 2 MiB) waits for AG_LAZY_NS, which a
@@ -369,6 +452,8 @@ static int bg_timeout(bg_sched_t *s, uint64_t now) {
         next = s->next_wall;
     if (s->scan_soon && s->next_scan < next)
         next = s->next_scan;
+    if (s->next_xwall && s->next_xwall < next)
+        next = s->next_xwall;
     return next > now ? (int)((next - now + 999999) / 1000000) : 0;
 }
 
@@ -460,6 +545,15 @@ static void bg_scan_step(bg_sched_t *s, uint64_t now) {
         now + (s->scan_soon ? s->scan_soon : stretch(AG_SCAN_NS, B.bud.bg, AG_SCAN_MAX_NS));
 }
 
+/* The flight recorder's next wall tick of its own (its density over the stream's ticks, as
+ * stretched by the budget), 0 when the stream's next tick comes first. */
+static void bg_next_xwall(bg_sched_t *s, uint64_t now) {
+    double d = ag_fr_on() && ag_rd_split() ? ag_rd_density() : 1;
+    uint64_t x = (uint64_t)((double)s->wall_ns / (ag_fr_capturing() ? 1.0 : B.bud.bg) / d);
+    uint64_t at = s->next_xwall + x;
+    s->next_xwall = d > 1.01 && at + x / 2 < s->next_wall ? (at > now ? at : now) : 0;
+}
+
 /* One pass of the loop's work for the requests req, under the work lock. */
 static void bg_work(bg_sched_t *s, int req, const sigset_t *self_set) {
     /* Objects loaded or unloaded since the last tick, before any drain: a stack copy
@@ -480,6 +574,14 @@ static void bg_work(bg_sched_t *s, int req, const sigset_t *self_set) {
         s->next_wall += (uint64_t)((double)s->wall_ns / (ag_fr_capturing() ? 1.0 : B.bud.bg));
         if (s->next_wall < now)
             s->next_wall = now + s->wall_ns;
+        s->next_xwall = now;
+        bg_next_xwall(s, now);
+    } else if (s->next_xwall && now >= s->next_xwall && !(req & AG_REQ_STOP)) {
+        uint64_t cpu0 = ag_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        drain();
+        ag_wall_tick_extra(B.b, now);
+        ag_rd_charge(ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
+        bg_next_xwall(s, now);
     }
     drain();
     if (ag_defer_reset_begin())

@@ -29,12 +29,26 @@ _Atomic uint64_t ag_wall_reused;
  * first tick after a thread blocks sends it a signal. */
 #define AG_WALL_IDLE_NS 20000u
 
+/* The flight recorder's own density (recorder/density.c): its ticks between the stream's
+ * (ag_wall_tick_extra) sample for it alone, and only threads that need no signal; each of its
+ * samples weighs the time since the thread's previous one of either kind (rd_wall_last), a
+ * stream sample the time since the thread's previous stream sample, as without the recorder. */
+static int g_split;      /* this tick splits: the recorder's weights are its own */
+static int g_extra;      /* this tick is the recorder's alone */
+static uint64_t g_rd_w;  /* the recorder's weight of the thread being sampled */
+
 /* Adds a wall sample recorded without a signal (counted as seen, not charged a signal). */
-static void wall_add(ag_builder_t *b, ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
-    atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
-    atomic_fetch_add(&ag_wall_reused, 1);
-    ag_builder_add(b, t, tid, r);
+static void wall_add(ag_builder_t *b, ag_thread_t *t, pid_t tid, ag_rec_t *r) {
+    if (!g_extra) {
+        atomic_fetch_add(&ag_events_seen[CM_EV_WALL], 1);
+        atomic_fetch_add(&ag_wall_reused, 1);
+        ag_builder_add(b, t, tid, r);
+    }
+    uint64_t w = r->weight;
+    if (g_split)
+        r->weight = g_rd_w;
     ag_fr_add(t, tid, r); /* flight recorder (recorder/flightrec.c) */
+    r->weight = w;
 }
 
 static int wall_reuse(ag_builder_t *b, ag_thread_t *t, pid_t tid, uint64_t weight, uint64_t cpu) {
@@ -66,7 +80,8 @@ static int wall_from_cpu(ag_builder_t *b, ag_thread_t *t, pid_t tid, uint64_t we
     c->count = CM_COUNT_ONE;
     c->flags = CM_SF_ON_CPU;
     wall_add(b, t, tid, c);
-    c->len = 0;
+    if (!g_extra) /* the recorder's tick leaves it to the stream's */
+        c->len = 0;
     return 1;
 }
 
@@ -203,8 +218,42 @@ static int wall_from_blocked(ag_builder_t *b, ag_thread_t *t, pid_t tid, uint64_
     return 1;
 }
 
+/* The thread was sampled at now (any kind of tick), its CPU clock cpu. */
+static void rd_sampled(ag_thread_t *t, uint64_t now, uint64_t cpu) {
+    t->rd_wall_last = now;
+    t->rd_wall_cpu = cpu;
+}
+
+static uint32_t g_xcursor; /* the recorder's ticks' own rotation */
+
+void ag_wall_tick_extra(ag_builder_t *b, uint64_t now) {
+    uint32_t done_n = 0, scanned = 0, hw = ag_thread_hw();
+    g_split = g_extra = 1;
+    while (done_n < ag.cfg.wall_threads && scanned < hw) {
+        if (g_xcursor >= hw)
+            g_xcursor = 0;
+        ag_thread_t *t = &ag_threads[g_xcursor++];
+        scanned++;
+        if (atomic_load(&t->state) != AG_TS_ACTIVE || atomic_load(&t->foreign_tls))
+            continue;
+        pid_t tid = atomic_load(&t->tid);
+        uint64_t cpu = ag_thread_cpu_ns(tid);
+        g_rd_w = now > t->rd_wall_last ? now - t->rd_wall_last : 1000;
+        uint64_t ran = t->rd_wall_cpu && cpu > t->rd_wall_cpu ? cpu - t->rd_wall_cpu : 0;
+        /* no signal: a thread that needs one waits for the stream's tick, whose sample then
+         * carries the whole interval for the recorder */
+        if (wall_reuse(b, t, tid, g_rd_w, cpu) || wall_from_blocked(b, t, tid, g_rd_w, cpu) ||
+            (2 * ran >= g_rd_w && wall_from_cpu(b, t, tid, g_rd_w))) {
+            rd_sampled(t, now, cpu);
+            done_n++;
+        }
+    }
+    g_split = g_extra = 0;
+}
+
 void ag_wall_tick(ag_builder_t *b, uint64_t now) {
     uint32_t sent = 0, scanned = 0, hw = ag_thread_hw(), in_flight = 0;
+    g_split = ag_rd_split() && ag_fr_on();
     if (ag_sigroom_walls_limited()) /* RLIMIT_SIGPENDING: requests not taken yet (sigroom.c) */
         for (uint32_t i = 0; i < hw; i++)
             in_flight += atomic_load(&ag_threads[i].wall_pending) != 0;
@@ -236,6 +285,7 @@ void ag_wall_tick(ag_builder_t *b, uint64_t now) {
         uint64_t ran = t->wall_cpu_prev && cpu > t->wall_cpu_prev ? cpu - t->wall_cpu_prev : 0;
         t->wall_cpu_prev = cpu;
         int on_cpu = 0;
+        g_rd_w = now > t->rd_wall_last ? now - t->rd_wall_last : 1000;
         int done = wall_reuse(b, t, tid, w, cpu) || wall_from_blocked(b, t, tid, w, cpu);
         if (!done) {
             on_cpu = 2 * ran >= w ? 1 : 100 * ran < w ? 0 : ag_procstat_running(slot, tid);
@@ -244,6 +294,7 @@ void ag_wall_tick(ag_builder_t *b, uint64_t now) {
         if (t->cpu_rec)
             t->cpu_rec->len = 0; /* "since its previous tick" */
         if (done) {
+            rd_sampled(t, now, cpu);
             sent++;
             continue;
         }
@@ -269,13 +320,17 @@ void ag_wall_tick(ag_builder_t *b, uint64_t now) {
             continue;
         }
         atomic_store(&t->wall_pending, 1);
+        t->rd_wall_w = g_split ? g_rd_w : 0; /* the recorder's weight of its record (drain) */
         if (ag_signal_wall(tid, slot, w, on_cpu) == 0) {
+            rd_sampled(t, now, cpu);
             sent++;
             in_flight++;
-        } else
+        } else {
             atomic_store(&t->wall_pending, 0);
+            t->rd_wall_w = 0;
+        }
         atomic_store(&t->wall_sending, 0);
     }
 }
 
-void ag_wall_after_fork_child(void) { g_cursor = 0; }
+void ag_wall_after_fork_child(void) { g_cursor = g_xcursor = 0; }

@@ -97,6 +97,7 @@ void ag_fr_start(uint64_t now_real) {
     if (!ag.cfg.incid.on)
         return;
     R.b = ag_builder_new();
+    ag_rd_reset();
     R.seg_start = now_real;
     R.next_cut = ag_now_mono() + AG_FR_SEG_NS;
     R.cpu0 = process_cpu();
@@ -105,6 +106,8 @@ void ag_fr_start(uint64_t now_real) {
 }
 
 int ag_fr_capturing(void) { return R.capturing; }
+
+int ag_fr_on(void) { return R.b != NULL; }
 
 void ag_fr_add(const ag_thread_t *t, pid_t tid, const ag_rec_t *r) {
     if (!R.b)
@@ -250,7 +253,9 @@ void ag_fr_tick(uint64_t now) {
         return;
     ag_trig_eval(now);
     if (now >= R.next_cut) {
+        uint64_t cpu0 = ag_clock_ns(CLOCK_THREAD_CPUTIME_ID);
         cut_segment();
+        ag_rd_charge(ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0); /* the recorder's budget */
         R.next_cut += AG_FR_SEG_NS;
         if (R.next_cut <= now)
             R.next_cut = now + AG_FR_SEG_NS;

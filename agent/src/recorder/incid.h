@@ -23,6 +23,25 @@ AG_HIDDEN void ag_fr_exit(void);
 /* Starts a capture; returns 0, or the drop reason that suppressed it (counted). */
 AG_HIDDEN int ag_fr_capture(const char *trigger, double threshold, double value);
 AG_HIDDEN int ag_fr_capturing(void);
+AG_HIDDEN int ag_fr_on(void); /* the recorder records (started, on) */
+
+/* density.c (bg): the recorder's own sampling density, the stream's split, its budget */
+/* 1 while the recorder is on with a density above 1: records are split (else the stream's) */
+AG_HIDDEN int ag_rd_split(void);
+/* the recorder's effective density (1 + f (FLEETPROF_RECORDER_DENSITY - 1); 1 when off) */
+AG_HIDDEN double ag_rd_density(void);
+AG_HIDDEN double ag_rd_factor(void); /* f, the budget's factor on the extra density */
+/* the CPU timers' period for a stream period (ns) */
+AG_HIDDEN uint64_t ag_rd_timer_period(double stream_period);
+/* A drained CPU record r of thread t (already given to the recorder): 1 if it is the stream's,
+ * its weight and count then rewritten as a timer of the stream's period would have them. */
+AG_HIDDEN int ag_rd_cpu_split(ag_thread_t *t, ag_rec_t *r, double stream_period);
+AG_HIDDEN uint64_t ag_rd_stream_seen(void); /* CPU records kept for the stream so far */
+AG_HIDDEN void ag_rd_charge(uint64_t ns);   /* recorder work measured on the bg thread */
+AG_HIDDEN uint64_t ag_rd_charged(void);
+/* once a budget window: the recorder's extra work over the process's CPU */
+AG_HIDDEN void ag_rd_budget_step(double extra_ns, double proc_ns, double wall_ns);
+AG_HIDDEN void ag_rd_reset(void);
 
 /* triggers.c (bg) */
 AG_HIDDEN void ag_trig_reset(uint64_t now_mono);

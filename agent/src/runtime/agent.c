@@ -144,7 +144,11 @@ __attribute__((constructor)) static void ag_start(void) {
     double p0 = (double)ag.cfg.cpu_period_ns;
     ag_ctl_init(&ag.ctl[CM_EV_CPU], CM_EV_CPU, ag.cfg.cpu_rate, p0, p0, 1e10 /* 0.1 Hz */,
                 ag.cfg.controller);
-    atomic_store(&ag.cpu_period_ns, ag.cfg.cpu_period_ns);
+    /* the timers' period: the stream's, divided by the flight recorder's density (its records
+     * split on the bg thread, recorder/density.c) */
+    atomic_store(&ag.cpu_period_ns,
+                 ag.cfg.incid.on && ag.cfg.incid.density > 1
+                     ? (uint64_t)(p0 / ag.cfg.incid.density) : ag.cfg.cpu_period_ns);
     int rc = ag_signal_init();
     if (rc != 0) {
         CM_WARN("no free real-time signal for sampling; profiling disabled");

@@ -221,6 +221,8 @@ static ag_thread_t *slot_claim(pid_t tid) {
         t->wall_last_ns = ag_now_mono();
         atomic_store(&t->wall_cpu_after, 0);
         t->wall_cpu_prev = 0;
+        t->rd_acc = t->rd_phase = t->rd_wall_cpu = t->rd_wall_w = 0;
+        t->rd_wall_last = t->wall_last_ns;
         t->chunk_seq = UINT64_MAX;
         atomic_store(&t->blk_seq, 0);
         t->ctx_addr = 0;
@@ -585,7 +587,7 @@ void ag_thread_after_fork_child(void) {
     }
     if (t_self) {
         atomic_store(&t_self->tid, tid);
-        t_self->wall_last_ns = ag_now_mono();
+        t_self->wall_last_ns = t_self->rd_wall_last = ag_now_mono();
         if (atomic_load(&ag.running))
             timer_setup(t_self, tid, 0);
     }

@@ -30,6 +30,11 @@ typedef struct ag_thread {
     struct ag_rec *wall_rec;              /* bg: copy of the thread's last wall record */
     struct ag_rec *cpu_rec;               /* bg: copy of its last CPU record since its last
                                              wall tick (len 0: none) */
+    /* bg: the flight recorder's density (recorder/density.c, wall.c) */
+    uint64_t rd_acc, rd_phase;            /* CPU since its last stream record; on P's grid */
+    uint64_t rd_wall_last;                /* monotonic time of its last recorder wall sample */
+    uint64_t rd_wall_cpu;                 /* its CPU clock then */
+    uint64_t rd_wall_w;                   /* the recorder's weight of its wall request */
     uint32_t chunk_index;                 /* bg: thread index in the chunk being built */
     uint64_t chunk_seq;                   /* bg: chunk the index belongs to */
     /* A blocking call in progress (hooks.h: ag_blk_begin/end), for wall samples without a
