@@ -52,6 +52,7 @@ target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads
 # fdnb.c on its own (issue 14): the non-blocking descriptor cache the I/O hooks consult.
 fp_test(test-agent-fdnb LABELS agent LIBS Threads::Threads m fp_agent_core)
 # controller.c on its own: the CPU budget's factors and the CPU controller's period.
+# The flight recorder's stream split and its budget (recorder/density.c) too.
 fp_test(test-agent-controller LABELS agent LIBS fp_agent_core)
 target_compile_definitions(test-agent-controller PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-controller PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)

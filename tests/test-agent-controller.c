@@ -1,8 +1,17 @@
 /* controller.c on its own: the CPU budget's two factors (ag_budget_step) and the CPU
- * controller's period (ag_ctl_update_cpu), fed the windows bgthread.c would measure. */
+ * controller's period (ag_ctl_update_cpu), fed the windows bgthread.c would measure; the flight
+ * recorder's stream split and budget (recorder/density.c) on a simulated kernel CPU timer. */
 #include "support/runner.h"
 
 #include "internal.h"
+#include "recorder/incid.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* what agent.c would provide (the recorder's configuration) */
+ag_state_t ag;
 
 #define MS 1e6
 #define S 1e9
@@ -119,7 +128,109 @@ static void test_ctl_budget_factor(void) {
     CHECKF(c.target == 50, "target %.1f", c.target);
 }
 
+/* ---- the flight recorder's density (recorder/density.c) ----
+ * A thread's CPU timer as the kernel runs it: checked on each 4 ms tick, during which the
+ * thread ran a random share of the tick; it fires when the thread's CPU passed its expiry, with
+ * the expiries passed meanwhile as overruns, re-armed from the expiry. The handler's weight is
+ * the thread's CPU since its previous sample. */
+typedef struct {
+    double period, expiry, last, cpu;
+} ktimer_t;
+
+/* One tick of thread CPU ran_ns: 1 and the sample's weight and count if the timer fired. */
+static int ktimer_tick(ktimer_t *k, double ran_ns, uint64_t *weight, uint64_t *count) {
+    k->cpu += ran_ns;
+    if (k->cpu < k->expiry)
+        return 0;
+    uint64_t n = 0;
+    while (k->expiry <= k->cpu) {
+        k->expiry += k->period;
+        n++;
+    }
+    *weight = (uint64_t)(k->cpu - k->last);
+    *count = n * CM_COUNT_ONE;
+    k->last = k->cpu;
+    return 1;
+}
+
+/* The stream split off the recorder's samples (timer at P / 4) is the sample for sample the
+ * stream's own timer (at P) on the same CPU: the same number of samples, counts and weights
+ * within one period, and both weights sum to the thread's CPU. At P = 10 ms (the recorder's
+ * timer under the tick) and 40 ms. */
+static void test_recorder_split(void) {
+    static const double periods[] = {10 * MS, 40 * MS};
+    for (int pi = 0; pi < 2; pi++) {
+        double P = periods[pi];
+        ktimer_t fine = {P / 4, P / 4, 0, 0}, own = {P, P, 0, 0};
+        ag_thread_t t;
+        memset(&t, 0, sizeof t);
+        static uintptr_t buf[64];
+        ag_rec_t *r = (ag_rec_t *)buf;
+        uint64_t rec_n = 0, rec_w = 0, st_n = 0, st_w = 0, st_c = 0, own_n = 0, own_w = 0,
+                 own_c = 0;
+        srand(7 + pi);
+        for (int i = 0; i < 50000; i++) {
+            double ran = 4 * MS * (rand() % 1001) / 1000.0;
+            uint64_t w, c;
+            if (ktimer_tick(&own, ran, &w, &c)) {
+                own_n++;
+                own_w += w;
+                own_c += c;
+            }
+            if (!ktimer_tick(&fine, ran, &w, &c))
+                continue;
+            rec_n++;
+            rec_w += w;
+            memset(r, 0, sizeof *r);
+            r->type = CM_EV_CPU;
+            r->weight = w;
+            r->count = c;
+            if (ag_rd_cpu_split(&t, r, P)) {
+                st_n++;
+                st_w += r->weight;
+                st_c += r->count;
+            }
+        }
+        printf("# P %.0f ms: recorder %llu samples, stream %llu (own timer %llu), counts %llu "
+               "(%llu), CPU %.3f s: recorder %.3f s, stream %.3f s\n", P / MS,
+               (unsigned long long)rec_n, (unsigned long long)st_n, (unsigned long long)own_n,
+               (unsigned long long)st_c / CM_COUNT_ONE, (unsigned long long)own_c / CM_COUNT_ONE,
+               own.cpu / S, (double)rec_w / S, (double)st_w / S);
+        CHECKF(st_n + 1 >= own_n && st_n <= own_n + 1, "%llu vs %llu", (unsigned long long)st_n,
+               (unsigned long long)own_n);
+        CHECKF(st_c + CM_COUNT_ONE >= own_c && st_c <= own_c + CM_COUNT_ONE, "counts");
+        CHECK(fabs((double)st_w - (double)own_w) <= P && fabs((double)rec_w - own.cpu) < P / 4 + 4 * MS);
+        CHECK(fabs((double)st_w - fine.cpu) <= P);
+        double dens = (double)rec_n / (double)st_n;
+        /* at 10 ms the recorder's 2.5 ms timer fires at most once a tick (of 2 ms CPU on
+         * average here): 10 / max(2.5, ~2.6) */
+        CHECKF(pi ? dens > 3.9 && dens < 4.1 : dens > 3.0 && dens < 4.1, "density %.2f", dens);
+    }
+}
+
+/* The recorder's budget: with its extra work proportional to its extra density (0.6 % of the
+ * process's CPU at the full density 4), a 0.2 % budget brings the density to ~2 within a few
+ * windows and holds it there; with room, back to 4. */
+static void test_recorder_budget(void) {
+    ag.cfg.incid.on = 1;
+    ag.cfg.incid.density = 4;
+    ag.cfg.incid.budget = 0.002;
+    ag_rd_reset();
+    for (int i = 0; i < 20; i++)
+        ag_rd_budget_step(0.006 * (ag_rd_density() - 1) / 3 * S, S, S);
+    double d = ag_rd_density();
+    CHECKF(d > 1.6 && d < 2.4, "density %.2f over budget", d);
+    CHECK(ag_rd_timer_period(40 * MS) > (uint64_t)(40 * MS / 2.4));
+    for (int i = 0; i < 20; i++)
+        ag_rd_budget_step(0.0002 * (ag_rd_density() - 1) / 3 * S, S, S);
+    CHECKF(ag_rd_density() == 4, "density %.2f with room", ag_rd_density());
+    ag.cfg.incid.on = 0;
+    CHECK(ag_rd_density() == 1 && !ag_rd_split());
+}
+
 static const tr_test_t tests[] = {
+    {"recorder_split", test_recorder_split},
+    {"recorder_budget", test_recorder_budget},
     {"idle_slows_periodic_work_only", test_idle_slows_periodic_work_only},
     {"resume_recovers_fast", test_resume_recovers_fast},
     {"over_budget_under_load", test_over_budget_under_load},
