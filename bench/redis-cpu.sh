@@ -22,6 +22,7 @@
 #   B_AGENT=/path/libfleetprof.so    server B runs under this agent (e.g. a build before a change,
 #                                    same settings as A's) instead of bare: A/B is then after/before
 #   B_AGENT_ENV="..."                with B_AGENT: B's settings instead of A's (A/B of two settings)
+#   PORT_A=16381 PORT_B=16382        the servers' ports (two benchmarks at once on one host)
 set -eu
 BUILD=$(cd "$1" && pwd)
 PAIRS=${2:-16}
@@ -29,8 +30,8 @@ REQS=${3:-25000}
 AGENT=$BUILD/agent/libfleetprof.so
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
-PA=16381
-PB=16382
+PA=${PORT_A:-16381}
+PB=${PORT_B:-16382}
 TMP=$(mktemp -d)
 APID=
 BPID=

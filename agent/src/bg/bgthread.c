@@ -299,6 +299,7 @@ typedef struct {
     uint64_t wall_ns;                 /* wall tick period, 0: no wall ticks */
     uint64_t next_wall, next_ctl, next_scan, next_chunk;
     uint64_t next_xwall;              /* the flight recorder's own wall tick, 0: none */
+    uint64_t cpu_slept;               /* with it: this thread's CPU when it last went to sleep */
     uint64_t scan_soon;               /* the next scan's delay while resolving new threads */
     uint64_t last_scan, last_wall;
     uint64_t lazy_at;                 /* deferred start work, 0: done */
@@ -577,10 +578,11 @@ static void bg_work(bg_sched_t *s, int req, const sigset_t *self_set) {
         s->next_xwall = now;
         bg_next_xwall(s, now);
     } else if (s->next_xwall && now >= s->next_xwall && !(req & AG_REQ_STOP)) {
-        uint64_t cpu0 = ag_clock_ns(CLOCK_THREAD_CPUTIME_ID);
         drain();
         ag_wall_tick_extra(B.b, now);
-        ag_rd_charge(ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
+        /* the wakeup too (a wakeup of its own: this thread's CPU since it went to sleep) */
+        if (s->cpu_slept)
+            ag_rd_charge(ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) - s->cpu_slept);
         bg_next_xwall(s, now);
     }
     drain();
@@ -634,6 +636,7 @@ static void *bg_main(void *arg) {
         int req = bg_wait(&s, &wait_set);
         pthread_mutex_lock(&ag_work_mu);
         bg_work(&s, req, &self_set);
+        s.cpu_slept = s.next_xwall ? ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
         pthread_mutex_unlock(&ag_work_mu);
         bg_answer(req);
         if (req & AG_REQ_STOP)
