@@ -237,8 +237,13 @@ static void budget_window(uint64_t now) {
     double agent = (double)(a - B.bud_agent) > extra ? (double)(a - B.bud_agent) - extra : 0;
     ag_budget_step(&B.bud, ag.cfg.cpu_budget, agent, stream_n * cost, (double)(p - B.bud_proc),
                    wall);
-    if (ag_rd_split() && ag_fr_on())
+    if (ag_rd_split() && ag_fr_on()) {
         ag_rd_budget_step(extra, (double)(p - B.bud_proc), wall);
+        CM_DEBUG("recorder budget: %.3f ms of extra samples and %.3f ms measured over %.3f ms of "
+                 "process CPU in %.3f s: density %.2f", (all_n > stream_n ? all_n - stream_n : 0) *
+                 cost / 1e6, (double)(rd - B.bud_rd) / 1e6, (double)(p - B.bud_proc) / 1e6,
+                 wall / 1e9, ag_rd_density());
+    }
     B.bud_agent = a;
     B.bud_proc = p;
     B.bud_cpu = cpu_seen;
