@@ -20,10 +20,10 @@
  * shortest period (10 ms, FLEETPROF_CPU_HZ=100) 2.5, not 4 (overruns count the rest).
  *
  * Budget: the recorder's extra work (its extra CPU samples at the per-sample cost estimate,
- * its extra wall ticks and its share of the background thread's drain and encodes, as
- * measured) is kept within FLEETPROF_RECORDER_BUDGET of the process's CPU (floored as the
- * agent's budget is) by a factor f in [0, 1] on the extra density: d_eff = 1 + f (d - 1), moved
- * once a budget window as the agent's budget factors move (controller.c). This work is not
+ * its own wall ticks with their wakeups, its share of the background thread's drains and its
+ * encodes, as measured) is kept within FLEETPROF_RECORDER_BUDGET (0.1 %) of the process's CPU
+ * (floored as the agent's budget is) by a factor f in [0, 1] on the extra density:
+ * d_eff = 1 + f (d - 1), moved once a budget window (ag_rd_budget_step). This work is not
  * charged to the agent's own budget, so that the stream's rate and density do not change with
  * the recorder on. bg thread only.
  */
