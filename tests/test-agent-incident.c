@@ -779,9 +779,9 @@ static void test_density(void) {
     CHECKF(off.stream_vs_cpu > 0.85 && off.stream_vs_cpu < 1.05, "%.3f", off.stream_vs_cpu);
     CHECKF(on.stream_vs_cpu > 0.85 && on.stream_vs_cpu < 1.05, "%.3f", on.stream_vs_cpu);
     const dens_t *all[] = {&off, &on, &low};
-    for (int i = 0; i < 3; i++) /* at the controller's rate, within its noise */
-        CHECKF(all[i]->stream_rate > 0.75 * all[i]->expect_rate &&
-                   all[i]->stream_rate < 1.25 * all[i]->expect_rate,
+    for (int i = 0; i < 3; i++) /* near the controller's rate (the start and tail included) */
+        CHECKF(all[i]->stream_rate > 0.65 * all[i]->expect_rate &&
+                   all[i]->stream_rate < 1.3 * all[i]->expect_rate,
                "run %d: %.1f/s, controller %.1f/s", i, all[i]->stream_rate, all[i]->expect_rate);
     double on_off = (on.stream_rate / on.expect_rate) / (off.stream_rate / off.expect_rate);
     CHECKF(on_off > 0.8 && on_off < 1.25, "on/off %.3f", on_off);

@@ -1,8 +1,9 @@
 /* The flight recorder: the last seconds of samples, kept in memory, sent only for an incident.
  *
- * Every CPU and wall record the background thread drains goes to the always-on chunk and,
- * with FLEETPROF_RECORDER=1, to a second builder too, cut every second into a segment: a chunk
- * encoded like any other (dictionary, columns, LZ4) and kept in a ring bounded by time
+ * Every CPU and wall record the background thread drains goes, with FLEETPROF_RECORDER=1, to a
+ * second builder (at the recorder's own density, density.c; the always-on chunk gets the
+ * stream's share), cut every second into a segment: a chunk encoded like any other
+ * (dictionary, columns, LZ4) and kept in a ring bounded by time
  * (FLEETPROF_RECORDER_WINDOW) and bytes (FLEETPROF_RECORDER_MIB). Nothing of it leaves the
  * process until a trigger (triggers.c) calls ag_fr_capture: the ring stops ageing out, the
  * recorder keeps cutting for FLEETPROF_RECORDER_AFTER, then every segment held becomes one chunk
@@ -122,9 +123,10 @@ static void header(cm_header_t *h, uint64_t end, cm_sampling_t samp[2]) {
     ag_chunk_header_ids(h, R.seg_start, end, R.seg_seq);
     h->sequence = R.seg_seq++;
     uint32_t ns = 0;
+    double d = ag_rd_split() ? ag_rd_density() : 1; /* the recorder's own density (density.c) */
     if (ag.cfg.cpu_rate > 0)
-        samp[ns++] = (cm_sampling_t){CM_EV_CPU, (uint64_t)ag.ctl[CM_EV_CPU].period, 0,
-                                     (uint32_t)(ag.ctl[CM_EV_CPU].target + 0.5), 0,
+        samp[ns++] = (cm_sampling_t){CM_EV_CPU, (uint64_t)(ag.ctl[CM_EV_CPU].period / d), 0,
+                                     (uint32_t)(ag.ctl[CM_EV_CPU].target * d + 0.5), 0,
                                      ag_builder_samples(R.b, CM_EV_CPU)};
     if (ag.cfg.wall_hz > 0)
         samp[ns++] = (cm_sampling_t){CM_EV_WALL, (uint64_t)(1e9 / ag.cfg.wall_hz), 0,
