@@ -240,9 +240,10 @@ static void budget_window(uint64_t now) {
     if (ag_rd_split() && ag_fr_on()) {
         ag_rd_budget_step(extra, (double)(p - B.bud_proc), wall);
         CM_DEBUG("recorder budget: %.3f ms of extra samples and %.3f ms measured over %.3f ms of "
-                 "process CPU in %.3f s: density %.2f", (all_n > stream_n ? all_n - stream_n : 0) *
-                 cost / 1e6, (double)(rd - B.bud_rd) / 1e6, (double)(p - B.bud_proc) / 1e6,
-                 wall / 1e9, ag_rd_density());
+                 "process CPU in %.3f s: density %.2f (wall %.2f)", (all_n > stream_n ? all_n -
+                 stream_n : 0) * cost / 1e6, (double)(rd - B.bud_rd) / 1e6,
+                 (double)(p - B.bud_proc) / 1e6, wall / 1e9, ag_rd_density(),
+                 ag_rd_wall_density());
     }
     B.bud_agent = a;
     B.bud_proc = p;
@@ -556,10 +557,10 @@ static void bg_scan_step(bg_sched_t *s, uint64_t now) {
         now + (s->scan_soon ? s->scan_soon : stretch(AG_SCAN_NS, B.bud.bg, AG_SCAN_MAX_NS));
 }
 
-/* The flight recorder's next wall tick of its own (its density over the stream's ticks, as
- * stretched by the budget), 0 when the stream's next tick comes first. */
+/* The flight recorder's next wall tick of its own (its wall density over the stream's ticks,
+ * as stretched by the budget), 0 when the stream's next tick comes first. */
 static void bg_next_xwall(bg_sched_t *s, uint64_t now) {
-    double d = ag_fr_on() && ag_rd_split() ? ag_rd_density() : 1;
+    double d = ag_fr_on() && ag_rd_split() ? ag_rd_wall_density() : 1;
     uint64_t x = (uint64_t)((double)s->wall_ns / (ag_fr_capturing() ? 1.0 : B.bud.bg) / d);
     uint64_t at = s->next_xwall + x;
     s->next_xwall = d > 1.01 && at + x / 2 < s->next_wall ? (at > now ? at : now) : 0;

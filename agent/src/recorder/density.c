@@ -45,6 +45,17 @@ double ag_rd_density(void) {
     return 1 + D.f * (c->density - 1);
 }
 
+/* The recorder's own wall ticks cost a wakeup each (~100 us here, 1 ms/s at 10 Hz: the whole
+ * 0.1 % budget of a process at a core), its extra CPU samples ~1 us of the background
+ * thread's and a few of the handler's each: the budget goes to the CPU density first. The
+ * wall density rises from 1 at f = 1/2 to d at f = 1. */
+double ag_rd_wall_density(void) {
+    const ag_incid_cfg_t *c = &ag.cfg.incid;
+    if (!c->on || c->density <= 1 || D.f <= 0.5)
+        return 1;
+    return 1 + (2 * D.f - 1) * (c->density - 1);
+}
+
 uint64_t ag_rd_timer_period(double stream_period) {
     return (uint64_t)(stream_period / ag_rd_density());
 }

@@ -31,6 +31,8 @@ AG_HIDDEN int ag_rd_split(void);
 /* the recorder's effective density (1 + f (FLEETPROF_RECORDER_DENSITY - 1); 1 when off) */
 AG_HIDDEN double ag_rd_density(void);
 AG_HIDDEN double ag_rd_factor(void); /* f, the budget's factor on the extra density */
+/* the recorder's wall ticks per stream tick: 1 up to f = 1/2, then up to the density at f = 1 */
+AG_HIDDEN double ag_rd_wall_density(void);
 /* the CPU timers' period for a stream period (ns) */
 AG_HIDDEN uint64_t ag_rd_timer_period(double stream_period);
 /* A drained CPU record r of thread t (already given to the recorder): 1 if it is the stream's,
