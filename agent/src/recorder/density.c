@@ -21,9 +21,10 @@
  *
  * Budget: the recorder's extra work (its extra CPU samples at the per-sample cost estimate,
  * its own wall ticks with their wakeups, its share of the background thread's drains and its
- * encodes, as measured) is kept within FLEETPROF_RECORDER_BUDGET (0.1 %) of the process's CPU
+ * encodes, as measured) is kept within FLEETPROF_RECORDER_BUDGET (0.05 %) of the process's CPU
  * (floored as the agent's budget is) by a factor f in [0, 1] on the extra density:
- * d_eff = 1 + f (d - 1), moved once a budget window (ag_rd_budget_step). This work is not
+ * d_eff = 1 + f (d - 1), moved once a budget window (ag_rd_budget_step); the wall ticks' own
+ * density (ag_rd_wall_density) only from f = 1/2 on. This work is not
  * charged to the agent's own budget, so that the stream's rate and density do not change with
  * the recorder on. bg thread only.
  */
@@ -46,7 +47,7 @@ double ag_rd_density(void) {
 }
 
 /* The recorder's own wall ticks cost a wakeup each (~100 us here, 1 ms/s at 10 Hz: the whole
- * 0.1 % budget of a process at a core), its extra CPU samples ~1 us of the background
+ * budget of a process at a core at 0.1 %), its extra CPU samples ~1 us of the background
  * thread's and a few of the handler's each: the budget goes to the CPU density first. The
  * wall density rises from 1 at f = 1/2 to d at f = 1. */
 double ag_rd_wall_density(void) {

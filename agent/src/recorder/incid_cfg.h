@@ -17,7 +17,7 @@ typedef struct {
     uint64_t after_ns;       /* burst recorded after a trigger before the capture is sent (5 s) */
     double density;          /* FLEETPROF_RECORDER_DENSITY: samples x the stream's (4) */
     double budget;           /* FLEETPROF_RECORDER_BUDGET: its extra work's share of the
-                              * process's CPU (0.001) */
+                              * process's CPU (0.0005) */
     double cpu_share;        /* cpu trigger: share of the cores (0.9; 0 off) ... */
     uint64_t cpu_for_ns;     /* ... held this long (10 s); only for a process without spans */
     uint64_t slow_ns;        /* a request at least this long (ended or still active) is slow */

@@ -316,10 +316,10 @@ void ag_incid_config_load(ag_incid_cfg_t *c) {
     if (ag_env_double("FLEETPROF_RECORDER_MIB", 0.25, 64, "4 (MiB)", &d))
         c->max_bytes = (uint64_t)(d * 1048576.0);
     c->density = 4;
-    c->budget = 0.001;
+    c->budget = 0.0005;
     if (ag_env_double("FLEETPROF_RECORDER_DENSITY", 1, 16, "4 (x the stream's samples)", &d))
         c->density = d;
-    if (ag_env_double("FLEETPROF_RECORDER_BUDGET", 0.01, 100, "0.1 (percent)", &d))
+    if (ag_env_double("FLEETPROF_RECORDER_BUDGET", 0.01, 100, "0.05 (percent)", &d))
         c->budget = d / 100.0;
     ag_env_duration("FLEETPROF_RECORDER_AFTER", 1000000000ull, 60000000000ull, "5s",
                     &c->after_ns);
