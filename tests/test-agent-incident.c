@@ -742,6 +742,16 @@ static dens_t density_run(int recorder, const char *budget) {
     dens_t d = {0};
     tot_t all = window_total(cs, NULL, CM_EV_CPU, 0, UINT64_MAX);
     d.stream_rate = (double)all.samples / secs;
+    uint64_t seen = 0, kept = 0; /* the stream's CPU rows: what it saw is what it kept */
+    for (int i = 0; i < cs->n; i++)
+        for (uint32_t k = 0; !cs->c[i]->incident.present && k < cs->c[i]->header.n_sampling; k++)
+            if (cs->c[i]->header.sampling[k].type == CM_EV_CPU) {
+                seen += cs->c[i]->header.sampling[k].events_seen;
+                kept += cs->c[i]->header.sampling[k].samples_kept;
+            }
+    CHECKF(kept == all.samples && seen >= kept && seen <= kept + kept / 20 + 5,
+           "stream CPU: %llu seen, %llu kept, %llu rows", (unsigned long long)seen,
+           (unsigned long long)kept, (unsigned long long)all.samples);
     d.expect_rate = (double)all.weight / 1e9 / secs * 25;
     if (d.expect_rate > 10)
         d.expect_rate = 10;

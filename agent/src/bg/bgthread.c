@@ -235,8 +235,9 @@ static void budget_window(uint64_t now) {
     double extra = ag_fr_on() ? (all_n > stream_n ? all_n - stream_n : 0) * cost +
                                     (double)(rd - B.bud_rd) : 0;
     double agent = (double)(a - B.bud_agent) > extra ? (double)(a - B.bud_agent) - extra : 0;
-    ag_budget_step(&B.bud, ag.cfg.cpu_budget, agent, stream_n * cost, (double)(p - B.bud_proc),
-                   wall);
+    if (ag.ctl[CM_EV_CPU].enabled) /* with fixed periods the user asked for exactly that rate */
+        ag_budget_step(&B.bud, ag.cfg.cpu_budget, agent, stream_n * cost,
+                       (double)(p - B.bud_proc), wall);
     if (ag_rd_split() && ag_fr_on()) {
         ag_rd_budget_step(extra, (double)(p - B.bud_proc), wall);
         CM_DEBUG("recorder budget: %.3f ms of extra samples and %.3f ms measured over %.3f ms of "
@@ -280,9 +281,11 @@ static int control(uint64_t now) {
     int resumed = B.ctl_idle && dt * 1e9 > 2.0 * AG_CTL_DT_NS && load >= 0.05;
     B.ctl_idle = load < AG_BUDGET_FLOOR;
 
-    /* Budget over the last >= 1 s, or right after work resumed (only acted on with the
-     * controller on: with fixed periods the user asked for exactly that rate). */
-    if (ag.ctl[CM_EV_CPU].enabled && (now - B.bud_mono >= 1000000000ull || B.bud_soon))
+    /* Budget over the last >= 1 s, or right after work resumed (the agent's only acted on with
+     * the controller on: with fixed periods the user asked for exactly that rate; the
+     * recorder's always). */
+    if ((ag.ctl[CM_EV_CPU].enabled || ag_rd_split()) &&
+        (now - B.bud_mono >= 1000000000ull || B.bud_soon))
         budget_window(now);
     B.bud_soon = resumed;
     if (B.bud.cpu < 1 && n) { /* samples the set point would have taken without it */

@@ -8,6 +8,7 @@
 #include "context.h"
 #include "cpuacct.h"
 #include "hooks.h"
+#include "incid.h"
 #include "perfmap.h"
 #include "record.h"
 #include "remap.h"
@@ -26,6 +27,7 @@ static struct {
     uint64_t chunk_start_real;
     uint64_t bg_cpu0, proc_cpu0;                      /* at chunk start */
     uint64_t seen0[CM_EV_COUNT];                      /* events_seen at chunk start */
+    uint64_t stream0;                                 /* the recorder's split: stream CPU */
     uint64_t drops0[CM_EV_COUNT][AG_DROP_REASONS];    /* drops at chunk start */
     int warned_encode, warned_size;
     double enc_ratio; /* encoded / estimated size of the last chunk (LZ4 compresses rows) */
@@ -84,10 +86,13 @@ int ag_chunk_nothing_to_say(const ag_builder_t *b) {
  * type that is on; returns their count (at most 5). */
 static uint32_t header_sampling(ag_builder_t *b, cm_sampling_t samp[5], const uint64_t *seen) {
     uint32_t ns = 0;
+    /* with the flight recorder's own density, the CPU samples seen are the stream's share
+     * (recorder/density.c); the rest are the recorder's */
+    uint64_t cpu_seen = ag_rd_split() && ag_fr_on() ? ag_rd_stream_seen() - C.stream0
+                                                    : seen[CM_EV_CPU] - C.seen0[CM_EV_CPU];
     if (ag.cfg.cpu_rate > 0)
         samp[ns++] = (cm_sampling_t){CM_EV_CPU, (uint64_t)ag.ctl[CM_EV_CPU].period, 0,
-                                     (uint32_t)(ag.ctl[CM_EV_CPU].target + 0.5),
-                                     seen[CM_EV_CPU] - C.seen0[CM_EV_CPU],
+                                     (uint32_t)(ag.ctl[CM_EV_CPU].target + 0.5), cpu_seen,
                                      ag_builder_samples(b, CM_EV_CPU)};
     if (ag.cfg.wall_hz > 0)
         samp[ns++] = (cm_sampling_t){CM_EV_WALL, (uint64_t)(1e9 / ag.cfg.wall_hz), 0,
@@ -218,6 +223,7 @@ void ag_chunk_cut(ag_builder_t *b, int at_exit) {
         C.seen0[t] = seen[t];
         total += seen[t];
     }
+    C.stream0 = ag_rd_stream_seen();
     atomic_store(&g_seen_at_cut, total);
     C.chunk_start_real = end;
 }
