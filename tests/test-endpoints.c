@@ -2,7 +2,11 @@
  * agent (chunks written to files every second), each chunk is loaded into a SQLite store as
  * the aggregator does (intern, rollup, batch write), and the query store answers:
  *   demo_endpoints   every endpoint's call count equals the requests the demo served, its p50
- *                    and p99 are within 2 % of the latencies the demo measured itself, the
+ *                    and p99 are within 2 % of the latencies the demo measured itself (of the
+ *                    range the demo's clock, read on both sides of each span call, puts them
+ *                    in: one timer read just before the calls, as a middleware's, disagrees
+ *                    with the spans on a request stopped inside a call, ~1 in 10^4 under load,
+ *                    and such a request in the tail moved p99 by up to 10 %), the
  *                    planted slow endpoint ("GET /report", 50 ms in build_report) ranks first
  *                    by p99 and its profile holds build_report;
  *   (same run)       the stuck request ("GET /export", never ended) is listed as stuck by the
@@ -45,21 +49,31 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The demo's own figures for endpoint ep, from its output ("endpoint "E" calls=... "). */
-static int demo_figures(const char *out, const char *ep, uint64_t *calls, uint64_t *p50,
-                        uint64_t *p99) {
+/* The demo's own figures of an endpoint: its timer's p50 and p99, and the ranges that hold the
+ * p50 and p99 of the spans' own durations (the clock read on both sides of each span call:
+ * deploy/demo/demo-service.c). */
+typedef struct {
+    unsigned long long calls, p50, p99, r50[2], r99[2];
+} demo_fig_t;
+
+/* The demo's figures for endpoint ep, from its output ("endpoint "E" calls=... "). */
+static int demo_figures(const char *out, const char *ep, demo_fig_t *f) {
     char key[128];
     snprintf(key, sizeof key, "endpoint \"%s\" ", ep);
     const char *l = strstr(out, key);
     if (!l)
         return -1;
-    unsigned long long c, a, b;
-    if (sscanf(l + strlen(key), "calls=%llu p50_ns=%llu p99_ns=%llu", &c, &a, &b) != 3)
-        return -1;
-    *calls = c;
-    *p50 = a;
-    *p99 = b;
-    return 0;
+    return sscanf(l + strlen(key),
+                  "calls=%llu p50_ns=%llu p99_ns=%llu p50_range_ns=%llu-%llu p99_range_ns=%llu-%llu",
+                  &f->calls, &f->p50, &f->p99, &f->r50[0], &f->r50[1], &f->r99[0],
+                  &f->r99[1]) == 7 ? 0 : -1;
+}
+
+/* How far v lies outside [r[0], r[1]], relative to the nearer end (0 inside). */
+static double outside(int64_t v, const unsigned long long r[2]) {
+    if (v < (int64_t)r[0])
+        return ((double)r[0] - (double)v) / (double)r[0];
+    return v > (int64_t)r[1] ? ((double)v - (double)r[1]) / (double)r[1] : 0;
 }
 
 static int has_function(const agg_profile_t *p, const char *fn) {
@@ -211,20 +225,20 @@ static void test_demo_endpoints(void) {
     CHECKF(ne == 3, "%zu endpoints", ne);
     CHECKF(ne && !strcmp(e[0].name, "GET /report"), "first by p99: %s", ne ? e[0].name : "");
     for (size_t j = 0; j < 3; j++) {
-        uint64_t calls, p50, p99;
-        CHECKF(demo_figures(out, eps[j], &calls, &p50, &p99) == 0, "%s: %s", eps[j], out);
+        demo_fig_t f;
+        CHECKF(demo_figures(out, eps[j], &f) == 0, "%s: %s", eps[j], out);
         const agg_endpoint_t *x = NULL;
         for (size_t k = 0; k < ne; k++)
             if (!strcmp(e[k].name, eps[j]))
                 x = &e[k];
         CHECKF(x != NULL, "no endpoint %s", eps[j]);
-        CHECKF(x->calls == calls, "%s: %llu calls stored, the demo served %llu", eps[j],
-               (unsigned long long)x->calls, (unsigned long long)calls);
-        double d50 = fabs((double)x->p50_ns - (double)p50) / (double)p50;
-        double d99 = fabs((double)x->p99_ns - (double)p99) / (double)p99;
-        printf("# %s: p50 %lld vs demo %llu (%.3f %%), p99 %lld vs %llu (%.3f %%)\n", eps[j],
-               (long long)x->p50_ns, (unsigned long long)p50, 100 * d50, (long long)x->p99_ns,
-               (unsigned long long)p99, 100 * d99);
+        CHECKF(x->calls == f.calls, "%s: %llu calls stored, the demo served %llu", eps[j],
+               (unsigned long long)x->calls, f.calls);
+        double d50 = outside(x->p50_ns, f.r50), d99 = outside(x->p99_ns, f.r99);
+        printf("# %s: p50 %lld vs demo %llu-%llu (timer %llu; %.3f %% outside), p99 %lld vs "
+               "%llu-%llu (timer %llu; %.3f %% outside)\n", eps[j], (long long)x->p50_ns,
+               f.r50[0], f.r50[1], f.p50, 100 * d50, (long long)x->p99_ns, f.r99[0], f.r99[1],
+               f.p99, 100 * d99);
         CHECKF(d50 <= 0.02 && d99 <= 0.02, "%s: p50 off by %.2f %%, p99 by %.2f %%", eps[j],
                100 * d50, 100 * d99);
     }

@@ -16,7 +16,12 @@
  * endpoint's name (fleetprof_span_begin), ending the span when the request is done
  * (fleetprof_span_end). The service measures each request's latency itself (from the parsed
  * request to the handler's end, as a server's middleware timer does) and prints, per endpoint, the calls and their p50/p99 (nearest rank) at exit:
- *   endpoint "POST /checkout" calls=N p50_ns=X p99_ns=Y
+ *   endpoint "POST /checkout" calls=N p50_ns=X p99_ns=Y p50_range_ns=A-B p99_range_ns=C-D
+ * where [A, B] and [C, D] hold the p50 and p99 of the spans' own durations: the clock is read
+ * on both sides of fleetprof_span_begin and _end, whose stamps are inside them, so each span
+ * lasted between (end call's start - begin call's end) and (end call's end - begin call's
+ * start). They differ from the timer's by more than a few hundred ns only for a request the
+ * machine stopped inside one of those calls.
  *
  * Load is open-loop, as for a real service: each thread serves --rate requests per second on
  * average (randomly spaced arrivals) and idles in between (falling behind is reported), so
@@ -138,7 +143,9 @@ static int header_value(const char *hdrs, const char *name, char *out, size_t si
 /* The headers of the request being served (set by the worker as the client's request
  * arrives). */
 static __thread char t_hdrs[256];
-static __thread uint64_t t_start;
+/* The clock just before and just after the span's begin (t_start, t_start1) and end (t_end,
+ * t_end1): the span's own stamps are inside those calls. */
+static __thread uint64_t t_start, t_start1;
 static uint64_t real_ns(void);
 
 static void begin_span(uint64_t *r, const char *endpoint) {
@@ -149,13 +156,14 @@ static void begin_span(uint64_t *r, const char *endpoint) {
     t_start = real_ns(); /* the handler's latency starts once the request is parsed */
     if (ok && span_begin)
         span_begin(tp, endpoint);
+    t_start1 = real_ns();
     if (label_set)
         label_set("endpoint", endpoint + strcspn(endpoint, "/"));
     if (work_done)
         work_done(1);
 }
 
-static __thread uint64_t t_end;
+static __thread uint64_t t_end, t_end1;
 
 static void end_span(void) {
     t_end = real_ns(); /* the handler is done: the latency stops here */
@@ -163,19 +171,23 @@ static void end_span(void) {
         span_end();
     else if (span_clear)
         span_clear();
+    t_end1 = real_ns();
 }
 
-/* per endpoint, per thread: the latencies the service measured (ns) */
+/* per endpoint, per thread: the latencies the service measured (ns); LAT_SHORT and LAT_LONG
+ * bound the span's duration whatever happened inside the two calls (the shortest and longest
+ * interval between the calls' sides: t_end - t_start1, t_end1 - t_start) */
 enum { EP_CHECKOUT, EP_SEARCH, EP_REPORT, EP_N };
+enum { LAT_TIMER, LAT_SHORT, LAT_LONG, LAT_N };
 static const char *const ep_names[EP_N] = {"POST /checkout", "GET /search", "GET /report"};
 typedef struct {
     uint64_t *v;
     size_t n, cap;
 } lat_t;
-static lat_t lat[64][EP_N];
+static lat_t lat[64][EP_N][LAT_N];
 
-static void lat_add(long id, int ep, uint64_t ns) {
-    lat_t *l = &lat[id][ep];
+static void lat_add(long id, int ep, int kind, uint64_t ns) {
+    lat_t *l = &lat[id][ep][kind];
     if (l->n == l->cap) {
         size_t nc = l->cap ? 2 * l->cap : 1024;
         uint64_t *nv = realloc(l->v, nc * sizeof *nv);
@@ -293,7 +305,9 @@ static void *worker(void *arg) {
             served[id][1]++;
             ep = EP_SEARCH;
         }
-        lat_add(id, ep, t_end - t_start);
+        lat_add(id, ep, LAT_TIMER, t_end - t_start);
+        lat_add(id, ep, LAT_SHORT, t_end - t_start1);
+        lat_add(id, ep, LAT_LONG, t_end1 - t_start);
     }
     return NULL;
 }
@@ -309,25 +323,40 @@ static uint64_t rank_q(const uint64_t *v, size_t n, double q) {
     return v[(k ? k - 1 : 0) < n ? (k ? k - 1 : 0) : n - 1];
 }
 
+/* p50 and p99 of endpoint e's latencies of one kind over the n threads; 0 calls: returns 0. */
+static size_t quantiles(int n, int e, int kind, uint64_t q[2]) {
+    size_t tot = 0;
+    for (int i = 0; i < n; i++)
+        tot += lat[i][e][kind].n;
+    uint64_t *all = malloc((tot + 1) * sizeof *all);
+    if (!all || tot == 0) {
+        free(all);
+        return 0;
+    }
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < lat[i][e][kind].n; j++)
+            all[k++] = lat[i][e][kind].v[j];
+    qsort(all, tot, sizeof *all, cmp_u64);
+    q[0] = rank_q(all, tot, 0.50);
+    q[1] = rank_q(all, tot, 0.99);
+    free(all);
+    return tot;
+}
+
+/* Per endpoint: the timer's p50/p99, and the bounds any timer inside the span calls would
+ * give (a percentile of durations each within [short, long] is within the percentiles of
+ * the shorts and of the longs). */
 static void print_latencies(int n) {
     for (int e = 0; e < EP_N; e++) {
-        size_t tot = 0;
-        for (int i = 0; i < n; i++)
-            tot += lat[i][e].n;
-        uint64_t *all = malloc((tot + 1) * sizeof *all);
-        if (!all || tot == 0) {
-            free(all);
+        uint64_t t[2], lo[2], hi[2];
+        size_t tot = quantiles(n, e, LAT_TIMER, t);
+        if (!tot || !quantiles(n, e, LAT_SHORT, lo) || !quantiles(n, e, LAT_LONG, hi))
             continue;
-        }
-        size_t k = 0;
-        for (int i = 0; i < n; i++)
-            for (size_t j = 0; j < lat[i][e].n; j++)
-                all[k++] = lat[i][e].v[j];
-        qsort(all, tot, sizeof *all, cmp_u64);
-        printf("endpoint \"%s\" calls=%zu p50_ns=%llu p99_ns=%llu\n", ep_names[e], tot,
-               (unsigned long long)rank_q(all, tot, 0.50),
-               (unsigned long long)rank_q(all, tot, 0.99));
-        free(all);
+        printf("endpoint \"%s\" calls=%zu p50_ns=%llu p99_ns=%llu p50_range_ns=%llu-%llu "
+               "p99_range_ns=%llu-%llu\n", ep_names[e], tot, (unsigned long long)t[0],
+               (unsigned long long)t[1], (unsigned long long)lo[0], (unsigned long long)hi[0],
+               (unsigned long long)lo[1], (unsigned long long)hi[1]);
     }
 }
 
