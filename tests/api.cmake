@@ -14,6 +14,7 @@ if(TARGET fp_collector)
   fp_test(test-pipeline LABELS "api;pipeline;slow;nosan;kafka"
           LIBS fp_aggtest fp_collector PkgConfig::RDKAFKA PkgConfig::JANSSON m
           SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test-collector-client.c support/pipeline.c)
+  set_tests_properties(test-pipeline PROPERTIES FIXTURES_REQUIRED go-pprof)
   # `fleetprof capture` through the aggregator, Kafka's control topic and the collector, and
   # straight to the collector (Kafka ports 19630-19632; about a minute).
   fp_test(test-capture LABELS "api;pipeline;collector;kafka;nosan"

@@ -69,6 +69,7 @@ endif()
 # named), so it may overlap other tests (label overlaps: not RUN_SERIAL).
 if(TARGET fp_aggtest)
   fp_test(test-symbols-server LABELS "api;symbols;kafka;nosan;overlaps" LIBS fp_aggtest)
+  set_tests_properties(test-symbols-server PROPERTIES FIXTURES_REQUIRED go-pprof)
   add_dependencies(test-symbols-server symwork symwork_inl fleetprof-aggregator fleetprof
                    fleetprof_agent)
 endif()
