@@ -66,5 +66,5 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-alloc-slow PROPERTIES DISABLED TRUE)
 endif()
 # Issue 19: the allocation sampling maths (agent/src/hooks/alloc_sample.h) on simulated streams;
-# no agent, no hooks: runs in every build.
-fp_test(test-agent-sampling LABELS "agent" LIBS m fp_agent_headers)
+# no agent, no hooks: runs in every build, and beside other tests (`overlaps`: nothing timed).
+fp_test(test-agent-sampling LABELS "agent;overlaps" LIBS m fp_agent_headers)

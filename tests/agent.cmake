@@ -20,11 +20,16 @@ if(FLEETPROF_SANITIZE STREQUAL "thread")
   target_compile_definitions(test-agent PRIVATE FP_TSAN)
 endif()
 
+# The in-process unit tests of this file (test-cfi, -defer, -privalloc, -mutex, -fdnb,
+# -controller, -fmath, -bypass, -pyline, -units, -perfmap) run no profiled program and judge
+# no CPU time, rate or latency (their clocks are simulated; the few real-time bounds, in
+# -privalloc and -fdnb, already allow for a preempted thread): label `overlaps`, so that
+# ctest -j2 runs them beside other tests (tests/CMakeLists.txt), not alone with a core idle.
 # The CFI compiler on synthetic CIE/FDE bytes and against readelf on real libraries (issue 14).
-fp_test(test-cfi LABELS agent LIBS fp_agent_core)
+fp_test(test-cfi LABELS "agent;overlaps" LIBS fp_agent_core)
 
 # Deferred unwinding (issue 14): stack copies taken before the first tables, unwound later.
-fp_test(test-agent-defer LABELS agent LIBS Threads::Threads fp_agent_core)
+fp_test(test-agent-defer LABELS "agent;overlaps" LIBS Threads::Threads fp_agent_core)
 target_compile_options(test-agent-defer PRIVATE -fomit-frame-pointer)
 
 # The CFI unwinder on a program without frame pointers (issue 14): a known call graph,
@@ -43,21 +48,21 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-cfi PROPERTIES DISABLED TRUE)
 endif()
 # ag_alloc.c on its own (issue 13): the agent's private allocator and sort.
-fp_test(test-agent-privalloc LABELS agent LIBS Threads::Threads fp_agent_core)
+fp_test(test-agent-privalloc LABELS "agent;overlaps" LIBS Threads::Threads fp_agent_core)
 target_compile_definitions(test-agent-privalloc PRIVATE _GNU_SOURCE)
 # mutex_layout.c on its own (issue 13): the check before hook_lock.c reads glibc's fields.
-fp_test(test-agent-mutex LABELS agent LIBS fp_agent_core)
+fp_test(test-agent-mutex LABELS "agent;overlaps" LIBS fp_agent_core)
 target_compile_definitions(test-agent-mutex PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-mutex PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 # fdnb.c on its own (issue 14): the non-blocking descriptor cache the I/O hooks consult.
-fp_test(test-agent-fdnb LABELS agent LIBS Threads::Threads m fp_agent_core)
+fp_test(test-agent-fdnb LABELS "agent;overlaps" LIBS Threads::Threads m fp_agent_core)
 # controller.c on its own: the CPU budget's factors and the CPU controller's period.
 # The flight recorder's stream split and its budget (recorder/density.c) too.
-fp_test(test-agent-controller LABELS agent LIBS fp_agent_core)
+fp_test(test-agent-controller LABELS "agent;overlaps" LIBS fp_agent_core)
 target_compile_definitions(test-agent-controller PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-controller PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 # fmath.h (issue 13): the agent's libm-free exp/log family against libm.
-fp_test(test-agent-fmath LABELS agent LIBS m fp_agent_headers)
+fp_test(test-agent-fmath LABELS "agent;overlaps" LIBS m fp_agent_headers)
 # Every lost chunk counted on a full FLEETPROF_OUTPUT (issue 13): a real tmpfs, filled, then
 # freed (unshare -m: needs root). nosan: the agent is preloaded into fp-work.
 fp_test(test-agent-output-full LABELS "agent;nosan")
@@ -76,7 +81,7 @@ target_compile_definitions(bypass_lazy PRIVATE BP_PREFIX=lazy_)
 target_link_options(bypass_lazy PRIVATE -Wl,-z,lazy -Wl,-z,norelro)
 target_link_libraries(bypass_now PRIVATE bypass_agent bypass_other)
 target_link_libraries(bypass_lazy PRIVATE bypass_agent bypass_other)
-fp_test(test-agent-bypass LABELS agent LIBS fp_agent_core)
+fp_test(test-agent-bypass LABELS "agent;overlaps" LIBS fp_agent_core)
 target_compile_definitions(test-agent-bypass PRIVATE _GNU_SOURCE)
 target_link_libraries(test-agent-bypass PRIVATE bypass_now bypass_lazy bypass_agent bypass_other
   ${CMAKE_DL_LIBS})
@@ -99,9 +104,9 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-java PROPERTIES DISABLED TRUE)
 endif()
 # The 3.11 line-table decoder against CPython's co_lines() (issue 34); sanitizer builds too.
-fp_test(test-agent-pyline LABELS agent LIBS fp_agent_core)
+fp_test(test-agent-pyline LABELS "agent;overlaps" LIBS fp_agent_core)
 # The record ring, the chunk builder and the wall sampler in-process (fp_agent_core).
-fp_test(test-agent-units LABELS agent LIBS Threads::Threads fp_agent_core)
+fp_test(test-agent-units LABELS "agent;overlaps" LIBS Threads::Threads fp_agent_core)
 
 # Incidents (issue 32): the flight recorder and its triggers on incident_svc, linked to the
 # agent (a spike, a hang, steady and uniformly higher load, a manual capture). Each case runs
@@ -129,4 +134,4 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-node PROPERTIES DISABLED TRUE)
 endif()
 # The perf map reader (JIT code names) on files written by the test; sanitizer builds too.
-fp_test(test-agent-perfmap LABELS agent LIBS fp_agent_core)
+fp_test(test-agent-perfmap LABELS "agent;overlaps" LIBS fp_agent_core)
