@@ -33,11 +33,23 @@ set_target_properties(alloc_nonpie PROPERTIES POSITION_INDEPENDENT_CODE OFF)
 add_executable(alloc_cxx programs/alloc_cxx.cc)
 target_compile_options(alloc_cxx PRIVATE -O1 -fno-omit-frame-pointer -fno-optimize-sibling-calls)
 set(alloc_phase_cases alloc_phases_fwd alloc_phases_rev alloc_phases_paced)
+# The cases of test-agent-alloc at a fixed period (FLEETPROF_ALLOC_PERIOD) or off, which judge
+# the estimates against the program's own counts (within a few sd of the samples taken: CI's
+# runs take 2.4-6x the samples needed to judge), or that nothing hangs, crashes or is lost
+# (fork, dlopen, signal handlers, a foreign allocator, a full heap table): no CPU time, rate or
+# latency. Their own ctest entry, test-agent-alloc-counts, may overlap another test (label
+# `overlaps`); the rest (the controller's rates, the ring under pressure at a 64-byte period)
+# runs alone.
+set(alloc_count_cases alloc_off_bypass alloc_chain alloc_accuracy alloc_cxx inuse_leak
+  heap_full early_start alloc_in_signal alloc_fork alloc_mtfork alloc_dlopen own_allocator
+  nonpie_malloc_address off_switch)
 foreach(t alloc lock io)
   set(t_args)
   if(t STREQUAL "alloc")
     list(TRANSFORM alloc_phase_cases PREPEND "-" OUTPUT_VARIABLE t_args)
+    list(TRANSFORM alloc_count_cases PREPEND "-" OUTPUT_VARIABLE t_count_args)
     list(PREPEND t_args ARGS)
+    list(APPEND t_args ${t_count_args})
   endif()
   fp_test(test-agent-${t} LABELS "agent;hooks;nosan" LIBS m ${t_args})
   add_dependencies(test-agent-${t} fleetprof_agent fleetprof ${hook_progs} alloc_dl alloc_cxx alloc_nonpie)
@@ -54,6 +66,13 @@ set_tests_properties(test-agent-alloc-phases PROPERTIES TIMEOUT 1200
   ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
   set_tests_properties(test-agent-alloc-phases PROPERTIES DISABLED TRUE)
+endif()
+add_test(NAME test-agent-alloc-counts COMMAND test-agent-alloc ${alloc_count_cases})
+set_tests_properties(test-agent-alloc-counts PROPERTIES TIMEOUT 1200
+  LABELS "agent;hooks;nosan;overlaps"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+if(NOT FLEETPROF_SANITIZE STREQUAL "")
+  set_tests_properties(test-agent-alloc-counts PROPERTIES DISABLED TRUE)
 endif()
 # Issue 19's long runs: the issue's program at 4x its volumes, and with the controller off at
 # three fixed periods (test-agent-alloc.c: slow_tests). Label `long`: ~6 min on 2 cores, so
