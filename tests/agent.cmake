@@ -96,12 +96,19 @@ if(NOT FLEETPROF_SANITIZE STREQUAL "")
 endif()
 # Java frames (JVMTI + AsyncGetCallTrace): OpenJDK 17 under the agent (tests/java/*.java),
 # 20 runs of a stress program, and the profiles of JFR and async-profiler 4.1 (Maven Central,
-# cached under ~/.cache/fleetprof). Preloads the agent: plain builds only.
-fp_test(test-agent-java LABELS "agent;nosan;slow" LIBS m)
+# cached under ~/.cache/fleetprof). Preloads the agent: plain builds only. The stress runs
+# (most of the time) judge checksums against a run without the agent and that Java frames were
+# sampled (CPU-time timers: a count that no other test's load lowers), no CPU time, rate or
+# latency: they are test-agent-java-stress, which may overlap another test (`overlaps`); the
+# frames and the comparison with JFR and async-profiler run alone.
+fp_test(test-agent-java LABELS "agent;nosan;slow" LIBS m ARGS frames compare)
 add_dependencies(test-agent-java fleetprof_agent)
-set_tests_properties(test-agent-java PROPERTIES TIMEOUT 1800)
+add_test(NAME test-agent-java-stress COMMAND test-agent-java stress)
+set_tests_properties(test-agent-java-stress PROPERTIES LABELS "agent;nosan;slow;overlaps"
+  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+set_tests_properties(test-agent-java test-agent-java-stress PROPERTIES TIMEOUT 1800)
 if(NOT FLEETPROF_SANITIZE STREQUAL "")
-  set_tests_properties(test-agent-java PROPERTIES DISABLED TRUE)
+  set_tests_properties(test-agent-java test-agent-java-stress PROPERTIES DISABLED TRUE)
 endif()
 # The 3.11 line-table decoder against CPython's co_lines() (issue 34); sanitizer builds too.
 fp_test(test-agent-pyline LABELS "agent;overlaps" LIBS fp_agent_core)
