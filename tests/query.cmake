@@ -22,7 +22,15 @@ target_compile_options(insight_work PRIVATE -O1 -fno-omit-frame-pointer
   -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
 target_link_libraries(insight_work PRIVATE Threads::Threads)
 if(TARGET fp_query)
-  fp_test(test-insights LABELS "query;agent;nosan" LIBS fp_aggtest m)
+  # The leak case (50 s of wall time, mostly asleep: insight_work keeps its blocks at wall-clock
+  # rates whatever the load does to its loop, and the rule judges in-use growth per second)
+  # is test-insights-leak, which may overlap another test (`overlaps`); the share, null, KPM
+  # and search cases run alone.
+  fp_test(test-insights LABELS "query;agent;nosan" LIBS fp_aggtest m ARGS -leak)
   add_dependencies(test-insights insight_work fp-work demo-service fleetprof_agent
                    fleetprof-aggregator fleetprof)
+  add_test(NAME test-insights-leak COMMAND test-insights leak)
+  set_tests_properties(test-insights-leak PROPERTIES TIMEOUT 1200
+    LABELS "query;agent;nosan;overlaps"
+    ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
 endif()
