@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole fleetprof test suite, exactly as CI runs it (.ci/run calls this):
 #   1. installs missing Debian packages (deploy/install-deps.sh) and the Kafka broker's jars
-#      (deploy/kafka/fetch.sh, cached in ~/.cache/fleetprof after the first run);
+#      (deploy/kafka/fetch.sh, cached in ~/.cache/fleetprof after the first run), and fetches
+#      async-profiler (tests/java/async-profiler.sh, same cache) while the build runs;
 #   2. builds with -Werror and runs every ctest test, two at a time except those that measure
 #      CPU (tests start their own real Kafka brokers)
 #      but those labelled `long` (acceptance runs of several minutes each, run by hand with
@@ -21,6 +22,11 @@ ROOT=$(pwd)
 
 deploy/install-deps.sh || exit 1
 deploy/kafka/fetch.sh >/dev/null || exit 1
+# async-profiler for test-agent-java's comparison (Maven Central, cached like Kafka's jars):
+# fetched while the build runs, not by the test, which runs alone with the machine idle during
+# the download (29 s in a fresh run). The test still fetches it itself, and says why it cannot,
+# when this failed; it waits on the script's lock if this is still under way.
+tests/java/async-profiler.sh >/dev/null 2>&1 &
 
 passed=0
 failed=0
