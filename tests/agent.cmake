@@ -15,8 +15,8 @@ set_target_properties(fp-work-linked PROPERTIES LINK_FLAGS "-Wl,--no-as-needed")
 # what rate: span contexts and labels, the API's checks, fork and exec, signals (SIGTERM at its
 # default, _exit, handlers on an alternate stack, chained handlers), flush, deep stacks,
 # `fleetprof run`, stat descriptors, the off switch. Their workloads run for an amount of CPU
-# time, and their sample counts (CPU-time timers; in CI's runs 1.4x what underscore_exit asks
-# for, 2.9x and more elsewhere) do not drop when another test takes a core. They are test-agent-mechanics, which may
+# time, and their sample counts (CPU-time timers; in a CI run 1.4x what underscore_exit asks
+# for, 2.9x for span_context and altstack_handler) do not drop when another test takes a core. They are test-agent-mechanics, which may
 # overlap another test (label `overlaps`); test-agent (CPU accuracy, rates, the controller and
 # budget, wall time and on-CPU flags, chunk intervals, the collector protocol's timing, named
 # spans' durations) runs alone. A case added later runs alone unless listed here.
