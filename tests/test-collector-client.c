@@ -192,31 +192,53 @@ int tc_closed_within(int fd, double timeout_s) {
 
 /* ------------------------------------------------------------------ process */
 
-int tc_collector_start(tc_collector_t *c, const char *bootstrap, int http_port,
-                       const char *const *extra) {
-    if (!c->dir[0]) {
-        snprintf(c->dir, sizeof c->dir, "/tmp/fp-col-test-XXXXXX");
-        if (!mkdtemp(c->dir)) {
-            perror("mkdtemp");
-            return -1;
-        }
-    }
-    snprintf(c->sock, sizeof c->sock, "%s/c.sock", c->dir);
-    snprintf(c->spool, sizeof c->spool, "%s/spool", c->dir);
-    snprintf(c->log, sizeof c->log, "%s/collector.log", c->dir);
-    c->http_port = http_port;
+/* A TCP port of 127.0.0.1 that nothing listens on now (the kernel's pick), or -1. Another
+ * process may take it before the collector binds it: collector_launch then says so. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t l = sizeof a;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int port = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                       getsockname(fd, (struct sockaddr *)&a, &l) == 0
+                   ? ntohs(a.sin_port)
+                   : -1;
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* Did the collector's log, from byte off on, say its HTTP port was taken? */
+static int log_says_port_in_use(const char *log, long off) {
+    FILE *f = fopen(log, "r");
+    char line[1024];
+    int found = 0;
+    if (!f)
+        return 0;
+    if (fseek(f, off, SEEK_SET) == 0)
+        while (!found && fgets(line, sizeof line, f))
+            found = strstr(line, "port in use?") != NULL;
+    fclose(f);
+    return found;
+}
+
+/* One start of the collector on c->http_port. Returns 0, -1, or 1 when it exited at start
+ * because that port was taken. */
+static int collector_launch(tc_collector_t *c, const char *bootstrap, const char *const *extra) {
     char exe[512], a_sock[400], a_spool[400], a_http[64], a_brokers[128];
     snprintf(exe, sizeof exe, "%s/collector/fleetprof-collector",
              getenv("FLEETPROF_BUILD") ? getenv("FLEETPROF_BUILD") : ".");
     snprintf(a_sock, sizeof a_sock, "--socket=%s", c->sock);
     snprintf(a_spool, sizeof a_spool, "--spool-dir=%s", c->spool);
-    snprintf(a_http, sizeof a_http, "--http-listen=127.0.0.1:%d", http_port);
+    snprintf(a_http, sizeof a_http, "--http-listen=127.0.0.1:%d", c->http_port);
     snprintf(a_brokers, sizeof a_brokers, "--brokers=%s", bootstrap);
     const char *argv[64] = {exe, a_sock, a_spool, a_http, a_brokers, "--socket-mode=384"};
     int n = 6;
     for (int i = 0; extra && extra[i] && n < 62; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
+    struct stat lst;
+    long log_off = stat(c->log, &lst) == 0 ? (long)lst.st_size : 0;
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK must not leave a collector behind */
@@ -234,8 +256,10 @@ int tc_collector_start(tc_collector_t *c, const char *bootstrap, int http_port,
     while (now_s() < deadline) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
-            fprintf(stderr, "collector exited at start (status %d); log %s\n", st, c->log);
             c->pid = 0;
+            if (log_says_port_in_use(c->log, log_off))
+                return 1;
+            fprintf(stderr, "collector exited at start (status %d); log %s\n", st, c->log);
             return -1;
         }
         int fd = tc_connect(c->sock, 0);
@@ -246,6 +270,34 @@ int tc_collector_start(tc_collector_t *c, const char *bootstrap, int http_port,
         usleep(20000);
     }
     fprintf(stderr, "collector socket %s not ready in 15 s\n", c->sock);
+    return -1;
+}
+
+int tc_collector_start(tc_collector_t *c, const char *bootstrap, int http_port,
+                       const char *const *extra) {
+    if (!c->dir[0]) {
+        snprintf(c->dir, sizeof c->dir, "/tmp/fp-col-test-XXXXXX");
+        if (!mkdtemp(c->dir)) {
+            perror("mkdtemp");
+            return -1;
+        }
+    }
+    snprintf(c->sock, sizeof c->sock, "%s/c.sock", c->dir);
+    snprintf(c->spool, sizeof c->spool, "%s/spool", c->dir);
+    snprintf(c->log, sizeof c->log, "%s/collector.log", c->dir);
+    /* port 0: a free one, taken again if another process binds it first (a few times) */
+    for (int attempt = 0; attempt < (http_port ? 1 : 8); attempt++) {
+        c->http_port = http_port ? http_port : free_port();
+        if (c->http_port <= 0) {
+            fprintf(stderr, "no free TCP port on 127.0.0.1\n");
+            return -1;
+        }
+        int rc = collector_launch(c, bootstrap, extra);
+        if (rc <= 0)
+            return rc;
+        fprintf(stderr, "collector: HTTP port %d taken at start%s\n", c->http_port,
+                http_port ? "" : ", another");
+    }
     return -1;
 }
 

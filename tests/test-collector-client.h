@@ -50,7 +50,9 @@ typedef struct {
 
 /* Makes a fresh work dir (or reuses c->dir if set) and starts the collector with --socket,
  * --spool-dir, --http-listen=127.0.0.1:<http_port>, --brokers=bootstrap and the NULL-terminated
- * extra arguments. Waits until the socket accepts connections (15 s). Returns 0 or -1. */
+ * extra arguments. Waits until the socket accepts connections (15 s). http_port 0: a free
+ * port the kernel picks, picked again when another process binds it before the collector
+ * does; c->http_port says which. Returns 0 or -1. */
 int tc_collector_start(tc_collector_t *c, const char *bootstrap, int http_port,
                        const char *const *extra);
 /* Sends sig and waits up to timeout_s for exit. Returns the wait status, or -1 on timeout

@@ -2,7 +2,8 @@
  * everything): configuration errors and --help, invalid chunks rejected by reason, hostile
  * clients (garbage, oversized frame, slowloris, 1,000 connections, a flood) that must not harm
  * a well-behaved agent, load shedding with exact accounting, and the spool module on its own
- * (order, restart, torn tail, oldest-first drops). HTTP ports 19460-19479. */
+ * (order, restart, torn tail, oldest-first drops). HTTP: a free port for each collector
+ * (tc_collector_start with port 0), so that runs in parallel do not collide. */
 #define _GNU_SOURCE
 #include "cm/error.h"
 #include "cm/wire.h"
@@ -100,7 +101,7 @@ static void test_config_errors(void) {
 
 static void test_invalid_chunks_rejected(void) {
     tc_collector_t c = {0};
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19460, NULL) == 0);
+    CHECK(tc_collector_start(&c, NO_KAFKA, 0, NULL) == 0);
     int fd = tc_connect(c.sock, 1);
     CHECK(fd >= 0);
     uint32_t no = 0;
@@ -120,14 +121,14 @@ static void test_invalid_chunks_rejected(void) {
     CHECK_EQ(tc_send_acked(fd, f, len, &no), 0);
 #define REJECTED_PREFIX "fleetprof_collector_chunks_rejected_total{reason=\""
 #define REJECTED(r) REJECTED_PREFIX r "\"}"
-    CHECK_EQ(tc_metric(19460, REJECTED("ECHECKSUM")), 1);
-    CHECK_EQ(tc_metric(19460, REJECTED("EMAGIC")), 1);
-    CHECK_EQ(tc_metric(19460, REJECTED("ETRUNCATED")), 1);
-    CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_accepted_total"), 2);
-    CHECK_EQ(tc_metric(19460, "fleetprof_collector_chunks_received_total"), 5);
+    CHECK_EQ(tc_metric(c.http_port, REJECTED("ECHECKSUM")), 1);
+    CHECK_EQ(tc_metric(c.http_port, REJECTED("EMAGIC")), 1);
+    CHECK_EQ(tc_metric(c.http_port, REJECTED("ETRUNCATED")), 1);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_chunks_accepted_total"), 2);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_chunks_received_total"), 5);
     /* one series per reason: "other" and each CM_E* code once, no EUNKNOWN */
     static char body[1 << 16];
-    CHECK_EQ(tc_http_get(19460, "/metrics", body, sizeof body), 200);
+    CHECK_EQ(tc_http_get(c.http_port, "/metrics", body, sizeof body), 200);
     int series = 0;
     for (const char *q = body; (q = strstr(q, "\n" REJECTED_PREFIX)); q++) {
         series++;
@@ -175,7 +176,7 @@ static void test_hostile_clients(void) {
      * (test-collector-limits), so uid-max-bytes-rate is off */
     const char *extra[] = {"--frame-timeout=1s", "--max-clients=1500", "--max-write-queue=64KiB",
                            "--drain-timeout=1s", "--uid-max-bytes-rate=0", NULL};
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19461, extra) == 0);
+    CHECK(tc_collector_start(&c, NO_KAFKA, 0, extra) == 0);
     int good = tc_connect(c.sock, 1);
     CHECK(good >= 0);
     uint32_t no = 0;
@@ -189,7 +190,7 @@ static void test_hostile_clients(void) {
     static int idle[IDLE];
     for (int i = 0; i < IDLE; i++)
         CHECKF((idle[i] = tc_connect(c.sock, 1)) >= 0, "connection %d: %s", i, strerror(errno));
-    CHECK_EQ(tc_metric_wait_eq(19461, "fleetprof_collector_connected_agents", IDLE + 1, 20),
+    CHECK_EQ(tc_metric_wait_eq(c.http_port, "fleetprof_collector_connected_agents", IDLE + 1, 20),
              IDLE + 1);
 
     /* Random bytes instead of a hello. */
@@ -238,13 +239,15 @@ static void test_hostile_clients(void) {
         waitpid(fl[i], NULL, 0);
     printf("worst ack latency of the good agent during the flood: %.3f s\n", worst);
     CHECKF(worst < 2.0, "the good agent waited %.3f s for an ack", worst);
-    double flood_in = tc_metric(19461, "fleetprof_collector_chunks_received_total");
+    double flood_in = tc_metric(c.http_port, "fleetprof_collector_chunks_received_total");
     CHECKF(flood_in > 1000, "the flood sent only %.0f chunks", flood_in);
     /* Idle connections are still there; the hostile ones were counted. */
-    CHECK(tc_metric(19461, "fleetprof_collector_connected_agents") >= IDLE + 1);
-    CHECK_EQ(tc_metric(19461, "fleetprof_collector_disconnects_total{reason=\"bad_hello\"}"), 1);
-    CHECK_EQ(tc_metric(19461, "fleetprof_collector_disconnects_total{reason=\"oversized\"}"), 1);
-    CHECK_EQ(tc_metric(19461, "fleetprof_collector_disconnects_total{reason=\"slow\"}"), 2);
+    CHECK(tc_metric(c.http_port, "fleetprof_collector_connected_agents") >= IDLE + 1);
+    CHECK_EQ(tc_metric(c.http_port,
+                       "fleetprof_collector_disconnects_total{reason=\"bad_hello\"}"), 1);
+    CHECK_EQ(tc_metric(c.http_port,
+                       "fleetprof_collector_disconnects_total{reason=\"oversized\"}"), 1);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_disconnects_total{reason=\"slow\"}"), 2);
     CHECK(kill(c.pid, 0) == 0);
     for (int i = 0; i < IDLE; i++)
         close(idle[i]);
@@ -259,7 +262,7 @@ static void test_shedding_accounted(void) {
     tc_collector_t c = {0};
     const char *extra[] = {"--client-max-rate=5", "--ingest-memory=1MiB", "--drain-timeout=1s",
                            NULL};
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19462, extra) == 0);
+    CHECK(tc_collector_start(&c, NO_KAFKA, 0, extra) == 0);
     int fd = tc_connect(c.sock, 1);
     uint32_t no = 0;
     uint8_t *f;
@@ -272,14 +275,15 @@ static void test_shedding_accounted(void) {
         st == 0 ? ok++ : retry++;
     }
     CHECK(ok >= 5 && retry > 0);
-    CHECK_EQ(tc_metric(19462, "fleetprof_collector_chunks_shed_total{reason=\"client_rate\"}"),
+    CHECK_EQ(tc_metric(c.http_port,
+                       "fleetprof_collector_chunks_shed_total{reason=\"client_rate\"}"),
              retry);
-    CHECK_EQ(tc_metric(19462, "fleetprof_collector_chunks_accepted_total"), ok);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_chunks_accepted_total"), ok);
     /* A frame larger than the memory budget is read, discarded and answered with retry. */
     size_t blen = 3u << 20;
     uint8_t *blob = calloc(1, blen);
     CHECK_EQ(tc_send_acked(fd, blob, blen, &no), CM_SOCK_RETRY);
-    CHECK_EQ(tc_metric(19462, "fleetprof_collector_chunks_shed_total{reason=\"memory\"}"), 1);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_chunks_shed_total{reason=\"memory\"}"), 1);
     sleep(1); /* refill the rate bucket */
     CHECK_EQ(tc_send_acked(fd, f, len, &no), 0);
     free(blob);
@@ -536,7 +540,7 @@ static int tmp_names(const char *dir) {
 
 static void test_socket_lifecycle(void) {
     tc_collector_t c = {0};
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19463, NULL) == 0);
+    CHECK(tc_collector_start(&c, NO_KAFKA, 0, NULL) == 0);
     struct stat sb;
     CHECK(lstat(c.sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
     CHECKF((sb.st_mode & 0777) == 0600, "mode %o (tc_collector_start: socket-mode 0600)",
@@ -566,7 +570,7 @@ static void test_socket_lifecycle(void) {
     close(fd);
     CHECK(unlink(c.sock) == 0);
     /* a plain start and stop leaves nothing behind */
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19463, NULL) == 0);
+    CHECK(tc_collector_start(&c, NO_KAFKA, 0, NULL) == 0);
     st = tc_collector_stop(&c, SIGTERM, 15);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
     CHECKF(lstat(c.sock, &sb) != 0 && errno == ENOENT, "socket left after stop");
@@ -579,11 +583,11 @@ static void test_socket_lifecycle(void) {
  * reason=socket_error; a connection reset in the middle of a frame still is an error. */
 static void test_agent_exit_is_normal(void) {
     tc_collector_t c = {0};
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19464, NULL) == 0);
+    CHECK(tc_collector_start(&c, NO_KAFKA, 0, NULL) == 0);
     /* the start's own probe of the socket (connected, closed without a hello) ends as an eof
      * too, counted whenever the collector gets to it: wait for it, or it lands in our count */
     double eof0 =
-        tc_metric_wait(19464, "fleetprof_collector_disconnects_total{reason=\"eof\"}", 1, 5);
+        tc_metric_wait(c.http_port, "fleetprof_collector_disconnects_total{reason=\"eof\"}", 1, 5);
     CHECK_EQ(eof0, 1);
     int fd = tc_connect(c.sock, 1);
     CHECK(fd >= 0);
@@ -594,7 +598,7 @@ static void test_agent_exit_is_normal(void) {
     struct pollfd p = {fd, POLLIN, 0};
     CHECK(poll(&p, 1, 5000) == 1); /* the ack is there, unread */
     close(fd);
-    CHECK_EQ(tc_metric_wait(19464, "fleetprof_collector_disconnects_total{reason=\"eof\"}",
+    CHECK_EQ(tc_metric_wait(c.http_port, "fleetprof_collector_disconnects_total{reason=\"eof\"}",
                             eof0 + 1, 5),
              eof0 + 1);
     /* half a frame, then a reset (an ack left unread): an error */
@@ -605,10 +609,11 @@ static void test_agent_exit_is_normal(void) {
     CHECK(write(fd, "\x10\x27\x00\x00part", 8) == 8);
     usleep(200000);
     close(fd);
-    CHECK_EQ(tc_metric_wait(19464, "fleetprof_collector_disconnects_total{reason=\"error\"}", 1,
-                            5),
+    CHECK_EQ(tc_metric_wait(c.http_port,
+                            "fleetprof_collector_disconnects_total{reason=\"error\"}", 1, 5),
              1);
-    CHECK_EQ(tc_metric(19464, "fleetprof_collector_disconnects_total{reason=\"eof\"}"), eof0 + 1);
+    CHECK_EQ(tc_metric(c.http_port, "fleetprof_collector_disconnects_total{reason=\"eof\"}"),
+             eof0 + 1);
     free(f);
     int st = tc_collector_stop(&c, SIGTERM, 20);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
@@ -675,7 +680,7 @@ static int32_t control_send(const char *sock, const char *text) {
 static void test_capture_command_routed(void) {
     tc_collector_t c = {0};
     const char *mode[] = {"--socket-mode=438", "--drain-timeout=1s", NULL}; /* 0666: see below */
-    CHECK(tc_collector_start(&c, NO_KAFKA, 19465, mode) == 0);
+    CHECK(tc_collector_start(&c, NO_KAFKA, 0, mode) == 0);
     int a = tc_connect(c.sock, 1), b = tc_connect(c.sock, 1);
     CHECK(a >= 0 && b >= 0);
     uint8_t *fa, *fb;
