@@ -21,6 +21,7 @@
  *               that took the server's time, summed over the partitions' connections.
  *
  *   [BENCH_PG=1] bench-aggregator [intervals=2] [lag_seconds=60]
+ * BENCH_PG_HOOK: a shell command run on the cluster (URL in $PG_URL) before it is removed.
  * Needs FLEETPROF_SRC and FLEETPROF_BUILD (defaults: ../.. of this program and ..). */
 #include "aggtest.h"
 #include "fleetsim.h"
@@ -319,6 +320,23 @@ static void pg_statements(int after) {
              "FROM pg_stat_bgwriter\"", pg_url);
     if (system(cmd))
         fprintf(stderr, "pg_stat_wal: '%s' failed\n", cmd);
+    /* the rows each table took and its size with its indexes: where the rows are */
+    snprintf(cmd, sizeof cmd, "psql '%s' -c \"SELECT relname, n_tup_ins ins, n_tup_upd upd, "
+             "pg_size_pretty(pg_total_relation_size(relid)) size FROM pg_stat_user_tables "
+             "WHERE n_tup_ins > 0 AND relname NOT LIKE 'stage%%' ORDER BY 2 DESC\"", pg_url);
+    if (system(cmd))
+        fprintf(stderr, "pg_stat_user_tables: '%s' failed\n", cmd);
+}
+
+/* BENCH_PG_HOOK: a shell command run on the ingested cluster before it is removed, its URL in
+ * $PG_URL (an experiment on the rows the run wrote). */
+static void pg_hook(void) {
+    const char *hook = getenv("BENCH_PG_HOOK");
+    if (!hook || !*hook)
+        return;
+    setenv("PG_URL", pg_url, 1);
+    if (system(hook))
+        fprintf(stderr, "BENCH_PG_HOOK '%s' failed\n", hook);
 }
 
 int main(int argc, char **argv) {
@@ -345,6 +363,7 @@ int main(int argc, char **argv) {
         pg_statements(0);
         throughput(intervals, 1);
         pg_statements(1);
+        pg_hook();
         PQfinish(pg_poll);
         pg_poll = NULL;
         snprintf(cmd, sizeof cmd, "%s/deploy/postgres/stop.sh %s --remove",
