@@ -29,15 +29,29 @@ void agg_hmap_clear(agg_hmap_t *m) {
     m->n = 0;
 }
 
+/* A slot: entry index i and the high half of its hash h (the low half places it). */
+static inline uint64_t slot_of(size_t i, uint64_t h) {
+    return (h & 0xffffffff00000000ull) | (uint64_t)(i + 1);
+}
+
+/* The entry of slot e when it holds hash h's key, else NULL: the hash's high half first, so
+ * a probe past other keys reads their entries (a cache miss each) only on a match of it. */
+static inline void *slot_match(const agg_hmap_t *m, uint64_t e, uint64_t h, const void *key) {
+    if ((e ^ h) >> 32)
+        return NULL;
+    void *ent = agg_hmap_entry(m, (uint32_t)e - 1);
+    return !memcmp(ent, key, m->key_size) ? ent : NULL;
+}
+
 static int rehash(agg_hmap_t *m, size_t nslots) {
-    uint32_t *s = calloc(nslots, sizeof *s);
+    uint64_t *s = calloc(nslots, sizeof *s);
     if (!s)
         return CM_ENOMEM;
     for (size_t i = 0; i < m->n; i++) {
         size_t j = m->hashes[i] & (nslots - 1);
         while (s[j])
             j = (j + 1) & (nslots - 1);
-        s[j] = (uint32_t)(i + 1);
+        s[j] = slot_of(i, m->hashes[i]);
     }
     free(m->slots);
     m->slots = s;
@@ -50,11 +64,12 @@ void *agg_hmap_find(const agg_hmap_t *m, const void *key) {
         return NULL;
     uint64_t h = XXH3_64bits(key, m->key_size);
     for (size_t j = h & (m->nslots - 1);; j = (j + 1) & (m->nslots - 1)) {
-        uint32_t e = m->slots[j];
+        uint64_t e = m->slots[j];
         if (!e)
             return NULL;
-        if (m->hashes[e - 1] == h && !memcmp(agg_hmap_entry(m, e - 1), key, m->key_size))
-            return agg_hmap_entry(m, e - 1);
+        void *ent = slot_match(m, e, h, key);
+        if (ent)
+            return ent;
     }
 }
 
@@ -64,13 +79,14 @@ void *agg_hmap_upsert(agg_hmap_t *m, const void *key, int *is_new) {
     uint64_t h = XXH3_64bits(key, m->key_size);
     size_t j = h & (m->nslots - 1);
     for (;; j = (j + 1) & (m->nslots - 1)) {
-        uint32_t e = m->slots[j];
+        uint64_t e = m->slots[j];
         if (!e)
             break;
-        if (m->hashes[e - 1] == h && !memcmp(agg_hmap_entry(m, e - 1), key, m->key_size)) {
+        void *ent = slot_match(m, e, h, key);
+        if (ent) {
             if (is_new)
                 *is_new = 0;
-            return agg_hmap_entry(m, e - 1);
+            return ent;
         }
     }
     if (m->n == m->cap) {
@@ -83,7 +99,7 @@ void *agg_hmap_upsert(agg_hmap_t *m, const void *key, int *is_new) {
     memcpy(ent, key, m->key_size);
     memset(ent + m->key_size, 0, m->entry_size - m->key_size);
     m->hashes[m->n] = h;
-    m->slots[j] = (uint32_t)(++m->n);
+    m->slots[j] = slot_of(m->n++, h);
     if (is_new)
         *is_new = 1;
     return ent;

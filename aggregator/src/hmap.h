@@ -15,8 +15,9 @@ typedef struct {
     size_t key_size, entry_size; /* entry = key followed by value */
     uint8_t *entries;            /* n entries of entry_size bytes */
     size_t n, cap;               /* entries used / allocated */
-    uint32_t *slots;             /* entry index + 1, 0 = empty */
-    uint64_t *hashes;            /* per entry */
+    uint64_t *slots;             /* entry index + 1 (low half, 0 = empty) and the high half of
+                                  * its hash: a probe compares it before reading the entry */
+    uint64_t *hashes;            /* per entry (rehash) */
     size_t nslots;               /* power of two */
 } agg_hmap_t;
 
