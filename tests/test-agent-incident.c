@@ -97,6 +97,13 @@ static incs_t incidents(const chunks_t *cs) {
     return is;
 }
 
+/* 1 when chunk c belongs to incident id's capture (id NULL: when it is an ordinary chunk). */
+static int in_capture(const cm_chunk_t *c, const uint8_t *id) {
+    if (!id)
+        return !c->incident.present;
+    return c->incident.present && !memcmp(c->incident.id, id, CM_INCIDENT_ID_LEN);
+}
+
 /* Samples of type in the incident's chunks (all if id NULL: ordinary chunks only) whose
  * stack has fn, from time from on, split at time t: before and at/after. */
 static void split(const chunks_t *cs, const uint8_t *id, cm_event_type_t type, const char *fn,
@@ -104,8 +111,7 @@ static void split(const chunks_t *cs, const uint8_t *id, cm_event_type_t type, c
     *before = *after = 0;
     for (int i = 0; i < cs->n; i++) {
         const cm_chunk_t *c = cs->c[i];
-        if (id ? !c->incident.present || memcmp(c->incident.id, id, CM_INCIDENT_ID_LEN)
-               : c->incident.present)
+        if (!in_capture(c, id))
             continue;
         const cm_samples_t *s = &c->samples[type];
         for (uint32_t r = 0; r < s->n; r++)
@@ -700,8 +706,7 @@ static tot_t window_total(const chunks_t *cs, const uint8_t *id, cm_event_type_t
     tot_t t = {0, 0};
     for (int i = 0; i < cs->n; i++) {
         const cm_chunk_t *c = cs->c[i];
-        if (id ? !c->incident.present || memcmp(c->incident.id, id, CM_INCIDENT_ID_LEN)
-               : c->incident.present)
+        if (!in_capture(c, id))
             continue;
         const cm_samples_t *s = &c->samples[type];
         for (uint32_t r = 0; r < s->n; r++)
