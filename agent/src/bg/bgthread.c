@@ -170,7 +170,7 @@ static void drain_charge(uint64_t cpu0) {
 
 static void drain(void) {
     uint32_t hw = ag_thread_hw();
-    int split = ag_rd_split() && ag_fr_on();
+    int split = ag_rd_active();
     int probe = split && ++g_drains % AG_DRAIN_PROBE == 0;
     uint64_t cpu0 = probe ? ag_clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
     g_rd_adds = g_all_adds = 0;
@@ -219,7 +219,7 @@ static void drain(void) {
 /* CPU records of the stream so far: every one taken, or with the recorder's own density the
  * stream's share of them (recorder/density.c). */
 static uint64_t stream_seen(void) {
-    return ag_rd_split() && ag_fr_on() ? ag_rd_stream_seen()
+    return ag_rd_active() ? ag_rd_stream_seen()
                                        : atomic_load(&ag_events_seen[CM_EV_CPU]);
 }
 
@@ -232,17 +232,17 @@ static void budget_window(uint64_t now) {
     uint64_t rd = ag_rd_charged();
     double cost = (double)ag_cpu_sample_cost_ns(), wall = (double)(now - B.bud_mono);
     double stream_n = (double)(st - B.bud_stream), all_n = (double)(cpu_seen - B.bud_cpu);
-    double extra = ag_fr_on() ? (all_n > stream_n ? all_n - stream_n : 0) * cost +
-                                    (double)(rd - B.bud_rd) : 0;
+    double extra_n = all_n > stream_n ? all_n - stream_n : 0; /* the recorder's own samples */
+    double extra = ag_fr_on() ? extra_n * cost + (double)(rd - B.bud_rd) : 0;
     double agent = (double)(a - B.bud_agent) > extra ? (double)(a - B.bud_agent) - extra : 0;
     if (ag.ctl[CM_EV_CPU].enabled) /* with fixed periods the user asked for exactly that rate */
         ag_budget_step(&B.bud, ag.cfg.cpu_budget, agent, stream_n * cost,
                        (double)(p - B.bud_proc), wall);
-    if (ag_rd_split() && ag_fr_on()) {
+    if (ag_rd_active()) {
         ag_rd_budget_step(extra, (double)(p - B.bud_proc), wall);
         CM_DEBUG("recorder budget: %.3f ms of extra samples and %.3f ms measured over %.3f ms of "
-                 "process CPU in %.3f s: density %.2f (wall %.2f)", (all_n > stream_n ? all_n -
-                 stream_n : 0) * cost / 1e6, (double)(rd - B.bud_rd) / 1e6,
+                 "process CPU in %.3f s: density %.2f (wall %.2f)", extra_n * cost / 1e6,
+                 (double)(rd - B.bud_rd) / 1e6,
                  (double)(p - B.bud_proc) / 1e6, wall / 1e9, ag_rd_density(),
                  ag_rd_wall_density());
     }
@@ -257,7 +257,7 @@ static void budget_window(uint64_t now) {
 /* The timers' period for the stream's period p: p itself, or p / the recorder's density;
  * small changes are not applied. */
 static void set_timers(double p) {
-    uint64_t tp = ag_rd_split() && ag_fr_on() ? ag_rd_timer_period(p) : (uint64_t)p;
+    uint64_t tp = ag_rd_active() ? ag_rd_timer_period(p) : (uint64_t)p;
     double old = (double)B.timer_period;
     if (old && (double)tp <= old * 1.02 && (double)tp >= old * 0.98)
         return;
@@ -563,7 +563,7 @@ static void bg_scan_step(bg_sched_t *s, uint64_t now) {
 /* The flight recorder's next wall tick of its own (its wall density over the stream's ticks,
  * as stretched by the budget), 0 when the stream's next tick comes first. */
 static void bg_next_xwall(bg_sched_t *s, uint64_t now) {
-    double d = ag_fr_on() && ag_rd_split() ? ag_rd_wall_density() : 1;
+    double d = ag_rd_active() ? ag_rd_wall_density() : 1;
     uint64_t x = (uint64_t)((double)s->wall_ns / (ag_fr_capturing() ? 1.0 : B.bud.bg) / d);
     uint64_t at = s->next_xwall + x;
     s->next_xwall = d > 1.01 && at + x / 2 < s->next_wall ? (at > now ? at : now) : 0;

@@ -88,7 +88,7 @@ static uint32_t header_sampling(ag_builder_t *b, cm_sampling_t samp[5], const ui
     uint32_t ns = 0;
     /* with the flight recorder's own density, the CPU samples seen are the stream's share
      * (recorder/density.c); the rest are the recorder's */
-    uint64_t cpu_seen = ag_rd_split() && ag_fr_on() ? ag_rd_stream_seen() - C.stream0
+    uint64_t cpu_seen = ag_rd_active() ? ag_rd_stream_seen() - C.stream0
                                                     : seen[CM_EV_CPU] - C.seen0[CM_EV_CPU];
     if (ag.cfg.cpu_rate > 0)
         samp[ns++] = (cm_sampling_t){CM_EV_CPU, (uint64_t)ag.ctl[CM_EV_CPU].period, 0,

@@ -253,7 +253,7 @@ void ag_wall_tick_extra(ag_builder_t *b, uint64_t now) {
 
 void ag_wall_tick(ag_builder_t *b, uint64_t now) {
     uint32_t sent = 0, scanned = 0, hw = ag_thread_hw(), in_flight = 0;
-    g_split = ag_rd_split() && ag_fr_on();
+    g_split = ag_rd_active();
     if (ag_sigroom_walls_limited()) /* RLIMIT_SIGPENDING: requests not taken yet (sigroom.c) */
         for (uint32_t i = 0; i < hw; i++)
             in_flight += atomic_load(&ag_threads[i].wall_pending) != 0;

@@ -28,6 +28,8 @@ AG_HIDDEN int ag_fr_on(void); /* the recorder records (started, on) */
 /* density.c (bg): the recorder's own sampling density, the stream's split, its budget */
 /* 1 while the recorder is on with a density above 1: records are split (else the stream's) */
 AG_HIDDEN int ag_rd_split(void);
+/* 1 while that split is in force: configured so and the recorder recording (ag_fr_on) */
+static inline int ag_rd_active(void) { return ag_rd_split() && ag_fr_on(); }
 /* the recorder's effective density (1 + f (FLEETPROF_RECORDER_DENSITY - 1); 1 when off) */
 AG_HIDDEN double ag_rd_density(void);
 AG_HIDDEN double ag_rd_factor(void); /* f, the budget's factor on the extra density */
