@@ -60,20 +60,16 @@ endforeach()
 # Issue 19's phase runs (~90 s) judge the estimates against the program's own counts and the
 # drops by reason: no CPU time, rate or latency. So they are a ctest entry of their own that
 # may overlap another test (label `overlaps`, tests/CMakeLists.txt), not one that runs alone.
-add_test(NAME test-agent-alloc-phases COMMAND test-agent-alloc ${alloc_phase_cases})
-set_tests_properties(test-agent-alloc-phases PROPERTIES TIMEOUT 1200
-  LABELS "agent;hooks;nosan;overlaps"
-  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
-if(NOT FLEETPROF_SANITIZE STREQUAL "")
-  set_tests_properties(test-agent-alloc-phases PROPERTIES DISABLED TRUE)
-endif()
-add_test(NAME test-agent-alloc-counts COMMAND test-agent-alloc ${alloc_count_cases})
-set_tests_properties(test-agent-alloc-counts PROPERTIES TIMEOUT 1200
-  LABELS "agent;hooks;nosan;overlaps"
-  ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
-if(NOT FLEETPROF_SANITIZE STREQUAL "")
-  set_tests_properties(test-agent-alloc-counts PROPERTIES DISABLED TRUE)
-endif()
+# The fixed-period and crash-freedom cases (alloc_count_cases) likewise.
+foreach(part IN ITEMS phase count)
+  add_test(NAME test-agent-alloc-${part}s COMMAND test-agent-alloc ${alloc_${part}_cases})
+  set_tests_properties(test-agent-alloc-${part}s PROPERTIES TIMEOUT 1200
+    LABELS "agent;hooks;nosan;overlaps"
+    ENVIRONMENT "FLEETPROF_SRC=${PROJECT_SOURCE_DIR};FLEETPROF_BUILD=${PROJECT_BINARY_DIR}")
+  if(NOT FLEETPROF_SANITIZE STREQUAL "")
+    set_tests_properties(test-agent-alloc-${part}s PROPERTIES DISABLED TRUE)
+  endif()
+endforeach()
 # Issue 19's long runs: the issue's program at 4x its volumes, and with the controller off at
 # three fixed periods (test-agent-alloc.c: slow_tests). Label `long`: ~6 min on 2 cores, so
 # test.sh leaves it out (the CI budget); run it with `ctest -L long`, figures in
