@@ -12,7 +12,7 @@
  *   postgres    (BENCH_PG=1) after the SQLite throughput run, the same run against a throwaway
  *               PostgreSQL cluster (deploy/postgres, port 15435, same machine) with
  *               --store postgres://...: samples per aggregator CPU-second, and the database's
- *               own CPU (the postmaster and its backends, read before they exit, after a
+ *               own CPU (the postmaster and its processes, those that exited included, after a
  *               CHECKPOINT that writes the run's dirty pages). The cluster has start.sh's
  *               settings (shared_buffers 128MB, the server's defaults otherwise: max_wal_size
  *               1GB, checkpoint_timeout 5min, fsync on) and PG_EXTRA_CONF's lines.
@@ -59,7 +59,9 @@ static double metric(const char *name) {
     return v;
 }
 
-static double cpu_seconds(pid_t pid) {
+/* CPU seconds of pid; with children, those of its children it has reaped too (cutime and
+ * cstime: a backend or autovacuum worker that ran and exited within the measure). */
+static double cpu_seconds_of(pid_t pid, int children) {
     char path[64], buf[2048];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");
@@ -70,10 +72,14 @@ static double cpu_seconds(pid_t pid) {
     buf[n] = 0;
     char *p = strrchr(buf, ')');
     unsigned long ut = 0, st = 0;
-    /* fields after ")": state(3) ... utime(14) stime(15) */
-    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
-    return (ut + st) / (double)sysconf(_SC_CLK_TCK);
+    long cut = 0, cst = 0;
+    /* fields after ")": state(3) ... utime(14) stime(15) cutime(16) cstime(17) */
+    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %ld %ld", &ut, &st, &cut,
+           &cst);
+    return (ut + st + (children ? cut + cst : 0)) / (double)sysconf(_SC_CLK_TCK);
 }
+
+static double cpu_seconds(pid_t pid) { return cpu_seconds_of(pid, 0); }
 
 static int64_t dir_bytes(const char *dir) {
     int64_t t = 0;
@@ -112,7 +118,8 @@ static int64_t pg_q1(const char *sql) {
     return v;
 }
 
-/* CPU seconds of the cluster's postmaster and every process it runs now. */
+/* CPU seconds of the cluster's postmaster, every process it runs now and those it ran that
+ * have exited. */
 static double pg_cpu(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/data/postmaster.pid", pg_dir);
@@ -124,7 +131,7 @@ static double pg_cpu(void) {
         return -1;
     }
     fclose(f);
-    double t = cpu_seconds(pm);
+    double t = cpu_seconds_of(pm, 1);
     char cmd[64], line[64];
     snprintf(cmd, sizeof cmd, "pgrep -P %d", pm);
     FILE *p = popen(cmd, "r");
