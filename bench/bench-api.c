@@ -359,8 +359,14 @@ static void copy_to_pg(const char *path, const char *url) {
         snprintf(sql, sizeof sql, "SELECT * FROM %s", tables[t]);
         sqlite3_stmt *q = prep(db, sql);
         int nc = sqlite3_column_count(q);
-        size_t w = (size_t)snprintf(sql, sizeof sql, "DELETE FROM %s; COPY %s(", tables[t],
-                                    tables[t]);
+        /* a packed table's rows go to a temporary table first, then packed (schema.h) */
+        const char *pk = agg_schema_packed(tables[t]);
+        char into[128];
+        snprintf(into, sizeof into, "%s%s", pk ? "rows_" : "", tables[t]);
+        size_t w = pk ? (size_t)snprintf(sql, sizeof sql, "DELETE FROM %s; CREATE TEMP TABLE %s "
+                                         "AS SELECT * FROM %s LIMIT 0; COPY %s(", pk, into,
+                                         tables[t], into)
+                      : (size_t)snprintf(sql, sizeof sql, "DELETE FROM %s; COPY %s(", into, into);
         for (int i = 0; i < nc; i++)
             w += (size_t)snprintf(sql + w, sizeof sql - w, "%s%s", i ? "," : "",
                                   sqlite3_column_name(q, i));
@@ -393,6 +399,13 @@ static void copy_to_pg(const char *path, const char *url) {
         }
         PQclear(r);
         while ((r = PQgetResult(c)))
+            PQclear(r);
+        if (pk && (agg_schema_pack_insert(tables[t], into, sql, sizeof sql) ||
+                   PQresultStatus(r = PQexec(c, sql)) != PGRES_COMMAND_OK)) {
+            fprintf(stderr, "bench-api: packing %s: %s\n", tables[t], PQerrorMessage(c));
+            exit(1);
+        }
+        if (pk)
             PQclear(r);
     }
     PGresult *r = PQexec(c, "ANALYZE");

@@ -173,9 +173,10 @@ static int64_t tables_bytes(const char *db_url) {
     return at_pg_q1(db_url,
                     "SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY['meta', 'offsets', "
                     "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', "
-                    "'labelsets', 'labels', 'labelset_base', 'profile', 'profile_coarse', "
-                    "'profile_leaf', 'totals', 'intervals', 'drops', 'versions', 'fn_stats', "
-                    "'spans', 'span_stacks', 'requests', 'rejects', 'fleetprof_schema']"
+                    "'labelsets', 'labels', 'labelset_base', 'profile_packed', 'profile_coarse', "
+                    "'profile_leaf_packed', 'totals', 'intervals', 'drops', 'versions', "
+                    "'fn_stats', 'spans', 'span_stacks_packed', 'requests', 'rejects', "
+                    "'fleetprof_schema']"
                     "::regclass[]) t");
 }
 

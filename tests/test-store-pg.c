@@ -129,16 +129,42 @@ static void feed_all(feeder_t *f, const chunks_t *c, size_t per_batch) {
 
 /* ---- table dumps, compared as sorted row strings ---- */
 
+/* PostgreSQL stores profile, profile_leaf and span_stacks packed (store/schema.c): a key a
+ * batch stored after another one is in two parts, which its readers sum; so do these dumps,
+ * on both */
+#define PROFILE_SUMS                                                                               \
+    "service, version, type, width, bucket, labels, stack, SUM(weight), SUM(count), SUM(rows), "  \
+    "SUM(chunks)", " GROUP BY 1, 2, 3, 4, 5, 6, 7"
+#define LEAF_SUMS                                                                                  \
+    "service, version, type, width, bucket, labels, leaf, SUM(weight), SUM(count), SUM(rows), "   \
+    "SUM(chunks)", " GROUP BY 1, 2, 3, 4, 5, 6, 7"
+#define SPAN_STACK_SUMS                                                                            \
+    "trace, span, type, stack, SUM(weight), SUM(count), SUM(rows)", " GROUP BY 1, 2, 3, 4"
+
 static const struct {
-    const char *table, *cols;
+    const char *table, *cols, *group;
 } tables[] = {
-    {"strings", "*"},         {"mappings", "*"},      {"functions", "*"},
-    {"locations", "*"},       {"stacks", "*"},        {"labelsets", "*"},
-    {"labels", "*"},          {"labelset_base", "*"}, {"profile", "*"},       {"profile_coarse", "*"},
-    {"profile_leaf", "*"},    {"totals", "*"},        {"intervals", "*"},
-    {"drops", "*"},           {"versions", "*"},      {"fn_stats", "*"},
-    {"spans", "*"},           {"span_stacks", "*"},   {"rejects", "*"},
-    {"seen_chunks", "chunk_id, ts_ns"},               {"offsets", "topic, part, next_offset"},
+    {"strings", "*", ""},
+    {"mappings", "*", ""},
+    {"functions", "*", ""},
+    {"locations", "*", ""},
+    {"stacks", "*", ""},
+    {"labelsets", "*", ""},
+    {"labels", "*", ""},
+    {"labelset_base", "*", ""},
+    {"profile", PROFILE_SUMS},
+    {"profile_coarse", "*", ""},
+    {"profile_leaf", LEAF_SUMS},
+    {"totals", "*", ""},
+    {"intervals", "*", ""},
+    {"drops", "*", ""},
+    {"versions", "*", ""},
+    {"fn_stats", "*", ""},
+    {"spans", "*", ""},
+    {"span_stacks", SPAN_STACK_SUMS},
+    {"rejects", "*", ""},
+    {"seen_chunks", "chunk_id, ts_ns", ""},
+    {"offsets", "topic, part, next_offset", ""},
 };
 #define NTABLES (sizeof tables / sizeof tables[0])
 
@@ -176,8 +202,9 @@ static void cell(char *row, size_t size, const char *txt) {
 static void dump_sqlite(const char *path, size_t t, dump_t *d) {
     sqlite3 *db;
     CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT %s FROM %s", tables[t].cols, tables[t].table);
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT %s FROM %s%s", tables[t].cols, tables[t].table,
+             tables[t].group);
     sqlite3_stmt *st;
     CHECKF(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -215,8 +242,9 @@ static void dump_sqlite(const char *path, size_t t, dump_t *d) {
 static void dump_pg(const char *url, size_t t, dump_t *d) {
     PGconn *c = PQconnectdb(url);
     CHECKF(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT %s FROM %s", tables[t].cols, tables[t].table);
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT %s FROM %s%s", tables[t].cols, tables[t].table,
+             tables[t].group);
     PGresult *r = PQexec(c, sql);
     CHECKF(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
     for (int i = 0; i < PQntuples(r); i++) {
@@ -411,8 +439,9 @@ static void test_size_bytes(void) {
     const char *by_name =
         "SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY['meta', 'offsets', "
         "'seen_chunks', 'strings', 'mappings', 'functions', 'locations', 'stacks', 'labelsets', "
-        "'labels', 'labelset_base', 'profile', 'profile_coarse', 'profile_leaf', 'totals', "
-        "'intervals', 'drops', 'kpm', 'versions', 'fn_stats', 'spans', 'span_stacks', 'requests', "
+        "'labels', 'labelset_base', 'profile_packed', 'profile_coarse', 'profile_leaf_packed', "
+        "'totals', 'intervals', 'drops', 'kpm', 'versions', 'fn_stats', 'spans', "
+        "'span_stacks_packed', 'requests', "
         "'rejects', 'incidents', 'incident_chunks', 'fleetprof_schema']::regclass[]) t";
     int64_t empty = agg_store_size_bytes(f.st);
     CHECK_EQ(feed(&f, &c, 0, c.n), 0);
@@ -472,6 +501,52 @@ static void test_migrations(void) {
     CHECK(agg_store_pg_open("postgres://u:secret@127.0.0.1:1/x", &st, err, sizeof err) != 0);
     CHECKF(strstr(err, "cannot connect") && !strstr(err, "secret") && strstr(err, "u:***@"),
            "%s", err);
+}
+
+/* A database written before profile, profile_leaf and span_stacks were packed (their rows as
+ * a table each, schema version 6): opening it moves every row into the packed tables, which
+ * hold one row per group, and the views read the same sums as the tables did. */
+static void test_packed_migration(void) {
+    static const char *names[] = {"profile", "profile_leaf", "span_stacks"};
+    char url[256];
+    new_db("packmig", url, sizeof url);
+    chunks_t c = sim_chunks(3);
+    feeder_t f;
+    feeder_init(&f, open_pg(url));
+    feed_all(&f, &c, 16);
+    feeder_free(&f);
+    dump_t before[3] = {{0}}, after[3] = {{0}};
+    size_t ti[3];
+    for (int k = 0; k < 3; k++) {
+        for (ti[k] = 0; strcmp(tables[ti[k]].table, names[k]); ti[k]++)
+            ;
+        dump_pg(url, ti[k], &before[k]);
+        char q[128];
+        snprintf(q, sizeof q, "SELECT count(*) FROM %s_packed", names[k]);
+        int64_t groups = pg_count(url, q);
+        snprintf(q, sizeof q, "SELECT count(*) FROM %s", names[k]);
+        int64_t rows = pg_count(url, q);
+        CHECKF(groups > 0 && groups < rows, "%s: %lld packed rows for %lld rows", names[k],
+               (long long)groups, (long long)rows);
+        /* back to version 6: the view's rows as a table of its name, without the packing */
+        CHECK(at_sh("psql -X -q -v ON_ERROR_STOP=1 '%s' -c 'BEGIN; CREATE TABLE old6 AS SELECT "
+                    "* FROM %s; DROP VIEW %s; DROP TABLE %s_packed; ALTER TABLE old6 RENAME TO "
+                    "%s; COMMIT' >/dev/null", url, names[k], names[k], names[k], names[k]) == 0);
+    }
+    CHECK(at_sh("psql -X -q '%s' -c 'DELETE FROM fleetprof_schema WHERE version = 7' >/dev/null",
+                url) == 0);
+    agg_store_close(open_pg(url));
+    CHECK_EQ(pg_count(url, "SELECT count(*) FROM fleetprof_schema"), agg_pg_schema_version());
+    for (int k = 0; k < 3; k++) {
+        dump_pg(url, ti[k], &after[k]);
+        CHECKF(before[k].n > 100 && before[k].n == after[k].n, "%s: %zu keys, %zu after",
+               names[k], before[k].n, after[k].n);
+        for (size_t i = 0; i < before[k].n; i++)
+            CHECK(!strcmp(before[k].row[i], after[k].row[i]));
+        dump_free(&before[k]);
+        dump_free(&after[k]);
+    }
+    chunks_free(&c);
 }
 
 /* The database killed (SIGKILL) mid-ingest and started again, then stopped cleanly for a
@@ -607,6 +682,7 @@ static const tr_test_t tests[] = {
     {"size_bytes", test_size_bytes},
     {"bad_utf8", test_bad_utf8},
     {"migrations", test_migrations},
+    {"packed_migration", test_packed_migration},
     {"restart_mid_ingest", test_restart_mid_ingest},
     {0},
 };

@@ -100,6 +100,31 @@ static const struct {
     {"incidents_service", "incidents(service, trigger_ns)", 6, 1},
 };
 
+/* PostgreSQL only: tables stored packed from migration `since` on, one row per group (the key
+ * without its last column: a profile row's process, type and bucket; a span_stacks row's span
+ * and type) with the last key column and the sums as arrays in `<name>_packed` (no unique
+ * key: a group stored by several batches has a row, a part, from each), read through a view
+ * named as the table that unnests them: one row per part and stack, readers sum. A COPY of
+ * one row per group instead of a row and an index entry per stack is the ingest's largest
+ * saving on PostgreSQL (bench/RESULTS.md). The migration moves the rows of a database
+ * written before it. */
+static const struct {
+    const char *name, *index;
+    int since;
+} packed[] = {
+    {"profile", "service, version, type, width, bucket", 7},
+    {"profile_leaf", "service, version, type, width, bucket", 7},
+    {"span_stacks", "trace, span", 7},
+};
+
+const char *agg_schema_packed(const char *name) {
+    static const char *phys[] = {"profile_packed", "profile_leaf_packed", "span_stacks_packed"};
+    for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
+        if (!strcmp(packed[i].name, name))
+            return phys[i];
+    return NULL;
+}
+
 const agg_schema_table_t *agg_schema_table(const char *name) {
     for (const agg_schema_table_t *t = agg_schema_tables; t->name; t++)
         if (!strcmp(t->name, name))
@@ -158,6 +183,59 @@ static size_t create_table(const agg_schema_table_t *t, int pg, char *buf, size_
     return o;
 }
 
+int agg_schema_pack_insert(const char *name, const char *from, char *buf, size_t size) {
+    const agg_schema_table_t *t = agg_schema_table(name);
+    const char *phys = agg_schema_packed(name), *last = NULL;
+    char cols[512], group[256] = "", aggs[512] = "";
+    if (!t || !phys)
+        return CM_EINVAL;
+    snprintf(cols, sizeof cols, "%s", t->cols);
+    int i = 0;
+    for (char *save = NULL, *c = strtok_r(cols, ",", &save); c;
+         c = strtok_r(NULL, ",", &save), i++) {
+        size_t ng = strlen(group), na = strlen(aggs);
+        if (i < t->nkey - 1) {
+            snprintf(group + ng, sizeof group - ng, "%s%s", ng ? ", " : "", c);
+            continue;
+        }
+        last = last ? last : c;
+        snprintf(aggs + na, sizeof aggs - na, ", array_agg(%s::bigint ORDER BY %s)", c, last);
+    }
+    size_t o = 0;
+    APPEND("INSERT INTO %s SELECT %s%s FROM %s GROUP BY %s", phys, group, aggs, from, group);
+    return o < size ? 0 : CM_EINVAL;
+}
+
+/* PostgreSQL: table t (created by an earlier migration) replaced by its packed form, its
+ * rows moved there, and the view named t; into buf at o, returns the new o. */
+static size_t pack_table(const agg_schema_table_t *t, const char *index, char *buf, size_t size,
+                         size_t o) {
+    char cols[512], group[256] = "", arrays[256] = "", un[256] = "";
+    snprintf(cols, sizeof cols, "%s", t->cols);
+    const char *phys = agg_schema_packed(t->name);
+    APPEND("CREATE TABLE %s(", phys);
+    int i = 0;
+    for (char *save = NULL, *c = strtok_r(cols, ",", &save); c;
+         c = strtok_r(NULL, ",", &save), i++) {
+        int g = i < t->nkey - 1;
+        APPEND("%s%s %s", i ? ", " : "", c, g ? col_type(t->types[i], 1) : "bigint[]");
+        size_t ng = strlen(group), na = strlen(arrays), nu = strlen(un);
+        if (g)
+            snprintf(group + ng, sizeof group - ng, "%sp.%s", ng ? ", " : "", c);
+        else {
+            snprintf(arrays + na, sizeof arrays - na, "%s%s", na ? ", " : "", c);
+            snprintf(un + nu, sizeof un - nu, "%su.%s", nu ? ", " : "", c);
+        }
+    }
+    APPEND("); CREATE INDEX %s_group ON %s(%s);", phys, phys, index);
+    if (o < size && !agg_schema_pack_insert(t->name, t->name, buf + o, size - o))
+        o += strlen(buf + o);
+    APPEND(";DROP TABLE %s;", t->name);
+    APPEND("CREATE VIEW %s AS SELECT %s, %s FROM %s p CROSS JOIN LATERAL unnest(%s) AS u(%s);",
+           t->name, group, un, phys, arrays, arrays);
+    return o;
+}
+
 int agg_schema_ddl(int pg, int since, char *buf, size_t size) {
     size_t o = 0;
     buf[0] = 0;
@@ -167,6 +245,9 @@ int agg_schema_ddl(int pg, int since, char *buf, size_t size) {
     for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++)
         if (pg ? indexes[i].since && (!since || indexes[i].since == since) : indexes[i].sqlite)
             APPEND("CREATE INDEX IF NOT EXISTS %s ON %s;", indexes[i].name, indexes[i].on);
+    for (size_t i = 0; pg && i < sizeof packed / sizeof packed[0]; i++)
+        if (!since || packed[i].since == since)
+            o = pack_table(agg_schema_table(packed[i].name), packed[i].index, buf, size, o);
     if (!pg)
         APPEND("INSERT OR IGNORE INTO meta VALUES('schema_version', 1);");
     return o < size ? 0 : CM_EINVAL;
@@ -218,6 +299,8 @@ int agg_pg_schema_version(void) {
         v = t->since > v ? t->since : v;
     for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++)
         v = indexes[i].since > v ? indexes[i].since : v;
+    for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
+        v = packed[i].since > v ? packed[i].since : v;
     return v;
 }
 

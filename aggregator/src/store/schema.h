@@ -20,6 +20,15 @@ typedef struct {
 
 extern const agg_schema_table_t agg_schema_tables[]; /* ends with a NULL name */
 const agg_schema_table_t *agg_schema_table(const char *name);
+/* PostgreSQL: the table that holds table `name` packed (one row per group, the last key column
+ * and the sums as bigint arrays; `name` is then a view that unnests it: rows of one key may
+ * repeat, readers sum), NULL when `name` is stored as it reads. */
+const char *agg_schema_packed(const char *name);
+/* The INSERT that packs the rows `from` yields (a table, or "(SELECT ...) AS d(<the table's
+ * columns>)"; each key once) into table name's packed table: a row per group, each other
+ * column an array in the order of the last key column. 0, or CM_EINVAL (name not packed, or
+ * it does not fit). */
+int agg_schema_pack_insert(const char *name, const char *from, char *buf, size_t size);
 
 /* The DDL (CREATE ... IF NOT EXISTS) of the objects of PostgreSQL migration `since` (0: all),
  * for PostgreSQL (pg) or SQLite (every object, then its schema_version row). 0 or CM_EINVAL

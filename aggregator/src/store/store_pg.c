@@ -1,7 +1,8 @@
 /* PostgreSQL store backend (see store_pg.h): connection and reconnection, the fence, each
  * table's rows copied (COPY, binary) into a temporary staging table and merged with one
  * INSERT ... SELECT ... ON CONFLICT, or, for rows new to the store, a plain INSERT first
- * (pg_load) (the batch write itself is store/write.c's).
+ * (pg_load), or, for a packed table, a row per group straight into it (load_packed) (the
+ * batch write itself is store/write.c's).
  * Threading: a handle is used by one thread at a time. */
 #define _GNU_SOURCE
 #include "store_pg.h"
@@ -214,7 +215,10 @@ static int stage_tables(pg_store_t *s, PGconn *c) {
     size_t o = (size_t)snprintf(sql, sizeof sql, "SET synchronize_seqscans = off; "
                                 "SET temp_buffers = '64MB'; ");
     for (int i = 0; i < agg_batch_ntables && o < sizeof sql; i++)
-        for (int k = 0; k <= (agg_batch_tables[i].fresh_off ? 2 : 0) && o < sizeof sql; k++)
+        for (int k = 0, n = agg_schema_packed(agg_batch_tables[i].table) ? -1
+                            : agg_batch_tables[i].fresh_off                ? 2
+                                                                           : 0;
+             k <= n && o < sizeof sql; k++)
             o += (size_t)snprintf(sql + o, sizeof sql - o,
                                   "CREATE TEMP TABLE IF NOT EXISTS stage_%s%s (LIKE %s) ON "
                                   "COMMIT DELETE ROWS; ", agg_batch_tables[i].table,
@@ -426,6 +430,64 @@ static int load_part(pg_store_t *s, const agg_load_t *l, int fresh, int *missed)
     return rc;
 }
 
+/* Column i of rows [from, to) of l as one int8[] (array_send's format: dimensions, no NULLs,
+ * element type, length and lower bound, then each element's length and value). */
+static void col_i64_array(cols_t *t, int i, const agg_load_t *l, size_t from, size_t to) {
+    const agg_bcol_t *col = &l->d->cols[i];
+    uint32_t n = (uint32_t)(to - from);
+    field(t, i, 20 + 12 * n);
+    unsigned char h[20] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 20}; /* 1 dim, no NULLs, int8 */
+    for (int k = 0; k < 4; k++)
+        h[12 + k] = (unsigned char)(n >> (8 * (3 - k)));
+    h[19] = 1; /* lower bound */
+    cm_buf_put(&t->b, h, sizeof h);
+    for (size_t k = from; k < to; k++) {
+        unsigned char x[12] = {0, 0, 0, 8};
+        uint64_t be = __builtin_bswap64((uint64_t)agg_bcol_i64(col, l->rows[k], l->now_ns));
+        memcpy(x + 4, &be, 8);
+        cm_buf_put(&t->b, x, sizeof x);
+    }
+}
+
+/* The rows of a packed table (agg_schema_packed): a row per group (a run of rows equal in
+ * their first nkey - 1 columns; the batch's rows come in key order) copied straight into
+ * `packed`, the group's other columns as arrays. No merge: a group some earlier batch stored
+ * gets a second part, which the view's readers sum. */
+static int load_packed(pg_store_t *s, const agg_load_t *l, const char *packed) {
+    cols_t *t = &s->copy;
+    int g = l->t->nkey - 1;
+    for (int c = g; c < l->d->ncols; c++)
+        if (l->t->types[c] != 'i')
+            return CM_EINVAL; /* arrays are int8[] only */
+    cols_begin(t, l->d->ncols);
+    for (size_t a = 0, b; a < l->n; a = b) {
+        for (b = a + 1; b < l->n && same_group(l, l->rows[a], l->rows[b], g); b++)
+            ;
+        for (int c = 0; c < g; c++) {
+            size_t len = 0;
+            const void *p;
+            if (strchr("btT", l->t->types[c])) {
+                p = agg_bcol_bytes(l->b, &l->d->cols[c], l->rows[a], &len);
+                col_bytes(t, c, p ? p : "", p ? len : 0);
+            } else {
+                col_i64(t, c, (uint64_t)agg_bcol_i64(&l->d->cols[c], l->rows[a], l->now_ns));
+            }
+        }
+        for (int c = g; c < l->d->ncols; c++)
+            col_i64_array(t, c, l, a, b);
+        row_end(t);
+    }
+    put_be(&t->b, 0xffff, 2); /* trailer */
+    if (t->b.fail)
+        return t->col ? CM_EINVAL : CM_ENOMEM;
+    PGconn *c = conn(s);
+    int rc = c ? copy_rows(c, t, packed) : CM_EIO;
+    if (rc && c)
+        CM_WARN("postgres store: writing %zu groups of %s: %s", t->rows, l->t->name,
+                PQerrorMessage(c));
+    return rc ? CM_EIO : 0;
+}
+
 /* The rows of a table with fresh rows (agg_btable_t.fresh_off, and the rows of groups the
  * store holds nothing of: probe_groups): the others merged, then the fresh ones copied
  * (load_part). A miss (a fresh key stored after all: another partition or instance wrote it)
@@ -434,6 +496,9 @@ static int load_part(pg_store_t *s, const agg_load_t *l, int fresh, int *missed)
 static int pg_load(agg_store_t *base, const agg_load_t *l) {
     pg_store_t *s = (pg_store_t *)base;
     int i = l->index, missed = 0;
+    const char *packed = agg_schema_packed(l->t->name);
+    if (packed)
+        return load_packed(s, l, packed);
     if (!l->d->fresh_off || i >= 32 || (s->fresh_skip[i] && s->fresh_skip[i]--))
         return load_part(s, l, 0, NULL);
     if (l->n > s->split_cap) {

@@ -5,8 +5,11 @@
  * offset, else -ESTALE); each table's rows are copied (COPY, binary) into a temporary staging
  * table and merged with one INSERT ... SELECT ... ON CONFLICT, keys sorted so concurrent
  * writers lock rows in one order; rows known to be new to the store (flagged by the batch, or
- * of a group the store holds nothing of) are copied straight into the table instead. A lost connection fails the batch (the consume loop re-reads
- * the stored offset and consumes the batch again) and is re-established on the next call.
+ * of a group the store holds nothing of) are copied straight into the table instead; the
+ * packed tables (schema.h agg_schema_packed: profile, profile_leaf, span_stacks) get one row
+ * per group of the batch, its stacks and sums as arrays, by one COPY. A lost connection fails
+ * the batch (the consume loop re-reads the stored offset and consumes the batch again) and is
+ * re-established on the next call.
  *
  * Threading: a handle (one connection) is used by one thread at a time.
  */

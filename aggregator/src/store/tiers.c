@@ -172,6 +172,63 @@ static int finish(agg_qx_t *x, int rc) {
     return rc;
 }
 
+/* ---- the packed tables of PostgreSQL (agg_schema_packed): one row per group and part ---- */
+
+static const char *packed(agg_qx_t *x, const char *table) {
+    return scoped(x) ? NULL : agg_schema_packed(table);
+}
+
+/* The number of distinct keys (rollup r's keys, width and bucket) of its rows matching where
+ * (parameters ?4.. from v[0..n)): the rows the same change counts on a table of one row per
+ * key, however many parts hold them. */
+static int count_keys(agg_qx_t *x, size_t r, const char *where, const int64_t *v, int n,
+                      int64_t *count) {
+    char sql[1024];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s GROUP BY %s, "
+             "width, bucket) d", rollups[r].table, where, rollups[r].keys);
+    agg_qxst_t *st;
+    int rc = agg_qx_prepare(x, sql, &st);
+    for (int i = 0; !rc && i < n; i++)
+        agg_qx_bind_int64(st, i + 4, v[i]);
+    if (!rc && (rc = agg_qx_step(st)) == 1)
+        *count += agg_qx_int64(st, 0);
+    if (rc < 0)
+        CM_ERROR("store: '%.80s': %s", sql, agg_qx_errmsg(x));
+    agg_qx_finalize(st);
+    return rc < 0 ? rc : 0;
+}
+
+/* Inserts the rows `select` yields (table's columns in order, each key once) into table:
+ * as they are, or packed (agg_schema_pack_insert). */
+static int insert_rows(agg_qx_t *x, const char *table, const char *select, const int64_t *v,
+                       int n) {
+    const agg_schema_table_t *t = agg_schema_table(table);
+    char sql[4096], from[2048];
+    if (!t || !packed(x, table))
+        snprintf(sql, sizeof sql, "INSERT INTO %s %s", table, select);
+    else if (snprintf(from, sizeof from, "(%s) AS d(%s)", select, t->cols) >= (int)sizeof from ||
+             agg_schema_pack_insert(table, from, sql, sizeof sql))
+        return CM_EINVAL;
+    return run(x, sql, v, n, NULL);
+}
+
+/* Rollup r's rows of width ?4 with bucket < ?6 summed per key into buckets of width ?5, into
+ * its packed table as new parts. */
+static int downsample_packed(agg_qx_t *x, size_t r, const int64_t *v) {
+    const char *keys = rollups[r].keys, *last = strrchr(keys, ',') + 1;
+    char sums[256] = "", sql[2048], tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", rollups[r].sums);
+    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t n = strlen(sums);
+        snprintf(sums + n, sizeof sums - n, ", SUM(%s)", t);
+    }
+    /* the packed rollups' keys are service, version, type, labels and a last one */
+    snprintf(sql, sizeof sql,
+             "SELECT service, version, type, ?5, bucket-bucket%%?5 AS b, labels, %s%s FROM %s "
+             "WHERE width=?4 AND bucket<?6 GROUP BY %s, b", last, sums, rollups[r].table, keys);
+    return insert_rows(x, rollups[r].table, sql, (int64_t[]){0, 0, 0, v[0], v[1], v[2]}, 6);
+}
+
 /* ---- the tiers' marks, and their rebuild ---- */
 
 /* Rebuilds the tiers and the per-leaf rollup from `profile` (caller holds the lock alone). */
@@ -182,7 +239,10 @@ static int rebuild(agg_qx_t *x, const int64_t *tiers, int n_tiers, int64_t rep, 
             "the profile table", want, (long long)rep);
     int64_t coarse = tiers[n_tiers - 1];
     int64_t now_s = (int64_t)time(NULL);
-    int rc = agg_qx_exec(x, "DELETE FROM profile_coarse; DELETE FROM profile_leaf");
+    char del[128];
+    snprintf(del, sizeof del, "DELETE FROM profile_coarse; DELETE FROM %s",
+             packed(x, "profile_leaf") ? packed(x, "profile_leaf") : "profile_leaf");
+    int rc = agg_qx_exec(x, del);
     /* fine rows below the mark; for the coarse tier also the rows already downsampled */
     for (int i = 0; i < n_tiers && !rc; i++) {
         done[i] = now_s - now_s % tiers[i];
@@ -196,12 +256,14 @@ static int rebuild(agg_qx_t *x, const int64_t *tiers, int n_tiers, int64_t rep, 
     /* the leaf of a stack is its trie node's location; fine rows go to replicate-width
      * buckets, downsampled rows keep theirs */
     if (!rc)
-        rc = run(x, "INSERT INTO profile_leaf SELECT p.service, p.version, p.type, CASE WHEN "
-                    "p.width < ?1 THEN ?1 ELSE p.width END AS w, CASE WHEN p.width < ?1 THEN "
-                    "p.bucket - p.bucket % ?1 ELSE p.bucket END AS b, " BASE_LABELS " AS lb, "
-                    "COALESCE(s.location, 0) AS l, SUM(p.weight), SUM(p.count), SUM(p.rows), "
-                    "SUM(p.chunks) FROM profile p LEFT JOIN stacks s ON s.id = p.stack "
-                    "GROUP BY p.service, p.version, p.type, w, b, lb, l", &rep, 1, NULL);
+        rc = insert_rows(x, "profile_leaf",
+                         "SELECT p.service, p.version, p.type, CASE WHEN "
+                         "p.width < ?1 THEN ?1 ELSE p.width END AS w, CASE WHEN p.width < ?1 "
+                         "THEN p.bucket - p.bucket % ?1 ELSE p.bucket END AS b, " BASE_LABELS
+                         " AS lb, COALESCE(s.location, 0) AS l, SUM(p.weight), SUM(p.count), "
+                         "SUM(p.rows), SUM(p.chunks) FROM profile p LEFT JOIN stacks s ON s.id = "
+                         "p.stack GROUP BY p.service, p.version, p.type, w, b, lb, l",
+                         &rep, 1);
     if (rc)
         return rc;
     format_list(done, n_tiers, done_txt, sizeof done_txt);
@@ -319,7 +381,12 @@ int agg_tiers_downsample(agg_store_t *st, int64_t fine, int64_t coarse, int64_t 
         int64_t v[3] = {src, coarse, cutoff_s}, moved = 0;
         /* the tiers below the coarse width go where the fine rows go (the coarse tier stays) */
         int tiers = !strcmp(tb, "profile_coarse");
-        if (!tiers) {
+        const char *pk = packed(x, tb);
+        if (pk) {
+            rc = count_keys(x, r, "width=?4 AND bucket<?6", v, 3, &moved);
+            if (!rc)
+                rc = downsample_packed(x, r, v);
+        } else if (!tiers) {
             snprintf(sql, sizeof sql,
                      "INSERT INTO %s(%s,width,bucket,%s) SELECT %s,?5,bucket-bucket%%?5 AS b,%s "
                      "FROM %s WHERE %swidth=?4 AND bucket<?6 GROUP BY %s,b ON CONFLICT "
@@ -327,10 +394,10 @@ int agg_tiers_downsample(agg_store_t *st, int64_t fine, int64_t coarse, int64_t 
                      tb, keys, rollups[r].sums, keys, sums, tb, scope, keys, keys, upd);
             rc = run_scoped(x, sql, rollups[r].typed, v, 3, NULL);
         }
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s AND bucket<?6", tb, scope,
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s AND bucket<?6", pk ? pk : tb, scope,
                  tiers ? "width<?5" : "width=?4");
         if (!rc)
-            rc = run_scoped(x, sql, rollups[r].typed, v, 3, &moved);
+            rc = run_scoped(x, sql, rollups[r].typed, v, 3, pk ? NULL : &moved);
         if (stats && !tiers)
             stats->rows_moved += moved;
     }
@@ -347,20 +414,27 @@ int agg_tiers_expire(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff
         return rc && x ? finish(x, rc) : rc;
     for (size_t r = 0; r < N_ROLLUPS && !rc; r++) {
         char sql[512];
+        const char *pk = packed(x, rollups[r].table);
         /* a coarse row goes once all of it is past the cutoff: until then it is what a query
          * over its whole bucket reads, while the fine rows of its later part still exist */
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s", rollups[r].table,
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s", pk ? pk : rollups[r].table,
                  !scoped(x) ? "" : rollups[r].typed ? SCOPE_SVT : SCOPE_SV,
                  strcmp(rollups[r].table, "profile_coarse") ? "bucket<?4" : "bucket+width<=?4");
         int64_t n = 0;
-        rc = run_scoped(x, sql, rollups[r].typed, &data_cutoff_s, 1, &n);
+        if (pk)
+            rc = count_keys(x, r, "bucket<?4", &data_cutoff_s, 1, &n);
+        if (!rc)
+            rc = run_scoped(x, sql, rollups[r].typed, &data_cutoff_s, 1, pk ? NULL : &n);
         if (stats)
             stats->rows_expired += n;
     }
     int64_t n[3] = {0, 0, 0};
+    char del[256];
+    snprintf(del, sizeof del, "DELETE FROM %s WHERE (trace, span) IN (SELECT trace, span FROM "
+             "spans WHERE last_ns < ?1)", packed(x, "span_stacks") ? packed(x, "span_stacks")
+                                                                   : "span_stacks");
     if (!rc)
-        rc = run(x, "DELETE FROM span_stacks WHERE (trace, span) IN (SELECT trace, span FROM "
-                    "spans WHERE last_ns < ?1)", &span_cutoff_ns, 1, &n[0]);
+        rc = run(x, del, &span_cutoff_ns, 1, &n[0]);
     if (!rc)
         rc = run(x, "DELETE FROM spans WHERE last_ns < ?1", &span_cutoff_ns, 1, &n[1]);
     if (!rc)
