@@ -3,17 +3,19 @@
 #   1. installs missing Debian packages (deploy/install-deps.sh) and the Kafka broker's jars
 #      (deploy/kafka/fetch.sh, cached in ~/.cache/fleetprof after the first run), and fetches
 #      async-profiler (tests/java/async-profiler.sh, same cache) while the build runs;
-#   2. builds with -Werror and runs every ctest test, two at a time except those that measure
-#      CPU (tests start their own real Kafka brokers)
-#      but those labelled `long` (acceptance runs of several minutes each, run by hand with
-#      `ctest -L long`; their figures are in bench/RESULTS.md);
+#   2. builds with -Werror and runs every ctest test but those labelled `long` (acceptance runs
+#      of several minutes each, run by hand with `ctest -L long`; their figures are in
+#      bench/RESULTS.md), four at a time (tests start their own real Kafka brokers and mostly
+#      wait), except those that measure CPU, rates or noise (label `serial`, step 5);
 #   3. rebuilds with ASan+UBSan and with TSan (compiled at nice 19 while step 2 runs, on the
-#      CPU its tests leave idle) and runs the tests again (except those labelled
-#      `slow`, which exercise the same code for longer, and `nosan`, which cannot run under a
-#      sanitizer for a reason stated where they are registered);
-#   4. builds the libFuzzer targets with clang and fuzzes each decoder for FUZZ_SECONDS (40):
-#      chunk decoder, collector socket frames, spool recovery, API parameters, two at a time
-#      (~1.5 min in all).
+#      CPU its tests leave idle) and runs the tests again in the same way (except those
+#      labelled `slow`, which exercise the same code for longer, and `nosan`, which cannot run
+#      under a sanitizer for a reason stated where they are registered);
+#   4. builds the libFuzzer targets with clang (at nice 19 too) and fuzzes each decoder for
+#      FUZZ_SECONDS (40): chunk decoder, collector socket frames, spool recovery, API
+#      parameters, two at a time (~1.5 min in all);
+#   5. once every build has ended, runs the tests labelled `serial` of the three builds, one
+#      at a time with nothing else running (RUN_SERIAL, tests/CMakeLists.txt).
 # Ends with one line "tests: N passed, N failed"; exits non-zero if anything failed.
 # Options (environment): SKIP_SANITIZERS=1, SKIP_FUZZ=1, FUZZ_SECONDS=N, CTEST_ARGS="...".
 set -uo pipefail
@@ -42,12 +44,16 @@ build() { # build DIR [cmake args...]; $TARGETS (if set) limits what ninja build
     grep -E "error|FAILED" "$ROOT/$dir.build.log" | head -40; return 1; }
 }
 
-run_ctest() { # run_ctest DIR [ctest args...]
-  local dir=$1; shift
+run_ctest() { # run_ctest DIR PHASE [ctest args...]; PHASE (overlap, serial) names its logs
+  local dir=$1 phase=$2; shift 2
   echo "=== ctest in $dir $*"
-  local log="$ROOT/$dir.ctest.log"
-  # -j2: tests that wait overlap; those that measure CPU run alone (RUN_SERIAL, tests/CMakeLists.txt)
-  (cd "$ROOT/$dir" && ctest -j2 --output-on-failure --timeout 1200 ${CTEST_ARGS:-} "$@") | tee "$log"
+  local log="$ROOT/$dir.$phase.ctest.log" tmp="$ROOT/$dir/Testing/Temporary"
+  rm -f "$tmp/LastTestsFailed.log"
+  # -j4: tests that wait overlap (two of them kept a core busy in all, four 1.6 cores: bench/
+  # RESULTS.md, "CI wall time, four at a time"); those that measure CPU run alone (RUN_SERIAL)
+  (cd "$ROOT/$dir" && ctest -j4 --output-on-failure --timeout 1200 ${CTEST_ARGS:-} "$@") | tee "$log"
+  cp "$tmp/LastTest.log" "$tmp/LastTest.$phase.log" 2>/dev/null
+  [ ! -e "$tmp/LastTestsFailed.log" ] || mv "$tmp/LastTestsFailed.log" "$tmp/LastTestsFailed.$phase.log"
   local p f
   p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log")
   f=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout)' "$log")
@@ -62,10 +68,11 @@ step() { # step NAME CMD...: a build step that counts as one failure when it fai
 
 fuzzers="fuzz-chunk-decode fuzz-collector-frames fuzz-spool-recovery fuzz-api-params"
 
-# The other trees compile in the background at the lowest priority while the plain tests run:
-# the tests that measure CPU run alone (tests/CMakeLists.txt) and mostly leave one core idle,
-# and at nice 19 a compiler gets ~1.5 % of a core from a busy nice-0 test. Each build's output
-# waits in DIR.bg.out and its status in DIR.bg.rc until `prebuilt DIR` reports them.
+# The other trees compile in the background at the lowest priority while the tests that
+# overlap run: those mostly wait and leave CPU idle, and at nice 19 a compiler gets ~1.5 % of a
+# core from a busy nice-0 test. Every build has ended before the tests that run alone begin
+# (step 5). Each build's output waits in DIR.bg.out and its status in DIR.bg.rc until
+# `prebuilt DIR`, which waits for it, reports them.
 later_builds() {
   if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
     build build-asan -DFLEETPROF_SANITIZE=address >"$ROOT/build-asan.bg.out" 2>&1
@@ -79,7 +86,8 @@ later_builds() {
     echo $? >"$ROOT/build-fuzz.bg.rc"
   fi
 }
-prebuilt() { # prebuilt DIR: the background build's errors, if any, and its status
+prebuilt() { # prebuilt DIR: waits for the background build of DIR; its errors, if any, and status
+  while [ ! -s "$ROOT/$1.bg.rc" ] && kill -0 "$later_pid" 2>/dev/null; do sleep 1; done
   cat "$ROOT/$1.bg.out"
   [ "$(cat "$ROOT/$1.bg.rc" 2>/dev/null)" = 0 ]
 }
@@ -90,18 +98,23 @@ step "build" build build && plain_ok=1
 nice -n 19 bash -c "$(declare -f build later_builds); ROOT='$ROOT' fuzzers='$fuzzers' \
   SKIP_SANITIZERS='${SKIP_SANITIZERS:-0}' SKIP_FUZZ='${SKIP_FUZZ:-0}' later_builds" &
 later_pid=$!
-[ "$plain_ok" = 1 ] && run_ctest build -LE long
-wait "$later_pid"
+# Steps 2-4: the tests that may overlap others, each build's once it is built.
+serial='^serial$' # the label of the tests that run alone (tests/CMakeLists.txt)
+[ "$plain_ok" = 1 ] && run_ctest build overlap -LE "long|$serial"
 
+asan_ok=0
+tsan_ok=0
 if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
   if step "build-asan" prebuilt build-asan; then
-    run_ctest build-asan -LE 'slow|nosan'
+    asan_ok=1
+    run_ctest build-asan overlap -LE "slow|nosan|$serial"
   fi
   if step "build-tsan" prebuilt build-tsan; then
-    run_ctest build-tsan -LE 'slow|nosan|notsan'
+    tsan_ok=1
+    run_ctest build-tsan overlap -LE "slow|nosan|notsan|$serial"
   fi
 fi
 
@@ -139,17 +152,25 @@ if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   fi
 fi
 
+# Step 5: the tests that measure CPU, rates or noise, one at a time, nothing else running.
+wait "$later_pid"
+[ "$plain_ok" = 1 ] && run_ctest build serial -L "$serial" -LE long
+[ "$asan_ok" = 1 ] && run_ctest build-asan serial -L "$serial" -LE 'slow|nosan'
+[ "$tsan_ok" = 1 ] && run_ctest build-tsan serial -L "$serial" -LE 'slow|nosan|notsan'
+
 # The end of the log is what a reader sees first: each failed test's last lines again, per
 # build (ctest keeps every test's output in Testing/Temporary/LastTest.log).
 failed_tails() { # failed_tails DIR
-  local dir="$ROOT/$1" t
-  [ -s "$dir/Testing/Temporary/LastTestsFailed.log" ] || return 0
-  while IFS=: read -r _ t; do
-    echo "=== $1: $t, last 40 lines"
-    awk -v t="$t" '$0 ~ "^[0-9]+/[0-9]+ Testing: " t "$" {on = 1; next}
-                   on && index($0, "\"" t "\" end time:") == 1 {exit}
-                   on' "$dir/Testing/Temporary/LastTest.log" | tail -40
-  done <"$dir/Testing/Temporary/LastTestsFailed.log"
+  local tmp="$ROOT/$1/Testing/Temporary" t phase
+  for phase in overlap serial; do
+    [ -s "$tmp/LastTestsFailed.$phase.log" ] || continue
+    while IFS=: read -r _ t; do
+      echo "=== $1: $t, last 40 lines"
+      awk -v t="$t" '$0 ~ "^[0-9]+/[0-9]+ Testing: " t "$" {on = 1; next}
+                     on && index($0, "\"" t "\" end time:") == 1 {exit}
+                     on' "$tmp/LastTest.$phase.log" | tail -40
+    done <"$tmp/LastTestsFailed.$phase.log"
+  done
 }
 for d in build build-asan build-tsan; do
   case " ${failures[*]} " in *" $d: "*) failed_tails "$d" ;; esac

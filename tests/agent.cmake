@@ -40,7 +40,7 @@ endif()
 # -controller, -fmath, -bypass, -pyline, -units, -perfmap) run no profiled program and judge
 # no CPU time, rate or latency (their clocks are simulated; the few real-time bounds, in
 # -privalloc and -fdnb, already allow for a preempted thread): label `overlaps`, so that
-# ctest -j2 runs them beside other tests (tests/CMakeLists.txt), not alone with a core idle.
+# ctest -j4 runs them beside other tests (tests/CMakeLists.txt), not alone with a core idle.
 # The CFI compiler on synthetic CIE/FDE bytes and against readelf on real libraries (issue 14).
 fp_test(test-cfi LABELS "agent;overlaps" LIBS fp_agent_core)
 
