@@ -159,7 +159,8 @@ wait "$later_pid"
 [ "$tsan_ok" = 1 ] && run_ctest build-tsan serial -L "$serial" -LE 'slow|nosan|notsan'
 
 # The end of the log is what a reader sees first: each failed test's last lines again, per
-# build (ctest keeps every test's output in Testing/Temporary/LastTest.log).
+# build (ctest keeps every test's output in Testing/Temporary/LastTest.log, which run_ctest
+# copies to LastTest.PHASE.log before the build's next ctest replaces it).
 failed_tails() { # failed_tails DIR
   local tmp="$ROOT/$1/Testing/Temporary" t phase
   for phase in overlap serial; do
