@@ -35,7 +35,6 @@ void agg_batch_init(agg_batch_t *b) {
     agg_hmap_init(&b->incchunk, sizeof(agg_incchunk_key_t), sizeof(agg_incchunk_ent_t));
     agg_hmap_init(&b->profc, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
     agg_hmap_init(&b->leaf, sizeof(agg_prof_key_t), sizeof(agg_prof_ent_t));
-    agg_hmap_init(&b->grp, sizeof(agg_grp_key_t), sizeof(agg_grp_ent_t));
     agg_hmap_init(&b->kpm, sizeof(agg_kpm_key_t), sizeof(agg_kpm_ent_t));
     b->next_offset = -1;
 }
@@ -64,7 +63,6 @@ void agg_batch_free(agg_batch_t *b) {
     agg_hmap_t *m;
     for (int i = 0; (m = maps(b, i)); i++)
         agg_hmap_free(m);
-    agg_hmap_free(&b->grp);
     free(b->strs.v);
     free(b->maps.v);
     free(b->fns.v);
@@ -110,36 +108,6 @@ int agg_batch_derive(agg_batch_t *b, const int64_t *done) {
             if (derive_add(&b->leaf, &k, e))
                 return CM_ENOMEM;
         }
-    }
-    return 0;
-}
-
-int agg_batch_mark_fresh(agg_batch_t *b) {
-    agg_hmap_clear(&b->grp);
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < b->prof.n; i++) {
-            agg_prof_ent_t *p = agg_hmap_entry(&b->prof, i);
-            agg_grp_key_t k = {p->k.service, p->k.version, p->k.labels};
-            int is_new;
-            agg_grp_ent_t *g = pass ? agg_hmap_find(&b->grp, &k)
-                                    : agg_hmap_upsert(&b->grp, &k, &is_new);
-            if (!g) {
-                for (size_t j = 0; j < b->prof.n; j++)
-                    ((agg_prof_ent_t *)agg_hmap_entry(&b->prof, j))->fresh = 0;
-                return CM_ENOMEM;
-            }
-            if (pass)
-                p->fresh = p->k.bucket > g->bucket;
-            else if (is_new || p->k.bucket < g->bucket)
-                g->bucket = p->k.bucket;
-        }
-    for (size_t i = 0; i < b->spanstk.n; i++) {
-        agg_spanstk_ent_t *e = agg_hmap_entry(&b->spanstk, i);
-        agg_span_key_t k;
-        memcpy(k.trace, e->k.trace, sizeof k.trace);
-        memcpy(k.span, e->k.span, sizeof k.span);
-        const agg_req_ent_t *r = agg_hmap_find(&b->req, &k);
-        e->fresh = r && r->begun;
     }
     return 0;
 }

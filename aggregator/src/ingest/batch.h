@@ -36,17 +36,7 @@ typedef struct {
     uint64_t leaf;                       /* fine rows: location id of the stack's leaf frame */
     uint64_t base;  /* fine rows: the label set without dimensions (dims.h), which the derived
                      * rows (tiers, per-leaf) are keyed by */
-    uint8_t fresh;  /* fine rows: a key new to the store (agg_batch_mark_fresh) */
 } agg_prof_ent_t;
-
-/* The oldest bucket of (service, version, labels) in a batch (agg_batch_mark_fresh). */
-typedef struct {
-    uint64_t service, version, labels;
-} agg_grp_key_t;
-typedef struct {
-    agg_grp_key_t k;
-    uint64_t bucket;
-} agg_grp_ent_t;
 
 /* totals per type: (service, version, type, width, bucket) -> sums */
 typedef struct {
@@ -128,7 +118,6 @@ typedef struct {
 typedef struct {
     agg_spanstk_key_t k;
     int64_t weight, count, rows;
-    uint8_t fresh; /* the span began in this batch (agg_batch_mark_fresh) */
 } agg_spanstk_ent_t;
 
 /* requests (chunk spans, minor 2): one row per (trace, span) */
@@ -137,7 +126,6 @@ typedef struct {
     uint64_t service, version, name; /* name: string id of the span's name, 0: unnamed */
     int64_t start_ns, end_ns;        /* end: the end, or the last cut it was active at */
     int64_t ended, tid;              /* ended: 1 once a record of its end arrived */
-    uint8_t begun;                   /* a record says it began inside its chunk */
 } agg_req_ent_t;
 
 /* incidents (chunk format minor 3): one row per incident id, and its chunks' frames */
@@ -236,7 +224,6 @@ typedef struct agg_batch {
     uint64_t incidents, incident_chunks; /* incident captures: first chunks, all chunks */
     uint64_t chunk_tag;  /* counter to tell chunks apart within the batch */
     int64_t first_msg_ms; /* monotonic ms of the first message, for the flush deadline */
-    agg_hmap_t grp; /* agg_batch_mark_fresh's, kept for its memory */
 } agg_batch_t;
 
 void agg_batch_init(agg_batch_t *b);
@@ -249,17 +236,6 @@ int agg_batch_reject(agg_batch_t *b, const char *reason);
  * only the rows with bucket < done[t] (late data for a period the store has compacted
  * already; the rest reaches the tiers by compaction). Returns 0 or CM_ENOMEM. */
 int agg_batch_derive(agg_batch_t *b, const int64_t *done);
-/* Flags the fine profile rows (prof) whose key no earlier batch can have written: those newer
- * than the oldest bucket of their (service, version, labels) in the batch. The label set holds
- * the process (dims.h: host, pod, pid), whose chunks come in order on one partition and cover
- * consecutive times, so earlier batches wrote its buckets up to that oldest one at most. When
- * that does not hold (a label set shared by processes: a dimension past its bound, no
- * dimensions) a flagged key may be stored: the PostgreSQL store, which inserts flagged rows
- * without ON CONFLICT first, then merges them as the others. The flag makes a write cheaper,
- * never different. Also flags the span_stacks rows of spans that began inside a chunk of the
- * batch (a request record's start at or after its chunk's): no earlier chunk sampled them.
- * Returns 0 or CM_ENOMEM (no row flagged). */
-int agg_batch_mark_fresh(agg_batch_t *b);
 /* Appends text to the arena; returns its offset or (size_t)-1. */
 size_t agg_batch_arena_add(agg_batch_t *b, const char *s, uint32_t len);
 

@@ -13,8 +13,7 @@
 #define F(T, f) {AGG_BC_F64, offsetof(T, f), 0}
 #define VEC(m, T) offsetof(agg_batch_t, m), sizeof(T), 0, 0, 0
 #define MAP(m, nblob, nint) offsetof(agg_batch_t, m), 0, nblob, nint, 0
-/* a map whose entries flag the keys new to the store (agg_btable_t.fresh_off) */
-#define MAP_FRESH(m, nblob, nint, T, f) offsetof(agg_batch_t, m), 0, nblob, nint, offsetof(T, f)
+/* a vector whose rows flag the keys new to the store (agg_btable_t.fresh_off) */
 #define VEC_FRESH(m, T, f) offsetof(agg_batch_t, m), sizeof(T), 0, 0, offsetof(T, f)
 /* profile, profile_coarse and profile_leaf (whose `stack` holds the leaf's location id) */
 #define PROF_COLS                                                                                  \
@@ -45,7 +44,7 @@ const agg_btable_t agg_batch_tables[] = {
      {I(agg_new_label_t, key), I(agg_new_label_t, value), I(agg_new_label_t, set)}},
     {"labelset_base", VEC(labelbase, agg_new_label_t), 0, 2,
      {I(agg_new_label_t, set), I(agg_new_label_t, value)}},
-    {"profile", MAP_FRESH(prof, 0, 7, agg_prof_ent_t, fresh), 1, 11,
+    {"profile", MAP(prof, 0, 7), 1, 11,
      PROF_COLS},
     {"profile_coarse", MAP(profc, 0, 7), 0, 11,
      PROF_COLS},
@@ -91,7 +90,7 @@ const agg_btable_t agg_batch_tables[] = {
       I(agg_span_ent_t, version), I(agg_span_ent_t, first_ns), I(agg_span_ent_t, last_ns),
       SPAN_W(1), SPAN_W(2), SPAN_W(3), SPAN_W(4), SPAN_W(5), SPAN_W(6),
       I(agg_span_ent_t, rows)}},
-    {"span_stacks", MAP_FRESH(spanstk, 24, 2, agg_spanstk_ent_t, fresh), 0, 7,
+    {"span_stacks", MAP(spanstk, 24, 2), 0, 7,
      {{AGG_BC_BYTES, offsetof(agg_spanstk_ent_t, k.trace), 16},
       {AGG_BC_BYTES, offsetof(agg_spanstk_ent_t, k.span), 8}, I(agg_spanstk_ent_t, k.type),
       I(agg_spanstk_ent_t, k.stack), I(agg_spanstk_ent_t, weight),

@@ -62,7 +62,6 @@ int agg_spanindex_requests(agg_batch_t *b, const cm_chunk_t *c, const agg_chunk_
         e->start_ns = st > e->start_ns ? st : e->start_ns;
         e->end_ns = end > e->end_ns ? end : e->end_ns;
         e->ended |= ended;
-        e->begun |= st >= (int64_t)c->header.start_unix_ns; /* none of it in earlier chunks */
         e->tid = d->thread_tid[sp->thread[i]];
     }
     return 0;

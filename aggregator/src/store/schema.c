@@ -109,19 +109,18 @@ static const struct {
  * saving on PostgreSQL (bench/RESULTS.md). The migration moves the rows of a database
  * written before it. */
 static const struct {
-    const char *name, *index;
+    const char *name, *phys, *index;
     int since;
 } packed[] = {
-    {"profile", "service, version, type, width, bucket", 7},
-    {"profile_leaf", "service, version, type, width, bucket", 7},
-    {"span_stacks", "trace, span", 7},
+    {"profile", "profile_packed", "service, version, type, width, bucket", 7},
+    {"profile_leaf", "profile_leaf_packed", "service, version, type, width, bucket", 7},
+    {"span_stacks", "span_stacks_packed", "trace, span", 7},
 };
 
 const char *agg_schema_packed(const char *name) {
-    static const char *phys[] = {"profile_packed", "profile_leaf_packed", "span_stacks_packed"};
     for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
         if (!strcmp(packed[i].name, name))
-            return phys[i];
+            return packed[i].phys;
     return NULL;
 }
 

@@ -92,13 +92,10 @@ typedef struct agg_store_vtab {
     /* The store's connection as a query executor (qexec.h), reconnected first when it was
      * lost; NULL when the database cannot be reached now. */
     agg_qx_t *(*qx)(agg_store_t *st);
-    /* the backend's load uses the rows' fresh flags (agg_btable_t.fresh_off): the batch write
-     * sets them first (agg_batch_mark_fresh) */
-    int fresh_rows;
 } agg_store_vtab_t;
 
 /* A backend's vtab: its own P_close, P_fence, P_load, P_size_bytes and P_qx, and the SQL both
- * backends share (write.c, tiers.c); the backend adds its flags (fresh_rows). */
+ * backends share (write.c, tiers.c). */
 #define AGG_STORE_VTAB(P, NAME)                                                                    \
     .name = NAME, .close = P##_close, .fence = P##_fence, .load = P##_load,                        \
     .size_bytes = P##_size_bytes, .qx = P##_qx, .offset_get = agg_store_offset_read,               \

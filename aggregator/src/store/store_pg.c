@@ -216,13 +216,13 @@ static int stage_tables(pg_store_t *s, PGconn *c) {
                                 "SET temp_buffers = '64MB'; ");
     for (int i = 0; i < agg_batch_ntables && o < sizeof sql; i++)
         for (int k = 0, n = agg_schema_packed(agg_batch_tables[i].table) ? -1
-                            : agg_batch_tables[i].fresh_off                ? 2
+                            : agg_batch_tables[i].fresh_off                ? 1
                                                                            : 0;
              k <= n && o < sizeof sql; k++)
             o += (size_t)snprintf(sql + o, sizeof sql - o,
                                   "CREATE TEMP TABLE IF NOT EXISTS stage_%s%s (LIKE %s) ON "
                                   "COMMIT DELETE ROWS; ", agg_batch_tables[i].table,
-                                  (const char *[]){"", "_new", "_grp"}[k],
+                                  (const char *[]){"", "_new"}[k],
                                   agg_batch_tables[i].table);
     if (o >= sizeof sql)
         return CM_EINVAL;
@@ -324,81 +324,6 @@ static int same_group(const agg_load_t *l, const void *a, const void *b, int n) 
     return 1;
 }
 
-/* The groups of l's rows not flagged fresh (runs of rows equal in their first nkey - 1
- * columns: a profile row's process, type and bucket, a span_stacks row's span and type, a
- * label's key and value) of which the store holds no row: their rows are new to it as well.
- * The groups go by one COPY into stage_<table>_grp, their ordinal in the next key column, and
- * one query answers the absent ones (an index range probe each). absent[k] = 1 for their rows. */
-static int probe_groups(PGconn *c, cols_t *t, const agg_load_t *l, uint8_t *absent) {
-    const agg_schema_table_t *tb = l->t;
-    int g = tb->nkey - 1;
-    uint32_t *gid = malloc((l->n ? l->n : 1) * sizeof *gid), ng = 0;
-    if (!gid)
-        return CM_ENOMEM;
-    cols_begin(t, g + 1);
-    const void *prev = NULL;
-    for (size_t k = 0; k < l->n; k++) {
-        const void *row = l->rows[k];
-        gid[k] = UINT32_MAX;
-        if (((const uint8_t *)row)[l->d->fresh_off])
-            continue;
-        if (!prev || !same_group(l, prev, row, g)) {
-            for (int i = 0; i < g; i++) {
-                const agg_bcol_t *col = &l->d->cols[i];
-                if (strchr("btT", tb->types[i])) {
-                    size_t len = 0;
-                    const void *p = agg_bcol_bytes(l->b, col, row, &len);
-                    col_bytes(t, i, p ? p : "", p ? len : 0);
-                } else {
-                    col_i64(t, i, (uint64_t)agg_bcol_i64(col, row, l->now_ns));
-                }
-            }
-            col_i64(t, g, ng++);
-            row_end(t);
-        }
-        gid[k] = ng - 1;
-        prev = row;
-    }
-    put_be(&t->b, 0xffff, 2); /* trailer */
-    char names[512], into[640], on[1024], sql[2048];
-    size_t o = 0, w = 0;
-    const char *col = tb->cols;
-    for (int i = 0; i <= g; i++) {
-        size_t len = strcspn(col, ",");
-        o += (size_t)snprintf(names + o, sizeof names - o, "%s%.*s", i ? "," : "", (int)len, col);
-        if (i < g)
-            w += (size_t)snprintf(on + w, sizeof on - w, "%st.%.*s = g.%.*s", i ? " AND " : "",
-                                  (int)len, col, (int)len, col);
-        else
-            snprintf(sql, sizeof sql, "SELECT g.%.*s FROM stage_%s_grp g WHERE NOT EXISTS "
-                     "(SELECT 1 FROM %s t WHERE %s)", (int)len, col, tb->name, tb->name, on);
-        col += len + (col[len] == ',');
-    }
-    snprintf(into, sizeof into, "stage_%s_grp (%s)", tb->name, names);
-    int rc = !ng ? 0 : t->b.fail || o >= sizeof names || w >= sizeof on ? CM_EINVAL
-                                                                           : copy_rows(c, t, into);
-    rc = rc == 1 ? CM_EIO : rc;
-    uint8_t *none = ng && !rc ? calloc(ng, 1) : NULL;
-    if (ng && !rc) {
-        PGresult *r = none ? PQexec(c, sql) : NULL;
-        rc = !none ? CM_ENOMEM : PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : CM_EIO;
-        for (int i = 0; !rc && i < PQntuples(r); i++) {
-            uint64_t v = strtoull(PQgetvalue(r, i, 0), NULL, 10);
-            if (v < ng)
-                none[v] = 1;
-        }
-        PQclear(r);
-        for (size_t k = 0; !rc && k < l->n; k++)
-            absent[k] = gid[k] != UINT32_MAX && none[gid[k]];
-    }
-    if (rc)
-        CM_WARN("postgres store: looking up the stored groups of %s: %s", tb->name,
-                PQerrorMessage(c));
-    free(none);
-    free(gid);
-    return rc;
-}
-
 /* The rows into their table, merged (merge_rows); fresh rows are copied straight into the
  * table under a savepoint (*missed = 0): when a key was stored after all, the savepoint is
  * rolled back (*missed = 1) and they are merged from stage_<table>_new. */
@@ -488,11 +413,11 @@ static int load_packed(pg_store_t *s, const agg_load_t *l, const char *packed) {
     return rc ? CM_EIO : 0;
 }
 
-/* The rows of a table with fresh rows (agg_btable_t.fresh_off, and the rows of groups the
- * store holds nothing of: probe_groups): the others merged, then the fresh ones copied
- * (load_part). A miss (a fresh key stored after all: another partition or instance wrote it)
- * leaves the straight copy and the probe alone for 2, 4, ... up to 64 of its batches, so that
- * a store where misses are the rule pays for a wasted copy rarely. */
+/* The rows of a table with fresh rows (agg_btable_t.fresh_off: the labels of a set that holds
+ * a process): the others merged, then the fresh ones copied (load_part). A miss (a fresh key
+ * stored after all: another partition or instance wrote it) leaves the straight copy alone for
+ * 2, 4, ... up to 64 of its batches, so that a store where misses are the rule pays for a
+ * wasted copy rarely. A packed table's rows go by load_packed. */
 static int pg_load(agg_store_t *base, const agg_load_t *l) {
     pg_store_t *s = (pg_store_t *)base;
     int i = l->index, missed = 0;
@@ -508,24 +433,19 @@ static int pg_load(agg_store_t *base, const agg_load_t *l) {
         s->split = p;
         s->split_cap = l->n;
     }
-    PGconn *c = conn(s);
-    uint8_t *absent = c ? calloc(l->n ? l->n : 1, 1) : NULL;
-    int rc = !c ? CM_EIO : !absent ? CM_ENOMEM : probe_groups(c, &s->copy, l, absent);
     size_t nf = 0, o = 0; /* both parts keep the rows' order */
-#define FRESH(k) (((const uint8_t *)l->rows[k])[l->d->fresh_off] || absent[k])
-    for (size_t k = 0; !rc && k < l->n; k++)
+#define FRESH(k) (((const uint8_t *)l->rows[k])[l->d->fresh_off])
+    for (size_t k = 0; k < l->n; k++)
         nf += FRESH(k);
-    for (size_t k = 0; !rc && k < l->n; k++)
+    for (size_t k = 0; k < l->n; k++)
         s->split[FRESH(k) ? o++ : nf + k - o] = l->rows[k];
 #undef FRESH
-    free(absent);
     agg_load_t old = *l, fresh = *l;
     old.rows = s->split + nf;
     old.n = l->n - nf;
     fresh.rows = s->split;
     fresh.n = nf;
-    if (!rc)
-        rc = load_part(s, &old, 0, NULL);
+    int rc = load_part(s, &old, 0, NULL);
     if (!rc)
         rc = load_part(s, &fresh, 1, &missed);
     if (!rc && missed) {
@@ -617,7 +537,7 @@ static agg_qx_t *pg_qx(agg_store_t *base) {
     return c && !stage_tables(s, c) ? s->qx : NULL;
 }
 
-static const agg_store_vtab_t pg_vtab = {AGG_STORE_VTAB(pg, "postgres"), .fresh_rows = 1};
+static const agg_store_vtab_t pg_vtab = {AGG_STORE_VTAB(pg, "postgres")};
 
 void agg_store_pg_url_safe(const char *url, char *out, size_t size) {
     const char *at = strchr(url, '@'), *scheme = strstr(url, "://");

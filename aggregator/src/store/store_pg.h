@@ -4,8 +4,8 @@
  * the stored offset (the offsets row is locked FOR UPDATE and must still hold the batch's base
  * offset, else -ESTALE); each table's rows are copied (COPY, binary) into a temporary staging
  * table and merged with one INSERT ... SELECT ... ON CONFLICT, keys sorted so concurrent
- * writers lock rows in one order; rows known to be new to the store (flagged by the batch, or
- * of a group the store holds nothing of) are copied straight into the table instead; the
+ * writers lock rows in one order; rows known to be new to the store (labels flagged by the
+ * batch) are copied straight into the table instead; the
  * packed tables (schema.h agg_schema_packed: profile, profile_leaf, span_stacks) get one row
  * per group of the batch, its stacks and sums as arrays, by one COPY. A lost connection fails
  * the batch (the consume loop re-reads the stored offset and consumes the batch again) and is

@@ -56,7 +56,8 @@ static const struct {
 
 /* ---- small helpers over the executor ---- */
 
-/* Runs sql with the n int64 parameters ?1..?n; the rows it changed added to *changes. */
+/* Runs sql with the n int64 parameters ?1..?n; the rows it changed (a query: the first column
+ * of its row) added to *changes. */
 static int run(agg_qx_t *x, const char *sql, const int64_t *v, int n, int64_t *changes) {
     agg_qxst_t *st;
     int rc = agg_qx_prepare(x, sql, &st);
@@ -69,7 +70,7 @@ static int run(agg_qx_t *x, const char *sql, const int64_t *v, int n, int64_t *c
     if ((rc = agg_qx_step(st)) < 0)
         CM_ERROR("store: '%.80s': %s", sql, agg_qx_errmsg(x));
     else if (changes)
-        *changes += agg_qx_changes(st);
+        *changes += rc == 1 ? agg_qx_int64(st, 0) : agg_qx_changes(st);
     agg_qx_finalize(st);
     return rc < 0 ? rc : 0;
 }
@@ -178,24 +179,22 @@ static const char *packed(agg_qx_t *x, const char *table) {
     return scoped(x) ? NULL : agg_schema_packed(table);
 }
 
-/* The number of distinct keys (rollup r's keys, width and bucket) of its rows matching where
- * (parameters ?4.. from v[0..n)): the rows the same change counts on a table of one row per
- * key, however many parts hold them. */
+/* The table that holds table's rows: its packed one, or itself. */
+static const char *phys(agg_qx_t *x, const char *table) {
+    return packed(x, table) ? packed(x, table) : table;
+}
+
+/* The distinct keys (rollup r's keys, width and bucket) of its rows matching where (parameters
+ * ?4.. from v[0..n)), added to *count: the rows the same change counts on a table of one row
+ * per key, however many parts hold them. */
 static int count_keys(agg_qx_t *x, size_t r, const char *where, const int64_t *v, int n,
                       int64_t *count) {
     char sql[1024];
+    int64_t p[3 + 3] = {0};
+    memcpy(p + 3, v, (size_t)n * sizeof *v);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s GROUP BY %s, "
              "width, bucket) d", rollups[r].table, where, rollups[r].keys);
-    agg_qxst_t *st;
-    int rc = agg_qx_prepare(x, sql, &st);
-    for (int i = 0; !rc && i < n; i++)
-        agg_qx_bind_int64(st, i + 4, v[i]);
-    if (!rc && (rc = agg_qx_step(st)) == 1)
-        *count += agg_qx_int64(st, 0);
-    if (rc < 0)
-        CM_ERROR("store: '%.80s': %s", sql, agg_qx_errmsg(x));
-    agg_qx_finalize(st);
-    return rc < 0 ? rc : 0;
+    return run(x, sql, p, 3 + n, count);
 }
 
 /* Inserts the rows `select` yields (table's columns in order, each key once) into table:
@@ -212,19 +211,14 @@ static int insert_rows(agg_qx_t *x, const char *table, const char *select, const
     return run(x, sql, v, n, NULL);
 }
 
-/* Rollup r's rows of width ?4 with bucket < ?6 summed per key into buckets of width ?5, into
- * its packed table as new parts. */
-static int downsample_packed(agg_qx_t *x, size_t r, const int64_t *v) {
+/* Rollup r's rows of width ?4 with bucket < ?6 summed per key (sums: "SUM(a),SUM(b)...") into
+ * buckets of width ?5, into its packed table as new parts. */
+static int downsample_packed(agg_qx_t *x, size_t r, const int64_t *v, const char *sums) {
     const char *keys = rollups[r].keys, *last = strrchr(keys, ',') + 1;
-    char sums[256] = "", sql[2048], tmp[256];
-    snprintf(tmp, sizeof tmp, "%s", rollups[r].sums);
-    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        size_t n = strlen(sums);
-        snprintf(sums + n, sizeof sums - n, ", SUM(%s)", t);
-    }
+    char sql[2048];
     /* the packed rollups' keys are service, version, type, labels and a last one */
     snprintf(sql, sizeof sql,
-             "SELECT service, version, type, ?5, bucket-bucket%%?5 AS b, labels, %s%s FROM %s "
+             "SELECT service, version, type, ?5, bucket-bucket%%?5 AS b, labels, %s, %s FROM %s "
              "WHERE width=?4 AND bucket<?6 GROUP BY %s, b", last, sums, rollups[r].table, keys);
     return insert_rows(x, rollups[r].table, sql, (int64_t[]){0, 0, 0, v[0], v[1], v[2]}, 6);
 }
@@ -241,7 +235,7 @@ static int rebuild(agg_qx_t *x, const int64_t *tiers, int n_tiers, int64_t rep, 
     int64_t now_s = (int64_t)time(NULL);
     char del[128];
     snprintf(del, sizeof del, "DELETE FROM profile_coarse; DELETE FROM %s",
-             packed(x, "profile_leaf") ? packed(x, "profile_leaf") : "profile_leaf");
+             phys(x, "profile_leaf"));
     int rc = agg_qx_exec(x, del);
     /* fine rows below the mark; for the coarse tier also the rows already downsampled */
     for (int i = 0; i < n_tiers && !rc; i++) {
@@ -385,7 +379,7 @@ int agg_tiers_downsample(agg_store_t *st, int64_t fine, int64_t coarse, int64_t 
         if (pk) {
             rc = count_keys(x, r, "width=?4 AND bucket<?6", v, 3, &moved);
             if (!rc)
-                rc = downsample_packed(x, r, v);
+                rc = downsample_packed(x, r, v, sums);
         } else if (!tiers) {
             snprintf(sql, sizeof sql,
                      "INSERT INTO %s(%s,width,bucket,%s) SELECT %s,?5,bucket-bucket%%?5 AS b,%s "
@@ -394,7 +388,7 @@ int agg_tiers_downsample(agg_store_t *st, int64_t fine, int64_t coarse, int64_t 
                      tb, keys, rollups[r].sums, keys, sums, tb, scope, keys, keys, upd);
             rc = run_scoped(x, sql, rollups[r].typed, v, 3, NULL);
         }
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s AND bucket<?6", pk ? pk : tb, scope,
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s AND bucket<?6", phys(x, tb), scope,
                  tiers ? "width<?5" : "width=?4");
         if (!rc)
             rc = run_scoped(x, sql, rollups[r].typed, v, 3, pk ? NULL : &moved);
@@ -417,11 +411,11 @@ int agg_tiers_expire(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff
         const char *pk = packed(x, rollups[r].table);
         /* a coarse row goes once all of it is past the cutoff: until then it is what a query
          * over its whole bucket reads, while the fine rows of its later part still exist */
-        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s", pk ? pk : rollups[r].table,
+        snprintf(sql, sizeof sql, "DELETE FROM %s WHERE %s%s", phys(x, rollups[r].table),
                  !scoped(x) ? "" : rollups[r].typed ? SCOPE_SVT : SCOPE_SV,
                  strcmp(rollups[r].table, "profile_coarse") ? "bucket<?4" : "bucket+width<=?4");
         int64_t n = 0;
-        if (pk)
+        if (pk) /* counted before: a packed table's deletes count its parts */
             rc = count_keys(x, r, "bucket<?4", &data_cutoff_s, 1, &n);
         if (!rc)
             rc = run_scoped(x, sql, rollups[r].typed, &data_cutoff_s, 1, pk ? NULL : &n);
@@ -431,8 +425,7 @@ int agg_tiers_expire(agg_store_t *st, int64_t data_cutoff_s, int64_t span_cutoff
     int64_t n[3] = {0, 0, 0};
     char del[256];
     snprintf(del, sizeof del, "DELETE FROM %s WHERE (trace, span) IN (SELECT trace, span FROM "
-             "spans WHERE last_ns < ?1)", packed(x, "span_stacks") ? packed(x, "span_stacks")
-                                                                   : "span_stacks");
+             "spans WHERE last_ns < ?1)", phys(x, "span_stacks"));
     if (!rc)
         rc = run(x, del, &span_cutoff_ns, 1, &n[0]);
     if (!rc)

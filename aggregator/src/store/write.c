@@ -127,8 +127,6 @@ int agg_store_write(agg_store_t *st, const char *topic, int32_t partition, agg_b
     if (!x)
         return CM_EIO;
     agg_batch_sort_new(b);
-    if (st->vt->fresh_rows)
-        (void)agg_batch_mark_fresh(b); /* out of memory: no row flagged, the same write */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     agg_load_t l = {.b = b, .now_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec};
