@@ -109,12 +109,13 @@ static const struct {
  * saving on PostgreSQL (bench/RESULTS.md). The migration moves the rows of a database
  * written before it. */
 static const struct {
-    const char *name, *phys, *index;
+    const char *name;
     int since;
+    const char *phys, *index; /* the packed table, its index's columns */
 } packed[] = {
-    {"profile", "profile_packed", "service, version, type, width, bucket", 7},
-    {"profile_leaf", "profile_leaf_packed", "service, version, type, width, bucket", 7},
-    {"span_stacks", "span_stacks_packed", "trace, span", 7},
+    {"profile", 7, "profile_packed", "service, version, type, width, bucket"},
+    {"profile_leaf", 7, "profile_leaf_packed", "service, version, type, width, bucket"},
+    {"span_stacks", 7, "span_stacks_packed", "trace, span"},
 };
 
 const char *agg_schema_packed(const char *name) {

@@ -361,11 +361,10 @@ static void col_i64_array(cols_t *t, int i, const agg_load_t *l, size_t from, si
     const agg_bcol_t *col = &l->d->cols[i];
     uint32_t n = (uint32_t)(to - from);
     field(t, i, 20 + 12 * n);
-    unsigned char h[20] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 20}; /* 1 dim, no NULLs, int8 */
-    for (int k = 0; k < 4; k++)
-        h[12 + k] = (unsigned char)(n >> (8 * (3 - k)));
-    h[19] = 1; /* lower bound */
+    static const unsigned char h[12] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 20}; /* int8, 1 dim */
     cm_buf_put(&t->b, h, sizeof h);
+    put_be(&t->b, n, 4); /* its length, then its lower bound */
+    put_be(&t->b, 1, 4);
     for (size_t k = from; k < to; k++) {
         unsigned char x[12] = {0, 0, 0, 8};
         uint64_t be = __builtin_bswap64((uint64_t)agg_bcol_i64(col, l->rows[k], l->now_ns));
