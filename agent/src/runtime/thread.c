@@ -46,6 +46,9 @@
 
 ag_thread_t ag_threads[AG_MAX_THREADS];
 static _Atomic uint32_t g_hw; /* slots in use are all below g_hw */
+/* Slots claimed so far (written under g_lock): a scan retires only slots claimed before it
+ * listed /proc/self/task, as a thread missing from an older list may just have started. */
+static _Atomic uint64_t g_claims;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t g_key;
 static int g_key_ok;
@@ -226,6 +229,7 @@ static ag_thread_t *slot_claim(pid_t tid) {
         t->chunk_seq = UINT64_MAX;
         atomic_store(&t->blk_seq, 0);
         t->ctx_addr = 0;
+        t->claim_seq = atomic_fetch_add(&g_claims, 1) + 1;
         atomic_store(&t->state, AG_TS_CLAIMED);
         if (i + 1 > atomic_load(&g_hw))
             atomic_store(&g_hw, i + 1);
@@ -450,6 +454,10 @@ int ag_thread_scan(int *registered) {
     *registered = 0;
     pid_t live[AG_MAX_THREADS];
     task_list_t tl = {live, 0};
+    /* Before the listing: a thread started after it, that registered itself before we take
+     * g_lock, is alive though not listed (retired, its slot went to another thread while it
+     * kept the slot in its TLS and ran on the slot's alternate stack). */
+    uint64_t listed = atomic_load(&g_claims);
     if (ag_dir_each("/proc/self/task", task_entry, &tl) != 0)
         return 0;
     uint32_t nlive = tl.n;
@@ -475,11 +483,13 @@ int ag_thread_scan(int *registered) {
         int alive = 0;
         for (uint32_t k = 0; k < nlive && !alive; k++)
             alive = live[k] == tid;
-        if (!alive) {
+        if (!alive && t->claim_seq <= listed) {
             timer_drop(t);
             atomic_store(&t->state, AG_TS_EXITED);
             continue;
         }
+        if (!alive)
+            continue; /* claimed after the listing: the next scan decides */
         uintptr_t sp = atomic_load(&t->seen_sp), lo, hi;
         if (sp && !atomic_load(&t->stack_hi) && find_stack_mapping(sp, &lo, &hi) == 0) {
             atomic_store(&t->stack_lo, lo);

@@ -58,6 +58,7 @@ typedef struct ag_thread {
     _Atomic int exec_pending;             /* hook_exec.c: in exec; no wall signal may be sent */
     _Atomic int wall_sending;             /* bg: between its exec_pending check and the send */
     void *altstack;                       /* our alternate signal stack (mmap), NULL: none */
+    uint64_t claim_seq;                   /* g_lock: the registry's claim count when claimed */
 } ag_thread_t;
 
 AG_HIDDEN extern ag_thread_t ag_threads[AG_MAX_THREADS];
