@@ -266,9 +266,14 @@ static int altstack_sys(const stack_t *ss, stack_t *old) {
     return (int)syscall(SYS_sigaltstack, ss, old);
 }
 
-static void altstack_setup(ag_thread_t *t) {
+/* The calling thread's alternate stack of ours: its own TLS, not its registry slot, so that
+ * only the thread that mapped it ever unmaps it, whatever becomes of the slot (a slot handed
+ * to another thread while this one still ran on its stack cost a JVM a SIGSEGV). */
+static TLS void *t_altstack;
+
+static void altstack_setup(void) {
     stack_t cur;
-    if (t->altstack || altstack_sys(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
+    if (t_altstack || altstack_sys(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
         return;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uint8_t *m = mmap(NULL, AG_ALTSTACK + page, PROT_READ | PROT_WRITE,
@@ -281,29 +286,31 @@ static void altstack_setup(ag_thread_t *t) {
         munmap(m, AG_ALTSTACK + page);
         return;
     }
-    t->altstack = m;
+    t_altstack = m;
 }
 
-static void altstack_release(ag_thread_t *t) {
-    if (!t->altstack)
+static void altstack_release(void) {
+    if (!t_altstack)
         return;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     stack_t cur;
-    if (altstack_sys(NULL, &cur) == 0 && cur.ss_sp == (uint8_t *)t->altstack + page) {
+    if (altstack_sys(NULL, &cur) != 0)
+        return; /* cannot tell whether it is installed: keep it mapped */
+    if (cur.ss_sp == (uint8_t *)t_altstack + page && !(cur.ss_flags & SS_DISABLE)) {
         if (cur.ss_flags & SS_ONSTACK)
             return; /* never: a thread does not exit from our handler; keep it mapped */
         stack_t off = {.ss_flags = SS_DISABLE};
-        altstack_sys(&off, NULL);
+        if (altstack_sys(&off, NULL) != 0)
+            return;
     }
-    munmap(t->altstack, AG_ALTSTACK + page);
-    t->altstack = NULL;
+    munmap(t_altstack, AG_ALTSTACK + page);
+    t_altstack = NULL;
 }
 
 /* Is sp on the calling thread's own alternate stack of ours? (signal.c's interposer) */
 int ag_thread_altstack_is_ours(const void *sp) {
-    ag_thread_t *t = t_self;
-    return t && t->altstack && (const uint8_t *)sp == (uint8_t *)t->altstack +
-                                                         (size_t)sysconf(_SC_PAGESIZE);
+    return t_altstack && (const uint8_t *)sp == (uint8_t *)t_altstack +
+                                                    (size_t)sysconf(_SC_PAGESIZE);
 }
 
 extern void *__libc_stack_end; /* ld.so: the main thread's stack end at process start */
@@ -362,7 +369,7 @@ ag_thread_t *ag_thread_register_self(void) {
         atomic_store(&t->stack_hi, hi);
         t->ctx_addr = ag_context_addr();
         t->self_registered = 1;
-        altstack_setup(t);
+        altstack_setup();
         atomic_store(&t->state, AG_TS_ACTIVE);
         t_self = t;
         if (g_key_ok)
@@ -380,7 +387,7 @@ static void thread_exit(void *arg) {
         t_self = NULL;
         return;
     }
-    altstack_release(t);
+    altstack_release();
     t_self = NULL;
     lock_on_app_thread();
     if (atomic_load(&t->tid) == gettid_() && atomic_load(&t->state) == AG_TS_ACTIVE) {
@@ -589,8 +596,7 @@ void ag_thread_after_fork_child(void) {
         atomic_store(&t->cpu_period_ns, 0);
         atomic_store(&t->ring.head, 0);
         atomic_store(&t->ring.tail, 0);
-        if (t != t_self) {
-            t->altstack = NULL; /* the parent's thread's: stays mapped here, unused */
+        if (t != t_self) { /* (its altstack, the parent's thread's TLS: stays mapped here) */
             atomic_store(&t->tid, 0);
             atomic_store(&t->state, AG_TS_FREE);
         }

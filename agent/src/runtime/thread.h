@@ -57,7 +57,6 @@ typedef struct ag_thread {
     uint64_t blocked_left_ns;             /* its timer's time left when it blocked ours */
     _Atomic int exec_pending;             /* hook_exec.c: in exec; no wall signal may be sent */
     _Atomic int wall_sending;             /* bg: between its exec_pending check and the send */
-    void *altstack;                       /* our alternate signal stack (mmap), NULL: none */
     uint64_t claim_seq;                   /* g_lock: the registry's claim count when claimed */
 } ag_thread_t;
 
