@@ -165,6 +165,9 @@ fp_hostile(threads_3000 SOURCES hostile/threads_3000.c TIMEOUT 60)
 fp_hostile(cgo GO hostile/cgo REPEAT 10 TIMEOUT 60)
 fp_hostile(exec_signal SOURCES hostile/exec_signal.c TIMEOUT 60 ENV FLEETPROF_WALL_HZ=1000)
 fp_hostile(raw_fork SOURCES hostile/raw_fork.c TIMEOUT 30)
+# Thread churn against the registry's /proc scans and slot reuse (each run ~4 s; a run caught
+# the retired-live-thread bug 4 times in 10, so three runs).
+fp_hostile(thread_churn SOURCES hostile/thread_churn.c TIMEOUT 30 REPEAT 3)
 # dlclose of code on sampled stacks (issue 13 and 14): 300 cycles, 2 threads burning in it.
 add_library(hostile_dlclose_lib MODULE hostile/dlclose_lib.c)
 target_compile_options(hostile_dlclose_lib PRIVATE -O2 -fomit-frame-pointer)
