@@ -55,6 +55,8 @@ typedef struct {
     int (*row_end)(void *ctx, const agg_load_t *l, size_t row);
 } agg_load_sink_t;
 int agg_load_rows(const agg_load_t *l, const agg_load_sink_t *k, void *ctx);
+/* Column c of row i of l into the sink (agg_load_rows' step). */
+void agg_load_col(const agg_load_t *l, const agg_load_sink_t *k, void *ctx, int c, size_t i);
 
 typedef struct agg_store_vtab {
     const char *name;

@@ -296,6 +296,9 @@ static void pg_bytes(void *ctx, int c, const void *p, size_t len, int text) {
         t->bad_text = 1;
 }
 
+static int pg_row_end(void *ctx, const agg_load_t *l, size_t row);
+static const agg_load_sink_t pg_sink = {pg_i64, pg_f64, pg_bytes, pg_row_end};
+
 static int pg_row_end(void *ctx, const agg_load_t *l, size_t row) {
     cols_t *t = ctx;
     row_end(t);
@@ -330,8 +333,7 @@ static int same_group(const agg_load_t *l, const void *a, const void *b, int n) 
 static int load_part(pg_store_t *s, const agg_load_t *l, int fresh, int *missed) {
     cols_t *t = &s->copy;
     cols_begin(t, l->d->ncols);
-    static const agg_load_sink_t sink = {pg_i64, pg_f64, pg_bytes, pg_row_end};
-    int rc = agg_load_rows(l, &sink, t);
+    int rc = agg_load_rows(l, &pg_sink, t);
     if (rc || !t->rows)
         return rc;
     put_be(&t->b, 0xffff, 2); /* trailer */
@@ -387,19 +389,11 @@ static int load_packed(pg_store_t *s, const agg_load_t *l, const char *packed) {
     for (size_t a = 0, b; a < l->n; a = b) {
         for (b = a + 1; b < l->n && same_group(l, l->rows[a], l->rows[b], g); b++)
             ;
-        for (int c = 0; c < g; c++) {
-            size_t len = 0;
-            const void *p;
-            if (strchr("btT", l->t->types[c])) {
-                p = agg_bcol_bytes(l->b, &l->d->cols[c], l->rows[a], &len);
-                col_bytes(t, c, p ? p : "", p ? len : 0);
-            } else {
-                col_i64(t, c, (uint64_t)agg_bcol_i64(&l->d->cols[c], l->rows[a], l->now_ns));
-            }
-        }
+        for (int c = 0; c < g; c++)
+            agg_load_col(l, &pg_sink, t, c, a);
         for (int c = g; c < l->d->ncols; c++)
             col_i64_array(t, c, l, a, b);
-        row_end(t);
+        pg_row_end(t, l, a);
     }
     put_be(&t->b, 0xffff, 2); /* trailer */
     if (t->b.fail)

@@ -72,21 +72,24 @@ static int offset_put(agg_qx_t *x, const char *topic, int32_t partition, int64_t
     return rc < 0 ? rc : 0;
 }
 
+void agg_load_col(const agg_load_t *l, const agg_load_sink_t *k, void *ctx, int c, size_t i) {
+    const agg_bcol_t *col = &l->d->cols[c];
+    char ty = l->t->types[c];
+    size_t len;
+    const void *p;
+    if (ty == 'f')
+        k->f64(ctx, c, agg_bcol_f64(col, l->rows[i]));
+    else if (ty == 'b' || ty == 't' || ty == 'T') {
+        p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
+        k->bytes(ctx, c, p, len, ty != 'b');
+    } else
+        k->i64(ctx, c, agg_bcol_i64(col, l->rows[i], l->now_ns));
+}
+
 int agg_load_rows(const agg_load_t *l, const agg_load_sink_t *k, void *ctx) {
     for (size_t i = 0; i < l->n; i++) {
-        for (int c = 0; c < l->d->ncols; c++) {
-            const agg_bcol_t *col = &l->d->cols[c];
-            char ty = l->t->types[c];
-            size_t len;
-            const void *p;
-            if (ty == 'f')
-                k->f64(ctx, c, agg_bcol_f64(col, l->rows[i]));
-            else if (ty == 'b' || ty == 't' || ty == 'T') {
-                p = agg_bcol_bytes(l->b, col, l->rows[i], &len);
-                k->bytes(ctx, c, p, len, ty != 'b');
-            } else
-                k->i64(ctx, c, agg_bcol_i64(col, l->rows[i], l->now_ns));
-        }
+        for (int c = 0; c < l->d->ncols; c++)
+            agg_load_col(l, k, ctx, c, i);
         int rc = k->row_end(ctx, l, i);
         if (rc)
             return rc;
