@@ -201,9 +201,9 @@ static int count_keys(agg_qx_t *x, size_t r, const char *where, const int64_t *v
  * as they are, or packed (agg_schema_pack_insert). */
 static int insert_rows(agg_qx_t *x, const char *table, const char *select, const int64_t *v,
                        int n) {
-    const agg_schema_table_t *t = agg_schema_table(table);
+    const agg_schema_table_t *t = packed(x, table) ? agg_schema_table(table) : NULL;
     char sql[4096], from[2048];
-    if (!t || !packed(x, table))
+    if (!t)
         snprintf(sql, sizeof sql, "INSERT INTO %s %s", table, select);
     else if (snprintf(from, sizeof from, "(%s) AS d(%s)", select, t->cols) >= (int)sizeof from ||
              agg_schema_pack_insert(table, from, sql, sizeof sql))
