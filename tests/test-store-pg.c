@@ -132,12 +132,9 @@ static void feed_all(feeder_t *f, const chunks_t *c, size_t per_batch) {
 /* PostgreSQL stores profile, profile_leaf and span_stacks packed (store/schema.c): a key a
  * batch stored after another one is in two parts, which its readers sum; so do these dumps,
  * on both */
-#define PROFILE_SUMS                                                                               \
-    "service, version, type, width, bucket, labels, stack, SUM(weight), SUM(count), SUM(rows), "  \
-    "SUM(chunks)", " GROUP BY 1, 2, 3, 4, 5, 6, 7"
-#define LEAF_SUMS                                                                                  \
-    "service, version, type, width, bucket, labels, leaf, SUM(weight), SUM(count), SUM(rows), "   \
-    "SUM(chunks)", " GROUP BY 1, 2, 3, 4, 5, 6, 7"
+#define ROLLUP_SUMS(last)                                                                          \
+    "service, version, type, width, bucket, labels, " last ", SUM(weight), SUM(count), "          \
+    "SUM(rows), SUM(chunks)", " GROUP BY 1, 2, 3, 4, 5, 6, 7"
 #define SPAN_STACK_SUMS                                                                            \
     "trace, span, type, stack, SUM(weight), SUM(count), SUM(rows)", " GROUP BY 1, 2, 3, 4"
 
@@ -152,9 +149,9 @@ static const struct {
     {"labelsets", "*", ""},
     {"labels", "*", ""},
     {"labelset_base", "*", ""},
-    {"profile", PROFILE_SUMS},
+    {"profile", ROLLUP_SUMS("stack")},
     {"profile_coarse", "*", ""},
-    {"profile_leaf", LEAF_SUMS},
+    {"profile_leaf", ROLLUP_SUMS("leaf")},
     {"totals", "*", ""},
     {"intervals", "*", ""},
     {"drops", "*", ""},
