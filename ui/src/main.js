@@ -675,17 +675,21 @@ VIEWS.span = async (p) => {
   const all = await get('span', id);
   const types = EVENT_TYPES.filter((t) => all.types[t]);
   const type = p.type && types.includes(p.type) ? p.type : types[0];
-  const tree = await get('span', { ...id, type, view: 'tree', limit: 10000, min_share: 0 });
+  // a request no sample landed in (shorter than the sampling period, or off CPU between wall
+  // samples) has its duration and nothing to draw
+  const tree = type ? await get('span', { ...id, type, view: 'tree', limit: 10000, min_share: 0 }) : null;
   const tabs = h('div.tabs', {}, types.map((t) => h('a' + (t === type ? '.active' : ''), { href: href('span', { ...p, type: t, focus: undefined }) },
     `${t} (${fmtValue(all.types[t].total, all.types[t].unit)})`)));
-  const { el } = flamePanel({ ...p, type }, 'span', tree.tree.root, all.types[type], tree.unit, null);
+  const panel = tree ? flamePanel({ ...p, type }, 'span', tree.tree.root, all.types[type], tree.unit, null).el
+    : h('p.no-samples', {}, 'No samples landed in this request: it ran between the profiler\'s samples. ',
+      'Its duration above is measured, not sampled; the endpoint\'s profile merges every request like it.');
   const rq = all.request; // a named span (a request): its real duration beside its samples
   const sec = h('section', {}, h('h1', {}, rq ? `Request ${rq.name || p.span}` : p.span ? `Span ${p.span}` : `Trace ${p.trace}`),
     p.span && p.trace ? h('p.sub', {}, 'trace ', h('a', { href: href('span', { trace: p.trace, service: p.service }) }, p.trace)) : null,
     rq ? h('p.request-summary', {}, `duration ${ns(rq.duration_ns)} (${rq.ended ? 'ended' : 'still running'}) · on CPU ${ns(rq.on_cpu_ns)} · off CPU ${ns(rq.off_cpu_ns)} · started ${fmtTime(rq.start_ns)}`,
       p.service ? [' · ', h('a', { href: href('endpoint', { service: p.service, endpoint: rq.name }) }, 'endpoint ' + rq.name)] : null) : null,
-    incidentLinks(all.incidents), tabs, el);
-  sec.onMounted = el.onMounted;
+    incidentLinks(all.incidents), tabs, panel);
+  sec.onMounted = panel.onMounted;
   return sec;
 };
 

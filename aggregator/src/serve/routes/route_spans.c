@@ -290,8 +290,42 @@ static void span_one_type(agg_api_t *api, const args_t *a, const uint8_t *tp,
     agg_profile_free(p);
 }
 
+/* The top functions of a span or trace in each event type with samples: into types (JSON) and
+ * tf (text, when not NULL); *found_any when the span index knows it. Returns 1 when a type had
+ * samples, 0 when none, -1 on a filter error (replied). */
+static int span_types_top(agg_api_t *api, const char *svc, const uint8_t *tp,
+                          const uint8_t *spp, filt_t *ft, size_t limit, json_t *types, FILE *tf,
+                          int *found_any, agg_http_reply_t *r) {
+    int any = 0;
+    for (int t = 1; t <= CM_EV_MAX; t++) {
+        agg_profile_t *p = NULL;
+        int found = 0;
+        if (agg_qstore_span_profile_of(api->qs, svc, tp, spp, (cm_event_type_t)t, &p, &found))
+            continue;
+        *found_any |= found;
+        if (p->n_rows && !apply_filter(ft, &p, r)) {
+            agg_top_t top;
+            if (agg_top_compute(p, AGG_SORT_SELF, limit, &top) == 0) {
+                any = 1;
+                json_object_set_new(types, cm_event_name((uint32_t)t), agg_top_json(p, &top));
+                if (tf) {
+                    fprintf(tf, "== %s ==\n", cm_event_name((uint32_t)t));
+                    agg_top_print(tf, p, &top);
+                }
+                agg_top_free(&top);
+            }
+        } else if (r->body) { /* a filter error */
+            agg_profile_free(p);
+            return -1;
+        }
+        agg_profile_free(p);
+    }
+    return any;
+}
+
 /* One span or trace in every event type: the totals and top functions of each, as JSON (with
- * the named span's real duration when it is one) or text. */
+ * the named span's real duration when it is one) or text. A request no sample landed in (a
+ * named span, both ids given) answers with its duration and no types. */
 static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
                            const uint8_t *spp, const char *tr, const char *sp, filt_t *ft,
                            agg_http_reply_t *r) {
@@ -310,37 +344,22 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
     char *tbuf = NULL;
     size_t tlen = 0;
     FILE *tf = text ? open_memstream(&tbuf, &tlen) : NULL;
-    int any = 0, found_any = 0;
-    for (int t = 1; t <= CM_EV_MAX; t++) {
-        agg_profile_t *p = NULL;
-        int found = 0;
-        if (agg_qstore_span_profile_of(api->qs, svc, tp, spp, (cm_event_type_t)t, &p, &found))
-            continue;
-        found_any |= found;
-        if (p->n_rows && !apply_filter(ft, &p, r)) {
-            agg_top_t top;
-            if (agg_top_compute(p, AGG_SORT_SELF, (size_t)limit, &top) == 0) {
-                any = 1;
-                json_object_set_new(types, cm_event_name((uint32_t)t), agg_top_json(p, &top));
-                if (tf) {
-                    fprintf(tf, "== %s ==\n", cm_event_name((uint32_t)t));
-                    agg_top_print(tf, p, &top);
-                }
-                agg_top_free(&top);
-            }
-        } else if (r->body) { /* a filter error */
-            agg_profile_free(p);
-            json_decref(types);
-            if (tf)
-                fclose(tf);
-            free(tbuf);
-            return;
-        }
-        agg_profile_free(p);
+    int found_any = 0, any = span_types_top(api, svc, tp, spp, ft, (size_t)limit, types, tf,
+                                            &found_any, r);
+    if (any < 0) { /* a filter error, replied */
+        json_decref(types);
+        if (tf)
+            fclose(tf);
+        free(tbuf);
+        return;
     }
     if (tf)
         fclose(tf);
-    if (!found_any || !any) {
+    agg_request_t rq;
+    int known = 0; /* a named span (fleetprof_span_begin): its real duration beside */
+    if (tp && spp && agg_qstore_request(api->qs, tp, spp, &rq, &known))
+        known = 0;
+    if (!known && (!found_any || !any)) {
         free(tbuf);
         json_decref(types);
         reply_err(r, 404, spp ? "span" : "trace", "unknown %s '%s': not in the span index %s%s%s"
@@ -350,21 +369,26 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
     }
     if (text) {
         json_decref(types);
-        reply_buf(r, "text/plain; charset=utf-8", tbuf, tlen);
-    } else {
-        free(tbuf);
-        json_t *o = json_pack("{s:s?, s:s?, s:o}", "trace_id", tp ? tr : NULL, "span_id",
-                              spp ? sp : NULL, "types", types);
-        agg_request_t rq;
-        int known = 0; /* a named span (fleetprof_span_begin): its real duration beside */
-        if (tp && spp && !agg_qstore_request(api->qs, tp, spp, &rq, &known) && known) {
-            json_object_set_new(o, "request", request_json(&rq));
-            json_t *inc = agg_incidents_of_request(api->qs, tp, spp, AGG_INCIDENT_LINKS);
-            if (inc) /* the incidents it fell in: links */
-                json_object_set_new(o, "incidents", inc);
+        if (!any) { /* a request no sample landed in: its duration is all there is */
+            free(tbuf);
+            tbuf = NULL;
+            int n = asprintf(&tbuf, "request %s: %.3f ms, no samples landed in it\n",
+                             rq.name, (double)(rq.end_ns - rq.start_ns) / 1e6);
+            tlen = n > 0 ? (size_t)n : 0;
         }
-        reply_json(r, 200, o);
+        reply_buf(r, "text/plain; charset=utf-8", tbuf, tlen);
+        return;
     }
+    free(tbuf);
+    json_t *o = json_pack("{s:s?, s:s?, s:o}", "trace_id", tp ? tr : NULL, "span_id",
+                          spp ? sp : NULL, "types", types);
+    if (known) { /* types is empty when no sample landed in the request */
+        json_object_set_new(o, "request", request_json(&rq));
+        json_t *inc = agg_incidents_of_request(api->qs, tp, spp, AGG_INCIDENT_LINKS);
+        if (inc) /* the incidents it fell in: links */
+            json_object_set_new(o, "incidents", inc);
+    }
+    reply_json(r, 200, o);
 }
 
 void h_span(agg_api_t *api, const args_t *a, const char *url, agg_http_reply_t *r) {
