@@ -315,6 +315,16 @@ await test('endpoints_endpoint_request', async () => {
   check(/duration .+ on CPU .+ off CPU/.test(summary), `the request's page: ${summary}`);
   check((await page.$eval('h1', (e) => e.textContent)).includes(ep), 'the request page names its endpoint');
   await shot('request');
+  // a request no sample landed in (most of the demo's: ~0.2 ms each, 1,500 a second) has a page
+  // too: its measured duration, and no flame graph
+  const all = await api(`requests?service=demo&endpoint=${encodeURIComponent(ep)}&limit=10000`);
+  const here = new URLSearchParams(page.url().split('?')[1]).get('span'); // another than this page's
+  const bare = all.requests.find((q) => q.span_id !== here && Object.values(q.cost).every((v) => v === 0));
+  check(bare, `a request without samples among ${all.requests.length}`);
+  await nav(page, `#/span?trace=${bare.trace_id}&span=${bare.span_id}&service=demo`);
+  const s2 = await page.$eval('.request-summary', (e) => e.textContent);
+  check(s2.includes('duration ') && (await page.$$('.no-samples')).length === 1 && (await page.$$('.flame')).length === 0,
+    `the page of a request without samples: ${s2}`);
 });
 
 // the per-endpoint diff of v1 and v2: a row per endpoint, flagged as the API says; an
