@@ -12,8 +12,10 @@
 #include <string.h>
 
 #define REQ_COLS                                                                                   \
-    "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid FROM "       \
-    "requests r LEFT JOIN strings n ON n.id = r.name WHERE r.service = ?1 "
+    "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid, "            \
+    "COALESCE(c.cpu, 0), COALESCE(c.wall, 0), COALESCE(c.alloc, 0), COALESCE(c.inuse, 0), "       \
+    "COALESCE(c.lock, 0), COALESCE(c.io, 0) FROM requests r LEFT JOIN strings n ON n.id = r.name " \
+    "LEFT JOIN spans c ON c.trace = r.trace AND c.span = r.span WHERE r.service = ?1 "
 
 static int cmp_req(const void *a, const void *b) {
     const agg_request_t *x = a, *y = b;
@@ -23,8 +25,7 @@ static int cmp_req(const void *a, const void *b) {
     return c ? c : memcmp(x->span_id, y->span_id, 8);
 }
 
-/* A request's row (REQ_COLS), with its cost per type from column 7 on when cost is set. */
-static void read_req(agg_qxst_t *st, agg_request_t *r, int cost) {
+static void read_req(agg_qxst_t *st, agg_request_t *r) {
     memset(r, 0, sizeof *r);
     agg_qs_col_ids(st, 0, r->trace_id, r->span_id);
     const char *nm = agg_qx_text(st, 2);
@@ -33,53 +34,8 @@ static void read_req(agg_qxst_t *st, agg_request_t *r, int cost) {
     r->end_ns = agg_qx_int64(st, 4);
     r->ended = agg_qx_int64(st, 5) != 0;
     r->tid = agg_qx_int64(st, 6);
-    for (int t = 1; cost && t <= CM_EV_MAX; t++)
+    for (int t = 1; t <= CM_EV_MAX; t++)
         r->cost[t] = (uint64_t)agg_qx_int64(st, 6 + t);
-}
-
-/* A sampled span's ids (trace, then span) and cost per type. */
-typedef struct {
-    uint8_t ids[24];
-    uint64_t cost[CM_EV_COUNT];
-} span_cost_t;
-
-static int cmp_ids(const void *a, const void *b) { return memcmp(a, b, 24); }
-
-/* Sets the sampled cost of the requests v[0..n) read from store d, service's: its spans'
- * costs read once and looked up here, not joined per request (a seek each, for requests
- * most of which no sample landed in). */
-static int add_costs(qdb_t *d, const char *service, agg_request_t *v, size_t n) {
-    agg_qxst_t *st;
-    span_cost_t *c = NULL;
-    size_t nc = 0, cap = 0;
-    int rc = agg_qs_prep(d, "SELECT trace, span, cpu, wall, alloc, inuse, lock, io FROM spans "
-                            "WHERE service = ?1", &st), s = 0;
-    if (rc)
-        return rc;
-    B64(st, 1, agg_qs_sid(service));
-    while (!rc && (s = agg_qx_step(st)) == 1) {
-        if (nc == cap && agg_vec_grow((void **)&c, &cap, sizeof *c)) {
-            rc = CM_ENOMEM;
-            break;
-        }
-        agg_qs_col_ids(st, 0, c[nc].ids, c[nc].ids + 16);
-        for (int t = 1; t <= CM_EV_MAX; t++)
-            c[nc].cost[t] = (uint64_t)agg_qx_int64(st, 1 + t);
-        nc++;
-    }
-    if (!(rc = agg_qs_end(st, s, rc)) && nc) {
-        qsort(c, nc, sizeof *c, cmp_ids);
-        for (size_t i = 0; i < n; i++) {
-            uint8_t key[24];
-            memcpy(key, v[i].trace_id, 16);
-            memcpy(key + 16, v[i].span_id, 8);
-            const span_cost_t *x = bsearch(key, c, nc, sizeof *c, cmp_ids);
-            if (x)
-                memcpy(v[i].cost, x->cost, sizeof v[i].cost);
-        }
-    }
-    free(c);
-    return rc;
 }
 
 int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **out, size_t *n) {
@@ -101,7 +57,6 @@ int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **o
              q->name ? " AND n.s = ?4" : "", vcond);
     for (size_t i = 0; !rc && i < qs->n; i++) {
         agg_qxst_t *st;
-        size_t first = nv;
         if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
             break;
         B64(st, 1, agg_qs_sid(q->service));
@@ -117,11 +72,9 @@ int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **o
                 rc = CM_ENOMEM;
                 break;
             }
-            read_req(st, &v[nv++], 0);
+            read_req(st, &v[nv++]);
         }
         rc = agg_qs_end(st, s, rc);
-        if (!rc && nv > first)
-            rc = add_costs(&qs->dbs[i], q->service, v + first, nv - first);
     }
     if (rc) {
         free(v);
@@ -138,7 +91,7 @@ int agg_qstore_request(agg_qstore_t *qs, const uint8_t trace[16], const uint8_t 
                        agg_request_t *out, int *found) {
     *found = 0;
     int rc = agg_qs_refresh(qs);
-    /* REQ_COLS and the span's cost, without the service condition: the ids are the key */
+    /* REQ_COLS without its service condition: the ids are the key */
     static const char sql[] =
         "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid, "
         "COALESCE(c.cpu, 0), COALESCE(c.wall, 0), COALESCE(c.alloc, 0), COALESCE(c.inuse, 0), "
@@ -153,7 +106,7 @@ int agg_qstore_request(agg_qstore_t *qs, const uint8_t trace[16], const uint8_t 
         agg_qx_bind_blob(st, 2, span, 8);
         int s = agg_qx_step(st);
         if (s == 1) {
-            read_req(st, out, 1);
+            read_req(st, out);
             *found = 1;
         }
         rc = agg_qs_done(st, s);
