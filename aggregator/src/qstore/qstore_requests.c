@@ -189,12 +189,18 @@ int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *vers
 #define EP_WHERE "FROM requests r JOIN strings n ON n.id = r.name WHERE " EP_COND
 /* The same requests' stacks (ss) of those a sample landed in, driven by `spans` (the
  * service's sampled spans, a fraction of its requests: most are shorter than a sampling
- * period) so that stacks are looked up for sampled requests only (11x fewer lookups on the UI
- * test's demo). CROSS JOIN holds SQLite's planner to that order; PostgreSQL plans its own. */
+ * period) so that stacks are looked up for sampled requests only, not for every request. The
+ * spans are those whose last sample fell in [?A, ?B] (the %d, %d of the caller): the requests'
+ * earliest start and latest end, widened by EP_SKEW_NS (samples and spans are stamped by
+ * the same agent, converted to real time apart). CROSS JOIN holds SQLite's planner to that
+ * order; PostgreSQL plans its own. */
 #define EP_STACKS                                                                                  \
     "FROM spans s CROSS JOIN requests r CROSS JOIN span_stacks ss JOIN strings n ON n.id = "       \
-    "r.name WHERE s.service = ?1 AND r.trace = s.trace AND r.span = s.span AND ss.trace = "        \
-    "s.trace AND ss.span = s.span AND " EP_COND
+    "r.name WHERE s.service = ?1 AND s.last_ns >= ?%d AND s.last_ns <= ?%d AND r.trace = "        \
+    "s.trace AND r.span = s.span AND ss.trace = s.trace AND ss.span = s.span AND " EP_COND
+#define EP_SKEW_NS 60000000000ll
+/* Its requests' extent: count, earliest start, latest end (then first end: ep_one). */
+#define EP_EXTENT "SELECT COUNT(*), MIN(r.start_ns), MAX(r.end_ns), MIN(r.end_ns) " EP_WHERE
 
 int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
                                 const char *name, int64_t from_ns, int64_t to_ns,
@@ -206,15 +212,16 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
     if (rc)
         return rc;
     char sql_n[512], sql[1024];
-    /* the version is ?5 in the probe, ?6 in the profile statement (?5: type) */
-    snprintf(sql_n, sizeof sql_n, "SELECT 1 " EP_WHERE "%s LIMIT 1",
-             version ? " AND r.version = ?5" : "");
+    /* the version is ?5 in the extent, ?6 in the profile statement (?5: type, ?7 ?8 bounds) */
+    snprintf(sql_n, sizeof sql_n, EP_EXTENT "%s", version ? " AND r.version = ?5" : "");
+    int a = version ? 7 : 6;
     snprintf(sql, sizeof sql,
              "SELECT ss.stack, SUM(ss.weight), SUM(ss.count) " EP_STACKS "%s AND ss.type = ?5 "
              "GROUP BY ss.stack ORDER BY ss.stack",
-             version ? " AND r.version = ?6" : "");
+             a, a + 1, version ? " AND r.version = ?6" : "");
     for (size_t i = 0; !rc && i < qs->n; i++) {
-        for (int k = 0; !rc && k < 2; k++) {
+        int64_t lo = 0, hi = -1; /* the sampled spans' bounds: none when no request */
+        for (int k = 0; !rc && k < 2 && (!k || lo <= hi); k++) {
             agg_qxst_t *st;
             if ((rc = agg_qs_prep(&qs->dbs[i], k ? sql : sql_n, &st)))
                 break;
@@ -226,10 +233,16 @@ int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const cha
                 B64(st, k ? 6 : 5, agg_qs_sid(version));
             if (k == 0) {
                 int s = agg_qx_step(st);
-                *found |= s == 1;
+                if (s == 1 && agg_qx_int64(st, 0) > 0) {
+                    *found = 1;
+                    lo = agg_qx_int64(st, 1) - EP_SKEW_NS;
+                    hi = agg_qx_int64(st, 2) + EP_SKEW_NS;
+                }
                 rc = agg_qs_done(st, s == 1 ? 0 : s);
             } else {
                 B64(st, 5, type);
+                B64(st, a, lo);
+                B64(st, a + 1, hi);
                 rc = agg_qs_add_stack_rows(&qs->dbs[i], p, st, (uint32_t)rep, 0);
                 agg_qx_finalize(st);
             }
@@ -259,87 +272,67 @@ static void ep_bind(agg_qxst_t *st, const agg_qspec_t *q, const char *name, cons
         B64(st, k++, extra[i]);
 }
 
-/* The end times of an endpoint's requests (one version; NULL: all) in one store, in *ends
- * (malloc'ed; 8 bytes a request, read once for both the range and the replicates). */
-static int ep_ends(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
-                   int64_t **ends, size_t *n) {
-    char sql[512];
-    snprintf(sql, sizeof sql, "SELECT r.end_ns " EP_WHERE "%s", ver ? " AND r.version = ?5" : "");
+/* The requests' calls per bucket of width w from lo: one replicate each (work = its calls). */
+static int ep_replicates(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
+                         const char *vc, int64_t lo, int64_t w, agg_profile_t *p, uint32_t *reps,
+                         size_t nb) {
+    char sql[700];
+    int k = ver ? 6 : 5;
+    snprintf(sql, sizeof sql, "SELECT (r.end_ns - ?%d) / ?%d, COUNT(*) " EP_WHERE "%s GROUP BY 1",
+             k, k + 1, vc);
     agg_qxst_t *st;
-    size_t cap = 0;
-    *ends = NULL;
-    *n = 0;
     int rc = agg_qs_prep(d, sql, &st), s = 0;
     if (rc)
         return rc;
-    ep_bind(st, q, name, ver, NULL, 0);
+    int64_t ex[2] = {lo, w};
+    ep_bind(st, q, name, ver, ex, 2);
     while (!rc && (s = agg_qx_step(st)) == 1) {
-        if (*n == cap && agg_vec_grow((void **)ends, &cap, sizeof **ends))
-            rc = CM_ENOMEM;
-        else
-            (*ends)[(*n)++] = agg_qx_int64(st, 0);
+        int64_t b = agg_qx_int64(st, 0);
+        char key[300];
+        snprintf(key, sizeof key, "endpoint %s %s %lld", name, ver ? ver : "", (long long)b);
+        int64_t id = agg_profile_replicate(p, key, (double)agg_qx_int64(st, 1));
+        if (id < 0)
+            rc = (int)id;
+        else if (b >= 0 && (size_t)b < nb)
+            reps[b] = (uint32_t)id;
     }
     return agg_qs_end(st, s, rc);
-}
-
-/* The requests' calls per bucket of width w from lo (nb buckets): one replicate each (work =
- * its calls), its id in reps[bucket]. */
-static int ep_replicates(const char *name, const char *ver, const int64_t *ends, size_t n,
-                         int64_t lo, int64_t w, agg_profile_t *p, uint32_t *reps, size_t nb) {
-    size_t calls[EP_REPS + 2] = {0};
-    for (size_t i = 0; i < n; i++)
-        calls[(ends[i] - lo) / w]++;
-    for (size_t b = 0; b < nb; b++) {
-        if (!calls[b])
-            continue;
-        char key[300];
-        snprintf(key, sizeof key, "endpoint %s %s %zu", name, ver ? ver : "", b);
-        int64_t id = agg_profile_replicate(p, key, (double)calls[b]);
-        if (id < 0)
-            return (int)id;
-        reps[b] = (uint32_t)id;
-    }
-    return 0;
 }
 
 /* One store and one version (NULL: all) of agg_qstore_endpoint_query. */
 static int ep_one(qdb_t *d, const agg_qspec_t *q, const char *name, const char *ver,
                   agg_profile_t *p, int *found) {
     const char *vc = ver ? " AND r.version = ?5" : "";
-    int64_t *ends;
-    size_t n;
-    int rc = ep_ends(d, q, name, ver, &ends, &n);
-    if (rc || !n) {
-        free(ends);
+    char sql[1200];
+    snprintf(sql, sizeof sql, EP_EXTENT "%s", vc);
+    agg_qxst_t *st;
+    int rc = agg_qs_prep(d, sql, &st);
+    if (rc)
         return rc;
-    }
+    ep_bind(st, q, name, ver, NULL, 0);
+    int s = agg_qx_step(st);
+    int64_t n = s == 1 ? agg_qx_int64(st, 0) : 0, first = n ? agg_qx_int64(st, 1) : 0,
+            hi = n ? agg_qx_int64(st, 2) : 0, lo = n ? agg_qx_int64(st, 3) : 0;
+    if ((rc = agg_qs_done(st, s == 1 ? 0 : s)) || !n)
+        return rc;
     *found = 1;
-    int64_t lo = ends[0], hi = ends[0];
-    for (size_t i = 1; i < n; i++) {
-        lo = ends[i] < lo ? ends[i] : lo;
-        hi = ends[i] > hi ? ends[i] : hi;
-    }
     /* one replicate (views), or the diff's: buckets of the requests' end times */
     int64_t w = q->replicates == AGG_QREP_NONE ? hi - lo + 1 : (hi - lo) / EP_REPS + 1;
     if (q->replicates != AGG_QREP_NONE && w < EP_MIN_WIDTH)
         w = EP_MIN_WIDTH;
     size_t nb = (size_t)((hi - lo) / w + 1);
     uint32_t reps[EP_REPS + 2] = {0};
-    rc = ep_replicates(name, ver, ends, n, lo, w, p, reps, nb);
-    free(ends);
-    if (rc)
+    if ((rc = ep_replicates(d, q, name, ver, vc, lo, w, p, reps, nb)))
         return rc;
-    char sql[1200];
-    agg_qxst_t *st;
     int k = ver ? 6 : 5;
     snprintf(sql, sizeof sql,
              "SELECT (r.end_ns - ?%d) / ?%d, ss.stack, SUM(ss.weight), SUM(ss.count) " EP_STACKS
              "%s AND ss.type = ?%d GROUP BY 1, ss.stack ORDER BY 1, ss.stack",
-             k, k + 1, vc, k + 2);
+             k, k + 1, k + 3, k + 4, vc, k + 2);
     if ((rc = agg_qs_prep(d, sql, &st)))
         return rc;
-    int64_t ex[3] = {lo, w, q->type};
-    ep_bind(st, q, name, ver, ex, 3);
+    int64_t ex[5] = {lo, w, q->type, first - EP_SKEW_NS, hi + EP_SKEW_NS};
+    ep_bind(st, q, name, ver, ex, 5);
     rc = agg_qs_add_bucket_rows(d, p, st, reps, nb, q->lines);
     agg_qx_finalize(st);
     return rc;
