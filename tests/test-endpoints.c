@@ -478,7 +478,8 @@ static void check_endpoint_filter(agg_api_t *api) {
 /* A request's page (/span with its trace and span ids) for requests with samples and without
  * (most of the demo's: ~0.2 ms each, 1,500 a second, against ~200 CPU samples a second): each
  * answers 200 with the request's duration as listed; its types are empty exactly when the
- * request's listed cost is zero in every type. An unknown span stays a 404. */
+ * request's listed cost is zero in every type; with service= another service's, a 404. An
+ * unknown span stays a 404. */
 static void check_request_pages(agg_api_t *api) {
     char *t;
     CHECK_EQ(api_get(api, "/api/v1/requests", &t, "service", "demo", "endpoint", "GET /search",
@@ -511,6 +512,15 @@ static void check_request_pages(agg_api_t *api) {
                          NULL),
                  200);
         CHECKF(!none || strstr(t, "no samples landed"), "text: %s", t);
+        free(t);
+        /* service= restricts: the request is demo's, not another service's */
+        CHECK_EQ(api_get(api, "/api/v1/span", &t, "trace", tr, "span", sp, "service", "demo",
+                         NULL),
+                 200);
+        free(t);
+        CHECK_EQ(api_get(api, "/api/v1/span", &t, "trace", tr, "span", sp, "service", "other",
+                         NULL),
+                 404);
         free(t);
     }
     printf("# request pages: %zu without samples, %zu with, of %zu requests\n", bare, sampled,

@@ -87,23 +87,27 @@ int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **o
     return 0;
 }
 
-int agg_qstore_request(agg_qstore_t *qs, const uint8_t trace[16], const uint8_t span[8],
-                       agg_request_t *out, int *found) {
+int agg_qstore_request(agg_qstore_t *qs, const char *service, const uint8_t trace[16],
+                       const uint8_t span[8], agg_request_t *out, int *found) {
     *found = 0;
     int rc = agg_qs_refresh(qs);
-    /* REQ_COLS without its service condition: the ids are the key */
-    static const char sql[] =
-        "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid, "
-        "COALESCE(c.cpu, 0), COALESCE(c.wall, 0), COALESCE(c.alloc, 0), COALESCE(c.inuse, 0), "
-        "COALESCE(c.lock, 0), COALESCE(c.io, 0) FROM requests r LEFT JOIN strings n ON n.id = "
-        "r.name LEFT JOIN spans c ON c.trace = r.trace AND c.span = r.span WHERE r.trace = ?1 "
-        "AND r.span = ?2";
+    /* REQ_COLS with the ids as the key, the service a condition only when given */
+    char sql[600];
+    snprintf(sql, sizeof sql,
+             "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid, "
+             "COALESCE(c.cpu, 0), COALESCE(c.wall, 0), COALESCE(c.alloc, 0), COALESCE(c.inuse, "
+             "0), COALESCE(c.lock, 0), COALESCE(c.io, 0) FROM requests r LEFT JOIN strings n ON "
+             "n.id = r.name LEFT JOIN spans c ON c.trace = r.trace AND c.span = r.span WHERE "
+             "r.trace = ?1 AND r.span = ?2%s",
+             service ? " AND r.service = ?3" : "");
     for (size_t i = 0; !rc && !*found && i < qs->n; i++) {
         agg_qxst_t *st;
         if ((rc = agg_qs_prep(&qs->dbs[i], sql, &st)))
             break;
         agg_qx_bind_blob(st, 1, trace, 16);
         agg_qx_bind_blob(st, 2, span, 8);
+        if (service)
+            B64(st, 3, agg_qs_sid(service));
         int s = agg_qx_step(st);
         if (s == 1) {
             read_req(st, out);

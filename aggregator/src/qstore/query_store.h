@@ -166,9 +166,10 @@ typedef struct {
  * 0 or a CM_E* code. */
 int agg_qstore_requests(agg_qstore_t *qs, const agg_reqq_t *q, agg_request_t **out, size_t *n);
 
-/* The request (named span) with these ids, if the store has it: *found = 1 and *out. */
-int agg_qstore_request(agg_qstore_t *qs, const uint8_t trace[16], const uint8_t span[8],
-                       agg_request_t *out, int *found);
+/* The request (named span) with these ids, of service (NULL: any), if the store has it:
+ * *found = 1 and *out. */
+int agg_qstore_request(agg_qstore_t *qs, const char *service, const uint8_t trace[16],
+                       const uint8_t span[8], agg_request_t *out, int *found);
 
 /* One endpoint of a service over a window: the requests that ended in it. */
 typedef struct {

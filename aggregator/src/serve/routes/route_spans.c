@@ -357,7 +357,7 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
         fclose(tf);
     agg_request_t rq;
     int known = 0; /* a named span (fleetprof_span_begin): its real duration beside */
-    if (tp && spp && agg_qstore_request(api->qs, tp, spp, &rq, &known))
+    if (tp && spp && agg_qstore_request(api->qs, svc, tp, spp, &rq, &known))
         known = 0;
     if (!known && (!found_any || !any)) {
         free(tbuf);
@@ -369,11 +369,12 @@ static void span_all_types(agg_api_t *api, const args_t *a, const uint8_t *tp,
     }
     if (text) {
         json_decref(types);
-        if (!any) { /* a request no sample landed in: its duration is all there is */
+        if (!any) { /* a request no sample landed in (or none the filters kept) */
             free(tbuf);
-            tbuf = NULL;
-            int n = asprintf(&tbuf, "request %s: %.3f ms, no samples landed in it\n",
-                             rq.name, (double)(rq.end_ns - rq.start_ns) / 1e6);
+            int n = asprintf(&tbuf, "request %s: %.3f ms, %s\n", rq.name,
+                             (double)(rq.end_ns - rq.start_ns) / 1e6,
+                             found_any ? "no samples match the filters" : "no samples landed in it");
+            tbuf = n < 0 ? NULL : tbuf;
             tlen = n > 0 ? (size_t)n : 0;
         }
         reply_buf(r, "text/plain; charset=utf-8", tbuf, tlen);
