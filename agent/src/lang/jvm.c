@@ -218,8 +218,15 @@ NO_SAN uint32_t ag_jvm_merge(const void *uc, uintptr_t stack_hi, uintptr_t *pcs,
         uint64_t mid = (uint64_t)(uintptr_t)fr[i].method_id;
         if (mid > AG_JAVA_MID_MASK)
             mid = 0; /* not a C-heap address: kept as a frame named "[java?]" */
-        uint64_t bci = fr[i].lineno >= 0 && fr[i].lineno < (jint)AG_JAVA_NO_BCI
-                           ? (uint64_t)fr[i].lineno : AG_JAVA_NO_BCI;
+        /* lineno is the bytecode index; -1 is HotSpot's method entry (InvocationEntryBci: a
+         * compiled frame in its prologue, or an interpreted one whose bcp is not set yet),
+         * the method's first bytecode; -3 a native method: no line */
+        jint ln = fr[i].lineno;
+        if (ln == -1)
+            atomic_fetch_add_explicit(&ag_jvm_stats.at_entry, 1, memory_order_relaxed);
+        uint64_t bci = ln == -1                                  ? 0
+                       : ln >= 0 && ln < (jint)AG_JAVA_NO_BCI ? (uint64_t)ln
+                                                                : AG_JAVA_NO_BCI;
         pcs[k + i] = (uintptr_t)(AG_JAVA_TAG | bci << 47 | mid);
     }
     atomic_fetch_add_explicit(&ag_jvm_stats.merged, 1, memory_order_relaxed);
@@ -343,10 +350,11 @@ static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
     why[at < sizeof why ? at : sizeof why - 1] = 0;
     CM_INFO("java frames: %llu samples of Java threads, %llu with Java frames (%llu after a "
             "retry, %llu cut at the depth limit); none, by AsyncGetCallTrace code:%s; %llu "
-            "frames named, %llu not",
+            "frames named, %llu not; %llu frames at a method's entry",
             (unsigned long long)s->samples, (unsigned long long)s->merged,
             (unsigned long long)s->retried, (unsigned long long)s->truncated,
-            at ? why : " -", (unsigned long long)s->named, (unsigned long long)s->unnamed);
+            at ? why : " -", (unsigned long long)s->named, (unsigned long long)s->unnamed,
+            (unsigned long long)s->at_entry);
     atomic_store(&g_walk, 0);
     atomic_store(&g_live, 0);
     for (int i = 0; i < VM_DEATH_WAIT_MS && atomic_load(&g_users); i++) {

@@ -24,6 +24,7 @@ typedef struct {
     _Atomic uint64_t failed[AG_JVM_OUTCOMES]; /* no Java frames, by AsyncGetCallTrace's code */
     _Atomic uint64_t retried;            /* of merged, walked after moving the top frame */
     _Atomic uint64_t truncated;          /* Java frames cut at the depth limit */
+    _Atomic uint64_t at_entry;           /* frames at a method's entry (bci -1): its first line */
     uint64_t named, unnamed;             /* bg: frames named; not (method gone, JVMTI error) */
 } ag_jvm_stats_t;
 extern ag_jvm_stats_t ag_jvm_stats __attribute__((visibility("hidden")));
