@@ -11,11 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REQ_COLS                                                                                   \
+/* A request's columns (read_req) and its sampled cost, before the WHERE of each query. */
+#define REQ_SELECT                                                                                 \
     "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid, "            \
     "COALESCE(c.cpu, 0), COALESCE(c.wall, 0), COALESCE(c.alloc, 0), COALESCE(c.inuse, 0), "       \
     "COALESCE(c.lock, 0), COALESCE(c.io, 0) FROM requests r LEFT JOIN strings n ON n.id = r.name " \
-    "LEFT JOIN spans c ON c.trace = r.trace AND c.span = r.span WHERE r.service = ?1 "
+    "LEFT JOIN spans c ON c.trace = r.trace AND c.span = r.span "
+#define REQ_COLS REQ_SELECT "WHERE r.service = ?1 "
 
 static int cmp_req(const void *a, const void *b) {
     const agg_request_t *x = a, *y = b;
@@ -91,14 +93,9 @@ int agg_qstore_request(agg_qstore_t *qs, const char *service, const uint8_t trac
                        const uint8_t span[8], agg_request_t *out, int *found) {
     *found = 0;
     int rc = agg_qs_refresh(qs);
-    /* REQ_COLS with the ids as the key, the service a condition only when given */
+    /* the ids are the key; the service a condition only when given */
     char sql[600];
-    snprintf(sql, sizeof sql,
-             "SELECT r.trace, r.span, COALESCE(n.s, ''), r.start_ns, r.end_ns, r.ended, r.tid, "
-             "COALESCE(c.cpu, 0), COALESCE(c.wall, 0), COALESCE(c.alloc, 0), COALESCE(c.inuse, "
-             "0), COALESCE(c.lock, 0), COALESCE(c.io, 0) FROM requests r LEFT JOIN strings n ON "
-             "n.id = r.name LEFT JOIN spans c ON c.trace = r.trace AND c.span = r.span WHERE "
-             "r.trace = ?1 AND r.span = ?2%s",
+    snprintf(sql, sizeof sql, REQ_SELECT "WHERE r.trace = ?1 AND r.span = ?2%s",
              service ? " AND r.service = ?3" : "");
     for (size_t i = 0; !rc && !*found && i < qs->n; i++) {
         agg_qxst_t *st;
@@ -203,7 +200,7 @@ int agg_qstore_endpoints(agg_qstore_t *qs, const char *service, const char *vers
     "r.name WHERE s.service = ?1 AND s.last_ns >= ?%d AND s.last_ns <= ?%d AND r.trace = "        \
     "s.trace AND r.span = s.span AND ss.trace = s.trace AND ss.span = s.span AND " EP_COND
 #define EP_SKEW_NS 60000000000ll
-/* Its requests' extent: count, earliest start, latest end (then first end: ep_one). */
+/* Its requests' extent: count, earliest start, latest end, earliest end (ep_one's lo). */
 #define EP_EXTENT "SELECT COUNT(*), MIN(r.start_ns), MAX(r.end_ns), MIN(r.end_ns) " EP_WHERE
 
 int agg_qstore_endpoint_profile(agg_qstore_t *qs, const char *service, const char *version,
@@ -315,7 +312,7 @@ static int ep_one(qdb_t *d, const agg_qspec_t *q, const char *name, const char *
         return rc;
     ep_bind(st, q, name, ver, NULL, 0);
     int s = agg_qx_step(st);
-    int64_t n = s == 1 ? agg_qx_int64(st, 0) : 0, first = n ? agg_qx_int64(st, 1) : 0,
+    int64_t n = s == 1 ? agg_qx_int64(st, 0) : 0, start = n ? agg_qx_int64(st, 1) : 0,
             hi = n ? agg_qx_int64(st, 2) : 0, lo = n ? agg_qx_int64(st, 3) : 0;
     if ((rc = agg_qs_done(st, s == 1 ? 0 : s)) || !n)
         return rc;
@@ -335,7 +332,7 @@ static int ep_one(qdb_t *d, const agg_qspec_t *q, const char *name, const char *
              k, k + 1, k + 3, k + 4, vc, k + 2);
     if ((rc = agg_qs_prep(d, sql, &st)))
         return rc;
-    int64_t ex[5] = {lo, w, q->type, first - EP_SKEW_NS, hi + EP_SKEW_NS};
+    int64_t ex[5] = {lo, w, q->type, start - EP_SKEW_NS, hi + EP_SKEW_NS};
     ep_bind(st, q, name, ver, ex, 5);
     rc = agg_qs_add_bucket_rows(d, p, st, reps, nb, q->lines);
     agg_qx_finalize(st);
